@@ -1,0 +1,24 @@
+//! What the CPU backend reports about the host, read from /proc where it exists.
+
+pub(crate) fn cpu_name() -> String {
+    proc_field("/proc/cpuinfo", "model name").unwrap_or_else(|| std::env::consts::ARCH.into())
+}
+
+pub(crate) fn cpu_vendor() -> String {
+    proc_field("/proc/cpuinfo", "vendor_id").unwrap_or_else(|| "unknown".into())
+}
+
+/// Total RAM in bytes.
+pub(crate) fn total_memory() -> Option<u64> {
+    let kb = proc_field("/proc/meminfo", "MemTotal")?;
+    let kb: u64 = kb.split_whitespace().next()?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn proc_field(path: &str, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == key).then(|| v.trim().to_string())
+    })
+}

@@ -1,0 +1,39 @@
+//! Errors of every backend.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum BackendError {
+    /// The backend cannot run here: no library, no device, a driver too old. The reason says
+    /// which, in words a user can act on.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    #[error("kernel {kernel:?} is invalid: {source}")]
+    Invalid {
+        kernel: String,
+        #[source]
+        source: trine_ir::ValidationError,
+    },
+    #[error("kernel {kernel:?} needs {what}, which this device lacks")]
+    Unsupported { kernel: String, what: String },
+    #[error("kernel {kernel:?} failed to compile: {message}")]
+    Compile { kernel: String, message: String },
+    #[error("out of device memory allocating {bytes} bytes")]
+    OutOfMemory { bytes: u64 },
+    #[error("buffer {0:?} does not exist on this backend")]
+    UnknownBuffer(crate::BufferHandle),
+    #[error("program {0:?} does not exist on this backend")]
+    UnknownProgram(crate::ProgramId),
+    #[error("range {offset}+{len} is outside a buffer of {size} bytes")]
+    OutOfRange { offset: u64, len: u64, size: u64 },
+    #[error("dispatch does not match the kernel: {0}")]
+    BadDispatch(String),
+    #[error("kernel {kernel:?} faulted: {source}")]
+    Fault {
+        kernel: String,
+        #[source]
+        source: trine_ir::interp::InterpError,
+    },
+    #[error("{call} failed: {code}")]
+    Driver { call: &'static str, code: String },
+}

@@ -1,0 +1,64 @@
+//! What a backend says about its device.
+
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceType {
+    Integrated,
+    Discrete,
+    Virtual,
+    Cpu,
+    Other,
+}
+
+/// Memory the device can use, in bytes. On APUs and CPUs, `unified` is true and
+/// `device_local` is the shared pool, not a small aperture.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MemoryInfo {
+    pub device_local: u64,
+    pub host_visible: u64,
+    pub unified: bool,
+    /// Whether buffers are mapped into host memory directly (no staging copies).
+    pub zero_copy: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DeviceInfo {
+    /// Registry name of the backend: "cpu", "vulkan", …
+    pub backend: String,
+    pub name: String,
+    pub vendor: String,
+    pub device_type: DeviceType,
+    /// Architecture where one is known (gfx1151, sm_90, x86_64).
+    pub arch: Option<String>,
+    pub memory: MemoryInfo,
+    /// Smallest and largest subgroup width; empty when subgroup operations are unavailable.
+    pub subgroup_sizes: Vec<u32>,
+    /// Whether kernels that declare the subgroup capability run here.
+    pub subgroup_ops: bool,
+    pub f16: bool,
+    pub int8: bool,
+    pub max_shared_bytes: u64,
+    pub max_invocations: u32,
+    pub max_workgroups: [u32; 3],
+    /// Largest buffer binding a kernel can address, in bytes.
+    pub max_binding_bytes: u64,
+    /// Alignment of [`crate::Binding::offset`].
+    pub min_binding_alignment: u64,
+    pub timestamps: bool,
+    pub driver: String,
+    pub runtime_version: String,
+    /// Anything else a user should know (a fallback taken, a feature missing).
+    pub notes: Vec<String>,
+}
+
+impl DeviceInfo {
+    /// The limits kernels are validated against on this device.
+    pub fn limits(&self) -> trine_ir::Limits {
+        trine_ir::Limits {
+            max_shared_bytes: self.max_shared_bytes,
+            max_invocations: self.max_invocations,
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! trine-backends: one [`Backend`] trait, and the backends that implement it.
+//!
+//! A backend owns a device: buffers, compiled programs, a queue. System libraries (the Vulkan
+//! loader, ROCm, CUDA) are opened at run time, so one binary runs on every machine; a missing
+//! library or device is [`BackendError::Unavailable`] with the reason, never a panic.
+
+pub mod backend;
+pub mod cpu;
+pub mod error;
+pub mod info;
+pub mod registry;
+pub mod vulkan;
+
+pub use backend::{Backend, Binding, BufferHandle, Dispatch, ProgramId};
+pub use error::BackendError;
+pub use info::{DeviceInfo, DeviceType, MemoryInfo};
+pub use registry::{open, open_all, BackendKind, Opened};

@@ -1,0 +1,14 @@
+//! Errors of the lowerings.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum CodegenError {
+    #[error("invalid kernel: {0}")]
+    Invalid(#[from] trine_ir::ValidationError),
+    /// naga rejected the module we built: a bug in the lowering, reported with naga's words.
+    #[error("naga rejected the lowered module of {kernel:?}: {message}")]
+    NagaValidation { kernel: String, message: String },
+    #[error("writing {target} for {kernel:?} failed: {message}")]
+    Write { target: &'static str, kernel: String, message: String },
+}

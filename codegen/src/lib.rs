@@ -1,0 +1,27 @@
+//! trine-codegen: lowerings of trine's IR.
+//!
+//! - [`naga_module`]: IR → `naga::Module` (validated by naga); [`spirv`] writes it as SPIR-V
+//!   words for Vulkan, [`wgsl`] as WGSL text for wgpu and for reading.
+//! - [`hip`]: IR → C++ text in the common subset of HIP and CUDA, with a small prelude per
+//!   dialect.
+//!
+//! Every lowering first validates the kernel, so a lowering never sees an invalid one.
+
+pub mod abi;
+pub mod error;
+pub mod hip;
+pub mod naga_module;
+pub mod spirv;
+pub mod wgsl;
+
+pub use error::CodegenError;
+pub use hip::{hip, Dialect};
+pub use spirv::{spirv, SpirvOptions, SpirvOutput};
+pub use wgsl::wgsl;
+
+/// Validates `kernel` with limits loose enough for any device: device limits are the backend's
+/// business, the lowerings only need the kernel to be well formed.
+pub(crate) fn validated(kernel: &trine_ir::Kernel) -> Result<trine_ir::Info, CodegenError> {
+    let limits = trine_ir::Limits { max_shared_bytes: u64::MAX, max_invocations: 1024 };
+    trine_ir::validate(kernel, &limits).map_err(CodegenError::Invalid)
+}

@@ -1,0 +1,366 @@
+//! A builder whose Rust reads like the kernel it builds.
+//!
+//! ```
+//! use trine_ir::{Access, KernelBuilder, Scalar};
+//! let k = KernelBuilder::new("saxpy", [64, 1, 1]);
+//! let x = k.buffer("x", Scalar::F32, Access::Read);
+//! let y = k.buffer("y", Scalar::F32, Access::ReadWrite);
+//! let a = k.param("a", Scalar::F32);
+//! let n = k.param("n", Scalar::U32);
+//! let i = k.global_id(0);
+//! k.if_(i.lt(n), || {
+//!     k.store(y, i, a.fma(k.load(x, i), k.load(y, i)));
+//! });
+//! let kernel = k.finish();
+//! trine_ir::validate(&kernel, &trine_ir::Limits::default()).unwrap();
+//! ```
+//!
+//! Every expression is emitted (gets its [`Stmt::Let`]) where it is built, so the order of the
+//! Rust code is the order of evaluation. Type errors are not caught here but by
+//! [`crate::validate`], which names the offending expression.
+
+use crate::kernel::*;
+use crate::types::{Access, Literal, Scalar};
+use std::cell::RefCell;
+use std::ops;
+
+/// Builds one [`Kernel`]. Methods take `&self` so that values and closures can share it.
+pub struct KernelBuilder {
+    kernel: RefCell<Kernel>,
+    /// Blocks under construction; the last is where statements go.
+    blocks: RefCell<Vec<Block>>,
+}
+
+/// An expression under construction, tied to its builder so that operators work on it.
+#[derive(Clone, Copy)]
+pub struct Val<'b> {
+    b: &'b KernelBuilder,
+    pub id: ExprId,
+}
+
+/// A private variable under construction.
+#[derive(Clone, Copy)]
+pub struct Var<'b> {
+    b: &'b KernelBuilder,
+    pub id: VarId,
+}
+
+impl KernelBuilder {
+    pub fn new(name: &str, workgroup_size: [u32; 3]) -> Self {
+        KernelBuilder {
+            kernel: RefCell::new(Kernel {
+                name: name.to_string(),
+                workgroup_size,
+                capabilities: Capabilities::default(),
+                buffers: vec![],
+                params: vec![],
+                shared: vec![],
+                vars: vec![],
+                exprs: vec![],
+                body: vec![],
+            }),
+            blocks: RefCell::new(vec![vec![]]),
+        }
+    }
+
+    /// Declares that the kernel uses subgroup operations.
+    pub fn require_subgroups(&self) {
+        self.kernel.borrow_mut().capabilities.subgroup = true;
+    }
+
+    pub fn workgroup_size(&self) -> [u32; 3] {
+        self.kernel.borrow().workgroup_size
+    }
+
+    pub fn buffer(&self, name: &str, elem: Scalar, access: Access) -> BufferId {
+        let mut k = self.kernel.borrow_mut();
+        k.buffers.push(BufferDecl { name: name.into(), elem, access });
+        BufferId(k.buffers.len() as u32 - 1)
+    }
+
+    pub fn param(&self, name: &str, ty: Scalar) -> Val<'_> {
+        let id = {
+            let mut k = self.kernel.borrow_mut();
+            k.params.push(ParamDecl { name: name.into(), ty });
+            ParamId(k.params.len() as u32 - 1)
+        };
+        self.emit(Expr::Param(id))
+    }
+
+    pub fn shared(&self, name: &str, elem: Scalar, len: u32) -> SharedId {
+        let mut k = self.kernel.borrow_mut();
+        k.shared.push(SharedDecl { name: name.into(), elem, len });
+        SharedId(k.shared.len() as u32 - 1)
+    }
+
+    /// A private variable, zero-initialised.
+    pub fn var(&self, name: &str, ty: Scalar) -> Var<'_> {
+        let mut k = self.kernel.borrow_mut();
+        k.vars.push(VarDecl { name: name.into(), ty });
+        Var { b: self, id: VarId(k.vars.len() as u32 - 1) }
+    }
+
+    /// Appends an expression and its `Let` to the current block.
+    pub fn emit(&self, e: Expr) -> Val<'_> {
+        let id = {
+            let mut k = self.kernel.borrow_mut();
+            k.exprs.push(e);
+            ExprId(k.exprs.len() as u32 - 1)
+        };
+        self.stmt(Stmt::Let(id));
+        Val { b: self, id }
+    }
+
+    fn stmt(&self, s: Stmt) {
+        self.blocks
+            .borrow_mut()
+            .last_mut()
+            .expect("the builder always has an open block")
+            .push(s);
+    }
+
+    fn block(&self, f: impl FnOnce()) -> Block {
+        self.blocks.borrow_mut().push(vec![]);
+        f();
+        self.blocks
+            .borrow_mut()
+            .pop()
+            .expect("pushed just above")
+    }
+
+    pub fn lit(&self, l: Literal) -> Val<'_> {
+        self.emit(Expr::Literal(l))
+    }
+    pub fn f32(&self, v: f32) -> Val<'_> {
+        self.lit(Literal::f32(v))
+    }
+    pub fn f16(&self, v: f32) -> Val<'_> {
+        self.lit(Literal::f16(half::f16::from_f32(v)))
+    }
+    pub fn u32(&self, v: u32) -> Val<'_> {
+        self.lit(Literal::U32(v))
+    }
+    pub fn i32(&self, v: i32) -> Val<'_> {
+        self.lit(Literal::I32(v))
+    }
+    pub fn bool(&self, v: bool) -> Val<'_> {
+        self.lit(Literal::Bool(v))
+    }
+
+    pub fn builtin(&self, b: Builtin) -> Val<'_> {
+        self.emit(Expr::Builtin(b))
+    }
+    pub fn global_id(&self, axis: u8) -> Val<'_> {
+        self.builtin(Builtin::GlobalId(axis))
+    }
+    pub fn local_id(&self, axis: u8) -> Val<'_> {
+        self.builtin(Builtin::LocalId(axis))
+    }
+    pub fn local_index(&self) -> Val<'_> {
+        self.builtin(Builtin::LocalIndex)
+    }
+    pub fn workgroup_id(&self, axis: u8) -> Val<'_> {
+        self.builtin(Builtin::WorkgroupId(axis))
+    }
+    pub fn num_workgroups(&self, axis: u8) -> Val<'_> {
+        self.builtin(Builtin::NumWorkgroups(axis))
+    }
+    pub fn subgroup_size(&self) -> Val<'_> {
+        self.builtin(Builtin::SubgroupSize)
+    }
+    pub fn subgroup_invocation_id(&self) -> Val<'_> {
+        self.builtin(Builtin::SubgroupInvocationId)
+    }
+    pub fn subgroup_id(&self) -> Val<'_> {
+        self.builtin(Builtin::SubgroupId)
+    }
+
+    pub fn load(&self, buffer: BufferId, index: Val<'_>) -> Val<'_> {
+        self.emit(Expr::Load { buffer, index: index.id })
+    }
+    pub fn store(&self, buffer: BufferId, index: Val<'_>, value: Val<'_>) {
+        self.stmt(Stmt::Store { buffer, index: index.id, value: value.id });
+    }
+    pub fn load_shared(&self, array: SharedId, index: Val<'_>) -> Val<'_> {
+        self.emit(Expr::LoadShared { array, index: index.id })
+    }
+    pub fn store_shared(&self, array: SharedId, index: Val<'_>, value: Val<'_>) {
+        self.stmt(Stmt::StoreShared { array, index: index.id, value: value.id });
+    }
+
+    pub fn select(&self, cond: Val<'_>, accept: Val<'_>, reject: Val<'_>) -> Val<'_> {
+        self.emit(Expr::Select { cond: cond.id, accept: accept.id, reject: reject.id })
+    }
+
+    pub fn barrier(&self) {
+        self.stmt(Stmt::Barrier);
+    }
+
+    pub fn if_(&self, cond: Val<'_>, then: impl FnOnce()) {
+        let then = self.block(then);
+        self.stmt(Stmt::If { cond: cond.id, then, otherwise: vec![] });
+    }
+
+    pub fn if_else(&self, cond: Val<'_>, then: impl FnOnce(), otherwise: impl FnOnce()) {
+        let then = self.block(then);
+        let otherwise = self.block(otherwise);
+        self.stmt(Stmt::If { cond: cond.id, then, otherwise });
+    }
+
+    /// `for (i = start; i < end; i += step) body(i)`; the validator rejects a zero `step`.
+    pub fn for_range<'b>(
+        &'b self,
+        start: Val<'b>,
+        end: Val<'b>,
+        step: u32,
+        body: impl FnOnce(Val<'b>),
+    ) {
+        let n = self.kernel.borrow().vars.len();
+        let var = self.var(&format!("i{n}"), Scalar::U32);
+        let body = self.block(|| body(var.get()));
+        self.stmt(Stmt::Loop { var: var.id, start: start.id, end: end.id, step, body });
+    }
+
+    /// The finished kernel. Open blocks are impossible here (closures close them).
+    pub fn finish(self) -> Kernel {
+        let mut k = self.kernel.into_inner();
+        let mut blocks = self.blocks.into_inner();
+        k.body = blocks.pop().expect("the outermost block");
+        k
+    }
+}
+
+impl<'b> Var<'b> {
+    pub fn get(self) -> Val<'b> {
+        self.b.emit(Expr::Var(self.id))
+    }
+    pub fn set(self, value: Val<'_>) {
+        self.b.stmt(Stmt::Assign { var: self.id, value: value.id });
+    }
+}
+
+impl<'b> Val<'b> {
+    fn un(self, op: UnaryOp) -> Val<'b> {
+        self.b.emit(Expr::Unary { op, arg: self.id })
+    }
+    fn bin(self, op: BinaryOp, rhs: Val<'_>) -> Val<'b> {
+        self.b.emit(Expr::Binary { op, lhs: self.id, rhs: rhs.id })
+    }
+    pub fn abs(self) -> Val<'b> {
+        self.un(UnaryOp::Abs)
+    }
+    pub fn exp(self) -> Val<'b> {
+        self.un(UnaryOp::Exp)
+    }
+    pub fn log(self) -> Val<'b> {
+        self.un(UnaryOp::Log)
+    }
+    pub fn sqrt(self) -> Val<'b> {
+        self.un(UnaryOp::Sqrt)
+    }
+    pub fn rsqrt(self) -> Val<'b> {
+        self.un(UnaryOp::Rsqrt)
+    }
+    pub fn sin(self) -> Val<'b> {
+        self.un(UnaryOp::Sin)
+    }
+    pub fn cos(self) -> Val<'b> {
+        self.un(UnaryOp::Cos)
+    }
+    pub fn tanh(self) -> Val<'b> {
+        self.un(UnaryOp::Tanh)
+    }
+    pub fn floor(self) -> Val<'b> {
+        self.un(UnaryOp::Floor)
+    }
+    pub fn count_ones(self) -> Val<'b> {
+        self.un(UnaryOp::CountOnes)
+    }
+    pub fn min(self, rhs: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::Min, rhs)
+    }
+    pub fn max(self, rhs: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::Max, rhs)
+    }
+    pub fn pow(self, rhs: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::Pow, rhs)
+    }
+    pub fn eq(self, rhs: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::Eq, rhs)
+    }
+    pub fn ne(self, rhs: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::Ne, rhs)
+    }
+    pub fn lt(self, rhs: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::Lt, rhs)
+    }
+    pub fn le(self, rhs: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::Le, rhs)
+    }
+    pub fn gt(self, rhs: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::Gt, rhs)
+    }
+    pub fn ge(self, rhs: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::Ge, rhs)
+    }
+    /// `self * b + c`.
+    pub fn fma(self, b: Val<'_>, c: Val<'_>) -> Val<'b> {
+        self.b.emit(Expr::Fma { a: self.id, b: b.id, c: c.id })
+    }
+    pub fn cast(self, to: Scalar) -> Val<'b> {
+        self.b.emit(Expr::Cast { arg: self.id, to })
+    }
+    pub fn bitcast(self, to: Scalar) -> Val<'b> {
+        self.b.emit(Expr::Bitcast { arg: self.id, to })
+    }
+    pub fn subgroup(self, op: SubgroupOp) -> Val<'b> {
+        self.b.emit(Expr::Subgroup { op, arg: self.id })
+    }
+    pub fn subgroup_sum(self) -> Val<'b> {
+        self.subgroup(SubgroupOp::Sum)
+    }
+    pub fn subgroup_max(self) -> Val<'b> {
+        self.subgroup(SubgroupOp::Max)
+    }
+    pub fn subgroup_min(self) -> Val<'b> {
+        self.subgroup(SubgroupOp::Min)
+    }
+    pub fn shuffle_xor(self, mask: Val<'_>) -> Val<'b> {
+        self.subgroup(SubgroupOp::ShuffleXor(mask.id))
+    }
+}
+
+macro_rules! binop {
+    ($trait:ident, $method:ident, $op:ident) => {
+        impl<'b> ops::$trait for Val<'b> {
+            type Output = Val<'b>;
+            fn $method(self, rhs: Val<'b>) -> Val<'b> {
+                self.bin(BinaryOp::$op, rhs)
+            }
+        }
+    };
+}
+binop!(Add, add, Add);
+binop!(Sub, sub, Sub);
+binop!(Mul, mul, Mul);
+binop!(Div, div, Div);
+binop!(Rem, rem, Rem);
+binop!(BitAnd, bitand, And);
+binop!(BitOr, bitor, Or);
+binop!(BitXor, bitxor, Xor);
+binop!(Shl, shl, Shl);
+binop!(Shr, shr, Shr);
+
+impl<'b> ops::Neg for Val<'b> {
+    type Output = Val<'b>;
+    fn neg(self) -> Val<'b> {
+        self.un(UnaryOp::Neg)
+    }
+}
+
+impl<'b> ops::Not for Val<'b> {
+    type Output = Val<'b>;
+    fn not(self) -> Val<'b> {
+        self.un(UnaryOp::Not)
+    }
+}

@@ -1,0 +1,361 @@
+//! One workgroup executed as a masked SIMT group.
+
+use super::ops::{self, OpError};
+use super::{InterpError, Launch, Site};
+use crate::kernel::*;
+use crate::types::Scalar;
+
+/// Who last wrote a shared element, and in which barrier interval.
+#[derive(Clone, Copy)]
+struct SharedCell {
+    bits: u32,
+    /// `None` until first written.
+    writer: Option<(u32, u64)>,
+}
+
+pub(crate) struct Workgroup<'l, 'a> {
+    l: &'l Launch<'a>,
+    wg: [u32; 3],
+    lanes: usize,
+    /// Value of each expression per lane (only meaningful for lanes active at its Let).
+    vals: Vec<Vec<u32>>,
+    vars: Vec<Vec<u32>>,
+    shared: Vec<Vec<SharedCell>>,
+    /// Number of barriers passed: shared accesses in different epochs are ordered.
+    epoch: u64,
+}
+
+type R<T> = Result<T, InterpError>;
+
+impl<'l, 'a> Workgroup<'l, 'a> {
+    pub(crate) fn new(l: &'l Launch<'a>, wg: [u32; 3]) -> Self {
+        let k = l.kernel;
+        let lanes = k.invocations() as usize;
+        let empty = SharedCell { bits: 0, writer: None };
+        Workgroup {
+            l,
+            wg,
+            lanes,
+            vals: vec![Vec::new(); k.exprs.len()],
+            vars: vec![vec![0; lanes]; k.vars.len()],
+            shared: k.shared.iter().map(|s| vec![empty; s.len as usize]).collect(),
+            epoch: 0,
+        }
+    }
+
+    pub(crate) fn run(mut self) -> R<()> {
+        let mask = vec![true; self.lanes];
+        let body = &self.l.kernel.body;
+        self.block(body, &mask)
+    }
+
+    fn site(&self, lane: usize) -> Site {
+        Site { workgroup: self.wg, invocation: lane as u32 }
+    }
+
+    fn local_id(&self, lane: usize) -> [u32; 3] {
+        let [sx, sy, _] = self.l.kernel.workgroup_size;
+        let lane = lane as u32;
+        [lane % sx, (lane / sx) % sy, lane / (sx * sy)]
+    }
+
+    fn val(&self, e: ExprId, lane: usize) -> u32 {
+        self.vals[e.0 as usize][lane]
+    }
+
+    fn active(mask: &[bool]) -> impl Iterator<Item = usize> + '_ {
+        mask.iter().enumerate().filter(|(_, &m)| m).map(|(i, _)| i)
+    }
+
+    fn block(&mut self, block: &'a [Stmt], mask: &[bool]) -> R<()> {
+        for s in block {
+            self.stmt(s, mask)?;
+        }
+        Ok(())
+    }
+
+    fn stmt(&mut self, s: &'a Stmt, mask: &[bool]) -> R<()> {
+        match s {
+            Stmt::Let(e) => self.let_(*e, mask)?,
+            Stmt::Assign { var, value } => {
+                for lane in Self::active(mask) {
+                    self.vars[var.0 as usize][lane] = self.val(*value, lane);
+                }
+            }
+            Stmt::Store { buffer, index, value } => {
+                let elem = self.l.kernel.buffers[buffer.0 as usize].elem;
+                for lane in Self::active(mask) {
+                    let addr = self.address(*buffer, self.val(*index, lane), lane, "store")?;
+                    let view = &self.l.buffers[buffer.0 as usize];
+                    view.words.store_bits(addr, self.val(*value, lane), elem.size() as u64);
+                }
+            }
+            Stmt::StoreShared { array, index, value } => {
+                for lane in Self::active(mask) {
+                    let i = self.val(*index, lane);
+                    let bits = self.val(*value, lane);
+                    let epoch = self.epoch;
+                    let cell = self.shared_cell(*array, i, lane, "shared store")?;
+                    cell.bits = bits;
+                    cell.writer = Some((lane as u32, epoch));
+                }
+            }
+            Stmt::If { cond, then, otherwise } => {
+                let c: Vec<bool> = (0..self.lanes)
+                    .map(|l| mask[l] && self.val(*cond, l) != 0)
+                    .collect();
+                let nc: Vec<bool> = (0..self.lanes).map(|l| mask[l] && !c[l]).collect();
+                if c.iter().any(|&x| x) {
+                    self.block(then, &c)?;
+                }
+                if nc.iter().any(|&x| x) {
+                    self.block(otherwise, &nc)?;
+                }
+            }
+            Stmt::Loop { var, start, end, step, body } => {
+                let v = var.0 as usize;
+                for lane in Self::active(mask) {
+                    self.vars[v][lane] = self.val(*start, lane);
+                }
+                let mut live: Vec<bool> = (0..self.lanes)
+                    .map(|l| mask[l] && self.vars[v][l] < self.val(*end, l))
+                    .collect();
+                while live.iter().any(|&x| x) {
+                    self.block(body, &live)?;
+                    for lane in 0..self.lanes {
+                        if !live[lane] {
+                            continue;
+                        }
+                        let next = self.vars[v][lane].checked_add(*step);
+                        let next = next.ok_or(InterpError::LoopOverflow { at: self.site(lane) })?;
+                        self.vars[v][lane] = next;
+                        live[lane] = next < self.val(*end, lane);
+                    }
+                }
+            }
+            Stmt::Barrier => {
+                if let Some(lane) = mask.iter().position(|&m| !m) {
+                    return Err(InterpError::DivergentBarrier { at: self.site(lane) });
+                }
+                self.epoch += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Byte address of element `index` of `buffer` for `lane`, checked against the view.
+    fn address(&self, buffer: BufferId, index: u32, lane: usize, what: &str) -> R<u64> {
+        let decl = &self.l.kernel.buffers[buffer.0 as usize];
+        let view = &self.l.buffers[buffer.0 as usize];
+        let size = decl.elem.size() as u64;
+        let len = view.len / size;
+        if index as u64 >= len {
+            return Err(InterpError::OutOfBounds {
+                at: self.site(lane),
+                what: format!("buffer {} {what}", decl.name),
+                index: index as u64,
+                len,
+                expr: String::new(),
+            });
+        }
+        Ok(view.offset + index as u64 * size)
+    }
+
+    fn shared_cell(&mut self, a: SharedId, i: u32, lane: usize, what: &str) -> R<&mut SharedCell> {
+        let decl = &self.l.kernel.shared[a.0 as usize];
+        let at = self.site(lane);
+        let epoch = self.epoch;
+        let cell = self.shared[a.0 as usize].get_mut(i as usize).ok_or_else(|| {
+            InterpError::OutOfBounds {
+                at,
+                what: format!("{what} {}", decl.name),
+                index: i as u64,
+                len: decl.len as u64,
+                expr: String::new(),
+            }
+        })?;
+        if let Some((writer, e)) = cell.writer {
+            if e == epoch && writer != lane as u32 {
+                return Err(InterpError::SharedRace {
+                    at,
+                    array: decl.name.clone(),
+                    index: i,
+                    writer,
+                });
+            }
+        }
+        Ok(cell)
+    }
+
+    fn let_(&mut self, id: ExprId, mask: &[bool]) -> R<()> {
+        let mut out = std::mem::take(&mut self.vals[id.0 as usize]);
+        out.resize(self.lanes, 0);
+        let r = self.eval(id, mask, &mut out);
+        self.vals[id.0 as usize] = out;
+        r
+    }
+
+    fn op_err(&self, e: OpError, id: ExprId, lane: usize) -> InterpError {
+        match e {
+            OpError::DivideByZero => InterpError::DivideByZero { at: self.site(lane), expr: id },
+            OpError::FloatToInt(value) => {
+                InterpError::FloatToInt { at: self.site(lane), expr: id, value }
+            }
+        }
+    }
+
+    fn eval(&mut self, id: ExprId, mask: &[bool], out: &mut [u32]) -> R<()> {
+        let k = self.l.kernel;
+        let ty = |e: ExprId| self.l.info.ty(e);
+        match *k.expr(id) {
+            Expr::Literal(l) => {
+                let bits = match l {
+                    crate::Literal::F32(b) => b,
+                    crate::Literal::F16(b) => b as u32,
+                    crate::Literal::I32(v) => v as u32,
+                    crate::Literal::U32(v) => v,
+                    crate::Literal::Bool(v) => v as u32,
+                };
+                out.fill(bits);
+            }
+            Expr::Param(p) => out.fill(self.l.params[p.0 as usize]),
+            Expr::Builtin(bi) => {
+                for lane in Self::active(mask) {
+                    out[lane] = self.builtin(bi, lane);
+                }
+            }
+            Expr::Var(v) => {
+                for lane in Self::active(mask) {
+                    out[lane] = self.vars[v.0 as usize][lane];
+                }
+            }
+            Expr::Load { buffer, index } => {
+                let elem = k.buffers[buffer.0 as usize].elem;
+                for lane in Self::active(mask) {
+                    let addr = self.address(buffer, self.val(index, lane), lane, "load")?;
+                    let view = &self.l.buffers[buffer.0 as usize];
+                    let bits = view.words.load_bits(addr, elem.size() as u64);
+                    out[lane] = ops::widen(elem, bits);
+                }
+            }
+            Expr::LoadShared { array, index } => {
+                for lane in Self::active(mask) {
+                    let i = self.val(index, lane);
+                    let cell = *self.shared_cell(array, i, lane, "shared load")?;
+                    if cell.writer.is_none() {
+                        return Err(InterpError::UninitShared {
+                            at: self.site(lane),
+                            array: k.shared[array.0 as usize].name.clone(),
+                            index: i,
+                        });
+                    }
+                    out[lane] = cell.bits;
+                }
+            }
+            Expr::Unary { op, arg } => {
+                let t = ty(arg);
+                for lane in Self::active(mask) {
+                    out[lane] = ops::unary(op, t, self.val(arg, lane));
+                }
+            }
+            Expr::Binary { op, lhs, rhs } => {
+                let t = ty(lhs);
+                for lane in Self::active(mask) {
+                    out[lane] = ops::binary(op, t, self.val(lhs, lane), self.val(rhs, lane))
+                        .map_err(|e| self.op_err(e, id, lane))?;
+                }
+            }
+            Expr::Fma { a, b, c } => {
+                let t = ty(a);
+                for lane in Self::active(mask) {
+                    let (x, y, z) = (self.val(a, lane), self.val(b, lane), self.val(c, lane));
+                    out[lane] = ops::fma(t, x, y, z);
+                }
+            }
+            Expr::Select { cond, accept, reject } => {
+                for lane in Self::active(mask) {
+                    let pick = if self.val(cond, lane) != 0 { accept } else { reject };
+                    out[lane] = self.val(pick, lane);
+                }
+            }
+            Expr::Cast { arg, to } => {
+                let from = ty(arg);
+                for lane in Self::active(mask) {
+                    out[lane] = ops::cast(from, to, self.val(arg, lane))
+                        .map_err(|e| self.op_err(e, id, lane))?;
+                }
+            }
+            Expr::Bitcast { arg, .. } => {
+                for lane in Self::active(mask) {
+                    out[lane] = self.val(arg, lane);
+                }
+            }
+            Expr::Subgroup { op, arg } => self.subgroup(id, op, arg, mask, out)?,
+        }
+        Ok(())
+    }
+
+    fn builtin(&self, b: Builtin, lane: usize) -> u32 {
+        let k = self.l.kernel;
+        let local = self.local_id(lane);
+        let sg = self.l.subgroup_size;
+        match b {
+            Builtin::GlobalId(a) => {
+                let a = a as usize;
+                self.wg[a]
+                    .wrapping_mul(k.workgroup_size[a])
+                    .wrapping_add(local[a])
+            }
+            Builtin::LocalId(a) => local[a as usize],
+            Builtin::LocalIndex => lane as u32,
+            Builtin::WorkgroupId(a) => self.wg[a as usize],
+            Builtin::NumWorkgroups(a) => self.l.grid[a as usize],
+            Builtin::SubgroupSize => sg,
+            Builtin::SubgroupInvocationId => lane as u32 % sg,
+            Builtin::SubgroupId => lane as u32 / sg,
+        }
+    }
+
+    fn subgroup(
+        &self,
+        id: ExprId,
+        op: SubgroupOp,
+        arg: ExprId,
+        mask: &[bool],
+        out: &mut [u32],
+    ) -> R<()> {
+        let t: Scalar = self.l.info.ty(arg);
+        let sg = self.l.subgroup_size as usize;
+        for first in (0..self.lanes).step_by(sg) {
+            let group = first..(first + sg).min(self.lanes);
+            let active: Vec<usize> = group.clone().filter(|&l| mask[l]).collect();
+            let combine = match op {
+                SubgroupOp::Sum => BinaryOp::Add,
+                SubgroupOp::Min => BinaryOp::Min,
+                SubgroupOp::Max => BinaryOp::Max,
+                SubgroupOp::ShuffleXor(m) => {
+                    for &lane in &active {
+                        let src = ((lane - first) as u32 ^ self.val(m, lane)) as usize + first;
+                        if !group.contains(&src) || !mask[src] {
+                            return Err(InterpError::InactiveLane {
+                                at: self.site(lane),
+                                expr: id,
+                                lane: (src - first) as u32,
+                            });
+                        }
+                        out[lane] = self.val(arg, src);
+                    }
+                    continue;
+                }
+            };
+            let Some((&head, rest)) = active.split_first() else { continue };
+            let total = rest
+                .iter()
+                .fold(self.val(arg, head), |acc, &l| ops::reduce(combine, t, acc, self.val(arg, l)));
+            for &lane in &active {
+                out[lane] = total;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,287 @@
+//! The kernel IR itself: declarations, expressions and statements.
+//!
+//! A [`Kernel`] is one compute entry point. It runs once per invocation of a grid of workgroups;
+//! the workgroup size is fixed when the kernel is built (compile-time specialisation), the number
+//! of workgroups is chosen at dispatch.
+//!
+//! Expressions live in one arena ([`Kernel::exprs`]) and are side-effect free. An expression is
+//! evaluated where a [`Stmt::Let`] names it; its value may then be used by statements and
+//! expressions that follow in the same block or in blocks nested inside it. Every expression is
+//! named by exactly one `Let`. This gives loads a place in time (a load after a store sees the
+//! store) without making expressions statements.
+//!
+//! Each variant's documentation says what it means in HIP/CUDA C++ and in SPIR-V terms; the
+//! reference interpreter (`crate::interp`) is the definition where those two could disagree.
+
+use crate::types::{Access, Literal, Scalar};
+
+/// Index of an expression in [`Kernel::exprs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ExprId(pub u32);
+
+/// Index of a buffer in [`Kernel::buffers`]; also its binding number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BufferId(pub u32);
+
+/// Index of a scalar parameter in [`Kernel::params`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ParamId(pub u32);
+
+/// Index of a workgroup-shared array in [`Kernel::shared`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SharedId(pub u32);
+
+/// Index of a private variable in [`Kernel::vars`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VarId(pub u32);
+
+/// Optional features a kernel may use. Backends report which they have; a kernel that needs
+/// one they lack is not dispatched there (the caller picks a variant without it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Capabilities {
+    /// Subgroup builtins and [`SubgroupOp`]s. SPIR-V: `GroupNonUniform{Arithmetic,Shuffle}`
+    /// (SPIR-V 1.3); HIP: wavefront shuffles; CUDA: warp `__shfl_*_sync`.
+    pub subgroup: bool,
+}
+
+/// A global buffer: a runtime-sized array of `elem`, bound at binding `index` of set 0
+/// (SPIR-V `StorageBuffer`), or passed as the kernel argument of that position (HIP pointer).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BufferDecl {
+    pub name: String,
+    pub elem: Scalar,
+    pub access: Access,
+}
+
+/// A scalar uniform parameter, the same for every invocation of a dispatch. SPIR-V: a member of
+/// the push-constant block; HIP: a by-value kernel argument after the buffers. Only 4-byte
+/// types (f32, i32, u32).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ParamDecl {
+    pub name: String,
+    pub ty: Scalar,
+}
+
+/// A workgroup-shared array of `len` elements. HIP `__shared__ T name[len]`; SPIR-V a
+/// `Workgroup` storage-class variable. Its contents are undefined until written: the interpreter
+/// reports a read of an element no invocation has written.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SharedDecl {
+    pub name: String,
+    pub elem: Scalar,
+    pub len: u32,
+}
+
+/// A private (per-invocation) mutable variable, zero-initialised. HIP a local variable; SPIR-V a
+/// `Function` storage-class variable.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct VarDecl {
+    pub name: String,
+    pub ty: Scalar,
+}
+
+/// Builtin values. Axes are 0 = x, 1 = y, 2 = z. All are `U32` except where noted.
+///
+/// Workgroup ids and counts are *logical*: a backend may fold a grid wider than its
+/// per-dimension limit (65535 workgroups on Vulkan) into more dimensions, and its lowering maps
+/// the physical ids back, so kernels never see the fold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    /// `workgroup_id * workgroup_size + local_id` on one axis. HIP
+    /// `blockIdx*blockDim+threadIdx`; SPIR-V computed from `WorkgroupId` (see above).
+    GlobalId(u8),
+    /// Invocation index within the workgroup on one axis. HIP `threadIdx`; SPIR-V
+    /// `LocalInvocationId`.
+    LocalId(u8),
+    /// Linear index within the workgroup, `x + y*sx + z*sx*sy`. SPIR-V
+    /// `LocalInvocationIndex`.
+    LocalIndex,
+    /// The workgroup's id on one axis. HIP `blockIdx`; SPIR-V `WorkgroupId` (unfolded).
+    WorkgroupId(u8),
+    /// Number of workgroups in the dispatch on one axis. HIP `gridDim`; SPIR-V a push constant
+    /// written by the backend.
+    NumWorkgroups(u8),
+    /// Width of a subgroup (needs [`Capabilities::subgroup`]). HIP `warpSize`; SPIR-V
+    /// `SubgroupSize`. Never assume a value: 8 on lavapipe, 32 on NVIDIA, 32 or 64 on AMD.
+    SubgroupSize,
+    /// Lane within the subgroup (needs the capability). SPIR-V `SubgroupLocalInvocationId`.
+    SubgroupInvocationId,
+    /// Which subgroup of the workgroup this invocation is in (needs the capability). SPIR-V
+    /// `SubgroupId`; HIP `LocalIndex / warpSize`.
+    SubgroupId,
+}
+
+/// Unary operations. Float ops act on F32 and F16; integer ops on I32 and U32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// Arithmetic negation (floats, I32 wrapping). SPIR-V `OpFNegate`/`OpSNegate`.
+    Neg,
+    /// Bitwise complement on integers, logical not on Bool. SPIR-V `OpNot`/`OpLogicalNot`.
+    Not,
+    /// Absolute value (floats, I32 wrapping at `i32::MIN`).
+    Abs,
+    /// e^x. HIP `expf`; SPIR-V GLSL.std.450 `Exp`.
+    Exp,
+    /// Natural logarithm.
+    Log,
+    Sqrt,
+    /// 1/sqrt(x). HIP `rsqrtf`; SPIR-V `InverseSqrt`.
+    Rsqrt,
+    Sin,
+    Cos,
+    Tanh,
+    Floor,
+    /// Number of set bits (integers). HIP `__popc`; SPIR-V `OpBitCount`.
+    CountOnes,
+}
+
+/// Binary operations. Both operands have the same type, except shifts, whose right operand is
+/// always `U32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    /// Floats: IEEE division. Integers: truncating; division by zero is an error in the
+    /// interpreter (undefined on GPUs).
+    Div,
+    /// Integers: remainder with the sign of the dividend (C `%`); zero divisor is an error.
+    /// Floats: `a - b * trunc(a / b)` (C `fmodf`).
+    Rem,
+    /// Minimum. Floats: if one operand is NaN the result is the other (C `fminf`).
+    Min,
+    /// Maximum. Floats: like `fmaxf`.
+    Max,
+    /// x^y for floats (`powf`); x must be non-negative for a defined result.
+    Pow,
+    /// Bitwise and on integers, logical and on Bool (both sides evaluated).
+    And,
+    Or,
+    Xor,
+    /// Shift left; the amount is taken modulo 32 (as WGSL and x86 do), so no shift is undefined.
+    Shl,
+    /// Shift right: arithmetic for I32, logical for U32; amount modulo 32.
+    Shr,
+    /// Comparisons yield Bool. Float comparisons with a NaN are false except `Ne`.
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl BinaryOp {
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+        )
+    }
+}
+
+/// Subgroup collective operations (need [`Capabilities::subgroup`]). Every invocation of the
+/// subgroup that is active at this point takes part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SubgroupOp {
+    /// Sum over the active lanes. SPIR-V `OpGroupNonUniformFAdd/IAdd Reduce`; HIP/CUDA a
+    /// butterfly of `__shfl_xor`.
+    Sum,
+    Min,
+    Max,
+    /// The value of lane `self ^ mask`, where `mask` is the expression given (U32, uniform
+    /// across the subgroup and less than the subgroup size). SPIR-V
+    /// `OpGroupNonUniformShuffleXor`; HIP `__shfl_xor`.
+    ShuffleXor(ExprId),
+}
+
+/// An expression: pure, evaluated where its [`Stmt::Let`] stands.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Expr {
+    Literal(Literal),
+    Param(ParamId),
+    Builtin(Builtin),
+    /// Current value of a private variable.
+    Var(VarId),
+    /// `buffer[index]`, index U32 in elements; storage-only types widen (see [`Scalar`]).
+    /// Out of bounds is an error in the interpreter and undefined on GPUs.
+    Load { buffer: BufferId, index: ExprId },
+    /// `shared[index]`, index U32.
+    LoadShared { array: SharedId, index: ExprId },
+    Unary { op: UnaryOp, arg: ExprId },
+    Binary { op: BinaryOp, lhs: ExprId, rhs: ExprId },
+    /// `a * b + c` for floats, fused where the target has it (HIP `fmaf`, SPIR-V `Fma`).
+    Fma { a: ExprId, b: ExprId, c: ExprId },
+    /// `cond ? accept : reject`; both sides are evaluated. SPIR-V `OpSelect`.
+    Select { cond: ExprId, accept: ExprId, reject: ExprId },
+    /// Value conversion: float↔float rounds to nearest even; float→int truncates toward zero
+    /// (out of range or NaN is an error in the interpreter); int→float rounds to nearest; int↔int
+    /// reinterprets the two's-complement bits; Bool→number gives 0 or 1; number→Bool is `!= 0`.
+    Cast { arg: ExprId, to: Scalar },
+    /// Reinterpret the bits of a 4-byte value as another 4-byte type (F32, I32, U32).
+    Bitcast { arg: ExprId, to: Scalar },
+    Subgroup { op: SubgroupOp, arg: ExprId },
+}
+
+/// A block of statements, run in order.
+pub type Block = Vec<Stmt>;
+
+/// A statement.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Stmt {
+    /// Evaluate an expression here (see the module documentation).
+    Let(ExprId),
+    /// Set a private variable.
+    Assign { var: VarId, value: ExprId },
+    /// `buffer[index] = value`; the buffer must be writable and not storage-only.
+    Store { buffer: BufferId, index: ExprId, value: ExprId },
+    /// `shared[index] = value`.
+    StoreShared { array: SharedId, index: ExprId, value: ExprId },
+    If { cond: ExprId, then: Block, otherwise: Block },
+    /// `for (var = start; var < end; var += step) body`, with `var` a U32 private variable that
+    /// the body reads through [`Expr::Var`] and must not assign. `start` and `end` are evaluated
+    /// once, before the first iteration; `step` is a non-zero constant (the validator checks).
+    /// `end + step` must not overflow u32 (the interpreter reports it).
+    Loop { var: VarId, start: ExprId, end: ExprId, step: u32, body: Block },
+    /// Workgroup barrier: every invocation of the workgroup waits here, and its earlier writes to
+    /// shared and global memory become visible to the others. HIP `__syncthreads()`; SPIR-V
+    /// `OpControlBarrier Workgroup Workgroup AcquireRelease|WorkgroupMemory|UniformMemory`.
+    /// Must be reached by all invocations of the workgroup together (uniform control flow);
+    /// the interpreter reports a barrier reached by only some of them.
+    Barrier,
+}
+
+/// One compute kernel. Build it with [`crate::KernelBuilder`], check it with
+/// [`crate::validate`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    /// Entry point name: `[A-Za-z_][A-Za-z0-9_]*`.
+    pub name: String,
+    pub workgroup_size: [u32; 3],
+    pub capabilities: Capabilities,
+    pub buffers: Vec<BufferDecl>,
+    pub params: Vec<ParamDecl>,
+    pub shared: Vec<SharedDecl>,
+    pub vars: Vec<VarDecl>,
+    pub exprs: Vec<Expr>,
+    pub body: Block,
+}
+
+impl Kernel {
+    pub fn expr(&self, id: ExprId) -> &Expr {
+        &self.exprs[id.0 as usize]
+    }
+
+    /// Invocations per workgroup.
+    pub fn invocations(&self) -> u32 {
+        self.workgroup_size.iter().product()
+    }
+
+    /// Bytes of workgroup-shared memory the kernel declares.
+    pub fn shared_bytes(&self) -> u64 {
+        self.shared
+            .iter()
+            .map(|s| s.len as u64 * s.elem.size() as u64)
+            .sum()
+    }
+}

@@ -1,0 +1,86 @@
+//! The validator names what is wrong.
+
+use trine_ir::{validate, Access, Expr, KernelBuilder, Limits, Scalar, Stmt, ValidationError};
+
+#[test]
+fn type_mismatch_names_the_expression() {
+    let k = KernelBuilder::new("bad", [1, 1, 1]);
+    let out = k.buffer("out", Scalar::F32, Access::Write);
+    let sum = k.f32(1.0) + k.u32(2);
+    k.store(out, k.u32(0), sum);
+    let sum = sum.id;
+    let err = validate(&k.finish(), &Limits::default()).unwrap_err();
+    assert!(
+        matches!(&err, ValidationError::TypeMismatch { expr, .. } if *expr == sum),
+        "{err}"
+    );
+}
+
+#[test]
+fn shared_memory_over_the_limit() {
+    let k = KernelBuilder::new("big", [1, 1, 1]);
+    k.shared("s", Scalar::F32, 9000);
+    let err = validate(&k.finish(), &Limits::default()).unwrap_err();
+    assert_eq!(err, ValidationError::SharedMemory { bytes: 36000, limit: 32768 });
+}
+
+#[test]
+fn subgroup_use_needs_the_capability() {
+    let k = KernelBuilder::new("sg", [32, 1, 1]);
+    let out = k.buffer("out", Scalar::U32, Access::Write);
+    k.store(out, k.u32(0), k.local_index().subgroup_sum());
+    let err = validate(&k.finish(), &Limits::default()).unwrap_err();
+    assert!(matches!(err, ValidationError::CapabilityNotDeclared { .. }), "{err}");
+}
+
+#[test]
+fn unknown_variable_and_out_of_scope_expression() {
+    let k = KernelBuilder::new("scope", [1, 1, 1]);
+    let out = k.buffer("out", Scalar::U32, Access::Write);
+    let inner = std::cell::Cell::new(None);
+    k.if_(k.bool(true), || inner.set(Some(k.u32(5).id)));
+    let mut kernel = k.finish();
+    let inner = inner.get().unwrap();
+    let zero = kernel.exprs.len() as u32;
+    kernel.exprs.push(Expr::Literal(trine_ir::Literal::U32(0)));
+    kernel.body.push(Stmt::Let(trine_ir::ExprId(zero)));
+    kernel.body.push(Stmt::Store { buffer: out, index: trine_ir::ExprId(zero), value: inner });
+    let err = validate(&kernel, &Limits::default()).unwrap_err();
+    assert_eq!(err, ValidationError::NotInScope { expr: inner });
+
+    let k = KernelBuilder::new("novar", [1, 1, 1]);
+    let mut kernel = k.finish();
+    kernel.exprs.push(Expr::Var(trine_ir::VarId(3)));
+    kernel.body.push(Stmt::Let(trine_ir::ExprId(0)));
+    let err = validate(&kernel, &Limits::default()).unwrap_err();
+    assert_eq!(err, ValidationError::UnknownDecl { what: "variable", index: 3 });
+}
+
+#[test]
+fn storing_to_read_only_or_storage_only_buffers_is_rejected() {
+    let k = KernelBuilder::new("ro", [1, 1, 1]);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    k.store(x, k.u32(0), k.f32(1.0));
+    let err = validate(&k.finish(), &Limits::default()).unwrap_err();
+    assert!(matches!(err, ValidationError::BufferAccess { .. }), "{err}");
+
+    let k = KernelBuilder::new("so", [1, 1, 1]);
+    let b = k.buffer("b", Scalar::U8, Access::ReadWrite);
+    k.store(b, k.u32(0), k.u32(1));
+    let err = validate(&k.finish(), &Limits::default()).unwrap_err();
+    assert!(matches!(err, ValidationError::StorageOnlyStore { .. }), "{err}");
+}
+
+#[test]
+fn hash_changes_with_any_field() {
+    let build = |wg: u32, lit: f32| {
+        let k = KernelBuilder::new("h", [wg, 1, 1]);
+        let out = k.buffer("out", Scalar::F32, Access::Write);
+        k.store(out, k.local_index(), k.f32(lit));
+        k.finish()
+    };
+    let base = trine_ir::kernel_hash(&build(4, 1.0));
+    assert_eq!(base, trine_ir::kernel_hash(&build(4, 1.0)));
+    assert_ne!(base, trine_ir::kernel_hash(&build(8, 1.0)));
+    assert_ne!(base, trine_ir::kernel_hash(&build(4, 1.5)));
+}

@@ -1,0 +1,60 @@
+//! The conformance harness: every case on every backend, judged against the interpreter.
+
+pub mod case;
+pub mod compare;
+pub mod report;
+pub mod run;
+
+pub use case::Case;
+pub use report::{matrix, Summary};
+pub use run::{check_backend, check_interpreter, reference, Record, Status, INTERPRETER};
+
+use std::sync::Arc;
+use trine_backends::Backend;
+
+/// A backend column of the run: opened, or absent with the reason.
+pub struct Column {
+    pub name: String,
+    pub backend: Result<Arc<dyn Backend>, String>,
+    /// Whether absence is a failure (`TRINE_REQUIRE_BACKENDS`).
+    pub required: bool,
+}
+
+/// Runs every case on every column, plus the interpreter against the plain-Rust references.
+/// `progress` is called once per case.
+pub fn run_suite(cases: &[Case], columns: &[Column], mut progress: impl FnMut(&Case)) -> Vec<Record> {
+    let mut out = vec![];
+    for case in cases {
+        progress(case);
+        let reference = reference(case);
+        out.push(check_interpreter(case, &reference));
+        for col in columns {
+            out.push(match &col.backend {
+                Ok(b) => check_backend(case, b, &reference),
+                Err(why) => Record {
+                    case: case.name.clone(),
+                    backend: col.name.clone(),
+                    status: if col.required { Status::Fail } else { Status::Skip },
+                    nmse: None,
+                    reason: Some(if col.required {
+                        format!("required backend unavailable: {why}")
+                    } else {
+                        why.clone()
+                    }),
+                    kernel: case.kernel.name.clone(),
+                },
+            });
+        }
+    }
+    out
+}
+
+/// Backends named in `TRINE_REQUIRE_BACKENDS` (comma-separated).
+pub fn required_backends() -> Vec<String> {
+    std::env::var("TRINE_REQUIRE_BACKENDS")
+        .unwrap_or_default()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}

@@ -1,0 +1,198 @@
+//! Running cases: the interpreter gives the reference, every backend is compared with it, and
+//! the interpreter itself is compared with each case's plain-Rust reference.
+
+use super::case::{decode, Case};
+use super::compare::{judge, Verdict};
+use serde::Serialize;
+use std::sync::Arc;
+use trine_backends::{Backend, BackendError, Binding, Dispatch};
+use trine_ir::interp::interpret;
+
+/// Name of the interpreter's column in the matrix.
+pub const INTERPRETER: &str = "interpreter";
+
+/// Subgroup width the reference runs with: one no device uses, so that a kernel that assumes
+/// its device's width disagrees with the reference.
+pub const REFERENCE_SUBGROUP: u32 = 16;
+
+/// Byte pattern written around every output; any change is a write out of bounds.
+const SENTINEL: u8 = 0xA5;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Fail,
+    Skip,
+}
+
+/// One case on one backend: the `--json` record.
+#[derive(Clone, Debug, Serialize)]
+pub struct Record {
+    pub case: String,
+    pub backend: String,
+    pub status: Status,
+    /// Worst NMSE over the case's outputs, when they could be compared.
+    pub nmse: Option<f64>,
+    pub reason: Option<String>,
+    /// The kernel that ran (the fallback's name where the backend lacked a capability).
+    pub kernel: String,
+}
+
+/// Output buffers of a case after the interpreter ran it.
+pub struct Reference {
+    pub outputs: Result<Vec<Vec<u8>>, String>,
+}
+
+pub fn reference(case: &Case) -> Reference {
+    let mut bufs: Vec<Vec<u8>> = case.buffers.iter().map(|b| b.data.clone()).collect();
+    let r = interpret(&case.kernel, case.grid, &mut bufs, &case.params, REFERENCE_SUBGROUP);
+    Reference { outputs: r.map(|()| bufs).map_err(|e| e.to_string()) }
+}
+
+fn record(case: &Case, backend: &str, kernel: &str, verdicts: Result<Vec<Verdict>, String>) -> Record {
+    let mut rec = Record {
+        case: case.name.clone(),
+        backend: backend.into(),
+        status: Status::Pass,
+        nmse: None,
+        reason: None,
+        kernel: kernel.into(),
+    };
+    match verdicts {
+        Err(reason) => {
+            rec.status = Status::Fail;
+            rec.reason = Some(reason);
+        }
+        Ok(vs) => {
+            for v in vs {
+                let (e, reason) = match v {
+                    Verdict::Pass { nmse } => (Some(nmse), None),
+                    Verdict::Fail { nmse, reason } => (nmse, Some(reason)),
+                };
+                if let Some(e) = e {
+                    rec.nmse = Some(rec.nmse.map_or(e, |w: f64| w.max(e)));
+                }
+                if let Some(r) = reason {
+                    rec.status = Status::Fail;
+                    rec.reason.get_or_insert(r);
+                }
+            }
+        }
+    }
+    rec
+}
+
+/// The interpreter against the plain-Rust references.
+pub fn check_interpreter(case: &Case, reference: &Reference) -> Record {
+    let verdicts = reference.outputs.clone().map(|outs| {
+        case.buffers
+            .iter()
+            .zip(outs)
+            .filter_map(|(b, out)| {
+                let want = b.expected.as_ref()?;
+                Some(judge(&b.name, want, &decode(b.elem, &out), case.bound))
+            })
+            .collect()
+    });
+    record(case, INTERPRETER, &case.kernel.name, verdicts)
+}
+
+/// Runs `case` on `backend` and compares it with the interpreter's `reference`.
+pub fn check_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Reference) -> Record {
+    let info = backend.info();
+    let kernel = match (&case.fallback, case.kernel.capabilities.subgroup && !info.subgroup_ops) {
+        (_, false) => &case.kernel,
+        (Some(f), true) => f,
+        (None, true) => {
+            let mut r = record(case, backend.name(), &case.kernel.name, Ok(vec![]));
+            r.status = Status::Skip;
+            r.reason = Some("needs subgroup operations, which this device lacks".into());
+            return r;
+        }
+    };
+    let want = match &reference.outputs {
+        Ok(w) => w,
+        Err(e) => {
+            let reason = format!("the interpreter failed, so there is no reference: {e}");
+            return record(case, backend.name(), &kernel.name, Err(reason));
+        }
+    };
+    let run = run_on(case, kernel, backend.as_ref()).map(|(got, guard_faults)| {
+        let mut verdicts: Vec<Verdict> = guard_faults
+            .into_iter()
+            .map(|reason| Verdict::Fail { nmse: None, reason })
+            .collect();
+        for ((b, got), want) in case.buffers.iter().zip(got).zip(want) {
+            if b.output {
+                verdicts.push(judge(&b.name, &decode(b.elem, want), &decode(b.elem, &got), case.bound));
+            }
+        }
+        verdicts
+    });
+    match run {
+        Err(BackendError::Unsupported { what, .. }) => {
+            let mut r = record(case, backend.name(), &kernel.name, Ok(vec![]));
+            r.status = Status::Skip;
+            r.reason = Some(format!("device lacks {what}"));
+            r
+        }
+        run => record(case, backend.name(), &kernel.name, run.map_err(|e| e.to_string())),
+    }
+}
+
+/// Uploads the case with sentinel guards around each buffer, runs it, and returns every
+/// buffer's contents and any guard that changed.
+fn run_on(
+    case: &Case,
+    kernel: &trine_ir::Kernel,
+    backend: &dyn Backend,
+) -> Result<(Vec<Vec<u8>>, Vec<String>), BackendError> {
+    let program = backend.compile(kernel)?;
+    let guard = backend.info().min_binding_alignment.max(256);
+    let mut handles = vec![];
+    let result = (|| {
+        let mut bindings = vec![];
+        for b in &case.buffers {
+            let len = b.data.len() as u64;
+            let total = guard + len.next_multiple_of(guard) + guard;
+            let h = backend.alloc(total)?;
+            handles.push(h);
+            let mut init = vec![SENTINEL; total as usize];
+            init[guard as usize..(guard + len) as usize].copy_from_slice(&b.data);
+            backend.write(h, 0, &init)?;
+            bindings.push(Binding { buffer: h, offset: guard, size: len });
+        }
+        backend.dispatch(&Dispatch {
+            program,
+            grid: case.grid,
+            bindings: &bindings,
+            params: &case.params,
+        })?;
+        backend.synchronize()?;
+        let mut outs = vec![];
+        let mut faults = vec![];
+        for (b, binding) in case.buffers.iter().zip(&bindings) {
+            let len = b.data.len() as u64;
+            let total = guard + len.next_multiple_of(guard) + guard;
+            let mut all = vec![0u8; total as usize];
+            backend.read(binding.buffer, 0, &mut all)?;
+            let (lo, hi) = (guard as usize, (guard + len) as usize);
+            let bad = all[..lo]
+                .iter()
+                .enumerate()
+                .chain(all[hi..].iter().enumerate().map(|(i, v)| (i + hi, v)))
+                .find(|(_, &v)| v != SENTINEL);
+            if let Some((at, _)) = bad {
+                let rel = at as i64 - lo as i64;
+                faults.push(format!("{}: write outside the buffer at byte {rel} (relative to its start)", b.name));
+            }
+            outs.push(all[lo..hi].to_vec());
+        }
+        Ok((outs, faults))
+    })();
+    for h in handles {
+        backend.free(h);
+    }
+    result
+}
