@@ -93,10 +93,13 @@ impl KernelBuilder {
         SharedId(k.shared.len() as u32 - 1)
     }
 
-    /// A private variable, zero-initialised.
+    /// A private variable, zero-initialised. A name already taken gets a numeric suffix, so
+    /// Rust loops that build code can declare variables freely.
     pub fn var(&self, name: &str, ty: Scalar) -> Var<'_> {
         let mut k = self.kernel.borrow_mut();
-        k.vars.push(VarDecl { name: name.into(), ty });
+        let taken = k.vars.iter().any(|v| v.name == name);
+        let name = if taken { format!("{name}_{}", k.vars.len()) } else { name.to_string() };
+        k.vars.push(VarDecl { name, ty });
         Var { b: self, id: VarId(k.vars.len() as u32 - 1) }
     }
 

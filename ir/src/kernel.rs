@@ -148,9 +148,10 @@ pub enum BinaryOp {
     /// Integers: remainder with the sign of the dividend (C `%`); zero divisor is an error.
     /// Floats: `a - b * trunc(a / b)` (C `fmodf`).
     Rem,
-    /// Minimum. Floats: if one operand is NaN the result is the other (C `fminf`).
+    /// Minimum. Floats: with a NaN operand the result is unspecified (SPIR-V `FMin` leaves it
+    /// so); the interpreter returns the other operand, as C `fminf` does.
     Min,
-    /// Maximum. Floats: like `fmaxf`.
+    /// Maximum; NaN as for `Min`.
     Max,
     /// x^y for floats (`powf`); x must be non-negative for a defined result.
     Pow,

@@ -122,14 +122,14 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     .collect();
                 while live.iter().any(|&x| x) {
                     self.block(body, &live)?;
-                    for lane in 0..self.lanes {
-                        if !live[lane] {
+                    for (lane, alive) in live.iter_mut().enumerate() {
+                        if !*alive {
                             continue;
                         }
                         let next = self.vars[v][lane].checked_add(*step);
                         let next = next.ok_or(InterpError::LoopOverflow { at: self.site(lane) })?;
                         self.vars[v][lane] = next;
-                        live[lane] = next < self.val(*end, lane);
+                        *alive = next < self.val(*end, lane);
                     }
                 }
             }

@@ -156,8 +156,8 @@ pub(crate) fn cast(from: Scalar, to: Scalar, a: u32) -> Result<u32, OpError> {
         (F32 | F16, I32 | U32) => {
             let x = to_f(from, a).trunc();
             let ok = match to {
-                I32 => x >= -2147483648.0 && x < 2147483648.0,
-                _ => x >= 0.0 && x < 4294967296.0,
+                I32 => (-2147483648.0..2147483648.0).contains(&x),
+                _ => (0.0..4294967296.0).contains(&x),
             };
             if !ok {
                 return Err(OpError::FloatToInt(format!("{}", to_f(from, a))));

@@ -58,3 +58,19 @@ pub fn required_backends() -> Vec<String> {
         .filter(|s| !s.is_empty())
         .collect()
 }
+
+/// Opens the named backends as columns; unknown names and failed opens become absent
+/// columns with the reason. A backend listed in `TRINE_REQUIRE_BACKENDS` is required.
+pub fn columns(names: &[String]) -> Vec<Column> {
+    let required = required_backends();
+    names
+        .iter()
+        .map(|name| {
+            let backend = match trine_backends::BackendKind::parse(name) {
+                None => Err(format!("unknown backend {name:?}")),
+                Some(kind) => trine_backends::open(kind).map_err(|e| e.to_string()),
+            };
+            Column { name: name.clone(), backend, required: required.contains(name) }
+        })
+        .collect()
+}

@@ -23,7 +23,7 @@ fn tree<'b>(k: &'b KernelBuilder, sh: SharedId, lid: Val<'b>, combine: impl Fn(V
 pub fn kernel() -> Kernel {
     let k = KernelBuilder::new("softmax_rows", [WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
-    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let y = k.buffer("y", Scalar::F32, Access::ReadWrite);
     let cols = k.param("cols", Scalar::U32);
     let sh = k.shared("red", Scalar::F32, WG);
     let lid = k.local_index();

@@ -1,0 +1,298 @@
+//! What the chosen device can do: its [`DeviceInfo`], and the features trine enables on it.
+
+use super::instance::{version, Candidate, Enable, Instance};
+use super::memory::MemoryPlan;
+use crate::info::{DeviceInfo, DeviceType, MemoryInfo};
+use ash::vk;
+use std::ffi::CStr;
+
+/// Env var that turns zero-copy buffers off (`0`), so that the staging path used by discrete
+/// GPUs can be exercised on integrated and CPU devices.
+pub const ZERO_COPY_ENV: &str = "TRINE_VULKAN_ZERO_COPY";
+
+/// The features kernels may need, as enabled on the device.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Features {
+    pub float16: bool,
+    /// Both `storageBuffer16BitAccess` and `uniformAndStorageBuffer16BitAccess`: naga declares
+    /// the latter's capability for f16 buffers.
+    pub storage16: bool,
+    /// Subgroup basic, arithmetic and shuffle operations in compute shaders.
+    pub subgroups: bool,
+    /// `shaderZeroInitializeWorkgroupMemory`: workgroup variables with initializers.
+    pub zero_init_workgroup: bool,
+}
+
+/// Everything learned about the device before creating it.
+pub struct Probe {
+    pub info: DeviceInfo,
+    pub enable: Enable,
+    pub features: Features,
+    pub limits: vk::PhysicalDeviceLimits,
+    pub memory: MemoryPlan,
+}
+
+const SUBGROUP_OPS: vk::SubgroupFeatureFlags = vk::SubgroupFeatureFlags::from_raw(
+    vk::SubgroupFeatureFlags::BASIC.as_raw()
+        | vk::SubgroupFeatureFlags::ARITHMETIC.as_raw()
+        | vk::SubgroupFeatureFlags::SHUFFLE.as_raw(),
+);
+
+pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
+    let vk_instance = &instance.instance;
+    let api12 = c.api >= vk::API_VERSION_1_2;
+    let api13 = c.api >= vk::API_VERSION_1_3;
+    // SAFETY: a plain query on a physical device of this instance.
+    let extensions = unsafe { vk_instance.enumerate_device_extension_properties(c.physical) }
+        .unwrap_or_default();
+    let has_ext = |name: &CStr| {
+        extensions
+            .iter()
+            .any(|e| e.extension_name_as_c_str() == Ok(name))
+    };
+    // Structs of 1.2/1.3 are only chained where the API version or the extension defines them.
+    let float16_int8_ext = !api12 && has_ext(vk::KHR_SHADER_FLOAT16_INT8_NAME);
+    let storage8_ext = !api12 && has_ext(vk::KHR_8BIT_STORAGE_NAME);
+    let float16_int8_struct = api12 || float16_int8_ext;
+    let storage8_struct = api12 || storage8_ext;
+    let driver_struct = api12 || has_ext(vk::KHR_DRIVER_PROPERTIES_NAME);
+    let size_control_struct = api13 || has_ext(vk::EXT_SUBGROUP_SIZE_CONTROL_NAME);
+    let zero_init_ext = !api13 && has_ext(vk::KHR_ZERO_INITIALIZE_WORKGROUP_MEMORY_NAME);
+    let zero_init_struct = api13 || zero_init_ext;
+
+    let mut storage16 = vk::PhysicalDevice16BitStorageFeatures::default();
+    let mut float16_int8 = vk::PhysicalDeviceShaderFloat16Int8Features::default();
+    let mut storage8 = vk::PhysicalDevice8BitStorageFeatures::default();
+    let mut zero_init = vk::PhysicalDeviceZeroInitializeWorkgroupMemoryFeatures::default();
+    let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut storage16);
+    if float16_int8_struct {
+        features2 = features2.push_next(&mut float16_int8);
+    }
+    if storage8_struct {
+        features2 = features2.push_next(&mut storage8);
+    }
+    if zero_init_struct {
+        features2 = features2.push_next(&mut zero_init);
+    }
+    // SAFETY: the chain holds only structs this device's API version or extensions define,
+    // each borrowed for the call.
+    unsafe { vk_instance.get_physical_device_features2(c.physical, &mut features2) };
+
+    let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+    let mut size_control = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
+    let mut driver = vk::PhysicalDeviceDriverProperties::default();
+    let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
+    let mut props2 = vk::PhysicalDeviceProperties2::default()
+        .push_next(&mut subgroup)
+        .push_next(&mut maintenance3);
+    if size_control_struct {
+        props2 = props2.push_next(&mut size_control);
+    }
+    if driver_struct {
+        props2 = props2.push_next(&mut driver);
+    }
+    // SAFETY: as for the features above.
+    unsafe { vk_instance.get_physical_device_properties2(c.physical, &mut props2) };
+    let props = props2.properties;
+    // SAFETY: a plain query on a physical device of this instance.
+    let memory_props = unsafe { vk_instance.get_physical_device_memory_properties(c.physical) };
+
+    let enable = Enable {
+        storage16: storage16.storage_buffer16_bit_access == vk::TRUE,
+        uniform_storage16: storage16.uniform_and_storage_buffer16_bit_access == vk::TRUE,
+        float16: float16_int8.shader_float16 == vk::TRUE,
+        int8: float16_int8.shader_int8 == vk::TRUE,
+        storage8: storage8.storage_buffer8_bit_access == vk::TRUE,
+        zero_init_workgroup: zero_init.shader_zero_initialize_workgroup_memory == vk::TRUE,
+        float16_int8_struct,
+        storage8_struct,
+        zero_init_struct,
+        extensions: [
+            (float16_int8_ext, vk::KHR_SHADER_FLOAT16_INT8_NAME),
+            (storage8_ext, vk::KHR_8BIT_STORAGE_NAME),
+            (zero_init_ext, vk::KHR_ZERO_INITIALIZE_WORKGROUP_MEMORY_NAME),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect(),
+    };
+    let features = Features {
+        float16: enable.float16,
+        storage16: enable.storage16 && enable.uniform_storage16,
+        subgroups: subgroup
+            .supported_stages
+            .contains(vk::ShaderStageFlags::COMPUTE)
+            && subgroup.supported_operations.contains(SUBGROUP_OPS),
+        zero_init_workgroup: enable.zero_init_workgroup,
+    };
+
+    let device_type = match c.device_type {
+        vk::PhysicalDeviceType::DISCRETE_GPU => DeviceType::Discrete,
+        vk::PhysicalDeviceType::INTEGRATED_GPU => DeviceType::Integrated,
+        vk::PhysicalDeviceType::VIRTUAL_GPU => DeviceType::Virtual,
+        vk::PhysicalDeviceType::CPU => DeviceType::Cpu,
+        _ => DeviceType::Other,
+    };
+    let unified = matches!(device_type, DeviceType::Integrated | DeviceType::Cpu);
+    let max_allocation = if maintenance3.max_memory_allocation_size > 0 {
+        maintenance3.max_memory_allocation_size
+    } else {
+        u64::MAX
+    };
+    let zero_copy_allowed = std::env::var(ZERO_COPY_ENV).map_or(true, |v| v.trim() != "0");
+    let memory = MemoryPlan::new(&memory_props, unified && zero_copy_allowed, max_allocation);
+
+    let mut notes = instance.notes.clone();
+    if !zero_copy_allowed {
+        notes.push(format!("{ZERO_COPY_ENV}=0: zero copy is off"));
+    }
+    let subgroup_sizes = if features.subgroups {
+        subgroup_sizes(
+            &subgroup,
+            size_control_struct.then_some(&size_control),
+            &mut notes,
+        )
+    } else {
+        notes.push(format!(
+            "subgroup kernels unavailable: compute stage subgroup support {:?} with operations {:?} \
+             (trine needs basic, arithmetic and shuffle)",
+            subgroup.supported_stages, subgroup.supported_operations
+        ));
+        vec![]
+    };
+    let f16 = features.float16 && features.storage16;
+    if !f16 {
+        notes.push(format!(
+            "f16 kernels unavailable: shaderFloat16 {}, storageBuffer16BitAccess {}, \
+             uniformAndStorageBuffer16BitAccess {}",
+            enable.float16, enable.storage16, enable.uniform_storage16
+        ));
+    }
+    if !features.zero_init_workgroup {
+        notes.push(
+            "no shaderZeroInitializeWorkgroupMemory: kernels whose SPIR-V zero-initialises \
+             shared memory are unsupported"
+                .into(),
+        );
+    }
+    let timestamps = c.timestamp_bits > 0 && props.limits.timestamp_period > 0.0;
+    if !timestamps {
+        notes.push("no timestamps on the compute queue: dispatch_timed measures host time".into());
+    }
+    notes.push(if memory.zero_copy() {
+        "buffers are host-mapped device memory (zero copy)".into()
+    } else {
+        "buffers live in device-local memory; reads and writes go through a staging buffer".into()
+    });
+
+    let heaps = memory_props.memory_heaps_as_slice();
+    let device_local = if unified {
+        heaps.iter().map(|h| h.size).sum()
+    } else {
+        heaps
+            .iter()
+            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .map(|h| h.size)
+            .max()
+            .unwrap_or(0)
+    };
+    let host_visible = heaps
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| {
+            memory_props.memory_types_as_slice().iter().any(|t| {
+                t.heap_index as usize == i
+                    && t.property_flags
+                        .contains(vk::MemoryPropertyFlags::HOST_VISIBLE)
+            })
+        })
+        .map(|(_, h)| h.size)
+        .sum();
+
+    let info = DeviceInfo {
+        backend: "vulkan".into(),
+        name: c.name.clone(),
+        vendor: vendor(props.vendor_id),
+        device_type,
+        arch: None,
+        memory: MemoryInfo {
+            device_local,
+            host_visible,
+            unified,
+            zero_copy: memory.zero_copy(),
+        },
+        subgroup_sizes,
+        subgroup_ops: features.subgroups,
+        f16,
+        int8: enable.int8 && enable.storage8,
+        max_shared_bytes: props.limits.max_compute_shared_memory_size.into(),
+        max_invocations: props.limits.max_compute_work_group_invocations,
+        max_workgroups: props.limits.max_compute_work_group_count,
+        max_binding_bytes: props.limits.max_storage_buffer_range.into(),
+        // Storage-only buffers are read as u32 words, so offsets stay word aligned everywhere.
+        min_binding_alignment: props.limits.min_storage_buffer_offset_alignment.max(4),
+        timestamps,
+        driver: if driver_struct {
+            driver_name(&driver)
+        } else {
+            format!("driver version {}", version(props.driver_version))
+        },
+        runtime_version: format!("Vulkan {}", version(props.api_version)),
+        notes,
+    };
+    Probe {
+        info,
+        enable,
+        features,
+        limits: props.limits,
+        memory,
+    }
+}
+
+/// Smallest and largest subgroup width: the size-control range where the device reports one,
+/// else the one fixed size.
+fn subgroup_sizes(
+    subgroup: &vk::PhysicalDeviceSubgroupProperties<'_>,
+    size_control: Option<&vk::PhysicalDeviceSubgroupSizeControlProperties<'_>>,
+    notes: &mut Vec<String>,
+) -> Vec<u32> {
+    let default = subgroup.subgroup_size;
+    match size_control {
+        Some(s) if s.min_subgroup_size > 0 && s.min_subgroup_size < s.max_subgroup_size => {
+            notes.push(format!("compute kernels run with subgroups of {default}"));
+            vec![s.min_subgroup_size, s.max_subgroup_size]
+        }
+        _ => vec![default],
+    }
+}
+
+fn driver_name(d: &vk::PhysicalDeviceDriverProperties<'_>) -> String {
+    let text = |s: Result<&CStr, _>| {
+        s.map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let name = text(d.driver_name_as_c_str());
+    let info = text(d.driver_info_as_c_str());
+    match (name.is_empty(), info.is_empty()) {
+        (_, true) => name,
+        (true, false) => info,
+        (false, false) => format!("{name} {info}"),
+    }
+}
+
+/// The vendor's name from its PCI id (or Khronos vendor id for drivers without one).
+fn vendor(id: u32) -> String {
+    match id {
+        0x1002 => "AMD".into(),
+        0x10de => "NVIDIA".into(),
+        0x8086 => "Intel".into(),
+        0x13b5 => "ARM".into(),
+        0x5143 => "Qualcomm".into(),
+        0x1010 => "Imagination".into(),
+        0x106b => "Apple".into(),
+        0x14e4 => "Broadcom".into(),
+        0x10005 => "Mesa".into(),
+        0x10006 => "PoCL".into(),
+        id => format!("0x{id:04x}"),
+    }
+}

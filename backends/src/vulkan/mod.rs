@@ -1,0 +1,419 @@
+//! The Vulkan backend: kernels lowered to SPIR-V, run through `ash` on whatever device the
+//! loader (opened at run time) offers.
+//!
+//! - [`instance`]: loader, instance, validation layer, device choice.
+//! - [`info`]: the device's [`DeviceInfo`] and the features trine enables.
+//! - [`memory`]: buffers and staging.
+//! - [`pipeline`]: compute pipelines, cached by kernel hash.
+//! - [`submit`]: batched command recording, fences, timestamps.
+//!
+//! Env: `TRINE_VULKAN_DEVICE` (index or name substring) picks the device;
+//! `TRINE_VULKAN_VALIDATION=1` turns the validation layer on, its messages going to stderr;
+//! `TRINE_VULKAN_ZERO_COPY=0` makes integrated and CPU devices stage like discrete GPUs.
+
+mod info;
+mod instance;
+mod memory;
+mod pipeline;
+mod submit;
+
+pub use info::ZERO_COPY_ENV;
+pub use instance::{DEVICE_ENV, VALIDATION_ENV};
+
+use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
+use crate::error::BackendError;
+use crate::info::DeviceInfo;
+use ash::vk;
+use memory::{check_range, Buffers, STAGING_MAX};
+use pipeline::Pipelines;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use submit::Submitter;
+use trine_codegen::abi::fold_grid;
+use trine_codegen::SpirvOptions;
+use trine_ir::Kernel;
+
+pub struct VulkanBackend {
+    info: DeviceInfo,
+    features: info::Features,
+    limits: vk::PhysicalDeviceLimits,
+    timestamp_bits: u32,
+    /// Everything mutable, and every use of the queue, under one lock.
+    state: Mutex<State>,
+    /// Declared after `state` (destroyed explicitly in `Drop`) and before `instance`: fields drop
+    /// in order, and the device must go before the instance that made it.
+    device: instance::Device,
+    instance: instance::Instance,
+}
+
+struct State {
+    buffers: Buffers,
+    pipelines: Pipelines,
+    submit: Submitter,
+}
+
+impl State {
+    /// Destroys every object.
+    ///
+    /// # Safety
+    /// The device is idle (or lost).
+    unsafe fn destroy(&mut self, device: &ash::Device) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.submit.destroy(device);
+            self.pipelines.destroy_all(device);
+            self.buffers.destroy_all(device);
+        }
+    }
+}
+
+fn vk_error(call: &'static str, e: vk::Result) -> BackendError {
+    BackendError::Driver {
+        call,
+        code: e.to_string(),
+    }
+}
+
+impl VulkanBackend {
+    /// Opens the best device (discrete > integrated > virtual > CPU), or the one
+    /// `TRINE_VULKAN_DEVICE` names. No loader, no usable device → `Unavailable` with the reason.
+    pub fn new() -> Result<VulkanBackend, BackendError> {
+        let instance = instance::Instance::new()?;
+        let candidate = instance.select()?;
+        let probe = info::probe(&instance, &candidate);
+        let device = instance.create_device(&candidate, &probe.enable)?;
+        let dev = &device.device;
+        let pipelines = Pipelines::new(dev)?;
+        let submit = match Submitter::new(
+            dev,
+            device.queue,
+            device.queue_family,
+            probe.info.timestamps,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                let mut pipelines = pipelines;
+                // SAFETY: nothing has been submitted.
+                unsafe { pipelines.destroy_all(dev) };
+                return Err(e);
+            }
+        };
+        let state = State {
+            buffers: Buffers::new(probe.memory),
+            pipelines,
+            submit,
+        };
+        Ok(VulkanBackend {
+            info: probe.info,
+            features: probe.features,
+            limits: probe.limits,
+            timestamp_bits: candidate.timestamp_bits,
+            state: Mutex::new(state),
+            device,
+            instance,
+        })
+    }
+
+    /// Whether the validation layer is on (`TRINE_VULKAN_VALIDATION=1` and the layer installed).
+    pub fn validation_enabled(&self) -> bool {
+        self.instance.validation()
+    }
+
+    /// Validation errors reported so far (always 0 without the layer): tests assert it stays 0.
+    pub fn validation_errors(&self) -> u64 {
+        self.instance.validation_errors()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every state change is completed before anything that can panic, so a poisoned lock
+        // still guards consistent state.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn dev(&self) -> &ash::Device {
+        &self.device.device
+    }
+
+    /// Checks `d` against its program and the device, and records it into the open batch.
+    fn record(&self, state: &mut State, d: &Dispatch<'_>, timed: bool) -> Result<(), BackendError> {
+        let State {
+            buffers,
+            pipelines,
+            submit,
+        } = state;
+        let program = pipelines.get(d.program)?;
+        let bad =
+            |msg: String| BackendError::BadDispatch(format!("kernel {:?}: {msg}", program.name));
+        if d.bindings.len() != program.buffers {
+            return Err(bad(format!(
+                "it has {} buffers, the dispatch binds {}",
+                program.buffers,
+                d.bindings.len()
+            )));
+        }
+        if d.params.len() != program.params.len() {
+            return Err(bad(format!(
+                "it has {} parameters, the dispatch passes {}",
+                program.params.len(),
+                d.params.len()
+            )));
+        }
+        for (j, (value, (name, ty))) in d.params.iter().zip(&program.params).enumerate() {
+            if value.ty() != *ty {
+                return Err(bad(format!(
+                    "parameter {j} ({name}) is {ty}, the dispatch passes {}",
+                    value.ty()
+                )));
+            }
+        }
+        let align = self.info.min_binding_alignment;
+        let mut infos = Vec::with_capacity(d.bindings.len());
+        for (i, b) in d.bindings.iter().enumerate() {
+            let buffer = buffers.get(b.buffer)?;
+            check_range(b.offset, b.size, buffer.size)?;
+            if b.offset % align != 0 {
+                return Err(bad(format!(
+                    "binding {i} has offset {}, not a multiple of the device's {align}",
+                    b.offset
+                )));
+            }
+            // Word-rounded: storage-only buffers are read as u32 words. Buffers are allocated
+            // word-rounded and offsets are word-aligned, so the rounded range stays inside.
+            let range = b.size.max(4).next_multiple_of(4);
+            if range > self.info.max_binding_bytes {
+                return Err(bad(format!(
+                    "binding {i} has {} bytes, more than the device's {}",
+                    b.size, self.info.max_binding_bytes
+                )));
+            }
+            // An empty binding is not allowed in Vulkan; its kernel reads nothing from it, so
+            // any in-bounds word does.
+            let offset = if b.size == 0 { 0 } else { b.offset };
+            infos.push(vk::DescriptorBufferInfo {
+                buffer: buffer.buffer,
+                offset,
+                range,
+            });
+        }
+        let (groups, grid_words) =
+            fold_grid(d.grid, self.info.max_workgroups).ok_or_else(|| {
+                bad(format!(
+                    "grid {:?} does not fit the device's workgroup counts {:?}, even folded",
+                    d.grid, self.info.max_workgroups
+                ))
+            })?;
+        let push: Vec<u8> = grid_words
+            .into_iter()
+            .chain(d.params.iter().map(|p| p.bits()))
+            .flat_map(u32::to_ne_bytes)
+            .take(program.push_bytes)
+            .collect();
+        if d.grid.contains(&0) && !timed {
+            return Ok(());
+        }
+        // SAFETY: the program comes from the cache; each binding was checked above against
+        // its live buffer (word-aligned offset, word-rounded range inside the word-rounded
+        // allocation, within the binding limit); `push` was cut to the program's range;
+        // `timed` is only passed when the device has timestamps.
+        unsafe { submit.record_dispatch(self.dev(), program, &infos, &push, groups, timed)? };
+        let serial = submit.open_serial();
+        for b in d.bindings {
+            buffers.get_mut(b.buffer)?.last_use = serial;
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into a device-local buffer through the staging buffer, in pieces.
+    fn write_staged(
+        &self,
+        state: &mut State,
+        h: BufferHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), BackendError> {
+        let dev = self.dev();
+        let State {
+            buffers, submit, ..
+        } = state;
+        let dst = buffers.get(h)?.buffer;
+        for (i, piece) in data.chunks(STAGING_MAX as usize).enumerate() {
+            let staging = buffers.staging(dev, submit, piece.len() as u64)?;
+            staging
+                .bytes(dev, submit, piece.len())?
+                .copy_from_slice(piece);
+            let region = vk::BufferCopy {
+                src_offset: 0,
+                dst_offset: offset + i as u64 * STAGING_MAX,
+                size: piece.len() as u64,
+            };
+            // SAFETY: both buffers are live; the caller checked `offset + data.len()` against
+            // the destination, and the staging buffer holds at least `piece.len()` bytes.
+            unsafe { submit.record_copy(dev, staging.buffer, dst, region)? };
+            staging.last_use = submit.open_serial();
+        }
+        buffers.get_mut(h)?.last_use = submit.open_serial();
+        Ok(())
+    }
+
+    /// Copies from a device-local buffer into `out` through the staging buffer, in pieces.
+    fn read_staged(
+        &self,
+        state: &mut State,
+        h: BufferHandle,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), BackendError> {
+        let dev = self.dev();
+        let State {
+            buffers, submit, ..
+        } = state;
+        let src = buffers.get(h)?.buffer;
+        for (i, piece) in out.chunks_mut(STAGING_MAX as usize).enumerate() {
+            let staging = buffers.staging(dev, submit, piece.len() as u64)?;
+            let region = vk::BufferCopy {
+                src_offset: offset + i as u64 * STAGING_MAX,
+                dst_offset: 0,
+                size: piece.len() as u64,
+            };
+            // SAFETY: as in `write_staged`, with source and destination swapped.
+            unsafe { submit.record_copy(dev, src, staging.buffer, region)? };
+            staging.last_use = submit.open_serial();
+            piece.copy_from_slice(staging.bytes(dev, submit, piece.len())?);
+        }
+        Ok(())
+    }
+}
+
+impl Backend for VulkanBackend {
+    fn name(&self) -> &'static str {
+        "vulkan"
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
+        self.lock().buffers.alloc(self.dev(), bytes)
+    }
+
+    fn free(&self, buffer: BufferHandle) {
+        let mut state = self.lock();
+        let State {
+            buffers, submit, ..
+        } = &mut *state;
+        buffers.free(self.dev(), submit, buffer);
+    }
+
+    fn write(&self, buffer: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        let b = state.buffers.get(buffer)?;
+        check_range(offset, data.len() as u64, b.size)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        if b.is_mapped() {
+            let State {
+                buffers, submit, ..
+            } = &mut *state;
+            buffers
+                .get(buffer)?
+                .write_mapped(self.dev(), submit, offset, data)
+        } else {
+            self.write_staged(&mut state, buffer, offset, data)
+        }
+    }
+
+    fn read(&self, buffer: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        let b = state.buffers.get(buffer)?;
+        check_range(offset, out.len() as u64, b.size)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        if b.is_mapped() {
+            let State {
+                buffers, submit, ..
+            } = &mut *state;
+            buffers
+                .get(buffer)?
+                .read_mapped(self.dev(), submit, offset, out)
+        } else {
+            self.read_staged(&mut state, buffer, offset, out)
+        }
+    }
+
+    fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
+        trine_ir::validate(kernel, &self.info.limits()).map_err(|source| {
+            BackendError::Invalid {
+                kernel: kernel.name.clone(),
+                source,
+            }
+        })?;
+        let hash = trine_ir::kernel_hash(kernel);
+        if self.lock().pipelines.contains(hash) {
+            return Ok(ProgramId(hash));
+        }
+        // Lowered outside the lock: it is CPU work that touches no device state.
+        let options = SpirvOptions {
+            debug: self.validation_enabled(),
+        };
+        let spirv = trine_codegen::spirv(kernel, &options).map_err(|e| BackendError::Compile {
+            kernel: kernel.name.clone(),
+            message: e.to_string(),
+        })?;
+        pipeline::check_supported(kernel, &spirv, &self.features, &self.limits)?;
+        let mut state = self.lock();
+        if !state.pipelines.contains(hash) {
+            state.pipelines.build(self.dev(), hash, kernel, &spirv)?;
+        }
+        Ok(ProgramId(hash))
+    }
+
+    fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        self.record(&mut state, d, false)?;
+        state.submit.maybe_submit(self.dev())
+    }
+
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.lock().submit.finish(self.dev())
+    }
+
+    fn dispatch_timed(&self, d: &Dispatch<'_>) -> Result<Duration, BackendError> {
+        let mut state = self.lock();
+        let dev = self.dev();
+        state.submit.finish(dev)?;
+        if !self.info.timestamps {
+            let start = Instant::now();
+            self.record(&mut state, d, false)?;
+            state.submit.finish(dev)?;
+            return Ok(start.elapsed());
+        }
+        self.record(&mut state, d, true)?;
+        state.submit.finish(dev)?;
+        let [start, end] = state.submit.timestamps(dev)?;
+        let bits = self.timestamp_bits;
+        let mask = if bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits) - 1
+        };
+        let ticks = end.wrapping_sub(start) & mask;
+        let nanos = ticks as f64 * f64::from(self.limits.timestamp_period);
+        Ok(Duration::from_nanos(nanos as u64))
+    }
+}
+
+impl Drop for VulkanBackend {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let device = &self.device.device;
+        // SAFETY: after waiting for idle nothing is in flight (after device loss, destroying is
+        // allowed anyway), so every object can be destroyed.
+        unsafe {
+            let _ = device.device_wait_idle();
+            state.destroy(device);
+        }
+    }
+}

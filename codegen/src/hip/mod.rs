@@ -1,0 +1,294 @@
+//! IR → C++ text in the common subset of HIP and CUDA.
+//!
+//! The output is one `extern "C" __global__` function (see [`crate::abi`]) after a short
+//! prelude of `trine_*` helpers, which is the only part that differs between the dialects.
+//! It includes no header under HIP (hiprtc provides the runtime header itself) and
+//! `cuda_fp16.h` under CUDA when the kernel uses f16.
+//!
+//! Names from the kernel are prefixed by kind (`b_` buffers, `p_` parameters, `s_` shared
+//! arrays, `v_` variables) and expressions are `eN`, so no name of the IR can collide with a
+//! C++ keyword, a builtin or another declaration. The kernel's own name is kept as is (the
+//! backend looks the function up by it), so names the text cannot carry are rejected.
+
+mod prelude;
+mod printer;
+
+use crate::CodegenError;
+use printer::{Intrinsic, Printer, Spelling};
+use std::fmt::Write;
+use trine_ir::{Builtin, Kernel, Scalar};
+
+/// The C++ dialect to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// HIP, compiled by hiprtc (ROCm) or hipcc.
+    Hip,
+    /// CUDA, compiled by NVRTC or nvcc.
+    Cuda,
+}
+
+/// Lowers `kernel` to C++ source for `dialect`.
+///
+/// Errors: the kernel is invalid, or its name cannot be a C++ function name here (a keyword,
+/// a name the lowered text itself uses, or one reserved to the implementation).
+pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
+    let info = crate::validated(kernel)?;
+    check_name(&kernel.name)?;
+    let k = kernel;
+    let f16 = info.types.contains(&Scalar::F16)
+        || k.buffers.iter().any(|b| b.elem == Scalar::F16)
+        || k.shared.iter().any(|s| s.elem == Scalar::F16)
+        || k.vars.iter().any(|v| v.ty == Scalar::F16);
+    let needs = prelude::Needs {
+        f16,
+        subgroup: k.capabilities.subgroup,
+    };
+    let mut out = prelude::prelude(dialect, needs);
+    if !out.is_empty() {
+        out.push('\n');
+    }
+
+    let buffers = k.buffers.iter().enumerate().map(|(i, b)| {
+        let konst = if b.access.can_write() { "" } else { "const " };
+        let name = printer::buffer_name(k, trine_ir::BufferId(i as u32));
+        format!("{konst}{}* __restrict__ {name}", printer::elem_type(b.elem))
+    });
+    let params = k.params.iter().enumerate().map(|(i, p)| {
+        let name = printer::param_name(k, trine_ir::ParamId(i as u32));
+        format!("{} {name}", printer::value_type(p.ty))
+    });
+    let args = buffers.chain(params).collect::<Vec<_>>().join(", ");
+    let _ = writeln!(
+        out,
+        "extern \"C\" __global__ void __launch_bounds__({}) {}({args}) {{",
+        k.invocations(),
+        k.name
+    );
+
+    let mut p = Printer::new(k, &info, &Gpu);
+    for (i, s) in k.shared.iter().enumerate() {
+        let name = printer::shared_name(k, trine_ir::SharedId(i as u32));
+        p.line(
+            1,
+            &format!(
+                "__shared__ {} {name}[{}];",
+                printer::elem_type(s.elem),
+                s.len
+            ),
+        );
+    }
+    for (i, v) in k.vars.iter().enumerate() {
+        let name = printer::var_name(k, trine_ir::VarId(i as u32));
+        let zero = printer::literal(&Gpu, printer::zero(v.ty));
+        p.line(
+            1,
+            &format!("{} {name} = {zero};", printer::value_type(v.ty)),
+        );
+    }
+    p.block(&k.body, 1);
+    out.push_str(&p.finish());
+    out.push_str("}\n");
+    Ok(out)
+}
+
+/// The spelling HIP and CUDA share: they differ only in their preludes.
+struct Gpu;
+
+const AXES: [&str; 3] = ["x", "y", "z"];
+
+impl Spelling for Gpu {
+    fn builtin(&self, b: Builtin, wg: [u32; 3]) -> String {
+        // The workgroup size is a compile-time constant of the kernel, so it is spelled as one
+        // rather than read from `blockDim`.
+        let axis = |a: u8| AXES[a as usize];
+        match b {
+            Builtin::GlobalId(a) => format!(
+                "(unsigned int)blockIdx.{x} * {}u + (unsigned int)threadIdx.{x}",
+                wg[a as usize],
+                x = axis(a)
+            ),
+            Builtin::LocalId(a) => format!("(unsigned int)threadIdx.{}", axis(a)),
+            Builtin::LocalIndex => local_index(wg),
+            Builtin::WorkgroupId(a) => format!("(unsigned int)blockIdx.{}", axis(a)),
+            Builtin::NumWorkgroups(a) => format!("(unsigned int)gridDim.{}", axis(a)),
+            Builtin::SubgroupSize => "(unsigned int)warpSize".to_string(),
+            // Both vendors form subgroups from consecutive linear thread indices.
+            Builtin::SubgroupInvocationId => format!("{} % (unsigned int)warpSize", lane(wg)),
+            Builtin::SubgroupId => format!("{} / (unsigned int)warpSize", lane(wg)),
+        }
+    }
+
+    fn barrier(&self) -> &'static str {
+        "__syncthreads()"
+    }
+
+    fn intrinsic(&self, f: Intrinsic) -> &'static str {
+        match f {
+            Intrinsic::Rsqrt => "rsqrtf",
+            Intrinsic::PopCount => "__popc",
+            Intrinsic::FloatAsUint => "__float_as_uint",
+            Intrinsic::UintAsFloat => "__uint_as_float",
+            Intrinsic::FloatAsInt => "__float_as_int",
+            Intrinsic::IntAsFloat => "__int_as_float",
+        }
+    }
+}
+
+/// The linear local index as an operand of `%` or `/`.
+fn lane(wg: [u32; 3]) -> String {
+    let index = local_index(wg);
+    if index.contains(" + ") {
+        format!("({index})")
+    } else {
+        index
+    }
+}
+
+/// `x + y*sx + z*sx*sy`, leaving out axes of size 1 (their index is always 0).
+fn local_index(wg: [u32; 3]) -> String {
+    let strides = [1, wg[0], wg[0] * wg[1]];
+    let terms: Vec<String> = (0..3)
+        .filter(|&a| wg[a] > 1)
+        .map(|a| match strides[a] {
+            1 => format!("(unsigned int)threadIdx.{}", AXES[a]),
+            s => format!("(unsigned int)threadIdx.{} * {s}u", AXES[a]),
+        })
+        .collect();
+    if terms.is_empty() {
+        "0u".to_string()
+    } else {
+        terms.join(" + ")
+    }
+}
+
+/// C++ keywords, and identifiers the lowered text refers to that a function of that name
+/// would clash with.
+const TAKEN: &[&str] = &[
+    "alignas",
+    "alignof",
+    "and",
+    "and_eq",
+    "asm",
+    "auto",
+    "bitand",
+    "bitor",
+    "bool",
+    "break",
+    "case",
+    "catch",
+    "char",
+    "char8_t",
+    "char16_t",
+    "char32_t",
+    "class",
+    "compl",
+    "concept",
+    "const",
+    "consteval",
+    "constexpr",
+    "constinit",
+    "const_cast",
+    "continue",
+    "co_await",
+    "co_return",
+    "co_yield",
+    "decltype",
+    "default",
+    "delete",
+    "do",
+    "double",
+    "dynamic_cast",
+    "else",
+    "enum",
+    "explicit",
+    "export",
+    "extern",
+    "false",
+    "float",
+    "for",
+    "friend",
+    "goto",
+    "if",
+    "inline",
+    "int",
+    "long",
+    "mutable",
+    "namespace",
+    "new",
+    "noexcept",
+    "not",
+    "not_eq",
+    "nullptr",
+    "operator",
+    "or",
+    "or_eq",
+    "private",
+    "protected",
+    "public",
+    "register",
+    "reinterpret_cast",
+    "requires",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "static_assert",
+    "static_cast",
+    "struct",
+    "switch",
+    "template",
+    "this",
+    "thread_local",
+    "throw",
+    "true",
+    "try",
+    "typedef",
+    "typeid",
+    "typename",
+    "union",
+    "unsigned",
+    "using",
+    "virtual",
+    "void",
+    "volatile",
+    "wchar_t",
+    "while",
+    "xor",
+    "xor_eq",
+    "main",
+    "threadIdx",
+    "blockIdx",
+    "blockDim",
+    "gridDim",
+    "warpSize",
+    "expf",
+    "logf",
+    "sqrtf",
+    "rsqrtf",
+    "sinf",
+    "cosf",
+    "tanhf",
+    "floorf",
+    "fabsf",
+    "fmodf",
+    "fminf",
+    "fmaxf",
+    "powf",
+    "fmaf",
+];
+
+fn check_name(name: &str) -> Result<(), CodegenError> {
+    let reserved = name.starts_with("__")
+        || name.starts_with("trine_")
+        || (name.starts_with('_') && name[1..].starts_with(|c: char| c.is_ascii_uppercase()));
+    if reserved || TAKEN.contains(&name) {
+        return Err(CodegenError::Write {
+            target: "hip",
+            kernel: name.to_string(),
+            message: "the kernel name is a C++ keyword, reserved, or used by the lowered text"
+                .to_string(),
+        });
+    }
+    Ok(())
+}

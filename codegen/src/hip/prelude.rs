@@ -1,0 +1,109 @@
+//! The text before the kernel: the `trine_*` helpers the printer's output calls, per dialect.
+//! Only the parts a kernel uses are emitted, which keeps NVRTC from parsing `cuda_fp16.h` for
+//! kernels without f16.
+
+use super::printer::{binary, shuffle_fn, subgroup_fn, value_type};
+use super::Dialect;
+use std::fmt::Write;
+use trine_ir::{BinaryOp, Scalar, SubgroupOp};
+
+/// What a kernel uses that needs helpers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Needs {
+    pub f16: bool,
+    pub subgroup: bool,
+}
+
+const FN: &str = "__device__ __forceinline__";
+
+pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
+    let mut out = String::new();
+    if needs.f16 {
+        let (include, ty, h2f, f2h, bits) = match dialect {
+            // hiprtc's built-in header already defines `__half`: including hip_fp16.h there is
+            // a redefinition error, so HIP uses the compiler's own `_Float16`.
+            Dialect::Hip => (
+                "",
+                "_Float16",
+                "(float)h",
+                "(trine_f16)f",
+                "__builtin_bit_cast(trine_f16, b)",
+            ),
+            Dialect::Cuda => (
+                "#include <cuda_fp16.h>\n",
+                "__half",
+                "__half2float(h)",
+                "__float2half_rn(f)",
+                "__ushort_as_half(b)",
+            ),
+        };
+        let _ = write!(
+            out,
+            "{include}typedef {ty} trine_f16;\n\
+             {FN} float trine_h2f(trine_f16 h) {{ return {h2f}; }}\n\
+             {FN} trine_f16 trine_f2h(float f) {{ return {f2h}; }}\n\
+             {FN} trine_f16 trine_h_bits(unsigned short b) {{ return {bits}; }}\n"
+        );
+    }
+    if needs.subgroup {
+        let types = [Scalar::F32, Scalar::I32, Scalar::U32, Scalar::F16];
+        let types = types.iter().filter(|&&t| needs.f16 || t != Scalar::F16);
+        for &ty in types.clone() {
+            shuffle(&mut out, dialect, ty);
+        }
+        for &ty in types {
+            for (op, combine) in [
+                (SubgroupOp::Sum, BinaryOp::Add),
+                (SubgroupOp::Min, BinaryOp::Min),
+                (SubgroupOp::Max, BinaryOp::Max),
+            ] {
+                reduction(&mut out, op, combine, ty);
+            }
+        }
+    }
+    out
+}
+
+/// `trine_shfl_xor_T(v, m)`: lane `self ^ m`'s value. f16 travels as float (exact both ways),
+/// since not every dialect shuffles 16-bit values.
+fn shuffle(out: &mut String, dialect: Dialect, ty: Scalar) {
+    let t = value_type(ty);
+    let f = shuffle_fn(ty);
+    let shfl = |v: &str| match dialect {
+        Dialect::Hip => format!("__shfl_xor({v}, (int)m)"),
+        Dialect::Cuda => format!("__shfl_xor_sync(0xffffffffu, {v}, (int)m)"),
+    };
+    let body = match ty {
+        Scalar::F16 => {
+            format!("trine_f2h({}(trine_h2f(v), m))", shuffle_fn(Scalar::F32))
+        }
+        Scalar::U32 => format!("(unsigned int){}", shfl("(int)v")),
+        _ => shfl("v"),
+    };
+    let _ = writeln!(
+        out,
+        "{FN} {t} {f}({t} v, unsigned int m) {{ return {body}; }}"
+    );
+}
+
+/// `trine_sg_OP_T(v)`: a butterfly over the whole subgroup, every lane ending with the
+/// result. Each step combines with the printer's own operator text, so an f16 sum rounds after
+/// every addition and an i32 sum wraps, as the IR's arithmetic does. A butterfly reads every
+/// lane, so it is exact only when the whole subgroup is active: uniform control flow and a
+/// workgroup size that is a multiple of the subgroup width.
+fn reduction(out: &mut String, op: SubgroupOp, combine: BinaryOp, ty: Scalar) {
+    let t = value_type(ty);
+    let f = subgroup_fn(op, ty);
+    let shfl = shuffle_fn(ty);
+    let step = binary(combine, ty, "v", "o");
+    let _ = write!(
+        out,
+        "{FN} {t} {f}({t} v) {{\n\
+         \x20   for (unsigned int m = (unsigned int)warpSize / 2u; m > 0u; m >>= 1) {{\n\
+         \x20       const {t} o = {shfl}(v, m);\n\
+         \x20       v = {step};\n\
+         \x20   }}\n\
+         \x20   return v;\n\
+         }}\n"
+    );
+}

@@ -1,0 +1,424 @@
+//! A printer of trine statements and expressions as C-family source, shared by every lowering
+//! to a C dialect (HIP and CUDA here; plain C for the CPU later).
+//!
+//! Every expression becomes one `const T eN = ...;` at its `Let`, so operands are always plain
+//! names and no operator precedence can leak between expressions. Where dialects spell a thing
+//! differently (builtins, barriers, bit casts, a few intrinsics) the printer asks a
+//! [`Spelling`]; everything else is C99 plus the `trine_*` helpers each dialect's prelude
+//! defines:
+//! - `trine_f16`, `trine_h2f`, `trine_f2h`, `trine_h_bits`: the f16 type, its exact widening to
+//!   float, its round-to-nearest-even narrowing, and a value from its bit pattern;
+//! - `trine_shfl_xor_T`, `trine_sg_{sum,min,max}_T` for T in f32, f16, i32, u32 (see
+//!   [`subgroup_fn`]).
+
+use std::fmt::Write;
+use trine_ir::{
+    BinaryOp, Block, Builtin, Expr, ExprId, Info, Kernel, Literal, Scalar, Stmt, SubgroupOp,
+    UnaryOp,
+};
+
+/// Functions every C dialect has, under names that differ between dialects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Intrinsic {
+    /// `float f(float)`: 1/sqrt(x).
+    Rsqrt,
+    /// `int f(unsigned int)`: number of set bits.
+    PopCount,
+    /// `unsigned int f(float)`: the bits of a float.
+    FloatAsUint,
+    /// `float f(unsigned int)`: a float from its bits.
+    UintAsFloat,
+    /// `int f(float)`.
+    FloatAsInt,
+    /// `float f(int)`.
+    IntAsFloat,
+}
+
+/// What a C dialect spells its own way.
+pub(crate) trait Spelling {
+    /// A `U32` expression for the builtin, for a kernel of the given workgroup size.
+    fn builtin(&self, b: Builtin, workgroup_size: [u32; 3]) -> String;
+    /// The statement (without `;`) of a workgroup barrier.
+    fn barrier(&self) -> &'static str;
+    fn intrinsic(&self, f: Intrinsic) -> &'static str;
+}
+
+/// C type of a value of type `ty`.
+pub(crate) fn value_type(ty: Scalar) -> &'static str {
+    match ty {
+        Scalar::F32 => "float",
+        Scalar::F16 => "trine_f16",
+        Scalar::I32 => "int",
+        Scalar::U32 => "unsigned int",
+        Scalar::Bool => "bool",
+        Scalar::BF16 | Scalar::U8 | Scalar::I8 => elem_type(ty),
+    }
+}
+
+/// C type of an element of a buffer or shared array of type `ty`. bf16 has no arithmetic type
+/// in the common subset of the dialects: it is kept as its bits and widened at the load.
+pub(crate) fn elem_type(ty: Scalar) -> &'static str {
+    match ty {
+        Scalar::BF16 => "unsigned short",
+        Scalar::U8 => "unsigned char",
+        Scalar::I8 => "signed char",
+        _ => value_type(ty),
+    }
+}
+
+pub(crate) fn buffer_name(k: &Kernel, b: trine_ir::BufferId) -> String {
+    format!("b_{}", k.buffers[b.0 as usize].name)
+}
+
+pub(crate) fn param_name(k: &Kernel, p: trine_ir::ParamId) -> String {
+    format!("p_{}", k.params[p.0 as usize].name)
+}
+
+pub(crate) fn shared_name(k: &Kernel, s: trine_ir::SharedId) -> String {
+    format!("s_{}", k.shared[s.0 as usize].name)
+}
+
+pub(crate) fn var_name(k: &Kernel, v: trine_ir::VarId) -> String {
+    format!("v_{}", k.vars[v.0 as usize].name)
+}
+
+fn expr_name(e: ExprId) -> String {
+    format!("e{}", e.0)
+}
+
+/// The literal zero of `ty`, what private variables start as.
+pub(crate) fn zero(ty: Scalar) -> Literal {
+    match ty {
+        Scalar::F32 => Literal::F32(0),
+        Scalar::F16 => Literal::F16(0),
+        Scalar::I32 => Literal::I32(0),
+        Scalar::Bool => Literal::Bool(false),
+        _ => Literal::U32(0),
+    }
+}
+
+/// An exact literal: decimal where the shortest round-trip form parses back to the same bits,
+/// bits otherwise (NaN payloads, infinities, and subnormals, which some compilers flush).
+pub(crate) fn literal(s: &impl Spelling, l: Literal) -> String {
+    match l {
+        Literal::F32(bits) => {
+            let v = f32::from_bits(bits);
+            if v == 0.0 || v.is_normal() {
+                format!("{v:?}f")
+            } else {
+                format!("{}(0x{bits:08x}u)", s.intrinsic(Intrinsic::UintAsFloat))
+            }
+        }
+        Literal::F16(bits) => format!("trine_h_bits(0x{bits:04x})"),
+        // `-2147483648` is the negation of a constant too wide for int.
+        Literal::I32(i32::MIN) => "(-2147483647 - 1)".to_string(),
+        Literal::I32(v) => v.to_string(),
+        Literal::U32(v) => format!("{v}u"),
+        Literal::Bool(v) => v.to_string(),
+    }
+}
+
+/// f16 arithmetic happens in float: an operand's text in the type the operation computes in.
+fn widen(ty: Scalar, x: &str) -> String {
+    if ty == Scalar::F16 {
+        format!("trine_h2f({x})")
+    } else {
+        x.to_string()
+    }
+}
+
+/// ... and the result rounded back to f16 after every operation, as the interpreter does.
+fn narrow(ty: Scalar, text: String) -> String {
+    if ty == Scalar::F16 {
+        format!("trine_f2h({text})")
+    } else {
+        text
+    }
+}
+
+/// The C operator of `op`; operations that C spells as calls map to their names.
+fn symbol(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "+",
+        BinaryOp::Sub => "-",
+        BinaryOp::Mul => "*",
+        BinaryOp::Div => "/",
+        BinaryOp::Rem => "%",
+        BinaryOp::And => "&",
+        BinaryOp::Or => "|",
+        BinaryOp::Xor => "^",
+        BinaryOp::Shl => "<<",
+        BinaryOp::Shr => ">>",
+        BinaryOp::Eq => "==",
+        BinaryOp::Ne => "!=",
+        BinaryOp::Lt => "<",
+        BinaryOp::Le => "<=",
+        BinaryOp::Gt => ">",
+        BinaryOp::Ge => ">=",
+        BinaryOp::Min => "min",
+        BinaryOp::Max => "max",
+        BinaryOp::Pow => "pow",
+    }
+}
+
+/// `a op b` for operands of type `ty` (the left one for shifts), as the right-hand side of an
+/// initialisation. Signed arithmetic goes through unsigned so that overflow wraps instead of
+/// being undefined.
+pub(crate) fn binary(op: BinaryOp, ty: Scalar, a: &str, b: &str) -> String {
+    use BinaryOp::*;
+    let float = matches!(ty, Scalar::F32 | Scalar::F16);
+    let signed = ty == Scalar::I32;
+    let (x, y) = (widen(ty, a), widen(ty, b));
+    let s = symbol(op);
+    let text = match op {
+        Rem if float => format!("fmodf({x}, {y})"),
+        Min if float => format!("fminf({x}, {y})"),
+        Max if float => format!("fmaxf({x}, {y})"),
+        Pow => format!("powf({x}, {y})"),
+        Min => format!("{a} < {b} ? {a} : {b}"),
+        Max => format!("{a} > {b} ? {a} : {b}"),
+        Add | Sub | Mul if signed => format!("(int)((unsigned int){a} {s} (unsigned int){b})"),
+        // INT_MIN / -1 traps or is undefined in C; the IR wraps.
+        Div if signed => format!("{b} == -1 ? (int)(0u - (unsigned int){a}) : {a} / {b}"),
+        Rem if signed => format!("{b} == -1 ? 0 : {a} % {b}"),
+        Shl if signed => format!("(int)((unsigned int){a} << ({b} & 31u))"),
+        Shl | Shr => format!("{a} {s} ({b} & 31u)"),
+        And if ty == Scalar::Bool => format!("{a} && {b}"),
+        Or if ty == Scalar::Bool => format!("{a} || {b}"),
+        Xor if ty == Scalar::Bool => format!("{a} != {b}"),
+        _ => format!("{x} {s} {y}"),
+    };
+    if float && !op.is_comparison() {
+        narrow(ty, text)
+    } else {
+        text
+    }
+}
+
+fn unary(s: &impl Spelling, op: UnaryOp, ty: Scalar, a: &str) -> String {
+    let x = widen(ty, a);
+    let call = |f: &str| narrow(ty, format!("{f}({x})"));
+    match op {
+        UnaryOp::Neg if ty == Scalar::I32 => format!("(int)(0u - (unsigned int){a})"),
+        UnaryOp::Neg => narrow(ty, format!("-{x}")),
+        UnaryOp::Not if ty == Scalar::Bool => format!("!{a}"),
+        UnaryOp::Not => format!("~{a}"),
+        UnaryOp::Abs if ty == Scalar::I32 => {
+            format!("{a} < 0 ? (int)(0u - (unsigned int){a}) : {a}")
+        }
+        UnaryOp::Abs => call("fabsf"),
+        UnaryOp::Exp => call("expf"),
+        UnaryOp::Log => call("logf"),
+        UnaryOp::Sqrt => call("sqrtf"),
+        UnaryOp::Rsqrt => call(s.intrinsic(Intrinsic::Rsqrt)),
+        UnaryOp::Sin => call("sinf"),
+        UnaryOp::Cos => call("cosf"),
+        UnaryOp::Tanh => call("tanhf"),
+        UnaryOp::Floor => call("floorf"),
+        UnaryOp::CountOnes => {
+            format!(
+                "(unsigned int){}((unsigned int){a})",
+                s.intrinsic(Intrinsic::PopCount)
+            )
+        }
+    }
+}
+
+/// Value conversion with the IR's rules (see `Expr::Cast`); f16 converts through float, which
+/// is exact for f16 → float and rounds once for float → f16.
+fn cast(from: Scalar, to: Scalar, a: &str) -> String {
+    use Scalar::*;
+    match (from, to) {
+        _ if from == to => a.to_string(),
+        (Bool, F32) => format!("{a} ? 1.0f : 0.0f"),
+        (Bool, F16) => format!("trine_f2h({a} ? 1.0f : 0.0f)"),
+        (Bool, I32) => format!("{a} ? 1 : 0"),
+        (Bool, _) => format!("{a} ? 1u : 0u"),
+        (F32, Bool) => format!("{a} != 0.0f"),
+        (F16, Bool) => format!("trine_h2f({a}) != 0.0f"),
+        (_, Bool) => format!("{a} != 0"),
+        (F16, _) => cast(F32, to, &format!("trine_h2f({a})")),
+        (_, F16) => format!("trine_f2h({})", cast(from, F32, a)),
+        _ => format!("({}){a}", value_type(to)),
+    }
+}
+
+fn bitcast(s: &impl Spelling, from: Scalar, to: Scalar, a: &str) -> String {
+    let f = match (from, to) {
+        _ if from == to => return a.to_string(),
+        (Scalar::F32, Scalar::U32) => Intrinsic::FloatAsUint,
+        (Scalar::U32, Scalar::F32) => Intrinsic::UintAsFloat,
+        (Scalar::F32, Scalar::I32) => Intrinsic::FloatAsInt,
+        (Scalar::I32, Scalar::F32) => Intrinsic::IntAsFloat,
+        _ => return format!("({}){a}", value_type(to)),
+    };
+    format!("{}({a})", s.intrinsic(f))
+}
+
+/// Name of the prelude helper that performs a subgroup operation on values of type `ty`.
+pub(crate) fn subgroup_fn(op: SubgroupOp, ty: Scalar) -> String {
+    let what = match op {
+        SubgroupOp::Sum => "sg_sum",
+        SubgroupOp::Min => "sg_min",
+        SubgroupOp::Max => "sg_max",
+        SubgroupOp::ShuffleXor(_) => return shuffle_fn(ty),
+    };
+    // One helper per type, named by suffix: C has no overloading.
+    format!("trine_{what}_{}", ty.name())
+}
+
+/// Name of the prelude helper `T f(T v, unsigned int mask)` that reads lane `self ^ mask`.
+pub(crate) fn shuffle_fn(ty: Scalar) -> String {
+    format!("trine_shfl_xor_{}", ty.name())
+}
+
+/// Prints the statements of a kernel body.
+pub(crate) struct Printer<'a, S> {
+    kernel: &'a Kernel,
+    info: &'a Info,
+    spelling: &'a S,
+    out: String,
+}
+
+impl<'a, S: Spelling> Printer<'a, S> {
+    pub(crate) fn new(kernel: &'a Kernel, info: &'a Info, spelling: &'a S) -> Self {
+        Printer {
+            kernel,
+            info,
+            spelling,
+            out: String::new(),
+        }
+    }
+
+    pub(crate) fn finish(self) -> String {
+        self.out
+    }
+
+    /// Appends one line at nesting `depth`.
+    pub(crate) fn line(&mut self, depth: usize, text: &str) {
+        let _ = writeln!(self.out, "{:w$}{text}", "", w = 4 * depth);
+    }
+
+    pub(crate) fn block(&mut self, block: &Block, depth: usize) {
+        for s in block {
+            self.stmt(s, depth);
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt, depth: usize) {
+        let k = self.kernel;
+        let e = expr_name;
+        match s {
+            Stmt::Let(id) => {
+                let ty = value_type(self.info.ty(*id));
+                let text = format!("const {ty} {} = {};", e(*id), self.expr(*id));
+                self.line(depth, &text);
+            }
+            Stmt::Assign { var, value } => {
+                self.line(depth, &format!("{} = {};", var_name(k, *var), e(*value)));
+            }
+            Stmt::Store {
+                buffer,
+                index,
+                value,
+            } => {
+                let b = buffer_name(k, *buffer);
+                self.line(depth, &format!("{b}[{}] = {};", e(*index), e(*value)));
+            }
+            Stmt::StoreShared {
+                array,
+                index,
+                value,
+            } => {
+                let a = shared_name(k, *array);
+                self.line(depth, &format!("{a}[{}] = {};", e(*index), e(*value)));
+            }
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                self.line(depth, &format!("if ({}) {{", e(*cond)));
+                self.block(then, depth + 1);
+                if !otherwise.is_empty() {
+                    self.line(depth, "} else {");
+                    self.block(otherwise, depth + 1);
+                }
+                self.line(depth, "}");
+            }
+            Stmt::Loop {
+                var,
+                start,
+                end,
+                step,
+                body,
+            } => {
+                // The loop runs on the declared variable, not a fresh one, so that it holds the
+                // first value past `end` afterwards, as in the interpreter. `end` is a const
+                // named before the loop, so it is evaluated once.
+                let v = var_name(k, *var);
+                let (s0, s1) = (e(*start), e(*end));
+                self.line(
+                    depth,
+                    &format!("for ({v} = {s0}; {v} < {s1}; {v} += {step}u) {{"),
+                );
+                self.block(body, depth + 1);
+                self.line(depth, "}");
+            }
+            Stmt::Barrier => {
+                let b = self.spelling.barrier();
+                self.line(depth, &format!("{b};"));
+            }
+        }
+    }
+
+    /// The right-hand side that computes expression `id`.
+    fn expr(&self, id: ExprId) -> String {
+        let (k, s, info) = (self.kernel, self.spelling, self.info);
+        let e = expr_name;
+        match *k.expr(id) {
+            Expr::Literal(l) => literal(s, l),
+            Expr::Param(p) => param_name(k, p),
+            Expr::Builtin(b) => s.builtin(b, k.workgroup_size),
+            Expr::Var(v) => var_name(k, v),
+            Expr::Load { buffer, index } => {
+                let x = format!("{}[{}]", buffer_name(k, buffer), e(index));
+                match k.buffers[buffer.0 as usize].elem {
+                    Scalar::BF16 => {
+                        let f = s.intrinsic(Intrinsic::UintAsFloat);
+                        format!("{f}((unsigned int){x} << 16)")
+                    }
+                    Scalar::U8 => format!("(unsigned int){x}"),
+                    Scalar::I8 => format!("(int){x}"),
+                    _ => x,
+                }
+            }
+            Expr::LoadShared { array, index } => {
+                format!("{}[{}]", shared_name(k, array), e(index))
+            }
+            Expr::Unary { op, arg } => unary(s, op, info.ty(arg), &e(arg)),
+            Expr::Binary { op, lhs, rhs } => binary(op, info.ty(lhs), &e(lhs), &e(rhs)),
+            Expr::Fma { a, b, c } => {
+                let ty = info.ty(a);
+                let [x, y, z] = [a, b, c].map(|v| widen(ty, &e(v)));
+                narrow(ty, format!("fmaf({x}, {y}, {z})"))
+            }
+            Expr::Select {
+                cond,
+                accept,
+                reject,
+            } => {
+                format!("{} ? {} : {}", e(cond), e(accept), e(reject))
+            }
+            Expr::Cast { arg, to } => cast(info.ty(arg), to, &e(arg)),
+            Expr::Bitcast { arg, to } => bitcast(s, info.ty(arg), to, &e(arg)),
+            Expr::Subgroup { op, arg } => {
+                let f = subgroup_fn(op, info.ty(arg));
+                match op {
+                    SubgroupOp::ShuffleXor(m) => format!("{f}({}, {})", e(arg), e(m)),
+                    _ => format!("{f}({})", e(arg)),
+                }
+            }
+        }
+    }
+}

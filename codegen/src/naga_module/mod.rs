@@ -1,0 +1,107 @@
+//! IR → `naga::Module`, validated by naga: the one lowering behind [`crate::spirv`] and
+//! [`crate::wgsl`].
+//!
+//! - [`interface`]: buffers, the push-constant block and shared arrays as globals; builtins as
+//!   entry-point arguments (the layout of [`crate::abi`]).
+//! - [`func`]: the function under construction, its emit ranges, and the prologue that
+//!   unfolds the workgroup id.
+//! - [`stmts`], [`exprs`], [`ops`], [`literal`]: one IR construct each.
+//! - [`types`]: naga types for IR scalars.
+//!
+//! Every IR `Let` becomes naga expressions inside an emit range at that point, so loads and
+//! subgroup operations happen exactly where the IR evaluates them.
+
+mod exprs;
+mod func;
+mod interface;
+mod literal;
+mod ops;
+mod stmts;
+mod types;
+
+use crate::CodegenError;
+use naga::valid::{
+    Capabilities, ModuleInfo, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator,
+};
+use trine_ir::{Info, Kernel, Scalar};
+
+/// Lowers `kernel` to a naga module with one compute entry point named like the kernel, and
+/// validates it with exactly the capabilities the kernel needs.
+///
+/// Errors: the kernel is invalid ([`CodegenError::Invalid`]), or naga rejects the module
+/// ([`CodegenError::NagaValidation`]; a lowering bug, or a kernel naga forbids, such as an
+/// integer division by a literal zero).
+pub fn build(kernel: &Kernel) -> Result<(naga::Module, ModuleInfo), CodegenError> {
+    let info = crate::validated(kernel)?;
+    let mut module = naga::Module::default();
+    let globals = interface::declare_globals(&mut module, kernel);
+
+    let mut body = naga::Block::new();
+    let mut lowerer = func::Lowerer::new(kernel, &info, &mut module.types, &globals, &mut body);
+    lowerer.lower_into(&kernel.body, &mut body);
+    let mut function = lowerer.finish();
+    function.body = body;
+
+    module.entry_points.push(naga::EntryPoint {
+        name: kernel.name.clone(),
+        stage: naga::ShaderStage::Compute,
+        early_depth_test: None,
+        workgroup_size: kernel.workgroup_size,
+        workgroup_size_overrides: None,
+        function,
+        mesh_info: None,
+        task_payload: None,
+        incoming_ray_payload: None,
+    });
+
+    let mut validator = Validator::new(ValidationFlags::all(), capabilities(kernel, &info));
+    if kernel.capabilities.subgroup {
+        validator
+            .subgroup_stages(ShaderStages::COMPUTE)
+            .subgroup_operations(
+                SubgroupOperationSet::BASIC
+                    | SubgroupOperationSet::ARITHMETIC
+                    | SubgroupOperationSet::SHUFFLE,
+            );
+    }
+    let module_info = validator
+        .validate(&module)
+        .map_err(|e| CodegenError::NagaValidation {
+            kernel: kernel.name.clone(),
+            message: error_chain(&e),
+        })?;
+    Ok((module, module_info))
+}
+
+/// Whether any value, buffer, shared array or variable of `kernel` is f16.
+fn uses_f16(kernel: &Kernel, info: &Info) -> bool {
+    info.types.contains(&Scalar::F16)
+        || kernel.buffers.iter().any(|b| b.elem == Scalar::F16)
+        || kernel.shared.iter().any(|s| s.elem == Scalar::F16)
+        || kernel.vars.iter().any(|v| v.ty == Scalar::F16)
+}
+
+fn capabilities(kernel: &Kernel, info: &Info) -> Capabilities {
+    // Every kernel reads the grid words from the push-constant block.
+    let mut caps = Capabilities::IMMEDIATES;
+    if uses_f16(kernel, info) {
+        caps |= Capabilities::SHADER_FLOAT16;
+    }
+    if kernel.capabilities.subgroup {
+        caps |= Capabilities::SUBGROUP | Capabilities::SUBGROUP_BARRIER;
+    }
+    caps
+}
+
+/// An error and its sources, outermost first: naga's top-level messages name only the
+/// function or global, the cause is further down.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,166 @@
+//! IR statements as naga statements.
+
+use super::func::Lowerer;
+use naga::{Barrier, BinaryOperator as Bo, Block, Expression, Handle, Span, Statement};
+use trine_ir::{Stmt, VarId};
+
+impl Lowerer<'_> {
+    /// Lowers `stmts` onto the end of `block`, closing its last emit range.
+    pub(super) fn lower_into(&mut self, stmts: &[Stmt], block: &mut Block) {
+        for s in stmts {
+            self.stmt(s, block);
+        }
+        self.flush(block);
+    }
+
+    fn block(&mut self, stmts: &[Stmt]) -> Block {
+        let mut block = Block::new();
+        self.lower_into(stmts, &mut block);
+        block
+    }
+
+    fn stmt(&mut self, s: &Stmt, block: &mut Block) {
+        match *s {
+            Stmt::Let(e) => {
+                let h = self.expr(e, block);
+                self.set_value(e, h);
+            }
+            Stmt::Assign { var, value } => {
+                let value = self.value(value);
+                self.push(
+                    block,
+                    Statement::Store {
+                        pointer: self.var(var),
+                        value,
+                    },
+                );
+            }
+            Stmt::Store {
+                buffer,
+                index,
+                value,
+            } => {
+                let base = self.buffers[buffer.0 as usize];
+                self.store(base, index, value, block);
+            }
+            Stmt::StoreShared {
+                array,
+                index,
+                value,
+            } => {
+                let base = self.shared[array.0 as usize];
+                self.store(base, index, value, block);
+            }
+            Stmt::If {
+                cond,
+                ref then,
+                ref otherwise,
+            } => {
+                self.flush(block);
+                let accept = self.block(then);
+                let reject = self.block(otherwise);
+                self.push(
+                    block,
+                    Statement::If {
+                        condition: self.value(cond),
+                        accept,
+                        reject,
+                    },
+                );
+            }
+            Stmt::Loop {
+                var,
+                start,
+                end,
+                step,
+                ref body,
+            } => self.counted_loop(var, self.value(start), self.value(end), step, body, block),
+            // STORAGE widens the barrier's memory semantics to global memory, as the IR's
+            // barrier covers both shared and global writes.
+            Stmt::Barrier => self.push(
+                block,
+                Statement::ControlBarrier(Barrier::WORK_GROUP | Barrier::STORAGE),
+            ),
+        }
+    }
+
+    fn var(&self, var: VarId) -> Handle<Expression> {
+        self.vars[var.0 as usize]
+    }
+
+    fn store(
+        &mut self,
+        base: Handle<Expression>,
+        index: trine_ir::ExprId,
+        value: trine_ir::ExprId,
+        block: &mut Block,
+    ) {
+        let pointer = self.emit(Expression::Access {
+            base,
+            index: self.value(index),
+        });
+        self.push(
+            block,
+            Statement::Store {
+                pointer,
+                value: self.value(value),
+            },
+        );
+    }
+
+    /// `var = start; loop { if var >= end { break } body; continuing { var += step } }`.
+    fn counted_loop(
+        &mut self,
+        var: VarId,
+        start: Handle<Expression>,
+        end: Handle<Expression>,
+        step: u32,
+        stmts: &[Stmt],
+        block: &mut Block,
+    ) {
+        let pointer = self.var(var);
+        self.push(
+            block,
+            Statement::Store {
+                pointer,
+                value: start,
+            },
+        );
+
+        let mut body = Block::new();
+        let i = self.emit(Expression::Load { pointer });
+        let done = self.binary(Bo::GreaterEqual, i, end);
+        let mut exit = Block::new();
+        exit.push(Statement::Break, Span::UNDEFINED);
+        self.push(
+            &mut body,
+            Statement::If {
+                condition: done,
+                accept: exit,
+                reject: Block::new(),
+            },
+        );
+        self.lower_into(stmts, &mut body);
+
+        let mut continuing = Block::new();
+        let i = self.emit(Expression::Load { pointer });
+        let step = self.u32(step, &mut continuing);
+        let next = self.binary(Bo::Add, i, step);
+        self.push(
+            &mut continuing,
+            Statement::Store {
+                pointer,
+                value: next,
+            },
+        );
+
+        self.push(
+            block,
+            Statement::Loop {
+                body,
+                continuing,
+                break_if: None,
+            },
+        );
+    }
+}

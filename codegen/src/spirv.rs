@@ -1,0 +1,116 @@
+//! IR → SPIR-V words for Vulkan, through [`crate::naga_module`] and naga's SPIR-V writer.
+//!
+//! The module targets SPIR-V 1.3 (Vulkan 1.1), which subgroup operations need. What the
+//! device must enable follows from the capabilities the words declare, reported in
+//! [`SpirvOutput`].
+
+use crate::{abi, naga_module, CodegenError};
+use naga::back::spv;
+use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
+use trine_ir::Kernel;
+
+#[derive(Clone, Debug, Default)]
+pub struct SpirvOptions {
+    /// Names for every variable and expression naga names (`OpName`), for debuggers and
+    /// `spirv-dis`.
+    pub debug: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct SpirvOutput {
+    pub words: Vec<u32>,
+    /// The compute entry point (the kernel's name).
+    pub entry_point: String,
+    /// The module declares `Float16`: enable `shaderFloat16`.
+    pub uses_f16: bool,
+    /// The module declares `StorageBuffer16BitAccess` and
+    /// `UniformAndStorageBuffer16BitAccess`: enable both 16-bit storage features.
+    pub uses_16bit_storage: bool,
+    /// The module uses `GroupNonUniform*` capabilities (basic, arithmetic, shuffle).
+    pub uses_subgroups: bool,
+    /// Bytes of the push-constant block: the grid words, then 4 per parameter.
+    pub push_constant_bytes: u32,
+}
+
+/// Lowers `kernel` to SPIR-V.
+pub fn spirv(kernel: &Kernel, options: &SpirvOptions) -> Result<SpirvOutput, CodegenError> {
+    let (module, info) = naga_module::build(kernel)?;
+    let mut flags = spv::WriterFlags::empty();
+    if options.debug {
+        flags |= spv::WriterFlags::DEBUG;
+    }
+    let writer_options = spv::Options {
+        lang_version: (1, 3),
+        flags,
+        // With no binding map, naga's "fake" bindings are the module's own `(0, i)`: the ABI.
+        fake_missing_bindings: true,
+        // Out-of-bounds access is the caller's error (the interpreter reports it); checks
+        // would cost on every access.
+        bounds_check_policies: BoundsCheckPolicies {
+            index: BoundsCheckPolicy::Unchecked,
+            buffer: BoundsCheckPolicy::Unchecked,
+            image_load: BoundsCheckPolicy::Unchecked,
+            binding_array: BoundsCheckPolicy::Unchecked,
+        },
+        // The default polyfill stores zeros and adds a barrier in every workgroup (about 7x
+        // slower on a barrier-heavy kernel on lavapipe).
+        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::Native,
+        // Loops are counted and bounded by construction; the guard only costs.
+        force_loop_bounding: false,
+        // lavapipe lacks StorageInputOutput16, and compute kernels have no f16 I/O.
+        use_storage_input_output_16: false,
+        // Integer division by zero is undefined in the IR: no wrapper functions.
+        emit_int_div_checks: false,
+        ..spv::Options::default()
+    };
+    let pipeline = spv::PipelineOptions {
+        shader_stage: naga::ShaderStage::Compute,
+        entry_point: kernel.name.clone(),
+    };
+    let words = spv::write_vec(&module, &info, &writer_options, Some(&pipeline)).map_err(|e| {
+        CodegenError::Write {
+            target: "spirv",
+            kernel: kernel.name.clone(),
+            message: naga_module::error_chain(&e),
+        }
+    })?;
+    let caps = declared_capabilities(&words);
+    Ok(SpirvOutput {
+        entry_point: kernel.name.clone(),
+        uses_f16: caps.contains(&CAP_FLOAT16),
+        uses_16bit_storage: caps.iter().any(|c| {
+            [
+                CAP_STORAGE_BUFFER_16BIT,
+                CAP_UNIFORM_AND_STORAGE_BUFFER_16BIT,
+            ]
+            .contains(c)
+        }),
+        uses_subgroups: caps.iter().any(|c| CAPS_GROUP_NON_UNIFORM.contains(c)),
+        push_constant_bytes: 4 * (abi::GRID_WORDS + kernel.params.len() as u32),
+        words,
+    })
+}
+
+// SPIR-V capability numbers (SPIR-V specification, "Capability").
+const CAP_FLOAT16: u32 = 9;
+/// `GroupNonUniform` through `GroupNonUniformQuad`.
+const CAPS_GROUP_NON_UNIFORM: std::ops::RangeInclusive<u32> = 61..=68;
+const CAP_STORAGE_BUFFER_16BIT: u32 = 4433;
+const CAP_UNIFORM_AND_STORAGE_BUFFER_16BIT: u32 = 4434;
+const OP_CAPABILITY: u32 = 17;
+const HEADER_WORDS: usize = 5;
+
+/// The operands of the module's `OpCapability` instructions, which all come first.
+fn declared_capabilities(words: &[u32]) -> Vec<u32> {
+    let mut caps = vec![];
+    let mut at = HEADER_WORDS;
+    while let Some(&first) = words.get(at) {
+        let (count, opcode) = ((first >> 16) as usize, first & 0xffff);
+        if opcode != OP_CAPABILITY || count < 2 {
+            break;
+        }
+        caps.extend(words.get(at + 1));
+        at += count;
+    }
+    caps
+}

@@ -1,0 +1,27 @@
+//! Every foundation kernel on every backend against the reference interpreter, and the
+//! interpreter against each case's plain-Rust reference. Absent backends are skipped with
+//! their reason, unless `TRINE_REQUIRE_BACKENDS` names them.
+
+use trine_models::conformance::{self, Status, Summary};
+
+#[test]
+fn every_kernel_on_every_backend_matches_the_reference() {
+    let columns = conformance::columns(&["cpu".to_string(), "vulkan".to_string()]);
+    for c in &columns {
+        if let Err(why) = &c.backend {
+            println!("{} skipped: {why}", c.name);
+        }
+    }
+    let cases = trine_models::kernels::cases();
+    let records = conformance::run_suite(&cases, &columns, |_| {});
+    println!("{}", conformance::matrix(&records));
+    let s = Summary::of(&records);
+    let failed: Vec<String> = records
+        .iter()
+        .filter(|r| r.status == Status::Fail)
+        .map(|r| format!("{} on {}: {}", r.case, r.backend, r.reason.as_deref().unwrap_or("")))
+        .collect();
+    assert!(failed.is_empty(), "{} failures:\n{}", s.fail, failed.join("\n"));
+    // The interpreter column always runs: a suite that compared nothing must not pass.
+    assert!(s.pass >= cases.len(), "only {} records passed", s.pass);
+}

@@ -1,0 +1,35 @@
+//! Golden snapshots of every kernel's IR text, HIP and CUDA C++, and WGSL. A change to a
+//! lowering shows up here as a reviewed diff (`cargo insta review`).
+
+use trine_codegen::Dialect;
+
+#[test]
+fn ir_text() {
+    for k in trine_models::kernels::kernels() {
+        insta::assert_snapshot!(format!("ir__{}", k.name), trine_ir::print(&k));
+    }
+}
+
+#[test]
+fn hip_text() {
+    for k in trine_models::kernels::kernels() {
+        let text = trine_codegen::hip(&k, Dialect::Hip).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        insta::assert_snapshot!(format!("hip__{}", k.name), text);
+    }
+}
+
+#[test]
+fn cuda_text() {
+    for k in trine_models::kernels::kernels() {
+        let text = trine_codegen::hip(&k, Dialect::Cuda).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        insta::assert_snapshot!(format!("cuda__{}", k.name), text);
+    }
+}
+
+#[test]
+fn wgsl_text() {
+    for k in trine_models::kernels::kernels() {
+        let text = trine_codegen::wgsl(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        insta::assert_snapshot!(format!("wgsl__{}", k.name), text);
+    }
+}

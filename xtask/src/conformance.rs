@@ -1,0 +1,46 @@
+//! `cargo xtask conformance [--backends cpu,vulkan] [--json FILE] [--filter TEXT]`.
+
+use std::io::Write;
+use std::process::ExitCode;
+use trine_models::conformance::{self, Summary};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Backends to test, comma-separated (the interpreter always runs as the reference).
+    #[arg(long, value_delimiter = ',', default_value = "cpu,vulkan")]
+    backends: Vec<String>,
+    /// Write the records as a JSON array to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// Only cases whose name contains this text.
+    #[arg(long)]
+    filter: Option<String>,
+}
+
+pub fn run(args: Args) -> Result<ExitCode, String> {
+    let columns = conformance::columns(&args.backends);
+    for c in &columns {
+        match &c.backend {
+            Ok(b) => eprintln!("{}: {} ({})", c.name, b.info().name, b.info().driver),
+            Err(why) => eprintln!("{}: unavailable: {why}", c.name),
+        }
+    }
+    let cases: Vec<_> = trine_models::kernels::cases()
+        .into_iter()
+        .filter(|c| args.filter.as_ref().is_none_or(|f| c.name.contains(f.as_str())))
+        .collect();
+    let total = cases.len();
+    let mut done = 0;
+    let records = conformance::run_suite(&cases, &columns, |case| {
+        done += 1;
+        eprint!("\r\x1b[K[{done}/{total}] {}", case.name);
+        let _ = std::io::stderr().flush();
+    });
+    eprintln!("\r\x1b[K");
+    print!("{}", conformance::matrix(&records));
+    if let Some(path) = args.json {
+        let text = serde_json::to_string_pretty(&records).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(if Summary::of(&records).fail > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
