@@ -14,7 +14,10 @@ pub fn diagnose() -> Vec<Report> {
         .into_iter()
         .map(|o| Report {
             backend: o.kind.name(),
-            info: o.backend.map(|b| b.info().clone()).map_err(|e| e.to_string()),
+            info: o
+                .backend
+                .map(|b| b.info().clone())
+                .map_err(|e| e.to_string()),
         })
         .collect()
 }
@@ -54,9 +57,15 @@ pub fn to_text(reports: &[Report]) -> String {
                     "no".to_string()
                 };
                 let rows = [
-                    ("device", format!("{} ({:?}, vendor {})", i.name, i.device_type, i.vendor)),
+                    (
+                        "device",
+                        format!("{} ({:?}, vendor {})", i.name, i.device_type, i.vendor),
+                    ),
                     ("arch", i.arch.clone().unwrap_or_else(|| "-".into())),
-                    ("driver", format!("{} (runtime {})", i.driver, i.runtime_version)),
+                    (
+                        "driver",
+                        format!("{} (runtime {})", i.driver, i.runtime_version),
+                    ),
                     (
                         "memory",
                         format!(
@@ -64,7 +73,11 @@ pub fn to_text(reports: &[Report]) -> String {
                             bytes(i.memory.device_local),
                             bytes(i.memory.host_visible),
                             if i.memory.unified { ", unified" } else { "" },
-                            if i.memory.zero_copy { ", zero-copy" } else { "" }
+                            if i.memory.zero_copy {
+                                ", zero-copy"
+                            } else {
+                                ""
+                            }
                         ),
                     ),
                     ("subgroups", sg),

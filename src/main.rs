@@ -3,7 +3,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "trine", version, about = "Kernels written once, run on Vulkan, HIP, CUDA and the CPU")]
+#[command(
+    name = "trine",
+    version,
+    about = "Kernels written once, run on Vulkan, HIP, CUDA and the CPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -26,7 +30,10 @@ fn main() {
             let reports = trine::doctor::diagnose();
             if json {
                 let v = trine::doctor::to_json(&reports);
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_else(|e| e.to_string()));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v).unwrap_or_else(|e| e.to_string())
+                );
             } else {
                 print!("{}", trine::doctor::to_text(&reports));
             }

@@ -50,6 +50,9 @@ pub fn open(kind: BackendKind) -> Result<Arc<dyn Backend>, BackendError> {
 pub fn open_all(kinds: &[BackendKind]) -> Vec<Opened> {
     kinds
         .iter()
-        .map(|&kind| Opened { kind, backend: open(kind) })
+        .map(|&kind| Opened {
+            kind,
+            backend: open(kind),
+        })
         .collect()
 }

@@ -17,11 +17,24 @@ fn bench_case(c: &mut Criterion, backend: &dyn Backend, case: &Case) {
     };
     let mut bindings = vec![];
     for b in &case.buffers {
-        let h = backend.alloc(b.data.len() as u64).expect("allocating a bench buffer");
-        backend.write(h, 0, &b.data).expect("uploading a bench buffer");
-        bindings.push(Binding { buffer: h, offset: 0, size: b.data.len() as u64 });
+        let h = backend
+            .alloc(b.data.len() as u64)
+            .expect("allocating a bench buffer");
+        backend
+            .write(h, 0, &b.data)
+            .expect("uploading a bench buffer");
+        bindings.push(Binding {
+            buffer: h,
+            offset: 0,
+            size: b.data.len() as u64,
+        });
     }
-    let d = Dispatch { program, grid: case.grid, bindings: &bindings, params: &case.params };
+    let d = Dispatch {
+        program,
+        grid: case.grid,
+        bindings: &bindings,
+        params: &case.params,
+    };
     c.bench_function(&format!("{}/{}", backend.name(), case.name), |b| {
         b.iter_custom(|iters| {
             (0..iters)
@@ -43,7 +56,9 @@ fn benches(c: &mut Criterion) {
     for opened in open_all(&BackendKind::ALL) {
         match opened.backend {
             Err(e) => println!("{}: skipped: {e}", opened.kind),
-            Ok(b) => cases.iter().for_each(|case| bench_case(c, b.as_ref(), case)),
+            Ok(b) => cases
+                .iter()
+                .for_each(|case| bench_case(c, b.as_ref(), case)),
         }
     }
 }

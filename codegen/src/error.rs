@@ -10,5 +10,9 @@ pub enum CodegenError {
     #[error("naga rejected the lowered module of {kernel:?}: {message}")]
     NagaValidation { kernel: String, message: String },
     #[error("writing {target} for {kernel:?} failed: {message}")]
-    Write { target: &'static str, kernel: String, message: String },
+    Write {
+        target: &'static str,
+        kernel: String,
+        message: String,
+    },
 }

@@ -22,6 +22,9 @@ pub use wgsl::wgsl;
 /// Validates `kernel` with limits loose enough for any device: device limits are the backend's
 /// business, the lowerings only need the kernel to be well formed.
 pub(crate) fn validated(kernel: &trine_ir::Kernel) -> Result<trine_ir::Info, CodegenError> {
-    let limits = trine_ir::Limits { max_shared_bytes: u64::MAX, max_invocations: 1024 };
+    let limits = trine_ir::Limits {
+        max_shared_bytes: u64::MAX,
+        max_invocations: 1024,
+    };
     trine_ir::validate(kernel, &limits).map_err(CodegenError::Invalid)
 }

@@ -52,9 +52,11 @@ pub fn spirv(kernel: &Kernel, options: &SpirvOptions) -> Result<SpirvOutput, Cod
             image_load: BoundsCheckPolicy::Unchecked,
             binding_array: BoundsCheckPolicy::Unchecked,
         },
-        // The default polyfill stores zeros and adds a barrier in every workgroup (about 7x
-        // slower on a barrier-heavy kernel on lavapipe).
-        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::Native,
+        // The IR leaves shared memory undefined until written (the interpreter reports early
+        // reads), so no initialisation at all: the default polyfill costs a store and a barrier
+        // per workgroup (about 7x slower on a barrier-heavy kernel on lavapipe), and `Native`
+        // needs shaderZeroInitializeWorkgroupMemory, which pre-1.3 drivers may lack.
+        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::None,
         // Loops are counted and bounded by construction; the guard only costs.
         force_loop_bounding: false,
         // lavapipe lacks StorageInputOutput16, and compute kernels have no f16 I/O.

@@ -74,14 +74,21 @@ impl KernelBuilder {
 
     pub fn buffer(&self, name: &str, elem: Scalar, access: Access) -> BufferId {
         let mut k = self.kernel.borrow_mut();
-        k.buffers.push(BufferDecl { name: name.into(), elem, access });
+        k.buffers.push(BufferDecl {
+            name: name.into(),
+            elem,
+            access,
+        });
         BufferId(k.buffers.len() as u32 - 1)
     }
 
     pub fn param(&self, name: &str, ty: Scalar) -> Val<'_> {
         let id = {
             let mut k = self.kernel.borrow_mut();
-            k.params.push(ParamDecl { name: name.into(), ty });
+            k.params.push(ParamDecl {
+                name: name.into(),
+                ty,
+            });
             ParamId(k.params.len() as u32 - 1)
         };
         self.emit(Expr::Param(id))
@@ -89,7 +96,11 @@ impl KernelBuilder {
 
     pub fn shared(&self, name: &str, elem: Scalar, len: u32) -> SharedId {
         let mut k = self.kernel.borrow_mut();
-        k.shared.push(SharedDecl { name: name.into(), elem, len });
+        k.shared.push(SharedDecl {
+            name: name.into(),
+            elem,
+            len,
+        });
         SharedId(k.shared.len() as u32 - 1)
     }
 
@@ -98,9 +109,16 @@ impl KernelBuilder {
     pub fn var(&self, name: &str, ty: Scalar) -> Var<'_> {
         let mut k = self.kernel.borrow_mut();
         let taken = k.vars.iter().any(|v| v.name == name);
-        let name = if taken { format!("{name}_{}", k.vars.len()) } else { name.to_string() };
+        let name = if taken {
+            format!("{name}_{}", k.vars.len())
+        } else {
+            name.to_string()
+        };
         k.vars.push(VarDecl { name, ty });
-        Var { b: self, id: VarId(k.vars.len() as u32 - 1) }
+        Var {
+            b: self,
+            id: VarId(k.vars.len() as u32 - 1),
+        }
     }
 
     /// Appends an expression and its `Let` to the current block.
@@ -125,10 +143,7 @@ impl KernelBuilder {
     fn block(&self, f: impl FnOnce()) -> Block {
         self.blocks.borrow_mut().push(vec![]);
         f();
-        self.blocks
-            .borrow_mut()
-            .pop()
-            .expect("pushed just above")
+        self.blocks.borrow_mut().pop().expect("pushed just above")
     }
 
     pub fn lit(&self, l: Literal) -> Val<'_> {
@@ -179,20 +194,38 @@ impl KernelBuilder {
     }
 
     pub fn load(&self, buffer: BufferId, index: Val<'_>) -> Val<'_> {
-        self.emit(Expr::Load { buffer, index: index.id })
+        self.emit(Expr::Load {
+            buffer,
+            index: index.id,
+        })
     }
     pub fn store(&self, buffer: BufferId, index: Val<'_>, value: Val<'_>) {
-        self.stmt(Stmt::Store { buffer, index: index.id, value: value.id });
+        self.stmt(Stmt::Store {
+            buffer,
+            index: index.id,
+            value: value.id,
+        });
     }
     pub fn load_shared(&self, array: SharedId, index: Val<'_>) -> Val<'_> {
-        self.emit(Expr::LoadShared { array, index: index.id })
+        self.emit(Expr::LoadShared {
+            array,
+            index: index.id,
+        })
     }
     pub fn store_shared(&self, array: SharedId, index: Val<'_>, value: Val<'_>) {
-        self.stmt(Stmt::StoreShared { array, index: index.id, value: value.id });
+        self.stmt(Stmt::StoreShared {
+            array,
+            index: index.id,
+            value: value.id,
+        });
     }
 
     pub fn select(&self, cond: Val<'_>, accept: Val<'_>, reject: Val<'_>) -> Val<'_> {
-        self.emit(Expr::Select { cond: cond.id, accept: accept.id, reject: reject.id })
+        self.emit(Expr::Select {
+            cond: cond.id,
+            accept: accept.id,
+            reject: reject.id,
+        })
     }
 
     pub fn barrier(&self) {
@@ -201,13 +234,21 @@ impl KernelBuilder {
 
     pub fn if_(&self, cond: Val<'_>, then: impl FnOnce()) {
         let then = self.block(then);
-        self.stmt(Stmt::If { cond: cond.id, then, otherwise: vec![] });
+        self.stmt(Stmt::If {
+            cond: cond.id,
+            then,
+            otherwise: vec![],
+        });
     }
 
     pub fn if_else(&self, cond: Val<'_>, then: impl FnOnce(), otherwise: impl FnOnce()) {
         let then = self.block(then);
         let otherwise = self.block(otherwise);
-        self.stmt(Stmt::If { cond: cond.id, then, otherwise });
+        self.stmt(Stmt::If {
+            cond: cond.id,
+            then,
+            otherwise,
+        });
     }
 
     /// `for (i = start; i < end; i += step) body(i)`; the validator rejects a zero `step`.
@@ -221,7 +262,13 @@ impl KernelBuilder {
         let n = self.kernel.borrow().vars.len();
         let var = self.var(&format!("i{n}"), Scalar::U32);
         let body = self.block(|| body(var.get()));
-        self.stmt(Stmt::Loop { var: var.id, start: start.id, end: end.id, step, body });
+        self.stmt(Stmt::Loop {
+            var: var.id,
+            start: start.id,
+            end: end.id,
+            step,
+            body,
+        });
     }
 
     /// The finished kernel. Open blocks are impossible here (closures close them).
@@ -238,7 +285,10 @@ impl<'b> Var<'b> {
         self.b.emit(Expr::Var(self.id))
     }
     pub fn set(self, value: Val<'_>) {
-        self.b.stmt(Stmt::Assign { var: self.id, value: value.id });
+        self.b.stmt(Stmt::Assign {
+            var: self.id,
+            value: value.id,
+        });
     }
 }
 
@@ -247,7 +297,11 @@ impl<'b> Val<'b> {
         self.b.emit(Expr::Unary { op, arg: self.id })
     }
     fn bin(self, op: BinaryOp, rhs: Val<'_>) -> Val<'b> {
-        self.b.emit(Expr::Binary { op, lhs: self.id, rhs: rhs.id })
+        self.b.emit(Expr::Binary {
+            op,
+            lhs: self.id,
+            rhs: rhs.id,
+        })
     }
     pub fn abs(self) -> Val<'b> {
         self.un(UnaryOp::Abs)
@@ -308,7 +362,11 @@ impl<'b> Val<'b> {
     }
     /// `self * b + c`.
     pub fn fma(self, b: Val<'_>, c: Val<'_>) -> Val<'b> {
-        self.b.emit(Expr::Fma { a: self.id, b: b.id, c: c.id })
+        self.b.emit(Expr::Fma {
+            a: self.id,
+            b: b.id,
+            c: c.id,
+        })
     }
     pub fn cast(self, to: Scalar) -> Val<'b> {
         self.b.emit(Expr::Cast { arg: self.id, to })

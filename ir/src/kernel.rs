@@ -206,22 +206,52 @@ pub enum Expr {
     Var(VarId),
     /// `buffer[index]`, index U32 in elements; storage-only types widen (see [`Scalar`]).
     /// Out of bounds is an error in the interpreter and undefined on GPUs.
-    Load { buffer: BufferId, index: ExprId },
+    Load {
+        buffer: BufferId,
+        index: ExprId,
+    },
     /// `shared[index]`, index U32.
-    LoadShared { array: SharedId, index: ExprId },
-    Unary { op: UnaryOp, arg: ExprId },
-    Binary { op: BinaryOp, lhs: ExprId, rhs: ExprId },
+    LoadShared {
+        array: SharedId,
+        index: ExprId,
+    },
+    Unary {
+        op: UnaryOp,
+        arg: ExprId,
+    },
+    Binary {
+        op: BinaryOp,
+        lhs: ExprId,
+        rhs: ExprId,
+    },
     /// `a * b + c` for floats, fused where the target has it (HIP `fmaf`, SPIR-V `Fma`).
-    Fma { a: ExprId, b: ExprId, c: ExprId },
+    Fma {
+        a: ExprId,
+        b: ExprId,
+        c: ExprId,
+    },
     /// `cond ? accept : reject`; both sides are evaluated. SPIR-V `OpSelect`.
-    Select { cond: ExprId, accept: ExprId, reject: ExprId },
+    Select {
+        cond: ExprId,
+        accept: ExprId,
+        reject: ExprId,
+    },
     /// Value conversion: float↔float rounds to nearest even; float→int truncates toward zero
     /// (out of range or NaN is an error in the interpreter); int→float rounds to nearest; int↔int
     /// reinterprets the two's-complement bits; Bool→number gives 0 or 1; number→Bool is `!= 0`.
-    Cast { arg: ExprId, to: Scalar },
+    Cast {
+        arg: ExprId,
+        to: Scalar,
+    },
     /// Reinterpret the bits of a 4-byte value as another 4-byte type (F32, I32, U32).
-    Bitcast { arg: ExprId, to: Scalar },
-    Subgroup { op: SubgroupOp, arg: ExprId },
+    Bitcast {
+        arg: ExprId,
+        to: Scalar,
+    },
+    Subgroup {
+        op: SubgroupOp,
+        arg: ExprId,
+    },
 }
 
 /// A block of statements, run in order.
@@ -235,15 +265,33 @@ pub enum Stmt {
     /// Set a private variable.
     Assign { var: VarId, value: ExprId },
     /// `buffer[index] = value`; the buffer must be writable and not storage-only.
-    Store { buffer: BufferId, index: ExprId, value: ExprId },
+    Store {
+        buffer: BufferId,
+        index: ExprId,
+        value: ExprId,
+    },
     /// `shared[index] = value`.
-    StoreShared { array: SharedId, index: ExprId, value: ExprId },
-    If { cond: ExprId, then: Block, otherwise: Block },
+    StoreShared {
+        array: SharedId,
+        index: ExprId,
+        value: ExprId,
+    },
+    If {
+        cond: ExprId,
+        then: Block,
+        otherwise: Block,
+    },
     /// `for (var = start; var < end; var += step) body`, with `var` a U32 private variable that
     /// the body reads through [`Expr::Var`] and must not assign. `start` and `end` are evaluated
     /// once, before the first iteration; `step` is a non-zero constant (the validator checks).
     /// `end + step` must not overflow u32 (the interpreter reports it).
-    Loop { var: VarId, start: ExprId, end: ExprId, step: u32, body: Block },
+    Loop {
+        var: VarId,
+        start: ExprId,
+        end: ExprId,
+        step: u32,
+        body: Block,
+    },
     /// Workgroup barrier: every invocation of the workgroup waits here, and its earlier writes to
     /// shared and global memory become visible to the others. HIP `__syncthreads()`; SPIR-V
     /// `OpControlBarrier Workgroup Workgroup AcquireRelease|WorkgroupMemory|UniformMemory`.

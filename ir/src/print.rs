@@ -15,7 +15,13 @@ pub fn print(kernel: &Kernel) -> String {
         out.push_str("  requires subgroup\n");
     }
     for (i, b) in k.buffers.iter().enumerate() {
-        let _ = writeln!(out, "  buffer {i} {}: {} {}", b.name, b.access.name(), b.elem);
+        let _ = writeln!(
+            out,
+            "  buffer {i} {}: {} {}",
+            b.name,
+            b.access.name(),
+            b.elem
+        );
     }
     for (i, p) in k.params.iter().enumerate() {
         let _ = writeln!(out, "  param {i} {}: {}", p.name, p.ty);
@@ -56,15 +62,27 @@ fn block(k: &Kernel, b: &Block, depth: usize, out: &mut String) {
             Stmt::Assign { var, value } => {
                 let _ = writeln!(out, "{pad}{} = {}", var_name(k, *var), e(*value));
             }
-            Stmt::Store { buffer, index, value } => {
+            Stmt::Store {
+                buffer,
+                index,
+                value,
+            } => {
                 let name = k.buffers.get(buffer.0 as usize).map_or("?", |b| &b.name);
                 let _ = writeln!(out, "{pad}{name}[{}] = {}", e(*index), e(*value));
             }
-            Stmt::StoreShared { array, index, value } => {
+            Stmt::StoreShared {
+                array,
+                index,
+                value,
+            } => {
                 let name = k.shared.get(array.0 as usize).map_or("?", |s| &s.name);
                 let _ = writeln!(out, "{pad}{name}[{}] = {}", e(*index), e(*value));
             }
-            Stmt::If { cond, then, otherwise } => {
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
                 let _ = writeln!(out, "{pad}if {} {{", e(*cond));
                 block(k, then, depth + 1, out);
                 if !otherwise.is_empty() {
@@ -73,7 +91,13 @@ fn block(k: &Kernel, b: &Block, depth: usize, out: &mut String) {
                 }
                 let _ = writeln!(out, "{pad}}}");
             }
-            Stmt::Loop { var, start, end, step, body } => {
+            Stmt::Loop {
+                var,
+                start,
+                end,
+                step,
+                body,
+            } => {
                 let _ = writeln!(
                     out,
                     "{pad}for {} in {}..{} step {step} {{",
@@ -117,7 +141,11 @@ fn expr(k: &Kernel, x: &Expr) -> String {
         Expr::Unary { op, arg } => format!("{op:?} {}", e(arg)),
         Expr::Binary { op, lhs, rhs } => format!("{op:?} {}, {}", e(lhs), e(rhs)),
         Expr::Fma { a, b, c } => format!("Fma {}, {}, {}", e(a), e(b), e(c)),
-        Expr::Select { cond, accept, reject } => {
+        Expr::Select {
+            cond,
+            accept,
+            reject,
+        } => {
             format!("Select {} ? {} : {}", e(cond), e(accept), e(reject))
         }
         Expr::Cast { arg, to } => format!("Cast {} to {to}", e(arg)),

@@ -14,7 +14,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_shared_bytes: 32 * 1024, max_invocations: 1024 }
+        Limits {
+            max_shared_bytes: 32 * 1024,
+            max_invocations: 1024,
+        }
     }
 }
 
@@ -49,7 +52,11 @@ pub enum ValidationError {
     #[error("{count} parameters exceed the limit of {max}")]
     TooManyParams { count: usize, max: usize },
     #[error("{what} {name:?} cannot have type {ty}")]
-    BadDeclType { what: &'static str, name: String, ty: Scalar },
+    BadDeclType {
+        what: &'static str,
+        name: String,
+        ty: Scalar,
+    },
     #[error("expression {expr:?} does not exist")]
     UnknownExpr { expr: ExprId },
     #[error("{what} {index} does not exist")]
@@ -59,13 +66,22 @@ pub enum ValidationError {
     #[error("expression {expr:?} has more than one Let")]
     LetTwice { expr: ExprId },
     #[error("expression {expr:?}: {op} expects {expected}, found {found}")]
-    TypeMismatch { expr: ExprId, op: String, expected: String, found: String },
+    TypeMismatch {
+        expr: ExprId,
+        op: String,
+        expected: String,
+        found: String,
+    },
     #[error("expression {expr:?}: builtin axis {axis} is not 0, 1 or 2")]
     BadAxis { expr: ExprId, axis: u8 },
     #[error("{what} needs the subgroup capability, which the kernel does not declare")]
     CapabilityNotDeclared { what: String },
     #[error("buffer {name:?} is {access} and cannot be {verb}")]
-    BufferAccess { name: String, access: &'static str, verb: &'static str },
+    BufferAccess {
+        name: String,
+        access: &'static str,
+        verb: &'static str,
+    },
     #[error("buffer {name:?} holds storage-only {ty} and cannot be stored to")]
     StorageOnlyStore { name: String, ty: Scalar },
     #[error("loop variable {var:?} is assigned inside its loop")]
@@ -90,7 +106,11 @@ pub fn validate(kernel: &Kernel, limits: &Limits) -> Result<Info> {
         .types
         .iter()
         .enumerate()
-        .map(|(i, t)| t.ok_or(ValidationError::NotInScope { expr: ExprId(i as u32) }))
+        .map(|(i, t)| {
+            t.ok_or(ValidationError::NotInScope {
+                expr: ExprId(i as u32),
+            })
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(Info { types })
 }
@@ -122,7 +142,10 @@ fn check_decls(k: &Kernel, limits: &Limits) -> Result<()> {
         .chain(k.vars.iter().map(|v| ("variable", &v.name, v.ty)));
     for (what, name, ty) in decls {
         if !is_ident(name) || !names.insert(name.as_str()) {
-            return Err(ValidationError::BadDeclName { what, name: name.clone() });
+            return Err(ValidationError::BadDeclName {
+                what,
+                name: name.clone(),
+            });
         }
         let ok = match what {
             "buffer" => ty != Scalar::Bool,
@@ -130,18 +153,30 @@ fn check_decls(k: &Kernel, limits: &Limits) -> Result<()> {
             _ => !ty.is_storage_only() && ty != Scalar::Bool,
         };
         if !ok {
-            return Err(ValidationError::BadDeclType { what, name: name.clone(), ty });
+            return Err(ValidationError::BadDeclType {
+                what,
+                name: name.clone(),
+                ty,
+            });
         }
     }
     if k.params.len() > MAX_PARAMS {
-        return Err(ValidationError::TooManyParams { count: k.params.len(), max: MAX_PARAMS });
+        return Err(ValidationError::TooManyParams {
+            count: k.params.len(),
+            max: MAX_PARAMS,
+        });
     }
     if let Some(s) = k.shared.iter().find(|s| s.len == 0) {
-        return Err(ValidationError::EmptyShared { name: s.name.clone() });
+        return Err(ValidationError::EmptyShared {
+            name: s.name.clone(),
+        });
     }
     let bytes = k.shared_bytes();
     if bytes > limits.max_shared_bytes {
-        return Err(ValidationError::SharedMemory { bytes, limit: limits.max_shared_bytes });
+        return Err(ValidationError::SharedMemory {
+            bytes,
+            limit: limits.max_shared_bytes,
+        });
     }
     Ok(())
 }
@@ -195,7 +230,11 @@ impl Validator<'_> {
                     }
                     self.expect(*value, "assignment", decl.ty)?;
                 }
-                Stmt::Store { buffer, index, value } => {
+                Stmt::Store {
+                    buffer,
+                    index,
+                    value,
+                } => {
                     let b = self.buffer(*buffer)?;
                     if !b.access.can_write() {
                         return Err(ValidationError::BufferAccess {
@@ -213,17 +252,31 @@ impl Validator<'_> {
                     self.expect(*index, "store index", Scalar::U32)?;
                     self.expect(*value, "store value", b.elem)?;
                 }
-                Stmt::StoreShared { array, index, value } => {
+                Stmt::StoreShared {
+                    array,
+                    index,
+                    value,
+                } => {
                     let elem = self.shared(*array)?.elem;
                     self.expect(*index, "shared store index", Scalar::U32)?;
                     self.expect(*value, "shared store value", elem)?;
                 }
-                Stmt::If { cond, then, otherwise } => {
+                Stmt::If {
+                    cond,
+                    then,
+                    otherwise,
+                } => {
                     self.expect(*cond, "if condition", Scalar::Bool)?;
                     self.block(then)?;
                     self.block(otherwise)?;
                 }
-                Stmt::Loop { var, start, end, step, body } => {
+                Stmt::Loop {
+                    var,
+                    start,
+                    end,
+                    step,
+                    body,
+                } => {
                     let decl = self.var(*var)?;
                     if decl.ty != Scalar::U32 {
                         return Err(ValidationError::BadDeclType {
@@ -270,21 +323,30 @@ impl Validator<'_> {
         self.k
             .vars
             .get(v.0 as usize)
-            .ok_or(ValidationError::UnknownDecl { what: "variable", index: v.0 })
+            .ok_or(ValidationError::UnknownDecl {
+                what: "variable",
+                index: v.0,
+            })
     }
 
     fn buffer(&self, b: BufferId) -> Result<&BufferDecl> {
         self.k
             .buffers
             .get(b.0 as usize)
-            .ok_or(ValidationError::UnknownDecl { what: "buffer", index: b.0 })
+            .ok_or(ValidationError::UnknownDecl {
+                what: "buffer",
+                index: b.0,
+            })
     }
 
     fn shared(&self, s: SharedId) -> Result<&SharedDecl> {
         self.k
             .shared
             .get(s.0 as usize)
-            .ok_or(ValidationError::UnknownDecl { what: "shared array", index: s.0 })
+            .ok_or(ValidationError::UnknownDecl {
+                what: "shared array",
+                index: s.0,
+            })
     }
 
     fn need_subgroup(&self, what: String) -> Result<()> {
@@ -304,7 +366,10 @@ impl Validator<'_> {
                 self.k
                     .params
                     .get(p.0 as usize)
-                    .ok_or(ValidationError::UnknownDecl { what: "param", index: p.0 })?
+                    .ok_or(ValidationError::UnknownDecl {
+                        what: "param",
+                        index: p.0,
+                    })?
                     .ty
             }
             Expr::Builtin(b) => {
@@ -399,7 +464,11 @@ impl Validator<'_> {
                 self.expect(c, "fma", t)?;
                 t
             }
-            Expr::Select { cond, accept, reject } => {
+            Expr::Select {
+                cond,
+                accept,
+                reject,
+            } => {
                 self.expect(cond, "select condition", Bool)?;
                 let t = self.operand(accept)?;
                 self.expect(reject, "select", t)?;

@@ -8,7 +8,9 @@ fn f32s(v: &[f32]) -> Vec<u8> {
 }
 
 fn to_f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 #[test]
@@ -21,7 +23,10 @@ fn saxpy_computes_and_masks_the_tail() {
     let i = k.global_id(0);
     k.if_(i.lt(n), || k.store(y, i, a.fma(k.load(x, i), k.load(y, i))));
     let kernel = k.finish();
-    let mut bufs = vec![f32s(&[1.0, 2.0, 3.0, 4.0, 5.0]), f32s(&[10.0, 20.0, 30.0, 40.0, 50.0])];
+    let mut bufs = vec![
+        f32s(&[1.0, 2.0, 3.0, 4.0, 5.0]),
+        f32s(&[10.0, 20.0, 30.0, 40.0, 50.0]),
+    ];
     let params = [ParamValue::F32(2.0), ParamValue::U32(5)];
     interpret(&kernel, [2, 1, 1], &mut bufs, &params, 8).unwrap();
     assert_eq!(to_f32s(&bufs[1]), [12.0, 24.0, 36.0, 48.0, 60.0]);
@@ -72,7 +77,10 @@ fn shared_read_without_barrier_is_a_race() {
     let err = interpret(&build(false), [1, 1, 1], &mut bufs, &[], 8).unwrap_err();
     assert!(matches!(err, InterpError::SharedRace { .. }), "{err}");
     interpret(&build(true), [1, 1, 1], &mut bufs, &[], 8).unwrap();
-    let got: Vec<u32> = bufs[0].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let got: Vec<u32> = bufs[0]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
     assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 0]);
 }
 
@@ -94,7 +102,14 @@ fn integer_division_by_zero_and_bad_float_to_int_are_errors() {
     let d = k.param("d", Scalar::U32);
     k.store(out, k.u32(0), k.u32(7) / d);
     let kernel = k.finish();
-    let err = interpret(&kernel, [1, 1, 1], &mut [vec![0; 4]], &[ParamValue::U32(0)], 8).unwrap_err();
+    let err = interpret(
+        &kernel,
+        [1, 1, 1],
+        &mut [vec![0; 4]],
+        &[ParamValue::U32(0)],
+        8,
+    )
+    .unwrap_err();
     assert!(matches!(err, InterpError::DivideByZero { .. }), "{err}");
 
     let k = KernelBuilder::new("f2i", [1, 1, 1]);
@@ -119,16 +134,24 @@ fn subgroup_sum_is_per_subgroup_and_shuffle_checks_lanes() {
     let kernel = k.finish();
     let mut bufs = vec![vec![0u8; 32]];
     interpret(&kernel, [1, 1, 1], &mut bufs, &[], 4).unwrap();
-    let got: Vec<u32> = bufs[0].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let got: Vec<u32> = bufs[0]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
     assert_eq!(got, [6, 6, 6, 6, 22, 22, 22, 22]);
 
     let k = KernelBuilder::new("shuf", [8, 1, 1]);
     k.require_subgroups();
     let out = k.buffer("out", Scalar::U32, Access::Write);
     let lid = k.local_index();
-    k.if_(lid.lt(k.u32(6)), || k.store(out, lid, lid.shuffle_xor(k.u32(2))));
+    k.if_(lid.lt(k.u32(6)), || {
+        k.store(out, lid, lid.shuffle_xor(k.u32(2)))
+    });
     let err = interpret(&k.finish(), [1, 1, 1], &mut bufs, &[], 8).unwrap_err();
-    assert!(matches!(err, InterpError::InactiveLane { lane: 6, .. }), "{err}");
+    assert!(
+        matches!(err, InterpError::InactiveLane { lane: 6, .. }),
+        "{err}"
+    );
 }
 
 #[test]

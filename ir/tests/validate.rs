@@ -21,7 +21,13 @@ fn shared_memory_over_the_limit() {
     let k = KernelBuilder::new("big", [1, 1, 1]);
     k.shared("s", Scalar::F32, 9000);
     let err = validate(&k.finish(), &Limits::default()).unwrap_err();
-    assert_eq!(err, ValidationError::SharedMemory { bytes: 36000, limit: 32768 });
+    assert_eq!(
+        err,
+        ValidationError::SharedMemory {
+            bytes: 36000,
+            limit: 32768
+        }
+    );
 }
 
 #[test]
@@ -30,7 +36,10 @@ fn subgroup_use_needs_the_capability() {
     let out = k.buffer("out", Scalar::U32, Access::Write);
     k.store(out, k.u32(0), k.local_index().subgroup_sum());
     let err = validate(&k.finish(), &Limits::default()).unwrap_err();
-    assert!(matches!(err, ValidationError::CapabilityNotDeclared { .. }), "{err}");
+    assert!(
+        matches!(err, ValidationError::CapabilityNotDeclared { .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -44,7 +53,11 @@ fn unknown_variable_and_out_of_scope_expression() {
     let zero = kernel.exprs.len() as u32;
     kernel.exprs.push(Expr::Literal(trine_ir::Literal::U32(0)));
     kernel.body.push(Stmt::Let(trine_ir::ExprId(zero)));
-    kernel.body.push(Stmt::Store { buffer: out, index: trine_ir::ExprId(zero), value: inner });
+    kernel.body.push(Stmt::Store {
+        buffer: out,
+        index: trine_ir::ExprId(zero),
+        value: inner,
+    });
     let err = validate(&kernel, &Limits::default()).unwrap_err();
     assert_eq!(err, ValidationError::NotInScope { expr: inner });
 
@@ -53,7 +66,13 @@ fn unknown_variable_and_out_of_scope_expression() {
     kernel.exprs.push(Expr::Var(trine_ir::VarId(3)));
     kernel.body.push(Stmt::Let(trine_ir::ExprId(0)));
     let err = validate(&kernel, &Limits::default()).unwrap_err();
-    assert_eq!(err, ValidationError::UnknownDecl { what: "variable", index: 3 });
+    assert_eq!(
+        err,
+        ValidationError::UnknownDecl {
+            what: "variable",
+            index: 3
+        }
+    );
 }
 
 #[test]
@@ -68,7 +87,10 @@ fn storing_to_read_only_or_storage_only_buffers_is_rejected() {
     let b = k.buffer("b", Scalar::U8, Access::ReadWrite);
     k.store(b, k.u32(0), k.u32(1));
     let err = validate(&k.finish(), &Limits::default()).unwrap_err();
-    assert!(matches!(err, ValidationError::StorageOnlyStore { .. }), "{err}");
+    assert!(
+        matches!(err, ValidationError::StorageOnlyStore { .. }),
+        "{err}"
+    );
 }
 
 #[test]

@@ -19,9 +19,21 @@ fn every_kernel_on_every_backend_matches_the_reference() {
     let failed: Vec<String> = records
         .iter()
         .filter(|r| r.status == Status::Fail)
-        .map(|r| format!("{} on {}: {}", r.case, r.backend, r.reason.as_deref().unwrap_or("")))
+        .map(|r| {
+            format!(
+                "{} on {}: {}",
+                r.case,
+                r.backend,
+                r.reason.as_deref().unwrap_or("")
+            )
+        })
         .collect();
-    assert!(failed.is_empty(), "{} failures:\n{}", s.fail, failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "{} failures:\n{}",
+        s.fail,
+        failed.join("\n")
+    );
     // The interpreter column always runs: a suite that compared nothing must not pass.
     assert!(s.pass >= cases.len(), "only {} records passed", s.pass);
 }

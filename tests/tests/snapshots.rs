@@ -13,7 +13,8 @@ fn ir_text() {
 #[test]
 fn hip_text() {
     for k in trine_models::kernels::kernels() {
-        let text = trine_codegen::hip(&k, Dialect::Hip).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        let text =
+            trine_codegen::hip(&k, Dialect::Hip).unwrap_or_else(|e| panic!("{}: {e}", k.name));
         insta::assert_snapshot!(format!("hip__{}", k.name), text);
     }
 }
@@ -21,7 +22,8 @@ fn hip_text() {
 #[test]
 fn cuda_text() {
     for k in trine_models::kernels::kernels() {
-        let text = trine_codegen::hip(&k, Dialect::Cuda).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        let text =
+            trine_codegen::hip(&k, Dialect::Cuda).unwrap_or_else(|e| panic!("{}: {e}", k.name));
         insta::assert_snapshot!(format!("cuda__{}", k.name), text);
     }
 }

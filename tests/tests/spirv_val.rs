@@ -6,13 +6,17 @@ use std::process::Command;
 use trine_codegen::SpirvOptions;
 
 fn required() -> bool {
-    std::env::var("TRINE_REQUIRE_TOOLS").is_ok_and(|v| v.split(',').any(|t| t.trim() == "spirv-val"))
+    std::env::var("TRINE_REQUIRE_TOOLS")
+        .is_ok_and(|v| v.split(',').any(|t| t.trim() == "spirv-val"))
 }
 
 #[test]
 fn every_kernel_passes_spirv_val() {
     if Command::new("spirv-val").arg("--version").output().is_err() {
-        assert!(!required(), "spirv-val is required (TRINE_REQUIRE_TOOLS) but not on PATH");
+        assert!(
+            !required(),
+            "spirv-val is required (TRINE_REQUIRE_TOOLS) but not on PATH"
+        );
         println!("skipped: spirv-val is not on PATH (Debian: apt-get install spirv-tools)");
         return;
     }
@@ -21,18 +25,34 @@ fn every_kernel_passes_spirv_val() {
     let mut failures = vec![];
     let kernels = trine_models::kernels::kernels();
     for k in &kernels {
-        let out = trine_codegen::spirv(k, &SpirvOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        let out = trine_codegen::spirv(k, &SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", k.name));
         let path = dir.join(format!("{}.spv", k.name));
         let bytes: Vec<u8> = out.words.iter().flat_map(|w| w.to_le_bytes()).collect();
         std::fs::write(&path, bytes).unwrap();
         for env in ["vulkan1.1", "vulkan1.3"] {
-            let r = Command::new("spirv-val").args(["--target-env", env]).arg(&path).output().unwrap();
+            let r = Command::new("spirv-val")
+                .args(["--target-env", env])
+                .arg(&path)
+                .output()
+                .unwrap();
             if !r.status.success() {
-                failures.push(format!("{} ({env}): {}", k.name, String::from_utf8_lossy(&r.stderr)));
+                failures.push(format!(
+                    "{} ({env}): {}",
+                    k.name,
+                    String::from_utf8_lossy(&r.stderr)
+                ));
             }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(failures.is_empty(), "spirv-val rejected:\n{}", failures.join("\n"));
-    println!("{} kernels pass spirv-val for vulkan1.1 and vulkan1.3", kernels.len());
+    assert!(
+        failures.is_empty(),
+        "spirv-val rejected:\n{}",
+        failures.join("\n")
+    );
+    println!(
+        "{} kernels pass spirv-val for vulkan1.1 and vulkan1.3",
+        kernels.len()
+    );
 }

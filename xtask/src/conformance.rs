@@ -27,7 +27,11 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     }
     let cases: Vec<_> = trine_models::kernels::cases()
         .into_iter()
-        .filter(|c| args.filter.as_ref().is_none_or(|f| c.name.contains(f.as_str())))
+        .filter(|c| {
+            args.filter
+                .as_ref()
+                .is_none_or(|f| c.name.contains(f.as_str()))
+        })
         .collect();
     let total = cases.len();
     let mut done = 0;
@@ -42,5 +46,9 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         let text = serde_json::to_string_pretty(&records).map_err(|e| e.to_string())?;
         std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
-    Ok(if Summary::of(&records).fail > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if Summary::of(&records).fail > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

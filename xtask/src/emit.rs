@@ -42,16 +42,25 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .ok_or_else(|| format!("no kernel named {name:?} (see --list)"))?;
     let bytes: Vec<u8> = match args.target {
         Target::Ir => trine_ir::print(kernel).into_bytes(),
-        Target::Hip => trine_codegen::hip(kernel, Dialect::Hip).map_err(|e| e.to_string())?.into_bytes(),
-        Target::Cuda => trine_codegen::hip(kernel, Dialect::Cuda).map_err(|e| e.to_string())?.into_bytes(),
-        Target::Wgsl => trine_codegen::wgsl(kernel).map_err(|e| e.to_string())?.into_bytes(),
+        Target::Hip => trine_codegen::hip(kernel, Dialect::Hip)
+            .map_err(|e| e.to_string())?
+            .into_bytes(),
+        Target::Cuda => trine_codegen::hip(kernel, Dialect::Cuda)
+            .map_err(|e| e.to_string())?
+            .into_bytes(),
+        Target::Wgsl => trine_codegen::wgsl(kernel)
+            .map_err(|e| e.to_string())?
+            .into_bytes(),
         Target::Spirv => {
-            let out = trine_codegen::spirv(kernel, &SpirvOptions::default()).map_err(|e| e.to_string())?;
+            let out = trine_codegen::spirv(kernel, &SpirvOptions::default())
+                .map_err(|e| e.to_string())?;
             out.words.iter().flat_map(|w| w.to_le_bytes()).collect()
         }
     };
     match args.output {
-        Some(path) => std::fs::write(&path, &bytes).map_err(|e| format!("writing {}: {e}", path.display()))?,
+        Some(path) => {
+            std::fs::write(&path, &bytes).map_err(|e| format!("writing {}: {e}", path.display()))?
+        }
         None if matches!(args.target, Target::Spirv) => {
             return Err("SPIR-V is binary: write it to a file with -o".into())
         }

@@ -42,7 +42,12 @@ impl CpuBackend {
             vendor: sysinfo::cpu_vendor(),
             device_type: DeviceType::Cpu,
             arch: Some(std::env::consts::ARCH.into()),
-            memory: MemoryInfo { device_local: ram, host_visible: ram, unified: true, zero_copy: true },
+            memory: MemoryInfo {
+                device_local: ram,
+                host_visible: ram,
+                unified: true,
+                zero_copy: true,
+            },
             subgroup_sizes: vec![CPU_SUBGROUP_SIZE],
             subgroup_ops: true,
             f16: true,
@@ -75,7 +80,11 @@ impl CpuBackend {
     fn check_range(words: &Words, offset: u64, len: u64) -> Result<(), BackendError> {
         match offset.checked_add(len) {
             Some(end) if end <= words.len() => Ok(()),
-            _ => Err(BackendError::OutOfRange { offset, len, size: words.len() }),
+            _ => Err(BackendError::OutOfRange {
+                offset,
+                len,
+                size: words.len(),
+            }),
         }
     }
 }
@@ -123,9 +132,11 @@ impl Backend for CpuBackend {
     }
 
     fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
-        trine_ir::validate(kernel, &self.info.limits()).map_err(|source| BackendError::Invalid {
-            kernel: kernel.name.clone(),
-            source,
+        trine_ir::validate(kernel, &self.info.limits()).map_err(|source| {
+            BackendError::Invalid {
+                kernel: kernel.name.clone(),
+                source,
+            }
         })?;
         let hash = trine_ir::kernel_hash(kernel);
         lock(&self.programs)
@@ -151,11 +162,25 @@ impl Backend for CpuBackend {
         let views: Vec<View> = words
             .iter()
             .zip(d.bindings)
-            .map(|(w, b): (&Arc<Words>, &Binding)| View { words: w, offset: b.offset, len: b.size })
+            .map(|(w, b): (&Arc<Words>, &Binding)| View {
+                words: w,
+                offset: b.offset,
+                len: b.size,
+            })
             .collect();
-        let fault = |source| BackendError::Fault { kernel: kernel.name.clone(), source };
-        let launch = Launch::new(&kernel, &self.info.limits(), d.grid, &views, d.params, CPU_SUBGROUP_SIZE)
-            .map_err(|e| BackendError::BadDispatch(e.to_string()))?;
+        let fault = |source| BackendError::Fault {
+            kernel: kernel.name.clone(),
+            source,
+        };
+        let launch = Launch::new(
+            &kernel,
+            &self.info.limits(),
+            d.grid,
+            &views,
+            d.params,
+            CPU_SUBGROUP_SIZE,
+        )
+        .map_err(|e| BackendError::BadDispatch(e.to_string()))?;
         (0..launch.workgroups())
             .into_par_iter()
             .try_for_each(|n| launch.run_workgroup(launch.workgroup_id(n)))

@@ -211,7 +211,7 @@ pub fn check_range(offset: u64, len: u64, size: u64) -> Result<(), BackendError>
 pub struct Staging {
     pub buffer: vk::Buffer,
     memory: vk::DeviceMemory,
-    pub capacity: u64,
+    capacity: u64,
     mapped: Mapped,
     /// Submission serial of the last copy that used it.
     pub last_use: u64,
@@ -242,7 +242,7 @@ impl Staging {
 
 /// Every buffer of the backend, by handle.
 pub struct Buffers {
-    pub plan: MemoryPlan,
+    plan: MemoryPlan,
     map: HashMap<u64, Buffer>,
     /// Freed buffers whose last use could not be waited for.
     orphans: Vec<Buffer>,

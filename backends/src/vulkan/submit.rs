@@ -15,7 +15,7 @@ use ash::vk;
 
 /// Dispatches recorded before a batch is submitted without being asked: long enough to amortise
 /// a submission, short enough to keep the device fed while the host records.
-pub const BATCH_DISPATCHES: u32 = 256;
+const BATCH_DISPATCHES: u32 = 256;
 /// Command buffers in the ring.
 const SLOTS: usize = 3;
 /// Descriptor sets per pool; one batch fits in one pool unless kernels bind many buffers.
@@ -138,7 +138,7 @@ impl Submitter {
     }
 
     /// The open batch's command buffer, beginning a batch if none is open.
-    pub fn begin(&mut self, device: &ash::Device) -> Result<vk::CommandBuffer, BackendError> {
+    fn begin(&mut self, device: &ash::Device) -> Result<vk::CommandBuffer, BackendError> {
         if self.recording {
             return Ok(self.slots[self.current].cmd);
         }
@@ -333,7 +333,7 @@ impl Submitter {
     }
 
     /// Submits the open batch, if any.
-    pub fn submit(&mut self, device: &ash::Device) -> Result<(), BackendError> {
+    fn submit(&mut self, device: &ash::Device) -> Result<(), BackendError> {
         if !self.recording {
             return Ok(());
         }

@@ -31,14 +31,21 @@ impl<'l, 'a> Workgroup<'l, 'a> {
     pub(crate) fn new(l: &'l Launch<'a>, wg: [u32; 3]) -> Self {
         let k = l.kernel;
         let lanes = k.invocations() as usize;
-        let empty = SharedCell { bits: 0, writer: None };
+        let empty = SharedCell {
+            bits: 0,
+            writer: None,
+        };
         Workgroup {
             l,
             wg,
             lanes,
             vals: vec![Vec::new(); k.exprs.len()],
             vars: vec![vec![0; lanes]; k.vars.len()],
-            shared: k.shared.iter().map(|s| vec![empty; s.len as usize]).collect(),
+            shared: k
+                .shared
+                .iter()
+                .map(|s| vec![empty; s.len as usize])
+                .collect(),
             epoch: 0,
         }
     }
@@ -50,7 +57,10 @@ impl<'l, 'a> Workgroup<'l, 'a> {
     }
 
     fn site(&self, lane: usize) -> Site {
-        Site { workgroup: self.wg, invocation: lane as u32 }
+        Site {
+            workgroup: self.wg,
+            invocation: lane as u32,
+        }
     }
 
     fn local_id(&self, lane: usize) -> [u32; 3] {
@@ -82,15 +92,24 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     self.vars[var.0 as usize][lane] = self.val(*value, lane);
                 }
             }
-            Stmt::Store { buffer, index, value } => {
+            Stmt::Store {
+                buffer,
+                index,
+                value,
+            } => {
                 let elem = self.l.kernel.buffers[buffer.0 as usize].elem;
                 for lane in Self::active(mask) {
                     let addr = self.address(*buffer, self.val(*index, lane), lane, "store")?;
                     let view = &self.l.buffers[buffer.0 as usize];
-                    view.words.store_bits(addr, self.val(*value, lane), elem.size() as u64);
+                    view.words
+                        .store_bits(addr, self.val(*value, lane), elem.size() as u64);
                 }
             }
-            Stmt::StoreShared { array, index, value } => {
+            Stmt::StoreShared {
+                array,
+                index,
+                value,
+            } => {
                 for lane in Self::active(mask) {
                     let i = self.val(*index, lane);
                     let bits = self.val(*value, lane);
@@ -100,7 +119,11 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     cell.writer = Some((lane as u32, epoch));
                 }
             }
-            Stmt::If { cond, then, otherwise } => {
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
                 let c: Vec<bool> = (0..self.lanes)
                     .map(|l| mask[l] && self.val(*cond, l) != 0)
                     .collect();
@@ -112,7 +135,13 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     self.block(otherwise, &nc)?;
                 }
             }
-            Stmt::Loop { var, start, end, step, body } => {
+            Stmt::Loop {
+                var,
+                start,
+                end,
+                step,
+                body,
+            } => {
                 let v = var.0 as usize;
                 for lane in Self::active(mask) {
                     self.vars[v][lane] = self.val(*start, lane);
@@ -127,7 +156,9 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                             continue;
                         }
                         let next = self.vars[v][lane].checked_add(*step);
-                        let next = next.ok_or(InterpError::LoopOverflow { at: self.site(lane) })?;
+                        let next = next.ok_or(InterpError::LoopOverflow {
+                            at: self.site(lane),
+                        })?;
                         self.vars[v][lane] = next;
                         *alive = next < self.val(*end, lane);
                     }
@@ -135,7 +166,9 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             }
             Stmt::Barrier => {
                 if let Some(lane) = mask.iter().position(|&m| !m) {
-                    return Err(InterpError::DivergentBarrier { at: self.site(lane) });
+                    return Err(InterpError::DivergentBarrier {
+                        at: self.site(lane),
+                    });
                 }
                 self.epoch += 1;
             }
@@ -165,15 +198,15 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         let decl = &self.l.kernel.shared[a.0 as usize];
         let at = self.site(lane);
         let epoch = self.epoch;
-        let cell = self.shared[a.0 as usize].get_mut(i as usize).ok_or_else(|| {
-            InterpError::OutOfBounds {
+        let cell = self.shared[a.0 as usize]
+            .get_mut(i as usize)
+            .ok_or_else(|| InterpError::OutOfBounds {
                 at,
                 what: format!("{what} {}", decl.name),
                 index: i as u64,
                 len: decl.len as u64,
                 expr: String::new(),
-            }
-        })?;
+            })?;
         if let Some((writer, e)) = cell.writer {
             if e == epoch && writer != lane as u32 {
                 return Err(InterpError::SharedRace {
@@ -197,10 +230,15 @@ impl<'l, 'a> Workgroup<'l, 'a> {
 
     fn op_err(&self, e: OpError, id: ExprId, lane: usize) -> InterpError {
         match e {
-            OpError::DivideByZero => InterpError::DivideByZero { at: self.site(lane), expr: id },
-            OpError::FloatToInt(value) => {
-                InterpError::FloatToInt { at: self.site(lane), expr: id, value }
-            }
+            OpError::DivideByZero => InterpError::DivideByZero {
+                at: self.site(lane),
+                expr: id,
+            },
+            OpError::FloatToInt(value) => InterpError::FloatToInt {
+                at: self.site(lane),
+                expr: id,
+                value,
+            },
         }
     }
 
@@ -272,9 +310,17 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     out[lane] = ops::fma(t, x, y, z);
                 }
             }
-            Expr::Select { cond, accept, reject } => {
+            Expr::Select {
+                cond,
+                accept,
+                reject,
+            } => {
                 for lane in Self::active(mask) {
-                    let pick = if self.val(cond, lane) != 0 { accept } else { reject };
+                    let pick = if self.val(cond, lane) != 0 {
+                        accept
+                    } else {
+                        reject
+                    };
                     out[lane] = self.val(pick, lane);
                 }
             }
@@ -348,10 +394,12 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     continue;
                 }
             };
-            let Some((&head, rest)) = active.split_first() else { continue };
-            let total = rest
-                .iter()
-                .fold(self.val(arg, head), |acc, &l| ops::reduce(combine, t, acc, self.val(arg, l)));
+            let Some((&head, rest)) = active.split_first() else {
+                continue;
+            };
+            let total = rest.iter().fold(self.val(arg, head), |acc, &l| {
+                ops::reduce(combine, t, acc, self.val(arg, l))
+            });
             for &lane in &active {
                 out[lane] = total;
             }

@@ -17,7 +17,10 @@ impl Words {
     /// `len` zero bytes (rounded up to whole words internally).
     pub fn zeroed(len: u64) -> Words {
         let n = len.div_ceil(4) as usize;
-        Words { words: (0..n).map(|_| AtomicU32::new(0)).collect(), len }
+        Words {
+            words: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            len,
+        }
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Words {
@@ -99,6 +102,10 @@ pub struct View<'a> {
 
 impl<'a> View<'a> {
     pub fn whole(words: &'a Words) -> View<'a> {
-        View { words, offset: 0, len: words.len() }
+        View {
+            words,
+            offset: 0,
+            len: words.len(),
+        }
     }
 }

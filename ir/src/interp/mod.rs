@@ -29,7 +29,11 @@ pub struct Site {
 
 impl std::fmt::Display for Site {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "workgroup {:?}, invocation {}", self.workgroup, self.invocation)
+        write!(
+            f,
+            "workgroup {:?}, invocation {}",
+            self.workgroup, self.invocation
+        )
     }
 }
 
@@ -40,24 +44,44 @@ pub enum InterpError {
     #[error("kernel takes {expected} buffers, {found} given")]
     BufferCount { expected: usize, found: usize },
     #[error("kernel takes parameters {expected:?}, given {found:?}")]
-    Params { expected: Vec<String>, found: Vec<String> },
+    Params {
+        expected: Vec<String>,
+        found: Vec<String>,
+    },
     #[error("buffer view of {len} bytes at offset {offset} is misaligned or outside its storage")]
     BadView { offset: u64, len: u64 },
     #[error("subgroup size {0} is not a power of two between 1 and 128")]
     SubgroupSize(u32),
     #[error("{at}: {what} index {index} is out of bounds (length {len}) at {expr:?}")]
-    OutOfBounds { at: Site, what: String, index: u64, len: u64, expr: String },
+    OutOfBounds {
+        at: Site,
+        what: String,
+        index: u64,
+        len: u64,
+        expr: String,
+    },
     #[error("{at}: shared {array}[{index}] read before any invocation wrote it")]
     UninitShared { at: Site, array: String, index: u32 },
     #[error("{at}: shared {array}[{index}] was written by invocation {writer} and accessed by this one with no barrier between")]
-    SharedRace { at: Site, array: String, index: u32, writer: u32 },
+    SharedRace {
+        at: Site,
+        array: String,
+        index: u32,
+        writer: u32,
+    },
     #[error("{at}: barrier reached by only part of the workgroup")]
     DivergentBarrier { at: Site },
     #[error("{at}: integer division by zero at {expr:?}")]
     DivideByZero { at: Site, expr: ExprId },
     #[error("{at}: {value} does not fit the target integer type at {expr:?}")]
-    FloatToInt { at: Site, expr: ExprId, value: String },
-    #[error("{at}: shuffle at {expr:?} reads lane {lane}, which is inactive or outside the subgroup")]
+    FloatToInt {
+        at: Site,
+        expr: ExprId,
+        value: String,
+    },
+    #[error(
+        "{at}: shuffle at {expr:?} reads lane {lane}, which is inactive or outside the subgroup"
+    )]
     InactiveLane { at: Site, expr: ExprId, lane: u32 },
     #[error("{at}: loop counter overflows u32")]
     LoopOverflow { at: Site },
@@ -94,7 +118,10 @@ impl<'a> Launch<'a> {
         for v in buffers {
             let end = v.offset.checked_add(v.len);
             if v.offset % 4 != 0 || end.is_none_or(|e| e > v.words.len()) {
-                return Err(InterpError::BadView { offset: v.offset, len: v.len });
+                return Err(InterpError::BadView {
+                    offset: v.offset,
+                    len: v.len,
+                });
             }
         }
         let expected: Vec<_> = kernel.params.iter().map(|p| p.ty).collect();
@@ -126,7 +153,11 @@ impl<'a> Launch<'a> {
     /// The id of the `n`th workgroup in x-fastest order.
     pub fn workgroup_id(&self, n: u64) -> [u32; 3] {
         let [gx, gy, _] = self.grid.map(|g| g as u64);
-        [(n % gx) as u32, ((n / gx) % gy) as u32, (n / (gx * gy)) as u32]
+        [
+            (n % gx) as u32,
+            ((n / gx) % gy) as u32,
+            (n / (gx * gy)) as u32,
+        ]
     }
 
     /// Runs one workgroup.
@@ -151,7 +182,10 @@ pub fn interpret(
 ) -> Result<(), InterpError> {
     let words: Vec<Words> = buffers.iter().map(|b| Words::from_bytes(b)).collect();
     let views: Vec<View> = words.iter().map(View::whole).collect();
-    let limits = Limits { max_shared_bytes: u64::MAX, max_invocations: 1024 };
+    let limits = Limits {
+        max_shared_bytes: u64::MAX,
+        max_invocations: 1024,
+    };
     Launch::new(kernel, &limits, grid, &views, params, subgroup_size)?.run()?;
     for (b, w) in buffers.iter_mut().zip(&words) {
         w.read(0, b);

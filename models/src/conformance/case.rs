@@ -53,7 +53,13 @@ impl Case {
     }
 
     pub fn input(mut self, name: &str, elem: Scalar, data: Vec<u8>) -> Case {
-        self.buffers.push(CaseBuffer { name: name.into(), elem, data, output: false, expected: None });
+        self.buffers.push(CaseBuffer {
+            name: name.into(),
+            elem,
+            data,
+            output: false,
+            expected: None,
+        });
         self
     }
 

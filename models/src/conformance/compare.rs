@@ -24,7 +24,11 @@ fn class(v: f64) -> &'static str {
 /// (with its index and the two classes).
 pub fn nmse(want: &[f64], got: &[f64]) -> Result<f64, String> {
     if want.len() != got.len() {
-        return Err(format!("{} values expected, {} produced", want.len(), got.len()));
+        return Err(format!(
+            "{} values expected, {} produced",
+            want.len(),
+            got.len()
+        ));
     }
     let mut err = 0.0;
     let mut norm = 0.0;
@@ -50,7 +54,10 @@ pub fn nmse(want: &[f64], got: &[f64]) -> Result<f64, String> {
 /// Judges one output against its bound.
 pub fn judge(name: &str, want: &[f64], got: &[f64], bound: f64) -> Verdict {
     match nmse(want, got) {
-        Err(reason) => Verdict::Fail { nmse: None, reason: format!("{name}: {reason}") },
+        Err(reason) => Verdict::Fail {
+            nmse: None,
+            reason: format!("{name}: {reason}"),
+        },
         Ok(e) if e <= bound => Verdict::Pass { nmse: e },
         Ok(e) => {
             let worst = want
@@ -84,10 +91,14 @@ mod tests {
     fn nmse_is_relative_squared_error() {
         let e = nmse(&[3.0, 4.0], &[3.0, 4.5]).unwrap();
         assert!((e - 0.25 / 25.0).abs() < 1e-15);
-        assert_eq!(judge("y", &[1.0], &[1.1], 1e-3), Verdict::Fail {
-            nmse: Some(nmse(&[1.0], &[1.1]).unwrap()),
-            reason: "y: NMSE 1.000e-2 exceeds 1e-3; worst element 0: expected 1, got 1.1".into(),
-        });
+        assert_eq!(
+            judge("y", &[1.0], &[1.1], 1e-3),
+            Verdict::Fail {
+                nmse: Some(nmse(&[1.0], &[1.1]).unwrap()),
+                reason: "y: NMSE 1.000e-2 exceeds 1e-3; worst element 0: expected 1, got 1.1"
+                    .into(),
+            }
+        );
         assert_eq!(nmse(&[0.0], &[1e-30]), Ok(f64::INFINITY));
     }
 }

@@ -22,7 +22,11 @@ pub struct Column {
 
 /// Runs every case on every column, plus the interpreter against the plain-Rust references.
 /// `progress` is called once per case.
-pub fn run_suite(cases: &[Case], columns: &[Column], mut progress: impl FnMut(&Case)) -> Vec<Record> {
+pub fn run_suite(
+    cases: &[Case],
+    columns: &[Column],
+    mut progress: impl FnMut(&Case),
+) -> Vec<Record> {
     let mut out = vec![];
     for case in cases {
         progress(case);
@@ -34,7 +38,11 @@ pub fn run_suite(cases: &[Case], columns: &[Column], mut progress: impl FnMut(&C
                 Err(why) => Record {
                     case: case.name.clone(),
                     backend: col.name.clone(),
-                    status: if col.required { Status::Fail } else { Status::Skip },
+                    status: if col.required {
+                        Status::Fail
+                    } else {
+                        Status::Skip
+                    },
                     nmse: None,
                     reason: Some(if col.required {
                         format!("required backend unavailable: {why}")
@@ -70,7 +78,11 @@ pub fn columns(names: &[String]) -> Vec<Column> {
                 None => Err(format!("unknown backend {name:?}")),
                 Some(kind) => trine_backends::open(kind).map_err(|e| e.to_string()),
             };
-            Column { name: name.clone(), backend, required: required.contains(name) }
+            Column {
+                name: name.clone(),
+                backend,
+                required: required.contains(name),
+            }
         })
         .collect()
 }

@@ -78,10 +78,20 @@ pub fn matrix(records: &[Record]) -> String {
         .chain(backends.iter().map(|b| b.to_string()))
         .collect();
     let widths: Vec<usize> = (0..header.len())
-        .map(|c| rows.iter().map(|r| r[c].len()).chain([header[c].len()]).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].len())
+                .chain([header[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let line = |cells: &[String]| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         format!("| {} |\n", padded.join(" | "))
     };
     let mut out = line(&header);
@@ -89,11 +99,18 @@ pub fn matrix(records: &[Record]) -> String {
     for r in &rows {
         out += &line(r);
     }
-    let notes: Vec<&Record> = records.iter().filter(|r| r.status != Status::Pass).collect();
+    let notes: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.status != Status::Pass)
+        .collect();
     if !notes.is_empty() {
         out.push('\n');
         for r in notes {
-            let status = if r.status == Status::Fail { "FAIL" } else { "SKIP" };
+            let status = if r.status == Status::Fail {
+                "FAIL"
+            } else {
+                "SKIP"
+            };
             let _ = writeln!(
                 out,
                 "{status} {} on {}: {}",
@@ -104,6 +121,10 @@ pub fn matrix(records: &[Record]) -> String {
         }
     }
     let s = Summary::of(records);
-    let _ = writeln!(out, "\n{} passed, {} failed, {} skipped", s.pass, s.fail, s.skip);
+    let _ = writeln!(
+        out,
+        "\n{} passed, {} failed, {} skipped",
+        s.pass, s.fail, s.skip
+    );
     out
 }

@@ -46,11 +46,24 @@ pub struct Reference {
 
 pub fn reference(case: &Case) -> Reference {
     let mut bufs: Vec<Vec<u8>> = case.buffers.iter().map(|b| b.data.clone()).collect();
-    let r = interpret(&case.kernel, case.grid, &mut bufs, &case.params, REFERENCE_SUBGROUP);
-    Reference { outputs: r.map(|()| bufs).map_err(|e| e.to_string()) }
+    let r = interpret(
+        &case.kernel,
+        case.grid,
+        &mut bufs,
+        &case.params,
+        REFERENCE_SUBGROUP,
+    );
+    Reference {
+        outputs: r.map(|()| bufs).map_err(|e| e.to_string()),
+    }
 }
 
-fn record(case: &Case, backend: &str, kernel: &str, verdicts: Result<Vec<Verdict>, String>) -> Record {
+fn record(
+    case: &Case,
+    backend: &str,
+    kernel: &str,
+    verdicts: Result<Vec<Verdict>, String>,
+) -> Record {
     let mut rec = Record {
         case: case.name.clone(),
         backend: backend.into(),
@@ -101,7 +114,10 @@ pub fn check_interpreter(case: &Case, reference: &Reference) -> Record {
 /// Runs `case` on `backend` and compares it with the interpreter's `reference`.
 pub fn check_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Reference) -> Record {
     let info = backend.info();
-    let kernel = match (&case.fallback, case.kernel.capabilities.subgroup && !info.subgroup_ops) {
+    let kernel = match (
+        &case.fallback,
+        case.kernel.capabilities.subgroup && !info.subgroup_ops,
+    ) {
         (_, false) => &case.kernel,
         (Some(f), true) => f,
         (None, true) => {
@@ -125,7 +141,12 @@ pub fn check_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Refere
             .collect();
         for ((b, got), want) in case.buffers.iter().zip(got).zip(want) {
             if b.output {
-                verdicts.push(judge(&b.name, &decode(b.elem, want), &decode(b.elem, &got), case.bound));
+                verdicts.push(judge(
+                    &b.name,
+                    &decode(b.elem, want),
+                    &decode(b.elem, &got),
+                    case.bound,
+                ));
             }
         }
         verdicts
@@ -137,7 +158,12 @@ pub fn check_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Refere
             r.reason = Some(format!("device lacks {what}"));
             r
         }
-        run => record(case, backend.name(), &kernel.name, run.map_err(|e| e.to_string())),
+        run => record(
+            case,
+            backend.name(),
+            &kernel.name,
+            run.map_err(|e| e.to_string()),
+        ),
     }
 }
 
@@ -161,7 +187,11 @@ fn run_on(
             let mut init = vec![SENTINEL; total as usize];
             init[guard as usize..(guard + len) as usize].copy_from_slice(&b.data);
             backend.write(h, 0, &init)?;
-            bindings.push(Binding { buffer: h, offset: guard, size: len });
+            bindings.push(Binding {
+                buffer: h,
+                offset: guard,
+                size: len,
+            });
         }
         backend.dispatch(&Dispatch {
             program,
@@ -185,7 +215,10 @@ fn run_on(
                 .find(|(_, &v)| v != SENTINEL);
             if let Some((at, _)) = bad {
                 let rel = at as i64 - lo as i64;
-                faults.push(format!("{}: write outside the buffer at byte {rel} (relative to its start)", b.name));
+                faults.push(format!(
+                    "{}: write outside the buffer at byte {rel} (relative to its start)",
+                    b.name
+                ));
             }
             outs.push(all[lo..hi].to_vec());
         }

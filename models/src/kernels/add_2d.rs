@@ -30,12 +30,20 @@ pub fn cases() -> Vec<Case> {
             let mut r = Rng::new(n as u64 + 99);
             let a = r.f32s(n, -5.0, 5.0);
             let b = r.f32s(n, -5.0, 5.0);
-            let want = a.iter().zip(&b).map(|(&x, &y)| x as f64 + y as f64).collect();
-            Case::new(format!("add_2d/f32/{rows}x{cols}"), kernel(), [cols.div_ceil(WX), rows.div_ceil(WY), 1])
-                .input("a", Scalar::F32, f32_bytes(&a))
-                .input("b", Scalar::F32, f32_bytes(&b))
-                .output("c", Scalar::F32, vec![0; n * 4], want)
-                .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)])
+            let want = a
+                .iter()
+                .zip(&b)
+                .map(|(&x, &y)| x as f64 + y as f64)
+                .collect();
+            Case::new(
+                format!("add_2d/f32/{rows}x{cols}"),
+                kernel(),
+                [cols.div_ceil(WX), rows.div_ceil(WY), 1],
+            )
+            .input("a", Scalar::F32, f32_bytes(&a))
+            .input("b", Scalar::F32, f32_bytes(&b))
+            .output("c", Scalar::F32, vec![0; n * 4], want)
+            .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)])
         })
         .collect()
 }

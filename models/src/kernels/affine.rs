@@ -32,14 +32,18 @@ pub fn cases() -> Vec<Case> {
         .iter()
         .map(|&v| (v as f64 * scale as f64 + shift as f64).clamp(lo as f64, hi as f64))
         .collect();
-    vec![Case::new(format!("affine_clamp/f32/n={n}"), kernel(), [n.div_ceil(WG), 1, 1])
-        .input("x", Scalar::F32, f32_bytes(&x))
-        .output("y", Scalar::F32, vec![0; n as usize * 4], want)
-        .params(vec![
-            ParamValue::F32(scale),
-            ParamValue::I32(shift),
-            ParamValue::F32(lo),
-            ParamValue::F32(hi),
-            ParamValue::U32(n),
-        ])]
+    vec![Case::new(
+        format!("affine_clamp/f32/n={n}"),
+        kernel(),
+        [n.div_ceil(WG), 1, 1],
+    )
+    .input("x", Scalar::F32, f32_bytes(&x))
+    .output("y", Scalar::F32, vec![0; n as usize * 4], want)
+    .params(vec![
+        ParamValue::F32(scale),
+        ParamValue::I32(shift),
+        ParamValue::F32(lo),
+        ParamValue::F32(hi),
+        ParamValue::U32(n),
+    ])]
 }

@@ -64,10 +64,14 @@ pub fn cases() -> Vec<Case> {
         .flat_map(|(&x, &y)| reference(x, y))
         .map(|v| v as f64)
         .collect();
-    vec![Case::new(format!("bitops/u32/n={n}"), kernel(), [n.div_ceil(WG), 1, 1])
-        .input("a", Scalar::U32, u32_bytes(&a))
-        .input("b", Scalar::U32, u32_bytes(&b))
-        .output("out", Scalar::U32, vec![0; n as usize * OUTS * 4], want)
-        .params(vec![ParamValue::U32(n)])
-        .bound(NMSE_EXACT)]
+    vec![Case::new(
+        format!("bitops/u32/n={n}"),
+        kernel(),
+        [n.div_ceil(WG), 1, 1],
+    )
+    .input("a", Scalar::U32, u32_bytes(&a))
+    .input("b", Scalar::U32, u32_bytes(&b))
+    .output("out", Scalar::U32, vec![0; n as usize * OUTS * 4], want)
+    .params(vec![ParamValue::U32(n)])
+    .bound(NMSE_EXACT)]
 }

@@ -62,10 +62,14 @@ pub fn cases() -> Vec<Case> {
                 .fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64))
         })
         .collect();
-    vec![Case::new(format!("butterfly/f32/n={n}"), shuffle_kernel(), [n.div_ceil(WG), 1, 1])
-        .input("x", Scalar::F32, f32_bytes(&x))
-        .output("y", Scalar::F32, vec![0; n as usize * 4], want)
-        .params(vec![ParamValue::U32(n)])
-        .bound(NMSE_EXACT)
-        .fallback(shared_kernel())]
+    vec![Case::new(
+        format!("butterfly/f32/n={n}"),
+        shuffle_kernel(),
+        [n.div_ceil(WG), 1, 1],
+    )
+    .input("x", Scalar::F32, f32_bytes(&x))
+    .output("y", Scalar::F32, vec![0; n as usize * 4], want)
+    .params(vec![ParamValue::U32(n)])
+    .bound(NMSE_EXACT)
+    .fallback(shared_kernel())]
 }

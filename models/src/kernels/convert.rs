@@ -24,13 +24,31 @@ pub fn cases() -> Vec<Case> {
     x.extend([0.0, -0.0, 1e-6, -3e-8, 65504.0, f32::INFINITY, f32::NAN]);
     let n = x.len() as u32;
     let h: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
-    let to_half = Case::new(format!("convert/f32->f16/n={n}"), kernel(Scalar::F32, Scalar::F16), [n.div_ceil(WG), 1, 1])
-        .input("src", Scalar::F32, f32_bytes(&x))
-        .output("dst", Scalar::F16, vec![0; n as usize * 2], h.iter().map(|v| v.to_f64()).collect())
-        .params(vec![ParamValue::U32(n)]);
-    let to_single = Case::new(format!("convert/f16->f32/n={n}"), kernel(Scalar::F16, Scalar::F32), [n.div_ceil(WG), 1, 1])
-        .input("src", Scalar::F16, f16_bytes(&h))
-        .output("dst", Scalar::F32, vec![0; n as usize * 4], h.iter().map(|v| v.to_f64()).collect())
-        .params(vec![ParamValue::U32(n)]);
+    let to_half = Case::new(
+        format!("convert/f32->f16/n={n}"),
+        kernel(Scalar::F32, Scalar::F16),
+        [n.div_ceil(WG), 1, 1],
+    )
+    .input("src", Scalar::F32, f32_bytes(&x))
+    .output(
+        "dst",
+        Scalar::F16,
+        vec![0; n as usize * 2],
+        h.iter().map(|v| v.to_f64()).collect(),
+    )
+    .params(vec![ParamValue::U32(n)]);
+    let to_single = Case::new(
+        format!("convert/f16->f32/n={n}"),
+        kernel(Scalar::F16, Scalar::F32),
+        [n.div_ceil(WG), 1, 1],
+    )
+    .input("src", Scalar::F16, f16_bytes(&h))
+    .output(
+        "dst",
+        Scalar::F32,
+        vec![0; n as usize * 4],
+        h.iter().map(|v| v.to_f64()).collect(),
+    )
+    .params(vec![ParamValue::U32(n)]);
     vec![to_half, to_single]
 }

@@ -23,14 +23,28 @@ pub fn kernel() -> Kernel {
 pub fn cases() -> Vec<Case> {
     let n = 1002u32;
     let mut r = Rng::new(5);
-    let x: Vec<f16> = r.f32s(n as usize, -2.0, 2.0).into_iter().map(f16::from_f32).collect();
-    let y: Vec<f16> = r.f32s(n as usize, -2.0, 2.0).into_iter().map(f16::from_f32).collect();
+    let x: Vec<f16> = r
+        .f32s(n as usize, -2.0, 2.0)
+        .into_iter()
+        .map(f16::from_f32)
+        .collect();
+    let y: Vec<f16> = r
+        .f32s(n as usize, -2.0, 2.0)
+        .into_iter()
+        .map(f16::from_f32)
+        .collect();
     let a = 0.625f32;
-    let want = x.iter().zip(&y).map(|(&x, &y)| a as f64 * x.to_f64() + y.to_f64()).collect();
+    let want = x
+        .iter()
+        .zip(&y)
+        .map(|(&x, &y)| a as f64 * x.to_f64() + y.to_f64())
+        .collect();
     // Each of the two f16 roundings costs up to 2^-11 relative: NMSE stays below 1e-6.
-    vec![Case::new(format!("axpy/f16/n={n}"), kernel(), [n.div_ceil(WG), 1, 1])
-        .input("x", Scalar::F16, f16_bytes(&x))
-        .output("y", Scalar::F16, f16_bytes(&y), want)
-        .params(vec![ParamValue::F32(a), ParamValue::U32(n)])
-        .bound(NMSE_SOFTMAX)]
+    vec![
+        Case::new(format!("axpy/f16/n={n}"), kernel(), [n.div_ceil(WG), 1, 1])
+            .input("x", Scalar::F16, f16_bytes(&x))
+            .output("y", Scalar::F16, f16_bytes(&y), want)
+            .params(vec![ParamValue::F32(a), ParamValue::U32(n)])
+            .bound(NMSE_SOFTMAX),
+    ]
 }

@@ -62,9 +62,13 @@ pub fn cases() -> Vec<Case> {
     let mut r = Rng::new(17);
     let x = r.f32s(n as usize, -4.0, 4.0);
     let want = x.iter().flat_map(|&v| reference(v)).collect();
-    vec![Case::new(format!("unary_math/f32/n={n}"), kernel(), [n.div_ceil(WG), 1, 1])
-        .input("x", Scalar::F32, f32_bytes(&x))
-        .output("out", Scalar::F32, vec![0; n as usize * OUTS * 4], want)
-        .params(vec![ParamValue::U32(n)])
-        .bound(NMSE_SOFTMAX)]
+    vec![Case::new(
+        format!("unary_math/f32/n={n}"),
+        kernel(),
+        [n.div_ceil(WG), 1, 1],
+    )
+    .input("x", Scalar::F32, f32_bytes(&x))
+    .output("out", Scalar::F32, vec![0; n as usize * OUTS * 4], want)
+    .params(vec![ParamValue::U32(n)])
+    .bound(NMSE_SOFTMAX)]
 }

@@ -40,12 +40,16 @@ pub fn kernel() -> Kernel {
         k.store_shared(tb, slot, bv.get());
         k.barrier();
         k.for_range(k.u32(0), tile, 1, |i| {
-            let prod = k.load_shared(ta, ty * tile + i).fma(k.load_shared(tb, i * tile + tx), acc.get());
+            let prod = k
+                .load_shared(ta, ty * tile + i)
+                .fma(k.load_shared(tb, i * tile + tx), acc.get());
             acc.set(prod);
         });
         k.barrier();
     });
-    k.if_(row.lt(m) & col.lt(n), || k.store(c, row * n + col, acc.get()));
+    k.if_(row.lt(m) & col.lt(n), || {
+        k.store(c, row * n + col, acc.get())
+    });
     k.finish()
 }
 
@@ -64,12 +68,20 @@ pub fn cases() -> Vec<Case> {
                         .sum();
                 }
             }
-            Case::new(format!("matmul_tiled/f32/{m}x{n}x{kk}"), kernel(), [n.div_ceil(TILE), m.div_ceil(TILE), 1])
-                .input("a", Scalar::F32, f32_bytes(&a))
-                .input("b", Scalar::F32, f32_bytes(&b))
-                .output("c", Scalar::F32, vec![0; (m * n * 4) as usize], want)
-                .params(vec![ParamValue::U32(m), ParamValue::U32(n), ParamValue::U32(kk)])
-                .bound(NMSE_MATMUL)
+            Case::new(
+                format!("matmul_tiled/f32/{m}x{n}x{kk}"),
+                kernel(),
+                [n.div_ceil(TILE), m.div_ceil(TILE), 1],
+            )
+            .input("a", Scalar::F32, f32_bytes(&a))
+            .input("b", Scalar::F32, f32_bytes(&b))
+            .output("c", Scalar::F32, vec![0; (m * n * 4) as usize], want)
+            .params(vec![
+                ParamValue::U32(m),
+                ParamValue::U32(n),
+                ParamValue::U32(kk),
+            ])
+            .bound(NMSE_MATMUL)
         })
         .collect()
 }

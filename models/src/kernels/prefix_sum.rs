@@ -11,7 +11,10 @@ pub fn kernel() -> Kernel {
     let x = k.buffer("x", Scalar::U32, Access::Read);
     let y = k.buffer("y", Scalar::U32, Access::Write);
     let n = k.param("n", Scalar::U32);
-    let buf = [k.shared("ping", Scalar::U32, WG), k.shared("pong", Scalar::U32, WG)];
+    let buf = [
+        k.shared("ping", Scalar::U32, WG),
+        k.shared("pong", Scalar::U32, WG),
+    ];
     let lid = k.local_index();
     let carry = k.var("carry", Scalar::U32);
     k.for_range(k.u32(0), n, WG, |chunk| {

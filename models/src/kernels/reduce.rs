@@ -7,7 +7,11 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 const WG: u32 = 256;
 
 /// Loads one element per invocation (0 past `n`), leaving its value for the reduction.
-fn load_or_zero<'b>(k: &'b KernelBuilder, x: trine_ir::BufferId, n: trine_ir::Val<'b>) -> trine_ir::Val<'b> {
+fn load_or_zero<'b>(
+    k: &'b KernelBuilder,
+    x: trine_ir::BufferId,
+    n: trine_ir::Val<'b>,
+) -> trine_ir::Val<'b> {
     let i = k.global_id(0);
     let v = k.var("v", Scalar::F32);
     k.if_(i.lt(n), || v.set(k.load(x, i)));
@@ -34,7 +38,9 @@ pub fn shared_kernel() -> Kernel {
         k.barrier();
         stride /= 2;
     }
-    k.if_(lid.eq(k.u32(0)), || k.store(out, k.workgroup_id(0), k.load_shared(sh, lid)));
+    k.if_(lid.eq(k.u32(0)), || {
+        k.store(out, k.workgroup_id(0), k.load_shared(sh, lid))
+    });
     k.finish()
 }
 
@@ -49,12 +55,16 @@ pub fn subgroup_kernel() -> Kernel {
     let sh = k.shared("sums", Scalar::F32, WG);
     let lid = k.local_index();
     let s = load_or_zero(&k, x, n).subgroup_sum();
-    k.if_(k.subgroup_invocation_id().eq(k.u32(0)), || k.store_shared(sh, k.subgroup_id(), s));
+    k.if_(k.subgroup_invocation_id().eq(k.u32(0)), || {
+        k.store_shared(sh, k.subgroup_id(), s)
+    });
     k.barrier();
     k.if_(lid.eq(k.u32(0)), || {
         let acc = k.var("acc", Scalar::F32);
         let groups = k.u32(WG) / k.subgroup_size();
-        k.for_range(k.u32(0), groups, 1, |g| acc.set(acc.get() + k.load_shared(sh, g)));
+        k.for_range(k.u32(0), groups, 1, |g| {
+            acc.set(acc.get() + k.load_shared(sh, g))
+        });
         k.store(out, k.workgroup_id(0), acc.get());
     });
     k.finish()

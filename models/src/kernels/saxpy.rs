@@ -27,7 +27,11 @@ pub fn cases() -> Vec<Case> {
             let x = r.f32s(n as usize, -1.0, 1.0);
             let y = r.f32s(n as usize, -1.0, 1.0);
             let a = 1.75f32;
-            let want = x.iter().zip(&y).map(|(&x, &y)| a as f64 * x as f64 + y as f64).collect();
+            let want = x
+                .iter()
+                .zip(&y)
+                .map(|(&x, &y)| a as f64 * x as f64 + y as f64)
+                .collect();
             Case::new(format!("saxpy/f32/n={n}"), kernel(), [n.div_ceil(WG), 1, 1])
                 .input("x", Scalar::F32, f32_bytes(&x))
                 .output("y", Scalar::F32, f32_bytes(&y), want)

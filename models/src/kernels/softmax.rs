@@ -7,7 +7,12 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, SharedId, Val}
 const WG: u32 = 128;
 
 /// Reduces `sh[0..WG]` into `sh[0]` with `combine`, barriers between steps.
-fn tree<'b>(k: &'b KernelBuilder, sh: SharedId, lid: Val<'b>, combine: impl Fn(Val<'b>, Val<'b>) -> Val<'b>) {
+fn tree<'b>(
+    k: &'b KernelBuilder,
+    sh: SharedId,
+    lid: Val<'b>,
+    combine: impl Fn(Val<'b>, Val<'b>) -> Val<'b>,
+) {
     let mut stride = WG / 2;
     while stride > 0 {
         let s = k.u32(stride);
@@ -48,7 +53,9 @@ pub fn kernel() -> Kernel {
     k.barrier();
     tree(&k, sh, lid, |a, b| a + b);
     let inv = k.f32(1.0) / k.load_shared(sh, k.u32(0));
-    k.for_range(lid, cols, WG, |c| k.store(y, base + c, k.load(y, base + c) * inv));
+    k.for_range(lid, cols, WG, |c| {
+        k.store(y, base + c, k.load(y, base + c) * inv)
+    });
     k.finish()
 }
 
@@ -67,11 +74,15 @@ pub fn cases() -> Vec<Case> {
                     e.into_iter().map(move |v| v / s)
                 })
                 .collect();
-            Case::new(format!("softmax_rows/f32/{rows}x{cols}"), kernel(), [rows, 1, 1])
-                .input("x", Scalar::F32, f32_bytes(&x))
-                .output("y", Scalar::F32, vec![0; (rows * cols * 4) as usize], want)
-                .params(vec![ParamValue::U32(cols)])
-                .bound(NMSE_SOFTMAX)
+            Case::new(
+                format!("softmax_rows/f32/{rows}x{cols}"),
+                kernel(),
+                [rows, 1, 1],
+            )
+            .input("x", Scalar::F32, f32_bytes(&x))
+            .output("y", Scalar::F32, vec![0; (rows * cols * 4) as usize], want)
+            .params(vec![ParamValue::U32(cols)])
+            .bound(NMSE_SOFTMAX)
         })
         .collect()
 }

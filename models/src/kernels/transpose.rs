@@ -41,11 +41,20 @@ pub fn cases() -> Vec<Case> {
                 .flat_map(|c| (0..rows as usize).map(move |rw| (rw, c)))
                 .map(|(rw, c)| x[rw * cols as usize + c] as f64)
                 .collect();
-            Case::new(format!("transpose/f32/{rows}x{cols}"), kernel(), [cols.div_ceil(TILE), rows.div_ceil(TILE), 1])
-                .input("src", Scalar::F32, f32_bytes(&x))
-                .output("dst", Scalar::F32, vec![0; (rows * cols * 4) as usize], want)
-                .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)])
-                .bound(NMSE_EXACT)
+            Case::new(
+                format!("transpose/f32/{rows}x{cols}"),
+                kernel(),
+                [cols.div_ceil(TILE), rows.div_ceil(TILE), 1],
+            )
+            .input("src", Scalar::F32, f32_bytes(&x))
+            .output(
+                "dst",
+                Scalar::F32,
+                vec![0; (rows * cols * 4) as usize],
+                want,
+            )
+            .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)])
+            .bound(NMSE_EXACT)
         })
         .collect()
 }

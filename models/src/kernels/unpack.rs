@@ -30,14 +30,22 @@ pub fn cases() -> Vec<Case> {
     let mut r = Rng::new(11);
     let u: Vec<u8> = (0..n).map(|_| r.u32() as u8).collect();
     let s: Vec<u8> = (0..n).map(|_| r.u32() as u8).collect();
-    let h: Vec<bf16> = r.f32s(n as usize, -4.0, 4.0).into_iter().map(bf16::from_f32).collect();
+    let h: Vec<bf16> = r
+        .f32s(n as usize, -4.0, 4.0)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
     let want = (0..n as usize)
         .map(|i| (s[i] as i8) as f64 * h[i].to_f64() + u[i] as f64)
         .collect();
-    vec![Case::new(format!("unpack/u8,i8,bf16/n={n}"), kernel(), [n.div_ceil(WG), 1, 1])
-        .input("u", Scalar::U8, u)
-        .input("s", Scalar::I8, s)
-        .input("h", Scalar::BF16, bytemuck::cast_slice(&h).to_vec())
-        .output("out", Scalar::F32, vec![0; n as usize * 4], want)
-        .params(vec![ParamValue::U32(n)])]
+    vec![Case::new(
+        format!("unpack/u8,i8,bf16/n={n}"),
+        kernel(),
+        [n.div_ceil(WG), 1, 1],
+    )
+    .input("u", Scalar::U8, u)
+    .input("s", Scalar::I8, s)
+    .input("h", Scalar::BF16, bytemuck::cast_slice(&h).to_vec())
+    .output("out", Scalar::F32, vec![0; n as usize * 4], want)
+    .params(vec![ParamValue::U32(n)])]
 }
