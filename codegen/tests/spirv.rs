@@ -4,20 +4,12 @@
 //! Without `spirv-val` on PATH the check says so and passes, unless `TRINE_REQUIRE_TOOLS`
 //! names it.
 
+mod common;
+
+use common::{quant_loads, saxpy};
 use std::process::Command;
 use trine_codegen::{naga_module, spirv, wgsl, CodegenError, SpirvOptions};
 use trine_ir::{Access, BinaryOp, Kernel, KernelBuilder, Literal, Scalar, SubgroupOp, UnaryOp};
-
-fn saxpy() -> Kernel {
-    let k = KernelBuilder::new("saxpy", [64, 1, 1]);
-    let x = k.buffer("x", Scalar::F32, Access::Read);
-    let y = k.buffer("y", Scalar::F32, Access::ReadWrite);
-    let a = k.param("a", Scalar::F32);
-    let n = k.param("n", Scalar::U32);
-    let i = k.global_id(0);
-    k.if_(i.lt(n), || k.store(y, i, a.fma(k.load(x, i), k.load(y, i))));
-    k.finish()
-}
 
 /// f16 buffers, literals, a private accumulator and shared memory; casts both ways.
 fn f16_mix() -> Kernel {
@@ -38,20 +30,6 @@ fn f16_mix() -> Kernel {
     k.store(y, i, other.max(k.lit(Literal::F16(0x7c00))));
     let wide = other.cast(Scalar::F32) * k.f32(3.0);
     k.store(z, i, wide + k.f32(1.5).cast(Scalar::F16).cast(Scalar::F32));
-    k.finish()
-}
-
-/// Storage-only element types, widened at the load.
-fn quant_loads() -> Kernel {
-    let k = KernelBuilder::new("quant_loads", [64, 1, 1]);
-    let q = k.buffer("q", Scalar::U8, Access::Read);
-    let s = k.buffer("s", Scalar::I8, Access::Read);
-    let w = k.buffer("w", Scalar::BF16, Access::Read);
-    let out = k.buffer("out", Scalar::F32, Access::Write);
-    let i = k.global_id(0);
-    let nib = (k.load(q, i) >> k.u32(4)) & k.u32(15);
-    let sum = nib.cast(Scalar::I32) + k.load(s, i);
-    k.store(out, i, sum.cast(Scalar::F32) * k.load(w, i));
     k.finish()
 }
 
