@@ -1,6 +1,10 @@
 //! The `trine` command.
 
 use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+use trine_backends::hip;
+use trine_backends::probe::{self, timeout_from_env};
+use trine_backends::BackendKind;
 
 #[derive(Parser)]
 #[command(
@@ -15,28 +19,60 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Probe every backend and print its status and device information.
+    /// Probe every backend in a child process and print its status and device information.
     Doctor {
         /// Print JSON for tools.
         #[arg(long)]
         json: bool,
     },
+    /// Probe one backend in this process, reporting each step on stdout (what `doctor` and
+    /// placement run in a child process).
+    #[command(name = probe::SUBCOMMAND, hide = true)]
+    Probe { backend: String },
+    /// Compile one HIP kernel in this process, request on stdin (what the HIP backend runs in
+    /// a child process when the compiler may abort).
+    #[command(name = hip::CHILD_ARG, hide = true)]
+    HipCompile,
 }
 
-fn main() {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Doctor { json } => {
-            let reports = trine::doctor::diagnose();
-            if json {
-                let v = trine::doctor::to_json(&reports);
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&v).unwrap_or_else(|e| e.to_string())
-                );
-            } else {
-                print!("{}", trine::doctor::to_text(&reports));
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Doctor { json } => doctor(json),
+        Command::Probe { backend } => match BackendKind::parse(&backend) {
+            Some(kind) => probe::child_main(kind),
+            None => {
+                eprintln!("unknown backend {backend:?}");
+                ExitCode::from(2)
             }
-        }
+        },
+        Command::HipCompile => hip::compile_child_main(),
     }
+}
+
+fn doctor(json: bool) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: cannot find this program's own path to probe with: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let timeout = match timeout_from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let reports = trine::doctor::diagnose(&exe, timeout);
+    if json {
+        let v = trine::doctor::to_json(&reports);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).unwrap_or_else(|e| e.to_string())
+        );
+    } else {
+        print!("{}", trine::doctor::to_text(&reports));
+    }
+    ExitCode::SUCCESS
 }

@@ -1,8 +1,8 @@
 //! What a backend says about its device.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceType {
     Integrated,
@@ -14,7 +14,7 @@ pub enum DeviceType {
 
 /// Memory the device can use, in bytes. On APUs and CPUs, `unified` is true and
 /// `device_local` is the shared pool, not a small aperture.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryInfo {
     pub device_local: u64,
     pub host_visible: u64,
@@ -23,7 +23,7 @@ pub struct MemoryInfo {
     pub zero_copy: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {
     /// Registry name of the backend: "cpu", "vulkan", …
     pub backend: String,

@@ -5,13 +5,17 @@
 //! library or device is [`BackendError::Unavailable`] with the reason, never a panic.
 
 pub mod backend;
+pub mod cache;
 pub mod cpu;
+pub mod cuda;
 pub mod error;
+pub mod hip;
 pub mod info;
+pub mod probe;
 pub mod registry;
 pub mod vulkan;
 
 pub use backend::{Backend, Binding, BufferHandle, Dispatch, ProgramId};
 pub use error::BackendError;
 pub use info::{DeviceInfo, DeviceType, MemoryInfo};
-pub use registry::{open, open_all, BackendKind, Opened};
+pub use registry::{open, open_all, open_best, probe_all, BackendKind, Opened, PlacementError};

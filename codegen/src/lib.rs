@@ -4,16 +4,19 @@
 //!   words for Vulkan, [`wgsl`] as WGSL text for wgpu and for reading.
 //! - [`hip`]: IR → C++ text in the common subset of HIP and CUDA, with a small prelude per
 //!   dialect.
+//! - [`c`]: IR → C for the CPU, workgroups as loops over their invocations split at barriers.
 //!
 //! Every lowering first validates the kernel, so a lowering never sees an invalid one.
 
 pub mod abi;
+pub mod c;
 pub mod error;
 pub mod hip;
 pub mod naga_module;
 pub mod spirv;
 pub mod wgsl;
 
+pub use c::{c, c_symbol, COptions, C_MAX_FRAME_BYTES};
 pub use error::CodegenError;
 pub use hip::{hip, Dialect};
 pub use spirv::{spirv, SpirvOptions, SpirvOutput};

@@ -1,18 +1,19 @@
-//! Every foundation kernel on every backend against the reference interpreter, and the
-//! interpreter against each case's plain-Rust reference. Absent backends are skipped with
-//! their reason, unless `TRINE_REQUIRE_BACKENDS` names them.
+//! Every kernel on every backend (cpu, vulkan, hip, cuda) against the reference interpreter,
+//! and the interpreter against each case's plain-Rust reference. Absent backends are skipped
+//! with their reason, unless `TRINE_REQUIRE_BACKENDS` names them.
 
 use trine_models::conformance::{self, Status, Summary};
 
 #[test]
 fn every_kernel_on_every_backend_matches_the_reference() {
-    let columns = conformance::columns(&["cpu".to_string(), "vulkan".to_string()]);
+    let names = ["cpu", "vulkan", "hip", "cuda"].map(String::from);
+    let columns = conformance::columns(&names);
     for c in &columns {
         if let Err(why) = &c.backend {
             println!("{} skipped: {why}", c.name);
         }
     }
-    let cases = trine_models::kernels::cases();
+    let cases = trine_models::suite();
     let records = conformance::run_suite(&cases, &columns, |_| {});
     println!("{}", conformance::matrix(&records));
     let s = Summary::of(&records);

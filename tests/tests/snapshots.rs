@@ -35,3 +35,13 @@ fn wgsl_text() {
         insta::assert_snapshot!(format!("wgsl__{}", k.name), text);
     }
 }
+
+#[test]
+fn c_text() {
+    // The CPU backend's subgroup width, so that subgroup kernels show their lowering.
+    let options = trine_codegen::COptions::new(trine_backends::cpu::CPU_SUBGROUP_SIZE);
+    for k in trine_models::kernels::kernels() {
+        let text = trine_codegen::c(&k, &options).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        insta::assert_snapshot!(format!("c__{}", k.name), text);
+    }
+}

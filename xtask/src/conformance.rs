@@ -1,12 +1,19 @@
-//! `cargo xtask conformance [--backends cpu,vulkan] [--json FILE] [--filter TEXT]`.
+//! `cargo xtask conformance [--backends cpu,vulkan,hip,cuda] [--json FILE] [--filter TEXT]`.
+//!
+//! GPU backends are probed in a child process first (this binary's hidden `__probe`
+//! subcommand, `TRINE_PROBE_TIMEOUT`), so a runtime that hangs or aborts becomes an absent
+//! column with the reason instead of a dead run.
 
 use std::io::Write;
 use std::process::ExitCode;
+use trine_backends::probe::{probe, timeout_from_env, ProbeOutcome};
+use trine_backends::BackendKind;
 use trine_models::conformance::{self, Summary};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Backends to test, comma-separated (the interpreter always runs as the reference).
+    /// Backends to test, comma-separated: cpu, vulkan, hip, cuda (the interpreter always runs
+    /// as the reference).
     #[arg(long, value_delimiter = ',', default_value = "cpu,vulkan")]
     backends: Vec<String>,
     /// Write the records as a JSON array to this file.
@@ -18,14 +25,26 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, String> {
-    let columns = conformance::columns(&args.backends);
+    let exe = std::env::current_exe().map_err(|e| format!("finding this program's path: {e}"))?;
+    let timeout = timeout_from_env().map_err(|e| e.to_string())?;
+    let columns = conformance::columns_with(&args.backends, |kind| {
+        // The CPU backend runs no foreign code: nothing to isolate.
+        if kind != BackendKind::Cpu {
+            match probe(&exe, kind, timeout) {
+                ProbeOutcome::Ok(_) => {}
+                ProbeOutcome::Unavailable(why) => return Err(why),
+                other => return Err(format!("probe {other}")),
+            }
+        }
+        trine_backends::open(kind).map_err(|e| e.to_string())
+    });
     for c in &columns {
         match &c.backend {
             Ok(b) => eprintln!("{}: {} ({})", c.name, b.info().name, b.info().driver),
             Err(why) => eprintln!("{}: unavailable: {why}", c.name),
         }
     }
-    let cases: Vec<_> = trine_models::kernels::cases()
+    let cases: Vec<_> = trine_models::suite()
         .into_iter()
         .filter(|c| {
             args.filter

@@ -1,28 +1,72 @@
-//! The CPU backend: kernels run by the reference interpreter, workgroups spread over all cores.
+//! The CPU backend: kernels lowered to C (`trine_codegen::c`), compiled at run time by the
+//! system C compiler and run with their workgroups spread over all cores.
 //!
-//! It is the backend that always works. A compiled CPU lowering replaces the interpreter for
-//! speed later; the interpreter stays the reference either way.
+//! It is the backend that always works: where no C compiler runs (none installed, `TRINE_CC`
+//! naming a missing one, a compiler that cannot build the probe kernel), it falls back to the
+//! reference interpreter and says why in [`DeviceInfo::notes`] (and so in `trine doctor`).
+//! The interpreter stays the reference either way.
+//!
+//! Buffers are `trine_ir::interp::Words`, the interpreter's own storage, so both engines run on
+//! them without copies. One lock orders every operation on them: a dispatch runs to the end
+//! before a read, write, allocation or free proceeds (the in-order queue of the trait).
 
+mod run;
 mod sysinfo;
+mod toolchain;
+
+pub use toolchain::{compiler_from_env, ToolchainError, CC_ENV, FLAGS};
 
 use crate::backend::{Backend, Binding, BufferHandle, Dispatch, ProgramId};
 use crate::error::BackendError;
 use crate::info::{DeviceInfo, DeviceType, MemoryInfo};
 use rayon::prelude::*;
 use std::collections::HashMap;
+use std::ffi::{c_void, OsStr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use toolchain::{Compiled, Toolchain};
+use trine_codegen::{COptions, C_MAX_FRAME_BYTES};
 use trine_ir::interp::{Launch, View, Words};
-use trine_ir::Kernel;
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, MAX_PARAMS};
 
-/// Subgroup width the CPU backend reports: the f32 lane count of an AVX2 register, which a
-/// compiled lowering will use too. Any power of two is valid for the interpreter.
+/// Subgroup width the CPU backend reports: the f32 lane count of an AVX2 register. The
+/// compiled code lowers subgroup operations for it, and the interpreter runs with it.
 pub const CPU_SUBGROUP_SIZE: u32 = 8;
+
+/// Bindings a compiled dispatch passes from the stack; kernels with more use the heap.
+const INLINE_BINDINGS: usize = 16;
+
+/// Stack of each worker thread: the largest workgroup frame the lowering allows, plus room for
+/// the kernel's own locals and rayon's frames.
+const WORKER_STACK_BYTES: usize = C_MAX_FRAME_BYTES as usize + (4 << 20);
+
+/// How kernels run.
+enum Engine {
+    Compiled {
+        toolchain: Toolchain,
+        pool: rayon::ThreadPool,
+    },
+    Interpreter,
+}
+
+/// A compiled kernel, in the variant for non-overlapping bindings and, made on first need, the
+/// one without `restrict` for bindings that overlap.
+struct Code {
+    exclusive: Compiled,
+    overlapping: OnceLock<Result<Compiled, String>>,
+}
+
+struct Program {
+    kernel: Kernel,
+    /// `None` under the interpreter.
+    code: Option<Code>,
+}
 
 pub struct CpuBackend {
     info: DeviceInfo,
+    engine: Engine,
     buffers: Mutex<HashMap<u64, Arc<Words>>>,
-    programs: Mutex<HashMap<u64, Arc<Kernel>>>,
+    programs: Mutex<HashMap<u64, Arc<Program>>>,
     next: AtomicU64,
 }
 
@@ -32,13 +76,67 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A kernel that exercises the whole tool chain (f16 loads through `_Float16`, compile,
+/// load, call): `y[i] = f32(x[i]) * 2`.
+fn probe_kernel() -> Kernel {
+    let k = KernelBuilder::new("probe", [8, 1, 1]);
+    let x = k.buffer("x", Scalar::F16, Access::Read);
+    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let i = k.global_id(0);
+    k.store(y, i, k.load(x, i).cast(Scalar::F32) * k.f32(2.0));
+    k.finish()
+}
+
 impl CpuBackend {
+    /// Compiles with the compiler [`compiler_from_env`] names, or interprets where it fails.
     pub fn new() -> CpuBackend {
-        let threads = rayon::current_num_threads();
+        CpuBackend::with_compiler(&compiler_from_env())
+    }
+
+    /// Compiles with `cc`, or interprets (with the reason in the notes) where it fails.
+    pub fn with_compiler(cc: &OsStr) -> CpuBackend {
+        match Self::compiled_engine(cc) {
+            Ok(engine) => CpuBackend::with_engine(engine, None),
+            Err(why) => CpuBackend::with_engine(
+                Engine::Interpreter,
+                Some(format!(
+                    "kernels are interpreted (slow): no working C compiler ({why})"
+                )),
+            ),
+        }
+    }
+
+    /// The reference interpreter on all cores, whatever compiler there is: to compare with.
+    pub fn interpreter() -> CpuBackend {
+        CpuBackend::with_engine(
+            Engine::Interpreter,
+            Some("kernels are interpreted: the interpreter was asked for".into()),
+        )
+    }
+
+    fn with_engine(engine: Engine, note: Option<String>) -> CpuBackend {
+        let threads = match &engine {
+            Engine::Compiled { pool, .. } => pool.current_num_threads(),
+            Engine::Interpreter => rayon::current_num_threads(),
+        };
+        let (driver, how) = match &engine {
+            Engine::Compiled { toolchain, .. } => (toolchain.describe(), "compiled"),
+            Engine::Interpreter => ("trine reference interpreter".to_string(), "interpreter"),
+        };
+        let mut notes: Vec<String> = note.into_iter().collect();
+        if let Engine::Compiled { .. } = engine {
+            notes.push(match crate::cache::cache_dir() {
+                Some(d) => format!(
+                    "compiled kernels are cached in {}",
+                    d.join("cpu-c").display()
+                ),
+                None => "no cache directory (HOME unset): kernels compile at every start".into(),
+            });
+        }
         let ram = sysinfo::total_memory().unwrap_or(0);
         let info = DeviceInfo {
             backend: "cpu".into(),
-            name: format!("{} ({threads} threads, interpreter)", sysinfo::cpu_name()),
+            name: format!("{} ({threads} threads, {how})", sysinfo::cpu_name()),
             vendor: sysinfo::cpu_vendor(),
             device_type: DeviceType::Cpu,
             arch: Some(std::env::consts::ARCH.into()),
@@ -58,23 +156,53 @@ impl CpuBackend {
             max_binding_bytes: u64::MAX,
             min_binding_alignment: 4,
             timestamps: false,
-            driver: "trine reference interpreter".into(),
+            driver,
             runtime_version: env!("CARGO_PKG_VERSION").into(),
-            notes: vec!["kernels are interpreted; a compiled CPU lowering is not built yet".into()],
+            notes,
         };
         CpuBackend {
             info,
+            engine,
             buffers: Mutex::new(HashMap::new()),
             programs: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
         }
     }
 
-    fn buffer(&self, h: BufferHandle) -> Result<Arc<Words>, BackendError> {
-        lock(&self.buffers)
-            .get(&h.0)
-            .cloned()
-            .ok_or(BackendError::UnknownBuffer(h))
+    /// The compiled engine, after building and running the probe kernel; the reason otherwise.
+    fn compiled_engine(cc: &OsStr) -> Result<Engine, String> {
+        let toolchain = Toolchain::find(cc).map_err(|e| e.to_string())?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .stack_size(WORKER_STACK_BYTES)
+            .thread_name(|i| format!("trine-cpu-{i}"))
+            .build()
+            .map_err(|e| format!("cannot start worker threads: {e}"))?;
+        let probe = probe_kernel();
+        let source = trine_codegen::c(&probe, &COptions::new(CPU_SUBGROUP_SIZE))
+            .map_err(|e| e.to_string())?;
+        let code = toolchain
+            .build(&source, &trine_codegen::c_symbol(&probe))
+            .map_err(|e| e.to_string())?;
+        // 1.5 in binary16.
+        let x = [0x3e00u16; 8];
+        let mut y = [0f32; 8];
+        let buffers = [x.as_ptr() as *mut c_void, y.as_mut_ptr() as *mut c_void];
+        // SAFETY: the probe kernel reads 8 f16 from `x` and writes 8 f32 to `y`, which are
+        // that long, aligned, and untouched by anything else until `run` returns.
+        unsafe { run::run(&pool, code.entry(), &buffers, &[], [1, 1, 1], 1) };
+        if y != [3.0; 8] {
+            return Err(format!(
+                "the probe kernel computed {y:?} instead of 3.0 each"
+            ));
+        }
+        Ok(Engine::Compiled { toolchain, pool })
+    }
+
+    fn buffer(
+        map: &HashMap<u64, Arc<Words>>,
+        h: BufferHandle,
+    ) -> Result<&Arc<Words>, BackendError> {
+        map.get(&h.0).ok_or(BackendError::UnknownBuffer(h))
     }
 
     fn check_range(words: &Words, offset: u64, len: u64) -> Result<(), BackendError> {
@@ -86,6 +214,183 @@ impl CpuBackend {
                 size: words.len(),
             }),
         }
+    }
+
+    fn program(&self, id: ProgramId) -> Result<Arc<Program>, BackendError> {
+        lock(&self.programs)
+            .get(&id.0)
+            .cloned()
+            .ok_or(BackendError::UnknownProgram(id))
+    }
+
+    fn interpret(
+        &self,
+        map: &HashMap<u64, Arc<Words>>,
+        kernel: &Kernel,
+        d: &Dispatch<'_>,
+    ) -> Result<(), BackendError> {
+        let views = d
+            .bindings
+            .iter()
+            .map(|b| {
+                let w = Self::buffer(map, b.buffer)?;
+                Self::check_range(w, b.offset, b.size)?;
+                Ok(View {
+                    words: w,
+                    offset: b.offset,
+                    len: b.size,
+                })
+            })
+            .collect::<Result<Vec<_>, BackendError>>()?;
+        let launch = Launch::new(
+            kernel,
+            &self.info.limits(),
+            d.grid,
+            &views,
+            d.params,
+            CPU_SUBGROUP_SIZE,
+        )
+        .map_err(|e| BackendError::BadDispatch(e.to_string()))?;
+        (0..launch.workgroups())
+            .into_par_iter()
+            .try_for_each(|n| launch.run_workgroup(launch.workgroup_id(n)))
+            .map_err(|source| BackendError::Fault {
+                kernel: kernel.name.clone(),
+                source,
+            })
+    }
+
+    /// Checks a dispatch of `kernel` the way `Launch::new` does for the interpreter, and
+    /// returns the number of workgroups and the parameter words.
+    fn check_dispatch(
+        kernel: &Kernel,
+        d: &Dispatch<'_>,
+    ) -> Result<(u64, [u32; MAX_PARAMS]), BackendError> {
+        let bad = |m: String| Err(BackendError::BadDispatch(m));
+        if d.bindings.len() != kernel.buffers.len() {
+            return bad(format!(
+                "kernel takes {} buffers, {} given",
+                kernel.buffers.len(),
+                d.bindings.len()
+            ));
+        }
+        let matches = d.params.len() == kernel.params.len()
+            && d.params
+                .iter()
+                .zip(&kernel.params)
+                .all(|(v, p)| v.ty() == p.ty);
+        if !matches {
+            let expected: Vec<_> = kernel.params.iter().map(|p| p.ty.name()).collect();
+            let found: Vec<_> = d.params.iter().map(|p| p.ty().name()).collect();
+            return bad(format!(
+                "kernel takes parameters {expected:?}, given {found:?}"
+            ));
+        }
+        if let Some(b) = d.bindings.iter().find(|b| b.offset % 4 != 0) {
+            return bad(format!(
+                "binding offset {} is not a multiple of 4",
+                b.offset
+            ));
+        }
+        let workgroups = d
+            .grid
+            .iter()
+            .try_fold(1u64, |n, &g| n.checked_mul(g as u64));
+        let Some(workgroups) = workgroups else {
+            return bad(format!("grid {:?} has more than 2^64 workgroups", d.grid));
+        };
+        let mut params = [0u32; MAX_PARAMS];
+        for (w, p) in params.iter_mut().zip(d.params) {
+            *w = ParamValue::bits(*p);
+        }
+        Ok((workgroups, params))
+    }
+
+    /// Whether two bindings overlap where at least one is written: the kernel then needs its
+    /// variant without `restrict`.
+    fn overlapping(kernel: &Kernel, bindings: &[Binding]) -> bool {
+        let writes = |i: usize| kernel.buffers[i].access.can_write();
+        bindings.iter().enumerate().any(|(i, a)| {
+            bindings.iter().enumerate().skip(i + 1).any(|(j, b)| {
+                a.buffer == b.buffer
+                    && a.offset < b.offset + b.size
+                    && b.offset < a.offset + a.size
+                    && (writes(i) || writes(j))
+            })
+        })
+    }
+
+    fn run_compiled(
+        &self,
+        map: &HashMap<u64, Arc<Words>>,
+        pool: &rayon::ThreadPool,
+        toolchain: &Toolchain,
+        program: &Program,
+        code: &Code,
+        d: &Dispatch<'_>,
+    ) -> Result<(), BackendError> {
+        let kernel = &program.kernel;
+        let (workgroups, params) = Self::check_dispatch(kernel, d)?;
+        let pointer = |b: &Binding| -> Result<*mut c_void, BackendError> {
+            let w = Self::buffer(map, b.buffer)?;
+            Self::check_range(w, b.offset, b.size)?;
+            // An `AtomicU32` has the size and alignment of a `u32`, so the words are one
+            // contiguous run of bytes and `offset` (a multiple of 4) lands inside it.
+            let base = w.as_atomics().as_ptr() as *mut u8;
+            Ok(base.wrapping_add(b.offset as usize) as *mut c_void)
+        };
+        // Checked before anything runs, so a bad binding fails the dispatch as a whole.
+        let mut inline = [std::ptr::null_mut(); INLINE_BINDINGS];
+        let heap: Vec<*mut c_void>;
+        let pointers: &[*mut c_void] = if d.bindings.len() <= INLINE_BINDINGS {
+            for (p, b) in inline.iter_mut().zip(d.bindings) {
+                *p = pointer(b)?;
+            }
+            &inline[..d.bindings.len()]
+        } else {
+            heap = d.bindings.iter().map(pointer).collect::<Result<_, _>>()?;
+            &heap
+        };
+        if workgroups == 0 {
+            return Ok(());
+        }
+        let compiled = if Self::overlapping(kernel, d.bindings) {
+            let variant = code.overlapping.get_or_init(|| {
+                let options = COptions {
+                    restrict: false,
+                    ..COptions::new(CPU_SUBGROUP_SIZE)
+                };
+                trine_codegen::c(kernel, &options)
+                    .map_err(|e| e.to_string())
+                    .and_then(|source| {
+                        toolchain
+                            .build(&source, &trine_codegen::c_symbol(kernel))
+                            .map_err(|e| e.to_string())
+                    })
+            });
+            variant.as_ref().map_err(|message| BackendError::Compile {
+                kernel: kernel.name.clone(),
+                message: message.clone(),
+            })?
+        } else {
+            &code.exclusive
+        };
+        // SAFETY: `compiled` was lowered from `kernel` with the ABI `run` expects; one pointer
+        // per buffer, each inside a live allocation (the buffer map is locked, so nothing frees
+        // or touches them until the dispatch ends) and aligned to 4 bytes, which covers every
+        // element type. What the kernel does with its indices is the kernel's business, as on
+        // a GPU: out-of-bounds accesses and data races happen in the C code.
+        unsafe {
+            run::run(
+                pool,
+                compiled.entry(),
+                pointers,
+                &params[..kernel.params.len()],
+                d.grid,
+                workgroups,
+            )
+        };
+        Ok(())
     }
 }
 
@@ -118,15 +423,17 @@ impl Backend for CpuBackend {
     }
 
     fn write(&self, buffer: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
-        let w = self.buffer(buffer)?;
-        Self::check_range(&w, offset, data.len() as u64)?;
+        let map = lock(&self.buffers);
+        let w = Self::buffer(&map, buffer)?;
+        Self::check_range(w, offset, data.len() as u64)?;
         w.write(offset, data);
         Ok(())
     }
 
     fn read(&self, buffer: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
-        let w = self.buffer(buffer)?;
-        Self::check_range(&w, offset, out.len() as u64)?;
+        let map = lock(&self.buffers);
+        let w = Self::buffer(&map, buffer)?;
+        Self::check_range(w, offset, out.len() as u64)?;
         w.read(offset, out);
         Ok(())
     }
@@ -139,55 +446,136 @@ impl Backend for CpuBackend {
             }
         })?;
         let hash = trine_ir::kernel_hash(kernel);
-        lock(&self.programs)
-            .entry(hash)
-            .or_insert_with(|| Arc::new(kernel.clone()));
+        if lock(&self.programs).contains_key(&hash) {
+            return Ok(ProgramId(hash));
+        }
+        let code =
+            match &self.engine {
+                Engine::Interpreter => None,
+                Engine::Compiled { toolchain, .. } => {
+                    let source = trine_codegen::c(kernel, &COptions::new(CPU_SUBGROUP_SIZE))
+                        .map_err(|e| BackendError::Unsupported {
+                            kernel: kernel.name.clone(),
+                            what: e.to_string(),
+                        })?;
+                    let exclusive = toolchain
+                        .build(&source, &trine_codegen::c_symbol(kernel))
+                        .map_err(|e| BackendError::Compile {
+                            kernel: kernel.name.clone(),
+                            message: e.to_string(),
+                        })?;
+                    Some(Code {
+                        exclusive,
+                        overlapping: OnceLock::new(),
+                    })
+                }
+            };
+        let program = Arc::new(Program {
+            kernel: kernel.clone(),
+            code,
+        });
+        lock(&self.programs).entry(hash).or_insert(program);
         Ok(ProgramId(hash))
     }
 
     fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
-        let kernel = lock(&self.programs)
-            .get(&d.program.0)
-            .cloned()
-            .ok_or(BackendError::UnknownProgram(d.program))?;
-        let words = d
-            .bindings
-            .iter()
-            .map(|b| {
-                let w = self.buffer(b.buffer)?;
-                Self::check_range(&w, b.offset, b.size)?;
-                Ok(w)
-            })
-            .collect::<Result<Vec<_>, BackendError>>()?;
-        let views: Vec<View> = words
-            .iter()
-            .zip(d.bindings)
-            .map(|(w, b): (&Arc<Words>, &Binding)| View {
-                words: w,
-                offset: b.offset,
-                len: b.size,
-            })
-            .collect();
-        let fault = |source| BackendError::Fault {
-            kernel: kernel.name.clone(),
-            source,
-        };
-        let launch = Launch::new(
-            &kernel,
-            &self.info.limits(),
-            d.grid,
-            &views,
-            d.params,
-            CPU_SUBGROUP_SIZE,
-        )
-        .map_err(|e| BackendError::BadDispatch(e.to_string()))?;
-        (0..launch.workgroups())
-            .into_par_iter()
-            .try_for_each(|n| launch.run_workgroup(launch.workgroup_id(n)))
-            .map_err(fault)
+        let program = self.program(d.program)?;
+        // Held for the whole dispatch: see the module documentation.
+        let map = lock(&self.buffers);
+        match (&self.engine, &program.code) {
+            (Engine::Compiled { toolchain, pool }, Some(code)) => {
+                self.run_compiled(&map, pool, toolchain, &program, code, d)
+            }
+            _ => self.interpret(&map, &program.kernel, d),
+        }
     }
 
     fn synchronize(&self) -> Result<(), BackendError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Run by [`trine_cc_names_the_compiler`] in a child process with `TRINE_CC` set, since
+    /// changing the environment of this multi-threaded process would race other tests.
+    #[test]
+    #[ignore = "run in a child process by trine_cc_names_the_compiler"]
+    fn child_with_missing_trine_cc() {
+        assert_eq!(
+            std::env::var_os(CC_ENV).as_deref(),
+            Some(OsStr::new("/nonexistent"))
+        );
+        let info = CpuBackend::new().info().clone();
+        assert_eq!(info.driver, "trine reference interpreter");
+        assert!(
+            info.notes.iter().any(|n| n.contains("/nonexistent")),
+            "{:?}",
+            info.notes
+        );
+    }
+
+    #[test]
+    fn trine_cc_names_the_compiler() {
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "cpu::tests::child_with_missing_trine_cc",
+                "--ignored",
+            ])
+            .env(CC_ENV, "/nonexistent")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    }
+
+    /// `cc` is there wherever Rust builds: it is the linker.
+    #[test]
+    fn compiled_when_the_compiler_works() {
+        let b = CpuBackend::with_compiler(OsStr::new("cc"));
+        assert!(
+            b.info().driver.starts_with("C compiled by"),
+            "{:?}",
+            b.info()
+        );
+    }
+
+    #[test]
+    fn a_missing_compiler_falls_back_to_the_interpreter_with_the_reason() {
+        let b = CpuBackend::with_compiler(OsStr::new("/nonexistent"));
+        let info = b.info();
+        assert_eq!(info.driver, "trine reference interpreter");
+        assert!(info.name.ends_with("interpreter)"), "{}", info.name);
+        let note = info.notes.join("\n");
+        assert!(
+            note.contains("no working C compiler") && note.contains("/nonexistent"),
+            "{note}"
+        );
+        // And it still runs kernels.
+        let k = probe_kernel();
+        let p = b.compile(&k).unwrap();
+        let x = b.alloc(16).unwrap();
+        let y = b.alloc(32).unwrap();
+        let bits = half::f16::from_f32(0.25).to_bits().to_le_bytes();
+        b.write(x, 0, &bits.repeat(8)).unwrap();
+        let binding = |buffer, size| Binding {
+            buffer,
+            offset: 0,
+            size,
+        };
+        b.dispatch(&Dispatch {
+            program: p,
+            grid: [1, 1, 1],
+            bindings: &[binding(x, 16), binding(y, 32)],
+            params: &[],
+        })
+        .unwrap();
+        let mut out = [0u8; 32];
+        b.read(y, 0, &mut out).unwrap();
+        assert_eq!(&out[..4], &0.5f32.to_le_bytes());
     }
 }

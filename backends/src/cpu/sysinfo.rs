@@ -8,6 +8,14 @@ pub(crate) fn cpu_vendor() -> String {
     proc_field("/proc/cpuinfo", "vendor_id").unwrap_or_else(|| "unknown".into())
 }
 
+/// The CPU model and its feature flags: what `-march=native` compiles for.
+pub(crate) fn cpu_signature() -> String {
+    let flags = proc_field("/proc/cpuinfo", "flags")
+        .or_else(|| proc_field("/proc/cpuinfo", "Features"))
+        .unwrap_or_default();
+    format!("{} {} [{flags}]", std::env::consts::ARCH, cpu_name())
+}
+
 /// Total RAM in bytes.
 pub(crate) fn total_memory() -> Option<u64> {
     let kb = proc_field("/proc/meminfo", "MemTotal")?;

@@ -11,7 +11,7 @@
 //! backend looks the function up by it), so names the text cannot carry are rejected.
 
 mod prelude;
-mod printer;
+pub(crate) mod printer;
 
 use crate::CodegenError;
 use printer::{Intrinsic, Printer, Spelling};
@@ -130,6 +130,14 @@ impl Spelling for Gpu {
             Intrinsic::UintAsFloat => "__uint_as_float",
             Intrinsic::FloatAsInt => "__float_as_int",
             Intrinsic::IntAsFloat => "__int_as_float",
+            Intrinsic::FMin => "fminf",
+            Intrinsic::FMax => "fmaxf",
+            Intrinsic::Exp => "expf",
+            Intrinsic::Log => "logf",
+            Intrinsic::Sin => "sinf",
+            Intrinsic::Cos => "cosf",
+            Intrinsic::Tanh => "tanhf",
+            Intrinsic::Pow => "powf",
         }
     }
 }

@@ -95,7 +95,7 @@ fn reduction(out: &mut String, op: SubgroupOp, combine: BinaryOp, ty: Scalar) {
     let t = value_type(ty);
     let f = subgroup_fn(op, ty);
     let shfl = shuffle_fn(ty);
-    let step = binary(combine, ty, "v", "o");
+    let step = binary(&super::Gpu, combine, ty, "v", "o");
     let _ = write!(
         out,
         "{FN} {t} {f}({t} v) {{\n\

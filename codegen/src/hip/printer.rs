@@ -1,5 +1,5 @@
 //! A printer of trine statements and expressions as C-family source, shared by every lowering
-//! to a C dialect (HIP and CUDA here; plain C for the CPU later).
+//! to a C dialect (HIP and CUDA here; plain C for the CPU in `crate::c`).
 //!
 //! Every expression becomes one `const T eN = ...;` at its `Let`, so operands are always plain
 //! names and no operator precedence can leak between expressions. Where dialects spell a thing
@@ -13,8 +13,7 @@
 
 use std::fmt::Write;
 use trine_ir::{
-    BinaryOp, Block, Builtin, Expr, ExprId, Info, Kernel, Literal, Scalar, Stmt, SubgroupOp,
-    UnaryOp,
+    BinaryOp, Builtin, Expr, ExprId, Info, Kernel, Literal, Scalar, Stmt, SubgroupOp, UnaryOp,
 };
 
 /// Functions every C dialect has, under names that differ between dialects.
@@ -32,6 +31,17 @@ pub(crate) enum Intrinsic {
     FloatAsInt,
     /// `float f(int)`.
     IntAsFloat,
+    /// `float f(float, float)`: the smaller operand; with one NaN operand, the other (C `fminf`).
+    FMin,
+    /// `float f(float, float)`: the larger operand; NaN as for [`Intrinsic::FMin`].
+    FMax,
+    /// `float f(float)` transcendentals and `float f(float, float)` power.
+    Exp,
+    Log,
+    Sin,
+    Cos,
+    Tanh,
+    Pow,
 }
 
 /// What a C dialect spells its own way.
@@ -41,6 +51,17 @@ pub(crate) trait Spelling {
     /// The statement (without `;`) of a workgroup barrier.
     fn barrier(&self) -> &'static str;
     fn intrinsic(&self, f: Intrinsic) -> &'static str;
+    /// The I32 or U32 (`to`) value of the float expression `x`, truncated toward zero. Out of
+    /// range is an error in the interpreter; by default it is left to the dialect (undefined in
+    /// C and C++), which a dialect may define instead.
+    fn float_to_int(&self, to: Scalar, x: &str) -> String {
+        format!("({}){x}", value_type(to))
+    }
+    /// The bound a `for` loop stepping by `step` compares its variable with, given the loop's
+    /// `end`. By default `end` itself; a dialect may clamp it so the variable cannot wrap.
+    fn loop_end(&self, end: &str, _step: u32) -> String {
+        end.to_string()
+    }
 }
 
 /// C type of a value of type `ty`.
@@ -82,7 +103,7 @@ pub(crate) fn var_name(k: &Kernel, v: trine_ir::VarId) -> String {
     format!("v_{}", k.vars[v.0 as usize].name)
 }
 
-fn expr_name(e: ExprId) -> String {
+pub(crate) fn expr_name(e: ExprId) -> String {
     format!("e{}", e.0)
 }
 
@@ -164,29 +185,29 @@ fn symbol(op: BinaryOp) -> &'static str {
 /// `a op b` for operands of type `ty` (the left one for shifts), as the right-hand side of an
 /// initialisation. Signed arithmetic goes through unsigned so that overflow wraps instead of
 /// being undefined.
-pub(crate) fn binary(op: BinaryOp, ty: Scalar, a: &str, b: &str) -> String {
+pub(crate) fn binary(s: &impl Spelling, op: BinaryOp, ty: Scalar, a: &str, b: &str) -> String {
     use BinaryOp::*;
     let float = matches!(ty, Scalar::F32 | Scalar::F16);
     let signed = ty == Scalar::I32;
     let (x, y) = (widen(ty, a), widen(ty, b));
-    let s = symbol(op);
+    let sym = symbol(op);
     let text = match op {
         Rem if float => format!("fmodf({x}, {y})"),
-        Min if float => format!("fminf({x}, {y})"),
-        Max if float => format!("fmaxf({x}, {y})"),
-        Pow => format!("powf({x}, {y})"),
+        Min if float => format!("{}({x}, {y})", s.intrinsic(Intrinsic::FMin)),
+        Max if float => format!("{}({x}, {y})", s.intrinsic(Intrinsic::FMax)),
+        Pow => format!("{}({x}, {y})", s.intrinsic(Intrinsic::Pow)),
         Min => format!("{a} < {b} ? {a} : {b}"),
         Max => format!("{a} > {b} ? {a} : {b}"),
-        Add | Sub | Mul if signed => format!("(int)((unsigned int){a} {s} (unsigned int){b})"),
+        Add | Sub | Mul if signed => format!("(int)((unsigned int){a} {sym} (unsigned int){b})"),
         // INT_MIN / -1 traps or is undefined in C; the IR wraps.
         Div if signed => format!("{b} == -1 ? (int)(0u - (unsigned int){a}) : {a} / {b}"),
         Rem if signed => format!("{b} == -1 ? 0 : {a} % {b}"),
         Shl if signed => format!("(int)((unsigned int){a} << ({b} & 31u))"),
-        Shl | Shr => format!("{a} {s} ({b} & 31u)"),
+        Shl | Shr => format!("{a} {sym} ({b} & 31u)"),
         And if ty == Scalar::Bool => format!("{a} && {b}"),
         Or if ty == Scalar::Bool => format!("{a} || {b}"),
         Xor if ty == Scalar::Bool => format!("{a} != {b}"),
-        _ => format!("{x} {s} {y}"),
+        _ => format!("{x} {sym} {y}"),
     };
     if float && !op.is_comparison() {
         narrow(ty, text)
@@ -207,13 +228,13 @@ fn unary(s: &impl Spelling, op: UnaryOp, ty: Scalar, a: &str) -> String {
             format!("{a} < 0 ? (int)(0u - (unsigned int){a}) : {a}")
         }
         UnaryOp::Abs => call("fabsf"),
-        UnaryOp::Exp => call("expf"),
-        UnaryOp::Log => call("logf"),
+        UnaryOp::Exp => call(s.intrinsic(Intrinsic::Exp)),
+        UnaryOp::Log => call(s.intrinsic(Intrinsic::Log)),
         UnaryOp::Sqrt => call("sqrtf"),
         UnaryOp::Rsqrt => call(s.intrinsic(Intrinsic::Rsqrt)),
-        UnaryOp::Sin => call("sinf"),
-        UnaryOp::Cos => call("cosf"),
-        UnaryOp::Tanh => call("tanhf"),
+        UnaryOp::Sin => call(s.intrinsic(Intrinsic::Sin)),
+        UnaryOp::Cos => call(s.intrinsic(Intrinsic::Cos)),
+        UnaryOp::Tanh => call(s.intrinsic(Intrinsic::Tanh)),
         UnaryOp::Floor => call("floorf"),
         UnaryOp::CountOnes => {
             format!(
@@ -226,7 +247,7 @@ fn unary(s: &impl Spelling, op: UnaryOp, ty: Scalar, a: &str) -> String {
 
 /// Value conversion with the IR's rules (see `Expr::Cast`); f16 converts through float, which
 /// is exact for f16 → float and rounds once for float → f16.
-fn cast(from: Scalar, to: Scalar, a: &str) -> String {
+fn cast(s: &impl Spelling, from: Scalar, to: Scalar, a: &str) -> String {
     use Scalar::*;
     match (from, to) {
         _ if from == to => a.to_string(),
@@ -237,8 +258,9 @@ fn cast(from: Scalar, to: Scalar, a: &str) -> String {
         (F32, Bool) => format!("{a} != 0.0f"),
         (F16, Bool) => format!("trine_h2f({a}) != 0.0f"),
         (_, Bool) => format!("{a} != 0"),
-        (F16, _) => cast(F32, to, &format!("trine_h2f({a})")),
-        (_, F16) => format!("trine_f2h({})", cast(from, F32, a)),
+        (F16, _) => cast(s, F32, to, &format!("trine_h2f({a})")),
+        (_, F16) => format!("trine_f2h({})", cast(s, from, F32, a)),
+        (F32, I32 | U32) => s.float_to_int(to, a),
         _ => format!("({}){a}", value_type(to)),
     }
 }
@@ -299,13 +321,13 @@ impl<'a, S: Spelling> Printer<'a, S> {
         let _ = writeln!(self.out, "{:w$}{text}", "", w = 4 * depth);
     }
 
-    pub(crate) fn block(&mut self, block: &Block, depth: usize) {
+    pub(crate) fn block(&mut self, block: &[Stmt], depth: usize) {
         for s in block {
             self.stmt(s, depth);
         }
     }
 
-    fn stmt(&mut self, s: &Stmt, depth: usize) {
+    pub(crate) fn stmt(&mut self, s: &Stmt, depth: usize) {
         let k = self.kernel;
         let e = expr_name;
         match s {
@@ -357,7 +379,7 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 // first value past `end` afterwards, as in the interpreter. `end` is a const
                 // named before the loop, so it is evaluated once.
                 let v = var_name(k, *var);
-                let (s0, s1) = (e(*start), e(*end));
+                let (s0, s1) = (e(*start), self.spelling.loop_end(&e(*end), *step));
                 self.line(
                     depth,
                     &format!("for ({v} = {s0}; {v} < {s1}; {v} += {step}u) {{"),
@@ -397,7 +419,7 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 format!("{}[{}]", shared_name(k, array), e(index))
             }
             Expr::Unary { op, arg } => unary(s, op, info.ty(arg), &e(arg)),
-            Expr::Binary { op, lhs, rhs } => binary(op, info.ty(lhs), &e(lhs), &e(rhs)),
+            Expr::Binary { op, lhs, rhs } => binary(s, op, info.ty(lhs), &e(lhs), &e(rhs)),
             Expr::Fma { a, b, c } => {
                 let ty = info.ty(a);
                 let [x, y, z] = [a, b, c].map(|v| widen(ty, &e(v)));
@@ -410,7 +432,7 @@ impl<'a, S: Spelling> Printer<'a, S> {
             } => {
                 format!("{} ? {} : {}", e(cond), e(accept), e(reject))
             }
-            Expr::Cast { arg, to } => cast(info.ty(arg), to, &e(arg)),
+            Expr::Cast { arg, to } => cast(s, info.ty(arg), to, &e(arg)),
             Expr::Bitcast { arg, to } => bitcast(s, info.ty(arg), to, &e(arg)),
             Expr::Subgroup { op, arg } => {
                 let f = subgroup_fn(op, info.ty(arg));

@@ -2,6 +2,7 @@
 
 pub mod case;
 pub mod compare;
+pub mod expectations;
 pub mod report;
 pub mod run;
 
@@ -67,16 +68,27 @@ pub fn required_backends() -> Vec<String> {
         .collect()
 }
 
-/// Opens the named backends as columns; unknown names and failed opens become absent
-/// columns with the reason. A backend listed in `TRINE_REQUIRE_BACKENDS` is required.
+/// Opens the named backends in this process as columns; unknown names and failed opens
+/// become absent columns with the reason. A backend listed in `TRINE_REQUIRE_BACKENDS` is
+/// required.
 pub fn columns(names: &[String]) -> Vec<Column> {
+    columns_with(names, |kind| {
+        trine_backends::open(kind).map_err(|e| e.to_string())
+    })
+}
+
+/// [`columns`] with the backends opened by `open`, e.g. after probing each in a child process.
+pub fn columns_with(
+    names: &[String],
+    open: impl Fn(trine_backends::BackendKind) -> Result<Arc<dyn Backend>, String>,
+) -> Vec<Column> {
     let required = required_backends();
     names
         .iter()
         .map(|name| {
             let backend = match trine_backends::BackendKind::parse(name) {
                 None => Err(format!("unknown backend {name:?}")),
-                Some(kind) => trine_backends::open(kind).map_err(|e| e.to_string()),
+                Some(kind) => open(kind),
             };
             Column {
                 name: name.clone(),

@@ -3,6 +3,7 @@
 
 use super::case::{decode, Case};
 use super::compare::{judge, Verdict};
+use super::expectations::{self, Expectation};
 use serde::Serialize;
 use std::sync::Arc;
 use trine_backends::{Backend, BackendError, Binding, Dispatch};
@@ -111,8 +112,29 @@ pub fn check_interpreter(case: &Case, reference: &Reference) -> Record {
     record(case, INTERPRETER, &case.kernel.name, verdicts)
 }
 
-/// Runs `case` on `backend` and compares it with the interpreter's `reference`.
+/// Runs `case` on `backend` and compares it with the interpreter's `reference`. A case
+/// declared known-bad for this backend and driver in [`expectations::KNOWN_BAD`] is settled as
+/// that file says: reported, never failing the run.
 pub fn check_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Reference) -> Record {
+    check_backend_expecting(case, backend, reference, expectations::KNOWN_BAD)
+}
+
+/// [`check_backend`] with `known_bad` as the list of known-bad cases.
+pub fn check_backend_expecting(
+    case: &Case,
+    backend: &Arc<dyn Backend>,
+    reference: &Reference,
+    known_bad: &[Expectation],
+) -> Record {
+    let rec = compare_backend(case, backend, reference);
+    let info = backend.info();
+    match expectations::lookup(known_bad, backend.name(), info, &case.name) {
+        Some(entry) => expectations::settle(rec, entry, &info.driver),
+        None => rec,
+    }
+}
+
+fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Reference) -> Record {
     let info = backend.info();
     let kernel = match (
         &case.fallback,

@@ -1,0 +1,438 @@
+//! Writes the planned kernel as C: regions as loops over the invocations, the workgroup-level
+//! steps between them, and the per-invocation arrays that carry values across.
+
+use super::plan::{Node, Plan};
+use super::spelling::{axis_name, lane_axes, C};
+use super::storage::{Import, Storage, VarClass};
+use crate::hip::printer::{
+    binary, expr_name, literal, value_type, var_name, zero, Printer, Spelling,
+};
+use trine_ir::{BinaryOp, ExprId, Info, Kernel, Scalar, Stmt, SubgroupOp, VarId};
+
+/// Name of the per-invocation array of expression `e`.
+fn arr(e: ExprId) -> String {
+    format!("w_{}", expr_name(e))
+}
+
+/// Name of the per-invocation array of variable `v`.
+fn var_arr(k: &Kernel, v: VarId) -> String {
+    format!("w_{}", var_name(k, v))
+}
+
+fn mask_name(m: usize) -> String {
+    format!("m{m}")
+}
+
+/// Bytes of one value of `ty` in the C code.
+pub(super) fn c_size(ty: Scalar) -> u64 {
+    match ty {
+        Scalar::Bool => 1,
+        t => t.size() as u64,
+    }
+}
+
+pub(super) struct Emitter<'a> {
+    k: &'a Kernel,
+    info: &'a Info,
+    plan: &'a Plan<'a>,
+    st: &'a Storage,
+    c: &'a C,
+    p: Printer<'a, C>,
+    /// Invocations per workgroup.
+    wg: u32,
+    /// Mask arrays used so far (`m0`, `m1`, …).
+    pub masks: usize,
+    /// Counters of uniform loops over array variables (`u0`, `u1`, …).
+    counters: usize,
+}
+
+impl<'a> Emitter<'a> {
+    pub(super) fn new(
+        k: &'a Kernel,
+        info: &'a Info,
+        plan: &'a Plan<'a>,
+        st: &'a Storage,
+        c: &'a C,
+    ) -> Self {
+        Emitter {
+            k,
+            info,
+            plan,
+            st,
+            c,
+            p: Printer::new(k, info, c),
+            wg: k.invocations(),
+            masks: 0,
+            counters: 0,
+        }
+    }
+
+    /// The text of the workgroup body at nesting `depth`.
+    pub(super) fn body(mut self, depth: usize) -> (String, usize) {
+        self.nodes(&self.plan.body, None, depth);
+        let masks = self.masks;
+        (self.p.finish(), masks)
+    }
+
+    fn line(&mut self, depth: usize, text: &str) {
+        self.p.line(depth, text);
+    }
+
+    fn ty(&self, e: ExprId) -> &'static str {
+        value_type(self.info.ty(e))
+    }
+
+    /// A value of expression `e` at workgroup level where it is uniform: invocation 0's.
+    fn uniform(&self, e: ExprId) -> String {
+        format!("{}[0]", arr(e))
+    }
+
+    fn nodes(&mut self, nodes: &[Node], mask: Option<usize>, depth: usize) {
+        for n in nodes {
+            match n {
+                Node::Region(r) => self.region(*r, mask, depth),
+                Node::Subgroup { id, op, arg } => self.subgroup(*id, *op, *arg, mask, depth),
+                Node::If {
+                    cond,
+                    uniform: true,
+                    then,
+                    otherwise,
+                } => {
+                    self.line(depth, &format!("if ({}) {{", self.uniform(*cond)));
+                    self.nodes(then, None, depth + 1);
+                    if !otherwise.is_empty() {
+                        self.line(depth, "} else {");
+                        self.nodes(otherwise, None, depth + 1);
+                    }
+                    self.line(depth, "}");
+                }
+                Node::If {
+                    cond,
+                    uniform: false,
+                    then,
+                    otherwise,
+                } => self.masked_if(*cond, then, otherwise, mask, depth),
+                Node::Loop {
+                    var,
+                    start,
+                    end,
+                    step,
+                    uniform: true,
+                    body,
+                } => self.uniform_loop(*var, *start, *end, *step, body, depth),
+                Node::Loop {
+                    var,
+                    start,
+                    end,
+                    step,
+                    uniform: false,
+                    body,
+                } => self.masked_loop(*var, *start, *end, *step, body, mask, depth),
+            }
+        }
+    }
+
+    /// Opens the loop over invocations (`lid`, and `lx`/`ly`/`lz` for several axes); returns
+    /// the depth of its body and how many braces to close.
+    fn open_lanes(&mut self, depth: usize) -> (usize, usize) {
+        let wg = self.k.workgroup_size;
+        let axes = lane_axes(wg);
+        // GCC's `ivdep`: iterations are independent invocations, which the IR lets touch the
+        // same memory only with a barrier between (otherwise it is a race on every backend).
+        if axes.len() <= 1 {
+            self.line(depth, "#pragma GCC ivdep");
+            self.line(
+                depth,
+                &format!("for (uint32_t lid = 0u; lid < {}u; lid++) {{", self.wg),
+            );
+            return (depth + 1, 1);
+        }
+        let mut d = depth;
+        for &a in axes.iter().rev() {
+            let l = format!("l{}", axis_name(a));
+            if a == axes[0] {
+                self.line(d, "#pragma GCC ivdep");
+            }
+            self.line(
+                d,
+                &format!("for (uint32_t {l} = 0u; {l} < {}u; {l}++) {{", wg[a]),
+            );
+            d += 1;
+        }
+        let strides = [1, wg[0], wg[0] * wg[1]];
+        let terms: Vec<String> = axes
+            .iter()
+            .map(|&a| match strides[a] {
+                1 => format!("l{}", axis_name(a)),
+                s => format!("l{} * {s}u", axis_name(a)),
+            })
+            .collect();
+        self.line(d, &format!("const uint32_t lid = {};", terms.join(" + ")));
+        (d, axes.len())
+    }
+
+    fn close(&mut self, depth: usize, braces: usize) {
+        for i in (0..braces).rev() {
+            self.line(depth + i, "}");
+        }
+    }
+
+    fn region(&mut self, r: usize, mask: Option<usize>, depth: usize) {
+        let (d, braces) = self.open_lanes(depth);
+        if let Some(m) = mask {
+            self.line(d, &format!("if (!{}[lid]) continue;", mask_name(m)));
+        }
+        let io = &self.st.regions[r];
+        let k = self.k;
+        for &i in &io.imports {
+            match i {
+                Import::Load(e) => {
+                    let text = format!("const {} {} = {}[lid];", self.ty(e), expr_name(e), arr(e));
+                    self.line(d, &text);
+                }
+                Import::Recompute(e) => self.p.stmt(&Stmt::Let(e), d),
+            }
+        }
+        for &v in &io.vars {
+            let ty = value_type(k.vars[v.0 as usize].ty);
+            let text = format!("{ty} {} = {}[lid];", var_name(k, v), var_arr(k, v));
+            self.line(d, &text);
+        }
+        for &v in &io.locals {
+            let ty = k.vars[v.0 as usize].ty;
+            let init = literal(self.c, zero(ty));
+            let text = format!("{} {} = {init};", value_type(ty), var_name(k, v));
+            self.line(d, &text);
+        }
+        for s in self.plan.regions[r].stmts {
+            self.p.stmt(s, d);
+            if let Stmt::Let(e) = s {
+                if self.st.is_array(*e) {
+                    let text = format!("{}[lid] = {};", arr(*e), expr_name(*e));
+                    self.line(d, &text);
+                }
+            }
+        }
+        for &v in &io.writes {
+            let text = format!("{}[lid] = {};", var_arr(k, v), var_name(k, v));
+            self.line(d, &text);
+        }
+        self.close(depth, braces);
+    }
+
+    /// A reduction folds the active invocations of each subgroup left to right in lane order,
+    /// combining with the printer's operator text (so f16 rounds per step and i32 wraps), as
+    /// the interpreter does; a shuffle reads lane `self ^ mask` of the same subgroup.
+    fn subgroup(
+        &mut self,
+        id: ExprId,
+        op: SubgroupOp,
+        arg: ExprId,
+        mask: Option<usize>,
+        depth: usize,
+    ) {
+        let sg = self.c.subgroup_size;
+        let wg = self.wg;
+        let (out, src) = (arr(id), arr(arg));
+        let ty = self.info.ty(arg);
+        let t = value_type(ty);
+        let active = |l: &str| mask.map(|m| format!("{}[{l}]", mask_name(m)));
+        let combine = match op {
+            SubgroupOp::Sum => BinaryOp::Add,
+            SubgroupOp::Min => BinaryOp::Min,
+            SubgroupOp::Max => BinaryOp::Max,
+            SubgroupOp::ShuffleXor(m) => {
+                // The mask keeps the source inside the subgroup; a subgroup cut short by the
+                // end of the workgroup reads the invocation's own value past it.
+                let d = depth + 1;
+                self.line(depth, &format!("for (uint32_t l = 0u; l < {wg}u; l++) {{"));
+                if let Some(a) = active("l") {
+                    self.line(d, &format!("if (!{a}) continue;"));
+                }
+                self.line(
+                    d,
+                    &format!(
+                        "uint32_t from = (l & ~{}u) | ((l ^ {}[l]) & {}u);",
+                        sg - 1,
+                        arr(m),
+                        sg - 1
+                    ),
+                );
+                if !wg.is_multiple_of(sg) {
+                    self.line(d, &format!("if (from >= {wg}u) from = l;"));
+                }
+                self.line(d, &format!("{out}[l] = {src}[from];"));
+                self.line(depth, "}");
+                return;
+            }
+        };
+        let step = binary(self.c, combine, ty, "acc", "o");
+        let d = depth + 1;
+        self.line(
+            depth,
+            &format!("for (uint32_t g = 0u; g < {wg}u; g += {sg}u) {{"),
+        );
+        let end = if wg.is_multiple_of(sg) {
+            format!("g + {sg}u")
+        } else {
+            format!("g + {sg}u < {wg}u ? g + {sg}u : {wg}u")
+        };
+        self.line(d, &format!("const uint32_t g_end = {end};"));
+        match active("l") {
+            None => {
+                self.line(d, &format!("{t} acc = {src}[g];"));
+                self.line(d, "for (uint32_t l = g + 1u; l < g_end; l++) {");
+                self.line(d + 1, &format!("const {t} o = {src}[l];"));
+                self.line(d + 1, &format!("acc = {step};"));
+                self.line(d, "}");
+                self.line(
+                    d,
+                    &format!("for (uint32_t l = g; l < g_end; l++) {out}[l] = acc;"),
+                );
+            }
+            Some(a) => {
+                let init = literal(self.c, zero(ty));
+                self.line(d, &format!("{t} acc = {init};"));
+                self.line(d, "bool seen = false;");
+                self.line(d, "for (uint32_t l = g; l < g_end; l++) {");
+                self.line(d + 1, &format!("if (!{a}) continue;"));
+                self.line(d + 1, &format!("const {t} o = {src}[l];"));
+                self.line(d + 1, &format!("acc = seen ? {step} : o;"));
+                self.line(d + 1, "seen = true;");
+                self.line(d, "}");
+                self.line(
+                    d,
+                    &format!("for (uint32_t l = g; l < g_end; l++) if ({a}) {out}[l] = acc;"),
+                );
+            }
+        }
+        self.line(depth, "}");
+    }
+
+    fn new_mask(&mut self) -> usize {
+        self.masks += 1;
+        self.masks - 1
+    }
+
+    fn masked_if(
+        &mut self,
+        cond: ExprId,
+        then: &[Node],
+        otherwise: &[Node],
+        mask: Option<usize>,
+        depth: usize,
+    ) {
+        let t = self.new_mask();
+        let e = (!otherwise.is_empty()).then(|| self.new_mask());
+        let wg = self.wg;
+        let c = format!("{}[l]", arr(cond));
+        // `&&` leaves an inactive invocation's condition unread: it was never computed.
+        let (yes, no) = match mask {
+            Some(m) => (
+                format!("{}[l] && {c}", mask_name(m)),
+                format!("{}[l] && !{c}", mask_name(m)),
+            ),
+            None => (c.clone(), format!("!{c}")),
+        };
+        self.line(depth, &format!("for (uint32_t l = 0u; l < {wg}u; l++) {{"));
+        self.line(depth + 1, &format!("{}[l] = {yes};", mask_name(t)));
+        if let Some(e) = e {
+            self.line(depth + 1, &format!("{}[l] = {no};", mask_name(e)));
+        }
+        self.line(depth, "}");
+        for (m, block) in [(Some(t), then), (e, otherwise)] {
+            let Some(m) = m else { continue };
+            self.line(
+                depth,
+                &format!("if (trine_any({}, {wg}u)) {{", mask_name(m)),
+            );
+            self.nodes(block, Some(m), depth + 1);
+            self.line(depth, "}");
+        }
+    }
+
+    fn uniform_loop(
+        &mut self,
+        var: VarId,
+        start: ExprId,
+        end: ExprId,
+        step: u32,
+        body: &[Node],
+        depth: usize,
+    ) {
+        let bound = self.c.loop_end(&self.uniform(end), step);
+        let from = self.uniform(start);
+        match self.st.var(var) {
+            VarClass::Uniform => {
+                let v = var_name(self.k, var);
+                self.line(
+                    depth,
+                    &format!("for ({v} = {from}; {v} < {bound}; {v} += {step}u) {{"),
+                );
+                self.nodes(body, None, depth + 1);
+                self.line(depth, "}");
+            }
+            _ => {
+                // The variable is also written elsewhere, so it is an array: every invocation
+                // gets the counter at each iteration, and its value past the end afterwards.
+                let u = format!("u{}", self.counters);
+                self.counters += 1;
+                let w = var_arr(self.k, var);
+                let wg = self.wg;
+                let broadcast = format!("for (uint32_t l = 0u; l < {wg}u; l++) {w}[l] = {u};");
+                self.line(depth, "{");
+                let d = depth + 1;
+                self.line(d, &format!("uint32_t {u};"));
+                self.line(
+                    d,
+                    &format!("for ({u} = {from}; {u} < {bound}; {u} += {step}u) {{"),
+                );
+                self.line(d + 1, &broadcast);
+                self.nodes(body, None, d + 1);
+                self.line(d, "}");
+                self.line(d, &broadcast);
+                self.line(depth, "}");
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn masked_loop(
+        &mut self,
+        var: VarId,
+        start: ExprId,
+        end: ExprId,
+        step: u32,
+        body: &[Node],
+        mask: Option<usize>,
+        depth: usize,
+    ) {
+        let live_id = self.new_mask();
+        let live = mask_name(live_id);
+        let wg = self.wg;
+        let w = var_arr(self.k, var);
+        let bound = self.c.loop_end(&format!("{}[l]", arr(end)), step);
+        let d = depth + 1;
+        self.line(depth, &format!("for (uint32_t l = 0u; l < {wg}u; l++) {{"));
+        if let Some(m) = mask {
+            self.line(
+                d,
+                &format!(
+                    "if (!{}[l]) {{ {live}[l] = false; continue; }}",
+                    mask_name(m)
+                ),
+            );
+        }
+        self.line(d, &format!("{w}[l] = {}[l];", arr(start)));
+        self.line(d, &format!("{live}[l] = {w}[l] < {bound};"));
+        self.line(depth, "}");
+        self.line(depth, &format!("while (trine_any({live}, {wg}u)) {{"));
+        self.nodes(body, Some(live_id), d);
+        self.line(d, &format!("for (uint32_t l = 0u; l < {wg}u; l++) {{"));
+        self.line(d + 1, &format!("if (!{live}[l]) continue;"));
+        self.line(d + 1, &format!("{w}[l] += {step}u;"));
+        self.line(d + 1, &format!("{live}[l] = {w}[l] < {bound};"));
+        self.line(d, "}");
+        self.line(depth, "}");
+    }
+}

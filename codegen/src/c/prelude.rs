@@ -1,0 +1,87 @@
+//! The text before the kernel: headers and the `trine_*` helpers the printer's output calls.
+
+/// Every helper the prelude defines; a kernel whose entry symbol `trine_NAME` would equal one
+/// is refused.
+pub(super) const HELPERS: &[&str] = &[
+    "trine_f16",
+    "trine_h2f",
+    "trine_f2h",
+    "trine_h_bits",
+    "trine_f_as_u",
+    "trine_u_as_f",
+    "trine_f_as_i",
+    "trine_i_as_f",
+    "trine_rsqrtf",
+    "trine_expf",
+    "trine_logf",
+    "trine_sinf",
+    "trine_cosf",
+    "trine_tanhf",
+    "trine_powf",
+    "trine_fminf",
+    "trine_fmaxf",
+    "trine_cvt_i32",
+    "trine_cvt_u32",
+    "trine_loop_end",
+    "trine_any",
+];
+
+const BASE: &str = r#"#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#define TRINE_FN static inline __attribute__((always_inline))
+TRINE_FN uint32_t trine_f_as_u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+TRINE_FN float trine_u_as_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+TRINE_FN int trine_f_as_i(float f) { int i; memcpy(&i, &f, 4); return i; }
+TRINE_FN float trine_i_as_f(int i) { float f; memcpy(&f, &i, 4); return f; }
+/* In double, then rounded once, by the same C library functions the interpreter calls: the
+   interpreter's results, bit for bit. */
+TRINE_FN float trine_rsqrtf(float x) { return (float)(1.0 / sqrt((double)x)); }
+TRINE_FN float trine_expf(float x) { return (float)exp((double)x); }
+TRINE_FN float trine_logf(float x) { return (float)log((double)x); }
+TRINE_FN float trine_sinf(float x) { return (float)sin((double)x); }
+TRINE_FN float trine_cosf(float x) { return (float)cos((double)x); }
+TRINE_FN float trine_tanhf(float x) { return (float)tanh((double)x); }
+TRINE_FN float trine_powf(float x, float y) { return (float)pow((double)x, (double)y); }
+/* fminf/fmaxf semantics (a NaN operand yields the other) without a call into libm. */
+TRINE_FN float trine_fminf(float a, float b) { return a != a ? b : (b < a ? b : a); }
+TRINE_FN float trine_fmaxf(float a, float b) { return a != a ? b : (b > a ? b : a); }
+/* Float to integer, truncating; out of range saturates and NaN gives 0 instead of being
+   undefined behaviour (the interpreter reports both as errors). */
+TRINE_FN int trine_cvt_i32(float x) {
+    return x != x ? 0 : x < -2147483648.0f ? (-2147483647 - 1) : x >= 2147483648.0f ? 2147483647 : (int)x;
+}
+TRINE_FN unsigned int trine_cvt_u32(float x) {
+    return !(x > -1.0f) ? 0u : x >= 4294967296.0f ? 4294967295u : (unsigned int)x;
+}
+/* The bound of a loop stepping by `step` that keeps its variable from wrapping. */
+TRINE_FN uint32_t trine_loop_end(uint32_t end, uint32_t step) {
+    const uint32_t last = 4294967295u - (step - 1u);
+    return end < last ? end : last;
+}
+/* Whether any invocation of a mask is active. */
+TRINE_FN bool trine_any(const bool* m, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        if (m[i]) return true;
+    }
+    return false;
+}
+"#;
+
+/// `_Float16` is IEEE binary16 in GCC (12+) and Clang (15+) on x86-64 and AArch64; with F16C
+/// the conversions are single instructions.
+const F16: &str = r#"typedef _Float16 trine_f16;
+TRINE_FN float trine_h2f(trine_f16 h) { return (float)h; }
+TRINE_FN trine_f16 trine_f2h(float f) { return (trine_f16)f; }
+TRINE_FN trine_f16 trine_h_bits(uint16_t b) { trine_f16 h; memcpy(&h, &b, 2); return h; }
+"#;
+
+pub(super) fn prelude(f16: bool) -> String {
+    let mut out = BASE.to_string();
+    if f16 {
+        out.push_str(F16);
+    }
+    out
+}

@@ -1,0 +1,430 @@
+//! Causal grouped-query attention against a KV cache, for decode (one query token) and
+//! prefill (several), as llama.cpp's `build_attn` computes it without flash attention:
+//! `out = softmax(scale · q·kᵀ + causal mask) · v` per query token and head.
+//!
+//! Layouts (row-major): `q` [tokens × heads × head_dim], the caches `k`, `v`
+//! [kv_len × kv_heads × head_dim], `out` [tokens × heads × head_dim]. Query head `h` reads KV
+//! head `h / (heads / kv_heads)`; query token `t` sits at position `offset + t` and sees cache
+//! positions `0..=offset + t` (so decode is `tokens = 1, offset = kv_len − 1`, and a prefill
+//! into an empty cache is `offset = 0, tokens = kv_len`). The scale is `1/sqrt(head_dim)`.
+//!
+//! One workgroup per (head, query token). It walks the visible keys in blocks of one key per
+//! invocation with an online softmax: each block's scores are reduced to their maximum, the
+//! running sum and the output accumulators are rescaled by `exp(old max − new max)`, then each
+//! invocation adds the block's `p · v` to the output dimensions it owns. Nothing grows with
+//! the cache length, so any `kv_len` fits the shared memory of every device.
+//!
+//! The two reductions per block (maximum and sum of the block's scores) use the shared-memory
+//! tree: they are a small part of a block's work (a dot product per key and the `p·v` sums),
+//! so there is no subgroup variant.
+//!
+//! Bound: ggml's attention bound, 5e-4. The f32 kernel stays below 1e-12 against the f64
+//! reference (2e-13 measured); the bound leaves room for backends that sum in another order.
+
+use super::shape::ShapeError;
+use super::support::{
+    elements, expect_len, load_f32, nonzero, seed, Combine, Float, Reducer, Reduction,
+};
+use crate::conformance::case::*;
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+
+const OP: &str = "attention";
+
+/// Invocations per workgroup: keys per block, and output dimensions per pass.
+pub const WG: u32 = 64;
+
+/// Largest head dimension: the query is staged in shared memory.
+pub const MAX_HEAD_DIM: u32 = 512;
+
+/// One attention dispatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attention {
+    /// Query tokens.
+    pub tokens: u32,
+    /// Positions in the KV cache.
+    pub kv_len: u32,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    /// Position of the first query token.
+    pub offset: u32,
+}
+
+impl Attention {
+    /// Checks the shape; returns the element count of `q` (and `out`).
+    pub fn check(&self) -> Result<u32, ShapeError> {
+        nonzero(OP, "tokens", self.tokens)?;
+        nonzero(OP, "kv_len", self.kv_len)?;
+        nonzero(OP, "heads", self.heads)?;
+        nonzero(OP, "kv_heads", self.kv_heads)?;
+        check_head_dim(self.head_dim)?;
+        if !self.heads.is_multiple_of(self.kv_heads) {
+            return Err(ShapeError::NotMultiple {
+                op: OP,
+                what: "heads",
+                value: self.heads as usize,
+                multiple: self.kv_heads as usize,
+            });
+        }
+        // The last query sees position offset + tokens − 1, which must be in the cache.
+        let end = self.offset as usize + self.tokens as usize;
+        if end > self.kv_len as usize {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "offset + tokens",
+                value: end,
+                limit: self.kv_len as usize,
+            });
+        }
+        elements(OP, "kv cache", &[self.kv_len, self.kv_heads, self.head_dim])?;
+        elements(OP, "q", &[self.tokens, self.heads, self.head_dim])
+    }
+
+    pub fn grid(&self) -> [u32; 3] {
+        [self.heads, self.tokens, 1]
+    }
+
+    pub fn scale(&self) -> f32 {
+        1.0 / (self.head_dim as f32).sqrt()
+    }
+
+    /// The kernel's parameters, in declaration order.
+    pub fn params(&self) -> Vec<ParamValue> {
+        vec![
+            ParamValue::U32(self.heads),
+            ParamValue::U32(self.kv_heads),
+            ParamValue::U32(self.offset),
+            ParamValue::F32(self.scale()),
+        ]
+    }
+}
+
+fn check_head_dim(d: u32) -> Result<(), ShapeError> {
+    nonzero(OP, "head_dim", d)?;
+    if d > MAX_HEAD_DIM {
+        return Err(ShapeError::TooLarge {
+            op: OP,
+            what: "head_dim",
+            value: d as usize,
+            limit: MAX_HEAD_DIM as usize,
+        });
+    }
+    Ok(())
+}
+
+/// The kernel for one head dimension (a compile-time constant) and KV cache storage type.
+/// Buffers: `q` f32, `k` and `v` of `kv`, `out` f32. Params: heads, kv_heads, offset, scale.
+pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
+    check_head_dim(head_dim)?;
+    let k = KernelBuilder::new(
+        &format!("attention_d{head_dim}_{}kv", kv.name()),
+        [WG, 1, 1],
+    );
+    let q = k.buffer("q", Scalar::F32, Access::Read);
+    let kc = k.buffer("k", kv.scalar(), Access::Read);
+    let vc = k.buffer("v", kv.scalar(), Access::Read);
+    let out = k.buffer("out", Scalar::F32, Access::Write);
+    let heads = k.param("heads", Scalar::U32);
+    let kv_heads = k.param("kv_heads", Scalar::U32);
+    let offset = k.param("offset", Scalar::U32);
+    let scale = k.param("scale", Scalar::F32);
+    let reducer = Reducer::new(&k, Reduction::Shared);
+    let q_sh = k.shared("q_row", Scalar::F32, head_dim);
+    let p_sh = k.shared("p", Scalar::F32, WG);
+    let lid = k.local_index();
+    let h = k.workgroup_id(0);
+    let t = k.workgroup_id(1);
+    let d = k.u32(head_dim);
+    let wg = k.u32(WG);
+
+    let q_base = (t * heads + h) * d;
+    k.for_range(lid, d, WG, |i| {
+        k.store_shared(q_sh, i, k.load(q, q_base + i))
+    });
+    k.barrier();
+
+    // Element offset of this KV head at cache position j: j·kv_stride + kv_head.
+    let kv_stride = kv_heads * d;
+    let kv_head = h / (heads / kv_heads) * d;
+    let last = offset + t;
+    let blocks = last / wg + k.u32(1);
+
+    let m = k.var("max", Scalar::F32);
+    m.set(k.f32(f32::NEG_INFINITY));
+    let l = k.var("sum", Scalar::F32);
+    // Invocation `lid` owns output dimensions lid, lid + WG, ...
+    let acc: Vec<_> = (0..head_dim.div_ceil(WG))
+        .map(|_| k.var("acc", Scalar::F32))
+        .collect();
+    let score = k.var("score", Scalar::F32);
+    let dot = k.var("dot", Scalar::F32);
+    let pv = k.var("pv", Scalar::F32);
+
+    k.for_range(k.u32(0), blocks, 1, |b| {
+        let first = b * wg;
+        let j = first + lid;
+        let visible = j.le(last);
+        score.set(k.f32(f32::NEG_INFINITY));
+        k.if_(visible, || {
+            let row = j * kv_stride + kv_head;
+            dot.set(k.f32(0.0));
+            k.for_range(k.u32(0), d, 1, |i| {
+                let kv_val = load_f32(&k, kv, kc, row + i);
+                dot.set(k.load_shared(q_sh, i).fma(kv_val, dot.get()));
+            });
+            score.set(dot.get() * scale);
+        });
+        // Every block holds at least one visible key, so the new maximum is finite and the
+        // first block's correction exp(−inf) is 0.
+        let new_m = m
+            .get()
+            .max(reducer.reduce(&k, lid, score.get(), Combine::Max));
+        let p = k.select(visible, (score.get() - new_m).exp(), k.f32(0.0));
+        k.store_shared(p_sh, lid, p);
+        // The reduction's barrier also publishes `p_sh` for the accumulation below.
+        let block_sum = reducer.reduce(&k, lid, p, Combine::Sum);
+        let corr = (m.get() - new_m).exp();
+        l.set(l.get().fma(corr, block_sum));
+        let count = (last + k.u32(1) - first).min(wg);
+        for (s, a) in acc.iter().enumerate() {
+            let i = lid + k.u32(s as u32 * WG);
+            let accumulate = || {
+                pv.set(a.get() * corr);
+                k.for_range(k.u32(0), count, 1, |jj| {
+                    let v_val = load_f32(&k, kv, vc, (first + jj) * kv_stride + kv_head + i);
+                    pv.set(k.load_shared(p_sh, jj).fma(v_val, pv.get()));
+                });
+                a.set(pv.get());
+            };
+            if (s as u32 + 1) * WG <= head_dim {
+                accumulate();
+            } else {
+                k.if_(i.lt(d), accumulate);
+            }
+        }
+        m.set(new_m);
+        // The next block rewrites `p_sh`.
+        k.barrier();
+    });
+
+    let inv = k.f32(1.0) / l.get();
+    for (s, a) in acc.iter().enumerate() {
+        let i = lid + k.u32(s as u32 * WG);
+        let write = || k.store(out, q_base + i, a.get() * inv);
+        if (s as u32 + 1) * WG <= head_dim {
+            write();
+        } else {
+            k.if_(i.lt(d), write);
+        }
+    }
+    Ok(k.finish())
+}
+
+/// The plain-Rust reference in f64, on the values the buffers hold (the caches already
+/// rounded to their storage type).
+pub fn reference(
+    shape: &Attention,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+) -> Result<Vec<f64>, ShapeError> {
+    let n = shape.check()?;
+    let (t_n, h_n, kv_n, d) = (
+        shape.tokens as usize,
+        shape.heads as usize,
+        shape.kv_heads as usize,
+        shape.head_dim as usize,
+    );
+    expect_len(OP, "q", n as usize, q.len())?;
+    let cache = shape.kv_len as usize * kv_n * d;
+    expect_len(OP, "k", cache, k.len())?;
+    expect_len(OP, "v", cache, v.len())?;
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut out = vec![0f64; t_n * h_n * d];
+    for t in 0..t_n {
+        let last = shape.offset as usize + t;
+        for h in 0..h_n {
+            let kvh = h / (h_n / kv_n);
+            let qr = &q[(t * h_n + h) * d..][..d];
+            let at = |j: usize| (j * kv_n + kvh) * d;
+            let scores: Vec<f64> = (0..=last)
+                .map(|j| {
+                    let kr = &k[at(j)..][..d];
+                    scale
+                        * qr.iter()
+                            .zip(kr)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum::<f64>()
+                })
+                .collect();
+            let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let p: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let sum: f64 = p.iter().sum();
+            let o = &mut out[(t * h_n + h) * d..][..d];
+            for (j, pj) in p.iter().enumerate() {
+                for (oi, &vi) in o.iter_mut().zip(&v[at(j)..][..d]) {
+                    *oi += pj / sum * vi as f64;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A conformance case for `shape` with the caches stored as `kv`, with deterministic inputs.
+pub fn case(shape: Attention, kv: Float) -> Result<Case, ShapeError> {
+    shape.check()?;
+    let kind = if shape.tokens == 1 {
+        "decode"
+    } else {
+        "prefill"
+    };
+    let dtype = match kv {
+        Float::F32 => "f32",
+        Float::F16 => "f32+f16kv",
+    };
+    let name = format!(
+        "{OP}/{kind}/{dtype}/{}x{}x{}x{}+L{}+pos{}",
+        shape.tokens, shape.heads, shape.kv_heads, shape.head_dim, shape.kv_len, shape.offset
+    );
+    let mut r = Rng::new(seed(&name));
+    let q = r.f32s(
+        (shape.tokens * shape.heads * shape.head_dim) as usize,
+        -2.0,
+        2.0,
+    );
+    let cache = (shape.kv_len * shape.kv_heads * shape.head_dim) as usize;
+    let kc = kv.stored(&r.f32s(cache, -2.0, 2.0));
+    let vc = kv.stored(&r.f32s(cache, -1.0, 1.0));
+    let want = reference(&shape, &q, &kc, &vc)?;
+    Ok(Case::new(name, kernel(shape.head_dim, kv)?, shape.grid())
+        .input("q", Scalar::F32, f32_bytes(&q))
+        .input("k", kv.scalar(), kv.bytes(&kc))
+        .input("v", kv.scalar(), kv.bytes(&vc))
+        .output("out", Scalar::F32, vec![0; q.len() * 4], want)
+        .params(shape.params())
+        .bound(NMSE_MATMUL))
+}
+
+pub fn cases() -> Vec<Case> {
+    // SmolLM2-135M: 9 query heads, 3 KV heads, head_dim 64.
+    let smol = |tokens, kv_len, offset| Attention {
+        tokens,
+        kv_len,
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        offset,
+    };
+    let mut shapes: Vec<(Attention, Float)> = [1, 37, 64, 100, 300]
+        .into_iter()
+        .map(|l| (smol(1, l, l - 1), Float::F32))
+        .collect();
+    shapes.extend([
+        (smol(1, 100, 99), Float::F16),
+        (smol(16, 16, 0), Float::F32), // prefill into an empty cache
+        (smol(7, 20, 13), Float::F32), // a second prefill chunk after 13 tokens
+        (smol(7, 20, 13), Float::F16),
+        // Odd head dimension, two query heads per KV head.
+        (
+            Attention {
+                tokens: 5,
+                kv_len: 5,
+                heads: 4,
+                kv_heads: 2,
+                head_dim: 17,
+                offset: 0,
+            },
+            Float::F32,
+        ),
+        // Multi-query (one KV head), head_dim above the workgroup and not a multiple of it.
+        (
+            Attention {
+                tokens: 3,
+                kv_len: 70,
+                heads: 2,
+                kv_heads: 1,
+                head_dim: 80,
+                offset: 67,
+            },
+            Float::F32,
+        ),
+        // Plain multi-head, prefill longer than one block of keys.
+        (
+            Attention {
+                tokens: 70,
+                kv_len: 70,
+                heads: 2,
+                kv_heads: 2,
+                head_dim: 128,
+                offset: 0,
+            },
+            Float::F32,
+        ),
+    ]);
+    shapes
+        .into_iter()
+        .map(|(shape, kv)| case(shape, kv))
+        .collect::<Result<_, _>>()
+        .expect("the fixed shapes are valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_averages_the_visible_values() {
+        // Equal keys give equal scores: each output is the mean of the visible values.
+        // Two query heads share one KV head; token 0 (position 1) sees positions 0 and 1,
+        // token 1 (position 2) sees all three.
+        let shape = Attention {
+            tokens: 2,
+            kv_len: 3,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 1,
+            offset: 1,
+        };
+        let y = reference(&shape, &[1.0; 4], &[1.0; 3], &[3.0, 6.0, 12.0]).unwrap();
+        for (got, want) in y.iter().zip([4.5, 4.5, 7.0, 7.0]) {
+            assert!((got - want).abs() < 1e-12, "{y:?}");
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_typed_errors() {
+        let s = Attention {
+            tokens: 2,
+            kv_len: 3,
+            heads: 9,
+            kv_heads: 2,
+            head_dim: 64,
+            offset: 0,
+        };
+        assert!(matches!(s.check(), Err(ShapeError::NotMultiple { .. })));
+        let s = Attention {
+            kv_heads: 3,
+            offset: 2,
+            ..s
+        };
+        assert_eq!(
+            s.check(),
+            Err(ShapeError::TooLarge {
+                op: OP,
+                what: "offset + tokens",
+                value: 4,
+                limit: 3
+            })
+        );
+        assert!(matches!(
+            kernel(MAX_HEAD_DIM + 1, Float::F32),
+            Err(ShapeError::TooLarge { .. })
+        ));
+        let ok = Attention { offset: 1, ..s };
+        assert!(matches!(
+            reference(&ok, &[0.0; 3], &[0.0; 3 * 3 * 64], &[0.0; 3 * 3 * 64]),
+            Err(ShapeError::Mismatch { .. })
+        ));
+    }
+}

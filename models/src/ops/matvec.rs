@@ -1,0 +1,469 @@
+//! Matrix-vector product `y = W·x` for decode: W row-major `[rows × cols]` in f32, f16, Q8_0,
+//! Q4_0 or Q4_1 (rows of 32-element blocks, dequantised in registers inside the kernel, never
+//! beforehand), x and y f32.
+//!
+//! A workgroup computes `rows_per_workgroup` rows. Its invocations stride over the columns
+//! (plain floats) or over 8-element segments of the blocks (quantized), loading each slice of x
+//! once and using it for all its rows; then each row's partial sums are reduced across the
+//! workgroup, with subgroup sums ([`Reduce::Subgroup`]) or a shared-memory tree
+//! ([`Reduce::Shared`], the fallback for devices without subgroups).
+//!
+//! Bound: every output is an f32 sum of `cols` products, which rounds to within about
+//! `cols · 2^-24` of Σ|w·x| in the worst case and, with rounding errors of random sign, to
+//! about `√cols · 2^-24` of it in practice; for the zero-mean data of the cases that is
+//! NMSE ≈ `cols · 2^-48` ≤ 1.5e-11 for cols ≤ 4096, far inside [`NMSE_DEFAULT`] (1e-7). The
+//! reference uses the exact dequantised weights, so a kernel that decodes any block
+//! differently (a swapped nibble, a wrong scale) is off by the weights' quantization step and
+//! fails by orders of magnitude.
+
+use super::quant::{self, WeightType, QK};
+use super::shape::ShapeError;
+use crate::conformance::case::*;
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
+
+const OP: &str = "matvec";
+
+/// Elements of a quantized block one invocation handles per step: a Q8_0 block's 8
+/// consecutive bytes, or 4 bytes of a Q4 block (elements i..i+4 and i+16..i+20).
+const SEGMENT: u32 = 8;
+const SEGMENTS_PER_BLOCK: u32 = QK as u32 / SEGMENT;
+
+/// How a row's partial sums are combined across the workgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reduce {
+    /// Subgroup sums, then one partial per subgroup through shared memory. Needs the subgroup
+    /// capability; correct for any subgroup width.
+    Subgroup,
+    /// A shared-memory tree, log2(workgroup) barriers.
+    Shared,
+}
+
+impl Reduce {
+    fn name(self) -> &'static str {
+        match self {
+            Reduce::Subgroup => "subgroup",
+            Reduce::Shared => "shared",
+        }
+    }
+}
+
+/// Compile-time choices of a matvec kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatvecSpec {
+    pub weights: WeightType,
+    pub reduce: Reduce,
+    /// Rows per workgroup: each slice of x is loaded once for all of them.
+    pub rows_per_workgroup: u32,
+    /// Invocations per workgroup: a power of two (the shared tree halves it).
+    pub workgroup: u32,
+}
+
+impl MatvecSpec {
+    /// Four rows per workgroup of 64 invocations: small enough for every device, and enough
+    /// invocations per row for the 18 blocks of a 576-wide row.
+    pub fn new(weights: WeightType, reduce: Reduce) -> MatvecSpec {
+        MatvecSpec {
+            weights,
+            reduce,
+            rows_per_workgroup: 4,
+            workgroup: 64,
+        }
+    }
+
+    fn check(&self) -> Result<(), ShapeError> {
+        let wg = self.workgroup as usize;
+        if !wg.is_power_of_two() || wg > 1024 {
+            return Err(ShapeError::NotPowerOfTwo {
+                op: OP,
+                what: "workgroup size (at most 1024)",
+                value: wg,
+            });
+        }
+        if self.rows_per_workgroup == 0 {
+            return Err(ShapeError::Zero {
+                op: OP,
+                what: "rows per workgroup",
+            });
+        }
+        // One f32 partial per row and invocation, within the smallest device's 32 KiB.
+        let shared = self.rows_per_workgroup as usize * wg * 4;
+        if shared > 32 * 1024 {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "shared bytes (rows per workgroup × workgroup × 4)",
+                value: shared,
+                limit: 32 * 1024,
+            });
+        }
+        Ok(())
+    }
+
+    /// The grid for `rows` rows.
+    pub fn grid(&self, rows: u32) -> [u32; 3] {
+        [rows.div_ceil(self.rows_per_workgroup), 1, 1]
+    }
+}
+
+/// Checks that W (`w_bytes` bytes) holds `rows × cols` weights of type `ty`, that x has `cols`
+/// elements, and that every index fits the kernel's u32 arithmetic.
+pub fn check_shapes(
+    ty: WeightType,
+    rows: usize,
+    cols: usize,
+    w_bytes: usize,
+    x_len: usize,
+) -> Result<(), ShapeError> {
+    for (what, v) in [("rows", rows), ("cols", cols)] {
+        if v == 0 {
+            return Err(ShapeError::Zero { op: OP, what });
+        }
+    }
+    let row_bytes = ty.bytes(OP, "cols", cols)?;
+    // Byte (and element) indices are u32 in the kernel.
+    let needed = row_bytes as u128 * rows as u128;
+    if needed > u128::from(u32::MAX) {
+        return Err(ShapeError::TooLarge {
+            op: OP,
+            what: "weight bytes",
+            value: usize::try_from(needed).unwrap_or(usize::MAX),
+            limit: u32::MAX as usize,
+        });
+    }
+    let needed = needed as usize;
+    if w_bytes < needed {
+        return Err(ShapeError::TooSmall {
+            op: OP,
+            what: "weight bytes",
+            needed,
+            found: w_bytes,
+        });
+    }
+    if x_len != cols {
+        return Err(ShapeError::Mismatch {
+            op: OP,
+            what: "x length",
+            expected: cols,
+            found: x_len,
+        });
+    }
+    Ok(())
+}
+
+/// `y = W·x` in f64 from the exactly dequantised weights.
+pub fn reference(
+    ty: WeightType,
+    w: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+) -> Result<Vec<f64>, ShapeError> {
+    check_shapes(ty, rows, cols, w.len(), x.len())?;
+    let row_bytes = ty.bytes(OP, "cols", cols)?;
+    // Row by row, so that an output head's weights are never all held in f64 at once.
+    w.chunks_exact(row_bytes)
+        .take(rows)
+        .map(|row| {
+            let row = quant::dequantize(ty, row, cols)?;
+            Ok(row.iter().zip(x).map(|(&a, &b)| a * f64::from(b)).sum())
+        })
+        .collect()
+}
+
+/// The matvec kernel for `spec`. Buffers: `w` (the weights, bytes if quantized), `x`, `y`;
+/// parameters `rows`, `cols`; grid [`MatvecSpec::grid`].
+pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
+    spec.check()?;
+    let (ty, nrows, wg) = (spec.weights, spec.rows_per_workgroup, spec.workgroup);
+    let name = format!("matvec_{ty}_{}_r{nrows}_w{wg}", spec.reduce.name());
+    let k = KernelBuilder::new(&name, [wg, 1, 1]);
+    if spec.reduce == Reduce::Subgroup {
+        k.require_subgroups();
+    }
+    let w = k.buffer("w", ty.buffer_elem(), Access::Read);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let rows = k.param("rows", Scalar::U32);
+    let cols = k.param("cols", Scalar::U32);
+    let lid = k.local_index();
+    let row0 = k.workgroup_id(0) * k.u32(nrows);
+    // Rows past the end (in the last workgroup) read the last row again instead of branching,
+    // so that every invocation reaches the reduction; their sums are never stored.
+    let last = rows - k.u32(1);
+    // Each row of the workgroup with its accumulator.
+    let rows_accs: Vec<(Val, Var)> = (0..nrows)
+        .map(|r| ((row0 + k.u32(r)).min(last), k.var("acc", Scalar::F32)))
+        .collect();
+    if ty.is_quantized() {
+        dot_quantized(&k, ty, w, x, cols, &rows_accs, wg);
+    } else {
+        let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * cols).collect();
+        k.for_range(lid, cols, wg, |c| {
+            let xv = k.load(x, c);
+            for (base, (_, acc)) in bases.iter().zip(&rows_accs) {
+                let wv = k.load(w, *base + c).cast(Scalar::F32);
+                acc.set(wv.fma(xv, acc.get()));
+            }
+        });
+    }
+    let sums: Vec<Val> = rows_accs.iter().map(|(_, a)| a.get()).collect();
+    let total = match spec.reduce {
+        Reduce::Subgroup => reduce_subgroup(&k, &sums, wg),
+        Reduce::Shared => reduce_shared(&k, &sums, wg),
+    };
+    // Invocation r holds row r's sum.
+    k.if_(lid.lt(k.u32(nrows)), || {
+        let row = row0 + lid;
+        k.if_(row.lt(rows), || k.store(y, row, total));
+    });
+    Ok(k.finish())
+}
+
+/// Accumulates the quantized rows' dot products: each step takes one 8-element segment of a
+/// block, loads its x values once, and for every row multiplies the codes by x and scales the
+/// segment's sum by d (adding m·Σx for Q4_1), so that the scales cost one multiply per segment.
+fn dot_quantized<'b>(
+    k: &'b KernelBuilder,
+    ty: WeightType,
+    w: trine_ir::BufferId,
+    x: trine_ir::BufferId,
+    cols: Val<'b>,
+    rows_accs: &[(Val<'b>, Var<'b>)],
+    wg: u32,
+) {
+    let block_bytes = k.u32(ty.block_bytes() as u32);
+    let row_bytes = (cols / k.u32(QK as u32)) * block_bytes;
+    let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * row_bytes).collect();
+    let segments = cols / k.u32(SEGMENT);
+    let lid = k.local_index();
+    k.for_range(lid, segments, wg, |s| {
+        let per_block = k.u32(SEGMENTS_PER_BLOCK);
+        let block = s / per_block;
+        let part = s % per_block;
+        let xb = block * k.u32(QK as u32);
+        // Element offsets (within the block) of this segment, paired with their x values.
+        let offsets: Vec<Val> = match ty {
+            WeightType::Q8_0 => (0..SEGMENT)
+                .map(|i| part * k.u32(SEGMENT) + k.u32(i))
+                .collect(),
+            _ => (0..SEGMENT / 2)
+                .map(|i| part * k.u32(SEGMENT / 2) + k.u32(i))
+                .collect(),
+        };
+        let xs: Vec<Val> = match ty {
+            WeightType::Q8_0 => offsets.iter().map(|&o| k.load(x, xb + o)).collect(),
+            _ => offsets
+                .iter()
+                .map(|&o| k.load(x, xb + o))
+                .chain(
+                    offsets
+                        .iter()
+                        .map(|&o| k.load(x, xb + o + k.u32(QK as u32 / 2))),
+                )
+                .collect(),
+        };
+        let xsum = (ty == WeightType::Q4_1).then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
+        for (base, (_, acc)) in bases.iter().zip(rows_accs) {
+            let blk = *base + block * block_bytes;
+            let scales = quant::load_scales(k, ty, w, blk);
+            let codes: Vec<Val> = match ty {
+                WeightType::Q8_0 => offsets
+                    .iter()
+                    .map(|&o| quant::q8_code(k, w, blk, o))
+                    .collect(),
+                _ => {
+                    let pairs: Vec<_> = offsets
+                        .iter()
+                        .map(|&o| quant::q4_codes(k, ty, w, blk, o))
+                        .collect();
+                    pairs
+                        .iter()
+                        .map(|p| p.0)
+                        .chain(pairs.iter().map(|p| p.1))
+                        .collect()
+                }
+            };
+            let dot = codes
+                .iter()
+                .zip(&xs)
+                .skip(1)
+                .fold(codes[0] * xs[0], |a, (&q, &v)| q.fma(v, a));
+            let mut sum = scales.d.fma(dot, acc.get());
+            if let (Some(m), Some(xsum)) = (scales.m, xsum) {
+                sum = m.fma(xsum, sum);
+            }
+            acc.set(sum);
+        }
+    });
+}
+
+/// Row sums through subgroup sums: each subgroup's lane 0 leaves one partial per row in
+/// shared memory, and invocation r adds row r's partials. Returns invocation r's row-r sum.
+fn reduce_subgroup<'b>(k: &'b KernelBuilder, sums: &[Val<'b>], wg: u32) -> Val<'b> {
+    let sh = k.shared("partials", Scalar::F32, sums.len() as u32 * wg);
+    let lid = k.local_index();
+    let totals: Vec<Val> = sums.iter().map(|s| s.subgroup_sum()).collect();
+    let sg = k.subgroup_id();
+    k.if_(k.subgroup_invocation_id().eq(k.u32(0)), || {
+        for (r, t) in totals.iter().enumerate() {
+            k.store_shared(sh, k.u32(r as u32 * wg) + sg, *t);
+        }
+    });
+    k.barrier();
+    let total = k.var("total", Scalar::F32);
+    k.if_(lid.lt(k.u32(sums.len() as u32)), || {
+        // A subgroup wider than the workgroup is one partial subgroup, hence the rounding up.
+        let width = k.subgroup_size();
+        let groups = (k.u32(wg) + width - k.u32(1)) / width;
+        let base = lid * k.u32(wg);
+        k.for_range(k.u32(0), groups, 1, |g| {
+            total.set(total.get() + k.load_shared(sh, base + g))
+        });
+    });
+    total.get()
+}
+
+/// Row sums through a shared-memory tree: log2(wg) halving steps over all rows at once.
+fn reduce_shared<'b>(k: &'b KernelBuilder, sums: &[Val<'b>], wg: u32) -> Val<'b> {
+    let sh = k.shared("partials", Scalar::F32, sums.len() as u32 * wg);
+    let lid = k.local_index();
+    for (r, s) in sums.iter().enumerate() {
+        k.store_shared(sh, k.u32(r as u32 * wg) + lid, *s);
+    }
+    k.barrier();
+    let mut stride = wg / 2;
+    while stride > 0 {
+        k.if_(lid.lt(k.u32(stride)), || {
+            for r in 0..sums.len() as u32 {
+                let at = k.u32(r * wg) + lid;
+                let v = k.load_shared(sh, at) + k.load_shared(sh, at + k.u32(stride));
+                k.store_shared(sh, at, v);
+            }
+        });
+        k.barrier();
+        stride /= 2;
+    }
+    let total = k.var("total", Scalar::F32);
+    let rows = k.u32(sums.len() as u32);
+    k.if_(lid.lt(rows), || {
+        total.set(k.load_shared(sh, lid * k.u32(wg)))
+    });
+    total.get()
+}
+
+/// A conformance case: random W (quantized with ggml's reference quantizers) and x.
+pub fn case(
+    ty: WeightType,
+    rows: u32,
+    cols: u32,
+    reduce: Reduce,
+    seed: u64,
+) -> Result<Case, ShapeError> {
+    let spec = MatvecSpec::new(ty, reduce);
+    let (r, c) = (rows as usize, cols as usize);
+    // Fail before generating data for a shape the op rejects.
+    check_shapes(ty, r, c, ty.bytes(OP, "cols", c)?.saturating_mul(r), c)?;
+    let mut rng = Rng::new(seed);
+    let w = quant::quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
+    let x = rng.f32s(c, -1.0, 1.0);
+    let want = reference(ty, &w, r, c, &x)?;
+    let mut name = format!("{OP}/{ty}/{rows}x{cols}");
+    if reduce == Reduce::Shared {
+        name.push_str("/shared");
+    }
+    let mut case = Case::new(name, kernel(spec)?, spec.grid(rows))
+        .input("w", ty.buffer_elem(), quant::pad_to_words(w))
+        .input("x", Scalar::F32, f32_bytes(&x))
+        .output("y", Scalar::F32, vec![0; r * 4], want)
+        .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)]);
+    if reduce == Reduce::Subgroup {
+        case = case.fallback(kernel(MatvecSpec::new(ty, Reduce::Shared))?);
+    }
+    Ok(case)
+}
+
+/// For every weight type: small odd shapes, one row, and SmolLM2-135M's projections (576
+/// model width, 1536 FFN), the shared fallback on two of them (every backend here has
+/// subgroups, so it would not run otherwise). Then SmolLM2's output head, 49152 × 576 in Q8_0
+/// as its GGUF stores it, and a 4096 × 4096 Q4_0 matrix (a 7B model's projection): the two
+/// largest cases, about 11 s and 4 s in the interpreter of a debug build.
+pub fn cases() -> Vec<Case> {
+    let mut shapes: Vec<(WeightType, u32, u32, Reduce)> = vec![];
+    for ty in WeightType::ALL {
+        let odd = if ty.is_quantized() { 96 } else { 45 };
+        for (rows, cols) in [(7, odd), (1, odd), (576, 576), (1536, 576), (576, 1536)] {
+            shapes.push((ty, rows, cols, Reduce::Subgroup));
+        }
+        shapes.push((ty, 7, odd, Reduce::Shared));
+        shapes.push((ty, 576, 1536, Reduce::Shared));
+    }
+    shapes.push((WeightType::Q8_0, 49152, 576, Reduce::Subgroup));
+    shapes.push((WeightType::Q4_0, 4096, 4096, Reduce::Subgroup));
+    shapes
+        .into_iter()
+        .enumerate()
+        .map(|(i, (ty, rows, cols, reduce))| {
+            case(ty, rows, cols, reduce, 1000 + i as u64).expect("the listed shapes are valid")
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_are_checked() {
+        assert_eq!(
+            check_shapes(WeightType::Q4_0, 2, 48, 1000, 48),
+            Err(ShapeError::NotMultiple {
+                op: OP,
+                what: "cols",
+                value: 48,
+                multiple: 32
+            })
+        );
+        assert_eq!(
+            check_shapes(WeightType::Q4_1, 2, 64, 79, 64),
+            Err(ShapeError::TooSmall {
+                op: OP,
+                what: "weight bytes",
+                needed: 80,
+                found: 79
+            })
+        );
+        assert!(matches!(
+            check_shapes(WeightType::F32, 3, 5, 60, 4),
+            Err(ShapeError::Mismatch {
+                expected: 5,
+                found: 4,
+                ..
+            })
+        ));
+        assert!(matches!(
+            check_shapes(WeightType::F32, 0, 5, 60, 5),
+            Err(ShapeError::Zero { what: "rows", .. })
+        ));
+        assert!(matches!(
+            check_shapes(WeightType::F32, 1 << 16, 1 << 15, usize::MAX, 1 << 15),
+            Err(ShapeError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            case(WeightType::Q8_0, 3, 40, Reduce::Shared, 1),
+            Err(ShapeError::NotMultiple { .. })
+        ));
+        let mut spec = MatvecSpec::new(WeightType::F32, Reduce::Shared);
+        spec.workgroup = 48;
+        assert!(matches!(
+            kernel(spec),
+            Err(ShapeError::NotPowerOfTwo { value: 48, .. })
+        ));
+    }
+
+    #[test]
+    fn reference_is_a_plain_dot_product() {
+        // W = [[1, 2], [3, 4], [-1, 0.5]] in f16, x = [0.5, -1].
+        let w = quant::quantize(WeightType::F16, &[1.0, 2.0, 3.0, 4.0, -1.0, 0.5]).unwrap();
+        let y = reference(WeightType::F16, &w, 3, 2, &[0.5, -1.0]).unwrap();
+        assert_eq!(y, vec![-1.5, -2.5, -1.0]);
+    }
+}

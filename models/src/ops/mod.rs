@@ -1,0 +1,36 @@
+//! The transformer op library: every op a Llama-family model needs, written once in the IR.
+//! Each op is one file: its kernel(s), its plain-Rust reference (accumulating in f64), its
+//! shape rules and its NMSE bound, and its conformance cases.
+
+pub mod argmax;
+pub mod attention;
+pub mod elementwise;
+pub mod embedding;
+pub mod matmul;
+pub mod matvec;
+pub mod quant;
+pub mod rms_norm;
+pub mod rope;
+pub mod shape;
+pub mod softmax;
+pub mod support;
+
+use crate::conformance::case::Case;
+
+/// Every conformance case of the op library.
+pub fn cases() -> Vec<Case> {
+    [
+        matmul::cases as fn() -> Vec<Case>,
+        matvec::cases,
+        embedding::cases,
+        rms_norm::cases,
+        rope::cases,
+        softmax::cases,
+        attention::cases,
+        elementwise::cases,
+        argmax::cases,
+    ]
+    .iter()
+    .flat_map(|f| f())
+    .collect()
+}

@@ -1,0 +1,63 @@
+//! The CUDA lowering of every conformance kernel, compiled by NVRTC with the CUDA backend's
+//! options, must be a cubin (ELF, machine EM_CUDA). No GPU or driver is needed, only NVRTC.
+//!
+//! Without NVRTC the test says why and passes, unless `TRINE_REQUIRE_TOOLS` names `nvrtc`.
+//! NVRTC comes with a CUDA toolkit, or from the `nvidia-cuda-nvrtc` Python wheel (point
+//! `CUDA_PATH` at its `nvidia/cu13`, with `nvidia-cuda-runtime`'s headers beside it).
+
+use trine_backends::cuda::{compile_for_arch, nvrtc_version, EM_CUDA};
+use trine_backends::BackendError;
+
+fn required() -> bool {
+    std::env::var("TRINE_REQUIRE_TOOLS").is_ok_and(|v| v.split(',').any(|t| t.trim() == "nvrtc"))
+}
+
+/// Architectures to compile for: Turing (the oldest CUDA 13 supports) and Hopper.
+const ARCHES: [u32; 2] = [75, 90];
+
+#[test]
+fn every_kernel_compiles_to_a_cubin() {
+    match nvrtc_version() {
+        Ok(((major, minor), path)) => println!("NVRTC {major}.{minor} from {}", path.display()),
+        Err(e) => {
+            assert!(
+                !required(),
+                "NVRTC is required (TRINE_REQUIRE_TOOLS) but: {e}"
+            );
+            println!("skipped: {e}");
+            return;
+        }
+    }
+    let mut kernels: Vec<trine_ir::Kernel> = vec![];
+    for c in trine_models::suite() {
+        for k in std::iter::once(c.kernel).chain(c.fallback) {
+            if !kernels.iter().any(|o| o.name == k.name) {
+                kernels.push(k);
+            }
+        }
+    }
+    let mut failures = vec![];
+    for arch in ARCHES {
+        for k in &kernels {
+            match compile_for_arch(k, arch) {
+                Ok(cubin) => {
+                    let machine = cubin.get(18..20).map(|b| u16::from_le_bytes([b[0], b[1]]));
+                    if !cubin.starts_with(b"\x7fELF") || machine != Some(EM_CUDA) {
+                        failures.push(format!(
+                            "{} sm_{arch}: not a cubin ({} bytes, machine {machine:?})",
+                            k.name,
+                            cubin.len()
+                        ));
+                    }
+                }
+                Err(BackendError::Unsupported { what, .. }) => {
+                    println!("sm_{arch} skipped: {what}");
+                    break;
+                }
+                Err(e) => failures.push(format!("{} sm_{arch}: {e}", k.name)),
+            }
+        }
+    }
+    println!("{} kernels", kernels.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
