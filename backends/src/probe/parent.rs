@@ -1,9 +1,9 @@
 //! The probe parent: starts the child, follows its steps, and kills its whole process group
 //! when the timeout passes.
 
+use super::child::PARENT_ENV;
 use super::outcome::{Crash, ProbeOutcome};
 use super::protocol::{Line, Step};
-use super::child::PARENT_ENV;
 use super::SUBCOMMAND;
 use crate::info::DeviceInfo;
 use crate::registry::BackendKind;
