@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod cache;
+pub mod checks;
 pub mod cpu;
 pub mod cuda;
 pub mod error;

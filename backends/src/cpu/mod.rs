@@ -17,6 +17,7 @@ mod toolchain;
 pub use toolchain::{compiler_from_env, ToolchainError, CC_ENV, FLAGS};
 
 use crate::backend::{Backend, Binding, BufferHandle, Dispatch, ProgramId};
+use crate::checks::check_range;
 use crate::error::BackendError;
 use crate::info::{DeviceInfo, DeviceType, MemoryInfo};
 use rayon::prelude::*;
@@ -205,17 +206,6 @@ impl CpuBackend {
         map.get(&h.0).ok_or(BackendError::UnknownBuffer(h))
     }
 
-    fn check_range(words: &Words, offset: u64, len: u64) -> Result<(), BackendError> {
-        match offset.checked_add(len) {
-            Some(end) if end <= words.len() => Ok(()),
-            _ => Err(BackendError::OutOfRange {
-                offset,
-                len,
-                size: words.len(),
-            }),
-        }
-    }
-
     fn program(&self, id: ProgramId) -> Result<Arc<Program>, BackendError> {
         lock(&self.programs)
             .get(&id.0)
@@ -234,7 +224,7 @@ impl CpuBackend {
             .iter()
             .map(|b| {
                 let w = Self::buffer(map, b.buffer)?;
-                Self::check_range(w, b.offset, b.size)?;
+                check_range(b.offset, b.size, w.len())?;
                 Ok(View {
                     words: w,
                     offset: b.offset,
@@ -333,7 +323,7 @@ impl CpuBackend {
         let (workgroups, params) = Self::check_dispatch(kernel, d)?;
         let pointer = |b: &Binding| -> Result<*mut c_void, BackendError> {
             let w = Self::buffer(map, b.buffer)?;
-            Self::check_range(w, b.offset, b.size)?;
+            check_range(b.offset, b.size, w.len())?;
             // An `AtomicU32` has the size and alignment of a `u32`, so the words are one
             // contiguous run of bytes and `offset` (a multiple of 4) lands inside it.
             let base = w.as_atomics().as_ptr() as *mut u8;
@@ -425,7 +415,7 @@ impl Backend for CpuBackend {
     fn write(&self, buffer: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
         let map = lock(&self.buffers);
         let w = Self::buffer(&map, buffer)?;
-        Self::check_range(w, offset, data.len() as u64)?;
+        check_range(offset, data.len() as u64, w.len())?;
         w.write(offset, data);
         Ok(())
     }
@@ -433,7 +423,7 @@ impl Backend for CpuBackend {
     fn read(&self, buffer: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
         let map = lock(&self.buffers);
         let w = Self::buffer(&map, buffer)?;
-        Self::check_range(w, offset, out.len() as u64)?;
+        check_range(offset, out.len() as u64, w.len())?;
         w.read(offset, out);
         Ok(())
     }

@@ -29,13 +29,6 @@ pub struct Staging {
     pending: bool,
 }
 
-pub fn check_range(offset: u64, len: u64, size: u64) -> Result<(), BackendError> {
-    match offset.checked_add(len) {
-        Some(end) if end <= size => Ok(()),
-        _ => Err(BackendError::OutOfRange { offset, len, size }),
-    }
-}
-
 /// Every buffer of the backend, by handle, and the staging buffer.
 pub struct Buffers {
     map: HashMap<u64, Buffer>,

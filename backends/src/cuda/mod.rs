@@ -21,10 +21,11 @@ pub use device::DEVICE_ENV;
 pub use nvrtc::CUDA_PATH_ENV;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
+use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use driver::{CuContext, CuEvent, CuStream, Driver, CUDA_SUCCESS};
-use memory::{check_range, Buffers};
+use memory::Buffers;
 use nvrtc::{nvrtc, Nvrtc};
 use program::Program;
 use std::collections::HashMap;
@@ -164,41 +165,13 @@ impl CudaBackend {
             .programs
             .get(&d.program.0)
             .ok_or(BackendError::UnknownProgram(d.program))?;
-        let bad =
-            |msg: String| BackendError::BadDispatch(format!("kernel {:?}: {msg}", program.name));
-        if d.bindings.len() != program.buffers {
-            return Err(bad(format!(
-                "it has {} buffers, the dispatch binds {}",
-                program.buffers,
-                d.bindings.len()
-            )));
-        }
-        if d.params.len() != program.params.len() {
-            return Err(bad(format!(
-                "it has {} parameters, the dispatch passes {}",
-                program.params.len(),
-                d.params.len()
-            )));
-        }
-        for (j, (value, (name, ty))) in d.params.iter().zip(&program.params).enumerate() {
-            if value.ty() != *ty {
-                return Err(bad(format!(
-                    "parameter {j} ({name}) is {ty}, the dispatch passes {}",
-                    value.ty()
-                )));
-            }
-        }
+        let bad = |msg: String| bad_dispatch(&program.name, msg);
+        check_signature(&program.name, program.buffers, &program.params, d)?;
         let align = self.info.min_binding_alignment;
         let mut pointers = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let buffer = state.buffers.get(b.buffer)?;
-            check_range(b.offset, b.size, buffer.size)?;
-            if b.offset % align != 0 {
-                return Err(bad(format!(
-                    "binding {i} has offset {}, not a multiple of the device's {align}",
-                    b.offset
-                )));
-            }
+            check_binding(&program.name, i, b, buffer.size, align)?;
             pointers.push(buffer.ptr + b.offset);
         }
         let max = self.info.max_workgroups;

@@ -62,14 +62,6 @@ impl Buffers {
     }
 }
 
-/// Checks that `offset + len` lies within a buffer of `size` bytes.
-pub(super) fn check_range(offset: u64, len: u64, size: u64) -> Result<(), BackendError> {
-    match offset.checked_add(len) {
-        Some(end) if end <= size => Ok(()),
-        _ => Err(BackendError::OutOfRange { offset, len, size }),
-    }
-}
-
 /// Pinned host memory used as a ring of pieces: `used` bytes from the start are owned by
 /// copies that may still be queued.
 pub(super) struct Staging {
@@ -192,25 +184,5 @@ impl Staging {
             unsafe { (hip.hipHostFree)(self.ptr.cast()) };
             self.ptr = std::ptr::null_mut();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges_are_checked_without_overflow() {
-        assert!(check_range(0, 16, 16).is_ok());
-        assert!(check_range(16, 0, 16).is_ok());
-        assert!(matches!(
-            check_range(8, 16, 16),
-            Err(BackendError::OutOfRange {
-                offset: 8,
-                len: 16,
-                size: 16
-            })
-        ));
-        assert!(check_range(u64::MAX, 2, 16).is_err());
     }
 }

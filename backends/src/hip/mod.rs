@@ -32,11 +32,12 @@ pub use loader::{describe_runtime, Install, RuntimeInfo, ROCM_PATH_ENV};
 pub use rocblas::{Gemm, GemmType};
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
+use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use ffi::{Event, Function, Module, Stream};
 use loader::Runtime;
-use memory::{check_range, Buffers, Staging};
+use memory::{Buffers, Staging};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CString};
 use std::path::PathBuf;
@@ -236,41 +237,13 @@ impl HipBackend {
             .programs
             .get(&d.program.0)
             .ok_or(BackendError::UnknownProgram(d.program))?;
-        let bad =
-            |msg: String| BackendError::BadDispatch(format!("kernel {:?}: {msg}", program.name));
-        if d.bindings.len() != program.buffers {
-            return Err(bad(format!(
-                "it has {} buffers, the dispatch binds {}",
-                program.buffers,
-                d.bindings.len()
-            )));
-        }
-        if d.params.len() != program.params.len() {
-            return Err(bad(format!(
-                "it has {} parameters, the dispatch passes {}",
-                program.params.len(),
-                d.params.len()
-            )));
-        }
-        for (j, (value, (name, ty))) in d.params.iter().zip(&program.params).enumerate() {
-            if value.ty() != *ty {
-                return Err(bad(format!(
-                    "parameter {j} ({name}) is {ty}, the dispatch passes {}",
-                    value.ty()
-                )));
-            }
-        }
+        let bad = |msg: String| bad_dispatch(&program.name, msg);
+        check_signature(&program.name, program.buffers, &program.params, d)?;
         let align = self.info.min_binding_alignment;
         let mut pointers: Vec<*mut c_void> = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let buffer = state.buffers.get(b.buffer)?;
-            check_range(b.offset, b.size, buffer.size)?;
-            if b.offset % align != 0 {
-                return Err(bad(format!(
-                    "binding {i} has offset {}, not a multiple of {align}",
-                    b.offset
-                )));
-            }
+            check_binding(&program.name, i, b, buffer.size, align)?;
             // SAFETY: the offset lies within the allocation (checked above).
             pointers.push(unsafe { buffer.ptr.cast::<u8>().add(b.offset as usize) }.cast());
         }

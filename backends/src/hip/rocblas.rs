@@ -4,8 +4,8 @@
 //! loaded on the first GEMM: loading it maps hundreds of megabytes of kernels.
 
 use super::ffi::{table, Stream};
-use super::memory::check_range;
 use crate::backend::Binding;
+use crate::checks::check_range;
 use crate::error::BackendError;
 use libloading::Library;
 use std::ffi::{c_int, c_void};

@@ -4,6 +4,7 @@
 use super::submit::Submitter;
 use super::vk_error;
 use crate::backend::BufferHandle;
+use crate::checks::check_range;
 use crate::error::BackendError;
 use ash::vk;
 use std::collections::HashMap;
@@ -197,13 +198,6 @@ impl Buffer {
 
     pub fn is_mapped(&self) -> bool {
         self.mapped.is_some()
-    }
-}
-
-pub fn check_range(offset: u64, len: u64, size: u64) -> Result<(), BackendError> {
-    match offset.checked_add(len) {
-        Some(end) if end <= size => Ok(()),
-        _ => Err(BackendError::OutOfRange { offset, len, size }),
     }
 }
 

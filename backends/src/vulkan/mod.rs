@@ -21,10 +21,11 @@ pub use info::ZERO_COPY_ENV;
 pub use instance::{DEVICE_ENV, VALIDATION_ENV};
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
+use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use ash::vk;
-use memory::{check_range, Buffers, STAGING_MAX};
+use memory::{Buffers, STAGING_MAX};
 use pipeline::Pipelines;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -142,41 +143,13 @@ impl VulkanBackend {
             submit,
         } = state;
         let program = pipelines.get(d.program)?;
-        let bad =
-            |msg: String| BackendError::BadDispatch(format!("kernel {:?}: {msg}", program.name));
-        if d.bindings.len() != program.buffers {
-            return Err(bad(format!(
-                "it has {} buffers, the dispatch binds {}",
-                program.buffers,
-                d.bindings.len()
-            )));
-        }
-        if d.params.len() != program.params.len() {
-            return Err(bad(format!(
-                "it has {} parameters, the dispatch passes {}",
-                program.params.len(),
-                d.params.len()
-            )));
-        }
-        for (j, (value, (name, ty))) in d.params.iter().zip(&program.params).enumerate() {
-            if value.ty() != *ty {
-                return Err(bad(format!(
-                    "parameter {j} ({name}) is {ty}, the dispatch passes {}",
-                    value.ty()
-                )));
-            }
-        }
+        let bad = |msg: String| bad_dispatch(&program.name, msg);
+        check_signature(&program.name, program.buffers, &program.params, d)?;
         let align = self.info.min_binding_alignment;
         let mut infos = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let buffer = buffers.get(b.buffer)?;
-            check_range(b.offset, b.size, buffer.size)?;
-            if b.offset % align != 0 {
-                return Err(bad(format!(
-                    "binding {i} has offset {}, not a multiple of the device's {align}",
-                    b.offset
-                )));
-            }
+            check_binding(&program.name, i, b, buffer.size, align)?;
             // Word-rounded: storage-only buffers are read as u32 words. Buffers are allocated
             // word-rounded and offsets are word-aligned, so the rounded range stays inside.
             let range = b.size.max(4).next_multiple_of(4);

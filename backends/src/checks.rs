@@ -1,0 +1,139 @@
+//! Checks every backend makes before a copy or a launch reaches its device, written once so
+//! that a bad dispatch gets the same typed error whichever backend receives it.
+
+use crate::backend::{Binding, Dispatch};
+use crate::error::BackendError;
+use trine_ir::Scalar;
+
+/// `offset + len` must lie within a buffer of `size` bytes.
+pub fn check_range(offset: u64, len: u64, size: u64) -> Result<(), BackendError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(BackendError::OutOfRange { offset, len, size }),
+    }
+}
+
+/// A dispatch that does not fit kernel `kernel`.
+pub fn bad_dispatch(kernel: &str, msg: String) -> BackendError {
+    BackendError::BadDispatch(format!("kernel {kernel:?}: {msg}"))
+}
+
+/// The dispatch binds as many buffers as the kernel declares and passes parameters of the
+/// kernel's count and types.
+pub fn check_signature(
+    kernel: &str,
+    buffers: usize,
+    params: &[(String, Scalar)],
+    d: &Dispatch<'_>,
+) -> Result<(), BackendError> {
+    if d.bindings.len() != buffers {
+        return Err(bad_dispatch(
+            kernel,
+            format!(
+                "it has {buffers} buffers, the dispatch binds {}",
+                d.bindings.len()
+            ),
+        ));
+    }
+    if d.params.len() != params.len() {
+        return Err(bad_dispatch(
+            kernel,
+            format!(
+                "it has {} parameters, the dispatch passes {}",
+                params.len(),
+                d.params.len()
+            ),
+        ));
+    }
+    for (j, (value, (name, ty))) in d.params.iter().zip(params).enumerate() {
+        if value.ty() != *ty {
+            return Err(bad_dispatch(
+                kernel,
+                format!(
+                    "parameter {j} ({name}) is {ty}, the dispatch passes {}",
+                    value.ty()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Binding `i` lies within its buffer of `size` bytes at an offset aligned to `align`.
+pub fn check_binding(
+    kernel: &str,
+    i: usize,
+    b: &Binding,
+    size: u64,
+    align: u64,
+) -> Result<(), BackendError> {
+    check_range(b.offset, b.size, size)?;
+    if !b.offset.is_multiple_of(align) {
+        return Err(bad_dispatch(
+            kernel,
+            format!(
+                "binding {i} has offset {}, not a multiple of the device's {align}",
+                b.offset
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{BufferHandle, ProgramId};
+    use trine_ir::ParamValue;
+
+    #[test]
+    fn ranges_are_checked_without_overflow() {
+        assert!(check_range(0, 16, 16).is_ok());
+        assert!(check_range(16, 0, 16).is_ok());
+        assert!(matches!(
+            check_range(8, 16, 16),
+            Err(BackendError::OutOfRange {
+                offset: 8,
+                len: 16,
+                size: 16
+            })
+        ));
+        assert!(check_range(u64::MAX, 2, 16).is_err());
+    }
+
+    #[test]
+    fn signature_and_binding_mismatches_name_the_kernel() {
+        let params = [("n".to_string(), Scalar::U32)];
+        let b = Binding {
+            buffer: BufferHandle(1),
+            offset: 8,
+            size: 4,
+        };
+        let d = |bindings: &'static [Binding], params: &'static [ParamValue]| Dispatch {
+            program: ProgramId(0),
+            grid: [1, 1, 1],
+            bindings,
+            params,
+        };
+        assert!(check_signature("k", 0, &params, &d(&[], &[ParamValue::U32(3)])).is_ok());
+        let err = check_signature("k", 1, &params, &d(&[], &[ParamValue::U32(3)])).unwrap_err();
+        assert_eq!(err.to_string(), "dispatch does not match the kernel: kernel \"k\": it has 1 buffers, the dispatch binds 0");
+        let err = check_signature("k", 0, &params, &d(&[], &[ParamValue::F32(3.0)])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("parameter 0 (n) is u32, the dispatch passes f32"),
+            "{err}"
+        );
+        assert!(check_binding("k", 0, &b, 12, 4).is_ok());
+        let err = check_binding("k", 0, &b, 12, 16).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("binding 0 has offset 8, not a multiple of the device's 16"),
+            "{err}"
+        );
+        assert!(matches!(
+            check_binding("k", 0, &b, 10, 4),
+            Err(BackendError::OutOfRange { .. })
+        ));
+    }
+}
