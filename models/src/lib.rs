@@ -3,6 +3,7 @@
 //! The foundation kernels ([`kernels`]) exercise every part of the IR; [`ops`] is the
 //! transformer op library; the graph executor grows here.
 
+pub mod assets;
 pub mod conformance;
 pub mod kernels;
 pub mod ops;

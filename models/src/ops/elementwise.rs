@@ -132,17 +132,22 @@ pub fn binary_kernel(op: Binary, t: Float) -> Kernel {
     k.finish()
 }
 
-/// Buffers: `x` of `from`, `y` of `to`. Params: n. The same type copies.
+/// Buffers: `x` of `from`, `y` of `to`. Params: n, `x_at`, `y_at`: `y[y_at + i] = x[x_at + i]`.
+/// The offsets serve the graph: the KV cache is written at the position of the tokens appended,
+/// and the output head reads the last token's row, offsets a binding cannot always take
+/// because of its alignment. The same type copies.
 pub fn copy_kernel(from: Float, to: Float) -> Kernel {
     let name = format!("copy_{}_{}", from.name(), to.name());
     let k = KernelBuilder::new(&name, [WG, 1, 1]);
     let x = k.buffer("x", from.scalar(), Access::Read);
     let y = k.buffer("y", to.scalar(), Access::Write);
     let n = k.param("n", Scalar::U32);
+    let x_at = k.param("x_at", Scalar::U32);
+    let y_at = k.param("y_at", Scalar::U32);
     let i = k.global_id(0);
     k.if_(i.lt(n), || {
-        let v = k.load(x, i);
-        k.store(y, i, if from == to { v } else { v.cast(to.scalar()) });
+        let v = k.load(x, x_at + i);
+        k.store(y, y_at + i, if from == to { v } else { v.cast(to.scalar()) });
     });
     k.finish()
 }
@@ -249,12 +254,13 @@ pub fn binary_case(op: Binary, t: Float, rows: u32, cols: u32) -> Result<Case, S
         .params(vec![ParamValue::U32(n)]))
 }
 
-/// A copy/conversion case of `n` elements: uniform values spanning f16's range, then the
-/// edges: signed zeros, an f16 subnormal, a value that rounds to f16's smallest subnormal, the
-/// largest f16, one that rounds to f16 infinity, infinities and NaN.
-pub fn copy_case(from: Float, to: Float, n: u32) -> Result<Case, ShapeError> {
+/// A copy/conversion case of the last `n` elements of a source of `x_at + n` written at element
+/// `at` of a destination of `at + n + 3` zeros. The copied values are uniform over f16's
+/// range, then the edges: signed zeros, an f16 subnormal, a value that rounds to f16's smallest
+/// subnormal, the largest f16, one that rounds to f16 infinity, infinities and NaN.
+pub fn copy_case(from: Float, to: Float, n: u32, x_at: u32, at: u32) -> Result<Case, ShapeError> {
     let grid = grid(n)?;
-    let name = format!("copy/{}->{}/{n}", from.name(), to.name());
+    let name = format!("copy/{}->{}/{x_at}+{n}@{at}", from.name(), to.name());
     let mut r = Rng::new(seed(&name));
     let edges = [
         0.0,
@@ -270,11 +276,23 @@ pub fn copy_case(from: Float, to: Float, n: u32) -> Result<Case, ShapeError> {
     let mut x = r.f32s((n as usize).saturating_sub(edges.len()), -60000.0, 60000.0);
     x.extend(edges.iter().take(n as usize));
     let x = from.stored(&x);
-    let want = x.iter().map(|&v| to.round(v as f64)).collect();
+    let (at_len, tail) = (at as usize, 3);
+    let want = std::iter::repeat_n(0.0, at_len)
+        .chain(x.iter().map(|&v| to.round(v as f64)))
+        .chain(std::iter::repeat_n(0.0, tail))
+        .collect();
+    let y0 = vec![0.0; at_len + x.len() + tail];
+    // Values before x_at that a kernel ignoring the offset would copy instead.
+    let mut src = from.stored(&r.f32s(x_at as usize, 1.0, 2.0));
+    src.extend(&x);
     Ok(Case::new(name, copy_kernel(from, to), grid)
-        .input("x", from.scalar(), from.bytes(&x))
-        .output("y", to.scalar(), to.bytes(&vec![0.0; x.len()]), want)
-        .params(vec![ParamValue::U32(n)])
+        .input("x", from.scalar(), from.bytes(&src))
+        .output("y", to.scalar(), to.bytes(&y0), want)
+        .params(vec![
+            ParamValue::U32(n),
+            ParamValue::U32(x_at),
+            ParamValue::U32(at),
+        ])
         .bound(NMSE_EXACT))
 }
 
@@ -313,8 +331,17 @@ pub fn cases() -> Vec<Case> {
     for (op, t, rows, cols) in binary {
         v.push(binary_case(op, t, rows, cols));
     }
-    for (from, to, n) in [(F32, F16, 1000), (F16, F32, 1000), (F32, F32, 4097)] {
-        v.push(copy_case(from, to, n));
+    // Then SmolLM2-135M's graph: K rows (3 KV heads × 64) of 2 tokens written at position 5 of
+    // a cache, and the last of 7 tokens' rows (576 wide) picked for the output head.
+    for (from, to, n, x_at, at) in [
+        (F32, F16, 1000, 0, 0),
+        (F16, F32, 1000, 0, 0),
+        (F32, F32, 4097, 0, 0),
+        (F32, F16, 384, 0, 960),
+        (F32, F32, 384, 0, 960),
+        (F32, F32, 576, 3456, 0),
+    ] {
+        v.push(copy_case(from, to, n, x_at, at));
     }
     v.into_iter()
         .collect::<Result<_, _>>()

@@ -18,6 +18,7 @@
 
 use super::quant::{self, WeightType, QK};
 use super::shape::ShapeError;
+use super::support::{elements, nonzero};
 use crate::conformance::case::*;
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
 
@@ -98,9 +99,10 @@ impl MatvecSpec {
         Ok(())
     }
 
-    /// The grid for `rows` rows.
-    pub fn grid(&self, rows: u32) -> [u32; 3] {
-        [rows.div_ceil(self.rows_per_workgroup), 1, 1]
+    /// The grid for `rows` rows and `tokens` vectors x (prefill multiplies W with each
+    /// token's row of X, `Y = X·Wᵀ`, X and Y row-major `[tokens × cols]`, `[tokens × rows]`).
+    pub fn grid(&self, rows: u32, tokens: u32) -> [u32; 3] {
+        [rows.div_ceil(self.rows_per_workgroup), tokens, 1]
     }
 }
 
@@ -186,6 +188,8 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     let cols = k.param("cols", Scalar::U32);
     let lid = k.local_index();
     let row0 = k.workgroup_id(0) * k.u32(nrows);
+    let token = k.workgroup_id(1);
+    let x0 = token * cols;
     // Rows past the end (in the last workgroup) read the last row again instead of branching,
     // so that every invocation reaches the reduction; their sums are never stored.
     let last = rows - k.u32(1);
@@ -194,11 +198,11 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         .map(|r| ((row0 + k.u32(r)).min(last), k.var("acc", Scalar::F32)))
         .collect();
     if ty.is_quantized() {
-        dot_quantized(&k, ty, w, x, cols, &rows_accs, wg);
+        dot_quantized(&k, ty, w, (x, x0), cols, &rows_accs, wg);
     } else {
         let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * cols).collect();
         k.for_range(lid, cols, wg, |c| {
-            let xv = k.load(x, c);
+            let xv = k.load(x, x0 + c);
             for (base, (_, acc)) in bases.iter().zip(&rows_accs) {
                 let wv = k.load(w, *base + c).cast(Scalar::F32);
                 acc.set(wv.fma(xv, acc.get()));
@@ -213,7 +217,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     // Invocation r holds row r's sum.
     k.if_(lid.lt(k.u32(nrows)), || {
         let row = row0 + lid;
-        k.if_(row.lt(rows), || k.store(y, row, total));
+        k.if_(row.lt(rows), || k.store(y, token * rows + row, total));
     });
     Ok(k.finish())
 }
@@ -225,7 +229,7 @@ fn dot_quantized<'b>(
     k: &'b KernelBuilder,
     ty: WeightType,
     w: trine_ir::BufferId,
-    x: trine_ir::BufferId,
+    (x, x0): (trine_ir::BufferId, Val<'b>),
     cols: Val<'b>,
     rows_accs: &[(Val<'b>, Var<'b>)],
     wg: u32,
@@ -239,7 +243,7 @@ fn dot_quantized<'b>(
         let per_block = k.u32(SEGMENTS_PER_BLOCK);
         let block = s / per_block;
         let part = s % per_block;
-        let xb = block * k.u32(QK as u32);
+        let xb = x0 + block * k.u32(QK as u32);
         // Element offsets (within the block) of this segment, paired with their x values.
         let offsets: Vec<Val> = match ty {
             WeightType::Q8_0 => (0..SEGMENT)
@@ -358,22 +362,43 @@ pub fn case(
     reduce: Reduce,
     seed: u64,
 ) -> Result<Case, ShapeError> {
+    batched_case(ty, rows, cols, 1, reduce, seed)
+}
+
+/// A conformance case multiplying W with `tokens` vectors at once, as prefill does.
+pub fn batched_case(
+    ty: WeightType,
+    rows: u32,
+    cols: u32,
+    tokens: u32,
+    reduce: Reduce,
+    seed: u64,
+) -> Result<Case, ShapeError> {
     let spec = MatvecSpec::new(ty, reduce);
     let (r, c) = (rows as usize, cols as usize);
     // Fail before generating data for a shape the op rejects.
     check_shapes(ty, r, c, ty.bytes(OP, "cols", c)?.saturating_mul(r), c)?;
+    nonzero(OP, "tokens", tokens)?;
+    elements(OP, "x", &[tokens, cols])?;
+    elements(OP, "y", &[tokens, rows])?;
     let mut rng = Rng::new(seed);
     let w = quant::quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
-    let x = rng.f32s(c, -1.0, 1.0);
-    let want = reference(ty, &w, r, c, &x)?;
+    let x = rng.f32s(c * tokens as usize, -1.0, 1.0);
+    let mut want = Vec::with_capacity(r * tokens as usize);
+    for xt in x.chunks_exact(c) {
+        want.extend(reference(ty, &w, r, c, xt)?);
+    }
     let mut name = format!("{OP}/{ty}/{rows}x{cols}");
+    if tokens > 1 {
+        name.push_str(&format!("/t{tokens}"));
+    }
     if reduce == Reduce::Shared {
         name.push_str("/shared");
     }
-    let mut case = Case::new(name, kernel(spec)?, spec.grid(rows))
+    let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
         .input("w", ty.buffer_elem(), quant::pad_to_words(w))
         .input("x", Scalar::F32, f32_bytes(&x))
-        .output("y", Scalar::F32, vec![0; r * 4], want)
+        .output("y", Scalar::F32, vec![0; want.len() * 4], want)
         .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)]);
     if reduce == Reduce::Subgroup {
         case = case.fallback(kernel(MatvecSpec::new(ty, Reduce::Shared))?);
@@ -398,13 +423,25 @@ pub fn cases() -> Vec<Case> {
     }
     shapes.push((WeightType::Q8_0, 49152, 576, Reduce::Subgroup));
     shapes.push((WeightType::Q4_0, 4096, 4096, Reduce::Subgroup));
-    shapes
+    let mut v: Vec<Case> = shapes
         .into_iter()
         .enumerate()
         .map(|(i, (ty, rows, cols, reduce))| {
             case(ty, rows, cols, reduce, 1000 + i as u64).expect("the listed shapes are valid")
         })
-        .collect()
+        .collect();
+    // Prefill: a 7-token prompt through SmolLM2's K projection and a small odd one.
+    for (ty, rows, cols, tokens, reduce) in [
+        (WeightType::Q4_1, 192, 576, 7, Reduce::Subgroup),
+        (WeightType::Q8_0, 7, 96, 3, Reduce::Shared),
+        (WeightType::F32, 7, 45, 5, Reduce::Subgroup),
+    ] {
+        v.push(
+            batched_case(ty, rows, cols, tokens, reduce, 2000 + rows as u64)
+                .expect("the listed shapes are valid"),
+        );
+    }
+    v
 }
 
 #[cfg(test)]
