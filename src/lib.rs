@@ -6,6 +6,7 @@
 //! [`backends`] (devices), [`models`] (kernels and conformance).
 
 pub mod doctor;
+pub mod run;
 
 pub use trine_backends as backends;
 pub use trine_codegen as codegen;

@@ -1,5 +1,7 @@
 //! The `trine` command.
 
+mod cmd;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use trine_backends::hip;
@@ -25,6 +27,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Generate text from a Llama-family GGUF model.
+    Generate(cmd::generate::Args),
+    /// Write a random-weight GGUF with a real model's layout.
+    SynthModel(cmd::synth::Args),
     /// Probe one backend in this process, reporting each step on stdout (what `doctor` and
     /// placement run in a child process).
     #[command(name = probe::SUBCOMMAND, hide = true)]
@@ -38,6 +44,8 @@ enum Command {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Doctor { json } => doctor(json),
+        Command::Generate(a) => report(cmd::generate::run(a)),
+        Command::SynthModel(a) => report(cmd::synth::run(a)),
         Command::Probe { backend } => match BackendKind::parse(&backend) {
             Some(kind) => probe::child_main(kind),
             None => {
@@ -47,6 +55,13 @@ fn main() -> ExitCode {
         },
         Command::HipCompile => hip::compile_child_main(),
     }
+}
+
+fn report(r: Result<ExitCode, String>) -> ExitCode {
+    r.unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 fn doctor(json: bool) -> ExitCode {

@@ -5,8 +5,11 @@
 
 pub mod assets;
 pub mod conformance;
+pub mod gguf;
 pub mod kernels;
+pub mod llama;
 pub mod ops;
+pub mod tokenizer;
 
 /// Every conformance case: the foundation kernels, then the op library.
 pub fn suite() -> Vec<conformance::Case> {

@@ -1,6 +1,7 @@
-//! `cargo xtask`: conformance runs and kernel emission.
+//! `cargo xtask`: the demo, conformance runs and kernel emission.
 
 mod conformance;
+mod demo;
 mod emit;
 
 use clap::{Parser, Subcommand};
@@ -17,6 +18,8 @@ struct Cli {
 enum Command {
     /// Run every kernel on every backend against the reference interpreter.
     Conformance(conformance::Args),
+    /// Generate with SmolLM2 on every working backend, cross-checked against the CPU.
+    Demo(demo::Args),
     /// Print what a kernel lowers to.
     Emit(emit::Args),
     /// Probe one backend in this process, step by step (run in a child by `conformance`).
@@ -31,6 +34,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Conformance(a) => conformance::run(a),
         Command::Emit(a) => emit::run(a),
+        Command::Demo(a) => demo::run(a),
         Command::Probe { backend } => match trine_backends::BackendKind::parse(&backend) {
             Some(kind) => return trine_backends::probe::child_main(kind),
             None => Err(format!("unknown backend {backend:?}")),

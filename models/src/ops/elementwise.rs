@@ -147,7 +147,11 @@ pub fn copy_kernel(from: Float, to: Float) -> Kernel {
     let i = k.global_id(0);
     k.if_(i.lt(n), || {
         let v = k.load(x, x_at + i);
-        k.store(y, y_at + i, if from == to { v } else { v.cast(to.scalar()) });
+        k.store(
+            y,
+            y_at + i,
+            if from == to { v } else { v.cast(to.scalar()) },
+        );
     });
     k.finish()
 }

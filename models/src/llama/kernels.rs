@@ -1,0 +1,82 @@
+//! Which kernel runs each op of the graph, in order of preference for a device: the subgroup
+//! variant where the device has subgroups, then the shared-memory one that every device runs.
+
+use super::graph::Op;
+use super::weights::Weights;
+use crate::ops::elementwise::{binary_kernel, copy_kernel, Binary};
+use crate::ops::matvec::{MatvecSpec, Reduce};
+use crate::ops::quant::WeightType;
+use crate::ops::rope::RopeMode;
+use crate::ops::shape::ShapeError;
+use crate::ops::support::{Float, Reduction};
+use crate::ops::{attention, embedding, matvec, rms_norm, rope};
+use trine_backends::DeviceInfo;
+use trine_ir::Kernel;
+
+/// The kernel an op needs, up to its variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelKey {
+    Embed(WeightType),
+    RmsNorm,
+    Matvec(WeightType),
+    Rope,
+    CacheStore,
+    Attention,
+    Add,
+    Swiglu,
+    PickLast,
+}
+
+/// What every kernel of one executor shares: the KV cache type and the head dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelShape {
+    pub kv: Float,
+    pub head_dim: u32,
+}
+
+impl KernelKey {
+    pub fn of(op: &Op, w: &Weights) -> KernelKey {
+        match *op {
+            Op::Embed { table } => KernelKey::Embed(w.tensors[table].ty),
+            Op::RmsNorm { .. } => KernelKey::RmsNorm,
+            Op::Matvec { w: id, .. } => KernelKey::Matvec(w.tensors[id].ty),
+            Op::Rope { .. } => KernelKey::Rope,
+            Op::CacheStore { .. } => KernelKey::CacheStore,
+            Op::Attention { .. } => KernelKey::Attention,
+            Op::Add { .. } => KernelKey::Add,
+            Op::Swiglu => KernelKey::Swiglu,
+            Op::PickLast => KernelKey::PickLast,
+        }
+    }
+
+    /// The kernels that compute this op, best first for a device described by `info`.
+    pub fn variants(self, info: &DeviceInfo, s: KernelShape) -> Result<Vec<Kernel>, ShapeError> {
+        let sub = info.subgroup_ops;
+        let reductions: &[Reduction] = if sub {
+            &[Reduction::Subgroup, Reduction::Shared]
+        } else {
+            &[Reduction::Shared]
+        };
+        Ok(match self {
+            KernelKey::Embed(ty) => vec![embedding::kernel(ty)],
+            KernelKey::RmsNorm => reductions.iter().map(|&r| rms_norm::kernel(r)).collect(),
+            KernelKey::Matvec(ty) => {
+                let reduces: &[Reduce] = if sub {
+                    &[Reduce::Subgroup, Reduce::Shared]
+                } else {
+                    &[Reduce::Shared]
+                };
+                reduces
+                    .iter()
+                    .map(|&r| matvec::kernel(MatvecSpec::new(ty, r)))
+                    .collect::<Result<_, _>>()?
+            }
+            KernelKey::Rope => vec![rope::kernel(RopeMode::Normal, Float::F32)],
+            KernelKey::CacheStore => vec![copy_kernel(Float::F32, s.kv)],
+            KernelKey::Attention => vec![attention::kernel(s.head_dim, s.kv)?],
+            KernelKey::Add => vec![binary_kernel(Binary::Add, Float::F32)],
+            KernelKey::Swiglu => vec![binary_kernel(Binary::Swiglu, Float::F32)],
+            KernelKey::PickLast => vec![copy_kernel(Float::F32, Float::F32)],
+        })
+    }
+}

@@ -1,0 +1,156 @@
+//! A generation session: feeds tokens through the executor step by step, keeps the position
+//! in the KV cache, and with a checker runs a second executor in lock-step, node by node,
+//! comparing every node's output (NaN/Inf pattern, then NMSE against the op's bound).
+//!
+//! The checker runs each node on the main executor's inputs (copied over before the node), so
+//! a node's difference is that op's alone, as in the conformance suite, and not the drift the
+//! two devices' rounding accumulates over 30 layers; the tokens fed are the main executor's.
+
+use super::engine::Engine;
+use super::error::ModelError;
+use super::graph::{self, Step, Tensor};
+use crate::conformance::compare::nmse;
+use serde::Serialize;
+
+/// The worst node of one cross-checked step, and the first whose difference exceeds its
+/// bound, if any.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepCheck {
+    /// 0 for the prompt, then one per generated token.
+    pub step: usize,
+    pub tokens: u32,
+    pub worst: NodeDiff,
+    pub first_over_bound: Option<NodeDiff>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeDiff {
+    pub op: &'static str,
+    pub layer: Option<u32>,
+    /// `None` when the NaN/Inf patterns differ (see `reason`).
+    pub nmse: Option<f64>,
+    pub bound: f64,
+    pub reason: Option<String>,
+}
+
+impl NodeDiff {
+    fn exceeds(&self) -> bool {
+        self.nmse.is_none_or(|e| e > self.bound)
+    }
+
+    fn severity(&self) -> f64 {
+        self.nmse.map_or(f64::INFINITY, |e| e / self.bound)
+    }
+}
+
+pub struct Session {
+    engine: Engine,
+    checker: Option<Engine>,
+    pos: u32,
+    steps: usize,
+    pub checks: Vec<StepCheck>,
+}
+
+impl Session {
+    pub fn new(engine: Engine, checker: Option<Engine>) -> Session {
+        Session {
+            engine,
+            checker,
+            pos: 0,
+            steps: 0,
+            checks: vec![],
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn checker(&self) -> Option<&Engine> {
+        self.checker.as_ref()
+    }
+
+    /// Tokens in the KV cache.
+    pub fn position(&self) -> u32 {
+        self.pos
+    }
+
+    /// Appends `ids` to the context and returns the logits after the last of them. Prompts
+    /// longer than the executor's batch go in chunks; a cross-check covers every chunk and
+    /// counts as one step.
+    pub fn feed(&mut self, ids: &[u32]) -> Result<Vec<f32>, ModelError> {
+        if ids.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        let batch = self.engine.options().max_batch as usize;
+        let mut worst: Option<NodeDiff> = None;
+        let mut first: Option<NodeDiff> = None;
+        for chunk in ids.chunks(batch) {
+            let s = Step {
+                tokens: chunk.len() as u32,
+                pos: self.pos,
+            };
+            self.engine.check_step(s)?;
+            self.engine.set_ids(chunk)?;
+            if let Some(ch) = self.checker.as_mut() {
+                ch.check_step(s)?;
+                ch.set_ids(chunk)?;
+            }
+            let model = self.engine.model();
+            let nodes = graph::build(&model.config, &model.weights, s);
+            for node in &nodes {
+                self.engine.run(node, s)?;
+                let Some(ch) = self.checker.as_mut() else {
+                    continue;
+                };
+                for t in self.engine.activation_inputs(node, s) {
+                    if let Some(bytes) = self.engine.export(t)? {
+                        ch.import(t, &bytes)?;
+                    }
+                }
+                ch.run(node, s)?;
+                let (t, range) = node.output(&self.engine.model().config, s);
+                let a = self.engine.read(t, range.clone())?;
+                let b = ch.read(t, range)?;
+                let diff = compare(node.label, node.layer, node.bound(), &a, &b);
+                if first.is_none() && diff.exceeds() {
+                    first = Some(diff.clone());
+                }
+                if worst
+                    .as_ref()
+                    .is_none_or(|w| diff.severity() > w.severity())
+                {
+                    worst = Some(diff);
+                }
+            }
+            self.pos += s.tokens;
+        }
+        if let Some(worst) = worst {
+            self.checks.push(StepCheck {
+                step: self.steps,
+                tokens: ids.len() as u32,
+                worst,
+                first_over_bound: first,
+            });
+        }
+        self.steps += 1;
+        let vocab = self.engine.model().config.vocab as usize;
+        self.engine.read(Tensor::Logits, 0..vocab)
+    }
+}
+
+fn compare(op: &'static str, layer: Option<u32>, bound: f64, a: &[f32], b: &[f32]) -> NodeDiff {
+    let a: Vec<f64> = a.iter().map(|&v| v as f64).collect();
+    let b: Vec<f64> = b.iter().map(|&v| v as f64).collect();
+    let (nmse, reason) = match nmse(&a, &b) {
+        Ok(e) => (Some(e), None),
+        Err(r) => (None, Some(r)),
+    };
+    NodeDiff {
+        op,
+        layer,
+        nmse,
+        bound,
+        reason,
+    }
+}

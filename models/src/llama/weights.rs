@@ -1,0 +1,193 @@
+//! The model's tensors, found in the GGUF by name, checked against the hyperparameters, and
+//! held as the bytes the kernels take: matrices in their stored type (dequantised inside the
+//! kernels), norms as f32. Nothing is copied from the mapped file unless its type needs a
+//! conversion (BF16 matrices and non-f32 norms become f32, once, at load) or its length is not
+//! a whole number of 32-bit words (buffers are word-addressed).
+
+use super::config::LlamaConfig;
+use super::error::ModelError;
+use crate::gguf::{Gguf, TensorInfo, TensorType};
+use crate::ops::quant::WeightType;
+use half::{bf16, f16};
+
+/// Index of a tensor in [`Weights::tensors`].
+pub type WeightId = usize;
+
+/// Where a tensor's bytes are.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// Tensor `n` of the file, as stored.
+    File(usize),
+    /// Converted or padded at load.
+    Owned(Vec<u8>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Weight {
+    pub name: String,
+    pub ty: WeightType,
+    /// A matrix is `rows × cols` row-major (GGUF dims `[cols, rows]`); a vector has one row.
+    pub rows: u32,
+    pub cols: u32,
+    pub source: Source,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Layer {
+    pub attn_norm: WeightId,
+    pub wq: WeightId,
+    pub wk: WeightId,
+    pub wv: WeightId,
+    pub wo: WeightId,
+    pub ffn_norm: WeightId,
+    pub w_gate: WeightId,
+    pub w_up: WeightId,
+    pub w_down: WeightId,
+}
+
+#[derive(Clone, Debug)]
+pub struct Weights {
+    pub tensors: Vec<Weight>,
+    pub token_embd: WeightId,
+    pub layers: Vec<Layer>,
+    pub output_norm: WeightId,
+    /// `output.weight`, or the embedding table when the model ties them (no `output.weight`).
+    pub output: WeightId,
+}
+
+impl Weights {
+    pub fn from_gguf(g: &Gguf, c: &LlamaConfig) -> Result<Weights, ModelError> {
+        let mut w = Loader { g, tensors: vec![] };
+        let (d, kv, ff, vocab) = (c.n_embd, c.kv_dim(), c.n_ff, c.vocab);
+        let token_embd = w.matrix("token_embd.weight", vocab, d)?;
+        let layers = (0..c.n_layer)
+            .map(|l| {
+                let n = |s: &str| format!("blk.{l}.{s}.weight");
+                Ok(Layer {
+                    attn_norm: w.norm(&n("attn_norm"), d)?,
+                    wq: w.matrix(&n("attn_q"), d, d)?,
+                    wk: w.matrix(&n("attn_k"), kv, d)?,
+                    wv: w.matrix(&n("attn_v"), kv, d)?,
+                    wo: w.matrix(&n("attn_output"), d, d)?,
+                    ffn_norm: w.norm(&n("ffn_norm"), d)?,
+                    w_gate: w.matrix(&n("ffn_gate"), ff, d)?,
+                    w_up: w.matrix(&n("ffn_up"), ff, d)?,
+                    w_down: w.matrix(&n("ffn_down"), d, ff)?,
+                })
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        let output_norm = w.norm("output_norm.weight", d)?;
+        let output = match g.tensor("output.weight") {
+            Some(_) => w.matrix("output.weight", vocab, d)?,
+            None => token_embd,
+        };
+        Ok(Weights {
+            tensors: w.tensors,
+            token_embd,
+            layers,
+            output_norm,
+            output,
+        })
+    }
+
+    /// The bytes of tensor `id`, from the file or from the load-time copy.
+    pub fn bytes<'a>(&'a self, g: &'a Gguf, id: WeightId) -> &'a [u8] {
+        match &self.tensors[id].source {
+            Source::File(n) => g.tensor_data(&g.tensors()[*n]),
+            Source::Owned(v) => v,
+        }
+    }
+}
+
+struct Loader<'g> {
+    g: &'g Gguf,
+    tensors: Vec<Weight>,
+}
+
+impl Loader<'_> {
+    fn find(&self, name: &str, dims: &[u64]) -> Result<(usize, &TensorInfo), ModelError> {
+        let (n, t) = self
+            .g
+            .tensors()
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.name == name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        if t.dims != dims {
+            return Err(ModelError::TensorShape {
+                name: name.to_string(),
+                expected: dims.to_vec(),
+                found: t.dims.clone(),
+            });
+        }
+        Ok((n, t))
+    }
+
+    fn push(&mut self, w: Weight) -> WeightId {
+        self.tensors.push(w);
+        self.tensors.len() - 1
+    }
+
+    fn matrix(&mut self, name: &str, rows: u32, cols: u32) -> Result<WeightId, ModelError> {
+        let (n, t) = self.find(name, &[cols as u64, rows as u64])?;
+        let data = self.g.tensor_data(t);
+        let (ty, source) = match t.ty {
+            TensorType::F32 => (WeightType::F32, file_or_padded(n, data)),
+            TensorType::F16 => (WeightType::F16, file_or_padded(n, data)),
+            TensorType::Q8_0 => (WeightType::Q8_0, file_or_padded(n, data)),
+            TensorType::Q4_0 => (WeightType::Q4_0, file_or_padded(n, data)),
+            TensorType::Q4_1 => (WeightType::Q4_1, file_or_padded(n, data)),
+            TensorType::BF16 => (WeightType::F32, Source::Owned(bf16_to_f32(data))),
+        };
+        let name = name.to_string();
+        Ok(self.push(Weight {
+            name,
+            ty,
+            rows,
+            cols,
+            source,
+        }))
+    }
+
+    fn norm(&mut self, name: &str, len: u32) -> Result<WeightId, ModelError> {
+        let (n, t) = self.find(name, &[len as u64])?;
+        let data = self.g.tensor_data(t);
+        let source = match t.ty {
+            TensorType::F32 => Source::File(n),
+            TensorType::F16 => Source::Owned(
+                data.chunks_exact(2)
+                    .flat_map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes())
+                    .collect(),
+            ),
+            TensorType::BF16 => Source::Owned(bf16_to_f32(data)),
+            ty => {
+                return Err(ModelError::TensorType {
+                    name: name.to_string(),
+                    ty,
+                    role: "a norm weight (f32, f16 or bf16)",
+                })
+            }
+        };
+        Ok(self.push(Weight {
+            name: name.to_string(),
+            ty: WeightType::F32,
+            rows: 1,
+            cols: len,
+            source,
+        }))
+    }
+}
+
+fn file_or_padded(n: usize, data: &[u8]) -> Source {
+    if data.len().is_multiple_of(4) {
+        Source::File(n)
+    } else {
+        Source::Owned(crate::ops::quant::pad_to_words(data.to_vec()))
+    }
+}
+
+fn bf16_to_f32(data: &[u8]) -> Vec<u8> {
+    data.chunks_exact(2)
+        .flat_map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes())
+        .collect()
+}

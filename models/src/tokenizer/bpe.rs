@@ -1,0 +1,180 @@
+//! Byte-level BPE (`tokenizer.ggml.model = "gpt2"`): each pre-tokenized word starts as one
+//! symbol per byte, and the adjacent pair with the best (lowest) merge rank is merged until no
+//! ranked pair remains; among equal ranks the leftmost goes first. Symbols are token ids, and
+//! merges are looked up by id pair.
+
+use super::byte_level::byte_to_char;
+use super::error::TokenizerError;
+use super::pretokenize::PreTokenizer;
+use super::vocab::Vocab;
+use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+#[derive(Clone, Copy)]
+struct Merge {
+    rank: u32,
+    result: u32,
+}
+
+pub(crate) struct Bpe {
+    pre: PreTokenizer,
+    merges: FxHashMap<(u32, u32), Merge>,
+    /// The token of each single byte, if the vocab has it.
+    byte_ids: [Option<u32>; 256],
+}
+
+/// A symbol of the word being merged: a token and its neighbours in a linked list.
+struct Symbol {
+    id: Option<u32>,
+    prev: Option<usize>,
+    next: Option<usize>,
+    alive: bool,
+}
+
+/// A candidate merge of `left` with its right neighbour `right`, valid while both still hold
+/// the ids it was made for. Ordered so that the heap's greatest is the best merge.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Candidate {
+    key: Reverse<(u32, usize)>,
+    right: usize,
+    ids: (u32, u32),
+    result: u32,
+}
+
+impl Bpe {
+    /// `merges` are `"left right"` strings, best first; both sides and their concatenation
+    /// must be tokens. A pair listed twice keeps its first rank.
+    pub fn new(pre: PreTokenizer, merges: &[&str], vocab: &Vocab) -> Result<Bpe, TokenizerError> {
+        let mut table = FxHashMap::default();
+        table.reserve(merges.len());
+        let mut joined = String::new();
+        for (index, &merge) in merges.iter().enumerate() {
+            // The separator is the first space after the first byte (a merge side is never
+            // empty).
+            let space = merge
+                .bytes()
+                .skip(1)
+                .position(|b| b == b' ')
+                .map(|p| p + 1)
+                .ok_or_else(|| TokenizerError::MalformedMerge {
+                    index,
+                    merge: merge.to_string(),
+                })?;
+            let (left, right) = (&merge[..space], &merge[space + 1..]);
+            let id = |part: &str| {
+                vocab
+                    .id(part)
+                    .ok_or_else(|| TokenizerError::MergeUnknownToken {
+                        index,
+                        merge: merge.to_string(),
+                        part: part.to_string(),
+                    })
+            };
+            let pair = (id(left)?, id(right)?);
+            joined.clear();
+            joined.push_str(left);
+            joined.push_str(right);
+            let result = vocab
+                .id(&joined)
+                .ok_or_else(|| TokenizerError::MergeResultUnknown {
+                    index,
+                    merge: merge.to_string(),
+                    result: joined.clone(),
+                })?;
+            let rank = u32::try_from(index).unwrap_or(u32::MAX);
+            table.entry(pair).or_insert(Merge { rank, result });
+        }
+        let mut byte_ids = [None; 256];
+        for (b, slot) in (0..=255u8).zip(byte_ids.iter_mut()) {
+            *slot = vocab.id(byte_to_char(b).encode_utf8(&mut [0; 4]));
+        }
+        Ok(Bpe {
+            pre,
+            merges: table,
+            byte_ids,
+        })
+    }
+
+    pub fn pre(&self) -> &PreTokenizer {
+        &self.pre
+    }
+
+    /// Appends the tokens of `text` (plain text, special tokens already cut out).
+    pub fn encode(&self, text: &str, vocab: &Vocab, out: &mut Vec<u32>) {
+        for word in self.pre.split(text) {
+            if self.pre.ignore_merges {
+                let spelled: String = word.bytes().map(byte_to_char).collect();
+                if let Some(id) = vocab.id(&spelled) {
+                    out.push(id);
+                    continue;
+                }
+            }
+            self.merge_word(word.as_bytes(), out);
+        }
+    }
+
+    fn merge_word(&self, word: &[u8], out: &mut Vec<u32>) {
+        let n = word.len();
+        let mut symbols: Vec<Symbol> = word
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| Symbol {
+                id: self.byte_ids[usize::from(b)],
+                prev: i.checked_sub(1),
+                next: (i + 1 < n).then_some(i + 1),
+                alive: true,
+            })
+            .collect();
+        let mut heap = BinaryHeap::new();
+        for i in 1..n {
+            self.offer(&symbols, i - 1, i, &mut heap);
+        }
+        while let Some(c) = heap.pop() {
+            let Reverse((_, left)) = c.key;
+            let (l, r) = (&symbols[left], &symbols[c.right]);
+            if !l.alive || !r.alive || (l.id, r.id) != (Some(c.ids.0), Some(c.ids.1)) {
+                continue;
+            }
+            let after = r.next;
+            symbols[c.right].alive = false;
+            symbols[left].id = Some(c.result);
+            symbols[left].next = after;
+            if let Some(a) = after {
+                symbols[a].prev = Some(left);
+            }
+            if let Some(p) = symbols[left].prev {
+                self.offer(&symbols, p, left, &mut heap);
+            }
+            if let Some(a) = after {
+                self.offer(&symbols, left, a, &mut heap);
+            }
+        }
+        // A byte the vocab lacks stays without a token and is dropped, as in llama.cpp.
+        let mut at = (n > 0).then_some(0);
+        while let Some(i) = at {
+            out.extend(symbols[i].id);
+            at = symbols[i].next;
+        }
+    }
+
+    fn offer(
+        &self,
+        symbols: &[Symbol],
+        left: usize,
+        right: usize,
+        heap: &mut BinaryHeap<Candidate>,
+    ) {
+        let (Some(a), Some(b)) = (symbols[left].id, symbols[right].id) else {
+            return;
+        };
+        if let Some(m) = self.merges.get(&(a, b)) {
+            heap.push(Candidate {
+                key: Reverse((m.rank, left)),
+                right,
+                ids: (a, b),
+                result: m.result,
+            });
+        }
+    }
+}

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Greedy decoding of a Llama-architecture GGUF in plain float64 numpy.
+
+An exact-arithmetic reference over the same dequantized weights as llama.cpp: it shows where
+llama.cpp's own shortcuts (activations quantized to Q8_1/Q8_0 before each matmul, an f16 KV
+cache, f16 flash-attention accumulators) flip a greedy token. It takes the prompt ids and the
+end-of-generation ids from the llama.cpp fixture, so tokenization is not reimplemented here, and
+writes JSON with its own ids and top-2 logits and the first step where llama.cpp chose otherwise.
+
+With a third argument, the output of llama_reference on an F32 copy of the model (flash attention
+off, f32 KV cache; see dequantize_gguf.py), it checks itself against that second exact-arithmetic
+implementation: the ids must be equal, and the largest top-1 logit difference is recorded.
+
+    python3 llama_numpy.py MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json] > F64_FIXTURE.json
+"""
+
+import datetime
+import hashlib
+import importlib.metadata
+import json
+import sys
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+
+class Model:
+    def __init__(self, path):
+        reader = GGUFReader(path)
+        arch = reader.fields["general.architecture"].contents()
+        if arch != "llama":
+            sys.exit(f"llama_numpy: architecture {arch!r} is not llama")
+
+        def meta(key):
+            return reader.fields[f"llama.{key}"].contents()
+
+        self.n_layer = meta("block_count")
+        self.n_head = meta("attention.head_count")
+        self.n_head_kv = meta("attention.head_count_kv")
+        self.rope_base = meta("rope.freq_base")
+        self.eps = meta("attention.layer_norm_rms_epsilon")
+        self.w = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64) for t in reader.tensors}
+        # Tied embeddings: without output.weight the token embedding is the output projection.
+        self.output = self.w.get("output.weight", self.w["token_embd.weight"])
+        self.head_dim = self.w["token_embd.weight"].shape[1] // self.n_head
+
+    def rms_norm(self, x, weight):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * weight
+
+    def rope(self, x, positions):
+        # llama.cpp's "normal" rope rotates adjacent pairs (2i, 2i+1) of each head; the GGUF
+        # converter permuted the q/k rows so that this matches the original model.
+        d = self.head_dim
+        inv_freq = self.rope_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        angle = positions[:, None].astype(np.float64) * inv_freq[None, :]
+        cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
+        even, odd = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2] = even * cos - odd * sin
+        out[..., 1::2] = even * sin + odd * cos
+        return out
+
+    def forward(self, ids, cache):
+        """Runs `ids` after the tokens already in `cache` (one (k, v) list per layer) and returns
+        the logits after the last of them."""
+        w, n, d = self.w, len(ids), self.head_dim
+        start = cache[0][0].shape[0] if cache[0] else 0
+        positions = np.arange(start, start + n)
+        # Row i may see keys 0..start+i.
+        mask = np.where(np.arange(start + n)[None, :] > positions[:, None], -np.inf, 0.0)
+        group = self.n_head // self.n_head_kv
+        x = w["token_embd.weight"][ids]
+        for layer in range(self.n_layer):
+            p = f"blk.{layer}."
+            h = self.rms_norm(x, w[p + "attn_norm.weight"])
+            q = self.rope((h @ w[p + "attn_q.weight"].T).reshape(n, self.n_head, d), positions)
+            k = self.rope((h @ w[p + "attn_k.weight"].T).reshape(n, self.n_head_kv, d), positions)
+            v = (h @ w[p + "attn_v.weight"].T).reshape(n, self.n_head_kv, d)
+            if cache[layer]:
+                k = np.concatenate([cache[layer][0], k])
+                v = np.concatenate([cache[layer][1], v])
+            cache[layer] = (k, v)
+            k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+            scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(d) + mask
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            scores /= scores.sum(axis=-1, keepdims=True)
+            x = x + np.einsum("hqk,khd->qhd", scores, v).reshape(n, -1) @ w[p + "attn_output.weight"].T
+            h = self.rms_norm(x, w[p + "ffn_norm.weight"])
+            gate = h @ w[p + "ffn_gate.weight"].T
+            up = h @ w[p + "ffn_up.weight"].T
+            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "ffn_down.weight"].T
+        return self.output @ self.rms_norm(x[-1], w["output_norm.weight"])
+
+
+def greedy(model, prompt_ids, n_predict, eog_ids):
+    cache = [None] * model.n_layer
+    logits = model.forward(prompt_ids, cache)
+    ids, top2 = [], []
+    for _ in range(n_predict):
+        best, second = np.argsort(-logits, kind="stable")[:2]
+        ids.append(int(best))
+        top2.append([float(logits[best]), float(logits[second])])
+        if ids[-1] in eog_ids or len(ids) == n_predict:
+            break
+        logits = model.forward([ids[-1]], cache)
+    return ids, top2
+
+
+def load_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def check_against(results, path):
+    """Compares our greedy results with llama.cpp's run on F32 weights; exits on any id difference."""
+    other = load_json(path)["greedy"]
+    if [g["prompt_ids"] for g in other] != [r["prompt_ids"] for r in results]:
+        sys.exit(f"llama_numpy: {path} holds other prompts")
+    worst = 0.0
+    for ours, theirs in zip(results, other):
+        if ours["ids"] != theirs["ids"]:
+            sys.exit(f"llama_numpy: ids differ from {path} for {ours['prompt'][:40]!r}: {ours['ids']} vs {theirs['ids']}")
+        worst = max(worst, max(abs(a[0] - b[0]) for a, b in zip(ours["top2"], theirs["top2"])))
+    return {
+        "against": "llama_reference on an F32 copy of the model, flash attention off, f32 KV cache",
+        "ids_equal": True,
+        "max_abs_top1_logit_diff": float(f"{worst:.3g}"),
+    }
+
+
+def main():
+    if len(sys.argv) not in (3, 4):
+        sys.exit("usage: llama_numpy.py MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json]")
+    model_path, fixture_path = sys.argv[1], sys.argv[2]
+    fixture = load_json(fixture_path)
+    with open(model_path, "rb") as f:
+        sha256 = hashlib.file_digest(f, "sha256").hexdigest()
+    if sha256 != fixture["provenance"]["model_sha256"]:
+        sys.exit(f"llama_numpy: {model_path} has sha256 {sha256}, the fixture was made from another model")
+    model = Model(model_path)
+    eog_ids = set(fixture["settings"]["eog_ids"])
+    provenance = {
+        "generator": "scripts/reference/llama_numpy.py",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "arithmetic": "float64 over weights dequantized by the gguf package",
+        "numpy_version": np.__version__,
+        "gguf_version": importlib.metadata.version("gguf"),
+        "model_sha256": sha256,
+        "prompts_from": "smollm2_reference.json",
+    }
+    results = []
+    for case in fixture["greedy"]:
+        ids, top2 = greedy(model, case["prompt_ids"], case["n_predict"], eog_ids)
+        llama_ids = case["ids"]
+        diff = next((i for i, (a, b) in enumerate(zip(ids, llama_ids)) if a != b), None)
+        if diff is None and len(ids) != len(llama_ids):
+            diff = min(len(ids), len(llama_ids))
+        print(f"llama_numpy: {case['prompt'][:40]!r}: first difference at step {diff}", file=sys.stderr)
+        results.append(
+            {
+                "prompt": case["prompt"],
+                "prompt_ids": case["prompt_ids"],
+                "n_predict": case["n_predict"],
+                "ids": ids,
+                "top2": [[round(a, 6), round(b, 6)] for a, b in top2],
+                "stopped_at_eog": ids[-1] in eog_ids,
+                "first_difference_from_llama_cpp": diff,
+            }
+        )
+    if len(sys.argv) == 4:
+        provenance["self_check"] = check_against(results, sys.argv[3])
+    entries = [
+        "{" + ",\n ".join(f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False, separators=(',', ':'))}" for k, v in r.items()) + "}"
+        for r in results
+    ]
+    sys.stdout.write(
+        '{\n"provenance": ' + json.dumps(provenance) + ',\n"greedy": [\n' + ",\n".join(entries) + "\n]\n}\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

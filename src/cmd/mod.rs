@@ -1,0 +1,4 @@
+//! The `trine` subcommands that run models.
+
+pub mod generate;
+pub mod synth;

