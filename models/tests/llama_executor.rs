@@ -1,0 +1,250 @@
+//! The executor on a tiny synthetic Llama (2 layers, 64 wide, GQA 4/2, Q4_1 projections, a
+//! Q8_0 tied embedding): per-kernel fallback to the CPU, the cross-check naming a broken op,
+//! agreement between backends, and typed errors for bad models and steps.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use trine_backends::{
+    Backend, BackendError, BackendKind, BufferHandle, DeviceInfo, Dispatch, ProgramId,
+};
+use trine_ir::Kernel;
+use trine_models::conformance;
+use trine_models::gguf::synth::{synth_llama, SynthShape};
+use trine_models::gguf::{Gguf, GgufWriter, TensorType, Value};
+use trine_models::llama::{Engine, EngineOptions, Model, ModelError, Session};
+
+const TINY: SynthShape = SynthShape {
+    n_embd: 64,
+    n_ff: 128,
+    n_layer: 2,
+    n_head: 4,
+    n_head_kv: 2,
+    vocab: 320,
+    matrices: TensorType::Q4_1,
+    embedding: TensorType::Q8_0,
+};
+
+const SIZES: EngineOptions = EngineOptions {
+    context: 32,
+    max_batch: 8,
+};
+
+fn tiny() -> Arc<Model> {
+    let bytes = synth_llama(TINY, 5).unwrap().to_bytes();
+    Arc::new(Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap())
+}
+
+fn cpu() -> Arc<dyn Backend> {
+    trine_backends::open(BackendKind::Cpu).unwrap()
+}
+
+/// A CPU that refuses to compile some kernels, or zeroes the first output of others after
+/// running them: a driver that lacks an op, and one that computes it wrong.
+struct Faulty {
+    inner: Arc<dyn Backend>,
+    refuse: &'static str,
+    zero: &'static str,
+    zeroed: Mutex<HashSet<ProgramId>>,
+}
+
+impl Faulty {
+    fn new(refuse: &'static str, zero: &'static str) -> Arc<dyn Backend> {
+        Arc::new(Faulty {
+            inner: cpu(),
+            refuse,
+            zero,
+            zeroed: Mutex::new(HashSet::new()),
+        })
+    }
+}
+
+impl Backend for Faulty {
+    fn name(&self) -> &'static str {
+        "faulty"
+    }
+    fn info(&self) -> &DeviceInfo {
+        self.inner.info()
+    }
+    fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
+        self.inner.alloc(bytes)
+    }
+    fn free(&self, buffer: BufferHandle) {
+        self.inner.free(buffer)
+    }
+    fn write(&self, b: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
+        self.inner.write(b, offset, data)
+    }
+    fn read(&self, b: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.read(b, offset, out)
+    }
+    fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
+        if !self.refuse.is_empty() && kernel.name.starts_with(self.refuse) {
+            return Err(BackendError::Unsupported {
+                kernel: kernel.name.clone(),
+                what: "this test's device lacks it".into(),
+            });
+        }
+        let id = self.inner.compile(kernel)?;
+        if !self.zero.is_empty() && kernel.name.starts_with(self.zero) {
+            self.zeroed.lock().unwrap().insert(id);
+        }
+        Ok(id)
+    }
+    fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
+        self.inner.dispatch(d)?;
+        if self.zeroed.lock().unwrap().contains(&d.program) {
+            let out = d.bindings.last().expect("a kernel with an output");
+            self.inner
+                .write(out.buffer, out.offset, &vec![0; out.size as usize])?;
+        }
+        Ok(())
+    }
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.inner.synchronize()
+    }
+}
+
+/// Logits after a prompt and two greedy steps.
+fn run(session: &mut Session) -> Vec<Vec<f32>> {
+    let mut out = vec![session.feed(&[17, 90, 200, 3, 45]).unwrap()];
+    for _ in 0..2 {
+        let next = trine_models::llama::sampler::argmax(out.last().unwrap());
+        out.push(session.feed(&[next]).unwrap());
+    }
+    out
+}
+
+#[test]
+fn a_kernel_the_device_lacks_runs_on_the_cpu_with_the_same_result() {
+    let model = tiny();
+    let reference = run(&mut Session::new(
+        Engine::new(model.clone(), cpu(), SIZES).unwrap(),
+        None,
+    ));
+    assert!(reference.iter().flatten().all(|v| v.is_finite()));
+    let engine = Engine::new(model, Faulty::new("matvec_q4_1", ""), SIZES).unwrap();
+    let devices: Vec<&str> = engine.devices().map(|d| d.name()).collect();
+    assert_eq!(devices, ["faulty", "cpu"]);
+    let notes = engine.placement_notes().join("\n");
+    assert!(notes.contains("Matvec(Q4_1) runs on the cpu"), "{notes}");
+    // Every projection moves its input to the CPU and its output back: the same arithmetic,
+    // so the same bits.
+    assert_eq!(run(&mut Session::new(engine, None)), reference);
+}
+
+#[test]
+fn the_cross_check_names_the_first_op_that_goes_wrong() {
+    let model = tiny();
+    let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+    let checker = Engine::new(model, Faulty::new("", "rms_norm"), SIZES).unwrap();
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    assert_eq!(session.checks.len(), 3);
+    for c in &session.checks {
+        let first = c
+            .first_over_bound
+            .as_ref()
+            .expect("a zeroed norm is caught");
+        assert_eq!((first.op, first.layer), ("attn_norm", Some(0)));
+        assert_eq!(
+            first.nmse,
+            Some(1.0),
+            "all-zero output against a nonzero one"
+        );
+    }
+}
+
+#[test]
+fn backends_agree_node_by_node() {
+    let model = tiny();
+    let names = ["vulkan", "cuda", "hip"].map(String::from);
+    let mut ran = 0;
+    for col in conformance::columns(&names) {
+        let backend = match col.backend {
+            Ok(b) => b,
+            Err(why) => {
+                assert!(!col.required, "{} is required but absent: {why}", col.name);
+                println!("{} skipped: {why}", col.name);
+                continue;
+            }
+        };
+        let main = Engine::new(model.clone(), backend, SIZES).unwrap();
+        let checker = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+        let mut session = Session::new(main, Some(checker));
+        run(&mut session);
+        assert_eq!(session.checks.len(), 3, "{}", col.name);
+        for c in &session.checks {
+            assert!(c.first_over_bound.is_none(), "{}: {c:?}", col.name);
+            assert!(
+                c.worst.nmse.is_some_and(|e| e < 1e-9),
+                "{}: {c:?}",
+                col.name
+            );
+        }
+        ran += 1;
+    }
+    println!("{ran} GPU backends checked against the cpu");
+}
+
+/// The tiny model's file, rebuilt with `edit` applied to its metadata and tensors.
+fn edited(edit: impl Fn(&str, &mut Option<Value>) -> bool) -> Result<Model, ModelError> {
+    let g = Gguf::from_bytes(synth_llama(TINY, 5).unwrap().to_bytes()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in g.metadata() {
+        let mut v = Some(v.clone());
+        edit(k, &mut v);
+        if let Some(v) = v {
+            w.add(k.clone(), v).unwrap();
+        }
+    }
+    for t in g.tensors() {
+        if edit(&t.name, &mut None) {
+            w.add_tensor(t.name.clone(), &t.dims, t.ty, g.tensor_data(t).to_vec())
+                .unwrap();
+        }
+    }
+    Model::from_gguf(Gguf::from_bytes(w.to_bytes()).unwrap())
+}
+
+#[test]
+fn bad_models_and_steps_are_typed_errors() {
+    let arch = edited(|k, v| {
+        if k == "general.architecture" {
+            *v = Some(Value::String("gpt2".into()));
+        }
+        true
+    });
+    assert!(matches!(arch, Err(ModelError::Architecture(a)) if a == "gpt2"));
+    let missing = edited(|k, _| k != "blk.1.ffn_up.weight");
+    assert!(matches!(missing, Err(ModelError::MissingTensor(t)) if t == "blk.1.ffn_up.weight"));
+    let heads = edited(|k, v| {
+        if k == "llama.attention.head_count_kv" {
+            *v = Some(Value::U32(3));
+        }
+        true
+    });
+    assert!(
+        matches!(heads, Err(ModelError::Hyperparameter { .. })),
+        "{:?}",
+        heads.err()
+    );
+
+    let model = tiny();
+    let mut s = Session::new(Engine::new(model, cpu(), SIZES).unwrap(), None);
+    assert!(matches!(
+        s.feed(&[TINY.vocab]),
+        Err(ModelError::TokenOutOfRange {
+            id: 320,
+            vocab: 320
+        })
+    ));
+    assert!(matches!(s.feed(&[]), Err(ModelError::EmptyPrompt)));
+    s.feed(&[1; 30]).unwrap();
+    assert!(matches!(
+        s.feed(&[1, 2, 3]),
+        Err(ModelError::ContextFull {
+            needed: 33,
+            max: 32
+        })
+    ));
+}
