@@ -96,7 +96,7 @@ fn pick_target(supported: &[u32], arch: u32) -> Option<Target> {
 }
 
 /// Directories searched for NVRTC, in order (the system path comes after them).
-fn search_dirs() -> Vec<PathBuf> {
+pub(super) fn search_dirs() -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = vec![];
     if let Some(p) = std::env::var_os(CUDA_PATH_ENV).filter(|p| !p.is_empty()) {
         roots.push(PathBuf::from(p));

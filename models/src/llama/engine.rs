@@ -4,11 +4,11 @@
 
 use super::error::ModelError;
 use super::graph::{self, Node, Op, Step, Tensor};
-use super::kernels::{KernelKey, KernelShape};
+use super::kernels::{matvec_spec, KernelKey, KernelShape};
 use super::model::Model;
 use super::placement::Placement;
 use crate::ops::elementwise;
-use crate::ops::matvec::{MatvecSpec, Reduce};
+use crate::ops::matvec::Reduce;
 use crate::ops::rms_norm::RmsNorm;
 use crate::ops::rope::{Rope, RopeMode};
 use crate::ops::support::Float;
@@ -137,6 +137,22 @@ impl Engine {
 
     /// Runs one node of step `s` (queued: a later read waits for it).
     pub fn run(&mut self, node: &Node, s: Step) -> Result<(), ModelError> {
+        self.launch(node, s, false).map(|_| ())
+    }
+
+    /// Runs one node alone and returns its device time (timestamps where the backend has
+    /// them), for profiles and benches.
+    pub fn run_timed(&mut self, node: &Node, s: Step) -> Result<std::time::Duration, ModelError> {
+        self.launch(node, s, true)
+            .map(|t| t.unwrap_or(std::time::Duration::ZERO))
+    }
+
+    fn launch(
+        &mut self,
+        node: &Node,
+        s: Step,
+        timed: bool,
+    ) -> Result<Option<std::time::Duration>, ModelError> {
         let key = KernelKey::of(&node.op, &self.model.weights);
         let (d, program) = self.placement.programs[&key];
         let (inputs, output, params, grid) = self.plan(node, s);
@@ -156,11 +172,20 @@ impl Engine {
             bindings: &bindings,
             params: &params,
         };
-        self.dev(d)
-            .dispatch(&dispatch)
-            .map_err(|e| self.err(d, e))?;
+        let time = if timed {
+            Some(
+                self.dev(d)
+                    .dispatch_timed(&dispatch)
+                    .map_err(|e| self.err(d, e))?,
+            )
+        } else {
+            self.dev(d)
+                .dispatch(&dispatch)
+                .map_err(|e| self.err(d, e))?;
+            None
+        };
         self.mark_written(output, d);
-        Ok(())
+        Ok(time)
     }
 
     /// Elements `range` of tensor `t` as f32, from the device that holds its current value.
@@ -279,7 +304,9 @@ impl Engine {
                 y,
                 tokens,
             } => {
-                let spec = MatvecSpec::new(w.tensors[wid].ty, Reduce::Shared);
+                let key = KernelKey::of(&node.op, w);
+                let info = self.dev(self.placement.programs[&key].0).info();
+                let spec = matvec_spec(w.tensors[wid].ty, Reduce::Shared, info);
                 let cols = w.tensors[wid].cols;
                 (
                     vec![Tensor::Weight(wid), x],

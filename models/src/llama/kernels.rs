@@ -10,7 +10,7 @@ use crate::ops::rope::RopeMode;
 use crate::ops::shape::ShapeError;
 use crate::ops::support::{Float, Reduction};
 use crate::ops::{attention, embedding, matvec, rms_norm, rope};
-use trine_backends::DeviceInfo;
+use trine_backends::{DeviceInfo, DeviceType};
 use trine_ir::Kernel;
 
 /// The kernel an op needs, up to its variants.
@@ -68,7 +68,7 @@ impl KernelKey {
                 };
                 reduces
                     .iter()
-                    .map(|&r| matvec::kernel(MatvecSpec::new(ty, r)))
+                    .map(|&r| matvec::kernel(matvec_spec(ty, r, info)))
                     .collect::<Result<_, _>>()?
             }
             KernelKey::Rope => vec![rope::kernel(RopeMode::Normal, Float::F32)],
@@ -80,3 +80,19 @@ impl KernelKey {
         })
     }
 }
+
+/// The matvec shape for a device. GPUs: 64 invocations sharing 4 rows, so a 576-wide row's 72
+/// segments keep every invocation busy. CPUs run a workgroup's invocations as loops, where a
+/// reduction across them costs more than the dot products it combines: there, one subgroup's
+/// worth of invocations (the CPU backend's width of 8) on 8 rows, with 8 times fewer reductions
+/// per row, each taking a whole quantized block per step so its scales are decoded once.
+pub fn matvec_spec(ty: WeightType, reduce: Reduce, info: &DeviceInfo) -> MatvecSpec {
+    let mut spec = MatvecSpec::new(ty, reduce);
+    if info.device_type == DeviceType::Cpu {
+        (spec.rows_per_workgroup, spec.workgroup, spec.segment) = CPU_MATVEC;
+    }
+    spec
+}
+
+/// (rows per workgroup, invocations, segment) of [`matvec_spec`] on a CPU.
+const CPU_MATVEC: (u32, u32, u32) = (8, 8, 16);

@@ -66,6 +66,11 @@ impl Session {
         &self.engine
     }
 
+    /// The main executor, its KV cache filled by the steps so far.
+    pub fn into_engine(self) -> Engine {
+        self.engine
+    }
+
     pub fn checker(&self) -> Option<&Engine> {
         self.checker.as_ref()
     }

@@ -24,10 +24,9 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
 
 const OP: &str = "matvec";
 
-/// Elements of a quantized block one invocation handles per step: a Q8_0 block's 8
-/// consecutive bytes, or 4 bytes of a Q4 block (elements i..i+4 and i+16..i+20).
+/// Elements of a quantized block one invocation handles per step, by default: a Q8_0 block's
+/// 8 consecutive bytes, or 4 bytes of a Q4 block (elements i..i+4 and i+16..i+20).
 const SEGMENT: u32 = 8;
-const SEGMENTS_PER_BLOCK: u32 = QK as u32 / SEGMENT;
 
 /// How a row's partial sums are combined across the workgroup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -55,8 +54,13 @@ pub struct MatvecSpec {
     pub reduce: Reduce,
     /// Rows per workgroup: each slice of x is loaded once for all of them.
     pub rows_per_workgroup: u32,
-    /// Invocations per workgroup: a power of two (the shared tree halves it).
+    /// Invocations per workgroup: a power of two (the shared tree halves it), at least
+    /// `rows_per_workgroup` (invocation r stores row r).
     pub workgroup: u32,
+    /// Elements of a quantized block per step of an invocation: 8, 16 or 32. Each step decodes
+    /// the block's scales once per row, so larger segments decode less per weight; smaller ones
+    /// give more invocations work on short rows.
+    pub segment: u32,
 }
 
 impl MatvecSpec {
@@ -68,6 +72,7 @@ impl MatvecSpec {
             reduce,
             rows_per_workgroup: 4,
             workgroup: 64,
+            segment: SEGMENT,
         }
     }
 
@@ -84,6 +89,21 @@ impl MatvecSpec {
             return Err(ShapeError::Zero {
                 op: OP,
                 what: "rows per workgroup",
+            });
+        }
+        if self.rows_per_workgroup > self.workgroup {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "rows per workgroup (at most the workgroup size)",
+                value: self.rows_per_workgroup as usize,
+                limit: wg,
+            });
+        }
+        if ![8, 16, 32].contains(&self.segment) {
+            return Err(ShapeError::NotPowerOfTwo {
+                op: OP,
+                what: "segment (8, 16 or 32 elements)",
+                value: self.segment as usize,
             });
         }
         // One f32 partial per row and invocation, within the smallest device's 32 KiB.
@@ -176,7 +196,10 @@ pub fn reference(
 pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     spec.check()?;
     let (ty, nrows, wg) = (spec.weights, spec.rows_per_workgroup, spec.workgroup);
-    let name = format!("matvec_{ty}_{}_r{nrows}_w{wg}", spec.reduce.name());
+    let mut name = format!("matvec_{ty}_{}_r{nrows}_w{wg}", spec.reduce.name());
+    if ty.is_quantized() && spec.segment != SEGMENT {
+        name.push_str(&format!("_s{}", spec.segment));
+    }
     let k = KernelBuilder::new(&name, [wg, 1, 1]);
     if spec.reduce == Reduce::Subgroup {
         k.require_subgroups();
@@ -198,7 +221,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         .map(|r| ((row0 + k.u32(r)).min(last), k.var("acc", Scalar::F32)))
         .collect();
     if ty.is_quantized() {
-        dot_quantized(&k, ty, w, (x, x0), cols, &rows_accs, wg);
+        dot_quantized(&k, ty, w, (x, x0), cols, &rows_accs, (wg, spec.segment));
     } else {
         let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * cols).collect();
         k.for_range(lid, cols, wg, |c| {
@@ -222,9 +245,9 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     Ok(k.finish())
 }
 
-/// Accumulates the quantized rows' dot products: each step takes one 8-element segment of a
-/// block, loads its x values once, and for every row multiplies the codes by x and scales the
-/// segment's sum by d (adding m·Σx for Q4_1), so that the scales cost one multiply per segment.
+/// Accumulates the quantized rows' dot products: each step takes one segment of a block, loads
+/// its x values once, and for every row multiplies the codes by x and scales the segment's sum
+/// by d (adding m·Σx for Q4_1), so that the scales cost one multiply per segment.
 fn dot_quantized<'b>(
     k: &'b KernelBuilder,
     ty: WeightType,
@@ -232,25 +255,25 @@ fn dot_quantized<'b>(
     (x, x0): (trine_ir::BufferId, Val<'b>),
     cols: Val<'b>,
     rows_accs: &[(Val<'b>, Var<'b>)],
-    wg: u32,
+    (wg, segment): (u32, u32),
 ) {
     let block_bytes = k.u32(ty.block_bytes() as u32);
     let row_bytes = (cols / k.u32(QK as u32)) * block_bytes;
     let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * row_bytes).collect();
-    let segments = cols / k.u32(SEGMENT);
+    let segments = cols / k.u32(segment);
     let lid = k.local_index();
     k.for_range(lid, segments, wg, |s| {
-        let per_block = k.u32(SEGMENTS_PER_BLOCK);
+        let per_block = k.u32(QK as u32 / segment);
         let block = s / per_block;
         let part = s % per_block;
         let xb = x0 + block * k.u32(QK as u32);
         // Element offsets (within the block) of this segment, paired with their x values.
         let offsets: Vec<Val> = match ty {
-            WeightType::Q8_0 => (0..SEGMENT)
-                .map(|i| part * k.u32(SEGMENT) + k.u32(i))
+            WeightType::Q8_0 => (0..segment)
+                .map(|i| part * k.u32(segment) + k.u32(i))
                 .collect(),
-            _ => (0..SEGMENT / 2)
-                .map(|i| part * k.u32(SEGMENT / 2) + k.u32(i))
+            _ => (0..segment / 2)
+                .map(|i| part * k.u32(segment / 2) + k.u32(i))
                 .collect(),
         };
         let xs: Vec<Val> = match ty {
@@ -374,7 +397,19 @@ pub fn batched_case(
     reduce: Reduce,
     seed: u64,
 ) -> Result<Case, ShapeError> {
-    let spec = MatvecSpec::new(ty, reduce);
+    spec_case(MatvecSpec::new(ty, reduce), rows, cols, tokens, seed)
+}
+
+/// A conformance case of any [`MatvecSpec`]; its name shows the spec where it is not
+/// [`MatvecSpec::new`]'s.
+pub fn spec_case(
+    spec: MatvecSpec,
+    rows: u32,
+    cols: u32,
+    tokens: u32,
+    seed: u64,
+) -> Result<Case, ShapeError> {
+    let (ty, reduce) = (spec.weights, spec.reduce);
     let (r, c) = (rows as usize, cols as usize);
     // Fail before generating data for a shape the op rejects.
     check_shapes(ty, r, c, ty.bytes(OP, "cols", c)?.saturating_mul(r), c)?;
@@ -395,13 +430,23 @@ pub fn batched_case(
     if reduce == Reduce::Shared {
         name.push_str("/shared");
     }
+    let default = MatvecSpec::new(ty, reduce);
+    if spec != default {
+        name.push_str(&format!(
+            "/r{}w{}s{}",
+            spec.rows_per_workgroup, spec.workgroup, spec.segment
+        ));
+    }
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
         .input("w", ty.buffer_elem(), quant::pad_to_words(w))
         .input("x", Scalar::F32, f32_bytes(&x))
         .output("y", Scalar::F32, vec![0; want.len() * 4], want)
         .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)]);
     if reduce == Reduce::Subgroup {
-        case = case.fallback(kernel(MatvecSpec::new(ty, Reduce::Shared))?);
+        case = case.fallback(kernel(MatvecSpec {
+            reduce: Reduce::Shared,
+            ..spec
+        })?);
     }
     Ok(case)
 }
@@ -438,6 +483,25 @@ pub fn cases() -> Vec<Case> {
     ] {
         v.push(
             batched_case(ty, rows, cols, tokens, reduce, 2000 + rows as u64)
+                .expect("the listed shapes are valid"),
+        );
+    }
+    // The CPU's shape (8 rows on 8 invocations, 16-element segments), prefill included.
+    for (ty, rows, cols, tokens, reduce) in [
+        (WeightType::Q4_1, 1536, 576, 1, Reduce::Subgroup),
+        (WeightType::Q4_1, 192, 576, 3, Reduce::Shared),
+        (WeightType::Q8_0, 13, 96, 1, Reduce::Subgroup),
+        (WeightType::Q4_0, 13, 96, 2, Reduce::Subgroup),
+        (WeightType::F16, 13, 45, 1, Reduce::Subgroup),
+    ] {
+        let spec = MatvecSpec {
+            rows_per_workgroup: 8,
+            workgroup: 8,
+            segment: 16,
+            ..MatvecSpec::new(ty, reduce)
+        };
+        v.push(
+            spec_case(spec, rows, cols, tokens, 3000 + rows as u64)
                 .expect("the listed shapes are valid"),
         );
     }

@@ -1,0 +1,436 @@
+//! What the bench measures: every op at the shapes of SmolLM2-135M and Llama-7B, with the bytes
+//! each one moves and the arithmetic it does, and the kernel each device runs for it.
+//!
+//! Conventions. Bytes moved: every input read once (weights, activations, caches, tables) plus
+//! every output written once, at their stored sizes (a quantized block with its scales). Flops:
+//! multiply-adds count 2; GEMV 2·rows·cols per token, matmul 2·m·n·k, attention decode
+//! 4·heads·context·head_dim (the q·k scores and the weighted sum of v). Element-wise ops count
+//! their arithmetic per element: rms_norm 4 (square, add, two scalings), rope 6 per rotated
+//! pair, softmax 5 (max, subtract, exp, add, normalise), swiglu 5 (negate, exp, add, divide,
+//! multiply), add 1; transcendental functions count 1.
+
+use trine_backends::DeviceInfo;
+use trine_ir::{Kernel, Scalar};
+use trine_models::conformance::Case;
+use trine_models::llama::kernels::matvec_spec;
+use trine_models::ops::attention::{self, Attention};
+use trine_models::ops::elementwise::{self, Binary};
+use trine_models::ops::matmul::{self, MatmulShape, MatmulSpec};
+use trine_models::ops::matvec::{self, MatvecSpec, Reduce};
+use trine_models::ops::quant::WeightType;
+use trine_models::ops::rms_norm::{self, RmsNorm};
+use trine_models::ops::rope::{self, Rope, RopeMode};
+use trine_models::ops::shape::ShapeError;
+use trine_models::ops::softmax::{self, Mask, Softmax};
+use trine_models::ops::support::{Float, Reduction};
+
+/// The model whose dimensions a shape comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Model {
+    /// 576 wide, 9 heads / 3 KV heads of 64, FFN 1536, vocab 49152, rope base 100000.
+    SmolLm2,
+    /// 4096 wide, 32 heads of 128, FFN 11008, rope base 10000.
+    Llama7b,
+}
+
+impl Model {
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::SmolLm2 => "smollm2-135m",
+            Model::Llama7b => "llama-7b",
+        }
+    }
+
+    fn rope_base(self) -> f32 {
+        match self {
+            Model::SmolLm2 => 100_000.0,
+            Model::Llama7b => 10_000.0,
+        }
+    }
+}
+
+/// One op at one shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Op {
+    /// `y[rows] = W[rows × cols]·x`, one token.
+    Matvec {
+        ty: WeightType,
+        rows: u32,
+        cols: u32,
+    },
+    /// `C[m × n] = A[m × k]·Bᵀ`, A f32, B (the weights, stored `[n × k]`) of `b`.
+    Matmul { b: Float, m: u32, n: u32, k: u32 },
+    RmsNorm { rows: u32, cols: u32 },
+    /// Normal (Llama) rope over `tokens × heads` heads of `head_dim`.
+    Rope {
+        tokens: u32,
+        heads: u32,
+        head_dim: u32,
+    },
+    Softmax { rows: u32, cols: u32 },
+    /// One query token against a KV cache of `context` positions.
+    Attention {
+        heads: u32,
+        kv_heads: u32,
+        head_dim: u32,
+        context: u32,
+    },
+    Swiglu { n: u32 },
+    Add { n: u32 },
+}
+
+/// A row of the bench.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Item {
+    pub model: Model,
+    pub op: Op,
+}
+
+use Model::{Llama7b as L7, SmolLm2 as Smol};
+
+/// GEMV shapes (rows, cols) of each layer: q/o, k/v, gate/up, down.
+const GEMV: &[(Model, u32, u32)] = &[
+    (Smol, 576, 576),
+    (Smol, 192, 576),
+    (Smol, 1536, 576),
+    (Smol, 576, 1536),
+    (L7, 4096, 4096),
+    (L7, 11008, 4096),
+    (L7, 4096, 11008),
+];
+
+/// Everything else, in the order the table shows it.
+const OTHERS: &[Item] = &[
+    // SmolLM2's tied output head, Q8_0 as its GGUF stores it.
+    item(Smol, Op::Matvec { ty: WeightType::Q8_0, rows: 49152, cols: 576 }),
+    item(Smol, Op::Matmul { b: Float::F32, m: 512, n: 576, k: 576 }),
+    item(Smol, Op::Matmul { b: Float::F16, m: 512, n: 576, k: 576 }),
+    item(Smol, Op::Matmul { b: Float::F32, m: 512, n: 1536, k: 576 }),
+    item(Smol, Op::Matmul { b: Float::F16, m: 512, n: 1536, k: 576 }),
+    item(Smol, Op::RmsNorm { rows: 1, cols: 576 }),
+    item(Smol, Op::RmsNorm { rows: 512, cols: 576 }),
+    item(L7, Op::RmsNorm { rows: 1, cols: 4096 }),
+    item(L7, Op::RmsNorm { rows: 512, cols: 4096 }),
+    item(Smol, Op::Rope { tokens: 1, heads: 9, head_dim: 64 }),
+    item(Smol, Op::Rope { tokens: 512, heads: 9, head_dim: 64 }),
+    item(L7, Op::Rope { tokens: 1, heads: 32, head_dim: 128 }),
+    item(L7, Op::Rope { tokens: 512, heads: 32, head_dim: 128 }),
+    item(Smol, Op::Softmax { rows: 1, cols: 49152 }),
+    item(L7, Op::Softmax { rows: 32, cols: 4096 }),
+    item(Smol, Op::Attention { heads: 9, kv_heads: 3, head_dim: 64, context: 128 }),
+    item(Smol, Op::Attention { heads: 9, kv_heads: 3, head_dim: 64, context: 512 }),
+    item(Smol, Op::Attention { heads: 9, kv_heads: 3, head_dim: 64, context: 2048 }),
+    item(Smol, Op::Attention { heads: 9, kv_heads: 3, head_dim: 64, context: 8192 }),
+    item(L7, Op::Attention { heads: 32, kv_heads: 32, head_dim: 128, context: 128 }),
+    item(L7, Op::Attention { heads: 32, kv_heads: 32, head_dim: 128, context: 512 }),
+    item(L7, Op::Attention { heads: 32, kv_heads: 32, head_dim: 128, context: 2048 }),
+    item(L7, Op::Attention { heads: 32, kv_heads: 32, head_dim: 128, context: 8192 }),
+    item(Smol, Op::Swiglu { n: 1536 }),
+    item(L7, Op::Swiglu { n: 11008 }),
+    item(Smol, Op::Add { n: 576 }),
+    item(L7, Op::Add { n: 4096 }),
+];
+
+const fn item(model: Model, op: Op) -> Item {
+    Item { model, op }
+}
+
+/// The whole list: each GEMV shape in every weight type, then [`OTHERS`].
+pub fn list() -> Vec<Item> {
+    let gemv = GEMV.iter().flat_map(|&(model, rows, cols)| {
+        WeightType::ALL.map(|ty| item(model, Op::Matvec { ty, rows, cols }))
+    });
+    gemv.chain(OTHERS.iter().copied()).collect()
+}
+
+/// The KV cache type the executor picks: f16 where the device has it.
+pub fn kv_type(info: &DeviceInfo) -> Float {
+    if info.f16 {
+        Float::F16
+    } else {
+        Float::F32
+    }
+}
+
+fn float_bytes(t: Float) -> u64 {
+    match t {
+        Float::F32 => 4,
+        Float::F16 => 2,
+    }
+}
+
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Matvec { .. } => "matvec",
+            Op::Matmul { .. } => "matmul",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::Rope { .. } => "rope",
+            Op::Softmax { .. } => "softmax",
+            Op::Attention { .. } => "attention",
+            Op::Swiglu { .. } => "swiglu",
+            Op::Add { .. } => "add",
+        }
+    }
+
+    pub fn shape(&self) -> String {
+        match *self {
+            Op::Matvec { rows, cols, .. } => format!("{rows}x{cols}"),
+            Op::Matmul { m, n, k, .. } => format!("{m}x{n}x{k}"),
+            Op::RmsNorm { rows, cols } | Op::Softmax { rows, cols } => format!("{rows}x{cols}"),
+            Op::Rope {
+                tokens,
+                heads,
+                head_dim,
+            } => format!("{tokens}t x {heads}x{head_dim}"),
+            Op::Attention {
+                heads,
+                kv_heads,
+                head_dim,
+                context,
+            } => format!("ctx{context} {heads}/{kv_heads}x{head_dim}"),
+            Op::Swiglu { n } | Op::Add { n } => format!("{n}"),
+        }
+    }
+
+    /// The stored types, as a label; attention's depends on the KV cache type `kv`.
+    pub fn dtype(&self, kv: Float) -> String {
+        match self {
+            Op::Matvec { ty, .. } => ty.name().to_string(),
+            Op::Matmul { b, .. } => format!("f32x{}", b.name()),
+            Op::Attention { .. } => format!("f32+{}kv", kv.name()),
+            _ => "f32".into(),
+        }
+    }
+
+    /// Bytes read plus bytes written (see the module's conventions).
+    pub fn bytes(&self, kv: Float) -> u64 {
+        let f = 4u64;
+        match *self {
+            Op::Matvec { ty, rows, cols } => {
+                let (r, c) = (rows as u64, cols as u64);
+                r * c / ty.block_elems() as u64 * ty.block_bytes() as u64 + (c + r) * f
+            }
+            Op::Matmul { b, m, n, k } => {
+                let (m, n, k) = (m as u64, n as u64, k as u64);
+                m * k * f + n * k * float_bytes(b) + m * n * f
+            }
+            Op::RmsNorm { rows, cols } => (2 * rows as u64 * cols as u64 + cols as u64) * f,
+            Op::Rope {
+                tokens,
+                heads,
+                head_dim,
+            } => (2 * tokens as u64 * heads as u64 * head_dim as u64 + head_dim as u64 / 2) * f,
+            Op::Softmax { rows, cols } => 2 * rows as u64 * cols as u64 * f,
+            Op::Attention {
+                heads,
+                kv_heads,
+                head_dim,
+                context,
+            } => {
+                let cache = 2 * context as u64 * kv_heads as u64 * head_dim as u64;
+                2 * heads as u64 * head_dim as u64 * f + cache * float_bytes(kv)
+            }
+            Op::Swiglu { n } | Op::Add { n } => 3 * n as u64 * f,
+        }
+    }
+
+    /// Floating-point operations (see the module's conventions).
+    pub fn flops(&self) -> u64 {
+        match *self {
+            Op::Matvec { rows, cols, .. } => 2 * rows as u64 * cols as u64,
+            Op::Matmul { m, n, k, .. } => 2 * m as u64 * n as u64 * k as u64,
+            Op::RmsNorm { rows, cols } => 4 * rows as u64 * cols as u64,
+            Op::Rope {
+                tokens,
+                heads,
+                head_dim,
+            } => 6 * tokens as u64 * heads as u64 * (head_dim as u64 / 2),
+            Op::Softmax { rows, cols } => 5 * rows as u64 * cols as u64,
+            Op::Attention {
+                heads,
+                head_dim,
+                context,
+                ..
+            } => 4 * heads as u64 * context as u64 * head_dim as u64,
+            Op::Swiglu { n } => 5 * n as u64,
+            Op::Add { n } => n as u64,
+        }
+    }
+}
+
+impl Item {
+    /// Random inputs and buffers for this item, built once for every backend whose KV cache
+    /// type is `kv`. Kernels that have a subgroup variant come with it, the fallback attached.
+    pub fn case(&self, kv: Float) -> Result<Case, ShapeError> {
+        match self.op {
+            Op::Matvec { ty, rows, cols } => matvec::case(ty, rows, cols, Reduce::Subgroup, 1),
+            Op::Matmul { b, m, n, k } => {
+                let spec = MatmulSpec::new(Scalar::F32, b.scalar(), true);
+                let shape = MatmulShape::packed(1, m as usize, n as usize, k as usize, true, false);
+                matmul::case(spec, shape, 1)
+            }
+            Op::RmsNorm { rows, cols } => rms_norm::case(
+                RmsNorm {
+                    rows,
+                    cols,
+                    eps: 1e-5,
+                },
+                Reduction::Subgroup,
+            ),
+            Op::Rope {
+                tokens,
+                heads,
+                head_dim,
+            } => rope::case(
+                Rope {
+                    tokens,
+                    heads,
+                    head_dim,
+                    // Decode at position 127; prefill from position 0.
+                    offset: if tokens == 1 { 127 } else { 0 },
+                    base: self.model.rope_base(),
+                    mode: RopeMode::Normal,
+                },
+                Float::F32,
+            ),
+            Op::Softmax { rows, cols } => softmax::case(
+                Softmax {
+                    rows,
+                    cols,
+                    scale: 1.0,
+                    mask: Mask::None,
+                },
+                Reduction::Subgroup,
+            ),
+            Op::Attention {
+                heads,
+                kv_heads,
+                head_dim,
+                context,
+            } => attention::case(
+                Attention {
+                    tokens: 1,
+                    kv_len: context,
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    offset: context - 1,
+                },
+                kv,
+            ),
+            Op::Swiglu { n } => elementwise::binary_case(Binary::Swiglu, Float::F32, 1, n),
+            Op::Add { n } => elementwise::binary_case(Binary::Add, Float::F32, 1, n),
+        }
+    }
+
+    /// The kernel and grid a device runs for `case`: the executor's matvec shape for the
+    /// device (the CPU's differs from the GPUs'), the subgroup variant only where the device
+    /// has subgroups. `None` when the case has no kernel the device can run.
+    pub fn launch(&self, case: &Case, info: &DeviceInfo) -> Result<Option<(Kernel, [u32; 3])>, ShapeError> {
+        if let Op::Matvec { ty, rows, .. } = self.op {
+            let reduce = if info.subgroup_ops {
+                Reduce::Subgroup
+            } else {
+                Reduce::Shared
+            };
+            let spec: MatvecSpec = matvec_spec(ty, reduce, info);
+            return Ok(Some((matvec::kernel(spec)?, spec.grid(rows, 1))));
+        }
+        let kernel = if case.kernel.capabilities.subgroup && !info.subgroup_ops {
+            case.fallback.clone()
+        } else {
+            Some(case.kernel.clone())
+        };
+        Ok(kernel.map(|k| (k, case.grid)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemv_bytes_and_flops_by_hand() {
+        // Q4_0: 18 bytes per 32 weights; 4096×4096 of them is 9,437,184 bytes, plus x and y.
+        let q4 = Op::Matvec {
+            ty: WeightType::Q4_0,
+            rows: 4096,
+            cols: 4096,
+        };
+        assert_eq!(q4.bytes(Float::F32), 9_437_184 + 2 * 4096 * 4);
+        assert_eq!(q4.flops(), 33_554_432);
+        // Q8_0 output head: 49152 × 18 blocks × 34 bytes, x 576 floats, y 49152 floats.
+        let head = Op::Matvec {
+            ty: WeightType::Q8_0,
+            rows: 49152,
+            cols: 576,
+        };
+        assert_eq!(head.bytes(Float::F32), 30_081_024 + 2304 + 196_608);
+        // Q4_1 carries a 4-byte scale and minimum per block of 32: 20 bytes.
+        let q41 = Op::Matvec {
+            ty: WeightType::Q4_1,
+            rows: 576,
+            cols: 1536,
+        };
+        assert_eq!(q41.bytes(Float::F32), 576 * 48 * 20 + (1536 + 576) * 4);
+        let f16 = Op::Matvec {
+            ty: WeightType::F16,
+            rows: 11008,
+            cols: 4096,
+        };
+        assert_eq!(f16.bytes(Float::F32), 90_177_536 + (4096 + 11008) * 4);
+    }
+
+    #[test]
+    fn other_ops_by_hand() {
+        let mm = Op::Matmul {
+            b: Float::F16,
+            m: 512,
+            n: 1536,
+            k: 576,
+        };
+        // A 1,179,648 + B (f16) 1,769,472 + C 3,145,728 bytes; 2·512·1536·576 flops.
+        assert_eq!(mm.bytes(Float::F32), 6_094_848);
+        assert_eq!(mm.flops(), 905_969_664);
+        let att = Op::Attention {
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            context: 8192,
+        };
+        // K and V: 8192 × 3 × 64 halves each (3 MiB together); q and out 2304 bytes each.
+        assert_eq!(att.bytes(Float::F16), 6_291_456 + 4608);
+        assert_eq!(att.bytes(Float::F32), 12_582_912 + 4608);
+        assert_eq!(att.flops(), 18_874_368);
+        assert_eq!(Op::RmsNorm { rows: 1, cols: 576 }.bytes(Float::F32), 6912);
+        assert_eq!(Op::Add { n: 4096 }.bytes(Float::F32), 49_152);
+        let rope = Op::Rope {
+            tokens: 1,
+            heads: 32,
+            head_dim: 128,
+        };
+        // x and y 16 KiB each, 64 frequencies; 2048 pairs of 6 flops.
+        assert_eq!(rope.bytes(Float::F32), 32_768 + 256);
+        assert_eq!(rope.flops(), 12_288);
+    }
+
+    #[test]
+    fn every_item_builds_a_case_with_the_bytes_it_claims() {
+        // The buffers a case uploads and reads back are what `bytes` counts, up to padding of
+        // f16 and quantized buffers to whole 4-byte words.
+        for it in list()
+            .into_iter()
+            .filter(|it| it.op.flops() < 50_000_000)
+        {
+            let case = it.case(Float::F16).unwrap();
+            let held: u64 = case.buffers.iter().map(|b| b.data.len() as u64).sum();
+            let claimed = it.op.bytes(Float::F16);
+            assert!(
+                held >= claimed && held - claimed < 16,
+                "{:?}: buffers {held}, claimed {claimed}",
+                it.op
+            );
+        }
+    }
+}
