@@ -48,7 +48,7 @@ struct Faulty {
 }
 
 impl Faulty {
-    fn new(refuse: &'static str, zero: &'static str) -> Arc<dyn Backend> {
+    fn device(refuse: &'static str, zero: &'static str) -> Arc<dyn Backend> {
         Arc::new(Faulty {
             inner: cpu(),
             refuse,
@@ -122,7 +122,7 @@ fn a_kernel_the_device_lacks_runs_on_the_cpu_with_the_same_result() {
         None,
     ));
     assert!(reference.iter().flatten().all(|v| v.is_finite()));
-    let engine = Engine::new(model, Faulty::new("matvec_q4_1", ""), SIZES).unwrap();
+    let engine = Engine::new(model, Faulty::device("matvec_q4_1", ""), SIZES).unwrap();
     let devices: Vec<&str> = engine.devices().map(|d| d.name()).collect();
     assert_eq!(devices, ["faulty", "cpu"]);
     let notes = engine.placement_notes().join("\n");
@@ -136,7 +136,7 @@ fn a_kernel_the_device_lacks_runs_on_the_cpu_with_the_same_result() {
 fn the_cross_check_names_the_first_op_that_goes_wrong() {
     let model = tiny();
     let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
-    let checker = Engine::new(model, Faulty::new("", "rms_norm"), SIZES).unwrap();
+    let checker = Engine::new(model, Faulty::device("", "rms_norm"), SIZES).unwrap();
     let mut session = Session::new(main, Some(checker));
     run(&mut session);
     assert_eq!(session.checks.len(), 3);

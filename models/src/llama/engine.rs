@@ -308,12 +308,11 @@ impl Engine {
                 let info = self.dev(self.placement.programs[&key].0).info();
                 let spec = matvec_spec(w.tensors[wid].ty, Reduce::Shared, info);
                 let cols = w.tensors[wid].cols;
-                (
-                    vec![Tensor::Weight(wid), x],
-                    y,
-                    vec![u(rows), u(cols)],
-                    spec.grid(rows, tokens),
-                )
+                // A variant reading the scales through an f16 view binds the weights twice.
+                let views = self.placement.buffers[&key].len() - 2;
+                let mut inputs = vec![Tensor::Weight(wid); views];
+                inputs.push(x);
+                (inputs, y, vec![u(rows), u(cols)], spec.grid(rows, tokens))
             }
             Op::Rope { x, y, heads } => {
                 let r = self.rope(t, heads, s.pos);

@@ -66,9 +66,21 @@ impl KernelKey {
                 } else {
                     &[Reduce::Shared]
                 };
-                reduces
-                    .iter()
-                    .map(|&r| matvec::kernel(matvec_spec(ty, r, info)))
+                // Each reduction with f16 scales where the shape wants them, then without.
+                let mut specs = vec![];
+                for &r in reduces {
+                    let spec = matvec_spec(ty, r, info);
+                    specs.push(spec);
+                    if spec.f16_scales {
+                        specs.push(MatvecSpec {
+                            f16_scales: false,
+                            ..spec
+                        });
+                    }
+                }
+                specs
+                    .into_iter()
+                    .map(matvec::kernel)
                     .collect::<Result<_, _>>()?
             }
             KernelKey::Rope => vec![rope::kernel(RopeMode::Normal, Float::F32)],
@@ -85,14 +97,17 @@ impl KernelKey {
 /// segments keep every invocation busy. CPUs run a workgroup's invocations as loops, where a
 /// reduction across them costs more than the dot products it combines: there, one subgroup's
 /// worth of invocations (the CPU backend's width of 8) on 8 rows, with 8 times fewer reductions
-/// per row, each taking a whole quantized block per step so its scales are decoded once.
+/// per row, the scales read through an f16 view of the weights (a native conversion instead of
+/// some forty integer operations per scale). Measured on 2 EPYC cores, 1536 × 576 Q4_1: 1160 µs
+/// with the GPU shape, 610 µs with this one; 16- or 32-element segments were no faster.
 pub fn matvec_spec(ty: WeightType, reduce: Reduce, info: &DeviceInfo) -> MatvecSpec {
     let mut spec = MatvecSpec::new(ty, reduce);
     if info.device_type == DeviceType::Cpu {
         (spec.rows_per_workgroup, spec.workgroup, spec.segment) = CPU_MATVEC;
+        spec.f16_scales = info.f16;
     }
     spec
 }
 
 /// (rows per workgroup, invocations, segment) of [`matvec_spec`] on a CPU.
-const CPU_MATVEC: (u32, u32, u32) = (8, 8, 16);
+const CPU_MATVEC: (u32, u32, u32) = (8, 8, 8);

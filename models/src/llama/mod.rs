@@ -13,6 +13,7 @@ pub mod model;
 pub mod placement;
 pub mod sampler;
 pub mod session;
+pub mod speed;
 pub mod weights;
 
 pub use config::LlamaConfig;

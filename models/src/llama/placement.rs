@@ -14,6 +14,8 @@ use trine_backends::{Backend, BackendKind, ProgramId};
 pub struct Placement {
     pub devices: Vec<Arc<dyn Backend>>,
     pub programs: HashMap<KernelKey, (usize, ProgramId)>,
+    /// The buffer names of the variant each key got, in binding order.
+    pub buffers: HashMap<KernelKey, Vec<String>>,
     /// One line per kernel that did not get its preferred variant on the primary device.
     pub notes: Vec<String>,
 }
@@ -27,6 +29,7 @@ impl Placement {
         let mut p = Placement {
             devices: vec![primary],
             programs: HashMap::new(),
+            buffers: HashMap::new(),
             notes: vec![],
         };
         for &key in keys {
@@ -73,6 +76,8 @@ impl Placement {
         for (i, kernel) in key.variants(dev.info(), shape)?.iter().enumerate() {
             match dev.compile(kernel) {
                 Ok(id) => {
+                    let names = kernel.buffers.iter().map(|b| b.name.clone()).collect();
+                    self.buffers.insert(key, names);
                     if i > 0 {
                         self.notes.push(format!(
                             "{}: {key:?} runs as its fallback {} ({})",

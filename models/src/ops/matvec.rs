@@ -61,6 +61,11 @@ pub struct MatvecSpec {
     /// the block's scales once per row, so larger segments decode less per weight; smaller ones
     /// give more invocations work on short rows.
     pub segment: u32,
+    /// Quantized weights only: read the blocks' f16 scales through a second, f16 view of the
+    /// weight buffer (buffer `w16`, bound to the same memory as `w`), a native f16 load and
+    /// conversion, instead of assembling them from bytes with integer operations. Needs 16-bit
+    /// storage; where scales are decoded per segment this is most of a CPU's work per weight.
+    pub f16_scales: bool,
 }
 
 impl MatvecSpec {
@@ -73,6 +78,7 @@ impl MatvecSpec {
             rows_per_workgroup: 4,
             workgroup: 64,
             segment: SEGMENT,
+            f16_scales: false,
         }
     }
 
@@ -200,11 +206,16 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     if ty.is_quantized() && spec.segment != SEGMENT {
         name.push_str(&format!("_s{}", spec.segment));
     }
+    let f16_scales = ty.is_quantized() && spec.f16_scales;
+    if f16_scales {
+        name.push_str("_h");
+    }
     let k = KernelBuilder::new(&name, [wg, 1, 1]);
     if spec.reduce == Reduce::Subgroup {
         k.require_subgroups();
     }
     let w = k.buffer("w", ty.buffer_elem(), Access::Read);
+    let w16 = f16_scales.then(|| k.buffer("w16", Scalar::F16, Access::Read));
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let y = k.buffer("y", Scalar::F32, Access::Write);
     let rows = k.param("rows", Scalar::U32);
@@ -221,7 +232,15 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         .map(|r| ((row0 + k.u32(r)).min(last), k.var("acc", Scalar::F32)))
         .collect();
     if ty.is_quantized() {
-        dot_quantized(&k, ty, w, (x, x0), cols, &rows_accs, (wg, spec.segment));
+        dot_quantized(
+            &k,
+            ty,
+            (w, w16),
+            (x, x0),
+            cols,
+            &rows_accs,
+            (wg, spec.segment),
+        );
     } else {
         let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * cols).collect();
         k.for_range(lid, cols, wg, |c| {
@@ -251,7 +270,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
 fn dot_quantized<'b>(
     k: &'b KernelBuilder,
     ty: WeightType,
-    w: trine_ir::BufferId,
+    (w, w16): (trine_ir::BufferId, Option<trine_ir::BufferId>),
     (x, x0): (trine_ir::BufferId, Val<'b>),
     cols: Val<'b>,
     rows_accs: &[(Val<'b>, Var<'b>)],
@@ -291,7 +310,18 @@ fn dot_quantized<'b>(
         let xsum = (ty == WeightType::Q4_1).then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
         for (base, (_, acc)) in bases.iter().zip(rows_accs) {
             let blk = *base + block * block_bytes;
-            let scales = quant::load_scales(k, ty, w, blk);
+            let scales = match w16 {
+                // Blocks and their scales sit at even byte offsets: f16 element blk / 2.
+                Some(h) => {
+                    let at = blk / k.u32(2);
+                    quant::Scales {
+                        d: k.load(h, at).cast(Scalar::F32),
+                        m: (ty == WeightType::Q4_1)
+                            .then(|| k.load(h, at + k.u32(1)).cast(Scalar::F32)),
+                    }
+                }
+                None => quant::load_scales(k, ty, w, blk),
+            };
             let codes: Vec<Val> = match ty {
                 WeightType::Q8_0 => offsets
                     .iter()
@@ -433,12 +463,23 @@ pub fn spec_case(
     let default = MatvecSpec::new(ty, reduce);
     if spec != default {
         name.push_str(&format!(
-            "/r{}w{}s{}",
-            spec.rows_per_workgroup, spec.workgroup, spec.segment
+            "/r{}w{}s{}{}",
+            spec.rows_per_workgroup,
+            spec.workgroup,
+            spec.segment,
+            if spec.f16_scales { "h" } else { "" }
         ));
     }
-    let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
-        .input("w", ty.buffer_elem(), quant::pad_to_words(w))
+    let w = quant::pad_to_words(w);
+    let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens)).input(
+        "w",
+        ty.buffer_elem(),
+        w.clone(),
+    );
+    if ty.is_quantized() && spec.f16_scales {
+        case = case.input("w16", Scalar::F16, w);
+    }
+    let mut case = case
         .input("x", Scalar::F32, f32_bytes(&x))
         .output("y", Scalar::F32, vec![0; want.len() * 4], want)
         .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)]);
@@ -486,7 +527,8 @@ pub fn cases() -> Vec<Case> {
                 .expect("the listed shapes are valid"),
         );
     }
-    // The CPU's shape (8 rows on 8 invocations, 16-element segments), prefill included.
+    // The CPU's shapes (8 rows on 8 invocations; 16-element segments; scales through an f16
+    // view), prefill included.
     for (ty, rows, cols, tokens, reduce) in [
         (WeightType::Q4_1, 1536, 576, 1, Reduce::Subgroup),
         (WeightType::Q4_1, 192, 576, 3, Reduce::Shared),
@@ -494,16 +536,19 @@ pub fn cases() -> Vec<Case> {
         (WeightType::Q4_0, 13, 96, 2, Reduce::Subgroup),
         (WeightType::F16, 13, 45, 1, Reduce::Subgroup),
     ] {
-        let spec = MatvecSpec {
-            rows_per_workgroup: 8,
-            workgroup: 8,
-            segment: 16,
-            ..MatvecSpec::new(ty, reduce)
-        };
-        v.push(
-            spec_case(spec, rows, cols, tokens, 3000 + rows as u64)
-                .expect("the listed shapes are valid"),
-        );
+        for (segment, f16_scales) in [(16, false), (8, true), (16, true)] {
+            let spec = MatvecSpec {
+                rows_per_workgroup: 8,
+                workgroup: 8,
+                segment,
+                f16_scales,
+                ..MatvecSpec::new(ty, reduce)
+            };
+            v.push(
+                spec_case(spec, rows, cols, tokens, 3000 + rows as u64)
+                    .expect("the listed shapes are valid"),
+            );
+        }
     }
     v
 }
