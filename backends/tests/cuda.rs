@@ -1,8 +1,9 @@
 //! The CUDA backend on the first NVIDIA GPU (or `TRINE_CUDA_DEVICE`).
 //!
 //! Skipped with a printed reason when CUDA is unavailable (no driver, no device, no NVRTC),
-//! unless `TRINE_REQUIRE_BACKENDS` names `cuda`.
+//! unless `TRINE_REQUIRE_BACKENDS` names `cuda`; then a missing cuBLAS fails its tests too.
 
+use trine_backends::cuda::cublas::{self, Cublas, Gemm, GemmType, MathMode};
 use trine_backends::cuda::CudaBackend;
 use trine_backends::{
     Backend, BackendError, Binding, BufferHandle, DeviceType, Dispatch, ProgramId,
@@ -267,4 +268,244 @@ fn an_oversized_workgroup_is_refused() {
         b.compile(&k.finish()),
         Err(BackendError::Invalid { .. } | BackendError::Unsupported { .. })
     ));
+}
+
+/// cuBLAS on `b`, or `None` (with the reason printed) when it is absent and CUDA not required.
+fn cublas_of(b: &CudaBackend) -> Option<Cublas<'_>> {
+    match b.cublas() {
+        Ok(c) => Some(c),
+        Err(BackendError::Unavailable(why)) if !required() => {
+            eprintln!("skipping: cuBLAS unavailable: {why}");
+            None
+        }
+        Err(e) => panic!("cuBLAS failed to open: {e}"),
+    }
+}
+
+/// Values in [-1, 1) that f16 holds exactly, so that f32 and f16 runs share one reference.
+fn matrix(len: usize, seed: u32) -> Vec<f32> {
+    (0..len as u32)
+        .map(|i| {
+            ((i.wrapping_mul(2_654_435_761).wrapping_add(seed) >> 20) % 256) as f32 / 128.0 - 1.0
+        })
+        .collect()
+}
+
+fn input_bytes(v: &[f32], ty: GemmType) -> Vec<u8> {
+    match ty {
+        GemmType::F32 => f32_bytes(v),
+        GemmType::F16 => v
+            .iter()
+            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+            .collect(),
+    }
+}
+
+/// `got` against an f64 reference: every element within f32 rounding of its sum of
+/// |products| (k terms), which a wrong layout or type misses by whole units.
+fn assert_close(got: &[f32], want: &[f64], magnitude: &[f64], k: usize, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, ((&g, &w), &mag)) in got.iter().zip(want).zip(magnitude).enumerate() {
+        let tol = 2.0 * k as f64 * f64::from(f32::EPSILON) * mag + 1e-30;
+        assert!(
+            (f64::from(g) - w).abs() <= tol,
+            "{what}: element {i} is {g}, the f64 reference {w} (tolerance {tol:e})"
+        );
+    }
+}
+
+#[test]
+fn cublas_gemm_matches_an_f64_reference() {
+    let Some(b) = backend() else { return };
+    let Some(cublas) = cublas_of(&b) else { return };
+    let (m, n, k) = (33usize, 17usize, 45usize);
+    let a = matrix(m * k, 1);
+    let bm = matrix(k * n, 2);
+    let at = |r: usize, c: usize| f64::from(a[r * k + c]);
+    let bt = |r: usize, c: usize| f64::from(bm[r * n + c]);
+    let want: Vec<f64> = (0..m * n)
+        .map(|e| (0..k).map(|p| at(e / n, p) * bt(p, e % n)).sum())
+        .collect();
+    let magnitude: Vec<f64> = (0..m * n)
+        .map(|e| (0..k).map(|p| (at(e / n, p) * bt(p, e % n)).abs()).sum())
+        .collect();
+    // B as weights are stored: row-major [n×k].
+    let b_weights: Vec<f32> = (0..n * k).map(|e| bm[(e % k) * n + e / k]).collect();
+    for ty in [GemmType::F32, GemmType::F16] {
+        for transposed in [false, true] {
+            let ha = upload(&b, &input_bytes(&a, ty));
+            let b_data = if transposed { &b_weights } else { &bm };
+            let hb = upload(&b, &input_bytes(b_data, ty));
+            let hc = upload(&b, &f32_bytes(&vec![f32::NAN; m * n]));
+            let bytes = |len: usize, ty: GemmType| {
+                len * match ty {
+                    GemmType::F32 => 4,
+                    GemmType::F16 => 2,
+                }
+            };
+            let shape = Gemm {
+                m: m as u32,
+                n: n as u32,
+                k: k as u32,
+                b_transposed: transposed,
+            };
+            let t = cublas
+                .gemm(
+                    whole(ha, bytes(m * k, ty)),
+                    whole(hb, bytes(k * n, ty)),
+                    whole(hc, m * n * 4),
+                    shape,
+                    ty,
+                )
+                .unwrap();
+            assert!(t.as_nanos() > 0 && t.as_secs() < 1, "{t:?}");
+            let got = f32s(&download(&b, hc, m * n * 4));
+            let what = format!("{ty:?} gemm, B transposed: {transposed}");
+            assert_close(&got, &want, &magnitude, k, &what);
+            for h in [ha, hb, hc] {
+                b.free(h);
+            }
+        }
+    }
+}
+
+#[test]
+fn cublas_gemv_matches_an_f64_reference() {
+    let Some(b) = backend() else { return };
+    let Some(cublas) = cublas_of(&b) else { return };
+    let (rows, cols) = (37usize, 45usize);
+    let w = matrix(rows * cols, 3);
+    let x = matrix(cols, 4);
+    let want: Vec<f64> = (0..rows)
+        .map(|r| {
+            (0..cols)
+                .map(|c| f64::from(w[r * cols + c]) * f64::from(x[c]))
+                .sum()
+        })
+        .collect();
+    let magnitude: Vec<f64> = (0..rows)
+        .map(|r| {
+            (0..cols)
+                .map(|c| f64::from(w[r * cols + c] * x[c]).abs())
+                .sum()
+        })
+        .collect();
+    for (ty, elem) in [(GemmType::F32, 4), (GemmType::F16, 2)] {
+        let hw = upload(&b, &input_bytes(&w, ty));
+        let hx = upload(&b, &input_bytes(&x, ty));
+        let hy = upload(&b, &f32_bytes(&vec![f32::NAN; rows]));
+        let t = cublas
+            .gemv(
+                whole(hw, rows * cols * elem),
+                whole(hx, cols * elem),
+                whole(hy, rows * 4),
+                rows as u32,
+                cols as u32,
+                ty,
+            )
+            .unwrap();
+        assert!(t.as_nanos() > 0 && t.as_secs() < 1, "{t:?}");
+        let got = f32s(&download(&b, hy, rows * 4));
+        assert_close(&got, &want, &magnitude, cols, &format!("{ty:?} gemv"));
+        for h in [hw, hx, hy] {
+            b.free(h);
+        }
+    }
+}
+
+/// The check to run first on a GPU machine: which cuBLAS was loaded, in which math mode, and
+/// one product small enough to verify by hand.
+#[test]
+fn cublas_multiplies_two_by_two_matrices() {
+    let Some(b) = backend() else { return };
+    let Some(cublas) = cublas_of(&b) else { return };
+    let lib = cublas.library();
+    eprintln!(
+        "cuBLAS {:?} from {}, math mode {:?}, on {}",
+        lib.version(),
+        lib.path().display(),
+        cublas.math(),
+        b.info().name
+    );
+    assert_eq!(cublas.math(), MathMode::Default);
+    let ha = upload(&b, &f32_bytes(&[1.0, 2.0, 3.0, 4.0]));
+    let hb = upload(&b, &f32_bytes(&[5.0, 6.0, 7.0, 8.0]));
+    let hc = b.alloc(16).unwrap();
+    let shape = Gemm {
+        m: 2,
+        n: 2,
+        k: 2,
+        b_transposed: false,
+    };
+    let (wa, wb, wc) = (whole(ha, 16), whole(hb, 16), whole(hc, 16));
+    cublas.gemm(wa, wb, wc, shape, GemmType::F32).unwrap();
+    assert_eq!(f32s(&download(&b, hc, 16)), [19.0, 22.0, 43.0, 50.0]);
+    let weights = Gemm {
+        b_transposed: true,
+        ..shape
+    };
+    cublas.gemm(wa, wb, wc, weights, GemmType::F32).unwrap();
+    assert_eq!(f32s(&download(&b, hc, 16)), [17.0, 23.0, 39.0, 53.0]);
+    cublas.set_math(MathMode::Pedantic).unwrap();
+    assert_eq!(cublas.math(), MathMode::Pedantic);
+    cublas.gemm(wa, wb, wc, shape, GemmType::F32).unwrap();
+    assert_eq!(f32s(&download(&b, hc, 16)), [19.0, 22.0, 43.0, 50.0]);
+    cublas.set_math(MathMode::Default).unwrap();
+}
+
+#[test]
+fn cublas_refuses_bad_shapes_before_calling() {
+    let Some(b) = backend() else { return };
+    let Some(cublas) = cublas_of(&b) else { return };
+    let h = b.alloc(64).unwrap();
+    let all = whole(h, 64);
+    let shape = |m, n, k| Gemm {
+        m,
+        n,
+        k,
+        b_transposed: false,
+    };
+    let zero = cublas.gemm(all, all, all, shape(0, 2, 2), GemmType::F32);
+    assert!(
+        matches!(&zero, Err(BackendError::BadDispatch(msg)) if msg.contains("m = 0")),
+        "{zero:?}"
+    );
+    let huge = cublas.gemm(all, all, all, shape(4, 4, 1 << 31), GemmType::F16);
+    assert!(
+        matches!(huge, Err(BackendError::BadDispatch(_))),
+        "{huge:?}"
+    );
+    // 64 bytes hold a 4×4 f32 matrix but not a 4×5 one.
+    let short = cublas.gemv(all, all, all, 4, 5, GemmType::F32);
+    assert!(
+        matches!(&short, Err(BackendError::BadDispatch(msg)) if msg.contains("binding w")),
+        "{short:?}"
+    );
+    let outside = Binding {
+        buffer: h,
+        offset: 16,
+        size: 64,
+    };
+    assert!(matches!(
+        cublas.gemv(outside, all, all, 2, 2, GemmType::F32),
+        Err(BackendError::OutOfRange { .. })
+    ));
+}
+
+/// Needs no GPU: an empty directory, with the loader's path left out, holds no cuBLAS.
+#[test]
+fn missing_cublas_is_unavailable_and_names_where_it_looked() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-cublas-here");
+    std::fs::create_dir_all(&dir).unwrap();
+    match cublas::Library::open_in(std::slice::from_ref(&dir), false) {
+        Err(BackendError::Unavailable(why)) => {
+            assert!(why.contains(&dir.display().to_string()), "{why}");
+            assert!(why.contains("libcublas.so.12"), "{why}");
+        }
+        Err(e) => panic!("expected Unavailable, got {e}"),
+        Ok(lib) => panic!(
+            "found cuBLAS at {} in an empty directory",
+            lib.path().display()
+        ),
+    }
 }

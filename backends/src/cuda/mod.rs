@@ -6,11 +6,13 @@
 //! - [`device`]: device choice and its [`DeviceInfo`].
 //! - [`memory`]: resident buffers, one pinned staging buffer, asynchronous copies.
 //! - [`program`]: lowering, compilation (cached on disk), modules.
+//! - [`cublas`]: cuBLAS on the backend's stream, the peer its GEMM and GEMV are measured against.
 //!
 //! All work goes to one non-blocking stream of the device's primary context, in order; `read`
 //! and `synchronize` wait for it. Env: `TRINE_CUDA_DEVICE` (index) picks the device;
 //! `CUDA_PATH` names the toolkit searched first for NVRTC and `cuda_fp16.h`.
 
+pub mod cublas;
 mod device;
 mod driver;
 mod memory;
@@ -30,7 +32,7 @@ use nvrtc::{nvrtc, Nvrtc};
 use program::Program;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 use trine_ir::Kernel;
 
@@ -90,6 +92,8 @@ pub struct CudaBackend {
     /// Everything mutable, and every use of the stream, under one lock.
     state: Mutex<State>,
     handles: Handles,
+    /// Made on first use (see [`CudaBackend::cublas`]), destroyed before the context.
+    cublas: OnceLock<cublas::Handle>,
     nvrtc: &'static Nvrtc,
     driver: &'static Driver,
 }
@@ -135,6 +139,7 @@ impl CudaBackend {
                 programs: HashMap::new(),
             }),
             handles,
+            cublas: OnceLock::new(),
             nvrtc,
             driver,
         })
@@ -150,6 +155,36 @@ impl CudaBackend {
             (self.driver.ctx_set_current)(self.handles.ctx)
         })?;
         Ok(guard)
+    }
+
+    /// Device time of the work `queue` puts on the stream, between events recorded before and
+    /// after it once earlier work has finished. The caller holds `enter`'s guard.
+    fn timed(
+        &self,
+        queue: impl FnOnce() -> Result<(), BackendError>,
+    ) -> Result<Duration, BackendError> {
+        self.sync_stream()?;
+        let [start, end] = self.handles.timers;
+        let stream = self.handles.stream;
+        // SAFETY: live events and stream of the current context.
+        self.driver.check("cuEventRecord", unsafe {
+            (self.driver.event_record)(start, stream)
+        })?;
+        queue()?;
+        // SAFETY: as above.
+        self.driver.check("cuEventRecord", unsafe {
+            (self.driver.event_record)(end, stream)
+        })?;
+        // SAFETY: a recorded event.
+        self.driver.check("cuEventSynchronize", unsafe {
+            (self.driver.event_synchronize)(end)
+        })?;
+        let mut ms = 0f32;
+        // SAFETY: both events recorded on the same stream and completed.
+        self.driver.check("cuEventElapsedTime", unsafe {
+            (self.driver.event_elapsed_time)(&mut ms, start, end)
+        })?;
+        Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
     }
 
     fn sync_stream(&self) -> Result<(), BackendError> {
@@ -384,28 +419,7 @@ impl Backend for CudaBackend {
 
     fn dispatch_timed(&self, d: &Dispatch<'_>) -> Result<Duration, BackendError> {
         let state = self.enter()?;
-        self.sync_stream()?;
-        let [start, end] = self.handles.timers;
-        let stream = self.handles.stream;
-        // SAFETY: live events and stream of the current context.
-        self.driver.check("cuEventRecord", unsafe {
-            (self.driver.event_record)(start, stream)
-        })?;
-        self.launch(&state, d)?;
-        // SAFETY: as above.
-        self.driver.check("cuEventRecord", unsafe {
-            (self.driver.event_record)(end, stream)
-        })?;
-        // SAFETY: a recorded event.
-        self.driver.check("cuEventSynchronize", unsafe {
-            (self.driver.event_synchronize)(end)
-        })?;
-        let mut ms = 0f32;
-        // SAFETY: both events recorded on the same stream and completed.
-        self.driver.check("cuEventElapsedTime", unsafe {
-            (self.driver.event_elapsed_time)(&mut ms, start, end)
-        })?;
-        Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+        self.timed(|| self.launch(&state, d))
     }
 }
 
@@ -419,6 +433,9 @@ impl Drop for CudaBackend {
         unsafe {
             (d.ctx_set_current)(self.handles.ctx);
             let _ = (d.stream_synchronize)(self.handles.stream);
+            if let Some(h) = self.cublas.take() {
+                h.destroy();
+            }
             for (_, p) in state.programs.drain() {
                 (d.module_unload)(p.module);
             }

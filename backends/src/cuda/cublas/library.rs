@@ -119,12 +119,14 @@ impl Library {
                 if !path.exists() {
                     continue;
                 }
-                // libcublas needs libcublasLt of the same version; loaded by its full path
-                // first, its soname is then resolved without the directory on the loader's
-                // path (a CUDA_PATH or a Python wheel outside it).
+                // libcublas needs libcublasLt of the same version. CUDA 13's toolkit and wheel
+                // find it through RUNPATH $ORIGIN; loading it by full path first covers
+                // builds without that, once the soname resolves to the loaded copy.
                 let lt = dir.join(name.replacen("libcublas", "libcublasLt", 1));
                 // SAFETY: cuBLAS's own companion library; its initialisers set up its state.
-                let lt = lt.exists().then(|| unsafe { libloading::Library::new(&lt) });
+                let lt = lt
+                    .exists()
+                    .then(|| unsafe { libloading::Library::new(&lt) });
                 let lt = match lt.transpose() {
                     Ok(lt) => lt,
                     Err(e) => {
@@ -275,9 +277,11 @@ mod tests {
         assert_eq!(status_name(7), "CUBLAS_STATUS_INVALID_VALUE (7)");
         assert_eq!(status_name(15), "CUBLAS_STATUS_NOT_SUPPORTED (15)");
         assert_eq!(status_name(2), "cublasStatus_t 2");
-        assert!(matches!(
-            check("cublasGemmEx", 13),
-            Err(BackendError::Driver { call: "cublasGemmEx", code }) if code.contains("EXECUTION_FAILED")
-        ));
+        let failed = check("cublasGemmEx", 13);
+        assert!(
+            matches!(&failed, Err(BackendError::Driver { call: "cublasGemmEx", code })
+                if code == "CUBLAS_STATUS_EXECUTION_FAILED (13)"),
+            "{failed:?}"
+        );
     }
 }
