@@ -252,6 +252,17 @@ impl Instance {
             api: props.api_version.min(self.api),
             queue_family,
             timestamp_bits: families[queue_family as usize].timestamp_valid_bits,
+            pipeline_cache_key: format!(
+                "{:04x}-{:04x}-{:08x}-{}",
+                props.vendor_id,
+                props.device_id,
+                props.driver_version,
+                props
+                    .pipeline_cache_uuid
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            ),
         })
     }
 
@@ -322,6 +333,9 @@ pub struct Candidate {
     pub api: u32,
     pub queue_family: u32,
     pub timestamp_bits: u32,
+    /// Names this device and driver's pipeline cache on disk: vendor, device, driver version
+    /// and the driver's pipeline cache UUID, so another driver never gets the file.
+    pub pipeline_cache_key: String,
 }
 
 /// What the logical device is created with (decided by `info::probe`).

@@ -84,7 +84,7 @@ impl VulkanBackend {
         let probe = info::probe(&instance, &candidate);
         let device = instance.create_device(&candidate, &probe.enable)?;
         let dev = &device.device;
-        let pipelines = Pipelines::new(dev)?;
+        let pipelines = Pipelines::new(dev, candidate.pipeline_cache_key.clone())?;
         let submit = match Submitter::new(
             dev,
             device.queue,

@@ -1,4 +1,6 @@
-//! Compute pipelines: one per kernel, keyed by the kernel's hash, built through a pipeline cache.
+//! Compute pipelines: one per kernel, keyed by the kernel's hash, built through a pipeline
+//! cache that persists on disk (in trine's code cache, per device and driver), so a second
+//! start skips the driver's shader compiles.
 
 use super::info::Features;
 use super::vk_error;
@@ -26,19 +28,44 @@ pub struct Program {
 
 pub struct Pipelines {
     cache: vk::PipelineCache,
+    /// The cache's file name in the code cache's `vulkan-pipelines` namespace.
+    disk_key: String,
     programs: HashMap<u64, Program>,
 }
 
+/// The code cache's namespace for pipeline caches.
+const DISK_NS: &str = "vulkan-pipelines";
+
 impl Pipelines {
-    pub fn new(device: &ash::Device) -> Result<Pipelines, BackendError> {
-        // SAFETY: valid (empty) create info; `destroy_all` releases the cache.
-        let cache =
-            unsafe { device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
-                .map_err(|e| vk_error("vkCreatePipelineCache", e))?;
+    /// A pipeline cache seeded with what an earlier run saved for this device and driver. The
+    /// driver checks the data's header itself and starts empty from data it does not accept.
+    pub fn new(device: &ash::Device, disk_key: String) -> Result<Pipelines, BackendError> {
+        let saved = crate::cache::load(DISK_NS, &disk_key).unwrap_or_default();
+        let info = vk::PipelineCacheCreateInfo::default().initial_data(&saved);
+        // SAFETY: valid create info whose initial data outlives the call; `destroy_all`
+        // releases the cache.
+        let cache = match unsafe { device.create_pipeline_cache(&info, None) } {
+            Ok(c) => c,
+            // SAFETY: as above, with no initial data.
+            Err(_) => unsafe {
+                device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None)
+            }
+            .map_err(|e| vk_error("vkCreatePipelineCache", e))?,
+        };
         Ok(Pipelines {
             cache,
+            disk_key,
             programs: HashMap::new(),
         })
+    }
+
+    /// Writes the pipeline cache to disk. A failure only costs the next start its compiles,
+    /// so it is not an error of the build that triggered it.
+    fn save(&self, device: &ash::Device) {
+        // SAFETY: the cache is ours and no pipeline creation runs (`&self` of the only owner).
+        if let Ok(data) = unsafe { device.get_pipeline_cache_data(self.cache) } {
+            let _ = crate::cache::store(DISK_NS, &self.disk_key, &data);
+        }
     }
 
     pub fn get(&self, id: ProgramId) -> Result<&Program, BackendError> {
@@ -97,6 +124,7 @@ impl Pipelines {
             return Err(compile_error(call, e));
         }
         self.programs.insert(hash, program);
+        self.save(device);
         Ok(())
     }
 
