@@ -2,22 +2,19 @@
 //! it was last written and copying it (through the host) only when a node on another device
 //! reads it. Weights and rope's frequency table are uploaded from the host on first use.
 
+mod plan;
+mod residency;
+
 use super::error::ModelError;
 use super::graph::{self, Node, Op, Step, Tensor};
-use super::kernels::{matvec_spec, KernelKey, KernelShape};
+use super::kernels::{KernelKey, KernelShape};
 use super::model::Model;
 use super::placement::Placement;
-use crate::ops::elementwise;
-use crate::ops::matvec::Reduce;
-use crate::ops::rms_norm::RmsNorm;
-use crate::ops::rope::{Rope, RopeMode};
 use crate::ops::support::Float;
-use crate::ops::{attention::Attention, embedding};
 use half::f16;
 use std::collections::HashMap;
 use std::sync::Arc;
-use trine_backends::{Backend, Binding, BufferHandle, Dispatch};
-use trine_ir::ParamValue;
+use trine_backends::{Backend, BufferHandle, Dispatch};
 
 /// Sizes an executor is built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,226 +271,11 @@ impl Engine {
         Ok(())
     }
 
-    /// The node's input tensors (in the kernel's buffer order), its output, its parameters
-    /// and its grid.
-    fn plan(&self, node: &Node, s: Step) -> (Vec<Tensor>, Tensor, Vec<ParamValue>, [u32; 3]) {
-        let c = &self.model.config;
-        let w = &self.model.weights;
-        let (t, u) = (s.tokens, ParamValue::U32);
-        let (out, _) = node.output(c, s);
-        let elementwise = |n: u32| elementwise::grid(n).unwrap_or([1, 1, 1]);
-        match node.op {
-            Op::Embed { table } => (
-                vec![Tensor::Ids, Tensor::Weight(table)],
-                out,
-                vec![u(t), u(c.n_embd), u(c.vocab)],
-                embedding::grid(c.n_embd, t),
-            ),
-            Op::RmsNorm { x, w: wid, y, rows } => {
-                let norm = RmsNorm {
-                    rows,
-                    cols: c.n_embd,
-                    eps: c.rms_eps,
-                };
-                (vec![x, Tensor::Weight(wid)], y, norm.params(), norm.grid())
-            }
-            Op::Matvec {
-                w: wid,
-                rows,
-                x,
-                y,
-                tokens,
-            } => {
-                let key = KernelKey::of(&node.op, w);
-                let info = self.dev(self.placement.programs[&key].0).info();
-                let spec = matvec_spec(w.tensors[wid].ty, Reduce::Shared, info);
-                let cols = w.tensors[wid].cols;
-                // A variant reading the scales through an f16 view binds the weights twice.
-                let views = self.placement.buffers[&key].len() - 2;
-                let mut inputs = vec![Tensor::Weight(wid); views];
-                inputs.push(x);
-                (inputs, y, vec![u(rows), u(cols)], spec.grid(rows, tokens))
-            }
-            Op::Rope { x, y, heads } => {
-                let r = self.rope(t, heads, s.pos);
-                (vec![x, Tensor::Freq], y, r.params(), r.grid())
-            }
-            Op::CacheStore { x, cache } => {
-                let n = t * c.kv_dim();
-                (
-                    vec![x],
-                    cache,
-                    vec![u(n), u(0), u(s.pos * c.kv_dim())],
-                    elementwise(n),
-                )
-            }
-            Op::Attention { layer } => {
-                let a = Attention {
-                    tokens: t,
-                    kv_len: s.pos + t,
-                    heads: c.n_head,
-                    kv_heads: c.n_head_kv,
-                    head_dim: c.head_dim(),
-                    offset: s.pos,
-                };
-                (
-                    vec![Tensor::QRot, Tensor::KCache(layer), Tensor::VCache(layer)],
-                    Tensor::Attn,
-                    a.params(),
-                    a.grid(),
-                )
-            }
-            Op::Add { a, b, y } => (
-                vec![a, b],
-                y,
-                vec![u(t * c.n_embd)],
-                elementwise(t * c.n_embd),
-            ),
-            Op::Swiglu => (
-                vec![Tensor::Gate, Tensor::Up],
-                Tensor::Act,
-                vec![u(t * c.n_ff)],
-                elementwise(t * c.n_ff),
-            ),
-            Op::PickLast => (
-                vec![Tensor::Resid(0)],
-                Tensor::Last,
-                vec![u(c.n_embd), u((t - 1) * c.n_embd), u(0)],
-                elementwise(c.n_embd),
-            ),
-        }
-    }
-
-    fn rope(&self, tokens: u32, heads: u32, pos: u32) -> Rope {
-        let c = &self.model.config;
-        Rope {
-            tokens,
-            heads,
-            head_dim: c.head_dim(),
-            offset: pos,
-            base: c.rope_base,
-            mode: RopeMode::Normal,
-        }
-    }
-
-    /// Bytes of a tensor's buffer.
-    fn bytes(&self, t: Tensor) -> u64 {
-        let c = &self.model.config;
-        let (b, ctx) = (self.options.max_batch as u64, self.options.context as u64);
-        let f32s = |n: u64| n * 4;
-        match t {
-            Tensor::Ids => f32s(b),
-            Tensor::Resid(_) | Tensor::Normed | Tensor::Q | Tensor::QRot => {
-                f32s(b * c.n_embd as u64)
-            }
-            Tensor::Attn | Tensor::Proj => f32s(b * c.n_embd as u64),
-            Tensor::K | Tensor::V | Tensor::KRot => f32s(b * c.kv_dim() as u64),
-            Tensor::Gate | Tensor::Up | Tensor::Act => f32s(b * c.n_ff as u64),
-            Tensor::Last | Tensor::LastNormed => f32s(c.n_embd as u64),
-            Tensor::Logits => f32s(c.vocab as u64),
-            Tensor::KCache(_) | Tensor::VCache(_) => {
-                let elem = if self.shape.kv == Float::F16 { 2 } else { 4 };
-                (ctx * c.kv_dim() as u64 * elem).next_multiple_of(4)
-            }
-            Tensor::Freq => f32s(c.head_dim() as u64 / 2),
-            Tensor::Weight(id) => self.model.weights.bytes(&self.model.gguf, id).len() as u64,
-        }
-    }
-
-    /// Contents the host holds for tensors that never change.
-    fn constant(&self, t: Tensor) -> Option<Vec<u8>> {
-        match t {
-            Tensor::Weight(id) => Some(self.model.weights.bytes(&self.model.gguf, id).to_vec()),
-            Tensor::Freq => {
-                let c = &self.model.config;
-                let f = self.rope(1, c.n_head, 0).frequencies();
-                Some(bytemuck::cast_slice(&f).to_vec())
-            }
-            _ => None,
-        }
-    }
-
     fn dev(&self, d: usize) -> &Arc<dyn Backend> {
         &self.placement.devices[d]
     }
 
     fn err(&self, d: usize, e: trine_backends::BackendError) -> ModelError {
         ModelError::backend(self.dev(d).name(), e)
-    }
-
-    /// Tensor `t`'s buffer on device `d`, allocated on first use.
-    fn buffer(&mut self, t: Tensor, d: usize) -> Result<BufferHandle, ModelError> {
-        let n = self.placement.devices.len();
-        let bytes = self.bytes(t);
-        let r = self.tensors.entry(t).or_insert_with(|| Resident {
-            bytes,
-            bufs: vec![None; n],
-            valid: vec![false; n],
-        });
-        if let Some(b) = r.bufs[d] {
-            return Ok(b);
-        }
-        let b = self.placement.devices[d]
-            .alloc(bytes)
-            .map_err(|e| ModelError::backend(self.placement.devices[d].name(), e))?;
-        r.bufs[d] = Some(b);
-        Ok(b)
-    }
-
-    fn binding(&mut self, t: Tensor, d: usize) -> Result<Binding, ModelError> {
-        let buffer = self.buffer(t, d)?;
-        Ok(Binding {
-            buffer,
-            offset: 0,
-            size: self.tensors[&t].bytes,
-        })
-    }
-
-    /// Makes device `d`'s copy of `t` current: uploads a constant, or copies the value from the
-    /// device that wrote it last. A tensor nothing has written yet (a fresh cache) needs nothing.
-    fn make_valid(&mut self, t: Tensor, d: usize) -> Result<(), ModelError> {
-        let buf = self.buffer(t, d)?;
-        let r = &self.tensors[&t];
-        if r.valid[d] {
-            return Ok(());
-        }
-        let data = match self.constant(t) {
-            Some(data) => data,
-            None => match r.valid.iter().position(|&v| v) {
-                Some(from) => {
-                    let src = r.bufs[from].expect("a valid copy has a buffer");
-                    let mut data = vec![0u8; r.bytes as usize];
-                    self.dev(from)
-                        .read(src, 0, &mut data)
-                        .map_err(|e| self.err(from, e))?;
-                    data
-                }
-                None => return Ok(()),
-            },
-        };
-        self.dev(d)
-            .write(buf, 0, &data)
-            .map_err(|e| self.err(d, e))?;
-        self.tensors.get_mut(&t).expect("allocated above").valid[d] = true;
-        Ok(())
-    }
-
-    fn mark_written(&mut self, t: Tensor, d: usize) {
-        if let Some(r) = self.tensors.get_mut(&t) {
-            r.valid.iter_mut().for_each(|v| *v = false);
-            r.valid[d] = true;
-        }
-    }
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        for r in self.tensors.values() {
-            for (d, b) in r.bufs.iter().enumerate() {
-                if let Some(b) = b {
-                    self.placement.devices[d].free(*b);
-                }
-            }
-        }
     }
 }

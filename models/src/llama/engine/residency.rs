@@ -1,0 +1,124 @@
+//! Where tensors live: a buffer per device, allocated on first use, and which copies hold the
+//! current value. Constants (weights, rope's frequencies) are uploaded from the host where
+//! first needed; other tensors are copied through the host from the device that wrote them.
+
+use super::{Engine, Resident};
+use crate::llama::error::ModelError;
+use crate::llama::graph::Tensor;
+use crate::ops::support::Float;
+use trine_backends::{Binding, BufferHandle};
+
+impl Engine {
+    /// Bytes of a tensor's buffer.
+    pub(super) fn bytes(&self, t: Tensor) -> u64 {
+        let c = &self.model.config;
+        let (b, ctx) = (self.options.max_batch as u64, self.options.context as u64);
+        let f32s = |n: u64| n * 4;
+        match t {
+            Tensor::Ids => f32s(b),
+            Tensor::Resid(_) | Tensor::Normed | Tensor::Q | Tensor::QRot => {
+                f32s(b * c.n_embd as u64)
+            }
+            Tensor::Attn | Tensor::Proj => f32s(b * c.n_embd as u64),
+            Tensor::K | Tensor::V | Tensor::KRot => f32s(b * c.kv_dim() as u64),
+            Tensor::Gate | Tensor::Up | Tensor::Act => f32s(b * c.n_ff as u64),
+            Tensor::Last | Tensor::LastNormed => f32s(c.n_embd as u64),
+            Tensor::Logits => f32s(c.vocab as u64),
+            Tensor::KCache(_) | Tensor::VCache(_) => {
+                let elem = if self.shape.kv == Float::F16 { 2 } else { 4 };
+                (ctx * c.kv_dim() as u64 * elem).next_multiple_of(4)
+            }
+            Tensor::Freq => f32s(c.head_dim() as u64 / 2),
+            Tensor::Weight(id) => self.model.weights.bytes(&self.model.gguf, id).len() as u64,
+        }
+    }
+
+    /// Contents the host holds for tensors that never change.
+    pub(super) fn constant(&self, t: Tensor) -> Option<Vec<u8>> {
+        match t {
+            Tensor::Weight(id) => Some(self.model.weights.bytes(&self.model.gguf, id).to_vec()),
+            Tensor::Freq => {
+                let c = &self.model.config;
+                let f = self.rope(1, c.n_head, 0).frequencies();
+                Some(bytemuck::cast_slice(&f).to_vec())
+            }
+            _ => None,
+        }
+    }
+
+    /// Tensor `t`'s buffer on device `d`, allocated on first use.
+    pub(super) fn buffer(&mut self, t: Tensor, d: usize) -> Result<BufferHandle, ModelError> {
+        let n = self.placement.devices.len();
+        let bytes = self.bytes(t);
+        let r = self.tensors.entry(t).or_insert_with(|| Resident {
+            bytes,
+            bufs: vec![None; n],
+            valid: vec![false; n],
+        });
+        if let Some(b) = r.bufs[d] {
+            return Ok(b);
+        }
+        let b = self.placement.devices[d]
+            .alloc(bytes)
+            .map_err(|e| ModelError::backend(self.placement.devices[d].name(), e))?;
+        r.bufs[d] = Some(b);
+        Ok(b)
+    }
+
+    pub(super) fn binding(&mut self, t: Tensor, d: usize) -> Result<Binding, ModelError> {
+        let buffer = self.buffer(t, d)?;
+        Ok(Binding {
+            buffer,
+            offset: 0,
+            size: self.tensors[&t].bytes,
+        })
+    }
+
+    /// Makes device `d`'s copy of `t` current: uploads a constant, or copies the value from the
+    /// device that wrote it last. A tensor nothing has written yet (a fresh cache) needs nothing.
+    pub(super) fn make_valid(&mut self, t: Tensor, d: usize) -> Result<(), ModelError> {
+        let buf = self.buffer(t, d)?;
+        let r = &self.tensors[&t];
+        if r.valid[d] {
+            return Ok(());
+        }
+        let data = match self.constant(t) {
+            Some(data) => data,
+            None => match r.valid.iter().position(|&v| v) {
+                Some(from) => {
+                    let src = r.bufs[from].expect("a valid copy has a buffer");
+                    let mut data = vec![0u8; r.bytes as usize];
+                    self.dev(from)
+                        .read(src, 0, &mut data)
+                        .map_err(|e| self.err(from, e))?;
+                    data
+                }
+                None => return Ok(()),
+            },
+        };
+        self.dev(d)
+            .write(buf, 0, &data)
+            .map_err(|e| self.err(d, e))?;
+        self.tensors.get_mut(&t).expect("allocated above").valid[d] = true;
+        Ok(())
+    }
+
+    pub(super) fn mark_written(&mut self, t: Tensor, d: usize) {
+        if let Some(r) = self.tensors.get_mut(&t) {
+            r.valid.iter_mut().for_each(|v| *v = false);
+            r.valid[d] = true;
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        for r in self.tensors.values() {
+            for (d, b) in r.bufs.iter().enumerate() {
+                if let Some(b) = b {
+                    self.placement.devices[d].free(*b);
+                }
+            }
+        }
+    }
+}
