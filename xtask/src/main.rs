@@ -1,5 +1,6 @@
 //! `cargo xtask`: the demo, conformance runs and kernel emission.
 
+mod bench;
 mod conformance;
 mod demo;
 mod emit;
@@ -16,6 +17,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Time every op at model shapes on every backend, against the copy roof and `gemm`.
+    Bench(bench::Args),
     /// Run every kernel on every backend against the reference interpreter.
     Conformance(conformance::Args),
     /// Generate with SmolLM2 on every working backend, cross-checked against the CPU.
@@ -32,6 +35,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
+        Command::Bench(a) => bench::run(a),
         Command::Conformance(a) => conformance::run(a),
         Command::Emit(a) => emit::run(a),
         Command::Demo(a) => demo::run(a),

@@ -1,5 +1,5 @@
 //! What the bench measures: every op at the shapes of SmolLM2-135M and Llama-7B, with the bytes
-//! each one moves and the arithmetic it does, and the kernel each device runs for it.
+//! each one moves and the arithmetic it does.
 //!
 //! Conventions. Bytes moved: every input read once (weights, activations, caches, tables) plus
 //! every output written once, at their stored sizes (a quantized block with its scales). Flops:
@@ -9,20 +9,8 @@
 //! pair, softmax 5 (max, subtract, exp, add, normalise), swiglu 5 (negate, exp, add, divide,
 //! multiply), add 1; transcendental functions count 1.
 
-use trine_backends::DeviceInfo;
-use trine_ir::{Kernel, Scalar};
-use trine_models::conformance::Case;
-use trine_models::llama::kernels::matvec_spec;
-use trine_models::ops::attention::{self, Attention};
-use trine_models::ops::elementwise::{self, Binary};
-use trine_models::ops::matmul::{self, MatmulShape, MatmulSpec};
-use trine_models::ops::matvec::{self, MatvecSpec, Reduce};
 use trine_models::ops::quant::WeightType;
-use trine_models::ops::rms_norm::{self, RmsNorm};
-use trine_models::ops::rope::{self, Rope, RopeMode};
-use trine_models::ops::shape::ShapeError;
-use trine_models::ops::softmax::{self, Mask, Softmax};
-use trine_models::ops::support::{Float, Reduction};
+use trine_models::ops::support::Float;
 
 /// The model whose dimensions a shape comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +29,7 @@ impl Model {
         }
     }
 
-    fn rope_base(self) -> f32 {
+    pub fn rope_base(self) -> f32 {
         match self {
             Model::SmolLm2 => 100_000.0,
             Model::Llama7b => 10_000.0,
@@ -59,15 +47,26 @@ pub enum Op {
         cols: u32,
     },
     /// `C[m × n] = A[m × k]·Bᵀ`, A f32, B (the weights, stored `[n × k]`) of `b`.
-    Matmul { b: Float, m: u32, n: u32, k: u32 },
-    RmsNorm { rows: u32, cols: u32 },
+    Matmul {
+        b: Float,
+        m: u32,
+        n: u32,
+        k: u32,
+    },
+    RmsNorm {
+        rows: u32,
+        cols: u32,
+    },
     /// Normal (Llama) rope over `tokens × heads` heads of `head_dim`.
     Rope {
         tokens: u32,
         heads: u32,
         head_dim: u32,
     },
-    Softmax { rows: u32, cols: u32 },
+    Softmax {
+        rows: u32,
+        cols: u32,
+    },
     /// One query token against a KV cache of `context` positions.
     Attention {
         heads: u32,
@@ -75,8 +74,12 @@ pub enum Op {
         head_dim: u32,
         context: u32,
     },
-    Swiglu { n: u32 },
-    Add { n: u32 },
+    Swiglu {
+        n: u32,
+    },
+    Add {
+        n: u32,
+    },
 }
 
 /// A row of the bench.
@@ -100,6 +103,7 @@ const GEMV: &[(Model, u32, u32)] = &[
 ];
 
 /// Everything else, in the order the table shows it.
+#[rustfmt::skip]
 const OTHERS: &[Item] = &[
     // SmolLM2's tied output head, Q8_0 as its GGUF stores it.
     item(Smol, Op::Matvec { ty: WeightType::Q8_0, rows: 49152, cols: 576 }),
@@ -141,15 +145,6 @@ pub fn list() -> Vec<Item> {
         WeightType::ALL.map(|ty| item(model, Op::Matvec { ty, rows, cols }))
     });
     gemv.chain(OTHERS.iter().copied()).collect()
-}
-
-/// The KV cache type the executor picks: f16 where the device has it.
-pub fn kv_type(info: &DeviceInfo) -> Float {
-    if info.f16 {
-        Float::F16
-    } else {
-        Float::F32
-    }
 }
 
 fn float_bytes(t: Float) -> u64 {
@@ -259,93 +254,6 @@ impl Op {
     }
 }
 
-impl Item {
-    /// Random inputs and buffers for this item, built once for every backend whose KV cache
-    /// type is `kv`. Kernels that have a subgroup variant come with it, the fallback attached.
-    pub fn case(&self, kv: Float) -> Result<Case, ShapeError> {
-        match self.op {
-            Op::Matvec { ty, rows, cols } => matvec::case(ty, rows, cols, Reduce::Subgroup, 1),
-            Op::Matmul { b, m, n, k } => {
-                let spec = MatmulSpec::new(Scalar::F32, b.scalar(), true);
-                let shape = MatmulShape::packed(1, m as usize, n as usize, k as usize, true, false);
-                matmul::case(spec, shape, 1)
-            }
-            Op::RmsNorm { rows, cols } => rms_norm::case(
-                RmsNorm {
-                    rows,
-                    cols,
-                    eps: 1e-5,
-                },
-                Reduction::Subgroup,
-            ),
-            Op::Rope {
-                tokens,
-                heads,
-                head_dim,
-            } => rope::case(
-                Rope {
-                    tokens,
-                    heads,
-                    head_dim,
-                    // Decode at position 127; prefill from position 0.
-                    offset: if tokens == 1 { 127 } else { 0 },
-                    base: self.model.rope_base(),
-                    mode: RopeMode::Normal,
-                },
-                Float::F32,
-            ),
-            Op::Softmax { rows, cols } => softmax::case(
-                Softmax {
-                    rows,
-                    cols,
-                    scale: 1.0,
-                    mask: Mask::None,
-                },
-                Reduction::Subgroup,
-            ),
-            Op::Attention {
-                heads,
-                kv_heads,
-                head_dim,
-                context,
-            } => attention::case(
-                Attention {
-                    tokens: 1,
-                    kv_len: context,
-                    heads,
-                    kv_heads,
-                    head_dim,
-                    offset: context - 1,
-                },
-                kv,
-            ),
-            Op::Swiglu { n } => elementwise::binary_case(Binary::Swiglu, Float::F32, 1, n),
-            Op::Add { n } => elementwise::binary_case(Binary::Add, Float::F32, 1, n),
-        }
-    }
-
-    /// The kernel and grid a device runs for `case`: the executor's matvec shape for the
-    /// device (the CPU's differs from the GPUs'), the subgroup variant only where the device
-    /// has subgroups. `None` when the case has no kernel the device can run.
-    pub fn launch(&self, case: &Case, info: &DeviceInfo) -> Result<Option<(Kernel, [u32; 3])>, ShapeError> {
-        if let Op::Matvec { ty, rows, .. } = self.op {
-            let reduce = if info.subgroup_ops {
-                Reduce::Subgroup
-            } else {
-                Reduce::Shared
-            };
-            let spec: MatvecSpec = matvec_spec(ty, reduce, info);
-            return Ok(Some((matvec::kernel(spec)?, spec.grid(rows, 1))));
-        }
-        let kernel = if case.kernel.capabilities.subgroup && !info.subgroup_ops {
-            case.fallback.clone()
-        } else {
-            Some(case.kernel.clone())
-        };
-        Ok(kernel.map(|k| (k, case.grid)))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,24 +321,5 @@ mod tests {
         // x and y 16 KiB each, 64 frequencies; 2048 pairs of 6 flops.
         assert_eq!(rope.bytes(Float::F32), 32_768 + 256);
         assert_eq!(rope.flops(), 12_288);
-    }
-
-    #[test]
-    fn every_item_builds_a_case_with_the_bytes_it_claims() {
-        // The buffers a case uploads and reads back are what `bytes` counts, up to padding of
-        // f16 and quantized buffers to whole 4-byte words.
-        for it in list()
-            .into_iter()
-            .filter(|it| it.op.flops() < 50_000_000)
-        {
-            let case = it.case(Float::F16).unwrap();
-            let held: u64 = case.buffers.iter().map(|b| b.data.len() as u64).sum();
-            let claimed = it.op.bytes(Float::F16);
-            assert!(
-                held >= claimed && held - claimed < 16,
-                "{:?}: buffers {held}, claimed {claimed}",
-                it.op
-            );
-        }
     }
 }

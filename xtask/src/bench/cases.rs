@@ -1,0 +1,153 @@
+//! Each bench item's inputs and kernel on a device: random inputs from the op library's
+//! conformance cases (built once and shared by every backend that needs the same variant), the
+//! executor's choices for the device, and the subgroup kernel only where it runs.
+
+use super::ops::{Item, Op};
+use trine_backends::DeviceInfo;
+use trine_ir::{Kernel, Scalar};
+use trine_models::conformance::Case;
+use trine_models::llama::kernels::matvec_spec;
+use trine_models::ops::attention::{self, Attention};
+use trine_models::ops::elementwise::{self, Binary};
+use trine_models::ops::matmul::{self, MatmulShape, MatmulSpec};
+use trine_models::ops::matvec::{self, MatvecSpec, Reduce};
+use trine_models::ops::rms_norm::{self, RmsNorm};
+use trine_models::ops::rope::{self, Rope, RopeMode};
+use trine_models::ops::shape::ShapeError;
+use trine_models::ops::softmax::{self, Mask, Softmax};
+use trine_models::ops::support::{Float, Reduction};
+
+/// The KV cache type the executor picks: f16 where the device has it.
+fn kv_type(info: &DeviceInfo) -> Float {
+    if info.f16 {
+        Float::F16
+    } else {
+        Float::F32
+    }
+}
+
+/// What a device changes in an item's inputs: the KV cache type, and for a matvec the
+/// executor's kernel shape for the device (the CPU's differs from the GPUs', and may bind the
+/// weights twice).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Variant {
+    pub kv: Float,
+    pub matvec: Option<MatvecSpec>,
+}
+
+impl Item {
+    pub fn variant(&self, info: &DeviceInfo) -> Variant {
+        Variant {
+            kv: kv_type(info),
+            matvec: match self.op {
+                Op::Matvec { ty, .. } => Some(matvec_spec(ty, Reduce::Subgroup, info)),
+                _ => None,
+            },
+        }
+    }
+
+    /// Random inputs, kernel and grid for this item, built once for every backend of the same
+    /// [`Variant`]. Kernels with a subgroup variant carry the shared-memory one as fallback.
+    pub fn case(&self, v: Variant) -> Result<Case, ShapeError> {
+        match self.op {
+            Op::Matvec { ty, rows, cols } => {
+                let spec = v
+                    .matvec
+                    .unwrap_or_else(|| MatvecSpec::new(ty, Reduce::Subgroup));
+                matvec::spec_case(spec, rows, cols, 1, 1)
+            }
+            Op::Matmul { b, m, n, k } => {
+                let spec = MatmulSpec::new(Scalar::F32, b.scalar(), true);
+                let shape = MatmulShape::packed(1, m as usize, n as usize, k as usize, true, false);
+                matmul::case(spec, shape, 1)
+            }
+            Op::RmsNorm { rows, cols } => rms_norm::case(
+                RmsNorm {
+                    rows,
+                    cols,
+                    eps: 1e-5,
+                },
+                Reduction::Subgroup,
+            ),
+            Op::Rope {
+                tokens,
+                heads,
+                head_dim,
+            } => rope::case(
+                Rope {
+                    tokens,
+                    heads,
+                    head_dim,
+                    // Decode at position 127; prefill from position 0.
+                    offset: if tokens == 1 { 127 } else { 0 },
+                    base: self.model.rope_base(),
+                    mode: RopeMode::Normal,
+                },
+                Float::F32,
+            ),
+            Op::Softmax { rows, cols } => softmax::case(
+                Softmax {
+                    rows,
+                    cols,
+                    scale: 1.0,
+                    mask: Mask::None,
+                },
+                Reduction::Subgroup,
+            ),
+            Op::Attention {
+                heads,
+                kv_heads,
+                head_dim,
+                context,
+            } => attention::case(
+                Attention {
+                    tokens: 1,
+                    kv_len: context,
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    offset: context - 1,
+                },
+                v.kv,
+            ),
+            Op::Swiglu { n } => elementwise::binary_case(Binary::Swiglu, Float::F32, 1, n),
+            Op::Add { n } => elementwise::binary_case(Binary::Add, Float::F32, 1, n),
+        }
+    }
+}
+
+/// The kernel a device runs for `case`: the subgroup variant only where the device has
+/// subgroups. `None` when the device can run neither.
+pub fn kernel_for<'c>(case: &'c Case, info: &DeviceInfo) -> Option<&'c Kernel> {
+    if case.kernel.capabilities.subgroup && !info.subgroup_ops {
+        case.fallback.as_ref()
+    } else {
+        Some(&case.kernel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::ops::list;
+
+    #[test]
+    fn every_item_builds_a_case_with_the_bytes_it_claims() {
+        // The buffers a case uploads and reads back are what `bytes` counts, up to padding of
+        // f16 and quantized buffers to whole 4-byte words.
+        for it in list().into_iter().filter(|it| it.op.flops() < 50_000_000) {
+            let v = Variant {
+                kv: Float::F16,
+                matvec: None,
+            };
+            let case = it.case(v).unwrap();
+            let held: u64 = case.buffers.iter().map(|b| b.data.len() as u64).sum();
+            let claimed = it.op.bytes(Float::F16);
+            assert!(
+                held >= claimed && held - claimed < 16,
+                "{:?}: buffers {held}, claimed {claimed}",
+                it.op
+            );
+        }
+    }
+}

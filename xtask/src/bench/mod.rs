@@ -1,0 +1,445 @@
+//! `cargo xtask bench [--backends cpu,vulkan,hip,cuda] [--ops matvec,rms_norm,…] [--json FILE]
+//! [--markdown FILE] [--svg FILE]`: every op of the library at model shapes on every backend
+//! that works here, next to that backend's copy bandwidth measured in the same run and, on the
+//! CPU, next to the `gemm` crate.
+//!
+//! GPU backends are probed in a child process first, as `conformance` does; one that is absent
+//! is listed with its reason and measures nothing. With the CUDA backend, cuBLAS is the peer of
+//! the GPU columns.
+//!
+//! `--model FILE -p 512 -n 128` measures llama-bench's pp and tg tests end to end instead.
+
+mod cases;
+mod chart;
+mod cublas_peer;
+mod error;
+mod exec;
+mod measure;
+mod model;
+mod ops;
+mod peer;
+mod report;
+mod roof;
+
+use cases::Variant;
+use error::BenchError;
+use exec::{Skip, Slot, Work};
+use measure::{Policy, Stats};
+use ops::{Item, Op};
+use report::{Context, Record, Timing};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use trine_backends::probe::{probe, timeout_from_env, ProbeOutcome};
+use trine_backends::{Backend, BackendKind};
+use trine_models::conformance::case::CaseBuffer;
+use trine_models::conformance::Case;
+use trine_models::ops::quant::WeightType;
+use trine_models::ops::support::Float;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Backends to measure, comma-separated: cpu, vulkan, hip, cuda.
+    #[arg(long, value_delimiter = ',', default_value = "cpu,vulkan,hip,cuda")]
+    backends: Vec<String>,
+    /// Only these ops (default: all): matvec, matmul, rms_norm, rope, softmax, attention,
+    /// swiglu, add.
+    #[arg(long, value_delimiter = ',')]
+    ops: Option<Vec<String>>,
+    /// Write the records as a JSON array to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a Markdown page (date, devices, command, table) to this file.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Write an SVG chart (time and roof fraction per op and backend) to this file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// End to end instead of op by op: this GGUF model's prompt processing and generation
+    /// speed, as llama-bench measures them.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// With --model: the prompt length of the pp test (0 leaves it out).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    n_prompt: u32,
+    /// With --model: the tokens of the tg test (0 leaves it out).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    n_gen: u32,
+    /// With --model: repetitions of each test after a warm-up.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+}
+
+/// The name the `gemm` crate's records carry as their backend.
+const PEER: &str = "gemm";
+/// cuBLAS's records, and the backends compared with it (the same GPU).
+const GPU_PEER: &str = "cublas";
+const GPU_PEER_OF: [&str; 2] = ["cuda", "vulkan"];
+
+/// A backend that opened, with its copy roof (GB/s) or why it has none.
+struct Column {
+    name: String,
+    backend: Arc<dyn Backend>,
+    roof: Result<f64, String>,
+}
+
+pub fn run(args: Args) -> Result<ExitCode, String> {
+    bench(args).map_err(|e| e.to_string())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bench(args: Args) -> Result<(), BenchError> {
+    if let Some(path) = &args.model {
+        return bench_model(&args, path);
+    }
+    let items = selected(&args)?;
+    let (columns, absent) = open(&args.backends)?;
+    let cublas = columns
+        .iter()
+        .any(|(n, _)| n == "cuda")
+        .then(|| match cublas_peer::CublasPeer::open() {
+            Ok(p) => Some(p),
+            Err(why) => {
+                eprintln!("cublas: absent: {why}");
+                None
+            }
+        })
+        .flatten();
+    let policy = Policy::default();
+    let mut records = vec![];
+    let mut cols = vec![];
+    for (name, backend) in columns {
+        eprintln!(
+            "{name}: {} ({})",
+            backend.info().name,
+            backend.info().driver
+        );
+        let roof = match roof::measure(backend.as_ref(), &policy) {
+            Ok(r) => {
+                eprintln!("{name}: copy {} MiB: {:.2} GB/s", r.bytes >> 20, r.gbps);
+                records.push(roof_record(&name, backend.as_ref(), &r));
+                Ok(r.gbps)
+            }
+            Err(e) => {
+                eprintln!("{name}: no copy roof: {e}");
+                Err(e.to_string())
+            }
+        };
+        cols.push(Column {
+            name,
+            backend,
+            roof,
+        });
+    }
+    let cpu = cols.iter().find(|c| c.name == BackendKind::Cpu.name());
+    let cuda = cols.iter().find(|c| c.name == BackendKind::Cuda.name());
+    let total = items.len();
+    for (i, item) in items.iter().enumerate() {
+        // Inputs are made once per variant: every backend here usually shares one.
+        let mut made: Vec<(Variant, Result<Case, String>)> = vec![];
+        for col in &cols {
+            let info = col.backend.info();
+            let v = item.variant(info);
+            let at = match made.iter().position(|(m, _)| *m == v) {
+                Some(at) => at,
+                None => {
+                    made.push((v, item.case(v).map_err(|e| e.to_string())));
+                    made.len() - 1
+                }
+            };
+            let outcome = match &made[at].1 {
+                Ok(c) => measure_on(col.backend.as_ref(), c, &policy),
+                Err(e) => Err(e.clone()),
+            };
+            let r = record(&col.name, &info.name, item, v.kv, outcome, &col.roof);
+            progress(i, total, &r);
+            records.push(r);
+        }
+        if let Some(cpu) = cpu {
+            if let Some(outcome) = run_peer(item, &policy) {
+                let info = cpu.backend.info();
+                let r = record(PEER, &info.name, item, Float::F32, Ok(outcome), &cpu.roof);
+                progress(i, total, &r);
+                records.push(r);
+            }
+        }
+        if let (Some(peer), Some(cuda)) = (&cublas, cuda) {
+            if let Some(outcome) = peer.run(item, &policy) {
+                let info = cuda.backend.info();
+                let r = record(GPU_PEER, &info.name, item, Float::F32, outcome, &cuda.roof);
+                progress(i, total, &r);
+                records.push(r);
+            }
+        }
+    }
+    report::compare_with_peer(&mut records, PEER, &[BackendKind::Cpu.name()]);
+    report::compare_with_peer(&mut records, GPU_PEER, &GPU_PEER_OF);
+    print!("{}", report::table(&records));
+    for (name, why) in &absent {
+        println!("{name}: absent: {why}");
+    }
+    write_outputs(&args, &cols, &absent, &records)
+}
+
+/// `--model`: pp and tg on every backend that opens, as a table (and Markdown / JSON files).
+fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
+    let (columns, absent) = open(&args.backends)?;
+    let mut backends: Vec<model::Named> = columns.into_iter().map(|(n, b)| (n, Ok(b))).collect();
+    backends.extend(absent.into_iter().map(|(n, why)| (n, Err(why))));
+    let rows = model::run(path, &backends, args.n_prompt, args.n_gen, args.reps)
+        .map_err(BenchError::Model)?;
+    let table = model::table(path, &rows);
+    print!("{table}");
+    let write = |p: &PathBuf, text: String| {
+        std::fs::write(p, text).map_err(|source| BenchError::Write {
+            path: p.clone(),
+            source,
+        })
+    };
+    if let Some(p) = &args.markdown {
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        write(
+            p,
+            format!(
+                "# End-to-end speed\n\nDate: {}\n\nCommand: `{command}`\n\n{table}",
+                utc_now()
+            ),
+        )?;
+    }
+    if let Some(p) = &args.json {
+        write(p, model::json(&rows).map_err(BenchError::Model)?)?;
+    }
+    Ok(())
+}
+
+/// The items `--ops` names (all without it); an unknown name is an error that lists the known.
+fn selected(args: &Args) -> Result<Vec<Item>, BenchError> {
+    let all = ops::list();
+    let Some(names) = &args.ops else {
+        return Ok(all);
+    };
+    let mut known: Vec<&str> = all.iter().map(|i| i.op.name()).collect();
+    known.sort_unstable();
+    known.dedup();
+    if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
+        return Err(BenchError::UnknownOp(bad.clone(), known.join(", ")));
+    }
+    Ok(all
+        .into_iter()
+        .filter(|i| names.iter().any(|n| n == i.op.name()))
+        .collect())
+}
+
+type Opened = (Vec<(String, Arc<dyn Backend>)>, Vec<(String, String)>);
+
+/// Opens each named backend, GPU ones after a probe in a child process.
+fn open(names: &[String]) -> Result<Opened, BenchError> {
+    let exe = std::env::current_exe().map_err(BenchError::Exe)?;
+    let timeout = timeout_from_env().map_err(|e| BenchError::Probe(e.to_string()))?;
+    let (mut ok, mut absent) = (vec![], vec![]);
+    for name in names {
+        let kind =
+            BackendKind::parse(name).ok_or_else(|| BenchError::UnknownBackend(name.clone()))?;
+        // The CPU backend runs no foreign code: nothing to isolate.
+        if kind != BackendKind::Cpu {
+            match probe(&exe, kind, timeout) {
+                ProbeOutcome::Ok(_) => {}
+                ProbeOutcome::Unavailable(why) => {
+                    absent.push((name.clone(), why));
+                    continue;
+                }
+                other => {
+                    absent.push((name.clone(), format!("probe {other}")));
+                    continue;
+                }
+            }
+        }
+        match trine_backends::open(kind) {
+            Ok(b) => ok.push((name.clone(), b)),
+            Err(e) => absent.push((name.clone(), e.to_string())),
+        }
+    }
+    Ok((ok, absent))
+}
+
+/// The name of the f16 view of a matvec's weights, which the executor binds to the weights'
+/// own memory: binding a copy instead would read every block's cache lines twice.
+const WEIGHTS_F16_VIEW: (&str, &str) = ("w16", "w");
+
+fn measure_on<'c>(backend: &dyn Backend, case: &'c Case, policy: &Policy) -> Result<Stats, String> {
+    let kernel = cases::kernel_for(case, backend.info())
+        .ok_or_else(|| Skip::NoKernel("it needs subgroups".into()).to_string())?;
+    let weights = case
+        .buffers
+        .iter()
+        .position(|w| w.name == WEIGHTS_F16_VIEW.1);
+    let slot = |b: &'c CaseBuffer| match weights {
+        Some(i) if b.name == WEIGHTS_F16_VIEW.0 => Slot::SameAs(i),
+        _ => Slot::Data(&b.data),
+    };
+    let work = Work {
+        kernel,
+        grid: case.grid,
+        params: &case.params,
+        buffers: case
+            .buffers
+            .iter()
+            .map(|b| (b.name.as_str(), slot(b)))
+            .collect(),
+    };
+    exec::time(backend, &work, policy).map_err(|e| e.to_string())
+}
+
+/// The `gemm` crate on the items it computes: f32 and f16 GEMV, f32 matmul.
+fn run_peer(item: &Item, policy: &Policy) -> Option<Stats> {
+    match item.op {
+        Op::Matvec { ty, rows, cols } if matches!(ty, WeightType::F32 | WeightType::F16) => Some(
+            peer::gemv(policy, ty == WeightType::F16, rows as usize, cols as usize),
+        ),
+        Op::Matmul {
+            b: Float::F32,
+            m,
+            n,
+            k,
+        } => Some(peer::matmul(policy, m as usize, n as usize, k as usize)),
+        _ => None,
+    }
+}
+
+fn record(
+    backend: &str,
+    device: &str,
+    item: &Item,
+    kv: Float,
+    outcome: Result<Stats, String>,
+    roof: &Result<f64, String>,
+) -> Record {
+    let (bytes, flops) = (item.op.bytes(kv), item.op.flops());
+    let roof = *roof.as_ref().unwrap_or(&f64::NAN);
+    let (timing, skipped) = match outcome {
+        Ok(s) => (Some(Timing::new(&s, bytes, flops, roof)), None),
+        Err(why) => (None, Some(why)),
+    };
+    Record {
+        backend: backend.into(),
+        device: device.into(),
+        model: item.model.name().into(),
+        op: item.op.name().into(),
+        shape: item.op.shape(),
+        dtype: item.op.dtype(kv),
+        bytes,
+        flops,
+        timing,
+        skipped,
+    }
+}
+
+fn roof_record(name: &str, backend: &dyn Backend, r: &roof::Roof) -> Record {
+    Record {
+        backend: name.into(),
+        device: backend.info().name.clone(),
+        model: "-".into(),
+        op: "copy".into(),
+        shape: format!("{} MiB", r.bytes >> 20),
+        dtype: "f32".into(),
+        bytes: 2 * r.bytes,
+        flops: 0,
+        timing: Some(Timing::new(&r.stats, 2 * r.bytes, 0, r.gbps)),
+        skipped: None,
+    }
+}
+
+fn progress(i: usize, total: usize, r: &Record) {
+    let what = match (&r.timing, &r.skipped) {
+        (Some(t), _) => format!("{:.1} µs ({} reps)", t.median_us, t.reps),
+        (None, why) => format!("skipped: {}", why.as_deref().unwrap_or("")),
+    };
+    eprintln!(
+        "[{}/{total}] {} {} {} {} {}: {what}",
+        i + 1,
+        r.op,
+        r.model,
+        r.shape,
+        r.dtype,
+        r.backend
+    );
+}
+
+fn write_outputs(
+    args: &Args,
+    cols: &[Column],
+    absent: &[(String, String)],
+    records: &[Record],
+) -> Result<(), BenchError> {
+    let write = |path: &PathBuf, text: String| {
+        std::fs::write(path, text).map_err(|source| BenchError::Write {
+            path: path.clone(),
+            source,
+        })
+    };
+    if let Some(path) = &args.json {
+        write(path, report::json(records)?)?;
+    }
+    if let Some(path) = &args.markdown {
+        let ctx = Context {
+            date: utc_now(),
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            backends: cols
+                .iter()
+                .map(|c| {
+                    let info = c.backend.info();
+                    let roof = match &c.roof {
+                        Ok(g) => format!("{g:.2} GB/s"),
+                        Err(why) => why.clone(),
+                    };
+                    (c.name.clone(), info.name.clone(), info.driver.clone(), roof)
+                })
+                .collect(),
+            absent: absent.to_vec(),
+        };
+        write(path, report::markdown(&ctx, records))?;
+    }
+    if let Some(path) = &args.svg {
+        chart::svg(path, records).map_err(|message| BenchError::Chart {
+            path: path.clone(),
+            message,
+        })?;
+    }
+    Ok(())
+}
+
+/// The current UTC time as `YYYY-MM-DD HH:MM UTC`.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc(secs)
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (the era arithmetic of Howard
+/// Hinnant's `civil_from_days`).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64 + 719_468;
+    let era = days.div_euclid(146_097);
+    let doe = days - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m) = (secs % 86_400 / 3600, secs % 3600 / 60);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02} UTC")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00 UTC");
+        // `date -u -d @1795480200`: Tue Nov 24 00:30:00 UTC 2026.
+        assert_eq!(super::utc(1_795_480_200), "2026-11-24 00:30 UTC");
+        // 2000-02-29 12:34 UTC, a leap day.
+        assert_eq!(super::utc(951_827_640), "2000-02-29 12:34 UTC");
+    }
+}

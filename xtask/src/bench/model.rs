@@ -1,0 +1,117 @@
+//! `cargo xtask bench --model FILE -p 512 -n 128`: llama-bench's pp and tg tests on every
+//! working backend, so the numbers compare directly with llama.cpp's.
+
+use std::path::Path;
+use std::sync::Arc;
+use trine_backends::Backend;
+use trine_models::llama::speed::{measure, Speed, Test};
+use trine_models::llama::{Engine, EngineOptions, Model};
+
+/// A backend by name: opened, or why not.
+pub type Named = (String, Result<Arc<dyn Backend>, String>);
+
+/// One backend's results, or why it has none.
+pub struct ModelRow {
+    pub backend: String,
+    pub device: String,
+    pub speeds: Result<Vec<Speed>, String>,
+}
+
+/// Runs pp`pp` and tg`tg` (a test of 0 tokens is left out), `reps` times each, on each backend.
+pub fn run(
+    path: &Path,
+    backends: &[Named],
+    pp: u32,
+    tg: u32,
+    reps: usize,
+) -> Result<Vec<ModelRow>, String> {
+    let model = Arc::new(Model::open(path).map_err(|e| format!("{}: {e}", path.display()))?);
+    let context = pp.max(tg).max(1).min(model.config.context_length);
+    let sizes = EngineOptions {
+        context,
+        max_batch: pp.clamp(1, context),
+    };
+    let mut rows = vec![];
+    for (name, backend) in backends {
+        let backend = match backend {
+            Ok(b) => b.clone(),
+            Err(why) => {
+                rows.push(ModelRow {
+                    backend: name.clone(),
+                    device: String::new(),
+                    speeds: Err(why.clone()),
+                });
+                continue;
+            }
+        };
+        eprintln!("{name}: pp{pp} and tg{tg}, {reps} repetitions after a warm-up");
+        let device = backend.info().name.clone();
+        let speeds = (|| {
+            let mut engine =
+                Engine::new(model.clone(), backend, sizes).map_err(|e| e.to_string())?;
+            let mut out = vec![];
+            for (test, n) in [(Test::Pp, pp), (Test::Tg, tg)] {
+                if n == 0 {
+                    continue;
+                }
+                let (speed, e) = measure(engine, test, n, reps).map_err(|e| e.to_string())?;
+                engine = e;
+                out.push(speed);
+            }
+            Ok(out)
+        })();
+        rows.push(ModelRow {
+            backend: name.clone(),
+            device,
+            speeds,
+        });
+    }
+    Ok(rows)
+}
+
+#[derive(serde::Serialize)]
+struct JsonRow<'a> {
+    backend: &'a str,
+    device: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skipped: Option<&'a str>,
+    tests: &'a [Speed],
+}
+
+/// The rows as a JSON array: backend, device, and each test's samples, mean and deviation.
+pub fn json(rows: &[ModelRow]) -> Result<String, String> {
+    let rows: Vec<JsonRow> = rows
+        .iter()
+        .map(|r| JsonRow {
+            backend: &r.backend,
+            device: &r.device,
+            skipped: r.speeds.as_ref().err().map(String::as_str),
+            tests: r.speeds.as_deref().unwrap_or(&[]),
+        })
+        .collect();
+    serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())
+}
+
+/// llama-bench's table: model, backend, test, t/s as mean ± standard deviation.
+pub fn table(model: &Path, rows: &[ModelRow]) -> String {
+    let name = model
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let mut s = String::from(
+        "| model | backend | device | test | t/s |\n| --- | --- | --- | --- | --- |\n",
+    );
+    for r in rows {
+        match &r.speeds {
+            Err(why) => s += &format!("| {name} | {} | — | — | not run: {why} |\n", r.backend),
+            Ok(speeds) => {
+                for sp in speeds {
+                    s += &format!(
+                        "| {name} | {} | {} | {} | {:.2} ± {:.2} |\n",
+                        r.backend, r.device, sp.test, sp.mean_tps, sp.stddev_tps
+                    );
+                }
+            }
+        }
+    }
+    s
+}

@@ -1,0 +1,284 @@
+//! The results: one record per (op, shape, dtype, backend), printed as a terminal table,
+//! written as a JSON array or as a Markdown page with a header saying where they come from.
+
+use super::measure::Stats;
+use serde::Serialize;
+use std::fmt::Write;
+
+/// The numbers of a measurement that ran.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Timing {
+    #[serde(flatten)]
+    pub stats: Stats,
+    /// Bytes moved per second, 10⁹ bytes.
+    pub gbps: f64,
+    pub gflops: f64,
+    /// `gbps` over this backend's copy bandwidth.
+    pub roof_fraction: f64,
+    /// The peer's median time over this one (above 1: faster than the peer), where the peer
+    /// ran the same op, shape and dtype.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_peer: Option<f64>,
+}
+
+/// A timing reads as its samples' summary too (`t.median_us`).
+impl std::ops::Deref for Timing {
+    type Target = Stats;
+
+    fn deref(&self) -> &Stats {
+        &self.stats
+    }
+}
+
+impl Timing {
+    pub fn new(s: &Stats, bytes: u64, flops: u64, roof_gbps: f64) -> Timing {
+        let gbps = bytes as f64 / (s.median_us * 1e3);
+        Timing {
+            stats: *s,
+            gbps,
+            gflops: flops as f64 / (s.median_us * 1e3),
+            roof_fraction: gbps / roof_gbps,
+            vs_peer: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Record {
+    pub backend: String,
+    pub device: String,
+    pub model: String,
+    pub op: String,
+    pub shape: String,
+    pub dtype: String,
+    pub bytes: u64,
+    pub flops: u64,
+    #[serde(flatten)]
+    pub timing: Option<Timing>,
+    /// Why there is no timing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+impl Record {
+    fn key(&self) -> (&str, &str, &str) {
+        (&self.op, &self.shape, &self.dtype)
+    }
+}
+
+/// Fills every record's `vs_peer` from the `peer` backend's records of the same op, shape and
+/// dtype.
+pub fn compare_with_peer(records: &mut [Record], peer: &str, backends: &[&str]) {
+    let peers: Vec<(String, String, String, f64)> = records
+        .iter()
+        .filter(|r| r.backend == peer)
+        .filter_map(|r| {
+            let t = r.timing.as_ref()?;
+            Some((r.op.clone(), r.shape.clone(), r.dtype.clone(), t.median_us))
+        })
+        .collect();
+    for r in records
+        .iter_mut()
+        .filter(|r| backends.contains(&r.backend.as_str()))
+    {
+        let found = peers
+            .iter()
+            .find(|p| (p.0.as_str(), p.1.as_str(), p.2.as_str()) == r.key());
+        if let (Some(p), Some(t)) = (found, r.timing.as_mut()) {
+            t.vs_peer = Some(p.3 / t.median_us);
+        }
+    }
+}
+
+const HEADER: [&str; 11] = [
+    "op",
+    "shape",
+    "dtype",
+    "backend",
+    "median µs",
+    "min–max µs",
+    "GB/s",
+    "GFLOP/s",
+    "roof",
+    "vs peer",
+    "reps",
+];
+
+fn cells(r: &Record) -> Vec<String> {
+    let mut row = vec![
+        r.op.clone(),
+        format!("{} {}", r.model, r.shape),
+        r.dtype.clone(),
+        r.backend.clone(),
+    ];
+    match (&r.timing, &r.skipped) {
+        (Some(t), _) => row.extend([
+            format!("{:.1}", t.median_us),
+            format!("{:.1}–{:.1}", t.min_us, t.max_us),
+            format!("{:.2}", t.gbps),
+            format!("{:.2}", t.gflops),
+            format!("{:.2}", t.roof_fraction),
+            t.vs_peer.map_or(String::new(), |v| format!("{v:.2}×")),
+            t.reps.to_string(),
+        ]),
+        (None, why) => {
+            row.push(format!("skipped: {}", why.as_deref().unwrap_or("")));
+            row.extend(std::iter::repeat_n(String::new(), 6));
+        }
+    }
+    row
+}
+
+/// A plain-text table with aligned columns.
+pub fn table(records: &[Record]) -> String {
+    let rows: Vec<Vec<String>> = std::iter::once(HEADER.map(String::from).to_vec())
+        .chain(records.iter().map(cells))
+        .collect();
+    let widths: Vec<usize> = (0..HEADER.len())
+        .map(|c| {
+            rows.iter()
+                .filter(|r| r[c].len() < 40)
+                .map(|r| r[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, &w)| format!("{cell:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}
+
+/// Where the numbers come from, for the Markdown header.
+pub struct Context {
+    pub date: String,
+    pub command: String,
+    /// (backend, device, driver, copy GB/s or why it has none).
+    pub backends: Vec<(String, String, String, String)>,
+    /// (backend, why it was not measured).
+    pub absent: Vec<(String, String)>,
+}
+
+pub fn markdown(ctx: &Context, records: &[Record]) -> String {
+    let mut out = format!(
+        "# Op-by-op bench\n\nDate: {}\n\nCommand: `{}`\n\n| backend | device | driver | copy roof |\n| --- | --- | --- | --- |\n",
+        ctx.date, ctx.command
+    );
+    for (b, dev, drv, roof) in &ctx.backends {
+        let _ = writeln!(out, "| {b} | {dev} | {drv} | {roof} |");
+    }
+    for (b, why) in &ctx.absent {
+        let _ = writeln!(out, "| {b} | absent: {why} | | |");
+    }
+    let _ = writeln!(
+        out,
+        "\nTimes are medians; GB/s counts inputs read and outputs written once; roof is the \
+         fraction of the backend's f32 copy bandwidth; vs peer is the peer's time over this one \
+         (above 1: faster than the peer), the gemm crate's for cpu, cuBLAS's for cuda and \
+         vulkan (the same GPU).\n"
+    );
+    let _ = writeln!(out, "| {} |", HEADER.join(" | "));
+    let _ = writeln!(out, "|{}", " --- |".repeat(HEADER.len()));
+    for r in records {
+        let _ = writeln!(out, "| {} |", cells(r).join(" | "));
+    }
+    out
+}
+
+pub fn json(records: &[Record]) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(backend: &str, median_us: f64) -> Record {
+        let stats = Stats {
+            median_us,
+            min_us: median_us / 2.0,
+            max_us: median_us * 2.0,
+            p10_us: median_us,
+            p90_us: median_us,
+            reps: 10,
+        };
+        Record {
+            backend: backend.into(),
+            device: "dev".into(),
+            model: "smollm2-135m".into(),
+            op: "matvec".into(),
+            shape: "576x576".into(),
+            dtype: "f32".into(),
+            bytes: 2_000_000,
+            flops: 663_552,
+            timing: Some(Timing::new(&stats, 2_000_000, 663_552, 20.0)),
+            skipped: None,
+        }
+    }
+
+    #[test]
+    fn json_record_shape() {
+        let mut rs = vec![record("cpu", 200.0), record("gemm", 100.0)];
+        rs.push(Record {
+            timing: None,
+            skipped: Some("too large".into()),
+            ..record("vulkan", 1.0)
+        });
+        compare_with_peer(&mut rs, "gemm", &["cpu"]);
+        let v: serde_json::Value = serde_json::from_str(&json(&rs).unwrap()).unwrap();
+        let cpu = &v[0];
+        for key in [
+            "backend",
+            "device",
+            "op",
+            "shape",
+            "dtype",
+            "median_us",
+            "min_us",
+            "max_us",
+            "reps",
+            "gbps",
+            "gflops",
+            "roof_fraction",
+        ] {
+            assert!(cpu.get(key).is_some(), "missing {key}");
+        }
+        // 2 MB in 200 µs is 10 GB/s, half of a 20 GB/s roof; 663,552 flops in 200 µs.
+        assert_eq!(cpu["gbps"], 10.0);
+        assert_eq!(cpu["roof_fraction"], 0.5);
+        assert!((cpu["gflops"].as_f64().unwrap() - 3.31776).abs() < 1e-12);
+        assert_eq!(cpu["vs_peer"], 0.5);
+        assert_eq!(cpu["min_us"], 100.0);
+        assert!(v[1].get("vs_peer").is_none());
+        assert_eq!(v[2]["skipped"], "too large");
+        assert!(v[2].get("median_us").is_none());
+    }
+
+    #[test]
+    fn tables_list_skips_with_their_reason() {
+        let rs = vec![
+            record("cpu", 200.0),
+            Record {
+                timing: None,
+                skipped: Some("too large".into()),
+                ..record("vulkan", 1.0)
+            },
+        ];
+        assert!(table(&rs).contains("skipped: too large"));
+        let ctx = Context {
+            date: "2026-11-24".into(),
+            command: "xtask bench".into(),
+            backends: vec![("cpu".into(), "x86".into(), "cc".into(), "10 GB/s".into())],
+            absent: vec![("hip".into(), "no device".into())],
+        };
+        let md = markdown(&ctx, &rs);
+        assert!(md.contains("| hip | absent: no device |"));
+        assert!(md.contains("| matvec | smollm2-135m 576x576 | f32 | cpu | 200.0 |"));
+    }
+}

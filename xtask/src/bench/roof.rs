@@ -1,0 +1,71 @@
+//! The bandwidth roof of a backend: an f32 copy kernel over the largest buffer the device binds
+//! (up to 256 MiB), timed like every op. Bandwidth counts the bytes read plus those written.
+
+use super::exec::{self, Skip, Slot, Work};
+use super::measure::{Policy, Stats};
+use trine_backends::Backend;
+use trine_ir::ParamValue;
+use trine_models::ops::elementwise::{self, copy_kernel, WG};
+use trine_models::ops::support::Float;
+
+const MAX_BYTES: u64 = 256 << 20;
+
+/// Bytes of each of the two buffers: the binding limit or 256 MiB, whichever is smaller, in
+/// whole workgroups of f32.
+pub fn buffer_bytes(max_binding_bytes: u64) -> u64 {
+    let unit = 4 * WG as u64;
+    MAX_BYTES.min(max_binding_bytes) / unit * unit
+}
+
+/// GB/s (10⁹ bytes) of a copy of `bytes` that took `us` microseconds.
+pub fn copy_gbps(bytes: u64, us: f64) -> f64 {
+    2.0 * bytes as f64 / (us * 1e3)
+}
+
+pub struct Roof {
+    pub bytes: u64,
+    pub stats: Stats,
+    pub gbps: f64,
+}
+
+pub fn measure(backend: &dyn Backend, policy: &Policy) -> Result<Roof, Skip> {
+    let bytes = buffer_bytes(backend.info().max_binding_bytes);
+    let n = (bytes / 4) as u32;
+    let grid = elementwise::grid(n).map_err(|e| Skip::NoKernel(e.to_string()))?;
+    let x = vec![0x3fu8; bytes as usize];
+    let y = vec![0u8; bytes as usize];
+    let kernel = copy_kernel(Float::F32, Float::F32);
+    let params = [ParamValue::U32(n), ParamValue::U32(0), ParamValue::U32(0)];
+    let work = Work {
+        kernel: &kernel,
+        grid,
+        params: &params,
+        buffers: vec![("x", Slot::Data(&x)), ("y", Slot::Data(&y))],
+    };
+    let stats = exec::time(backend, &work, policy)?;
+    Ok(Roof {
+        bytes,
+        gbps: copy_gbps(bytes, stats.median_us),
+        stats,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_respects_the_binding_limit() {
+        assert_eq!(buffer_bytes(128 << 20), 128 << 20);
+        assert_eq!(buffer_bytes(4 << 30), 256 << 20);
+        // Rounded down to whole 1 KiB workgroups.
+        assert_eq!(buffer_bytes(1_000_000), 999_424);
+    }
+
+    #[test]
+    fn bandwidth_counts_read_and_write() {
+        // 256 MiB read and written in 10 ms: 53.687 GB/s.
+        let g = copy_gbps(256 << 20, 10_000.0);
+        assert!((g - 53.687_091_2).abs() < 1e-6, "{g}");
+    }
+}
