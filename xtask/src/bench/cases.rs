@@ -6,7 +6,7 @@ use super::ops::{Item, Op};
 use trine_backends::DeviceInfo;
 use trine_ir::{Kernel, Scalar};
 use trine_models::conformance::Case;
-use trine_models::llama::kernels::matvec_spec;
+use trine_models::llama::kernels::{is_large, matvec_spec};
 use trine_models::ops::attention::{self, Attention};
 use trine_models::ops::elementwise::{self, Binary};
 use trine_models::ops::matmul::{self, MatmulShape, MatmulSpec};
@@ -40,7 +40,12 @@ impl Item {
         Variant {
             kv: kv_type(info),
             matvec: match self.op {
-                Op::Matvec { ty, .. } => Some(matvec_spec(ty, Reduce::Subgroup, info)),
+                Op::Matvec { ty, rows, cols } => Some(matvec_spec(
+                    ty,
+                    Reduce::Subgroup,
+                    info,
+                    is_large(rows, cols),
+                )),
                 _ => None,
             },
         }
