@@ -527,8 +527,9 @@ pub fn cases() -> Vec<Case> {
                 .expect("the listed shapes are valid"),
         );
     }
-    // The CPU's shapes (8 rows on 8 invocations; 16-element segments; scales through an f16
-    // view), prefill included.
+    // The executor's shapes: the CPU's (8 rows on 8 invocations; 16-element segments; scales
+    // through an f16 view) and the GPUs' (8 rows on 128 invocations, f16 scales), prefill
+    // included.
     for (ty, rows, cols, tokens, reduce) in [
         (WeightType::Q4_1, 1536, 576, 1, Reduce::Subgroup),
         (WeightType::Q4_1, 192, 576, 3, Reduce::Shared),
@@ -536,10 +537,12 @@ pub fn cases() -> Vec<Case> {
         (WeightType::Q4_0, 13, 96, 2, Reduce::Subgroup),
         (WeightType::F16, 13, 45, 1, Reduce::Subgroup),
     ] {
-        for (segment, f16_scales) in [(16, false), (8, true), (16, true)] {
+        for (workgroup, segment, f16_scales) in
+            [(8, 16, false), (8, 8, true), (8, 16, true), (128, 8, true)]
+        {
             let spec = MatvecSpec {
                 rows_per_workgroup: 8,
-                workgroup: 8,
+                workgroup,
                 segment,
                 f16_scales,
                 ..MatvecSpec::new(ty, reduce)
