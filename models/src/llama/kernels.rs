@@ -18,7 +18,7 @@ use trine_ir::Kernel;
 pub enum KernelKey {
     Embed(WeightType),
     RmsNorm,
-    /// The weights' type, and whether the matrix is large (see [`is_large`]).
+    /// The weights' type, and whether the product is wide (see [`is_wide`]).
     Matvec(WeightType, bool),
     Rope,
     CacheStore,
@@ -40,9 +40,9 @@ impl KernelKey {
         match *op {
             Op::Embed { table } => KernelKey::Embed(w.tensors[table].ty),
             Op::RmsNorm { .. } => KernelKey::RmsNorm,
-            Op::Matvec { w: id, .. } => {
+            Op::Matvec { w: id, tokens, .. } => {
                 let t = &w.tensors[id];
-                KernelKey::Matvec(t.ty, is_large(t.rows, t.cols))
+                KernelKey::Matvec(t.ty, is_wide(t.rows, t.cols, tokens))
             }
             Op::Rope { .. } => KernelKey::Rope,
             Op::CacheStore { .. } => KernelKey::CacheStore,
@@ -64,7 +64,7 @@ impl KernelKey {
         Ok(match self {
             KernelKey::Embed(ty) => vec![embedding::kernel(ty)],
             KernelKey::RmsNorm => reductions.iter().map(|&r| rms_norm::kernel(r)).collect(),
-            KernelKey::Matvec(ty, large) => {
+            KernelKey::Matvec(ty, wide) => {
                 let reduces: &[Reduce] = if sub {
                     &[Reduce::Subgroup, Reduce::Shared]
                 } else {
@@ -73,7 +73,7 @@ impl KernelKey {
                 // Each reduction with f16 scales where the shape wants them, then without.
                 let mut specs = vec![];
                 for &r in reduces {
-                    let spec = matvec_spec(ty, r, info, large);
+                    let spec = matvec_spec(ty, r, info, wide);
                     specs.push(spec);
                     if spec.f16_scales {
                         specs.push(MatvecSpec {
@@ -97,12 +97,17 @@ impl KernelKey {
     }
 }
 
-/// Whether a matrix is large enough for the GPUs' wide matvec shape: at least 4096 × 4096.
-pub fn is_large(rows: u32, cols: u32) -> bool {
-    rows >= 4096 && cols >= 4096
+/// Whether a product has work enough for the GPUs' wide matvec shape: a matrix of at least
+/// 4096 × 4096, or a prefill of at least [`WIDE_TOKENS`] tokens (on an H100 the wide shape took
+/// SmolLM2's pp512 from 7000 to 9900 tokens/s on both backends, 2026-11-24).
+pub fn is_wide(rows: u32, cols: u32, tokens: u32) -> bool {
+    (rows >= 4096 && cols >= 4096) || tokens >= WIDE_TOKENS
 }
 
-/// The matvec shape for a device and a matrix ([`is_large`]). GPUs, quantized and large: 128
+/// Prompt steps from this many tokens use the wide shape.
+pub const WIDE_TOKENS: u32 = 64;
+
+/// The matvec shape for a device and a product ([`is_wide`]). GPUs, quantized and wide: 128
 /// invocations sharing 8 rows, the scales read through an f16 view of the weights where the
 /// device has 16-bit storage. On an H100 that was the fastest or within 10% of the fastest of
 /// 120 shapes swept for Q4_0, Q4_1 and Q8_0 at 4096 × 4096 and 11008 × 4096 on both CUDA and
@@ -115,12 +120,12 @@ pub fn is_large(rows: u32, cols: u32) -> bool {
 /// per row, the scales read through an f16 view of the weights (a native conversion instead of
 /// some forty integer operations per scale). Measured on 2 EPYC cores, 1536 × 576 Q4_1: 1160 µs
 /// with the GPU shape, 610 µs with this one; 16- or 32-element segments were no faster.
-pub fn matvec_spec(ty: WeightType, reduce: Reduce, info: &DeviceInfo, large: bool) -> MatvecSpec {
+pub fn matvec_spec(ty: WeightType, reduce: Reduce, info: &DeviceInfo, wide: bool) -> MatvecSpec {
     let mut spec = MatvecSpec::new(ty, reduce);
     if info.device_type == DeviceType::Cpu {
         (spec.rows_per_workgroup, spec.workgroup, spec.segment) = CPU_MATVEC;
         spec.f16_scales = info.f16;
-    } else if large && ty.is_quantized() {
+    } else if wide && ty.is_quantized() {
         (spec.rows_per_workgroup, spec.workgroup, spec.segment) = GPU_LARGE_MATVEC;
         spec.f16_scales = info.f16;
     }

@@ -6,7 +6,7 @@ use super::ops::{Item, Op};
 use trine_backends::DeviceInfo;
 use trine_ir::{Kernel, Scalar};
 use trine_models::conformance::Case;
-use trine_models::llama::kernels::{is_large, matvec_spec};
+use trine_models::llama::kernels::{is_wide, matvec_spec};
 use trine_models::ops::attention::{self, Attention};
 use trine_models::ops::elementwise::{self, Binary};
 use trine_models::ops::matmul::{self, MatmulShape, MatmulSpec};
@@ -44,7 +44,7 @@ impl Item {
                     ty,
                     Reduce::Subgroup,
                     info,
-                    is_large(rows, cols),
+                    is_wide(rows, cols, 1),
                 )),
                 _ => None,
             },

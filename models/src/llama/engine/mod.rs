@@ -64,8 +64,11 @@ impl Engine {
             kv,
             head_dim: c.head_dim(),
         };
-        let keys: Vec<KernelKey> = graph::build(c, &model.weights, Step { tokens: 1, pos: 0 })
-            .iter()
+        // The kernels of a decode step and of the largest prompt step (prefill may pick other
+        // matvec shapes).
+        let keys: Vec<KernelKey> = [1, options.max_batch]
+            .into_iter()
+            .flat_map(|tokens| graph::build(c, &model.weights, Step { tokens, pos: 0 }))
             .map(|n| KernelKey::of(&n.op, &model.weights))
             .collect();
         let placement = Placement::new(backend, &keys, shape)?;

@@ -2,7 +2,7 @@
 
 use super::Engine;
 use crate::llama::graph::{Node, Op, Step, Tensor};
-use crate::llama::kernels::{is_large, matvec_spec, KernelKey};
+use crate::llama::kernels::{is_wide, matvec_spec, KernelKey};
 use crate::ops::elementwise;
 use crate::ops::matvec::Reduce;
 use crate::ops::rms_norm::RmsNorm;
@@ -48,7 +48,7 @@ impl Engine {
                 let key = KernelKey::of(&node.op, w);
                 let info = self.dev(self.placement.programs[&key].0).info();
                 let t = &w.tensors[wid];
-                let spec = matvec_spec(t.ty, Reduce::Shared, info, is_large(t.rows, t.cols));
+                let spec = matvec_spec(t.ty, Reduce::Shared, info, is_wide(t.rows, t.cols, tokens));
                 let cols = w.tensors[wid].cols;
                 // A variant reading the scales through an f16 view binds the weights twice.
                 let views = self.placement.buffers[&key].len() - 2;
