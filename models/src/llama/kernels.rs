@@ -28,6 +28,25 @@ pub enum KernelKey {
     PickLast,
 }
 
+/// How notes and errors name the op: `matvec q4_1 (wide)`.
+impl std::fmt::Display for KernelKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelKey::Embed(ty) => write!(f, "embedding {ty}"),
+            KernelKey::RmsNorm => f.write_str("rms_norm"),
+            KernelKey::Matvec(ty, wide) => {
+                write!(f, "matvec {ty}{}", if *wide { " (wide)" } else { "" })
+            }
+            KernelKey::Rope => f.write_str("rope"),
+            KernelKey::CacheStore => f.write_str("kv cache store"),
+            KernelKey::Attention => f.write_str("attention"),
+            KernelKey::Add => f.write_str("add"),
+            KernelKey::Swiglu => f.write_str("swiglu"),
+            KernelKey::PickLast => f.write_str("last-token copy"),
+        }
+    }
+}
+
 /// What every kernel of one executor shares: the KV cache type and the head dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {

@@ -44,14 +44,14 @@ impl Placement {
                     match p.compile_on(cpu, key, shape)? {
                         Ok(id) => {
                             p.notes.push(format!(
-                                "{key:?} runs on the cpu: {} could not run it ({reasons})",
+                                "{key} runs on the cpu: {} could not run it ({reasons})",
                                 p.devices[0].name()
                             ));
                             (cpu, id)
                         }
                         Err(more) => {
                             return Err(ModelError::NoBackendFor {
-                                kernel: format!("{key:?}"),
+                                kernel: key.to_string(),
                                 reasons: format!("{reasons}; cpu: {more}"),
                             })
                         }
@@ -80,7 +80,7 @@ impl Placement {
                     self.buffers.insert(key, names);
                     if i > 0 {
                         self.notes.push(format!(
-                            "{}: {key:?} runs as its fallback {} ({})",
+                            "{}: {key} runs as its fallback {} ({})",
                             dev.name(),
                             kernel.name,
                             reasons.join("; ")
@@ -100,7 +100,7 @@ impl Placement {
             return Ok(i);
         }
         let cpu = trine_backends::open(BackendKind::Cpu).map_err(|e| ModelError::NoBackendFor {
-            kernel: format!("{key:?}"),
+            kernel: key.to_string(),
             reasons: format!("{why}; and the cpu backend did not open: {e}"),
         })?;
         self.devices.push(cpu);
