@@ -49,22 +49,24 @@ pub fn open_probed(
     kind: BackendKind,
     timeout: Duration,
 ) -> Result<Arc<dyn Backend>, RunError> {
+    probe_and_open(exe, kind, timeout).map_err(|why| RunError::Unusable { kind, why })
+}
+
+/// [`open_probed`] with the reason alone as the error: the probe's reason for an unavailable
+/// backend, `probe <outcome>` for one that hung or crashed, or why opening it failed.
+pub fn probe_and_open(
+    exe: &Path,
+    kind: BackendKind,
+    timeout: Duration,
+) -> Result<Arc<dyn Backend>, String> {
     if kind != BackendKind::Cpu {
         match probe(exe, kind, timeout) {
             ProbeOutcome::Ok(_) => {}
-            ProbeOutcome::Unavailable(why) => return Err(RunError::Unusable { kind, why }),
-            other => {
-                return Err(RunError::Unusable {
-                    kind,
-                    why: format!("probe {other}"),
-                })
-            }
+            ProbeOutcome::Unavailable(why) => return Err(why),
+            other => return Err(format!("probe {other}")),
         }
     }
-    trine_backends::open(kind).map_err(|e| RunError::Unusable {
-        kind,
-        why: e.to_string(),
-    })
+    trine_backends::open(kind).map_err(|e| e.to_string())
 }
 
 /// Opens the backend `choice` names; for `auto`, also one line per backend that was passed

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use std::time::{Duration, Instant};
 use trine_backends::cpu::CpuBackend;
 use trine_backends::{Backend, Binding, Dispatch};
+use trine_benches::gemm_peer::{f16, Product};
 use trine_ir::Scalar;
 use trine_models::conformance::Case;
 use trine_models::ops::matmul::{self, MatmulShape, MatmulSpec};
@@ -115,107 +116,23 @@ fn weight_bytes(ty: WeightType, rows: usize, cols: usize) -> f64 {
 
 /// GEMV through `gemm`: y[rows] = W[rows × cols] · x, W row-major in f32 or f16.
 fn gemm_gemv(ty: WeightType, rows: usize, cols: usize) -> Duration {
-    let par = gemm::Parallelism::Rayon(rayon::current_num_threads());
     match ty {
         WeightType::F16 => {
-            let w = vec![gemm::f16::from_f32(0.5); rows * cols];
-            let x = vec![gemm::f16::from_f32(0.25); cols];
-            let mut y = vec![gemm::f16::from_f32(0.0); rows];
-            time(10, || {
-                // SAFETY: W is rows × cols row-major (column stride 1, row stride cols), x is
-                // cols × 1, y is rows × 1, all allocated with those sizes above.
-                unsafe {
-                    gemm::gemm(
-                        rows,
-                        1,
-                        cols,
-                        y.as_mut_ptr(),
-                        1,
-                        1,
-                        false,
-                        w.as_ptr(),
-                        1,
-                        cols as isize,
-                        x.as_ptr(),
-                        1,
-                        1,
-                        gemm::f16::ZERO,
-                        gemm::f16::ONE,
-                        false,
-                        false,
-                        false,
-                        par,
-                    )
-                }
-            })
+            let (fill, zero, one) = (f16::from_f32(0.5), f16::ZERO, f16::ONE);
+            let mut p = Product::new(1, rows, cols, fill, zero, one);
+            time(10, || p.run())
         }
         _ => {
-            let w = vec![0.5f32; rows * cols];
-            let x = vec![0.25f32; cols];
-            let mut y = vec![0f32; rows];
-            time(10, || {
-                // SAFETY: as above, in f32.
-                unsafe {
-                    gemm::gemm(
-                        rows,
-                        1,
-                        cols,
-                        y.as_mut_ptr(),
-                        1,
-                        1,
-                        false,
-                        w.as_ptr(),
-                        1,
-                        cols as isize,
-                        x.as_ptr(),
-                        1,
-                        1,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
-                        par,
-                    )
-                }
-            })
+            let mut p = Product::new(1, rows, cols, 0.5f32, 0.0, 1.0);
+            time(10, || p.run())
         }
     }
 }
 
 /// C[m × n] = A[m × k] · Bᵀ with B stored [n × k] (weights), f32, through `gemm`.
 fn gemm_matmul(m: usize, n: usize, k: usize) -> Duration {
-    let par = gemm::Parallelism::Rayon(rayon::current_num_threads());
-    let a = vec![0.5f32; m * k];
-    let b = vec![0.25f32; n * k];
-    let mut c = vec![0f32; m * n];
-    time(10, || {
-        // SAFETY: A is m × k row-major, Bᵀ is k × n read from B (n × k row-major: element
-        // (p, j) at j*k + p, so column stride k and row stride 1), C is m × n row-major.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                a.as_ptr(),
-                1,
-                k as isize,
-                b.as_ptr(),
-                k as isize,
-                1,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                par,
-            )
-        }
-    })
+    let mut p = Product::new(m, n, k, 0.5f32, 0.0, 1.0);
+    time(10, || p.run())
 }
 
 fn main() {

@@ -5,8 +5,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::time::Duration;
-use trine_backends::{open_all, BackendKind};
-use trine_benches::bench_case;
+use trine_benches::bench_on_every_backend;
 use trine_models::conformance::Case;
 
 /// Case names at model shapes, as `ops::cases()` names them.
@@ -27,14 +26,7 @@ fn benches(c: &mut Criterion) {
         .into_iter()
         .filter(|c| MODEL_SHAPES.iter().any(|s| c.name.contains(s)))
         .collect();
-    for opened in open_all(&BackendKind::ALL) {
-        match opened.backend {
-            Err(e) => println!("{}: skipped: {e}", opened.kind),
-            Ok(b) => cases
-                .iter()
-                .for_each(|case| bench_case(c, b.as_ref(), case)),
-        }
-    }
+    bench_on_every_backend(c, &cases);
 }
 
 criterion_group! {

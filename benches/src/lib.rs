@@ -1,9 +1,24 @@
-//! What the criterion benches share: timing one conformance case's dispatch on a backend.
+//! What the criterion benches share: timing conformance cases' dispatches on every backend,
+//! and the `gemm` crate as the CPU peer (also used by `cargo xtask bench`).
+
+pub mod gemm_peer;
 
 use criterion::Criterion;
 use std::time::Duration;
-use trine_backends::{Backend, Binding, Dispatch};
+use trine_backends::{open_all, Backend, BackendKind, Binding, Dispatch};
 use trine_models::conformance::Case;
+
+/// Benches every case on every backend that opens here; an absent one is named with its reason.
+pub fn bench_on_every_backend(c: &mut Criterion, cases: &[Case]) {
+    for opened in open_all(&BackendKind::ALL) {
+        match opened.backend {
+            Err(e) => println!("{}: skipped: {e}", opened.kind),
+            Ok(b) => cases
+                .iter()
+                .for_each(|case| bench_case(c, b.as_ref(), case)),
+        }
+    }
+}
 
 /// Benches `case` on `backend` as `backend/case`, by device time per dispatch (timestamps
 /// where the backend has them). A kernel the backend cannot compile is skipped with its reason.

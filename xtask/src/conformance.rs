@@ -6,8 +6,8 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use trine_backends::probe::{probe, timeout_from_env, ProbeOutcome};
-use trine_backends::BackendKind;
+use trine::run::probe_and_open;
+use trine_backends::probe::timeout_from_env;
 use trine_models::conformance::{self, Summary};
 
 #[derive(clap::Args)]
@@ -27,17 +27,8 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode, String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding this program's path: {e}"))?;
     let timeout = timeout_from_env().map_err(|e| e.to_string())?;
-    let columns = conformance::columns_with(&args.backends, |kind| {
-        // The CPU backend runs no foreign code: nothing to isolate.
-        if kind != BackendKind::Cpu {
-            match probe(&exe, kind, timeout) {
-                ProbeOutcome::Ok(_) => {}
-                ProbeOutcome::Unavailable(why) => return Err(why),
-                other => return Err(format!("probe {other}")),
-            }
-        }
-        trine_backends::open(kind).map_err(|e| e.to_string())
-    });
+    let columns =
+        conformance::columns_with(&args.backends, |kind| probe_and_open(&exe, kind, timeout));
     for c in &columns {
         match &c.backend {
             Ok(b) => eprintln!("{}: {} ({})", c.name, b.info().name, b.info().driver),

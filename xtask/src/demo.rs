@@ -172,7 +172,7 @@ fn table(rows: &[Row], reference: Option<&[u32]>) -> String {
                             .take_while(|(a, b)| a == b)
                             .count();
                         let n = ids.len().max(p.generated_tokens.len());
-                        format!("{}/{n}", if k == n { n } else { k })
+                        format!("{k}/{n}")
                     }
                     None => "no cpu run".into(),
                 };

@@ -5,7 +5,7 @@
 
 use super::{Gguf, GgufError, GgufWriter, TensorType, Value};
 use crate::conformance::case::Rng;
-use crate::ops::quant::{quantize, WeightType};
+use crate::ops::quant::quantize;
 
 /// Half-width of the uniform distribution with standard deviation 0.02 (σ of U(−a, a) is a/√3).
 const WEIGHT_HALF_WIDTH: f32 = 0.02 * 1.732_050_8;
@@ -90,18 +90,12 @@ fn random_tensor(rng: &mut Rng, name: &str, n: u64, ty: TensorType) -> Result<Ve
     } else {
         rng.f32s(n, -WEIGHT_HALF_WIDTH, WEIGHT_HALF_WIDTH)
     };
-    let wt = match ty {
-        TensorType::F32 => WeightType::F32,
-        TensorType::F16 => WeightType::F16,
-        TensorType::Q8_0 => WeightType::Q8_0,
-        TensorType::Q4_0 => WeightType::Q4_0,
-        TensorType::Q4_1 => WeightType::Q4_1,
-        TensorType::BF16 => {
-            return Ok(values
-                .iter()
-                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
-                .collect())
-        }
+    let Some(wt) = ty.weight_type() else {
+        // BF16, the one type the op library does not quantize.
+        return Ok(values
+            .iter()
+            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+            .collect());
     };
     quantize(wt, &values).map_err(|e| GgufError::Encode {
         tensor: name.to_string(),

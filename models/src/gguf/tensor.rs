@@ -2,6 +2,7 @@
 //! and the writer enforce.
 
 use super::error::GgufError;
+use crate::ops::quant::WeightType;
 
 /// The ggml storage types trine can run. ggml's other types (k-quants, i-quants, …) are
 /// rejected at open with [`GgufError::UnknownTensorType`].
@@ -24,6 +25,19 @@ impl TensorType {
         TensorType::Q4_0,
         TensorType::Q4_1,
     ];
+
+    /// The op library's type for tensors of this type: the kernels take these as stored.
+    /// BF16 has none (the op library has no bf16 weights).
+    pub fn weight_type(self) -> Option<WeightType> {
+        match self {
+            TensorType::F32 => Some(WeightType::F32),
+            TensorType::F16 => Some(WeightType::F16),
+            TensorType::Q8_0 => Some(WeightType::Q8_0),
+            TensorType::Q4_0 => Some(WeightType::Q4_0),
+            TensorType::Q4_1 => Some(WeightType::Q4_1),
+            TensorType::BF16 => None,
+        }
+    }
 
     /// The id ggml's `enum ggml_type` gives this type, as stored in the file.
     pub fn ggml_id(self) -> u32 {

@@ -157,16 +157,13 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step) -> Vec<Node> {
             y,
             tokens: t,
         };
-        node(
-            Op::RmsNorm {
-                x,
-                w: lw.attn_norm,
-                y: Tensor::Normed,
-                rows: t,
-            },
-            "attn_norm",
-            at,
-        );
+        let norm = |x, w| Op::RmsNorm {
+            x,
+            w,
+            y: Tensor::Normed,
+            rows: t,
+        };
+        node(norm(x, lw.attn_norm), "attn_norm", at);
         node(mv(lw.wq, Tensor::Normed, Tensor::Q), "attn_q", at);
         node(mv(lw.wk, Tensor::Normed, Tensor::K), "attn_k", at);
         node(mv(lw.wv, Tensor::Normed, Tensor::V), "attn_v", at);
@@ -180,16 +177,7 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step) -> Vec<Node> {
         node(mv(lw.wo, Tensor::Attn, Tensor::Proj), "attn_output", at);
         let add = |a, b, y| Op::Add { a, b, y };
         node(add(x, Tensor::Proj, mid), "attn_residual", at);
-        node(
-            Op::RmsNorm {
-                x: mid,
-                w: lw.ffn_norm,
-                y: Tensor::Normed,
-                rows: t,
-            },
-            "ffn_norm",
-            at,
-        );
+        node(norm(mid, lw.ffn_norm), "ffn_norm", at);
         node(mv(lw.w_gate, Tensor::Normed, Tensor::Gate), "ffn_gate", at);
         node(mv(lw.w_up, Tensor::Normed, Tensor::Up), "ffn_up", at);
         node(Op::Swiglu, "ffn_swiglu", at);

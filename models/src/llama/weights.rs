@@ -16,8 +16,8 @@ pub type WeightId = usize;
 /// Where a tensor's bytes are.
 #[derive(Clone, Debug)]
 pub enum Source {
-    /// Tensor `n` of the file, as stored.
-    File(usize),
+    /// The file's tensor, as stored.
+    File(TensorInfo),
     /// Converted or padded at load.
     Owned(Vec<u8>),
 }
@@ -93,7 +93,7 @@ impl Weights {
     /// The bytes of tensor `id`, from the file or from the load-time copy.
     pub fn bytes<'a>(&'a self, g: &'a Gguf, id: WeightId) -> &'a [u8] {
         match &self.tensors[id].source {
-            Source::File(n) => g.tensor_data(&g.tensors()[*n]),
+            Source::File(t) => g.tensor_data(t),
             Source::Owned(v) => v,
         }
     }
@@ -105,13 +105,10 @@ struct Loader<'g> {
 }
 
 impl Loader<'_> {
-    fn find(&self, name: &str, dims: &[u64]) -> Result<(usize, &TensorInfo), ModelError> {
-        let (n, t) = self
+    fn find(&self, name: &str, dims: &[u64]) -> Result<&TensorInfo, ModelError> {
+        let t = self
             .g
-            .tensors()
-            .iter()
-            .enumerate()
-            .find(|(_, t)| t.name == name)
+            .tensor(name)
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         if t.dims != dims {
             return Err(ModelError::TensorShape {
@@ -120,7 +117,7 @@ impl Loader<'_> {
                 found: t.dims.clone(),
             });
         }
-        Ok((n, t))
+        Ok(t)
     }
 
     fn push(&mut self, w: Weight) -> WeightId {
@@ -129,15 +126,12 @@ impl Loader<'_> {
     }
 
     fn matrix(&mut self, name: &str, rows: u32, cols: u32) -> Result<WeightId, ModelError> {
-        let (n, t) = self.find(name, &[cols as u64, rows as u64])?;
+        let t = self.find(name, &[cols as u64, rows as u64])?;
         let data = self.g.tensor_data(t);
-        let (ty, source) = match t.ty {
-            TensorType::F32 => (WeightType::F32, file_or_padded(n, data)),
-            TensorType::F16 => (WeightType::F16, file_or_padded(n, data)),
-            TensorType::Q8_0 => (WeightType::Q8_0, file_or_padded(n, data)),
-            TensorType::Q4_0 => (WeightType::Q4_0, file_or_padded(n, data)),
-            TensorType::Q4_1 => (WeightType::Q4_1, file_or_padded(n, data)),
-            TensorType::BF16 => (WeightType::F32, Source::Owned(bf16_to_f32(data))),
+        let (ty, source) = match t.ty.weight_type() {
+            Some(ty) => (ty, file_or_padded(t, data)),
+            // BF16, which the op library has no kernels for: widened to f32 once, here.
+            None => (WeightType::F32, Source::Owned(bf16_to_f32(data))),
         };
         let name = name.to_string();
         Ok(self.push(Weight {
@@ -150,10 +144,10 @@ impl Loader<'_> {
     }
 
     fn norm(&mut self, name: &str, len: u32) -> Result<WeightId, ModelError> {
-        let (n, t) = self.find(name, &[len as u64])?;
+        let t = self.find(name, &[len as u64])?;
         let data = self.g.tensor_data(t);
         let source = match t.ty {
-            TensorType::F32 => Source::File(n),
+            TensorType::F32 => Source::File(t.clone()),
             TensorType::F16 => Source::Owned(
                 data.chunks_exact(2)
                     .flat_map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes())
@@ -178,9 +172,9 @@ impl Loader<'_> {
     }
 }
 
-fn file_or_padded(n: usize, data: &[u8]) -> Source {
+fn file_or_padded(t: &TensorInfo, data: &[u8]) -> Source {
     if data.len().is_multiple_of(4) {
-        Source::File(n)
+        Source::File(t.clone())
     } else {
         Source::Owned(crate::ops::quant::pad_to_words(data.to_vec()))
     }

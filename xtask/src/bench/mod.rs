@@ -30,7 +30,8 @@ use report::{Context, Record, Timing};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use trine_backends::probe::{probe, timeout_from_env, ProbeOutcome};
+use trine::run::probe_and_open;
+use trine_backends::probe::timeout_from_env;
 use trine_backends::{Backend, BackendKind};
 use trine_models::conformance::case::CaseBuffer;
 use trine_models::conformance::Case;
@@ -240,23 +241,9 @@ fn open(names: &[String]) -> Result<Opened, BenchError> {
     for name in names {
         let kind =
             BackendKind::parse(name).ok_or_else(|| BenchError::UnknownBackend(name.clone()))?;
-        // The CPU backend runs no foreign code: nothing to isolate.
-        if kind != BackendKind::Cpu {
-            match probe(&exe, kind, timeout) {
-                ProbeOutcome::Ok(_) => {}
-                ProbeOutcome::Unavailable(why) => {
-                    absent.push((name.clone(), why));
-                    continue;
-                }
-                other => {
-                    absent.push((name.clone(), format!("probe {other}")));
-                    continue;
-                }
-            }
-        }
-        match trine_backends::open(kind) {
+        match probe_and_open(&exe, kind, timeout) {
             Ok(b) => ok.push((name.clone(), b)),
-            Err(e) => absent.push((name.clone(), e.to_string())),
+            Err(why) => absent.push((name.clone(), why)),
         }
     }
     Ok((ok, absent))

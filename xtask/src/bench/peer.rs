@@ -3,53 +3,20 @@
 //! (trine's are f32): a few KiB more or less, against megabytes of weights.
 
 use super::measure::{measure, Policy, Stats};
-use gemm::{f16, Parallelism};
 use std::convert::Infallible;
 use std::time::Instant;
+use trine_benches::gemm_peer::{f16, Product};
 
-fn parallelism() -> Parallelism {
-    Parallelism::Rayon(std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-/// `C[m × n] = A[m × k]·Bᵀ`, B stored `[n × k]` row-major (weights), as a GEMV when m = 1.
+/// Times `C[m × n] = A[m × k]·Bᵀ` (B stored as weights, `[n × k]`) under `policy`.
 fn time_product<T: Copy + 'static>(
     policy: &Policy,
     (m, n, k): (usize, usize, usize),
     (fill, zero, one): (T, T, T),
 ) -> Stats {
-    let a = vec![fill; m * k];
-    let b = vec![fill; n * k];
-    let mut c = vec![zero; m * n];
-    let par = parallelism();
+    let mut product = Product::new(m, n, k, fill, zero, one);
     let run = measure(policy, || {
         let t = Instant::now();
-        // SAFETY: A is m × k row-major (column stride 1, row stride k); Bᵀ is k × n read from
-        // B, n × k row-major (element (p, j) at j·k + p: column stride k, row stride 1); C is
-        // m × n row-major. All three were allocated with exactly those sizes above and
-        // nothing else aliases them.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                a.as_ptr(),
-                1,
-                k as isize,
-                b.as_ptr(),
-                k as isize,
-                1,
-                zero,
-                one,
-                false,
-                false,
-                false,
-                par,
-            )
-        }
+        product.run();
         Ok::<_, Infallible>(t.elapsed())
     });
     match run {

@@ -5,24 +5,17 @@ use super::{small_writer, Raw};
 use crate::assets::{for_test, SMOLLM2};
 use crate::gguf::synth::{synth_like, synth_smollm2_135m};
 use crate::gguf::{Gguf, GgufWriter, TensorInfo, TensorType, Value};
-use crate::ops::quant::{dequantize, WeightType};
+use crate::ops::quant::dequantize;
 
 /// A tensor's values, decoded by the op library's dequantizer (independent of the encoder).
 fn decode(g: &Gguf, t: &TensorInfo) -> Vec<f64> {
     let bytes = g.tensor_data(t);
     let n = t.n_elements as usize;
-    let wt = match t.ty {
-        TensorType::F32 => WeightType::F32,
-        TensorType::F16 => WeightType::F16,
-        TensorType::Q8_0 => WeightType::Q8_0,
-        TensorType::Q4_0 => WeightType::Q4_0,
-        TensorType::Q4_1 => WeightType::Q4_1,
-        TensorType::BF16 => {
-            return bytes
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f64())
-                .collect()
-        }
+    let Some(wt) = t.ty.weight_type() else {
+        return bytes
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f64())
+            .collect();
     };
     dequantize(wt, bytes, n).unwrap()
 }

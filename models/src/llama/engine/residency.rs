@@ -6,6 +6,7 @@ use super::{Engine, Resident};
 use crate::llama::error::ModelError;
 use crate::llama::graph::Tensor;
 use crate::ops::support::Float;
+use std::borrow::Cow;
 use trine_backends::{Binding, BufferHandle};
 
 impl Engine {
@@ -34,13 +35,16 @@ impl Engine {
     }
 
     /// Contents the host holds for tensors that never change.
-    pub(super) fn constant(&self, t: Tensor) -> Option<Vec<u8>> {
+    /// Weights are borrowed from the mapped file (or the load-time copy), not copied again.
+    pub(super) fn constant(&self, t: Tensor) -> Option<Cow<'_, [u8]>> {
         match t {
-            Tensor::Weight(id) => Some(self.model.weights.bytes(&self.model.gguf, id).to_vec()),
+            Tensor::Weight(id) => Some(Cow::Borrowed(
+                self.model.weights.bytes(&self.model.gguf, id),
+            )),
             Tensor::Freq => {
                 let c = &self.model.config;
                 let f = self.rope(1, c.n_head, 0).frequencies();
-                Some(bytemuck::cast_slice(&f).to_vec())
+                Some(Cow::Owned(bytemuck::cast_slice(&f).to_vec()))
             }
             _ => None,
         }
@@ -91,7 +95,7 @@ impl Engine {
                     self.dev(from)
                         .read(src, 0, &mut data)
                         .map_err(|e| self.err(from, e))?;
-                    data
+                    Cow::Owned(data)
                 }
                 None => return Ok(()),
             },
