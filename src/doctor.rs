@@ -186,9 +186,18 @@ fn device_rows(i: &DeviceInfo) -> Vec<(&'static str, String)> {
         (
             "memory",
             format!(
-                "{} device-local, {} host-visible{}{}",
-                bytes(i.memory.device_local),
-                bytes(i.memory.host_visible),
+                "{}{}{}",
+                match (i.memory.device_local, i.memory.host_visible) {
+                    // wgpu, for one, says nothing of memory sizes.
+                    (0, 0) => "sizes not reported".into(),
+                    (local, host) => {
+                        format!(
+                            "{} device-local, {} host-visible",
+                            bytes(local),
+                            bytes(host)
+                        )
+                    }
+                },
                 if i.memory.unified { ", unified" } else { "" },
                 if i.memory.zero_copy {
                     ", zero-copy"

@@ -3,7 +3,18 @@
 
 use crate::backend::{Binding, Dispatch};
 use crate::error::BackendError;
-use trine_ir::Scalar;
+use crate::info::DeviceInfo;
+use trine_ir::{Kernel, Scalar};
+
+/// Validates `kernel` against the device's limits and returns its hash, the key of every
+/// compiled-code cache.
+pub fn check_kernel(kernel: &Kernel, info: &DeviceInfo) -> Result<u64, BackendError> {
+    trine_ir::validate(kernel, &info.limits()).map_err(|source| BackendError::Invalid {
+        kernel: kernel.name.clone(),
+        source,
+    })?;
+    Ok(trine_ir::kernel_hash(kernel))
+}
 
 /// `offset + len` must lie within a buffer of `size` bytes.
 pub fn check_range(offset: u64, len: u64, size: u64) -> Result<(), BackendError> {

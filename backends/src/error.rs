@@ -34,6 +34,9 @@ pub enum BackendError {
         #[source]
         source: trine_ir::interp::InterpError,
     },
+    /// A host application's buffer (wgpu) lacks a usage trine needs for it.
+    #[error("imported buffer: {0}")]
+    ImportedBuffer(String),
     #[error("{call} failed: {code}")]
     Driver { call: &'static str, code: String },
 }

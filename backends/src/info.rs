@@ -62,3 +62,20 @@ impl DeviceInfo {
         }
     }
 }
+
+/// The vendor's name from its PCI id (or Khronos vendor id for drivers without one).
+pub(crate) fn vendor_name(id: u32) -> String {
+    match id {
+        0x1002 => "AMD".into(),
+        0x10de => "NVIDIA".into(),
+        0x8086 => "Intel".into(),
+        0x13b5 => "ARM".into(),
+        0x5143 => "Qualcomm".into(),
+        0x1010 => "Imagination".into(),
+        0x106b => "Apple".into(),
+        0x14e4 => "Broadcom".into(),
+        0x10005 => "Mesa".into(),
+        0x10006 => "PoCL".into(),
+        id => format!("0x{id:04x}"),
+    }
+}

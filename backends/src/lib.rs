@@ -15,6 +15,8 @@ pub mod info;
 pub mod probe;
 pub mod registry;
 pub mod vulkan;
+#[cfg(trine_wgpu)]
+pub mod wgpu;
 
 pub use backend::{Backend, Binding, BufferHandle, Dispatch, ProgramId};
 pub use error::BackendError;

@@ -15,17 +15,21 @@ pub enum BackendKind {
     Cuda,
     Hip,
     Vulkan,
+    /// The same kernels through wgpu: Metal, DX12 or Vulkan (see [`crate::wgpu`]).
+    Wgpu,
     Cpu,
 }
 
 impl BackendKind {
     /// Every kind, in order of preference for placement: the vendor runtimes first (their
-    /// compilers and libraries are the fastest path on their hardware), then Vulkan, then the
+    /// compilers and libraries are the fastest path on their hardware), then Vulkan through
+    /// ash, then wgpu (the portable path: where ash finds no Vulkan, as on macOS), then the
     /// CPU, which always works.
-    pub const ALL: [BackendKind; 4] = [
+    pub const ALL: [BackendKind; 5] = [
         BackendKind::Cuda,
         BackendKind::Hip,
         BackendKind::Vulkan,
+        BackendKind::Wgpu,
         BackendKind::Cpu,
     ];
 
@@ -34,6 +38,7 @@ impl BackendKind {
             BackendKind::Cuda => "cuda",
             BackendKind::Hip => "hip",
             BackendKind::Vulkan => "vulkan",
+            BackendKind::Wgpu => "wgpu",
             BackendKind::Cpu => "cpu",
         }
     }
@@ -62,6 +67,16 @@ pub fn open(kind: BackendKind) -> Result<Arc<dyn Backend>, BackendError> {
         BackendKind::Cuda => Arc::new(crate::cuda::CudaBackend::new()?),
         BackendKind::Hip => Arc::new(crate::hip::HipBackend::new()?),
         BackendKind::Vulkan => Arc::new(crate::vulkan::VulkanBackend::new()?),
+        #[cfg(trine_wgpu)]
+        BackendKind::Wgpu => Arc::new(crate::wgpu::WgpuBackend::new()?),
+        #[cfg(not(trine_wgpu))]
+        BackendKind::Wgpu => {
+            return Err(BackendError::Unavailable(
+                "this build has no wgpu backend (on Linux it is the `wgpu` cargo feature: \
+                 cargo build --features wgpu)"
+                    .into(),
+            ))
+        }
         BackendKind::Cpu => Arc::new(crate::cpu::CpuBackend::new()),
     })
 }

@@ -28,6 +28,12 @@ pub const WORD_FOLD: u32 = 4;
 /// Number of grid words before the parameters.
 pub const GRID_WORDS: u32 = 5;
 
+/// Bytes of a kernel's push-constant (immediate) block: the grid words, then a word per
+/// parameter.
+pub fn immediate_bytes(kernel: &trine_ir::Kernel) -> u32 {
+    4 * (GRID_WORDS + kernel.params.len() as u32)
+}
+
 /// The physical grid and the five grid words for a logical `grid` on a device that allows
 /// `max` workgroups per dimension. `None` when even folding cannot fit it.
 pub fn fold_grid(grid: [u32; 3], max: [u32; 3]) -> Option<([u32; 3], [u32; GRID_WORDS as usize])> {

@@ -19,6 +19,8 @@ pub mod wgsl;
 pub use c::{c, c_symbol, COptions, C_MAX_FRAME_BYTES};
 pub use error::CodegenError;
 pub use hip::{hip, Dialect};
+/// The naga the modules are built with, for backends that take a module as it is (wgpu).
+pub use naga;
 pub use spirv::{spirv, SpirvOptions, SpirvOutput};
 pub use wgsl::wgsl;
 

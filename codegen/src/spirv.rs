@@ -34,7 +34,7 @@ pub struct SpirvOutput {
 
 /// Lowers `kernel` to SPIR-V.
 pub fn spirv(kernel: &Kernel, options: &SpirvOptions) -> Result<SpirvOutput, CodegenError> {
-    let (module, info) = naga_module::build(kernel)?;
+    let naga_module::Lowered { module, info, .. } = naga_module::lower(kernel)?;
     let mut flags = spv::WriterFlags::empty();
     if options.debug {
         flags |= spv::WriterFlags::DEBUG;
@@ -88,7 +88,7 @@ pub fn spirv(kernel: &Kernel, options: &SpirvOptions) -> Result<SpirvOutput, Cod
             .contains(c)
         }),
         uses_subgroups: caps.iter().any(|c| CAPS_GROUP_NON_UNIFORM.contains(c)),
-        push_constant_bytes: 4 * (abi::GRID_WORDS + kernel.params.len() as u32),
+        push_constant_bytes: abi::immediate_bytes(kernel),
         words,
     })
 }

@@ -316,7 +316,7 @@ fn wgsl_is_written_from_the_same_module() {
 
 #[test]
 fn module_keeps_the_abi() {
-    let (module, _) = naga_module::build(&quant_loads()).unwrap();
+    let module = naga_module::lower(&quant_loads()).unwrap().module;
     let buffers: Vec<_> = module
         .global_variables
         .iter()

@@ -157,7 +157,7 @@ fn the_cross_check_names_the_first_op_that_goes_wrong() {
 #[test]
 fn backends_agree_node_by_node() {
     let model = tiny();
-    let names = ["vulkan", "cuda", "hip"].map(String::from);
+    let names = ["vulkan", "wgpu", "cuda", "hip"].map(String::from);
     let mut ran = 0;
     for col in conformance::columns(&names) {
         let backend = match col.backend {

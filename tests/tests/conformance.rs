@@ -1,4 +1,4 @@
-//! Every kernel on every backend (cpu, vulkan, hip, cuda) against the reference interpreter,
+//! Every kernel on every backend (cpu, vulkan, wgpu, hip, cuda) against the reference interpreter,
 //! and the interpreter against each case's plain-Rust reference. Absent backends are skipped
 //! with their reason, unless `TRINE_REQUIRE_BACKENDS` names them.
 
@@ -6,7 +6,7 @@ use trine_models::conformance::{self, Status, Summary};
 
 #[test]
 fn every_kernel_on_every_backend_matches_the_reference() {
-    let names = ["cpu", "vulkan", "hip", "cuda"].map(String::from);
+    let names = ["cpu", "vulkan", "wgpu", "hip", "cuda"].map(String::from);
     let columns = conformance::columns(&names);
     for c in &columns {
         if let Err(why) = &c.backend {

@@ -25,9 +25,10 @@ use trine_models::llama::{
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures");
 
 /// (backend, prompts, tokens): the CPU decodes every prompt in full.
-const PLAN: [(&str, usize, usize); 4] = [
+const PLAN: [(&str, usize, usize); 5] = [
     ("cpu", usize::MAX, usize::MAX),
     ("vulkan", 4, 16),
+    ("wgpu", 2, 16),
     ("cuda", usize::MAX, usize::MAX),
     ("hip", usize::MAX, usize::MAX),
 ];

@@ -1,4 +1,4 @@
-//! `cargo xtask conformance [--backends cpu,vulkan,hip,cuda] [--json FILE] [--filter TEXT]`.
+//! `cargo xtask conformance [--backends cpu,vulkan,wgpu,hip,cuda] [--json FILE] [--filter TEXT]`.
 //!
 //! GPU backends are probed in a child process first (this binary's hidden `__probe`
 //! subcommand, `TRINE_PROBE_TIMEOUT`), so a runtime that hangs or aborts becomes an absent
@@ -12,9 +12,9 @@ use trine_models::conformance::{self, Summary};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Backends to test, comma-separated: cpu, vulkan, hip, cuda (the interpreter always runs
+    /// Backends to test, comma-separated: cpu, vulkan, wgpu, hip, cuda (the interpreter always runs
     /// as the reference).
-    #[arg(long, value_delimiter = ',', default_value = "cpu,vulkan")]
+    #[arg(long, value_delimiter = ',', default_value = "cpu,vulkan,wgpu")]
     backends: Vec<String>,
     /// Write the records as a JSON array to this file.
     #[arg(long)]

@@ -371,13 +371,7 @@ impl Backend for CudaBackend {
     }
 
     fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
-        trine_ir::validate(kernel, &self.info.limits()).map_err(|source| {
-            BackendError::Invalid {
-                kernel: kernel.name.clone(),
-                source,
-            }
-        })?;
-        let hash = trine_ir::kernel_hash(kernel);
+        let hash = crate::checks::check_kernel(kernel, &self.info)?;
         if self.enter()?.programs.contains_key(&hash) {
             return Ok(ProgramId(hash));
         }

@@ -212,7 +212,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let info = DeviceInfo {
         backend: "vulkan".into(),
         name: c.name.clone(),
-        vendor: vendor(props.vendor_id),
+        vendor: crate::info::vendor_name(props.vendor_id),
         device_type,
         arch: None,
         memory: MemoryInfo {
@@ -277,22 +277,5 @@ fn driver_name(d: &vk::PhysicalDeviceDriverProperties<'_>) -> String {
         (_, true) => name,
         (true, false) => info,
         (false, false) => format!("{name} {info}"),
-    }
-}
-
-/// The vendor's name from its PCI id (or Khronos vendor id for drivers without one).
-fn vendor(id: u32) -> String {
-    match id {
-        0x1002 => "AMD".into(),
-        0x10de => "NVIDIA".into(),
-        0x8086 => "Intel".into(),
-        0x13b5 => "ARM".into(),
-        0x5143 => "Qualcomm".into(),
-        0x1010 => "Imagination".into(),
-        0x106b => "Apple".into(),
-        0x14e4 => "Broadcom".into(),
-        0x10005 => "Mesa".into(),
-        0x10006 => "PoCL".into(),
-        id => format!("0x{id:04x}"),
     }
 }

@@ -317,13 +317,7 @@ impl Backend for VulkanBackend {
     }
 
     fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
-        trine_ir::validate(kernel, &self.info.limits()).map_err(|source| {
-            BackendError::Invalid {
-                kernel: kernel.name.clone(),
-                source,
-            }
-        })?;
-        let hash = trine_ir::kernel_hash(kernel);
+        let hash = crate::checks::check_kernel(kernel, &self.info)?;
         if self.lock().pipelines.contains(hash) {
             return Ok(ProgramId(hash));
         }

@@ -25,13 +25,24 @@ use naga::valid::{
 };
 use trine_ir::{Info, Kernel, Scalar};
 
+/// A kernel as a validated naga module: what SPIR-V and WGSL are written from, and what the
+/// wgpu backend hands to wgpu as it is.
+pub struct Lowered {
+    pub module: naga::Module,
+    pub info: ModuleInfo,
+    /// The capabilities the module was validated with, exactly those the kernel needs:
+    /// `IMMEDIATES` always (the grid words), `SHADER_FLOAT16` for f16 values or buffers,
+    /// `SUBGROUP` with `SUBGROUP_BARRIER` for kernels that declare subgroups.
+    pub capabilities: Capabilities,
+}
+
 /// Lowers `kernel` to a naga module with one compute entry point named like the kernel, and
 /// validates it with exactly the capabilities the kernel needs.
 ///
 /// Errors: the kernel is invalid ([`CodegenError::Invalid`]), or naga rejects the module
 /// ([`CodegenError::NagaValidation`]; a lowering bug, or a kernel naga forbids, such as an
 /// integer division by a literal zero).
-pub fn build(kernel: &Kernel) -> Result<(naga::Module, ModuleInfo), CodegenError> {
+pub fn lower(kernel: &Kernel) -> Result<Lowered, CodegenError> {
     let info = crate::validated(kernel)?;
     let mut module = naga::Module::default();
     let globals = interface::declare_globals(&mut module, kernel);
@@ -54,7 +65,8 @@ pub fn build(kernel: &Kernel) -> Result<(naga::Module, ModuleInfo), CodegenError
         incoming_ray_payload: None,
     });
 
-    let mut validator = Validator::new(ValidationFlags::all(), capabilities(kernel, &info));
+    let capabilities = capabilities(kernel, &info);
+    let mut validator = Validator::new(ValidationFlags::all(), capabilities);
     if kernel.capabilities.subgroup {
         validator
             .subgroup_stages(ShaderStages::COMPUTE)
@@ -70,7 +82,11 @@ pub fn build(kernel: &Kernel) -> Result<(naga::Module, ModuleInfo), CodegenError
             kernel: kernel.name.clone(),
             message: error_chain(&e),
         })?;
-    Ok((module, module_info))
+    Ok(Lowered {
+        module,
+        info: module_info,
+        capabilities,
+    })
 }
 
 /// Whether any value, buffer, shared array or variable of `kernel` is f16.

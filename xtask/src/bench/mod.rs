@@ -1,11 +1,11 @@
-//! `cargo xtask bench [--backends cpu,vulkan,hip,cuda] [--ops matvec,rms_norm,…] [--json FILE]
+//! `cargo xtask bench [--backends cpu,vulkan,wgpu,hip,cuda] [--ops matvec,rms_norm,…] [--json FILE]
 //! [--markdown FILE] [--svg FILE]`: every op of the library at model shapes on every backend
 //! that works here, next to that backend's copy bandwidth measured in the same run and, on the
 //! CPU, next to the `gemm` crate.
 //!
 //! GPU backends are probed in a child process first, as `conformance` does; one that is absent
 //! is listed with its reason and measures nothing. With the CUDA backend, cuBLAS is the peer of
-//! the GPU columns.
+//! the GPU columns; the wgpu column's peer is the Vulkan (ash) column on the same device.
 //!
 //! `--model FILE -p 512 -n 128` measures llama-bench's pp and tg tests end to end instead.
 
@@ -40,8 +40,12 @@ use trine_models::ops::support::Float;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Backends to measure, comma-separated: cpu, vulkan, hip, cuda.
-    #[arg(long, value_delimiter = ',', default_value = "cpu,vulkan,hip,cuda")]
+    /// Backends to measure, comma-separated: cpu, vulkan, wgpu, hip, cuda.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "cpu,vulkan,wgpu,hip,cuda"
+    )]
     backends: Vec<String>,
     /// Only these ops (default: all): matvec, matmul, rms_norm, rope, softmax, attention,
     /// swiglu, add.
@@ -76,6 +80,10 @@ const PEER: &str = "gemm";
 /// cuBLAS's records, and the backends compared with it (the same GPU).
 const GPU_PEER: &str = "cublas";
 const GPU_PEER_OF: [&str; 2] = ["cuda", "vulkan"];
+/// The portable path's peer: the same naga module through ash on the same device, so its
+/// "vs peer" is what wgpu costs (below 1) or saves.
+const PORTABLE: &str = "wgpu";
+const PORTABLE_PEER: &str = "vulkan";
 
 /// A backend that opened, with its copy roof (GB/s) or why it has none.
 struct Column {
@@ -175,6 +183,7 @@ fn bench(args: Args) -> Result<(), BenchError> {
     }
     report::compare_with_peer(&mut records, PEER, &[BackendKind::Cpu.name()]);
     report::compare_with_peer(&mut records, GPU_PEER, &GPU_PEER_OF);
+    report::compare_with_peer(&mut records, PORTABLE_PEER, &[PORTABLE]);
     print!("{}", report::table(&records));
     for (name, why) in &absent {
         println!("{name}: absent: {why}");

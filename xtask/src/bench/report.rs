@@ -181,7 +181,8 @@ pub fn markdown(ctx: &Context, records: &[Record]) -> String {
         "\nTimes are medians; GB/s counts inputs read and outputs written once; roof is the \
          fraction of the backend's f32 copy bandwidth; vs peer is the peer's time over this one \
          (above 1: faster than the peer), the gemm crate's for cpu, cuBLAS's for cuda and \
-         vulkan (the same GPU).\n"
+         vulkan (the same GPU), and for wgpu the vulkan (ash) column's: the same kernel's \
+         module on the same device, so below 1 is what the portable path costs.\n"
     );
     let _ = writeln!(out, "| {} |", HEADER.join(" | "));
     let _ = writeln!(out, "|{}", " --- |".repeat(HEADER.len()));

@@ -1,0 +1,455 @@
+//! The tests every GPU backend must pass, written once against the `Backend` trait: buffers,
+//! ordering, grid folding, subgroups, f16 and u8 storage, shared memory, timing and the errors
+//! of bad dispatches and kernels. Each backend's test file runs them on its own device.
+
+use trine_backends::{Backend, BackendError, Binding, BufferHandle, Dispatch, ProgramId};
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+
+/// Declares one `#[test]` per shared test. Each opens its backend with `$open` (an `Option`:
+/// `None` skips, having printed why), runs the test on it, and hands it to `$done`.
+macro_rules! shared_tests {
+    ($open:path, $done:path) => {
+        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, subgroup_sum, f16_buffers, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected);
+    };
+    (@each $open:path, $done:path; $($name:ident),*) => {$(
+        #[test]
+        fn $name() {
+            let Some(b) = $open() else { return };
+            $crate::gpu_suite::$name(&b);
+            $done(b);
+        }
+    )*};
+}
+pub(crate) use shared_tests;
+
+pub fn upload<T: Copy>(b: &dyn Backend, data: &[T]) -> BufferHandle {
+    let bytes = as_bytes(data);
+    let h = b.alloc(bytes.len() as u64).unwrap();
+    b.write(h, 0, bytes).unwrap();
+    h
+}
+
+pub fn as_bytes<T: Copy>(data: &[T]) -> &[u8] {
+    // SAFETY: the tests only pass plain numbers (f32, u32, u16, u8), which have no padding.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast(), std::mem::size_of_val(data)) }
+}
+
+pub fn download<T: Copy + Default>(b: &dyn Backend, h: BufferHandle, len: usize) -> Vec<T> {
+    let mut out = vec![T::default(); len];
+    // SAFETY: as in `as_bytes`; every bit pattern is a valid value of these types.
+    let bytes = unsafe {
+        std::slice::from_raw_parts_mut(
+            out.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(out.as_slice()),
+        )
+    };
+    b.read(h, 0, bytes).unwrap();
+    out
+}
+
+pub fn whole(h: BufferHandle, bytes: usize) -> Binding {
+    Binding {
+        buffer: h,
+        offset: 0,
+        size: bytes as u64,
+    }
+}
+
+pub fn run(
+    b: &dyn Backend,
+    program: ProgramId,
+    grid: [u32; 3],
+    bindings: &[Binding],
+    params: &[ParamValue],
+) {
+    b.dispatch(&Dispatch {
+        program,
+        grid,
+        bindings,
+        params,
+    })
+    .unwrap();
+}
+
+pub fn saxpy() -> Kernel {
+    let k = KernelBuilder::new("saxpy", [64, 1, 1]);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let y = k.buffer("y", Scalar::F32, Access::ReadWrite);
+    let a = k.param("a", Scalar::F32);
+    let n = k.param("n", Scalar::U32);
+    let i = k.global_id(0);
+    k.if_(i.lt(n), || {
+        k.store(y, i, a.fma(k.load(x, i), k.load(y, i)));
+    });
+    k.finish()
+}
+
+pub fn buffers_round_trip(b: &dyn Backend) {
+    let data: Vec<u8> = (0..1001u32).map(|i| (i * 7 % 251) as u8).collect();
+    let h = upload(b, &data);
+    assert_eq!(download::<u8>(b, h, data.len()), data);
+
+    b.write(h, 3, &[9, 8, 7, 6, 5]).unwrap();
+    let mut part = [0u8; 7];
+    b.read(h, 2, &mut part).unwrap();
+    assert_eq!(part, [data[2], 9, 8, 7, 6, 5, data[8]]);
+    let mut last = [0u8; 1];
+    b.read(h, 1000, &mut last).unwrap();
+    assert_eq!(last[0], data[1000]);
+
+    assert!(matches!(
+        b.write(h, 1000, &[1, 2]),
+        Err(BackendError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        b.read(h, u64::MAX, &mut [0u8; 2]),
+        Err(BackendError::OutOfRange { .. })
+    ));
+    b.read(h, 1001, &mut []).unwrap();
+
+    let empty = b.alloc(0).unwrap();
+    b.read(empty, 0, &mut []).unwrap();
+    b.free(empty);
+
+    // Larger than one staging buffer, to cover the piecewise path where there is one.
+    let big: Vec<u32> = (0..(40u32 << 20) / 4)
+        .map(|i| i.wrapping_mul(2_654_435_761))
+        .collect();
+    let hb = upload(b, &big);
+    assert!(download::<u32>(b, hb, big.len()) == big);
+    let mut tail = [0u8; 8];
+    b.read(hb, (big.len() as u64 - 2) * 4, &mut tail).unwrap();
+    assert_eq!(tail, as_bytes(&big[big.len() - 2..]));
+
+    b.free(h);
+    b.free(h);
+    assert!(matches!(
+        b.read(h, 0, &mut [0u8; 1]),
+        Err(BackendError::UnknownBuffer(_))
+    ));
+    assert!(matches!(
+        b.write(h, 0, &[1]),
+        Err(BackendError::UnknownBuffer(_))
+    ));
+    assert!(matches!(
+        b.alloc(u64::MAX),
+        Err(BackendError::OutOfMemory { .. })
+    ));
+    b.free(hb);
+}
+
+pub fn saxpy_matches_the_host_with_offset_bindings(b: &dyn Backend) {
+    let n = 1000usize;
+    // `x` starts one binding alignment into its buffer, to exercise binding offsets.
+    let pad = b.info().min_binding_alignment as usize / 4;
+    let x: Vec<f32> = (0..pad + n)
+        .map(|i| (i as f32 - pad as f32) * 0.5)
+        .collect();
+    let y: Vec<f32> = (0..n).map(|i| 2.0 - i as f32).collect();
+    let a = 1.5f32;
+    let hx = upload(b, &x);
+    let hy = upload(b, &y);
+    let program = b.compile(&saxpy()).unwrap();
+    assert_eq!(
+        b.compile(&saxpy()).unwrap(),
+        program,
+        "compiling again returns the cached program"
+    );
+    let bindings = [
+        Binding {
+            buffer: hx,
+            offset: (pad * 4) as u64,
+            size: (n * 4) as u64,
+        },
+        whole(hy, n * 4),
+    ];
+    let grid = [(n as u32).div_ceil(64), 1, 1];
+    run(
+        b,
+        program,
+        grid,
+        &bindings,
+        &[ParamValue::F32(a), ParamValue::U32(n as u32)],
+    );
+    let got: Vec<f32> = download(b, hy, n);
+    for i in 0..n {
+        let want = a * x[pad + i] + y[i];
+        assert!(
+            (got[i] - want).abs() <= 1e-5 * want.abs().max(1.0),
+            "y[{i}] = {} want {want}",
+            got[i]
+        );
+    }
+}
+
+pub fn many_dispatches_are_ordered_across_batches(b: &dyn Backend) {
+    let k = KernelBuilder::new("add_one", [64, 1, 1]);
+    let y = k.buffer("y", Scalar::U32, Access::ReadWrite);
+    let i = k.global_id(0);
+    k.store(y, i, k.load(y, i) + k.u32(1));
+    let program = b.compile(&k.finish()).unwrap();
+    let h = upload(b, &[0u32; 256]);
+    // More than one batch (256 dispatches) and one descriptor pool.
+    for _ in 0..600 {
+        run(b, program, [4, 1, 1], &[whole(h, 1024)], &[]);
+    }
+    assert_eq!(download::<u32>(b, h, 256), vec![600u32; 256]);
+}
+
+pub fn wide_grids_are_folded(b: &dyn Backend) {
+    let n = 65535 * 64 + 1000;
+    let k = KernelBuilder::new("iota", [64, 1, 1]);
+    let out = k.buffer("out", Scalar::U32, Access::Write);
+    let len = k.param("n", Scalar::U32);
+    let i = k.global_id(0);
+    k.if_(i.lt(len), || k.store(out, i, i));
+    let program = b.compile(&k.finish()).unwrap();
+    let h = b.alloc(n as u64 * 4).unwrap();
+    // 65551 workgroups: folded on devices that allow 65535 per dimension (lavapipe, AMD).
+    let groups = (n as u32).div_ceil(64);
+    run(
+        b,
+        program,
+        [groups, 1, 1],
+        &[whole(h, n * 4)],
+        &[ParamValue::U32(n as u32)],
+    );
+    let got: Vec<u32> = download(b, h, n);
+    if let Some(bad) = (0..n).find(|&i| got[i] != i as u32) {
+        panic!("out[{bad}] = {} (want {bad})", got[bad]);
+    }
+}
+
+pub fn subgroup_sum(b: &dyn Backend) {
+    if !b.info().subgroup_ops {
+        eprintln!("skipping: {} has no subgroup operations", b.info().name);
+        return;
+    }
+    let k = KernelBuilder::new("subgroup_sum", [64, 1, 1]);
+    k.require_subgroups();
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let sums = k.buffer("sums", Scalar::F32, Access::Write);
+    let sizes = k.buffer("sizes", Scalar::U32, Access::Write);
+    let i = k.global_id(0);
+    k.store(sums, i, k.load(x, i).subgroup_sum());
+    k.store(sizes, i, k.subgroup_size());
+    let program = b.compile(&k.finish()).unwrap();
+    let n = 256;
+    let x: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
+    let hx = upload(b, &x);
+    let hs = b.alloc(n as u64 * 4).unwrap();
+    let hz = b.alloc(n as u64 * 4).unwrap();
+    run(
+        b,
+        program,
+        [(n / 64) as u32, 1, 1],
+        &[whole(hx, n * 4), whole(hs, n * 4), whole(hz, n * 4)],
+        &[],
+    );
+    let got: Vec<f32> = download(b, hs, n);
+    let size = download::<u32>(b, hz, n)[0] as usize;
+    assert!(size.is_power_of_two() && size <= 64, "subgroup size {size}");
+    for (i, &got) in got.iter().enumerate() {
+        let first = i / size * size;
+        let want: f32 = x[first..first + size].iter().sum();
+        assert_eq!(got, want, "lane {i} (subgroup size {size})");
+    }
+}
+
+pub fn f16_buffers(b: &dyn Backend) {
+    if !b.info().f16 {
+        eprintln!("skipping: {} has no f16 support", b.info().name);
+        return;
+    }
+    let k = KernelBuilder::new("f16_scale", [64, 1, 1]);
+    let x = k.buffer("x", Scalar::F16, Access::Read);
+    let y = k.buffer("y", Scalar::F16, Access::Write);
+    let i = k.global_id(0);
+    k.store(y, i, k.load(x, i) * k.f16(2.0) + k.f16(0.5));
+    let program = b.compile(&k.finish()).unwrap();
+    let n = 128;
+    let x: Vec<u16> = (0..n)
+        .map(|i| half::f16::from_f32(i as f32 * 0.25 - 8.0).to_bits())
+        .collect();
+    let hx = upload(b, &x);
+    let hy = b.alloc(n as u64 * 2).unwrap();
+    run(
+        b,
+        program,
+        [2, 1, 1],
+        &[whole(hx, n * 2), whole(hy, n * 2)],
+        &[],
+    );
+    let got: Vec<u16> = download(b, hy, n);
+    for (i, &got) in got.iter().enumerate() {
+        let want = (i as f32 * 0.25 - 8.0) * 2.0 + 0.5;
+        assert_eq!(half::f16::from_bits(got).to_f32(), want, "y[{i}]");
+    }
+}
+
+pub fn u8_buffers_with_unaligned_sizes(b: &dyn Backend) {
+    let k = KernelBuilder::new("widen_u8", [64, 1, 1]);
+    let x = k.buffer("x", Scalar::U8, Access::Read);
+    let y = k.buffer("y", Scalar::U32, Access::Write);
+    let n = k.param("n", Scalar::U32);
+    let i = k.global_id(0);
+    k.if_(i.lt(n), || k.store(y, i, k.load(x, i)));
+    let program = b.compile(&k.finish()).unwrap();
+    let x: Vec<u8> = (0..10).map(|i| 250 - i).collect();
+    let hx = upload(b, &x);
+    let hy = b.alloc(40).unwrap();
+    run(
+        b,
+        program,
+        [1, 1, 1],
+        &[whole(hx, 10), whole(hy, 40)],
+        &[ParamValue::U32(10)],
+    );
+    let want: Vec<u32> = x.iter().map(|&v| v.into()).collect();
+    assert_eq!(download::<u32>(b, hy, 10), want);
+}
+
+pub fn shared_memory_reduction(b: &dyn Backend) {
+    let k = KernelBuilder::new("block_sum", [64, 1, 1]);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let out = k.buffer("out", Scalar::F32, Access::Write);
+    let s = k.shared("s", Scalar::F32, 64);
+    let lid = k.local_id(0);
+    k.store_shared(s, lid, k.load(x, k.global_id(0)));
+    k.barrier();
+    for stride in [32, 16, 8, 4, 2, 1] {
+        let stride = k.u32(stride);
+        k.if_(lid.lt(stride), || {
+            k.store_shared(
+                s,
+                lid,
+                k.load_shared(s, lid) + k.load_shared(s, lid + stride),
+            );
+        });
+        k.barrier();
+    }
+    k.if_(lid.eq(k.u32(0)), || {
+        k.store(out, k.workgroup_id(0), k.load_shared(s, lid))
+    });
+    let program = b.compile(&k.finish()).unwrap();
+    let groups = 37;
+    let x: Vec<f32> = (0..groups * 64).map(|i| (i % 7) as f32).collect();
+    let hx = upload(b, &x);
+    let ho = b.alloc(groups as u64 * 4).unwrap();
+    run(
+        b,
+        program,
+        [groups as u32, 1, 1],
+        &[whole(hx, x.len() * 4), whole(ho, groups * 4)],
+        &[],
+    );
+    let want: Vec<f32> = x.chunks(64).map(|c| c.iter().sum()).collect();
+    assert_eq!(download::<f32>(b, ho, groups), want);
+}
+
+pub fn dispatch_timed_is_positive(b: &dyn Backend) {
+    let n = 1 << 16;
+    let program = b.compile(&saxpy()).unwrap();
+    let hx = upload(b, &vec![1.0f32; n]);
+    let hy = upload(b, &vec![2.0f32; n]);
+    let d = Dispatch {
+        program,
+        grid: [(n / 64) as u32, 1, 1],
+        bindings: &[whole(hx, n * 4), whole(hy, n * 4)],
+        params: &[ParamValue::F32(3.0), ParamValue::U32(n as u32)],
+    };
+    let t = b.dispatch_timed(&d).unwrap();
+    eprintln!(
+        "saxpy of {n}: {t:?} ({})",
+        if b.info().timestamps {
+            "device"
+        } else {
+            "host"
+        }
+    );
+    assert!(!t.is_zero());
+    assert_eq!(download::<f32>(b, hy, 4), [5.0; 4]);
+}
+
+pub fn bad_dispatches_are_rejected(b: &dyn Backend) {
+    let program = b.compile(&saxpy()).unwrap();
+    let hx = b.alloc(256).unwrap();
+    let hy = b.alloc(256).unwrap();
+    let bindings = [whole(hx, 256), whole(hy, 256)];
+    let params = [ParamValue::F32(1.0), ParamValue::U32(64)];
+    let try_dispatch = |grid: [u32; 3], bindings: &[Binding], params: &[ParamValue]| {
+        b.dispatch(&Dispatch {
+            program,
+            grid,
+            bindings,
+            params,
+        })
+    };
+    let bad = |r: Result<(), BackendError>| match r {
+        Err(BackendError::BadDispatch(msg)) => eprintln!("rejected: {msg}"),
+        r => panic!("expected BadDispatch, got {r:?}"),
+    };
+    bad(try_dispatch([1, 1, 1], &bindings, &params[..1]));
+    bad(try_dispatch(
+        [1, 1, 1],
+        &bindings,
+        &[ParamValue::U32(1), ParamValue::U32(64)],
+    ));
+    bad(try_dispatch([1, 1, 1], &bindings[..1], &params));
+    bad(try_dispatch([u32::MAX, u32::MAX, 1], &bindings, &params));
+    let misaligned = [
+        Binding {
+            buffer: hx,
+            offset: 2,
+            size: 128,
+        },
+        bindings[1],
+    ];
+    bad(try_dispatch([1, 1, 1], &misaligned, &params));
+    let outside = [
+        Binding {
+            buffer: hx,
+            offset: 0,
+            size: 260,
+        },
+        bindings[1],
+    ];
+    assert!(matches!(
+        try_dispatch([1, 1, 1], &outside, &params),
+        Err(BackendError::OutOfRange { .. })
+    ));
+    let unknown = [
+        Binding {
+            buffer: BufferHandle(u64::MAX),
+            offset: 0,
+            size: 4,
+        },
+        bindings[1],
+    ];
+    assert!(matches!(
+        try_dispatch([1, 1, 1], &unknown, &params),
+        Err(BackendError::UnknownBuffer(_))
+    ));
+    let missing = Dispatch {
+        program: ProgramId(0),
+        grid: [1, 1, 1],
+        bindings: &bindings,
+        params: &params,
+    };
+    assert!(matches!(
+        b.dispatch(&missing),
+        Err(BackendError::UnknownProgram(_))
+    ));
+    // The good dispatch still works after all that.
+    try_dispatch([1, 1, 1], &bindings, &params).unwrap();
+}
+
+pub fn invalid_kernels_are_rejected(b: &dyn Backend) {
+    let k = KernelBuilder::new("too_wide", [2048, 1, 1]);
+    let y = k.buffer("y", Scalar::U32, Access::Write);
+    k.store(y, k.global_id(0), k.u32(1));
+    assert!(matches!(
+        b.compile(&k.finish()),
+        Err(BackendError::Invalid { .. })
+    ));
+}
