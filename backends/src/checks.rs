@@ -4,6 +4,7 @@
 use crate::backend::{Binding, Dispatch};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
+use trine_codegen::abi::fold_grid;
 use trine_ir::{Kernel, Scalar};
 
 /// Validates `kernel` against the device's limits and returns its hash, the key of every
@@ -89,6 +90,59 @@ pub fn check_binding(
         ));
     }
     Ok(())
+}
+
+/// Binding `i` as the SPIR-V backends (ash, wgpu) bind it, checked against its buffer and the
+/// device: `(offset, range)`. The range is word-rounded, since storage-only buffers are read as
+/// u32 words; buffers are allocated word-rounded and offsets are word-aligned, so the rounded
+/// range stays inside. An empty range cannot be bound, and its kernel reads nothing from it, so
+/// it binds the buffer's first word.
+pub fn storage_binding(
+    kernel: &str,
+    i: usize,
+    b: &Binding,
+    buffer_size: u64,
+    info: &DeviceInfo,
+) -> Result<(u64, u64), BackendError> {
+    check_binding(kernel, i, b, buffer_size, info.min_binding_alignment)?;
+    let range = b.size.max(4).next_multiple_of(4);
+    if range > info.max_binding_bytes {
+        return Err(bad_dispatch(
+            kernel,
+            format!(
+                "binding {i} has {} bytes, more than the device's {}",
+                b.size, info.max_binding_bytes
+            ),
+        ));
+    }
+    let offset = if b.size == 0 { 0 } else { b.offset };
+    Ok((offset, range))
+}
+
+/// The physical grid of `d` on a device that folds wide grids ([`fold_grid`]), and its
+/// push-constant (immediate) block: the grid words, then the parameters' bits, cut to `bytes`.
+pub fn folded_launch(
+    kernel: &str,
+    d: &Dispatch<'_>,
+    info: &DeviceInfo,
+    bytes: usize,
+) -> Result<([u32; 3], Vec<u8>), BackendError> {
+    let (groups, grid_words) = fold_grid(d.grid, info.max_workgroups).ok_or_else(|| {
+        bad_dispatch(
+            kernel,
+            format!(
+                "grid {:?} does not fit the device's workgroup counts {:?}, even folded",
+                d.grid, info.max_workgroups
+            ),
+        )
+    })?;
+    let block = grid_words
+        .into_iter()
+        .chain(d.params.iter().map(|p| p.bits()))
+        .flat_map(u32::to_ne_bytes)
+        .take(bytes)
+        .collect();
+    Ok((groups, block))
 }
 
 #[cfg(test)]

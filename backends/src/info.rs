@@ -63,6 +63,17 @@ impl DeviceInfo {
     }
 }
 
+/// The driver as Vulkan names it (`driverName`, then `driverInfo`), either part possibly empty:
+/// the Vulkan and wgpu backends both report it so, which lets known-bad entries name a driver
+/// once for both.
+pub(crate) fn driver_string(name: &str, info: &str) -> String {
+    match (name.is_empty(), info.is_empty()) {
+        (_, true) => name.to_string(),
+        (true, false) => info.to_string(),
+        (false, false) => format!("{name} {info}"),
+    }
+}
+
 /// The vendor's name from its PCI id (or Khronos vendor id for drivers without one).
 pub(crate) fn vendor_name(id: u32) -> String {
     match id {

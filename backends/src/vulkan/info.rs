@@ -271,11 +271,8 @@ fn driver_name(d: &vk::PhysicalDeviceDriverProperties<'_>) -> String {
         s.map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
-    let name = text(d.driver_name_as_c_str());
-    let info = text(d.driver_info_as_c_str());
-    match (name.is_empty(), info.is_empty()) {
-        (_, true) => name,
-        (true, false) => info,
-        (false, false) => format!("{name} {info}"),
-    }
+    crate::info::driver_string(
+        &text(d.driver_name_as_c_str()),
+        &text(d.driver_info_as_c_str()),
+    )
 }

@@ -21,7 +21,7 @@ pub use info::ZERO_COPY_ENV;
 pub use instance::{DEVICE_ENV, VALIDATION_ENV};
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
+use crate::checks::{check_range, check_signature, folded_launch, storage_binding};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use ash::vk;
@@ -30,7 +30,6 @@ use pipeline::Pipelines;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use submit::Submitter;
-use trine_codegen::abi::fold_grid;
 use trine_codegen::SpirvOptions;
 use trine_ir::Kernel;
 
@@ -143,44 +142,18 @@ impl VulkanBackend {
             submit,
         } = state;
         let program = pipelines.get(d.program)?;
-        let bad = |msg: String| bad_dispatch(&program.name, msg);
         check_signature(&program.name, program.buffers, &program.params, d)?;
-        let align = self.info.min_binding_alignment;
         let mut infos = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let buffer = buffers.get(b.buffer)?;
-            check_binding(&program.name, i, b, buffer.size, align)?;
-            // Word-rounded: storage-only buffers are read as u32 words. Buffers are allocated
-            // word-rounded and offsets are word-aligned, so the rounded range stays inside.
-            let range = b.size.max(4).next_multiple_of(4);
-            if range > self.info.max_binding_bytes {
-                return Err(bad(format!(
-                    "binding {i} has {} bytes, more than the device's {}",
-                    b.size, self.info.max_binding_bytes
-                )));
-            }
-            // An empty binding is not allowed in Vulkan; its kernel reads nothing from it, so
-            // any in-bounds word does.
-            let offset = if b.size == 0 { 0 } else { b.offset };
+            let (offset, range) = storage_binding(&program.name, i, b, buffer.size, &self.info)?;
             infos.push(vk::DescriptorBufferInfo {
                 buffer: buffer.buffer,
                 offset,
                 range,
             });
         }
-        let (groups, grid_words) =
-            fold_grid(d.grid, self.info.max_workgroups).ok_or_else(|| {
-                bad(format!(
-                    "grid {:?} does not fit the device's workgroup counts {:?}, even folded",
-                    d.grid, self.info.max_workgroups
-                ))
-            })?;
-        let push: Vec<u8> = grid_words
-            .into_iter()
-            .chain(d.params.iter().map(|p| p.bits()))
-            .flat_map(u32::to_ne_bytes)
-            .take(program.push_bytes)
-            .collect();
+        let (groups, push) = folded_launch(&program.name, d, &self.info, program.push_bytes)?;
         if d.grid.contains(&0) && !timed {
             return Ok(());
         }

@@ -100,15 +100,11 @@ impl Buffers {
 
     /// Forgets `h`; trine's own buffers are destroyed once pending work no longer uses them
     /// (wgpu keeps them alive until then).
-    pub fn free(&mut self, h: BufferHandle) -> bool {
-        match self.entries.remove(&h.0) {
-            Some(e) => {
-                if !e.imported {
-                    e.buffer.destroy();
-                }
-                true
+    pub fn free(&mut self, h: BufferHandle) {
+        if let Some(e) = self.entries.remove(&h.0) {
+            if !e.imported {
+                e.buffer.destroy();
             }
-            None => false,
         }
     }
 
@@ -174,7 +170,9 @@ impl Buffers {
         let mut words = vec![0u8; (word_end - word_start) as usize];
         self.read(device, queue, h, word_start, &mut words[..WORD as usize])?;
         let last = words.len() - WORD as usize;
-        self.read(device, queue, h, word_end - WORD, &mut words[last..])?;
+        if last > 0 {
+            self.read(device, queue, h, word_end - WORD, &mut words[last..])?;
+        }
         let skip = (offset - word_start) as usize;
         words[skip..skip + data.len()].copy_from_slice(data);
         scoped(device, call, || {

@@ -2,7 +2,7 @@
 //! device's features and its limits (which, for a device a host application made, may be
 //! lower than the adapter's).
 
-use crate::info::{vendor_name, DeviceInfo, DeviceType, MemoryInfo};
+use crate::info::{driver_string, vendor_name, DeviceInfo, DeviceType, MemoryInfo};
 
 pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
     let a = device.adapter_info();
@@ -64,13 +64,7 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
         // Storage-only buffers are read as u32 words, so offsets stay word aligned everywhere.
         min_binding_alignment: u64::from(limits.min_storage_buffer_offset_alignment).max(4),
         timestamps,
-        // The same driver string the Vulkan backend reports (driver name, then its info), so
-        // that known-bad entries name a driver once for both.
-        driver: match (a.driver.is_empty(), a.driver_info.is_empty()) {
-            (_, true) => a.driver.clone(),
-            (true, false) => a.driver_info.clone(),
-            (false, false) => format!("{} {}", a.driver, a.driver_info),
-        },
+        driver: driver_string(&a.driver, &a.driver_info),
         runtime_version: format!("wgpu 30 on {}", a.backend),
         notes,
     }

@@ -27,7 +27,7 @@ pub use ::wgpu as api;
 pub use adapter::{adapters, device_descriptor, wanted_features, ADAPTER_ENV};
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
+use crate::checks::{bad_dispatch, check_range, check_signature, folded_launch, storage_binding};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use buffers::Buffers;
@@ -35,7 +35,6 @@ use pipelines::Pipelines;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use submit::{Batch, Bound, Prepared, Timer};
-use trine_codegen::abi::fold_grid;
 use trine_ir::Kernel;
 
 pub struct WgpuBackend {
@@ -153,28 +152,11 @@ impl WgpuBackend {
             batch,
         } = state;
         let program = pipelines.get(d.program)?;
-        let bad = |msg: String| bad_dispatch(&program.name, msg);
-        check_signature(&program.name, program.buffers, &program.params, d)?;
+        check_signature(&program.name, program.writable.len(), &program.params, d)?;
         let mut bound = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let entry = buffers.get(b.buffer)?;
-            check_binding(
-                &program.name,
-                i,
-                b,
-                entry.size,
-                self.info.min_binding_alignment,
-            )?;
-            // Word-rounded: storage-only buffers are read as u32 words, and wgpu binds whole
-            // words. Buffers are allocated word-rounded, so the range stays inside.
-            let size = b.size.max(4).next_multiple_of(4);
-            if size > self.info.max_binding_bytes {
-                return Err(bad(format!(
-                    "binding {i} has {} bytes, more than the device's {}",
-                    b.size, self.info.max_binding_bytes
-                )));
-            }
-            let offset = if b.size == 0 { 0 } else { b.offset };
+            let (offset, size) = storage_binding(&program.name, i, b, entry.size, &self.info)?;
             bound.push(Bound {
                 handle: b.buffer.0,
                 offset,
@@ -185,29 +167,25 @@ impl WgpuBackend {
         for (i, a) in bound.iter().enumerate() {
             for (j, b) in bound.iter().enumerate().skip(i + 1) {
                 if a.handle == b.handle && program.writable[i] != program.writable[j] {
-                    return Err(bad(format!(
-                        "bindings {i} and {j} are the same buffer, read-only in one and \
-                         written in the other, which wgpu does not allow"
-                    )));
+                    return Err(bad_dispatch(
+                        &program.name,
+                        format!(
+                            "bindings {i} and {j} are the same buffer, read-only in one and \
+                             written in the other, which wgpu does not allow"
+                        ),
+                    ));
                 }
             }
         }
-        let (groups, grid_words) =
-            fold_grid(d.grid, self.info.max_workgroups).ok_or_else(|| {
-                bad(format!(
-                    "grid {:?} does not fit the device's workgroup counts {:?}, even folded",
-                    d.grid, self.info.max_workgroups
-                ))
-            })?;
+        let (groups, immediates) = folded_launch(
+            &program.name,
+            d,
+            &self.info,
+            program.immediate_bytes as usize,
+        )?;
         if d.grid.contains(&0) {
             return Ok(None);
         }
-        let immediates: Vec<u8> = grid_words
-            .into_iter()
-            .chain(d.params.iter().map(|p| p.bits()))
-            .flat_map(u32::to_ne_bytes)
-            .take(program.immediate_bytes as usize)
-            .collect();
         let bind_group = match &program.layout {
             Some(layout) => {
                 Some(

@@ -13,7 +13,6 @@ use trine_ir::{Kernel, Scalar};
 /// A compiled kernel and what a dispatch of it must match.
 pub struct Program {
     pub name: String,
-    pub buffers: usize,
     /// Per buffer: whether the kernel writes it (bound read-write) or only reads it.
     pub writable: Vec<bool>,
     pub params: Vec<(String, Scalar)>,
@@ -172,7 +171,6 @@ pub fn build(
     .map_err(compile_error)
     .map(|(layout, pipeline)| Program {
         name: kernel.name.clone(),
-        buffers: kernel.buffers.len(),
         writable,
         params: kernel
             .params
