@@ -2,6 +2,7 @@
 
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
+use crate::recording::Recording;
 use std::time::{Duration, Instant};
 use trine_ir::{Kernel, ParamValue};
 
@@ -54,5 +55,23 @@ pub trait Backend: Send + Sync {
         self.dispatch(dispatch)?;
         self.synchronize()?;
         Ok(t.elapsed())
+    }
+    /// Checks `list` as `dispatch` would and records it for [`Backend::replay`]. Its bindings
+    /// and parameters are frozen: what changes between replays goes in a buffer the kernels
+    /// read. The default keeps the list and replays it dispatch by dispatch.
+    fn record(&self, list: &[Dispatch<'_>]) -> Result<Recording, BackendError> {
+        Ok(Recording::direct(list))
+    }
+    /// Queues the recorded dispatches, in order, as if each had been passed to `dispatch`.
+    /// A recording whose buffers were freed is [`BackendError::StaleRecording`].
+    fn replay(&self, recording: &Recording) -> Result<(), BackendError> {
+        for d in recording.dispatches() {
+            self.dispatch(&d.as_dispatch())?;
+        }
+        Ok(())
+    }
+    /// Frees a recording's device objects, once no replay of it is in flight.
+    fn release(&self, recording: Recording) {
+        drop(recording);
     }
 }

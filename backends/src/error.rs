@@ -37,6 +37,9 @@ pub enum BackendError {
     /// A host application's buffer (wgpu) lacks a usage trine needs for it.
     #[error("imported buffer: {0}")]
     ImportedBuffer(String),
+    /// A recording was replayed after a buffer it binds was freed.
+    #[error("recording binds buffer {buffer:?}, which was freed after it was recorded")]
+    StaleRecording { buffer: crate::BufferHandle },
     #[error("{call} failed: {code}")]
     Driver { call: &'static str, code: String },
 }

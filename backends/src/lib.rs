@@ -13,6 +13,7 @@ pub mod error;
 pub mod hip;
 pub mod info;
 pub mod probe;
+pub mod recording;
 pub mod registry;
 pub mod vulkan;
 #[cfg(trine_wgpu)]
@@ -20,5 +21,6 @@ pub mod wgpu;
 
 pub use backend::{Backend, Binding, BufferHandle, Dispatch, ProgramId};
 pub use error::BackendError;
+pub use recording::{RecordedDispatch, Recording};
 pub use info::{DeviceInfo, DeviceType, MemoryInfo};
 pub use registry::{open, open_all, open_best, probe_all, BackendKind, Opened, PlacementError};

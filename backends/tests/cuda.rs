@@ -3,6 +3,8 @@
 //! Skipped with a printed reason when CUDA is unavailable (no driver, no device, no NVRTC),
 //! unless `TRINE_REQUIRE_BACKENDS` names `cuda`; then a missing cuBLAS fails its tests too.
 
+mod gpu_suite;
+
 use trine_backends::cuda::cublas::{self, Cublas, Gemm, GemmType, MathMode};
 use trine_backends::cuda::CudaBackend;
 use trine_backends::{
@@ -25,6 +27,13 @@ fn backend() -> Option<CudaBackend> {
         Err(e) => panic!("cuda backend failed to open: {e}"),
     }
 }
+
+/// Waits for all work: a test that queued a fault fails here, not in the next test.
+fn done(b: CudaBackend) {
+    b.synchronize().unwrap();
+}
+
+gpu_suite::shared_tests!(backend, done);
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()

@@ -17,6 +17,8 @@ pub type CuModule = *mut c_void;
 pub type CuFunction = *mut c_void;
 pub type CuStream = *mut c_void;
 pub type CuEvent = *mut c_void;
+pub type CuGraph = *mut c_void;
+pub type CuGraphExec = *mut c_void;
 
 pub const CUDA_SUCCESS: CuResult = 0;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
@@ -24,6 +26,9 @@ pub const CUDA_ERROR_NO_DEVICE: CuResult = 100;
 /// `CU_STREAM_NON_BLOCKING`: the stream does not wait for the legacy default stream, which
 /// other libraries in the process may use.
 pub const STREAM_NON_BLOCKING: c_uint = 1;
+/// `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`: a capture fails only on unsafe calls made by the
+/// capturing thread, so other CUDA users in the process are left alone.
+pub const CAPTURE_THREAD_LOCAL: c_uint = 1;
 
 /// `CUdevice_attribute` values the backend reads.
 pub mod attr {
@@ -121,6 +126,12 @@ driver_api! {
     event_destroy = b"cuEventDestroy_v2\0": fn(CuEvent);
     event_record = b"cuEventRecord\0": fn(CuEvent, CuStream);
     event_synchronize = b"cuEventSynchronize\0": fn(CuEvent);
+    stream_begin_capture = b"cuStreamBeginCapture_v2\0": fn(CuStream, c_uint);
+    stream_end_capture = b"cuStreamEndCapture\0": fn(CuStream, *mut CuGraph);
+    graph_instantiate = b"cuGraphInstantiateWithFlags\0": fn(*mut CuGraphExec, CuGraph, u64);
+    graph_launch = b"cuGraphLaunch\0": fn(CuGraphExec, CuStream);
+    graph_exec_destroy = b"cuGraphExecDestroy\0": fn(CuGraphExec);
+    graph_destroy = b"cuGraphDestroy\0": fn(CuGraph);
 }
 
 fn missing(symbol: &[u8], e: libloading::Error) -> BackendError {

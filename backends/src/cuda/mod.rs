@@ -15,6 +15,7 @@
 pub mod cublas;
 mod device;
 mod driver;
+mod graph;
 mod memory;
 mod nvrtc;
 mod program;
@@ -26,6 +27,7 @@ use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
 use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
+use crate::recording::Recording;
 use driver::{CuContext, CuEvent, CuStream, Driver, CUDA_SUCCESS};
 use memory::Buffers;
 use nvrtc::{nvrtc, Nvrtc};
@@ -79,6 +81,8 @@ unsafe impl Sync for Handles {}
 struct State {
     buffers: Buffers,
     programs: HashMap<u64, Program>,
+    graphs: HashMap<u64, graph::Graph>,
+    next_graph: u64,
 }
 
 // SAFETY: the state holds driver handles and a pinned host pointer, used only under the
@@ -137,6 +141,8 @@ impl CudaBackend {
             state: Mutex::new(State {
                 buffers: Buffers::new(),
                 programs: HashMap::new(),
+                graphs: HashMap::new(),
+                next_graph: 1,
             }),
             handles,
             cublas: OnceLock::new(),
@@ -415,6 +421,48 @@ impl Backend for CudaBackend {
         let state = self.enter()?;
         self.timed(|| self.launch(&state, d))
     }
+
+    fn record(&self, list: &[Dispatch<'_>]) -> Result<Recording, BackendError> {
+        let mut state = self.enter()?;
+        // SAFETY: the stream is live and only used under the lock held here, so nothing else
+        // queues onto it or synchronises it during the capture.
+        let g = unsafe {
+            graph::capture(self.driver, self.handles.stream, || {
+                list.iter().try_for_each(|d| self.launch(&state, d))
+            })?
+        };
+        let id = state.next_graph;
+        state.next_graph += 1;
+        state.graphs.insert(id, g);
+        Ok(Recording::native(list, id, 0))
+    }
+
+    fn replay(&self, recording: &Recording) -> Result<(), BackendError> {
+        let state = self.enter()?;
+        let exec = recording
+            .native
+            .and_then(|id| state.graphs.get(&id))
+            .ok_or_else(|| BackendError::BadDispatch("a recording made by another backend".into()))?
+            .exec;
+        recording.check_live(|b| state.buffers.get(b).is_ok())?;
+        // SAFETY: an instantiated graph of this context whose every device pointer lies in a
+        // buffer still allocated (checked just above), launched on the backend's stream.
+        self.driver.check("cuGraphLaunch", unsafe {
+            (self.driver.graph_launch)(exec, self.handles.stream)
+        })
+    }
+
+    fn release(&self, recording: Recording) {
+        let Ok(mut state) = self.enter() else {
+            return;
+        };
+        if let Some(g) = recording.native.and_then(|id| state.graphs.remove(&id)) {
+            // A failed wait means a lost context, where destroying is harmless.
+            let _ = self.sync_stream();
+            // SAFETY: no launch is pending (waited above); the context is current.
+            unsafe { graph::destroy(self.driver, g) };
+        }
+    }
 }
 
 impl Drop for CudaBackend {
@@ -429,6 +477,9 @@ impl Drop for CudaBackend {
             let _ = (d.stream_synchronize)(self.handles.stream);
             if let Some(h) = self.cublas.take() {
                 h.destroy();
+            }
+            for (_, g) in state.graphs.drain() {
+                graph::destroy(d, g);
             }
             for (_, p) in state.programs.drain() {
                 (d.module_unload)(p.module);

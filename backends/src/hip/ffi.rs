@@ -12,6 +12,12 @@ pub(super) type Module = *mut c_void;
 pub(super) type Function = *mut c_void;
 pub(super) type Event = *mut c_void;
 pub(super) type RtcProgram = *mut c_void;
+pub(super) type Graph = *mut c_void;
+pub(super) type GraphExec = *mut c_void;
+
+/// `hipStreamCaptureModeThreadLocal`: as CUDA's, a capture fails only on unsafe calls made by
+/// the capturing thread.
+pub(super) const CAPTURE_THREAD_LOCAL: c_int = 1;
 
 pub(super) const SUCCESS: HipError = 0;
 pub(super) const ERROR_OUT_OF_MEMORY: HipError = 2;
@@ -109,6 +115,18 @@ table! {
         hipEventElapsedTime: fn(*mut f32, Event, Event) -> HipError;
         hipEventDestroy: fn(Event) -> HipError;
         hipGetErrorString: fn(HipError) -> *const c_char;
+    }
+}
+
+table! {
+    /// HIP graphs (ROCm 4.3 and later): recordings are captured from the stream into one.
+    Graphs {
+        hipStreamBeginCapture: fn(Stream, c_int) -> HipError;
+        hipStreamEndCapture: fn(Stream, *mut Graph) -> HipError;
+        hipGraphInstantiate: fn(*mut GraphExec, Graph, *mut c_void, *mut c_char, usize) -> HipError;
+        hipGraphLaunch: fn(GraphExec, Stream) -> HipError;
+        hipGraphExecDestroy: fn(GraphExec) -> HipError;
+        hipGraphDestroy: fn(Graph) -> HipError;
     }
 }
 

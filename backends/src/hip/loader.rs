@@ -11,7 +11,7 @@
 //! variables are read on first use only.
 
 use super::comgr::Comgr;
-use super::ffi::{self, Hip, Props, Rtc};
+use super::ffi::{self, Graphs, Hip, Props, Rtc};
 use crate::error::BackendError;
 use libloading::Library;
 use serde::{Deserialize, Serialize};
@@ -63,6 +63,8 @@ pub struct Install {
 /// The opened runtime. Lives in a static for the rest of the process.
 pub(super) struct Runtime {
     pub hip: Hip,
+    /// `None` in a runtime without graphs: recordings then replay launch by launch.
+    pub graphs: Option<Graphs>,
     /// `None` when the layout for this version is unknown: the arch cannot be read.
     pub props: Option<Props>,
     pub rtc: Result<Rtc, String>,
@@ -284,6 +286,8 @@ fn open(lib: Library, hip: Hip, c: Candidate) -> Runtime {
     // SAFETY: `lib` is the runtime of version `major`, kept loaded below.
     let props = unsafe { Props::load(&lib, major) };
     let mut libraries = vec![];
+    // SAFETY: libamdhip64 exports the graph functions with these signatures since ROCm 4.3.
+    let graphs = unsafe { Graphs::load(&lib) }.ok();
 
     // hiprtc: in the runtime itself (ROCm 5), else beside it (ROCm 6+).
     // SAFETY: hiprtc's functions have these signatures wherever they are exported.
@@ -336,6 +340,7 @@ fn open(lib: Library, hip: Hip, c: Candidate) -> Runtime {
     libraries.push(lib);
     Runtime {
         hip,
+        graphs,
         props,
         rtc,
         info: RuntimeInfo {

@@ -20,6 +20,7 @@ mod comgr;
 mod compile;
 mod device;
 mod ffi;
+mod graph;
 mod loader;
 mod memory;
 pub mod quirks;
@@ -35,6 +36,7 @@ use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
 use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
+use crate::recording::Recording;
 use ffi::{Event, Function, Module, Stream};
 use loader::Runtime;
 use memory::{Buffers, Staging};
@@ -82,6 +84,8 @@ struct State {
     programs: HashMap<u64, Program>,
     staging: Staging,
     blas: Option<rocblas::Blas>,
+    graphs: HashMap<u64, graph::Graph>,
+    next_graph: u64,
 }
 
 impl HipBackend {
@@ -461,6 +465,59 @@ impl Backend for HipBackend {
         state.staging.drained();
         Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
     }
+
+    fn record(&self, list: &[Dispatch<'_>]) -> Result<Recording, BackendError> {
+        let Some(g) = &self.rt.graphs else {
+            return Ok(Recording::direct(list));
+        };
+        let mut state = self.lock()?;
+        // SAFETY: the stream is live and only used under the lock held here.
+        let captured = unsafe {
+            graph::capture(self.hip(), g, self.stream, || {
+                list.iter().try_for_each(|d| self.launch(&state, d))
+            })?
+        };
+        let id = state.next_graph;
+        state.next_graph += 1;
+        state.graphs.insert(id, captured);
+        Ok(Recording::native(list, id, 0))
+    }
+
+    fn replay(&self, recording: &Recording) -> Result<(), BackendError> {
+        let (Some(g), Some(id)) = (&self.rt.graphs, recording.native) else {
+            return recording
+                .dispatches()
+                .iter()
+                .try_for_each(|d| self.dispatch(&d.as_dispatch()));
+        };
+        let state = self.lock()?;
+        let exec = state
+            .graphs
+            .get(&id)
+            .ok_or_else(|| BackendError::BadDispatch("a recording made by another backend".into()))?
+            .exec;
+        recording.check_live(|b| state.buffers.get(b).is_ok())?;
+        // SAFETY: an instantiated graph whose every pointer lies in a buffer still allocated
+        // (checked just above), launched on the backend's stream.
+        self.hip().check("hipGraphLaunch", unsafe {
+            (g.hipGraphLaunch)(exec, self.stream)
+        })
+    }
+
+    fn release(&self, recording: Recording) {
+        let (Some(g), Some(id)) = (&self.rt.graphs, recording.native) else {
+            return;
+        };
+        let Ok(mut state) = self.lock() else {
+            return;
+        };
+        if let Some(graph) = state.graphs.remove(&id) {
+            // A failed wait leaves nothing better to do than to destroy anyway.
+            let _ = self.sync_stream(&mut state);
+            // SAFETY: no launch is pending (waited above).
+            unsafe { graph::destroy(g, graph) };
+        }
+    }
 }
 
 impl Drop for HipBackend {
@@ -475,6 +532,11 @@ impl Drop for HipBackend {
             state.blas = None;
             for b in state.buffers.drain() {
                 (hip.hipFree)(b.ptr);
+            }
+            if let Some(g) = &self.rt.graphs {
+                for (_, graph) in state.graphs.drain() {
+                    graph::destroy(g, graph);
+                }
             }
             for (_, p) in state.programs.drain() {
                 (hip.hipModuleUnload)(p.module);

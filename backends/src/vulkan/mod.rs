@@ -15,6 +15,7 @@ mod info;
 mod instance;
 mod memory;
 mod pipeline;
+mod recorded;
 mod submit;
 
 pub use info::ZERO_COPY_ENV;
@@ -24,9 +25,11 @@ use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
 use crate::checks::{check_range, check_signature, folded_launch, storage_binding};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
+use crate::recording::{barriers_before, Recording};
 use ash::vk;
 use memory::{Buffers, STAGING_MAX};
 use pipeline::Pipelines;
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use submit::Submitter;
@@ -50,6 +53,8 @@ struct State {
     buffers: Buffers,
     pipelines: Pipelines,
     submit: Submitter,
+    recordings: HashMap<u64, recorded::Recorded>,
+    next_recording: u64,
 }
 
 impl State {
@@ -58,8 +63,12 @@ impl State {
     /// # Safety
     /// The device is idle (or lost).
     unsafe fn destroy(&mut self, device: &ash::Device) {
-        // SAFETY: the caller's contract.
+        // SAFETY: the caller's contract; descriptor pools go before the command pool that
+        // frees the recordings' command buffers.
         unsafe {
+            for (_, r) in self.recordings.drain() {
+                recorded::destroy_pool(device, r);
+            }
             self.submit.destroy(device);
             self.pipelines.destroy_all(device);
             self.buffers.destroy_all(device);
@@ -102,6 +111,8 @@ impl VulkanBackend {
             buffers: Buffers::new(probe.memory),
             pipelines,
             submit,
+            recordings: HashMap::new(),
+            next_recording: 1,
         };
         Ok(VulkanBackend {
             info: probe.info,
@@ -134,14 +145,14 @@ impl VulkanBackend {
         &self.device.device
     }
 
-    /// Checks `d` against its program and the device, and records it into the open batch.
-    fn record(&self, state: &mut State, d: &Dispatch<'_>, timed: bool) -> Result<(), BackendError> {
-        let State {
-            buffers,
-            pipelines,
-            submit,
-        } = state;
-        let program = pipelines.get(d.program)?;
+    /// Checks `d` against its program and the device: its descriptor infos, push constants
+    /// and folded workgroup counts.
+    fn prepare(
+        &self,
+        buffers: &Buffers,
+        program: &pipeline::Program,
+        d: &Dispatch<'_>,
+    ) -> Result<(Vec<vk::DescriptorBufferInfo>, Vec<u8>, [u32; 3]), BackendError> {
         check_signature(&program.name, program.buffers, &program.params, d)?;
         let mut infos = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
@@ -154,6 +165,19 @@ impl VulkanBackend {
             });
         }
         let (groups, push) = folded_launch(&program.name, d, &self.info, program.push_bytes)?;
+        Ok((infos, push, groups))
+    }
+
+    /// Checks `d` and records it into the open batch.
+    fn record(&self, state: &mut State, d: &Dispatch<'_>, timed: bool) -> Result<(), BackendError> {
+        let State {
+            buffers,
+            pipelines,
+            submit,
+            ..
+        } = state;
+        let program = pipelines.get(d.program)?;
+        let (infos, push, groups) = self.prepare(buffers, program, d)?;
         if d.grid.contains(&0) && !timed {
             return Ok(());
         }
@@ -318,6 +342,92 @@ impl Backend for VulkanBackend {
 
     fn synchronize(&self) -> Result<(), BackendError> {
         self.lock().submit.finish(self.dev())
+    }
+
+    fn record(&self, list: &[Dispatch<'_>]) -> Result<Recording, BackendError> {
+        let mut state = self.lock();
+        let State {
+            buffers,
+            pipelines,
+            submit,
+            recordings,
+            next_recording,
+        } = &mut *state;
+        let mut steps = Vec::with_capacity(list.len());
+        let mut kept = Vec::with_capacity(list.len());
+        for d in list {
+            let program = pipelines.get(d.program)?;
+            let (infos, push, groups) = self.prepare(buffers, program, d)?;
+            if d.grid.contains(&0) {
+                continue;
+            }
+            steps.push(recorded::Step {
+                program,
+                infos,
+                push,
+                groups,
+                barrier: false,
+            });
+            kept.push(d);
+        }
+        let need = barriers_before(kept.len(), |i| {
+            let access = &steps[i].program.access;
+            kept[i]
+                .bindings
+                .iter()
+                .zip(access)
+                .map(|(b, &a)| (b.buffer, a))
+                .collect()
+        });
+        for (step, barrier) in steps.iter_mut().zip(&need) {
+            step.barrier = *barrier;
+        }
+        // SAFETY: every step was checked above against its live program and buffers; the
+        // command pool is used only under this lock.
+        let r = unsafe { recorded::build(self.dev(), submit.command_pool(), &steps)? };
+        let id = *next_recording;
+        *next_recording += 1;
+        recordings.insert(id, r);
+        let barriers = need.iter().filter(|&&b| b).count();
+        Ok(Recording::native(list, id, barriers))
+    }
+
+    fn replay(&self, recording: &Recording) -> Result<(), BackendError> {
+        let mut state = self.lock();
+        let State {
+            buffers,
+            submit,
+            recordings,
+            ..
+        } = &mut *state;
+        let cmd = recording
+            .native
+            .and_then(|id| recordings.get(&id))
+            .ok_or_else(|| BackendError::BadDispatch("a recording made by another backend".into()))?
+            .cmd;
+        recording.check_live(|b| buffers.get(b).is_ok())?;
+        let serial = submit.open_serial();
+        let n = recording.len() as u32;
+        // SAFETY: the command buffer is one of this backend's recordings, ended, recorded with
+        // simultaneous use; every buffer it binds is still allocated (checked just above).
+        unsafe { submit.execute(self.dev(), cmd, n)? };
+        for b in recording.buffers() {
+            buffers.get_mut(b)?.last_use = serial;
+        }
+        Ok(())
+    }
+
+    fn release(&self, recording: Recording) {
+        let mut state = self.lock();
+        let Some(r) = recording.native.and_then(|id| state.recordings.remove(&id)) else {
+            return;
+        };
+        // A replay may still be running: wait for it before freeing what it executes. A
+        // failed wait means a lost device, where destroying is allowed anyway.
+        let _ = state.submit.finish(self.dev());
+        // SAFETY: nothing that executes the recording is pending (waited for above); the
+        // command pool is the submitter's, used only under this lock.
+        unsafe { recorded::destroy(self.dev(), state.submit.command_pool(), r) };
     }
 
     fn dispatch_timed(&self, d: &Dispatch<'_>) -> Result<Duration, BackendError> {

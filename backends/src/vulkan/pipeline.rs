@@ -11,12 +11,14 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use trine_codegen::abi::GRID_WORDS;
 use trine_codegen::SpirvOutput;
-use trine_ir::{Kernel, Scalar};
+use trine_ir::{Access, Kernel, Scalar};
 
 /// A compiled kernel and what a dispatch of it must match.
 pub struct Program {
     pub name: String,
     pub buffers: usize,
+    /// Each buffer's access, in binding order: where a recording needs barriers.
+    pub access: Vec<Access>,
     pub params: Vec<(String, Scalar)>,
     /// Bytes of push constants a dispatch writes: the ABI's words, cut to the shader's block.
     pub push_bytes: usize,
@@ -100,6 +102,7 @@ impl Pipelines {
         let mut program = Program {
             name: kernel.name.clone(),
             buffers: kernel.buffers.len(),
+            access: kernel.buffers.iter().map(|b| b.access).collect(),
             params: kernel
                 .params
                 .iter()

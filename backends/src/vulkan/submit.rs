@@ -324,6 +324,33 @@ impl Submitter {
         Ok(())
     }
 
+    /// The pool recordings take their secondary command buffers from.
+    pub fn command_pool(&self) -> vk::CommandPool {
+        self.command_pool
+    }
+
+    /// Executes a recorded secondary command buffer (`dispatches` long) in the open batch,
+    /// after a barrier on earlier work, and submits the batch so the device starts on it.
+    ///
+    /// # Safety
+    /// `secondary` is a live, ended secondary command buffer of this device recorded with
+    /// simultaneous use, whose every binding names a live buffer.
+    pub unsafe fn execute(
+        &mut self,
+        device: &ash::Device,
+        secondary: vk::CommandBuffer,
+        dispatches: u32,
+    ) -> Result<(), BackendError> {
+        let cmd = self.begin(device)?;
+        // SAFETY: `cmd` is recording; `secondary` is valid (the caller's contract).
+        unsafe {
+            work_barrier(device, cmd);
+            device.cmd_execute_commands(cmd, &[secondary]);
+        }
+        self.recorded += dispatches;
+        self.submit(device)
+    }
+
     /// Submits the open batch if it has grown long.
     pub fn maybe_submit(&mut self, device: &ash::Device) -> Result<(), BackendError> {
         if self.recorded >= BATCH_DISPATCHES {
@@ -439,7 +466,7 @@ impl Submitter {
 
 /// # Safety
 /// `cmd` is a command buffer of `device` in the recording state.
-unsafe fn work_barrier(device: &ash::Device, cmd: vk::CommandBuffer) {
+pub(super) unsafe fn work_barrier(device: &ash::Device, cmd: vk::CommandBuffer) {
     let barrier = vk::MemoryBarrier::default()
         .src_access_mask(WORK_WRITES)
         .dst_access_mask(WORK_ACCESS);

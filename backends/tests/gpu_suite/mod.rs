@@ -2,14 +2,16 @@
 //! ordering, grid folding, subgroups, f16 and u8 storage, shared memory, timing and the errors
 //! of bad dispatches and kernels. Each backend's test file runs them on its own device.
 
-use trine_backends::{Backend, BackendError, Binding, BufferHandle, Dispatch, ProgramId};
+use trine_backends::{
+    Backend, BackendError, Binding, BufferHandle, Dispatch, ProgramId, Recording,
+};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 
 /// Declares one `#[test]` per shared test. Each opens its backend with `$open` (an `Option`:
 /// `None` skips, having printed why), runs the test on it, and hands it to `$done`.
 macro_rules! shared_tests {
     ($open:path, $done:path) => {
-        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, subgroup_sum, f16_buffers, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected);
+        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, subgroup_sum, f16_buffers, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected, recordings_replay_with_a_step_buffer, long_recordings_stay_ordered);
     };
     (@each $open:path, $done:path; $($name:ident),*) => {$(
         #[test]
@@ -452,4 +454,109 @@ pub fn invalid_kernels_are_rejected(b: &dyn Backend) {
         b.compile(&k.finish()),
         Err(BackendError::Invalid { .. })
     ));
+}
+
+/// `y[i] = x[i] + a · step[0]`: a kernel whose per-replay input lives in a buffer.
+fn add_step() -> Kernel {
+    let k = KernelBuilder::new("add_step", [64, 1, 1]);
+    let step = k.buffer("step", Scalar::U32, Access::Read);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let a = k.param("a", Scalar::F32);
+    let n = k.param("n", Scalar::U32);
+    let i = k.global_id(0);
+    k.if_(i.lt(n), || {
+        let s = k.load(step, k.u32(0)).cast(Scalar::F32);
+        k.store(y, i, a.fma(s, k.load(x, i)));
+    });
+    k.finish()
+}
+
+/// A recording of three dispatches (the second reads what the first wrote, the third is
+/// independent of the second) replayed with a new step value each time gives what direct
+/// dispatches give; replaying after freeing a buffer it binds is a typed error.
+pub fn recordings_replay_with_a_step_buffer(b: &dyn Backend) {
+    let n = 300usize;
+    let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 7.0).collect();
+    let hs = upload(b, &[0u32]);
+    let hx = upload(b, &x);
+    let (hy, hz, hw) = (upload(b, &x), upload(b, &x), upload(b, &x));
+    let p = b.compile(&add_step()).unwrap();
+    let grid = [(n as u32).div_ceil(64), 1, 1];
+    let bind = |h| whole(h, n * 4);
+    let step = whole(hs, 4);
+    let (b1, b2, b3) = (
+        [step, bind(hx), bind(hy)],
+        [step, bind(hy), bind(hz)],
+        [step, bind(hx), bind(hw)],
+    );
+    let params = [ParamValue::F32(1.0), ParamValue::U32(n as u32)];
+    let halves = [ParamValue::F32(0.5), ParamValue::U32(n as u32)];
+    let list = [
+        Dispatch {
+            program: p,
+            grid,
+            bindings: &b1,
+            params: &params,
+        },
+        Dispatch {
+            program: p,
+            grid,
+            bindings: &b2,
+            params: &params,
+        },
+        Dispatch {
+            program: p,
+            grid,
+            bindings: &b3,
+            params: &halves,
+        },
+    ];
+    let r: Recording = b.record(&list).unwrap();
+    assert_eq!(r.len(), 3);
+    // Vulkan orders only the dependent dispatch: the first barrier, then one before the second.
+    assert!(r.barriers <= 2, "{} barriers", r.barriers);
+    for s in [3u32, 0, 11] {
+        b.write(hs, 0, as_bytes(&[s])).unwrap();
+        b.replay(&r).unwrap();
+        let (z, w): (Vec<f32>, Vec<f32>) = (download(b, hz, n), download(b, hw, n));
+        for i in 0..n {
+            assert_eq!(z[i], x[i] + 2.0 * s as f32, "z[{i}] at step {s}");
+            assert_eq!(w[i], x[i] + 0.5 * s as f32, "w[{i}] at step {s}");
+        }
+    }
+    b.free(hw);
+    assert!(matches!(
+        b.replay(&r),
+        Err(BackendError::StaleRecording { buffer }) if buffer == hw
+    ));
+    b.release(r);
+    for h in [hs, hx, hy, hz] {
+        b.free(h);
+    }
+}
+
+/// 600 dependent dispatches in one recording (more than a batch or a descriptor pool of the
+/// direct path), replayed twice.
+pub fn long_recordings_stay_ordered(b: &dyn Backend) {
+    let k = KernelBuilder::new("add_one", [64, 1, 1]);
+    let y = k.buffer("y", Scalar::U32, Access::ReadWrite);
+    let i = k.global_id(0);
+    k.store(y, i, k.load(y, i) + k.u32(1));
+    let program = b.compile(&k.finish()).unwrap();
+    let h = upload(b, &[0u32; 256]);
+    let bindings = [whole(h, 1024)];
+    let d = Dispatch {
+        program,
+        grid: [4, 1, 1],
+        bindings: &bindings,
+        params: &[],
+    };
+    let r = b.record(&vec![d; 600]).unwrap();
+    b.replay(&r).unwrap();
+    b.replay(&r).unwrap();
+    run(b, program, [4, 1, 1], &bindings, &[]);
+    assert_eq!(download::<u32>(b, h, 256), vec![1201u32; 256]);
+    b.release(r);
+    b.free(h);
 }
