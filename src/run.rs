@@ -119,5 +119,6 @@ pub fn engine_options(model: &Model, prompt: usize, max_tokens: usize) -> Engine
     EngineOptions {
         context,
         max_batch: context.min(512),
+        record: true,
     }
 }

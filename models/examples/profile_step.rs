@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use trine_backends::BackendKind;
-use trine_models::llama::graph::{self, Step};
+use trine_models::llama::graph::Step;
 use trine_models::llama::{Engine, EngineOptions, Model, Session};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -22,15 +22,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sizes = EngineOptions {
         context: pos + 1,
         max_batch: pos.max(1),
+        record: false,
     };
     let mut session = Session::new(Engine::new(model.clone(), backend, sizes)?, None);
     session.feed(&vec![1; pos as usize])?;
     let mut engine = session.into_engine();
     let s = Step { tokens: 1, pos };
-    engine.set_ids(&[2])?;
+    engine.set_ids(&[2], pos)?;
     let mut by_op: BTreeMap<&str, (u32, f64)> = BTreeMap::new();
     let mut total = 0.0;
-    for node in graph::build(&model.config, &model.weights, s) {
+    for node in engine.graph(s) {
         let t = engine.run_timed(&node, s)?.as_secs_f64() * 1e6;
         let e = by_op.entry(node.label).or_default();
         e.0 += 1;

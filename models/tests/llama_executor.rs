@@ -27,6 +27,7 @@ const TINY: SynthShape = SynthShape {
 const SIZES: EngineOptions = EngineOptions {
     context: 32,
     max_batch: 8,
+    record: true,
 };
 
 fn tiny() -> Arc<Model> {
@@ -126,7 +127,10 @@ fn a_kernel_the_device_lacks_runs_on_the_cpu_with_the_same_result() {
     let devices: Vec<&str> = engine.devices().map(|d| d.name()).collect();
     assert_eq!(devices, ["faulty", "cpu"]);
     let notes = engine.placement_notes().join("\n");
-    assert!(notes.contains("matvec q4_1 runs on the cpu"), "{notes}");
+    assert!(
+        notes.contains("matvec q4_1 (rms_norm) runs on the cpu"),
+        "{notes}"
+    );
     // Every projection moves its input to the CPU and its output back: the same arithmetic,
     // so the same bits.
     assert_eq!(run(&mut Session::new(engine, None)), reference);
@@ -136,7 +140,7 @@ fn a_kernel_the_device_lacks_runs_on_the_cpu_with_the_same_result() {
 fn the_cross_check_names_the_first_op_that_goes_wrong() {
     let model = tiny();
     let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
-    let checker = Engine::new(model, Faulty::device("", "rms_norm"), SIZES).unwrap();
+    let checker = Engine::new(model, Faulty::device("", "attention_combine"), SIZES).unwrap();
     let mut session = Session::new(main, Some(checker));
     run(&mut session);
     assert_eq!(session.checks.len(), 3);
@@ -144,8 +148,8 @@ fn the_cross_check_names_the_first_op_that_goes_wrong() {
         let first = c
             .first_over_bound
             .as_ref()
-            .expect("a zeroed norm is caught");
-        assert_eq!((first.op, first.layer), ("attn_norm", Some(0)));
+            .expect("a zeroed attention output is caught");
+        assert_eq!((first.op, first.layer), ("attention_combine", Some(0)));
         assert_eq!(
             first.nmse,
             Some(1.0),
@@ -184,6 +188,59 @@ fn backends_agree_node_by_node() {
         ran += 1;
     }
     println!("{ran} GPU backends checked against the cpu");
+}
+
+/// Logits of 12 decode steps after a prompt, and each step's greedy token from the host's
+/// argmax of its logits and from the device's.
+fn decode(session: &mut Session) -> (Vec<Vec<f32>>, Vec<(u32, u32)>) {
+    let mut logits = vec![];
+    let mut ids = vec![];
+    let mut next = session.feed_greedy(&[17, 90, 200, 3, 45]).unwrap();
+    for _ in 0..12 {
+        let l = session.feed(&[next]).unwrap();
+        next = session.greedy_token().unwrap();
+        ids.push((trine_models::llama::sampler::argmax(&l), next));
+        logits.push(l);
+    }
+    (logits, ids)
+}
+
+/// A decode step replayed from its recording computes what its nodes dispatched one by one
+/// compute, bit for bit, at every position; its greedy token is the host's argmax of its
+/// logits; and it launches seven kernels per layer.
+#[test]
+fn recorded_decode_steps_equal_node_by_node_ones() {
+    let model = tiny();
+    let names = ["cpu", "vulkan", "wgpu", "cuda", "hip"].map(String::from);
+    let mut ran = 0;
+    for col in conformance::columns(&names) {
+        let backend = match col.backend {
+            Ok(b) => b,
+            Err(why) => {
+                assert!(!col.required, "{} is required but absent: {why}", col.name);
+                println!("{} skipped: {why}", col.name);
+                continue;
+            }
+        };
+        let run = |record| {
+            let sizes = EngineOptions { record, ..SIZES };
+            let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
+            assert_eq!(
+                engine.dispatches_per_token(),
+                7 * TINY.n_layer as usize + 3,
+                "{}",
+                col.name
+            );
+            decode(&mut Session::new(engine, None))
+        };
+        let (recorded, direct) = (run(true), run(false));
+        assert_eq!(recorded, direct, "{}", col.name);
+        for (i, (host, device)) in recorded.1.iter().enumerate() {
+            assert_eq!(host, device, "{} step {i}", col.name);
+        }
+        ran += 1;
+    }
+    assert!(ran > 0);
 }
 
 /// The tiny model's file, rebuilt with `edit` applied to its metadata and tensors.

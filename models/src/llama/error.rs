@@ -47,6 +47,8 @@ pub enum ModelError {
     TokenOutOfRange { id: u32, vocab: u32 },
     #[error("the context holds {max} tokens; this step needs {needed}")]
     ContextFull { needed: usize, max: usize },
+    #[error("every logit of the step is NaN: there is no greedy token")]
+    NanLogits,
     #[error("the prompt is empty (no tokens to start from)")]
     EmptyPrompt,
     #[error("no backend could run kernel {kernel}: {reasons}")]

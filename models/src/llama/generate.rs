@@ -53,15 +53,23 @@ pub fn generate(
     mut on_text: impl FnMut(&str),
 ) -> Result<Report, ModelError> {
     let mut sampler = Sampler::new(opts.sampling)?;
+    // Greedy decoding takes the device's argmax: 4 bytes read back per step, not the logits.
+    let greedy = opts.sampling.temperature == 0.0;
+    let mut step = |session: &mut Session, ids: &[u32]| -> Result<u32, ModelError> {
+        if greedy {
+            session.feed_greedy(ids)
+        } else {
+            Ok(sampler.sample(&session.feed(ids)?))
+        }
+    };
     let t0 = Instant::now();
-    let mut logits = session.feed(prompt)?;
+    let mut id = step(session, prompt)?;
     let prefill = t0.elapsed().as_secs_f64();
     let mut stream = TextStream::new();
     let mut text = String::new();
     let mut ids = vec![];
     let t1 = Instant::now();
     while ids.len() < opts.max_tokens {
-        let id = sampler.sample(&logits);
         ids.push(id);
         let tok = &session.engine().model().tokenizer;
         if opts.stop_at_end && tok.is_end_of_generation(id) {
@@ -77,7 +85,7 @@ pub fn generate(
         if ids.len() == opts.max_tokens || (opts.stop_on_divergence && diverged) {
             break;
         }
-        logits = session.feed(&[id])?;
+        id = step(session, &[id])?;
     }
     let rest = stream.finish();
     on_text(&rest);

@@ -5,7 +5,7 @@
 
 use super::config::LlamaConfig;
 use super::weights::{WeightId, Weights};
-use crate::conformance::case::{NMSE_DEFAULT, NMSE_MATMUL, NMSE_SOFTMAX};
+use crate::conformance::case::{NMSE_DEFAULT, NMSE_MATMUL};
 
 /// A tensor the graph reads or writes. Activations are sized for the largest step the
 /// executor was built for; the residual stream alternates between two buffers so that no
@@ -14,25 +14,27 @@ use crate::conformance::case::{NMSE_DEFAULT, NMSE_MATMUL, NMSE_SOFTMAX};
 pub enum Tensor {
     /// u32 [tokens]: the step's token ids.
     Ids,
+    /// u32 [4]: what changes from one step to the next besides the ids, read by the kernels
+    /// so that a recorded step stays valid: element 0 is the position of the step's first
+    /// token (tokens already in the KV cache).
+    Step,
     /// f32 [tokens × n_embd].
     Resid(u8),
-    Normed,
-    Q,
-    K,
-    V,
+    /// f32 [tokens × (n_embd + 2 kv_dim)]: each token's q, then k, then v.
+    Qkv,
+    /// f32 [tokens × n_embd]: q after rope.
     QRot,
-    KRot,
+    /// f32 [tokens × heads × splits × (head_dim + 2)]: attention's partial results.
+    Part,
     Attn,
-    Proj,
-    /// f32 [tokens × n_ff].
-    Gate,
-    Up,
+    /// f32 [tokens × n_ff]: SwiGLU of gate and up.
     Act,
-    /// f32 [n_embd]: the last token's row of the residual stream, then normalised.
+    /// f32 [n_embd]: the last token's row of the residual stream (prompt steps).
     Last,
-    LastNormed,
     /// f32 [vocab].
     Logits,
+    /// u32 [1]: the greedy token, the argmax of the logits.
+    Token,
     /// [context × kv_dim] of the cache type, per layer.
     KCache(u32),
     VCache(u32),
@@ -41,53 +43,58 @@ pub enum Tensor {
     Weight(WeightId),
 }
 
+/// What a matvec does to its sums before storing them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    None,
+    /// Adds the tensor's matching element: the residual connection.
+    Add(Tensor),
+    /// W's rows are gate/up pairs; stores silu(gate) · up, half as many rows.
+    Swiglu,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Op {
     Embed {
         table: WeightId,
     },
-    RmsNorm {
-        x: Tensor,
-        w: WeightId,
-        y: Tensor,
-        rows: u32,
-    },
-    /// `y = x·Wᵀ` for `tokens` rows of x; W has `rows` rows.
+    /// `y = x·Wᵀ` for `tokens` rows of x; W has `rows` rows. With `norm`, x is first
+    /// rms-normalised and scaled by that weight (inside the matvec, not as a node).
     Matvec {
         w: WeightId,
         rows: u32,
         x: Tensor,
         y: Tensor,
         tokens: u32,
+        norm: Option<WeightId>,
+        epilogue: Epilogue,
     },
-    Rope {
-        x: Tensor,
-        y: Tensor,
-        heads: u32,
-    },
-    /// Appends `tokens` rows of `x` to the cache at position `pos`.
-    CacheStore {
-        x: Tensor,
-        cache: Tensor,
-    },
-    Attention {
+    /// Rope on q and k of [`Tensor::Qkv`] into [`Tensor::QRot`] and the layer's K cache, and
+    /// v into the V cache, at the step's position.
+    RopeStore {
         layer: u32,
     },
-    Add {
-        a: Tensor,
-        b: Tensor,
-        y: Tensor,
+    /// Attention of [`Tensor::QRot`] against the layer's caches, the keys split over
+    /// `splits` workgroups per head, into [`Tensor::Part`].
+    AttnSplit {
+        layer: u32,
+        splits: u32,
     },
-    Swiglu,
+    /// Combines the splits into [`Tensor::Attn`].
+    AttnCombine {
+        splits: u32,
+    },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
+    /// The logits' argmax into [`Tensor::Token`].
+    Argmax,
 }
 
 /// One node: an op with where it sits in the model, for reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Node {
     pub op: Op,
-    /// Short name: "attn_q", "ffn_norm", "output", …
+    /// Short name: "attn_qkv", "ffn_down", "output", …
     pub label: &'static str,
     pub layer: Option<u32>,
 }
@@ -100,25 +107,34 @@ pub struct Step {
 }
 
 impl Node {
-    /// The tensor the node writes and the elements of it that this step produces.
+    /// The tensor the node writes and the elements of it that this step produces. Rope's
+    /// cache writes are not among them: attention, which reads them, is checked instead.
     pub fn output(&self, c: &LlamaConfig, s: Step) -> (Tensor, std::ops::Range<usize>) {
         let t = s.tokens as usize;
         let rows = |y: Tensor, width: u32| (y, 0..t * width as usize);
         match self.op {
             Op::Embed { .. } => rows(Tensor::Resid(0), c.n_embd),
-            Op::RmsNorm { y, rows: r, .. } => (y, 0..r as usize * c.n_embd as usize),
             Op::Matvec {
-                y, rows, tokens, ..
-            } => (y, 0..tokens as usize * rows as usize),
-            Op::Rope { y, heads, .. } => rows(y, heads * c.head_dim()),
-            Op::CacheStore { cache, .. } => {
-                let kv = c.kv_dim() as usize;
-                (cache, s.pos as usize * kv..(s.pos as usize + t) * kv)
+                y,
+                rows,
+                tokens,
+                epilogue,
+                ..
+            } => {
+                let n = if epilogue == Epilogue::Swiglu {
+                    rows / 2
+                } else {
+                    rows
+                };
+                (y, 0..tokens as usize * n as usize)
             }
-            Op::Attention { .. } => rows(Tensor::Attn, c.n_embd),
-            Op::Add { y, .. } => rows(y, c.n_embd),
-            Op::Swiglu => rows(Tensor::Act, c.n_ff),
+            Op::RopeStore { .. } => rows(Tensor::QRot, c.n_embd),
+            Op::AttnSplit { splits, .. } => {
+                rows(Tensor::Part, c.n_head * splits * (c.head_dim() + 2))
+            }
+            Op::AttnCombine { .. } => rows(Tensor::Attn, c.n_embd),
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
+            Op::Argmax => (Tensor::Token, 0..1),
         }
     }
 
@@ -126,15 +142,28 @@ impl Node {
     /// for the op: products and attention sum in a device's own order.
     pub fn bound(&self) -> f64 {
         match self.op {
-            Op::Matvec { .. } | Op::Attention { .. } => NMSE_MATMUL,
-            Op::RmsNorm { .. } => NMSE_SOFTMAX,
+            Op::Matvec { .. } | Op::AttnSplit { .. } | Op::AttnCombine { .. } => NMSE_MATMUL,
             _ => NMSE_DEFAULT,
         }
     }
 }
 
-/// The nodes of one step.
-pub fn build(c: &LlamaConfig, w: &Weights, s: Step) -> Vec<Node> {
+/// Splits of the keys in decode attention: enough workgroups to fill a GPU (9 heads × 16 =
+/// 144 on SmolLM2, for an H100's 132 SMs), and none on a CPU, whose cores are busy with
+/// heads alone. Prompt steps have a workgroup per token and head already, and use one.
+pub fn attention_splits(tokens: u32, gpu: bool) -> u32 {
+    if tokens == 1 && gpu {
+        16
+    } else {
+        1
+    }
+}
+
+/// The nodes of one step: seven per layer (a fused QKV projection with the attention norm
+/// inside it; rope with the KV-cache store; attention in two parts; the output projection
+/// adding the residual; gate and up with the FFN norm and SwiGLU; the down projection adding
+/// the residual), then the output head with the final norm, and the greedy token.
+pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool) -> Vec<Node> {
     let t = s.tokens;
     let mut g = vec![];
     let mut node = |op, label, layer| g.push(Node { op, label, layer });
@@ -147,64 +176,51 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step) -> Vec<Node> {
     );
     let x = Tensor::Resid(0);
     let mid = Tensor::Resid(1);
+    let splits = attention_splits(t, gpu);
     for (l, lw) in w.layers.iter().enumerate() {
         let l = l as u32;
         let at = Some(l);
-        let mv = |id: WeightId, x, y| Op::Matvec {
+        let mv = |id: WeightId, x, y, norm, epilogue| Op::Matvec {
             w: id,
             rows: w.tensors[id].rows,
             x,
             y,
             tokens: t,
+            norm,
+            epilogue,
         };
-        let norm = |x, w| Op::RmsNorm {
-            x,
-            w,
-            y: Tensor::Normed,
-            rows: t,
-        };
-        node(norm(x, lw.attn_norm), "attn_norm", at);
-        node(mv(lw.wq, Tensor::Normed, Tensor::Q), "attn_q", at);
-        node(mv(lw.wk, Tensor::Normed, Tensor::K), "attn_k", at);
-        node(mv(lw.wv, Tensor::Normed, Tensor::V), "attn_v", at);
-        let rope = |x, y, heads| Op::Rope { x, y, heads };
-        node(rope(Tensor::Q, Tensor::QRot, c.n_head), "rope_q", at);
-        node(rope(Tensor::K, Tensor::KRot, c.n_head_kv), "rope_k", at);
-        let store = |x, cache| Op::CacheStore { x, cache };
-        node(store(Tensor::KRot, Tensor::KCache(l)), "k_cache", at);
-        node(store(Tensor::V, Tensor::VCache(l)), "v_cache", at);
-        node(Op::Attention { layer: l }, "attention", at);
-        node(mv(lw.wo, Tensor::Attn, Tensor::Proj), "attn_output", at);
-        let add = |a, b, y| Op::Add { a, b, y };
-        node(add(x, Tensor::Proj, mid), "attn_residual", at);
-        node(norm(mid, lw.ffn_norm), "ffn_norm", at);
-        node(mv(lw.w_gate, Tensor::Normed, Tensor::Gate), "ffn_gate", at);
-        node(mv(lw.w_up, Tensor::Normed, Tensor::Up), "ffn_up", at);
-        node(Op::Swiglu, "ffn_swiglu", at);
-        node(mv(lw.w_down, Tensor::Act, Tensor::Proj), "ffn_down", at);
-        node(add(mid, Tensor::Proj, x), "ffn_residual", at);
+        let qkv = mv(lw.wqkv, x, Tensor::Qkv, Some(lw.attn_norm), Epilogue::None);
+        node(qkv, "attn_qkv", at);
+        node(Op::RopeStore { layer: l }, "rope_kv_store", at);
+        node(Op::AttnSplit { layer: l, splits }, "attention", at);
+        node(Op::AttnCombine { splits }, "attention_combine", at);
+        let wo = mv(lw.wo, Tensor::Attn, mid, None, Epilogue::Add(x));
+        node(wo, "attn_output", at);
+        let up = mv(lw.w_gate_up, mid, Tensor::Act, Some(lw.ffn_norm), Epilogue::Swiglu);
+        node(up, "ffn_gate_up", at);
+        let down = mv(lw.w_down, Tensor::Act, x, None, Epilogue::Add(mid));
+        node(down, "ffn_down", at);
     }
-    node(Op::PickLast, "last_token", None);
-    node(
-        Op::RmsNorm {
-            x: Tensor::Last,
-            w: w.output_norm,
-            y: Tensor::LastNormed,
-            rows: 1,
-        },
-        "output_norm",
-        None,
-    );
+    // One token's row is the residual stream itself; a prompt's last row is copied out.
+    let last = if t == 1 {
+        x
+    } else {
+        node(Op::PickLast, "last_token", None);
+        Tensor::Last
+    };
     node(
         Op::Matvec {
             w: w.output,
             rows: c.vocab,
-            x: Tensor::LastNormed,
+            x: last,
             y: Tensor::Logits,
             tokens: 1,
+            norm: Some(w.output_norm),
+            epilogue: Epilogue::None,
         },
         "output",
         None,
     );
+    node(Op::Argmax, "argmax", None);
     g
 }

@@ -1,15 +1,15 @@
 //! Which kernel runs each op of the graph, in order of preference for a device: the subgroup
 //! variant where the device has subgroups, then the shared-memory one that every device runs.
 
-use super::graph::Op;
+use super::graph::{Epilogue, Op};
 use super::weights::Weights;
-use crate::ops::elementwise::{binary_kernel, copy_kernel, Binary};
-use crate::ops::matvec::{MatvecSpec, Reduce};
+use crate::ops::elementwise::copy_kernel;
+use crate::ops::matvec::{Epilogue as MatvecEpilogue, MatvecSpec, Prologue, Reduce};
 use crate::ops::quant::WeightType;
 use crate::ops::rope::RopeMode;
 use crate::ops::shape::ShapeError;
 use crate::ops::support::{Float, Reduction};
-use crate::ops::{attention, embedding, matvec, rms_norm, rope};
+use crate::ops::{argmax, attention_split, embedding, matvec, rope_store};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_ir::Kernel;
 
@@ -17,32 +17,45 @@ use trine_ir::Kernel;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelKey {
     Embed(WeightType),
-    RmsNorm,
-    /// The weights' type, and whether the product is wide (see [`is_wide`]).
-    Matvec(WeightType, bool),
-    Rope,
-    CacheStore,
-    Attention,
-    Add,
-    Swiglu,
+    /// The weights' type, whether the product is wide (see [`is_wide`]), and what is fused
+    /// into it.
+    Matvec(WeightType, bool, Prologue, MatvecEpilogue),
+    RopeStore,
+    AttnSplit,
+    AttnCombine,
     PickLast,
+    Argmax,
 }
 
-/// How notes and errors name the op: `matvec q4_1 (wide)`.
+/// How notes and errors name the op: `matvec q4_1 (wide, rms_norm, add)`.
 impl std::fmt::Display for KernelKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             KernelKey::Embed(ty) => write!(f, "embedding {ty}"),
-            KernelKey::RmsNorm => f.write_str("rms_norm"),
-            KernelKey::Matvec(ty, wide) => {
-                write!(f, "matvec {ty}{}", if *wide { " (wide)" } else { "" })
+            KernelKey::Matvec(ty, wide, pro, epi) => {
+                let mut parts = vec![];
+                if *wide {
+                    parts.push("wide");
+                }
+                if *pro == Prologue::RmsNorm {
+                    parts.push("rms_norm");
+                }
+                match epi {
+                    MatvecEpilogue::None => {}
+                    MatvecEpilogue::Add => parts.push("add"),
+                    MatvecEpilogue::Swiglu => parts.push("swiglu"),
+                }
+                write!(f, "matvec {ty}")?;
+                if !parts.is_empty() {
+                    write!(f, " ({})", parts.join(", "))?;
+                }
+                Ok(())
             }
-            KernelKey::Rope => f.write_str("rope"),
-            KernelKey::CacheStore => f.write_str("kv cache store"),
-            KernelKey::Attention => f.write_str("attention"),
-            KernelKey::Add => f.write_str("add"),
-            KernelKey::Swiglu => f.write_str("swiglu"),
+            KernelKey::RopeStore => f.write_str("rope + kv cache store"),
+            KernelKey::AttnSplit => f.write_str("attention (split)"),
+            KernelKey::AttnCombine => f.write_str("attention combine"),
             KernelKey::PickLast => f.write_str("last-token copy"),
+            KernelKey::Argmax => f.write_str("argmax"),
         }
     }
 }
@@ -58,17 +71,31 @@ impl KernelKey {
     pub fn of(op: &Op, w: &Weights) -> KernelKey {
         match *op {
             Op::Embed { table } => KernelKey::Embed(w.tensors[table].ty),
-            Op::RmsNorm { .. } => KernelKey::RmsNorm,
-            Op::Matvec { w: id, tokens, .. } => {
+            Op::Matvec {
+                w: id,
+                tokens,
+                norm,
+                epilogue,
+                ..
+            } => {
                 let t = &w.tensors[id];
-                KernelKey::Matvec(t.ty, is_wide(t.rows, t.cols, tokens))
+                let pro = if norm.is_some() {
+                    Prologue::RmsNorm
+                } else {
+                    Prologue::None
+                };
+                let epi = match epilogue {
+                    Epilogue::None => MatvecEpilogue::None,
+                    Epilogue::Add(_) => MatvecEpilogue::Add,
+                    Epilogue::Swiglu => MatvecEpilogue::Swiglu,
+                };
+                KernelKey::Matvec(t.ty, is_wide(t.rows, t.cols, tokens), pro, epi)
             }
-            Op::Rope { .. } => KernelKey::Rope,
-            Op::CacheStore { .. } => KernelKey::CacheStore,
-            Op::Attention { .. } => KernelKey::Attention,
-            Op::Add { .. } => KernelKey::Add,
-            Op::Swiglu => KernelKey::Swiglu,
+            Op::RopeStore { .. } => KernelKey::RopeStore,
+            Op::AttnSplit { .. } => KernelKey::AttnSplit,
+            Op::AttnCombine { .. } => KernelKey::AttnCombine,
             Op::PickLast => KernelKey::PickLast,
+            Op::Argmax => KernelKey::Argmax,
         }
     }
 
@@ -82,8 +109,7 @@ impl KernelKey {
         };
         Ok(match self {
             KernelKey::Embed(ty) => vec![embedding::kernel(ty)],
-            KernelKey::RmsNorm => reductions.iter().map(|&r| rms_norm::kernel(r)).collect(),
-            KernelKey::Matvec(ty, wide) => {
+            KernelKey::Matvec(ty, wide, prologue, epilogue) => {
                 let reduces: &[Reduce] = if sub {
                     &[Reduce::Subgroup, Reduce::Shared]
                 } else {
@@ -92,7 +118,11 @@ impl KernelKey {
                 // Each reduction with f16 scales where the shape wants them, then without.
                 let mut specs = vec![];
                 for &r in reduces {
-                    let spec = matvec_spec(ty, r, info, wide);
+                    let spec = MatvecSpec {
+                        prologue,
+                        epilogue,
+                        ..matvec_spec(ty, r, info, wide)
+                    };
                     specs.push(spec);
                     if spec.f16_scales {
                         specs.push(MatvecSpec {
@@ -106,12 +136,11 @@ impl KernelKey {
                     .map(matvec::kernel)
                     .collect::<Result<_, _>>()?
             }
-            KernelKey::Rope => vec![rope::kernel(RopeMode::Normal, Float::F32)],
-            KernelKey::CacheStore => vec![copy_kernel(Float::F32, s.kv)],
-            KernelKey::Attention => vec![attention::kernel(s.head_dim, s.kv)?],
-            KernelKey::Add => vec![binary_kernel(Binary::Add, Float::F32)],
-            KernelKey::Swiglu => vec![binary_kernel(Binary::Swiglu, Float::F32)],
+            KernelKey::RopeStore => vec![rope_store::kernel(s.head_dim, RopeMode::Normal, s.kv)?],
+            KernelKey::AttnSplit => vec![attention_split::split_kernel(s.head_dim, s.kv)?],
+            KernelKey::AttnCombine => vec![attention_split::combine_kernel(s.head_dim)?],
             KernelKey::PickLast => vec![copy_kernel(Float::F32, Float::F32)],
+            KernelKey::Argmax => reductions.iter().map(|&r| argmax::kernel(r)).collect(),
         })
     }
 }

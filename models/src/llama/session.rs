@@ -8,7 +8,7 @@
 
 use super::engine::Engine;
 use super::error::ModelError;
-use super::graph::{self, Step, Tensor};
+use super::graph::{Step, Tensor};
 use crate::conformance::compare::nmse;
 use serde::Serialize;
 
@@ -84,6 +84,27 @@ impl Session {
     /// longer than the executor's batch go in chunks; a cross-check covers every chunk and
     /// counts as one step.
     pub fn feed(&mut self, ids: &[u32]) -> Result<Vec<f32>, ModelError> {
+        self.advance(ids)?;
+        let vocab = self.engine.model().config.vocab as usize;
+        self.engine.read(Tensor::Logits, 0..vocab)
+    }
+
+    /// As [`Session::feed`], returning the greedy token instead of the logits: 4 bytes read
+    /// back per step instead of the vocabulary.
+    pub fn feed_greedy(&mut self, ids: &[u32]) -> Result<u32, ModelError> {
+        self.advance(ids)?;
+        self.greedy_token()
+    }
+
+    /// The device's argmax of the last step's logits.
+    pub fn greedy_token(&mut self) -> Result<u32, ModelError> {
+        match self.engine.read_token()? {
+            crate::ops::argmax::NONE => Err(ModelError::NanLogits),
+            id => Ok(id),
+        }
+    }
+
+    fn advance(&mut self, ids: &[u32]) -> Result<(), ModelError> {
         if ids.is_empty() {
             return Err(ModelError::EmptyPrompt);
         }
@@ -96,18 +117,17 @@ impl Session {
                 pos: self.pos,
             };
             self.engine.check_step(s)?;
-            self.engine.set_ids(chunk)?;
-            if let Some(ch) = self.checker.as_mut() {
-                ch.check_step(s)?;
-                ch.set_ids(chunk)?;
-            }
-            let model = self.engine.model();
-            let nodes = graph::build(&model.config, &model.weights, s);
-            for node in &nodes {
+            self.engine.set_ids(chunk, s.pos)?;
+            let Some(ch) = self.checker.as_mut() else {
+                self.engine.run_step(s)?;
+                self.pos += s.tokens;
+                continue;
+            };
+            ch.check_step(s)?;
+            ch.set_ids(chunk, s.pos)?;
+            for node in &self.engine.graph(s) {
                 self.engine.run(node, s)?;
-                let Some(ch) = self.checker.as_mut() else {
-                    continue;
-                };
+                let ch = self.checker.as_mut().expect("checked above");
                 for t in self.engine.activation_inputs(node, s) {
                     if let Some(bytes) = self.engine.export(t)? {
                         ch.import(t, &bytes)?;
@@ -139,8 +159,7 @@ impl Session {
             });
         }
         self.steps += 1;
-        let vocab = self.engine.model().config.vocab as usize;
-        self.engine.read(Tensor::Logits, 0..vocab)
+        Ok(())
     }
 }
 

@@ -2,11 +2,12 @@
 //! `pp N` feeds a prompt of N random tokens as one step into an empty cache; `tg N` generates
 //! N tokens one step at a time from an empty cache. Each is run once to warm up (uploads,
 //! pipeline creation), then `reps` times; tokens per second is N over the wall time of a run
-//! (every step ends with its logits on the host, as `llama_decode` leaves them).
+//! (a prompt step ends with its logits on the host, as `llama_decode` leaves them; a
+//! generated token is the device's argmax, 4 bytes read back, where llama-bench's
+//! `llama_decode` also copies the step's logits to the host).
 
 use super::engine::Engine;
 use super::error::ModelError;
-use super::sampler::argmax;
 use super::session::Session;
 use crate::conformance::case::Rng;
 use serde::Serialize;
@@ -55,7 +56,7 @@ pub fn measure(
             Test::Tg => {
                 let mut next = prompt[0];
                 for _ in 0..tokens {
-                    next = argmax(&session.feed(&[next])?);
+                    next = session.feed_greedy(&[next])?;
                 }
             }
         }

@@ -43,6 +43,11 @@ pub struct Layer {
     pub w_gate: WeightId,
     pub w_up: WeightId,
     pub w_down: WeightId,
+    /// Q, K and V stacked (rows of wq, then wk, then wv): one matvec for the three.
+    pub wqkv: WeightId,
+    /// Gate and up interleaved (gate row i at row 2i, up row i at 2i + 1): one matvec whose
+    /// workgroups hold both rows that SwiGLU combines.
+    pub w_gate_up: WeightId,
 }
 
 #[derive(Clone, Debug)]
@@ -63,16 +68,27 @@ impl Weights {
         let layers = (0..c.n_layer)
             .map(|l| {
                 let n = |s: &str| format!("blk.{l}.{s}.weight");
+                let (wq, wk, wv) = (
+                    w.matrix(&n("attn_q"), d, d)?,
+                    w.matrix(&n("attn_k"), kv, d)?,
+                    w.matrix(&n("attn_v"), kv, d)?,
+                );
+                let (w_gate, w_up) = (
+                    w.matrix(&n("ffn_gate"), ff, d)?,
+                    w.matrix(&n("ffn_up"), ff, d)?,
+                );
                 Ok(Layer {
                     attn_norm: w.norm(&n("attn_norm"), d)?,
-                    wq: w.matrix(&n("attn_q"), d, d)?,
-                    wk: w.matrix(&n("attn_k"), kv, d)?,
-                    wv: w.matrix(&n("attn_v"), kv, d)?,
+                    wq,
+                    wk,
+                    wv,
                     wo: w.matrix(&n("attn_output"), d, d)?,
                     ffn_norm: w.norm(&n("ffn_norm"), d)?,
-                    w_gate: w.matrix(&n("ffn_gate"), ff, d)?,
-                    w_up: w.matrix(&n("ffn_up"), ff, d)?,
+                    w_gate,
+                    w_up,
                     w_down: w.matrix(&n("ffn_down"), d, ff)?,
+                    wqkv: w.stack(&n("attn_qkv"), &[wq, wk, wv], false)?,
+                    w_gate_up: w.stack(&n("ffn_gate_up"), &[w_gate, w_up], true)?,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
@@ -140,6 +156,63 @@ impl Loader<'_> {
             rows,
             cols,
             source,
+        }))
+    }
+
+    /// A matrix made of the rows of `parts` (same column count): one after another, or with
+    /// `interleave` row i of each part in turn. Parts of one type keep it (quantized rows are
+    /// self-contained blocks, so rows move as bytes); mixed types are widened to f32.
+    fn stack(
+        &mut self,
+        name: &str,
+        parts: &[WeightId],
+        interleave: bool,
+    ) -> Result<WeightId, ModelError> {
+        let first = &self.tensors[parts[0]];
+        let (ty0, cols) = (first.ty, first.cols);
+        let same = parts.iter().all(|&p| self.tensors[p].ty == ty0);
+        let ty = if same { ty0 } else { WeightType::F32 };
+        let row_bytes = ty
+            .bytes("stack", "cols", cols as usize)?;
+        // Each part's rows in `ty`.
+        let mut rows: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
+        for &p in parts {
+            let t = &self.tensors[p];
+            let data = match &t.source {
+                Source::File(info) => self.g.tensor_data(info),
+                Source::Owned(v) => v.as_slice(),
+            };
+            let own = t.ty.bytes("stack", "cols", cols as usize)?;
+            let data = &data[..own * t.rows as usize];
+            rows.push(if t.ty == ty {
+                data.to_vec()
+            } else {
+                let mut out = Vec::with_capacity(row_bytes * t.rows as usize);
+                for row in data.chunks_exact(own) {
+                    let v = crate::ops::quant::dequantize(t.ty, row, cols as usize)?;
+                    out.extend(v.iter().flat_map(|&x| (x as f32).to_le_bytes()));
+                }
+                out
+            });
+        }
+        let total: u32 = parts.iter().map(|&p| self.tensors[p].rows).sum();
+        let mut bytes = Vec::with_capacity(row_bytes * total as usize);
+        if interleave {
+            let n = self.tensors[parts[0]].rows as usize;
+            for i in 0..n {
+                for part in &rows {
+                    bytes.extend_from_slice(&part[i * row_bytes..(i + 1) * row_bytes]);
+                }
+            }
+        } else {
+            rows.iter().for_each(|part| bytes.extend_from_slice(part));
+        }
+        Ok(self.push(Weight {
+            name: name.to_string(),
+            ty,
+            rows: total,
+            cols,
+            source: Source::Owned(crate::ops::quant::pad_to_words(bytes)),
         }))
     }
 

@@ -6,7 +6,8 @@
 //! (plain floats) or over 8-element segments of the blocks (quantized), loading each slice of x
 //! once and using it for all its rows; then each row's partial sums are reduced across the
 //! workgroup, with subgroup sums ([`Reduce::Subgroup`]) or a shared-memory tree
-//! ([`Reduce::Shared`], the fallback for devices without subgroups).
+//! ([`Reduce::Shared`], the fallback for devices without subgroups). A spec may fuse the RMS
+//! norm before the product and a residual add or SwiGLU after it: see [`super::matvec_fused`].
 //!
 //! Bound: every output is an f32 sum of `cols` products, which rounds to within about
 //! `cols · 2^-24` of Σ|w·x| in the worst case and, with rounding errors of random sign, to
@@ -16,6 +17,8 @@
 //! differently (a swapped nibble, a wrong scale) is off by the weights' quantization step and
 //! fails by orders of magnitude.
 
+use super::matvec_fused::{self as fused, Fused, Norm};
+pub use super::matvec_fused::{Epilogue, Prologue};
 use super::quant::{self, WeightType, QK};
 use super::shape::ShapeError;
 use super::support::{elements, nonzero};
@@ -55,7 +58,7 @@ pub struct MatvecSpec {
     /// Rows per workgroup: each slice of x is loaded once for all of them.
     pub rows_per_workgroup: u32,
     /// Invocations per workgroup: a power of two (the shared tree halves it), at least
-    /// `rows_per_workgroup` (invocation r stores row r).
+    /// `rows_per_workgroup` (invocation r stores output r).
     pub workgroup: u32,
     /// Elements of a quantized block per step of an invocation: 8, 16 or 32. Each step decodes
     /// the block's scales once per row, so larger segments decode less per weight; smaller ones
@@ -66,6 +69,10 @@ pub struct MatvecSpec {
     /// conversion, instead of assembling them from bytes with integer operations. Needs 16-bit
     /// storage; where scales are decoded per segment this is most of a CPU's work per weight.
     pub f16_scales: bool,
+    /// The ops fused before and after the product, which save their dispatches and the round
+    /// trips of the activations through memory ([`super::matvec_fused`]).
+    pub prologue: Prologue,
+    pub epilogue: Epilogue,
 }
 
 impl MatvecSpec {
@@ -79,6 +86,8 @@ impl MatvecSpec {
             workgroup: 64,
             segment: SEGMENT,
             f16_scales: false,
+            prologue: Prologue::None,
+            epilogue: Epilogue::None,
         }
     }
 
@@ -112,17 +121,31 @@ impl MatvecSpec {
                 value: self.segment as usize,
             });
         }
-        // One f32 partial per row and invocation, within the smallest device's 32 KiB.
-        let shared = self.rows_per_workgroup as usize * wg * 4;
+        if self.epilogue == Epilogue::Swiglu && !self.rows_per_workgroup.is_multiple_of(2) {
+            return Err(ShapeError::NotMultiple {
+                op: OP,
+                what: "rows per workgroup of a SwiGLU product (gate and up rows in pairs)",
+                value: self.rows_per_workgroup as usize,
+                multiple: 2,
+            });
+        }
+        // One f32 partial per row (and the norm's sum of squares) and invocation, within the
+        // smallest device's 32 KiB.
+        let shared = self.reduced_rows() as usize * wg * 4;
         if shared > 32 * 1024 {
             return Err(ShapeError::TooLarge {
                 op: OP,
-                what: "shared bytes (rows per workgroup × workgroup × 4)",
+                what: "shared bytes ((rows per workgroup + 1 with the norm) × workgroup × 4)",
                 value: shared,
                 limit: 32 * 1024,
             });
         }
         Ok(())
+    }
+
+    /// Sums reduced across the workgroup: one per row, and the norm's sum of squares.
+    fn reduced_rows(&self) -> u32 {
+        self.rows_per_workgroup + u32::from(self.prologue == Prologue::RmsNorm)
     }
 
     /// The grid for `rows` rows and `tokens` vectors x (prefill multiplies W with each
@@ -197,8 +220,10 @@ pub fn reference(
         .collect()
 }
 
-/// The matvec kernel for `spec`. Buffers: `w` (the weights, bytes if quantized), `x`, `y`;
-/// parameters `rows`, `cols`; grid [`MatvecSpec::grid`].
+/// The matvec kernel for `spec`. Buffers: `w` (the weights, bytes if quantized), `w16` (the
+/// same memory as f16, with `f16_scales`), `x`, `g` (with [`Prologue::RmsNorm`]), `r` (with
+/// [`Epilogue::Add`]), `y`; parameters `rows`, `cols`, `eps` (with [`Prologue::RmsNorm`]); grid
+/// [`MatvecSpec::grid`].
 pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     spec.check()?;
     let (ty, nrows, wg) = (spec.weights, spec.rows_per_workgroup, spec.workgroup);
@@ -210,6 +235,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     if f16_scales {
         name.push_str("_h");
     }
+    name.push_str(&fused::suffix(spec.prologue, spec.epilogue, '_', '_'));
     let k = KernelBuilder::new(&name, [wg, 1, 1]);
     if spec.reduce == Reduce::Subgroup {
         k.require_subgroups();
@@ -217,9 +243,16 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     let w = k.buffer("w", ty.buffer_elem(), Access::Read);
     let w16 = f16_scales.then(|| k.buffer("w16", Scalar::F16, Access::Read));
     let x = k.buffer("x", Scalar::F32, Access::Read);
+    let g = (spec.prologue == Prologue::RmsNorm).then(|| k.buffer("g", Scalar::F32, Access::Read));
+    let r = (spec.epilogue == Epilogue::Add).then(|| k.buffer("r", Scalar::F32, Access::Read));
     let y = k.buffer("y", Scalar::F32, Access::Write);
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
+    let norm = g.map(|g| Norm {
+        g,
+        eps: k.param("eps", Scalar::F32),
+        sum_sq: k.var("sum_sq", Scalar::F32),
+    });
     let lid = k.local_index();
     let row0 = k.workgroup_id(0) * k.u32(nrows);
     let token = k.workgroup_id(1);
@@ -236,7 +269,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
             &k,
             ty,
             (w, w16),
-            (x, x0),
+            (x, x0, norm.as_ref()),
             cols,
             &rows_accs,
             (wg, spec.segment),
@@ -245,33 +278,77 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * cols).collect();
         k.for_range(lid, cols, wg, |c| {
             let xv = k.load(x, x0 + c);
+            let xv = norm.as_ref().map_or(xv, |n| n.scale(&k, xv, c));
             for (base, (_, acc)) in bases.iter().zip(&rows_accs) {
                 let wv = k.load(w, *base + c).cast(Scalar::F32);
                 acc.set(wv.fma(xv, acc.get()));
             }
         });
     }
-    let sums: Vec<Val> = rows_accs.iter().map(|(_, a)| a.get()).collect();
-    let total = match spec.reduce {
-        Reduce::Subgroup => reduce_subgroup(&k, &sums, wg),
-        Reduce::Shared => reduce_shared(&k, &sums, wg),
+    let mut sums: Vec<Val> = rows_accs.iter().map(|(_, a)| a.get()).collect();
+    // The sum of squares, reduced as row `nrows`.
+    sums.extend(norm.as_ref().map(|n| n.sum_sq.get()));
+    // Invocation i stores output i: row i's sum, or SwiGLU's of rows 2i and 2i + 1.
+    let outputs = match spec.epilogue {
+        Epilogue::Swiglu => nrows / 2,
+        Epilogue::None | Epilogue::Add => nrows,
     };
-    // Invocation r holds row r's sum.
-    k.if_(lid.lt(k.u32(nrows)), || {
-        let row = row0 + lid;
-        k.if_(row.lt(rows), || k.store(y, token * rows + row, total));
+    let reads = |i| read_rows(&k, &spec, i);
+    let totals = match spec.reduce {
+        Reduce::Subgroup => reduce_subgroup(&k, &sums, wg, (outputs, reads)),
+        Reduce::Shared => reduce_shared(&k, &sums, wg, (outputs, reads)),
+    };
+    k.if_(lid.lt(k.u32(outputs)), || {
+        let totals: Vec<Val> = match (&norm, totals.split_last()) {
+            (Some(n), Some((&sum_sq, sums))) => {
+                let inv_rms = n.inv_rms(sum_sq, cols);
+                sums.iter().map(|&t| t * inv_rms).collect()
+            }
+            _ => totals,
+        };
+        if spec.epilogue == Epilogue::Swiglu {
+            let n = rows / k.u32(2);
+            let i = k.workgroup_id(0) * k.u32(outputs) + lid;
+            k.if_(i.lt(n), || {
+                let v = fused::silu_ir(&k, totals[0]) * totals[1];
+                k.store(y, token * n + i, v);
+            });
+        } else {
+            let row = row0 + lid;
+            k.if_(row.lt(rows), || {
+                let at = token * rows + row;
+                k.store(y, at, r.map_or(totals[0], |r| totals[0] + k.load(r, at)));
+            });
+        }
     });
     Ok(k.finish())
 }
 
+/// The rows whose sums the invocation storing output `i` reads: `i`, or SwiGLU's gate and up
+/// rows `2i` and `2i + 1`; then the norm's sum of squares, row `rows_per_workgroup`.
+fn read_rows<'b>(k: &'b KernelBuilder, spec: &MatvecSpec, i: Val<'b>) -> Vec<Val<'b>> {
+    let mut rows = match spec.epilogue {
+        Epilogue::Swiglu => {
+            let gate = i * k.u32(2);
+            vec![gate, gate + k.u32(1)]
+        }
+        Epilogue::None | Epilogue::Add => vec![i],
+    };
+    if spec.prologue == Prologue::RmsNorm {
+        rows.push(k.u32(spec.rows_per_workgroup));
+    }
+    rows
+}
+
 /// Accumulates the quantized rows' dot products: each step takes one segment of a block, loads
 /// its x values once, and for every row multiplies the codes by x and scales the segment's sum
-/// by d (adding m·Σx for Q4_1), so that the scales cost one multiply per segment.
+/// by d (adding m·Σx for Q4_1), so that the scales cost one multiply per segment. With the
+/// norm, x is multiplied by g as it is loaded.
 fn dot_quantized<'b>(
     k: &'b KernelBuilder,
     ty: WeightType,
     (w, w16): (trine_ir::BufferId, Option<trine_ir::BufferId>),
-    (x, x0): (trine_ir::BufferId, Val<'b>),
+    (x, x0, norm): (trine_ir::BufferId, Val<'b>, Option<&Norm<'b>>),
     cols: Val<'b>,
     rows_accs: &[(Val<'b>, Var<'b>)],
     (wg, segment): (u32, u32),
@@ -306,6 +383,24 @@ fn dot_quantized<'b>(
                         .map(|&o| k.load(x, xb + o + k.u32(QK as u32 / 2))),
                 )
                 .collect(),
+        };
+        let xs: Vec<Val> = match norm {
+            None => xs,
+            Some(n) => {
+                let first = block * k.u32(QK as u32);
+                let at: Vec<Val> = match ty {
+                    WeightType::Q8_0 => offsets.clone(),
+                    _ => {
+                        let half = k.u32(QK as u32 / 2);
+                        let high = offsets.iter().map(|&o| o + half);
+                        offsets.iter().copied().chain(high).collect()
+                    }
+                };
+                xs.iter()
+                    .zip(at)
+                    .map(|(&v, c)| n.scale(k, v, first + c))
+                    .collect()
+            }
         };
         let xsum = (ty == WeightType::Q4_1).then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
         for (base, (_, acc)) in bases.iter().zip(rows_accs) {
@@ -354,8 +449,14 @@ fn dot_quantized<'b>(
 }
 
 /// Row sums through subgroup sums: each subgroup's lane 0 leaves one partial per row in
-/// shared memory, and invocation r adds row r's partials. Returns invocation r's row-r sum.
-fn reduce_subgroup<'b>(k: &'b KernelBuilder, sums: &[Val<'b>], wg: u32) -> Val<'b> {
+/// shared memory; each invocation below `outputs` adds the partials of the rows `reads` names
+/// for it, and gets their sums.
+fn reduce_subgroup<'b>(
+    k: &'b KernelBuilder,
+    sums: &[Val<'b>],
+    wg: u32,
+    (outputs, reads): (u32, impl FnOnce(Val<'b>) -> Vec<Val<'b>>),
+) -> Vec<Val<'b>> {
     let sh = k.shared("partials", Scalar::F32, sums.len() as u32 * wg);
     let lid = k.local_index();
     let totals: Vec<Val> = sums.iter().map(|s| s.subgroup_sum()).collect();
@@ -366,21 +467,26 @@ fn reduce_subgroup<'b>(k: &'b KernelBuilder, sums: &[Val<'b>], wg: u32) -> Val<'
         }
     });
     k.barrier();
-    let total = k.var("total", Scalar::F32);
-    k.if_(lid.lt(k.u32(sums.len() as u32)), || {
+    read_totals(k, lid, (outputs, reads), |row, total| {
         // A subgroup wider than the workgroup is one partial subgroup, hence the rounding up.
         let width = k.subgroup_size();
         let groups = (k.u32(wg) + width - k.u32(1)) / width;
-        let base = lid * k.u32(wg);
+        let base = row * k.u32(wg);
         k.for_range(k.u32(0), groups, 1, |g| {
             total.set(total.get() + k.load_shared(sh, base + g))
         });
-    });
-    total.get()
+    })
 }
 
-/// Row sums through a shared-memory tree: log2(wg) halving steps over all rows at once.
-fn reduce_shared<'b>(k: &'b KernelBuilder, sums: &[Val<'b>], wg: u32) -> Val<'b> {
+/// Row sums through a shared-memory tree: log2(wg) halving steps over all rows at once, which
+/// leave row r's sum at `r·wg`; invocations below `outputs` get the sums of the rows `reads`
+/// names for them.
+fn reduce_shared<'b>(
+    k: &'b KernelBuilder,
+    sums: &[Val<'b>],
+    wg: u32,
+    (outputs, reads): (u32, impl FnOnce(Val<'b>) -> Vec<Val<'b>>),
+) -> Vec<Val<'b>> {
     let sh = k.shared("partials", Scalar::F32, sums.len() as u32 * wg);
     let lid = k.local_index();
     for (r, s) in sums.iter().enumerate() {
@@ -399,12 +505,29 @@ fn reduce_shared<'b>(k: &'b KernelBuilder, sums: &[Val<'b>], wg: u32) -> Val<'b>
         k.barrier();
         stride /= 2;
     }
-    let total = k.var("total", Scalar::F32);
-    let rows = k.u32(sums.len() as u32);
-    k.if_(lid.lt(rows), || {
-        total.set(k.load_shared(sh, lid * k.u32(wg)))
+    read_totals(k, lid, (outputs, reads), |row, total| {
+        total.set(k.load_shared(sh, row * k.u32(wg)))
+    })
+}
+
+/// After a reduction's last barrier, where any invocation can read any row's sum: the sums
+/// of the rows `reads` names for invocation `lid`, if it is below `outputs`, each set into a
+/// fresh (zero) variable by `read`.
+fn read_totals<'b>(
+    k: &'b KernelBuilder,
+    lid: Val<'b>,
+    (outputs, reads): (u32, impl FnOnce(Val<'b>) -> Vec<Val<'b>>),
+    read: impl Fn(Val<'b>, Var<'b>),
+) -> Vec<Val<'b>> {
+    let mut totals = vec![];
+    k.if_(lid.lt(k.u32(outputs)), || {
+        for row in reads(lid) {
+            let total = k.var("total", Scalar::F32);
+            read(row, total);
+            totals.push(total);
+        }
     });
-    total.get()
+    totals.into_iter().map(|t| t.get()).collect()
 }
 
 /// A conformance case: random W (quantized with ggml's reference quantizers) and x.
@@ -431,7 +554,8 @@ pub fn batched_case(
 }
 
 /// A conformance case of any [`MatvecSpec`]; its name shows the spec where it is not
-/// [`MatvecSpec::new`]'s.
+/// [`MatvecSpec::new`]'s, then what it fuses (`/norm+swiglu`). The fused inputs: g in
+/// [0.5, 1.5) as rms_norm's cases, eps [`fused::EPS`], r in [-2, 2).
 pub fn spec_case(
     spec: MatvecSpec,
     rows: u32,
@@ -446,13 +570,26 @@ pub fn spec_case(
     nonzero(OP, "tokens", tokens)?;
     elements(OP, "x", &[tokens, cols])?;
     elements(OP, "y", &[tokens, rows])?;
+    // SwiGLU's rows come in pairs.
+    spec.epilogue.outputs(rows)?;
     let mut rng = Rng::new(seed);
     let w = quant::quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
     let x = rng.f32s(c * tokens as usize, -1.0, 1.0);
-    let mut want = Vec::with_capacity(r * tokens as usize);
-    for xt in x.chunks_exact(c) {
-        want.extend(reference(ty, &w, r, c, xt)?);
-    }
+    // Drawn after W and x, so that the plain cases keep their data.
+    let g = (spec.prologue == Prologue::RmsNorm).then(|| rng.f32s(c, 0.5, 1.5));
+    let res = (spec.epilogue == Epilogue::Add).then(|| rng.f32s(r * tokens as usize, -2.0, 2.0));
+    let want = fused::reference(
+        ty,
+        &w,
+        r,
+        c,
+        &x,
+        &Fused {
+            norm: g.as_deref().map(|g| (g, fused::EPS)),
+            epilogue: spec.epilogue,
+            residual: res.as_deref().unwrap_or_default(),
+        },
+    )?;
     let mut name = format!("{OP}/{ty}/{rows}x{cols}");
     if tokens > 1 {
         name.push_str(&format!("/t{tokens}"));
@@ -460,8 +597,12 @@ pub fn spec_case(
     if reduce == Reduce::Shared {
         name.push_str("/shared");
     }
-    let default = MatvecSpec::new(ty, reduce);
-    if spec != default {
+    let unfused = MatvecSpec {
+        prologue: Prologue::None,
+        epilogue: Epilogue::None,
+        ..spec
+    };
+    if unfused != MatvecSpec::new(ty, reduce) {
         name.push_str(&format!(
             "/r{}w{}s{}{}",
             spec.rows_per_workgroup,
@@ -470,6 +611,7 @@ pub fn spec_case(
             if spec.f16_scales { "h" } else { "" }
         ));
     }
+    name.push_str(&fused::suffix(spec.prologue, spec.epilogue, '/', '+'));
     let w = quant::pad_to_words(w);
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens)).input(
         "w",
@@ -479,10 +621,18 @@ pub fn spec_case(
     if ty.is_quantized() && spec.f16_scales {
         case = case.input("w16", Scalar::F16, w);
     }
+    let mut params = vec![ParamValue::U32(rows), ParamValue::U32(cols)];
+    case = case.input("x", Scalar::F32, f32_bytes(&x));
+    if let Some(g) = g {
+        case = case.input("g", Scalar::F32, f32_bytes(&g));
+        params.push(ParamValue::F32(fused::EPS));
+    }
+    if let Some(res) = res {
+        case = case.input("r", Scalar::F32, f32_bytes(&res));
+    }
     let mut case = case
-        .input("x", Scalar::F32, f32_bytes(&x))
         .output("y", Scalar::F32, vec![0; want.len() * 4], want)
-        .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)]);
+        .params(params);
     if reduce == Reduce::Subgroup {
         case = case.fallback(kernel(MatvecSpec {
             reduce: Reduce::Shared,

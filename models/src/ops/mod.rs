@@ -4,13 +4,16 @@
 
 pub mod argmax;
 pub mod attention;
+pub mod attention_split;
 pub mod elementwise;
 pub mod embedding;
 pub mod matmul;
 pub mod matvec;
+pub mod matvec_fused;
 pub mod quant;
 pub mod rms_norm;
 pub mod rope;
+pub mod rope_store;
 pub mod shape;
 pub mod softmax;
 pub mod support;
@@ -22,11 +25,14 @@ pub fn cases() -> Vec<Case> {
     [
         matmul::cases as fn() -> Vec<Case>,
         matvec::cases,
+        matvec_fused::cases,
         embedding::cases,
         rms_norm::cases,
         rope::cases,
         softmax::cases,
         attention::cases,
+        attention_split::cases,
+        rope_store::cases,
         elementwise::cases,
         argmax::cases,
     ]

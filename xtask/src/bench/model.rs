@@ -15,6 +15,9 @@ pub struct ModelRow {
     pub backend: String,
     pub device: String,
     pub speeds: Result<Vec<Speed>, String>,
+    /// Kernel launches of one decode step (the recorded step replays them all at once).
+    pub dispatches_per_token: Option<usize>,
+    pub layers: u32,
 }
 
 /// Runs pp`pp` and tg`tg` (a test of 0 tokens is left out), `reps` times each, on each backend.
@@ -30,6 +33,7 @@ pub fn run(
     let sizes = EngineOptions {
         context,
         max_batch: pp.clamp(1, context),
+        record: true,
     };
     let mut rows = vec![];
     for (name, backend) in backends {
@@ -40,15 +44,19 @@ pub fn run(
                     backend: name.clone(),
                     device: String::new(),
                     speeds: Err(why.clone()),
+                    dispatches_per_token: None,
+                    layers: model.config.n_layer,
                 });
                 continue;
             }
         };
         eprintln!("{name}: pp{pp} and tg{tg}, {reps} repetitions after a warm-up");
         let device = backend.info().name.clone();
+        let mut dispatches = None;
         let speeds = (|| {
             let mut engine =
                 Engine::new(model.clone(), backend, sizes).map_err(|e| e.to_string())?;
+            dispatches = Some(engine.dispatches_per_token());
             let mut out = vec![];
             for (test, n) in [(Test::Pp, pp), (Test::Tg, tg)] {
                 if n == 0 {
@@ -60,10 +68,18 @@ pub fn run(
             }
             Ok(out)
         })();
+        if let Some(n) = dispatches {
+            eprintln!(
+                "{name}: {n} dispatches per decode step ({:.2} per layer)",
+                n as f64 / f64::from(model.config.n_layer)
+            );
+        }
         rows.push(ModelRow {
             backend: name.clone(),
             device,
             speeds,
+            dispatches_per_token: dispatches,
+            layers: model.config.n_layer,
         });
     }
     Ok(rows)
@@ -76,6 +92,9 @@ struct JsonRow<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     skipped: Option<&'a str>,
     tests: &'a [Speed],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dispatches_per_token: Option<usize>,
+    layers: u32,
 }
 
 /// The rows as a JSON array: backend, device, and each test's samples, mean and deviation.
@@ -87,6 +106,8 @@ pub fn json(rows: &[ModelRow]) -> Result<String, String> {
             device: &r.device,
             skipped: r.speeds.as_ref().err().map(String::as_str),
             tests: r.speeds.as_deref().unwrap_or(&[]),
+            dispatches_per_token: r.dispatches_per_token,
+            layers: r.layers,
         })
         .collect();
     serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())
@@ -98,15 +119,18 @@ pub fn table(model: &Path, rows: &[ModelRow]) -> String {
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let mut s = String::from(
-        "| model | backend | device | test | t/s |\n| --- | --- | --- | --- | --- |\n",
+        "| model | backend | device | test | t/s | dispatches per token |\n| --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows {
         match &r.speeds {
-            Err(why) => s += &format!("| {name} | {} | — | — | not run: {why} |\n", r.backend),
+            Err(why) => s += &format!("| {name} | {} | — | — | not run: {why} | |\n", r.backend),
             Ok(speeds) => {
                 for sp in speeds {
+                    let per = r
+                        .dispatches_per_token
+                        .map_or_else(String::new, |n| n.to_string());
                     s += &format!(
-                        "| {name} | {} | {} | {} | {:.2} ± {:.2} |\n",
+                        "| {name} | {} | {} | {} | {:.2} ± {:.2} | {per} |\n",
                         r.backend, r.device, sp.test, sp.mean_tps, sp.stddev_tps
                     );
                 }

@@ -1,6 +1,11 @@
 //! The executor: runs the graph's nodes on their devices, keeping every tensor resident where
 //! it was last written and copying it (through the host) only when a node on another device
 //! reads it. Weights and rope's frequency table are uploaded from the host on first use.
+//!
+//! A decode step (one token) whose nodes all run on one device is recorded once
+//! ([`Backend::record`]) and replayed at every position: the position and the token id are
+//! written to small device buffers that the kernels read, so one host write of each, one
+//! replay and a 4-byte read of the greedy token make a whole step.
 
 mod plan;
 mod residency;
@@ -14,7 +19,8 @@ use crate::ops::support::Float;
 use half::f16;
 use std::collections::HashMap;
 use std::sync::Arc;
-use trine_backends::{Backend, BufferHandle, Dispatch};
+use trine_backends::{Backend, Binding, BufferHandle, Dispatch, ProgramId, Recording};
+use trine_ir::ParamValue;
 
 /// Sizes an executor is built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +29,9 @@ pub struct EngineOptions {
     pub context: u32,
     /// Most tokens in one step (longer prompts are fed in chunks of this size).
     pub max_batch: u32,
+    /// Record decode steps and replay them (where every node runs on one device); off, each
+    /// node is dispatched on its own, as cross-checks do.
+    pub record: bool,
 }
 
 /// A tensor's buffers, one slot per device, and which of them hold its current value.
@@ -38,6 +47,19 @@ pub struct Engine {
     shape: KernelShape,
     options: EngineOptions,
     tensors: HashMap<Tensor, Resident>,
+    /// Whether the primary device is a GPU: decode attention splits the keys there.
+    gpu: bool,
+    /// The recorded decode step, made at the first one.
+    decode: Option<Recording>,
+}
+
+/// A node's dispatch with its buffers bound.
+struct Bound {
+    device: usize,
+    program: ProgramId,
+    grid: [u32; 3],
+    bindings: Vec<Binding>,
+    params: Vec<ParamValue>,
 }
 
 impl Engine {
@@ -66,9 +88,10 @@ impl Engine {
         };
         // The kernels of a decode step and of the largest prompt step (prefill may pick other
         // matvec shapes).
+        let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
         let keys: Vec<KernelKey> = [1, options.max_batch]
             .into_iter()
-            .flat_map(|tokens| graph::build(c, &model.weights, Step { tokens, pos: 0 }))
+            .flat_map(|tokens| graph::build(c, &model.weights, Step { tokens, pos: 0 }, gpu))
             .map(|n| KernelKey::of(&n.op, &model.weights))
             .collect();
         let placement = Placement::new(backend, &keys, shape)?;
@@ -78,6 +101,8 @@ impl Engine {
             shape,
             options,
             tensors: HashMap::new(),
+            gpu,
+            decode: None,
         })
     }
 
@@ -117,8 +142,20 @@ impl Engine {
         Ok(())
     }
 
-    /// Writes the step's token ids where the embedding runs.
-    pub fn set_ids(&mut self, ids: &[u32]) -> Result<(), ModelError> {
+    /// The nodes of step `s` on this executor's devices.
+    pub fn graph(&self, s: Step) -> Vec<Node> {
+        let c = &self.model.config;
+        graph::build(c, &self.model.weights, s, self.gpu)
+    }
+
+    /// Dispatches per decode step: what one token costs the device in launches.
+    pub fn dispatches_per_token(&self) -> usize {
+        self.graph(Step { tokens: 1, pos: 0 }).len()
+    }
+
+    /// Writes the step's token ids where the embedding runs, and its position on every
+    /// device (the kernels that read it may sit on any of them).
+    pub fn set_ids(&mut self, ids: &[u32], pos: u32) -> Result<(), ModelError> {
         self.model.check_ids(ids)?;
         let key = KernelKey::of(
             &Op::Embed {
@@ -132,6 +169,51 @@ impl Engine {
             .write(buf, 0, bytemuck::cast_slice(ids))
             .map_err(|e| self.err(d, e))?;
         self.mark_written(Tensor::Ids, d);
+        let step = [pos, 0, 0, 0];
+        for d in 0..self.placement.devices.len() {
+            let buf = self.buffer(Tensor::Step, d)?;
+            self.dev(d)
+                .write(buf, 0, bytemuck::cast_slice(&step))
+                .map_err(|e| self.err(d, e))?;
+        }
+        if let Some(r) = self.tensors.get_mut(&Tensor::Step) {
+            r.valid.iter_mut().for_each(|v| *v = true);
+        }
+        Ok(())
+    }
+
+    /// Runs every node of step `s` (queued), after [`Engine::set_ids`]: a decode step by
+    /// replaying its recording where it has one, otherwise node by node.
+    pub fn run_step(&mut self, s: Step) -> Result<(), ModelError> {
+        let nodes = self.graph(s);
+        let one_device = self.placement.programs.values().all(|&(d, _)| d == 0);
+        if s.tokens > 1 || !self.options.record || !one_device {
+            return nodes.iter().try_for_each(|n| self.run(n, s));
+        }
+        if self.decode.is_none() {
+            let bound = nodes
+                .iter()
+                .map(|n| self.bind(n, s))
+                .collect::<Result<Vec<_>, _>>()?;
+            let list: Vec<Dispatch> = bound
+                .iter()
+                .map(|b| Dispatch {
+                    program: b.program,
+                    grid: b.grid,
+                    bindings: &b.bindings,
+                    params: &b.params,
+                })
+                .collect();
+            let r = self.dev(0).record(&list).map_err(|e| self.err(0, e))?;
+            self.decode = Some(r);
+        }
+        let r = self.decode.as_ref().expect("recorded above");
+        self.dev(0).replay(r).map_err(|e| self.err(0, e))?;
+        for n in &nodes {
+            for t in self.plan(n, s).outputs {
+                self.mark_written(t, 0);
+            }
+        }
         Ok(())
     }
 
@@ -153,24 +235,13 @@ impl Engine {
         s: Step,
         timed: bool,
     ) -> Result<Option<std::time::Duration>, ModelError> {
-        let key = KernelKey::of(&node.op, &self.model.weights);
-        let (d, program) = self.placement.programs[&key];
-        let (inputs, output, params, grid) = self.plan(node, s);
-        let mut bindings = Vec::with_capacity(inputs.len() + 1);
-        for &t in &inputs {
-            self.make_valid(t, d)?;
-            bindings.push(self.binding(t, d)?);
-        }
-        if let Op::CacheStore { cache, .. } = node.op {
-            // A partial write: the rest of the cache must be here too.
-            self.make_valid(cache, d)?;
-        }
-        bindings.push(self.binding(output, d)?);
+        let b = self.bind(node, s)?;
+        let d = b.device;
         let dispatch = Dispatch {
-            program,
-            grid,
-            bindings: &bindings,
-            params: &params,
+            program: b.program,
+            grid: b.grid,
+            bindings: &b.bindings,
+            params: &b.params,
         };
         let time = if timed {
             Some(
@@ -184,8 +255,37 @@ impl Engine {
                 .map_err(|e| self.err(d, e))?;
             None
         };
-        self.mark_written(output, d);
         Ok(time)
+    }
+
+    /// Makes a node's inputs current on its device and binds its buffers; its outputs count
+    /// as written there from now on.
+    fn bind(&mut self, node: &Node, s: Step) -> Result<Bound, ModelError> {
+        let key = KernelKey::of(&node.op, &self.model.weights);
+        let (d, program) = self.placement.programs[&key];
+        let plan = self.plan(node, s);
+        let mut bindings = Vec::with_capacity(plan.inputs.len() + plan.outputs.len());
+        for &t in &plan.inputs {
+            self.make_valid(t, d)?;
+            bindings.push(self.binding(t, d)?);
+        }
+        for &t in &plan.outputs {
+            if matches!(t, Tensor::KCache(_) | Tensor::VCache(_)) {
+                // A partial write: the rest of the cache must be here too.
+                self.make_valid(t, d)?;
+            }
+            bindings.push(self.binding(t, d)?);
+        }
+        for &t in &plan.outputs {
+            self.mark_written(t, d);
+        }
+        Ok(Bound {
+            device: d,
+            program,
+            grid: plan.grid,
+            bindings,
+            params: plan.params,
+        })
     }
 
     /// Elements `range` of tensor `t` as f32, from the device that holds its current value.
@@ -214,6 +314,11 @@ impl Engine {
                 .chunks_exact(2)
                 .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
                 .collect()
+        } else if matches!(t, Tensor::Ids | Tensor::Step | Tensor::Token) {
+            bytes
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)
+                .collect()
         } else {
             bytes
                 .chunks_exact(4)
@@ -226,13 +331,17 @@ impl Engine {
     /// other so that each node is judged on the same inputs. Weights, the frequency table and
     /// the caches are not among them: the caches are filled by the nodes before.
     pub fn activation_inputs(&self, node: &Node, s: Step) -> Vec<Tensor> {
-        let (inputs, ..) = self.plan(node, s);
-        inputs
+        self.plan(node, s)
+            .inputs
             .into_iter()
             .filter(|t| {
                 !matches!(
                     t,
-                    Tensor::Weight(_) | Tensor::Freq | Tensor::KCache(_) | Tensor::VCache(_)
+                    Tensor::Weight(_)
+                        | Tensor::Freq
+                        | Tensor::Step
+                        | Tensor::KCache(_)
+                        | Tensor::VCache(_)
                 )
             })
             .collect()
@@ -264,6 +373,21 @@ impl Engine {
             .map_err(|e| self.err(0, e))?;
         self.mark_written(t, 0);
         Ok(())
+    }
+
+    /// The greedy token of the last step (the argmax of its logits): 4 bytes from the device.
+    pub fn read_token(&mut self) -> Result<u32, ModelError> {
+        let d = self
+            .tensors
+            .get(&Tensor::Token)
+            .and_then(|r| r.valid.iter().position(|&v| v))
+            .ok_or(ModelError::EmptyPrompt)?;
+        let buf = self.buffer(Tensor::Token, d)?;
+        let mut bytes = [0u8; 4];
+        self.dev(d)
+            .read(buf, 0, &mut bytes)
+            .map_err(|e| self.err(d, e))?;
+        Ok(u32::from_le_bytes(bytes))
     }
 
     /// Waits for everything queued on every device.

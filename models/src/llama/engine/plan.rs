@@ -1,120 +1,144 @@
 //! What one node dispatches: its kernel's bindings in order, its parameters and its grid.
+//! Nothing here depends on the step's position (kernels read it from [`Tensor::Step`]), so a
+//! decode step's dispatches can be recorded once and replayed at every position.
 
 use super::Engine;
-use crate::llama::graph::{Node, Op, Step, Tensor};
+use crate::llama::graph::{Epilogue, Node, Op, Step, Tensor};
 use crate::llama::kernels::{is_wide, matvec_spec, KernelKey};
+use crate::ops::argmax::Argmax;
+use crate::ops::attention_split::SplitAttention;
 use crate::ops::elementwise;
+use crate::ops::embedding;
 use crate::ops::matvec::Reduce;
-use crate::ops::rms_norm::RmsNorm;
-use crate::ops::rope::{Rope, RopeMode};
-use crate::ops::{attention::Attention, embedding};
+use crate::ops::rope::RopeMode;
+use crate::ops::rope_store::RopeStore;
 use trine_ir::ParamValue;
 
+/// A node's dispatch before buffers are bound: the tensors it reads and writes, in the
+/// kernel's buffer order (reads first), its parameters and its grid.
+pub(super) struct Plan {
+    pub inputs: Vec<Tensor>,
+    pub outputs: Vec<Tensor>,
+    pub params: Vec<ParamValue>,
+    pub grid: [u32; 3],
+}
+
 impl Engine {
-    /// The node's input tensors (in the kernel's buffer order), its output, its parameters
-    /// and its grid.
-    pub(super) fn plan(
-        &self,
-        node: &Node,
-        s: Step,
-    ) -> (Vec<Tensor>, Tensor, Vec<ParamValue>, [u32; 3]) {
+    pub(super) fn plan(&self, node: &Node, s: Step) -> Plan {
         let c = &self.model.config;
         let w = &self.model.weights;
         let (t, u) = (s.tokens, ParamValue::U32);
-        let (out, _) = node.output(c, s);
-        let elementwise = |n: u32| elementwise::grid(n).unwrap_or([1, 1, 1]);
+        let plan = |inputs, outputs: &[Tensor], params, grid| Plan {
+            inputs,
+            outputs: outputs.to_vec(),
+            params,
+            grid,
+        };
         match node.op {
-            Op::Embed { table } => (
+            Op::Embed { table } => plan(
                 vec![Tensor::Ids, Tensor::Weight(table)],
-                out,
+                &[Tensor::Resid(0)],
                 vec![u(t), u(c.n_embd), u(c.vocab)],
                 embedding::grid(c.n_embd, t),
             ),
-            Op::RmsNorm { x, w: wid, y, rows } => {
-                let norm = RmsNorm {
-                    rows,
-                    cols: c.n_embd,
-                    eps: c.rms_eps,
-                };
-                (vec![x, Tensor::Weight(wid)], y, norm.params(), norm.grid())
-            }
             Op::Matvec {
                 w: wid,
                 rows,
                 x,
                 y,
                 tokens,
+                norm,
+                epilogue,
             } => {
                 let key = KernelKey::of(&node.op, w);
                 let info = self.dev(self.placement.programs[&key].0).info();
-                let t = &w.tensors[wid];
-                let spec = matvec_spec(t.ty, Reduce::Shared, info, is_wide(t.rows, t.cols, tokens));
-                let cols = w.tensors[wid].cols;
+                let wt = &w.tensors[wid];
+                let spec = matvec_spec(wt.ty, Reduce::Shared, info, is_wide(wt.rows, wt.cols, tokens));
                 // A variant reading the scales through an f16 view binds the weights twice.
-                let views = self.placement.buffers[&key].len() - 2;
+                let extra = usize::from(norm.is_some())
+                    + usize::from(matches!(epilogue, Epilogue::Add(_)));
+                let views = self.placement.buffers[&key].len() - 2 - extra;
                 let mut inputs = vec![Tensor::Weight(wid); views];
                 inputs.push(x);
-                (inputs, y, vec![u(rows), u(cols)], spec.grid(rows, tokens))
+                let mut params = vec![u(rows), u(wt.cols)];
+                if let Some(g) = norm {
+                    inputs.push(Tensor::Weight(g));
+                    params.push(ParamValue::F32(c.rms_eps));
+                }
+                if let Epilogue::Add(r) = epilogue {
+                    inputs.push(r);
+                }
+                plan(inputs, &[y], params, spec.grid(rows, tokens))
             }
-            Op::Rope { x, y, heads } => {
-                let r = self.rope(t, heads, s.pos);
-                (vec![x, Tensor::Freq], y, r.params(), r.grid())
-            }
-            Op::CacheStore { x, cache } => {
-                let n = t * c.kv_dim();
-                (
-                    vec![x],
-                    cache,
-                    vec![u(n), u(0), u(s.pos * c.kv_dim())],
-                    elementwise(n),
+            Op::RopeStore { layer } => {
+                let r = self.rope_store(t);
+                plan(
+                    vec![Tensor::Qkv, Tensor::Step, Tensor::Freq],
+                    &[Tensor::QRot, Tensor::KCache(layer), Tensor::VCache(layer)],
+                    r.params(),
+                    r.grid(),
                 )
             }
-            Op::Attention { layer } => {
-                let a = Attention {
-                    tokens: t,
-                    kv_len: s.pos + t,
-                    heads: c.n_head,
-                    kv_heads: c.n_head_kv,
-                    head_dim: c.head_dim(),
-                    offset: s.pos,
-                };
-                (
-                    vec![Tensor::QRot, Tensor::KCache(layer), Tensor::VCache(layer)],
-                    Tensor::Attn,
+            Op::AttnSplit { layer, splits } => {
+                let a = self.split_attention(t, splits);
+                plan(
+                    vec![
+                        Tensor::QRot,
+                        Tensor::Step,
+                        Tensor::KCache(layer),
+                        Tensor::VCache(layer),
+                    ],
+                    &[Tensor::Part],
                     a.params(),
                     a.grid(),
                 )
             }
-            Op::Add { a, b, y } => (
-                vec![a, b],
-                y,
-                vec![u(t * c.n_embd)],
-                elementwise(t * c.n_embd),
-            ),
-            Op::Swiglu => (
-                vec![Tensor::Gate, Tensor::Up],
-                Tensor::Act,
-                vec![u(t * c.n_ff)],
-                elementwise(t * c.n_ff),
-            ),
-            Op::PickLast => (
+            Op::AttnCombine { splits } => {
+                let a = self.split_attention(t, splits);
+                plan(
+                    vec![Tensor::Part],
+                    &[Tensor::Attn],
+                    a.combine_params(),
+                    a.combine_grid(),
+                )
+            }
+            Op::PickLast => plan(
                 vec![Tensor::Resid(0)],
-                Tensor::Last,
+                &[Tensor::Last],
                 vec![u(c.n_embd), u((t - 1) * c.n_embd), u(0)],
-                elementwise(c.n_embd),
+                elementwise::grid(c.n_embd).unwrap_or([1, 1, 1]),
             ),
+            Op::Argmax => {
+                let a = Argmax {
+                    rows: 1,
+                    cols: c.vocab,
+                };
+                plan(vec![Tensor::Logits], &[Tensor::Token], a.params(), a.grid())
+            }
         }
     }
 
-    pub(super) fn rope(&self, tokens: u32, heads: u32, pos: u32) -> Rope {
+    pub(super) fn rope_store(&self, tokens: u32) -> RopeStore {
         let c = &self.model.config;
-        Rope {
+        RopeStore {
             tokens,
-            heads,
+            heads: c.n_head,
+            kv_heads: c.n_head_kv,
             head_dim: c.head_dim(),
-            offset: pos,
+            context: self.options.context,
             base: c.rope_base,
             mode: RopeMode::Normal,
+        }
+    }
+
+    fn split_attention(&self, tokens: u32, splits: u32) -> SplitAttention {
+        let c = &self.model.config;
+        SplitAttention {
+            tokens,
+            heads: c.n_head,
+            kv_heads: c.n_head_kv,
+            head_dim: c.head_dim(),
+            splits,
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use super::{Engine, Resident};
 use crate::llama::error::ModelError;
-use crate::llama::graph::Tensor;
+use crate::llama::graph::{self, Tensor};
 use crate::ops::support::Float;
 use std::borrow::Cow;
 use trine_backends::{Binding, BufferHandle};
@@ -17,13 +17,17 @@ impl Engine {
         let f32s = |n: u64| n * 4;
         match t {
             Tensor::Ids => f32s(b),
-            Tensor::Resid(_) | Tensor::Normed | Tensor::Q | Tensor::QRot => {
-                f32s(b * c.n_embd as u64)
+            Tensor::Step => f32s(4),
+            Tensor::Token => f32s(1),
+            Tensor::Resid(_) | Tensor::QRot | Tensor::Attn => f32s(b * c.n_embd as u64),
+            Tensor::Qkv => f32s(b * (c.n_embd as u64 + 2 * c.kv_dim() as u64)),
+            Tensor::Part => {
+                // Prompt steps split once per token, decode steps several times per head.
+                let splits = graph::attention_splits(1, self.gpu) as u64;
+                f32s(b.max(splits) * c.n_head as u64 * (c.head_dim() as u64 + 2))
             }
-            Tensor::Attn | Tensor::Proj => f32s(b * c.n_embd as u64),
-            Tensor::K | Tensor::V | Tensor::KRot => f32s(b * c.kv_dim() as u64),
-            Tensor::Gate | Tensor::Up | Tensor::Act => f32s(b * c.n_ff as u64),
-            Tensor::Last | Tensor::LastNormed => f32s(c.n_embd as u64),
+            Tensor::Act => f32s(b * c.n_ff as u64),
+            Tensor::Last => f32s(c.n_embd as u64),
             Tensor::Logits => f32s(c.vocab as u64),
             Tensor::KCache(_) | Tensor::VCache(_) => {
                 let elem = if self.shape.kv == Float::F16 { 2 } else { 4 };
@@ -42,8 +46,7 @@ impl Engine {
                 self.model.weights.bytes(&self.model.gguf, id),
             )),
             Tensor::Freq => {
-                let c = &self.model.config;
-                let f = self.rope(1, c.n_head, 0).frequencies();
+                let f = self.rope_store(1).frequencies();
                 Some(Cow::Owned(bytemuck::cast_slice(&f).to_vec()))
             }
             _ => None,
@@ -117,6 +120,9 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        if let Some(r) = self.decode.take() {
+            self.placement.devices[0].release(r);
+        }
         for r in self.tensors.values() {
             for (d, b) in r.bufs.iter().enumerate() {
                 if let Some(b) = b {
