@@ -76,6 +76,9 @@ impl State {
     }
 }
 
+/// A checked dispatch: descriptor infos, push-constant bytes, folded workgroup counts.
+type Prepared = (Vec<vk::DescriptorBufferInfo>, Vec<u8>, [u32; 3]);
+
 fn vk_error(call: &'static str, e: vk::Result) -> BackendError {
     BackendError::Driver {
         call,
@@ -152,7 +155,7 @@ impl VulkanBackend {
         buffers: &Buffers,
         program: &pipeline::Program,
         d: &Dispatch<'_>,
-    ) -> Result<(Vec<vk::DescriptorBufferInfo>, Vec<u8>, [u32; 3]), BackendError> {
+    ) -> Result<Prepared, BackendError> {
         check_signature(&program.name, program.buffers, &program.params, d)?;
         let mut infos = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {

@@ -5,7 +5,6 @@
 //! submitter's.
 
 use super::pipeline::Program;
-use super::submit::work_barrier;
 use super::vk_error;
 use crate::error::BackendError;
 use ash::vk;
@@ -107,7 +106,7 @@ unsafe fn fill(device: &ash::Device, r: &Recorded, steps: &[Step<'_>]) -> Result
         // were cut to the program's range when the step was checked.
         unsafe {
             if step.barrier {
-                work_barrier(device, r.cmd);
+                compute_barrier(device, r.cmd);
             }
             device.cmd_bind_pipeline(r.cmd, vk::PipelineBindPoint::COMPUTE, step.program.pipeline);
             if let Some(set) = set {
@@ -135,6 +134,30 @@ unsafe fn fill(device: &ash::Device, r: &Recorded, steps: &[Step<'_>]) -> Result
     }
     // SAFETY: recording.
     unsafe { device.end_command_buffer(r.cmd) }.map_err(|e| vk_error("vkEndCommandBuffer", e))
+}
+
+/// Orders a dispatch after the recording's earlier ones: only shader writes and reads, since a
+/// recording holds nothing but dispatches (the primary's own barrier orders it against
+/// transfers before it, and the next command's after it).
+///
+/// # Safety
+/// `cmd` is a command buffer of `device` in the recording state.
+unsafe fn compute_barrier(device: &ash::Device, cmd: vk::CommandBuffer) {
+    let barrier = vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+    // SAFETY: the caller's contract.
+    unsafe {
+        device.cmd_pipeline_barrier(
+            cmd,
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::DependencyFlags::empty(),
+            &[barrier],
+            &[],
+            &[],
+        );
+    }
 }
 
 /// Frees a recording's command buffer and descriptor sets.

@@ -466,7 +466,7 @@ impl Submitter {
 
 /// # Safety
 /// `cmd` is a command buffer of `device` in the recording state.
-pub(super) unsafe fn work_barrier(device: &ash::Device, cmd: vk::CommandBuffer) {
+unsafe fn work_barrier(device: &ash::Device, cmd: vk::CommandBuffer) {
     let barrier = vk::MemoryBarrier::default()
         .src_access_mask(WORK_WRITES)
         .dst_access_mask(WORK_ACCESS);

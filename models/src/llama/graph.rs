@@ -148,12 +148,14 @@ impl Node {
     }
 }
 
-/// Splits of the keys in decode attention: enough workgroups to fill a GPU (9 heads × 16 =
-/// 144 on SmolLM2, for an H100's 132 SMs), and none on a CPU, whose cores are busy with
-/// heads alone. Prompt steps have a workgroup per token and head already, and use one.
+/// Splits of the keys in decode attention on a GPU: enough workgroups to fill one (9 heads ×
+/// 16 = 144 on SmolLM2, for an H100's 132 SMs). A CPU's cores are busy with the heads alone,
+/// and prompt steps have a workgroup per token and head already: they use one.
+pub const GPU_SPLITS: u32 = 16;
+
 pub fn attention_splits(tokens: u32, gpu: bool) -> u32 {
     if tokens == 1 && gpu {
-        16
+        GPU_SPLITS
     } else {
         1
     }
@@ -196,7 +198,13 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool) -> Vec<Node> {
         node(Op::AttnCombine { splits }, "attention_combine", at);
         let wo = mv(lw.wo, Tensor::Attn, mid, None, Epilogue::Add(x));
         node(wo, "attn_output", at);
-        let up = mv(lw.w_gate_up, mid, Tensor::Act, Some(lw.ffn_norm), Epilogue::Swiglu);
+        let up = mv(
+            lw.w_gate_up,
+            mid,
+            Tensor::Act,
+            Some(lw.ffn_norm),
+            Epilogue::Swiglu,
+        );
         node(up, "ffn_gate_up", at);
         let down = mv(lw.w_down, Tensor::Act, x, None, Epilogue::Add(mid));
         node(down, "ffn_down", at);

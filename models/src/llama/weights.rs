@@ -172,8 +172,7 @@ impl Loader<'_> {
         let (ty0, cols) = (first.ty, first.cols);
         let same = parts.iter().all(|&p| self.tensors[p].ty == ty0);
         let ty = if same { ty0 } else { WeightType::F32 };
-        let row_bytes = ty
-            .bytes("stack", "cols", cols as usize)?;
+        let row_bytes = ty.bytes("stack", "cols", cols as usize)?;
         // Each part's rows in `ty`.
         let mut rows: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
         for &p in parts {

@@ -18,8 +18,10 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 const OP: &str = "argmax";
 
-/// Invocations per workgroup (one row each).
-pub const WG: u32 = 256;
+/// Invocations per workgroup (one row each): a greedy step's one row of logits is scanned by
+/// a single workgroup, so a wide one (a vocabulary of 49152 took 15.8 µs with 256 invocations
+/// and 7.5 µs with 1024 on an H100).
+pub const WG: u32 = 1024;
 
 /// The index of a row with no value but NaN.
 pub const NONE: u32 = u32::MAX;

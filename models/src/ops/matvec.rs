@@ -310,7 +310,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
             let n = rows / k.u32(2);
             let i = k.workgroup_id(0) * k.u32(outputs) + lid;
             k.if_(i.lt(n), || {
-                let v = fused::silu_ir(&k, totals[0]) * totals[1];
+                let v = super::elementwise::silu_ir(&k, totals[0]) * totals[1];
                 k.store(y, token * n + i, v);
             });
         } else {
@@ -555,7 +555,7 @@ pub fn batched_case(
 
 /// A conformance case of any [`MatvecSpec`]; its name shows the spec where it is not
 /// [`MatvecSpec::new`]'s, then what it fuses (`/norm+swiglu`). The fused inputs: g in
-/// [0.5, 1.5) as rms_norm's cases, eps [`fused::EPS`], r in [-2, 2).
+/// [0.5, 1.5) as rms_norm's cases, eps [`super::matvec_fused::EPS`], r in [-2, 2).
 pub fn spec_case(
     spec: MatvecSpec,
     rows: u32,

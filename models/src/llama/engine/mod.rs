@@ -86,14 +86,14 @@ impl Engine {
             kv,
             head_dim: c.head_dim(),
         };
-        // The kernels of a decode step and of the largest prompt step (prefill may pick other
-        // matvec shapes).
         let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
-        let keys: Vec<KernelKey> = [1, options.max_batch]
-            .into_iter()
-            .flat_map(|tokens| graph::build(c, &model.weights, Step { tokens, pos: 0 }, gpu))
-            .map(|n| KernelKey::of(&n.op, &model.weights))
-            .collect();
+        // The kernels of a decode step and of the largest prompt step, with both split counts
+        // of decode attention: a CPU checking a GPU's nodes runs the GPU's.
+        let mut keys: Vec<KernelKey> = vec![];
+        for (tokens, on_gpu) in [(1, true), (1, false), (options.max_batch, gpu)] {
+            let nodes = graph::build(c, &model.weights, Step { tokens, pos: 0 }, on_gpu);
+            keys.extend(nodes.iter().map(|n| KernelKey::of(&n.op, &model.weights)));
+        }
         let placement = Placement::new(backend, &keys, shape)?;
         Ok(Engine {
             model,

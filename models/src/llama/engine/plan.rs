@@ -53,10 +53,15 @@ impl Engine {
                 let key = KernelKey::of(&node.op, w);
                 let info = self.dev(self.placement.programs[&key].0).info();
                 let wt = &w.tensors[wid];
-                let spec = matvec_spec(wt.ty, Reduce::Shared, info, is_wide(wt.rows, wt.cols, tokens));
+                let spec = matvec_spec(
+                    wt.ty,
+                    Reduce::Shared,
+                    info,
+                    is_wide(wt.rows, wt.cols, tokens),
+                );
                 // A variant reading the scales through an f16 view binds the weights twice.
-                let extra = usize::from(norm.is_some())
-                    + usize::from(matches!(epilogue, Epilogue::Add(_)));
+                let extra =
+                    usize::from(norm.is_some()) + usize::from(matches!(epilogue, Epilogue::Add(_)));
                 let views = self.placement.buffers[&key].len() - 2 - extra;
                 let mut inputs = vec![Tensor::Weight(wid); views];
                 inputs.push(x);

@@ -22,9 +22,10 @@ impl Engine {
             Tensor::Resid(_) | Tensor::QRot | Tensor::Attn => f32s(b * c.n_embd as u64),
             Tensor::Qkv => f32s(b * (c.n_embd as u64 + 2 * c.kv_dim() as u64)),
             Tensor::Part => {
-                // Prompt steps split once per token, decode steps several times per head.
-                let splits = graph::attention_splits(1, self.gpu) as u64;
-                f32s(b.max(splits) * c.n_head as u64 * (c.head_dim() as u64 + 2))
+                // Prompt steps split once per token, decode steps on a GPU several times per
+                // head; a CPU checking a GPU's nodes runs them with the GPU's splits.
+                let rows = b.max(u64::from(graph::GPU_SPLITS));
+                f32s(rows * c.n_head as u64 * (c.head_dim() as u64 + 2))
             }
             Tensor::Act => f32s(b * c.n_ff as u64),
             Tensor::Last => f32s(c.n_embd as u64),
