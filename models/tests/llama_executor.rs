@@ -158,35 +158,40 @@ fn the_cross_check_names_the_first_op_that_goes_wrong() {
     }
 }
 
-#[test]
-fn backends_agree_node_by_node() {
-    let model = tiny();
-    let names = ["vulkan", "wgpu", "cuda", "hip"].map(String::from);
+/// Runs `f(name, backend)` on each of `names` that is present; an absent one is skipped with
+/// its reason, or fails the test where `TRINE_REQUIRE_BACKENDS` names it. Returns how many ran.
+fn on_each(names: &[&str], mut f: impl FnMut(&str, Arc<dyn Backend>)) -> usize {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
     let mut ran = 0;
     for col in conformance::columns(&names) {
-        let backend = match col.backend {
-            Ok(b) => b,
+        match col.backend {
+            Ok(b) => {
+                f(&col.name, b);
+                ran += 1;
+            }
             Err(why) => {
                 assert!(!col.required, "{} is required but absent: {why}", col.name);
                 println!("{} skipped: {why}", col.name);
-                continue;
             }
-        };
+        }
+    }
+    ran
+}
+
+#[test]
+fn backends_agree_node_by_node() {
+    let model = tiny();
+    let ran = on_each(&["vulkan", "wgpu", "cuda", "hip"], |name, backend| {
         let main = Engine::new(model.clone(), backend, SIZES).unwrap();
         let checker = Engine::new(model.clone(), cpu(), SIZES).unwrap();
         let mut session = Session::new(main, Some(checker));
         run(&mut session);
-        assert_eq!(session.checks.len(), 3, "{}", col.name);
+        assert_eq!(session.checks.len(), 3, "{name}");
         for c in &session.checks {
-            assert!(c.first_over_bound.is_none(), "{}: {c:?}", col.name);
-            assert!(
-                c.worst.nmse.is_some_and(|e| e < 1e-9),
-                "{}: {c:?}",
-                col.name
-            );
+            assert!(c.first_over_bound.is_none(), "{name}: {c:?}");
+            assert!(c.worst.nmse.is_some_and(|e| e < 1e-9), "{name}: {c:?}");
         }
-        ran += 1;
-    }
+    });
     println!("{ran} GPU backends checked against the cpu");
 }
 
@@ -211,35 +216,24 @@ fn decode(session: &mut Session) -> (Vec<Vec<f32>>, Vec<(u32, u32)>) {
 #[test]
 fn recorded_decode_steps_equal_node_by_node_ones() {
     let model = tiny();
-    let names = ["cpu", "vulkan", "wgpu", "cuda", "hip"].map(String::from);
-    let mut ran = 0;
-    for col in conformance::columns(&names) {
-        let backend = match col.backend {
-            Ok(b) => b,
-            Err(why) => {
-                assert!(!col.required, "{} is required but absent: {why}", col.name);
-                println!("{} skipped: {why}", col.name);
-                continue;
-            }
-        };
+    let names = ["cpu", "vulkan", "wgpu", "cuda", "hip"];
+    let ran = on_each(&names, |name, backend| {
         let run = |record| {
             let sizes = EngineOptions { record, ..SIZES };
             let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
             assert_eq!(
                 engine.dispatches_per_token(),
                 7 * TINY.n_layer as usize + 3,
-                "{}",
-                col.name
+                "{name}"
             );
             decode(&mut Session::new(engine, None))
         };
         let (recorded, direct) = (run(true), run(false));
-        assert_eq!(recorded, direct, "{}", col.name);
+        assert_eq!(recorded, direct, "{name}");
         for (i, (host, device)) in recorded.1.iter().enumerate() {
-            assert_eq!(host, device, "{} step {i}", col.name);
+            assert_eq!(host, device, "{name} step {i}");
         }
-        ran += 1;
-    }
+    });
     assert!(ran > 0);
 }
 

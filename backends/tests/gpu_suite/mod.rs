@@ -184,12 +184,17 @@ pub fn saxpy_matches_the_host_with_offset_bindings(b: &dyn Backend) {
     }
 }
 
-pub fn many_dispatches_are_ordered_across_batches(b: &dyn Backend) {
+/// `y[i] += 1`: dispatches that each depend on the one before.
+fn add_one() -> Kernel {
     let k = KernelBuilder::new("add_one", [64, 1, 1]);
     let y = k.buffer("y", Scalar::U32, Access::ReadWrite);
     let i = k.global_id(0);
     k.store(y, i, k.load(y, i) + k.u32(1));
-    let program = b.compile(&k.finish()).unwrap();
+    k.finish()
+}
+
+pub fn many_dispatches_are_ordered_across_batches(b: &dyn Backend) {
+    let program = b.compile(&add_one()).unwrap();
     let h = upload(b, &[0u32; 256]);
     // More than one batch (256 dispatches) and one descriptor pool.
     for _ in 0..600 {
@@ -539,11 +544,7 @@ pub fn recordings_replay_with_a_step_buffer(b: &dyn Backend) {
 /// 600 dependent dispatches in one recording (more than a batch or a descriptor pool of the
 /// direct path), replayed twice.
 pub fn long_recordings_stay_ordered(b: &dyn Backend) {
-    let k = KernelBuilder::new("add_one", [64, 1, 1]);
-    let y = k.buffer("y", Scalar::U32, Access::ReadWrite);
-    let i = k.global_id(0);
-    k.store(y, i, k.load(y, i) + k.u32(1));
-    let program = b.compile(&k.finish()).unwrap();
+    let program = b.compile(&add_one()).unwrap();
     let h = upload(b, &[0u32; 256]);
     let bindings = [whole(h, 1024)];
     let d = Dispatch {

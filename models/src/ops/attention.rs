@@ -26,7 +26,7 @@ use super::support::{
     elements, expect_len, load_f32, nonzero, seed, Combine, Float, Reducer, Reduction,
 };
 use crate::conformance::case::*;
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
 
 const OP: &str = "attention";
 
@@ -128,96 +128,144 @@ pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
     let kv_heads = k.param("kv_heads", Scalar::U32);
     let offset = k.param("offset", Scalar::U32);
     let scale = k.param("scale", Scalar::F32);
-    let reducer = Reducer::new(&k, Reduction::Shared);
+    let h = k.workgroup_id(0);
+    let t = k.workgroup_id(1);
+    let keys = Keys {
+        kv,
+        k: kc,
+        v: vc,
+        kv_heads,
+        heads,
+        scale,
+    };
+    let a = attend(
+        &k,
+        head_dim,
+        q,
+        (t * heads + h) * k.u32(head_dim),
+        h,
+        keys,
+        (k.u32(0), offset + t + k.u32(1)),
+    );
+    let inv = k.f32(1.0) / a.l.get();
+    let q_base = (t * heads + h) * k.u32(head_dim);
+    for_owned(&k, head_dim, k.local_index(), &a.acc, |i, acc| {
+        k.store(out, q_base + i, acc.get() * inv)
+    });
+    Ok(k.finish())
+}
+
+/// The KV cache a workgroup attends to, and how query heads map onto its heads.
+pub(super) struct Keys<'b> {
+    pub kv: Float,
+    pub k: BufferId,
+    pub v: BufferId,
+    pub kv_heads: Val<'b>,
+    pub heads: Val<'b>,
+    pub scale: Val<'b>,
+}
+
+/// The online softmax of one query row against keys `range` (uniform over the workgroup),
+/// un-normalised: the running maximum `m`, the sum `l` of e^(score − m), and the output
+/// accumulators each invocation owns (dimensions lid, lid + WG, …). Query row `q_base` of
+/// buffer `q` is staged in shared memory first; head `h` reads KV head `h / (heads /
+/// kv_heads)`. An empty range leaves `m = −inf`, `l = 0`, `acc = 0`.
+pub(super) struct Attended<'b> {
+    pub m: Var<'b>,
+    pub l: Var<'b>,
+    pub acc: Vec<Var<'b>>,
+}
+
+pub(super) fn attend<'b>(
+    k: &'b KernelBuilder,
+    head_dim: u32,
+    q: BufferId,
+    q_base: Val<'b>,
+    h: Val<'b>,
+    keys: Keys<'b>,
+    (start, end): (Val<'b>, Val<'b>),
+) -> Attended<'b> {
+    let reducer = Reducer::new(k, Reduction::Shared);
     let q_sh = k.shared("q_row", Scalar::F32, head_dim);
     let p_sh = k.shared("p", Scalar::F32, WG);
     let lid = k.local_index();
-    let h = k.workgroup_id(0);
-    let t = k.workgroup_id(1);
     let d = k.u32(head_dim);
     let wg = k.u32(WG);
-
-    let q_base = (t * heads + h) * d;
     k.for_range(lid, d, WG, |i| {
         k.store_shared(q_sh, i, k.load(q, q_base + i))
     });
     k.barrier();
 
     // Element offset of this KV head at cache position j: j·kv_stride + kv_head.
-    let kv_stride = kv_heads * d;
-    let kv_head = h / (heads / kv_heads) * d;
-    let last = offset + t;
-    let blocks = last / wg + k.u32(1);
-
+    let kv_stride = keys.kv_heads * d;
+    let kv_head = h / (keys.heads / keys.kv_heads) * d;
     let m = k.var("max", Scalar::F32);
     m.set(k.f32(f32::NEG_INFINITY));
     let l = k.var("sum", Scalar::F32);
-    // Invocation `lid` owns output dimensions lid, lid + WG, ...
     let acc: Vec<_> = (0..head_dim.div_ceil(WG))
         .map(|_| k.var("acc", Scalar::F32))
         .collect();
     let score = k.var("score", Scalar::F32);
     let dot = k.var("dot", Scalar::F32);
     let pv = k.var("pv", Scalar::F32);
-
-    k.for_range(k.u32(0), blocks, 1, |b| {
-        let first = b * wg;
+    // The bounds are uniform over the workgroup, so the barriers inside the loop are too.
+    k.for_range(start, end, WG, |first| {
         let j = first + lid;
-        let visible = j.le(last);
+        let visible = j.lt(end);
         score.set(k.f32(f32::NEG_INFINITY));
         k.if_(visible, || {
             let row = j * kv_stride + kv_head;
             dot.set(k.f32(0.0));
             k.for_range(k.u32(0), d, 1, |i| {
-                let kv_val = load_f32(&k, kv, kc, row + i);
+                let kv_val = load_f32(k, keys.kv, keys.k, row + i);
                 dot.set(k.load_shared(q_sh, i).fma(kv_val, dot.get()));
             });
-            score.set(dot.get() * scale);
+            score.set(dot.get() * keys.scale);
         });
         // Every block holds at least one visible key, so the new maximum is finite and the
         // first block's correction exp(−inf) is 0.
         let new_m = m
             .get()
-            .max(reducer.reduce(&k, lid, score.get(), Combine::Max));
+            .max(reducer.reduce(k, lid, score.get(), Combine::Max));
         let p = k.select(visible, (score.get() - new_m).exp(), k.f32(0.0));
         k.store_shared(p_sh, lid, p);
         // The reduction's barrier also publishes `p_sh` for the accumulation below.
-        let block_sum = reducer.reduce(&k, lid, p, Combine::Sum);
+        let block_sum = reducer.reduce(k, lid, p, Combine::Sum);
         let corr = (m.get() - new_m).exp();
         l.set(l.get().fma(corr, block_sum));
-        let count = (last + k.u32(1) - first).min(wg);
-        for (s, a) in acc.iter().enumerate() {
-            let i = lid + k.u32(s as u32 * WG);
-            let accumulate = || {
-                pv.set(a.get() * corr);
-                k.for_range(k.u32(0), count, 1, |jj| {
-                    let v_val = load_f32(&k, kv, vc, (first + jj) * kv_stride + kv_head + i);
-                    pv.set(k.load_shared(p_sh, jj).fma(v_val, pv.get()));
-                });
-                a.set(pv.get());
-            };
-            if (s as u32 + 1) * WG <= head_dim {
-                accumulate();
-            } else {
-                k.if_(i.lt(d), accumulate);
-            }
-        }
+        let count = (end - first).min(wg);
+        for_owned(k, head_dim, lid, &acc, |i, a| {
+            pv.set(a.get() * corr);
+            k.for_range(k.u32(0), count, 1, |jj| {
+                let v_val = load_f32(k, keys.kv, keys.v, (first + jj) * kv_stride + kv_head + i);
+                pv.set(k.load_shared(p_sh, jj).fma(v_val, pv.get()));
+            });
+            a.set(pv.get());
+        });
         m.set(new_m);
         // The next block rewrites `p_sh`.
         k.barrier();
     });
+    Attended { m, l, acc }
+}
 
-    let inv = k.f32(1.0) / l.get();
-    for (s, a) in acc.iter().enumerate() {
-        let i = lid + k.u32(s as u32 * WG);
-        let write = || k.store(out, q_base + i, a.get() * inv);
-        if (s as u32 + 1) * WG <= head_dim {
-            write();
+/// Runs `f(i, acc[n])` for each output dimension `i = lid + n·WG` below `head_dim` that
+/// invocation `lid` owns; only the last, partial pass needs a bounds check.
+pub(super) fn for_owned<'b>(
+    k: &'b KernelBuilder,
+    head_dim: u32,
+    lid: Val<'b>,
+    acc: &[Var<'b>],
+    f: impl Fn(Val<'b>, Var<'b>),
+) {
+    for (n, &a) in acc.iter().enumerate() {
+        let i = lid + k.u32(n as u32 * WG);
+        if (n as u32 + 1) * WG <= head_dim {
+            f(i, a);
         } else {
-            k.if_(i.lt(d), write);
+            k.if_(i.lt(k.u32(head_dim)), || f(i, a));
         }
     }
-    Ok(k.finish())
 }
 
 /// The plain-Rust reference in f64, on the values the buffers hold (the caches already

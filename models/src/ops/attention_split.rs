@@ -29,13 +29,11 @@
 //! kernels stay below 1e-12 (2e-13 measured, positions up to 2047 and 32 splits); the bound
 //! leaves room for backends that sum in another order.
 
-use super::attention::{self, Attention, WG};
+use super::attention::{self, attend, for_owned, Attended, Attention, Keys, WG};
 use super::shape::ShapeError;
-use super::support::{
-    elements, expect_len, load_f32, nonzero, seed, Combine, Float, Reducer, Reduction,
-};
+use super::support::{elements, expect_len, nonzero, seed, Float};
 use crate::conformance::case::*;
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 
 const OP: &str = "attention_split";
 
@@ -141,82 +139,26 @@ pub fn split_kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
     let kv_heads = k.param("kv_heads", Scalar::U32);
     let splits = k.param("splits", Scalar::U32);
     let scale = k.param("scale", Scalar::F32);
-    let reducer = Reducer::new(&k, Reduction::Shared);
-    let q_sh = k.shared("q_row", Scalar::F32, head_dim);
-    let p_sh = k.shared("p", Scalar::F32, WG);
-    let lid = k.local_index();
     let s = k.workgroup_id(0);
     let h = k.workgroup_id(1);
     let t = k.workgroup_id(2);
-    let d = k.u32(head_dim);
-    let wg = k.u32(WG);
     let one = k.u32(1);
-
     let row = t * heads + h;
-    let q_base = row * d;
-    k.for_range(lid, d, WG, |i| {
-        k.store_shared(q_sh, i, k.load(q, q_base + i))
-    });
-    k.barrier();
-
     let pos = k.load(step, k.u32(0));
     let chunk = (pos + tokens + splits - one) / splits;
     let start = s * chunk;
     let end = (start + chunk).min(pos + t + one);
-
-    // Element offset of this KV head at cache position j: j·kv_stride + kv_head.
-    let kv_stride = kv_heads * d;
-    let kv_head = h / (heads / kv_heads) * d;
-
-    let m = k.var("max", Scalar::F32);
-    m.set(k.f32(f32::NEG_INFINITY));
-    let l = k.var("sum", Scalar::F32);
-    // Invocation `lid` owns output dimensions lid, lid + WG, ...
-    let acc: Vec<_> = (0..head_dim.div_ceil(WG))
-        .map(|_| k.var("acc", Scalar::F32))
-        .collect();
-    let score = k.var("score", Scalar::F32);
-    let dot = k.var("dot", Scalar::F32);
-    let pv = k.var("pv", Scalar::F32);
-    // The bounds are uniform over the workgroup (they depend on its ids and `step`), so the
-    // barriers inside the loop are too. An empty split (start ≥ end) skips it.
-    k.for_range(start, end, WG, |first| {
-        let j = first + lid;
-        let visible = j.lt(end);
-        score.set(k.f32(f32::NEG_INFINITY));
-        k.if_(visible, || {
-            let row = j * kv_stride + kv_head;
-            dot.set(k.f32(0.0));
-            k.for_range(k.u32(0), d, 1, |i| {
-                let kv_val = load_f32(&k, kv, kc, row + i);
-                dot.set(k.load_shared(q_sh, i).fma(kv_val, dot.get()));
-            });
-            score.set(dot.get() * scale);
-        });
-        // Every block holds at least one visible key, so the new maximum is finite and the
-        // first block's correction exp(−inf) is 0.
-        let new_m = m
-            .get()
-            .max(reducer.reduce(&k, lid, score.get(), Combine::Max));
-        let p = k.select(visible, (score.get() - new_m).exp(), k.f32(0.0));
-        k.store_shared(p_sh, lid, p);
-        // The reduction's barrier also publishes `p_sh` for the accumulation below.
-        let block_sum = reducer.reduce(&k, lid, p, Combine::Sum);
-        let corr = (m.get() - new_m).exp();
-        l.set(l.get().fma(corr, block_sum));
-        let count = (end - first).min(wg);
-        for_owned(&k, head_dim, lid, &acc, |i, a| {
-            pv.set(a.get() * corr);
-            k.for_range(k.u32(0), count, 1, |jj| {
-                let v_val = load_f32(&k, kv, vc, (first + jj) * kv_stride + kv_head + i);
-                pv.set(k.load_shared(p_sh, jj).fma(v_val, pv.get()));
-            });
-            a.set(pv.get());
-        });
-        m.set(new_m);
-        // The next block rewrites `p_sh`.
-        k.barrier();
-    });
+    let keys = Keys {
+        kv,
+        k: kc,
+        v: vc,
+        kv_heads,
+        heads,
+        scale,
+    };
+    let d = k.u32(head_dim);
+    let Attended { m, l, acc } = attend(&k, head_dim, q, row * d, h, keys, (start, end));
+    let lid = k.local_index();
 
     let base = (row * splits + s) * k.u32(head_dim + 2);
     for_owned(&k, head_dim, lid, &acc, |i, a| {
@@ -227,25 +169,6 @@ pub fn split_kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
         k.store(part, base + d + one, l.get());
     });
     Ok(k.finish())
-}
-
-/// Runs `f(i, acc[n])` for each output dimension `i = lid + n·WG` below `head_dim` that
-/// invocation `lid` owns; only the last, partial pass needs a bounds check.
-fn for_owned<'b>(
-    k: &'b KernelBuilder,
-    head_dim: u32,
-    lid: Val<'b>,
-    acc: &[Var<'b>],
-    f: impl Fn(Val<'b>, Var<'b>),
-) {
-    for (n, &a) in acc.iter().enumerate() {
-        let i = lid + k.u32(n as u32 * WG);
-        if (n as u32 + 1) * WG <= head_dim {
-            f(i, a);
-        } else {
-            k.if_(i.lt(k.u32(head_dim)), || f(i, a));
-        }
-    }
 }
 
 /// The combine kernel for one head dimension and split count (compile-time constants: the
