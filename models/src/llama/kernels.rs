@@ -162,8 +162,9 @@ pub const WIDE_TOKENS: u32 = 64;
 /// 120 shapes swept for Q4_0, Q4_1 and Q8_0 at 4096 × 4096 and 11008 × 4096 on both CUDA and
 /// Vulkan, 1.2–1.3× faster than 4 rows on 64 invocations with byte-assembled scales; but on
 /// SmolLM2's matrices (192 to 1536 rows) it leaves most of the GPU idle, and decode slowed by
-/// a fifth, and f32 GEMV on CUDA by 2.4× (2026-11-24): those keep 4 rows on 64 invocations.
-/// CPUs run a workgroup's invocations as loops, where a
+/// a fifth (2026-11-24): other quantized products take [`GPU_SMALL_MATVEC`], also with f16
+/// scales, and float weights keep 4 rows on 64 invocations (8 rows slowed f32 GEMV on CUDA by
+/// 2.4×). CPUs run a workgroup's invocations as loops, where a
 /// reduction across them costs more than the dot products it combines: there, one subgroup's
 /// worth of invocations (the CPU backend's width of 8) on 8 rows, with 8 times fewer reductions
 /// per row, the scales read through an f16 view of the weights (a native conversion instead of
@@ -178,7 +179,7 @@ pub fn matvec_spec(ty: WeightType, reduce: Reduce, info: &DeviceInfo, wide: bool
         if wide {
             (spec.rows_per_workgroup, spec.workgroup, spec.segment) = GPU_LARGE_MATVEC;
         } else {
-            spec.rows_per_workgroup = GPU_SMALL_ROWS;
+            (spec.rows_per_workgroup, spec.workgroup, spec.segment) = GPU_SMALL_MATVEC;
         }
         spec.f16_scales = info.f16;
     }
@@ -190,8 +191,10 @@ pub fn matvec_spec(ty: WeightType, reduce: Reduce, info: &DeviceInfo, wide: bool
 const CPU_MATVEC: (u32, u32, u32) = (8, 8, 8);
 const GPU_LARGE_MATVEC: (u32, u32, u32) = (8, 128, 8);
 
-/// Rows per workgroup of 64 invocations for the GPUs' other quantized products: a decode
-/// step's small matrices are latency-bound, and twice the workgroups with half the rows each
-/// finish sooner. On an H100 (2026-11-25, SmolLM2-shaped tg128 with f16 scales): 2 rows gave
-/// 1062 t/s on CUDA and 615 on Vulkan, 4 rows 1003 and 603, 8 rows 787 and 472.
-const GPU_SMALL_ROWS: u32 = 2;
+/// (rows per workgroup, invocations, segment) for the GPUs' other quantized products: a decode
+/// step's small matrices are latency-bound, so fewer rows per workgroup (more workgroups) and
+/// fewer segments per invocation finish sooner. On an H100 (2026-11-25, SmolLM2-shaped tg128,
+/// f16 scales, CUDA/Vulkan t/s): 4 rows on 64 invocations 1003/603; 2 on 64 about 1030/605;
+/// 2 on 128 about 1140/630; 2 on 32 about 1160/600; 2 on 256 1112/618; 8 on 64 787/472;
+/// 16-element segments 935–970 on CUDA. Runs varied by ±50 t/s.
+const GPU_SMALL_MATVEC: (u32, u32, u32) = (2, 128, 8);

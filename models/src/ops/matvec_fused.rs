@@ -226,7 +226,8 @@ pub fn cases() -> Vec<Case> {
         }
     }
     // The executor's shapes: the CPU's (8 rows on 8 invocations, f16 scales, segments of 8 or
-    // 16) and the GPUs' wide one (8 rows on 128 invocations), SmolLM2's gate/up included; and
+    // 16), the GPUs' wide one (8 rows on 128 invocations) and small one (2 rows on 128), SmolLM2's
+    // gate/up included; and
     // shapes that leave a workgroup partly past the last row (6 rows, 32-element segments).
     let shaped =
         |spec: MatvecSpec, (rows_per_workgroup, workgroup, segment, f16_scales)| MatvecSpec {
@@ -243,6 +244,7 @@ pub fn cases() -> Vec<Case> {
         (8, 128, 8, true),
         (6, 16, 32, true),
         (2, 32, 32, false),
+        (2, 128, 8, true),
     ] {
         for (spec, rows, cols, tokens) in [
             (fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu), 26, 96, 1),
@@ -255,7 +257,7 @@ pub fn cases() -> Vec<Case> {
             shapes.push((shaped(spec, shape), rows, cols, tokens));
         }
     }
-    for shape in [(8, 8, 8, true), (8, 128, 8, true)] {
+    for shape in [(8, 8, 8, true), (8, 128, 8, true), (2, 128, 8, true)] {
         let spec = fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu);
         shapes.push((shaped(spec, shape), 3072, 576, 1));
     }
