@@ -485,6 +485,7 @@ impl Backend for HipBackend {
 
     fn replay(&self, recording: &Recording) -> Result<(), BackendError> {
         let (Some(g), Some(id)) = (&self.rt.graphs, recording.native) else {
+            recording.check_live(|b| self.lock().is_ok_and(|s| s.buffers.get(b).is_ok()))?;
             return recording
                 .dispatches()
                 .iter()
