@@ -35,13 +35,8 @@ pub struct Weight {
 #[derive(Clone, Copy, Debug)]
 pub struct Layer {
     pub attn_norm: WeightId,
-    pub wq: WeightId,
-    pub wk: WeightId,
-    pub wv: WeightId,
     pub wo: WeightId,
     pub ffn_norm: WeightId,
-    pub w_gate: WeightId,
-    pub w_up: WeightId,
     pub w_down: WeightId,
     /// Q, K and V stacked (rows of wq, then wk, then wv): one matvec for the three.
     pub wqkv: WeightId,
@@ -68,27 +63,22 @@ impl Weights {
         let layers = (0..c.n_layer)
             .map(|l| {
                 let n = |s: &str| format!("blk.{l}.{s}.weight");
-                let (wq, wk, wv) = (
-                    w.matrix(&n("attn_q"), d, d)?,
-                    w.matrix(&n("attn_k"), kv, d)?,
-                    w.matrix(&n("attn_v"), kv, d)?,
-                );
-                let (w_gate, w_up) = (
-                    w.matrix(&n("ffn_gate"), ff, d)?,
-                    w.matrix(&n("ffn_up"), ff, d)?,
-                );
+                let qkv = [
+                    w.weight(&n("attn_q"), d, d)?,
+                    w.weight(&n("attn_k"), kv, d)?,
+                    w.weight(&n("attn_v"), kv, d)?,
+                ];
+                let gate_up = [
+                    w.weight(&n("ffn_gate"), ff, d)?,
+                    w.weight(&n("ffn_up"), ff, d)?,
+                ];
                 Ok(Layer {
                     attn_norm: w.norm(&n("attn_norm"), d)?,
-                    wq,
-                    wk,
-                    wv,
                     wo: w.matrix(&n("attn_output"), d, d)?,
                     ffn_norm: w.norm(&n("ffn_norm"), d)?,
-                    w_gate,
-                    w_up,
                     w_down: w.matrix(&n("ffn_down"), d, ff)?,
-                    wqkv: w.stack(&n("attn_qkv"), &[wq, wk, wv], false)?,
-                    w_gate_up: w.stack(&n("ffn_gate_up"), &[w_gate, w_up], true)?,
+                    wqkv: w.stack(&n("attn_qkv"), &qkv, false)?,
+                    w_gate_up: w.stack(&n("ffn_gate_up"), &gate_up, true)?,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
@@ -142,6 +132,12 @@ impl Loader<'_> {
     }
 
     fn matrix(&mut self, name: &str, rows: u32, cols: u32) -> Result<WeightId, ModelError> {
+        let w = self.weight(name, rows, cols)?;
+        Ok(self.push(w))
+    }
+
+    /// A matrix as the kernels take it, not (yet) one of the model's tensors.
+    fn weight(&self, name: &str, rows: u32, cols: u32) -> Result<Weight, ModelError> {
         let t = self.find(name, &[cols as u64, rows as u64])?;
         let data = self.g.tensor_data(t);
         let (ty, source) = match t.ty.weight_type() {
@@ -149,14 +145,13 @@ impl Loader<'_> {
             // BF16, which the op library has no kernels for: widened to f32 once, here.
             None => (WeightType::F32, Source::Owned(bf16_to_f32(data))),
         };
-        let name = name.to_string();
-        Ok(self.push(Weight {
-            name,
+        Ok(Weight {
+            name: name.to_string(),
             ty,
             rows,
             cols,
             source,
-        }))
+        })
     }
 
     /// A matrix made of the rows of `parts` (same column count): one after another, or with
@@ -165,18 +160,16 @@ impl Loader<'_> {
     fn stack(
         &mut self,
         name: &str,
-        parts: &[WeightId],
+        parts: &[Weight],
         interleave: bool,
     ) -> Result<WeightId, ModelError> {
-        let first = &self.tensors[parts[0]];
-        let (ty0, cols) = (first.ty, first.cols);
-        let same = parts.iter().all(|&p| self.tensors[p].ty == ty0);
+        let (ty0, cols) = (parts[0].ty, parts[0].cols);
+        let same = parts.iter().all(|p| p.ty == ty0);
         let ty = if same { ty0 } else { WeightType::F32 };
         let row_bytes = ty.bytes("stack", "cols", cols as usize)?;
         // Each part's rows in `ty`.
         let mut rows: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
-        for &p in parts {
-            let t = &self.tensors[p];
+        for t in parts {
             let data = match &t.source {
                 Source::File(info) => self.g.tensor_data(info),
                 Source::Owned(v) => v.as_slice(),
@@ -194,10 +187,10 @@ impl Loader<'_> {
                 out
             });
         }
-        let total: u32 = parts.iter().map(|&p| self.tensors[p].rows).sum();
+        let total: u32 = parts.iter().map(|p| p.rows).sum();
         let mut bytes = Vec::with_capacity(row_bytes * total as usize);
         if interleave {
-            let n = self.tensors[parts[0]].rows as usize;
+            let n = parts[0].rows as usize;
             for i in 0..n {
                 for part in &rows {
                     bytes.extend_from_slice(&part[i * row_bytes..(i + 1) * row_bytes]);

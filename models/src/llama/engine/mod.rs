@@ -185,13 +185,15 @@ impl Engine {
     /// Runs every node of step `s` (queued), after [`Engine::set_ids`]: a decode step by
     /// replaying its recording where it has one, otherwise node by node.
     pub fn run_step(&mut self, s: Step) -> Result<(), ModelError> {
-        let nodes = self.graph(s);
-        let one_device = self.placement.programs.values().all(|&(d, _)| d == 0);
-        if s.tokens > 1 || !self.options.record || !one_device {
+        if s.tokens > 1 || !self.options.record || self.placement.devices.len() > 1 {
+            let nodes = self.graph(s);
             return nodes.iter().try_for_each(|n| self.run(n, s));
         }
         if self.decode.is_none() {
-            let bound = nodes
+            // Binding marks every output written on device 0, the only one: replays leave
+            // residency as it is, so they need no bookkeeping per node.
+            let bound = self
+                .graph(s)
                 .iter()
                 .map(|n| self.bind(n, s))
                 .collect::<Result<Vec<_>, _>>()?;
@@ -208,13 +210,7 @@ impl Engine {
             self.decode = Some(r);
         }
         let r = self.decode.as_ref().expect("recorded above");
-        self.dev(0).replay(r).map_err(|e| self.err(0, e))?;
-        for n in &nodes {
-            for t in self.plan(n, s).outputs {
-                self.mark_written(t, 0);
-            }
-        }
-        Ok(())
+        self.dev(0).replay(r).map_err(|e| self.err(0, e))
     }
 
     /// Runs one node of step `s` (queued: a later read waits for it).
