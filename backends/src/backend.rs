@@ -65,14 +65,7 @@ pub trait Backend: Send + Sync {
     /// Queues the recorded dispatches, in order, as if each had been passed to `dispatch`.
     /// A recording whose buffers were freed is [`BackendError::StaleRecording`].
     fn replay(&self, recording: &Recording) -> Result<(), BackendError> {
-        // Checked before the first dispatch, so that a stale recording queues nothing. A read
-        // of no bytes is how the trait asks whether a handle is allocated: every backend looks
-        // the buffer up first and returns at once, without waiting for queued work.
-        recording.check_live(|b| self.read(b, 0, &mut []).is_ok())?;
-        for d in recording.dispatches() {
-            self.dispatch(&d.as_dispatch())?;
-        }
-        Ok(())
+        crate::recording::replay_each(self, recording)
     }
     /// Frees a recording's device objects, once no replay of it is in flight.
     fn release(&self, recording: Recording) {

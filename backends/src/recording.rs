@@ -12,7 +12,7 @@
 //! checked before anything reaches the device: buffer handles are never reused, and a buffer
 //! cannot change size, so "still allocated" is the whole condition.
 
-use crate::backend::{Binding, BufferHandle, Dispatch, ProgramId};
+use crate::backend::{Backend, Binding, BufferHandle, Dispatch, ProgramId};
 use crate::error::BackendError;
 use trine_ir::{Access, ParamValue};
 
@@ -108,6 +108,22 @@ impl Recording {
             None => Ok(()),
         }
     }
+}
+
+/// Replays `recording` dispatch by dispatch on `backend`: the trait's default, and the path of
+/// a backend whose runtime has no native form. A stale recording queues nothing: the buffers
+/// are checked before the first dispatch. A read of no bytes is how the trait asks whether a
+/// handle is allocated: every backend looks the buffer up first and returns at once, without
+/// waiting for queued work.
+pub fn replay_each<B: Backend + ?Sized>(
+    backend: &B,
+    recording: &Recording,
+) -> Result<(), BackendError> {
+    recording.check_live(|b| backend.read(b, 0, &mut []).is_ok())?;
+    recording
+        .dispatches()
+        .iter()
+        .try_for_each(|d| backend.dispatch(&d.as_dispatch()))
 }
 
 /// Where a recorded list needs an execution and memory barrier: before dispatch `i` when it

@@ -485,11 +485,7 @@ impl Backend for HipBackend {
 
     fn replay(&self, recording: &Recording) -> Result<(), BackendError> {
         let (Some(g), Some(id)) = (&self.rt.graphs, recording.native) else {
-            recording.check_live(|b| self.lock().is_ok_and(|s| s.buffers.get(b).is_ok()))?;
-            return recording
-                .dispatches()
-                .iter()
-                .try_for_each(|d| self.dispatch(&d.as_dispatch()));
+            return crate::recording::replay_each(self, recording);
         };
         let state = self.lock()?;
         let exec = state

@@ -290,21 +290,13 @@ impl Engine {
         t: Tensor,
         range: std::ops::Range<usize>,
     ) -> Result<Vec<f32>, ModelError> {
-        let d = self
-            .tensors
-            .get(&t)
-            .and_then(|r| r.valid.iter().position(|&v| v));
-        let Some(d) = d else {
-            return Ok(vec![]);
-        };
         let f16_elems =
             matches!(t, Tensor::KCache(_) | Tensor::VCache(_)) && self.shape.kv == Float::F16;
         let size = if f16_elems { 2 } else { 4 };
-        let buf = self.buffer(t, d)?;
-        let mut bytes = vec![0u8; range.len() * size];
-        self.dev(d)
-            .read(buf, (range.start * size) as u64, &mut bytes)
-            .map_err(|e| self.err(d, e))?;
+        let at = (range.start * size) as u64;
+        let Some(bytes) = self.current_bytes(t, at, range.len() * size)? else {
+            return Ok(vec![]);
+        };
         Ok(if f16_elems {
             bytes
                 .chunks_exact(2)
@@ -346,16 +338,28 @@ impl Engine {
     /// Tensor `t`'s whole buffer, from the device holding its current value; `None` when
     /// nothing has written it yet.
     pub fn export(&mut self, t: Tensor) -> Result<Option<Vec<u8>>, ModelError> {
+        let len = self.tensors.get(&t).map_or(0, |r| r.bytes as usize);
+        self.current_bytes(t, 0, len)
+    }
+
+    /// `len` bytes of tensor `t` from byte `offset`, read from the device holding its current
+    /// value; `None` when nothing has written it yet.
+    fn current_bytes(
+        &mut self,
+        t: Tensor,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, ModelError> {
         let Some(r) = self.tensors.get(&t) else {
             return Ok(None);
         };
         let Some(d) = r.valid.iter().position(|&v| v) else {
             return Ok(None);
         };
-        let (buf, mut bytes) = (r.bufs[d], vec![0u8; r.bytes as usize]);
-        let buf = buf.expect("a valid copy has a buffer");
+        let buf = r.bufs[d].expect("a valid copy has a buffer");
+        let mut bytes = vec![0u8; len];
         self.dev(d)
-            .read(buf, 0, &mut bytes)
+            .read(buf, offset, &mut bytes)
             .map_err(|e| self.err(d, e))?;
         Ok(Some(bytes))
     }
@@ -373,17 +377,11 @@ impl Engine {
 
     /// The greedy token of the last step (the argmax of its logits): 4 bytes from the device.
     pub fn read_token(&mut self) -> Result<u32, ModelError> {
-        let d = self
-            .tensors
-            .get(&Tensor::Token)
-            .and_then(|r| r.valid.iter().position(|&v| v))
+        // No token before the first step, as no step comes before a prompt.
+        let bytes = self
+            .current_bytes(Tensor::Token, 0, 4)?
             .ok_or(ModelError::EmptyPrompt)?;
-        let buf = self.buffer(Tensor::Token, d)?;
-        let mut bytes = [0u8; 4];
-        self.dev(d)
-            .read(buf, 0, &mut bytes)
-            .map_err(|e| self.err(d, e))?;
-        Ok(u32::from_le_bytes(bytes))
+        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
     }
 
     /// Waits for everything queued on every device.
