@@ -20,13 +20,11 @@ pub enum Tensor {
     Step,
     /// f32 [tokens × n_embd].
     Resid(u8),
-    /// f32 [tokens × (n_embd + 2 kv_dim)]: each token's q, then k, then v.
-    Qkv,
     /// f32 [tokens × n_embd]: q after rope.
     QRot,
-    /// f32 [tokens × heads × splits × (head_dim + 2)]: attention's partial results.
+    /// f32 [tokens × heads × splits × (head_dim + 2)]: attention's partial results, combined
+    /// where the output projection loads them.
     Part,
-    Attn,
     /// f32 [tokens × n_ff]: SwiGLU of gate and up.
     Act,
     /// f32 [n_embd]: the last token's row of the residual stream (prompt steps).
@@ -43,6 +41,18 @@ pub enum Tensor {
     Weight(WeightId),
 }
 
+/// What a matvec does to x as it loads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Prologue {
+    None,
+    /// rms_norm, scaled by that weight.
+    Norm(WeightId),
+    /// x is [`Tensor::Part`]: split attention's partials over `splits` chunks, combined.
+    Combine {
+        splits: u32,
+    },
+}
+
 /// What a matvec does to its sums before storing them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Epilogue {
@@ -51,6 +61,11 @@ pub enum Epilogue {
     Add(Tensor),
     /// W's rows are gate/up pairs; stores silu(gate) · up, half as many rows.
     Swiglu,
+    /// W is the stacked Q/K/V: rope on q (into y, [`Tensor::QRot`]) and k, and k and v
+    /// stored in the layer's caches at the step's position.
+    RopeStore {
+        layer: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,30 +73,21 @@ pub enum Op {
     Embed {
         table: WeightId,
     },
-    /// `y = x·Wᵀ` for `tokens` rows of x; W has `rows` rows. With `norm`, x is first
-    /// rms-normalised and scaled by that weight (inside the matvec, not as a node).
+    /// `y = x·Wᵀ` for `tokens` rows of x; W has `rows` rows. The prologue and epilogue run
+    /// inside the matvec, not as nodes.
     Matvec {
         w: WeightId,
         rows: u32,
         x: Tensor,
         y: Tensor,
         tokens: u32,
-        norm: Option<WeightId>,
+        prologue: Prologue,
         epilogue: Epilogue,
-    },
-    /// Rope on q and k of [`Tensor::Qkv`] into [`Tensor::QRot`] and the layer's K cache, and
-    /// v into the V cache, at the step's position.
-    RopeStore {
-        layer: u32,
     },
     /// Attention of [`Tensor::QRot`] against the layer's caches, the keys split over
     /// `splits` workgroups per head, into [`Tensor::Part`].
     AttnSplit {
         layer: u32,
-        splits: u32,
-    },
-    /// Combines the splits into [`Tensor::Attn`].
-    AttnCombine {
         splits: u32,
     },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
@@ -121,18 +127,16 @@ impl Node {
                 epilogue,
                 ..
             } => {
-                let n = if epilogue == Epilogue::Swiglu {
-                    rows / 2
-                } else {
-                    rows
+                let n = match epilogue {
+                    Epilogue::Swiglu => rows / 2,
+                    Epilogue::RopeStore { .. } => c.n_embd,
+                    Epilogue::None | Epilogue::Add(_) => rows,
                 };
                 (y, 0..tokens as usize * n as usize)
             }
-            Op::RopeStore { .. } => rows(Tensor::QRot, c.n_embd),
             Op::AttnSplit { splits, .. } => {
                 rows(Tensor::Part, c.n_head * splits * (c.head_dim() + 2))
             }
-            Op::AttnCombine { .. } => rows(Tensor::Attn, c.n_embd),
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
             Op::Argmax => (Tensor::Token, 0..1),
         }
@@ -142,7 +146,7 @@ impl Node {
     /// for the op: products and attention sum in a device's own order.
     pub fn bound(&self) -> f64 {
         match self.op {
-            Op::Matvec { .. } | Op::AttnSplit { .. } | Op::AttnCombine { .. } => NMSE_MATMUL,
+            Op::Matvec { .. } | Op::AttnSplit { .. } => NMSE_MATMUL,
             _ => NMSE_DEFAULT,
         }
     }
@@ -163,10 +167,11 @@ pub fn attention_splits(tokens: u32, gpu: bool) -> u32 {
     }
 }
 
-/// The nodes of one step: seven per layer (a fused QKV projection with the attention norm
-/// inside it; rope with the KV-cache store; attention in two parts; the output projection
-/// adding the residual; gate and up with the FFN norm and SwiGLU; the down projection adding
-/// the residual), then the output head with the final norm, and the greedy token.
+/// The nodes of one step: five per layer (a fused QKV projection with the attention norm
+/// before it and rope with the KV-cache store after it; split attention; the output
+/// projection combining the splits and adding the residual; gate and up with the FFN norm and
+/// SwiGLU; the down projection adding the residual), then the output head with the final norm,
+/// and the greedy token.
 pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool) -> Vec<Node> {
     let t = s.tokens;
     let mut g = vec![];
@@ -184,31 +189,42 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool) -> Vec<Node> {
     for (l, lw) in w.layers.iter().enumerate() {
         let l = l as u32;
         let at = Some(l);
-        let mv = |id: WeightId, x, y, norm, epilogue| Op::Matvec {
+        let mv = |id: WeightId, x, y, prologue, epilogue| Op::Matvec {
             w: id,
             rows: w.tensors[id].rows,
             x,
             y,
             tokens: t,
-            norm,
+            prologue,
             epilogue,
         };
-        let qkv = mv(lw.wqkv, x, Tensor::Qkv, Some(lw.attn_norm), Epilogue::None);
-        node(qkv, "attn_qkv", at);
-        node(Op::RopeStore { layer: l }, "rope_kv_store", at);
+        let qkv = mv(
+            lw.wqkv,
+            x,
+            Tensor::QRot,
+            Prologue::Norm(lw.attn_norm),
+            Epilogue::RopeStore { layer: l },
+        );
+        node(qkv, "attn_qkv_rope", at);
         node(Op::AttnSplit { layer: l, splits }, "attention", at);
-        node(Op::AttnCombine { splits }, "attention_combine", at);
-        let wo = mv(lw.wo, Tensor::Attn, mid, None, Epilogue::Add(x));
+        let combine = Prologue::Combine { splits };
+        let wo = mv(lw.wo, Tensor::Part, mid, combine, Epilogue::Add(x));
         node(wo, "attn_output", at);
         let up = mv(
             lw.w_gate_up,
             mid,
             Tensor::Act,
-            Some(lw.ffn_norm),
+            Prologue::Norm(lw.ffn_norm),
             Epilogue::Swiglu,
         );
         node(up, "ffn_gate_up", at);
-        let down = mv(lw.w_down, Tensor::Act, x, None, Epilogue::Add(mid));
+        let down = mv(
+            lw.w_down,
+            Tensor::Act,
+            x,
+            Prologue::None,
+            Epilogue::Add(mid),
+        );
         node(down, "ffn_down", at);
     }
     // One token's row is the residual stream itself; a prompt's last row is copied out.
@@ -225,7 +241,7 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool) -> Vec<Node> {
             x: last,
             y: Tensor::Logits,
             tokens: 1,
-            norm: Some(w.output_norm),
+            prologue: Prologue::Norm(w.output_norm),
             epilogue: Epilogue::None,
         },
         "output",

@@ -1,15 +1,17 @@
 //! Which kernel runs each op of the graph, in order of preference for a device: the subgroup
 //! variant where the device has subgroups, then the shared-memory one that every device runs.
 
-use super::graph::{Epilogue, Op};
+use super::graph::{Epilogue, Op, Prologue};
 use super::weights::Weights;
 use crate::ops::elementwise::copy_kernel;
-use crate::ops::matvec::{Epilogue as MatvecEpilogue, MatvecSpec, Prologue, Reduce};
+use crate::ops::matvec::{
+    Epilogue as MatvecEpilogue, MatvecSpec, Prologue as MatvecPrologue, Reduce,
+};
+use crate::ops::matvec_fused::{CombineShape, RopeShape};
 use crate::ops::quant::WeightType;
-use crate::ops::rope::RopeMode;
 use crate::ops::shape::ShapeError;
 use crate::ops::support::{Float, Reduction};
-use crate::ops::{argmax, attention_split, embedding, matvec, rope_store};
+use crate::ops::{argmax, attention_split, embedding, matvec};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_ir::Kernel;
 
@@ -19,11 +21,8 @@ pub enum KernelKey {
     Embed(WeightType),
     /// The weights' type, whether the product is wide (see [`is_wide`]), and what is fused
     /// into it.
-    Matvec(WeightType, bool, Prologue, MatvecEpilogue),
-    RopeStore,
+    Matvec(WeightType, bool, MatvecPrologue, MatvecEpilogue),
     AttnSplit,
-    /// The split count is compiled into the combine.
-    AttnCombine(u32),
     PickLast,
     Argmax,
 }
@@ -38,13 +37,16 @@ impl std::fmt::Display for KernelKey {
                 if *wide {
                     parts.push("wide");
                 }
-                if *pro == Prologue::RmsNorm {
-                    parts.push("rms_norm");
+                match pro {
+                    MatvecPrologue::None => {}
+                    MatvecPrologue::RmsNorm => parts.push("rms_norm"),
+                    MatvecPrologue::Combine(_) => parts.push("attention combine"),
                 }
                 match epi {
                     MatvecEpilogue::None => {}
                     MatvecEpilogue::Add => parts.push("add"),
                     MatvecEpilogue::Swiglu => parts.push("swiglu"),
+                    MatvecEpilogue::RopeStore(_) => parts.push("rope, kv cache store"),
                 }
                 write!(f, "matvec {ty}")?;
                 if !parts.is_empty() {
@@ -52,9 +54,7 @@ impl std::fmt::Display for KernelKey {
                 }
                 Ok(())
             }
-            KernelKey::RopeStore => f.write_str("rope + kv cache store"),
             KernelKey::AttnSplit => f.write_str("attention (split)"),
-            KernelKey::AttnCombine(n) => write!(f, "attention combine of {n} splits"),
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
         }
@@ -69,32 +69,38 @@ pub struct KernelShape {
 }
 
 impl KernelKey {
-    pub fn of(op: &Op, w: &Weights) -> KernelKey {
+    pub fn of(op: &Op, w: &Weights, s: KernelShape) -> KernelKey {
         match *op {
             Op::Embed { table } => KernelKey::Embed(w.tensors[table].ty),
             Op::Matvec {
                 w: id,
                 tokens,
-                norm,
+                prologue,
                 epilogue,
                 ..
             } => {
                 let t = &w.tensors[id];
-                let pro = if norm.is_some() {
-                    Prologue::RmsNorm
-                } else {
-                    Prologue::None
+                let pro = match prologue {
+                    Prologue::None => MatvecPrologue::None,
+                    Prologue::Norm(_) => MatvecPrologue::RmsNorm,
+                    Prologue::Combine { splits } => MatvecPrologue::Combine(CombineShape {
+                        heads: t.cols / s.head_dim,
+                        head_dim: s.head_dim,
+                        splits,
+                    }),
                 };
                 let epi = match epilogue {
                     Epilogue::None => MatvecEpilogue::None,
                     Epilogue::Add(_) => MatvecEpilogue::Add,
                     Epilogue::Swiglu => MatvecEpilogue::Swiglu,
+                    Epilogue::RopeStore { .. } => MatvecEpilogue::RopeStore(RopeShape {
+                        head_dim: s.head_dim,
+                        kv: s.kv,
+                    }),
                 };
                 KernelKey::Matvec(t.ty, is_wide(t.rows, t.cols, tokens), pro, epi)
             }
-            Op::RopeStore { .. } => KernelKey::RopeStore,
             Op::AttnSplit { .. } => KernelKey::AttnSplit,
-            Op::AttnCombine { splits } => KernelKey::AttnCombine(splits),
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
         }
@@ -137,9 +143,7 @@ impl KernelKey {
                     .map(matvec::kernel)
                     .collect::<Result<_, _>>()?
             }
-            KernelKey::RopeStore => vec![rope_store::kernel(s.head_dim, RopeMode::Normal, s.kv)?],
             KernelKey::AttnSplit => vec![attention_split::split_kernel(s.head_dim, s.kv)?],
-            KernelKey::AttnCombine(n) => vec![attention_split::combine_kernel(s.head_dim, n)?],
             KernelKey::PickLast => vec![copy_kernel(Float::F32, Float::F32)],
             KernelKey::Argmax => reductions.iter().map(|&r| argmax::kernel(r)).collect(),
         })

@@ -17,6 +17,7 @@
 //! differently (a swapped nibble, a wrong scale) is off by the weights' quantization step and
 //! fails by orders of magnitude.
 
+use super::matvec_attn::{Combined, Input, RopeOut};
 use super::matvec_fused::{self as fused, Fused, Norm};
 pub use super::matvec_fused::{Epilogue, Prologue};
 use super::quant::{self, WeightType, QK};
@@ -129,13 +130,32 @@ impl MatvecSpec {
                 multiple: 2,
             });
         }
-        // One f32 partial per row (and the norm's sum of squares) and invocation, within the
-        // smallest device's 32 KiB.
-        let shared = self.reduced_rows() as usize * wg * 4;
+        if let Epilogue::RopeStore(r) = self.epilogue {
+            r.check()?;
+            if !self.rows_per_workgroup.is_multiple_of(2) {
+                return Err(ShapeError::NotMultiple {
+                    op: OP,
+                    what: "rows per workgroup of a QKV product with rope (pairs of rows)",
+                    value: self.rows_per_workgroup as usize,
+                    multiple: 2,
+                });
+            }
+        }
+        let combine = match self.prologue {
+            Prologue::Combine(c) => {
+                c.check(None)?;
+                c.shared_floats() as usize
+            }
+            _ => 0,
+        };
+        // One f32 partial per row (and the norm's sum of squares) and invocation, and the
+        // combine's weights, within the smallest device's 32 KiB.
+        let shared = (self.reduced_rows() as usize * wg + combine) * 4;
         if shared > 32 * 1024 {
             return Err(ShapeError::TooLarge {
                 op: OP,
-                what: "shared bytes ((rows per workgroup + 1 with the norm) × workgroup × 4)",
+                what: "shared bytes ((rows per workgroup + 1 with the norm) × workgroup × 4, \
+                       and the combine's weights)",
                 value: shared,
                 limit: 32 * 1024,
             });
@@ -242,10 +262,19 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     }
     let w = k.buffer("w", ty.buffer_elem(), Access::Read);
     let w16 = f16_scales.then(|| k.buffer("w16", Scalar::F16, Access::Read));
-    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let combine = match spec.prologue {
+        Prologue::Combine(c) => Some(c),
+        _ => None,
+    };
+    let x_name = if combine.is_some() { "part" } else { "x" };
+    let x = k.buffer(x_name, Scalar::F32, Access::Read);
     let g = (spec.prologue == Prologue::RmsNorm).then(|| k.buffer("g", Scalar::F32, Access::Read));
     let r = (spec.epilogue == Epilogue::Add).then(|| k.buffer("r", Scalar::F32, Access::Read));
-    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let rope_in =
+        matches!(spec.epilogue, Epilogue::RopeStore(_)).then(|| RopeOut::declare_inputs(&k));
+    let y = rope_in
+        .is_none()
+        .then(|| k.buffer("y", Scalar::F32, Access::Write));
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
     let norm = g.map(|g| Norm {
@@ -253,10 +282,20 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         eps: k.param("eps", Scalar::F32),
         sum_sq: k.var("sum_sq", Scalar::F32),
     });
+    let rope = match (spec.epilogue, rope_in) {
+        (Epilogue::RopeStore(shape), Some(bufs)) => Some(RopeOut::declare_outputs(&k, shape, bufs)),
+        _ => None,
+    };
     let lid = k.local_index();
     let row0 = k.workgroup_id(0) * k.u32(nrows);
     let token = k.workgroup_id(1);
-    let x0 = token * cols;
+    let input = match combine {
+        Some(c) => Input::Combined(Combined::prologue(&k, c, x, wg)),
+        None => Input::Plain {
+            x,
+            x0: token * cols,
+        },
+    };
     // Rows past the end (in the last workgroup) read the last row again instead of branching,
     // so that every invocation reaches the reduction; their sums are never stored.
     let last = rows - k.u32(1);
@@ -269,7 +308,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
             &k,
             ty,
             (w, w16),
-            (x, x0, norm.as_ref()),
+            (&input, norm.as_ref()),
             cols,
             &rows_accs,
             (wg, spec.segment),
@@ -277,7 +316,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     } else {
         let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * cols).collect();
         k.for_range(lid, cols, wg, |c| {
-            let xv = k.load(x, x0 + c);
+            let xv = input.load(&k, c);
             let xv = norm.as_ref().map_or(xv, |n| n.scale(&k, xv, c));
             for (base, (_, acc)) in bases.iter().zip(&rows_accs) {
                 let wv = k.load(w, *base + c).cast(Scalar::F32);
@@ -290,7 +329,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     sums.extend(norm.as_ref().map(|n| n.sum_sq.get()));
     // Invocation i stores output i: row i's sum, or SwiGLU's of rows 2i and 2i + 1.
     let outputs = match spec.epilogue {
-        Epilogue::Swiglu => nrows / 2,
+        Epilogue::Swiglu | Epilogue::RopeStore(_) => nrows / 2,
         Epilogue::None | Epilogue::Add => nrows,
     };
     let reads = |i| read_rows(&k, &spec, i);
@@ -306,19 +345,29 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
             }
             _ => totals,
         };
-        if spec.epilogue == Epilogue::Swiglu {
-            let n = rows / k.u32(2);
-            let i = k.workgroup_id(0) * k.u32(outputs) + lid;
-            k.if_(i.lt(n), || {
-                let v = super::elementwise::silu_ir(&k, totals[0]) * totals[1];
-                k.store(y, token * n + i, v);
-            });
-        } else {
-            let row = row0 + lid;
-            k.if_(row.lt(rows), || {
-                let at = token * rows + row;
-                k.store(y, at, r.map_or(totals[0], |r| totals[0] + k.load(r, at)));
-            });
+        match (spec.epilogue, y, &rope) {
+            (Epilogue::Swiglu, Some(y), _) => {
+                let n = rows / k.u32(2);
+                let i = k.workgroup_id(0) * k.u32(outputs) + lid;
+                k.if_(i.lt(n), || {
+                    let v = super::elementwise::silu_ir(&k, totals[0]) * totals[1];
+                    k.store(y, token * n + i, v);
+                });
+            }
+            (_, None, Some(rope)) => {
+                let row = row0 + lid * k.u32(2);
+                k.if_(row.lt(rows), || {
+                    rope.store_pair(&k, token, row, (totals[0], totals[1]))
+                });
+            }
+            (_, Some(y), _) => {
+                let row = row0 + lid;
+                k.if_(row.lt(rows), || {
+                    let at = token * rows + row;
+                    k.store(y, at, r.map_or(totals[0], |r| totals[0] + k.load(r, at)));
+                });
+            }
+            (_, None, None) => unreachable!("y is declared unless the rope epilogue stores"),
         }
     });
     Ok(k.finish())
@@ -328,7 +377,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
 /// rows `2i` and `2i + 1`; then the norm's sum of squares, row `rows_per_workgroup`.
 fn read_rows<'b>(k: &'b KernelBuilder, spec: &MatvecSpec, i: Val<'b>) -> Vec<Val<'b>> {
     let mut rows = match spec.epilogue {
-        Epilogue::Swiglu => {
+        Epilogue::Swiglu | Epilogue::RopeStore(_) => {
             let gate = i * k.u32(2);
             vec![gate, gate + k.u32(1)]
         }
@@ -348,7 +397,7 @@ fn dot_quantized<'b>(
     k: &'b KernelBuilder,
     ty: WeightType,
     (w, w16): (trine_ir::BufferId, Option<trine_ir::BufferId>),
-    (x, x0, norm): (trine_ir::BufferId, Val<'b>, Option<&Norm<'b>>),
+    (input, norm): (&Input<'b>, Option<&Norm<'b>>),
     cols: Val<'b>,
     rows_accs: &[(Val<'b>, Var<'b>)],
     (wg, segment): (u32, u32),
@@ -362,7 +411,7 @@ fn dot_quantized<'b>(
         let per_block = k.u32(QK as u32 / segment);
         let block = s / per_block;
         let part = s % per_block;
-        let xb = x0 + block * k.u32(QK as u32);
+        let xb = block * k.u32(QK as u32);
         // Element offsets (within the block) of this segment, paired with their x values.
         let offsets: Vec<Val> = match ty {
             WeightType::Q8_0 => (0..segment)
@@ -373,14 +422,14 @@ fn dot_quantized<'b>(
                 .collect(),
         };
         let xs: Vec<Val> = match ty {
-            WeightType::Q8_0 => offsets.iter().map(|&o| k.load(x, xb + o)).collect(),
+            WeightType::Q8_0 => offsets.iter().map(|&o| input.load(k, xb + o)).collect(),
             _ => offsets
                 .iter()
-                .map(|&o| k.load(x, xb + o))
+                .map(|&o| input.load(k, xb + o))
                 .chain(
                     offsets
                         .iter()
-                        .map(|&o| k.load(x, xb + o + k.u32(QK as u32 / 2))),
+                        .map(|&o| input.load(k, xb + o + k.u32(QK as u32 / 2))),
                 )
                 .collect(),
         };

@@ -28,6 +28,7 @@
 
 use super::elementwise::{reference_binary, Binary};
 use super::matvec::{reference as matvec_reference, spec_case, MatvecSpec, Reduce};
+pub use super::matvec_attn::{CombineShape, RopeShape};
 use super::quant::WeightType;
 use super::rms_norm::{self, RmsNorm};
 use super::shape::ShapeError;
@@ -47,6 +48,10 @@ pub enum Prologue {
     /// `x / sqrt(mean(x²) + eps) · g`, rms_norm's op: buffer `g` (f32, `[cols]`) right after
     /// `x`, parameter `eps` (f32) after `cols`.
     RmsNorm,
+    /// x is split attention's output, combined from its partials: buffer `part` (f32,
+    /// `[tokens × heads × splits × (head_dim + 2)]`) in place of `x`; `cols` must be
+    /// `heads · head_dim`. See [`super::matvec_attn`].
+    Combine(CombineShape),
 }
 
 /// What the kernel does to the row sums before it stores them.
@@ -58,6 +63,11 @@ pub enum Epilogue {
     /// `y_i = silu(gate_i)·up_i` with gate i in row 2i and up i in row 2i+1: `rows` is twice
     /// the outputs, y is `[tokens × rows/2]`. Needs an even `rows_per_workgroup`.
     Swiglu,
+    /// The rows are a fused QKV projection's: rope on q and k and the KV-cache store at the
+    /// step's position, instead of `y` (see [`super::matvec_attn`]). Buffers `step` (u32) and
+    /// `freq` (f32, rope's table) after the inputs, then `q` (f32), `k_cache`, `v_cache`;
+    /// parameters `heads`, `kv_heads` last. Needs an even `rows_per_workgroup`.
+    RopeStore(RopeShape),
 }
 
 impl Epilogue {
@@ -71,7 +81,13 @@ impl Epilogue {
                 multiple: 2,
             }),
             Epilogue::Swiglu => Ok(rows / 2),
-            Epilogue::None | Epilogue::Add => Ok(rows),
+            Epilogue::RopeStore(_) if !rows.is_multiple_of(2) => Err(ShapeError::NotMultiple {
+                op: OP,
+                what: "rows of a QKV product (rope pairs)",
+                value: rows as usize,
+                multiple: 2,
+            }),
+            Epilogue::None | Epilogue::Add | Epilogue::RopeStore(_) => Ok(rows),
         }
     }
 }
@@ -79,12 +95,17 @@ impl Epilogue {
 /// The suffix of a kernel's name (`_norm_swiglu`) and of a case's (`/norm+swiglu`), empty
 /// without fusion: different kernels must have different names, which key the caches.
 pub(super) fn suffix(prologue: Prologue, epilogue: Epilogue, sep: char, join: char) -> String {
-    let parts: Vec<&str> = [
-        (prologue == Prologue::RmsNorm).then_some("norm"),
+    let parts: Vec<String> = [
+        match prologue {
+            Prologue::None => None,
+            Prologue::RmsNorm => Some("norm".to_string()),
+            Prologue::Combine(c) => Some(c.name()),
+        },
         match epilogue {
             Epilogue::None => None,
-            Epilogue::Add => Some("add"),
-            Epilogue::Swiglu => Some("swiglu"),
+            Epilogue::Add => Some("add".to_string()),
+            Epilogue::Swiglu => Some("swiglu".to_string()),
+            Epilogue::RopeStore(r) => Some(r.name()),
         },
     ]
     .into_iter()
@@ -162,7 +183,8 @@ pub fn reference(
         y.extend(matvec_reference(ty, w, rows, cols, xt)?);
     }
     match fused.epilogue {
-        Epilogue::None => Ok(y),
+        // Rope's rotation and the stores follow in [`super::matvec_attn::reference_rope`].
+        Epilogue::None | Epilogue::RopeStore(_) => Ok(y),
         Epilogue::Add => reference_binary(Binary::Add, &f32s(&y), fused.residual),
         Epilogue::Swiglu => {
             let y = f32s(&y);

@@ -9,6 +9,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod matmul;
 pub mod matvec;
+pub mod matvec_attn;
 pub mod matvec_fused;
 pub mod quant;
 pub mod rms_norm;
@@ -26,6 +27,7 @@ pub fn cases() -> Vec<Case> {
         matmul::cases as fn() -> Vec<Case>,
         matvec::cases,
         matvec_fused::cases,
+        matvec_attn::cases,
         embedding::cases,
         rms_norm::cases,
         rope::cases,

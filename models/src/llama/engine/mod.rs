@@ -92,7 +92,11 @@ impl Engine {
         let mut keys: Vec<KernelKey> = vec![];
         for (tokens, on_gpu) in [(1, true), (1, false), (options.max_batch, gpu)] {
             let nodes = graph::build(c, &model.weights, Step { tokens, pos: 0 }, on_gpu);
-            keys.extend(nodes.iter().map(|n| KernelKey::of(&n.op, &model.weights)));
+            keys.extend(
+                nodes
+                    .iter()
+                    .map(|n| KernelKey::of(&n.op, &model.weights, shape)),
+            );
         }
         let placement = Placement::new(backend, &keys, shape)?;
         Ok(Engine {
@@ -162,6 +166,7 @@ impl Engine {
                 table: self.model.weights.token_embd,
             },
             &self.model.weights,
+            self.shape,
         );
         let d = self.placement.programs[&key].0;
         let buf = self.buffer(Tensor::Ids, d)?;
@@ -257,7 +262,7 @@ impl Engine {
     /// Makes a node's inputs current on its device and binds its buffers; its outputs count
     /// as written there from now on.
     fn bind(&mut self, node: &Node, s: Step) -> Result<Bound, ModelError> {
-        let key = KernelKey::of(&node.op, &self.model.weights);
+        let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
         let (d, program) = self.placement.programs[&key];
         let plan = self.plan(node, s);
         let mut bindings = Vec::with_capacity(plan.inputs.len() + plan.outputs.len());

@@ -3,7 +3,7 @@
 //! decode step's dispatches can be recorded once and replayed at every position.
 
 use super::Engine;
-use crate::llama::graph::{Epilogue, Node, Op, Step, Tensor};
+use crate::llama::graph::{Epilogue, Node, Op, Prologue, Step, Tensor};
 use crate::llama::kernels::{is_wide, matvec_spec, KernelKey};
 use crate::ops::argmax::Argmax;
 use crate::ops::attention_split::SplitAttention;
@@ -47,10 +47,10 @@ impl Engine {
                 x,
                 y,
                 tokens,
-                norm,
+                prologue,
                 epilogue,
             } => {
-                let key = KernelKey::of(&node.op, w);
+                let key = KernelKey::of(&node.op, w, self.shape);
                 let info = self.dev(self.placement.programs[&key].0).info();
                 let wt = &w.tensors[wid];
                 let spec = matvec_spec(
@@ -59,30 +59,27 @@ impl Engine {
                     info,
                     is_wide(wt.rows, wt.cols, tokens),
                 );
-                // A variant reading the scales through an f16 view binds the weights twice.
-                let extra =
-                    usize::from(norm.is_some()) + usize::from(matches!(epilogue, Epilogue::Add(_)));
-                let views = self.placement.buffers[&key].len() - 2 - extra;
-                let mut inputs = vec![Tensor::Weight(wid); views];
-                inputs.push(x);
+                let mut inputs = vec![x];
+                let mut outputs = vec![y];
                 let mut params = vec![u(rows), u(wt.cols)];
-                if let Some(g) = norm {
+                if let Prologue::Norm(g) = prologue {
                     inputs.push(Tensor::Weight(g));
                     params.push(ParamValue::F32(c.rms_eps));
                 }
-                if let Epilogue::Add(r) = epilogue {
-                    inputs.push(r);
+                match epilogue {
+                    Epilogue::None | Epilogue::Swiglu => {}
+                    Epilogue::Add(r) => inputs.push(r),
+                    Epilogue::RopeStore { layer } => {
+                        inputs.extend([Tensor::Step, Tensor::Freq]);
+                        outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
+                        params.extend(self.rope_store(t).params());
+                    }
                 }
-                plan(inputs, &[y], params, spec.grid(rows, tokens))
-            }
-            Op::RopeStore { layer } => {
-                let r = self.rope_store(t);
-                plan(
-                    vec![Tensor::Qkv, Tensor::Step, Tensor::Freq],
-                    &[Tensor::QRot, Tensor::KCache(layer), Tensor::VCache(layer)],
-                    r.params(),
-                    r.grid(),
-                )
+                // A variant reading the scales through an f16 view binds the weights twice.
+                let views = self.placement.buffers[&key].len() - inputs.len() - outputs.len();
+                let mut all = vec![Tensor::Weight(wid); views];
+                all.extend(inputs);
+                plan(all, &outputs, params, spec.grid(rows, tokens))
             }
             Op::AttnSplit { layer, splits } => {
                 let a = self.split_attention(t, splits);
@@ -96,15 +93,6 @@ impl Engine {
                     &[Tensor::Part],
                     a.params(),
                     a.grid(),
-                )
-            }
-            Op::AttnCombine { splits } => {
-                let a = self.split_attention(t, splits);
-                plan(
-                    vec![Tensor::Part],
-                    &[Tensor::Attn],
-                    a.combine_params(),
-                    a.combine_grid(),
                 )
             }
             Op::PickLast => plan(

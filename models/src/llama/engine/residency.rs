@@ -19,8 +19,7 @@ impl Engine {
             Tensor::Ids => f32s(b),
             Tensor::Step => f32s(4),
             Tensor::Token => f32s(1),
-            Tensor::Resid(_) | Tensor::QRot | Tensor::Attn => f32s(b * c.n_embd as u64),
-            Tensor::Qkv => f32s(b * (c.n_embd as u64 + 2 * c.kv_dim() as u64)),
+            Tensor::Resid(_) | Tensor::QRot => f32s(b * c.n_embd as u64),
             Tensor::Part => {
                 // Prompt steps split once per token, decode steps on a GPU several times per
                 // head; a CPU checking a GPU's nodes runs them with the GPU's splits.
