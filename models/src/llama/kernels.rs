@@ -162,7 +162,7 @@ pub const WIDE_TOKENS: u32 = 64;
 
 /// The matvec shape for a device and a product ([`is_wide`]). GPUs, quantized and wide: 128
 /// invocations sharing 8 rows, the scales read through an f16 view of the weights where the
-/// device has 16-bit storage. On an H100 that was the fastest or within 10% of the fastest of
+/// device has 16-bit storage (and then Q4_1's codes as whole words, [`MatvecSpec::word_codes`]). On an H100 that was the fastest or within 10% of the fastest of
 /// 120 shapes swept for Q4_0, Q4_1 and Q8_0 at 4096 × 4096 and 11008 × 4096 on both CUDA and
 /// Vulkan, 1.2–1.3× faster than 4 rows on 64 invocations with byte-assembled scales; but on
 /// SmolLM2's matrices (192 to 1536 rows) it leaves most of the GPU idle, and decode slowed by
@@ -186,6 +186,7 @@ pub fn matvec_spec(ty: WeightType, reduce: Reduce, info: &DeviceInfo, wide: bool
             (spec.rows_per_workgroup, spec.workgroup, spec.segment) = GPU_SMALL_MATVEC;
         }
         spec.f16_scales = info.f16;
+        spec.word_codes = true;
     }
     spec
 }

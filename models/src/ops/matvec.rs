@@ -70,6 +70,12 @@ pub struct MatvecSpec {
     /// conversion, instead of assembling them from bytes with integer operations. Needs 16-bit
     /// storage; where scales are decoded per segment this is most of a CPU's work per weight.
     pub f16_scales: bool,
+    /// Q4_1 with `f16_scales` only: read a segment's codes as whole 32-bit words (the buffer
+    /// `w` is declared `U32`), one load per 8 codes instead of one per 2, the nibbles taken out
+    /// with shifts. A Q4_1 block is 20 bytes with its codes at byte 4, so every word is
+    /// aligned; Q8_0 (34) and Q4_0 (18) blocks are not, and keep byte loads. The scales come
+    /// from the f16 view, so nothing reads `w` as bytes.
+    pub word_codes: bool,
     /// The ops fused before and after the product, which save their dispatches and the round
     /// trips of the activations through memory ([`super::matvec_fused`]).
     pub prologue: Prologue,
@@ -87,8 +93,48 @@ impl MatvecSpec {
             workgroup: 64,
             segment: SEGMENT,
             f16_scales: false,
+            word_codes: false,
             prologue: Prologue::None,
             epilogue: Epilogue::None,
+        }
+    }
+
+    /// Whether the kernel reads the codes as words ([`MatvecSpec::word_codes`]).
+    fn reads_words(&self) -> bool {
+        self.word_codes && self.f16_scales && self.weights == WeightType::Q4_1
+    }
+
+    /// How case names show the shape: `r2w128s8h` (rows, invocations, segment, `h` for f16
+    /// scales, `u` for word codes).
+    pub fn shape_name(&self) -> String {
+        format!(
+            "r{}w{}s{}{}{}",
+            self.rows_per_workgroup,
+            self.workgroup,
+            self.segment,
+            if self.f16_scales { "h" } else { "" },
+            if self.reads_words() { "u" } else { "" }
+        )
+    }
+
+    /// The element type the kernel declares for the weights' buffer `w`.
+    pub fn weights_elem(&self) -> Scalar {
+        if self.reads_words() {
+            Scalar::U32
+        } else {
+            self.weights.buffer_elem()
+        }
+    }
+
+    /// Adds to `case` the weight buffers this spec's kernel reads, all over the same bytes:
+    /// `w` and, with f16 scales, its f16 view `w16`.
+    pub fn weight_inputs(&self, case: Case, w: Vec<u8>) -> Case {
+        let w = quant::pad_to_words(w);
+        if self.weights.is_quantized() && self.f16_scales {
+            case.input("w", self.weights_elem(), w.clone())
+                .input("w16", Scalar::F16, w)
+        } else {
+            case.input("w", self.weights_elem(), w)
         }
     }
 
@@ -240,7 +286,8 @@ pub fn reference(
         .collect()
 }
 
-/// The matvec kernel for `spec`. Buffers: `w` (the weights, bytes if quantized), `w16` (the
+/// The matvec kernel for `spec`. Buffers: `w` (the weights: bytes if quantized, words with
+/// [`MatvecSpec::word_codes`]), `w16` (the
 /// same memory as f16, with `f16_scales`), `x`, `g` (with [`Prologue::RmsNorm`]), `r` (with
 /// [`Epilogue::Add`]), `y`; parameters `rows`, `cols`, `eps` (with [`Prologue::RmsNorm`]); grid
 /// [`MatvecSpec::grid`].
@@ -255,12 +302,15 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     if f16_scales {
         name.push_str("_h");
     }
+    if spec.reads_words() {
+        name.push('u');
+    }
     name.push_str(&fused::suffix(spec.prologue, spec.epilogue, '_', '_'));
     let k = KernelBuilder::new(&name, [wg, 1, 1]);
     if spec.reduce == Reduce::Subgroup {
         k.require_subgroups();
     }
-    let w = k.buffer("w", ty.buffer_elem(), Access::Read);
+    let w = k.buffer("w", spec.weights_elem(), Access::Read);
     let w16 = f16_scales.then(|| k.buffer("w16", Scalar::F16, Access::Read));
     let combine = match spec.prologue {
         Prologue::Combine(c) => Some(c),
@@ -307,7 +357,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         dot_quantized(
             &k,
             ty,
-            (w, w16),
+            (w, w16, spec.reads_words()),
             (&input, norm.as_ref()),
             cols,
             &rows_accs,
@@ -392,11 +442,11 @@ fn read_rows<'b>(k: &'b KernelBuilder, spec: &MatvecSpec, i: Val<'b>) -> Vec<Val
 /// Accumulates the quantized rows' dot products: each step takes one segment of a block, loads
 /// its x values once, and for every row multiplies the codes by x and scales the segment's sum
 /// by d (adding m·Σx for Q4_1), so that the scales cost one multiply per segment. With the
-/// norm, x is multiplied by g as it is loaded.
+/// norm, x is multiplied by g as it is loaded. With `words`, `w` is a `U32` view.
 fn dot_quantized<'b>(
     k: &'b KernelBuilder,
     ty: WeightType,
-    (w, w16): (trine_ir::BufferId, Option<trine_ir::BufferId>),
+    (w, w16, words): (trine_ir::BufferId, Option<trine_ir::BufferId>, bool),
     (input, norm): (&Input<'b>, Option<&Norm<'b>>),
     cols: Val<'b>,
     rows_accs: &[(Val<'b>, Var<'b>)],
@@ -467,6 +517,7 @@ fn dot_quantized<'b>(
                 None => quant::load_scales(k, ty, w, blk),
             };
             let codes: Vec<Val> = match ty {
+                _ if words => q4_1_word_codes(k, w, blk, part, segment),
                 WeightType::Q8_0 => offsets
                     .iter()
                     .map(|&o| quant::q8_code(k, w, blk, o))
@@ -495,6 +546,29 @@ fn dot_quantized<'b>(
             acc.set(sum);
         }
     });
+}
+
+/// The codes of segment `part` of the Q4_1 block at byte `blk`, from `segment / 8` words of a
+/// `U32` view: the low nibbles of its bytes in order, then the high ones, as
+/// [`quant::q4_codes`] gives them byte by byte. Bytes are little-endian in their word, as the
+/// GGUF file and every target store them.
+fn q4_1_word_codes<'b>(
+    k: &'b KernelBuilder,
+    w: trine_ir::BufferId,
+    blk: Val<'b>,
+    part: Val<'b>,
+    segment: u32,
+) -> Vec<Val<'b>> {
+    let first = blk / k.u32(4) + k.u32(quant::codes_offset(WeightType::Q4_1) / 4);
+    let words: Vec<Val> = (0..segment / 8)
+        .map(|j| k.load(w, first + part * k.u32(segment / 8) + k.u32(j)))
+        .collect();
+    let nibbles = |shift: u32| {
+        words.iter().flat_map(move |&word| {
+            (0..4).map(move |b| ((word >> k.u32(8 * b + shift)) & k.u32(15)).cast(Scalar::F32))
+        })
+    };
+    nibbles(0).chain(nibbles(4)).collect()
 }
 
 /// Row sums through subgroup sums: each subgroup's lane 0 leaves one partial per row in
@@ -652,24 +726,11 @@ pub fn spec_case(
         ..spec
     };
     if unfused != MatvecSpec::new(ty, reduce) {
-        name.push_str(&format!(
-            "/r{}w{}s{}{}",
-            spec.rows_per_workgroup,
-            spec.workgroup,
-            spec.segment,
-            if spec.f16_scales { "h" } else { "" }
-        ));
+        name.push('/');
+        name.push_str(&spec.shape_name());
     }
     name.push_str(&fused::suffix(spec.prologue, spec.epilogue, '/', '+'));
-    let w = quant::pad_to_words(w);
-    let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens)).input(
-        "w",
-        ty.buffer_elem(),
-        w.clone(),
-    );
-    if ty.is_quantized() && spec.f16_scales {
-        case = case.input("w16", Scalar::F16, w);
-    }
+    let mut case = spec.weight_inputs(Case::new(name, kernel(spec)?, spec.grid(rows, tokens)), w);
     let mut params = vec![ParamValue::U32(rows), ParamValue::U32(cols)];
     case = case.input("x", Scalar::F32, f32_bytes(&x));
     if let Some(g) = g {
@@ -805,6 +866,52 @@ mod tests {
             kernel(spec),
             Err(ShapeError::NotPowerOfTwo { value: 48, .. })
         ));
+    }
+
+    /// Codes read as words give the bits of codes read byte by byte, for every segment length
+    /// (one, two and four words), fused or not; and a word view is only declared where it is
+    /// aligned (Q4_1 with f16 scales).
+    #[test]
+    fn word_codes_equal_byte_codes() {
+        use crate::conformance::run::reference as interpret_case;
+        for (segment, prologue, epilogue) in [
+            (8, Prologue::RmsNorm, Epilogue::Swiglu),
+            (16, Prologue::None, Epilogue::Add),
+            (32, Prologue::None, Epilogue::None),
+        ] {
+            let bytes = MatvecSpec {
+                rows_per_workgroup: 2,
+                workgroup: 32,
+                segment,
+                f16_scales: true,
+                prologue,
+                epilogue,
+                ..MatvecSpec::new(WeightType::Q4_1, Reduce::Subgroup)
+            };
+            let words = MatvecSpec {
+                word_codes: true,
+                ..bytes
+            };
+            assert_eq!(words.weights_elem(), Scalar::U32);
+            let run = |spec| {
+                let case = spec_case(spec, 10, 128, 2, 7).unwrap();
+                let at = case.buffers.iter().position(|b| b.name == "y").unwrap();
+                interpret_case(&case).outputs.unwrap().swap_remove(at)
+            };
+            assert_eq!(run(words), run(bytes), "segment {segment}");
+        }
+        for spec in [
+            MatvecSpec::new(WeightType::Q4_1, Reduce::Subgroup),
+            MatvecSpec::new(WeightType::Q4_0, Reduce::Subgroup),
+            MatvecSpec::new(WeightType::Q8_0, Reduce::Subgroup),
+        ] {
+            let spec = MatvecSpec {
+                word_codes: true,
+                f16_scales: spec.weights != WeightType::Q4_1,
+                ..spec
+            };
+            assert_eq!(spec.weights_elem(), Scalar::U8, "{:?}", spec.weights);
+        }
     }
 
     #[test]

@@ -372,15 +372,12 @@ pub fn rope_case(
     };
     let (ty, rows, cols, tokens) = (spec.weights, shape.rows(), shape.cols, shape.store.tokens);
     let name = format!(
-        "{OP}/{ty}/qkv{}x{}x{}+{cols}/t{tokens}+pos{pos}+ctx{}/r{}w{}s{}{}/norm+{}",
+        "{OP}/{ty}/qkv{}x{}x{}+{cols}/t{tokens}+pos{pos}+ctx{}/{}/norm+{}",
         shape.store.heads,
         shape.store.kv_heads,
         shape.store.head_dim,
         shape.store.context,
-        spec.rows_per_workgroup,
-        spec.workgroup,
-        spec.segment,
-        if spec.f16_scales { "h" } else { "" },
+        spec.shape_name(),
         rope.name()
     ) + if spec.reduce == Reduce::Shared {
         "/shared"
@@ -396,15 +393,10 @@ pub fn rope_case(
     let v0 = kv.stored(&rng.f32s(cache, -3.0, 3.0));
     let want = reference_rope(&shape, &w, &x, &g, pos, (&k0, &v0))?;
     let rounded = |v: Vec<f64>| v.into_iter().map(|x| kv.round(x)).collect();
-    let w = quant::pad_to_words(w);
-    let mut case = Case::new(name, super::matvec::kernel(spec)?, spec.grid(rows, tokens)).input(
-        "w",
-        ty.buffer_elem(),
-        w.clone(),
+    let case = spec.weight_inputs(
+        Case::new(name, super::matvec::kernel(spec)?, spec.grid(rows, tokens)),
+        w,
     );
-    if ty.is_quantized() && spec.f16_scales {
-        case = case.input("w16", Scalar::F16, w);
-    }
     let q0 = vec![f32::NAN; want.q.len()];
     let mut params = vec![
         ParamValue::U32(rows),
@@ -441,11 +433,8 @@ pub fn combine_case(
     let ty = spec.weights;
     let cols = shape.heads * shape.head_dim;
     let mut name = format!(
-        "{OP}/{ty}/{rows}x{cols}/t{tokens}+pos{pos}/r{}w{}s{}{}/{}+add",
-        spec.rows_per_workgroup,
-        spec.workgroup,
-        spec.segment,
-        if spec.f16_scales { "h" } else { "" },
+        "{OP}/{ty}/{rows}x{cols}/t{tokens}+pos{pos}/{}/{}+add",
+        spec.shape_name(),
         shape.name()
     );
     if spec.reduce == Reduce::Shared {
@@ -465,15 +454,10 @@ pub fn combine_case(
         .collect();
     let res = rng.f32s((rows * tokens) as usize, -2.0, 2.0);
     let want = reference_combine(ty, &w, rows as usize, shape, &part, &res)?;
-    let w = quant::pad_to_words(w);
-    let mut case = Case::new(name, super::matvec::kernel(spec)?, spec.grid(rows, tokens)).input(
-        "w",
-        ty.buffer_elem(),
-        w.clone(),
+    let case = spec.weight_inputs(
+        Case::new(name, super::matvec::kernel(spec)?, spec.grid(rows, tokens)),
+        w,
     );
-    if ty.is_quantized() && spec.f16_scales {
-        case = case.input("w16", Scalar::F16, w);
-    }
     let mut case = case
         .input("part", Scalar::F32, f32_bytes(&part))
         .input("r", Scalar::F32, f32_bytes(&res))
@@ -526,10 +510,15 @@ pub fn cases() -> Vec<Case> {
         store,
     };
     let mut v = vec![];
-    let gpu_q4 = spec(Q4_1, gpu, Reduce::Subgroup);
+    // The GPUs' shape reads Q4_1 codes as words; one case keeps byte loads.
+    let bytes_q4 = spec(Q4_1, gpu, Reduce::Subgroup);
+    let gpu_q4 = MatvecSpec {
+        word_codes: true,
+        ..bytes_q4
+    };
     for (s, shape, pos, kv) in [
         (gpu_q4, qkv(Q4_1, 576, smol(1, 2048)), 2047, Float::F16),
-        (gpu_q4, qkv(Q4_1, 576, smol(1, 2048)), 0, Float::F16),
+        (bytes_q4, qkv(Q4_1, 576, smol(1, 2048)), 0, Float::F16),
         (
             spec(Q4_1, cpu, Reduce::Subgroup),
             qkv(Q4_1, 576, smol(1, 64)),
@@ -565,10 +554,10 @@ pub fn cases() -> Vec<Case> {
         splits,
     };
     for (s, shape, rows, tokens, pos) in [
-        (spec(Q4_1, gpu, Reduce::Subgroup), smol(8), 576, 1, 100),
-        (spec(Q4_1, gpu, Reduce::Subgroup), smol(8), 576, 1, 3),
+        (gpu_q4, smol(8), 576, 1, 100),
+        (bytes_q4, smol(8), 576, 1, 3),
         (spec(Q4_1, cpu, Reduce::Subgroup), smol(1), 576, 1, 40),
-        (spec(Q4_1, gpu, Reduce::Subgroup), smol(1), 576, 5, 20),
+        (gpu_q4, smol(1), 576, 5, 20),
         (
             spec(Q8_0, (4, 64, 8, false), Reduce::Shared),
             CombineShape {

@@ -283,6 +283,23 @@ pub fn cases() -> Vec<Case> {
         let spec = fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu);
         shapes.push((shaped(spec, shape), 3072, 576, 1));
     }
+    // Q4_1 codes read as words: one word per segment of 8, two of 16, four of 32; SmolLM2's
+    // gate/up in the GPUs' shape.
+    let words = |spec, shape| MatvecSpec {
+        word_codes: true,
+        ..shaped(spec, shape)
+    };
+    let gate_up = fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu);
+    shapes.push((words(gate_up, (2, 128, 8, true)), 3072, 576, 1));
+    for shape in [(2, 128, 8, true), (8, 8, 16, true), (6, 16, 32, true)] {
+        for (spec, rows, cols, tokens) in [
+            (gate_up, 26, 96, 1),
+            (fused(Q4_1, Shared, P::None, E::Add), 13, 96, 2),
+            (fused(Q4_1, Subgroup, P::None, E::None), 7, 96, 1),
+        ] {
+            shapes.push((words(spec, shape), rows, cols, tokens));
+        }
+    }
     // Prefill: x, r and y per token.
     shapes.extend([
         (fused(Q4_1, Subgroup, P::RmsNorm, E::None), 192, 576, 7),

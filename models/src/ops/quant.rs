@@ -275,7 +275,7 @@ pub fn load_scales<'b>(
 }
 
 /// Byte offset of the codes within a block.
-fn codes_offset(ty: WeightType) -> u32 {
+pub(crate) fn codes_offset(ty: WeightType) -> u32 {
     match ty {
         WeightType::Q4_1 => 4,
         _ => 2,
