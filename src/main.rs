@@ -42,6 +42,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts: Mesa's Vulkan drivers warn on every run without it.
+    #[cfg(unix)]
+    trine_backends::vulkan::ensure_runtime_dir();
     match Cli::parse().command {
         Command::Doctor { json } => doctor(json),
         Command::Generate(a) => report(cmd::generate::run(a)),

@@ -1,4 +1,4 @@
-//! The CPU shootout of issue 5, in one run: the compiled CPU backend, the reference
+//! The CPU shootout, in one run: the compiled CPU backend, the reference
 //! interpreter and the `gemm` crate on matrix products and matrix-vector products at model
 //! shapes, next to the machine's copy bandwidth measured in the same run.
 //!

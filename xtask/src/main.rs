@@ -34,6 +34,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts: Mesa's Vulkan drivers warn on every run without it.
+    #[cfg(unix)]
+    trine_backends::vulkan::ensure_runtime_dir();
     let result = match Cli::parse().command {
         Command::Bench(a) => bench::run(a),
         Command::Conformance(a) => conformance::run(a),

@@ -6,6 +6,7 @@
 //! - [`memory`]: buffers and staging.
 //! - [`pipeline`]: compute pipelines, cached by kernel hash.
 //! - [`submit`]: batched command recording, fences, timestamps.
+//! - [`runtime_dir`]: `XDG_RUNTIME_DIR` for headless runs, which Mesa's drivers want.
 //!
 //! Env: `TRINE_VULKAN_DEVICE` (index or name substring) picks the device;
 //! `TRINE_VULKAN_VALIDATION=1` turns the validation layer on, its messages going to stderr;
@@ -16,10 +17,14 @@ mod instance;
 mod memory;
 mod pipeline;
 mod recorded;
+#[cfg(unix)]
+mod runtime_dir;
 mod submit;
 
 pub use info::ZERO_COPY_ENV;
 pub use instance::{DEVICE_ENV, VALIDATION_ENV};
+#[cfg(unix)]
+pub use runtime_dir::ensure_runtime_dir;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
 use crate::checks::{check_range, check_signature, folded_launch, storage_binding};
