@@ -34,6 +34,16 @@ pub enum GgufError {
         offset: u64,
         remaining: u64,
     },
+    /// Metadata whose decoded form would take more memory than the reader allows for a file of
+    /// this size (see `parse::decode_limit`): each element of an array becomes a [`super::Value`]
+    /// of 32 bytes, so a file of byte-sized elements would otherwise decode to 32 times its size.
+    #[error("{what} at offset {offset}: the metadata would decode to more than {limit} bytes, the limit for a {file_len}-byte file")]
+    MetadataTooLarge {
+        what: String,
+        offset: u64,
+        limit: u64,
+        file_len: u64,
+    },
     /// A fixed-size field runs past the end of the file.
     #[error("{what}: {need} bytes at offset {offset} run past the end of the file ({len} bytes)")]
     Truncated {

@@ -1,6 +1,9 @@
 //! Reading the header, the metadata and the tensor records of a GGUF file through a cursor
 //! that never reads past the end. Every length is checked against the bytes that remain before
-//! anything is allocated for it, so a hostile length costs nothing.
+//! anything is allocated for it, so a hostile length costs nothing; and what the decoded
+//! metadata takes in memory is bounded by [`decode_limit`], because a valid file can still
+//! decode to many times its size (a byte per array element on disk, a 32-byte `Value` in
+//! memory).
 
 use super::error::GgufError;
 use super::tensor::{TensorInfo, TensorType, MAX_DIMS};
@@ -14,6 +17,18 @@ pub(crate) const HEADER_BYTES: u64 = 4 + 4 + 8 + 8;
 const MIN_KV_BYTES: u64 = 8 + 4 + 1;
 /// The smallest tensor record: an empty name, one dim, a type and an offset.
 const MIN_TENSOR_BYTES: u64 = 8 + 4 + 8 + 4 + 8;
+/// Bytes one decoded array element takes in memory, whatever its type.
+const VALUE_BYTES: u64 = std::mem::size_of::<Value>() as u64;
+
+/// The most memory the decoded header of a `file_len`-byte file may take: 8 times the file,
+/// plus 1 MiB so that small files with a few arrays always parse. Models hold their bulk in
+/// tensor data, which is never decoded (SmolLM2-135M's header decodes to 0.06 times its file);
+/// the 20 tokenizer vocabularies llama.cpp ships (strings, f32 scores, i32 types; metadata
+/// only) decode to 2.7 to 5.0 times theirs. An array of single bytes would take 32 times its
+/// size, and beyond this limit is refused.
+pub(crate) fn decode_limit(file_len: u64) -> u64 {
+    file_len.saturating_mul(8).saturating_add(1 << 20)
+}
 
 /// What the bytes before the data section say.
 pub(crate) struct Header {
@@ -27,6 +42,8 @@ pub(crate) struct Header {
 struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// Memory the decoded header may still take ([`decode_limit`] less what is taken).
+    budget: u64,
 }
 
 impl<'a> Cursor<'a> {
@@ -67,6 +84,22 @@ impl<'a> Cursor<'a> {
         self.array(what).map(u64::from_le_bytes)
     }
 
+    /// Takes `bytes` of the decode budget for what is about to be allocated.
+    fn spend(&mut self, bytes: u64, what: &dyn Fn() -> String) -> Result<(), GgufError> {
+        match self.budget.checked_sub(bytes) {
+            Some(left) => {
+                self.budget = left;
+                Ok(())
+            }
+            None => Err(GgufError::MetadataTooLarge {
+                what: what(),
+                offset: self.offset(),
+                limit: decode_limit(self.bytes.len() as u64),
+                file_len: self.bytes.len() as u64,
+            }),
+        }
+    }
+
     /// A u64 length that must not exceed the rest of the file once multiplied by `unit`, the
     /// fewest bytes one counted item takes.
     fn length(&mut self, unit: u64, what: &dyn Fn() -> String) -> Result<u64, GgufError> {
@@ -86,6 +119,7 @@ impl<'a> Cursor<'a> {
 
     fn string(&mut self, what: &dyn Fn() -> String) -> Result<String, GgufError> {
         let len = self.length(1, what)?;
+        self.spend(len, what)?;
         let offset = self.offset();
         let b = self.take(len, what)?;
         String::from_utf8(b.to_vec()).map_err(|_| GgufError::InvalidUtf8 {
@@ -101,7 +135,11 @@ pub(crate) fn header(bytes: &[u8]) -> Result<Header, GgufError> {
         len: bytes.len() as u64,
         need: HEADER_BYTES,
     };
-    let mut c = Cursor { bytes, pos: 0 };
+    let mut c = Cursor {
+        bytes,
+        pos: 0,
+        budget: decode_limit(bytes.len() as u64),
+    };
     let magic: [u8; 4] = c.array(&|| "magic".into()).map_err(|_| too_short())?;
     if magic != MAGIC {
         return Err(GgufError::BadMagic { found: magic });
@@ -119,6 +157,8 @@ pub(crate) fn header(bytes: &[u8]) -> Result<Header, GgufError> {
     let mut keys = HashSet::new();
     let mut metadata = Vec::new();
     for i in 0..n_kv {
+        let what = || format!("metadata entry {i}");
+        c.spend(std::mem::size_of::<(String, Value)>() as u64, &what)?;
         let key = c.string(&|| format!("key of metadata entry {i}"))?;
         if !keys.insert(key.clone()) {
             return Err(GgufError::DuplicateKey { key });
@@ -131,6 +171,9 @@ pub(crate) fn header(bytes: &[u8]) -> Result<Header, GgufError> {
     let mut names = HashSet::new();
     let mut tensors = Vec::new();
     for i in 0..n_tensors {
+        c.spend(std::mem::size_of::<TensorInfo>() as u64, &|| {
+            format!("tensor {i}")
+        })?;
         let name = c.string(&|| format!("name of tensor {i}"))?;
         if !names.insert(name.clone()) {
             return Err(GgufError::DuplicateTensor { name });
@@ -209,11 +252,19 @@ fn value(c: &mut Cursor, key: &str, ty: u32, depth: usize) -> Result<Value, Gguf
                 key: key.to_string(),
                 type_id: elem,
             })?;
-            let n = c.length(unit, &|| format!("array {key:?}"))?;
-            // The length check bounds `n` by the bytes left, so this allocation is at most a
-            // small multiple of the file's size.
-            let mut items = Vec::with_capacity(n as usize);
-            for _ in 0..n {
+            let what = || format!("array {key:?}");
+            let n = c.length(unit, &what)?;
+            // `n` is only a claim until its elements parse: reserve no more slots than the
+            // bytes left could fill, then double as elements arrive (as `push` would, but
+            // never past `n`), taking every slot reserved from the budget before reserving it.
+            let mut items: Vec<Value> = Vec::new();
+            let mut more = n.min(c.remaining() / VALUE_BYTES);
+            for i in 0..n {
+                if items.len() == items.capacity() {
+                    more = more.max(i).max(1).min(n - i);
+                    c.spend(more * VALUE_BYTES, &what)?;
+                    items.reserve_exact(more as usize);
+                }
                 items.push(value(c, key, elem, depth + 1)?);
             }
             Value::Array(items)
