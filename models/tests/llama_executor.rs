@@ -109,7 +109,7 @@ impl Backend for Faulty {
 fn run(session: &mut Session) -> Vec<Vec<f32>> {
     let mut out = vec![session.feed(&[17, 90, 200, 3, 45]).unwrap()];
     for _ in 0..2 {
-        let next = trine_models::llama::sampler::argmax(out.last().unwrap());
+        let next = trine_models::llama::sampler::argmax(out.last().unwrap()).unwrap();
         out.push(session.feed(&[next]).unwrap());
     }
     out
@@ -204,7 +204,7 @@ fn decode(session: &mut Session) -> (Vec<Vec<f32>>, Vec<(u32, u32)>) {
     for _ in 0..12 {
         let l = session.feed(&[next]).unwrap();
         next = session.greedy_token().unwrap();
-        ids.push((trine_models::llama::sampler::argmax(&l), next));
+        ids.push((trine_models::llama::sampler::argmax(&l).unwrap(), next));
         logits.push(l);
     }
     (logits, ids)

@@ -47,7 +47,7 @@ pub enum ModelError {
     TokenOutOfRange { id: u32, vocab: u32 },
     #[error("the context holds {max} tokens; this step needs {needed}")]
     ContextFull { needed: usize, max: usize },
-    #[error("every logit of the step is NaN: there is no greedy token")]
+    #[error("every logit of the step is NaN: there is no token to choose")]
     NanLogits,
     #[error("the prompt is empty (no tokens to start from)")]
     EmptyPrompt,

@@ -59,7 +59,7 @@ pub fn generate(
         if greedy {
             session.feed_greedy(ids)
         } else {
-            Ok(sampler.sample(&session.feed(ids)?))
+            sampler.sample(&session.feed(ids)?)
         }
     };
     let t0 = Instant::now();

@@ -56,10 +56,11 @@ impl Sampler {
     }
 
     /// The next token. NaN logits never win; the lowest id wins a tie, as in llama.cpp's
-    /// greedy sampler.
-    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+    /// greedy sampler. Logits that are all NaN (or none) name no token: that is
+    /// [`ModelError::NanLogits`], not a token the model did not choose.
+    pub fn sample(&mut self, logits: &[f32]) -> Result<u32, ModelError> {
         if self.cfg.temperature == 0.0 {
-            return argmax(logits);
+            return argmax(logits).ok_or(ModelError::NanLogits);
         }
         let mut cand: Vec<(u32, f32)> = logits
             .iter()
@@ -68,7 +69,7 @@ impl Sampler {
             .map(|(i, &v)| (i as u32, v))
             .collect();
         if cand.is_empty() {
-            return 0;
+            return Err(ModelError::NanLogits);
         }
         cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         if self.cfg.top_k > 0 {
@@ -98,22 +99,22 @@ impl Sampler {
         for (c, p) in cand.iter().zip(&probs) {
             r -= p;
             if r <= 0.0 {
-                return c.0;
+                return Ok(c.0);
             }
         }
-        cand[keep - 1].0
+        Ok(cand[keep - 1].0)
     }
 }
 
-/// The index of the largest non-NaN value, the lowest index on ties; 0 when all are NaN.
-pub fn argmax(v: &[f32]) -> u32 {
+/// The index of the largest non-NaN value, the lowest index on ties; `None` when all are NaN.
+pub fn argmax(v: &[f32]) -> Option<u32> {
     let mut best: Option<(usize, f32)> = None;
     for (i, &x) in v.iter().enumerate() {
         if !x.is_nan() && best.is_none_or(|(_, b)| x > b) {
             best = Some((i, x));
         }
     }
-    best.map_or(0, |(i, _)| i as u32)
+    best.map(|(i, _)| i as u32)
 }
 
 #[cfg(test)]
@@ -122,10 +123,30 @@ mod tests {
 
     #[test]
     fn greedy_takes_the_first_maximum_and_skips_nan() {
-        assert_eq!(argmax(&[1.0, 3.0, f32::NAN, 3.0]), 1);
-        assert_eq!(argmax(&[f32::NAN, -1.0]), 1);
+        assert_eq!(argmax(&[1.0, 3.0, f32::NAN, 3.0]), Some(1));
+        assert_eq!(argmax(&[f32::NAN, -1.0]), Some(1));
         let mut s = Sampler::new(Sampling::default()).unwrap();
-        assert_eq!(s.sample(&[0.5, 0.1, 2.0]), 2);
+        assert_eq!(s.sample(&[0.5, 0.1, 2.0]).unwrap(), 2);
+    }
+
+    #[test]
+    fn all_nan_logits_are_a_typed_error_at_every_temperature() {
+        for temperature in [0.0, 0.8] {
+            let mut s = Sampler::new(Sampling {
+                temperature,
+                ..Sampling::default()
+            })
+            .unwrap();
+            for logits in [&[f32::NAN; 4][..], &[]] {
+                assert!(
+                    matches!(s.sample(logits), Err(ModelError::NanLogits)),
+                    "temperature {temperature}, {} logits",
+                    logits.len()
+                );
+            }
+            // One number among the NaNs is the only choice there is.
+            assert_eq!(s.sample(&[f32::NAN, -3.0, f32::NAN]).unwrap(), 1);
+        }
     }
 
     #[test]
@@ -137,11 +158,16 @@ mod tests {
             top_p: 1.0,
             seed: 7,
         };
-        assert_eq!(Sampler::new(cfg).unwrap().sample(&logits), argmax(&logits));
+        assert_eq!(
+            Sampler::new(cfg).unwrap().sample(&logits).ok(),
+            argmax(&logits)
+        );
         let cfg = Sampling { top_k: 0, ..cfg };
         let draw = |seed| {
             let mut s = Sampler::new(Sampling { seed, ..cfg }).unwrap();
-            (0..20).map(|_| s.sample(&logits)).collect::<Vec<_>>()
+            (0..20)
+                .map(|_| s.sample(&logits).unwrap())
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(3), draw(3));
         assert_ne!(draw(3), draw(4));
