@@ -39,7 +39,14 @@ pub trait Backend: Send + Sync {
     /// The registry name: "cpu", "vulkan", …
     fn name(&self) -> &'static str;
     fn info(&self) -> &DeviceInfo;
+    /// Allocates a zeroed buffer; failing for want of memory is [`BackendError::OutOfMemory`].
     fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError>;
+    /// Bytes of device memory free for new buffers now, where the runtime says (CUDA's
+    /// `cuMemGetInfo`, HIP's `hipMemGetInfo`, the host's available memory for the CPU); `None`
+    /// where it does not (Vulkan without a budget query, wgpu).
+    fn free_memory(&self) -> Option<u64> {
+        None
+    }
     fn free(&self, buffer: BufferHandle);
     fn write(&self, buffer: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError>;
     fn read(&self, buffer: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError>;

@@ -18,8 +18,10 @@ pub enum BackendError {
     Unsupported { kernel: String, what: String },
     #[error("kernel {kernel:?} failed to compile: {message}")]
     Compile { kernel: String, message: String },
-    #[error("out of device memory allocating {bytes} bytes")]
-    OutOfMemory { bytes: u64 },
+    /// `free` is the device's free memory when the allocation failed, where the backend can
+    /// tell ([`crate::Backend::free_memory`]), so that the message says how far off it was.
+    #[error("out of device memory allocating {bytes} bytes ({})", free.map_or("free memory unknown".to_string(), |f| format!("{f} bytes free")))]
+    OutOfMemory { bytes: u64, free: Option<u64> },
     #[error("buffer {0:?} does not exist on this backend")]
     UnknownBuffer(crate::BufferHandle),
     #[error("program {0:?} does not exist on this backend")]

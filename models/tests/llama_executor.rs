@@ -158,6 +158,103 @@ fn the_cross_check_names_the_first_op_that_goes_wrong() {
     }
 }
 
+/// A CPU that reports `size` bytes of memory, of which `free` are free where that is
+/// `Some` (as CUDA and HIP report it; Vulkan and wgpu report only the size), and counts what
+/// is allocated on it: a device the model may not fit.
+struct Small {
+    inner: Arc<dyn Backend>,
+    info: DeviceInfo,
+    free: Option<u64>,
+    allocated: std::sync::atomic::AtomicU64,
+}
+
+impl Small {
+    fn device(size: u64, free: Option<u64>) -> Arc<Small> {
+        let inner = cpu();
+        let mut info = inner.info().clone();
+        info.memory.device_local = size;
+        Arc::new(Small {
+            inner,
+            info,
+            free,
+            allocated: 0.into(),
+        })
+    }
+}
+
+impl Backend for Small {
+    fn name(&self) -> &'static str {
+        "small"
+    }
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+    fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
+        self.allocated
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        self.inner.alloc(bytes)
+    }
+    fn free_memory(&self) -> Option<u64> {
+        self.free
+    }
+    fn free(&self, buffer: BufferHandle) {
+        self.inner.free(buffer)
+    }
+    fn write(&self, b: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
+        self.inner.write(b, offset, data)
+    }
+    fn read(&self, b: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.read(b, offset, out)
+    }
+    fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
+        self.inner.compile(kernel)
+    }
+    fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
+        self.inner.dispatch(d)
+    }
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.inner.synchronize()
+    }
+}
+
+/// The executor says before the first step how much memory a model needs on its device, and
+/// refuses a device with less; the number is what the steps then allocate, to the byte.
+#[test]
+fn a_model_larger_than_the_device_is_refused_before_the_first_step() {
+    let model = tiny();
+    let roomy = Small::device(u64::MAX, None);
+    let engine = Engine::new(model.clone(), roomy.clone(), SIZES).unwrap();
+    let needed = engine.bytes_needed(0);
+    let mut session = Session::new(engine, None);
+    session.feed(&[1; SIZES.max_batch as usize]).unwrap();
+    session.feed_greedy(&[2]).unwrap();
+    let allocated = roomy.allocated.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        needed, allocated,
+        "the largest prompt step and a decode step"
+    );
+
+    // Free memory where the device reports it, else its size.
+    for (size, free, what) in [
+        (u64::MAX, Some(needed - 1), "free"),
+        (needed - 1, None, "in all"),
+    ] {
+        match Engine::new(model.clone(), Small::device(size, free), SIZES) {
+            Err(ModelError::DoesNotFit {
+                needed: n,
+                available,
+                what: w,
+                ..
+            }) => assert_eq!((n, available, w), (needed, needed - 1, what)),
+            Err(e) => panic!("expected DoesNotFit, got {e}"),
+            Ok(_) => panic!("a device with {} bytes {what} took {needed}", needed - 1),
+        }
+    }
+    let exact = Small::device(u64::MAX, Some(needed));
+    let mut session = Session::new(Engine::new(model, exact, SIZES).unwrap(), None);
+    session.feed(&[3, 4]).unwrap();
+}
+
 /// Runs `f(name, backend)` on each of `names` that is present; an absent one is skipped with
 /// its reason, or fails the test where `TRINE_REQUIRE_BACKENDS` names it. Returns how many ran.
 fn on_each(names: &[&str], mut f: impl FnMut(&str, Arc<dyn Backend>)) -> usize {

@@ -399,9 +399,16 @@ impl Backend for CpuBackend {
         &self.info
     }
 
+    fn free_memory(&self) -> Option<u64> {
+        sysinfo::available_memory()
+    }
+
     fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
         if bytes > self.info.memory.device_local && self.info.memory.device_local > 0 {
-            return Err(BackendError::OutOfMemory { bytes });
+            return Err(BackendError::OutOfMemory {
+                bytes,
+                free: self.free_memory(),
+            });
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         lock(&self.buffers).insert(id, Arc::new(Words::zeroed(bytes)));
@@ -515,6 +522,24 @@ mod tests {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    }
+
+    /// An allocation larger than the host's memory says how much it asked for and how much
+    /// the host has available (Linux's MemAvailable, which never exceeds MemTotal).
+    #[test]
+    fn out_of_memory_carries_the_bytes_asked_and_free() {
+        let b = CpuBackend::new();
+        match b.alloc(u64::MAX) {
+            Err(BackendError::OutOfMemory {
+                bytes: u64::MAX,
+                free: Some(free),
+            }) => assert!(
+                free > 0 && free <= b.info().memory.device_local,
+                "free {free} of {}",
+                b.info().memory.device_local
+            ),
+            other => panic!("alloc(u64::MAX) gave {other:?}"),
+        }
     }
 
     /// `cc` is there wherever Rust builds: it is the linker.

@@ -18,7 +18,17 @@ pub(crate) fn cpu_signature() -> String {
 
 /// Total RAM in bytes.
 pub(crate) fn total_memory() -> Option<u64> {
-    let kb = proc_field("/proc/meminfo", "MemTotal")?;
+    meminfo("MemTotal")
+}
+
+/// RAM the kernel could give to new allocations without swapping, in bytes.
+pub(crate) fn available_memory() -> Option<u64> {
+    meminfo("MemAvailable")
+}
+
+/// A field of /proc/meminfo, which counts in KiB.
+fn meminfo(key: &str) -> Option<u64> {
+    let kb = proc_field("/proc/meminfo", key)?;
     let kb: u64 = kb.split_whitespace().next()?.parse().ok()?;
     Some(kb * 1024)
 }

@@ -1,7 +1,9 @@
 //! Buffers: device memory that stays resident, filled and read through one pinned host
 //! staging buffer with asynchronous copies on the backend's stream.
 
-use super::driver::{CuDevicePtr, CuEvent, CuStream, Driver, CUDA_ERROR_OUT_OF_MEMORY};
+use super::driver::{
+    CuDevicePtr, CuEvent, CuStream, Driver, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
+};
 use crate::backend::BufferHandle;
 use crate::error::BackendError;
 use std::collections::HashMap;
@@ -12,6 +14,13 @@ use std::ptr::NonNull;
 pub const STAGING_MAX: usize = 32 << 20;
 /// Smallest staging buffer, so that a run of small transfers does not reallocate it.
 const STAGING_MIN: usize = 1 << 20;
+
+/// The current context's free device memory, as `cuMemGetInfo` reports it.
+pub fn free_memory(driver: &Driver) -> Option<u64> {
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: valid out-pointers; callers make the context current first.
+    (unsafe { (driver.mem_get_info)(&mut free, &mut total) } == CUDA_SUCCESS).then_some(free as u64)
+}
 
 /// One device allocation.
 pub struct Buffer {
@@ -53,14 +62,17 @@ impl Buffers {
         stream: CuStream,
         bytes: u64,
     ) -> Result<BufferHandle, BackendError> {
-        let oom = BackendError::OutOfMemory { bytes };
+        let oom = || BackendError::OutOfMemory {
+            bytes,
+            free: free_memory(driver),
+        };
         // cuMemAlloc refuses 0 bytes; one word keeps every handle backed by real memory.
-        let size = usize::try_from(bytes.max(4)).map_err(|_| oom)?;
+        let size = usize::try_from(bytes.max(4)).map_err(|_| oom())?;
         let mut ptr: CuDevicePtr = 0;
         // SAFETY: a valid out-pointer; the context is current (the caller's lock holds it).
         let code = unsafe { (driver.mem_alloc)(&mut ptr, size) };
         if code == CUDA_ERROR_OUT_OF_MEMORY {
-            return Err(BackendError::OutOfMemory { bytes });
+            return Err(oom());
         }
         driver.check("cuMemAlloc", code)?;
         // SAFETY: `ptr` is a fresh allocation of `size` bytes; the memset is ordered on the
@@ -172,9 +184,10 @@ impl Buffers {
         if self.staging.is_none() {
             self.staging = Some(Staging::new(driver, want)?);
         }
-        self.staging
-            .as_mut()
-            .ok_or(BackendError::OutOfMemory { bytes: want as u64 })
+        self.staging.as_mut().ok_or(BackendError::OutOfMemory {
+            bytes: want as u64,
+            free: None,
+        })
     }
 
     /// Frees every buffer and the staging buffer.
@@ -200,8 +213,10 @@ impl Staging {
         // SAFETY: a valid out-pointer; the context is current.
         let code = unsafe { (driver.mem_alloc_host)(&mut ptr, capacity) };
         if code == CUDA_ERROR_OUT_OF_MEMORY {
+            // Pinned host memory: the device's free memory says nothing about it.
             return Err(BackendError::OutOfMemory {
                 bytes: capacity as u64,
+                free: None,
             });
         }
         driver.check("cuMemAllocHost", code)?;

@@ -28,7 +28,7 @@ use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use crate::recording::Recording;
-use driver::{CuContext, CuEvent, CuStream, Driver, CUDA_SUCCESS};
+use driver::{CuContext, CuEvent, CuStream, Driver};
 use memory::Buffers;
 use nvrtc::{nvrtc, Nvrtc};
 use program::Program;
@@ -110,10 +110,8 @@ impl CudaBackend {
         let device = device::select(driver)?;
         let nvrtc = nvrtc()?;
         let handles = open_context(driver, device)?;
-        let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: valid out-pointers; the context is current on this thread.
-        let free = (unsafe { (driver.mem_get_info)(&mut free, &mut total) } == CUDA_SUCCESS)
-            .then_some(free as u64);
+        // The context is current on this thread (open_context made it so).
+        let free = memory::free_memory(driver);
         let (dev, info) = match device::describe(driver, nvrtc, device, free) {
             Ok(d) => d,
             Err(e) => {
@@ -329,11 +327,19 @@ impl Backend for CudaBackend {
     }
 
     fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
-        if bytes > self.info.memory.device_local {
-            return Err(BackendError::OutOfMemory { bytes });
-        }
         let mut state = self.enter()?;
+        if bytes > self.info.memory.device_local {
+            return Err(BackendError::OutOfMemory {
+                bytes,
+                free: memory::free_memory(self.driver),
+            });
+        }
         state.buffers.alloc(self.driver, self.handles.stream, bytes)
+    }
+
+    fn free_memory(&self) -> Option<u64> {
+        let _state = self.enter().ok()?;
+        memory::free_memory(self.driver)
     }
 
     fn free(&self, buffer: BufferHandle) {

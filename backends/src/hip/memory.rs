@@ -16,6 +16,13 @@ pub(super) const STAGING_BYTES: usize = 32 << 20;
 /// Alignment of each piece within the staging buffer (the DMA engines' preferred one).
 const STAGING_ALIGN: usize = 256;
 
+/// The current device's free memory, as `hipMemGetInfo` reports it.
+pub(super) fn free_memory(hip: &Hip) -> Option<u64> {
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: out-parameters; callers make the device current first.
+    (unsafe { (hip.hipMemGetInfo)(&mut free, &mut total) } == ffi::SUCCESS).then_some(free as u64)
+}
+
 pub(super) struct DeviceBuffer {
     pub ptr: *mut c_void,
     pub size: u64,
@@ -31,16 +38,18 @@ impl Buffers {
     /// Allocates `bytes` (rounded up to whole 4-byte words, at least one, as every backend
     /// does, so kernels reading words never end mid-word).
     pub fn alloc(&mut self, hip: &Hip, bytes: u64) -> Result<BufferHandle, BackendError> {
-        let oom = BackendError::OutOfMemory { bytes };
-        let capacity = bytes.max(4).checked_next_multiple_of(4).ok_or(oom)?;
-        let capacity =
-            usize::try_from(capacity).map_err(|_| BackendError::OutOfMemory { bytes })?;
+        let oom = || BackendError::OutOfMemory {
+            bytes,
+            free: free_memory(hip),
+        };
+        let capacity = bytes.max(4).checked_next_multiple_of(4).ok_or_else(oom)?;
+        let capacity = usize::try_from(capacity).map_err(|_| oom())?;
         let mut ptr = std::ptr::null_mut();
         // SAFETY: an out-parameter and a non-zero size; the device is current (the caller
         // set it).
         let code = unsafe { (hip.hipMalloc)(&mut ptr, capacity) };
         if code == ffi::ERROR_OUT_OF_MEMORY || (code == ffi::SUCCESS && ptr.is_null()) {
-            return Err(BackendError::OutOfMemory { bytes });
+            return Err(oom());
         }
         hip.check("hipMalloc", code)?;
         self.next += 1;

@@ -349,6 +349,11 @@ impl Backend for HipBackend {
         state.buffers.alloc(self.hip(), bytes)
     }
 
+    fn free_memory(&self) -> Option<u64> {
+        let _state = self.lock().ok()?;
+        memory::free_memory(self.hip())
+    }
+
     fn free(&self, buffer: BufferHandle) {
         let Ok(mut state) = self.lock() else {
             return;

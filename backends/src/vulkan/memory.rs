@@ -260,7 +260,7 @@ impl Buffers {
         device: &ash::Device,
         bytes: u64,
     ) -> Result<BufferHandle, BackendError> {
-        let oom = BackendError::OutOfMemory { bytes };
+        let oom = BackendError::OutOfMemory { bytes, free: None };
         // Word-sized so that storage-only buffers, read as u32 words, never end mid-word.
         let capacity = bytes.max(4).checked_next_multiple_of(4).ok_or(oom)?;
         let zero_copy = self.plan.zero_copy;
@@ -367,9 +367,10 @@ impl Buffers {
                 last_use: 0,
             });
         }
-        self.staging
-            .as_mut()
-            .ok_or(BackendError::OutOfMemory { bytes: want })
+        self.staging.as_mut().ok_or(BackendError::OutOfMemory {
+            bytes: want,
+            free: None,
+        })
     }
 
     /// Destroys every buffer.
@@ -404,7 +405,7 @@ fn allocate(
     types: &[u32],
     bytes: u64,
 ) -> Result<(vk::Buffer, vk::DeviceMemory, u32), BackendError> {
-    let oom = || BackendError::OutOfMemory { bytes };
+    let oom = || BackendError::OutOfMemory { bytes, free: None };
     if size > plan.max_allocation {
         return Err(oom());
     }

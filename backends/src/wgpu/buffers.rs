@@ -58,7 +58,7 @@ impl Buffers {
     ) -> Result<BufferHandle, BackendError> {
         let size = match bytes.max(WORD).checked_next_multiple_of(WORD) {
             Some(size) if size <= max => size,
-            _ => return Err(BackendError::OutOfMemory { bytes }),
+            _ => return Err(BackendError::OutOfMemory { bytes, free: None }),
         };
         let buffer = catch(device, || {
             device.create_buffer(&wgpu::BufferDescriptor {
@@ -71,7 +71,7 @@ impl Buffers {
             })
         })
         .map_err(|c| match c {
-            Caught::OutOfMemory => BackendError::OutOfMemory { bytes },
+            Caught::OutOfMemory => BackendError::OutOfMemory { bytes, free: None },
             c => c.during("wgpu::Device::create_buffer"),
         })?;
         Ok(self.insert(Entry {

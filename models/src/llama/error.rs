@@ -49,6 +49,15 @@ pub enum ModelError {
     ContextFull { needed: usize, max: usize },
     #[error("every logit of the step is NaN: there is no token to choose")]
     NanLogits,
+    /// The weights, the KV cache and the activations need more memory than the device has.
+    #[error("the model needs {needed} bytes on {device}, which has {available} bytes {what}: the KV cache grows with the prompt and the tokens asked for; fewer of them, or another backend, may fit")]
+    DoesNotFit {
+        device: String,
+        needed: u64,
+        available: u64,
+        /// "free" (what the runtime reports free now) or "in all" (its memory size).
+        what: &'static str,
+    },
     #[error("the prompt is empty (no tokens to start from)")]
     EmptyPrompt,
     #[error("no backend could run kernel {kernel}: {reasons}")]

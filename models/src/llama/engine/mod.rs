@@ -99,7 +99,7 @@ impl Engine {
             );
         }
         let placement = Placement::new(backend, &keys, shape)?;
-        Ok(Engine {
+        let engine = Engine {
             model,
             placement,
             shape,
@@ -107,7 +107,9 @@ impl Engine {
             tensors: HashMap::new(),
             gpu,
             decode: None,
-        })
+        };
+        engine.check_fits()?;
+        Ok(engine)
     }
 
     pub fn model(&self) -> &Model {

@@ -4,12 +4,57 @@
 
 use super::{Engine, Resident};
 use crate::llama::error::ModelError;
+use crate::llama::graph::Step;
 use crate::llama::graph::{self, Tensor};
+use crate::llama::kernels::KernelKey;
 use crate::ops::support::Float;
 use std::borrow::Cow;
+use std::collections::HashSet;
 use trine_backends::{Binding, BufferHandle};
 
 impl Engine {
+    /// Bytes of the buffers device `d` will hold once the largest prompt step and a decode
+    /// step have run: every tensor a node placed there binds, once (weights, the KV cache,
+    /// activations sized for the largest step).
+    pub fn bytes_needed(&self, d: usize) -> u64 {
+        let mut tensors = HashSet::new();
+        for tokens in [self.options.max_batch, 1] {
+            let s = Step { tokens, pos: 0 };
+            for node in self.graph(s) {
+                let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+                if self.placement.programs.get(&key).map(|p| p.0) == Some(d) {
+                    let plan = self.plan(&node, s);
+                    tensors.extend(plan.inputs.into_iter().chain(plan.outputs));
+                }
+            }
+        }
+        tensors.into_iter().map(|t| self.bytes(t)).sum()
+    }
+
+    /// Checks, before anything is allocated, that each device can hold what it will be given:
+    /// otherwise the first step would fail part-way (or, on a GPU whose driver overcommits,
+    /// page), after minutes of uploads. The device's free memory where its backend reports
+    /// it, else its memory size.
+    pub(super) fn check_fits(&self) -> Result<(), ModelError> {
+        for (d, dev) in self.placement.devices.iter().enumerate() {
+            let needed = self.bytes_needed(d);
+            let (available, free) = match dev.free_memory() {
+                Some(free) => (free, true),
+                None => (dev.info().memory.device_local, false),
+            };
+            // A device that reports no memory size (0) cannot be judged here.
+            if available > 0 && needed > available {
+                return Err(ModelError::DoesNotFit {
+                    device: dev.info().name.clone(),
+                    needed,
+                    available,
+                    what: if free { "free" } else { "in all" },
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes of a tensor's buffer.
     pub(super) fn bytes(&self, t: Tensor) -> u64 {
         let c = &self.model.config;
