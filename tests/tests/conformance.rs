@@ -37,4 +37,28 @@ fn every_kernel_on_every_backend_matches_the_reference() {
     );
     // The interpreter column always runs: a suite that compared nothing must not pass.
     assert!(s.pass >= cases.len(), "only {} records passed", s.pass);
+    // Nor may a required backend that ran nothing: each must pass every case it does not
+    // skip, at least one, and skip only for a capability its device lacks (the harness skips
+    // a refusal only where the device's description confirms the lack, see
+    // `conformance::lacking`) or as a case declared known bad.
+    for c in columns.iter().filter(|c| c.required) {
+        let mine: Vec<_> = records.iter().filter(|r| r.backend == c.name).collect();
+        let passed = mine.iter().filter(|r| r.status == Status::Pass).count();
+        assert!(
+            passed > 0,
+            "required backend {} passed none of {} cases",
+            c.name,
+            cases.len()
+        );
+        for r in mine.iter().filter(|r| r.status == Status::Skip) {
+            let why = r.reason.as_deref().unwrap_or("");
+            assert!(
+                why.starts_with(conformance::LACKS)
+                    || why.starts_with(conformance::expectations::KNOWN_BAD_REASON),
+                "{} skipped on required backend {} without a capability its device lacks: {why}",
+                r.case,
+                c.name
+            );
+        }
+    }
 }

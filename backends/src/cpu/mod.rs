@@ -34,6 +34,10 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, MAX_PARAMS};
 /// compiled code lowers subgroup operations for it, and the interpreter runs with it.
 pub const CPU_SUBGROUP_SIZE: u32 = 8;
 
+/// The driver string ([`DeviceInfo::driver`]) of a CPU backend that interprets its kernels,
+/// having found no working C compiler (or been asked to).
+pub const INTERPRETER_DRIVER: &str = "trine reference interpreter";
+
 /// Bindings a compiled dispatch passes from the stack; kernels with more use the heap.
 const INLINE_BINDINGS: usize = 16;
 
@@ -122,7 +126,7 @@ impl CpuBackend {
         };
         let (driver, how) = match &engine {
             Engine::Compiled { toolchain, .. } => (toolchain.describe(), "compiled"),
-            Engine::Interpreter => ("trine reference interpreter".to_string(), "interpreter"),
+            Engine::Interpreter => (INTERPRETER_DRIVER.to_string(), "interpreter"),
         };
         let mut notes: Vec<String> = note.into_iter().collect();
         if let Engine::Compiled { .. } = engine {

@@ -11,6 +11,9 @@
 use super::run::{Record, Status};
 use trine_backends::DeviceInfo;
 
+/// How the reason of a known-bad case's skip starts.
+pub const KNOWN_BAD_REASON: &str = "known bad on ";
+
 /// One known-bad case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Expectation {
@@ -54,7 +57,7 @@ pub fn settle(mut rec: Record, entry: &Expectation, driver: &str) -> Record {
             let got = rec.reason.take().unwrap_or_else(|| "a failure".into());
             rec.status = Status::Skip;
             rec.reason = Some(format!(
-                "known bad on {driver}: {}, got: {got}",
+                "{KNOWN_BAD_REASON}{driver}: {}, got: {got}",
                 entry.reason
             ));
         }

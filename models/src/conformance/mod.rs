@@ -8,7 +8,9 @@ pub mod run;
 
 pub use case::Case;
 pub use report::{matrix, Summary};
-pub use run::{check_backend, check_interpreter, reference, Record, Status, INTERPRETER};
+pub use run::{
+    check_backend, check_interpreter, lacking, reference, Record, Status, INTERPRETER, LACKS,
+};
 
 use std::sync::Arc;
 use trine_backends::Backend;
@@ -70,7 +72,8 @@ pub fn required_backends() -> Vec<String> {
 
 /// Opens the named backends in this process as columns; unknown names and failed opens
 /// become absent columns with the reason. A backend listed in `TRINE_REQUIRE_BACKENDS` is
-/// required.
+/// required; a required `cpu` that found no working C compiler and interprets its kernels is
+/// absent too, since what a run requiring it means to test is the compiled code.
 pub fn columns(names: &[String]) -> Vec<Column> {
     columns_with(names, |kind| {
         trine_backends::open(kind).map_err(|e| e.to_string())
@@ -86,15 +89,73 @@ pub fn columns_with(
     names
         .iter()
         .map(|name| {
+            let required = required.contains(name);
             let backend = match trine_backends::BackendKind::parse(name) {
                 None => Err(format!("unknown backend {name:?}")),
                 Some(kind) => open(kind),
             };
+            let backend = match backend {
+                Ok(b) if required && b.info().driver == trine_backends::cpu::INTERPRETER_DRIVER => {
+                    Err(format!(
+                        "it fell back to the interpreter: {}",
+                        b.info().notes.join("; ")
+                    ))
+                }
+                b => b,
+            };
             Column {
                 name: name.clone(),
                 backend,
-                required: required.contains(name),
+                required,
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Run by [`a_required_cpu_without_a_compiler_is_absent`] in a child process, with the
+    /// environment it sets (changing this multi-threaded process's would race other tests).
+    #[test]
+    #[ignore = "run in a child process by a_required_cpu_without_a_compiler_is_absent"]
+    fn child_cpu_column() {
+        let col = columns(&["cpu".to_string()]).remove(0);
+        let required = std::env::var("TRINE_REQUIRE_BACKENDS").unwrap_or_default() == "cpu";
+        assert_eq!(col.required, required);
+        match col.backend {
+            Err(why) => {
+                assert!(required, "an optional cpu is absent: {why}");
+                assert!(why.contains("/nonexistent"), "{why}");
+            }
+            Ok(b) => {
+                assert!(!required, "a required cpu interprets: {:?}", b.info().notes);
+                assert_eq!(b.info().driver, trine_backends::cpu::INTERPRETER_DRIVER);
+            }
+        }
+    }
+
+    /// `TRINE_CC` names a compiler that does not exist: the CPU backend interprets, which is
+    /// fine where nothing requires it and makes a required `cpu` absent (so a failure).
+    #[test]
+    fn a_required_cpu_without_a_compiler_is_absent() {
+        for require in ["cpu", ""] {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "conformance::tests::child_cpu_column",
+                    "--ignored",
+                ])
+                .env(trine_backends::cpu::CC_ENV, "/nonexistent")
+                .env("TRINE_REQUIRE_BACKENDS", require)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains("1 passed"),
+                "TRINE_REQUIRE_BACKENDS={require:?}:\n{text}"
+            );
+        }
+    }
 }

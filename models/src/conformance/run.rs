@@ -6,8 +6,9 @@ use super::compare::{judge, Verdict};
 use super::expectations::{self, Expectation};
 use serde::Serialize;
 use std::sync::Arc;
-use trine_backends::{Backend, BackendError, Binding, Dispatch};
+use trine_backends::{Backend, BackendError, Binding, DeviceInfo, Dispatch};
 use trine_ir::interp::interpret;
+use trine_ir::{Kernel, Scalar};
 
 /// Name of the interpreter's column in the matrix.
 pub const INTERPRETER: &str = "interpreter";
@@ -145,7 +146,7 @@ fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Referenc
         (None, true) => {
             let mut r = record(case, backend.name(), &case.kernel.name, Ok(vec![]));
             r.status = Status::Skip;
-            r.reason = Some("needs subgroup operations, which this device lacks".into());
+            r.reason = Some(format!("{LACKS}subgroup operations"));
             return r;
         }
     };
@@ -174,10 +175,22 @@ fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Referenc
         verdicts
     });
     match run {
+        // A refusal is a skip only where the device's own description confirms it: a backend
+        // that refuses a kernel its DeviceInfo says it can run is broken, not limited, and a
+        // backend that refused everything would otherwise pass the suite having run nothing.
         Err(BackendError::Unsupported { what, .. }) => {
+            let lacking = lacking(kernel, info);
             let mut r = record(case, backend.name(), &kernel.name, Ok(vec![]));
-            r.status = Status::Skip;
-            r.reason = Some(format!("device lacks {what}"));
+            if lacking.is_empty() {
+                r.status = Status::Fail;
+                r.reason = Some(format!(
+                    "refused ({what}), although the device reports every capability the \
+                     kernel needs"
+                ));
+            } else {
+                r.status = Status::Skip;
+                r.reason = Some(format!("{LACKS}{} ({what})", lacking.join(", ")));
+            }
             r
         }
         run => record(
@@ -187,6 +200,33 @@ fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Referenc
             run.map_err(|e| e.to_string()),
         ),
     }
+}
+
+/// How the reason of every skip for a missing capability starts.
+pub const LACKS: &str = "device lacks ";
+
+/// What `kernel` needs that `info` says the device does not have, in words: subgroup
+/// operations, f16, 8-bit storage. (Shared memory and invocations beyond the device's limits
+/// are refused earlier, by validation, as errors rather than as unsupported.)
+pub fn lacking(kernel: &Kernel, info: &DeviceInfo) -> Vec<String> {
+    let any = |ty: &dyn Fn(Scalar) -> bool| {
+        kernel.buffers.iter().any(|b| ty(b.elem))
+            || kernel.shared.iter().any(|s| ty(s.elem))
+            || kernel.vars.iter().any(|v| ty(v.ty))
+            || trine_ir::validate(kernel, &info.limits())
+                .is_ok_and(|i| i.types.iter().any(|&t| ty(t)))
+    };
+    let mut out = vec![];
+    if kernel.capabilities.subgroup && !info.subgroup_ops {
+        out.push("subgroup operations".to_string());
+    }
+    if !info.f16 && any(&|t| t == Scalar::F16) {
+        out.push("f16".to_string());
+    }
+    if !info.int8 && any(&|t| matches!(t, Scalar::U8 | Scalar::I8)) {
+        out.push("8-bit storage".to_string());
+    }
+    out
 }
 
 /// Uploads the case with sentinel guards around each buffer, runs it, and returns every
@@ -250,4 +290,106 @@ fn run_on(
         backend.free(h);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::case::NMSE_EXACT;
+    use trine_backends::{BackendKind, BufferHandle, ProgramId};
+    use trine_ir::{Access, KernelBuilder};
+
+    /// A CPU that describes itself with or without f16 and refuses every kernel as
+    /// unsupported: a driver that can run nothing.
+    struct Refusing {
+        inner: Arc<dyn Backend>,
+        info: DeviceInfo,
+    }
+
+    impl Refusing {
+        fn device(f16: bool) -> Arc<dyn Backend> {
+            let inner = trine_backends::open(BackendKind::Cpu).unwrap();
+            let mut info = inner.info().clone();
+            info.f16 = f16;
+            Arc::new(Refusing { inner, info })
+        }
+    }
+
+    impl Backend for Refusing {
+        fn name(&self) -> &'static str {
+            "refusing"
+        }
+        fn info(&self) -> &DeviceInfo {
+            &self.info
+        }
+        fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
+            self.inner.alloc(bytes)
+        }
+        fn free(&self, buffer: BufferHandle) {
+            self.inner.free(buffer)
+        }
+        fn write(&self, b: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
+            self.inner.write(b, offset, data)
+        }
+        fn read(&self, b: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
+            self.inner.read(b, offset, out)
+        }
+        fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
+            Err(BackendError::Unsupported {
+                kernel: kernel.name.clone(),
+                what: "anything at all".into(),
+            })
+        }
+        fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
+            self.inner.dispatch(d)
+        }
+        fn synchronize(&self) -> Result<(), BackendError> {
+            self.inner.synchronize()
+        }
+    }
+
+    /// Copies one element of `elem` from x to y.
+    fn copy_case(elem: Scalar) -> Case {
+        let k = KernelBuilder::new("copy_one", [1, 1, 1]);
+        let x = k.buffer("x", elem, Access::Read);
+        let y = k.buffer("y", elem, Access::Write);
+        k.store(y, k.u32(0), k.load(x, k.u32(0)));
+        // 1.0 then 0.0 as f16 (the second element is not copied); 15360 as one u32.
+        let bytes = vec![0x00, 0x3c, 0, 0];
+        let want = if elem == Scalar::F16 {
+            vec![1.0, 0.0]
+        } else {
+            vec![15360.0]
+        };
+        Case::new("copy", k.finish(), [1, 1, 1])
+            .input("x", elem, bytes)
+            .output("y", elem, vec![0; 4], want)
+            .bound(NMSE_EXACT)
+    }
+
+    #[test]
+    fn a_refusal_is_a_skip_only_where_the_device_lacks_what_the_kernel_needs() {
+        // A kernel that needs nothing special, refused: a failure.
+        let plain = copy_case(Scalar::U32);
+        let refused = check_backend(&plain, &Refusing::device(false), &reference(&plain));
+        assert_eq!(refused.status, Status::Fail, "{refused:?}");
+        assert!(refused.reason.unwrap().contains("anything at all"));
+        // An f16 kernel: a skip naming f16 where the device says it lacks f16, a failure
+        // where it says it has it.
+        let f16 = copy_case(Scalar::F16);
+        let without_f16 = check_backend(&f16, &Refusing::device(false), &reference(&f16));
+        assert_eq!(without_f16.status, Status::Skip);
+        assert_eq!(
+            without_f16.reason.as_deref(),
+            Some("device lacks f16 (anything at all)")
+        );
+        let with_f16 = check_backend(&f16, &Refusing::device(true), &reference(&f16));
+        assert_eq!(with_f16.status, Status::Fail, "{with_f16:?}");
+        // And both pass where the kernel runs.
+        let cpu = trine_backends::open(BackendKind::Cpu).unwrap();
+        for case in [f16, plain] {
+            let r = check_backend(&case, &cpu, &reference(&case));
+            assert_eq!(r.status, Status::Pass, "{r:?}");
+        }
+    }
 }
