@@ -7,7 +7,10 @@
 mod gpu_suite;
 
 use trine_backends::vulkan::{VulkanBackend, VALIDATION_ENV};
-use trine_backends::{Backend, BackendError, DeviceType};
+use trine_backends::{
+    Backend, BackendError, BufferHandle, DeviceInfo, DeviceType, Dispatch, ProgramId,
+};
+use trine_ir::{Kernel, Scalar};
 
 fn required() -> bool {
     std::env::var("TRINE_REQUIRE_BACKENDS")
@@ -78,3 +81,72 @@ fn device_info_is_sane() {
 }
 
 gpu_suite::shared_tests!(backend, done);
+
+/// The Vulkan device with subgroups and f16 hidden, refusing the kernels that need them as a
+/// driver without them does: what the shared suite sees on such a device.
+struct Without {
+    inner: VulkanBackend,
+    info: DeviceInfo,
+}
+
+impl Backend for Without {
+    fn name(&self) -> &'static str {
+        "vulkan"
+    }
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+    fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
+        self.inner.alloc(bytes)
+    }
+    fn free(&self, buffer: BufferHandle) {
+        self.inner.free(buffer)
+    }
+    fn write(&self, b: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
+        self.inner.write(b, offset, data)
+    }
+    fn read(&self, b: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.read(b, offset, out)
+    }
+    fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
+        if kernel.capabilities.subgroup || kernel.buffers.iter().any(|b| b.elem == Scalar::F16) {
+            return Err(BackendError::Unsupported {
+                kernel: kernel.name.clone(),
+                what: "subgroups or f16, hidden by this test".into(),
+            });
+        }
+        self.inner.compile(kernel)
+    }
+    fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
+        self.inner.dispatch(d)
+    }
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.inner.synchronize()
+    }
+}
+
+/// The suite's subgroup and f16 tests fail a required backend whose device lacks the
+/// capability, and on an optional one check that the kernel is refused as unsupported.
+#[test]
+fn a_required_device_without_subgroups_or_f16_fails_the_suite() {
+    let Some(inner) = backend() else { return };
+    let mut info = inner.info().clone();
+    info.subgroup_ops = false;
+    info.subgroup_sizes.clear();
+    info.f16 = false;
+    let b = Without { inner, info };
+    type SuiteTest = fn(&dyn Backend, bool);
+    let tests: [(&str, SuiteTest); 2] = [
+        ("subgroup_sum", gpu_suite::subgroup_sum),
+        ("f16_buffers", gpu_suite::f16_buffers),
+    ];
+    for (name, test) in tests {
+        let required = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(&b, true)));
+        assert!(
+            required.is_err(),
+            "{name} passed a required device without its capability"
+        );
+        test(&b, false);
+    }
+    done(b.inner);
+}

@@ -8,10 +8,12 @@ use trine_backends::{
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 
 /// Declares one `#[test]` per shared test. Each opens its backend with `$open` (an `Option`:
-/// `None` skips, having printed why), runs the test on it, and hands it to `$done`.
+/// `None` skips, having printed why), runs the test on it, and hands it to `$done`. The
+/// tests of an optional capability take whether `TRINE_REQUIRE_BACKENDS` names the backend.
 macro_rules! shared_tests {
     ($open:path, $done:path) => {
-        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, subgroup_sum, f16_buffers, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected, recordings_replay_with_a_step_buffer, long_recordings_stay_ordered);
+        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected, recordings_replay_with_a_step_buffer, long_recordings_stay_ordered);
+        $crate::gpu_suite::shared_tests!(@required $open, $done; subgroup_sum, f16_buffers);
     };
     (@each $open:path, $done:path; $($name:ident),*) => {$(
         #[test]
@@ -21,8 +23,49 @@ macro_rules! shared_tests {
             $done(b);
         }
     )*};
+    (@required $open:path, $done:path; $($name:ident),*) => {$(
+        #[test]
+        fn $name() {
+            let Some(b) = $open() else { return };
+            let required = $crate::gpu_suite::required(trine_backends::Backend::name(&b));
+            $crate::gpu_suite::$name(&b, required);
+            $done(b);
+        }
+    )*};
 }
 pub(crate) use shared_tests;
+
+/// Whether `TRINE_REQUIRE_BACKENDS` names `backend`.
+pub fn required(backend: &str) -> bool {
+    std::env::var("TRINE_REQUIRE_BACKENDS").is_ok_and(|v| v.split(',').any(|b| b.trim() == backend))
+}
+
+/// For a device that reports no `capability`: a required backend fails (CI's lavapipe and
+/// every GPU trine has run on have subgroups and f16, so losing one is a regression to see,
+/// not a skip); otherwise the kernel that needs it must be refused as unsupported, the error
+/// placement and conformance rely on to take a fallback, and the rest of the test is skipped
+/// with the reason printed.
+fn check_refused(b: &dyn Backend, required: bool, capability: &str, kernel: &Kernel) {
+    assert!(
+        !required,
+        "{} is required, but its device {} reports no {capability}",
+        b.name(),
+        b.info().name
+    );
+    match b.compile(kernel) {
+        Err(BackendError::Unsupported { .. }) => {}
+        other => panic!(
+            "{} reports no {capability}, but compiling {} gave {other:?}, not Unsupported",
+            b.info().name,
+            kernel.name
+        ),
+    }
+    println!(
+        "{}: no {capability} on {}: the kernel is refused as unsupported; not run",
+        kernel.name,
+        b.info().name
+    );
+}
 
 pub fn upload<T: Copy>(b: &dyn Backend, data: &[T]) -> BufferHandle {
     let bytes = as_bytes(data);
@@ -239,11 +282,7 @@ pub fn wide_grids_are_folded(b: &dyn Backend) {
     }
 }
 
-pub fn subgroup_sum(b: &dyn Backend) {
-    if !b.info().subgroup_ops {
-        eprintln!("skipping: {} has no subgroup operations", b.info().name);
-        return;
-    }
+pub fn subgroup_sum(b: &dyn Backend, required: bool) {
     let k = KernelBuilder::new("subgroup_sum", [64, 1, 1]);
     k.require_subgroups();
     let x = k.buffer("x", Scalar::F32, Access::Read);
@@ -252,7 +291,11 @@ pub fn subgroup_sum(b: &dyn Backend) {
     let i = k.global_id(0);
     k.store(sums, i, k.load(x, i).subgroup_sum());
     k.store(sizes, i, k.subgroup_size());
-    let program = b.compile(&k.finish()).unwrap();
+    let k = k.finish();
+    if !b.info().subgroup_ops {
+        return check_refused(b, required, "subgroup operations", &k);
+    }
+    let program = b.compile(&k).unwrap();
     let n = 256;
     let x: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
     let hx = upload(b, &x);
@@ -275,17 +318,17 @@ pub fn subgroup_sum(b: &dyn Backend) {
     }
 }
 
-pub fn f16_buffers(b: &dyn Backend) {
-    if !b.info().f16 {
-        eprintln!("skipping: {} has no f16 support", b.info().name);
-        return;
-    }
+pub fn f16_buffers(b: &dyn Backend, required: bool) {
     let k = KernelBuilder::new("f16_scale", [64, 1, 1]);
     let x = k.buffer("x", Scalar::F16, Access::Read);
     let y = k.buffer("y", Scalar::F16, Access::Write);
     let i = k.global_id(0);
     k.store(y, i, k.load(x, i) * k.f16(2.0) + k.f16(0.5));
-    let program = b.compile(&k.finish()).unwrap();
+    let k = k.finish();
+    if !b.info().f16 {
+        return check_refused(b, required, "f16", &k);
+    }
+    let program = b.compile(&k).unwrap();
     let n = 128;
     let x: Vec<u16> = (0..n)
         .map(|i| half::f16::from_f32(i as f32 * 0.25 - 8.0).to_bits())
