@@ -39,22 +39,25 @@ fn cpu() -> Arc<dyn Backend> {
     trine_backends::open(BackendKind::Cpu).unwrap()
 }
 
-/// A CPU that refuses to compile some kernels, or zeroes the first output of others after
-/// running them: a driver that lacks an op, and one that computes it wrong.
+/// A CPU that refuses to compile some kernels, or multiplies the last output of others by
+/// `factor` after running them (0 zeroes it): a driver that lacks an op, and one that computes
+/// it wrong.
 struct Faulty {
     inner: Arc<dyn Backend>,
     refuse: &'static str,
-    zero: &'static str,
-    zeroed: Mutex<HashSet<ProgramId>>,
+    spoil: &'static str,
+    factor: f32,
+    spoiled: Mutex<HashSet<ProgramId>>,
 }
 
 impl Faulty {
-    fn device(refuse: &'static str, zero: &'static str) -> Arc<dyn Backend> {
+    fn device(refuse: &'static str, spoil: &'static str, factor: f32) -> Arc<dyn Backend> {
         Arc::new(Faulty {
             inner: cpu(),
             refuse,
-            zero,
-            zeroed: Mutex::new(HashSet::new()),
+            spoil,
+            factor,
+            spoiled: Mutex::new(HashSet::new()),
         })
     }
 }
@@ -86,17 +89,22 @@ impl Backend for Faulty {
             });
         }
         let id = self.inner.compile(kernel)?;
-        if !self.zero.is_empty() && kernel.name.starts_with(self.zero) {
-            self.zeroed.lock().unwrap().insert(id);
+        if !self.spoil.is_empty() && kernel.name.starts_with(self.spoil) {
+            self.spoiled.lock().unwrap().insert(id);
         }
         Ok(id)
     }
     fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
         self.inner.dispatch(d)?;
-        if self.zeroed.lock().unwrap().contains(&d.program) {
+        if self.spoiled.lock().unwrap().contains(&d.program) {
             let out = d.bindings.last().expect("a kernel with an output");
-            self.inner
-                .write(out.buffer, out.offset, &vec![0; out.size as usize])?;
+            let mut bytes = vec![0; out.size as usize];
+            self.inner.read(out.buffer, out.offset, &mut bytes)?;
+            for word in bytes.chunks_exact_mut(4) {
+                let v = f32::from_le_bytes(word.try_into().unwrap()) * self.factor;
+                word.copy_from_slice(&v.to_le_bytes());
+            }
+            self.inner.write(out.buffer, out.offset, &bytes)?;
         }
         Ok(())
     }
@@ -123,7 +131,7 @@ fn a_kernel_the_device_lacks_runs_on_the_cpu_with_the_same_result() {
         None,
     ));
     assert!(reference.iter().flatten().all(|v| v.is_finite()));
-    let engine = Engine::new(model, Faulty::device("matvec_q4_1", ""), SIZES).unwrap();
+    let engine = Engine::new(model, Faulty::device("matvec_q4_1", "", 1.0), SIZES).unwrap();
     let devices: Vec<&str> = engine.devices().map(|d| d.name()).collect();
     assert_eq!(devices, ["faulty", "cpu"]);
     let notes = engine.placement_notes().join("\n");
@@ -140,7 +148,7 @@ fn a_kernel_the_device_lacks_runs_on_the_cpu_with_the_same_result() {
 fn the_cross_check_names_the_first_op_that_goes_wrong() {
     let model = tiny();
     let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
-    let checker = Engine::new(model, Faulty::device("", "attention_split"), SIZES).unwrap();
+    let checker = Engine::new(model, Faulty::device("", "attention_split", 0.0), SIZES).unwrap();
     let mut session = Session::new(main, Some(checker));
     run(&mut session);
     assert_eq!(session.checks.len(), 3);
@@ -155,6 +163,41 @@ fn the_cross_check_names_the_first_op_that_goes_wrong() {
             Some(1.0),
             "all-zero output against a nonzero one"
         );
+    }
+}
+
+/// A device whose output head (the Q8_0 matvec) is off by one part in 10⁴ everywhere (NMSE
+/// 1e-8), or whose attention is off by one part in 100 (NMSE 1e-4), is named at the first node
+/// it spoils: both are under the 5e-4 the cross-check allowed before its bounds were measured.
+#[test]
+fn the_cross_check_catches_small_uniform_errors() {
+    let model = tiny();
+    let spoilt = [
+        ("attention_split", "attention", Some(0), 1e-2),
+        ("matvec_q8_0", "output", None, 1e-4),
+    ];
+    for (kernel, op, layer, error) in spoilt {
+        let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+        let checker = Engine::new(
+            model.clone(),
+            Faulty::device("", kernel, 1.0 + error),
+            SIZES,
+        );
+        let mut session = Session::new(main, Some(checker.unwrap()));
+        run(&mut session);
+        for c in &session.checks {
+            let first = c
+                .first_over_bound
+                .as_ref()
+                .unwrap_or_else(|| panic!("{kernel}: an error of {error} is not caught: {c:?}"));
+            assert_eq!((first.op, first.layer), (op, layer), "{kernel}");
+            let e = first.nmse.unwrap();
+            let want = (error * error) as f64;
+            assert!(
+                (e - want).abs() < want / 10.0,
+                "{kernel}: NMSE {e}, want {want}"
+            );
+        }
     }
 }
 
