@@ -5,7 +5,6 @@
 
 use super::config::LlamaConfig;
 use super::weights::{WeightId, Weights};
-use crate::conformance::case::{NMSE_DEFAULT, NMSE_MATMUL};
 
 /// A tensor the graph reads or writes. Activations are sized for the largest step the
 /// executor was built for; the residual stream alternates between two buffers so that no
@@ -139,15 +138,6 @@ impl Node {
             }
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
             Op::Argmax => (Tensor::Token, 0..1),
-        }
-    }
-
-    /// How far two backends' outputs of this node may differ (NMSE), the op library's bound
-    /// for the op: products and attention sum in a device's own order.
-    pub fn bound(&self) -> f64 {
-        match self.op {
-            Op::Matvec { .. } | Op::AttnSplit { .. } => NMSE_MATMUL,
-            _ => NMSE_DEFAULT,
         }
     }
 }
