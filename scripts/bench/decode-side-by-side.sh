@@ -22,8 +22,6 @@ work="$(cd "$3" && pwd)"
 out="$(cd "$4" && pwd)"
 gguf="$work/smollm2-135m-synth.gguf"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
-# A cold CUDA start (NVRTC, context) takes longer than the probe's default.
-export TRINE_PROBE_TIMEOUT="${TRINE_PROBE_TIMEOUT:-60}"
 
 [ -f "$gguf" ] || "$bin/trine" synth-model --like smollm2-135m -o "$gguf"
 bash "$here/llama-cpp-cuda.sh" "$2" "$work/llama.cpp" "$gguf" "$work/llama-cpp-first" >/dev/null
