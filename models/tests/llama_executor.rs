@@ -209,6 +209,7 @@ struct Small {
     info: DeviceInfo,
     free: Option<u64>,
     allocated: std::sync::atomic::AtomicU64,
+    written: std::sync::atomic::AtomicU64,
 }
 
 impl Small {
@@ -221,6 +222,7 @@ impl Small {
             info,
             free,
             allocated: 0.into(),
+            written: 0.into(),
         })
     }
 }
@@ -244,6 +246,8 @@ impl Backend for Small {
         self.inner.free(buffer)
     }
     fn write(&self, b: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
+        self.written
+            .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
         self.inner.write(b, offset, data)
     }
     fn read(&self, b: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
@@ -258,6 +262,46 @@ impl Backend for Small {
     fn synchronize(&self) -> Result<(), BackendError> {
         self.inner.synchronize()
     }
+}
+
+/// After `Session::prepare` (which `trine generate` runs before starting its clocks) a
+/// prompt step and a decode step allocate nothing and write only their ids and position, so
+/// the prefill's time is the prompt's work, not the model's upload; without it the first step
+/// uploads every weight.
+#[test]
+fn prepared_steps_upload_and_allocate_nothing() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let prompt = vec![1; SIZES.max_batch as usize];
+    let steps = |prepare: bool| {
+        let dev = Small::device(u64::MAX, None);
+        let mut session = Session::new(Engine::new(tiny(), dev.clone(), SIZES).unwrap(), None);
+        if prepare {
+            session.prepare().unwrap();
+        }
+        let before = (dev.allocated.load(Relaxed), dev.written.load(Relaxed));
+        session.feed_greedy(&prompt).unwrap();
+        session.feed_greedy(&[2]).unwrap();
+        (
+            dev.allocated.load(Relaxed) - before.0,
+            dev.written.load(Relaxed) - before.1,
+        )
+    };
+    let model = tiny();
+    let weights: usize = (0..model.weights.tensors.len())
+        .map(|id| model.weights.bytes(&model.gguf, id).len())
+        .sum();
+    let (allocated, written) = steps(true);
+    assert_eq!(allocated, 0);
+    // Each step's ids (4 bytes a token) and its 16-byte step buffer.
+    assert!(
+        written <= 4 * (prompt.len() as u64 + 1) + 2 * 16,
+        "{written} bytes written"
+    );
+    let (allocated, written) = steps(false);
+    assert!(
+        allocated > 0 && written > weights as u64,
+        "{allocated} {written}"
+    );
 }
 
 /// The executor says before the first step how much memory a model needs on its device, and

@@ -62,6 +62,8 @@ pub fn generate(
             sampler.sample(&session.feed(ids)?)
         }
     };
+    // The prefill's clock times the prompt's step, not the model's upload.
+    session.prepare()?;
     let t0 = Instant::now();
     let mut id = step(session, prompt)?;
     let prefill = t0.elapsed().as_secs_f64();

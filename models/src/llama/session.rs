@@ -81,6 +81,13 @@ impl Session {
         self.checker.as_ref()
     }
 
+    /// [`Engine::prepare`] on the executor and its checker: the model uploaded and every buffer
+    /// allocated before the first step.
+    pub fn prepare(&mut self) -> Result<(), ModelError> {
+        self.engine.prepare()?;
+        self.checker.as_mut().map_or(Ok(()), Engine::prepare)
+    }
+
     /// Tokens in the KV cache.
     pub fn position(&self) -> u32 {
         self.pos

@@ -31,6 +31,29 @@ impl Engine {
         tensors.into_iter().map(|t| self.bytes(t)).sum()
     }
 
+    /// Allocates every buffer the largest prompt step and a decode step bind, uploads every
+    /// constant they read (weights, rope's table) to the device that reads it, and waits for
+    /// the uploads: afterwards a step's time is its own work, not the model's upload (what
+    /// `trine generate` calls before it starts its clocks). Steps run the same without it.
+    pub fn prepare(&mut self) -> Result<(), ModelError> {
+        for tokens in [self.options.max_batch, 1] {
+            let s = Step { tokens, pos: 0 };
+            for node in self.graph(s) {
+                let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+                let d = self.placement.programs[&key].0;
+                let plan = self.plan(&node, s);
+                for t in plan.inputs.into_iter().chain(plan.outputs) {
+                    if self.constant(t).is_some() {
+                        self.make_valid(t, d)?;
+                    } else {
+                        self.buffer(t, d)?;
+                    }
+                }
+            }
+        }
+        self.synchronize()
+    }
+
     /// Checks, before anything is allocated, that each device can hold what it will be given:
     /// otherwise the first step would fail part-way (or, on a GPU whose driver overcommits,
     /// page), after minutes of uploads. The device's free memory where its backend reports
