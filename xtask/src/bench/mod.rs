@@ -5,7 +5,8 @@
 //!
 //! GPU backends are probed in a child process first, as `conformance` does; one that is absent
 //! is listed with its reason and measures nothing. With the CUDA backend, cuBLAS is the peer of
-//! the GPU columns; the wgpu column's peer is the Vulkan (ash) column on the same device.
+//! the cuda column (both timed with CUDA events); the wgpu column's peer is the Vulkan (ash)
+//! column on the same device. A ratio is only taken between runs timed alike.
 //!
 //! `--model FILE -p 512 -n 128` measures llama-bench's pp and tg tests end to end instead.
 
@@ -77,9 +78,10 @@ pub struct Args {
 
 /// The name the `gemm` crate's records carry as their backend.
 const PEER: &str = "gemm";
-/// cuBLAS's records, and the backends compared with it (the same GPU).
+/// cuBLAS's records, and the backend compared with it: the same GPU under the same clock
+/// (CUDA events), see [`report::Timer`].
 const GPU_PEER: &str = "cublas";
-const GPU_PEER_OF: [&str; 2] = ["cuda", "vulkan"];
+const GPU_PEER_OF: [&str; 1] = ["cuda"];
 /// The portable path's peer: the same naga module through ash on the same device, so its
 /// "vs peer" is what wgpu costs (below 1) or saves.
 const PORTABLE: &str = "wgpu";

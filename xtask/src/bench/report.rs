@@ -66,8 +66,35 @@ impl Record {
     }
 }
 
+/// What times a backend's (or peer's) runs. A ratio of two medians means something only where
+/// one kind of clock took both: CUDA events on one stream are not Vulkan timestamp queries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timer {
+    /// The host's monotonic clock around a synchronous run (the CPU backend, the gemm crate).
+    Host,
+    /// CUDA events recorded around the work on its stream (the cuda backend, cuBLAS).
+    CudaEvents,
+    /// HIP events, likewise.
+    HipEvents,
+    /// Timestamp queries written by the device's command stream (vulkan, and wgpu on the same
+    /// device).
+    Timestamps,
+}
+
+impl Timer {
+    pub fn of(backend: &str) -> Timer {
+        match backend {
+            "cpu" | "gemm" => Timer::Host,
+            "cuda" | "cublas" => Timer::CudaEvents,
+            "hip" => Timer::HipEvents,
+            _ => Timer::Timestamps,
+        }
+    }
+}
+
 /// Fills every record's `vs_peer` from the `peer` backend's records of the same op, shape and
-/// dtype.
+/// dtype, for the `backends` timed with the same kind of clock as the peer ([`Timer`]); the
+/// others keep none, whatever the caller lists.
 pub fn compare_with_peer(records: &mut [Record], peer: &str, backends: &[&str]) {
     let peers: Vec<(String, String, String, f64)> = records
         .iter()
@@ -77,10 +104,9 @@ pub fn compare_with_peer(records: &mut [Record], peer: &str, backends: &[&str]) 
             Some((r.op.clone(), r.shape.clone(), r.dtype.clone(), t.median_us))
         })
         .collect();
-    for r in records
-        .iter_mut()
-        .filter(|r| backends.contains(&r.backend.as_str()))
-    {
+    for r in records.iter_mut().filter(|r| {
+        backends.contains(&r.backend.as_str()) && Timer::of(&r.backend) == Timer::of(peer)
+    }) {
         let found = peers
             .iter()
             .find(|p| (p.0.as_str(), p.1.as_str(), p.2.as_str()) == r.key());
@@ -180,9 +206,11 @@ pub fn markdown(ctx: &Context, records: &[Record]) -> String {
         out,
         "\nTimes are medians; GB/s counts inputs read and outputs written once; roof is the \
          fraction of the backend's f32 copy bandwidth; vs peer is the peer's time over this one \
-         (above 1: faster than the peer), the gemm crate's for cpu, cuBLAS's for cuda and \
-         vulkan (the same GPU), and for wgpu the vulkan (ash) column's: the same kernel's \
-         module on the same device, so below 1 is what the portable path costs.\n"
+         (above 1: faster than the peer), each timed with the same kind of clock: the gemm \
+         crate's for cpu (host clock), cuBLAS's for cuda (CUDA events on the same GPU), and \
+         for wgpu the vulkan (ash) column's (timestamp queries): the same kernel's module on \
+         the same device, so below 1 is what the portable path costs. vulkan has no peer: \
+         cuBLAS is timed with CUDA events, not Vulkan timestamps.\n"
     );
     let _ = writeln!(out, "| {} |", HEADER.join(" | "));
     let _ = writeln!(out, "|{}", " --- |".repeat(HEADER.len()));
@@ -259,6 +287,24 @@ mod tests {
         assert!(v[1].get("vs_peer").is_none());
         assert_eq!(v[2]["skipped"], "too large");
         assert!(v[2].get("median_us").is_none());
+    }
+
+    /// A ratio is only taken between runs timed alike: vulkan's timestamps are not compared
+    /// with cuBLAS's CUDA events, even where the caller lists vulkan.
+    #[test]
+    fn peers_are_compared_only_under_the_same_clock() {
+        let mut rs = vec![
+            record("cublas", 100.0),
+            record("cuda", 200.0),
+            record("vulkan", 50.0),
+            record("wgpu", 100.0),
+        ];
+        compare_with_peer(&mut rs, "cublas", &["cuda", "vulkan"]);
+        compare_with_peer(&mut rs, "vulkan", &["wgpu"]);
+        let ratio = |i: usize| rs[i].timing.as_ref().unwrap().vs_peer;
+        assert_eq!(ratio(1), Some(0.5));
+        assert_eq!(ratio(2), None);
+        assert_eq!(ratio(3), Some(0.5));
     }
 
     #[test]
