@@ -2,7 +2,10 @@
 //!
 //! Without ROCm or without a GPU the tests check that the backend says so with the library's
 //! path and version, and skip the device work; unless `TRINE_REQUIRE_BACKENDS` names `hip`,
-//! in which case an unavailable backend fails.
+//! in which case an unavailable backend fails. On a device, the backends' shared GPU suite runs
+//! too, as on cuda, vulkan and wgpu.
+
+mod gpu_suite;
 
 use trine_backends::hip::{self, HipBackend};
 use trine_backends::{Backend, BackendError, Binding, DeviceType};
@@ -31,6 +34,13 @@ fn backend() -> Option<HipBackend> {
         Err(e) => panic!("hip backend failed to open: {e}"),
     }
 }
+
+/// Waits for all work: a test that queued a fault fails here, not in the next test.
+fn done(b: HipBackend) {
+    b.synchronize().unwrap();
+}
+
+gpu_suite::shared_tests!(backend, done);
 
 #[test]
 fn the_runtime_is_described_without_a_device() {
