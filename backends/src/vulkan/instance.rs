@@ -5,6 +5,7 @@ use ash::vk;
 use std::ffi::{c_void, CStr};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
@@ -24,20 +25,49 @@ pub struct Instance {
     /// user data, stays put while the instance lives.
     validation_errors: Box<AtomicU64>,
     pub notes: Vec<String>,
-    /// Declared last: the loader library must stay open until the instance is destroyed.
+    /// The process's loader ([`loader`]), which outlives every instance.
     pub entry: ash::Entry,
+}
+
+/// The system's Vulkan loader, opened once per process and never closed, with its drivers
+/// pinned ([`pin_drivers`]).
+fn loader() -> Result<ash::Entry, BackendError> {
+    static LOADER: OnceLock<Result<ash::Entry, String>> = OnceLock::new();
+    LOADER
+        .get_or_init(|| {
+            // SAFETY: opening the system's Vulkan loader runs its initialisers; it is the
+            // library every Vulkan program loads, and this static keeps it open for good.
+            let entry = unsafe { ash::Entry::load() }.map_err(|e| {
+                format!(
+                    "the Vulkan loader (libvulkan.so.1) could not be opened: {e}; install it \
+                     (Debian/Ubuntu: libvulkan1) and a driver (mesa-vulkan-drivers or the GPU \
+                     vendor's)"
+                )
+            })?;
+            pin_drivers(&entry);
+            Ok(entry)
+        })
+        .clone()
+        .map_err(BackendError::Unavailable)
+}
+
+/// Creates one bare instance that is never destroyed, so that the loader never unloads the
+/// drivers. The loader closes a driver's library when the last instance that loaded it is
+/// destroyed, but NVIDIA's driver leaves thread-exit destructors behind in the threads that
+/// used it, which then jump into the unmapped library: on an H100 (driver 580.159.04,
+/// 2026-11-25) 17 of 36 runs of the executor tests, whose threads each open and drop a Vulkan
+/// and a CUDA backend, ended in a SIGSEGV at a test thread's exit (the faulting address
+/// unmapped, beside the driver's mappings; the return address in libc), and 0 of 20 with this
+/// instance. Where it cannot be made, the real instance reports why.
+fn pin_drivers(entry: &ash::Entry) {
+    // SAFETY: a default create info (API 1.0, no layers or extensions) borrows nothing; the
+    // instance is deliberately never destroyed.
+    let _pinned = unsafe { entry.create_instance(&vk::InstanceCreateInfo::default(), None) };
 }
 
 impl Instance {
     pub fn new() -> Result<Instance, BackendError> {
-        // SAFETY: opening the system's Vulkan loader runs its initialisers; it is the library
-        // every Vulkan program loads, and the entry is kept alive as long as anything made from it.
-        let entry = unsafe { ash::Entry::load() }.map_err(|e| {
-            BackendError::Unavailable(format!(
-                "the Vulkan loader (libvulkan.so.1) could not be opened: {e}; install it \
-                 (Debian/Ubuntu: libvulkan1) and a driver (mesa-vulkan-drivers or the GPU vendor's)"
-            ))
-        })?;
+        let entry = loader()?;
         // SAFETY: a plain query on a loaded entry.
         let loader = unsafe { entry.try_enumerate_instance_version() }
             .map_err(|e| unavailable("vkEnumerateInstanceVersion", e))?
