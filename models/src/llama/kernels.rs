@@ -19,9 +19,9 @@ use trine_ir::Kernel;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelKey {
     Embed(WeightType),
-    /// The weights' type, whether the product is wide (see [`is_wide`]), and what is fused
+    /// The weights' type, the product's size class ([`MatvecSize::of`]), and what is fused
     /// into it.
-    Matvec(WeightType, bool, MatvecPrologue, MatvecEpilogue),
+    Matvec(WeightType, MatvecSize, MatvecPrologue, MatvecEpilogue),
     AttnSplit,
     PickLast,
     Argmax,
@@ -32,10 +32,12 @@ impl std::fmt::Display for KernelKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             KernelKey::Embed(ty) => write!(f, "embedding {ty}"),
-            KernelKey::Matvec(ty, wide, pro, epi) => {
+            KernelKey::Matvec(ty, size, pro, epi) => {
                 let mut parts = vec![];
-                if *wide {
-                    parts.push("wide");
+                match size {
+                    MatvecSize::Small => {}
+                    MatvecSize::Tall => parts.push("tall"),
+                    MatvecSize::Wide => parts.push("wide"),
                 }
                 match pro {
                     MatvecPrologue::None => {}
@@ -98,7 +100,7 @@ impl KernelKey {
                         kv: s.kv,
                     }),
                 };
-                KernelKey::Matvec(t.ty, is_wide(t.rows, t.cols, tokens), pro, epi)
+                KernelKey::Matvec(t.ty, MatvecSize::of(t.rows, t.cols, tokens), pro, epi)
             }
             Op::AttnSplit { .. } => KernelKey::AttnSplit,
             Op::PickLast => KernelKey::PickLast,
@@ -116,7 +118,7 @@ impl KernelKey {
         };
         Ok(match self {
             KernelKey::Embed(ty) => vec![embedding::kernel(ty)],
-            KernelKey::Matvec(ty, wide, prologue, epilogue) => {
+            KernelKey::Matvec(..) => {
                 let reduces: &[Reduce] = if sub {
                     &[Reduce::Subgroup, Reduce::Shared]
                 } else {
@@ -125,11 +127,9 @@ impl KernelKey {
                 // Each reduction with f16 scales where the shape wants them, then without.
                 let mut specs = vec![];
                 for &r in reduces {
-                    let spec = MatvecSpec {
-                        prologue,
-                        epilogue,
-                        ..matvec_spec(ty, r, info, wide)
-                    };
+                    let spec = self
+                        .matvec_spec(r, info)
+                        .expect("a matvec key has a matvec spec");
                     specs.push(spec);
                     if spec.f16_scales {
                         specs.push(MatvecSpec {
@@ -150,17 +150,54 @@ impl KernelKey {
     }
 }
 
-/// Whether a product has work enough for the GPUs' wide matvec shape: a matrix of at least
-/// 4096 × 4096, or a prefill of at least [`WIDE_TOKENS`] tokens (on an H100 the wide shape took
-/// SmolLM2's pp512 from 7000 to 9900 tokens/s on both backends, 2026-11-24).
-pub fn is_wide(rows: u32, cols: u32, tokens: u32) -> bool {
-    (rows >= 4096 && cols >= 4096) || tokens >= WIDE_TOKENS
+impl KernelKey {
+    /// A matvec key's kernel for a device with reduction `reduce`: [`matvec_spec`] for its
+    /// size, with its fusions. The executor's grid and its kernel both come from here.
+    pub fn matvec_spec(self, reduce: Reduce, info: &DeviceInfo) -> Option<MatvecSpec> {
+        let KernelKey::Matvec(ty, size, prologue, epilogue) = self else {
+            return None;
+        };
+        Some(MatvecSpec {
+            prologue,
+            epilogue,
+            ..matvec_spec(ty, reduce, info, size)
+        })
+    }
 }
+
+/// How much work a product has, which decides its GPU shape ([`matvec_spec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatvecSize {
+    /// A decode step's small matrices.
+    Small,
+    /// Many short rows, as an output head's (SmolLM2: 49152 × 576).
+    Tall,
+    /// A matrix of at least 4096 × 4096, or a prefill of at least [`WIDE_TOKENS`] tokens (on
+    /// an H100 the wide shape took SmolLM2's pp512 from 7000 to 9900 tokens/s on both
+    /// backends, 2026-11-24).
+    Wide,
+}
+
+impl MatvecSize {
+    pub fn of(rows: u32, cols: u32, tokens: u32) -> MatvecSize {
+        if (rows >= 4096 && cols >= 4096) || tokens >= WIDE_TOKENS {
+            MatvecSize::Wide
+        } else if rows >= TALL_ROWS {
+            MatvecSize::Tall
+        } else {
+            MatvecSize::Small
+        }
+    }
+}
+
+/// Rows from which a product that is not wide counts as tall: output heads (vocabularies of
+/// 32000 and more), not a model's projections.
+const TALL_ROWS: u32 = 16384;
 
 /// Prompt steps from this many tokens use the wide shape.
 pub const WIDE_TOKENS: u32 = 64;
 
-/// The matvec shape for a device and a product ([`is_wide`]). GPUs, quantized and wide: 128
+/// The matvec shape for a device and a product's size ([`MatvecSize`]). GPUs, quantized and wide: 128
 /// invocations sharing 8 rows, the scales read through an f16 view of the weights where the
 /// device has 16-bit storage (and then Q4_1's codes as whole words, [`MatvecSpec::word_codes`]). On an H100 that was the fastest or within 10% of the fastest of
 /// 120 shapes swept for Q4_0, Q4_1 and Q8_0 at 4096 × 4096 and 11008 × 4096 on both CUDA and
@@ -174,17 +211,22 @@ pub const WIDE_TOKENS: u32 = 64;
 /// per row, the scales read through an f16 view of the weights (a native conversion instead of
 /// some forty integer operations per scale). Measured on 2 EPYC cores, 1536 × 576 Q4_1: 1160 µs
 /// with the GPU shape, 610 µs with this one; 16- or 32-element segments were no faster.
-pub fn matvec_spec(ty: WeightType, reduce: Reduce, info: &DeviceInfo, wide: bool) -> MatvecSpec {
+pub fn matvec_spec(
+    ty: WeightType,
+    reduce: Reduce,
+    info: &DeviceInfo,
+    size: MatvecSize,
+) -> MatvecSpec {
     let mut spec = MatvecSpec::new(ty, reduce);
     if info.device_type == DeviceType::Cpu {
         (spec.rows_per_workgroup, spec.workgroup, spec.segment) = CPU_MATVEC;
         spec.f16_scales = info.f16;
     } else if ty.is_quantized() {
-        if wide {
-            (spec.rows_per_workgroup, spec.workgroup, spec.segment) = GPU_LARGE_MATVEC;
-        } else {
-            (spec.rows_per_workgroup, spec.workgroup, spec.segment) = GPU_SMALL_MATVEC;
-        }
+        (spec.rows_per_workgroup, spec.workgroup, spec.segment) = match size {
+            MatvecSize::Wide => GPU_LARGE_MATVEC,
+            MatvecSize::Tall => GPU_TALL_MATVEC,
+            MatvecSize::Small => GPU_SMALL_MATVEC,
+        };
         spec.f16_scales = info.f16;
         spec.word_codes = true;
     }
@@ -201,5 +243,15 @@ const GPU_LARGE_MATVEC: (u32, u32, u32) = (8, 128, 8);
 /// fewer segments per invocation finish sooner. On an H100 (2026-11-25, SmolLM2-shaped tg128,
 /// f16 scales, CUDA/Vulkan t/s): 4 rows on 64 invocations 1003/603; 2 on 64 about 1030/605;
 /// 2 on 128 about 1140/630; 2 on 32 about 1160/600; 2 on 256 1112/618; 8 on 64 787/472;
-/// 16-element segments 935–970 on CUDA. Runs varied by ±50 t/s.
+/// 16-element segments 935–970 on CUDA. Runs varied by ±50 t/s. One row on 128 invocations
+/// for the down projection (576 × 1536) was faster alone (`xtask bench --ops matvec
+/// --matvec-shape`: 7.5 µs against 8.1) but not inside the step (Nsight Compute, position 64:
+/// 5.48 µs against 5.39), and was not kept.
 const GPU_SMALL_MATVEC: (u32, u32, u32) = (2, 128, 8);
+
+/// (rows per workgroup, invocations, segment) for a tall product on a GPU: SmolLM2's output
+/// head (49152 × 576 Q8_0) took 32.5 µs with 4 rows on 64 invocations against 39.1 with the
+/// small shape, 34.8 with 8 rows on 64 and 43.7 with 8 on 128 (H100, CUDA, 2026-11-25, `xtask
+/// bench --ops matvec --matvec-shape`); inside the step, with the final norm fused, Nsight
+/// Compute measured 52.0 µs against 72.2 (two sessions the same day).
+const GPU_TALL_MATVEC: (u32, u32, u32) = (4, 64, 8);

@@ -291,6 +291,10 @@ pub fn cases() -> Vec<Case> {
     };
     let gate_up = fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu);
     shapes.push((words(gate_up, (2, 128, 8, true)), 3072, 576, 1));
+    // An output head in the GPUs' tall shape (4 rows on 64 invocations), the last workgroup
+    // partly past the last row.
+    let head = fused(Q8_0, Subgroup, P::RmsNorm, E::None);
+    shapes.push((shaped(head, (4, 64, 8, true)), 1002, 576, 1));
     for shape in [(2, 128, 8, true), (8, 8, 16, true), (6, 16, 32, true)] {
         for (spec, rows, cols, tokens) in [
             (gate_up, 26, 96, 1),

@@ -3,10 +3,10 @@
 //! executor's choices for the device, and the subgroup kernel only where it runs.
 
 use super::ops::{Item, Op};
-use trine_backends::DeviceInfo;
+use trine_backends::{DeviceInfo, DeviceType};
 use trine_ir::{Kernel, Scalar};
 use trine_models::conformance::Case;
-use trine_models::llama::kernels::{is_wide, matvec_spec};
+use trine_models::llama::kernels::{matvec_spec, MatvecSize};
 use trine_models::ops::attention::{self, Attention};
 use trine_models::ops::elementwise::{self, Binary};
 use trine_models::ops::matmul::{self, MatmulShape, MatmulSpec};
@@ -36,16 +36,23 @@ pub struct Variant {
 }
 
 impl Item {
-    pub fn variant(&self, info: &DeviceInfo) -> Variant {
+    /// The variant for a device; `shape` (rows per workgroup, invocations, segment) replaces
+    /// the executor's shape of a quantized matvec on a GPU.
+    pub fn variant(&self, info: &DeviceInfo, shape: Option<&[u32]>) -> Variant {
         Variant {
             kv: kv_type(info),
             matvec: match self.op {
-                Op::Matvec { ty, rows, cols } => Some(matvec_spec(
-                    ty,
-                    Reduce::Subgroup,
-                    info,
-                    is_wide(rows, cols, 1),
-                )),
+                Op::Matvec { ty, rows, cols } => {
+                    let size = MatvecSize::of(rows, cols, 1);
+                    let mut spec = matvec_spec(ty, Reduce::Subgroup, info, size);
+                    if let (Some(&[r, w, s]), true) = (
+                        shape,
+                        ty.is_quantized() && info.device_type != DeviceType::Cpu,
+                    ) {
+                        (spec.rows_per_workgroup, spec.workgroup, spec.segment) = (r, w, s);
+                    }
+                    Some(spec)
+                }
                 _ => None,
             },
         }

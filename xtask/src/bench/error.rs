@@ -23,4 +23,6 @@ pub enum BenchError {
     Chart { path: PathBuf, message: String },
     #[error("{0}")]
     Model(String),
+    #[error("--matvec-shape takes rows,invocations,segment (three numbers), not {0:?}")]
+    MatvecShape(Vec<u32>),
 }

@@ -52,6 +52,10 @@ pub struct Args {
     /// swiglu, add.
     #[arg(long, value_delimiter = ',')]
     ops: Option<Vec<String>>,
+    /// Quantized matvecs on GPUs in this shape instead of the executor's: rows per workgroup,
+    /// invocations and segment length, e.g. `8,64,8` (a sweep runs the bench once per shape).
+    #[arg(long, value_delimiter = ',')]
+    matvec_shape: Option<Vec<u32>>,
     /// Write the records as a JSON array to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -104,6 +108,9 @@ fn bench(args: Args) -> Result<(), BenchError> {
         return bench_model(&args, path);
     }
     let items = selected(&args)?;
+    if let Some(s) = args.matvec_shape.as_ref().filter(|s| s.len() != 3) {
+        return Err(BenchError::MatvecShape(s.clone()));
+    }
     let (columns, absent) = open(&args.backends)?;
     let cublas = columns
         .iter()
@@ -150,7 +157,7 @@ fn bench(args: Args) -> Result<(), BenchError> {
         let mut made: Vec<(Variant, Result<Case, String>)> = vec![];
         for col in &cols {
             let info = col.backend.info();
-            let v = item.variant(info);
+            let v = item.variant(info, args.matvec_shape.as_deref());
             let at = match made.iter().position(|(m, _)| *m == v) {
                 Some(at) => at,
                 None => {

@@ -4,7 +4,7 @@
 
 use super::Engine;
 use crate::llama::graph::{Epilogue, Node, Op, Prologue, Step, Tensor};
-use crate::llama::kernels::{is_wide, matvec_spec, KernelKey};
+use crate::llama::kernels::KernelKey;
 use crate::ops::argmax::Argmax;
 use crate::ops::attention_split::SplitAttention;
 use crate::ops::elementwise;
@@ -53,12 +53,9 @@ impl Engine {
                 let key = KernelKey::of(&node.op, w, self.shape);
                 let info = self.dev(self.placement.programs[&key].0).info();
                 let wt = &w.tensors[wid];
-                let spec = matvec_spec(
-                    wt.ty,
-                    Reduce::Shared,
-                    info,
-                    is_wide(wt.rows, wt.cols, tokens),
-                );
+                let spec = key
+                    .matvec_spec(Reduce::Shared, info)
+                    .expect("a matvec node has a matvec key");
                 let mut inputs = vec![x];
                 let mut outputs = vec![y];
                 let mut params = vec![u(rows), u(wt.cols)];
