@@ -5,11 +5,14 @@
 //! - [`hip`]: IR → C++ text in the common subset of HIP and CUDA, with a small prelude per
 //!   dialect.
 //! - [`c`]: IR → C for the CPU, workgroups as loops over their invocations split at barriers.
+//! - `c_family`: the statement and expression printer the `hip` and `c` lowerings share; each
+//!   supplies how its dialect spells builtins, barriers and intrinsics.
 //!
 //! Every lowering first validates the kernel, so a lowering never sees an invalid one.
 
 pub mod abi;
 pub mod c;
+mod c_family;
 pub mod error;
 pub mod hip;
 pub mod naga_module;

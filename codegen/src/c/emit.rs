@@ -4,9 +4,7 @@
 use super::plan::{Node, Plan};
 use super::spelling::{axis_name, lane_axes, C};
 use super::storage::{Import, Storage, VarClass};
-use crate::hip::printer::{
-    binary, expr_name, literal, value_type, var_name, zero, Printer, Spelling,
-};
+use crate::c_family::{binary, expr_name, literal, value_type, var_name, zero, Printer, Spelling};
 use trine_ir::{BinaryOp, ExprId, Info, Kernel, Scalar, Stmt, SubgroupOp, VarId};
 
 /// Name of the per-invocation array of expression `e`.

@@ -54,7 +54,7 @@ mod spelling;
 mod storage;
 mod uniform;
 
-use crate::hip::printer::{self, elem_type, value_type};
+use crate::c_family::{self, elem_type, value_type};
 use crate::CodegenError;
 use std::fmt::Write;
 use trine_ir::{BufferId, Kernel, ParamId, Scalar, SharedId, VarId};
@@ -155,11 +155,11 @@ pub fn c(kernel: &Kernel, options: &COptions) -> Result<String, CodegenError> {
     for (i, b) in k.buffers.iter().enumerate() {
         let konst = if b.access.can_write() { "" } else { "const " };
         let t = format!("{konst}{}*", elem_type(b.elem));
-        let name = printer::buffer_name(k, BufferId(i as u32));
+        let name = c_family::buffer_name(k, BufferId(i as u32));
         let _ = writeln!(out, "    {t} {restrict}{name} = ({t})buffers[{i}];");
     }
     for (j, p) in k.params.iter().enumerate() {
-        let name = printer::param_name(k, ParamId(j as u32));
+        let name = c_family::param_name(k, ParamId(j as u32));
         let value = match p.ty {
             Scalar::F32 => format!("trine_u_as_f(params[{j}])"),
             Scalar::I32 => format!("(int)params[{j}]"),
@@ -176,7 +176,7 @@ pub fn c(kernel: &Kernel, options: &COptions) -> Result<String, CodegenError> {
          \x20   for (uint64_t wg = wg_begin; wg < wg_end; wg++) {\n",
     );
     for (i, s) in k.shared.iter().enumerate() {
-        let name = printer::shared_name(k, SharedId(i as u32));
+        let name = c_family::shared_name(k, SharedId(i as u32));
         let _ = writeln!(out, "        {} {name}[{}];", elem_type(s.elem), s.len);
     }
     for e in st.array_exprs() {
@@ -184,20 +184,20 @@ pub fn c(kernel: &Kernel, options: &COptions) -> Result<String, CodegenError> {
             out,
             "        {} w_{}[{wg}];",
             value_type(info.ty(e)),
-            printer::expr_name(e)
+            c_family::expr_name(e)
         );
     }
     for &v in &array_vars {
         let ty = value_type(k.vars[v.0 as usize].ty);
-        let name = printer::var_name(k, v);
+        let name = c_family::var_name(k, v);
         // Private variables start at zero in every invocation of every workgroup.
         let _ = writeln!(out, "        {ty} w_{name}[{wg}];");
         let _ = writeln!(out, "        memset(w_{name}, 0, sizeof w_{name});");
     }
     for (i, v) in k.vars.iter().enumerate() {
         if st.var(VarId(i as u32)) == storage::VarClass::Uniform {
-            let name = printer::var_name(k, VarId(i as u32));
-            let zero = printer::literal(&dialect, printer::zero(v.ty));
+            let name = c_family::var_name(k, VarId(i as u32));
+            let zero = c_family::literal(&dialect, c_family::zero(v.ty));
             let _ = writeln!(out, "        {} {name} = {zero};", value_type(v.ty));
         }
     }

@@ -1,6 +1,6 @@
 //! How plain C spells what the shared printer asks of a dialect.
 
-use crate::hip::printer::{Intrinsic, Spelling};
+use crate::c_family::{Intrinsic, Spelling};
 use trine_ir::{Builtin, Scalar};
 
 /// The C dialect, for a subgroup width chosen by the backend.

@@ -11,10 +11,9 @@
 //! backend looks the function up by it), so names the text cannot carry are rejected.
 
 mod prelude;
-pub(crate) mod printer;
 
+use crate::c_family::{self, Intrinsic, Printer, Spelling};
 use crate::CodegenError;
-use printer::{Intrinsic, Printer, Spelling};
 use std::fmt::Write;
 use trine_ir::{Builtin, Kernel, Scalar};
 
@@ -50,12 +49,15 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
 
     let buffers = k.buffers.iter().enumerate().map(|(i, b)| {
         let konst = if b.access.can_write() { "" } else { "const " };
-        let name = printer::buffer_name(k, trine_ir::BufferId(i as u32));
-        format!("{konst}{}* __restrict__ {name}", printer::elem_type(b.elem))
+        let name = c_family::buffer_name(k, trine_ir::BufferId(i as u32));
+        format!(
+            "{konst}{}* __restrict__ {name}",
+            c_family::elem_type(b.elem)
+        )
     });
     let params = k.params.iter().enumerate().map(|(i, p)| {
-        let name = printer::param_name(k, trine_ir::ParamId(i as u32));
-        format!("{} {name}", printer::value_type(p.ty))
+        let name = c_family::param_name(k, trine_ir::ParamId(i as u32));
+        format!("{} {name}", c_family::value_type(p.ty))
     });
     let args = buffers.chain(params).collect::<Vec<_>>().join(", ");
     let _ = writeln!(
@@ -67,22 +69,22 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
 
     let mut p = Printer::new(k, &info, &Gpu);
     for (i, s) in k.shared.iter().enumerate() {
-        let name = printer::shared_name(k, trine_ir::SharedId(i as u32));
+        let name = c_family::shared_name(k, trine_ir::SharedId(i as u32));
         p.line(
             1,
             &format!(
                 "__shared__ {} {name}[{}];",
-                printer::elem_type(s.elem),
+                c_family::elem_type(s.elem),
                 s.len
             ),
         );
     }
     for (i, v) in k.vars.iter().enumerate() {
-        let name = printer::var_name(k, trine_ir::VarId(i as u32));
-        let zero = printer::literal(&Gpu, printer::zero(v.ty));
+        let name = c_family::var_name(k, trine_ir::VarId(i as u32));
+        let zero = c_family::literal(&Gpu, c_family::zero(v.ty));
         p.line(
             1,
-            &format!("{} {name} = {zero};", printer::value_type(v.ty)),
+            &format!("{} {name} = {zero};", c_family::value_type(v.ty)),
         );
     }
     p.block(&k.body, 1);

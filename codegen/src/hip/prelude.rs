@@ -2,8 +2,8 @@
 //! Only the parts a kernel uses are emitted, which keeps NVRTC from parsing `cuda_fp16.h` for
 //! kernels without f16.
 
-use super::printer::{binary, shuffle_fn, subgroup_fn, value_type};
 use super::Dialect;
+use crate::c_family::{binary, shuffle_fn, subgroup_fn, value_type};
 use std::fmt::Write;
 use trine_ir::{BinaryOp, Scalar, SubgroupOp};
 

@@ -1,5 +1,5 @@
 //! A printer of trine statements and expressions as C-family source, shared by every lowering
-//! to a C dialect (HIP and CUDA here; plain C for the CPU in `crate::c`).
+//! to a C dialect: HIP and CUDA C++ in [`crate::hip`], plain C for the CPU in [`crate::c`].
 //!
 //! Every expression becomes one `const T eN = ...;` at its `Let`, so operands are always plain
 //! names and no operator precedence can leak between expressions. Where dialects spell a thing
