@@ -3,12 +3,16 @@
 //! reference interpreter.
 //!
 //! This facade re-exports the layers: [`ir`] (the kernel IR), [`codegen`] (its lowerings),
-//! [`backends`] (devices), [`models`] (kernels and conformance).
+//! [`backends`] (devices), [`ops`] (the kernel library), [`gguf`] (model files),
+//! [`tokenizer`] and [`llama`] (models, their executor and generation).
 
 pub mod doctor;
 pub mod run;
 
 pub use trine_backends as backends;
 pub use trine_codegen as codegen;
+pub use trine_gguf as gguf;
 pub use trine_ir as ir;
-pub use trine_models as models;
+pub use trine_llama as llama;
+pub use trine_ops as ops;
+pub use trine_tokenizer as tokenizer;

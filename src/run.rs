@@ -8,7 +8,7 @@ use std::time::Duration;
 use thiserror::Error;
 use trine_backends::probe::{probe, ProbeOutcome};
 use trine_backends::{open_best, Backend, BackendKind};
-use trine_models::llama::{
+use trine_llama::{
     generate, Engine, EngineOptions, GenerateOptions, Model, ModelError, Report, Session,
 };
 

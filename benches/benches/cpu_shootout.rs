@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use trine_backends::cpu::CpuBackend;
 use trine_backends::{Backend, Binding, Dispatch};
 use trine_benches::gemm_peer::{f16, Product};
+use trine_gguf::quant::WeightType;
 use trine_ir::Scalar;
-use trine_models::conformance::Case;
-use trine_models::ops::matmul::{self, MatmulShape, MatmulSpec};
-use trine_models::ops::matvec::{self, Reduce};
-use trine_models::ops::quant::WeightType;
+use trine_ops::case::Case;
+use trine_ops::matmul::{self, MatmulShape, MatmulSpec};
+use trine_ops::matvec::{self, Reduce};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();

@@ -4,8 +4,8 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::time::Duration;
 use trine_benches::bench_on_every_backend;
-use trine_models::conformance::Case;
-use trine_models::kernels;
+use trine_ops::case::Case;
+use trine_ops::kernels;
 
 fn benches(c: &mut Criterion) {
     let cases: Vec<Case> = [kernels::saxpy::cases(), kernels::matmul::cases()]

@@ -6,9 +6,9 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::time::Duration;
 use trine_benches::bench_on_every_backend;
-use trine_models::conformance::Case;
+use trine_ops::case::Case;
 
-/// Case names at model shapes, as `ops::cases()` names them.
+/// Case names at model shapes, as `trine_ops::cases()` names them.
 const MODEL_SHAPES: [&str; 9] = [
     "x576/",
     "576x1536",
@@ -22,7 +22,7 @@ const MODEL_SHAPES: [&str; 9] = [
 ];
 
 fn benches(c: &mut Criterion) {
-    let cases: Vec<Case> = trine_models::ops::cases()
+    let cases: Vec<Case> = trine_ops::cases()
         .into_iter()
         .filter(|c| MODEL_SHAPES.iter().any(|s| c.name.contains(s)))
         .collect();

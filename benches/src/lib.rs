@@ -6,7 +6,7 @@ pub mod gemm_peer;
 use criterion::Criterion;
 use std::time::Duration;
 use trine_backends::{open_all, Backend, BackendKind, Binding, Dispatch};
-use trine_models::conformance::Case;
+use trine_ops::case::Case;
 
 /// Benches every case on every backend that opens here; an absent one is named with its reason.
 pub fn bench_on_every_backend(c: &mut Criterion, cases: &[Case]) {

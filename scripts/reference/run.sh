@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates models/tests/fixtures/smollm2_reference.json: token ids that llama.cpp (CPU) gives
+# Regenerates llama/tests/fixtures/smollm2_reference.json: token ids that llama.cpp (CPU) gives
 # for SmolLM2-135M-Instruct Q4_1, the reference trine's tokenizer and greedy decoding must match;
 # and smollm2_reference_f64.json: the same greedy prompts decoded in float64 by llama_numpy.py,
 # which shows where llama.cpp's reduced-precision arithmetic flips a token. Takes 3–4 min once
@@ -22,8 +22,8 @@ build="${LCPP_BUILD_DIR:-/tmp/lcpp-build}"
 work="${REF_WORK_DIR:-/tmp/trine-reference}"
 assets="${TRINE_ASSET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trine/assets}"
 model="$assets/SmolLM2-135M-Instruct.Q4_1.gguf"
-out="$repo/models/tests/fixtures/smollm2_reference.json"
-out_f64="$repo/models/tests/fixtures/smollm2_reference_f64.json"
+out="$repo/llama/tests/fixtures/smollm2_reference.json"
+out_f64="$repo/llama/tests/fixtures/smollm2_reference_f64.json"
 
 [ -s "$model" ] || { echo "run.sh: $model is missing; run .ci/fetch-assets" >&2; exit 1; }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use trine::run::{engine_options, generate_on, open_choice, open_probed, Choice};
 use trine_backends::probe::timeout_from_env;
 use trine_backends::BackendKind;
-use trine_models::llama::{GenerateOptions, Model, Report, Sampling};
+use trine_llama::{GenerateOptions, Model, Report, Sampling};
 
 #[derive(ClapArgs)]
 pub struct Args {

@@ -4,7 +4,7 @@
 use clap::Args as ClapArgs;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use trine_models::gguf::{synth, Gguf};
+use trine_gguf::{synth, Gguf};
 
 /// The preset that needs no file.
 const SMOLLM2: &str = "smollm2-135m";

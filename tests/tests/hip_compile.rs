@@ -77,7 +77,7 @@ fn every_kernel_compiles_for_gfx1030_gfx1013_and_gfx90c() {
     if compiler().is_none() {
         return;
     }
-    let kernels = trine_models::kernels::kernels();
+    let kernels = trine_ops::kernels::kernels();
     let mut failures = vec![];
     for arch in ["gfx1030", "gfx1013", "gfx90c"] {
         for k in &kernels {
@@ -96,7 +96,7 @@ fn every_op_kernel_compiles_for_gfx1030() {
     if compiler().is_none() {
         return;
     }
-    let kernels = trine_models::all_kernels();
+    let kernels = trine_conformance::all_kernels();
     let failures: Vec<String> = kernels
         .iter()
         .filter_map(|k| match hip::compile_for_arch(k, "gfx1030") {
@@ -116,7 +116,7 @@ fn an_arch_the_compiler_does_not_know_is_a_typed_error_and_the_process_survives(
     let Some(isas) = compiler() else {
         return;
     };
-    let kernel = &trine_models::kernels::kernels()[0];
+    let kernel = &trine_ops::kernels::kernels()[0];
     let result = hip::compile_for_arch(kernel, "gfx1100");
     match isas {
         // A ROCm whose compiler knows gfx1100 compiles it in process.
@@ -144,7 +144,7 @@ fn a_child_process_compiles_as_the_process_itself_does() {
     if compiler().is_none() {
         return;
     }
-    let kernel = &trine_models::kernels::kernels()[0];
+    let kernel = &trine_ops::kernels::kernels()[0];
     let source = trine_codegen::hip(kernel, trine_codegen::Dialect::Hip).unwrap();
     let exe = std::env::current_exe().unwrap();
     let code = hip::compile_isolated(&exe, &kernel.name, &source, "gfx1030").unwrap();

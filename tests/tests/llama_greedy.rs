@@ -1,5 +1,5 @@
 //! Greedy decoding of the real SmolLM2-135M-Instruct Q4_1 (from PyPI, in the asset cache) on
-//! every backend, against reference token ids committed in `models/tests/fixtures/`:
+//! every backend, against reference token ids committed in `llama/tests/fixtures/`:
 //!
 //! - `smollm2_reference_f64.json`: the Llama graph in float64 with numpy over the same
 //!   weights (`scripts/reference/llama_numpy.py`; checked against llama.cpp on an F32 copy of
@@ -17,13 +17,10 @@
 
 use serde_json::Value;
 use std::sync::Arc;
-use trine_models::assets;
-use trine_models::conformance;
-use trine_models::llama::{
-    generate, Engine, EngineOptions, GenerateOptions, Model, Sampling, Session,
-};
+use trine_gguf::assets;
+use trine_llama::{generate, Engine, EngineOptions, GenerateOptions, Model, Sampling, Session};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../llama/tests/fixtures");
 
 /// (backend, prompts, tokens): the CPU decodes every prompt in full.
 const PLAN: [(&str, usize, usize); 5] = [
@@ -103,7 +100,7 @@ fn greedy_ids_match_the_references_on_every_backend() {
     let exact = fixture("smollm2_reference_f64.json");
     let lcpp = fixture("smollm2_reference.json");
     let names: Vec<String> = PLAN.iter().map(|p| p.0.to_string()).collect();
-    let columns = conformance::columns(&names);
+    let columns = trine_conformance::columns(&names);
     let mut ran = 0;
     for (col, &(_, n_prompts, max_tokens)) in columns.iter().zip(&PLAN) {
         let backend = match &col.backend {

@@ -30,7 +30,7 @@ fn every_kernel_compiles_to_a_cubin() {
         }
     }
     let mut kernels: Vec<trine_ir::Kernel> = vec![];
-    for c in trine_models::suite() {
+    for c in trine_conformance::suite() {
         for k in std::iter::once(c.kernel).chain(c.fallback) {
             if !kernels.iter().any(|o| o.name == k.name) {
                 kernels.push(k);

@@ -5,14 +5,14 @@ use trine_codegen::Dialect;
 
 #[test]
 fn ir_text() {
-    for k in trine_models::kernels::kernels() {
+    for k in trine_ops::kernels::kernels() {
         insta::assert_snapshot!(format!("ir__{}", k.name), trine_ir::print(&k));
     }
 }
 
 #[test]
 fn hip_text() {
-    for k in trine_models::kernels::kernels() {
+    for k in trine_ops::kernels::kernels() {
         let text =
             trine_codegen::hip(&k, Dialect::Hip).unwrap_or_else(|e| panic!("{}: {e}", k.name));
         insta::assert_snapshot!(format!("hip__{}", k.name), text);
@@ -21,7 +21,7 @@ fn hip_text() {
 
 #[test]
 fn cuda_text() {
-    for k in trine_models::kernels::kernels() {
+    for k in trine_ops::kernels::kernels() {
         let text =
             trine_codegen::hip(&k, Dialect::Cuda).unwrap_or_else(|e| panic!("{}: {e}", k.name));
         insta::assert_snapshot!(format!("cuda__{}", k.name), text);
@@ -30,7 +30,7 @@ fn cuda_text() {
 
 #[test]
 fn wgsl_text() {
-    for k in trine_models::kernels::kernels() {
+    for k in trine_ops::kernels::kernels() {
         let text = trine_codegen::wgsl(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
         insta::assert_snapshot!(format!("wgsl__{}", k.name), text);
     }
@@ -40,7 +40,7 @@ fn wgsl_text() {
 fn c_text() {
     // The CPU backend's subgroup width, so that subgroup kernels show their lowering.
     let options = trine_codegen::COptions::new(trine_backends::cpu::CPU_SUBGROUP_SIZE);
-    for k in trine_models::kernels::kernels() {
+    for k in trine_ops::kernels::kernels() {
         let text = trine_codegen::c(&k, &options).unwrap_or_else(|e| panic!("{}: {e}", k.name));
         insta::assert_snapshot!(format!("c__{}", k.name), text);
     }

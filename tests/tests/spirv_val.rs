@@ -23,7 +23,7 @@ fn every_kernel_passes_spirv_val() {
     let dir = std::env::temp_dir().join(format!("trine-spirv-val-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut failures = vec![];
-    let kernels = trine_models::all_kernels();
+    let kernels = trine_conformance::all_kernels();
     for k in &kernels {
         let out = trine_codegen::spirv(k, &SpirvOptions::default())
             .unwrap_or_else(|e| panic!("{}: {e}", k.name));

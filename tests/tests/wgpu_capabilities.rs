@@ -7,10 +7,12 @@
 use std::sync::Arc;
 use trine_backends::wgpu::{api as wgpu, WgpuBackend};
 use trine_backends::{Backend, BackendError};
-use trine_models::conformance::{self, Status};
+use trine_conformance::Status;
 
 fn bare_device() -> Option<WgpuBackend> {
-    let required = conformance::required_backends().iter().any(|b| b == "wgpu");
+    let required = trine_conformance::required_backends()
+        .iter()
+        .any(|b| b == "wgpu");
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
     let Ok(adapter) = pollster::block_on(instance.request_adapter(&Default::default())) else {
         assert!(!required, "wgpu is required but found no adapter");
@@ -33,7 +35,7 @@ fn kernels_fall_back_on_a_device_without_subgroups_or_f16() {
     assert!(!info.subgroup_ops && !info.f16 && info.subgroup_sizes.is_empty());
     assert!(info.notes.iter().any(|n| n.contains("Features::SUBGROUP")));
 
-    let subgroup_kernel = trine_models::suite()
+    let subgroup_kernel = trine_conformance::suite()
         .into_iter()
         .find(|c| c.kernel.capabilities.subgroup)
         .expect("the suite has subgroup kernels");
@@ -42,7 +44,7 @@ fn kernels_fall_back_on_a_device_without_subgroups_or_f16() {
         other => panic!("a subgroup kernel compiled without subgroups: {other:?}"),
     }
 
-    let cases: Vec<_> = trine_models::suite()
+    let cases: Vec<_> = trine_conformance::suite()
         .into_iter()
         .filter(|c| {
             [
@@ -59,8 +61,8 @@ fn kernels_fall_back_on_a_device_without_subgroups_or_f16() {
     let backend: Arc<dyn Backend> = Arc::new(backend);
     let mut fell_back = 0;
     for case in &cases {
-        let reference = conformance::reference(case);
-        let r = conformance::check_backend(case, &backend, &reference);
+        let reference = trine_conformance::reference(case);
+        let r = trine_conformance::check_backend(case, &backend, &reference);
         let f16 = case
             .kernel
             .buffers

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use trine::run::probe_and_open;
 use trine_backends::probe::timeout_from_env;
-use trine_models::conformance::{self, Summary};
+use trine_conformance::Summary;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -28,14 +28,14 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
     let exe = std::env::current_exe().map_err(|e| format!("finding this program's path: {e}"))?;
     let timeout = timeout_from_env().map_err(|e| e.to_string())?;
     let columns =
-        conformance::columns_with(&args.backends, |kind| probe_and_open(&exe, kind, timeout));
+        trine_conformance::columns_with(&args.backends, |kind| probe_and_open(&exe, kind, timeout));
     for c in &columns {
         match &c.backend {
             Ok(b) => eprintln!("{}: {} ({})", c.name, b.info().name, b.info().driver),
             Err(why) => eprintln!("{}: unavailable: {why}", c.name),
         }
     }
-    let cases: Vec<_> = trine_models::suite()
+    let cases: Vec<_> = trine_conformance::suite()
         .into_iter()
         .filter(|c| {
             args.filter
@@ -45,13 +45,13 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         .collect();
     let total = cases.len();
     let mut done = 0;
-    let records = conformance::run_suite(&cases, &columns, |case| {
+    let records = trine_conformance::run_suite(&cases, &columns, |case| {
         done += 1;
         eprint!("\r\x1b[K[{done}/{total}] {}", case.name);
         let _ = std::io::stderr().flush();
     });
     eprintln!("\r\x1b[K");
-    print!("{}", conformance::matrix(&records));
+    print!("{}", trine_conformance::matrix(&records));
     if let Some(path) = args.json {
         let text = serde_json::to_string_pretty(&records).map_err(|e| e.to_string())?;
         std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use trine::run::{engine_options, generate_on};
 use trine_backends::probe::{timeout_from_env, ProbeOutcome};
 use trine_backends::{probe_all, Backend, BackendKind};
-use trine_models::assets;
-use trine_models::llama::{GenerateOptions, Model, Report, Sampling};
+use trine_gguf::assets;
+use trine_llama::{GenerateOptions, Model, Report, Sampling};
 
 #[derive(ClapArgs)]
 pub struct Args {

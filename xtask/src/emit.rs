@@ -28,7 +28,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, String> {
-    let kernels = trine_models::kernels::kernels();
+    let kernels = trine_ops::kernels::kernels();
     if args.list {
         for k in &kernels {
             println!("{}", k.name);

@@ -5,17 +5,17 @@
 use super::ops::{Item, Op};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_ir::{Kernel, Scalar};
-use trine_models::conformance::Case;
-use trine_models::llama::kernels::{matvec_spec, MatvecSize};
-use trine_models::ops::attention::{self, Attention};
-use trine_models::ops::elementwise::{self, Binary};
-use trine_models::ops::matmul::{self, MatmulShape, MatmulSpec};
-use trine_models::ops::matvec::{self, MatvecSpec, Reduce};
-use trine_models::ops::rms_norm::{self, RmsNorm};
-use trine_models::ops::rope::{self, Rope, RopeMode};
-use trine_models::ops::shape::ShapeError;
-use trine_models::ops::softmax::{self, Mask, Softmax};
-use trine_models::ops::support::{Float, Reduction};
+use trine_llama::kernels::{matvec_spec, MatvecSize};
+use trine_ops::attention::{self, Attention};
+use trine_ops::case::Case;
+use trine_ops::elementwise::{self, Binary};
+use trine_ops::matmul::{self, MatmulShape, MatmulSpec};
+use trine_ops::matvec::{self, MatvecSpec, Reduce};
+use trine_ops::rms_norm::{self, RmsNorm};
+use trine_ops::rope::{self, Rope, RopeMode};
+use trine_ops::shape::ShapeError;
+use trine_ops::softmax::{self, Mask, Softmax};
+use trine_ops::support::{Float, Reduction};
 
 /// The KV cache type the executor picks: f16 where the device has it.
 fn kv_type(info: &DeviceInfo) -> Float {

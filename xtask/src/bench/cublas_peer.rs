@@ -8,8 +8,8 @@ use super::ops::{Item, Op};
 use trine_backends::cuda::cublas::{Gemm, GemmType};
 use trine_backends::cuda::CudaBackend;
 use trine_backends::{Backend, BackendError, Binding};
-use trine_models::ops::quant::WeightType;
-use trine_models::ops::support::Float;
+use trine_gguf::quant::WeightType;
+use trine_ops::support::Float;
 
 pub struct CublasPeer {
     backend: CudaBackend,

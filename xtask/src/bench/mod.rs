@@ -34,10 +34,10 @@ use std::sync::Arc;
 use trine::run::probe_and_open;
 use trine_backends::probe::timeout_from_env;
 use trine_backends::{Backend, BackendKind};
-use trine_models::conformance::case::CaseBuffer;
-use trine_models::conformance::Case;
-use trine_models::ops::quant::WeightType;
-use trine_models::ops::support::Float;
+use trine_gguf::quant::WeightType;
+use trine_ops::case::Case;
+use trine_ops::case::CaseBuffer;
+use trine_ops::support::Float;
 
 #[derive(clap::Args)]
 pub struct Args {

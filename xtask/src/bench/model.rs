@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 use trine_backends::Backend;
-use trine_models::llama::speed::{measure, Speed, Test};
-use trine_models::llama::{Engine, EngineOptions, Model};
+use trine_llama::speed::{measure, Speed, Test};
+use trine_llama::{Engine, EngineOptions, Model};
 
 /// A backend by name: opened, or why not.
 pub type Named = (String, Result<Arc<dyn Backend>, String>);

@@ -9,8 +9,8 @@
 //! pair, softmax 5 (max, subtract, exp, add, normalise), swiglu 5 (negate, exp, add, divide,
 //! multiply), add 1; transcendental functions count 1.
 
-use trine_models::ops::quant::WeightType;
-use trine_models::ops::support::Float;
+use trine_gguf::quant::WeightType;
+use trine_ops::support::Float;
 
 /// The model whose dimensions a shape comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

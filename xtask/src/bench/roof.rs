@@ -5,8 +5,8 @@ use super::exec::{self, Skip, Slot, Work};
 use super::measure::{Policy, Stats};
 use trine_backends::Backend;
 use trine_ir::ParamValue;
-use trine_models::ops::elementwise::{self, copy_kernel, WG};
-use trine_models::ops::support::Float;
+use trine_ops::elementwise::{self, copy_kernel, WG};
+use trine_ops::support::Float;
 
 const MAX_BYTES: u64 = 256 << 20;
 

@@ -1,0 +1,170 @@
+//! Synthetic models: the tensor table and metadata they copy, and weights that decode to the
+//! intended distributions.
+
+use super::{small_writer, Raw};
+use crate::assets::{for_test, SMOLLM2};
+use crate::quant::dequantize;
+use crate::synth::{synth_like, synth_smollm2_135m};
+use crate::{Gguf, GgufWriter, TensorInfo, TensorType, Value};
+
+/// A tensor's values, decoded by the plain-Rust dequantizer (independent of the encoder).
+fn decode(g: &Gguf, t: &TensorInfo) -> Vec<f64> {
+    let bytes = g.tensor_data(t);
+    let n = t.n_elements as usize;
+    let Some(wt) = t.ty.weight_type() else {
+        return bytes
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f64())
+            .collect();
+    };
+    dequantize(wt, bytes, n).unwrap()
+}
+
+/// Checks every tensor of `g`: finite; norm weights within 1 ± 0.02 (plus rounding), other
+/// weights within the uniform's half-width 0.0346 (plus quantization error, which for 4-bit
+/// blocks reaches a step of 0.07/15) with a standard deviation near 0.02.
+fn check_weights(g: &Gguf) {
+    for t in g.tensors() {
+        let v = decode(g, t);
+        assert_eq!(v.len() as u64, t.n_elements, "{}", t.name);
+        assert!(v.iter().all(|x| x.is_finite()), "{}", t.name);
+        if t.name.ends_with("norm.weight") {
+            assert!(v.iter().all(|x| (x - 1.0).abs() <= 0.021), "{}", t.name);
+            continue;
+        }
+        assert!(v.iter().all(|x| x.abs() <= 0.04), "{}", t.name);
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let std = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+        if v.len() >= 4096 {
+            assert!(mean.abs() < 0.002, "{}: mean {mean}", t.name);
+            assert!((0.018..0.022).contains(&std), "{}: std {std}", t.name);
+        }
+    }
+}
+
+fn reread(w: &GgufWriter) -> Gguf {
+    Gguf::from_bytes(w.to_bytes()).unwrap()
+}
+
+/// A small model with a tensor of every type.
+fn every_type() -> Gguf {
+    let mut w = small_writer();
+    for ty in TensorType::ALL {
+        let dims = [64u64, 80];
+        let bytes = vec![0; (64 * 80 / ty.block_elems() * ty.block_bytes()) as usize];
+        w.add_tensor(format!("m.{ty}"), &dims, ty, bytes).unwrap();
+    }
+    w.add_tensor("out_norm.weight", &[64], TensorType::F32, vec![0; 256])
+        .unwrap();
+    reread(&w)
+}
+
+#[test]
+fn synth_like_is_deterministic_and_tame_for_every_type() {
+    let src = every_type();
+    let a = synth_like(&src, 7).unwrap().to_bytes();
+    assert_eq!(a, synth_like(&src, 7).unwrap().to_bytes());
+    assert_ne!(a, synth_like(&src, 8).unwrap().to_bytes());
+    let g = Gguf::from_bytes(a).unwrap();
+    assert_eq!(g.metadata(), src.metadata());
+    assert_eq!(g.tensors(), src.tensors());
+    check_weights(&g);
+}
+
+#[test]
+fn synth_like_of_the_real_file() {
+    let Some(path) = for_test(SMOLLM2) else {
+        return;
+    };
+    let real = Gguf::open(&path).unwrap();
+    let g = reread(&synth_like(&real, 1).unwrap());
+    assert_eq!(g.metadata(), real.metadata());
+    assert_eq!(g.tensors(), real.tensors());
+    check_weights(&g);
+}
+
+#[test]
+fn smollm2_preset() {
+    let g = reread(&synth_smollm2_135m(1).unwrap());
+    // From gguf-py on the real file: len(r.tensors), sum(x.n_bytes for x in r.tensors)
+    //   -> 272 96576768
+    assert_eq!(g.tensors().len(), 272);
+    let total: u64 = g.tensors().iter().map(|t| t.n_bytes).sum();
+    assert_eq!(total, 96_576_768);
+    check_weights(&g);
+    let tokens = g.get_str_array("tokenizer.ggml.tokens").unwrap();
+    assert_eq!(tokens.len(), 49_152);
+    let types = g.get_i32_array("tokenizer.ggml.token_type").unwrap();
+    assert_eq!(types.len(), 49_152);
+    // GPT-2's byte alphabet follows the 17 special tokens: '!' is byte 0x21, 'Ā' byte 0x00,
+    // 'Ġ' (a space) byte 0x20, 'Ń' byte 0xad.
+    assert_eq!(
+        (tokens[17], tokens[17 + 188], tokens[17 + 188 + 32]),
+        ("!", "Ā", "Ġ")
+    );
+    assert_eq!(tokens[17 + 255], "Ń");
+    assert_eq!(tokens[17 + 256], "<synth_273>");
+    assert!(g.get_str_array("tokenizer.ggml.merges").unwrap().is_empty());
+
+    let Some(path) = for_test(SMOLLM2) else {
+        return;
+    };
+    let real = Gguf::open(&path).unwrap();
+    let table = |g: &Gguf| -> Vec<(String, Vec<u64>, TensorType, u64)> {
+        g.tensors()
+            .iter()
+            .map(|t| (t.name.clone(), t.dims.clone(), t.ty, t.offset))
+            .collect()
+    };
+    assert_eq!(table(&g), table(&real));
+    for key in [
+        "general.architecture",
+        "general.file_type",
+        "general.quantization_version",
+        "llama.block_count",
+        "llama.context_length",
+        "llama.embedding_length",
+        "llama.feed_forward_length",
+        "llama.attention.head_count",
+        "llama.attention.head_count_kv",
+        "llama.rope.freq_base",
+        "llama.attention.layer_norm_rms_epsilon",
+        "llama.vocab_size",
+        "llama.rope.dimension_count",
+        "tokenizer.ggml.model",
+        "tokenizer.ggml.pre",
+        "tokenizer.ggml.add_bos_token",
+        "tokenizer.ggml.add_space_prefix",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.unknown_token_id",
+        "tokenizer.ggml.padding_token_id",
+        "tokenizer.chat_template",
+    ] {
+        assert_eq!(g.get(key), real.get(key), "{key}");
+    }
+    let real_tokens = real.get_str_array("tokenizer.ggml.tokens").unwrap();
+    let real_types = real.get_i32_array("tokenizer.ggml.token_type").unwrap();
+    assert_eq!(tokens[..17], real_tokens[..17]);
+    assert_eq!(types[..17], real_types[..17]);
+    assert_eq!(types[17..252], real_types[17..252]);
+    // The real vocabulary starts with 235 of the 256 byte tokens (bytes that never occur in
+    // UTF-8 are left out), in the same order as the preset's complete alphabet.
+    let mut alphabet = tokens[17..273].iter();
+    for t in &real_tokens[17..252] {
+        assert!(alphabet.any(|a| a == t), "byte token {t:?} out of order");
+    }
+}
+
+#[test]
+fn synth_like_refuses_nothing_a_valid_file_holds() {
+    // A file with no tensors and an empty array still copies.
+    let src = Gguf::from_bytes(
+        Raw::new(3, 0, 1)
+            .kv("tokenizer.ggml.merges", &Value::Array(vec![]))
+            .0,
+    )
+    .unwrap();
+    let g = reread(&synth_like(&src, 0).unwrap());
+    assert_eq!(g.metadata(), src.metadata());
+}

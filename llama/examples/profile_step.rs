@@ -1,0 +1,49 @@
+//! Device time of every node of one decode step, summed by op label: where a token's time
+//! goes on a backend. `cargo run --release -p trine-llama --example profile_step -- MODEL.gguf [BACKEND] [POS]`
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use trine_backends::BackendKind;
+use trine_llama::graph::Step;
+use trine_llama::{Engine, EngineOptions, Model, Session};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let path = args
+        .get(1)
+        .ok_or("usage: profile_step MODEL.gguf [BACKEND] [POS]")?;
+    let kind = args
+        .get(2)
+        .map_or(Some(BackendKind::Cpu), |b| BackendKind::parse(b));
+    let kind = kind.ok_or("unknown backend")?;
+    let pos: u32 = args.get(3).map_or(Ok(32), |p| p.parse())?;
+    let model = Arc::new(Model::open(path.as_ref())?);
+    let backend = trine_backends::open(kind)?;
+    let sizes = EngineOptions {
+        context: pos + 1,
+        max_batch: pos.max(1),
+        record: false,
+    };
+    let mut session = Session::new(Engine::new(model.clone(), backend, sizes)?, None);
+    session.feed(&vec![1; pos as usize])?;
+    let mut engine = session.into_engine();
+    let s = Step { tokens: 1, pos };
+    engine.set_ids(&[2], pos)?;
+    let mut by_op: BTreeMap<&str, (u32, f64)> = BTreeMap::new();
+    let mut total = 0.0;
+    for node in engine.graph(s) {
+        let t = engine.run_timed(&node, s)?.as_secs_f64() * 1e6;
+        let e = by_op.entry(node.label).or_default();
+        e.0 += 1;
+        e.1 += t;
+        total += t;
+    }
+    let mut rows: Vec<_> = by_op.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+    println!("{:<14} {:>6} {:>10} {:>6}", "op", "nodes", "µs", "%");
+    for (op, (n, us)) in rows {
+        println!("{op:<14} {n:>6} {us:>10.1} {:>6.1}", 100.0 * us / total);
+    }
+    println!("total {total:.1} µs per token at position {pos}");
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! A Llama model's hyperparameters, read from the GGUF metadata under `llama.*` (the keys
+//! llama.cpp's converter writes), with llama.cpp's defaults where a key is optional.
+
+use super::error::ModelError;
+use trine_gguf::{Gguf, GgufError};
+use trine_ops::attention::MAX_HEAD_DIM;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    pub n_embd: u32,
+    pub n_layer: u32,
+    pub n_head: u32,
+    /// Key/value heads; fewer than `n_head` is grouped-query attention.
+    pub n_head_kv: u32,
+    pub n_ff: u32,
+    pub vocab: u32,
+    /// The context the model was trained for: the largest KV cache worth allocating.
+    pub context_length: u32,
+    pub rope_base: f32,
+    pub rms_eps: f32,
+}
+
+impl LlamaConfig {
+    pub fn from_gguf(g: &Gguf) -> Result<LlamaConfig, ModelError> {
+        let arch = g.get_str("general.architecture")?;
+        if arch != "llama" {
+            return Err(ModelError::Architecture(arch.to_string()));
+        }
+        let n_head = g.get_u32("llama.attention.head_count")?;
+        let vocab = match g.tensor("token_embd.weight") {
+            Some(t) if t.dims.len() == 2 => bounded("token_embd.weight dims[1]", t.dims[1])?,
+            Some(t) => {
+                return Err(ModelError::TensorShape {
+                    name: t.name.clone(),
+                    expected: vec![0, 0],
+                    found: t.dims.clone(),
+                })
+            }
+            None => return Err(ModelError::MissingTensor("token_embd.weight".into())),
+        };
+        let c = LlamaConfig {
+            n_embd: g.get_u32("llama.embedding_length")?,
+            n_layer: g.get_u32("llama.block_count")?,
+            n_head,
+            n_head_kv: optional(g.get_u32("llama.attention.head_count_kv"), n_head)?,
+            n_ff: g.get_u32("llama.feed_forward_length")?,
+            vocab,
+            context_length: g.get_u32("llama.context_length")?,
+            rope_base: optional(g.get_f32("llama.rope.freq_base"), 10_000.0)?,
+            rms_eps: optional(g.get_f32("llama.attention.layer_norm_rms_epsilon"), 1e-5)?,
+        };
+        c.check()?;
+        // Rope over part of a head (partial rotary) is not what the Llama graph does.
+        let rope_dims = optional(g.get_u32("llama.rope.dimension_count"), c.head_dim())?;
+        if rope_dims != c.head_dim() {
+            return Err(bad(
+                "llama.rope.dimension_count",
+                rope_dims,
+                "must equal the head dimension (partial rotary embedding is not supported)",
+            ));
+        }
+        Ok(c)
+    }
+
+    pub fn head_dim(&self) -> u32 {
+        self.n_embd / self.n_head
+    }
+
+    /// Width of a K or V row: all key/value heads of one position.
+    pub fn kv_dim(&self) -> u32 {
+        self.n_head_kv * self.head_dim()
+    }
+
+    fn check(&self) -> Result<(), ModelError> {
+        let positive = [
+            ("llama.embedding_length", self.n_embd),
+            ("llama.block_count", self.n_layer),
+            ("llama.attention.head_count", self.n_head),
+            ("llama.attention.head_count_kv", self.n_head_kv),
+            ("llama.feed_forward_length", self.n_ff),
+            ("llama.context_length", self.context_length),
+            ("vocabulary size", self.vocab),
+        ];
+        for (key, v) in positive {
+            if v == 0 {
+                return Err(bad(key, v, "must be positive"));
+            }
+        }
+        if !self.n_embd.is_multiple_of(self.n_head) {
+            return Err(bad(
+                "llama.embedding_length",
+                self.n_embd,
+                "must be a multiple of the head count",
+            ));
+        }
+        if !self.n_head.is_multiple_of(self.n_head_kv) {
+            return Err(bad(
+                "llama.attention.head_count_kv",
+                self.n_head_kv,
+                "must divide the head count",
+            ));
+        }
+        let d = self.head_dim();
+        if !d.is_multiple_of(2) || d > MAX_HEAD_DIM {
+            return Err(bad(
+                "head dimension",
+                d,
+                "must be even and at most 512 (the attention kernel's limit)",
+            ));
+        }
+        if !(self.rope_base.is_finite() && self.rope_base > 1.0) {
+            return Err(bad(
+                "llama.rope.freq_base",
+                self.rope_base,
+                "must be finite and > 1",
+            ));
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps > 0.0) {
+            return Err(bad(
+                "llama.attention.layer_norm_rms_epsilon",
+                self.rms_eps,
+                "must be finite and positive",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn bad(key: &str, value: impl ToString, why: &'static str) -> ModelError {
+    ModelError::Hyperparameter {
+        key: key.to_string(),
+        value: value.to_string(),
+        why,
+    }
+}
+
+fn bounded(what: &str, v: u64) -> Result<u32, ModelError> {
+    u32::try_from(v).map_err(|_| bad(what, v, "must fit in 32 bits"))
+}
+
+/// A key's value, or `default` when the file does not have it (any other error stands).
+fn optional<T>(r: Result<T, GgufError>, default: T) -> Result<T, ModelError> {
+    match r {
+        Ok(v) => Ok(v),
+        Err(GgufError::MissingKey { .. }) => Ok(default),
+        Err(e) => Err(e.into()),
+    }
+}

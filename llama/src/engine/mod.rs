@@ -1,0 +1,409 @@
+//! The executor: runs the graph's nodes on their devices, keeping every tensor resident where
+//! it was last written and copying it (through the host) only when a node on another device
+//! reads it. Weights and rope's frequency table are uploaded from the host on first use.
+//!
+//! A decode step (one token) whose nodes all run on one device is recorded once
+//! ([`Backend::record`]) and replayed at every position: the position and the token id are
+//! written to small device buffers that the kernels read, so one host write of each, one
+//! replay and a 4-byte read of the greedy token make a whole step.
+
+mod plan;
+mod residency;
+
+use super::error::ModelError;
+use super::graph::{self, Node, Op, Step, Tensor};
+use super::kernels::{KernelKey, KernelShape};
+use super::model::Model;
+use super::placement::Placement;
+use half::f16;
+use std::collections::HashMap;
+use std::sync::Arc;
+use trine_backends::{Backend, Binding, BufferHandle, Dispatch, ProgramId, Recording};
+use trine_ir::ParamValue;
+use trine_ops::support::Float;
+
+/// Sizes an executor is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// KV cache positions.
+    pub context: u32,
+    /// Most tokens in one step (longer prompts are fed in chunks of this size).
+    pub max_batch: u32,
+    /// Record decode steps and replay them (where every node runs on one device); off, each
+    /// node is dispatched on its own, as cross-checks do.
+    pub record: bool,
+}
+
+/// A tensor's buffers, one slot per device, and which of them hold its current value.
+struct Resident {
+    bytes: u64,
+    bufs: Vec<Option<BufferHandle>>,
+    valid: Vec<bool>,
+}
+
+pub struct Engine {
+    model: Arc<Model>,
+    placement: Placement,
+    shape: KernelShape,
+    options: EngineOptions,
+    tensors: HashMap<Tensor, Resident>,
+    /// Whether the primary device is a GPU: decode attention splits the keys there.
+    gpu: bool,
+    /// The recorded decode step, made at the first one.
+    decode: Option<Recording>,
+}
+
+/// A node's dispatch with its buffers bound.
+struct Bound {
+    device: usize,
+    program: ProgramId,
+    grid: [u32; 3],
+    bindings: Vec<Binding>,
+    params: Vec<ParamValue>,
+}
+
+impl Engine {
+    pub fn new(
+        model: Arc<Model>,
+        backend: Arc<dyn Backend>,
+        options: EngineOptions,
+    ) -> Result<Engine, ModelError> {
+        let c = &model.config;
+        if options.context == 0 || options.max_batch == 0 || options.max_batch > options.context {
+            return Err(ModelError::ContextFull {
+                needed: options.max_batch as usize,
+                max: options.context as usize,
+            });
+        }
+        // The cache in f16 halves its size and matches llama.cpp's default cache type; f32
+        // where the device has no 16-bit storage.
+        let kv = if backend.info().f16 {
+            Float::F16
+        } else {
+            Float::F32
+        };
+        let shape = KernelShape {
+            kv,
+            head_dim: c.head_dim(),
+        };
+        let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
+        // The kernels of a decode step and of the largest prompt step, with both split counts
+        // of decode attention: a CPU checking a GPU's nodes runs the GPU's.
+        let mut keys: Vec<KernelKey> = vec![];
+        for (tokens, on_gpu) in [(1, true), (1, false), (options.max_batch, gpu)] {
+            let nodes = graph::build(c, &model.weights, Step { tokens, pos: 0 }, on_gpu);
+            keys.extend(
+                nodes
+                    .iter()
+                    .map(|n| KernelKey::of(&n.op, &model.weights, shape)),
+            );
+        }
+        let placement = Placement::new(backend, &keys, shape)?;
+        let engine = Engine {
+            model,
+            placement,
+            shape,
+            options,
+            tensors: HashMap::new(),
+            gpu,
+            decode: None,
+        };
+        engine.check_fits()?;
+        Ok(engine)
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn options(&self) -> EngineOptions {
+        self.options
+    }
+
+    /// The backend asked for, then any that took over kernels it could not run.
+    pub fn devices(&self) -> impl Iterator<Item = &Arc<dyn Backend>> {
+        self.placement.devices.iter()
+    }
+
+    pub fn placement_notes(&self) -> &[String] {
+        &self.placement.notes
+    }
+
+    pub fn kv_type(&self) -> Float {
+        self.shape.kv
+    }
+
+    /// Checks a step against the sizes the executor was built for.
+    pub fn check_step(&self, s: Step) -> Result<(), ModelError> {
+        let needed = s.pos as usize + s.tokens as usize;
+        if s.tokens == 0 {
+            return Err(ModelError::EmptyPrompt);
+        }
+        if s.tokens > self.options.max_batch || needed > self.options.context as usize {
+            return Err(ModelError::ContextFull {
+                needed,
+                max: self.options.context as usize,
+            });
+        }
+        Ok(())
+    }
+
+    /// The nodes of step `s` on this executor's devices.
+    pub fn graph(&self, s: Step) -> Vec<Node> {
+        let c = &self.model.config;
+        graph::build(c, &self.model.weights, s, self.gpu)
+    }
+
+    /// Dispatches per decode step: what one token costs the device in launches.
+    pub fn dispatches_per_token(&self) -> usize {
+        self.graph(Step { tokens: 1, pos: 0 }).len()
+    }
+
+    /// Writes the step's token ids where the embedding runs, and its position on every
+    /// device (the kernels that read it may sit on any of them).
+    pub fn set_ids(&mut self, ids: &[u32], pos: u32) -> Result<(), ModelError> {
+        self.model.check_ids(ids)?;
+        let key = KernelKey::of(
+            &Op::Embed {
+                table: self.model.weights.token_embd,
+            },
+            &self.model.weights,
+            self.shape,
+        );
+        let d = self.placement.programs[&key].0;
+        let buf = self.buffer(Tensor::Ids, d)?;
+        self.dev(d)
+            .write(buf, 0, bytemuck::cast_slice(ids))
+            .map_err(|e| self.err(d, e))?;
+        self.mark_written(Tensor::Ids, d);
+        let step = [pos, 0, 0, 0];
+        for d in 0..self.placement.devices.len() {
+            let buf = self.buffer(Tensor::Step, d)?;
+            self.dev(d)
+                .write(buf, 0, bytemuck::cast_slice(&step))
+                .map_err(|e| self.err(d, e))?;
+        }
+        if let Some(r) = self.tensors.get_mut(&Tensor::Step) {
+            r.valid.iter_mut().for_each(|v| *v = true);
+        }
+        Ok(())
+    }
+
+    /// Runs every node of step `s` (queued), after [`Engine::set_ids`]: a decode step by
+    /// replaying its recording where it has one, otherwise node by node.
+    pub fn run_step(&mut self, s: Step) -> Result<(), ModelError> {
+        if s.tokens > 1 || !self.options.record || self.placement.devices.len() > 1 {
+            let nodes = self.graph(s);
+            return nodes.iter().try_for_each(|n| self.run(n, s));
+        }
+        if self.decode.is_none() {
+            // Binding marks every output written on device 0, the only one: replays leave
+            // residency as it is, so they need no bookkeeping per node.
+            let bound = self
+                .graph(s)
+                .iter()
+                .map(|n| self.bind(n, s))
+                .collect::<Result<Vec<_>, _>>()?;
+            let list: Vec<Dispatch> = bound
+                .iter()
+                .map(|b| Dispatch {
+                    program: b.program,
+                    grid: b.grid,
+                    bindings: &b.bindings,
+                    params: &b.params,
+                })
+                .collect();
+            let r = self.dev(0).record(&list).map_err(|e| self.err(0, e))?;
+            self.decode = Some(r);
+        }
+        let r = self.decode.as_ref().expect("recorded above");
+        self.dev(0).replay(r).map_err(|e| self.err(0, e))
+    }
+
+    /// Runs one node of step `s` (queued: a later read waits for it).
+    pub fn run(&mut self, node: &Node, s: Step) -> Result<(), ModelError> {
+        self.launch(node, s, false).map(|_| ())
+    }
+
+    /// Runs one node alone and returns its device time (timestamps where the backend has
+    /// them), for profiles and benches.
+    pub fn run_timed(&mut self, node: &Node, s: Step) -> Result<std::time::Duration, ModelError> {
+        self.launch(node, s, true)
+            .map(|t| t.unwrap_or(std::time::Duration::ZERO))
+    }
+
+    fn launch(
+        &mut self,
+        node: &Node,
+        s: Step,
+        timed: bool,
+    ) -> Result<Option<std::time::Duration>, ModelError> {
+        let b = self.bind(node, s)?;
+        let d = b.device;
+        let dispatch = Dispatch {
+            program: b.program,
+            grid: b.grid,
+            bindings: &b.bindings,
+            params: &b.params,
+        };
+        let time = if timed {
+            Some(
+                self.dev(d)
+                    .dispatch_timed(&dispatch)
+                    .map_err(|e| self.err(d, e))?,
+            )
+        } else {
+            self.dev(d)
+                .dispatch(&dispatch)
+                .map_err(|e| self.err(d, e))?;
+            None
+        };
+        Ok(time)
+    }
+
+    /// Makes a node's inputs current on its device and binds its buffers; its outputs count
+    /// as written there from now on.
+    fn bind(&mut self, node: &Node, s: Step) -> Result<Bound, ModelError> {
+        let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+        let (d, program) = self.placement.programs[&key];
+        let plan = self.plan(node, s);
+        let mut bindings = Vec::with_capacity(plan.inputs.len() + plan.outputs.len());
+        for &t in &plan.inputs {
+            self.make_valid(t, d)?;
+            bindings.push(self.binding(t, d)?);
+        }
+        for &t in &plan.outputs {
+            if matches!(t, Tensor::KCache(_) | Tensor::VCache(_)) {
+                // A partial write: the rest of the cache must be here too.
+                self.make_valid(t, d)?;
+            }
+            bindings.push(self.binding(t, d)?);
+        }
+        for &t in &plan.outputs {
+            self.mark_written(t, d);
+        }
+        Ok(Bound {
+            device: d,
+            program,
+            grid: plan.grid,
+            bindings,
+            params: plan.params,
+        })
+    }
+
+    /// Elements `range` of tensor `t` as f32, from the device that holds its current value.
+    pub fn read(
+        &mut self,
+        t: Tensor,
+        range: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let f16_elems =
+            matches!(t, Tensor::KCache(_) | Tensor::VCache(_)) && self.shape.kv == Float::F16;
+        let size = if f16_elems { 2 } else { 4 };
+        let at = (range.start * size) as u64;
+        let Some(bytes) = self.current_bytes(t, at, range.len() * size)? else {
+            return Ok(vec![]);
+        };
+        Ok(if f16_elems {
+            bytes
+                .chunks_exact(2)
+                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect()
+        } else if matches!(t, Tensor::Ids | Tensor::Step | Tensor::Token) {
+            bytes
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)
+                .collect()
+        } else {
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
+        })
+    }
+
+    /// The activations node `node` reads: what a cross-check hands from one executor to the
+    /// other so that each node is judged on the same inputs. Weights, the frequency table and
+    /// the caches are not among them: the caches are filled by the nodes before.
+    pub fn activation_inputs(&self, node: &Node, s: Step) -> Vec<Tensor> {
+        self.plan(node, s)
+            .inputs
+            .into_iter()
+            .filter(|t| {
+                !matches!(
+                    t,
+                    Tensor::Weight(_)
+                        | Tensor::Freq
+                        | Tensor::Step
+                        | Tensor::KCache(_)
+                        | Tensor::VCache(_)
+                )
+            })
+            .collect()
+    }
+
+    /// Tensor `t`'s whole buffer, from the device holding its current value; `None` when
+    /// nothing has written it yet.
+    pub fn export(&mut self, t: Tensor) -> Result<Option<Vec<u8>>, ModelError> {
+        let len = self.tensors.get(&t).map_or(0, |r| r.bytes as usize);
+        self.current_bytes(t, 0, len)
+    }
+
+    /// `len` bytes of tensor `t` from byte `offset`, read from the device holding its current
+    /// value; `None` when nothing has written it yet.
+    fn current_bytes(
+        &mut self,
+        t: Tensor,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, ModelError> {
+        let Some(r) = self.tensors.get(&t) else {
+            return Ok(None);
+        };
+        let Some(d) = r.valid.iter().position(|&v| v) else {
+            return Ok(None);
+        };
+        let buf = r.bufs[d].expect("a valid copy has a buffer");
+        let mut bytes = vec![0u8; len];
+        self.dev(d)
+            .read(buf, offset, &mut bytes)
+            .map_err(|e| self.err(d, e))?;
+        Ok(Some(bytes))
+    }
+
+    /// Replaces tensor `t`'s value with `bytes` (from [`Engine::export`] of an executor of the
+    /// same model and sizes), on the primary device.
+    pub fn import(&mut self, t: Tensor, bytes: &[u8]) -> Result<(), ModelError> {
+        let buf = self.buffer(t, 0)?;
+        self.dev(0)
+            .write(buf, 0, bytes)
+            .map_err(|e| self.err(0, e))?;
+        self.mark_written(t, 0);
+        Ok(())
+    }
+
+    /// The greedy token of the last step (the argmax of its logits): 4 bytes from the device.
+    pub fn read_token(&mut self) -> Result<u32, ModelError> {
+        // No token before the first step, as no step comes before a prompt.
+        let bytes = self
+            .current_bytes(Tensor::Token, 0, 4)?
+            .ok_or(ModelError::EmptyPrompt)?;
+        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+
+    /// Waits for everything queued on every device.
+    pub fn synchronize(&self) -> Result<(), ModelError> {
+        for (d, dev) in self.placement.devices.iter().enumerate() {
+            dev.synchronize().map_err(|e| self.err(d, e))?;
+        }
+        Ok(())
+    }
+
+    fn dev(&self, d: usize) -> &Arc<dyn Backend> {
+        &self.placement.devices[d]
+    }
+
+    fn err(&self, d: usize, e: trine_backends::BackendError) -> ModelError {
+        ModelError::backend(self.dev(d).name(), e)
+    }
+}

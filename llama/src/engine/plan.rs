@@ -1,0 +1,134 @@
+//! What one node dispatches: its kernel's bindings in order, its parameters and its grid.
+//! Nothing here depends on the step's position (kernels read it from [`Tensor::Step`]), so a
+//! decode step's dispatches can be recorded once and replayed at every position.
+
+use super::Engine;
+use crate::graph::{Epilogue, Node, Op, Prologue, Step, Tensor};
+use crate::kernels::KernelKey;
+use trine_ir::ParamValue;
+use trine_ops::argmax::Argmax;
+use trine_ops::attention_split::SplitAttention;
+use trine_ops::elementwise;
+use trine_ops::embedding;
+use trine_ops::matvec::Reduce;
+use trine_ops::rope::RopeMode;
+use trine_ops::rope_store::RopeStore;
+
+/// A node's dispatch before buffers are bound: the tensors it reads and writes, in the
+/// kernel's buffer order (reads first), its parameters and its grid.
+pub(super) struct Plan {
+    pub inputs: Vec<Tensor>,
+    pub outputs: Vec<Tensor>,
+    pub params: Vec<ParamValue>,
+    pub grid: [u32; 3],
+}
+
+impl Engine {
+    pub(super) fn plan(&self, node: &Node, s: Step) -> Plan {
+        let c = &self.model.config;
+        let w = &self.model.weights;
+        let (t, u) = (s.tokens, ParamValue::U32);
+        let plan = |inputs, outputs: &[Tensor], params, grid| Plan {
+            inputs,
+            outputs: outputs.to_vec(),
+            params,
+            grid,
+        };
+        match node.op {
+            Op::Embed { table } => plan(
+                vec![Tensor::Ids, Tensor::Weight(table)],
+                &[Tensor::Resid(0)],
+                vec![u(t), u(c.n_embd), u(c.vocab)],
+                embedding::grid(c.n_embd, t),
+            ),
+            Op::Matvec {
+                w: wid,
+                rows,
+                x,
+                y,
+                tokens,
+                prologue,
+                epilogue,
+            } => {
+                let key = KernelKey::of(&node.op, w, self.shape);
+                let info = self.dev(self.placement.programs[&key].0).info();
+                let wt = &w.tensors[wid];
+                let spec = key
+                    .matvec_spec(Reduce::Shared, info)
+                    .expect("a matvec node has a matvec key");
+                let mut inputs = vec![x];
+                let mut outputs = vec![y];
+                let mut params = vec![u(rows), u(wt.cols)];
+                if let Prologue::Norm(g) = prologue {
+                    inputs.push(Tensor::Weight(g));
+                    params.push(ParamValue::F32(c.rms_eps));
+                }
+                match epilogue {
+                    Epilogue::None | Epilogue::Swiglu => {}
+                    Epilogue::Add(r) => inputs.push(r),
+                    Epilogue::RopeStore { layer } => {
+                        inputs.extend([Tensor::Step, Tensor::Freq]);
+                        outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
+                        params.extend(self.rope_store(t).params());
+                    }
+                }
+                // A variant reading the scales through an f16 view binds the weights twice.
+                let views = self.placement.buffers[&key].len() - inputs.len() - outputs.len();
+                let mut all = vec![Tensor::Weight(wid); views];
+                all.extend(inputs);
+                plan(all, &outputs, params, spec.grid(rows, tokens))
+            }
+            Op::AttnSplit { layer, splits } => {
+                let a = self.split_attention(t, splits);
+                plan(
+                    vec![
+                        Tensor::QRot,
+                        Tensor::Step,
+                        Tensor::KCache(layer),
+                        Tensor::VCache(layer),
+                    ],
+                    &[Tensor::Part],
+                    a.params(),
+                    a.grid(),
+                )
+            }
+            Op::PickLast => plan(
+                vec![Tensor::Resid(0)],
+                &[Tensor::Last],
+                vec![u(c.n_embd), u((t - 1) * c.n_embd), u(0)],
+                elementwise::grid(c.n_embd).unwrap_or([1, 1, 1]),
+            ),
+            Op::Argmax => {
+                let a = Argmax {
+                    rows: 1,
+                    cols: c.vocab,
+                };
+                plan(vec![Tensor::Logits], &[Tensor::Token], a.params(), a.grid())
+            }
+        }
+    }
+
+    pub(super) fn rope_store(&self, tokens: u32) -> RopeStore {
+        let c = &self.model.config;
+        RopeStore {
+            tokens,
+            heads: c.n_head,
+            kv_heads: c.n_head_kv,
+            head_dim: c.head_dim(),
+            context: self.options.context,
+            base: c.rope_base,
+            mode: RopeMode::Normal,
+        }
+    }
+
+    fn split_attention(&self, tokens: u32, splits: u32) -> SplitAttention {
+        let c = &self.model.config;
+        SplitAttention {
+            tokens,
+            heads: c.n_head,
+            kv_heads: c.n_head_kv,
+            head_dim: c.head_dim(),
+            splits,
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Where tensors live: a buffer per device, allocated on first use, and which copies hold the
+//! current value. Constants (weights, rope's frequencies) are uploaded from the host where
+//! first needed; other tensors are copied through the host from the device that wrote them.
+
+use super::{Engine, Resident};
+use crate::error::ModelError;
+use crate::graph::Step;
+use crate::graph::{self, Tensor};
+use crate::kernels::KernelKey;
+use std::borrow::Cow;
+use std::collections::HashSet;
+use trine_backends::{Binding, BufferHandle};
+use trine_ops::support::Float;
+
+impl Engine {
+    /// Bytes of the buffers device `d` will hold once the largest prompt step and a decode
+    /// step have run: every tensor a node placed there binds, once (weights, the KV cache,
+    /// activations sized for the largest step).
+    pub fn bytes_needed(&self, d: usize) -> u64 {
+        let mut tensors = HashSet::new();
+        for tokens in [self.options.max_batch, 1] {
+            let s = Step { tokens, pos: 0 };
+            for node in self.graph(s) {
+                let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+                if self.placement.programs.get(&key).map(|p| p.0) == Some(d) {
+                    let plan = self.plan(&node, s);
+                    tensors.extend(plan.inputs.into_iter().chain(plan.outputs));
+                }
+            }
+        }
+        tensors.into_iter().map(|t| self.bytes(t)).sum()
+    }
+
+    /// Allocates every buffer the largest prompt step and a decode step bind, uploads every
+    /// constant they read (weights, rope's table) to the device that reads it, and waits for
+    /// the uploads: afterwards a step's time is its own work, not the model's upload (what
+    /// `trine generate` calls before it starts its clocks). Steps run the same without it.
+    pub fn prepare(&mut self) -> Result<(), ModelError> {
+        for tokens in [self.options.max_batch, 1] {
+            let s = Step { tokens, pos: 0 };
+            for node in self.graph(s) {
+                let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+                let d = self.placement.programs[&key].0;
+                let plan = self.plan(&node, s);
+                for t in plan.inputs.into_iter().chain(plan.outputs) {
+                    if self.constant(t).is_some() {
+                        self.make_valid(t, d)?;
+                    } else {
+                        self.buffer(t, d)?;
+                    }
+                }
+            }
+        }
+        self.synchronize()
+    }
+
+    /// Checks, before anything is allocated, that each device can hold what it will be given:
+    /// otherwise the first step would fail part-way (or, on a GPU whose driver overcommits,
+    /// page), after minutes of uploads. The device's free memory where its backend reports
+    /// it, else its memory size.
+    pub(super) fn check_fits(&self) -> Result<(), ModelError> {
+        for (d, dev) in self.placement.devices.iter().enumerate() {
+            let needed = self.bytes_needed(d);
+            let (available, free) = match dev.free_memory() {
+                Some(free) => (free, true),
+                None => (dev.info().memory.device_local, false),
+            };
+            // A device that reports no memory size (0) cannot be judged here.
+            if available > 0 && needed > available {
+                return Err(ModelError::DoesNotFit {
+                    device: dev.info().name.clone(),
+                    needed,
+                    available,
+                    what: if free { "free" } else { "in all" },
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of a tensor's buffer.
+    pub(super) fn bytes(&self, t: Tensor) -> u64 {
+        let c = &self.model.config;
+        let (b, ctx) = (self.options.max_batch as u64, self.options.context as u64);
+        let f32s = |n: u64| n * 4;
+        match t {
+            Tensor::Ids => f32s(b),
+            Tensor::Step => f32s(4),
+            Tensor::Token => f32s(1),
+            Tensor::Resid(_) | Tensor::QRot => f32s(b * c.n_embd as u64),
+            Tensor::Part => {
+                // Prompt steps split once per token, decode steps on a GPU several times per
+                // head; a CPU checking a GPU's nodes runs them with the GPU's splits.
+                let rows = b.max(u64::from(graph::GPU_SPLITS));
+                f32s(rows * c.n_head as u64 * (c.head_dim() as u64 + 2))
+            }
+            Tensor::Act => f32s(b * c.n_ff as u64),
+            Tensor::Last => f32s(c.n_embd as u64),
+            Tensor::Logits => f32s(c.vocab as u64),
+            Tensor::KCache(_) | Tensor::VCache(_) => {
+                let elem = if self.shape.kv == Float::F16 { 2 } else { 4 };
+                (ctx * c.kv_dim() as u64 * elem).next_multiple_of(4)
+            }
+            Tensor::Freq => f32s(c.head_dim() as u64 / 2),
+            Tensor::Weight(id) => self.model.weights.bytes(&self.model.gguf, id).len() as u64,
+        }
+    }
+
+    /// Contents the host holds for tensors that never change.
+    /// Weights are borrowed from the mapped file (or the load-time copy), not copied again.
+    pub(super) fn constant(&self, t: Tensor) -> Option<Cow<'_, [u8]>> {
+        match t {
+            Tensor::Weight(id) => Some(Cow::Borrowed(
+                self.model.weights.bytes(&self.model.gguf, id),
+            )),
+            Tensor::Freq => {
+                let f = self.rope_store(1).frequencies();
+                Some(Cow::Owned(bytemuck::cast_slice(&f).to_vec()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Tensor `t`'s buffer on device `d`, allocated on first use.
+    pub(super) fn buffer(&mut self, t: Tensor, d: usize) -> Result<BufferHandle, ModelError> {
+        let n = self.placement.devices.len();
+        let bytes = self.bytes(t);
+        let r = self.tensors.entry(t).or_insert_with(|| Resident {
+            bytes,
+            bufs: vec![None; n],
+            valid: vec![false; n],
+        });
+        if let Some(b) = r.bufs[d] {
+            return Ok(b);
+        }
+        let b = self.placement.devices[d]
+            .alloc(bytes)
+            .map_err(|e| ModelError::backend(self.placement.devices[d].name(), e))?;
+        r.bufs[d] = Some(b);
+        Ok(b)
+    }
+
+    pub(super) fn binding(&mut self, t: Tensor, d: usize) -> Result<Binding, ModelError> {
+        let buffer = self.buffer(t, d)?;
+        Ok(Binding {
+            buffer,
+            offset: 0,
+            size: self.tensors[&t].bytes,
+        })
+    }
+
+    /// Makes device `d`'s copy of `t` current: uploads a constant, or copies the value from the
+    /// device that wrote it last. A tensor nothing has written yet (a fresh cache) needs nothing.
+    pub(super) fn make_valid(&mut self, t: Tensor, d: usize) -> Result<(), ModelError> {
+        let buf = self.buffer(t, d)?;
+        let r = &self.tensors[&t];
+        if r.valid[d] {
+            return Ok(());
+        }
+        let data = match self.constant(t) {
+            Some(data) => data,
+            None => match r.valid.iter().position(|&v| v) {
+                Some(from) => {
+                    let src = r.bufs[from].expect("a valid copy has a buffer");
+                    let mut data = vec![0u8; r.bytes as usize];
+                    self.dev(from)
+                        .read(src, 0, &mut data)
+                        .map_err(|e| self.err(from, e))?;
+                    Cow::Owned(data)
+                }
+                None => return Ok(()),
+            },
+        };
+        self.dev(d)
+            .write(buf, 0, &data)
+            .map_err(|e| self.err(d, e))?;
+        self.tensors.get_mut(&t).expect("allocated above").valid[d] = true;
+        Ok(())
+    }
+
+    pub(super) fn mark_written(&mut self, t: Tensor, d: usize) {
+        if let Some(r) = self.tensors.get_mut(&t) {
+            r.valid.iter_mut().for_each(|v| *v = false);
+            r.valid[d] = true;
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Some(r) = self.decode.take() {
+            self.placement.devices[0].release(r);
+        }
+        for r in self.tensors.values() {
+            for (d, b) in r.bufs.iter().enumerate() {
+                if let Some(b) = b {
+                    self.placement.devices[d].free(*b);
+                }
+            }
+        }
+    }
+}

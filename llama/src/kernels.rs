@@ -1,0 +1,257 @@
+//! Which kernel runs each op of the graph, in order of preference for a device: the subgroup
+//! variant where the device has subgroups, then the shared-memory one that every device runs.
+
+use super::graph::{Epilogue, Op, Prologue};
+use super::weights::Weights;
+use trine_backends::{DeviceInfo, DeviceType};
+use trine_gguf::quant::WeightType;
+use trine_ir::Kernel;
+use trine_ops::elementwise::copy_kernel;
+use trine_ops::matvec::{
+    Epilogue as MatvecEpilogue, MatvecSpec, Prologue as MatvecPrologue, Reduce,
+};
+use trine_ops::matvec_fused::{CombineShape, RopeShape};
+use trine_ops::shape::ShapeError;
+use trine_ops::support::{Float, Reduction};
+use trine_ops::{argmax, attention_split, embedding, matvec};
+
+/// The kernel an op needs, up to its variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelKey {
+    Embed(WeightType),
+    /// The weights' type, the product's size class ([`MatvecSize::of`]), and what is fused
+    /// into it.
+    Matvec(WeightType, MatvecSize, MatvecPrologue, MatvecEpilogue),
+    AttnSplit,
+    PickLast,
+    Argmax,
+}
+
+/// How notes and errors name the op: `matvec q4_1 (wide, rms_norm, add)`.
+impl std::fmt::Display for KernelKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelKey::Embed(ty) => write!(f, "embedding {ty}"),
+            KernelKey::Matvec(ty, size, pro, epi) => {
+                let mut parts = vec![];
+                match size {
+                    MatvecSize::Small => {}
+                    MatvecSize::Tall => parts.push("tall"),
+                    MatvecSize::Wide => parts.push("wide"),
+                }
+                match pro {
+                    MatvecPrologue::None => {}
+                    MatvecPrologue::RmsNorm => parts.push("rms_norm"),
+                    MatvecPrologue::Combine(_) => parts.push("attention combine"),
+                }
+                match epi {
+                    MatvecEpilogue::None => {}
+                    MatvecEpilogue::Add => parts.push("add"),
+                    MatvecEpilogue::Swiglu => parts.push("swiglu"),
+                    MatvecEpilogue::RopeStore(_) => parts.push("rope, kv cache store"),
+                }
+                write!(f, "matvec {ty}")?;
+                if !parts.is_empty() {
+                    write!(f, " ({})", parts.join(", "))?;
+                }
+                Ok(())
+            }
+            KernelKey::AttnSplit => f.write_str("attention (split)"),
+            KernelKey::PickLast => f.write_str("last-token copy"),
+            KernelKey::Argmax => f.write_str("argmax"),
+        }
+    }
+}
+
+/// What every kernel of one executor shares: the KV cache type and the head dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelShape {
+    pub kv: Float,
+    pub head_dim: u32,
+}
+
+impl KernelKey {
+    pub fn of(op: &Op, w: &Weights, s: KernelShape) -> KernelKey {
+        match *op {
+            Op::Embed { table } => KernelKey::Embed(w.tensors[table].ty),
+            Op::Matvec {
+                w: id,
+                tokens,
+                prologue,
+                epilogue,
+                ..
+            } => {
+                let t = &w.tensors[id];
+                let pro = match prologue {
+                    Prologue::None => MatvecPrologue::None,
+                    Prologue::Norm(_) => MatvecPrologue::RmsNorm,
+                    Prologue::Combine { splits } => MatvecPrologue::Combine(CombineShape {
+                        heads: t.cols / s.head_dim,
+                        head_dim: s.head_dim,
+                        splits,
+                    }),
+                };
+                let epi = match epilogue {
+                    Epilogue::None => MatvecEpilogue::None,
+                    Epilogue::Add(_) => MatvecEpilogue::Add,
+                    Epilogue::Swiglu => MatvecEpilogue::Swiglu,
+                    Epilogue::RopeStore { .. } => MatvecEpilogue::RopeStore(RopeShape {
+                        head_dim: s.head_dim,
+                        kv: s.kv,
+                    }),
+                };
+                KernelKey::Matvec(t.ty, MatvecSize::of(t.rows, t.cols, tokens), pro, epi)
+            }
+            Op::AttnSplit { .. } => KernelKey::AttnSplit,
+            Op::PickLast => KernelKey::PickLast,
+            Op::Argmax => KernelKey::Argmax,
+        }
+    }
+
+    /// The kernels that compute this op, best first for a device described by `info`.
+    pub fn variants(self, info: &DeviceInfo, s: KernelShape) -> Result<Vec<Kernel>, ShapeError> {
+        let sub = info.subgroup_ops;
+        let reductions: &[Reduction] = if sub {
+            &[Reduction::Subgroup, Reduction::Shared]
+        } else {
+            &[Reduction::Shared]
+        };
+        Ok(match self {
+            KernelKey::Embed(ty) => vec![embedding::kernel(ty)],
+            KernelKey::Matvec(..) => {
+                let reduces: &[Reduce] = if sub {
+                    &[Reduce::Subgroup, Reduce::Shared]
+                } else {
+                    &[Reduce::Shared]
+                };
+                // Each reduction with f16 scales where the shape wants them, then without.
+                let mut specs = vec![];
+                for &r in reduces {
+                    let spec = self
+                        .matvec_spec(r, info)
+                        .expect("a matvec key has a matvec spec");
+                    specs.push(spec);
+                    if spec.f16_scales {
+                        specs.push(MatvecSpec {
+                            f16_scales: false,
+                            ..spec
+                        });
+                    }
+                }
+                specs
+                    .into_iter()
+                    .map(matvec::kernel)
+                    .collect::<Result<_, _>>()?
+            }
+            KernelKey::AttnSplit => vec![attention_split::split_kernel(s.head_dim, s.kv)?],
+            KernelKey::PickLast => vec![copy_kernel(Float::F32, Float::F32)],
+            KernelKey::Argmax => reductions.iter().map(|&r| argmax::kernel(r)).collect(),
+        })
+    }
+}
+
+impl KernelKey {
+    /// A matvec key's kernel for a device with reduction `reduce`: [`matvec_spec`] for its
+    /// size, with its fusions. The executor's grid and its kernel both come from here.
+    pub fn matvec_spec(self, reduce: Reduce, info: &DeviceInfo) -> Option<MatvecSpec> {
+        let KernelKey::Matvec(ty, size, prologue, epilogue) = self else {
+            return None;
+        };
+        Some(MatvecSpec {
+            prologue,
+            epilogue,
+            ..matvec_spec(ty, reduce, info, size)
+        })
+    }
+}
+
+/// How much work a product has, which decides its GPU shape ([`matvec_spec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatvecSize {
+    /// A decode step's small matrices.
+    Small,
+    /// Many short rows, as an output head's (SmolLM2: 49152 × 576).
+    Tall,
+    /// A matrix of at least 4096 × 4096, or a prefill of at least [`WIDE_TOKENS`] tokens (on
+    /// an H100 the wide shape took SmolLM2's pp512 from 7000 to 9900 tokens/s on both
+    /// backends, 2026-11-24).
+    Wide,
+}
+
+impl MatvecSize {
+    pub fn of(rows: u32, cols: u32, tokens: u32) -> MatvecSize {
+        if (rows >= 4096 && cols >= 4096) || tokens >= WIDE_TOKENS {
+            MatvecSize::Wide
+        } else if rows >= TALL_ROWS {
+            MatvecSize::Tall
+        } else {
+            MatvecSize::Small
+        }
+    }
+}
+
+/// Rows from which a product that is not wide counts as tall: output heads (vocabularies of
+/// 32000 and more), not a model's projections.
+const TALL_ROWS: u32 = 16384;
+
+/// Prompt steps from this many tokens use the wide shape.
+pub const WIDE_TOKENS: u32 = 64;
+
+/// The matvec shape for a device and a product's size ([`MatvecSize`]). GPUs, quantized and wide: 128
+/// invocations sharing 8 rows, the scales read through an f16 view of the weights where the
+/// device has 16-bit storage (and then Q4_1's codes as whole words, [`MatvecSpec::word_codes`]). On an H100 that was the fastest or within 10% of the fastest of
+/// 120 shapes swept for Q4_0, Q4_1 and Q8_0 at 4096 × 4096 and 11008 × 4096 on both CUDA and
+/// Vulkan, 1.2–1.3× faster than 4 rows on 64 invocations with byte-assembled scales; but on
+/// SmolLM2's matrices (192 to 1536 rows) it leaves most of the GPU idle, and decode slowed by
+/// a fifth (2026-11-24): other quantized products take [`GPU_SMALL_MATVEC`], also with f16
+/// scales, and float weights keep 4 rows on 64 invocations (8 rows slowed f32 GEMV on CUDA by
+/// 2.4×). CPUs run a workgroup's invocations as loops, where a
+/// reduction across them costs more than the dot products it combines: there, one subgroup's
+/// worth of invocations (the CPU backend's width of 8) on 8 rows, with 8 times fewer reductions
+/// per row, the scales read through an f16 view of the weights (a native conversion instead of
+/// some forty integer operations per scale). Measured on 2 EPYC cores, 1536 × 576 Q4_1: 1160 µs
+/// with the GPU shape, 610 µs with this one; 16- or 32-element segments were no faster.
+pub fn matvec_spec(
+    ty: WeightType,
+    reduce: Reduce,
+    info: &DeviceInfo,
+    size: MatvecSize,
+) -> MatvecSpec {
+    let mut spec = MatvecSpec::new(ty, reduce);
+    if info.device_type == DeviceType::Cpu {
+        (spec.rows_per_workgroup, spec.workgroup, spec.segment) = CPU_MATVEC;
+        spec.f16_scales = info.f16;
+    } else if ty.is_quantized() {
+        (spec.rows_per_workgroup, spec.workgroup, spec.segment) = match size {
+            MatvecSize::Wide => GPU_LARGE_MATVEC,
+            MatvecSize::Tall => GPU_TALL_MATVEC,
+            MatvecSize::Small => GPU_SMALL_MATVEC,
+        };
+        spec.f16_scales = info.f16;
+        spec.word_codes = true;
+    }
+    spec
+}
+
+/// (rows per workgroup, invocations, segment) of [`matvec_spec`] on a CPU, and on a GPU for a
+/// large quantized matrix.
+const CPU_MATVEC: (u32, u32, u32) = (8, 8, 8);
+const GPU_LARGE_MATVEC: (u32, u32, u32) = (8, 128, 8);
+
+/// (rows per workgroup, invocations, segment) for the GPUs' other quantized products: a decode
+/// step's small matrices are latency-bound, so fewer rows per workgroup (more workgroups) and
+/// fewer segments per invocation finish sooner. On an H100 (2026-11-25, SmolLM2-shaped tg128,
+/// f16 scales, CUDA/Vulkan t/s): 4 rows on 64 invocations 1003/603; 2 on 64 about 1030/605;
+/// 2 on 128 about 1140/630; 2 on 32 about 1160/600; 2 on 256 1112/618; 8 on 64 787/472;
+/// 16-element segments 935–970 on CUDA. Runs varied by ±50 t/s. One row on 128 invocations
+/// for the down projection (576 × 1536) was faster alone (`xtask bench --ops matvec
+/// --matvec-shape`: 7.5 µs against 8.1) but not inside the step (Nsight Compute, position 64:
+/// 5.48 µs against 5.39), and was not kept.
+const GPU_SMALL_MATVEC: (u32, u32, u32) = (2, 128, 8);
+
+/// (rows per workgroup, invocations, segment) for a tall product on a GPU: SmolLM2's output
+/// head (49152 × 576 Q8_0) took 32.5 µs with 4 rows on 64 invocations against 39.1 with the
+/// small shape, 34.8 with 8 rows on 64 and 43.7 with 8 on 128 (H100, CUDA, 2026-11-25, `xtask
+/// bench --ops matvec --matvec-shape`); inside the step, with the final norm fused, Nsight
+/// Compute measured 52.0 µs against 72.2 (two sessions the same day).
+const GPU_TALL_MATVEC: (u32, u32, u32) = (4, 64, 8);

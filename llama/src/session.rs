@@ -1,0 +1,216 @@
+//! A generation session: feeds tokens through the executor step by step, keeps the position
+//! in the KV cache, and with a checker runs a second executor in lock-step, node by node,
+//! comparing every node's output (NaN/Inf pattern, then NMSE against the op's bound).
+//!
+//! The checker runs each node on the main executor's inputs (copied over before the node), so
+//! a node's difference is that op's alone, as in the conformance suite, and not the drift the
+//! two devices' rounding accumulates over 30 layers; the tokens fed are the main executor's.
+
+use super::engine::Engine;
+use super::error::ModelError;
+use super::graph::{Node, Op, Step, Tensor};
+use serde::Serialize;
+use trine_ops::compare::nmse;
+
+/// The worst node of one cross-checked step, and the first whose difference exceeds its
+/// bound, if any.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepCheck {
+    /// 0 for the prompt, then one per generated token.
+    pub step: usize,
+    pub tokens: u32,
+    pub worst: NodeDiff,
+    pub first_over_bound: Option<NodeDiff>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeDiff {
+    pub op: &'static str,
+    pub layer: Option<u32>,
+    /// `None` when the NaN/Inf patterns differ (see `reason`).
+    pub nmse: Option<f64>,
+    pub bound: f64,
+    pub reason: Option<String>,
+}
+
+impl NodeDiff {
+    fn exceeds(&self) -> bool {
+        self.nmse.is_none_or(|e| e > self.bound)
+    }
+
+    /// The NMSE as a multiple of the bound: infinite for differing NaN/Inf patterns or any
+    /// difference where the bound is exact, 0 for none (also where the bound is 0).
+    fn severity(&self) -> f64 {
+        match self.nmse {
+            None => f64::INFINITY,
+            Some(0.0) => 0.0,
+            Some(e) => e / self.bound,
+        }
+    }
+}
+
+pub struct Session {
+    engine: Engine,
+    checker: Option<Engine>,
+    pos: u32,
+    steps: usize,
+    pub checks: Vec<StepCheck>,
+}
+
+impl Session {
+    pub fn new(engine: Engine, checker: Option<Engine>) -> Session {
+        Session {
+            engine,
+            checker,
+            pos: 0,
+            steps: 0,
+            checks: vec![],
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The main executor, its KV cache filled by the steps so far.
+    pub fn into_engine(self) -> Engine {
+        self.engine
+    }
+
+    pub fn checker(&self) -> Option<&Engine> {
+        self.checker.as_ref()
+    }
+
+    /// [`Engine::prepare`] on the executor and its checker: the model uploaded and every buffer
+    /// allocated before the first step.
+    pub fn prepare(&mut self) -> Result<(), ModelError> {
+        self.engine.prepare()?;
+        self.checker.as_mut().map_or(Ok(()), Engine::prepare)
+    }
+
+    /// Tokens in the KV cache.
+    pub fn position(&self) -> u32 {
+        self.pos
+    }
+
+    /// Appends `ids` to the context and returns the logits after the last of them. Prompts
+    /// longer than the executor's batch go in chunks; a cross-check covers every chunk and
+    /// counts as one step.
+    pub fn feed(&mut self, ids: &[u32]) -> Result<Vec<f32>, ModelError> {
+        self.advance(ids)?;
+        let vocab = self.engine.model().config.vocab as usize;
+        self.engine.read(Tensor::Logits, 0..vocab)
+    }
+
+    /// As [`Session::feed`], returning the greedy token instead of the logits: 4 bytes read
+    /// back per step instead of the vocabulary.
+    pub fn feed_greedy(&mut self, ids: &[u32]) -> Result<u32, ModelError> {
+        self.advance(ids)?;
+        self.greedy_token()
+    }
+
+    /// The device's argmax of the last step's logits.
+    pub fn greedy_token(&mut self) -> Result<u32, ModelError> {
+        match self.engine.read_token()? {
+            trine_ops::argmax::NONE => Err(ModelError::NanLogits),
+            id => Ok(id),
+        }
+    }
+
+    fn advance(&mut self, ids: &[u32]) -> Result<(), ModelError> {
+        if ids.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        let batch = self.engine.options().max_batch as usize;
+        let mut worst: Option<NodeDiff> = None;
+        let mut first: Option<NodeDiff> = None;
+        for chunk in ids.chunks(batch) {
+            let s = Step {
+                tokens: chunk.len() as u32,
+                pos: self.pos,
+            };
+            self.engine.check_step(s)?;
+            self.engine.set_ids(chunk, s.pos)?;
+            let Some(ch) = self.checker.as_mut() else {
+                self.engine.run_step(s)?;
+                self.pos += s.tokens;
+                continue;
+            };
+            ch.check_step(s)?;
+            ch.set_ids(chunk, s.pos)?;
+            for node in &self.engine.graph(s) {
+                self.engine.run(node, s)?;
+                let ch = self.checker.as_mut().expect("checked above");
+                for t in self.engine.activation_inputs(node, s) {
+                    if let Some(bytes) = self.engine.export(t)? {
+                        ch.import(t, &bytes)?;
+                    }
+                }
+                ch.run(node, s)?;
+                let (t, range) = node.output(&self.engine.model().config, s);
+                let a = self.engine.read(t, range.clone())?;
+                let b = ch.read(t, range)?;
+                let diff = compare(node.label, node.layer, cross_check_bound(node), &a, &b);
+                if first.is_none() && diff.exceeds() {
+                    first = Some(diff.clone());
+                }
+                if worst
+                    .as_ref()
+                    .is_none_or(|w| diff.severity() > w.severity())
+                {
+                    worst = Some(diff);
+                }
+            }
+            self.pos += s.tokens;
+        }
+        if let Some(worst) = worst {
+            self.checks.push(StepCheck {
+                step: self.steps,
+                tokens: ids.len() as u32,
+                worst,
+                first_over_bound: first,
+            });
+        }
+        self.steps += 1;
+        Ok(())
+    }
+}
+
+/// How far a node's output on two backends may differ (NMSE) when both run it on the same
+/// inputs: 100 times the worst measured for its kind of op. Measured on 2026-11-25 with
+/// `trine generate --cross-check cpu -n 16` on SmolLM2-135M-Instruct Q4_1 and the five prompts
+/// of `llama/tests/fixtures/smollm2_reference_f64.json` (5 to 98 tokens), vulkan and wgpu on
+/// lavapipe against the cpu, every node of every step; and with the H100 runs in
+/// `docs/models/check-*.json` (cuda, vulkan and wgpu against the cpu). The conformance bounds are for a kernel against its f64
+/// reference; these are for two f32 devices on one step, which is what a cross-check sees.
+fn cross_check_bound(node: &Node) -> f64 {
+    match node.op {
+        // The products (QKV with rope, the output projection, gate/up, down, the head): at
+        // most 8.9e-13 on lavapipe (gate/up), 2.9e-12 on the H100 (rope on K, fused since).
+        Op::Matvec { .. } => 2.9e-10,
+        // Split attention's partials: at most 6.3e-8 (layer 22 of the longest prompt's decode
+        // steps on lavapipe), under 2.9e-12 on the H100. The checker keeps its own KV cache
+        // (caches are not copied across), so keys and values it rounded to f16 itself can
+        // differ from the main backend's in the last bit: the likely cause of this op's larger
+        // difference.
+        Op::AttnSplit { .. } => 6.3e-6,
+        // An embedding row gather, a row copy and an argmax: exact everywhere measured.
+        Op::Embed { .. } | Op::PickLast | Op::Argmax => 0.0,
+    }
+}
+
+fn compare(op: &'static str, layer: Option<u32>, bound: f64, a: &[f32], b: &[f32]) -> NodeDiff {
+    let a: Vec<f64> = a.iter().map(|&v| v as f64).collect();
+    let b: Vec<f64> = b.iter().map(|&v| v as f64).collect();
+    let (nmse, reason) = match nmse(&a, &b) {
+        Ok(e) => (Some(e), None),
+        Err(r) => (None, Some(r)),
+    };
+    NodeDiff {
+        op,
+        layer,
+        nmse,
+        bound,
+        reason,
+    }
+}

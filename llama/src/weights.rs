@@ -1,0 +1,252 @@
+//! The model's tensors, found in the GGUF by name, checked against the hyperparameters, and
+//! held as the bytes the kernels take: matrices in their stored type (dequantised inside the
+//! kernels), norms as f32. Nothing is copied from the mapped file unless its type needs a
+//! conversion (BF16 matrices and non-f32 norms become f32, once, at load) or its length is not
+//! a whole number of 32-bit words (buffers are word-addressed).
+
+use super::config::LlamaConfig;
+use super::error::ModelError;
+use half::{bf16, f16};
+use trine_gguf::quant::WeightType;
+use trine_gguf::{Gguf, TensorInfo, TensorType};
+
+/// Index of a tensor in [`Weights::tensors`].
+pub type WeightId = usize;
+
+/// Where a tensor's bytes are.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// The file's tensor, as stored.
+    File(TensorInfo),
+    /// Converted or padded at load.
+    Owned(Vec<u8>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Weight {
+    pub name: String,
+    pub ty: WeightType,
+    /// A matrix is `rows × cols` row-major (GGUF dims `[cols, rows]`); a vector has one row.
+    pub rows: u32,
+    pub cols: u32,
+    pub source: Source,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Layer {
+    pub attn_norm: WeightId,
+    pub wo: WeightId,
+    pub ffn_norm: WeightId,
+    pub w_down: WeightId,
+    /// Q, K and V stacked (rows of wq, then wk, then wv): one matvec for the three.
+    pub wqkv: WeightId,
+    /// Gate and up interleaved (gate row i at row 2i, up row i at 2i + 1): one matvec whose
+    /// workgroups hold both rows that SwiGLU combines.
+    pub w_gate_up: WeightId,
+}
+
+#[derive(Clone, Debug)]
+pub struct Weights {
+    pub tensors: Vec<Weight>,
+    pub token_embd: WeightId,
+    pub layers: Vec<Layer>,
+    pub output_norm: WeightId,
+    /// `output.weight`, or the embedding table when the model ties them (no `output.weight`).
+    pub output: WeightId,
+}
+
+impl Weights {
+    pub fn from_gguf(g: &Gguf, c: &LlamaConfig) -> Result<Weights, ModelError> {
+        let mut w = Loader { g, tensors: vec![] };
+        let (d, kv, ff, vocab) = (c.n_embd, c.kv_dim(), c.n_ff, c.vocab);
+        let token_embd = w.matrix("token_embd.weight", vocab, d)?;
+        let layers = (0..c.n_layer)
+            .map(|l| {
+                let n = |s: &str| format!("blk.{l}.{s}.weight");
+                let qkv = [
+                    w.weight(&n("attn_q"), d, d)?,
+                    w.weight(&n("attn_k"), kv, d)?,
+                    w.weight(&n("attn_v"), kv, d)?,
+                ];
+                let gate_up = [
+                    w.weight(&n("ffn_gate"), ff, d)?,
+                    w.weight(&n("ffn_up"), ff, d)?,
+                ];
+                Ok(Layer {
+                    attn_norm: w.norm(&n("attn_norm"), d)?,
+                    wo: w.matrix(&n("attn_output"), d, d)?,
+                    ffn_norm: w.norm(&n("ffn_norm"), d)?,
+                    w_down: w.matrix(&n("ffn_down"), d, ff)?,
+                    wqkv: w.stack(&n("attn_qkv"), &qkv, false)?,
+                    w_gate_up: w.stack(&n("ffn_gate_up"), &gate_up, true)?,
+                })
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        let output_norm = w.norm("output_norm.weight", d)?;
+        let output = match g.tensor("output.weight") {
+            Some(_) => w.matrix("output.weight", vocab, d)?,
+            None => token_embd,
+        };
+        Ok(Weights {
+            tensors: w.tensors,
+            token_embd,
+            layers,
+            output_norm,
+            output,
+        })
+    }
+
+    /// The bytes of tensor `id`, from the file or from the load-time copy.
+    pub fn bytes<'a>(&'a self, g: &'a Gguf, id: WeightId) -> &'a [u8] {
+        match &self.tensors[id].source {
+            Source::File(t) => g.tensor_data(t),
+            Source::Owned(v) => v,
+        }
+    }
+}
+
+struct Loader<'g> {
+    g: &'g Gguf,
+    tensors: Vec<Weight>,
+}
+
+impl Loader<'_> {
+    fn find(&self, name: &str, dims: &[u64]) -> Result<&TensorInfo, ModelError> {
+        let t = self
+            .g
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+        if t.dims != dims {
+            return Err(ModelError::TensorShape {
+                name: name.to_string(),
+                expected: dims.to_vec(),
+                found: t.dims.clone(),
+            });
+        }
+        Ok(t)
+    }
+
+    fn push(&mut self, w: Weight) -> WeightId {
+        self.tensors.push(w);
+        self.tensors.len() - 1
+    }
+
+    fn matrix(&mut self, name: &str, rows: u32, cols: u32) -> Result<WeightId, ModelError> {
+        let w = self.weight(name, rows, cols)?;
+        Ok(self.push(w))
+    }
+
+    /// A matrix as the kernels take it, not (yet) one of the model's tensors.
+    fn weight(&self, name: &str, rows: u32, cols: u32) -> Result<Weight, ModelError> {
+        let t = self.find(name, &[cols as u64, rows as u64])?;
+        let data = self.g.tensor_data(t);
+        let (ty, source) = match t.ty.weight_type() {
+            Some(ty) => (ty, file_or_padded(t, data)),
+            // BF16, which the op library has no kernels for: widened to f32 once, here.
+            None => (WeightType::F32, Source::Owned(bf16_to_f32(data))),
+        };
+        Ok(Weight {
+            name: name.to_string(),
+            ty,
+            rows,
+            cols,
+            source,
+        })
+    }
+
+    /// A matrix made of the rows of `parts` (same column count): one after another, or with
+    /// `interleave` row i of each part in turn. Parts of one type keep it (quantized rows are
+    /// self-contained blocks, so rows move as bytes); mixed types are widened to f32.
+    fn stack(
+        &mut self,
+        name: &str,
+        parts: &[Weight],
+        interleave: bool,
+    ) -> Result<WeightId, ModelError> {
+        let (ty0, cols) = (parts[0].ty, parts[0].cols);
+        let same = parts.iter().all(|p| p.ty == ty0);
+        let ty = if same { ty0 } else { WeightType::F32 };
+        let row_bytes = ty.bytes("stack", "cols", cols as usize)?;
+        // Each part's rows in `ty`.
+        let mut rows: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
+        for t in parts {
+            let data = match &t.source {
+                Source::File(info) => self.g.tensor_data(info),
+                Source::Owned(v) => v.as_slice(),
+            };
+            let own = t.ty.bytes("stack", "cols", cols as usize)?;
+            let data = &data[..own * t.rows as usize];
+            rows.push(if t.ty == ty {
+                data.to_vec()
+            } else {
+                let mut out = Vec::with_capacity(row_bytes * t.rows as usize);
+                for row in data.chunks_exact(own) {
+                    let v = trine_gguf::quant::dequantize(t.ty, row, cols as usize)?;
+                    out.extend(v.iter().flat_map(|&x| (x as f32).to_le_bytes()));
+                }
+                out
+            });
+        }
+        let total: u32 = parts.iter().map(|p| p.rows).sum();
+        let mut bytes = Vec::with_capacity(row_bytes * total as usize);
+        if interleave {
+            let n = parts[0].rows as usize;
+            for i in 0..n {
+                for part in &rows {
+                    bytes.extend_from_slice(&part[i * row_bytes..(i + 1) * row_bytes]);
+                }
+            }
+        } else {
+            rows.iter().for_each(|part| bytes.extend_from_slice(part));
+        }
+        Ok(self.push(Weight {
+            name: name.to_string(),
+            ty,
+            rows: total,
+            cols,
+            source: Source::Owned(trine_ops::dequant::pad_to_words(bytes)),
+        }))
+    }
+
+    fn norm(&mut self, name: &str, len: u32) -> Result<WeightId, ModelError> {
+        let t = self.find(name, &[len as u64])?;
+        let data = self.g.tensor_data(t);
+        let source = match t.ty {
+            TensorType::F32 => Source::File(t.clone()),
+            TensorType::F16 => Source::Owned(
+                data.chunks_exact(2)
+                    .flat_map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes())
+                    .collect(),
+            ),
+            TensorType::BF16 => Source::Owned(bf16_to_f32(data)),
+            ty => {
+                return Err(ModelError::TensorType {
+                    name: name.to_string(),
+                    ty,
+                    role: "a norm weight (f32, f16 or bf16)",
+                })
+            }
+        };
+        Ok(self.push(Weight {
+            name: name.to_string(),
+            ty: WeightType::F32,
+            rows: 1,
+            cols: len,
+            source,
+        }))
+    }
+}
+
+fn file_or_padded(t: &TensorInfo, data: &[u8]) -> Source {
+    if data.len().is_multiple_of(4) {
+        Source::File(t.clone())
+    } else {
+        Source::Owned(trine_ops::dequant::pad_to_words(data.to_vec()))
+    }
+}
+
+fn bf16_to_f32(data: &[u8]) -> Vec<u8> {
+    data.chunks_exact(2)
+        .flat_map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes())
+        .collect()
+}

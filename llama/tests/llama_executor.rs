@@ -1,0 +1,484 @@
+//! The executor on a tiny synthetic Llama (2 layers, 64 wide, GQA 4/2, Q4_1 projections, a
+//! Q8_0 tied embedding): per-kernel fallback to the CPU, the cross-check naming a broken op,
+//! agreement between backends, and typed errors for bad models and steps.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use trine_backends::{
+    Backend, BackendError, BackendKind, BufferHandle, DeviceInfo, Dispatch, ProgramId,
+};
+use trine_gguf::synth::{synth_llama, SynthShape};
+use trine_gguf::{Gguf, GgufWriter, TensorType, Value};
+use trine_ir::Kernel;
+use trine_llama::{Engine, EngineOptions, Model, ModelError, Session};
+
+const TINY: SynthShape = SynthShape {
+    n_embd: 64,
+    n_ff: 128,
+    n_layer: 2,
+    n_head: 4,
+    n_head_kv: 2,
+    vocab: 320,
+    matrices: TensorType::Q4_1,
+    embedding: TensorType::Q8_0,
+};
+
+const SIZES: EngineOptions = EngineOptions {
+    context: 32,
+    max_batch: 8,
+    record: true,
+};
+
+fn tiny() -> Arc<Model> {
+    let bytes = synth_llama(TINY, 5).unwrap().to_bytes();
+    Arc::new(Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap())
+}
+
+fn cpu() -> Arc<dyn Backend> {
+    trine_backends::open(BackendKind::Cpu).unwrap()
+}
+
+/// A CPU that refuses to compile some kernels, or multiplies the last output of others by
+/// `factor` after running them (0 zeroes it): a driver that lacks an op, and one that computes
+/// it wrong.
+struct Faulty {
+    inner: Arc<dyn Backend>,
+    refuse: &'static str,
+    spoil: &'static str,
+    factor: f32,
+    spoiled: Mutex<HashSet<ProgramId>>,
+}
+
+impl Faulty {
+    fn device(refuse: &'static str, spoil: &'static str, factor: f32) -> Arc<dyn Backend> {
+        Arc::new(Faulty {
+            inner: cpu(),
+            refuse,
+            spoil,
+            factor,
+            spoiled: Mutex::new(HashSet::new()),
+        })
+    }
+}
+
+impl Backend for Faulty {
+    fn name(&self) -> &'static str {
+        "faulty"
+    }
+    fn info(&self) -> &DeviceInfo {
+        self.inner.info()
+    }
+    fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
+        self.inner.alloc(bytes)
+    }
+    fn free(&self, buffer: BufferHandle) {
+        self.inner.free(buffer)
+    }
+    fn write(&self, b: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
+        self.inner.write(b, offset, data)
+    }
+    fn read(&self, b: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.read(b, offset, out)
+    }
+    fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
+        if !self.refuse.is_empty() && kernel.name.starts_with(self.refuse) {
+            return Err(BackendError::Unsupported {
+                kernel: kernel.name.clone(),
+                what: "a feature this test withholds".into(),
+            });
+        }
+        let id = self.inner.compile(kernel)?;
+        if !self.spoil.is_empty() && kernel.name.starts_with(self.spoil) {
+            self.spoiled.lock().unwrap().insert(id);
+        }
+        Ok(id)
+    }
+    fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
+        self.inner.dispatch(d)?;
+        if self.spoiled.lock().unwrap().contains(&d.program) {
+            let out = d.bindings.last().expect("a kernel with an output");
+            let mut bytes = vec![0; out.size as usize];
+            self.inner.read(out.buffer, out.offset, &mut bytes)?;
+            for word in bytes.chunks_exact_mut(4) {
+                let v = f32::from_le_bytes(word.try_into().unwrap()) * self.factor;
+                word.copy_from_slice(&v.to_le_bytes());
+            }
+            self.inner.write(out.buffer, out.offset, &bytes)?;
+        }
+        Ok(())
+    }
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.inner.synchronize()
+    }
+}
+
+/// Logits after a prompt and two greedy steps.
+fn run(session: &mut Session) -> Vec<Vec<f32>> {
+    let mut out = vec![session.feed(&[17, 90, 200, 3, 45]).unwrap()];
+    for _ in 0..2 {
+        let next = trine_llama::sampler::argmax(out.last().unwrap()).unwrap();
+        out.push(session.feed(&[next]).unwrap());
+    }
+    out
+}
+
+#[test]
+fn a_kernel_the_device_lacks_runs_on_the_cpu_with_the_same_result() {
+    let model = tiny();
+    let reference = run(&mut Session::new(
+        Engine::new(model.clone(), cpu(), SIZES).unwrap(),
+        None,
+    ));
+    assert!(reference.iter().flatten().all(|v| v.is_finite()));
+    let engine = Engine::new(model, Faulty::device("matvec_q4_1", "", 1.0), SIZES).unwrap();
+    let devices: Vec<&str> = engine.devices().map(|d| d.name()).collect();
+    assert_eq!(devices, ["faulty", "cpu"]);
+    let notes = engine.placement_notes().join("\n");
+    for fused in ["rms_norm, rope, kv cache store", "attention combine, add"] {
+        let note = format!("matvec q4_1 ({fused}) runs on the cpu");
+        assert!(notes.contains(&note), "{notes}");
+    }
+    // Every projection moves its input to the CPU and its output back: the same arithmetic,
+    // so the same bits.
+    assert_eq!(run(&mut Session::new(engine, None)), reference);
+}
+
+#[test]
+fn the_cross_check_names_the_first_op_that_goes_wrong() {
+    let model = tiny();
+    let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+    let checker = Engine::new(model, Faulty::device("", "attention_split", 0.0), SIZES).unwrap();
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    assert_eq!(session.checks.len(), 3);
+    for c in &session.checks {
+        let first = c
+            .first_over_bound
+            .as_ref()
+            .expect("a zeroed attention output is caught");
+        assert_eq!((first.op, first.layer), ("attention", Some(0)));
+        assert_eq!(
+            first.nmse,
+            Some(1.0),
+            "all-zero output against a nonzero one"
+        );
+    }
+}
+
+/// A device whose output head (the Q8_0 matvec) is off by one part in 10⁴ everywhere (NMSE
+/// 1e-8), or whose attention is off by one part in 100 (NMSE 1e-4), is named at the first node
+/// it spoils: both are under the 5e-4 the cross-check allowed before its bounds were measured.
+#[test]
+fn the_cross_check_catches_small_uniform_errors() {
+    let model = tiny();
+    let spoilt = [
+        ("attention_split", "attention", Some(0), 1e-2),
+        ("matvec_q8_0", "output", None, 1e-4),
+    ];
+    for (kernel, op, layer, error) in spoilt {
+        let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+        let checker = Engine::new(
+            model.clone(),
+            Faulty::device("", kernel, 1.0 + error),
+            SIZES,
+        );
+        let mut session = Session::new(main, Some(checker.unwrap()));
+        run(&mut session);
+        for c in &session.checks {
+            let first = c
+                .first_over_bound
+                .as_ref()
+                .unwrap_or_else(|| panic!("{kernel}: an error of {error} is not caught: {c:?}"));
+            assert_eq!((first.op, first.layer), (op, layer), "{kernel}");
+            let e = first.nmse.unwrap();
+            let want = (error * error) as f64;
+            assert!(
+                (e - want).abs() < want / 10.0,
+                "{kernel}: NMSE {e}, want {want}"
+            );
+        }
+    }
+}
+
+/// A CPU that reports `size` bytes of memory, of which `free` are free where that is
+/// `Some` (as CUDA and HIP report it; Vulkan and wgpu report only the size), and counts what
+/// is allocated on it: a device the model may not fit.
+struct Small {
+    inner: Arc<dyn Backend>,
+    info: DeviceInfo,
+    free: Option<u64>,
+    allocated: std::sync::atomic::AtomicU64,
+    written: std::sync::atomic::AtomicU64,
+}
+
+impl Small {
+    fn device(size: u64, free: Option<u64>) -> Arc<Small> {
+        let inner = cpu();
+        let mut info = inner.info().clone();
+        info.memory.device_local = size;
+        Arc::new(Small {
+            inner,
+            info,
+            free,
+            allocated: 0.into(),
+            written: 0.into(),
+        })
+    }
+}
+
+impl Backend for Small {
+    fn name(&self) -> &'static str {
+        "small"
+    }
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+    fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
+        self.allocated
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        self.inner.alloc(bytes)
+    }
+    fn free_memory(&self) -> Option<u64> {
+        self.free
+    }
+    fn free(&self, buffer: BufferHandle) {
+        self.inner.free(buffer)
+    }
+    fn write(&self, b: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
+        self.written
+            .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.inner.write(b, offset, data)
+    }
+    fn read(&self, b: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.inner.read(b, offset, out)
+    }
+    fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
+        self.inner.compile(kernel)
+    }
+    fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
+        self.inner.dispatch(d)
+    }
+    fn synchronize(&self) -> Result<(), BackendError> {
+        self.inner.synchronize()
+    }
+}
+
+/// After `Session::prepare` (which `trine generate` runs before starting its clocks) a
+/// prompt step and a decode step allocate nothing and write only their ids and position, so
+/// the prefill's time is the prompt's work, not the model's upload; without it the first step
+/// uploads every weight.
+#[test]
+fn prepared_steps_upload_and_allocate_nothing() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let prompt = vec![1; SIZES.max_batch as usize];
+    let steps = |prepare: bool| {
+        let dev = Small::device(u64::MAX, None);
+        let mut session = Session::new(Engine::new(tiny(), dev.clone(), SIZES).unwrap(), None);
+        if prepare {
+            session.prepare().unwrap();
+        }
+        let before = (dev.allocated.load(Relaxed), dev.written.load(Relaxed));
+        session.feed_greedy(&prompt).unwrap();
+        session.feed_greedy(&[2]).unwrap();
+        (
+            dev.allocated.load(Relaxed) - before.0,
+            dev.written.load(Relaxed) - before.1,
+        )
+    };
+    let model = tiny();
+    let weights: usize = (0..model.weights.tensors.len())
+        .map(|id| model.weights.bytes(&model.gguf, id).len())
+        .sum();
+    let (allocated, written) = steps(true);
+    assert_eq!(allocated, 0);
+    // Each step's ids (4 bytes a token) and its 16-byte step buffer.
+    assert!(
+        written <= 4 * (prompt.len() as u64 + 1) + 2 * 16,
+        "{written} bytes written"
+    );
+    let (allocated, written) = steps(false);
+    assert!(
+        allocated > 0 && written > weights as u64,
+        "{allocated} {written}"
+    );
+}
+
+/// The executor says before the first step how much memory a model needs on its device, and
+/// refuses a device with less; the number is what the steps then allocate, to the byte.
+#[test]
+fn a_model_larger_than_the_device_is_refused_before_the_first_step() {
+    let model = tiny();
+    let roomy = Small::device(u64::MAX, None);
+    let engine = Engine::new(model.clone(), roomy.clone(), SIZES).unwrap();
+    let needed = engine.bytes_needed(0);
+    let mut session = Session::new(engine, None);
+    session.feed(&[1; SIZES.max_batch as usize]).unwrap();
+    session.feed_greedy(&[2]).unwrap();
+    let allocated = roomy.allocated.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        needed, allocated,
+        "the largest prompt step and a decode step"
+    );
+
+    // Free memory where the device reports it, else its size.
+    for (size, free, what) in [
+        (u64::MAX, Some(needed - 1), "free"),
+        (needed - 1, None, "in all"),
+    ] {
+        match Engine::new(model.clone(), Small::device(size, free), SIZES) {
+            Err(ModelError::DoesNotFit {
+                needed: n,
+                available,
+                what: w,
+                ..
+            }) => assert_eq!((n, available, w), (needed, needed - 1, what)),
+            Err(e) => panic!("expected DoesNotFit, got {e}"),
+            Ok(_) => panic!("a device with {} bytes {what} took {needed}", needed - 1),
+        }
+    }
+    let exact = Small::device(u64::MAX, Some(needed));
+    let mut session = Session::new(Engine::new(model, exact, SIZES).unwrap(), None);
+    session.feed(&[3, 4]).unwrap();
+}
+
+/// Runs `f(name, backend)` on each of `names` that is present; an absent one is skipped with
+/// its reason, or fails the test where `TRINE_REQUIRE_BACKENDS` names it. Returns how many ran.
+fn on_each(names: &[&str], mut f: impl FnMut(&str, Arc<dyn Backend>)) -> usize {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut ran = 0;
+    for col in trine_conformance::columns(&names) {
+        match col.backend {
+            Ok(b) => {
+                f(&col.name, b);
+                ran += 1;
+            }
+            Err(why) => {
+                assert!(!col.required, "{} is required but absent: {why}", col.name);
+                println!("{} skipped: {why}", col.name);
+            }
+        }
+    }
+    ran
+}
+
+#[test]
+fn backends_agree_node_by_node() {
+    let model = tiny();
+    let ran = on_each(&["vulkan", "wgpu", "cuda", "hip"], |name, backend| {
+        let main = Engine::new(model.clone(), backend, SIZES).unwrap();
+        let checker = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+        let mut session = Session::new(main, Some(checker));
+        run(&mut session);
+        assert_eq!(session.checks.len(), 3, "{name}");
+        for c in &session.checks {
+            assert!(c.first_over_bound.is_none(), "{name}: {c:?}");
+            assert!(c.worst.nmse.is_some_and(|e| e < 1e-9), "{name}: {c:?}");
+        }
+    });
+    println!("{ran} GPU backends checked against the cpu");
+}
+
+/// Logits of 12 decode steps after a prompt, and each step's greedy token from the host's
+/// argmax of its logits and from the device's.
+fn decode(session: &mut Session) -> (Vec<Vec<f32>>, Vec<(u32, u32)>) {
+    let mut logits = vec![];
+    let mut ids = vec![];
+    let mut next = session.feed_greedy(&[17, 90, 200, 3, 45]).unwrap();
+    for _ in 0..12 {
+        let l = session.feed(&[next]).unwrap();
+        next = session.greedy_token().unwrap();
+        ids.push((trine_llama::sampler::argmax(&l).unwrap(), next));
+        logits.push(l);
+    }
+    (logits, ids)
+}
+
+/// A decode step replayed from its recording computes what its nodes dispatched one by one
+/// compute, bit for bit, at every position; its greedy token is the host's argmax of its
+/// logits; and it launches five kernels per layer.
+#[test]
+fn recorded_decode_steps_equal_node_by_node_ones() {
+    let model = tiny();
+    let names = ["cpu", "vulkan", "wgpu", "cuda", "hip"];
+    let ran = on_each(&names, |name, backend| {
+        let run = |record| {
+            let sizes = EngineOptions { record, ..SIZES };
+            let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
+            assert_eq!(
+                engine.dispatches_per_token(),
+                5 * TINY.n_layer as usize + 3,
+                "{name}"
+            );
+            decode(&mut Session::new(engine, None))
+        };
+        let (recorded, direct) = (run(true), run(false));
+        assert_eq!(recorded, direct, "{name}");
+        for (i, (host, device)) in recorded.1.iter().enumerate() {
+            assert_eq!(host, device, "{name} step {i}");
+        }
+    });
+    assert!(ran > 0);
+}
+
+/// The tiny model's file, rebuilt with `edit` applied to its metadata and tensors.
+fn edited(edit: impl Fn(&str, &mut Option<Value>) -> bool) -> Result<Model, ModelError> {
+    let g = Gguf::from_bytes(synth_llama(TINY, 5).unwrap().to_bytes()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in g.metadata() {
+        let mut v = Some(v.clone());
+        edit(k, &mut v);
+        if let Some(v) = v {
+            w.add(k.clone(), v).unwrap();
+        }
+    }
+    for t in g.tensors() {
+        if edit(&t.name, &mut None) {
+            w.add_tensor(t.name.clone(), &t.dims, t.ty, g.tensor_data(t).to_vec())
+                .unwrap();
+        }
+    }
+    Model::from_gguf(Gguf::from_bytes(w.to_bytes()).unwrap())
+}
+
+#[test]
+fn bad_models_and_steps_are_typed_errors() {
+    let arch = edited(|k, v| {
+        if k == "general.architecture" {
+            *v = Some(Value::String("gpt2".into()));
+        }
+        true
+    });
+    assert!(matches!(arch, Err(ModelError::Architecture(a)) if a == "gpt2"));
+    let missing = edited(|k, _| k != "blk.1.ffn_up.weight");
+    assert!(matches!(missing, Err(ModelError::MissingTensor(t)) if t == "blk.1.ffn_up.weight"));
+    let heads = edited(|k, v| {
+        if k == "llama.attention.head_count_kv" {
+            *v = Some(Value::U32(3));
+        }
+        true
+    });
+    assert!(
+        matches!(heads, Err(ModelError::Hyperparameter { .. })),
+        "{:?}",
+        heads.err()
+    );
+
+    let model = tiny();
+    let mut s = Session::new(Engine::new(model, cpu(), SIZES).unwrap(), None);
+    assert!(matches!(
+        s.feed(&[TINY.vocab]),
+        Err(ModelError::TokenOutOfRange {
+            id: 320,
+            vocab: 320
+        })
+    ));
+    assert!(matches!(s.feed(&[]), Err(ModelError::EmptyPrompt)));
+    s.feed(&[1; 30]).unwrap();
+    assert!(matches!(
+        s.feed(&[1, 2, 3]),
+        Err(ModelError::ContextFull {
+            needed: 33,
+            max: 32
+        })
+    ));
+}

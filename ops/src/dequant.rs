@@ -1,0 +1,199 @@
+//! Decoding GGUF's quantized blocks inside a kernel: the IR helpers that read a block's
+//! scales and codes from a `U8` buffer and dequantise them, checked against the plain-Rust
+//! reference in [`trine_gguf::quant`] (which also documents the block layouts).
+
+use trine_gguf::quant::WeightType;
+use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
+
+/// The element type a kernel binds weights of `ty` as: quantized blocks are bytes.
+pub fn buffer_elem(ty: WeightType) -> Scalar {
+    match ty {
+        WeightType::F32 => Scalar::F32,
+        WeightType::F16 => Scalar::F16,
+        _ => Scalar::U8,
+    }
+}
+
+/// `bytes` padded with zeros to a whole number of 32-bit words: Vulkan binds byte buffers as
+/// arrays of words, so a buffer whose length is not a multiple of 4 cannot be bound whole.
+pub fn pad_to_words(mut bytes: Vec<u8>) -> Vec<u8> {
+    bytes.resize(bytes.len().next_multiple_of(4), 0);
+    bytes
+}
+
+/// An f16 bit pattern (the low 16 bits of a `U32`) converted to `F32` exactly, with integer
+/// operations: the IR has no f16-from-bits operation on integers, and scales in quant blocks
+/// are f16 at byte offsets that an f16 buffer view could not address. Infinities keep their
+/// sign, NaNs stay NaN with their payload (not quietened).
+pub fn f16_bits_to_f32<'b>(k: &'b KernelBuilder, h: Val<'b>) -> Val<'b> {
+    let sign = (h & k.u32(0x8000)) << k.u32(16);
+    let e = (h >> k.u32(10)) & k.u32(0x1f);
+    let m = h & k.u32(0x3ff);
+    // Normal numbers rebias the exponent (15 → 127); the all-ones exponent (Inf, NaN) stays
+    // all ones.
+    let exp = k.select(e.eq(k.u32(31)), k.u32(255), e + k.u32(127 - 15));
+    let normal = sign | (exp << k.u32(23)) | (m << k.u32(13));
+    // Subnormals and zero are m·2^-24. Computed in float, the result is zero or a normal f32,
+    // so a device that flushes subnormals loses nothing; the sign goes in as a bit so that
+    // −0 survives.
+    let magnitude = (m.cast(Scalar::F32) * k.f32(2f32.powi(-24))).bitcast(Scalar::U32);
+    let small = magnitude | sign;
+    k.select(e.eq(k.u32(0)), small, normal).bitcast(Scalar::F32)
+}
+
+/// The little-endian u16 at byte `at` of a `U8` buffer, as `U32`.
+pub fn load_u16<'b>(k: &'b KernelBuilder, buf: BufferId, at: Val<'b>) -> Val<'b> {
+    k.load(buf, at) | (k.load(buf, at + k.u32(1)) << k.u32(8))
+}
+
+/// The scales of one quantized block.
+#[derive(Clone, Copy)]
+pub struct Scales<'b> {
+    /// The step d.
+    pub d: Val<'b>,
+    /// The offset m (Q4_1 only).
+    pub m: Option<Val<'b>>,
+}
+
+/// Loads the scales of the block that starts at byte `base` of a `U8` buffer. `ty` must be
+/// quantized (plain floats have no blocks; they get d = 1).
+pub fn load_scales<'b>(
+    k: &'b KernelBuilder,
+    ty: WeightType,
+    buf: BufferId,
+    base: Val<'b>,
+) -> Scales<'b> {
+    if !ty.is_quantized() {
+        return Scales {
+            d: k.f32(1.0),
+            m: None,
+        };
+    }
+    let d = f16_bits_to_f32(k, load_u16(k, buf, base));
+    let m = (ty == WeightType::Q4_1).then(|| f16_bits_to_f32(k, load_u16(k, buf, base + k.u32(2))));
+    Scales { d, m }
+}
+
+/// Byte offset of the codes within a block.
+pub(crate) fn codes_offset(ty: WeightType) -> u32 {
+    match ty {
+        WeightType::Q4_1 => 4,
+        _ => 2,
+    }
+}
+
+/// Code of byte `i` (0..32) of a Q8_0 block at byte `base`: the signed byte, as `F32`.
+pub fn q8_code<'b>(k: &'b KernelBuilder, buf: BufferId, base: Val<'b>, i: Val<'b>) -> Val<'b> {
+    let byte = k.load(buf, base + k.u32(2) + i).cast(Scalar::I32);
+    // Sign-extend the byte: flipping the sign bit and subtracting its weight maps 0..=255 to
+    // the two's-complement value.
+    ((byte ^ k.i32(0x80)) - k.i32(0x80)).cast(Scalar::F32)
+}
+
+/// The two codes in byte `i` (0..16) of a Q4_0 or Q4_1 block at byte `base`: those of
+/// elements i (low nibble) and i + 16 (high nibble), as `F32`, Q4_0's already centred (−8).
+pub fn q4_codes<'b>(
+    k: &'b KernelBuilder,
+    ty: WeightType,
+    buf: BufferId,
+    base: Val<'b>,
+    i: Val<'b>,
+) -> (Val<'b>, Val<'b>) {
+    let byte = k.load(buf, base + k.u32(codes_offset(ty)) + i);
+    let lo = (byte & k.u32(15)).cast(Scalar::F32);
+    let hi = (byte >> k.u32(4)).cast(Scalar::F32);
+    if ty == WeightType::Q4_0 {
+        (lo - k.f32(8.0), hi - k.f32(8.0))
+    } else {
+        (lo, hi)
+    }
+}
+
+/// Element `j` (0..32) of the quantized block at byte `base` of a `U8` buffer, dequantised
+/// to `F32`. Equal to [`trine_gguf::quant::dequantize`]'s value rounded once to f32 (the product d·q is exact).
+pub fn dequant_element<'b>(
+    k: &'b KernelBuilder,
+    ty: WeightType,
+    buf: BufferId,
+    base: Val<'b>,
+    j: Val<'b>,
+) -> Val<'b> {
+    let s = load_scales(k, ty, buf, base);
+    let code = match ty {
+        WeightType::Q8_0 => q8_code(k, buf, base, j),
+        _ => {
+            let (lo, hi) = q4_codes(k, ty, buf, base, j & k.u32(15));
+            k.select(j.lt(k.u32(16)), lo, hi)
+        }
+    };
+    match s.m {
+        Some(m) => s.d.fma(code, m),
+        None => s.d * code,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::Rng;
+    use half::f16;
+    use trine_gguf::quant::{dequantize, quantize};
+    use trine_ir::interp::interpret;
+    use trine_ir::Access;
+
+    /// Runs `f16_bits_to_f32` on all 65536 patterns, read as little-endian byte pairs from a
+    /// `U8` buffer, and compares with `half`.
+    #[test]
+    fn f16_conversion_is_exact_for_every_pattern() {
+        let k = KernelBuilder::new("f16_bits", [256, 1, 1]);
+        let src = k.buffer("src", Scalar::U8, Access::Read);
+        let dst = k.buffer("dst", Scalar::U32, Access::Write);
+        let i = k.global_id(0);
+        let v = f16_bits_to_f32(&k, load_u16(&k, src, i * k.u32(2)));
+        k.store(dst, i, v.bitcast(Scalar::U32));
+        let kernel = k.finish();
+        let src: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
+        let mut bufs = vec![src, vec![0u8; 65536 * 4]];
+        interpret(&kernel, [256, 1, 1], &mut bufs, &[], 16).unwrap();
+        let got: &[u32] = bytemuck::cast_slice(&bufs[1]);
+        for (h, &bits) in (0..=u16::MAX).zip(got) {
+            let want = f16::from_bits(h).to_f32();
+            let got = f32::from_bits(bits);
+            if want.is_nan() {
+                assert!(got.is_nan(), "{h:#06x}: got {got}");
+                assert_eq!(got.is_sign_negative(), want.is_sign_negative(), "{h:#06x}");
+            } else {
+                assert_eq!(bits, want.to_bits(), "{h:#06x}: got {got}, want {want}");
+            }
+        }
+    }
+
+    /// `dequant_element` on every element of random blocks of every format equals
+    /// `dequantize`, rounded to f32 once.
+    #[test]
+    fn kernel_dequantisation_matches_plain_rust() {
+        let mut r = Rng::new(9);
+        let blocks = 24;
+        let mut x = r.f32s(32 * blocks, -2.0, 2.0);
+        // Tiny blocks give subnormal f16 scales, a zero block gives d = 0.
+        x[32..64].iter_mut().for_each(|v| *v *= 1e-6);
+        x[64..96].iter_mut().for_each(|v| *v = 0.0);
+        for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1] {
+            let k = KernelBuilder::new("dequant", [32, 1, 1]);
+            let w = k.buffer("w", Scalar::U8, Access::Read);
+            let out = k.buffer("out", Scalar::F32, Access::Write);
+            let (b, j) = (k.workgroup_id(0), k.local_id(0));
+            let base = b * k.u32(ty.block_bytes() as u32);
+            k.store(out, k.global_id(0), dequant_element(&k, ty, w, base, j));
+            let kernel = k.finish();
+            let q = quantize(ty, &x).unwrap();
+            let want = dequantize(ty, &q, x.len()).unwrap();
+            let mut bufs = vec![pad_to_words(q), vec![0u8; x.len() * 4]];
+            interpret(&kernel, [blocks as u32, 1, 1], &mut bufs, &[], 16).unwrap();
+            let got: &[f32] = bytemuck::cast_slice(&bufs[1]);
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g, w as f32, "{ty} element {i}");
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! trine-ops: the kernel library, written once in the IR, each kernel with its plain-Rust
+//! reference and its error bound.
+//!
+//! The transformer ops are the modules at the root: every op a Llama-family model needs, one
+//! file each with its kernel(s), its plain-Rust reference (accumulating in f64), its shape
+//! rules, its NMSE bound and its cases; [`cases`] lists them. The foundation kernels
+//! ([`kernels`]) exercise every part of the IR. [`case`] is what a kernel with its inputs,
+//! references and bound is, [`compare`] how an output is judged against a bound, and
+//! [`dequant`] the IR helpers that decode GGUF's quantized blocks inside a kernel.
+
+pub mod argmax;
+pub mod attention;
+pub mod attention_split;
+pub mod case;
+pub mod compare;
+pub mod dequant;
+pub mod elementwise;
+pub mod embedding;
+pub mod kernels;
+pub mod matmul;
+pub mod matvec;
+pub mod matvec_attn;
+pub mod matvec_fused;
+pub mod rms_norm;
+pub mod rope;
+pub mod rope_store;
+pub mod shape;
+pub mod softmax;
+pub mod support;
+
+use crate::case::Case;
+
+/// Every conformance case of the op library.
+pub fn cases() -> Vec<Case> {
+    [
+        matmul::cases as fn() -> Vec<Case>,
+        matvec::cases,
+        matvec_fused::cases,
+        matvec_attn::cases,
+        embedding::cases,
+        rms_norm::cases,
+        rope::cases,
+        softmax::cases,
+        attention::cases,
+        attention_split::cases,
+        rope_store::cases,
+        elementwise::cases,
+        argmax::cases,
+    ]
+    .iter()
+    .flat_map(|f| f())
+    .collect()
+}

@@ -1,0 +1,547 @@
+//! Batched matrix product `C[z] = A[z] · B[z]` (or `A[z] · B[z]ᵀ`), A and B in f32 or f16,
+//! accumulated and written in f32: prefill's projections (activations times weights stored one
+//! row per output feature, so B transposed) and attention's batched products.
+//!
+//! Tiled through shared memory: a workgroup of `tile × tile` invocations computes a block of
+//! `(tile·reg)²` outputs, each invocation `reg × reg` of them (strided by `tile`, so that
+//! neighbouring invocations touch neighbouring addresses), stepping through K `tile` columns
+//! at a time. Inputs are converted to f32 as they are staged. Sizes need not be multiples of
+//! the block. The batch is grid z; leading dimensions and batch strides (in elements) are
+//! parameters, so views and broadcasts (a batch stride of 0) need no copies.
+//!
+//! Bound: [`NMSE_MATMUL`] (5e-4, ggml's for matrix products, where devices sum in different
+//! orders). f16 inputs lose nothing in the products (11 × 11 significant bits fit f32's 24),
+//! so only f32 accumulation rounds: NMSE ≈ K·2^-48 for these random inputs, while a lost
+//! tile of K (16 of at most 1536 terms) would cost about 16/K ≥ 1e-2.
+
+use super::shape::ShapeError;
+use crate::case::*;
+use half::f16;
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
+
+const OP: &str = "matmul";
+
+/// Compile-time choices of a matmul kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulSpec {
+    /// Element type of A: F32 or F16.
+    pub a: Scalar,
+    /// Element type of B: F32 or F16.
+    pub b: Scalar,
+    /// B is stored `[N × K]` (element (p, j) at `j·ldb + p`), as weight matrices are.
+    pub b_transposed: bool,
+    /// Workgroup side and K step.
+    pub tile: u32,
+    /// Outputs per invocation along each side.
+    pub reg: u32,
+}
+
+impl MatmulSpec {
+    /// 16 × 16 invocations computing 32 × 32 outputs: 8 KiB of shared memory, and 4 outputs
+    /// per invocation to reuse each staged value twice.
+    pub fn new(a: Scalar, b: Scalar, b_transposed: bool) -> MatmulSpec {
+        MatmulSpec {
+            a,
+            b,
+            b_transposed,
+            tile: 16,
+            reg: 2,
+        }
+    }
+
+    /// Outputs per workgroup along each side.
+    pub fn block(&self) -> u32 {
+        self.tile * self.reg
+    }
+
+    fn check(&self) -> Result<(), ShapeError> {
+        for (what, t) in [("a", self.a), ("b", self.b)] {
+            if !matches!(t, Scalar::F32 | Scalar::F16) {
+                return Err(ShapeError::Unsupported {
+                    op: OP,
+                    what: format!("{what} of type {t} (f32 or f16 only)"),
+                });
+            }
+        }
+        for (what, v) in [("tile", self.tile), ("reg", self.reg)] {
+            if v == 0 {
+                return Err(ShapeError::Zero { op: OP, what });
+            }
+        }
+        let invocations = self.tile as usize * self.tile as usize;
+        if invocations > 1024 {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "invocations (tile²)",
+                value: invocations,
+                limit: 1024,
+            });
+        }
+        // Two f32 tiles of block × tile, within the smallest device's 32 KiB.
+        let shared = 2 * self.block() as usize * self.tile as usize * 4;
+        if shared > 32 * 1024 {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "shared bytes (2 × tile² × reg × 4)",
+                value: shared,
+                limit: 32 * 1024,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Sizes and layout of one batched product; strides and leading dimensions in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulShape {
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub lda: usize,
+    pub ldb: usize,
+    pub ldc: usize,
+    pub stride_a: usize,
+    pub stride_b: usize,
+    pub stride_c: usize,
+}
+
+impl MatmulShape {
+    /// Densely packed matrices, one after another in the batch; `broadcast_b` shares one B.
+    pub fn packed(
+        batch: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+        b_transposed: bool,
+        broadcast_b: bool,
+    ) -> MatmulShape {
+        let ldb = if b_transposed { k } else { n };
+        MatmulShape {
+            batch,
+            m,
+            n,
+            k,
+            lda: k,
+            ldb,
+            ldc: n,
+            stride_a: m * k,
+            stride_b: if broadcast_b { 0 } else { k * n },
+            stride_c: m * n,
+        }
+    }
+
+    /// Elements a buffer needs: the last batch's offset plus the extent of one matrix; `None`
+    /// for an empty shape or one that overflows.
+    fn extent(&self, stride: usize, rows: usize, ld: usize, cols: usize) -> Option<usize> {
+        stride
+            .checked_mul(self.batch.checked_sub(1)?)?
+            .checked_add(rows.checked_sub(1)?.checked_mul(ld)?)?
+            .checked_add(cols)
+    }
+
+    /// Offset of element (row, col) of batch z, for a matrix with this stride and ld.
+    fn at(stride: usize, ld: usize, z: usize, row: usize, col: usize) -> usize {
+        z * stride + row * ld + col
+    }
+}
+
+/// Checks sizes, leading dimensions, buffer lengths (in elements) and that indices fit u32.
+pub fn check_shapes(
+    s: &MatmulShape,
+    b_transposed: bool,
+    a_len: usize,
+    b_len: usize,
+    c_len: usize,
+) -> Result<(), ShapeError> {
+    for (what, v) in [("batch", s.batch), ("m", s.m), ("n", s.n), ("k", s.k)] {
+        if v == 0 {
+            return Err(ShapeError::Zero { op: OP, what });
+        }
+    }
+    let (b_rows, b_cols) = if b_transposed { (s.n, s.k) } else { (s.k, s.n) };
+    let layouts = [
+        ("lda", "a", s.lda, s.stride_a, s.m, s.k, a_len),
+        ("ldb", "b", s.ldb, s.stride_b, b_rows, b_cols, b_len),
+        ("ldc", "c", s.ldc, s.stride_c, s.m, s.n, c_len),
+    ];
+    for (ld_name, buf, ld, stride, rows, cols, len) in layouts {
+        if ld < cols {
+            return Err(ShapeError::TooSmall {
+                op: OP,
+                what: ld_name,
+                needed: cols,
+                found: ld,
+            });
+        }
+        let needed = s.extent(stride, rows, ld, cols).unwrap_or(usize::MAX);
+        if needed > u32::MAX as usize {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: buf,
+                value: needed,
+                limit: u32::MAX as usize,
+            });
+        }
+        if len < needed {
+            return Err(ShapeError::TooSmall {
+                op: OP,
+                what: buf,
+                needed,
+                found: len,
+            });
+        }
+    }
+    // Batches of C written by different workgroups must not overlap.
+    let c_matrix = (s.m - 1) * s.ldc + s.n;
+    if s.batch > 1 && s.stride_c < c_matrix {
+        return Err(ShapeError::TooSmall {
+            op: OP,
+            what: "c batch stride",
+            needed: c_matrix,
+            found: s.stride_c,
+        });
+    }
+    Ok(())
+}
+
+/// `C = A·B` (or `A·Bᵀ`) in f64 from input values given as f64, over a C that starts as
+/// `c_init` (elements outside the matrices keep their value, as in the kernel's buffer).
+pub fn reference(
+    s: &MatmulShape,
+    b_transposed: bool,
+    a: &[f64],
+    b: &[f64],
+    c_init: &[f64],
+) -> Result<Vec<f64>, ShapeError> {
+    check_shapes(s, b_transposed, a.len(), b.len(), c_init.len())?;
+    let mut c = c_init.to_vec();
+    for z in 0..s.batch {
+        for i in 0..s.m {
+            for j in 0..s.n {
+                let sum = (0..s.k)
+                    .map(|p| {
+                        let bv = if b_transposed {
+                            b[MatmulShape::at(s.stride_b, s.ldb, z, j, p)]
+                        } else {
+                            b[MatmulShape::at(s.stride_b, s.ldb, z, p, j)]
+                        };
+                        a[MatmulShape::at(s.stride_a, s.lda, z, i, p)] * bv
+                    })
+                    .sum();
+                c[MatmulShape::at(s.stride_c, s.ldc, z, i, j)] = sum;
+            }
+        }
+    }
+    Ok(c)
+}
+
+/// The matmul kernel for `spec`. Buffers `a`, `b`, `c` (f32); parameters m, n, k, lda, ldb,
+/// ldc, stride_a, stride_b, stride_c; grid [`grid`].
+pub fn kernel(spec: MatmulSpec) -> Result<Kernel, ShapeError> {
+    spec.check()?;
+    let (t, r, bm) = (spec.tile, spec.reg, spec.block());
+    let bt = if spec.b_transposed { "t" } else { "" };
+    let name = format!("matmul_{}_{}{bt}_t{t}r{r}", spec.a, spec.b);
+    let k = KernelBuilder::new(&name, [t, t, 1]);
+    let a = k.buffer("a", spec.a, Access::Read);
+    let b = k.buffer("b", spec.b, Access::Read);
+    let c = k.buffer("c", Scalar::F32, Access::Write);
+    let [m, n, kk, lda, ldb, ldc, sa, sb, sc] = [
+        "m", "n", "k", "lda", "ldb", "ldc", "stride_a", "stride_b", "stride_c",
+    ]
+    .map(|p| k.param(p, Scalar::U32));
+    let ta = k.shared("ta", Scalar::F32, bm * t);
+    let tb = k.shared("tb", Scalar::F32, t * bm);
+    let (tx, ty) = (k.local_id(0), k.local_id(1));
+    let row0 = k.workgroup_id(1) * k.u32(bm);
+    let col0 = k.workgroup_id(0) * k.u32(bm);
+    let z = k.workgroup_id(2);
+    let (a_base, b_base, c_base) = (z * sa, z * sb, z * sc);
+    let tile = k.u32(t);
+    let zero = k.f32(0.0);
+    // An invocation's i-th row or column is strided by the tile, so that neighbouring
+    // invocations touch neighbouring elements.
+    let strided = |v, i: u32| plus(&k, v, i * t);
+    let accs: Vec<Var> = (0..r * r).map(|_| k.var("acc", Scalar::F32)).collect();
+    let tiles = (kk + k.u32(t - 1)) / tile;
+    k.for_range(k.u32(0), tiles, 1, |step| {
+        let k0 = step * tile;
+        // A's tile: block rows × tile columns, row-major in `ta`, read along rows.
+        let p = k0 + tx;
+        for i in 0..r {
+            let lr = strided(ty, i);
+            let row = row0 + lr;
+            let v = guarded_load(&k, zero, row.lt(m) & p.lt(kk), || {
+                k.load(a, a_base + row * lda + p)
+            });
+            k.store_shared(ta, lr * tile + tx, v);
+        }
+        // B's tile: tile rows × block columns, row-major in `tb`. Read along B's rows in
+        // memory: along N, or along K when B is transposed.
+        for j in 0..r {
+            let (lc, p, slot) = if spec.b_transposed {
+                let lc = strided(ty, j);
+                (lc, k0 + tx, tx * k.u32(bm) + lc)
+            } else {
+                let lc = strided(tx, j);
+                (lc, k0 + ty, ty * k.u32(bm) + lc)
+            };
+            let col = col0 + lc;
+            let at = if spec.b_transposed {
+                col * ldb + p
+            } else {
+                p * ldb + col
+            };
+            let v = guarded_load(&k, zero, p.lt(kk) & col.lt(n), || k.load(b, b_base + at));
+            k.store_shared(tb, slot, v);
+        }
+        k.barrier();
+        let a_rows: Vec<Val> = (0..r).map(|i| strided(ty, i) * tile).collect();
+        let b_cols: Vec<Val> = (0..r).map(|j| strided(tx, j)).collect();
+        k.for_range(k.u32(0), tile, 1, |p| {
+            let av: Vec<Val> = a_rows.iter().map(|&o| k.load_shared(ta, o + p)).collect();
+            let pb = p * k.u32(bm);
+            let bv: Vec<Val> = b_cols.iter().map(|&o| k.load_shared(tb, pb + o)).collect();
+            for (i, &x) in av.iter().enumerate() {
+                for (j, &y) in bv.iter().enumerate() {
+                    let acc = accs[i * r as usize + j];
+                    acc.set(x.fma(y, acc.get()));
+                }
+            }
+        });
+        k.barrier();
+    });
+    for i in 0..r {
+        let row = row0 + strided(ty, i);
+        for j in 0..r {
+            let col = col0 + strided(tx, j);
+            let acc = accs[(i * r + j) as usize];
+            k.if_(row.lt(m) & col.lt(n), || {
+                k.store(c, c_base + row * ldc + col, acc.get())
+            });
+        }
+    }
+    Ok(k.finish())
+}
+
+fn plus<'b>(k: &'b KernelBuilder, v: Val<'b>, c: u32) -> Val<'b> {
+    v + k.u32(c)
+}
+
+/// `load()` as f32 where `inside`, else 0, in a fresh variable.
+fn guarded_load<'b>(
+    k: &'b KernelBuilder,
+    zero: Val<'b>,
+    inside: Val<'b>,
+    load: impl FnOnce() -> Val<'b>,
+) -> Val<'b> {
+    let v = k.var("staged", Scalar::F32);
+    v.set(zero);
+    k.if_(inside, || v.set(load().cast(Scalar::F32)));
+    v.get()
+}
+
+/// The grid for `shape`: one workgroup per output block, batch along z.
+pub fn grid(spec: &MatmulSpec, s: &MatmulShape) -> [u32; 3] {
+    let bm = spec.block() as usize;
+    [s.n.div_ceil(bm), s.m.div_ceil(bm), s.batch].map(|v| v as u32)
+}
+
+/// Random values of type `ty` (rounded to f16 where it is f16): their bytes and values.
+fn random(rng: &mut Rng, ty: Scalar, n: usize) -> (Vec<u8>, Vec<f64>) {
+    let v = rng.f32s(n, -1.0, 1.0);
+    if ty == Scalar::F16 {
+        let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+        (f16_bytes(&h), h.iter().map(|x| x.to_f64()).collect())
+    } else {
+        (f32_bytes(&v), v.iter().map(|&x| f64::from(x)).collect())
+    }
+}
+
+/// A conformance case over `shape` with random inputs.
+pub fn case(spec: MatmulSpec, s: MatmulShape, seed: u64) -> Result<Case, ShapeError> {
+    let (b_rows, b_cols) = if spec.b_transposed {
+        (s.n, s.k)
+    } else {
+        (s.k, s.n)
+    };
+    let lens = [
+        s.extent(s.stride_a, s.m, s.lda, s.k),
+        s.extent(s.stride_b, b_rows, s.ldb, b_cols),
+        s.extent(s.stride_c, s.m, s.ldc, s.n),
+    ];
+    let [a_len, b_len, c_len] = lens.map(|l| l.unwrap_or(usize::MAX));
+    check_shapes(&s, spec.b_transposed, a_len, b_len, c_len)?;
+    let kernel = kernel(spec)?;
+    let mut rng = Rng::new(seed);
+    let (a_bytes, a) = random(&mut rng, spec.a, a_len);
+    let (b_bytes, b) = random(&mut rng, spec.b, b_len);
+    // f16 buffers of odd length are padded to whole words for Vulkan.
+    let [a_bytes, b_bytes] = [a_bytes, b_bytes].map(crate::dequant::pad_to_words);
+    let want = reference(&s, spec.b_transposed, &a, &b, &vec![0.0; c_len])?;
+    let dtype = if spec.a == spec.b {
+        spec.a.to_string()
+    } else {
+        format!("{},{}", spec.a, spec.b)
+    };
+    let mut name = format!("{OP}/{dtype}/{}x{}x{}", s.m, s.n, s.k);
+    if spec.b_transposed {
+        name.push_str("/bT");
+    }
+    let dense = MatmulShape::packed(s.batch, s.m, s.n, s.k, spec.b_transposed, s.stride_b == 0);
+    if s != dense {
+        name.push_str("/strided");
+    }
+    if s.batch > 1 {
+        name.push_str(&format!("/batch{}", s.batch));
+    }
+    if s.stride_b == 0 && s.batch > 1 {
+        name.push_str("/bcast");
+    }
+    if (spec.tile, spec.reg) != (16, 2) {
+        name.push_str(&format!("/t{}r{}", spec.tile, spec.reg));
+    }
+    let params = [
+        s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.stride_a, s.stride_b, s.stride_c,
+    ]
+    .map(|v| ParamValue::U32(v as u32));
+    Ok(Case::new(name, kernel, grid(&spec, &s))
+        .input("a", spec.a, a_bytes)
+        .input("b", spec.b, b_bytes)
+        .output("c", Scalar::F32, vec![0; c_len * 4], want)
+        .params(params.to_vec())
+        .bound(NMSE_MATMUL))
+}
+
+/// One element, one row, odd sizes, more than one block in every direction, batches (with
+/// their own and with a shared B), a padded layout, a different tiling, and SmolLM2-135M's
+/// prefill projections (576 model width, 1536 FFN) — each under about 30 M multiply-adds so
+/// the interpreter and lavapipe stay quick.
+pub fn cases() -> Vec<Case> {
+    use Scalar::{F16, F32};
+    let mut padded = MatmulShape::packed(2, 21, 13, 40, false, false);
+    (padded.lda, padded.ldb, padded.ldc) = (43, 16, 15);
+    (padded.stride_a, padded.stride_b, padded.stride_c) = (21 * 43 + 5, 40 * 16, 21 * 15 + 2);
+    // (a, b, B transposed, batch, m, n, k, B shared by the batch)
+    let list = [
+        (F32, F32, false, 1, 1, 1, 1, false),
+        (F32, F32, false, 1, 33, 17, 45, false),
+        (F32, F32, false, 1, 70, 65, 129, false),
+        (F32, F32, true, 1, 1, 65, 129, false),
+        (F32, F32, true, 1, 70, 65, 129, false),
+        (F32, F32, false, 3, 19, 23, 31, false),
+        (F32, F32, true, 3, 19, 23, 31, true),
+        (F16, F16, false, 1, 33, 17, 45, false),
+        (F16, F16, true, 1, 70, 65, 129, false),
+        (F16, F16, false, 3, 19, 23, 31, true),
+        (F32, F16, true, 1, 1, 576, 576, false),
+        (F32, F32, true, 1, 64, 576, 576, false),
+        (F32, F16, true, 1, 32, 1536, 576, false),
+        (F32, F16, true, 1, 16, 576, 1536, false),
+    ];
+    let mut all: Vec<(MatmulSpec, MatmulShape)> = list
+        .into_iter()
+        .map(|(a, b, bt, batch, m, n, k, bcast)| {
+            let shape = MatmulShape::packed(batch, m, n, k, bt, bcast);
+            (MatmulSpec::new(a, b, bt), shape)
+        })
+        .collect();
+    all.push((MatmulSpec::new(F32, F32, false), padded));
+    let small_tiles = MatmulSpec {
+        tile: 8,
+        reg: 4,
+        ..MatmulSpec::new(F32, F32, false)
+    };
+    all.push((
+        small_tiles,
+        MatmulShape::packed(1, 70, 65, 129, false, false),
+    ));
+    all.into_iter()
+        .enumerate()
+        .map(|(i, (spec, s))| case(spec, s, 2000 + i as u64).expect("the listed shapes are valid"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_are_checked() {
+        let s = MatmulShape::packed(1, 2, 3, 4, false, false);
+        assert_eq!(check_shapes(&s, false, 8, 12, 6), Ok(()));
+        assert_eq!(
+            check_shapes(&s, false, 7, 12, 6),
+            Err(ShapeError::TooSmall {
+                op: OP,
+                what: "a",
+                needed: 8,
+                found: 7
+            })
+        );
+        let mut bad = s;
+        bad.ldb = 2;
+        assert!(matches!(
+            check_shapes(&bad, false, 8, 12, 6),
+            Err(ShapeError::TooSmall { what: "ldb", .. })
+        ));
+        let mut overlap = MatmulShape::packed(2, 2, 3, 4, false, false);
+        overlap.stride_c = 5;
+        assert!(matches!(
+            check_shapes(&overlap, false, 16, 24, 11),
+            Err(ShapeError::TooSmall {
+                what: "c batch stride",
+                ..
+            })
+        ));
+        let huge = MatmulShape::packed(1, 1 << 20, 1 << 13, 1, false, false);
+        assert!(matches!(
+            check_shapes(&huge, false, 1 << 20, 1 << 13, usize::MAX),
+            Err(ShapeError::TooLarge { what: "c", .. })
+        ));
+        let spec = MatmulSpec::new(Scalar::F32, Scalar::F32, false);
+        assert!(matches!(
+            case(spec, MatmulShape::packed(0, 2, 3, 4, false, false), 1),
+            Err(ShapeError::Zero { what: "batch", .. })
+        ));
+        assert!(matches!(
+            case(spec, MatmulShape::packed(1, 2, 3, 0, false, false), 1),
+            Err(ShapeError::Zero { what: "k", .. })
+        ));
+        assert!(matches!(
+            kernel(MatmulSpec::new(Scalar::I32, Scalar::F32, false)),
+            Err(ShapeError::Unsupported { .. })
+        ));
+        let spec = |tile, reg| MatmulSpec {
+            tile,
+            reg,
+            ..MatmulSpec::new(Scalar::F32, Scalar::F32, false)
+        };
+        assert!(kernel(spec(32, 4)).is_ok());
+        assert!(matches!(
+            kernel(spec(32, 5)),
+            Err(ShapeError::TooLarge { value: 40960, .. })
+        ));
+        assert!(matches!(
+            kernel(spec(33, 1)),
+            Err(ShapeError::TooLarge { value: 1089, .. })
+        ));
+    }
+
+    #[test]
+    fn reference_multiplies_and_transposes() {
+        // A = [[1, 2], [3, 4]], B = [[5, 6], [7, 8]]: A·B = [[19, 22], [43, 50]],
+        // A·Bᵀ = [[17, 23], [39, 53]].
+        let s = MatmulShape::packed(1, 2, 2, 2, false, false);
+        let (a, b) = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]);
+        assert_eq!(
+            reference(&s, false, &a, &b, &[0.0; 4]).unwrap(),
+            [19.0, 22.0, 43.0, 50.0]
+        );
+        assert_eq!(
+            reference(&s, true, &a, &b, &[0.0; 4]).unwrap(),
+            [17.0, 23.0, 39.0, 53.0]
+        );
+    }
+}

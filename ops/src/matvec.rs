@@ -1,0 +1,924 @@
+//! Matrix-vector product `y = W·x` for decode: W row-major `[rows × cols]` in f32, f16, Q8_0,
+//! Q4_0 or Q4_1 (rows of 32-element blocks, dequantised in registers inside the kernel, never
+//! beforehand), x and y f32.
+//!
+//! A workgroup computes `rows_per_workgroup` rows. Its invocations stride over the columns
+//! (plain floats) or over 8-element segments of the blocks (quantized), loading each slice of x
+//! once and using it for all its rows; then each row's partial sums are reduced across the
+//! workgroup, with subgroup sums ([`Reduce::Subgroup`]) or a shared-memory tree
+//! ([`Reduce::Shared`], the fallback for devices without subgroups). A spec may fuse the RMS
+//! norm before the product and a residual add or SwiGLU after it: see [`super::matvec_fused`].
+//!
+//! Bound: every output is an f32 sum of `cols` products, which rounds to within about
+//! `cols · 2^-24` of Σ|w·x| in the worst case and, with rounding errors of random sign, to
+//! about `√cols · 2^-24` of it in practice; for the zero-mean data of the cases that is
+//! NMSE ≈ `cols · 2^-48` ≤ 1.5e-11 for cols ≤ 4096, far inside [`NMSE_DEFAULT`] (1e-7). The
+//! reference uses the exact dequantised weights, so a kernel that decodes any block
+//! differently (a swapped nibble, a wrong scale) is off by the weights' quantization step and
+//! fails by orders of magnitude.
+
+use super::matvec_attn::{Combined, Input, RopeOut};
+use super::matvec_fused::{self as fused, Fused, Norm};
+pub use super::matvec_fused::{Epilogue, Prologue};
+use super::shape::ShapeError;
+use super::support::{elements, nonzero};
+use crate::case::*;
+use crate::dequant;
+use trine_gguf::quant::{dequantize, quantize, WeightType, QK};
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
+
+const OP: &str = "matvec";
+
+/// Elements of a quantized block one invocation handles per step, by default: a Q8_0 block's
+/// 8 consecutive bytes, or 4 bytes of a Q4 block (elements i..i+4 and i+16..i+20).
+const SEGMENT: u32 = 8;
+
+/// How a row's partial sums are combined across the workgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reduce {
+    /// Subgroup sums, then one partial per subgroup through shared memory. Needs the subgroup
+    /// capability; correct for any subgroup width.
+    Subgroup,
+    /// A shared-memory tree, log2(workgroup) barriers.
+    Shared,
+}
+
+impl Reduce {
+    fn name(self) -> &'static str {
+        match self {
+            Reduce::Subgroup => "subgroup",
+            Reduce::Shared => "shared",
+        }
+    }
+}
+
+/// Compile-time choices of a matvec kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatvecSpec {
+    pub weights: WeightType,
+    pub reduce: Reduce,
+    /// Rows per workgroup: each slice of x is loaded once for all of them.
+    pub rows_per_workgroup: u32,
+    /// Invocations per workgroup: a power of two (the shared tree halves it), at least
+    /// `rows_per_workgroup` (invocation r stores output r).
+    pub workgroup: u32,
+    /// Elements of a quantized block per step of an invocation: 8, 16 or 32. Each step decodes
+    /// the block's scales once per row, so larger segments decode less per weight; smaller ones
+    /// give more invocations work on short rows.
+    pub segment: u32,
+    /// Quantized weights only: read the blocks' f16 scales through a second, f16 view of the
+    /// weight buffer (buffer `w16`, bound to the same memory as `w`), a native f16 load and
+    /// conversion, instead of assembling them from bytes with integer operations. Needs 16-bit
+    /// storage; where scales are decoded per segment this is most of a CPU's work per weight.
+    pub f16_scales: bool,
+    /// Q4_1 with `f16_scales` only: read a segment's codes as whole 32-bit words (the buffer
+    /// `w` is declared `U32`), one load per 8 codes instead of one per 2, the nibbles taken out
+    /// with shifts. A Q4_1 block is 20 bytes with its codes at byte 4, so every word is
+    /// aligned; Q8_0 (34) and Q4_0 (18) blocks are not, and keep byte loads. The scales come
+    /// from the f16 view, so nothing reads `w` as bytes.
+    pub word_codes: bool,
+    /// The ops fused before and after the product, which save their dispatches and the round
+    /// trips of the activations through memory ([`super::matvec_fused`]).
+    pub prologue: Prologue,
+    pub epilogue: Epilogue,
+}
+
+impl MatvecSpec {
+    /// Four rows per workgroup of 64 invocations: small enough for every device, and enough
+    /// invocations per row for the 18 blocks of a 576-wide row.
+    pub fn new(weights: WeightType, reduce: Reduce) -> MatvecSpec {
+        MatvecSpec {
+            weights,
+            reduce,
+            rows_per_workgroup: 4,
+            workgroup: 64,
+            segment: SEGMENT,
+            f16_scales: false,
+            word_codes: false,
+            prologue: Prologue::None,
+            epilogue: Epilogue::None,
+        }
+    }
+
+    /// Whether the kernel reads the codes as words ([`MatvecSpec::word_codes`]).
+    fn reads_words(&self) -> bool {
+        self.word_codes && self.f16_scales && self.weights == WeightType::Q4_1
+    }
+
+    /// How case names show the shape: `r2w128s8h` (rows, invocations, segment, `h` for f16
+    /// scales, `u` for word codes).
+    pub fn shape_name(&self) -> String {
+        format!(
+            "r{}w{}s{}{}{}",
+            self.rows_per_workgroup,
+            self.workgroup,
+            self.segment,
+            if self.f16_scales { "h" } else { "" },
+            if self.reads_words() { "u" } else { "" }
+        )
+    }
+
+    /// The element type the kernel declares for the weights' buffer `w`.
+    pub fn weights_elem(&self) -> Scalar {
+        if self.reads_words() {
+            Scalar::U32
+        } else {
+            dequant::buffer_elem(self.weights)
+        }
+    }
+
+    /// Adds to `case` the weight buffers this spec's kernel reads, all over the same bytes:
+    /// `w` and, with f16 scales, its f16 view `w16`.
+    pub fn weight_inputs(&self, case: Case, w: Vec<u8>) -> Case {
+        let w = dequant::pad_to_words(w);
+        if self.weights.is_quantized() && self.f16_scales {
+            case.input("w", self.weights_elem(), w.clone())
+                .input("w16", Scalar::F16, w)
+        } else {
+            case.input("w", self.weights_elem(), w)
+        }
+    }
+
+    fn check(&self) -> Result<(), ShapeError> {
+        let wg = self.workgroup as usize;
+        if !wg.is_power_of_two() || wg > 1024 {
+            return Err(ShapeError::NotPowerOfTwo {
+                op: OP,
+                what: "workgroup size (at most 1024)",
+                value: wg,
+            });
+        }
+        if self.rows_per_workgroup == 0 {
+            return Err(ShapeError::Zero {
+                op: OP,
+                what: "rows per workgroup",
+            });
+        }
+        if self.rows_per_workgroup > self.workgroup {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "rows per workgroup (at most the workgroup size)",
+                value: self.rows_per_workgroup as usize,
+                limit: wg,
+            });
+        }
+        if ![8, 16, 32].contains(&self.segment) {
+            return Err(ShapeError::NotPowerOfTwo {
+                op: OP,
+                what: "segment (8, 16 or 32 elements)",
+                value: self.segment as usize,
+            });
+        }
+        if self.epilogue == Epilogue::Swiglu && !self.rows_per_workgroup.is_multiple_of(2) {
+            return Err(ShapeError::NotMultiple {
+                op: OP,
+                what: "rows per workgroup of a SwiGLU product (gate and up rows in pairs)",
+                value: self.rows_per_workgroup as usize,
+                multiple: 2,
+            });
+        }
+        if let Epilogue::RopeStore(r) = self.epilogue {
+            r.check()?;
+            if !self.rows_per_workgroup.is_multiple_of(2) {
+                return Err(ShapeError::NotMultiple {
+                    op: OP,
+                    what: "rows per workgroup of a QKV product with rope (pairs of rows)",
+                    value: self.rows_per_workgroup as usize,
+                    multiple: 2,
+                });
+            }
+        }
+        let combine = match self.prologue {
+            Prologue::Combine(c) => {
+                c.check(None)?;
+                c.shared_floats() as usize
+            }
+            _ => 0,
+        };
+        // One f32 partial per row (and the norm's sum of squares) and invocation, and the
+        // combine's weights, within the smallest device's 32 KiB.
+        let shared = (self.reduced_rows() as usize * wg + combine) * 4;
+        if shared > 32 * 1024 {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "shared bytes ((rows per workgroup + 1 with the norm) × workgroup × 4, \
+                       and the combine's weights)",
+                value: shared,
+                limit: 32 * 1024,
+            });
+        }
+        Ok(())
+    }
+
+    /// Sums reduced across the workgroup: one per row, and the norm's sum of squares.
+    fn reduced_rows(&self) -> u32 {
+        self.rows_per_workgroup + u32::from(self.prologue == Prologue::RmsNorm)
+    }
+
+    /// The grid for `rows` rows and `tokens` vectors x (prefill multiplies W with each
+    /// token's row of X, `Y = X·Wᵀ`, X and Y row-major `[tokens × cols]`, `[tokens × rows]`).
+    pub fn grid(&self, rows: u32, tokens: u32) -> [u32; 3] {
+        [rows.div_ceil(self.rows_per_workgroup), tokens, 1]
+    }
+}
+
+/// Checks that W (`w_bytes` bytes) holds `rows × cols` weights of type `ty`, that x has `cols`
+/// elements, and that every index fits the kernel's u32 arithmetic.
+pub fn check_shapes(
+    ty: WeightType,
+    rows: usize,
+    cols: usize,
+    w_bytes: usize,
+    x_len: usize,
+) -> Result<(), ShapeError> {
+    for (what, v) in [("rows", rows), ("cols", cols)] {
+        if v == 0 {
+            return Err(ShapeError::Zero { op: OP, what });
+        }
+    }
+    let row_bytes = ty.bytes(OP, "cols", cols)?;
+    // Byte (and element) indices are u32 in the kernel.
+    let needed = row_bytes as u128 * rows as u128;
+    if needed > u128::from(u32::MAX) {
+        return Err(ShapeError::TooLarge {
+            op: OP,
+            what: "weight bytes",
+            value: usize::try_from(needed).unwrap_or(usize::MAX),
+            limit: u32::MAX as usize,
+        });
+    }
+    let needed = needed as usize;
+    if w_bytes < needed {
+        return Err(ShapeError::TooSmall {
+            op: OP,
+            what: "weight bytes",
+            needed,
+            found: w_bytes,
+        });
+    }
+    if x_len != cols {
+        return Err(ShapeError::Mismatch {
+            op: OP,
+            what: "x length",
+            expected: cols,
+            found: x_len,
+        });
+    }
+    Ok(())
+}
+
+/// `y = W·x` in f64 from the exactly dequantised weights.
+pub fn reference(
+    ty: WeightType,
+    w: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+) -> Result<Vec<f64>, ShapeError> {
+    check_shapes(ty, rows, cols, w.len(), x.len())?;
+    let row_bytes = ty.bytes(OP, "cols", cols)?;
+    // Row by row, so that an output head's weights are never all held in f64 at once.
+    w.chunks_exact(row_bytes)
+        .take(rows)
+        .map(|row| {
+            let row = dequantize(ty, row, cols)?;
+            Ok(row.iter().zip(x).map(|(&a, &b)| a * f64::from(b)).sum())
+        })
+        .collect()
+}
+
+/// The matvec kernel for `spec`. Buffers: `w` (the weights: bytes if quantized, words with
+/// [`MatvecSpec::word_codes`]), `w16` (the
+/// same memory as f16, with `f16_scales`), `x`, `g` (with [`Prologue::RmsNorm`]), `r` (with
+/// [`Epilogue::Add`]), `y`; parameters `rows`, `cols`, `eps` (with [`Prologue::RmsNorm`]); grid
+/// [`MatvecSpec::grid`].
+pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
+    spec.check()?;
+    let (ty, nrows, wg) = (spec.weights, spec.rows_per_workgroup, spec.workgroup);
+    let mut name = format!("matvec_{ty}_{}_r{nrows}_w{wg}", spec.reduce.name());
+    if ty.is_quantized() && spec.segment != SEGMENT {
+        name.push_str(&format!("_s{}", spec.segment));
+    }
+    let f16_scales = ty.is_quantized() && spec.f16_scales;
+    if f16_scales {
+        name.push_str("_h");
+    }
+    if spec.reads_words() {
+        name.push('u');
+    }
+    name.push_str(&fused::suffix(spec.prologue, spec.epilogue, '_', '_'));
+    let k = KernelBuilder::new(&name, [wg, 1, 1]);
+    if spec.reduce == Reduce::Subgroup {
+        k.require_subgroups();
+    }
+    let w = k.buffer("w", spec.weights_elem(), Access::Read);
+    let w16 = f16_scales.then(|| k.buffer("w16", Scalar::F16, Access::Read));
+    let combine = match spec.prologue {
+        Prologue::Combine(c) => Some(c),
+        _ => None,
+    };
+    let x_name = if combine.is_some() { "part" } else { "x" };
+    let x = k.buffer(x_name, Scalar::F32, Access::Read);
+    let g = (spec.prologue == Prologue::RmsNorm).then(|| k.buffer("g", Scalar::F32, Access::Read));
+    let r = (spec.epilogue == Epilogue::Add).then(|| k.buffer("r", Scalar::F32, Access::Read));
+    let rope_in =
+        matches!(spec.epilogue, Epilogue::RopeStore(_)).then(|| RopeOut::declare_inputs(&k));
+    let y = rope_in
+        .is_none()
+        .then(|| k.buffer("y", Scalar::F32, Access::Write));
+    let rows = k.param("rows", Scalar::U32);
+    let cols = k.param("cols", Scalar::U32);
+    let norm = g.map(|g| Norm {
+        g,
+        eps: k.param("eps", Scalar::F32),
+        sum_sq: k.var("sum_sq", Scalar::F32),
+    });
+    let rope = match (spec.epilogue, rope_in) {
+        (Epilogue::RopeStore(shape), Some(bufs)) => Some(RopeOut::declare_outputs(&k, shape, bufs)),
+        _ => None,
+    };
+    let lid = k.local_index();
+    let row0 = k.workgroup_id(0) * k.u32(nrows);
+    let token = k.workgroup_id(1);
+    let input = match combine {
+        Some(c) => Input::Combined(Combined::prologue(&k, c, x, wg)),
+        None => Input::Plain {
+            x,
+            x0: token * cols,
+        },
+    };
+    // Rows past the end (in the last workgroup) read the last row again instead of branching,
+    // so that every invocation reaches the reduction; their sums are never stored.
+    let last = rows - k.u32(1);
+    // Each row of the workgroup with its accumulator.
+    let rows_accs: Vec<(Val, Var)> = (0..nrows)
+        .map(|r| ((row0 + k.u32(r)).min(last), k.var("acc", Scalar::F32)))
+        .collect();
+    if ty.is_quantized() {
+        dot_quantized(
+            &k,
+            ty,
+            (w, w16, spec.reads_words()),
+            (&input, norm.as_ref()),
+            cols,
+            &rows_accs,
+            (wg, spec.segment),
+        );
+    } else {
+        let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * cols).collect();
+        k.for_range(lid, cols, wg, |c| {
+            let xv = input.load(&k, c);
+            let xv = norm.as_ref().map_or(xv, |n| n.scale(&k, xv, c));
+            for (base, (_, acc)) in bases.iter().zip(&rows_accs) {
+                let wv = k.load(w, *base + c).cast(Scalar::F32);
+                acc.set(wv.fma(xv, acc.get()));
+            }
+        });
+    }
+    let mut sums: Vec<Val> = rows_accs.iter().map(|(_, a)| a.get()).collect();
+    // The sum of squares, reduced as row `nrows`.
+    sums.extend(norm.as_ref().map(|n| n.sum_sq.get()));
+    // Invocation i stores output i: row i's sum, or SwiGLU's of rows 2i and 2i + 1.
+    let outputs = match spec.epilogue {
+        Epilogue::Swiglu | Epilogue::RopeStore(_) => nrows / 2,
+        Epilogue::None | Epilogue::Add => nrows,
+    };
+    let reads = |i| read_rows(&k, &spec, i);
+    let totals = match spec.reduce {
+        Reduce::Subgroup => reduce_subgroup(&k, &sums, wg, (outputs, reads)),
+        Reduce::Shared => reduce_shared(&k, &sums, wg, (outputs, reads)),
+    };
+    k.if_(lid.lt(k.u32(outputs)), || {
+        let totals: Vec<Val> = match (&norm, totals.split_last()) {
+            (Some(n), Some((&sum_sq, sums))) => {
+                let inv_rms = n.inv_rms(sum_sq, cols);
+                sums.iter().map(|&t| t * inv_rms).collect()
+            }
+            _ => totals,
+        };
+        match (spec.epilogue, y, &rope) {
+            (Epilogue::Swiglu, Some(y), _) => {
+                let n = rows / k.u32(2);
+                let i = k.workgroup_id(0) * k.u32(outputs) + lid;
+                k.if_(i.lt(n), || {
+                    let v = super::elementwise::silu_ir(&k, totals[0]) * totals[1];
+                    k.store(y, token * n + i, v);
+                });
+            }
+            (_, None, Some(rope)) => {
+                let row = row0 + lid * k.u32(2);
+                k.if_(row.lt(rows), || {
+                    rope.store_pair(&k, token, row, (totals[0], totals[1]))
+                });
+            }
+            (_, Some(y), _) => {
+                let row = row0 + lid;
+                k.if_(row.lt(rows), || {
+                    let at = token * rows + row;
+                    k.store(y, at, r.map_or(totals[0], |r| totals[0] + k.load(r, at)));
+                });
+            }
+            (_, None, None) => unreachable!("y is declared unless the rope epilogue stores"),
+        }
+    });
+    Ok(k.finish())
+}
+
+/// The rows whose sums the invocation storing output `i` reads: `i`, or SwiGLU's gate and up
+/// rows `2i` and `2i + 1`; then the norm's sum of squares, row `rows_per_workgroup`.
+fn read_rows<'b>(k: &'b KernelBuilder, spec: &MatvecSpec, i: Val<'b>) -> Vec<Val<'b>> {
+    let mut rows = match spec.epilogue {
+        Epilogue::Swiglu | Epilogue::RopeStore(_) => {
+            let gate = i * k.u32(2);
+            vec![gate, gate + k.u32(1)]
+        }
+        Epilogue::None | Epilogue::Add => vec![i],
+    };
+    if spec.prologue == Prologue::RmsNorm {
+        rows.push(k.u32(spec.rows_per_workgroup));
+    }
+    rows
+}
+
+/// Accumulates the quantized rows' dot products: each step takes one segment of a block, loads
+/// its x values once, and for every row multiplies the codes by x and scales the segment's sum
+/// by d (adding m·Σx for Q4_1), so that the scales cost one multiply per segment. With the
+/// norm, x is multiplied by g as it is loaded. With `words`, `w` is a `U32` view.
+fn dot_quantized<'b>(
+    k: &'b KernelBuilder,
+    ty: WeightType,
+    (w, w16, words): (trine_ir::BufferId, Option<trine_ir::BufferId>, bool),
+    (input, norm): (&Input<'b>, Option<&Norm<'b>>),
+    cols: Val<'b>,
+    rows_accs: &[(Val<'b>, Var<'b>)],
+    (wg, segment): (u32, u32),
+) {
+    let block_bytes = k.u32(ty.block_bytes() as u32);
+    let row_bytes = (cols / k.u32(QK as u32)) * block_bytes;
+    let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * row_bytes).collect();
+    let segments = cols / k.u32(segment);
+    let lid = k.local_index();
+    k.for_range(lid, segments, wg, |s| {
+        let per_block = k.u32(QK as u32 / segment);
+        let block = s / per_block;
+        let part = s % per_block;
+        let xb = block * k.u32(QK as u32);
+        // Element offsets (within the block) of this segment, paired with their x values.
+        let offsets: Vec<Val> = match ty {
+            WeightType::Q8_0 => (0..segment)
+                .map(|i| part * k.u32(segment) + k.u32(i))
+                .collect(),
+            _ => (0..segment / 2)
+                .map(|i| part * k.u32(segment / 2) + k.u32(i))
+                .collect(),
+        };
+        let xs: Vec<Val> = match ty {
+            WeightType::Q8_0 => offsets.iter().map(|&o| input.load(k, xb + o)).collect(),
+            _ => offsets
+                .iter()
+                .map(|&o| input.load(k, xb + o))
+                .chain(
+                    offsets
+                        .iter()
+                        .map(|&o| input.load(k, xb + o + k.u32(QK as u32 / 2))),
+                )
+                .collect(),
+        };
+        let xs: Vec<Val> = match norm {
+            None => xs,
+            Some(n) => {
+                let first = block * k.u32(QK as u32);
+                let at: Vec<Val> = match ty {
+                    WeightType::Q8_0 => offsets.clone(),
+                    _ => {
+                        let half = k.u32(QK as u32 / 2);
+                        let high = offsets.iter().map(|&o| o + half);
+                        offsets.iter().copied().chain(high).collect()
+                    }
+                };
+                xs.iter()
+                    .zip(at)
+                    .map(|(&v, c)| n.scale(k, v, first + c))
+                    .collect()
+            }
+        };
+        let xsum = (ty == WeightType::Q4_1).then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
+        for (base, (_, acc)) in bases.iter().zip(rows_accs) {
+            let blk = *base + block * block_bytes;
+            let scales = match w16 {
+                // Blocks and their scales sit at even byte offsets: f16 element blk / 2.
+                Some(h) => {
+                    let at = blk / k.u32(2);
+                    dequant::Scales {
+                        d: k.load(h, at).cast(Scalar::F32),
+                        m: (ty == WeightType::Q4_1)
+                            .then(|| k.load(h, at + k.u32(1)).cast(Scalar::F32)),
+                    }
+                }
+                None => dequant::load_scales(k, ty, w, blk),
+            };
+            let codes: Vec<Val> = match ty {
+                _ if words => q4_1_word_codes(k, w, blk, part, segment),
+                WeightType::Q8_0 => offsets
+                    .iter()
+                    .map(|&o| dequant::q8_code(k, w, blk, o))
+                    .collect(),
+                _ => {
+                    let pairs: Vec<_> = offsets
+                        .iter()
+                        .map(|&o| dequant::q4_codes(k, ty, w, blk, o))
+                        .collect();
+                    pairs
+                        .iter()
+                        .map(|p| p.0)
+                        .chain(pairs.iter().map(|p| p.1))
+                        .collect()
+                }
+            };
+            let dot = codes
+                .iter()
+                .zip(&xs)
+                .skip(1)
+                .fold(codes[0] * xs[0], |a, (&q, &v)| q.fma(v, a));
+            let mut sum = scales.d.fma(dot, acc.get());
+            if let (Some(m), Some(xsum)) = (scales.m, xsum) {
+                sum = m.fma(xsum, sum);
+            }
+            acc.set(sum);
+        }
+    });
+}
+
+/// The codes of segment `part` of the Q4_1 block at byte `blk`, from `segment / 8` words of a
+/// `U32` view: the low nibbles of its bytes in order, then the high ones, as
+/// [`dequant::q4_codes`] gives them byte by byte. Bytes are little-endian in their word, as the
+/// GGUF file and every target store them.
+fn q4_1_word_codes<'b>(
+    k: &'b KernelBuilder,
+    w: trine_ir::BufferId,
+    blk: Val<'b>,
+    part: Val<'b>,
+    segment: u32,
+) -> Vec<Val<'b>> {
+    let first = blk / k.u32(4) + k.u32(dequant::codes_offset(WeightType::Q4_1) / 4);
+    let words: Vec<Val> = (0..segment / 8)
+        .map(|j| k.load(w, first + part * k.u32(segment / 8) + k.u32(j)))
+        .collect();
+    let nibbles = |shift: u32| {
+        words.iter().flat_map(move |&word| {
+            (0..4).map(move |b| ((word >> k.u32(8 * b + shift)) & k.u32(15)).cast(Scalar::F32))
+        })
+    };
+    nibbles(0).chain(nibbles(4)).collect()
+}
+
+/// Row sums through subgroup sums: each subgroup's lane 0 leaves one partial per row in
+/// shared memory; each invocation below `outputs` adds the partials of the rows `reads` names
+/// for it, and gets their sums.
+fn reduce_subgroup<'b>(
+    k: &'b KernelBuilder,
+    sums: &[Val<'b>],
+    wg: u32,
+    (outputs, reads): (u32, impl FnOnce(Val<'b>) -> Vec<Val<'b>>),
+) -> Vec<Val<'b>> {
+    let sh = k.shared("partials", Scalar::F32, sums.len() as u32 * wg);
+    let lid = k.local_index();
+    let totals: Vec<Val> = sums.iter().map(|s| s.subgroup_sum()).collect();
+    let sg = k.subgroup_id();
+    k.if_(k.subgroup_invocation_id().eq(k.u32(0)), || {
+        for (r, t) in totals.iter().enumerate() {
+            k.store_shared(sh, k.u32(r as u32 * wg) + sg, *t);
+        }
+    });
+    k.barrier();
+    read_totals(k, lid, (outputs, reads), |row, total| {
+        // A subgroup wider than the workgroup is one partial subgroup, hence the rounding up.
+        let width = k.subgroup_size();
+        let groups = (k.u32(wg) + width - k.u32(1)) / width;
+        let base = row * k.u32(wg);
+        k.for_range(k.u32(0), groups, 1, |g| {
+            total.set(total.get() + k.load_shared(sh, base + g))
+        });
+    })
+}
+
+/// Row sums through a shared-memory tree: log2(wg) halving steps over all rows at once, which
+/// leave row r's sum at `r·wg`; invocations below `outputs` get the sums of the rows `reads`
+/// names for them.
+fn reduce_shared<'b>(
+    k: &'b KernelBuilder,
+    sums: &[Val<'b>],
+    wg: u32,
+    (outputs, reads): (u32, impl FnOnce(Val<'b>) -> Vec<Val<'b>>),
+) -> Vec<Val<'b>> {
+    let sh = k.shared("partials", Scalar::F32, sums.len() as u32 * wg);
+    let lid = k.local_index();
+    for (r, s) in sums.iter().enumerate() {
+        k.store_shared(sh, k.u32(r as u32 * wg) + lid, *s);
+    }
+    k.barrier();
+    let mut stride = wg / 2;
+    while stride > 0 {
+        k.if_(lid.lt(k.u32(stride)), || {
+            for r in 0..sums.len() as u32 {
+                let at = k.u32(r * wg) + lid;
+                let v = k.load_shared(sh, at) + k.load_shared(sh, at + k.u32(stride));
+                k.store_shared(sh, at, v);
+            }
+        });
+        k.barrier();
+        stride /= 2;
+    }
+    read_totals(k, lid, (outputs, reads), |row, total| {
+        total.set(k.load_shared(sh, row * k.u32(wg)))
+    })
+}
+
+/// After a reduction's last barrier, where any invocation can read any row's sum: the sums
+/// of the rows `reads` names for invocation `lid`, if it is below `outputs`, each set into a
+/// fresh (zero) variable by `read`.
+fn read_totals<'b>(
+    k: &'b KernelBuilder,
+    lid: Val<'b>,
+    (outputs, reads): (u32, impl FnOnce(Val<'b>) -> Vec<Val<'b>>),
+    read: impl Fn(Val<'b>, Var<'b>),
+) -> Vec<Val<'b>> {
+    let mut totals = vec![];
+    k.if_(lid.lt(k.u32(outputs)), || {
+        for row in reads(lid) {
+            let total = k.var("total", Scalar::F32);
+            read(row, total);
+            totals.push(total);
+        }
+    });
+    totals.into_iter().map(|t| t.get()).collect()
+}
+
+/// A conformance case: random W (quantized with ggml's reference quantizers) and x.
+pub fn case(
+    ty: WeightType,
+    rows: u32,
+    cols: u32,
+    reduce: Reduce,
+    seed: u64,
+) -> Result<Case, ShapeError> {
+    batched_case(ty, rows, cols, 1, reduce, seed)
+}
+
+/// A conformance case multiplying W with `tokens` vectors at once, as prefill does.
+pub fn batched_case(
+    ty: WeightType,
+    rows: u32,
+    cols: u32,
+    tokens: u32,
+    reduce: Reduce,
+    seed: u64,
+) -> Result<Case, ShapeError> {
+    spec_case(MatvecSpec::new(ty, reduce), rows, cols, tokens, seed)
+}
+
+/// A conformance case of any [`MatvecSpec`]; its name shows the spec where it is not
+/// [`MatvecSpec::new`]'s, then what it fuses (`/norm+swiglu`). The fused inputs: g in
+/// [0.5, 1.5) as rms_norm's cases, eps [`super::matvec_fused::EPS`], r in [-2, 2).
+pub fn spec_case(
+    spec: MatvecSpec,
+    rows: u32,
+    cols: u32,
+    tokens: u32,
+    seed: u64,
+) -> Result<Case, ShapeError> {
+    let (ty, reduce) = (spec.weights, spec.reduce);
+    let (r, c) = (rows as usize, cols as usize);
+    // Fail before generating data for a shape the op rejects.
+    check_shapes(ty, r, c, ty.bytes(OP, "cols", c)?.saturating_mul(r), c)?;
+    nonzero(OP, "tokens", tokens)?;
+    elements(OP, "x", &[tokens, cols])?;
+    elements(OP, "y", &[tokens, rows])?;
+    // SwiGLU's rows come in pairs.
+    spec.epilogue.outputs(rows)?;
+    let mut rng = Rng::new(seed);
+    let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
+    let x = rng.f32s(c * tokens as usize, -1.0, 1.0);
+    // Drawn after W and x, so that the plain cases keep their data.
+    let g = (spec.prologue == Prologue::RmsNorm).then(|| rng.f32s(c, 0.5, 1.5));
+    let res = (spec.epilogue == Epilogue::Add).then(|| rng.f32s(r * tokens as usize, -2.0, 2.0));
+    let want = fused::reference(
+        ty,
+        &w,
+        r,
+        c,
+        &x,
+        &Fused {
+            norm: g.as_deref().map(|g| (g, fused::EPS)),
+            epilogue: spec.epilogue,
+            residual: res.as_deref().unwrap_or_default(),
+        },
+    )?;
+    let mut name = format!("{OP}/{ty}/{rows}x{cols}");
+    if tokens > 1 {
+        name.push_str(&format!("/t{tokens}"));
+    }
+    if reduce == Reduce::Shared {
+        name.push_str("/shared");
+    }
+    let unfused = MatvecSpec {
+        prologue: Prologue::None,
+        epilogue: Epilogue::None,
+        ..spec
+    };
+    if unfused != MatvecSpec::new(ty, reduce) {
+        name.push('/');
+        name.push_str(&spec.shape_name());
+    }
+    name.push_str(&fused::suffix(spec.prologue, spec.epilogue, '/', '+'));
+    let mut case = spec.weight_inputs(Case::new(name, kernel(spec)?, spec.grid(rows, tokens)), w);
+    let mut params = vec![ParamValue::U32(rows), ParamValue::U32(cols)];
+    case = case.input("x", Scalar::F32, f32_bytes(&x));
+    if let Some(g) = g {
+        case = case.input("g", Scalar::F32, f32_bytes(&g));
+        params.push(ParamValue::F32(fused::EPS));
+    }
+    if let Some(res) = res {
+        case = case.input("r", Scalar::F32, f32_bytes(&res));
+    }
+    let mut case = case
+        .output("y", Scalar::F32, vec![0; want.len() * 4], want)
+        .params(params);
+    if reduce == Reduce::Subgroup {
+        case = case.fallback(kernel(MatvecSpec {
+            reduce: Reduce::Shared,
+            ..spec
+        })?);
+    }
+    Ok(case)
+}
+
+/// For every weight type: small odd shapes, one row, and SmolLM2-135M's projections (576
+/// model width, 1536 FFN), the shared fallback on two of them (every backend here has
+/// subgroups, so it would not run otherwise). Then SmolLM2's output head, 49152 × 576 in Q8_0
+/// as its GGUF stores it, and a 4096 × 4096 Q4_0 matrix (a 7B model's projection): the two
+/// largest cases, about 11 s and 4 s in the interpreter of a debug build.
+pub fn cases() -> Vec<Case> {
+    let mut shapes: Vec<(WeightType, u32, u32, Reduce)> = vec![];
+    for ty in WeightType::ALL {
+        let odd = if ty.is_quantized() { 96 } else { 45 };
+        for (rows, cols) in [(7, odd), (1, odd), (576, 576), (1536, 576), (576, 1536)] {
+            shapes.push((ty, rows, cols, Reduce::Subgroup));
+        }
+        shapes.push((ty, 7, odd, Reduce::Shared));
+        shapes.push((ty, 576, 1536, Reduce::Shared));
+    }
+    shapes.push((WeightType::Q8_0, 49152, 576, Reduce::Subgroup));
+    shapes.push((WeightType::Q4_0, 4096, 4096, Reduce::Subgroup));
+    let mut v: Vec<Case> = shapes
+        .into_iter()
+        .enumerate()
+        .map(|(i, (ty, rows, cols, reduce))| {
+            case(ty, rows, cols, reduce, 1000 + i as u64).expect("the listed shapes are valid")
+        })
+        .collect();
+    // Prefill: a 7-token prompt through SmolLM2's K projection and a small odd one.
+    for (ty, rows, cols, tokens, reduce) in [
+        (WeightType::Q4_1, 192, 576, 7, Reduce::Subgroup),
+        (WeightType::Q8_0, 7, 96, 3, Reduce::Shared),
+        (WeightType::F32, 7, 45, 5, Reduce::Subgroup),
+    ] {
+        v.push(
+            batched_case(ty, rows, cols, tokens, reduce, 2000 + rows as u64)
+                .expect("the listed shapes are valid"),
+        );
+    }
+    // The executor's shapes: the CPU's (8 rows on 8 invocations; 16-element segments; scales
+    // through an f16 view) and the GPUs' (8 rows on 128 invocations, f16 scales), prefill
+    // included.
+    for (ty, rows, cols, tokens, reduce) in [
+        (WeightType::Q4_1, 1536, 576, 1, Reduce::Subgroup),
+        (WeightType::Q4_1, 192, 576, 3, Reduce::Shared),
+        (WeightType::Q8_0, 13, 96, 1, Reduce::Subgroup),
+        (WeightType::Q4_0, 13, 96, 2, Reduce::Subgroup),
+        (WeightType::F16, 13, 45, 1, Reduce::Subgroup),
+    ] {
+        for (workgroup, segment, f16_scales) in
+            [(8, 16, false), (8, 8, true), (8, 16, true), (128, 8, true)]
+        {
+            let spec = MatvecSpec {
+                rows_per_workgroup: 8,
+                workgroup,
+                segment,
+                f16_scales,
+                ..MatvecSpec::new(ty, reduce)
+            };
+            v.push(
+                spec_case(spec, rows, cols, tokens, 3000 + rows as u64)
+                    .expect("the listed shapes are valid"),
+            );
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_are_checked() {
+        assert_eq!(
+            check_shapes(WeightType::Q4_0, 2, 48, 1000, 48),
+            Err(ShapeError::NotMultiple {
+                op: OP,
+                what: "cols",
+                value: 48,
+                multiple: 32
+            })
+        );
+        assert_eq!(
+            check_shapes(WeightType::Q4_1, 2, 64, 79, 64),
+            Err(ShapeError::TooSmall {
+                op: OP,
+                what: "weight bytes",
+                needed: 80,
+                found: 79
+            })
+        );
+        assert!(matches!(
+            check_shapes(WeightType::F32, 3, 5, 60, 4),
+            Err(ShapeError::Mismatch {
+                expected: 5,
+                found: 4,
+                ..
+            })
+        ));
+        assert!(matches!(
+            check_shapes(WeightType::F32, 0, 5, 60, 5),
+            Err(ShapeError::Zero { what: "rows", .. })
+        ));
+        assert!(matches!(
+            check_shapes(WeightType::F32, 1 << 16, 1 << 15, usize::MAX, 1 << 15),
+            Err(ShapeError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            case(WeightType::Q8_0, 3, 40, Reduce::Shared, 1),
+            Err(ShapeError::NotMultiple { .. })
+        ));
+        let mut spec = MatvecSpec::new(WeightType::F32, Reduce::Shared);
+        spec.workgroup = 48;
+        assert!(matches!(
+            kernel(spec),
+            Err(ShapeError::NotPowerOfTwo { value: 48, .. })
+        ));
+    }
+
+    /// Codes read as words give the bits of codes read byte by byte, for every segment length
+    /// (one, two and four words), fused or not; and a word view is only declared where it is
+    /// aligned (Q4_1 with f16 scales).
+    #[test]
+    fn word_codes_equal_byte_codes() {
+        for (segment, prologue, epilogue) in [
+            (8, Prologue::RmsNorm, Epilogue::Swiglu),
+            (16, Prologue::None, Epilogue::Add),
+            (32, Prologue::None, Epilogue::None),
+        ] {
+            let bytes = MatvecSpec {
+                rows_per_workgroup: 2,
+                workgroup: 32,
+                segment,
+                f16_scales: true,
+                prologue,
+                epilogue,
+                ..MatvecSpec::new(WeightType::Q4_1, Reduce::Subgroup)
+            };
+            let words = MatvecSpec {
+                word_codes: true,
+                ..bytes
+            };
+            assert_eq!(words.weights_elem(), Scalar::U32);
+            let run = |spec| {
+                let case = spec_case(spec, 10, 128, 2, 7).unwrap();
+                let at = case.buffers.iter().position(|b| b.name == "y").unwrap();
+                case.interpret().unwrap().swap_remove(at)
+            };
+            assert_eq!(run(words), run(bytes), "segment {segment}");
+        }
+        for spec in [
+            MatvecSpec::new(WeightType::Q4_1, Reduce::Subgroup),
+            MatvecSpec::new(WeightType::Q4_0, Reduce::Subgroup),
+            MatvecSpec::new(WeightType::Q8_0, Reduce::Subgroup),
+        ] {
+            let spec = MatvecSpec {
+                word_codes: true,
+                f16_scales: spec.weights != WeightType::Q4_1,
+                ..spec
+            };
+            assert_eq!(spec.weights_elem(), Scalar::U8, "{:?}", spec.weights);
+        }
+    }
+
+    #[test]
+    fn reference_is_a_plain_dot_product() {
+        // W = [[1, 2], [3, 4], [-1, 0.5]] in f16, x = [0.5, -1].
+        let w = quantize(WeightType::F16, &[1.0, 2.0, 3.0, 4.0, -1.0, 0.5]).unwrap();
+        let y = reference(WeightType::F16, &w, 3, 2, &[0.5, -1.0]).unwrap();
+        assert_eq!(y, vec![-1.5, -2.5, -1.0]);
+    }
+}

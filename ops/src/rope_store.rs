@@ -1,0 +1,498 @@
+//! Rope on the query and key heads of a fused QKV projection, and the KV cache store, in one
+//! dispatch: what `rope` on q, `rope` on k and two `copy`s into the caches compute, for a step
+//! recorded once and replayed every token.
+//!
+//! A replayed step cannot take its position as a parameter, so the kernel reads it from the
+//! `step` buffer (element 0 = `pos`, the tokens already in the cache): token `t` is rotated for
+//! position `pos + t` and written at cache row `pos + t`.
+//!
+//! Layouts (row-major): `qkv` [tokens × (heads + 2·kv_heads) × head_dim], each token's row the
+//! query heads, then the key heads, then the value heads; `q` [tokens × heads × head_dim];
+//! `k_cache`, `v_cache` [context × kv_heads × head_dim]. The caller keeps `pos + tokens` within
+//! the context: the kernel does not clip the rows it writes, since dropped writes would hide a
+//! step past the end of the cache instead of failing it.
+//!
+//! One invocation per pair of a head (rope's pairing, see [`super::rope`]): a query or key pair
+//! is rotated exactly as the rope kernel rotates it (the same f32 angle from the same `freq`
+//! table), a value pair is copied. A head of `head_dim` values has `head_dim/2` pairs, so a
+//! token's row of `heads + 2·kv_heads` heads is covered by the x axis of the grid and the
+//! tokens by its y axis, without a division by the row length.
+//!
+//! Bound: the default 1e-7, rope's (4e-10 measured against the f64 reference at position
+//! 2047, from the f32 angle's rounding; lavapipe within 1e-15 of the interpreter). The key
+//! cache in f16 is compared with the reference rounded to f16 (the rope output rounded once,
+//! as `copy` rounds it), so only a rare one-ulp rounding flip counts; the value copy is exact.
+
+use super::rope::{self, Rope, RopeMode};
+use super::shape::ShapeError;
+use super::support::{elements, expect_len, nonzero, seed, store_f32, Float};
+use crate::case::*;
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+
+const OP: &str = "rope_store";
+
+/// Invocations per workgroup; each handles one pair.
+pub const WG: u32 = 64;
+
+/// One rope-and-store dispatch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeStore {
+    pub tokens: u32,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    /// Positions each cache holds.
+    pub context: u32,
+    /// Frequency base (10000 for Llama 2, 100000 for SmolLM2).
+    pub base: f32,
+    pub mode: RopeMode,
+}
+
+impl RopeStore {
+    /// Checks the shape; returns the element count of `qkv`.
+    pub fn check(&self) -> Result<u32, ShapeError> {
+        nonzero(OP, "tokens", self.tokens)?;
+        nonzero(OP, "heads", self.heads)?;
+        nonzero(OP, "kv_heads", self.kv_heads)?;
+        nonzero(OP, "context", self.context)?;
+        check_head_dim(self.head_dim)?;
+        if self.tokens > self.context {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "tokens",
+                value: self.tokens as usize,
+                limit: self.context as usize,
+            });
+        }
+        elements(OP, "cache", &[self.context, self.kv_heads, self.head_dim])?;
+        elements(OP, "qkv", &[self.tokens, self.row_heads()?, self.head_dim])
+    }
+
+    /// Heads in one token's `qkv` row.
+    fn row_heads(&self) -> Result<u32, ShapeError> {
+        let n = self.heads as u64 + 2 * self.kv_heads as u64;
+        u32::try_from(n).map_err(|_| ShapeError::TooLarge {
+            op: OP,
+            what: "heads + 2·kv_heads",
+            value: n as usize,
+            limit: u32::MAX as usize,
+        })
+    }
+
+    /// `[pairs per token / WG, tokens, 1]` (meaningful once [`RopeStore::check`] passed).
+    pub fn grid(&self) -> [u32; 3] {
+        let pairs = (self.heads as u64 + 2 * self.kv_heads as u64) * (self.head_dim / 2) as u64;
+        [pairs.div_ceil(WG as u64) as u32, self.tokens, 1]
+    }
+
+    /// The kernel's parameters, in declaration order.
+    pub fn params(&self) -> Vec<ParamValue> {
+        vec![ParamValue::U32(self.heads), ParamValue::U32(self.kv_heads)]
+    }
+
+    /// The `freq` input, as [`Rope::frequencies`].
+    pub fn frequencies(&self) -> Vec<f32> {
+        self.rope(self.heads, 0).frequencies()
+    }
+
+    /// The unfused rope over `heads` heads of every token, the first at position `pos`.
+    fn rope(&self, heads: u32, pos: u32) -> Rope {
+        Rope {
+            tokens: self.tokens,
+            heads,
+            head_dim: self.head_dim,
+            offset: pos,
+            base: self.base,
+            mode: self.mode,
+        }
+    }
+}
+
+fn check_head_dim(d: u32) -> Result<(), ShapeError> {
+    nonzero(OP, "head_dim", d)?;
+    if !d.is_multiple_of(2) {
+        return Err(ShapeError::NotMultiple {
+            op: OP,
+            what: "head_dim",
+            value: d as usize,
+            multiple: 2,
+        });
+    }
+    Ok(())
+}
+
+/// The kernel for one head dimension (a compile-time constant, so that the pair index is a
+/// division by a constant), rope layout and cache storage type.
+/// Buffers: `qkv` f32, `step` u32, `freq` f32 [head_dim/2] (see [`RopeStore::frequencies`]),
+/// `q` f32, `k_cache` and `v_cache` of `kv`. Params: heads, kv_heads. Grid:
+/// [`RopeStore::grid`].
+pub fn kernel(head_dim: u32, mode: RopeMode, kv: Float) -> Result<Kernel, ShapeError> {
+    check_head_dim(head_dim)?;
+    let k = KernelBuilder::new(
+        &format!("rope_store_{}_d{head_dim}_{}kv", mode.name(), kv.name()),
+        [WG, 1, 1],
+    );
+    let qkv = k.buffer("qkv", Scalar::F32, Access::Read);
+    let step = k.buffer("step", Scalar::U32, Access::Read);
+    let freq = k.buffer("freq", Scalar::F32, Access::Read);
+    let q = k.buffer("q", Scalar::F32, Access::Write);
+    let kc = k.buffer("k_cache", kv.scalar(), Access::Write);
+    let vc = k.buffer("v_cache", kv.scalar(), Access::Write);
+    let heads = k.param("heads", Scalar::U32);
+    let kv_heads = k.param("kv_heads", Scalar::U32);
+    let u = k.global_id(0);
+    let t = k.workgroup_id(1);
+    let (d, half) = (k.u32(head_dim), k.u32(head_dim / 2));
+    let rotated_heads = heads + kv_heads;
+    let row_heads = rotated_heads + kv_heads;
+    k.if_(u.lt(row_heads * half), || {
+        let head = u / half;
+        let i = u % half;
+        let (i0, i1) = match mode {
+            RopeMode::Normal => (i + i, i + i + k.u32(1)),
+            RopeMode::Neox => (i, i + half),
+        };
+        let src = (t * row_heads + head) * d;
+        let a = k.load(qkv, src + i0);
+        let b = k.load(qkv, src + i1);
+        let pos = k.load(step, k.u32(0)) + t;
+        let cache_row = pos * kv_heads * d;
+        k.if_else(
+            head.lt(rotated_heads),
+            || {
+                let theta = pos.cast(Scalar::F32) * k.load(freq, i);
+                let (cos, sin) = (theta.cos(), theta.sin());
+                let ra = a * cos - b * sin;
+                let rb = a * sin + b * cos;
+                k.if_else(
+                    head.lt(heads),
+                    || {
+                        let dst = (t * heads + head) * d;
+                        k.store(q, dst + i0, ra);
+                        k.store(q, dst + i1, rb);
+                    },
+                    || {
+                        let dst = cache_row + (head - heads) * d;
+                        store_f32(&k, kv, kc, dst + i0, ra);
+                        store_f32(&k, kv, kc, dst + i1, rb);
+                    },
+                );
+            },
+            || {
+                let dst = cache_row + (head - rotated_heads) * d;
+                store_f32(&k, kv, vc, dst + i0, a);
+                store_f32(&k, kv, vc, dst + i1, b);
+            },
+        );
+    });
+    Ok(k.finish())
+}
+
+/// What [`reference`] computes: `q`, and the caches after the store, in f64 and not rounded to
+/// the cache type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeStoreOut {
+    pub q: Vec<f64>,
+    pub k_cache: Vec<f64>,
+    pub v_cache: Vec<f64>,
+}
+
+/// The plain-Rust reference: [`rope::reference`] on the query and key heads of `qkv`, and the
+/// rotated keys and the values written over rows `pos..pos + tokens` of the caches, which hold
+/// the values their buffers hold (already rounded to the storage type).
+pub fn reference(
+    shape: &RopeStore,
+    pos: u32,
+    qkv: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+) -> Result<RopeStoreOut, ShapeError> {
+    let n = shape.check()?;
+    expect_len(OP, "qkv", n as usize, qkv.len())?;
+    let end = pos as usize + shape.tokens as usize;
+    if end > shape.context as usize {
+        return Err(ShapeError::TooLarge {
+            op: OP,
+            what: "pos + tokens",
+            value: end,
+            limit: shape.context as usize,
+        });
+    }
+    let d = shape.head_dim as usize;
+    let (q_dim, kv_dim) = (shape.heads as usize * d, shape.kv_heads as usize * d);
+    let cache = shape.context as usize * kv_dim;
+    expect_len(OP, "k_cache", cache, k_cache.len())?;
+    expect_len(OP, "v_cache", cache, v_cache.len())?;
+    let rows = || qkv.chunks(q_dim + 2 * kv_dim);
+    let q_in: Vec<f32> = rows().flat_map(|r| &r[..q_dim]).copied().collect();
+    let k_in: Vec<f32> = rows()
+        .flat_map(|r| &r[q_dim..][..kv_dim])
+        .copied()
+        .collect();
+    let v_in = rows().flat_map(|r| &r[q_dim + kv_dim..]).map(|&v| v as f64);
+    let q = rope::reference(&shape.rope(shape.heads, pos), &q_in)?;
+    let k_new = rope::reference(&shape.rope(shape.kv_heads, pos), &k_in)?;
+    let rows_at = pos as usize * kv_dim..end * kv_dim;
+    Ok(RopeStoreOut {
+        q,
+        k_cache: overwrite(k_cache, rows_at.clone(), k_new),
+        v_cache: overwrite(v_cache, rows_at, v_in),
+    })
+}
+
+/// `cache` in f64 with the elements `at` replaced by `new`.
+fn overwrite(
+    cache: &[f32],
+    at: std::ops::Range<usize>,
+    new: impl IntoIterator<Item = f64>,
+) -> Vec<f64> {
+    let mut out: Vec<f64> = cache.iter().map(|&v| v as f64).collect();
+    out.splice(at, new);
+    out
+}
+
+/// A conformance case for `shape` at position `pos` with the caches stored as `kv`, with
+/// deterministic inputs. The cache rows the step does not write hold values too, so that a
+/// write to the wrong row shows.
+pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
+    let n = shape.check()?;
+    let name = format!(
+        "{OP}/{}/f32+{}kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}",
+        shape.mode.name(),
+        kv.name(),
+        shape.tokens,
+        shape.heads,
+        shape.kv_heads,
+        shape.head_dim,
+        shape.context,
+        shape.base
+    );
+    let mut r = Rng::new(seed(&name));
+    let qkv = r.f32s(n as usize, -2.0, 2.0);
+    let cache = (shape.context * shape.kv_heads * shape.head_dim) as usize;
+    let k0 = kv.stored(&r.f32s(cache, -3.0, 3.0));
+    let v0 = kv.stored(&r.f32s(cache, -3.0, 3.0));
+    let want = reference(&shape, pos, &qkv, &k0, &v0)?;
+    let rounded = |v: Vec<f64>| v.into_iter().map(|x| kv.round(x)).collect();
+    // NaN where the kernel must write: an element it skips fails the NaN pattern check.
+    let q0 = vec![f32::NAN; want.q.len()];
+    Ok(
+        Case::new(name, kernel(shape.head_dim, shape.mode, kv)?, shape.grid())
+            .input("qkv", Scalar::F32, f32_bytes(&qkv))
+            .input("step", Scalar::U32, u32_bytes(&[pos]))
+            .input("freq", Scalar::F32, f32_bytes(&shape.frequencies()))
+            .output("q", Scalar::F32, f32_bytes(&q0), want.q)
+            .output("k_cache", kv.scalar(), kv.bytes(&k0), rounded(want.k_cache))
+            .output("v_cache", kv.scalar(), kv.bytes(&v0), rounded(want.v_cache))
+            .params(shape.params()),
+    )
+}
+
+pub fn cases() -> Vec<Case> {
+    // SmolLM2-135M: 9 query heads, 3 KV heads, head_dim 64, base 100000.
+    let smol = |tokens, context, mode| RopeStore {
+        tokens,
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        context,
+        base: 100_000.0,
+        mode,
+    };
+    let small = |tokens, heads, kv_heads, head_dim, context, mode| RopeStore {
+        tokens,
+        heads,
+        kv_heads,
+        head_dim,
+        context,
+        base: 10_000.0,
+        mode,
+    };
+    use Float::{F16, F32};
+    use RopeMode::{Neox, Normal};
+    let shapes = [
+        (smol(1, 2048, Normal), 0, F16),    // the first decode step
+        (smol(1, 2048, Normal), 2047, F16), // the last position of the context
+        (smol(1, 2048, Normal), 2047, F32),
+        (smol(7, 32, Normal), 13, F16), // a prefill chunk after 13 tokens
+        (smol(7, 32, Normal), 13, F32),
+        (smol(16, 16, Normal), 0, F32), // a prefill that fills the cache
+        (smol(7, 32, Neox), 13, F32),
+        (small(3, 4, 2, 10, 100, Neox), 77, F16),
+        (small(5, 5, 5, 6, 9, Normal), 4, F32), // no grouping, tiny heads
+        (small(2, 1, 1, 2, 3, Neox), 1, F16),   // one pair per head
+    ];
+    shapes
+        .into_iter()
+        .map(|(shape, pos, kv)| case(shape, pos, kv))
+        .collect::<Result<_, _>>()
+        .expect("the fixed shapes are valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elementwise::copy_kernel;
+    use trine_ir::interp::interpret;
+
+    fn f32s(bytes: &[u8]) -> Vec<f32> {
+        bytemuck::cast_slice(bytes).to_vec()
+    }
+
+    /// The fused kernel on the interpreter gives the bits of the ops it replaces: rope on q,
+    /// rope on k, then copies of k and v into the caches at the position.
+    #[test]
+    fn fused_equals_unfused_on_the_interpreter() {
+        for (mode, kv) in [(RopeMode::Normal, Float::F16), (RopeMode::Neox, Float::F32)] {
+            let shape = RopeStore {
+                tokens: 3,
+                heads: 4,
+                kv_heads: 2,
+                head_dim: 8,
+                context: 10,
+                base: 10_000.0,
+                mode,
+            };
+            let pos = 6;
+            let (d, tokens) = (8, 3);
+            let (q_dim, kv_dim) = (4 * d, 2 * d);
+            let mut r = Rng::new(5);
+            let qkv = r.f32s(tokens * (q_dim + 2 * kv_dim), -2.0, 2.0);
+            let cache0 = kv.bytes(&r.f32s(10 * kv_dim, -1.0, 1.0));
+            let freq = f32_bytes(&shape.frequencies());
+
+            let mut fused = vec![
+                f32_bytes(&qkv),
+                u32_bytes(&[pos]),
+                freq.clone(),
+                vec![0; tokens * q_dim * 4],
+                cache0.clone(),
+                cache0.clone(),
+            ];
+            let kernel = kernel(8, mode, kv).unwrap();
+            interpret(&kernel, shape.grid(), &mut fused, &shape.params(), 16).unwrap();
+
+            let rope_on = |heads: usize, x: Vec<f32>| {
+                let s = shape.rope(heads as u32, pos);
+                let mut b = vec![f32_bytes(&x), freq.clone(), vec![0; x.len() * 4]];
+                interpret(
+                    &rope::kernel(mode, Float::F32),
+                    s.grid(),
+                    &mut b,
+                    &s.params(),
+                    16,
+                )
+                .unwrap();
+                b.pop().unwrap()
+            };
+            let part = |at: usize, len: usize| -> Vec<f32> {
+                qkv.chunks(q_dim + 2 * kv_dim)
+                    .flat_map(|row| &row[at..][..len])
+                    .copied()
+                    .collect()
+            };
+            let q = rope_on(4, part(0, q_dim));
+            let k = rope_on(2, part(q_dim, kv_dim));
+            let v = f32_bytes(&part(q_dim + kv_dim, kv_dim));
+            let store = |x: Vec<u8>| {
+                let n = (tokens * kv_dim) as u32;
+                let mut b = vec![x, cache0.clone()];
+                let params = [
+                    ParamValue::U32(n),
+                    ParamValue::U32(0),
+                    ParamValue::U32(pos * kv_dim as u32),
+                ];
+                let copy = copy_kernel(Float::F32, kv);
+                interpret(&copy, [n.div_ceil(256), 1, 1], &mut b, &params, 16).unwrap();
+                b.pop().unwrap()
+            };
+            assert_eq!(f32s(&fused[3]), f32s(&q), "{mode:?} q");
+            assert_eq!(fused[4], store(k), "{mode:?} k_cache");
+            assert_eq!(fused[5], store(v), "{mode:?} v_cache");
+        }
+    }
+
+    #[test]
+    fn reference_rotates_q_and_k_and_copies_v() {
+        // One token at position 1, one head each, head_dim 2: q and k turn by 1 radian.
+        let shape = RopeStore {
+            tokens: 1,
+            heads: 1,
+            kv_heads: 1,
+            head_dim: 2,
+            context: 3,
+            base: 10_000.0,
+            mode: RopeMode::Normal,
+        };
+        let (s, c) = 1f64.sin_cos();
+        let out = reference(
+            &shape,
+            1,
+            &[1.0, 0.0, 0.0, 2.0, 5.0, 6.0],
+            &[9.0; 6],
+            &[8.0; 6],
+        )
+        .unwrap();
+        let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-12);
+        assert!(close(&out.q, &[c, s]), "{out:?}");
+        assert!(
+            close(&out.k_cache, &[9.0, 9.0, -2.0 * s, 2.0 * c, 9.0, 9.0]),
+            "{out:?}"
+        );
+        assert_eq!(out.v_cache, vec![8.0, 8.0, 5.0, 6.0, 8.0, 8.0]);
+    }
+
+    #[test]
+    fn bad_shapes_are_typed_errors() {
+        let s = RopeStore {
+            tokens: 2,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 4,
+            context: 3,
+            base: 10_000.0,
+            mode: RopeMode::Normal,
+        };
+        assert!(matches!(
+            RopeStore { head_dim: 5, ..s }.check(),
+            Err(ShapeError::NotMultiple { .. })
+        ));
+        assert!(matches!(
+            RopeStore { kv_heads: 0, ..s }.check(),
+            Err(ShapeError::Zero { .. })
+        ));
+        assert!(matches!(
+            RopeStore { tokens: 4, ..s }.check(),
+            Err(ShapeError::TooLarge { what: "tokens", .. })
+        ));
+        assert!(matches!(
+            RopeStore {
+                heads: u32::MAX,
+                kv_heads: u32::MAX,
+                ..s
+            }
+            .check(),
+            Err(ShapeError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            kernel(3, RopeMode::Normal, Float::F16),
+            Err(ShapeError::NotMultiple { .. })
+        ));
+        let qkv = [0.0; 2 * 4 * 4];
+        let cache = [0.0; 3 * 4];
+        assert_eq!(
+            reference(&s, 2, &qkv, &cache, &cache),
+            Err(ShapeError::TooLarge {
+                op: OP,
+                what: "pos + tokens",
+                value: 4,
+                limit: 3
+            })
+        );
+        assert!(matches!(
+            reference(&s, 1, &qkv, &cache[1..], &cache),
+            Err(ShapeError::Mismatch { .. })
+        ));
+        assert!(reference(&s, 1, &qkv, &cache, &cache).is_ok());
+    }
+}
