@@ -13,22 +13,32 @@ use trine_backends::{Binding, BufferHandle};
 use trine_ops::support::Float;
 
 impl Engine {
-    /// Bytes of the buffers device `d` will hold once the largest prompt step and a decode
-    /// step have run: every tensor a node placed there binds, once (weights, the KV cache,
-    /// activations sized for the largest step).
-    pub fn bytes_needed(&self, d: usize) -> u64 {
-        let mut tensors = HashSet::new();
+    /// Every tensor the largest prompt step and a decode step bind, with the device of the
+    /// node that binds it, once each.
+    fn bound_tensors(&self) -> HashSet<(Tensor, usize)> {
+        let mut bound = HashSet::new();
         for tokens in [self.options.max_batch, 1] {
             let s = Step { tokens, pos: 0 };
             for node in self.graph(s) {
                 let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
-                if self.placement.programs.get(&key).map(|p| p.0) == Some(d) {
+                if let Some(&(d, _)) = self.placement.programs.get(&key) {
                     let plan = self.plan(&node, s);
-                    tensors.extend(plan.inputs.into_iter().chain(plan.outputs));
+                    bound.extend(plan.inputs.into_iter().chain(plan.outputs).map(|t| (t, d)));
                 }
             }
         }
-        tensors.into_iter().map(|t| self.bytes(t)).sum()
+        bound
+    }
+
+    /// Bytes of the buffers device `d` will hold once the largest prompt step and a decode
+    /// step have run: every tensor a node placed there binds, once (weights, the KV cache,
+    /// activations sized for the largest step).
+    pub fn bytes_needed(&self, d: usize) -> u64 {
+        self.bound_tensors()
+            .into_iter()
+            .filter(|&(_, on)| on == d)
+            .map(|(t, _)| self.bytes(t))
+            .sum()
     }
 
     /// Allocates every buffer the largest prompt step and a decode step bind, uploads every
@@ -36,20 +46,10 @@ impl Engine {
     /// the uploads: afterwards a step's time is its own work, not the model's upload (what
     /// `trine generate` calls before it starts its clocks). Steps run the same without it.
     pub fn prepare(&mut self) -> Result<(), ModelError> {
-        for tokens in [self.options.max_batch, 1] {
-            let s = Step { tokens, pos: 0 };
-            for node in self.graph(s) {
-                let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
-                let d = self.placement.programs[&key].0;
-                let plan = self.plan(&node, s);
-                for t in plan.inputs.into_iter().chain(plan.outputs) {
-                    if self.constant(t).is_some() {
-                        self.make_valid(t, d)?;
-                    } else {
-                        self.buffer(t, d)?;
-                    }
-                }
-            }
+        for (t, d) in self.bound_tensors() {
+            // Allocates `t` on `d`, and uploads it if it is a constant; before the first step
+            // nothing else has a value to copy.
+            self.make_valid(t, d)?;
         }
         self.synchronize()
     }
