@@ -11,6 +11,7 @@
 //! - `trine_shfl_xor_T`, `trine_sg_{sum,min,max}_T` for T in f32, f16, i32, u32 (see
 //!   [`subgroup_fn`]).
 
+use std::collections::HashSet;
 use std::fmt::Write;
 use trine_ir::{
     BinaryOp, Builtin, Expr, ExprId, Info, Kernel, Literal, Scalar, Stmt, SubgroupOp, UnaryOp,
@@ -61,6 +62,12 @@ pub(crate) trait Spelling {
     /// `end`. By default `end` itself; a dialect may clamp it so the variable cannot wrap.
     fn loop_end(&self, end: &str, _step: u32) -> String {
         end.to_string()
+    }
+    /// Whether memory indices are computed in 64 bits through their additions, subtractions
+    /// and multiplications (see [`Printer`]): for C, whose vectoriser sees an index that may
+    /// wrap at 2^32 as a gather; GPU dialects keep 32-bit indices.
+    fn wide_indices(&self) -> bool {
+        false
     }
 }
 
@@ -295,11 +302,19 @@ pub(crate) fn shuffle_fn(ty: Scalar) -> String {
 }
 
 /// Prints the statements of a kernel body.
+///
+/// With [`Spelling::wide_indices`], a `U32` addition, subtraction or multiplication also gets
+/// a 64-bit shadow `x_eN` computed from its operands' shadows (or their zero-extended values),
+/// and loads and stores index with the shadow. It differs from the 32-bit value only where
+/// that one wrapped, for an index beyond every buffer; in exchange `base + lid` is affine in
+/// `lid` for the C vectoriser, which treats a 32-bit sum that may wrap as a gather.
 pub(crate) struct Printer<'a, S> {
     kernel: &'a Kernel,
     info: &'a Info,
     spelling: &'a S,
     out: String,
+    /// Expressions with a 64-bit shadow in scope.
+    shadows: HashSet<ExprId>,
 }
 
 impl<'a, S: Spelling> Printer<'a, S> {
@@ -309,9 +324,32 @@ impl<'a, S: Spelling> Printer<'a, S> {
             info,
             spelling,
             out: String::new(),
+            shadows: HashSet::new(),
         }
     }
 
+    /// Forgets the shadows: the code that follows is in a new scope (a fresh region).
+    pub(crate) fn forget_shadows(&mut self) {
+        self.shadows.clear();
+    }
+
+    /// An index expression's text: its shadow where it has one.
+    fn index(&self, e: ExprId) -> String {
+        if self.shadows.contains(&e) {
+            format!("x_{}", expr_name(e))
+        } else {
+            expr_name(e)
+        }
+    }
+
+    /// The 64-bit value of `e` for a shadow: its shadow, or its zero-extended value.
+    fn wide(&self, e: ExprId) -> String {
+        if self.shadows.contains(&e) {
+            format!("x_{}", expr_name(e))
+        } else {
+            format!("(uint64_t){}", expr_name(e))
+        }
+    }
     pub(crate) fn finish(self) -> String {
         self.out
     }
@@ -335,6 +373,10 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 let ty = value_type(self.info.ty(*id));
                 let text = format!("const {ty} {} = {};", e(*id), self.expr(*id));
                 self.line(depth, &text);
+                if let Some(wide) = self.shadow(*id) {
+                    self.line(depth, &format!("const uint64_t x_{} = {wide};", e(*id)));
+                    self.shadows.insert(*id);
+                }
             }
             Stmt::Assign { var, value } => {
                 self.line(depth, &format!("{} = {};", var_name(k, *var), e(*value)));
@@ -345,7 +387,8 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 value,
             } => {
                 let b = buffer_name(k, *buffer);
-                self.line(depth, &format!("{b}[{}] = {};", e(*index), e(*value)));
+                let i = self.index(*index);
+                self.line(depth, &format!("{b}[{i}] = {};", e(*value)));
             }
             Stmt::StoreShared {
                 array,
@@ -353,7 +396,8 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 value,
             } => {
                 let a = shared_name(k, *array);
-                self.line(depth, &format!("{a}[{}] = {};", e(*index), e(*value)));
+                let i = self.index(*index);
+                self.line(depth, &format!("{a}[{i}] = {};", e(*value)));
             }
             Stmt::If {
                 cond,
@@ -394,6 +438,23 @@ impl<'a, S: Spelling> Printer<'a, S> {
         }
     }
 
+    /// The 64-bit shadow of expression `id`, if it gets one (see [`Printer`]).
+    fn shadow(&self, id: ExprId) -> Option<String> {
+        if !self.spelling.wide_indices() || self.info.ty(id) != Scalar::U32 {
+            return None;
+        }
+        let Expr::Binary { op, lhs, rhs } = *self.kernel.expr(id) else {
+            return None;
+        };
+        let op = match op {
+            BinaryOp::Add => "+",
+            BinaryOp::Sub => "-",
+            BinaryOp::Mul => "*",
+            _ => return None,
+        };
+        Some(format!("{} {op} {}", self.wide(lhs), self.wide(rhs)))
+    }
+
     /// The right-hand side that computes expression `id`.
     fn expr(&self, id: ExprId) -> String {
         let (k, s, info) = (self.kernel, self.spelling, self.info);
@@ -404,7 +465,7 @@ impl<'a, S: Spelling> Printer<'a, S> {
             Expr::Builtin(b) => s.builtin(b, k.workgroup_size),
             Expr::Var(v) => var_name(k, v),
             Expr::Load { buffer, index } => {
-                let x = format!("{}[{}]", buffer_name(k, buffer), e(index));
+                let x = format!("{}[{}]", buffer_name(k, buffer), self.index(index));
                 match k.buffers[buffer.0 as usize].elem {
                     Scalar::BF16 => {
                         let f = s.intrinsic(Intrinsic::UintAsFloat);
@@ -416,7 +477,7 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 }
             }
             Expr::LoadShared { array, index } => {
-                format!("{}[{}]", shared_name(k, array), e(index))
+                format!("{}[{}]", shared_name(k, array), self.index(index))
             }
             Expr::Unary { op, arg } => unary(s, op, info.ty(arg), &e(arg)),
             Expr::Binary { op, lhs, rhs } => binary(s, op, info.ty(lhs), &e(lhs), &e(rhs)),

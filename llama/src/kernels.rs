@@ -205,12 +205,12 @@ pub const WIDE_TOKENS: u32 = 64;
 /// SmolLM2's matrices (192 to 1536 rows) it leaves most of the GPU idle, and decode slowed by
 /// a fifth (2026-11-24): other quantized products take [`GPU_SMALL_MATVEC`], also with f16
 /// scales, and float weights keep 4 rows on 64 invocations (8 rows slowed f32 GEMV on CUDA by
-/// 2.4×). CPUs run a workgroup's invocations as loops, where a
-/// reduction across them costs more than the dot products it combines: there, one subgroup's
-/// worth of invocations (the CPU backend's width of 8) on 8 rows, with 8 times fewer reductions
-/// per row, the scales read through an f16 view of the weights (a native conversion instead of
-/// some forty integer operations per scale). Measured on 2 EPYC cores, 1536 × 576 Q4_1: 1160 µs
-/// with the GPU shape, 610 µs with this one; 16- or 32-element segments were no faster.
+/// 2.4×). CPUs take the blocked walk ([`MatvecSpec::blocked`]) on 8 rows, which GCC
+/// vectorises across invocations, with the scales read through an f16 view of the weights (a
+/// native conversion instead of some forty integer operations per scale). Measured on 2 EPYC
+/// cores (SmolLM2-135M Q4_1, tg64, 2026-11-25): 8 rows on 8 invocations with 8-element
+/// segments, each invocation's loop in scalar code, 17 tokens/s; blocked on 16 invocations
+/// (32 for Q8_0), 46.
 pub fn matvec_spec(
     ty: WeightType,
     reduce: Reduce,
@@ -219,8 +219,10 @@ pub fn matvec_spec(
 ) -> MatvecSpec {
     let mut spec = MatvecSpec::new(ty, reduce);
     if info.device_type == DeviceType::Cpu {
-        (spec.rows_per_workgroup, spec.workgroup, spec.segment) = CPU_MATVEC;
+        spec.rows_per_workgroup = CPU_MATVEC_ROWS;
+        spec.workgroup = cpu_matvec_lanes(ty);
         spec.f16_scales = info.f16;
+        spec.blocked = true;
     } else if ty.is_quantized() {
         (spec.rows_per_workgroup, spec.workgroup, spec.segment) = match size {
             MatvecSize::Wide => GPU_LARGE_MATVEC,
@@ -235,7 +237,19 @@ pub fn matvec_spec(
 
 /// (rows per workgroup, invocations, segment) of [`matvec_spec`] on a CPU, and on a GPU for a
 /// large quantized matrix.
-const CPU_MATVEC: (u32, u32, u32) = (8, 8, 8);
+const CPU_MATVEC_ROWS: u32 = 8;
+
+/// Invocations of a CPU matvec ([`MatvecSpec::blocked`]): GCC vectorises a loop over
+/// invocations that load bytes with vectors of as many bytes as the loop has iterations, and
+/// converts the codes to floats in vectors of that many bytes too; 32 lanes give Q8_0 256-bit
+/// float vectors, while Q4's 16 code bytes per block allow at most 16 (128-bit vectors).
+fn cpu_matvec_lanes(ty: WeightType) -> u32 {
+    match ty {
+        WeightType::Q8_0 => 32,
+        WeightType::Q4_0 | WeightType::Q4_1 => 16,
+        _ => 8,
+    }
+}
 const GPU_LARGE_MATVEC: (u32, u32, u32) = (8, 128, 8);
 
 /// (rows per workgroup, invocations, segment) for the GPUs' other quantized products: a decode

@@ -77,6 +77,15 @@ pub struct MatvecSpec {
     /// aligned; Q8_0 (34) and Q4_0 (18) blocks are not, and keep byte loads. The scales come
     /// from the f16 view, so nothing reads `w` as bytes.
     pub word_codes: bool,
+    /// The workgroup walks a row's blocks together (for float weights, its columns in chunks
+    /// of `workgroup`) in one loop with the same bounds for every invocation, invocation `l`
+    /// taking elements `l`, `l + workgroup`, … of each block, whose codes it reads byte by byte:
+    /// the shape for CPUs, whose C lowering turns a loop with workgroup-uniform bounds into
+    /// one around the loop over invocations, which GCC then vectorises (consecutive
+    /// invocations read consecutive codes and x values). Quantized weights need a workgroup of
+    /// 8 or 16 (Q8_0 also 32), a divisor of a Q4 block's 16 bytes of codes; `segment` and
+    /// `word_codes` do not apply.
+    pub blocked: bool,
     /// The ops fused before and after the product, which save their dispatches and the round
     /// trips of the activations through memory ([`super::matvec_fused`]).
     pub prologue: Prologue,
@@ -95,6 +104,7 @@ impl MatvecSpec {
             segment: SEGMENT,
             f16_scales: false,
             word_codes: false,
+            blocked: false,
             prologue: Prologue::None,
             epilogue: Epilogue::None,
         }
@@ -102,17 +112,21 @@ impl MatvecSpec {
 
     /// Whether the kernel reads the codes as words ([`MatvecSpec::word_codes`]).
     fn reads_words(&self) -> bool {
-        self.word_codes && self.f16_scales && self.weights == WeightType::Q4_1
+        self.word_codes && !self.blocked && self.f16_scales && self.weights == WeightType::Q4_1
     }
 
     /// How case names show the shape: `r2w128s8h` (rows, invocations, segment, `h` for f16
-    /// scales, `u` for word codes).
+    /// scales, `u` for word codes), `r8w8bh` for a blocked walk.
     pub fn shape_name(&self) -> String {
+        let walk = if self.blocked {
+            "b".to_string()
+        } else {
+            format!("s{}", self.segment)
+        };
         format!(
-            "r{}w{}s{}{}{}",
+            "r{}w{}{walk}{}{}",
             self.rows_per_workgroup,
             self.workgroup,
-            self.segment,
             if self.f16_scales { "h" } else { "" },
             if self.reads_words() { "u" } else { "" }
         )
@@ -160,6 +174,17 @@ impl MatvecSpec {
                 what: "rows per workgroup (at most the workgroup size)",
                 value: self.rows_per_workgroup as usize,
                 limit: wg,
+            });
+        }
+        let blocked_sizes: &[u32] = match self.weights {
+            WeightType::Q8_0 => &[8, 16, 32],
+            _ => &[8, 16],
+        };
+        if self.blocked && self.weights.is_quantized() && !blocked_sizes.contains(&self.workgroup) {
+            return Err(ShapeError::NotPowerOfTwo {
+                op: OP,
+                what: "workgroup size of a blocked quantized product (8 or 16; Q8_0 also 32)",
+                value: wg,
             });
         }
         if ![8, 16, 32].contains(&self.segment) {
@@ -296,7 +321,9 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     spec.check()?;
     let (ty, nrows, wg) = (spec.weights, spec.rows_per_workgroup, spec.workgroup);
     let mut name = format!("matvec_{ty}_{}_r{nrows}_w{wg}", spec.reduce.name());
-    if ty.is_quantized() && spec.segment != SEGMENT {
+    if spec.blocked {
+        name.push_str("_b");
+    } else if ty.is_quantized() && spec.segment != SEGMENT {
         name.push_str(&format!("_s{}", spec.segment));
     }
     let f16_scales = ty.is_quantized() && spec.f16_scales;
@@ -354,7 +381,33 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     let rows_accs: Vec<(Val, Var)> = (0..nrows)
         .map(|r| ((row0 + k.u32(r)).min(last), k.var("acc", Scalar::F32)))
         .collect();
-    if ty.is_quantized() {
+    if spec.blocked && ty.is_quantized() {
+        dot_blocked(
+            &k,
+            ty,
+            (w, w16),
+            (&input, norm.as_ref()),
+            cols,
+            &rows_accs,
+            wg,
+        );
+    } else if spec.blocked {
+        let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * cols).collect();
+        let chunks = (cols + k.u32(wg - 1)) / k.u32(wg);
+        k.for_range(k.u32(0), chunks, 1, |chunk| {
+            // The last chunk's invocations past the end read the last column and keep their
+            // sums: a select, not a branch, so that the loop body stays straight-line code.
+            let at = chunk * k.u32(wg) + lid;
+            let inside = at.lt(cols);
+            let c = at.min(cols - k.u32(1));
+            let xv = k.select(inside, input.load(&k, c), k.f32(0.0));
+            let xv = norm.as_ref().map_or(xv, |n| n.scale(&k, xv, c));
+            for (base, (_, acc)) in bases.iter().zip(&rows_accs) {
+                let wv = k.load(w, *base + c).cast(Scalar::F32);
+                acc.set(k.select(inside, wv.fma(xv, acc.get()), acc.get()));
+            }
+        });
+    } else if ty.is_quantized() {
         dot_quantized(
             &k,
             ty,
@@ -532,6 +585,97 @@ fn dot_quantized<'b>(
                         .iter()
                         .map(|p| p.0)
                         .chain(pairs.iter().map(|p| p.1))
+                        .collect()
+                }
+            };
+            let dot = codes
+                .iter()
+                .zip(&xs)
+                .skip(1)
+                .fold(codes[0] * xs[0], |a, (&q, &v)| q.fma(v, a));
+            let mut sum = scales.d.fma(dot, acc.get());
+            if let (Some(m), Some(xsum)) = (scales.m, xsum) {
+                sum = m.fma(xsum, sum);
+            }
+            acc.set(sum);
+        }
+    });
+}
+
+/// [`MatvecSpec::blocked`]'s walk: a loop over the row's blocks with uniform bounds, in which
+/// invocation `lid` takes elements `lid + j·wg` of each block, loading their x values once for
+/// all rows; each row's codes come byte by byte (a Q4 byte holds elements `i` and `i + 16`),
+/// its scales from the f16 view where there is one.
+fn dot_blocked<'b>(
+    k: &'b KernelBuilder,
+    ty: WeightType,
+    (w, w16): (trine_ir::BufferId, Option<trine_ir::BufferId>),
+    (input, norm): (&Input<'b>, Option<&Norm<'b>>),
+    cols: Val<'b>,
+    rows_accs: &[(Val<'b>, Var<'b>)],
+    wg: u32,
+) {
+    let qk = QK as u32;
+    let block_bytes = k.u32(ty.block_bytes() as u32);
+    let row_bytes = (cols / k.u32(qk)) * block_bytes;
+    let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * row_bytes).collect();
+    let lid = k.local_index();
+    // Element offsets within a block: for Q4, the low nibbles' first, then the same bytes'
+    // high nibbles (16 further on), so that codes and x values pair up in order.
+    let offsets: Vec<Val> = match ty {
+        WeightType::Q8_0 => (0..qk / wg).map(|j| lid + k.u32(j * wg)).collect(),
+        _ => {
+            let low: Vec<Val> = (0..qk / 2 / wg).map(|j| lid + k.u32(j * wg)).collect();
+            let high: Vec<Val> = low.iter().map(|&o| o + k.u32(qk / 2)).collect();
+            low.into_iter().chain(high).collect()
+        }
+    };
+    k.for_range(k.u32(0), cols / k.u32(qk), 1, |block| {
+        let xb = block * k.u32(qk);
+        let xs: Vec<Val> = offsets
+            .iter()
+            .map(|&o| {
+                let v = input.load_aligned(k, (xb, o), qk);
+                norm.map_or(v, |n| n.scale(k, v, xb + o))
+            })
+            .collect();
+        let xsum = (ty == WeightType::Q4_1).then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
+        for (base, (_, acc)) in bases.iter().zip(rows_accs) {
+            let blk = *base + block * block_bytes;
+            let scales = match w16 {
+                Some(h) => {
+                    let at = blk / k.u32(2);
+                    dequant::Scales {
+                        d: k.load(h, at).cast(Scalar::F32),
+                        m: (ty == WeightType::Q4_1)
+                            .then(|| k.load(h, at + k.u32(1)).cast(Scalar::F32)),
+                    }
+                }
+                None => dequant::load_scales(k, ty, w, blk),
+            };
+            let codes: Vec<Val> = match ty {
+                WeightType::Q8_0 => offsets
+                    .iter()
+                    .map(|&o| dequant::q8_code(k, w, blk, o))
+                    .collect(),
+                _ => {
+                    // Codes convert through I32: x86 vectors convert signed integers to floats
+                    // natively (AVX2 has no unsigned conversion), and a code is at most 15.
+                    let first = blk + k.u32(dequant::codes_offset(ty));
+                    let bytes: Vec<Val> = offsets[..offsets.len() / 2]
+                        .iter()
+                        .map(|&o| k.load(w, first + o))
+                        .collect();
+                    let code = |v: Val<'b>| {
+                        let q = v.cast(Scalar::I32).cast(Scalar::F32);
+                        if ty == WeightType::Q4_0 {
+                            q - k.f32(8.0)
+                        } else {
+                            q
+                        }
+                    };
+                    let low = bytes.iter().map(|&b| code(b & k.u32(15)));
+                    low.chain(bytes.iter().map(|&b| code(b >> k.u32(4))))
                         .collect()
                 }
             };
@@ -814,6 +958,30 @@ pub fn cases() -> Vec<Case> {
             );
         }
     }
+    // The CPUs' blocked walk: 16 invocations for Q4 (8 too), 32 for Q8_0, 8 for floats (whose
+    // last chunk of columns is partly past the end); scales through the f16 view or from bytes.
+    for (ty, rows, cols, tokens, workgroup, f16_scales) in [
+        (WeightType::Q4_1, 1536, 576, 1, 16, true),
+        (WeightType::Q4_1, 13, 96, 2, 8, false),
+        (WeightType::Q4_0, 13, 96, 1, 16, true),
+        (WeightType::Q4_0, 7, 64, 3, 8, true),
+        (WeightType::Q8_0, 13, 96, 2, 32, true),
+        (WeightType::Q8_0, 7, 64, 1, 16, false),
+        (WeightType::F16, 13, 45, 2, 8, false),
+        (WeightType::F32, 7, 45, 1, 8, false),
+    ] {
+        let spec = MatvecSpec {
+            rows_per_workgroup: 8,
+            workgroup,
+            f16_scales,
+            blocked: true,
+            ..MatvecSpec::new(ty, Reduce::Subgroup)
+        };
+        v.push(
+            spec_case(spec, rows, cols, tokens, 3500 + rows as u64)
+                .expect("the listed shapes are valid"),
+        );
+    }
     v
 }
 
@@ -860,6 +1028,15 @@ mod tests {
         assert!(matches!(
             case(WeightType::Q8_0, 3, 40, Reduce::Shared, 1),
             Err(ShapeError::NotMultiple { .. })
+        ));
+        let blocked = MatvecSpec {
+            workgroup: 32,
+            blocked: true,
+            ..MatvecSpec::new(WeightType::Q4_1, Reduce::Subgroup)
+        };
+        assert!(matches!(
+            kernel(blocked),
+            Err(ShapeError::NotPowerOfTwo { value: 32, .. })
         ));
         let mut spec = MatvecSpec::new(WeightType::F32, Reduce::Shared);
         spec.workgroup = 48;

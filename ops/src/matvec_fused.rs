@@ -283,6 +283,28 @@ pub fn cases() -> Vec<Case> {
         let spec = fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu);
         shapes.push((shaped(spec, shape), 3072, 576, 1));
     }
+    // The CPUs' blocked walk, SmolLM2's gate/up included.
+    let blocked = |spec: MatvecSpec, workgroup| MatvecSpec {
+        workgroup,
+        blocked: true,
+        ..shaped(spec, (8, workgroup, 8, true))
+    };
+    for (spec, workgroup, rows, cols, tokens) in [
+        (
+            fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu),
+            16,
+            3072,
+            576,
+            1,
+        ),
+        (fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu), 16, 26, 96, 3),
+        (fused(Q4_1, Shared, P::None, E::Add), 16, 13, 96, 2),
+        (fused(Q4_0, Subgroup, P::RmsNorm, E::Add), 8, 13, 96, 1),
+        (fused(Q8_0, Subgroup, P::RmsNorm, E::None), 32, 1002, 576, 1),
+        (fused(F16, Subgroup, P::RmsNorm, E::Swiglu), 8, 26, 45, 1),
+    ] {
+        shapes.push((blocked(spec, workgroup), rows, cols, tokens));
+    }
     // Q4_1 codes read as words: one word per segment of 8, two of 16, four of 32; SmolLM2's
     // gate/up in the GPUs' shape.
     let words = |spec, shape| MatvecSpec {

@@ -1,4 +1,4 @@
-//! `cargo xtask emit --list` and `cargo xtask emit KERNEL --target hip|cuda|spirv|wgsl|ir
+//! `cargo xtask emit --list` and `cargo xtask emit KERNEL --target hip|cuda|c|spirv|wgsl|ir
 //! [-o FILE]`.
 
 use std::process::ExitCode;
@@ -9,6 +9,8 @@ enum Target {
     Ir,
     Hip,
     Cuda,
+    /// C for the CPU backend, for its subgroup width.
+    C,
     Spirv,
     Wgsl,
 }
@@ -48,6 +50,12 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         Target::Cuda => trine_codegen::hip(kernel, Dialect::Cuda)
             .map_err(|e| e.to_string())?
             .into_bytes(),
+        Target::C => trine_codegen::c(
+            kernel,
+            &trine_codegen::COptions::new(trine_backends::cpu::CPU_SUBGROUP_SIZE),
+        )
+        .map_err(|e| e.to_string())?
+        .into_bytes(),
         Target::Wgsl => trine_codegen::wgsl(kernel)
             .map_err(|e| e.to_string())?
             .into_bytes(),

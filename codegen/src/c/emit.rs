@@ -3,13 +3,27 @@
 
 use super::plan::{Node, Plan};
 use super::spelling::{axis_name, lane_axes, C};
-use super::storage::{Import, Storage, VarClass};
+use super::storage::{Import, Place, Storage, VarClass};
 use crate::c_family::{binary, expr_name, literal, value_type, var_name, zero, Printer, Spelling};
 use trine_ir::{BinaryOp, ExprId, Info, Kernel, Scalar, Stmt, SubgroupOp, VarId};
 
 /// Name of the per-invocation array of expression `e`.
 fn arr(e: ExprId) -> String {
     format!("w_{}", expr_name(e))
+}
+
+/// Name of the workgroup scalar of a uniform expression `e`.
+pub(super) fn scalar(e: ExprId) -> String {
+    format!("u_{}", expr_name(e))
+}
+
+/// The stored value of expression `e` for invocation `lane`: its scalar where it is uniform,
+/// else its array's element.
+fn stored(st: &Storage, e: ExprId, lane: &str) -> String {
+    match st.place(e) {
+        Place::Scalar => scalar(e),
+        _ => format!("{}[{lane}]", arr(e)),
+    }
 }
 
 /// Name of the per-invocation array of variable `v`.
@@ -80,9 +94,13 @@ impl<'a> Emitter<'a> {
         value_type(self.info.ty(e))
     }
 
+    fn at(&self, e: ExprId, lane: &str) -> String {
+        stored(self.st, e, lane)
+    }
+
     /// A value of expression `e` at workgroup level where it is uniform: invocation 0's.
     fn uniform(&self, e: ExprId) -> String {
-        format!("{}[0]", arr(e))
+        self.at(e, "0")
     }
 
     fn nodes(&mut self, nodes: &[Node], mask: Option<usize>, depth: usize) {
@@ -176,6 +194,7 @@ impl<'a> Emitter<'a> {
     }
 
     fn region(&mut self, r: usize, mask: Option<usize>, depth: usize) {
+        self.p.forget_shadows();
         let (d, braces) = self.open_lanes(depth);
         if let Some(m) = mask {
             self.line(d, &format!("if (!{}[lid]) continue;", mask_name(m)));
@@ -185,7 +204,12 @@ impl<'a> Emitter<'a> {
         for &i in &io.imports {
             match i {
                 Import::Load(e) => {
-                    let text = format!("const {} {} = {}[lid];", self.ty(e), expr_name(e), arr(e));
+                    let text = format!(
+                        "const {} {} = {};",
+                        self.ty(e),
+                        expr_name(e),
+                        self.at(e, "lid")
+                    );
                     self.line(d, &text);
                 }
                 Import::Recompute(e) => self.p.stmt(&Stmt::Let(e), d),
@@ -205,8 +229,8 @@ impl<'a> Emitter<'a> {
         for s in self.plan.regions[r].stmts {
             self.p.stmt(s, d);
             if let Stmt::Let(e) = s {
-                if self.st.is_array(*e) {
-                    let text = format!("{}[lid] = {};", arr(*e), expr_name(*e));
+                if self.st.place(*e) != Place::Local {
+                    let text = format!("{} = {};", self.at(*e, "lid"), expr_name(*e));
                     self.line(d, &text);
                 }
             }
@@ -231,7 +255,9 @@ impl<'a> Emitter<'a> {
     ) {
         let sg = self.c.subgroup_size;
         let wg = self.wg;
-        let (out, src) = (arr(id), arr(arg));
+        let out = arr(id);
+        let st = self.st;
+        let src = |l: &str| stored(st, arg, l);
         let ty = self.info.ty(arg);
         let t = value_type(ty);
         let active = |l: &str| mask.map(|m| format!("{}[{l}]", mask_name(m)));
@@ -250,16 +276,16 @@ impl<'a> Emitter<'a> {
                 self.line(
                     d,
                     &format!(
-                        "uint32_t from = (l & ~{}u) | ((l ^ {}[l]) & {}u);",
+                        "uint32_t from = (l & ~{}u) | ((l ^ {}) & {}u);",
                         sg - 1,
-                        arr(m),
+                        self.at(m, "l"),
                         sg - 1
                     ),
                 );
                 if !wg.is_multiple_of(sg) {
                     self.line(d, &format!("if (from >= {wg}u) from = l;"));
                 }
-                self.line(d, &format!("{out}[l] = {src}[from];"));
+                self.line(d, &format!("{out}[l] = {};", src("from")));
                 self.line(depth, "}");
                 return;
             }
@@ -278,9 +304,9 @@ impl<'a> Emitter<'a> {
         self.line(d, &format!("const uint32_t g_end = {end};"));
         match active("l") {
             None => {
-                self.line(d, &format!("{t} acc = {src}[g];"));
+                self.line(d, &format!("{t} acc = {};", src("g")));
                 self.line(d, "for (uint32_t l = g + 1u; l < g_end; l++) {");
-                self.line(d + 1, &format!("const {t} o = {src}[l];"));
+                self.line(d + 1, &format!("const {t} o = {};", src("l")));
                 self.line(d + 1, &format!("acc = {step};"));
                 self.line(d, "}");
                 self.line(
@@ -294,7 +320,7 @@ impl<'a> Emitter<'a> {
                 self.line(d, "bool seen = false;");
                 self.line(d, "for (uint32_t l = g; l < g_end; l++) {");
                 self.line(d + 1, &format!("if (!{a}) continue;"));
-                self.line(d + 1, &format!("const {t} o = {src}[l];"));
+                self.line(d + 1, &format!("const {t} o = {};", src("l")));
                 self.line(d + 1, &format!("acc = seen ? {step} : o;"));
                 self.line(d + 1, "seen = true;");
                 self.line(d, "}");
@@ -323,7 +349,7 @@ impl<'a> Emitter<'a> {
         let t = self.new_mask();
         let e = (!otherwise.is_empty()).then(|| self.new_mask());
         let wg = self.wg;
-        let c = format!("{}[l]", arr(cond));
+        let c = self.at(cond, "l");
         // `&&` leaves an inactive invocation's condition unread: it was never computed.
         let (yes, no) = match mask {
             Some(m) => (
@@ -409,7 +435,7 @@ impl<'a> Emitter<'a> {
         let live = mask_name(live_id);
         let wg = self.wg;
         let w = var_arr(self.k, var);
-        let bound = self.c.loop_end(&format!("{}[l]", arr(end)), step);
+        let bound = self.c.loop_end(&self.at(end, "l"), step);
         let d = depth + 1;
         self.line(depth, &format!("for (uint32_t l = 0u; l < {wg}u; l++) {{"));
         if let Some(m) = mask {
@@ -421,7 +447,7 @@ impl<'a> Emitter<'a> {
                 ),
             );
         }
-        self.line(d, &format!("{w}[l] = {}[l];", arr(start)));
+        self.line(d, &format!("{w}[l] = {};", self.at(start, "l")));
         self.line(d, &format!("{live}[l] = {w}[l] < {bound};"));
         self.line(depth, "}");
         self.line(depth, &format!("while (trine_any({live}, {wg}u)) {{"));

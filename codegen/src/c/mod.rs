@@ -115,7 +115,7 @@ pub fn c(kernel: &Kernel, options: &COptions) -> Result<String, CodegenError> {
 
     let uniformity = uniform::Uniformity::of(k);
     let plan = plan::Plan::of(k, &uniformity);
-    let st = storage::Storage::of(k, &plan);
+    let st = storage::Storage::of(k, &plan, &uniformity);
     let dialect = spelling::C { subgroup_size: sg };
     let (body, masks) = emit::Emitter::new(k, &info, &plan, &st, &dialect).body(2);
 
@@ -126,7 +126,7 @@ pub fn c(kernel: &Kernel, options: &COptions) -> Result<String, CodegenError> {
         .filter(|&v| st.var(v) == storage::VarClass::Array)
         .collect();
     let frame = k.shared_bytes()
-        + st.array_exprs()
+        + st.exprs_in(storage::Place::Array)
             .map(|e| wg64 * emit::c_size(info.ty(e)))
             .sum::<u64>()
         + array_vars
@@ -179,12 +179,22 @@ pub fn c(kernel: &Kernel, options: &COptions) -> Result<String, CodegenError> {
         let name = c_family::shared_name(k, SharedId(i as u32));
         let _ = writeln!(out, "        {} {name}[{}];", elem_type(s.elem), s.len);
     }
-    for e in st.array_exprs() {
+    for e in st.exprs_in(storage::Place::Array) {
         let _ = writeln!(
             out,
             "        {} w_{}[{wg}];",
             value_type(info.ty(e)),
             c_family::expr_name(e)
+        );
+    }
+    for e in st.exprs_in(storage::Place::Scalar) {
+        let ty = info.ty(e);
+        let zero = c_family::literal(&dialect, c_family::zero(ty));
+        let _ = writeln!(
+            out,
+            "        {} {} = {zero};",
+            value_type(ty),
+            emit::scalar(e)
         );
     }
     for &v in &array_vars {

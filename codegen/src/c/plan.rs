@@ -6,6 +6,12 @@
 //! one), a subgroup operation (it reads other invocations' values, so it runs between regions
 //! over all of them), and an `If` or `Loop` with either inside, which runs once per workgroup
 //! with its body planned the same way.
+//!
+//! A `Loop` whose bounds are workgroup-uniform (outside masked control flow) also runs once per
+//! workgroup, synchronising or not: the loops over the invocations then sit inside it, with
+//! bodies of straight-line code that GCC vectorises across invocations. Left inside a region,
+//! each invocation would run the whole loop in turn in scalar code (a quantized matvec's loop
+//! over a row's blocks, an attention's loop over positions).
 
 use super::uniform::Uniformity;
 use trine_ir::{Expr, ExprId, Kernel, Stmt, SubgroupOp, VarId};
@@ -95,7 +101,7 @@ impl<'k> Planner<'k, '_> {
         let mut nodes = vec![];
         let mut start = 0;
         for (i, s) in block.iter().enumerate() {
-            if !synchronises(self.k, s) {
+            if !synchronises(self.k, s) && !self.uniform_loop(s, masked) {
                 continue;
             }
             self.region(&block[start..i], in_loop, &mut nodes);
@@ -142,6 +148,14 @@ impl<'k> Planner<'k, '_> {
         }
         self.region(&block[start..], in_loop, &mut nodes);
         nodes
+    }
+
+    /// Whether `s` is a loop with workgroup-uniform bounds in unmasked control flow.
+    fn uniform_loop(&self, s: &Stmt, masked: bool) -> bool {
+        match s {
+            Stmt::Loop { start, end, .. } => !masked && self.u.expr(*start) && self.u.expr(*end),
+            _ => false,
+        }
     }
 
     fn region(&mut self, stmts: &'k [Stmt], in_loop: bool, nodes: &mut Vec<Node>) {

@@ -93,6 +93,10 @@ impl Spelling for C {
     /// With a step above 1 the variable could wrap past `u32::MAX` and loop forever (the
     /// interpreter reports the overflow): the loop stops before the iteration whose increment
     /// would wrap instead.
+    fn wide_indices(&self) -> bool {
+        true
+    }
+
     fn loop_end(&self, end: &str, step: u32) -> String {
         if step > 1 {
             format!("trine_loop_end({end}, {step}u)")

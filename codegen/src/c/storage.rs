@@ -7,7 +7,11 @@
 //!   per-invocation array `w_eN[WG]`, which its region fills and later regions read. Cheap
 //!   pure expressions of literals, parameters and builtins (`lid`, `wg_x * 64u + lid`) are
 //!   computed again in each region that uses them instead: an array would cost a store and a
-//!   load, and would hide from the compiler that an index is contiguous in `lid`.
+//!   load, and would hide from the compiler that an index is contiguous in `lid`. A
+//!   workgroup-uniform value that is not cheap (a row's base from a division, a scale loaded
+//!   at a uniform index) is one scalar `u_eN` per workgroup instead of an array: every
+//!   invocation writes the same value, and a loop over invocations that reads it sees a
+//!   loop-invariant scalar, so that GCC vectorises its loads as contiguous, not as gathers.
 //! - A private variable is a local of one region when that is the only place it is used and
 //!   its value cannot flow from one run of the region to the next (the region runs once per
 //!   workgroup, or writes the variable before anything reads it). A variable that only
@@ -15,6 +19,7 @@
 //!   per-invocation array `w_v_NAME[WG]`, zeroed for each workgroup as the IR requires.
 
 use super::plan::{Node, Plan, Region};
+use super::uniform::Uniformity;
 use std::collections::BTreeSet;
 use trine_ir::{BinaryOp, Expr, ExprId, Kernel, Stmt, SubgroupOp, UnaryOp, VarId};
 
@@ -37,10 +42,21 @@ pub(super) enum VarClass {
     Array,
 }
 
+/// Where an expression's value lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Place {
+    /// A `const` local of the region that defines it (or recomputed where used).
+    Local,
+    /// A per-invocation array `w_eN[WG]`.
+    Array,
+    /// One scalar `u_eN` per workgroup: a workgroup-uniform value.
+    Scalar,
+}
+
 /// How a region gets a value that another part of the kernel defines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Import {
-    /// Read from its per-invocation array.
+    /// Read from its per-invocation array or its scalar.
     Load(ExprId),
     /// Computed again (its operands come first).
     Recompute(ExprId),
@@ -60,29 +76,28 @@ pub(super) struct RegionIo {
 }
 
 pub(super) struct Storage {
-    /// Per expression: whether it lives in a per-invocation array.
-    arrays: Vec<bool>,
+    places: Vec<Place>,
     vars: Vec<VarClass>,
     pub regions: Vec<RegionIo>,
 }
 
 impl Storage {
-    pub(super) fn is_array(&self, e: ExprId) -> bool {
-        self.arrays[e.0 as usize]
+    pub(super) fn place(&self, e: ExprId) -> Place {
+        self.places[e.0 as usize]
     }
 
     pub(super) fn var(&self, v: VarId) -> VarClass {
         self.vars[v.0 as usize]
     }
 
-    /// The expressions that live in arrays, in order.
-    pub(super) fn array_exprs(&self) -> impl Iterator<Item = ExprId> + '_ {
-        (0..self.arrays.len() as u32)
+    /// The expressions that live in `place`, in order.
+    pub(super) fn exprs_in(&self, place: Place) -> impl Iterator<Item = ExprId> + '_ {
+        (0..self.places.len() as u32)
             .map(ExprId)
-            .filter(|&e| self.is_array(e))
+            .filter(move |&e| self.place(e) == place)
     }
 
-    pub(super) fn of(k: &Kernel, plan: &Plan<'_>) -> Storage {
+    pub(super) fn of(k: &Kernel, plan: &Plan<'_>, uniform: &Uniformity) -> Storage {
         let mut c = Collector {
             k,
             def: vec![Site::Workgroup; k.exprs.len()],
@@ -99,12 +114,18 @@ impl Storage {
         let mut cheap = vec![None; k.exprs.len()];
         // Subgroup results are written by the workgroup-level steps, so always to an array,
         // and the workgroup-level steps read everything they use from arrays.
-        let arrays: Vec<bool> = (0..k.exprs.len())
+        let places: Vec<Place> = (0..k.exprs.len())
             .map(|i| {
+                let e = ExprId(i as u32);
                 let elsewhere = c.uses[i].iter().any(|&u| u != c.def[i]);
-                c.def[i] == Site::Workgroup
+                let shared = c.def[i] == Site::Workgroup
                     || c.uses[i].contains(&Site::Workgroup)
-                    || (elsewhere && !recomputable(k, ExprId(i as u32), &mut cheap))
+                    || (elsewhere && !recomputable(k, e, &mut cheap));
+                match shared {
+                    false => Place::Local,
+                    true if uniform.expr(e) => Place::Scalar,
+                    true => Place::Array,
+                }
             })
             .collect();
         let vars: Vec<VarClass> = (0..k.vars.len())
@@ -125,7 +146,7 @@ impl Storage {
         for (io, wanted) in regions.iter_mut().zip(&external) {
             let mut seen = BTreeSet::new();
             for &e in wanted {
-                import(k, e, &arrays, &mut seen, &mut io.imports);
+                import(k, e, &places, &mut seen, &mut io.imports);
             }
         }
         for (i, sites) in c.var_sites.iter().enumerate() {
@@ -153,7 +174,7 @@ impl Storage {
             }
         }
         Storage {
-            arrays,
+            places,
             vars,
             regions,
         }
@@ -164,21 +185,21 @@ impl Storage {
 fn import(
     k: &Kernel,
     e: ExprId,
-    arrays: &[bool],
+    places: &[Place],
     seen: &mut BTreeSet<ExprId>,
     out: &mut Vec<Import>,
 ) {
     if !seen.insert(e) {
         return;
     }
-    if arrays[e.0 as usize] {
+    if places[e.0 as usize] != Place::Local {
         out.push(Import::Load(e));
         return;
     }
-    // Not in an array although used outside its region: recomputable, and so are its
+    // Not stored although used outside its region: recomputable, and so are its
     // operands, which are defined outside this region too (they come before `e`).
     for o in operands(k.expr(e)) {
-        import(k, o, arrays, seen, out);
+        import(k, o, places, seen, out);
     }
     out.push(Import::Recompute(e));
 }
