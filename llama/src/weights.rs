@@ -56,6 +56,13 @@ pub struct Weights {
 }
 
 impl Weights {
+    /// Whether only products read weight `id`, so that a device may hold it in another layout
+    /// ([`crate::kernels::holds_pairs`]): every weight but the embedding table, which the
+    /// embedding lookup reads (an output head tied to it then reads the file's layout too).
+    pub fn pairable(&self, id: WeightId) -> bool {
+        id != self.token_embd
+    }
+
     pub fn from_gguf(g: &Gguf, c: &LlamaConfig) -> Result<Weights, ModelError> {
         let mut w = Loader { g, tensors: vec![] };
         let (d, kv, ff, vocab) = (c.n_embd, c.kv_dim(), c.n_ff, c.vocab);

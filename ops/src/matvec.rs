@@ -86,6 +86,12 @@ pub struct MatvecSpec {
     /// 8 or 16 (Q8_0 also 32), a divisor of a Q4 block's 16 bytes of codes; `segment` and
     /// `word_codes` do not apply.
     pub blocked: bool,
+    /// Q4_0 and Q4_1 with `blocked` only, on 32 invocations: the weights are in
+    /// [`dequant::pair_blocks`]' layout, and the walk takes a pair of blocks per step,
+    /// invocation `l` reading byte `l` of the pair's 32 code bytes (elements `l` of both
+    /// blocks). Consecutive invocations then read 32 consecutive bytes, which GCC loads and
+    /// converts in 256-bit vectors, where a block's own 16 bytes of codes allow only 128.
+    pub pairs: bool,
     /// The ops fused before and after the product, which save their dispatches and the round
     /// trips of the activations through memory ([`super::matvec_fused`]).
     pub prologue: Prologue,
@@ -105,6 +111,7 @@ impl MatvecSpec {
             f16_scales: false,
             word_codes: false,
             blocked: false,
+            pairs: false,
             prologue: Prologue::None,
             epilogue: Epilogue::None,
         }
@@ -116,9 +123,11 @@ impl MatvecSpec {
     }
 
     /// How case names show the shape: `r2w128s8h` (rows, invocations, segment, `h` for f16
-    /// scales, `u` for word codes), `r8w8bh` for a blocked walk.
+    /// scales, `u` for word codes), `r8w8bh` for a blocked walk, `r8w32ph` in pairs.
     pub fn shape_name(&self) -> String {
-        let walk = if self.blocked {
+        let walk = if self.reads_pairs() {
+            "p".to_string()
+        } else if self.blocked {
             "b".to_string()
         } else {
             format!("s{}", self.segment)
@@ -141,9 +150,20 @@ impl MatvecSpec {
         }
     }
 
-    /// Adds to `case` the weight buffers this spec's kernel reads, all over the same bytes:
-    /// `w` and, with f16 scales, its f16 view `w16`.
-    pub fn weight_inputs(&self, case: Case, w: Vec<u8>) -> Case {
+    /// Whether the kernel reads [`dequant::pair_blocks`]' layout ([`MatvecSpec::pairs`]).
+    pub fn reads_pairs(&self) -> bool {
+        self.pairs && self.blocked && dequant::pairs_apply(self.weights)
+    }
+
+    /// Adds to `case` the weight buffers this spec's kernel reads, all over the same bytes
+    /// (rows of `cols` weights, in pairs where the spec reads them so): `w` and, with f16
+    /// scales, its f16 view `w16`.
+    pub fn weight_inputs(&self, case: Case, w: Vec<u8>, cols: u32) -> Case {
+        let w = if self.reads_pairs() {
+            dequant::pair_blocks(self.weights, &w, cols as usize)
+        } else {
+            w
+        };
         let w = dequant::pad_to_words(w);
         if self.weights.is_quantized() && self.f16_scales {
             case.input("w", self.weights_elem(), w.clone())
@@ -177,13 +197,15 @@ impl MatvecSpec {
             });
         }
         let blocked_sizes: &[u32] = match self.weights {
+            _ if self.reads_pairs() => &[32],
             WeightType::Q8_0 => &[8, 16, 32],
             _ => &[8, 16],
         };
         if self.blocked && self.weights.is_quantized() && !blocked_sizes.contains(&self.workgroup) {
             return Err(ShapeError::NotPowerOfTwo {
                 op: OP,
-                what: "workgroup size of a blocked quantized product (8 or 16; Q8_0 also 32)",
+                what: "workgroup size of a blocked quantized product (8 or 16; Q8_0 also \
+                       32; in pairs 32)",
                 value: wg,
             });
         }
@@ -321,7 +343,9 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     spec.check()?;
     let (ty, nrows, wg) = (spec.weights, spec.rows_per_workgroup, spec.workgroup);
     let mut name = format!("matvec_{ty}_{}_r{nrows}_w{wg}", spec.reduce.name());
-    if spec.blocked {
+    if spec.reads_pairs() {
+        name.push_str("_p");
+    } else if spec.blocked {
         name.push_str("_b");
     } else if ty.is_quantized() && spec.segment != SEGMENT {
         name.push_str(&format!("_s{}", spec.segment));
@@ -381,7 +405,9 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     let rows_accs: Vec<(Val, Var)> = (0..nrows)
         .map(|r| ((row0 + k.u32(r)).min(last), k.var("acc", Scalar::F32)))
         .collect();
-    if spec.blocked && ty.is_quantized() {
+    if spec.reads_pairs() {
+        dot_pairs(&k, ty, (w, w16), (&input, norm.as_ref()), cols, &rows_accs);
+    } else if spec.blocked && ty.is_quantized() {
         dot_blocked(
             &k,
             ty,
@@ -693,6 +719,79 @@ fn dot_blocked<'b>(
     });
 }
 
+/// [`MatvecSpec::pairs`]' walk over a row's pairs of blocks, 32 invocations, invocation `lid`
+/// taking element `lid` of both blocks of each pair; then an odd last block, in its own
+/// layout, on the first 16 invocations (elements `lid` and `lid + 16`).
+fn dot_pairs<'b>(
+    k: &'b KernelBuilder,
+    ty: WeightType,
+    (w, w16): (trine_ir::BufferId, Option<trine_ir::BufferId>),
+    (input, norm): (&Input<'b>, Option<&Norm<'b>>),
+    cols: Val<'b>,
+    rows_accs: &[(Val<'b>, Var<'b>)],
+) {
+    let qk = QK as u32;
+    let bb = ty.block_bytes() as u32;
+    let blocks = cols / k.u32(qk);
+    let row_bytes = blocks * k.u32(bb);
+    let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * row_bytes).collect();
+    let lid = k.local_index();
+    let x_at = |c0: Val<'b>, o: Val<'b>| {
+        let v = input.load_aligned(k, (c0, o), qk);
+        norm.map_or(v, |n| n.scale(k, v, c0 + o))
+    };
+    // The f16 scale `i` (0..4) of the pair or block at byte `at`.
+    let scale = |at: Val<'b>, i: u32| match w16 {
+        Some(h) => k.load(h, at / k.u32(2) + k.u32(i)).cast(Scalar::F32),
+        None => dequant::f16_bits_to_f32(k, dequant::load_u16(k, w, at + k.u32(2 * i))),
+    };
+    // Each weight is dequantised with one fma, d·q + m, m = -8·d for Q4_0 (exactly d·(q - 8)),
+    // then multiplied into the sum with another: two vector operations per 8 weights, where
+    // scaling a dot product by d and adding m·Σx takes three.
+    let code = |byte: Val<'b>| byte.cast(Scalar::I32).cast(Scalar::F32);
+    let q4_1 = ty == WeightType::Q4_1;
+    // The scales of block `block` (0 or 1) of the pair, or of the lone block, at byte `at`.
+    let scales = |at: Val<'b>, block: u32| {
+        let d = scale(at, if q4_1 { 2 * block } else { block });
+        let m = if q4_1 {
+            scale(at, 2 * block + 1)
+        } else {
+            d * k.f32(-8.0)
+        };
+        (d, m)
+    };
+    k.for_range(k.u32(0), blocks / k.u32(2), 1, |p| {
+        let c0 = p * k.u32(2 * qk);
+        let x0 = x_at(c0, lid);
+        let x1 = x_at(c0 + k.u32(qk), lid);
+        for (base, (_, acc)) in bases.iter().zip(rows_accs) {
+            let at = *base + p * k.u32(2 * bb);
+            let (d0, m0) = scales(at, 0);
+            let (d1, m1) = scales(at, 1);
+            let byte = k.load(w, at + k.u32(dequant::pair_scale_bytes(ty)) + lid);
+            let w0 = d0.fma(code(byte & k.u32(15)), m0);
+            let w1 = d1.fma(code(byte >> k.u32(4)), m1);
+            acc.set(w1.fma(x1, w0.fma(x0, acc.get())));
+        }
+    });
+    let last = blocks - k.u32(1);
+    k.if_((blocks % k.u32(2)).eq(k.u32(1)), || {
+        k.if_(lid.lt(k.u32(qk / 2)), || {
+            let c0 = last * k.u32(qk);
+            let x0 = x_at(c0, lid);
+            let x1 = x_at(c0, lid + k.u32(qk / 2));
+            for (base, (_, acc)) in bases.iter().zip(rows_accs) {
+                let at = *base + last * k.u32(bb);
+                let (d, m) = scales(at, 0);
+                let byte = k.load(w, at + k.u32(dequant::codes_offset(ty)) + lid);
+                let w0 = d.fma(code(byte & k.u32(15)), m);
+                let w1 = d.fma(code(byte >> k.u32(4)), m);
+                acc.set(w1.fma(x1, w0.fma(x0, acc.get())));
+            }
+        });
+    });
+}
+
 /// The codes of segment `part` of the Q4_1 block at byte `blk`, from `segment / 8` words of a
 /// `U32` view: the low nibbles of its bytes in order, then the high ones, as
 /// [`dequant::q4_codes`] gives them byte by byte. Bytes are little-endian in their word, as the
@@ -875,7 +974,11 @@ pub fn spec_case(
         name.push_str(&spec.shape_name());
     }
     name.push_str(&fused::suffix(spec.prologue, spec.epilogue, '/', '+'));
-    let mut case = spec.weight_inputs(Case::new(name, kernel(spec)?, spec.grid(rows, tokens)), w);
+    let mut case = spec.weight_inputs(
+        Case::new(name, kernel(spec)?, spec.grid(rows, tokens)),
+        w,
+        cols,
+    );
     let mut params = vec![ParamValue::U32(rows), ParamValue::U32(cols)];
     case = case.input("x", Scalar::F32, f32_bytes(&x));
     if let Some(g) = g {
@@ -979,6 +1082,29 @@ pub fn cases() -> Vec<Case> {
         };
         v.push(
             spec_case(spec, rows, cols, tokens, 3500 + rows as u64)
+                .expect("the listed shapes are valid"),
+        );
+    }
+    // Q4 in pairs of blocks on 32 invocations: even rows of blocks (SmolLM2's 18), odd ones
+    // (the last block in its own layout), scales through the f16 view or from bytes.
+    for (ty, rows, cols, tokens, f16_scales) in [
+        (WeightType::Q4_1, 1536, 576, 1, true),
+        (WeightType::Q4_1, 13, 96, 2, true),
+        (WeightType::Q4_1, 7, 160, 1, false),
+        (WeightType::Q4_0, 13, 160, 1, true),
+        (WeightType::Q4_0, 7, 64, 3, false),
+        (WeightType::Q4_0, 5, 32, 1, true),
+    ] {
+        let spec = MatvecSpec {
+            rows_per_workgroup: 4,
+            workgroup: 32,
+            f16_scales,
+            blocked: true,
+            pairs: true,
+            ..MatvecSpec::new(ty, Reduce::Subgroup)
+        };
+        v.push(
+            spec_case(spec, rows, cols, tokens, 3600 + cols as u64)
                 .expect("the listed shapes are valid"),
         );
     }

@@ -419,6 +419,7 @@ pub fn rope_case(
     let case = spec.weight_inputs(
         Case::new(name, super::matvec::kernel(spec)?, spec.grid(rows, tokens)),
         w,
+        cols,
     );
     let q0 = vec![f32::NAN; want.q.len()];
     let mut params = vec![
@@ -480,6 +481,7 @@ pub fn combine_case(
     let case = spec.weight_inputs(
         Case::new(name, super::matvec::kernel(spec)?, spec.grid(rows, tokens)),
         w,
+        cols,
     );
     let mut case = case
         .input("part", Scalar::F32, f32_bytes(&part))
@@ -496,7 +498,7 @@ pub fn combine_case(
 }
 
 /// SmolLM2-135M's two products on the GPUs' shape (2 rows on 128 invocations, f16 scales) and
-/// the CPU's (8 rows on 16, blocked), decode and a prompt chunk, 8 splits and one; then small odd shapes:
+/// the CPU's (4 rows on 32, in pairs of blocks), decode and a prompt chunk, 8 splits and one; then small odd shapes:
 /// heads that are not a multiple of the workgroup's rows, a head dimension that is not a
 /// multiple of a block, more heads than invocations, f32 caches and the shared reduction.
 pub fn cases() -> Vec<Case> {
@@ -511,7 +513,8 @@ pub fn cases() -> Vec<Case> {
     let gpu = (2, 128, 8, true);
     let cpu = |ty| MatvecSpec {
         blocked: true,
-        ..spec(ty, (8, 16, 8, true), Reduce::Subgroup)
+        pairs: true,
+        ..spec(ty, (4, 32, 8, true), Reduce::Subgroup)
     };
     let smol = |tokens, context| RopeStore {
         tokens,

@@ -305,6 +305,19 @@ pub fn cases() -> Vec<Case> {
     ] {
         shapes.push((blocked(spec, workgroup), rows, cols, tokens));
     }
+    let pairs = |spec: MatvecSpec| MatvecSpec {
+        rows_per_workgroup: 4,
+        pairs: true,
+        ..blocked(spec, 32)
+    };
+    for (spec, rows, cols, tokens) in [
+        (fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu), 3072, 576, 1),
+        (fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu), 26, 96, 3),
+        (fused(Q4_1, Shared, P::None, E::Add), 13, 96, 2),
+        (fused(Q4_0, Subgroup, P::RmsNorm, E::Add), 13, 64, 1),
+    ] {
+        shapes.push((pairs(spec), rows, cols, tokens));
+    }
     // Q4_1 codes read as words: one word per segment of 8, two of 16, four of 32; SmolLM2's
     // gate/up in the GPUs' shape.
     let words = |spec, shape| MatvecSpec {

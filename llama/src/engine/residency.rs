@@ -6,10 +6,11 @@ use super::{Engine, Resident};
 use crate::error::ModelError;
 use crate::graph::Step;
 use crate::graph::{self, Tensor};
-use crate::kernels::KernelKey;
+use crate::kernels::{holds_pairs, KernelKey};
 use std::borrow::Cow;
 use std::collections::HashSet;
 use trine_backends::{Binding, BufferHandle};
+use trine_ops::dequant::pair_blocks;
 use trine_ops::support::Float;
 
 impl Engine {
@@ -106,13 +107,21 @@ impl Engine {
         }
     }
 
-    /// Contents the host holds for tensors that never change.
-    /// Weights are borrowed from the mapped file (or the load-time copy), not copied again.
-    pub(super) fn constant(&self, t: Tensor) -> Option<Cow<'_, [u8]>> {
+    /// Contents device `d` gets for tensors that never change. Weights are borrowed from the
+    /// mapped file (or the load-time copy), not copied again, unless the device holds them in
+    /// pairs of blocks ([`crate::kernels::holds_pairs`]).
+    pub(super) fn constant(&self, t: Tensor, d: usize) -> Option<Cow<'_, [u8]>> {
         match t {
-            Tensor::Weight(id) => Some(Cow::Borrowed(
-                self.model.weights.bytes(&self.model.gguf, id),
-            )),
+            Tensor::Weight(id) => {
+                let w = &self.model.weights;
+                let bytes = w.bytes(&self.model.gguf, id);
+                let t = &w.tensors[id];
+                Some(if holds_pairs(self.dev(d).info(), t.ty, w.pairable(id)) {
+                    Cow::Owned(pair_blocks(t.ty, bytes, t.cols as usize))
+                } else {
+                    Cow::Borrowed(bytes)
+                })
+            }
             Tensor::Freq => {
                 let f = self.rope_store(1).frequencies();
                 Some(Cow::Owned(bytemuck::cast_slice(&f).to_vec()))
@@ -157,7 +166,7 @@ impl Engine {
         if r.valid[d] {
             return Ok(());
         }
-        let data = match self.constant(t) {
+        let data = match self.constant(t, d) {
             Some(data) => data,
             None => match r.valid.iter().position(|&v| v) {
                 Some(from) => {

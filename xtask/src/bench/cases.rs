@@ -44,7 +44,7 @@ impl Item {
             matvec: match self.op {
                 Op::Matvec { ty, rows, cols } => {
                     let size = MatvecSize::of(rows, cols, 1);
-                    let mut spec = matvec_spec(ty, Reduce::Subgroup, info, size);
+                    let mut spec = matvec_spec(ty, Reduce::Subgroup, info, size, true);
                     if let (Some(&[r, w, s]), true) = (
                         shape,
                         ty.is_quantized() && info.device_type != DeviceType::Cpu,
