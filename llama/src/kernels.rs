@@ -39,6 +39,7 @@ impl std::fmt::Display for KernelKey {
                     MatvecSize::Small => {}
                     MatvecSize::Tall => parts.push("tall"),
                     MatvecSize::Wide => parts.push("wide"),
+                    MatvecSize::Prompt => parts.push("prompt"),
                 }
                 match pro {
                     MatvecPrologue::None => {}
@@ -174,15 +175,19 @@ pub enum MatvecSize {
     Small,
     /// Many short rows, as an output head's (SmolLM2: 49152 × 576).
     Tall,
-    /// A matrix of at least 4096 × 4096, or a prefill of at least [`WIDE_TOKENS`] tokens (on
-    /// an H100 the wide shape took SmolLM2's pp512 from 7000 to 9900 tokens/s on both
-    /// backends, 2026-11-24).
+    /// A matrix of at least 4096 × 4096.
     Wide,
+    /// A prefill of at least [`WIDE_TOKENS`] tokens: GPUs take the wide shape (on an H100 it
+    /// took SmolLM2's pp512 from 7000 to 9900 tokens/s on both backends, 2026-11-24), CPUs
+    /// several tokens per workgroup.
+    Prompt,
 }
 
 impl MatvecSize {
     pub fn of(rows: u32, cols: u32, tokens: u32) -> MatvecSize {
-        if (rows >= 4096 && cols >= 4096) || tokens >= WIDE_TOKENS {
+        if tokens >= WIDE_TOKENS {
+            MatvecSize::Prompt
+        } else if rows >= 4096 && cols >= 4096 {
             MatvecSize::Wide
         } else if rows >= TALL_ROWS {
             MatvecSize::Tall
@@ -228,10 +233,13 @@ pub fn matvec_spec(
         spec.blocked = true;
         if holds_pairs(info, ty, pairable) {
             (spec.rows_per_workgroup, spec.workgroup, spec.pairs) = CPU_PAIRS_MATVEC;
+            if size == MatvecSize::Prompt {
+                spec.tokens_per_workgroup = CPU_PROMPT_TOKENS;
+            }
         }
     } else if ty.is_quantized() {
         (spec.rows_per_workgroup, spec.workgroup, spec.segment) = match size {
-            MatvecSize::Wide => GPU_LARGE_MATVEC,
+            MatvecSize::Wide | MatvecSize::Prompt => GPU_LARGE_MATVEC,
             MatvecSize::Tall => GPU_TALL_MATVEC,
             MatvecSize::Small => GPU_SMALL_MATVEC,
         };
@@ -250,6 +258,10 @@ const CPU_MATVEC_ROWS: u32 = 8;
 /// (2026-11-25, the C function alone): 16 invocations on a block's own layout 5.5 G
 /// weights/s; in pairs on 32, 6.5 with 8 rows, 7.3 with 4 and 7.1 with 2.
 const CPU_PAIRS_MATVEC: (u32, u32, bool) = (4, 32, true);
+
+/// Tokens per workgroup of a CPU's product in pairs for a prompt: each pair of blocks is
+/// dequantised once for this many tokens.
+const CPU_PROMPT_TOKENS: u32 = 4;
 
 /// Whether a device holds a weight of type `ty` in pairs of blocks
 /// ([`trine_ops::dequant::pair_blocks`]): CPUs do for the Q4 weights only products read

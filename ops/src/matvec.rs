@@ -92,6 +92,10 @@ pub struct MatvecSpec {
     /// blocks). Consecutive invocations then read 32 consecutive bytes, which GCC loads and
     /// converts in 256-bit vectors, where a block's own 16 bytes of codes allow only 128.
     pub pairs: bool,
+    /// Tokens of a prompt a workgroup multiplies at once (1 but with `pairs`): each pair of
+    /// blocks is dequantised once for all of them. The kernel then takes the prompt's length
+    /// as a last parameter `tokens`.
+    pub tokens_per_workgroup: u32,
     /// The ops fused before and after the product, which save their dispatches and the round
     /// trips of the activations through memory ([`super::matvec_fused`]).
     pub prologue: Prologue,
@@ -112,6 +116,7 @@ impl MatvecSpec {
             word_codes: false,
             blocked: false,
             pairs: false,
+            tokens_per_workgroup: 1,
             prologue: Prologue::None,
             epilogue: Epilogue::None,
         }
@@ -123,7 +128,8 @@ impl MatvecSpec {
     }
 
     /// How case names show the shape: `r2w128s8h` (rows, invocations, segment, `h` for f16
-    /// scales, `u` for word codes), `r8w8bh` for a blocked walk, `r8w32ph` in pairs.
+    /// scales, `u` for word codes), `r8w8bh` for a blocked walk, `r8w32ph` in pairs, `…t4`
+    /// for 4 tokens per workgroup.
     pub fn shape_name(&self) -> String {
         let walk = if self.reads_pairs() {
             "p".to_string()
@@ -132,8 +138,12 @@ impl MatvecSpec {
         } else {
             format!("s{}", self.segment)
         };
+        let tokens = match self.tokens_per_workgroup {
+            1 => String::new(),
+            t => format!("t{t}"),
+        };
         format!(
-            "r{}w{}{walk}{}{}",
+            "r{}w{}{walk}{}{}{tokens}",
             self.rows_per_workgroup,
             self.workgroup,
             if self.f16_scales { "h" } else { "" },
@@ -235,6 +245,23 @@ impl MatvecSpec {
                 });
             }
         }
+        let tpw = self.tokens_per_workgroup;
+        if tpw == 0 || (tpw > 1 && !self.reads_pairs()) {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "tokens per workgroup (1, or more for a product in pairs of Q4 blocks)",
+                value: tpw as usize,
+                limit: 1,
+            });
+        }
+        if self.outputs() * tpw > self.workgroup {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "outputs per workgroup (outputs of its rows × tokens)",
+                value: (self.outputs() * tpw) as usize,
+                limit: wg,
+            });
+        }
         let combine = match self.prologue {
             Prologue::Combine(c) => {
                 c.check(None)?;
@@ -242,9 +269,9 @@ impl MatvecSpec {
             }
             _ => 0,
         };
-        // One f32 partial per row (and the norm's sum of squares) and invocation, and the
-        // combine's weights, within the smallest device's 32 KiB.
-        let shared = (self.reduced_rows() as usize * wg + combine) * 4;
+        // One f32 partial per row (and the norm's sum of squares), token and invocation, and
+        // the combine's weights per token, within the smallest device's 32 KiB.
+        let shared = (self.reduced_rows() as usize * wg + combine) * 4 * tpw as usize;
         if shared > 32 * 1024 {
             return Err(ShapeError::TooLarge {
                 op: OP,
@@ -257,15 +284,38 @@ impl MatvecSpec {
         Ok(())
     }
 
-    /// Sums reduced across the workgroup: one per row, and the norm's sum of squares.
+    /// Outputs per token of a workgroup: one per row, or per pair of rows (SwiGLU's gate and
+    /// up, rope's pairs).
+    fn outputs(&self) -> u32 {
+        match self.epilogue {
+            Epilogue::Swiglu | Epilogue::RopeStore(_) => self.rows_per_workgroup / 2,
+            Epilogue::None | Epilogue::Add => self.rows_per_workgroup,
+        }
+    }
+
+    /// Sums reduced across the workgroup per token: one per row, and the norm's sum of
+    /// squares.
     fn reduced_rows(&self) -> u32 {
         self.rows_per_workgroup + u32::from(self.prologue == Prologue::RmsNorm)
+    }
+
+    /// The parameters after the fused ops' for a product of `tokens` vectors: the prompt's
+    /// length where a workgroup takes several tokens.
+    pub fn tokens_params(&self, tokens: u32) -> Vec<ParamValue> {
+        match self.tokens_per_workgroup {
+            1 => vec![],
+            _ => vec![ParamValue::U32(tokens)],
+        }
     }
 
     /// The grid for `rows` rows and `tokens` vectors x (prefill multiplies W with each
     /// token's row of X, `Y = X·Wᵀ`, X and Y row-major `[tokens × cols]`, `[tokens × rows]`).
     pub fn grid(&self, rows: u32, tokens: u32) -> [u32; 3] {
-        [rows.div_ceil(self.rows_per_workgroup), tokens, 1]
+        [
+            rows.div_ceil(self.rows_per_workgroup),
+            tokens.div_ceil(self.tokens_per_workgroup),
+            1,
+        ]
     }
 }
 
@@ -357,6 +407,10 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     if spec.reads_words() {
         name.push('u');
     }
+    let tpw = spec.tokens_per_workgroup;
+    if tpw > 1 {
+        name.push_str(&format!("_t{tpw}"));
+    }
     name.push_str(&fused::suffix(spec.prologue, spec.epilogue, '_', '_'));
     let k = KernelBuilder::new(&name, [wg, 1, 1]);
     if spec.reduce == Reduce::Subgroup {
@@ -379,40 +433,58 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         .then(|| k.buffer("y", Scalar::F32, Access::Write));
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
-    let norm = g.map(|g| Norm {
-        g,
-        eps: k.param("eps", Scalar::F32),
-        sum_sq: k.var("sum_sq", Scalar::F32),
-    });
+    let eps = g.map(|_| k.param("eps", Scalar::F32));
     let rope = match (spec.epilogue, rope_in) {
         (Epilogue::RopeStore(shape), Some(bufs)) => Some(RopeOut::declare_outputs(&k, shape, bufs)),
         _ => None,
     };
+    let n_tokens = (tpw > 1).then(|| k.param("tokens", Scalar::U32));
     let lid = k.local_index();
     let row0 = k.workgroup_id(0) * k.u32(nrows);
-    let token = k.workgroup_id(1);
-    let input = match combine {
-        Some(c) => Input::Combined(Combined::prologue(&k, c, x, wg)),
-        None => Input::Plain {
-            x,
-            x0: token * cols,
-        },
-    };
+    let group = k.workgroup_id(1);
     // Rows past the end (in the last workgroup) read the last row again instead of branching,
-    // so that every invocation reaches the reduction; their sums are never stored.
+    // so that every invocation reaches the reduction; their sums are never stored. Tokens
+    // past the end of the prompt likewise.
     let last = rows - k.u32(1);
-    // Each row of the workgroup with its accumulator.
-    let rows_accs: Vec<(Val, Var)> = (0..nrows)
-        .map(|r| ((row0 + k.u32(r)).min(last), k.var("acc", Scalar::F32)))
+    let rows_at: Vec<Val> = (0..nrows).map(|r| (row0 + k.u32(r)).min(last)).collect();
+    let tokens: Vec<Token> = (0..tpw)
+        .map(|t| {
+            let token = match n_tokens {
+                None => group,
+                Some(n) => (group * k.u32(tpw) + k.u32(t)).min(n - k.u32(1)),
+            };
+            Token {
+                input: match combine {
+                    Some(c) => Input::Combined(Combined::prologue(&k, c, x, wg, (token, t))),
+                    None => Input::Plain {
+                        x,
+                        x0: token * cols,
+                    },
+                },
+                norm: g.zip(eps).map(|(g, eps)| Norm {
+                    g,
+                    eps,
+                    sum_sq: k.var("sum_sq", Scalar::F32),
+                }),
+                accs: (0..nrows).map(|_| k.var("acc", Scalar::F32)).collect(),
+            }
+        })
         .collect();
+    // Each row of the workgroup with its accumulator, for one token.
+    let rows_accs: Vec<(Val, Var)> = rows_at
+        .iter()
+        .copied()
+        .zip(tokens[0].accs.clone())
+        .collect();
+    let (input, norm) = (&tokens[0].input, &tokens[0].norm);
     if spec.reads_pairs() {
-        dot_pairs(&k, ty, (w, w16), (&input, norm.as_ref()), cols, &rows_accs);
+        dot_pairs(&k, ty, (w, w16), &tokens, cols, &rows_at);
     } else if spec.blocked && ty.is_quantized() {
         dot_blocked(
             &k,
             ty,
             (w, w16),
-            (&input, norm.as_ref()),
+            (input, norm.as_ref()),
             cols,
             &rows_accs,
             wg,
@@ -438,7 +510,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
             &k,
             ty,
             (w, w16, spec.reads_words()),
-            (&input, norm.as_ref()),
+            (input, norm.as_ref()),
             cols,
             &rows_accs,
             (wg, spec.segment),
@@ -454,21 +526,39 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
             }
         });
     }
-    let mut sums: Vec<Val> = rows_accs.iter().map(|(_, a)| a.get()).collect();
-    // The sum of squares, reduced as row `nrows`.
-    sums.extend(norm.as_ref().map(|n| n.sum_sq.get()));
-    // Invocation i stores output i: row i's sum, or SwiGLU's of rows 2i and 2i + 1.
-    let outputs = match spec.epilogue {
-        Epilogue::Swiglu | Epilogue::RopeStore(_) => nrows / 2,
-        Epilogue::None | Epilogue::Add => nrows,
+    // Per token, its rows' sums and then the sum of squares, reduced as row `nrows`.
+    let sums: Vec<Val> = tokens
+        .iter()
+        .flat_map(|t| {
+            let accs = t.accs.iter().map(|a| a.get());
+            accs.chain(t.norm.as_ref().map(|n| n.sum_sq.get()))
+        })
+        .collect();
+    // Invocation i stores output i: row i's sum, or SwiGLU's of rows 2i and 2i + 1; with
+    // several tokens, output i % outputs of token i / outputs.
+    let outputs = spec.outputs();
+    let per_token = spec.reduced_rows();
+    let split = |i| split_output(&k, i, outputs, tpw);
+    let reads = |i| {
+        let (t, o) = split(i);
+        let rows = read_rows(&k, &spec, o);
+        match tpw {
+            1 => rows,
+            _ => rows.into_iter().map(|r| r + t * k.u32(per_token)).collect(),
+        }
     };
-    let reads = |i| read_rows(&k, &spec, i);
     let totals = match spec.reduce {
-        Reduce::Subgroup => reduce_subgroup(&k, &sums, wg, (outputs, reads)),
-        Reduce::Shared => reduce_shared(&k, &sums, wg, (outputs, reads)),
+        Reduce::Subgroup => reduce_subgroup(&k, &sums, wg, (outputs * tpw, reads)),
+        Reduce::Shared => reduce_shared(&k, &sums, wg, (outputs * tpw, reads)),
     };
-    k.if_(lid.lt(k.u32(outputs)), || {
-        let totals: Vec<Val> = match (&norm, totals.split_last()) {
+    let (t, o) = split(lid);
+    let token = match tpw {
+        1 => group,
+        _ => group * k.u32(tpw) + t,
+    };
+    let inside = n_tokens.map_or(k.bool(true), |n| token.lt(n));
+    k.if_(lid.lt(k.u32(outputs * tpw)) & inside, || {
+        let totals: Vec<Val> = match (norm, totals.split_last()) {
             (Some(n), Some((&sum_sq, sums))) => {
                 let inv_rms = n.inv_rms(sum_sq, cols);
                 sums.iter().map(|&t| t * inv_rms).collect()
@@ -478,20 +568,20 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         match (spec.epilogue, y, &rope) {
             (Epilogue::Swiglu, Some(y), _) => {
                 let n = rows / k.u32(2);
-                let i = k.workgroup_id(0) * k.u32(outputs) + lid;
+                let i = k.workgroup_id(0) * k.u32(outputs) + o;
                 k.if_(i.lt(n), || {
                     let v = super::elementwise::silu_ir(&k, totals[0]) * totals[1];
                     k.store(y, token * n + i, v);
                 });
             }
             (_, None, Some(rope)) => {
-                let row = row0 + lid * k.u32(2);
+                let row = row0 + o * k.u32(2);
                 k.if_(row.lt(rows), || {
                     rope.store_pair(&k, token, row, (totals[0], totals[1]))
                 });
             }
             (_, Some(y), _) => {
-                let row = row0 + lid;
+                let row = row0 + o;
                 k.if_(row.lt(rows), || {
                     let at = token * rows + row;
                     k.store(y, at, r.map_or(totals[0], |r| totals[0] + k.load(r, at)));
@@ -501,6 +591,27 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         }
     });
     Ok(k.finish())
+}
+
+/// Invocation `i`'s (token, output) in a workgroup of `tpw` tokens with `outputs` per token.
+fn split_output<'b>(
+    k: &'b KernelBuilder,
+    i: Val<'b>,
+    outputs: u32,
+    tpw: u32,
+) -> (Val<'b>, Val<'b>) {
+    match tpw {
+        1 => (k.u32(0), i),
+        _ => (i / k.u32(outputs), i % k.u32(outputs)),
+    }
+}
+
+/// One token of a workgroup: its input, its norm (with its own sum of squares) and its rows'
+/// accumulators.
+struct Token<'b> {
+    input: Input<'b>,
+    norm: Option<Norm<'b>>,
+    accs: Vec<Var<'b>>,
 }
 
 /// The rows whose sums the invocation storing output `i` reads: `i`, or SwiGLU's gate and up
@@ -726,19 +837,25 @@ fn dot_pairs<'b>(
     k: &'b KernelBuilder,
     ty: WeightType,
     (w, w16): (trine_ir::BufferId, Option<trine_ir::BufferId>),
-    (input, norm): (&Input<'b>, Option<&Norm<'b>>),
+    tokens: &[Token<'b>],
     cols: Val<'b>,
-    rows_accs: &[(Val<'b>, Var<'b>)],
+    rows: &[Val<'b>],
 ) {
     let qk = QK as u32;
     let bb = ty.block_bytes() as u32;
     let blocks = cols / k.u32(qk);
     let row_bytes = blocks * k.u32(bb);
-    let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * row_bytes).collect();
+    let bases: Vec<Val> = rows.iter().map(|&r| r * row_bytes).collect();
     let lid = k.local_index();
-    let x_at = |c0: Val<'b>, o: Val<'b>| {
-        let v = input.load_aligned(k, (c0, o), qk);
-        norm.map_or(v, |n| n.scale(k, v, c0 + o))
+    // Each token's x value at column `c0 + o`.
+    let x_at = |c0: Val<'b>, o: Val<'b>| -> Vec<Val<'b>> {
+        tokens
+            .iter()
+            .map(|t| {
+                let v = t.input.load_aligned(k, (c0, o), qk);
+                t.norm.as_ref().map_or(v, |n| n.scale(k, v, c0 + o))
+            })
+            .collect()
     };
     // The f16 scale `i` (0..4) of the pair or block at byte `at`.
     let scale = |at: Val<'b>, i: u32| match w16 {
@@ -764,14 +881,17 @@ fn dot_pairs<'b>(
         let c0 = p * k.u32(2 * qk);
         let x0 = x_at(c0, lid);
         let x1 = x_at(c0 + k.u32(qk), lid);
-        for (base, (_, acc)) in bases.iter().zip(rows_accs) {
+        for (r, base) in bases.iter().enumerate() {
             let at = *base + p * k.u32(2 * bb);
             let (d0, m0) = scales(at, 0);
             let (d1, m1) = scales(at, 1);
             let byte = k.load(w, at + k.u32(dequant::pair_scale_bytes(ty)) + lid);
             let w0 = d0.fma(code(byte & k.u32(15)), m0);
             let w1 = d1.fma(code(byte >> k.u32(4)), m1);
-            acc.set(w1.fma(x1, w0.fma(x0, acc.get())));
+            for (t, token) in tokens.iter().enumerate() {
+                let acc = token.accs[r];
+                acc.set(w1.fma(x1[t], w0.fma(x0[t], acc.get())));
+            }
         }
     });
     let last = blocks - k.u32(1);
@@ -780,13 +900,16 @@ fn dot_pairs<'b>(
             let c0 = last * k.u32(qk);
             let x0 = x_at(c0, lid);
             let x1 = x_at(c0, lid + k.u32(qk / 2));
-            for (base, (_, acc)) in bases.iter().zip(rows_accs) {
+            for (r, base) in bases.iter().enumerate() {
                 let at = *base + last * k.u32(bb);
                 let (d, m) = scales(at, 0);
                 let byte = k.load(w, at + k.u32(dequant::codes_offset(ty)) + lid);
                 let w0 = d.fma(code(byte & k.u32(15)), m);
                 let w1 = d.fma(code(byte >> k.u32(4)), m);
-                acc.set(w1.fma(x1, w0.fma(x0, acc.get())));
+                for (t, token) in tokens.iter().enumerate() {
+                    let acc = token.accs[r];
+                    acc.set(w1.fma(x1[t], w0.fma(x0[t], acc.get())));
+                }
             }
         });
     });
@@ -988,6 +1111,7 @@ pub fn spec_case(
     if let Some(res) = res {
         case = case.input("r", Scalar::F32, f32_bytes(&res));
     }
+    params.extend(spec.tokens_params(tokens));
     let mut case = case
         .output("y", Scalar::F32, vec![0; want.len() * 4], want)
         .params(params);
@@ -1105,6 +1229,26 @@ pub fn cases() -> Vec<Case> {
         };
         v.push(
             spec_case(spec, rows, cols, tokens, 3600 + cols as u64)
+                .expect("the listed shapes are valid"),
+        );
+    }
+    // Prompts on several tokens per workgroup, the last group partly past the last token.
+    for (ty, rows, cols, tokens, tpw) in [
+        (WeightType::Q4_1, 192, 576, 7, 4),
+        (WeightType::Q4_1, 13, 96, 8, 4),
+        (WeightType::Q4_0, 7, 160, 5, 2),
+    ] {
+        let spec = MatvecSpec {
+            rows_per_workgroup: 4,
+            workgroup: 32,
+            f16_scales: true,
+            blocked: true,
+            pairs: true,
+            tokens_per_workgroup: tpw,
+            ..MatvecSpec::new(ty, Reduce::Subgroup)
+        };
+        v.push(
+            spec_case(spec, rows, cols, tokens, 3700 + cols as u64)
                 .expect("the listed shapes are valid"),
         );
     }

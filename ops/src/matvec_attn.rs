@@ -168,11 +168,17 @@ impl<'b> Combined<'b> {
         shape: CombineShape,
         part: BufferId,
         wg: u32,
+        (token, slot): (Val<'b>, u32),
     ) -> Combined<'b> {
         let (heads, splits, d) = (shape.heads, shape.splits, shape.head_dim);
-        let weights = k.shared("combine_w", Scalar::F32, heads * splits);
-        let inv = k.shared("combine_inv", Scalar::F32, heads);
-        let row0 = k.workgroup_id(1) * k.u32(heads);
+        // Token `slot` of the workgroup gets its own arrays.
+        let name = |base: &str| match slot {
+            0 => base.to_string(),
+            _ => format!("{base}_{slot}"),
+        };
+        let weights = k.shared(&name("combine_w"), Scalar::F32, heads * splits);
+        let inv = k.shared(&name("combine_inv"), Scalar::F32, heads);
+        let row0 = token * k.u32(heads);
         let width = k.u32(d + 2);
         let (zero, one) = (k.u32(0), k.u32(1));
         let max = k.var("max", Scalar::F32);
@@ -428,6 +434,7 @@ pub fn rope_case(
         ParamValue::F32(fused::EPS),
     ];
     params.extend(shape.params());
+    params.extend(spec.tokens_params(tokens));
     Ok(case
         .input("x", Scalar::F32, f32_bytes(&x))
         .input("g", Scalar::F32, f32_bytes(&g))
@@ -487,7 +494,12 @@ pub fn combine_case(
         .input("part", Scalar::F32, f32_bytes(&part))
         .input("r", Scalar::F32, f32_bytes(&res))
         .output("y", Scalar::F32, vec![0; want.len() * 4], want)
-        .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)]);
+        .params(
+            [ParamValue::U32(rows), ParamValue::U32(cols)]
+                .into_iter()
+                .chain(spec.tokens_params(tokens))
+                .collect(),
+        );
     if spec.reduce == Reduce::Subgroup {
         case = case.fallback(super::matvec::kernel(MatvecSpec {
             reduce: Reduce::Shared,
@@ -515,6 +527,10 @@ pub fn cases() -> Vec<Case> {
         blocked: true,
         pairs: true,
         ..spec(ty, (4, 32, 8, true), Reduce::Subgroup)
+    };
+    let prompt = |ty| MatvecSpec {
+        tokens_per_workgroup: 4,
+        ..cpu(ty)
     };
     let smol = |tokens, context| RopeStore {
         tokens,
@@ -550,6 +566,7 @@ pub fn cases() -> Vec<Case> {
         (gpu_q4, qkv(Q4_1, 576, smol(1, 2048)), 2047, Float::F16),
         (bytes_q4, qkv(Q4_1, 576, smol(1, 2048)), 0, Float::F16),
         (cpu(Q4_1), qkv(Q4_1, 576, smol(1, 64)), 17, Float::F16),
+        (prompt(Q4_1), qkv(Q4_1, 576, smol(7, 32)), 13, Float::F16),
         (cpu(Q4_0), qkv(Q4_0, 64, small(2, 5, 5, 4)), 10, Float::F32),
         (gpu_q4, qkv(Q4_1, 576, smol(7, 32)), 13, Float::F16),
         (gpu_q4, qkv(Q4_1, 576, smol(1, 64)), 30, Float::F32),
@@ -583,6 +600,7 @@ pub fn cases() -> Vec<Case> {
         (gpu_q4, smol(8), 576, 1, 100),
         (bytes_q4, smol(8), 576, 1, 3),
         (cpu(Q4_1), smol(1), 576, 1, 40),
+        (prompt(Q4_1), smol(1), 576, 5, 20),
         (
             cpu(Q4_0),
             CombineShape {

@@ -318,6 +318,18 @@ pub fn cases() -> Vec<Case> {
     ] {
         shapes.push((pairs(spec), rows, cols, tokens));
     }
+    // Prompts, 4 tokens per workgroup: SmolLM2's gate/up on 7 tokens, and odd shapes.
+    let prompt = |spec| MatvecSpec {
+        tokens_per_workgroup: 4,
+        ..pairs(spec)
+    };
+    for (spec, rows, cols, tokens) in [
+        (fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu), 3072, 576, 7),
+        (fused(Q4_1, Shared, P::RmsNorm, E::Add), 13, 96, 5),
+        (fused(Q4_0, Subgroup, P::None, E::Swiglu), 26, 64, 9),
+    ] {
+        shapes.push((prompt(spec), rows, cols, tokens));
+    }
     // Q4_1 codes read as words: one word per segment of 8, two of 16, four of 32; SmolLM2's
     // gate/up in the GPUs' shape.
     let words = |spec, shape| MatvecSpec {

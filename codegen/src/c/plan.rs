@@ -11,7 +11,10 @@
 //! workgroup, synchronising or not: the loops over the invocations then sit inside it, with
 //! bodies of straight-line code that GCC vectorises across invocations. Left inside a region,
 //! each invocation would run the whole loop in turn in scalar code (a quantized matvec's loop
-//! over a row's blocks, an attention's loop over positions).
+//! over a row's blocks, an attention's loop over positions). So does an `If` with a uniform
+//! condition: the code after it gets a region of its own, and a branch not taken costs
+//! nothing, where inside a region every invocation would test it and the region could not
+//! be vectorised.
 
 use super::uniform::Uniformity;
 use trine_ir::{Expr, ExprId, Kernel, Stmt, SubgroupOp, VarId};
@@ -101,7 +104,7 @@ impl<'k> Planner<'k, '_> {
         let mut nodes = vec![];
         let mut start = 0;
         for (i, s) in block.iter().enumerate() {
-            if !synchronises(self.k, s) && !self.uniform_loop(s, masked) {
+            if !synchronises(self.k, s) && !self.hoisted(s, masked) {
                 continue;
             }
             self.region(&block[start..i], in_loop, &mut nodes);
@@ -150,10 +153,12 @@ impl<'k> Planner<'k, '_> {
         nodes
     }
 
-    /// Whether `s` is a loop with workgroup-uniform bounds in unmasked control flow.
-    fn uniform_loop(&self, s: &Stmt, masked: bool) -> bool {
+    /// Whether `s` is a loop with workgroup-uniform bounds or an `If` with a uniform
+    /// condition, in unmasked control flow.
+    fn hoisted(&self, s: &Stmt, masked: bool) -> bool {
         match s {
             Stmt::Loop { start, end, .. } => !masked && self.u.expr(*start) && self.u.expr(*end),
+            Stmt::If { cond, .. } => !masked && self.u.expr(*cond),
             _ => false,
         }
     }

@@ -72,6 +72,7 @@ impl Engine {
                         params.extend(self.rope_store(t).params());
                     }
                 }
+                params.extend(spec.tokens_params(tokens));
                 // A variant reading the scales through an f16 view binds the weights twice.
                 let views = self.placement.buffers[&key].len() - inputs.len() - outputs.len();
                 let mut all = vec![Tensor::Weight(wid); views];
