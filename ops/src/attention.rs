@@ -221,16 +221,16 @@ pub(super) fn attend<'b>(
     k.for_range(start, end, WG, |first| {
         let j = first + lid;
         let visible = j.lt(end);
-        score.set(k.f32(f32::NEG_INFINITY));
-        k.if_(visible, || {
-            let row = j * kv_stride + kv_head;
-            dot.set(k.f32(0.0));
-            k.for_range(k.u32(0), d, 1, |i| {
-                let kv_val = load_f32(k, keys.kv, keys.k, row + i);
-                dot.set(k.load_shared(q_sh, i).fma(kv_val, dot.get()));
-            });
-            score.set(dot.get() * keys.scale);
+        // Invocations past the last key take the last key's dot product instead of
+        // branching, and a score of −inf: the loop over the dimensions then has the same
+        // bounds for every invocation (the CPU lowering vectorises it across keys).
+        let row = j.min(end - k.u32(1)) * kv_stride + kv_head;
+        dot.set(k.f32(0.0));
+        k.for_range(k.u32(0), d, 1, |i| {
+            let kv_val = load_f32(k, keys.kv, keys.k, row + i);
+            dot.set(k.load_shared(q_sh, i).fma(kv_val, dot.get()));
         });
+        score.set(k.select(visible, dot.get() * keys.scale, k.f32(f32::NEG_INFINITY)));
         // Every block holds at least one visible key, so the new maximum is finite and the
         // first block's correction exp(−inf) is 0.
         let new_m = m

@@ -75,15 +75,8 @@ impl Engine {
                 max: options.context as usize,
             });
         }
-        // The cache in f16 halves its size and matches llama.cpp's default cache type; f32
-        // where the device has no 16-bit storage.
-        let kv = if backend.info().f16 {
-            Float::F16
-        } else {
-            Float::F32
-        };
         let shape = KernelShape {
-            kv,
+            kv: crate::kernels::kv_type(backend.info()),
             head_dim: c.head_dim(),
         };
         let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;

@@ -5,7 +5,7 @@
 use super::ops::{Item, Op};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_ir::{Kernel, Scalar};
-use trine_llama::kernels::{matvec_spec, MatvecSize};
+use trine_llama::kernels::{kv_type, matvec_spec, MatvecSize};
 use trine_ops::attention::{self, Attention};
 use trine_ops::case::Case;
 use trine_ops::elementwise::{self, Binary};
@@ -16,15 +16,6 @@ use trine_ops::rope::{self, Rope, RopeMode};
 use trine_ops::shape::ShapeError;
 use trine_ops::softmax::{self, Mask, Softmax};
 use trine_ops::support::{Float, Reduction};
-
-/// The KV cache type the executor picks: f16 where the device has it.
-fn kv_type(info: &DeviceInfo) -> Float {
-    if info.f16 {
-        Float::F16
-    } else {
-        Float::F32
-    }
-}
 
 /// What a device changes in an item's inputs: the KV cache type, and for a matvec the
 /// executor's kernel shape for the device (the CPU's differs from the GPUs', and may bind the
