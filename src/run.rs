@@ -102,7 +102,7 @@ pub fn generate_on(
 ) -> Result<Report, RunError> {
     let main = Engine::new(model.clone(), backend, engine)?;
     let check = match checker {
-        Some(b) => Some(Engine::new(model.clone(), b, engine)?),
+        Some(b) => Some(main.checker(b)?),
         None => None,
     };
     let mut session = Session::new(main, check);

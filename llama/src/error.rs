@@ -59,6 +59,11 @@ pub enum ModelError {
         /// "free" (what the runtime reports free now) or "in all" (its memory size).
         what: &'static str,
     },
+    #[error("the cross-checking engine keeps its KV cache in {checker}, the checked one in {main}: make it with Engine::checker")]
+    CheckerKv {
+        main: &'static str,
+        checker: &'static str,
+    },
     #[error("the prompt is empty (no tokens to start from)")]
     EmptyPrompt,
     #[error("no backend could run kernel {kernel}: {reasons}")]

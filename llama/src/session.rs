@@ -136,6 +136,12 @@ impl Session {
                 self.pos += s.tokens;
                 continue;
             };
+            if ch.kv_type() != self.engine.kv_type() {
+                return Err(ModelError::CheckerKv {
+                    main: self.engine.kv_type().name(),
+                    checker: ch.kv_type().name(),
+                });
+            }
             ch.check_step(s)?;
             ch.set_ids(chunk, s.pos)?;
             for node in &self.engine.graph(s) {

@@ -5,12 +5,13 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use trine_backends::{
-    Backend, BackendError, BackendKind, BufferHandle, DeviceInfo, Dispatch, ProgramId,
+    Backend, BackendError, BackendKind, BufferHandle, DeviceInfo, DeviceType, Dispatch, ProgramId,
 };
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType, Value};
 use trine_ir::Kernel;
 use trine_llama::{Engine, EngineOptions, Model, ModelError, Session};
+use trine_ops::support::Float;
 
 const TINY: SynthShape = SynthShape {
     n_embd: 64,
@@ -43,6 +44,7 @@ fn cpu() -> Arc<dyn Backend> {
 /// it wrong.
 struct Faulty {
     inner: Arc<dyn Backend>,
+    info: DeviceInfo,
     refuse: &'static str,
     spoil: &'static str,
     factor: f32,
@@ -51,11 +53,30 @@ struct Faulty {
 
 impl Faulty {
     fn device(refuse: &'static str, spoil: &'static str, factor: f32) -> Arc<dyn Backend> {
+        let inner = cpu();
         Arc::new(Faulty {
-            inner: cpu(),
+            info: inner.info().clone(),
+            inner,
             refuse,
             spoil,
             factor,
+            spoiled: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// A CPU that says it is a discrete GPU with 16-bit storage: an executor on it keeps its
+    /// KV cache in f16 and takes the GPUs' kernel shapes.
+    fn gpu() -> Arc<dyn Backend> {
+        let inner = cpu();
+        let mut info = inner.info().clone();
+        info.device_type = DeviceType::Discrete;
+        info.f16 = true;
+        Arc::new(Faulty {
+            info,
+            inner,
+            refuse: "",
+            spoil: "",
+            factor: 1.0,
             spoiled: Mutex::new(HashSet::new()),
         })
     }
@@ -66,7 +87,7 @@ impl Backend for Faulty {
         "faulty"
     }
     fn info(&self) -> &DeviceInfo {
-        self.inner.info()
+        &self.info
     }
     fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
         self.inner.alloc(bytes)
@@ -366,7 +387,7 @@ fn backends_agree_node_by_node() {
     let model = tiny();
     let ran = on_each(&["vulkan", "wgpu", "cuda", "hip"], |name, backend| {
         let main = Engine::new(model.clone(), backend, SIZES).unwrap();
-        let checker = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+        let checker = main.checker(cpu()).unwrap();
         let mut session = Session::new(main, Some(checker));
         run(&mut session);
         assert_eq!(session.checks.len(), 3, "{name}");
@@ -376,6 +397,31 @@ fn backends_agree_node_by_node() {
         }
     });
     println!("{ran} GPU backends checked against the cpu");
+}
+
+/// A checker takes the checked engine's KV cache type (f16 on a GPU, where a CPU keeps f32):
+/// one made with `Engine::checker` agrees node by node, one that keeps its own type is refused
+/// with the two types, before any node runs.
+#[test]
+fn a_checker_keeps_the_checked_engines_cache_type() {
+    let model = tiny();
+    let main = Engine::new(model.clone(), Faulty::gpu(), SIZES).unwrap();
+    assert_eq!(main.kv_type(), Float::F16);
+    let own = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+    assert_eq!(own.kv_type(), Float::F32);
+    let mut session = Session::new(main, Some(own));
+    match session.feed(&[17, 90]) {
+        Err(ModelError::CheckerKv { main, checker }) => assert_eq!((main, checker), ("f16", "f32")),
+        other => panic!("a checker with its own cache type ran: {other:?}"),
+    }
+    let main = Engine::new(model, Faulty::gpu(), SIZES).unwrap();
+    let checker = main.checker(cpu()).unwrap();
+    assert_eq!(checker.kv_type(), Float::F16);
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    for c in &session.checks {
+        assert!(c.first_over_bound.is_none(), "{c:?}");
+    }
 }
 
 /// Logits of 12 decode steps after a prompt, and each step's greedy token from the host's

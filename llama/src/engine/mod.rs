@@ -68,6 +68,23 @@ impl Engine {
         backend: Arc<dyn Backend>,
         options: EngineOptions,
     ) -> Result<Engine, ModelError> {
+        let kv = crate::kernels::kv_type(backend.info());
+        Engine::with_kv(model, backend, options, kv)
+    }
+
+    /// An engine on `backend` that can check this one node by node ([`crate::Session::new`]):
+    /// the same model, sizes and KV cache type, whatever `backend` would pick, since it takes
+    /// this engine's caches as they are.
+    pub fn checker(&self, backend: Arc<dyn Backend>) -> Result<Engine, ModelError> {
+        Engine::with_kv(self.model.clone(), backend, self.options, self.shape.kv)
+    }
+
+    fn with_kv(
+        model: Arc<Model>,
+        backend: Arc<dyn Backend>,
+        options: EngineOptions,
+        kv: Float,
+    ) -> Result<Engine, ModelError> {
         let c = &model.config;
         if options.context == 0 || options.max_batch == 0 || options.max_batch > options.context {
             return Err(ModelError::ContextFull {
@@ -76,7 +93,7 @@ impl Engine {
             });
         }
         let shape = KernelShape {
-            kv: crate::kernels::kv_type(backend.info()),
+            kv,
             head_dim: c.head_dim(),
         };
         let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
