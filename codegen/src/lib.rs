@@ -19,7 +19,7 @@ pub mod naga_module;
 pub mod spirv;
 pub mod wgsl;
 
-pub use c::{c, c_symbol, COptions, C_MAX_FRAME_BYTES};
+pub use c::{c, c_source, c_symbol, COptions, CSource, C_MAX_FRAME_BYTES};
 pub use error::CodegenError;
 pub use hip::{hip, Dialect};
 /// The naga the modules are built with, for backends that take a module as it is (wgpu).

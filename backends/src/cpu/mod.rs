@@ -10,6 +10,7 @@
 //! them without copies. One lock orders every operation on them: a dispatch runs to the end
 //! before a read, write, allocation or free proceeds (the in-order queue of the trait).
 
+mod pool;
 mod run;
 mod sysinfo;
 mod toolchain;
@@ -42,14 +43,18 @@ pub const INTERPRETER_DRIVER: &str = "trine reference interpreter";
 const INLINE_BINDINGS: usize = 16;
 
 /// Stack of each worker thread: the largest workgroup frame the lowering allows, plus room for
-/// the kernel's own locals and rayon's frames.
+/// the kernel's own locals.
 const WORKER_STACK_BYTES: usize = C_MAX_FRAME_BYTES as usize + (4 << 20);
+
+/// Kernels whose per-workgroup frame is at most this run on the dispatching thread too, beside
+/// the workers: any thread's stack has room for it (Rust gives spawned threads 2 MiB).
+const CALLER_FRAME_BYTES: u64 = 256 << 10;
 
 /// How kernels run.
 enum Engine {
     Compiled {
         toolchain: Toolchain,
-        pool: rayon::ThreadPool,
+        pool: pool::Pool,
     },
     Interpreter,
 }
@@ -57,6 +62,8 @@ enum Engine {
 /// A compiled kernel, in the variant for non-overlapping bindings and, made on first need, the
 /// one without `restrict` for bindings that overlap.
 struct Code {
+    /// Bytes of per-workgroup state in the function's stack frame.
+    frame_bytes: u64,
     exclusive: Compiled,
     overlapping: OnceLock<Result<Compiled, String>>,
 }
@@ -121,7 +128,8 @@ impl CpuBackend {
 
     fn with_engine(engine: Engine, note: Option<String>) -> CpuBackend {
         let threads = match &engine {
-            Engine::Compiled { pool, .. } => pool.current_num_threads(),
+            // The workers, and the dispatching thread.
+            Engine::Compiled { pool, .. } => pool.workers() + 1,
             Engine::Interpreter => rayon::current_num_threads(),
         };
         let (driver, how) = match &engine {
@@ -177,10 +185,9 @@ impl CpuBackend {
     /// The compiled engine, after building and running the probe kernel; the reason otherwise.
     fn compiled_engine(cc: &OsStr) -> Result<Engine, String> {
         let toolchain = Toolchain::find(cc).map_err(|e| e.to_string())?;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .stack_size(WORKER_STACK_BYTES)
-            .thread_name(|i| format!("trine-cpu-{i}"))
-            .build()
+        // One thread per core, the dispatching thread being one of them.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = pool::Pool::new(cores.saturating_sub(1).max(1), WORKER_STACK_BYTES)
             .map_err(|e| format!("cannot start worker threads: {e}"))?;
         let probe = probe_kernel();
         let source = trine_codegen::c(&probe, &COptions::new(CPU_SUBGROUP_SIZE))
@@ -194,7 +201,7 @@ impl CpuBackend {
         let buffers = [x.as_ptr() as *mut c_void, y.as_mut_ptr() as *mut c_void];
         // SAFETY: the probe kernel reads 8 f16 from `x` and writes 8 f32 to `y`, which are
         // that long, aligned, and untouched by anything else until `run` returns.
-        unsafe { run::run(&pool, code.entry(), &buffers, &[], [1, 1, 1], 1) };
+        unsafe { run::run(&pool, code.entry(), &buffers, &[], [1, 1, 1], (1, true)) };
         if y != [3.0; 8] {
             return Err(format!(
                 "the probe kernel computed {y:?} instead of 3.0 each"
@@ -317,7 +324,7 @@ impl CpuBackend {
     fn run_compiled(
         &self,
         map: &HashMap<u64, Arc<Words>>,
-        pool: &rayon::ThreadPool,
+        pool: &pool::Pool,
         toolchain: &Toolchain,
         program: &Program,
         code: &Code,
@@ -381,7 +388,7 @@ impl CpuBackend {
                 pointers,
                 &params[..kernel.params.len()],
                 d.grid,
-                workgroups,
+                (workgroups, code.frame_bytes <= CALLER_FRAME_BYTES),
             )
         };
         Ok(())
@@ -444,27 +451,27 @@ impl Backend for CpuBackend {
         if lock(&self.programs).contains_key(&hash) {
             return Ok(ProgramId(hash));
         }
-        let code =
-            match &self.engine {
-                Engine::Interpreter => None,
-                Engine::Compiled { toolchain, .. } => {
-                    let source = trine_codegen::c(kernel, &COptions::new(CPU_SUBGROUP_SIZE))
-                        .map_err(|e| BackendError::Unsupported {
-                            kernel: kernel.name.clone(),
-                            what: e.to_string(),
-                        })?;
-                    let exclusive = toolchain
-                        .build(&source, &trine_codegen::c_symbol(kernel))
-                        .map_err(|e| BackendError::Compile {
-                            kernel: kernel.name.clone(),
-                            message: e.to_string(),
-                        })?;
-                    Some(Code {
-                        exclusive,
-                        overlapping: OnceLock::new(),
-                    })
-                }
-            };
+        let code = match &self.engine {
+            Engine::Interpreter => None,
+            Engine::Compiled { toolchain, .. } => {
+                let source = trine_codegen::c_source(kernel, &COptions::new(CPU_SUBGROUP_SIZE))
+                    .map_err(|e| BackendError::Unsupported {
+                        kernel: kernel.name.clone(),
+                        what: e.to_string(),
+                    })?;
+                let exclusive = toolchain
+                    .build(&source.text, &trine_codegen::c_symbol(kernel))
+                    .map_err(|e| BackendError::Compile {
+                        kernel: kernel.name.clone(),
+                        message: e.to_string(),
+                    })?;
+                Some(Code {
+                    frame_bytes: source.frame_bytes,
+                    exclusive,
+                    overlapping: OnceLock::new(),
+                })
+            }
+        };
         let program = Arc::new(Program {
             kernel: kernel.clone(),
             code,

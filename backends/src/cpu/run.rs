@@ -1,8 +1,8 @@
 //! Running a compiled kernel: the grid's workgroups split into contiguous ranges, one call of
-//! the kernel's C function per range, spread over the backend's threads.
+//! the kernel's C function per range, spread over the backend's threads ([`super::pool`]).
 
+use super::pool::Pool;
 use super::toolchain::Entry;
-use rayon::prelude::*;
 use std::ffi::c_void;
 
 /// Ranges per thread: enough for workgroups of uneven cost to balance, few enough that each
@@ -24,7 +24,8 @@ unsafe impl Send for Args {}
 // SAFETY: as above; `Args` itself is never written after it is made.
 unsafe impl Sync for Args {}
 
-/// Runs workgroups `0..workgroups` (at least 1) of `grid` on `pool`.
+/// Runs workgroups `0..workgroups` (at least 1) of `grid` on `pool`, and on the calling
+/// thread if `join` (the kernel's frame fits any thread's stack).
 ///
 /// # Safety
 /// `entry` must be a kernel function with the ABI of `trine_codegen::c`; `buffers` must hold
@@ -32,12 +33,12 @@ unsafe impl Sync for Args {}
 /// the kernel accesses, and nothing else may access that memory until `run` returns; `params`
 /// must hold the kernel's parameters; `workgroups` must be the product of `grid`.
 pub(crate) unsafe fn run(
-    pool: &rayon::ThreadPool,
+    pool: &Pool,
     entry: Entry,
     buffers: &[*mut c_void],
     params: &[u32],
     grid: [u32; 3],
-    workgroups: u64,
+    (workgroups, join): (u64, bool),
 ) {
     let args = Args {
         entry,
@@ -45,19 +46,16 @@ pub(crate) unsafe fn run(
         params: params.as_ptr(),
         grid: grid.as_ptr(),
     };
-    let ranges = (pool.current_num_threads() as u64 * RANGES_PER_THREAD).min(workgroups);
+    let threads = (pool.workers() + usize::from(join)) as u64;
+    let ranges = (threads * RANGES_PER_THREAD).min(workgroups);
     let per = workgroups.div_ceil(ranges);
-    // Every call runs on the pool, whose threads have stacks big enough for the largest
-    // workgroup frame the lowering allows.
-    pool.install(|| {
-        (0..ranges).into_par_iter().for_each(|r| {
-            let begin = r * per;
-            let end = (begin + per).min(workgroups);
-            if begin < end {
-                let a = &args;
-                // SAFETY: the caller's contract; ranges are disjoint and within the grid.
-                unsafe { (a.entry)(a.buffers, a.params, a.grid, begin, end) };
-            }
-        })
+    pool.run(ranges, join, &|r| {
+        let begin = r * per;
+        let end = (begin + per).min(workgroups);
+        if begin < end {
+            let a = &args;
+            // SAFETY: the caller's contract; ranges are disjoint and within the grid.
+            unsafe { (a.entry)(a.buffers, a.params, a.grid, begin, end) };
+        }
     });
 }

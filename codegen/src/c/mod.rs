@@ -87,12 +87,24 @@ pub fn c_symbol(kernel: &Kernel) -> String {
     format!("trine_{}", kernel.name)
 }
 
+/// A kernel's C text and the bytes of per-workgroup state its function keeps in its stack
+/// frame (at most [`C_MAX_FRAME_BYTES`]).
+pub struct CSource {
+    pub text: String,
+    pub frame_bytes: u64,
+}
+
 /// Lowers `kernel` to C source (see the module documentation for the ABI).
 ///
 /// Errors: the kernel is invalid, its entry symbol would equal a helper of the prelude, the
 /// subgroup size is not a power of two from 1 to 128, or its per-workgroup state exceeds
 /// [`C_MAX_FRAME_BYTES`].
 pub fn c(kernel: &Kernel, options: &COptions) -> Result<String, CodegenError> {
+    c_source(kernel, options).map(|s| s.text)
+}
+
+/// [`c`], with the size of the function's per-workgroup state.
+pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenError> {
     let info = crate::validated(kernel)?;
     let k = kernel;
     let fail = |message: String| CodegenError::Write {
@@ -226,5 +238,8 @@ pub fn c(kernel: &Kernel, options: &COptions) -> Result<String, CodegenError> {
          \x20   }\n\
          }\n",
     );
-    Ok(out)
+    Ok(CSource {
+        text: out,
+        frame_bytes: frame,
+    })
 }
