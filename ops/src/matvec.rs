@@ -491,19 +491,32 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         );
     } else if spec.blocked {
         let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * cols).collect();
-        let chunks = (cols + k.u32(wg - 1)) / k.u32(wg);
-        k.for_range(k.u32(0), chunks, 1, |chunk| {
-            // The last chunk's invocations past the end read the last column and keep their
-            // sums: a select, not a branch, so that the loop body stays straight-line code.
-            let at = chunk * k.u32(wg) + lid;
-            let inside = at.lt(cols);
-            let c = at.min(cols - k.u32(1));
-            let xv = k.select(inside, input.load(&k, c), k.f32(0.0));
+        let step = |c: Val<'_>, xv: Val<'_>, keep: Option<Val<'_>>| {
             let xv = norm.as_ref().map_or(xv, |n| n.scale(&k, xv, c));
             for (base, (_, acc)) in bases.iter().zip(&rows_accs) {
                 let wv = k.load(w, *base + c).cast(Scalar::F32);
-                acc.set(k.select(inside, wv.fma(xv, acc.get()), acc.get()));
+                let sum = wv.fma(xv, acc.get());
+                acc.set(keep.map_or(sum, |inside| k.select(inside, sum, acc.get())));
             }
+        };
+        // Whole chunks of columns, at `chunk·wg + lid`: consecutive invocations, consecutive
+        // columns.
+        let whole = cols / k.u32(wg);
+        k.for_range(k.u32(0), whole, 1, |chunk| {
+            let c = chunk * k.u32(wg) + lid;
+            step(c, input.load(&k, c), None);
+        });
+        // The last, partial chunk: invocations past the end read the last column and keep
+        // their sums (a select, not a branch).
+        k.if_((cols % k.u32(wg)).ne(k.u32(0)), || {
+            let at = whole * k.u32(wg) + lid;
+            let inside = at.lt(cols);
+            let c = at.min(cols - k.u32(1));
+            step(
+                c,
+                k.select(inside, input.load(&k, c), k.f32(0.0)),
+                Some(inside),
+            );
         });
     } else if ty.is_quantized() {
         dot_quantized(
@@ -1186,7 +1199,8 @@ pub fn cases() -> Vec<Case> {
         }
     }
     // The CPUs' blocked walk: 16 invocations for Q4 (8 too), 32 for Q8_0, 8 for floats (whose
-    // last chunk of columns is partly past the end); scales through the f16 view or from bytes.
+    // last chunk of columns is partly past the end, or whole); scales through the f16 view or
+    // from bytes.
     for (ty, rows, cols, tokens, workgroup, f16_scales) in [
         (WeightType::Q4_1, 1536, 576, 1, 16, true),
         (WeightType::Q4_1, 13, 96, 2, 8, false),
@@ -1196,6 +1210,7 @@ pub fn cases() -> Vec<Case> {
         (WeightType::Q8_0, 7, 64, 1, 16, false),
         (WeightType::F16, 13, 45, 2, 8, false),
         (WeightType::F32, 7, 45, 1, 8, false),
+        (WeightType::F32, 5, 64, 2, 8, false),
     ] {
         let spec = MatvecSpec {
             rows_per_workgroup: 8,
