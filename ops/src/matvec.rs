@@ -1250,6 +1250,7 @@ pub fn cases() -> Vec<Case> {
     // Prompts on several tokens per workgroup, the last group partly past the last token.
     for (ty, rows, cols, tokens, tpw) in [
         (WeightType::Q4_1, 192, 576, 7, 4),
+        (WeightType::Q4_1, 192, 576, 11, 8),
         (WeightType::Q4_1, 13, 96, 8, 4),
         (WeightType::Q4_0, 7, 160, 5, 2),
     ] {

@@ -529,7 +529,7 @@ pub fn cases() -> Vec<Case> {
         ..spec(ty, (4, 32, 8, true), Reduce::Subgroup)
     };
     let prompt = |ty| MatvecSpec {
-        tokens_per_workgroup: 4,
+        tokens_per_workgroup: 8,
         ..cpu(ty)
     };
     let smol = |tokens, context| RopeStore {

@@ -318,11 +318,16 @@ pub fn cases() -> Vec<Case> {
     ] {
         shapes.push((pairs(spec), rows, cols, tokens));
     }
-    // Prompts, 4 tokens per workgroup: SmolLM2's gate/up on 7 tokens, and odd shapes.
+    // Prompts, 4 and 8 tokens per workgroup: SmolLM2's gate/up on 7 tokens, and odd shapes.
     let prompt = |spec| MatvecSpec {
         tokens_per_workgroup: 4,
         ..pairs(spec)
     };
+    let gate_up_8 = MatvecSpec {
+        tokens_per_workgroup: 8,
+        ..pairs(fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu))
+    };
+    shapes.push((gate_up_8, 3072, 576, 13));
     for (spec, rows, cols, tokens) in [
         (fused(Q4_1, Subgroup, P::RmsNorm, E::Swiglu), 3072, 576, 7),
         (fused(Q4_1, Shared, P::RmsNorm, E::Add), 13, 96, 5),
