@@ -34,7 +34,20 @@ pub struct MatmulSpec {
     pub tile: u32,
     /// Outputs per invocation along each side.
     pub reg: u32,
+    /// B transposed only: the CPUs' walk instead of tiles ([`lanes_kernel`]); `tile` and
+    /// `reg` do not apply.
+    pub lanes: bool,
 }
+
+/// [`MatmulSpec::lanes`]' workgroup: invocations walking K together.
+const LANES: u32 = 8;
+/// Rows and columns of C a [`MatmulSpec::lanes`] workgroup computes: 24 sums per invocation,
+/// which GCC keeps in registers. On one EPYC core, 512 × 576 × 576 f32 (2026-11-25, the C
+/// function alone): 8 × 3 77 GFLOP/s, 6 × 4 74, 4 × 4 62, 6 × 6 43 (spilled); the tiled
+/// kernel 25-32 whatever its tile and register block. On both cores (`cargo xtask bench --ops
+/// matmul`): 8 × 3 148-154 GFLOP/s, 0.71-0.78× the `gemm` crate; 6 × 4 104-110.
+const LANE_ROWS: u32 = 8;
+const LANE_COLS: u32 = 3;
 
 impl MatmulSpec {
     /// 16 × 16 invocations computing 32 × 32 outputs: 8 KiB of shared memory, and 4 outputs
@@ -46,12 +59,22 @@ impl MatmulSpec {
             b_transposed,
             tile: 16,
             reg: 2,
+            lanes: false,
         }
     }
 
     /// Outputs per workgroup along each side.
     pub fn block(&self) -> u32 {
         self.tile * self.reg
+    }
+
+    /// Rows and columns of C per workgroup.
+    fn block_sides(&self) -> (u32, u32) {
+        if self.lanes {
+            (LANE_ROWS, LANE_COLS)
+        } else {
+            (self.block(), self.block())
+        }
     }
 
     fn check(&self) -> Result<(), ShapeError> {
@@ -62,6 +85,12 @@ impl MatmulSpec {
                     what: format!("{what} of type {t} (f32 or f16 only)"),
                 });
             }
+        }
+        if self.lanes && !self.b_transposed {
+            return Err(ShapeError::Unsupported {
+                op: OP,
+                what: "the lanes walk with B not transposed (its rows must run along K)".into(),
+            });
         }
         for (what, v) in [("tile", self.tile), ("reg", self.reg)] {
             if v == 0 {
@@ -240,6 +269,9 @@ pub fn reference(
 /// ldc, stride_a, stride_b, stride_c; grid [`grid`].
 pub fn kernel(spec: MatmulSpec) -> Result<Kernel, ShapeError> {
     spec.check()?;
+    if spec.lanes {
+        return Ok(lanes_kernel(spec));
+    }
     let (t, r, bm) = (spec.tile, spec.reg, spec.block());
     let bt = if spec.b_transposed { "t" } else { "" };
     let name = format!("matmul_{}_{}{bt}_t{t}r{r}", spec.a, spec.b);
@@ -325,6 +357,85 @@ pub fn kernel(spec: MatmulSpec) -> Result<Kernel, ShapeError> {
     Ok(k.finish())
 }
 
+/// [`MatmulSpec::lanes`]' kernel (B transposed): a workgroup of [`LANES`] invocations computes
+/// [`LANE_ROWS`] × [`LANE_COLS`] outputs, walking K together in chunks of [`LANES`], invocation
+/// `lid` taking element `lid` of each chunk of A's rows and B's rows (consecutive invocations,
+/// consecutive elements: the C lowering vectorises across them, and GCC keeps the sums in
+/// registers); then each output's partial sums are added in invocation order through shared
+/// memory. Rows and columns past the edges read the last ones again and are not stored.
+pub fn lanes_kernel(spec: MatmulSpec) -> Kernel {
+    let name = format!("matmul_{}_{}t_lanes{LANE_ROWS}x{LANE_COLS}", spec.a, spec.b);
+    let k = KernelBuilder::new(&name, [LANES, 1, 1]);
+    let a = k.buffer("a", spec.a, Access::Read);
+    let b = k.buffer("b", spec.b, Access::Read);
+    let c = k.buffer("c", Scalar::F32, Access::Write);
+    let [m, n, kk, lda, ldb, ldc, sa, sb, sc] = [
+        "m", "n", "k", "lda", "ldb", "ldc", "stride_a", "stride_b", "stride_c",
+    ]
+    .map(|p| k.param(p, Scalar::U32));
+    let lid = k.local_index();
+    let row0 = k.workgroup_id(1) * k.u32(LANE_ROWS);
+    let col0 = k.workgroup_id(0) * k.u32(LANE_COLS);
+    let z = k.workgroup_id(2);
+    let one = k.u32(1);
+    let a_rows: Vec<Val> = (0..LANE_ROWS)
+        .map(|i| z * sa + (row0 + k.u32(i)).min(m - one) * lda)
+        .collect();
+    let b_rows: Vec<Val> = (0..LANE_COLS)
+        .map(|j| z * sb + (col0 + k.u32(j)).min(n - one) * ldb)
+        .collect();
+    let accs: Vec<Var> = (0..LANE_ROWS * LANE_COLS)
+        .map(|_| k.var("acc", Scalar::F32))
+        .collect();
+    // Multiplies in the chunk's element `p`; `inside` keeps the sums of a partial chunk's
+    // invocations past K.
+    let step = |p: Val<'_>, inside: Option<Val<'_>>| {
+        let av: Vec<Val> = a_rows
+            .iter()
+            .map(|&r| k.load(a, r + p).cast(Scalar::F32))
+            .collect();
+        let bv: Vec<Val> = b_rows
+            .iter()
+            .map(|&r| k.load(b, r + p).cast(Scalar::F32))
+            .collect();
+        for (i, &x) in av.iter().enumerate() {
+            for (j, &y) in bv.iter().enumerate() {
+                let acc = accs[i * LANE_COLS as usize + j];
+                let sum = x.fma(y, acc.get());
+                acc.set(inside.map_or(sum, |inside| k.select(inside, sum, acc.get())));
+            }
+        }
+    };
+    let whole = kk / k.u32(LANES);
+    k.for_range(k.u32(0), whole, 1, |chunk| {
+        step(chunk * k.u32(LANES) + lid, None)
+    });
+    k.if_((kk % k.u32(LANES)).ne(k.u32(0)), || {
+        let p = whole * k.u32(LANES) + lid;
+        step(p.min(kk - one), Some(p.lt(kk)));
+    });
+    let outputs = LANE_ROWS * LANE_COLS;
+    let sh = k.shared("partials", Scalar::F32, outputs * LANES);
+    for (o, acc) in accs.iter().enumerate() {
+        k.store_shared(sh, k.u32(o as u32 * LANES) + lid, acc.get());
+    }
+    k.barrier();
+    let total = k.var("total", Scalar::F32);
+    k.for_range(lid, k.u32(outputs), LANES, |o| {
+        let first = o * k.u32(LANES);
+        total.set(k.load_shared(sh, first));
+        k.for_range(one, k.u32(LANES), 1, |l| {
+            total.set(total.get() + k.load_shared(sh, first + l))
+        });
+        let row = row0 + o / k.u32(LANE_COLS);
+        let col = col0 + o % k.u32(LANE_COLS);
+        k.if_(row.lt(m) & col.lt(n), || {
+            k.store(c, z * sc + row * ldc + col, total.get())
+        });
+    });
+    k.finish()
+}
+
 fn plus<'b>(k: &'b KernelBuilder, v: Val<'b>, c: u32) -> Val<'b> {
     v + k.u32(c)
 }
@@ -344,8 +455,13 @@ fn guarded_load<'b>(
 
 /// The grid for `shape`: one workgroup per output block, batch along z.
 pub fn grid(spec: &MatmulSpec, s: &MatmulShape) -> [u32; 3] {
-    let bm = spec.block() as usize;
-    [s.n.div_ceil(bm), s.m.div_ceil(bm), s.batch].map(|v| v as u32)
+    let (rows, cols) = spec.block_sides();
+    [
+        s.n.div_ceil(cols as usize),
+        s.m.div_ceil(rows as usize),
+        s.batch,
+    ]
+    .map(|v| v as u32)
 }
 
 /// Random values of type `ty` (rounded to f16 where it is f16): their bytes and values.
@@ -399,7 +515,9 @@ pub fn case(spec: MatmulSpec, s: MatmulShape, seed: u64) -> Result<Case, ShapeEr
     if s.stride_b == 0 && s.batch > 1 {
         name.push_str("/bcast");
     }
-    if (spec.tile, spec.reg) != (16, 2) {
+    if spec.lanes {
+        name.push_str("/lanes");
+    } else if (spec.tile, spec.reg) != (16, 2) {
         name.push_str(&format!("/t{}r{}", spec.tile, spec.reg));
     }
     let params = [
@@ -457,6 +575,40 @@ pub fn cases() -> Vec<Case> {
         small_tiles,
         MatmulShape::packed(1, 70, 65, 129, false, false),
     ));
+    // The CPUs' walk: one element, edges of the 8 × 3 block and of K's chunks of 8, batches
+    // with their own and a shared B, a padded layout, f16 B, and SmolLM2-135M's projection.
+    let lanes = |a, b| MatmulSpec {
+        lanes: true,
+        ..MatmulSpec::new(a, b, true)
+    };
+    let mut padded_t = MatmulShape::packed(2, 21, 13, 40, true, false);
+    (padded_t.lda, padded_t.ldb, padded_t.ldc) = (43, 45, 15);
+    (padded_t.stride_a, padded_t.stride_b, padded_t.stride_c) = (21 * 43 + 5, 13 * 45, 21 * 15 + 2);
+    for (spec, shape) in [
+        (
+            lanes(F32, F32),
+            MatmulShape::packed(1, 1, 1, 1, true, false),
+        ),
+        (
+            lanes(F32, F32),
+            MatmulShape::packed(1, 70, 65, 129, true, false),
+        ),
+        (
+            lanes(F32, F32),
+            MatmulShape::packed(3, 19, 23, 32, true, true),
+        ),
+        (lanes(F32, F32), padded_t),
+        (
+            lanes(F16, F16),
+            MatmulShape::packed(3, 13, 9, 31, true, false),
+        ),
+        (
+            lanes(F32, F16),
+            MatmulShape::packed(1, 64, 576, 576, true, false),
+        ),
+    ] {
+        all.push((spec, shape));
+    }
     all.into_iter()
         .enumerate()
         .map(|(i, (spec, s))| case(spec, s, 2000 + i as u64).expect("the listed shapes are valid"))

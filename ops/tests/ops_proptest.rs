@@ -46,9 +46,12 @@ proptest! {
         broadcast_b in any::<bool>(),
         (batch, m, n, k) in (1usize..4, 1usize..40, 1usize..40, 1usize..40),
         (tile, reg) in (prop::sample::select(vec![4u32, 8, 16]), 1u32..4),
+        lanes in any::<bool>(),
         seed in any::<u64>(),
     ) {
-        let spec = MatmulSpec { a, b, b_transposed, tile, reg };
+        // The CPUs' walk takes B transposed only.
+        let lanes = lanes && b_transposed;
+        let spec = MatmulSpec { a, b, b_transposed, tile, reg, lanes };
         let shape = MatmulShape::packed(batch, m, n, k, b_transposed, broadcast_b);
         agrees(&matmul::case(spec, shape, seed).unwrap())?;
     }

@@ -17,13 +17,14 @@ use trine_ops::shape::ShapeError;
 use trine_ops::softmax::{self, Mask, Softmax};
 use trine_ops::support::{Float, Reduction};
 
-/// What a device changes in an item's inputs: the KV cache type, and for a matvec the
-/// executor's kernel shape for the device (the CPU's differs from the GPUs', and may bind the
-/// weights twice).
+/// What a device changes in an item's inputs: the KV cache type, for a matvec the executor's
+/// kernel shape for the device (the CPU's differs from the GPUs', and may bind the weights
+/// twice), and for a matmul whether it takes the CPUs' walk ([`MatmulSpec::lanes`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Variant {
     pub kv: Float,
     pub matvec: Option<MatvecSpec>,
+    pub matmul_lanes: bool,
 }
 
 impl Item {
@@ -46,6 +47,7 @@ impl Item {
                 }
                 _ => None,
             },
+            matmul_lanes: info.device_type == DeviceType::Cpu,
         }
     }
 
@@ -60,7 +62,12 @@ impl Item {
                 matvec::spec_case(spec, rows, cols, 1, 1)
             }
             Op::Matmul { b, m, n, k } => {
-                let spec = MatmulSpec::new(Scalar::F32, b.scalar(), true);
+                // f16 B keeps the tiles: GCC 12 does not vectorise f16 conversions, which the
+                // tiled kernel does once per staged element and the lanes walk once per use.
+                let spec = MatmulSpec {
+                    lanes: v.matmul_lanes && b.scalar() == Scalar::F32,
+                    ..MatmulSpec::new(Scalar::F32, b.scalar(), true)
+                };
                 let shape = MatmulShape::packed(1, m as usize, n as usize, k as usize, true, false);
                 matmul::case(spec, shape, 1)
             }
@@ -142,6 +149,7 @@ mod tests {
             let v = Variant {
                 kv: Float::F16,
                 matvec: None,
+                matmul_lanes: false,
             };
             let case = it.case(v).unwrap();
             let held: u64 = case.buffers.iter().map(|b| b.data.len() as u64).sum();
