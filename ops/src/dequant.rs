@@ -55,12 +55,28 @@ pub struct Scales<'b> {
     pub m: Option<Val<'b>>,
 }
 
-/// Loads the scales of the block that starts at byte `base` of a `U8` buffer. `ty` must be
-/// quantized (plain floats have no blocks; they get d = 1).
+/// The f16 at byte `at` (even) of `buf`'s bytes, as `F32`: through `view`, an `F16` view of
+/// the same memory, where the kernel has one (a native load and conversion), else assembled
+/// from two bytes with integer operations.
+pub fn load_f16<'b>(
+    k: &'b KernelBuilder,
+    buf: BufferId,
+    view: Option<BufferId>,
+    at: Val<'b>,
+) -> Val<'b> {
+    match view {
+        Some(h) => k.load(h, at / k.u32(2)).cast(Scalar::F32),
+        None => f16_bits_to_f32(k, load_u16(k, buf, at)),
+    }
+}
+
+/// Loads the scales of the block that starts at byte `base` of a `U8` buffer, through its
+/// `F16` view where there is one ([`load_f16`]). `ty` must be quantized (plain floats have no
+/// blocks; they get d = 1).
 pub fn load_scales<'b>(
     k: &'b KernelBuilder,
     ty: WeightType,
-    buf: BufferId,
+    (buf, view): (BufferId, Option<BufferId>),
     base: Val<'b>,
 ) -> Scales<'b> {
     if !ty.is_quantized() {
@@ -69,8 +85,8 @@ pub fn load_scales<'b>(
             m: None,
         };
     }
-    let d = f16_bits_to_f32(k, load_u16(k, buf, base));
-    let m = (ty == WeightType::Q4_1).then(|| f16_bits_to_f32(k, load_u16(k, buf, base + k.u32(2))));
+    let d = load_f16(k, buf, view, base);
+    let m = (ty == WeightType::Q4_1).then(|| load_f16(k, buf, view, base + k.u32(2)));
     Scales { d, m }
 }
 
@@ -118,7 +134,7 @@ pub fn dequant_element<'b>(
     base: Val<'b>,
     j: Val<'b>,
 ) -> Val<'b> {
-    let s = load_scales(k, ty, buf, base);
+    let s = load_scales(k, ty, (buf, None), base);
     let code = match ty {
         WeightType::Q8_0 => q8_code(k, buf, base, j),
         _ => {

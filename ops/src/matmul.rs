@@ -17,7 +17,7 @@
 use super::shape::ShapeError;
 use crate::case::*;
 use half::f16;
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
 
 const OP: &str = "matmul";
 
@@ -276,13 +276,7 @@ pub fn kernel(spec: MatmulSpec) -> Result<Kernel, ShapeError> {
     let bt = if spec.b_transposed { "t" } else { "" };
     let name = format!("matmul_{}_{}{bt}_t{t}r{r}", spec.a, spec.b);
     let k = KernelBuilder::new(&name, [t, t, 1]);
-    let a = k.buffer("a", spec.a, Access::Read);
-    let b = k.buffer("b", spec.b, Access::Read);
-    let c = k.buffer("c", Scalar::F32, Access::Write);
-    let [m, n, kk, lda, ldb, ldc, sa, sb, sc] = [
-        "m", "n", "k", "lda", "ldb", "ldc", "stride_a", "stride_b", "stride_c",
-    ]
-    .map(|p| k.param(p, Scalar::U32));
+    let ([a, b, c], [m, n, kk, lda, ldb, ldc, sa, sb, sc]) = interface(&k, &spec);
     let ta = k.shared("ta", Scalar::F32, bm * t);
     let tb = k.shared("tb", Scalar::F32, t * bm);
     let (tx, ty) = (k.local_id(0), k.local_id(1));
@@ -366,13 +360,7 @@ pub fn kernel(spec: MatmulSpec) -> Result<Kernel, ShapeError> {
 pub fn lanes_kernel(spec: MatmulSpec) -> Kernel {
     let name = format!("matmul_{}_{}t_lanes{LANE_ROWS}x{LANE_COLS}", spec.a, spec.b);
     let k = KernelBuilder::new(&name, [LANES, 1, 1]);
-    let a = k.buffer("a", spec.a, Access::Read);
-    let b = k.buffer("b", spec.b, Access::Read);
-    let c = k.buffer("c", Scalar::F32, Access::Write);
-    let [m, n, kk, lda, ldb, ldc, sa, sb, sc] = [
-        "m", "n", "k", "lda", "ldb", "ldc", "stride_a", "stride_b", "stride_c",
-    ]
-    .map(|p| k.param(p, Scalar::U32));
+    let ([a, b, c], [m, n, kk, lda, ldb, ldc, sa, sb, sc]) = interface(&k, &spec);
     let lid = k.local_index();
     let row0 = k.workgroup_id(1) * k.u32(LANE_ROWS);
     let col0 = k.workgroup_id(0) * k.u32(LANE_COLS);
@@ -434,6 +422,19 @@ pub fn lanes_kernel(spec: MatmulSpec) -> Kernel {
         });
     });
     k.finish()
+}
+
+/// What every matmul kernel declares: buffers a, b, c, then the parameters m, n, k, lda, ldb,
+/// ldc and the three batch strides.
+fn interface<'b>(k: &'b KernelBuilder, spec: &MatmulSpec) -> ([BufferId; 3], [Val<'b>; 9]) {
+    let a = k.buffer("a", spec.a, Access::Read);
+    let b = k.buffer("b", spec.b, Access::Read);
+    let c = k.buffer("c", Scalar::F32, Access::Write);
+    let params = [
+        "m", "n", "k", "lda", "ldb", "ldc", "stride_a", "stride_b", "stride_c",
+    ]
+    .map(|p| k.param(p, Scalar::U32));
+    ([a, b, c], params)
 }
 
 fn plus<'b>(k: &'b KernelBuilder, v: Val<'b>, c: u32) -> Val<'b> {

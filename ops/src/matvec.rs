@@ -708,18 +708,7 @@ fn dot_quantized<'b>(
         let xsum = (ty == WeightType::Q4_1).then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
         for (base, (_, acc)) in bases.iter().zip(rows_accs) {
             let blk = *base + block * block_bytes;
-            let scales = match w16 {
-                // Blocks and their scales sit at even byte offsets: f16 element blk / 2.
-                Some(h) => {
-                    let at = blk / k.u32(2);
-                    dequant::Scales {
-                        d: k.load(h, at).cast(Scalar::F32),
-                        m: (ty == WeightType::Q4_1)
-                            .then(|| k.load(h, at + k.u32(1)).cast(Scalar::F32)),
-                    }
-                }
-                None => dequant::load_scales(k, ty, w, blk),
-            };
+            let scales = dequant::load_scales(k, ty, (w, w16), blk);
             let codes: Vec<Val> = match ty {
                 _ if words => q4_1_word_codes(k, w, blk, part, segment),
                 WeightType::Q8_0 => offsets
@@ -738,18 +727,29 @@ fn dot_quantized<'b>(
                         .collect()
                 }
             };
-            let dot = codes
-                .iter()
-                .zip(&xs)
-                .skip(1)
-                .fold(codes[0] * xs[0], |a, (&q, &v)| q.fma(v, a));
-            let mut sum = scales.d.fma(dot, acc.get());
-            if let (Some(m), Some(xsum)) = (scales.m, xsum) {
-                sum = m.fma(xsum, sum);
-            }
-            acc.set(sum);
+            accumulate(*acc, scales, (&codes, &xs), xsum);
         }
     });
+}
+
+/// Adds a block's share to a row's sum: the codes' dot product with their x values, scaled by
+/// d, and m·Σx for Q4_1 (`xsum`), so that the scales cost one multiply per block or segment.
+fn accumulate<'b>(
+    acc: Var<'b>,
+    scales: dequant::Scales<'b>,
+    (codes, xs): (&[Val<'b>], &[Val<'b>]),
+    xsum: Option<Val<'b>>,
+) {
+    let dot = codes
+        .iter()
+        .zip(xs)
+        .skip(1)
+        .fold(codes[0] * xs[0], |a, (&q, &v)| q.fma(v, a));
+    let mut sum = scales.d.fma(dot, acc.get());
+    if let (Some(m), Some(xsum)) = (scales.m, xsum) {
+        sum = m.fma(xsum, sum);
+    }
+    acc.set(sum);
 }
 
 /// [`MatvecSpec::blocked`]'s walk: a loop over the row's blocks with uniform bounds, in which
@@ -792,17 +792,7 @@ fn dot_blocked<'b>(
         let xsum = (ty == WeightType::Q4_1).then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
         for (base, (_, acc)) in bases.iter().zip(rows_accs) {
             let blk = *base + block * block_bytes;
-            let scales = match w16 {
-                Some(h) => {
-                    let at = blk / k.u32(2);
-                    dequant::Scales {
-                        d: k.load(h, at).cast(Scalar::F32),
-                        m: (ty == WeightType::Q4_1)
-                            .then(|| k.load(h, at + k.u32(1)).cast(Scalar::F32)),
-                    }
-                }
-                None => dequant::load_scales(k, ty, w, blk),
-            };
+            let scales = dequant::load_scales(k, ty, (w, w16), blk);
             let codes: Vec<Val> = match ty {
                 WeightType::Q8_0 => offsets
                     .iter()
@@ -829,16 +819,7 @@ fn dot_blocked<'b>(
                         .collect()
                 }
             };
-            let dot = codes
-                .iter()
-                .zip(&xs)
-                .skip(1)
-                .fold(codes[0] * xs[0], |a, (&q, &v)| q.fma(v, a));
-            let mut sum = scales.d.fma(dot, acc.get());
-            if let (Some(m), Some(xsum)) = (scales.m, xsum) {
-                sum = m.fma(xsum, sum);
-            }
-            acc.set(sum);
+            accumulate(*acc, scales, (&codes, &xs), xsum);
         }
     });
 }
@@ -871,10 +852,7 @@ fn dot_pairs<'b>(
             .collect()
     };
     // The f16 scale `i` (0..4) of the pair or block at byte `at`.
-    let scale = |at: Val<'b>, i: u32| match w16 {
-        Some(h) => k.load(h, at / k.u32(2) + k.u32(i)).cast(Scalar::F32),
-        None => dequant::f16_bits_to_f32(k, dequant::load_u16(k, w, at + k.u32(2 * i))),
-    };
+    let scale = |at: Val<'b>, i: u32| dequant::load_f16(k, w, w16, at + k.u32(2 * i));
     // Each weight is dequantised with one fma, d·q + m, m = -8·d for Q4_0 (exactly d·(q - 8)),
     // then multiplied into the sum with another: two vector operations per 8 weights, where
     // scaling a dot product by d and adding m·Σx takes three.

@@ -301,33 +301,25 @@ impl<'a> Emitter<'a> {
         } else {
             format!("g + {sg}u < {wg}u ? g + {sg}u : {wg}u")
         };
+        // Whole subgroups loop a constant count, which GCC unrolls, storing the broadcast of
+        // the result as one vector.
         let whole = mask.is_none() && wg.is_multiple_of(sg);
-        if !whole {
+        let count = if whole {
+            format!("{sg}u")
+        } else {
             self.line(d, &format!("const uint32_t g_end = {end};"));
-        }
+            "g_end - g".to_string()
+        };
         match active("l") {
-            // Whole subgroups: loops of a constant count, which GCC unrolls and whose
-            // broadcast of the result it stores as one vector.
-            None if whole => {
+            None => {
                 self.line(d, &format!("{t} acc = {};", src("g")));
-                self.line(d, &format!("for (uint32_t j = 1u; j < {sg}u; j++) {{"));
+                self.line(d, &format!("for (uint32_t j = 1u; j < {count}; j++) {{"));
                 self.line(d + 1, &format!("const {t} o = {};", src("g + j")));
                 self.line(d + 1, &format!("acc = {step};"));
                 self.line(d, "}");
                 self.line(
                     d,
-                    &format!("for (uint32_t j = 0u; j < {sg}u; j++) {out}[g + j] = acc;"),
-                );
-            }
-            None => {
-                self.line(d, &format!("{t} acc = {};", src("g")));
-                self.line(d, "for (uint32_t l = g + 1u; l < g_end; l++) {");
-                self.line(d + 1, &format!("const {t} o = {};", src("l")));
-                self.line(d + 1, &format!("acc = {step};"));
-                self.line(d, "}");
-                self.line(
-                    d,
-                    &format!("for (uint32_t l = g; l < g_end; l++) {out}[l] = acc;"),
+                    &format!("for (uint32_t j = 0u; j < {count}; j++) {out}[g + j] = acc;"),
                 );
             }
             Some(a) => {
