@@ -47,6 +47,13 @@ pub struct DeviceInfo {
     /// Alignment of [`crate::Binding::offset`].
     pub min_binding_alignment: u64,
     pub timestamps: bool,
+    /// How many workgroups are sure to run at once, which is the most a kernel with grid
+    /// barriers may be dispatched over (`trine_ir::Stmt::GridBarrier`): one per compute unit
+    /// where the driver says how many there are (CUDA multiprocessors; Vulkan on NVIDIA through
+    /// `VK_NV_shader_sm_builtins`, on AMD through `VK_AMD_shader_core_properties`), 1 where it
+    /// does not, 0 where grid barriers are not run at all (the CPU's C lowering).
+    #[serde(default)]
+    pub resident_workgroups: u32,
     pub driver: String,
     pub runtime_version: String,
     /// Anything else a user should know (a fallback taken, a feature missing).

@@ -51,6 +51,9 @@ pub(crate) trait Spelling {
     fn builtin(&self, b: Builtin, workgroup_size: [u32; 3]) -> String;
     /// The statement (without `;`) of a workgroup barrier.
     fn barrier(&self) -> &'static str;
+    /// The statement (without `;`) of a grid barrier over `workgroups` workgroups whose sync
+    /// buffer is the pointer `sync`.
+    fn grid_barrier(&self, sync: &str, workgroups: u32) -> String;
     fn intrinsic(&self, f: Intrinsic) -> &'static str;
     /// The I32 or U32 (`to`) value of the float expression `x`, truncated toward zero. Out of
     /// range is an error in the interpreter; by default it is left to the dialect (undefined in
@@ -433,6 +436,10 @@ impl<'a, S: Spelling> Printer<'a, S> {
             }
             Stmt::Barrier => {
                 let b = self.spelling.barrier();
+                self.line(depth, &format!("{b};"));
+            }
+            Stmt::GridBarrier { sync, workgroups } => {
+                let b = self.spelling.grid_barrier(&buffer_name(k, *sync), *workgroups);
                 self.line(depth, &format!("{b};"));
             }
         }

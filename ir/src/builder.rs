@@ -232,6 +232,13 @@ impl KernelBuilder {
         self.stmt(Stmt::Barrier);
     }
 
+    /// A grid barrier over `workgroups` workgroups using `sync` (see [`Stmt::GridBarrier`]);
+    /// declares the grid-sync capability.
+    pub fn grid_barrier(&self, sync: BufferId, workgroups: u32) {
+        self.kernel.borrow_mut().capabilities.grid_sync = true;
+        self.stmt(Stmt::GridBarrier { sync, workgroups });
+    }
+
     pub fn if_(&self, cond: Val<'_>, then: impl FnOnce()) {
         let then = self.block(then);
         self.stmt(Stmt::If {

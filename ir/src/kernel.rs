@@ -42,6 +42,10 @@ pub struct Capabilities {
     /// Subgroup builtins and [`SubgroupOp`]s. SPIR-V: `GroupNonUniform{Arithmetic,Shuffle}`
     /// (SPIR-V 1.3); HIP: wavefront shuffles; CUDA: warp `__shfl_*_sync`.
     pub subgroup: bool,
+    /// [`Stmt::GridBarrier`]: every workgroup of the dispatch must be resident on the device at
+    /// once, so backends report how many workgroups they can guarantee that for
+    /// (`DeviceInfo::resident_workgroups`) and refuse a larger dispatch.
+    pub grid_sync: bool,
 }
 
 /// A global buffer: a runtime-sized array of `elem`, bound at binding `index` of set 0
@@ -298,6 +302,21 @@ pub enum Stmt {
     /// Must be reached by all invocations of the workgroup together (uniform control flow);
     /// the interpreter reports a barrier reached by only some of them.
     Barrier,
+    /// Grid barrier (needs [`Capabilities::grid_sync`]): every invocation of every workgroup
+    /// waits here, and all earlier writes to global memory become visible to all of them. It
+    /// stands only at the top level of the kernel's body and divides it into *phases*: values
+    /// (`Let`s) and private variables do not cross it, and shared memory is undefined after it.
+    /// The dispatch must have exactly `workgroups` workgroups on the x axis (y = z = 1), all
+    /// resident at once, which the backend checks; `sync` is a read-write U32 buffer of at least
+    /// two words used only by grid barriers, whose word 0 is zero at dispatch and again after
+    /// it (word 1 counts barriers and is left changed).
+    ///
+    /// HIP/CUDA: `__syncthreads`, then one invocation per workgroup adds to an arrival counter
+    /// with `atomicAdd` between `__threadfence`s and the last to arrive resets it and bumps the
+    /// generation word the others spin on. SPIR-V: the same with `OpAtomicIAdd`/`OpAtomicLoad`
+    /// on an `array<atomic<u32>>` and device-scope `OpControlBarrier`s. The interpreter runs
+    /// each phase for all workgroups before the next.
+    GridBarrier { sync: BufferId, workgroups: u32 },
 }
 
 /// One compute kernel. Build it with [`crate::KernelBuilder`], check it with
@@ -332,5 +351,21 @@ impl Kernel {
             .iter()
             .map(|s| s.len as u64 * s.elem.size() as u64)
             .sum()
+    }
+
+    /// The top-level statements between grid barriers, in order: one phase when the kernel has
+    /// no [`Stmt::GridBarrier`].
+    pub fn phases(&self) -> Vec<&[Stmt]> {
+        self.body
+            .split(|s| matches!(s, Stmt::GridBarrier { .. }))
+            .collect()
+    }
+
+    /// The sync buffer and workgroup count of the kernel's grid barriers, if it has any.
+    pub fn grid_sync(&self) -> Option<(BufferId, u32)> {
+        self.body.iter().find_map(|s| match *s {
+            Stmt::GridBarrier { sync, workgroups } => Some((sync, workgroups)),
+            _ => None,
+        })
     }
 }

@@ -111,6 +111,10 @@ fn block(k: &Kernel, b: &Block, depth: usize, out: &mut String) {
             Stmt::Barrier => {
                 let _ = writeln!(out, "{pad}barrier");
             }
+            Stmt::GridBarrier { sync, workgroups } => {
+                let name = k.buffers.get(sync.0 as usize).map_or("?", |d| &d.name);
+                let _ = writeln!(out, "{pad}grid_barrier {name} over {workgroups} workgroups");
+            }
         }
     }
 }

@@ -88,6 +88,12 @@ pub enum ValidationError {
     LoopVarAssigned { var: VarId },
     #[error("loop over variable {var:?} has step 0")]
     ZeroStep { var: VarId },
+    #[error("a grid barrier stands inside a loop or if; it may only divide the top level")]
+    NestedGridBarrier,
+    #[error("grid barrier buffer {name:?} must be a read-write u32 buffer used only by grid barriers, the same for all of them over the same nonzero workgroup count")]
+    GridSyncBuffer { name: String },
+    #[error("private variable {name:?} is used on both sides of a grid barrier")]
+    CrossesGridBarrier { name: String },
 }
 
 type Result<T> = std::result::Result<T, ValidationError>;
@@ -100,8 +106,10 @@ pub fn validate(kernel: &Kernel, limits: &Limits) -> Result<Info> {
         types: vec![None; kernel.exprs.len()],
         in_scope: vec![false; kernel.exprs.len()],
         loop_vars: vec![],
+        depth: 0,
     };
     v.block(&kernel.body)?;
+    check_phases(kernel)?;
     let types = v
         .types
         .iter()
@@ -113,6 +121,84 @@ pub fn validate(kernel: &Kernel, limits: &Limits) -> Result<Info> {
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Info { types })
+}
+
+/// The rules of [`Stmt::GridBarrier`] that span the whole kernel: one sync buffer, read-write
+/// u32 and touched by nothing else, one workgroup count, and no private variable in two phases
+/// (values are kept apart by scope: a barrier closes the top level's `Let`s).
+fn check_phases(k: &Kernel) -> Result<()> {
+    let Some((sync, workgroups)) = k.grid_sync() else {
+        return Ok(());
+    };
+    let decl = k.buffers.get(sync.0 as usize).ok_or(ValidationError::UnknownDecl {
+        what: "buffer",
+        index: sync.0,
+    })?;
+    let bad_sync = || ValidationError::GridSyncBuffer {
+        name: decl.name.clone(),
+    };
+    if decl.elem != Scalar::U32 || decl.access != crate::types::Access::ReadWrite || workgroups == 0
+    {
+        return Err(bad_sync());
+    }
+    let mut owner: Vec<Option<usize>> = vec![None; k.vars.len()];
+    for (phase, stmts) in k.phases().into_iter().enumerate() {
+        let mut uses = Uses::default();
+        uses.block(k, stmts);
+        if uses.buffers.contains(&sync) {
+            return Err(bad_sync());
+        }
+        for v in uses.vars {
+            match owner.get_mut(v.0 as usize) {
+                Some(Some(p)) if *p != phase => {
+                    return Err(ValidationError::CrossesGridBarrier {
+                        name: k.vars[v.0 as usize].name.clone(),
+                    })
+                }
+                Some(slot) => *slot = Some(phase),
+                None => {}
+            }
+        }
+    }
+    let other = |s: &Stmt| matches!(*s, Stmt::GridBarrier { sync: b, workgroups: w } if (b, w) != (sync, workgroups));
+    if k.body.iter().any(other) {
+        return Err(bad_sync());
+    }
+    Ok(())
+}
+
+/// The private variables and global buffers a list of statements touches.
+#[derive(Default)]
+struct Uses {
+    vars: Vec<VarId>,
+    buffers: Vec<BufferId>,
+}
+
+impl Uses {
+    fn block(&mut self, k: &Kernel, stmts: &[Stmt]) {
+        for s in stmts {
+            match s {
+                Stmt::Let(e) => match k.exprs.get(e.0 as usize) {
+                    Some(Expr::Var(v)) => self.vars.push(*v),
+                    Some(Expr::Load { buffer, .. }) => self.buffers.push(*buffer),
+                    _ => {}
+                },
+                Stmt::Assign { var, .. } => self.vars.push(*var),
+                Stmt::Store { buffer, .. } => self.buffers.push(*buffer),
+                Stmt::If {
+                    then, otherwise, ..
+                } => {
+                    self.block(k, then);
+                    self.block(k, otherwise);
+                }
+                Stmt::Loop { var, body, .. } => {
+                    self.vars.push(*var);
+                    self.block(k, body);
+                }
+                Stmt::StoreShared { .. } | Stmt::Barrier | Stmt::GridBarrier { .. } => {}
+            }
+        }
+    }
 }
 
 fn is_ident(s: &str) -> bool {
@@ -186,6 +272,8 @@ struct Validator<'k> {
     types: Vec<Option<Scalar>>,
     in_scope: Vec<bool>,
     loop_vars: Vec<VarId>,
+    /// Nesting of the block being checked: 1 is the kernel's body.
+    depth: u32,
 }
 
 fn mismatch(expr: ExprId, op: impl Into<String>, expected: &str, found: Scalar) -> ValidationError {
@@ -200,7 +288,9 @@ fn mismatch(expr: ExprId, op: impl Into<String>, expected: &str, found: Scalar) 
 impl Validator<'_> {
     fn block(&mut self, block: &Block) -> Result<()> {
         let mut opened = vec![];
+        self.depth += 1;
         let r = self.block_inner(block, &mut opened);
+        self.depth -= 1;
         for e in opened {
             self.in_scope[e.0 as usize] = false;
         }
@@ -296,6 +386,19 @@ impl Validator<'_> {
                     r?;
                 }
                 Stmt::Barrier => {}
+                Stmt::GridBarrier { .. } => {
+                    if !self.k.capabilities.grid_sync {
+                        return Err(ValidationError::CapabilityNotDeclared {
+                            what: "grid barrier (grid_sync)".into(),
+                        });
+                    }
+                    if self.depth != 1 {
+                        return Err(ValidationError::NestedGridBarrier);
+                    }
+                    for e in opened.drain(..) {
+                        self.in_scope[e.0 as usize] = false;
+                    }
+                }
             }
         }
         Ok(())

@@ -169,6 +169,7 @@ impl CpuBackend {
             max_binding_bytes: u64::MAX,
             min_binding_alignment: 4,
             timestamps: false,
+            resident_workgroups: 0,
             driver,
             runtime_version: env!("CARGO_PKG_VERSION").into(),
             notes,
@@ -252,13 +253,17 @@ impl CpuBackend {
             CPU_SUBGROUP_SIZE,
         )
         .map_err(|e| BackendError::BadDispatch(e.to_string()))?;
-        (0..launch.workgroups())
-            .into_par_iter()
-            .try_for_each(|n| launch.run_workgroup(launch.workgroup_id(n)))
-            .map_err(|source| BackendError::Fault {
-                kernel: kernel.name.clone(),
-                source,
-            })
+        for phase in 0..launch.phases() {
+            (0..launch.workgroups())
+                .into_par_iter()
+                .try_for_each(|n| launch.run_workgroup(phase, launch.workgroup_id(n)))
+                .map_err(|source| BackendError::Fault {
+                    kernel: kernel.name.clone(),
+                    source,
+                })?;
+            launch.finish_phase(phase);
+        }
+        Ok(())
     }
 
     /// Checks a dispatch of `kernel` the way `Launch::new` does for the interpreter, and

@@ -179,6 +179,7 @@ pub fn describe(
         max_binding_bytes: total as u64,
         min_binding_alignment: BINDING_ALIGNMENT,
         timestamps: true,
+        resident_workgroups: sms,
         driver: driver_text,
         runtime_version: format!("CUDA {cuda}, NVRTC {nv_major}.{nv_minor}"),
         notes,

@@ -24,7 +24,7 @@ pub use device::DEVICE_ENV;
 pub use nvrtc::CUDA_PATH_ENV;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
+use crate::checks::{check_grid_sync, bad_dispatch, check_binding, check_range, check_signature};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use crate::recording::Recording;
@@ -206,6 +206,7 @@ impl CudaBackend {
             .ok_or(BackendError::UnknownProgram(d.program))?;
         let bad = |msg: String| bad_dispatch(&program.name, msg);
         check_signature(&program.name, program.buffers, &program.params, d)?;
+        check_grid_sync(&program.name, program.grid_sync, d, &self.info)?;
         let align = self.info.min_binding_alignment;
         let mut pointers = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {

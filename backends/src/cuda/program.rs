@@ -18,6 +18,8 @@ pub struct Program {
     pub function: CuFunction,
     pub buffers: usize,
     pub params: Vec<(String, Scalar)>,
+    /// The workgroup count of its grid barriers, which every dispatch must have.
+    pub grid_sync: Option<u32>,
     pub block: [u32; 3],
 }
 
@@ -150,6 +152,7 @@ pub fn load(driver: &Driver, kernel: &Kernel, image: &[u8]) -> Result<Program, B
             .iter()
             .map(|p| (p.name.clone(), p.ty))
             .collect(),
+        grid_sync: kernel.grid_sync().map(|(_, w)| w),
         block: kernel.workgroup_size,
     })
 }

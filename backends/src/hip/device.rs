@@ -226,6 +226,7 @@ pub(super) fn device_info(rt: &Runtime, dev: &Device, extra: Vec<String>) -> Dev
         max_workgroups: dev.max_grid,
         min_binding_alignment: 4,
         timestamps: true,
+        resident_workgroups: dev.compute_units.max(1),
         driver: rt.info.library.clone(),
         runtime_version: format!("HIP {version}"),
         notes,

@@ -59,6 +59,8 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let size_control_struct = api13 || has_ext(vk::EXT_SUBGROUP_SIZE_CONTROL_NAME);
     let zero_init_ext = !api13 && has_ext(vk::KHR_ZERO_INITIALIZE_WORKGROUP_MEMORY_NAME);
     let zero_init_struct = api13 || zero_init_ext;
+    let sm_struct = has_ext(vk::NV_SHADER_SM_BUILTINS_NAME);
+    let amd_cores_struct = has_ext(vk::AMD_SHADER_CORE_PROPERTIES_NAME);
 
     let mut storage16 = vk::PhysicalDevice16BitStorageFeatures::default();
     let mut float16_int8 = vk::PhysicalDeviceShaderFloat16Int8Features::default();
@@ -82,6 +84,8 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let mut size_control = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
     let mut driver = vk::PhysicalDeviceDriverProperties::default();
     let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
+    let mut sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
+    let mut amd_cores = vk::PhysicalDeviceShaderCorePropertiesAMD::default();
     let mut props2 = vk::PhysicalDeviceProperties2::default()
         .push_next(&mut subgroup)
         .push_next(&mut maintenance3);
@@ -90,6 +94,12 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     }
     if driver_struct {
         props2 = props2.push_next(&mut driver);
+    }
+    if sm_struct {
+        props2 = props2.push_next(&mut sm);
+    }
+    if amd_cores_struct {
+        props2 = props2.push_next(&mut amd_cores);
     }
     // SAFETY: as for the features above.
     unsafe { vk_instance.get_physical_device_properties2(c.physical, &mut props2) };
@@ -232,6 +242,10 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         // Storage-only buffers are read as u32 words, so offsets stay word aligned everywhere.
         min_binding_alignment: props.limits.min_storage_buffer_offset_alignment.max(4),
         timestamps,
+        resident_workgroups: resident_workgroups(
+            sm_struct.then_some(&sm),
+            amd_cores_struct.then_some(&amd_cores),
+        ),
         driver: if driver_struct {
             driver_name(&driver)
         } else {
@@ -247,6 +261,23 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         limits: props.limits,
         memory,
     }
+}
+
+/// One workgroup per compute unit where the driver counts them: NVIDIA's SMs, AMD's CUs (shader
+/// engines × arrays per engine × CUs per array). Every other device gets 1, which any device
+/// keeps resident; lavapipe, for one, runs workgroups as tasks of a thread pool, so more could
+/// wait forever on each other.
+fn resident_workgroups(
+    sm: Option<&vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV<'_>>,
+    amd: Option<&vk::PhysicalDeviceShaderCorePropertiesAMD<'_>>,
+) -> u32 {
+    let amd_cus = amd.map(|a| {
+        a.shader_engine_count * a.shader_arrays_per_engine_count * a.compute_units_per_shader_array
+    });
+    sm.map(|s| s.shader_sm_count)
+        .or(amd_cus)
+        .filter(|&n| n > 0)
+        .unwrap_or(1)
 }
 
 /// Smallest and largest subgroup width: the size-control range where the device reports one,

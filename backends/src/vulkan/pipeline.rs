@@ -20,6 +20,8 @@ pub struct Program {
     /// Each buffer's access, in binding order: where a recording needs barriers.
     pub access: Vec<Access>,
     pub params: Vec<(String, Scalar)>,
+    /// The workgroup count of its grid barriers, which every dispatch must have.
+    pub grid_sync: Option<u32>,
     /// Bytes of push constants a dispatch writes: the ABI's words, cut to the shader's block.
     pub push_bytes: usize,
     /// Null for a kernel without buffers.
@@ -108,6 +110,7 @@ impl Pipelines {
                 .iter()
                 .map(|p| (p.name.clone(), p.ty))
                 .collect(),
+            grid_sync: kernel.grid_sync().map(|(_, w)| w),
             push_bytes: abi_bytes.min(block_bytes),
             set_layout: vk::DescriptorSetLayout::null(),
             layout: vk::PipelineLayout::null(),

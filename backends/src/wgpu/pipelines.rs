@@ -16,6 +16,8 @@ pub struct Program {
     /// Per buffer: whether the kernel writes it (bound read-write) or only reads it.
     pub writable: Vec<bool>,
     pub params: Vec<(String, Scalar)>,
+    /// The workgroup count of its grid barriers, which every dispatch must have.
+    pub grid_sync: Option<u32>,
     pub immediate_bytes: u32,
     /// `None` for a kernel without buffers.
     pub layout: Option<wgpu::BindGroupLayout>,
@@ -177,6 +179,7 @@ pub fn build(
             .iter()
             .map(|p| (p.name.clone(), p.ty))
             .collect(),
+        grid_sync: kernel.grid_sync().map(|(_, w)| w),
         immediate_bytes,
         layout,
         pipeline,

@@ -82,7 +82,7 @@ impl<'k> Plan<'k> {
 /// Whether `s` holds a barrier or a subgroup operation.
 pub(super) fn synchronises(k: &Kernel, s: &Stmt) -> bool {
     match s {
-        Stmt::Barrier => true,
+        Stmt::Barrier | Stmt::GridBarrier { .. } => true,
         Stmt::Let(e) => matches!(k.expr(*e), Expr::Subgroup { .. }),
         Stmt::If {
             then, otherwise, ..

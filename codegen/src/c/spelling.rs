@@ -63,6 +63,11 @@ impl Spelling for C {
         "_Static_assert(0, \"trine: a barrier inside a fission region\")"
     }
 
+    /// The C lowering refuses kernels with grid barriers before printing (see `c_source`).
+    fn grid_barrier(&self, _sync: &str, _workgroups: u32) -> String {
+        "_Static_assert(0, \"trine: a grid barrier in the C lowering\")".into()
+    }
+
     fn intrinsic(&self, f: Intrinsic) -> &'static str {
         match f {
             Intrinsic::Rsqrt => "trine_rsqrtf",

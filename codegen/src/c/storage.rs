@@ -311,7 +311,7 @@ impl Collector<'_> {
                     self.other_write[var.0 as usize] = true;
                     self.region_block(r, body);
                 }
-                Stmt::Barrier => {}
+                Stmt::Barrier | Stmt::GridBarrier { .. } => {}
             }
         }
     }
@@ -405,6 +405,9 @@ fn mentions(k: &Kernel, s: &Stmt, v: VarId) -> bool {
             then, otherwise, ..
         } => any(then) || any(otherwise),
         Stmt::Loop { var, body, .. } => *var == v || any(body),
-        Stmt::Store { .. } | Stmt::StoreShared { .. } | Stmt::Barrier => false,
+        Stmt::Store { .. }
+        | Stmt::StoreShared { .. }
+        | Stmt::Barrier
+        | Stmt::GridBarrier { .. } => false,
     }
 }

@@ -70,7 +70,10 @@ impl Uniformity {
                     }
                     changed |= self.round(k, body, c);
                 }
-                Stmt::Store { .. } | Stmt::StoreShared { .. } | Stmt::Barrier => {}
+                Stmt::Store { .. }
+                | Stmt::StoreShared { .. }
+                | Stmt::Barrier
+                | Stmt::GridBarrier { .. } => {}
             }
         }
         changed

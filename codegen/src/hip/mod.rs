@@ -41,6 +41,7 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     let needs = prelude::Needs {
         f16,
         subgroup: k.capabilities.subgroup,
+        grid_sync: k.capabilities.grid_sync,
     };
     let mut out = prelude::prelude(dialect, needs);
     if !out.is_empty() {
@@ -122,6 +123,10 @@ impl Spelling for Gpu {
 
     fn barrier(&self) -> &'static str {
         "__syncthreads()"
+    }
+
+    fn grid_barrier(&self, sync: &str, workgroups: u32) -> String {
+        format!("trine_grid_sync({sync}, {workgroups}u)")
     }
 
     fn intrinsic(&self, f: Intrinsic) -> &'static str {

@@ -12,6 +12,7 @@ use trine_ir::{BinaryOp, Scalar, SubgroupOp};
 pub(crate) struct Needs {
     pub f16: bool,
     pub subgroup: bool,
+    pub grid_sync: bool,
 }
 
 const FN: &str = "__device__ __forceinline__";
@@ -61,8 +62,36 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
             }
         }
     }
+    if needs.grid_sync {
+        out.push_str(GRID_SYNC);
+    }
     out
 }
+
+/// The grid barrier (`trine_ir::Stmt::GridBarrier`): word 0 of `sync` counts arrivals and
+/// word 1 is a generation the waiting workgroups spin on; the last to arrive resets the count
+/// and moves the generation. The fences around the leader's atomics are cooperative groups'
+/// pattern: the workgroup's writes are published before it arrives, and the others' are
+/// visible to all its invocations after the last `__syncthreads`. The generation is read
+/// through `volatile`, so each poll goes to memory.
+const GRID_SYNC: &str = "__device__ __noinline__ void trine_grid_sync(unsigned int* sync, unsigned int workgroups) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    volatile unsigned int* generation = sync + 1;
+    unsigned int seen = *generation;
+    __threadfence();
+    if (atomicAdd(sync, 1u) == workgroups - 1u) {
+      atomicExch(sync, 0u);
+      __threadfence();
+      atomicAdd(sync + 1, 1u);
+    } else {
+      while (*generation == seen) {}
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+";
 
 /// `trine_shfl_xor_T(v, m)`: lane `self ^ m`'s value. f16 travels as float (exact both ways),
 /// since not every dialect shuffles 16-bit values.

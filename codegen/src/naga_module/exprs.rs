@@ -56,7 +56,7 @@ impl Lowerer<'_> {
         }
     }
 
-    fn builtin(&mut self, b: Builtin, block: &mut Block) -> Handle<Expression> {
+    pub(super) fn builtin(&mut self, b: Builtin, block: &mut Block) -> Handle<Expression> {
         match b {
             Builtin::GlobalId(axis) => {
                 let size = self.kernel.workgroup_size[usize::from(axis)];

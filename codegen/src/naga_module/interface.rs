@@ -36,6 +36,7 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
     };
     let types = &mut module.types;
 
+    let sync = kernel.grid_sync().map(|(b, _)| b.0);
     let buffers = (0u32..)
         .zip(&kernel.buffers)
         .map(|(binding, b)| {
@@ -44,7 +45,11 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
             } else {
                 StorageAccess::LOAD
             };
-            let ty = types::array(types, types::storage_elem(b.elem), None);
+            let ty = if sync == Some(binding) {
+                types::atomic_u32_array(types)
+            } else {
+                types::array(types, types::storage_elem(b.elem), None)
+            };
             let binding = ResourceBinding { group: 0, binding };
             global(&b.name, AddressSpace::Storage { access }, Some(binding), ty)
         })

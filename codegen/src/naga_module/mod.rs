@@ -5,6 +5,7 @@
 //!   entry-point arguments (the layout of [`crate::abi`]).
 //! - [`func`]: the function under construction, its emit ranges, and the prologue that
 //!   unfolds the workgroup id.
+//! - [`grid`]: the grid barrier's atomics and spin loop.
 //! - [`stmts`], [`exprs`], [`ops`], [`literal`]: one IR construct each.
 //! - [`types`]: naga types for IR scalars.
 //!
@@ -13,6 +14,7 @@
 
 mod exprs;
 mod func;
+mod grid;
 mod interface;
 mod literal;
 mod ops;

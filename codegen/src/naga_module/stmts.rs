@@ -81,6 +81,7 @@ impl Lowerer<'_> {
                 block,
                 Statement::ControlBarrier(Barrier::WORK_GROUP | Barrier::STORAGE),
             ),
+            Stmt::GridBarrier { sync, workgroups } => self.grid_barrier(sync, workgroups, block),
         }
     }
 

@@ -76,6 +76,20 @@ pub(super) fn array(
     )
 }
 
+/// `array<atomic<u32>>`, runtime-sized: a grid barrier's sync buffer.
+pub(super) fn atomic_u32_array(types: &mut UniqueArena<Type>) -> Handle<Type> {
+    let base = insert(types, None, TypeInner::Atomic(naga::Scalar::U32));
+    insert(
+        types,
+        None,
+        TypeInner::Array {
+            base,
+            size: ArraySize::Dynamic,
+            stride: 4,
+        },
+    )
+}
+
 /// A struct of consecutive 32-bit members, the layout of the push-constant block.
 pub(super) fn word_struct(
     types: &mut UniqueArena<Type>,

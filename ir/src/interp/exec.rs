@@ -50,10 +50,11 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         }
     }
 
-    pub(crate) fn run(mut self) -> R<()> {
+    /// Runs one phase of the kernel (see [`Kernel::phases`]): values and private variables do
+    /// not cross a grid barrier, so a fresh workgroup state per phase is exact.
+    pub(crate) fn run(mut self, phase: &'a [Stmt]) -> R<()> {
         let mask = vec![true; self.lanes];
-        let body = &self.l.kernel.body;
-        self.block(body, &mask)
+        self.block(phase, &mask)
     }
 
     fn site(&self, lane: usize) -> Site {
@@ -172,6 +173,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                 }
                 self.epoch += 1;
             }
+            Stmt::GridBarrier { .. } => unreachable!("phases are split at grid barriers"),
         }
         Ok(())
     }

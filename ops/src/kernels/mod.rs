@@ -6,6 +6,7 @@ pub mod affine;
 pub mod bitops;
 pub mod butterfly;
 pub mod convert;
+pub mod grid_sync;
 pub mod half_axpy;
 pub mod math;
 pub mod matmul;
@@ -36,6 +37,7 @@ pub fn cases() -> Vec<Case> {
         matmul::cases,
         transpose::cases,
         prefix_sum::cases,
+        grid_sync::cases,
     ]
     .iter()
     .flat_map(|f| f())
