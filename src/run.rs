@@ -120,5 +120,6 @@ pub fn engine_options(model: &Model, prompt: usize, max_tokens: usize) -> Engine
         context,
         max_batch: context.min(512),
         record: true,
+        fuse: Some(trine_llama::FUSE_MIN_RESIDENT),
     }
 }

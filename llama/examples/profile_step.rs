@@ -23,6 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         context: pos + 1,
         max_batch: pos.max(1),
         record: false,
+        fuse: None,
     };
     let mut session = Session::new(Engine::new(model.clone(), backend, sizes)?, None);
     session.feed(&vec![1; pos as usize])?;

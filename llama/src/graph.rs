@@ -35,6 +35,9 @@ pub enum Tensor {
     /// [context × kv_dim] of the cache type, per layer.
     KCache(u32),
     VCache(u32),
+    /// u32 [2]: the sync words of the grid barriers in fused decode kernels, zero between
+    /// dispatches (`trine_ir::Stmt::GridBarrier`).
+    GridSync,
     /// f32 [head_dim / 2]: rope's frequency table.
     Freq,
     Weight(WeightId),

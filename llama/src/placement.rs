@@ -16,6 +16,8 @@ pub struct Placement {
     pub programs: HashMap<KernelKey, (usize, ProgramId)>,
     /// The buffer names of the variant each key got, in binding order.
     pub buffers: HashMap<KernelKey, Vec<String>>,
+    /// The kernel each program was compiled from (the variant that compiled).
+    pub kernels: HashMap<ProgramId, trine_ir::Kernel>,
     /// One line per kernel that did not get its preferred variant on the primary device.
     pub notes: Vec<String>,
 }
@@ -30,6 +32,7 @@ impl Placement {
             devices: vec![primary],
             programs: HashMap::new(),
             buffers: HashMap::new(),
+            kernels: HashMap::new(),
             notes: vec![],
         };
         for &key in keys {
@@ -78,6 +81,7 @@ impl Placement {
                 Ok(id) => {
                     let names = kernel.buffers.iter().map(|b| b.name.clone()).collect();
                     self.buffers.insert(key, names);
+                    self.kernels.insert(id, kernel.clone());
                     if i > 0 {
                         self.notes.push(format!(
                             "{}: {key} runs as its fallback {} ({})",

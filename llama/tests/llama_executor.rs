@@ -28,6 +28,7 @@ const SIZES: EngineOptions = EngineOptions {
     context: 32,
     max_batch: 8,
     record: true,
+    fuse: Some(trine_llama::FUSE_MIN_RESIDENT),
 };
 
 fn tiny() -> Arc<Model> {
@@ -461,6 +462,38 @@ fn recorded_decode_steps_equal_node_by_node_ones() {
         assert_eq!(recorded, direct, "{name}");
         for (i, (host, device)) in recorded.1.iter().enumerate() {
             assert_eq!(host, device, "{name} step {i}");
+        }
+    });
+    assert!(ran > 0);
+}
+
+/// A recorded decode step whose runs of dispatches are fused into kernels with grid barriers
+/// computes what its nodes dispatched one by one compute, bit for bit, in fewer dispatches,
+/// on every backend that runs grid barriers (over as few as one resident workgroup, as
+/// lavapipe keeps; the CPU runs none and keeps its dispatches).
+#[test]
+fn fused_decode_steps_equal_node_by_node_ones() {
+    let model = tiny();
+    let names = ["cpu", "vulkan", "wgpu", "cuda", "hip"];
+    let ran = on_each(&names, |name, backend| {
+        let unfused = 5 * TINY.n_layer as usize + 3;
+        let run = |record, fuse| {
+            let sizes = EngineOptions {
+                record,
+                fuse,
+                ..SIZES
+            };
+            let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
+            let mut session = Session::new(engine, None);
+            let out = decode(&mut session);
+            (out, session.engine().dispatches_per_token())
+        };
+        let ((fused, count), (direct, _)) = (run(true, Some(1)), run(false, None));
+        assert_eq!(fused, direct, "{name}");
+        if backend.info().resident_workgroups == 0 {
+            assert_eq!(count, unfused, "{name}");
+        } else {
+            assert!(count < unfused, "{name}: {count} dispatches, {unfused} unfused");
         }
     });
     assert!(ran > 0);

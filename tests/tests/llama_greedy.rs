@@ -128,6 +128,7 @@ fn greedy_ids_match_the_references_on_every_backend() {
                 context: (prompt_ids.len() + n) as u32,
                 max_batch: prompt_ids.len() as u32,
                 record: true,
+                fuse: Some(trine_llama::FUSE_MIN_RESIDENT),
             };
             let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
             let opts = GenerateOptions {

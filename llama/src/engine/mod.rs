@@ -7,6 +7,9 @@
 //! written to small device buffers that the kernels read, so one host write of each, one
 //! replay and a 4-byte read of the greedy token make a whole step.
 
+mod fused;
+
+pub use fused::FUSE_MIN_RESIDENT;
 mod plan;
 mod residency;
 
@@ -32,6 +35,10 @@ pub struct EngineOptions {
     /// Record decode steps and replay them (where every node runs on one device); off, each
     /// node is dispatched on its own, as cross-checks do.
     pub record: bool,
+    /// Fuse a recorded step's runs of dispatches into kernels with grid barriers
+    /// ([`fused`]) where the device keeps at least this many workgroups resident
+    /// ([`FUSE_MIN_RESIDENT`] is where it pays); `None` never fuses.
+    pub fuse: Option<u32>,
 }
 
 /// A tensor's buffers, one slot per device, and which of them hold its current value.
@@ -164,9 +171,13 @@ impl Engine {
         graph::build(c, &self.model.weights, s, self.gpu)
     }
 
-    /// Dispatches per decode step: what one token costs the device in launches.
+    /// Dispatches per decode step: what one token costs the device in launches (the
+    /// recording's, fused or not, once a step has been recorded).
     pub fn dispatches_per_token(&self) -> usize {
-        self.graph(Step { tokens: 1, pos: 0 }).len()
+        match &self.decode {
+            Some(r) => r.len(),
+            None => self.graph(Step { tokens: 1, pos: 0 }).len(),
+        }
     }
 
     /// Writes the step's token ids where the embedding runs, and its position on every
@@ -214,6 +225,9 @@ impl Engine {
                 .iter()
                 .map(|n| self.bind(n, s))
                 .collect::<Result<Vec<_>, _>>()?;
+            let resident = self.dev(0).info().resident_workgroups;
+            let fuse = self.options.fuse.is_some_and(|min| resident >= min.max(1));
+            let bound = if fuse { self.fuse_runs(bound)? } else { bound };
             let list: Vec<Dispatch> = bound
                 .iter()
                 .map(|b| Dispatch {

@@ -34,6 +34,7 @@ pub fn run(
         context,
         max_batch: pp.clamp(1, context),
         record: true,
+        fuse: Some(trine_llama::FUSE_MIN_RESIDENT),
     };
     let mut rows = vec![];
     for (name, backend) in backends {
