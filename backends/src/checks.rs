@@ -72,12 +72,13 @@ pub fn check_signature(
 }
 
 /// A kernel with grid barriers over `grid_sync` workgroups is dispatched over exactly that
-/// many, and the device keeps that many resident: more would wait on each other forever.
+/// many, and the device keeps that many of it (`resident`) running at once: more would wait on
+/// each other forever.
 pub fn check_grid_sync(
     kernel: &str,
     grid_sync: Option<u32>,
     d: &Dispatch<'_>,
-    info: &DeviceInfo,
+    resident: u32,
 ) -> Result<(), BackendError> {
     let Some(workgroups) = grid_sync else {
         return Ok(());
@@ -91,12 +92,11 @@ pub fn check_grid_sync(
             ),
         ));
     }
-    if workgroups > info.resident_workgroups {
+    if workgroups > resident {
         return Err(bad_dispatch(
             kernel,
             format!(
-                "its grid barriers need {workgroups} resident workgroups, the device keeps {}",
-                info.resident_workgroups
+                "its grid barriers need {workgroups} resident workgroups, the device keeps {resident}"
             ),
         ));
     }

@@ -206,7 +206,7 @@ impl CudaBackend {
             .ok_or(BackendError::UnknownProgram(d.program))?;
         let bad = |msg: String| bad_dispatch(&program.name, msg);
         check_signature(&program.name, program.buffers, &program.params, d)?;
-        check_grid_sync(&program.name, program.grid_sync, d, &self.info)?;
+        check_grid_sync(&program.name, program.grid_sync, d, program.resident)?;
         let align = self.info.min_binding_alignment;
         let mut pointers = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
@@ -383,6 +383,15 @@ impl Backend for CudaBackend {
             .download(self.driver, self.handles.stream, src, out)
     }
 
+    fn resident_workgroups(&self, program: ProgramId) -> Result<u32, BackendError> {
+        let state = self.enter()?;
+        let p = state
+            .programs
+            .get(&program.0)
+            .ok_or(BackendError::UnknownProgram(program))?;
+        Ok(p.resident)
+    }
+
     fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
         let hash = crate::checks::check_kernel(kernel, &self.info)?;
         if self.enter()?.programs.contains_key(&hash) {
@@ -409,7 +418,12 @@ impl Backend for CudaBackend {
         let image = program::image(self.nvrtc, kernel, target)?;
         let mut state = self.enter()?;
         if let std::collections::hash_map::Entry::Vacant(slot) = state.programs.entry(hash) {
-            slot.insert(program::load(self.driver, kernel, &image)?);
+            slot.insert(program::load(
+                self.driver,
+                kernel,
+                &image,
+                self.info.resident_workgroups,
+            )?);
         }
         Ok(ProgramId(hash))
     }

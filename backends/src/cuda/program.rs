@@ -4,7 +4,7 @@
 use super::driver::{CuFunction, CuModule, Driver};
 use super::nvrtc::{Nvrtc, Target};
 use crate::error::BackendError;
-use std::ffi::{c_void, CString};
+use std::ffi::{c_int, c_void, CString};
 use trine_codegen::Dialect;
 use trine_ir::{Kernel, Scalar};
 
@@ -21,6 +21,10 @@ pub struct Program {
     /// The workgroup count of its grid barriers, which every dispatch must have.
     pub grid_sync: Option<u32>,
     pub block: [u32; 3],
+    /// Blocks of this function that run at once on the whole device (the occupancy API's
+    /// blocks per multiprocessor, times the multiprocessors): the most a dispatch with grid
+    /// barriers may have.
+    pub resident: u32,
 }
 
 /// FNV-1a, the hash `trine_ir::kernel_hash` uses: stable across runs and Rust versions, which
@@ -116,7 +120,13 @@ fn plausible(image: &[u8], target: Target) -> bool {
 }
 
 /// Loads `image` as a module and finds the kernel's function in it. The context is current.
-pub fn load(driver: &Driver, kernel: &Kernel, image: &[u8]) -> Result<Program, BackendError> {
+/// `sms` is the device's multiprocessor count, for [`Program::resident`].
+pub fn load(
+    driver: &Driver,
+    kernel: &Kernel,
+    image: &[u8],
+    sms: u32,
+) -> Result<Program, BackendError> {
     let name = CString::new(kernel.name.as_str()).map_err(|_| BackendError::Compile {
         kernel: kernel.name.clone(),
         message: "the kernel name contains a NUL byte".into(),
@@ -142,7 +152,21 @@ pub fn load(driver: &Driver, kernel: &Kernel, image: &[u8]) -> Result<Program, B
         unsafe { (driver.module_unload)(module) };
         return Err(load_error("cuModuleGetFunction", code));
     }
+    let mut per_sm: c_int = 0;
+    // SAFETY: a valid out-pointer and a live function; the block size is the kernel's own,
+    // which compile checked against the device's limits, and it takes no dynamic shared memory.
+    let code = unsafe {
+        (driver.occupancy_max_active_blocks)(
+            &mut per_sm,
+            function,
+            kernel.invocations() as c_int,
+            0,
+        )
+    };
+    // Without an answer, one block per multiprocessor: any block that launches fits that.
+    let per_sm = if code == 0 { per_sm.max(1) as u32 } else { 1 };
     Ok(Program {
+        resident: sms.saturating_mul(per_sm),
         name: kernel.name.clone(),
         module,
         function,

@@ -245,7 +245,12 @@ impl HipBackend {
             .ok_or(BackendError::UnknownProgram(d.program))?;
         let bad = |msg: String| bad_dispatch(&program.name, msg);
         check_signature(&program.name, program.buffers, &program.params, d)?;
-        check_grid_sync(&program.name, program.grid_sync, d, &self.info)?;
+        check_grid_sync(
+            &program.name,
+            program.grid_sync,
+            d,
+            self.info.resident_workgroups,
+        )?;
         let align = self.info.min_binding_alignment;
         let mut pointers: Vec<*mut c_void> = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {

@@ -162,7 +162,12 @@ impl VulkanBackend {
         d: &Dispatch<'_>,
     ) -> Result<Prepared, BackendError> {
         check_signature(&program.name, program.buffers, &program.params, d)?;
-        check_grid_sync(&program.name, program.grid_sync, d, &self.info)?;
+        check_grid_sync(
+            &program.name,
+            program.grid_sync,
+            d,
+            self.info.resident_workgroups,
+        )?;
         let mut infos = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let buffer = buffers.get(b.buffer)?;

@@ -153,7 +153,12 @@ impl WgpuBackend {
         } = state;
         let program = pipelines.get(d.program)?;
         check_signature(&program.name, program.writable.len(), &program.params, d)?;
-        check_grid_sync(&program.name, program.grid_sync, d, &self.info)?;
+        check_grid_sync(
+            &program.name,
+            program.grid_sync,
+            d,
+            self.info.resident_workgroups,
+        )?;
         let mut bound = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let entry = buffers.get(b.buffer)?;

@@ -23,14 +23,14 @@ const GRID_WORD_NAMES: [&str; abi::GRID_WORDS as usize] =
     ["grid_x", "grid_y", "grid_z", "phys_x", "fold"];
 
 pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Globals {
-    let mut global = |name: &str, space, binding, ty| {
+    let mut global = |name: &str, space, binding, ty, memory_decorations| {
         let var = GlobalVariable {
             name: Some(name.to_string()),
             space,
             binding,
             ty,
             init: None,
-            memory_decorations: MemoryDecorations::empty(),
+            memory_decorations,
         };
         module.global_variables.append(var, Span::UNDEFINED)
     };
@@ -51,7 +51,16 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
                 types::array(types, types::storage_elem(b.elem), None)
             };
             let binding = ResourceBinding { group: 0, binding };
-            global(&b.name, AddressSpace::Storage { access }, Some(binding), ty)
+            // Across a grid barrier, workgroups read what others wrote: without `Coherent`
+            // those reads may hit a cache that the barrier's memory semantics do not reach
+            // (NVIDIA's L1 in the GLSL450 memory model).
+            let coherent = if kernel.capabilities.grid_sync && b.access.can_write() {
+                MemoryDecorations::COHERENT
+            } else {
+                MemoryDecorations::empty()
+            };
+            let space = AddressSpace::Storage { access };
+            global(&b.name, space, Some(binding), ty, coherent)
         })
         .collect();
 
@@ -66,7 +75,13 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
         )
         .collect::<Vec<_>>();
     let block = types::word_struct(types, "Immediates", &members);
-    let immediates = global("immediates", AddressSpace::Immediate, None, block);
+    let immediates = global(
+        "immediates",
+        AddressSpace::Immediate,
+        None,
+        block,
+        MemoryDecorations::empty(),
+    );
 
     let shared = kernel
         .shared
@@ -74,7 +89,13 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
         .map(|s| {
             let len = NonZeroU32::new(s.len).expect("validated shared arrays are non-empty");
             let ty = types::array(types, types::scalar(s.elem), Some(len));
-            global(&s.name, AddressSpace::WorkGroup, None, ty)
+            global(
+                &s.name,
+                AddressSpace::WorkGroup,
+                None,
+                ty,
+                MemoryDecorations::empty(),
+            )
         })
         .collect();
 

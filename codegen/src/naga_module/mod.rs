@@ -108,6 +108,9 @@ fn capabilities(kernel: &Kernel, info: &Info) -> Capabilities {
     if kernel.capabilities.subgroup {
         caps |= Capabilities::SUBGROUP | Capabilities::SUBGROUP_BARRIER;
     }
+    if kernel.capabilities.grid_sync {
+        caps |= Capabilities::MEMORY_DECORATION_COHERENT;
+    }
     caps
 }
 

@@ -10,7 +10,7 @@
 use super::{Bound, Engine};
 use crate::error::ModelError;
 use crate::graph::Tensor;
-use trine_backends::Binding;
+use trine_backends::{Binding, ProgramId};
 use trine_ir::fuse::{fuse, FuseStep};
 use trine_ir::{Access, BufferDecl, Kernel};
 
@@ -106,13 +106,29 @@ impl Engine {
                 slots: s,
             })
             .collect();
-        let name = format!("fused_{}x{}", kernels[0].name, run.len());
-        let kernel = fuse(&name, &decls, &steps, workgroups)
-            .map_err(|e| ModelError::Fuse(e.to_string()))?;
-        let program = self
-            .dev(0)
-            .compile(&kernel)
-            .map_err(|e| self.err(0, e))?;
+        let build = |workgroups| -> Result<(Kernel, ProgramId, u32), ModelError> {
+            let name = format!("fused_{}x{}_g{workgroups}", kernels[0].name, run.len());
+            let kernel = fuse(&name, &decls, &steps, workgroups)
+                .map_err(|e| ModelError::Fuse(e.to_string()))?;
+            let dev = self.dev(0);
+            let program = dev.compile(&kernel).map_err(|e| self.err(0, e))?;
+            let resident = dev
+                .resident_workgroups(program)
+                .map_err(|e| self.err(0, e))?;
+            Ok((kernel, program, resident))
+        };
+        // The device's count holds for any kernel; where the backend knows better for the
+        // compiled one (CUDA's occupancy), more resident workgroups share each phase's work,
+        // if the kernel built for them is as resident (its grid count is only a constant).
+        let (mut kernel, mut program, resident) = build(workgroups)?;
+        let mut workgroups = workgroups;
+        if resident > workgroups {
+            let wider = build(resident)?;
+            if wider.2 >= resident {
+                (kernel, program, _) = wider;
+                workgroups = resident;
+            }
+        }
         bindings.push(self.binding(Tensor::GridSync, 0)?);
         self.placement.kernels.insert(program, kernel);
         Ok(Bound {

@@ -78,6 +78,10 @@ pub struct Args {
     /// With --model: repetitions of each test after a warm-up.
     #[arg(long, default_value_t = 3)]
     reps: usize,
+    /// With --model: keep every dispatch of the recorded decode step, unfused (see
+    /// `EngineOptions::fuse`), to measure what fusion gives.
+    #[arg(long)]
+    no_fuse: bool,
 }
 
 /// The name the `gemm` crate's records carry as their backend.
@@ -205,7 +209,14 @@ fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
     let (columns, absent) = open(&args.backends)?;
     let mut backends: Vec<model::Named> = columns.into_iter().map(|(n, b)| (n, Ok(b))).collect();
     backends.extend(absent.into_iter().map(|(n, why)| (n, Err(why))));
-    let rows = model::run(path, &backends, args.n_prompt, args.n_gen, args.reps)
+    let rows = model::run(
+        path,
+        &backends,
+        args.n_prompt,
+        args.n_gen,
+        args.reps,
+        !args.no_fuse,
+    )
         .map_err(BenchError::Model)?;
     let table = model::table(path, &rows);
     print!("{table}");

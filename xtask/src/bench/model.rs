@@ -27,6 +27,7 @@ pub fn run(
     pp: u32,
     tg: u32,
     reps: usize,
+    fuse: bool,
 ) -> Result<Vec<ModelRow>, String> {
     let model = Arc::new(Model::open(path).map_err(|e| format!("{}: {e}", path.display()))?);
     let context = pp.max(tg).max(1).min(model.config.context_length);
@@ -34,7 +35,7 @@ pub fn run(
         context,
         max_batch: pp.clamp(1, context),
         record: true,
-        fuse: Some(trine_llama::FUSE_MIN_RESIDENT),
+        fuse: fuse.then_some(trine_llama::FUSE_MIN_RESIDENT),
     };
     let mut rows = vec![];
     for (name, backend) in backends {
@@ -57,7 +58,6 @@ pub fn run(
         let speeds = (|| {
             let mut engine =
                 Engine::new(model.clone(), backend, sizes).map_err(|e| e.to_string())?;
-            dispatches = Some(engine.dispatches_per_token());
             let mut out = vec![];
             for (test, n) in [(Test::Pp, pp), (Test::Tg, tg)] {
                 if n == 0 {
@@ -67,6 +67,8 @@ pub fn run(
                 engine = e;
                 out.push(speed);
             }
+            // After the tests: the recorded step's count, fused where it was.
+            dispatches = Some(engine.dispatches_per_token());
             Ok(out)
         })();
         if let Some(n) = dispatches {
