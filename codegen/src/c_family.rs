@@ -439,7 +439,9 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 self.line(depth, &format!("{b};"));
             }
             Stmt::GridBarrier { sync, workgroups } => {
-                let b = self.spelling.grid_barrier(&buffer_name(k, *sync), *workgroups);
+                let b = self
+                    .spelling
+                    .grid_barrier(&buffer_name(k, *sync), *workgroups);
                 self.line(depth, &format!("{b};"));
             }
         }

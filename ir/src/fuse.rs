@@ -49,7 +49,9 @@ pub enum FuseError {
         expected: usize,
         found: usize,
     },
-    #[error("step {step} ({kernel}) buffer {name:?} ({elem} {access}) does not fit fused buffer {slot}")]
+    #[error(
+        "step {step} ({kernel}) buffer {name:?} ({elem} {access}) does not fit fused buffer {slot}"
+    )]
     Slot {
         step: usize,
         kernel: String,
@@ -118,7 +120,12 @@ pub fn fuse(
     Ok(out)
 }
 
-fn check(i: usize, step: &FuseStep<'_>, size: [u32; 3], buffers: &[BufferDecl]) -> Result<(), FuseError> {
+fn check(
+    i: usize,
+    step: &FuseStep<'_>,
+    size: [u32; 3],
+    buffers: &[BufferDecl],
+) -> Result<(), FuseError> {
     let k = step.kernel;
     let kernel = || k.name.clone();
     if k.workgroup_size != size {
@@ -152,8 +159,7 @@ fn check(i: usize, step: &FuseStep<'_>, size: [u32; 3], buffers: &[BufferDecl]) 
     }
     for (decl, &slot) in k.buffers.iter().zip(step.slots) {
         let fits = buffers.get(slot as usize).is_some_and(|b| {
-            b.elem == decl.elem
-                && (b.access == decl.access || b.access == Access::ReadWrite)
+            b.elem == decl.elem && (b.access == decl.access || b.access == Access::ReadWrite)
         });
         if !fits {
             return Err(FuseError::Slot {

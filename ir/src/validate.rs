@@ -130,10 +130,13 @@ fn check_phases(k: &Kernel) -> Result<()> {
     let Some((sync, workgroups)) = k.grid_sync() else {
         return Ok(());
     };
-    let decl = k.buffers.get(sync.0 as usize).ok_or(ValidationError::UnknownDecl {
-        what: "buffer",
-        index: sync.0,
-    })?;
+    let decl = k
+        .buffers
+        .get(sync.0 as usize)
+        .ok_or(ValidationError::UnknownDecl {
+            what: "buffer",
+            index: sync.0,
+        })?;
     let bad_sync = || ValidationError::GridSyncBuffer {
         name: decl.name.clone(),
     };

@@ -106,3 +106,68 @@ fn hash_changes_with_any_field() {
     assert_ne!(base, trine_ir::kernel_hash(&build(8, 1.0)));
     assert_ne!(base, trine_ir::kernel_hash(&build(4, 1.5)));
 }
+
+/// A grid barrier only divides the top level, and neither values nor private variables nor
+/// the sync buffer's words are shared with the kernel's own code.
+#[test]
+fn grid_barrier_rules() {
+    let base = || {
+        let k = KernelBuilder::new("g", [4, 1, 1]);
+        let out = k.buffer("out", Scalar::U32, Access::Write);
+        let sync = k.buffer("sync", Scalar::U32, Access::ReadWrite);
+        (k, out, sync)
+    };
+    let check = |k: KernelBuilder| validate(&k.finish(), &Limits::default());
+
+    let (k, out, sync) = base();
+    k.store(out, k.u32(0), k.u32(1));
+    k.grid_barrier(sync, 2);
+    k.store(out, k.u32(1), k.u32(2));
+    assert!(check(k).is_ok());
+
+    let (k, _, sync) = base();
+    k.if_(k.local_index().eq(k.u32(0)), || k.grid_barrier(sync, 2));
+    assert_eq!(check(k).unwrap_err(), ValidationError::NestedGridBarrier);
+
+    let (k, out, sync) = base();
+    let before = k.local_index() + k.u32(1);
+    k.grid_barrier(sync, 2);
+    k.store(out, k.u32(0), before);
+    let before = before.id;
+    assert!(matches!(
+        check(k).unwrap_err(),
+        ValidationError::NotInScope { expr } if expr == before
+    ));
+
+    let (k, out, sync) = base();
+    let v = k.var("carried", Scalar::U32);
+    v.set(k.u32(3));
+    k.grid_barrier(sync, 2);
+    k.store(out, k.u32(0), v.get());
+    assert_eq!(
+        check(k).unwrap_err(),
+        ValidationError::CrossesGridBarrier {
+            name: "carried".into()
+        }
+    );
+
+    let (k, out, sync) = base();
+    k.store(out, k.u32(0), k.load(sync, k.u32(0)));
+    k.grid_barrier(sync, 2);
+    assert!(matches!(
+        check(k).unwrap_err(),
+        ValidationError::GridSyncBuffer { name } if name == "sync"
+    ));
+
+    let k = KernelBuilder::new("g", [4, 1, 1]);
+    let sync = k.buffer("sync", Scalar::U32, Access::ReadWrite);
+    let mut kernel = k.finish();
+    kernel.body.push(Stmt::GridBarrier {
+        sync,
+        workgroups: 2,
+    });
+    assert!(matches!(
+        validate(&kernel, &Limits::default()).unwrap_err(),
+        ValidationError::CapabilityNotDeclared { .. }
+    ));
+}

@@ -493,7 +493,10 @@ fn fused_decode_steps_equal_node_by_node_ones() {
         if backend.info().resident_workgroups == 0 {
             assert_eq!(count, unfused, "{name}");
         } else {
-            assert!(count < unfused, "{name}: {count} dispatches, {unfused} unfused");
+            assert!(
+                count < unfused,
+                "{name}: {count} dispatches, {unfused} unfused"
+            );
         }
     });
     assert!(ran > 0);

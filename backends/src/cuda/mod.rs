@@ -24,7 +24,7 @@ pub use device::DEVICE_ENV;
 pub use nvrtc::CUDA_PATH_ENV;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{check_grid_sync, bad_dispatch, check_binding, check_range, check_signature};
+use crate::checks::{bad_dispatch, check_binding, check_grid_sync, check_range, check_signature};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use crate::recording::Recording;

@@ -33,7 +33,7 @@ pub use loader::{describe_runtime, Install, RuntimeInfo, ROCM_PATH_ENV};
 pub use rocblas::{Gemm, GemmType};
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{check_grid_sync, bad_dispatch, check_binding, check_range, check_signature};
+use crate::checks::{bad_dispatch, check_binding, check_grid_sync, check_range, check_signature};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use crate::recording::Recording;

@@ -27,7 +27,9 @@ pub use instance::{DEVICE_ENV, VALIDATION_ENV};
 pub use runtime_dir::ensure_runtime_dir;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{check_grid_sync, check_range, check_signature, folded_launch, storage_binding};
+use crate::checks::{
+    check_grid_sync, check_range, check_signature, folded_launch, storage_binding,
+};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use crate::recording::{barriers_before, Recording};

@@ -27,7 +27,9 @@ pub use ::wgpu as api;
 pub use adapter::{adapters, device_descriptor, wanted_features, ADAPTER_ENV};
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{check_grid_sync, bad_dispatch, check_range, check_signature, folded_launch, storage_binding};
+use crate::checks::{
+    bad_dispatch, check_grid_sync, check_range, check_signature, folded_launch, storage_binding,
+};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use buffers::Buffers;

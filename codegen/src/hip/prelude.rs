@@ -74,7 +74,8 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
 /// pattern: the workgroup's writes are published before it arrives, and the others' are
 /// visible to all its invocations after the last `__syncthreads`. The generation is read
 /// through `volatile`, so each poll goes to memory.
-const GRID_SYNC: &str = "__device__ __noinline__ void trine_grid_sync(unsigned int* sync, unsigned int workgroups) {
+const GRID_SYNC: &str =
+    "__device__ __noinline__ void trine_grid_sync(unsigned int* sync, unsigned int workgroups) {
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
     volatile unsigned int* generation = sync + 1;

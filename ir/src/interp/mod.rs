@@ -88,7 +88,11 @@ pub enum InterpError {
     #[error("a kernel with grid barriers over {workgroups} workgroups dispatched over {grid:?}")]
     GridSyncGrid { workgroups: u32, grid: [u32; 3] },
     #[error("grid barrier buffer {name:?} needs at least 2 words with word 0 zero, found {words} word(s), word 0 = {first}")]
-    GridSyncBuffer { name: String, words: u64, first: u32 },
+    GridSyncBuffer {
+        name: String,
+        words: u64,
+        first: u32,
+    },
 }
 
 /// Everything a dispatch needs, checked once.

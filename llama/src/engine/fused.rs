@@ -23,7 +23,12 @@ impl Engine {
     /// workgroup size fused into one dispatch over the device's resident workgroups.
     pub(super) fn fuse_runs(&mut self, bound: Vec<Bound>) -> Result<Vec<Bound>, ModelError> {
         let workgroups = self.dev(0).info().resident_workgroups;
-        let size = |b: &Bound| self.placement.kernels.get(&b.program).map(|k| k.workgroup_size);
+        let size = |b: &Bound| {
+            self.placement
+                .kernels
+                .get(&b.program)
+                .map(|k| k.workgroup_size)
+        };
         let mut runs: Vec<Vec<Bound>> = vec![];
         for b in bound {
             match runs.last_mut() {

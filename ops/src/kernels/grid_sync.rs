@@ -62,8 +62,13 @@ pub fn kernel(n: u32, workgroups: u32) -> Kernel {
             slots: &[0, 2, 3],
         },
     ];
-    fuse(&format!("sum_scale_g{workgroups}"), &buffers, &steps, workgroups)
-        .expect("the steps share a workgroup size and their buffers fit")
+    fuse(
+        &format!("sum_scale_g{workgroups}"),
+        &buffers,
+        &steps,
+        workgroups,
+    )
+    .expect("the steps share a workgroup size and their buffers fit")
 }
 
 pub fn cases() -> Vec<Case> {

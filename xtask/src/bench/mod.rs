@@ -78,10 +78,11 @@ pub struct Args {
     /// With --model: repetitions of each test after a warm-up.
     #[arg(long, default_value_t = 3)]
     reps: usize,
-    /// With --model: keep every dispatch of the recorded decode step, unfused (see
-    /// `EngineOptions::fuse`), to measure what fusion gives.
+    /// With --model: fuse the recorded decode step's runs of dispatches into kernels with grid
+    /// barriers (`EngineOptions::fuse`), to measure what that gives; off by default, as it was
+    /// slower on the H100 (docs/bench/decode-h100-2026-11-25.md).
     #[arg(long)]
-    no_fuse: bool,
+    fuse: bool,
 }
 
 /// The name the `gemm` crate's records carry as their backend.
@@ -215,9 +216,9 @@ fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
         args.n_prompt,
         args.n_gen,
         args.reps,
-        !args.no_fuse,
+        args.fuse,
     )
-        .map_err(BenchError::Model)?;
+    .map_err(BenchError::Model)?;
     let table = model::table(path, &rows);
     print!("{table}");
     let write = |p: &PathBuf, text: String| {
