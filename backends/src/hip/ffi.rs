@@ -86,6 +86,7 @@ table! {
         hipMemGetInfo: fn(*mut usize, *mut usize) -> HipError;
         hipMalloc: fn(*mut *mut c_void, usize) -> HipError;
         hipFree: fn(*mut c_void) -> HipError;
+        hipMemset: fn(*mut c_void, c_int, usize) -> HipError;
         hipHostMalloc: fn(*mut *mut c_void, usize, c_uint) -> HipError;
         hipHostFree: fn(*mut c_void) -> HipError;
         hipMemcpyHtoDAsync: fn(*mut c_void, *mut c_void, usize, Stream) -> HipError;

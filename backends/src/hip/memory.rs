@@ -52,6 +52,14 @@ impl Buffers {
             return Err(oom());
         }
         hip.check("hipMalloc", code)?;
+        // hipMalloc leaves whatever the memory held; buffers start zeroed (the trait's promise).
+        // SAFETY: `ptr` is the fresh allocation of `capacity` bytes made above.
+        let code = unsafe { (hip.hipMemset)(ptr, 0, capacity) };
+        if code != ffi::SUCCESS {
+            // SAFETY: allocated above, never used.
+            unsafe { (hip.hipFree)(ptr) };
+            hip.check("hipMemset", code)?;
+        }
         self.next += 1;
         self.map
             .insert(self.next, DeviceBuffer { ptr, size: bytes });

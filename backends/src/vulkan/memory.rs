@@ -155,6 +155,18 @@ impl Buffer {
         Ok(())
     }
 
+    /// Zeroes the whole mapped allocation, once every queued use of the buffer has completed.
+    pub fn zero_mapped(
+        &self,
+        device: &ash::Device,
+        submit: &mut Submitter,
+    ) -> Result<(), BackendError> {
+        let (ptr, offset) = self.mapped_range(device, submit, 0, self.size as usize)?;
+        // SAFETY: as in `write_mapped`, for the range `mapped_range` checked.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr().add(offset), 0, self.size as usize) };
+        Ok(())
+    }
+
     /// Copies from the mapped memory at `offset` into `out`, as `write_mapped`.
     pub fn read_mapped(
         &self,

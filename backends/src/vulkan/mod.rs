@@ -279,8 +279,33 @@ impl Backend for VulkanBackend {
         &self.info
     }
 
+    /// Vulkan hands out memory with whatever it held before (lavapipe reuses the process's
+    /// freed allocations), so a new buffer is zeroed here: on the host where it is mapped, by a
+    /// fill queued before any use of it otherwise.
     fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
-        self.lock().buffers.alloc(self.dev(), bytes)
+        let mut state = self.lock();
+        let State {
+            buffers, submit, ..
+        } = &mut *state;
+        let h = buffers.alloc(self.dev(), bytes)?;
+        let b = buffers.get(h)?;
+        let zeroed = if b.is_mapped() {
+            b.zero_mapped(self.dev(), submit)
+        } else {
+            let size = b.size.max(4).next_multiple_of(4);
+            // SAFETY: the buffer was just made on this device with at least `size` bytes.
+            unsafe { submit.record_zero(self.dev(), b.buffer, size) }.map(|()| {
+                let serial = submit.open_serial();
+                if let Ok(b) = buffers.get_mut(h) {
+                    b.last_use = serial;
+                }
+            })
+        };
+        if let Err(e) = zeroed {
+            buffers.free(self.dev(), submit, h);
+            return Err(e);
+        }
+        Ok(h)
     }
 
     fn free(&self, buffer: BufferHandle) {

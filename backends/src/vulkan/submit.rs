@@ -324,6 +324,26 @@ impl Submitter {
         Ok(())
     }
 
+    /// Records zeroing `size` bytes (a multiple of 4) of `dst` from `offset` into the open
+    /// batch, after a barrier on earlier work.
+    ///
+    /// # Safety
+    /// `dst` is a live buffer of this device and the range lies inside it.
+    pub unsafe fn record_zero(
+        &mut self,
+        device: &ash::Device,
+        dst: vk::Buffer,
+        size: u64,
+    ) -> Result<(), BackendError> {
+        let cmd = self.begin(device)?;
+        // SAFETY: `cmd` is recording; the buffer and range are valid (the caller's contract).
+        unsafe {
+            work_barrier(device, cmd);
+            device.cmd_fill_buffer(cmd, dst, 0, size, 0);
+        }
+        Ok(())
+    }
+
     /// The pool recordings take their secondary command buffers from.
     pub fn command_pool(&self) -> vk::CommandPool {
         self.command_pool
