@@ -102,6 +102,11 @@ hipError_t hipMalloc(void **p, size_t size) {
 
 hipError_t hipFree(void *p) { free(p); return HIP_SUCCESS; }
 
+hipError_t hipMemset(void *dst, int value, size_t n) {
+    memset(dst, value, n);
+    return HIP_SUCCESS;
+}
+
 hipError_t hipHostMalloc(void **p, size_t size, unsigned int flags) {
     (void)flags;
     return hipMalloc(p, size);
