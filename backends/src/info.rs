@@ -51,7 +51,7 @@ pub struct DeviceInfo {
     /// barriers may be dispatched over (`trine_ir::Stmt::GridBarrier`): one per compute unit
     /// where the driver says how many there are (CUDA multiprocessors; Vulkan on NVIDIA through
     /// `VK_NV_shader_sm_builtins`, on AMD through `VK_AMD_shader_core_properties`), 1 where it
-    /// does not, 0 where grid barriers are not run at all (the CPU's C lowering).
+    /// does not, 0 where grid barriers are not run at all (the CPU's C lowering, wgpu).
     #[serde(default)]
     pub resident_workgroups: u32,
     pub driver: String,

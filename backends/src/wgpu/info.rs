@@ -64,7 +64,8 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
         // Storage-only buffers are read as u32 words, so offsets stay word aligned everywhere.
         min_binding_alignment: u64::from(limits.min_storage_buffer_offset_alignment).max(4),
         timestamps,
-        resident_workgroups: 1,
+        // Grid barriers need `Coherent` storage, which wgpu's validation refuses.
+        resident_workgroups: 0,
         driver: driver_string(&a.driver, &a.driver_info),
         runtime_version: format!("wgpu 30 on {}", a.backend),
         notes,

@@ -56,6 +56,12 @@ pub fn check_supported(
         kernel: kernel.name.clone(),
         what,
     };
+    if kernel.capabilities.grid_sync {
+        // Its buffers must be `Coherent`, a decoration wgpu's validation has no feature for.
+        return Err(unsupported(
+            "grid barriers (wgpu validates no `Coherent` storage)".into(),
+        ));
+    }
     let features = device.features();
     let limits = device.limits();
     let needs = [
