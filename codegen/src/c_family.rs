@@ -55,6 +55,28 @@ pub(crate) trait Spelling {
     /// buffer is the pointer `sync`.
     fn grid_barrier(&self, sync: &str, workgroups: u32) -> String;
     fn intrinsic(&self, f: Intrinsic) -> &'static str;
+    /// [`BinaryOp::Dot4I8`] (`signed`) or [`BinaryOp::Dot4U8`] of two `unsigned int`
+    /// expressions. By default the four byte products, which GCC and clang keep exact (a
+    /// conversion to `signed char` wraps on both).
+    fn dot4(&self, signed: bool, a: &str, b: &str) -> String {
+        let term = |k: u32| {
+            if signed {
+                format!(
+                    "(int)(signed char)({a} >> {}u) * (int)(signed char)({b} >> {}u)",
+                    8 * k,
+                    8 * k
+                )
+            } else {
+                format!(
+                    "(({a} >> {}u) & 255u) * (({b} >> {}u) & 255u)",
+                    8 * k,
+                    8 * k
+                )
+            }
+        };
+        let terms: Vec<String> = (0..4).map(term).collect();
+        format!("({})", terms.join(" + "))
+    }
     /// The I32 or U32 (`to`) value of the float expression `x`, truncated toward zero. Out of
     /// range is an error in the interpreter; by default it is left to the dialect (undefined in
     /// C and C++), which a dialect may define instead.
@@ -189,6 +211,8 @@ fn symbol(op: BinaryOp) -> &'static str {
         BinaryOp::Min => "min",
         BinaryOp::Max => "max",
         BinaryOp::Pow => "pow",
+        BinaryOp::Dot4I8 => "dot4i8",
+        BinaryOp::Dot4U8 => "dot4u8",
     }
 }
 
@@ -206,6 +230,7 @@ pub(crate) fn binary(s: &impl Spelling, op: BinaryOp, ty: Scalar, a: &str, b: &s
         Min if float => format!("{}({x}, {y})", s.intrinsic(Intrinsic::FMin)),
         Max if float => format!("{}({x}, {y})", s.intrinsic(Intrinsic::FMax)),
         Pow => format!("{}({x}, {y})", s.intrinsic(Intrinsic::Pow)),
+        Dot4I8 | Dot4U8 => s.dot4(op == Dot4I8, a, b),
         Min => format!("{a} < {b} ? {a} : {b}"),
         Max => format!("{a} > {b} ? {a} : {b}"),
         Add | Sub | Mul if signed => format!("(int)((unsigned int){a} {sym} (unsigned int){b})"),

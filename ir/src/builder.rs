@@ -346,6 +346,15 @@ impl<'b> Val<'b> {
     pub fn max(self, rhs: Val<'_>) -> Val<'b> {
         self.bin(BinaryOp::Max, rhs)
     }
+    /// [`BinaryOp::Dot4I8`]: the signed bytes of two packed `U32` words, multiplied and
+    /// summed into an `I32`.
+    pub fn dot4_i8(self, rhs: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::Dot4I8, rhs)
+    }
+    /// [`BinaryOp::Dot4U8`]: as [`Val::dot4_i8`] with unsigned bytes and a `U32` result.
+    pub fn dot4_u8(self, rhs: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::Dot4U8, rhs)
+    }
     pub fn pow(self, rhs: Val<'_>) -> Val<'b> {
         self.bin(BinaryOp::Pow, rhs)
     }

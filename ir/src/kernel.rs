@@ -140,7 +140,7 @@ pub enum UnaryOp {
 }
 
 /// Binary operations. Both operands have the same type, except shifts, whose right operand is
-/// always `U32`.
+/// always `U32`; the result has it too, except comparisons (`Bool`) and `Dot4I8` (`I32`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
     Add,
@@ -167,6 +167,14 @@ pub enum BinaryOp {
     Shl,
     /// Shift right: arithmetic for I32, logical for U32; amount modulo 32.
     Shr,
+    /// Packed 8-bit dot product: both operands `U32`, each four two's-complement bytes;
+    /// the `I32` result is `Σ a.byte[k] · b.byte[k]`, exact (at most 4·128² in magnitude).
+    /// SPIR-V: naga's `Dot4I8Packed` is not used yet (it needs `shaderIntegerDotProduct`);
+    /// the lowering extracts and multiplies the bytes. CUDA: `__dp4a`; HIP and C: the four
+    /// byte products.
+    Dot4I8,
+    /// As `Dot4I8` with unsigned bytes and a `U32` result (at most 4·255²).
+    Dot4U8,
     /// Comparisons yield Bool. Float comparisons with a NaN are false except `Ne`.
     Eq,
     Ne,

@@ -534,6 +534,14 @@ impl Validator<'_> {
                 let l = self.operand(lhs)?;
                 let r = self.operand(rhs)?;
                 let name = format!("{op:?}");
+                if matches!(op, BinaryOp::Dot4I8 | BinaryOp::Dot4U8) {
+                    for t in [l, r] {
+                        if t != U32 {
+                            return Err(mismatch(id, name, "u32 (four packed bytes)", t));
+                        }
+                    }
+                    return Ok(if op == BinaryOp::Dot4I8 { I32 } else { U32 });
+                }
                 if matches!(op, BinaryOp::Shl | BinaryOp::Shr) {
                     if !matches!(l, I32 | U32) {
                         return Err(mismatch(id, name, "i32 or u32", l));

@@ -171,3 +171,30 @@ fn grid_barrier_rules() {
         ValidationError::CapabilityNotDeclared { .. }
     ));
 }
+
+/// A packed dot product takes two `U32` words and gives `I32` (signed) or `U32` (unsigned).
+#[test]
+fn dot4_takes_packed_words() {
+    let k = KernelBuilder::new("d", [1, 1, 1]);
+    let out = k.buffer("out", Scalar::I32, Access::Write);
+    k.store(out, k.u32(0), k.u32(7).dot4_i8(k.u32(9)));
+    assert!(validate(&k.finish(), &Limits::default()).is_ok());
+
+    let k = KernelBuilder::new("d", [1, 1, 1]);
+    let out = k.buffer("out", Scalar::I32, Access::Write);
+    let bad = k.i32(7).dot4_i8(k.u32(9));
+    k.store(out, k.u32(0), bad);
+    let bad = bad.id;
+    assert!(matches!(
+        validate(&k.finish(), &Limits::default()).unwrap_err(),
+        ValidationError::TypeMismatch { expr, .. } if expr == bad
+    ));
+
+    let k = KernelBuilder::new("d", [1, 1, 1]);
+    let out = k.buffer("out", Scalar::I32, Access::Write);
+    k.store(out, k.u32(0), k.u32(7).dot4_u8(k.u32(9)));
+    assert!(matches!(
+        validate(&k.finish(), &Limits::default()).unwrap_err(),
+        ValidationError::TypeMismatch { .. }
+    ));
+}

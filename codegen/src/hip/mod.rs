@@ -42,6 +42,15 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         f16,
         subgroup: k.capabilities.subgroup,
         grid_sync: k.capabilities.grid_sync,
+        dot4: k.exprs.iter().any(|e| {
+            matches!(
+                e,
+                trine_ir::Expr::Binary {
+                    op: trine_ir::BinaryOp::Dot4I8 | trine_ir::BinaryOp::Dot4U8,
+                    ..
+                }
+            )
+        }),
     };
     let mut out = prelude::prelude(dialect, needs);
     if !out.is_empty() {
@@ -123,6 +132,15 @@ impl Spelling for Gpu {
 
     fn barrier(&self) -> &'static str {
         "__syncthreads()"
+    }
+
+    fn dot4(&self, signed: bool, a: &str, b: &str) -> String {
+        let f = if signed {
+            "trine_dot4i8"
+        } else {
+            "trine_dot4u8"
+        };
+        format!("{f}({a}, {b})")
     }
 
     fn grid_barrier(&self, sync: &str, workgroups: u32) -> String {

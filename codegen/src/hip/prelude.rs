@@ -13,6 +13,8 @@ pub(crate) struct Needs {
     pub f16: bool,
     pub subgroup: bool,
     pub grid_sync: bool,
+    /// The packed 8-bit dot products (`BinaryOp::Dot4I8`, `Dot4U8`).
+    pub dot4: bool,
 }
 
 const FN: &str = "__device__ __forceinline__";
@@ -65,6 +67,12 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
     if needs.grid_sync {
         out.push_str(GRID_SYNC);
     }
+    if needs.dot4 {
+        out.push_str(match dialect {
+            Dialect::Cuda => DOT4_CUDA,
+            Dialect::Hip => DOT4_HIP,
+        });
+    }
     out
 }
 
@@ -91,6 +99,27 @@ const GRID_SYNC: &str =
     __threadfence();
   }
   __syncthreads();
+}
+";
+
+/// The packed dot products on NVIDIA's `dp4a` (sm_61 and later, every target NVRTC builds).
+const DOT4_CUDA: &str = "\
+__device__ __forceinline__ int trine_dot4i8(unsigned int a, unsigned int b) { return __dp4a((int)a, (int)b, 0); }
+__device__ __forceinline__ unsigned int trine_dot4u8(unsigned int a, unsigned int b) { return __dp4a(a, b, 0u); }
+";
+
+/// The packed dot products as four byte products: `__builtin_amdgcn_sdot4` exists only on
+/// some targets (not gfx1013 or gfx90c), and one text serves every arch.
+const DOT4_HIP: &str = "\
+__device__ __forceinline__ int trine_dot4i8(unsigned int a, unsigned int b) {
+  int s = 0;
+  for (int k = 0; k < 32; k += 8) s += (int)(signed char)(a >> k) * (int)(signed char)(b >> k);
+  return s;
+}
+__device__ __forceinline__ unsigned int trine_dot4u8(unsigned int a, unsigned int b) {
+  unsigned int s = 0u;
+  for (int k = 0; k < 32; k += 8) s += ((a >> k) & 255u) * ((b >> k) & 255u);
+  return s;
 }
 ";
 

@@ -86,6 +86,9 @@ impl Lowerer<'_> {
             BinaryOp::Min => return self.math(Mf::Min, l, Some(r)),
             BinaryOp::Max => return self.math(Mf::Max, l, Some(r)),
             BinaryOp::Pow => return self.math(Mf::Pow, l, Some(r)),
+            BinaryOp::Dot4I8 | BinaryOp::Dot4U8 => {
+                return self.dot4(op == BinaryOp::Dot4I8, l, r, block)
+            }
             BinaryOp::And => Bo::And,
             BinaryOp::Or => Bo::InclusiveOr,
             BinaryOp::Xor if ty == Scalar::Bool => Bo::NotEqual,
@@ -115,6 +118,46 @@ impl Lowerer<'_> {
             BinaryOp::Ge => Bo::GreaterEqual,
         };
         self.binary(bo, l, r)
+    }
+
+    /// The four byte products of two packed words, summed: signed bytes are moved to the top
+    /// of an `i32` and shifted down arithmetically, unsigned ones shifted and masked.
+    fn dot4(
+        &mut self,
+        signed: bool,
+        a: Handle<Expression>,
+        b: Handle<Expression>,
+        block: &mut Block,
+    ) -> Handle<Expression> {
+        let mut sum: Option<Handle<Expression>> = None;
+        for k in 0..4u32 {
+            let byte = |this: &mut Self, v: Handle<Expression>, block: &mut Block| {
+                if signed {
+                    let up = this.u32(24 - 8 * k, block);
+                    let down = this.u32(24, block);
+                    let v = this.emit(Expression::As {
+                        expr: v,
+                        kind: naga::ScalarKind::Sint,
+                        convert: None,
+                    });
+                    let high = this.binary(Bo::ShiftLeft, v, up);
+                    this.binary(Bo::ShiftRight, high, down)
+                } else {
+                    let shift = this.u32(8 * k, block);
+                    let mask = this.u32(255, block);
+                    let v = this.binary(Bo::ShiftRight, v, shift);
+                    this.binary(Bo::And, v, mask)
+                }
+            };
+            let x = byte(self, a, block);
+            let y = byte(self, b, block);
+            let product = self.binary(Bo::Multiply, x, y);
+            sum = Some(match sum {
+                None => product,
+                Some(s) => self.binary(Bo::Add, s, product),
+            });
+        }
+        sum.unwrap_or(a)
     }
 
     /// The shift amount modulo 32, folded when it is a literal.

@@ -75,6 +75,26 @@ pub(crate) fn unary(op: UnaryOp, ty: Scalar, a: u32) -> u32 {
 
 pub(crate) fn binary(op: BinaryOp, ty: Scalar, a: u32, c: u32) -> Result<u32, OpError> {
     use BinaryOp::*;
+    let bytes = |v: u32| v.to_le_bytes();
+    match op {
+        Dot4I8 => {
+            let dot: i32 = bytes(a)
+                .iter()
+                .zip(bytes(c))
+                .map(|(&x, y)| i32::from(x as i8) * i32::from(y as i8))
+                .sum();
+            return Ok(dot as u32);
+        }
+        Dot4U8 => {
+            let dot: u32 = bytes(a)
+                .iter()
+                .zip(bytes(c))
+                .map(|(&x, y)| u32::from(x) * u32::from(y))
+                .sum();
+            return Ok(dot);
+        }
+        _ => {}
+    }
     if ty.is_float() {
         let (x, y) = (to_f(ty, a), to_f(ty, c));
         let r = match op {
@@ -92,8 +112,8 @@ pub(crate) fn binary(op: BinaryOp, ty: Scalar, a: u32, c: u32) -> Result<u32, Op
             Le => return Ok(b(x <= y)),
             Gt => return Ok(b(x > y)),
             Ge => return Ok(b(x >= y)),
-            // The validator admits no bit ops on floats.
-            And | Or | Xor | Shl | Shr => x,
+            // The validator admits no bit ops or packed dots on floats.
+            And | Or | Xor | Shl | Shr | Dot4I8 | Dot4U8 => x,
         };
         return Ok(from_f(ty, r));
     }
@@ -128,8 +148,8 @@ pub(crate) fn binary(op: BinaryOp, ty: Scalar, a: u32, c: u32) -> Result<u32, Op
         Gt => b(a > c),
         Ge if signed => b(si >= sj),
         Ge => b(a >= c),
-        // Pow is float-only.
-        Pow => a,
+        // Pow is float-only; the packed dots returned above.
+        Pow | Dot4I8 | Dot4U8 => a,
     })
 }
 

@@ -6,6 +6,7 @@ pub mod affine;
 pub mod bitops;
 pub mod butterfly;
 pub mod convert;
+pub mod dot4;
 pub mod grid_sync;
 pub mod half_axpy;
 pub mod math;
@@ -26,6 +27,7 @@ pub fn cases() -> Vec<Case> {
         saxpy::cases as fn() -> Vec<Case>,
         convert::cases,
         bitops::cases,
+        dot4::cases,
         unpack::cases,
         half_axpy::cases,
         affine::cases,

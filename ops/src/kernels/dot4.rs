@@ -1,0 +1,83 @@
+//! Packed 8-bit dot products ([`trine_ir::BinaryOp::Dot4I8`], `Dot4U8`), the building block of
+//! quantized products on whole words of codes: signed and unsigned, accumulated over a row of
+//! words as a quantized GEMV does, with the extremes of both signs.
+
+use crate::case::*;
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+
+const WG: u32 = 64;
+/// Words each invocation accumulates over.
+const WORDS: u32 = 8;
+
+/// `si[i] = Σ_j dot4i8(a[i·8+j], b[i·8+j])` and `su[i]` likewise unsigned, for `i < n`.
+pub fn kernel() -> Kernel {
+    let k = KernelBuilder::new("dot4", [WG, 1, 1]);
+    let a = k.buffer("a", Scalar::U32, Access::Read);
+    let b = k.buffer("b", Scalar::U32, Access::Read);
+    let si = k.buffer("si", Scalar::I32, Access::Write);
+    let su = k.buffer("su", Scalar::U32, Access::Write);
+    let n = k.param("n", Scalar::U32);
+    let i = k.global_id(0);
+    k.if_(i.lt(n), || {
+        let acc_i = k.var("acc_i", Scalar::I32);
+        let acc_u = k.var("acc_u", Scalar::U32);
+        k.for_range(k.u32(0), k.u32(WORDS), 1, |j| {
+            let at = i * k.u32(WORDS) + j;
+            let (x, y) = (k.load(a, at), k.load(b, at));
+            acc_i.set(acc_i.get() + x.dot4_i8(y));
+            acc_u.set(acc_u.get() + x.dot4_u8(y));
+        });
+        k.store(si, i, acc_i.get());
+        k.store(su, i, acc_u.get());
+    });
+    k.finish()
+}
+
+fn reference(a: &[u32], b: &[u32]) -> (i64, u64) {
+    let mut s = 0i64;
+    let mut u = 0u64;
+    for (x, y) in a.iter().zip(b) {
+        for (p, q) in x.to_le_bytes().into_iter().zip(y.to_le_bytes()) {
+            s += i64::from(p as i8) * i64::from(q as i8);
+            u += u64::from(p) * u64::from(q);
+        }
+    }
+    (s, u)
+}
+
+pub fn cases() -> Vec<Case> {
+    let n = 300u32;
+    let words = (n * WORDS) as usize;
+    let mut r = Rng::new(8);
+    let mut a: Vec<u32> = (0..words).map(|_| r.u32()).collect();
+    let mut b: Vec<u32> = (0..words).map(|_| r.u32()).collect();
+    // Every byte at -128 or 255 (the largest products of each kind), 127 against -128, zero.
+    a[..4].copy_from_slice(&[0x8080_8080, u32::MAX, 0x7f7f_7f7f, 0]);
+    b[..4].copy_from_slice(&[0x8080_8080, u32::MAX, 0x8080_8080, u32::MAX]);
+    let rows: Vec<(i64, u64)> = a
+        .chunks(WORDS as usize)
+        .zip(b.chunks(WORDS as usize))
+        .map(|(x, y)| reference(x, y))
+        .collect();
+    vec![Case::new(
+        format!("dot4/u32x4/n={n}"),
+        kernel(),
+        [n.div_ceil(WG), 1, 1],
+    )
+    .input("a", Scalar::U32, u32_bytes(&a))
+    .input("b", Scalar::U32, u32_bytes(&b))
+    .output(
+        "si",
+        Scalar::I32,
+        vec![0; n as usize * 4],
+        rows.iter().map(|r| r.0 as f64).collect(),
+    )
+    .output(
+        "su",
+        Scalar::U32,
+        vec![0; n as usize * 4],
+        rows.iter().map(|r| r.1 as f64).collect(),
+    )
+    .params(vec![ParamValue::U32(n)])
+    .bound(NMSE_EXACT)]
+}
