@@ -158,7 +158,7 @@ fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Referenc
                     &b.name,
                     &decode(b.elem, want),
                     &decode(b.elem, &got),
-                    case.bound,
+                    b.bound(case.bound),
                 ));
             }
         }

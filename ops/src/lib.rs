@@ -21,6 +21,7 @@ pub mod matmul;
 pub mod matvec;
 pub mod matvec_attn;
 pub mod matvec_fused;
+pub mod matvec_q8;
 pub mod rms_norm;
 pub mod rope;
 pub mod rope_store;
@@ -36,6 +37,7 @@ pub fn cases() -> Vec<Case> {
         matmul::cases as fn() -> Vec<Case>,
         matvec::cases,
         matvec_fused::cases,
+        matvec_q8::cases,
         matvec_attn::cases,
         embedding::cases,
         rms_norm::cases,

@@ -11,11 +11,15 @@ use trine_ops::case::Case;
 use trine_ops::elementwise::{self, Binary};
 use trine_ops::matmul::{self, MatmulShape, MatmulSpec};
 use trine_ops::matvec::{self, MatvecSpec, Reduce};
+use trine_ops::matvec_q8;
 use trine_ops::rms_norm::{self, RmsNorm};
 use trine_ops::rope::{self, Rope, RopeMode};
 use trine_ops::shape::ShapeError;
 use trine_ops::softmax::{self, Mask, Softmax};
 use trine_ops::support::{Float, Reduction};
+
+/// Rows per workgroup of the benched [`matvec_q8`] product.
+const MATVEC_Q8_ROWS: u32 = 4;
 
 /// What a device changes in an item's inputs: the KV cache type, for a matvec the executor's
 /// kernel shape for the device (the CPU's differs from the GPUs', and may bind the weights
@@ -61,6 +65,7 @@ impl Item {
                     .unwrap_or_else(|| MatvecSpec::new(ty, Reduce::Subgroup));
                 matvec::spec_case(spec, rows, cols, 1, 1)
             }
+            Op::MatvecQ8 { ty, rows, cols } => matvec_q8::case(ty, rows, cols, MATVEC_Q8_ROWS),
             Op::Matmul { b, m, n, k } => {
                 // f16 B keeps the tiles: GCC 12 does not vectorise f16 conversions, which the
                 // tiled kernel does once per staged element and the lanes walk once per use.

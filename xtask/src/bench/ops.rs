@@ -19,6 +19,8 @@ pub enum Model {
     SmolLm2,
     /// 4096 wide, 32 heads of 128, FFN 11008, rope base 10000.
     Llama7b,
+    /// 4096 wide, FFN 14336: the down projection the quantized-GEMV target is set at.
+    Llama3_8b,
 }
 
 impl Model {
@@ -26,6 +28,7 @@ impl Model {
         match self {
             Model::SmolLm2 => "smollm2-135m",
             Model::Llama7b => "llama-7b",
+            Model::Llama3_8b => "llama3-8b",
         }
     }
 
@@ -33,6 +36,7 @@ impl Model {
         match self {
             Model::SmolLm2 => 100_000.0,
             Model::Llama7b => 10_000.0,
+            Model::Llama3_8b => 500_000.0,
         }
     }
 }
@@ -42,6 +46,13 @@ impl Model {
 pub enum Op {
     /// `y[rows] = W[rows × cols]·x`, one token.
     Matvec {
+        ty: WeightType,
+        rows: u32,
+        cols: u32,
+    },
+    /// As `Matvec`, with x already quantized to 8 bits (codes, a scale and a sum per 32) and
+    /// the weights multiplied four codes at a time (`trine_ops::matvec_q8`).
+    MatvecQ8 {
         ty: WeightType,
         rows: u32,
         cols: u32,
@@ -89,7 +100,7 @@ pub struct Item {
     pub op: Op,
 }
 
-use Model::{Llama7b as L7, SmolLm2 as Smol};
+use Model::{Llama3_8b as L3, Llama7b as L7, SmolLm2 as Smol};
 
 /// GEMV shapes (rows, cols) of each layer: q/o, k/v, gate/up, down.
 const GEMV: &[(Model, u32, u32)] = &[
@@ -100,6 +111,7 @@ const GEMV: &[(Model, u32, u32)] = &[
     (L7, 4096, 4096),
     (L7, 11008, 4096),
     (L7, 4096, 11008),
+    (L3, 4096, 14336),
 ];
 
 /// Everything else, in the order the table shows it.
@@ -107,6 +119,9 @@ const GEMV: &[(Model, u32, u32)] = &[
 const OTHERS: &[Item] = &[
     // SmolLM2's tied output head, Q8_0 as its GGUF stores it.
     item(Smol, Op::Matvec { ty: WeightType::Q8_0, rows: 49152, cols: 576 }),
+    item(L3, Op::MatvecQ8 { ty: WeightType::Q8_0, rows: 4096, cols: 14336 }),
+    item(L3, Op::MatvecQ8 { ty: WeightType::Q4_0, rows: 4096, cols: 14336 }),
+    item(L3, Op::MatvecQ8 { ty: WeightType::Q4_1, rows: 4096, cols: 14336 }),
     item(Smol, Op::Matmul { b: Float::F32, m: 512, n: 576, k: 576 }),
     item(Smol, Op::Matmul { b: Float::F16, m: 512, n: 576, k: 576 }),
     item(Smol, Op::Matmul { b: Float::F32, m: 512, n: 1536, k: 576 }),
@@ -158,6 +173,7 @@ impl Op {
     pub fn name(&self) -> &'static str {
         match self {
             Op::Matvec { .. } => "matvec",
+            Op::MatvecQ8 { .. } => "matvec_q8",
             Op::Matmul { .. } => "matmul",
             Op::RmsNorm { .. } => "rms_norm",
             Op::Rope { .. } => "rope",
@@ -170,7 +186,9 @@ impl Op {
 
     pub fn shape(&self) -> String {
         match *self {
-            Op::Matvec { rows, cols, .. } => format!("{rows}x{cols}"),
+            Op::Matvec { rows, cols, .. } | Op::MatvecQ8 { rows, cols, .. } => {
+                format!("{rows}x{cols}")
+            }
             Op::Matmul { m, n, k, .. } => format!("{m}x{n}x{k}"),
             Op::RmsNorm { rows, cols } | Op::Softmax { rows, cols } => format!("{rows}x{cols}"),
             Op::Rope {
@@ -192,6 +210,7 @@ impl Op {
     pub fn dtype(&self, kv: Float) -> String {
         match self {
             Op::Matvec { ty, .. } => ty.name().to_string(),
+            Op::MatvecQ8 { ty, .. } => format!("{}xq8", ty.name()),
             Op::Matmul { b, .. } => format!("f32x{}", b.name()),
             Op::Attention { .. } => format!("f32+{}kv", kv.name()),
             _ => "f32".into(),
@@ -205,6 +224,12 @@ impl Op {
             Op::Matvec { ty, rows, cols } => {
                 let (r, c) = (rows as u64, cols as u64);
                 r * c / ty.block_elems() as u64 * ty.block_bytes() as u64 + (c + r) * f
+            }
+            Op::MatvecQ8 { ty, rows, cols } => {
+                let (r, c) = (rows as u64, cols as u64);
+                let weights = r * c / ty.block_elems() as u64 * ty.block_bytes() as u64;
+                // x: a byte per element, and a scale and a sum per block.
+                weights + c + c / 32 * 2 * f + r * f
             }
             Op::Matmul { b, m, n, k } => {
                 let (m, n, k) = (m as u64, n as u64, k as u64);
@@ -233,7 +258,9 @@ impl Op {
     /// Floating-point operations (see the module's conventions).
     pub fn flops(&self) -> u64 {
         match *self {
-            Op::Matvec { rows, cols, .. } => 2 * rows as u64 * cols as u64,
+            Op::Matvec { rows, cols, .. } | Op::MatvecQ8 { rows, cols, .. } => {
+                2 * rows as u64 * cols as u64
+            }
             Op::Matmul { m, n, k, .. } => 2 * m as u64 * n as u64 * k as u64,
             Op::RmsNorm { rows, cols } => 4 * rows as u64 * cols as u64,
             Op::Rope {
