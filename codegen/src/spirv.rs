@@ -14,6 +14,9 @@ pub struct SpirvOptions {
     /// Names for every variable and expression naga names (`OpName`), for debuggers and
     /// `spirv-dis`.
     pub debug: bool,
+    /// Packed 8-bit dot products as `OpSDot`/`OpUDot` (SPV_KHR_integer_dot_product): the
+    /// device must enable `shaderIntegerDotProduct`. Off, they are byte products.
+    pub integer_dot_product: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -28,13 +31,16 @@ pub struct SpirvOutput {
     pub uses_16bit_storage: bool,
     /// The module uses `GroupNonUniform*` capabilities (basic, arithmetic, shuffle).
     pub uses_subgroups: bool,
+    /// The module declares `DotProduct`: enable `shaderIntegerDotProduct`.
+    pub uses_integer_dot: bool,
     /// Bytes of the push-constant block: the grid words, then 4 per parameter.
     pub push_constant_bytes: u32,
 }
 
 /// Lowers `kernel` to SPIR-V.
 pub fn spirv(kernel: &Kernel, options: &SpirvOptions) -> Result<SpirvOutput, CodegenError> {
-    let naga_module::Lowered { module, info, .. } = naga_module::lower(kernel)?;
+    let naga_module::Lowered { module, info, .. } =
+        naga_module::lower_with(kernel, options.integer_dot_product)?;
     let mut flags = spv::WriterFlags::empty();
     if options.debug {
         flags |= spv::WriterFlags::DEBUG;
@@ -88,6 +94,7 @@ pub fn spirv(kernel: &Kernel, options: &SpirvOptions) -> Result<SpirvOutput, Cod
             .contains(c)
         }),
         uses_subgroups: caps.iter().any(|c| CAPS_GROUP_NON_UNIFORM.contains(c)),
+        uses_integer_dot: caps.contains(&CAP_DOT_PRODUCT),
         push_constant_bytes: abi::immediate_bytes(kernel),
         words,
     })
@@ -99,6 +106,7 @@ const CAP_FLOAT16: u32 = 9;
 const CAPS_GROUP_NON_UNIFORM: std::ops::RangeInclusive<u32> = 61..=68;
 const CAP_STORAGE_BUFFER_16BIT: u32 = 4433;
 const CAP_UNIFORM_AND_STORAGE_BUFFER_16BIT: u32 = 4434;
+const CAP_DOT_PRODUCT: u32 = 6019;
 const OP_CAPABILITY: u32 = 17;
 const HEADER_WORDS: usize = 5;
 

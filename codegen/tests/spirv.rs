@@ -255,7 +255,14 @@ fn spirv_passes_naga_and_spirv_val() {
             Some(f) => failures.extend(f),
             None => validated = false,
         }
-        let debug = spirv(&k, &SpirvOptions { debug: true }).unwrap_or_else(|e| panic!("{e}"));
+        let debug = spirv(
+            &k,
+            &SpirvOptions {
+                debug: true,
+                ..SpirvOptions::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         assert!(
             debug.words.len() > out.words.len(),
             "{}: debug adds names",
@@ -294,6 +301,25 @@ fn reports_what_the_device_must_enable() {
         !out.uses_f16 && !out.uses_16bit_storage,
         "packed types are read as u32 words"
     );
+
+    // Packed dot products are byte products unless the device has them natively.
+    let dot = {
+        let k = KernelBuilder::new("dot", [1, 1, 1]);
+        let out = k.buffer("out", Scalar::I32, Access::Write);
+        k.store(
+            out,
+            k.u32(0),
+            k.u32(0x0102_03ff).dot4_i8(k.u32(0x7f80_0102)),
+        );
+        k.finish()
+    };
+    let bytes = spirv(&dot, &SpirvOptions::default()).unwrap();
+    assert!(!bytes.uses_integer_dot);
+    let native = SpirvOptions {
+        integer_dot_product: true,
+        ..SpirvOptions::default()
+    };
+    assert!(spirv(&dot, &native).unwrap().uses_integer_dot);
 }
 
 #[test]

@@ -21,6 +21,8 @@ pub struct Features {
     pub subgroups: bool,
     /// `shaderZeroInitializeWorkgroupMemory`: workgroup variables with initializers.
     pub zero_init_workgroup: bool,
+    /// `shaderIntegerDotProduct`: packed 8-bit dot products as `OpSDot`/`OpUDot`.
+    pub integer_dot: bool,
 }
 
 /// Everything learned about the device before creating it.
@@ -59,6 +61,8 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let size_control_struct = api13 || has_ext(vk::EXT_SUBGROUP_SIZE_CONTROL_NAME);
     let zero_init_ext = !api13 && has_ext(vk::KHR_ZERO_INITIALIZE_WORKGROUP_MEMORY_NAME);
     let zero_init_struct = api13 || zero_init_ext;
+    let dot_ext = !api13 && has_ext(vk::KHR_SHADER_INTEGER_DOT_PRODUCT_NAME);
+    let dot_struct = api13 || dot_ext;
     let sm_struct = has_ext(vk::NV_SHADER_SM_BUILTINS_NAME);
     let amd_cores_struct = has_ext(vk::AMD_SHADER_CORE_PROPERTIES_NAME);
 
@@ -66,6 +70,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let mut float16_int8 = vk::PhysicalDeviceShaderFloat16Int8Features::default();
     let mut storage8 = vk::PhysicalDevice8BitStorageFeatures::default();
     let mut zero_init = vk::PhysicalDeviceZeroInitializeWorkgroupMemoryFeatures::default();
+    let mut integer_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
     let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut storage16);
     if float16_int8_struct {
         features2 = features2.push_next(&mut float16_int8);
@@ -75,6 +80,9 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     }
     if zero_init_struct {
         features2 = features2.push_next(&mut zero_init);
+    }
+    if dot_struct {
+        features2 = features2.push_next(&mut integer_dot);
     }
     // SAFETY: the chain holds only structs this device's API version or extensions define,
     // each borrowed for the call.
@@ -114,13 +122,19 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         int8: float16_int8.shader_int8 == vk::TRUE,
         storage8: storage8.storage_buffer8_bit_access == vk::TRUE,
         zero_init_workgroup: zero_init.shader_zero_initialize_workgroup_memory == vk::TRUE,
+        integer_dot: integer_dot.shader_integer_dot_product == vk::TRUE,
         float16_int8_struct,
         storage8_struct,
         zero_init_struct,
+        integer_dot_struct: dot_struct,
         extensions: [
             (float16_int8_ext, vk::KHR_SHADER_FLOAT16_INT8_NAME),
             (storage8_ext, vk::KHR_8BIT_STORAGE_NAME),
             (zero_init_ext, vk::KHR_ZERO_INITIALIZE_WORKGROUP_MEMORY_NAME),
+            (
+                dot_ext && integer_dot.shader_integer_dot_product == vk::TRUE,
+                vk::KHR_SHADER_INTEGER_DOT_PRODUCT_NAME,
+            ),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -134,6 +148,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
             .contains(vk::ShaderStageFlags::COMPUTE)
             && subgroup.supported_operations.contains(SUBGROUP_OPS),
         zero_init_workgroup: enable.zero_init_workgroup,
+        integer_dot: enable.integer_dot,
     };
 
     let device_type = match c.device_type {

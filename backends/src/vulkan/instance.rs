@@ -313,6 +313,8 @@ impl Instance {
             .storage_buffer8_bit_access(enable.storage8);
         let mut zero_init = vk::PhysicalDeviceZeroInitializeWorkgroupMemoryFeatures::default()
             .shader_zero_initialize_workgroup_memory(enable.zero_init_workgroup);
+        let mut integer_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
+            .shader_integer_dot_product(enable.integer_dot);
         let extensions: Vec<_> = enable.extensions.iter().map(|e| e.as_ptr()).collect();
         let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
@@ -326,6 +328,9 @@ impl Instance {
         }
         if enable.zero_init_struct {
             create = create.push_next(&mut zero_init);
+        }
+        if enable.integer_dot_struct {
+            create = create.push_next(&mut integer_dot);
         }
         // SAFETY: `create` borrows locals that outlive the call; the feature structs are only
         // chained where the device's API version or an enabled extension defines them.
@@ -377,6 +382,7 @@ pub struct Enable {
     pub int8: bool,
     pub storage8: bool,
     pub zero_init_workgroup: bool,
+    pub integer_dot: bool,
     /// Whether `VkPhysicalDeviceShaderFloat16Int8Features` exists here (1.2 or its extension).
     pub float16_int8_struct: bool,
     /// Whether `VkPhysicalDevice8BitStorageFeatures` exists here.
@@ -384,6 +390,9 @@ pub struct Enable {
     /// Whether `VkPhysicalDeviceZeroInitializeWorkgroupMemoryFeatures` exists here (1.3 or
     /// its extension).
     pub zero_init_struct: bool,
+    /// Whether `VkPhysicalDeviceShaderIntegerDotProductFeatures` exists here (1.3 or its
+    /// extension).
+    pub integer_dot_struct: bool,
     pub extensions: Vec<&'static CStr>,
 }
 

@@ -362,6 +362,7 @@ impl Backend for VulkanBackend {
         // Lowered outside the lock: it is CPU work that touches no device state.
         let options = SpirvOptions {
             debug: self.validation_enabled(),
+            integer_dot_product: self.features.integer_dot,
         };
         let spirv = trine_codegen::spirv(kernel, &options).map_err(|e| BackendError::Compile {
             kernel: kernel.name.clone(),

@@ -236,6 +236,11 @@ pub fn check_supported(
             "subgroup operations (basic, arithmetic and shuffle in compute shaders)".into(),
         ));
     }
+    if spirv.uses_integer_dot && !features.integer_dot {
+        return Err(unsupported(
+            "packed 8-bit dot products (shaderIntegerDotProduct)".into(),
+        ));
+    }
     if !features.zero_init_workgroup && zero_initializes_workgroup_memory(&spirv.words) {
         return Err(unsupported(
             "zero-initialised shared memory (shaderZeroInitializeWorkgroupMemory)".into(),

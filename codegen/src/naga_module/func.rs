@@ -31,6 +31,8 @@ pub(super) struct Lowerer<'a> {
     args: Vec<Handle<Expression>>,
     /// The logical workgroup id (see [`crate::abi`]), computed once at entry.
     pub workgroup: [Handle<Expression>; 3],
+    /// Packed dot products as naga's own functions rather than byte products.
+    pub native_dot4: bool,
 }
 
 impl<'a> Lowerer<'a> {
@@ -95,6 +97,7 @@ impl<'a> Lowerer<'a> {
             args,
             // A stand-in until the prologue computes it, before any IR statement runs.
             workgroup: [immediates; 3],
+            native_dot4: false,
         };
         l.workgroup = l.prologue(body);
         l

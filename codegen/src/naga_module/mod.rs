@@ -45,12 +45,20 @@ pub struct Lowered {
 /// ([`CodegenError::NagaValidation`]; a lowering bug, or a kernel naga forbids, such as an
 /// integer division by a literal zero).
 pub fn lower(kernel: &Kernel) -> Result<Lowered, CodegenError> {
+    lower_with(kernel, false)
+}
+
+/// [`lower`], with the packed dot products as naga's `Dot4I8Packed`/`Dot4U8Packed` where
+/// `native_dot4` (SPIR-V `OpSDot`/`OpUDot`, which need `shaderIntegerDotProduct`), else as
+/// byte products.
+pub fn lower_with(kernel: &Kernel, native_dot4: bool) -> Result<Lowered, CodegenError> {
     let info = crate::validated(kernel)?;
     let mut module = naga::Module::default();
     let globals = interface::declare_globals(&mut module, kernel);
 
     let mut body = naga::Block::new();
     let mut lowerer = func::Lowerer::new(kernel, &info, &mut module.types, &globals, &mut body);
+    lowerer.native_dot4 = native_dot4;
     lowerer.lower_into(&kernel.body, &mut body);
     let mut function = lowerer.finish();
     function.body = body;

@@ -86,6 +86,8 @@ impl Lowerer<'_> {
             BinaryOp::Min => return self.math(Mf::Min, l, Some(r)),
             BinaryOp::Max => return self.math(Mf::Max, l, Some(r)),
             BinaryOp::Pow => return self.math(Mf::Pow, l, Some(r)),
+            BinaryOp::Dot4I8 if self.native_dot4 => return self.math(Mf::Dot4I8Packed, l, Some(r)),
+            BinaryOp::Dot4U8 if self.native_dot4 => return self.math(Mf::Dot4U8Packed, l, Some(r)),
             BinaryOp::Dot4I8 | BinaryOp::Dot4U8 => {
                 return self.dot4(op == BinaryOp::Dot4I8, l, r, block)
             }
