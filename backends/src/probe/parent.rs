@@ -123,6 +123,22 @@ fn kill(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// Starts `cmd`, again for a moment while the executable is busy: a file written just before
+/// (a wrapper script) stays open for writing in any child another thread forked meanwhile, until
+/// that child execs, and exec fails with ETXTBSY until then.
+fn spawn(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 20 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Probes `kind` by running `exe __probe <kind>` (the trine binary, or any binary that passes
 /// that subcommand to [`super::child_main`]) and following its steps for at most `timeout`.
 ///
@@ -138,7 +154,7 @@ pub fn probe(exe: &Path, kind: BackendKind, timeout: Duration) -> ProbeOutcome {
         .stderr(Stdio::piped());
     #[cfg(unix)]
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let mut child = match cmd.spawn() {
+    let mut child = match spawn(&mut cmd) {
         Ok(c) => c,
         Err(e) => {
             return ProbeOutcome::Unavailable(format!(
