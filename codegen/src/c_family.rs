@@ -45,6 +45,21 @@ pub(crate) enum Intrinsic {
     Pow,
 }
 
+/// A packed dot product of two `unsigned int` expressions as the four byte products, which GCC
+/// and clang keep exact (a conversion to `signed char` wraps on both).
+pub(crate) fn dot4_bytes(signed: bool, a: &str, b: &str) -> String {
+    let term = |k: u32| {
+        let s = 8 * k;
+        if signed {
+            format!("(int)(signed char)({a} >> {s}u) * (int)(signed char)({b} >> {s}u)")
+        } else {
+            format!("(({a} >> {s}u) & 255u) * (({b} >> {s}u) & 255u)")
+        }
+    };
+    let terms: Vec<String> = (0..4).map(term).collect();
+    format!("({})", terms.join(" + "))
+}
+
 /// What a C dialect spells its own way.
 pub(crate) trait Spelling {
     /// A `U32` expression for the builtin, for a kernel of the given workgroup size.
@@ -56,26 +71,9 @@ pub(crate) trait Spelling {
     fn grid_barrier(&self, sync: &str, workgroups: u32) -> String;
     fn intrinsic(&self, f: Intrinsic) -> &'static str;
     /// [`BinaryOp::Dot4I8`] (`signed`) or [`BinaryOp::Dot4U8`] of two `unsigned int`
-    /// expressions. By default the four byte products, which GCC and clang keep exact (a
-    /// conversion to `signed char` wraps on both).
+    /// expressions; by default [`dot4_bytes`].
     fn dot4(&self, signed: bool, a: &str, b: &str) -> String {
-        let term = |k: u32| {
-            if signed {
-                format!(
-                    "(int)(signed char)({a} >> {}u) * (int)(signed char)({b} >> {}u)",
-                    8 * k,
-                    8 * k
-                )
-            } else {
-                format!(
-                    "(({a} >> {}u) & 255u) * (({b} >> {}u) & 255u)",
-                    8 * k,
-                    8 * k
-                )
-            }
-        };
-        let terms: Vec<String> = (0..4).map(term).collect();
-        format!("({})", terms.join(" + "))
+        dot4_bytes(signed, a, b)
     }
     /// The I32 or U32 (`to`) value of the float expression `x`, truncated toward zero. Out of
     /// range is an error in the interpreter; by default it is left to the dialect (undefined in

@@ -462,11 +462,8 @@ impl<'o, 's> Phase<'o, 's> {
                     step: *step,
                     body: self.block(body),
                 },
-                Stmt::Barrier => Stmt::Barrier,
-                Stmt::GridBarrier { sync, workgroups } => Stmt::GridBarrier {
-                    sync: *sync,
-                    workgroups: *workgroups,
-                },
+                // A step has no grid barrier (checked), so this is a workgroup barrier.
+                Stmt::Barrier | Stmt::GridBarrier { .. } => s.clone(),
             })
             .collect()
     }

@@ -932,7 +932,7 @@ fn q4_1_word_codes<'b>(
 /// Row sums through subgroup sums: each subgroup's lane 0 leaves one partial per row in
 /// shared memory; each invocation below `outputs` adds the partials of the rows `reads` names
 /// for it, and gets their sums.
-fn reduce_subgroup<'b>(
+pub(crate) fn reduce_subgroup<'b>(
     k: &'b KernelBuilder,
     sums: &[Val<'b>],
     wg: u32,

@@ -21,6 +21,7 @@
 //! caller's trade (about 4e-6 NMSE for uniform random x), not the kernel's.
 
 use crate::case::*;
+use crate::matvec::reduce_subgroup;
 use crate::shape::ShapeError;
 use crate::support::nonzero;
 use trine_gguf::quant::{dequantize, quantize, WeightType, QK};
@@ -206,7 +207,7 @@ pub fn kernel(ty: WeightType, rows_per_workgroup: u32) -> Result<Kernel, ShapeEr
                     })
                     .reduce(|a, b| a + b)
             };
-            let dot = dot.map_or(k.f32(0.0), |v| v.cast(Scalar::F32));
+            let dot = dot.map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32));
             let sum = match (ty, sx) {
                 (WeightType::Q4_0, Some(sx)) => d * (dx * dot - k.f32(8.0) * sx),
                 (WeightType::Q4_1, Some(sx)) => {
@@ -218,24 +219,12 @@ pub fn kernel(ty: WeightType, rows_per_workgroup: u32) -> Result<Kernel, ShapeEr
             acc.set(acc.get() + sum);
         }
     });
-    let sums: Vec<Val> = accs.iter().map(|a| a.get().subgroup_sum()).collect();
-    let sh = k.shared("partials", Scalar::F32, nrows * WG);
-    k.if_(k.subgroup_invocation_id().eq(k.u32(0)), || {
-        for (r, s) in sums.iter().enumerate() {
-            k.store_shared(sh, k.u32(r as u32 * WG) + k.subgroup_id(), *s);
-        }
-    });
-    k.barrier();
-    k.if_(lid.lt(k.u32(nrows)), || {
-        let row = row0 + lid;
-        let total = k.var("total", Scalar::F32);
-        // A subgroup wider than the workgroup is one partial subgroup, hence the rounding up.
-        let width = k.subgroup_size();
-        let groups = (k.u32(WG) + width - k.u32(1)) / width;
-        k.for_range(k.u32(0), groups, 1, |g| {
-            total.set(total.get() + k.load_shared(sh, lid * k.u32(WG) + g))
-        });
-        k.if_(row.lt(rows), || k.store(y, row, total.get()));
+    let sums: Vec<Val> = accs.iter().map(|a| a.get()).collect();
+    // Invocation r stores row r's sum.
+    let totals = reduce_subgroup(&k, &sums, WG, (nrows, |r| vec![r]));
+    let row = row0 + lid;
+    k.if_(lid.lt(k.u32(nrows)) & row.lt(rows), || {
+        k.store(y, row, totals[0])
     });
     Ok(k.finish())
 }

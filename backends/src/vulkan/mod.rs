@@ -292,9 +292,8 @@ impl Backend for VulkanBackend {
         let zeroed = if b.is_mapped() {
             b.zero_mapped(self.dev(), submit)
         } else {
-            let size = b.size.max(4).next_multiple_of(4);
-            // SAFETY: the buffer was just made on this device with at least `size` bytes.
-            unsafe { submit.record_zero(self.dev(), b.buffer, size) }.map(|()| {
+            // SAFETY: the buffer was just made on this device.
+            unsafe { submit.record_zero(self.dev(), b.buffer) }.map(|()| {
                 let serial = submit.open_serial();
                 if let Ok(b) = buffers.get_mut(h) {
                     b.last_use = serial;

@@ -315,33 +315,37 @@ impl Submitter {
         dst: vk::Buffer,
         region: vk::BufferCopy,
     ) -> Result<(), BackendError> {
-        let cmd = self.begin(device)?;
+        let cmd = self.begin_after_work(device)?;
         // SAFETY: `cmd` is recording; the buffers and region are valid (the caller's contract).
-        unsafe {
-            work_barrier(device, cmd);
-            device.cmd_copy_buffer(cmd, src, dst, &[region]);
-        }
+        unsafe { device.cmd_copy_buffer(cmd, src, dst, &[region]) };
         Ok(())
     }
 
-    /// Records zeroing `size` bytes (a multiple of 4) of `dst` from `offset` into the open
-    /// batch, after a barrier on earlier work.
+    /// Records zeroing the whole of `dst` (buffers are word-sized) into the open batch, after a
+    /// barrier on earlier work.
     ///
     /// # Safety
-    /// `dst` is a live buffer of this device and the range lies inside it.
+    /// `dst` is a live buffer of this device.
     pub unsafe fn record_zero(
         &mut self,
         device: &ash::Device,
         dst: vk::Buffer,
-        size: u64,
     ) -> Result<(), BackendError> {
-        let cmd = self.begin(device)?;
-        // SAFETY: `cmd` is recording; the buffer and range are valid (the caller's contract).
-        unsafe {
-            work_barrier(device, cmd);
-            device.cmd_fill_buffer(cmd, dst, 0, size, 0);
-        }
+        let cmd = self.begin_after_work(device)?;
+        // SAFETY: `cmd` is recording; the buffer is valid (the caller's contract).
+        unsafe { device.cmd_fill_buffer(cmd, dst, 0, vk::WHOLE_SIZE, 0) };
         Ok(())
+    }
+
+    /// The open batch's command buffer, with a barrier on the work recorded before.
+    fn begin_after_work(
+        &mut self,
+        device: &ash::Device,
+    ) -> Result<vk::CommandBuffer, BackendError> {
+        let cmd = self.begin(device)?;
+        // SAFETY: `cmd` is the open batch's buffer, recording.
+        unsafe { work_barrier(device, cmd) };
+        Ok(cmd)
     }
 
     /// The pool recordings take their secondary command buffers from.
@@ -361,12 +365,9 @@ impl Submitter {
         secondary: vk::CommandBuffer,
         dispatches: u32,
     ) -> Result<(), BackendError> {
-        let cmd = self.begin(device)?;
+        let cmd = self.begin_after_work(device)?;
         // SAFETY: `cmd` is recording; `secondary` is valid (the caller's contract).
-        unsafe {
-            work_barrier(device, cmd);
-            device.cmd_execute_commands(cmd, &[secondary]);
-        }
+        unsafe { device.cmd_execute_commands(cmd, &[secondary]) };
         self.recorded += dispatches;
         self.submit(device)
     }

@@ -3,7 +3,7 @@
 //! kernels without f16.
 
 use super::Dialect;
-use crate::c_family::{binary, shuffle_fn, subgroup_fn, value_type};
+use crate::c_family::{binary, dot4_bytes, shuffle_fn, subgroup_fn, value_type};
 use std::fmt::Write;
 use trine_ir::{BinaryOp, Scalar, SubgroupOp};
 
@@ -68,10 +68,10 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
         out.push_str(GRID_SYNC);
     }
     if needs.dot4 {
-        out.push_str(match dialect {
-            Dialect::Cuda => DOT4_CUDA,
-            Dialect::Hip => DOT4_HIP,
-        });
+        match dialect {
+            Dialect::Cuda => out.push_str(DOT4_CUDA),
+            Dialect::Hip => dot4_hip(&mut out),
+        }
     }
     out
 }
@@ -108,20 +108,20 @@ __device__ __forceinline__ int trine_dot4i8(unsigned int a, unsigned int b) { re
 __device__ __forceinline__ unsigned int trine_dot4u8(unsigned int a, unsigned int b) { return __dp4a(a, b, 0u); }
 ";
 
-/// The packed dot products as four byte products: `__builtin_amdgcn_sdot4` exists only on
-/// some targets (not gfx1013 or gfx90c), and one text serves every arch.
-const DOT4_HIP: &str = "\
-__device__ __forceinline__ int trine_dot4i8(unsigned int a, unsigned int b) {
-  int s = 0;
-  for (int k = 0; k < 32; k += 8) s += (int)(signed char)(a >> k) * (int)(signed char)(b >> k);
-  return s;
+/// The packed dot products as the C lowering's four byte products: `__builtin_amdgcn_sdot4`
+/// exists only on some targets (not gfx1013 or gfx90c), and one text serves every arch.
+fn dot4_hip(out: &mut String) {
+    for (signed, t, f) in [
+        (true, "int", "trine_dot4i8"),
+        (false, "unsigned int", "trine_dot4u8"),
+    ] {
+        let body = dot4_bytes(signed, "a", "b");
+        let _ = writeln!(
+            out,
+            "{FN} {t} {f}(unsigned int a, unsigned int b) {{ return {body}; }}"
+        );
+    }
 }
-__device__ __forceinline__ unsigned int trine_dot4u8(unsigned int a, unsigned int b) {
-  unsigned int s = 0u;
-  for (int k = 0; k < 32; k += 8) s += ((a >> k) & 255u) * ((b >> k) & 255u);
-  return s;
-}
-";
 
 /// `trine_shfl_xor_T(v, m)`: lane `self ^ m`'s value. f16 travels as float (exact both ways),
 /// since not every dialect shuffles 16-bit values.

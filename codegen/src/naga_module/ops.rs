@@ -131,35 +131,34 @@ impl Lowerer<'_> {
         b: Handle<Expression>,
         block: &mut Block,
     ) -> Handle<Expression> {
-        let mut sum: Option<Handle<Expression>> = None;
-        for k in 0..4u32 {
-            let byte = |this: &mut Self, v: Handle<Expression>, block: &mut Block| {
-                if signed {
-                    let up = this.u32(24 - 8 * k, block);
-                    let down = this.u32(24, block);
-                    let v = this.emit(Expression::As {
-                        expr: v,
-                        kind: naga::ScalarKind::Sint,
-                        convert: None,
-                    });
-                    let high = this.binary(Bo::ShiftLeft, v, up);
-                    this.binary(Bo::ShiftRight, high, down)
-                } else {
-                    let shift = this.u32(8 * k, block);
-                    let mask = this.u32(255, block);
-                    let v = this.binary(Bo::ShiftRight, v, shift);
-                    this.binary(Bo::And, v, mask)
-                }
-            };
-            let x = byte(self, a, block);
-            let y = byte(self, b, block);
-            let product = self.binary(Bo::Multiply, x, y);
-            sum = Some(match sum {
-                None => product,
-                Some(s) => self.binary(Bo::Add, s, product),
-            });
-        }
-        sum.unwrap_or(a)
+        let byte = |this: &mut Self, v: Handle<Expression>, k: u32, block: &mut Block| {
+            if signed {
+                let up = this.u32(24 - 8 * k, block);
+                let down = this.u32(24, block);
+                let v = this.emit(Expression::As {
+                    expr: v,
+                    kind: naga::ScalarKind::Sint,
+                    convert: None,
+                });
+                let high = this.binary(Bo::ShiftLeft, v, up);
+                this.binary(Bo::ShiftRight, high, down)
+            } else {
+                let shift = this.u32(8 * k, block);
+                let mask = this.u32(255, block);
+                let v = this.binary(Bo::ShiftRight, v, shift);
+                this.binary(Bo::And, v, mask)
+            }
+        };
+        let product = |this: &mut Self, k: u32, block: &mut Block| {
+            let x = byte(this, a, k, block);
+            let y = byte(this, b, k, block);
+            this.binary(Bo::Multiply, x, y)
+        };
+        let first = product(self, 0, block);
+        (1..4).fold(first, |sum, k| {
+            let p = product(self, k, block);
+            self.binary(Bo::Add, sum, p)
+        })
     }
 
     /// The shift amount modulo 32, folded when it is a literal.
