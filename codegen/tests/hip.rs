@@ -375,7 +375,18 @@ fn saxpy_signature_and_body() {
         assert!(text.contains("(unsigned int)blockIdx.x * 64u + (unsigned int)threadIdx.x"));
         assert!(text.contains("fmaf("), "{text}");
         assert!(!text.contains("#include"), "no header without f16:\n{text}");
-        assert_eq!(split(&text).0, "", "no prelude needed:\n{text}");
+        let prelude = split(&text).0;
+        let wait = d == Dialect::Cuda;
+        assert_eq!(
+            prelude.is_empty(),
+            !wait,
+            "no prelude but CUDA's wait:\n{text}"
+        );
+        assert_eq!(
+            prelude.matches("__device__").count(),
+            wait as usize,
+            "{text}"
+        );
     }
 }
 
@@ -633,9 +644,10 @@ fn subgroup_helpers_per_dialect() {
         );
     }
     let no_f16 = lower(&shared_loop(), Dialect::Cuda);
+    let helpers = no_f16.matches("trine_").count();
     assert!(
-        !no_f16.contains("trine_"),
-        "no helpers without subgroups or f16:\n{no_f16}"
+        no_f16.contains("    trine_wait_prior_grid();\n") && helpers == 2,
+        "no helpers but the prior grid's wait without subgroups or f16:\n{no_f16}"
     );
 }
 
@@ -721,4 +733,26 @@ fn invalid_kernels_and_names_are_errors() {
         text.contains("float* __restrict__ b_int, float p_float"),
         "{text}"
     );
+}
+
+/// A CUDA kernel waits for the grid before it first thing, so the backend may launch it while
+/// that grid finishes; one with grid barriers does not (it is never launched early), and HIP
+/// has no such launches.
+#[test]
+fn cuda_kernels_wait_for_the_prior_grid_first() {
+    let cuda = lower(&shared_loop(), Dialect::Cuda);
+    let body = cuda.split_once("p_n) {\n").map(|(_, b)| b).unwrap_or("");
+    assert!(body.starts_with("    trine_wait_prior_grid();\n"), "{cuda}");
+    assert!(cuda.contains("griddepcontrol.wait"), "{cuda}");
+    assert!(!lower(&shared_loop(), Dialect::Hip).contains("prior_grid"));
+
+    let k = KernelBuilder::new("phased", [32, 1, 1]);
+    let out = k.buffer("out", Scalar::U32, Access::ReadWrite);
+    let sync = k.buffer("sync", Scalar::U32, Access::ReadWrite);
+    k.store(out, k.workgroup_id(0), k.u32(1));
+    k.grid_barrier(sync, 4);
+    k.store(out, k.workgroup_id(0), k.u32(2));
+    let phased = lower(&k.finish(), Dialect::Cuda);
+    assert!(phased.contains("trine_grid_sync(b_sync, 4u)"), "{phased}");
+    assert!(!phased.contains("prior_grid"), "{phased}");
 }

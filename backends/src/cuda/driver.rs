@@ -30,6 +30,37 @@ pub const STREAM_NON_BLOCKING: c_uint = 1;
 /// capturing thread, so other CUDA users in the process are left alone.
 pub const CAPTURE_THREAD_LOCAL: c_uint = 1;
 
+/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`: the launched kernel may start
+/// while the kernel before it in the stream runs, and waits for it itself.
+pub const LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: c_int = 6;
+
+/// `CUlaunchAttribute`: an id, padding to 8 bytes, and a 64-byte union of values.
+#[repr(C)]
+pub struct LaunchAttribute {
+    pub id: c_int,
+    pub pad: [u8; 4],
+    pub value: [u64; 8],
+}
+
+/// `CUlaunchConfig`, the launch description of `cuLaunchKernelEx`.
+#[repr(C)]
+pub struct LaunchConfig {
+    pub grid: [c_uint; 3],
+    pub block: [c_uint; 3],
+    pub shared_mem_bytes: c_uint,
+    pub stream: CuStream,
+    pub attrs: *mut LaunchAttribute,
+    pub num_attrs: c_uint,
+}
+
+/// `cuLaunchKernelEx` (CUDA 12.0 and later).
+pub type LaunchKernelEx = unsafe extern "C" fn(
+    *const LaunchConfig,
+    CuFunction,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CuResult;
+
 /// `CUdevice_attribute` values the backend reads.
 pub mod attr {
     use std::ffi::c_int;
@@ -59,6 +90,9 @@ macro_rules! driver_api {
             /// `cuEventElapsedTime_v2` where the driver has it (CUDA 12.8+, the only name in
             /// CUDA 13's header), else the original with the same signature.
             pub event_elapsed_time: unsafe extern "C" fn(*mut f32, CuEvent, CuEvent) -> CuResult,
+            /// `cuLaunchKernelEx` where the driver has it; without it no launch overlaps the
+            /// one before it.
+            pub launch_kernel_ex: Option<LaunchKernelEx>,
             get_error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
             _lib: Library,
         }
@@ -80,6 +114,10 @@ macro_rules! driver_api {
                             .get::<Elapsed>(b"cuEventElapsedTime_v2\0")
                             .or_else(|_| lib.get::<Elapsed>(b"cuEventElapsedTime\0"))
                             .map_err(|e| missing(b"cuEventElapsedTime\0", e))?,
+                        launch_kernel_ex: lib
+                            .get::<LaunchKernelEx>(b"cuLaunchKernelEx\0")
+                            .ok()
+                            .map(|f| *f),
                         get_error_name: *lib
                             .get::<unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult>(
                                 b"cuGetErrorName\0",

@@ -9,8 +9,14 @@
 //! - [`cublas`]: cuBLAS on the backend's stream, the peer its GEMM and GEMV are measured against.
 //!
 //! All work goes to one non-blocking stream of the device's primary context, in order; `read`
-//! and `synchronize` wait for it. Env: `TRINE_CUDA_DEVICE` (index) picks the device;
-//! `CUDA_PATH` names the toolkit searched first for NVRTC and `cuda_fp16.h`.
+//! and `synchronize` wait for it. On sm_90 and later a kernel is launched to overlap the one
+//! before it (programmatic dependent launch: its blocks start while that kernel finishes, and
+//! wait for it in their first statement), which hides most of a launch's latency in a chain
+//! of small dependent kernels such as a decode step.
+//!
+//! Env: `TRINE_CUDA_DEVICE` (index) picks the device; `TRINE_CUDA_OVERLAP=0` launches every
+//! kernel only after the one before it has finished; `CUDA_PATH` names the toolkit searched
+//! first for NVRTC and `cuda_fp16.h`.
 
 pub mod cublas;
 mod device;
@@ -21,6 +27,9 @@ mod nvrtc;
 mod program;
 
 pub use device::DEVICE_ENV;
+
+/// `0` turns off overlapped launches (see the module docs); `1` or unset keeps them.
+pub const OVERLAP_ENV: &str = "TRINE_CUDA_OVERLAP";
 pub use nvrtc::CUDA_PATH_ENV;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
@@ -100,12 +109,26 @@ pub struct CudaBackend {
     cublas: OnceLock<cublas::Handle>,
     nvrtc: &'static Nvrtc,
     driver: &'static Driver,
+    /// Whether programs that can overlap their launch do (`OVERLAP_ENV`).
+    overlap: bool,
+}
+
+/// `OVERLAP_ENV`'s value: unset or `1` → true, `0` → false, anything else an error naming it.
+fn overlap_setting(value: Option<&str>) -> Result<bool, BackendError> {
+    match value.map(str::trim) {
+        None | Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(v) => Err(BackendError::Unavailable(format!(
+            "{OVERLAP_ENV}={v:?} is neither 0 nor 1"
+        ))),
+    }
 }
 
 impl CudaBackend {
     /// Opens the device `TRINE_CUDA_DEVICE` names (default 0). No driver, no device or no
     /// NVRTC → `Unavailable` with the reason.
     pub fn new() -> Result<CudaBackend, BackendError> {
+        let overlap = overlap_setting(std::env::var(OVERLAP_ENV).ok().as_deref())?;
         let driver = driver::driver()?;
         let device = device::select(driver)?;
         let nvrtc = nvrtc()?;
@@ -146,6 +169,7 @@ impl CudaBackend {
             cublas: OnceLock::new(),
             nvrtc,
             driver,
+            overlap,
         })
     }
 
@@ -239,6 +263,36 @@ impl CudaBackend {
             .collect();
         let [gx, gy, gz] = d.grid;
         let [bx, by, bz] = program.block;
+        if let Some(launch_ex) = self
+            .driver
+            .launch_kernel_ex
+            .filter(|_| program.overlap && self.overlap)
+        {
+            let mut overlap = driver::LaunchAttribute {
+                id: driver::LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: [1, 0, 0, 0, 0, 0, 0, 0],
+            };
+            let config = driver::LaunchConfig {
+                grid: d.grid,
+                block: program.block,
+                shared_mem_bytes: 0,
+                stream: self.handles.stream,
+                attrs: &mut overlap,
+                num_attrs: 1,
+            };
+            // SAFETY: as for cuLaunchKernel below; `config` and the attribute it points to
+            // live until the call returns. The overlap is safe because the program's first
+            // statement waits for the grid before it (`Program::overlap`).
+            return self.driver.check("cuLaunchKernelEx", unsafe {
+                launch_ex(
+                    &config,
+                    program.function,
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            });
+        }
         // SAFETY: a function of a loaded module; `args` holds one pointer per kernel argument,
         // each to a live value of the argument's size (checked against the program above),
         // valid until the call returns (the driver copies them); every device pointer lies
@@ -423,6 +477,7 @@ impl Backend for CudaBackend {
                 kernel,
                 &image,
                 self.info.resident_workgroups,
+                target,
             )?);
         }
         Ok(ProgramId(hash))
@@ -508,5 +563,19 @@ impl Drop for CudaBackend {
             state.buffers.destroy_all(d);
             close_context(d, &self.handles);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_overlap_setting_takes_0_or_1() {
+        assert!(overlap_setting(None).unwrap());
+        assert!(overlap_setting(Some("1")).unwrap());
+        assert!(!overlap_setting(Some(" 0 ")).unwrap());
+        let e = overlap_setting(Some("off")).unwrap_err().to_string();
+        assert!(e.contains("TRINE_CUDA_OVERLAP=\"off\""), "{e}");
     }
 }

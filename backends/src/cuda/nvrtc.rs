@@ -68,6 +68,13 @@ pub enum Target {
 }
 
 impl Target {
+    /// The architecture as `major * 10 + minor`, real or virtual.
+    pub fn arch(self) -> u32 {
+        match self {
+            Target::Sm(a) | Target::Compute(a) => a,
+        }
+    }
+
     pub fn option(self) -> String {
         match self {
             Target::Sm(a) => format!("--gpu-architecture=sm_{a}"),

@@ -25,6 +25,11 @@ pub struct Program {
     /// blocks per multiprocessor, times the multiprocessors): the most a dispatch with grid
     /// barriers may have.
     pub resident: u32,
+    /// Whether it is launched to overlap the kernel before it in the stream: compiled for
+    /// sm_90 or later, where its first statement waits for that kernel
+    /// (`trine_wait_prior_grid`, which kernels with grid barriers lack), and the driver has
+    /// `cuLaunchKernelEx`.
+    pub overlap: bool,
 }
 
 /// FNV-1a, the hash `trine_ir::kernel_hash` uses: stable across runs and Rust versions, which
@@ -120,12 +125,14 @@ fn plausible(image: &[u8], target: Target) -> bool {
 }
 
 /// Loads `image` as a module and finds the kernel's function in it. The context is current.
-/// `sms` is the device's multiprocessor count, for [`Program::resident`].
+/// `sms` is the device's multiprocessor count, for [`Program::resident`]; `target` what the
+/// image was compiled for, for [`Program::overlap`].
 pub fn load(
     driver: &Driver,
     kernel: &Kernel,
     image: &[u8],
     sms: u32,
+    target: Target,
 ) -> Result<Program, BackendError> {
     let name = CString::new(kernel.name.as_str()).map_err(|_| BackendError::Compile {
         kernel: kernel.name.clone(),
@@ -178,6 +185,9 @@ pub fn load(
             .collect(),
         grid_sync: kernel.grid_sync().map(|(_, w)| w),
         block: kernel.workgroup_size,
+        overlap: target.arch() >= 90
+            && driver.launch_kernel_ex.is_some()
+            && !kernel.capabilities.grid_sync,
     })
 }
 

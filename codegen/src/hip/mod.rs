@@ -1,7 +1,10 @@
 //! IR → C++ text in the common subset of HIP and CUDA.
 //!
 //! The output is one `extern "C" __global__` function (see [`crate::abi`]) after a short
-//! prelude of `trine_*` helpers, which is the only part that differs between the dialects.
+//! prelude of `trine_*` helpers, which is the only part that differs between the dialects,
+//! but for the CUDA kernel's first statement: a wait on the grid before it in the stream, so
+//! that the backend may overlap their launches (see the prelude's `trine_wait_prior_grid`).
+//! Kernels with grid barriers have no such wait and are never launched early.
 //! It includes no header under HIP (hiprtc provides the runtime header itself) and
 //! `cuda_fp16.h` under CUDA when the kernel uses f16.
 //!
@@ -42,6 +45,7 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         f16,
         subgroup: k.capabilities.subgroup,
         grid_sync: k.capabilities.grid_sync,
+        prior_grid: dialect == Dialect::Cuda && !k.capabilities.grid_sync,
         dot4: k.exprs.iter().any(|e| {
             matches!(
                 e,
@@ -78,6 +82,9 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     );
 
     let mut p = Printer::new(k, &info, &Gpu);
+    if needs.prior_grid {
+        p.line(1, "trine_wait_prior_grid();");
+    }
     for (i, s) in k.shared.iter().enumerate() {
         let name = c_family::shared_name(k, trine_ir::SharedId(i as u32));
         p.line(

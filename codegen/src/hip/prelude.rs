@@ -13,6 +13,8 @@ pub(crate) struct Needs {
     pub f16: bool,
     pub subgroup: bool,
     pub grid_sync: bool,
+    /// The wait on the grid before it (`trine_wait_prior_grid`, CUDA only).
+    pub prior_grid: bool,
     /// The packed 8-bit dot products (`BinaryOp::Dot4I8`, `Dot4U8`).
     pub dot4: bool,
 }
@@ -64,6 +66,9 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
             }
         }
     }
+    if needs.prior_grid {
+        out.push_str(PRIOR_GRID_CUDA);
+    }
     if needs.grid_sync {
         out.push_str(GRID_SYNC);
     }
@@ -99,6 +104,23 @@ const GRID_SYNC: &str =
     __threadfence();
   }
   __syncthreads();
+}
+";
+
+/// Called first in every CUDA kernel. The CUDA backend launches kernels on sm_90 and later
+/// with programmatic stream serialisation, so a kernel's blocks may start while the kernel
+/// before it in the stream still runs: each waits here until that grid has finished and its
+/// writes are visible (`griddepcontrol.wait`, which returns at once when nothing precedes it),
+/// then lets the next kernel's blocks launch in turn. Triggering only after the wait keeps at
+/// most one kernel ahead resident. Before sm_90 no launch overlaps and this is empty.
+/// Kernels with grid barriers go without it and start only when the kernel before them has
+/// finished: launched early, the executor's fused steps hung on an H100 (cause not found;
+/// a grid barrier needs every one of the kernel's workgroups resident at once).
+const PRIOR_GRID_CUDA: &str = "__device__ __forceinline__ void trine_wait_prior_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");
+  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");
+#endif
 }
 ";
 
