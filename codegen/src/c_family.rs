@@ -92,6 +92,11 @@ pub(crate) trait Spelling {
     fn wide_indices(&self) -> bool {
         false
     }
+    /// With [`Spelling::wide_indices`], the 64-bit value of a builtin that is itself a sum
+    /// (the global id), for its shadow; `None` for the others.
+    fn wide_builtin(&self, _b: Builtin, _workgroup_size: [u32; 3]) -> Option<String> {
+        None
+    }
 }
 
 /// C type of a value of type `ty`.
@@ -475,8 +480,10 @@ impl<'a, S: Spelling> Printer<'a, S> {
         if !self.spelling.wide_indices() || self.info.ty(id) != Scalar::U32 {
             return None;
         }
-        let Expr::Binary { op, lhs, rhs } = *self.kernel.expr(id) else {
-            return None;
+        let (op, lhs, rhs) = match *self.kernel.expr(id) {
+            Expr::Binary { op, lhs, rhs } => (op, lhs, rhs),
+            Expr::Builtin(b) => return self.spelling.wide_builtin(b, self.kernel.workgroup_size),
+            _ => return None,
         };
         let op = match op {
             BinaryOp::Add => "+",

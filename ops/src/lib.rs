@@ -22,6 +22,7 @@ pub mod matvec;
 pub mod matvec_attn;
 pub mod matvec_fused;
 pub mod matvec_q8;
+pub mod matvec_q8_rows;
 pub mod rms_norm;
 pub mod rope;
 pub mod rope_store;
@@ -38,6 +39,7 @@ pub fn cases() -> Vec<Case> {
         matvec::cases,
         matvec_fused::cases,
         matvec_q8::cases,
+        matvec_q8_rows::cases,
         matvec_attn::cases,
         embedding::cases,
         rms_norm::cases,

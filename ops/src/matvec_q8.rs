@@ -27,7 +27,7 @@ use crate::support::nonzero;
 use trine_gguf::quant::{dequantize, quantize, WeightType, QK};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
-const OP: &str = "matvec_q8";
+pub(crate) const OP: &str = "matvec_q8";
 
 /// Invocations of the product's workgroups.
 pub const WG: u32 = 128;
@@ -123,7 +123,7 @@ pub fn quantize_kernel() -> Kernel {
 }
 
 /// Bytes of a block and the byte of its codes within it.
-fn layout(ty: WeightType) -> Result<(u32, u32), ShapeError> {
+pub(crate) fn layout(ty: WeightType) -> Result<(u32, u32), ShapeError> {
     match ty {
         WeightType::Q8_0 => Ok((34, 2)),
         WeightType::Q4_0 => Ok((18, 2)),

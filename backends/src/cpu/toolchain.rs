@@ -28,12 +28,15 @@ const CACHE_NS: &str = "cpu-c";
 ///   rounded where the interpreter rounds it (an explicit `Fma` still fuses);
 /// - `-fno-math-errno`: `sqrtf` and friends never set `errno`, so they inline to instructions
 ///   (kernels cannot read `errno` anyway);
+/// - `-fopenmp-simd`: `omp declare simd` declarations of helpers with hand-written vector
+///   versions (the packed dot products), without OpenMP's runtime;
 /// - `-fPIC -shared`: a shared object to load with `dlopen`.
 pub const FLAGS: &[&str] = &[
     "-O3",
     "-march=native",
     "-ffp-contract=off",
     "-fno-math-errno",
+    "-fopenmp-simd",
     "-fPIC",
     "-shared",
 ];

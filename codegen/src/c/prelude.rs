@@ -1,5 +1,7 @@
 //! The text before the kernel: headers and the `trine_*` helpers the printer's output calls.
 
+use std::fmt::Write;
+
 /// Every helper the prelude defines; a kernel whose entry symbol `trine_NAME` would equal one
 /// is refused.
 pub(super) const HELPERS: &[&str] = &[
@@ -24,6 +26,10 @@ pub(super) const HELPERS: &[&str] = &[
     "trine_cvt_u32",
     "trine_loop_end",
     "trine_any",
+    "trine_dot4i8",
+    "trine_dot4u8",
+    "trine_dot4i8_one",
+    "trine_dot4u8_one",
 ];
 
 const BASE: &str = r#"#include <math.h>
@@ -78,10 +84,54 @@ TRINE_FN trine_f16 trine_f2h(float f) { return (trine_f16)f; }
 TRINE_FN trine_f16 trine_h_bits(uint16_t b) { trine_f16 h; memcpy(&h, &b, 2); return h; }
 "#;
 
-pub(super) fn prelude(f16: bool) -> String {
+/// The packed 8-bit dot products (`BinaryOp::Dot4I8`, `Dot4U8`). GCC vectorises the four byte
+/// products across invocations into widening multiplies and shuffles, about two instructions
+/// per product; AVX512-VNNI's `vpdpbusd` takes 64 products in one. GCC does not find it, so
+/// where the CPU has it the functions are declared to the vectoriser (`omp declare simd`,
+/// with `-fopenmp-simd`) with a 16-lane version written with it, which a loop over
+/// invocations calls once per 16 of them; the one-lane versions (a loop's remainder) are the
+/// byte products under the same names. `vpdpbusd` multiplies unsigned bytes by signed ones,
+/// so each product moves one side by 128 and takes the moved part back out.
+fn dot4(out: &mut String) {
+    let bytes_i8 = crate::c_family::dot4_bytes(true, "a", "b");
+    let bytes_u8 = crate::c_family::dot4_bytes(false, "a", "b");
+    let _ = write!(
+        out,
+        r#"#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+#include <immintrin.h>
+#define TRINE_HIDDEN __attribute__((visibility("hidden")))
+#pragma omp declare simd notinbranch simdlen(16)
+TRINE_HIDDEN __attribute__((const)) int trine_dot4i8(uint32_t a, uint32_t b);
+#pragma omp declare simd notinbranch simdlen(16)
+TRINE_HIDDEN __attribute__((const)) uint32_t trine_dot4u8(uint32_t a, uint32_t b);
+TRINE_HIDDEN int trine_dot4i8_one(uint32_t a, uint32_t b) __asm__("trine_dot4i8");
+TRINE_HIDDEN int trine_dot4i8_one(uint32_t a, uint32_t b) {{ return {bytes_i8}; }}
+TRINE_HIDDEN uint32_t trine_dot4u8_one(uint32_t a, uint32_t b) __asm__("trine_dot4u8");
+TRINE_HIDDEN uint32_t trine_dot4u8_one(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
+/* GCC's name for the 16-lane AVX-512 version of a two-argument function. */
+TRINE_HIDDEN __m512i _ZGVeN16vv_trine_dot4i8(__m512i a, __m512i b) {{
+    const __m512i m = _mm512_set1_epi32((int)0x80808080u), z = _mm512_setzero_si512();
+    return _mm512_sub_epi32(_mm512_dpbusd_epi32(z, _mm512_xor_si512(a, m), b), _mm512_dpbusd_epi32(z, m, b));
+}}
+TRINE_HIDDEN __m512i _ZGVeN16vv_trine_dot4u8(__m512i a, __m512i b) {{
+    const __m512i m = _mm512_set1_epi32((int)0x80808080u), z = _mm512_setzero_si512();
+    return _mm512_sub_epi32(_mm512_dpbusd_epi32(z, a, _mm512_xor_si512(b, m)), _mm512_dpbusd_epi32(z, a, m));
+}}
+#else
+TRINE_FN int trine_dot4i8(uint32_t a, uint32_t b) {{ return {bytes_i8}; }}
+TRINE_FN uint32_t trine_dot4u8(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
+#endif
+"#
+    );
+}
+
+pub(super) fn prelude(f16: bool, dot4_used: bool) -> String {
     let mut out = BASE.to_string();
     if f16 {
         out.push_str(F16);
+    }
+    if dot4_used {
+        dot4(&mut out);
     }
     out
 }

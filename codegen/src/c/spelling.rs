@@ -34,6 +34,14 @@ pub(super) fn axis_name(axis: usize) -> &'static str {
 }
 
 impl Spelling for C {
+    fn dot4(&self, signed: bool, a: &str, b: &str) -> String {
+        let f = if signed {
+            "trine_dot4i8"
+        } else {
+            "trine_dot4u8"
+        };
+        format!("{f}({a}, {b})")
+    }
     fn builtin(&self, b: Builtin, wg: [u32; 3]) -> String {
         let sg = self.subgroup_size;
         match b {
@@ -100,6 +108,24 @@ impl Spelling for C {
     /// would wrap instead.
     fn wide_indices(&self) -> bool {
         true
+    }
+
+    /// A global id is `wg * size + lid`: as a 32-bit sum that may wrap, GCC will not vectorise
+    /// a loop that indexes with it and calls a function's vector version (it picks 64-bit
+    /// lanes and finds no version of that width).
+    fn wide_builtin(&self, b: Builtin, wg: [u32; 3]) -> Option<String> {
+        match b {
+            Builtin::GlobalId(a) if wg[a as usize] > 1 => {
+                let a = a as usize;
+                Some(format!(
+                    "(uint64_t)wg_{} * {}u + {}",
+                    AXES[a],
+                    wg[a],
+                    local_id(a, wg)
+                ))
+            }
+            _ => None,
+        }
     }
 
     fn loop_end(&self, end: &str, step: u32) -> String {

@@ -1,6 +1,8 @@
 //! Packed 8-bit dot products ([`trine_ir::BinaryOp::Dot4I8`], `Dot4U8`), the building block of
 //! quantized products on whole words of codes: signed and unsigned, accumulated over a row of
-//! words as a quantized GEMV does, with the extremes of both signs.
+//! words as a quantized GEMV does, with the extremes of both signs; and one product per
+//! invocation with no control flow, which the C lowering vectorises across invocations (on
+//! AVX512-VNNI through the products' 16-lane versions, which the guarded loop never reaches).
 
 use crate::case::*;
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
@@ -33,6 +35,20 @@ pub fn kernel() -> Kernel {
     k.finish()
 }
 
+/// `si[i] = dot4i8(a[i], b[i])`, `su[i] = dot4u8(a[i], b[i])` over whole workgroups.
+pub fn lanes_kernel() -> Kernel {
+    let k = KernelBuilder::new("dot4_lanes", [WG, 1, 1]);
+    let a = k.buffer("a", Scalar::U32, Access::Read);
+    let b = k.buffer("b", Scalar::U32, Access::Read);
+    let si = k.buffer("si", Scalar::I32, Access::Write);
+    let su = k.buffer("su", Scalar::U32, Access::Write);
+    let i = k.global_id(0);
+    let (x, y) = (k.load(a, i), k.load(b, i));
+    k.store(si, i, x.dot4_i8(y));
+    k.store(su, i, x.dot4_u8(y));
+    k.finish()
+}
+
 fn reference(a: &[u32], b: &[u32]) -> (i64, u64) {
     let mut s = 0i64;
     let mut u = 0u64;
@@ -54,30 +70,55 @@ pub fn cases() -> Vec<Case> {
     // Every byte at -128 or 255 (the largest products of each kind), 127 against -128, zero.
     a[..4].copy_from_slice(&[0x8080_8080, u32::MAX, 0x7f7f_7f7f, 0]);
     b[..4].copy_from_slice(&[0x8080_8080, u32::MAX, 0x8080_8080, u32::MAX]);
+    let lanes = (4 * WG) as usize;
+    let each: Vec<(i64, u64)> = a[..lanes]
+        .iter()
+        .zip(&b[..lanes])
+        .map(|(x, y)| reference(&[*x], &[*y]))
+        .collect();
+    let lanes_case = Case::new(format!("dot4/lanes/n={lanes}"), lanes_kernel(), [4, 1, 1])
+        .input("a", Scalar::U32, u32_bytes(&a[..lanes]))
+        .input("b", Scalar::U32, u32_bytes(&b[..lanes]))
+        .output(
+            "si",
+            Scalar::I32,
+            vec![0; lanes * 4],
+            each.iter().map(|r| r.0 as f64).collect(),
+        )
+        .output(
+            "su",
+            Scalar::U32,
+            vec![0; lanes * 4],
+            each.iter().map(|r| r.1 as f64).collect(),
+        )
+        .bound(NMSE_EXACT);
     let rows: Vec<(i64, u64)> = a
         .chunks(WORDS as usize)
         .zip(b.chunks(WORDS as usize))
         .map(|(x, y)| reference(x, y))
         .collect();
-    vec![Case::new(
-        format!("dot4/u32x4/n={n}"),
-        kernel(),
-        [n.div_ceil(WG), 1, 1],
-    )
-    .input("a", Scalar::U32, u32_bytes(&a))
-    .input("b", Scalar::U32, u32_bytes(&b))
-    .output(
-        "si",
-        Scalar::I32,
-        vec![0; n as usize * 4],
-        rows.iter().map(|r| r.0 as f64).collect(),
-    )
-    .output(
-        "su",
-        Scalar::U32,
-        vec![0; n as usize * 4],
-        rows.iter().map(|r| r.1 as f64).collect(),
-    )
-    .params(vec![ParamValue::U32(n)])
-    .bound(NMSE_EXACT)]
+    vec![
+        Case::new(
+            format!("dot4/u32x4/n={n}"),
+            kernel(),
+            [n.div_ceil(WG), 1, 1],
+        )
+        .input("a", Scalar::U32, u32_bytes(&a))
+        .input("b", Scalar::U32, u32_bytes(&b))
+        .output(
+            "si",
+            Scalar::I32,
+            vec![0; n as usize * 4],
+            rows.iter().map(|r| r.0 as f64).collect(),
+        )
+        .output(
+            "su",
+            Scalar::U32,
+            vec![0; n as usize * 4],
+            rows.iter().map(|r| r.1 as f64).collect(),
+        )
+        .params(vec![ParamValue::U32(n)])
+        .bound(NMSE_EXACT),
+        lanes_case,
+    ]
 }

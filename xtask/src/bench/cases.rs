@@ -11,24 +11,25 @@ use trine_ops::case::Case;
 use trine_ops::elementwise::{self, Binary};
 use trine_ops::matmul::{self, MatmulShape, MatmulSpec};
 use trine_ops::matvec::{self, MatvecSpec, Reduce};
-use trine_ops::matvec_q8;
 use trine_ops::rms_norm::{self, RmsNorm};
 use trine_ops::rope::{self, Rope, RopeMode};
 use trine_ops::shape::ShapeError;
 use trine_ops::softmax::{self, Mask, Softmax};
 use trine_ops::support::{Float, Reduction};
+use trine_ops::{matvec_q8, matvec_q8_rows};
 
 /// Rows per workgroup of the benched [`matvec_q8`] product.
 const MATVEC_Q8_ROWS: u32 = 4;
 
 /// What a device changes in an item's inputs: the KV cache type, for a matvec the executor's
 /// kernel shape for the device (the CPU's differs from the GPUs', and may bind the weights
-/// twice), and for a matmul whether it takes the CPUs' walk ([`MatmulSpec::lanes`]).
+/// twice), and whether a matmul takes the CPUs' walk ([`MatmulSpec::lanes`]) and a product
+/// with quantized x the CPUs' rows ([`matvec_q8_rows`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Variant {
     pub kv: Float,
     pub matvec: Option<MatvecSpec>,
-    pub matmul_lanes: bool,
+    pub cpu_walks: bool,
 }
 
 impl Item {
@@ -51,7 +52,7 @@ impl Item {
                 }
                 _ => None,
             },
-            matmul_lanes: info.device_type == DeviceType::Cpu,
+            cpu_walks: info.device_type == DeviceType::Cpu,
         }
     }
 
@@ -65,12 +66,13 @@ impl Item {
                     .unwrap_or_else(|| MatvecSpec::new(ty, Reduce::Subgroup));
                 matvec::spec_case(spec, rows, cols, 1, 1)
             }
+            Op::MatvecQ8 { ty, rows, cols } if v.cpu_walks => matvec_q8_rows::case(ty, rows, cols),
             Op::MatvecQ8 { ty, rows, cols } => matvec_q8::case(ty, rows, cols, MATVEC_Q8_ROWS),
             Op::Matmul { b, m, n, k } => {
                 // f16 B keeps the tiles: GCC 12 does not vectorise f16 conversions, which the
                 // tiled kernel does once per staged element and the lanes walk once per use.
                 let spec = MatmulSpec {
-                    lanes: v.matmul_lanes && b.scalar() == Scalar::F32,
+                    lanes: v.cpu_walks && b.scalar() == Scalar::F32,
                     ..MatmulSpec::new(Scalar::F32, b.scalar(), true)
                 };
                 let shape = MatmulShape::packed(1, m as usize, n as usize, k as usize, true, false);
@@ -154,7 +156,7 @@ mod tests {
             let v = Variant {
                 kv: Float::F16,
                 matvec: None,
-                matmul_lanes: false,
+                cpu_walks: false,
             };
             let case = it.case(v).unwrap();
             let held: u64 = case.buffers.iter().map(|b| b.data.len() as u64).sum();

@@ -119,6 +119,10 @@ const GEMV: &[(Model, u32, u32)] = &[
 const OTHERS: &[Item] = &[
     // SmolLM2's tied output head, Q8_0 as its GGUF stores it.
     item(Smol, Op::Matvec { ty: WeightType::Q8_0, rows: 49152, cols: 576 }),
+    item(Smol, Op::MatvecQ8 { ty: WeightType::Q8_0, rows: 49152, cols: 576 }),
+    item(L7, Op::MatvecQ8 { ty: WeightType::Q8_0, rows: 4096, cols: 4096 }),
+    item(L7, Op::MatvecQ8 { ty: WeightType::Q4_0, rows: 4096, cols: 4096 }),
+    item(L7, Op::MatvecQ8 { ty: WeightType::Q4_1, rows: 4096, cols: 4096 }),
     item(L3, Op::MatvecQ8 { ty: WeightType::Q8_0, rows: 4096, cols: 14336 }),
     item(L3, Op::MatvecQ8 { ty: WeightType::Q4_0, rows: 4096, cols: 14336 }),
     item(L3, Op::MatvecQ8 { ty: WeightType::Q4_1, rows: 4096, cols: 14336 }),

@@ -1,0 +1,195 @@
+//! [`matvec_q8`](crate::matvec_q8)'s product for CPUs: one row per invocation, 16 rows per
+//! workgroup, the weights interleaved at upload so that the 16 rows' code words for one block
+//! lie side by side. The C lowering turns the workgroup's invocations into the lanes of one
+//! loop, so each load of codes is one vector load across 16 rows, x's words (the same for
+//! every row) are scalars, and a packed dot product is one call of its 16-lane version
+//! (`vpdpbusd` where the CPU has AVX512-VNNI), with no reduction across invocations at all.
+//! This is the layout llama.cpp's CPU backend repacks quantized weights into for the same
+//! reason.
+//!
+//! [`interleave`] lays out a matrix of GGUF blocks for it: for each group of 16 rows and each
+//! block column, the code words of the 16 rows (word `j` of every row, then word `j + 1`,
+//! …), then one word per row holding its block's f16 scale in the low half and Q4_1's
+//! minimum in the high half (0 for the others). Q4_1's 20-byte blocks keep their size; Q4_0
+//! grows from 18 to 20 bytes and Q8_0 from 34 to 36.
+//!
+//! Bound: as [`matvec_q8`](crate::matvec_q8)'s, f32 rounding over exact integer dots.
+
+use crate::case::*;
+use crate::dequant::f16_finite_bits_to_f32;
+use crate::matvec_q8::{layout, quantize_x, reference, OP};
+use crate::shape::ShapeError;
+use trine_gguf::quant::{quantize, WeightType, QK};
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+
+/// Rows per workgroup, one per invocation.
+pub const LANES: u32 = 16;
+
+/// Code words per block of `ty` (four codes a word; Q4 bytes hold two).
+fn code_words(ty: WeightType) -> u32 {
+    if ty == WeightType::Q8_0 {
+        8
+    } else {
+        4
+    }
+}
+
+fn check_shape(ty: WeightType, rows: usize, cols: usize) -> Result<(), ShapeError> {
+    layout(ty)?;
+    let multiple = |what, value: usize, multiple: usize| {
+        if value == 0 || !value.is_multiple_of(multiple) {
+            Err(ShapeError::NotMultiple {
+                op: OP,
+                what,
+                value,
+                multiple,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    multiple("rows of the interleaved product", rows, LANES as usize)?;
+    multiple("cols", cols, QK)
+}
+
+/// `w` (`rows` × `cols` weights of `ty` as GGUF blocks) in the kernel's interleaved layout.
+pub fn interleave(
+    ty: WeightType,
+    w: &[u8],
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<u8>, ShapeError> {
+    check_shape(ty, rows, cols)?;
+    let (block_bytes, codes_at) = layout(ty)?;
+    let (block_bytes, codes_at) = (block_bytes as usize, codes_at as usize);
+    let blocks = cols / QK;
+    let expected = rows * blocks * block_bytes;
+    if w.len() != expected {
+        return Err(ShapeError::Mismatch {
+            op: OP,
+            what: "bytes of weights",
+            expected,
+            found: w.len(),
+        });
+    }
+    let lanes = LANES as usize;
+    let words = code_words(ty) as usize;
+    let mut out = Vec::with_capacity(rows * blocks * (words + 1) * 4);
+    for group in 0..rows / lanes {
+        for b in 0..blocks {
+            let block = |l: usize| {
+                let at = ((group * lanes + l) * blocks + b) * block_bytes;
+                &w[at..at + block_bytes]
+            };
+            for j in 0..words {
+                for l in 0..lanes {
+                    let at = codes_at + 4 * j;
+                    out.extend_from_slice(&block(l)[at..at + 4]);
+                }
+            }
+            for l in 0..lanes {
+                let bl = block(l);
+                let min = if ty == WeightType::Q4_1 {
+                    [bl[2], bl[3]]
+                } else {
+                    [0, 0]
+                };
+                out.extend_from_slice(&[bl[0], bl[1], min[0], min[1]]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The product for `ty` weights in [`interleave`]'s layout. Buffers `w` (U32), `xq`, `xd`,
+/// `xs` (as [`quantize_x`] makes them), `y`; parameter `cols`; one workgroup per 16 rows.
+pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
+    layout(ty)?;
+    let words = code_words(ty);
+    let k = KernelBuilder::new(&format!("matvec_q8_{ty}_rows{LANES}"), [LANES, 1, 1]);
+    let w = k.buffer("w", Scalar::U32, Access::Read);
+    let xq = k.buffer("xq", Scalar::U32, Access::Read);
+    let xd = k.buffer("xd", Scalar::F32, Access::Read);
+    let xs = k.buffer("xs", Scalar::F32, Access::Read);
+    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let cols = k.param("cols", Scalar::U32);
+    let lid = k.local_index();
+    let group = k.workgroup_id(0);
+    let blocks = cols / k.u32(QK as u32);
+    let acc = k.var("acc", Scalar::F32);
+    k.for_range(k.u32(0), blocks, 1, |b| {
+        let base = (group * blocks + b) * k.u32((words + 1) * LANES) + lid;
+        let x: Vec<_> = (0..8)
+            .map(|j| k.load(xq, b * k.u32(8) + k.u32(j)))
+            .collect();
+        let codes: Vec<_> = (0..words)
+            .map(|j| k.load(w, base + k.u32(j * LANES)))
+            .collect();
+        let scales = k.load(w, base + k.u32(words * LANES));
+        let d = f16_finite_bits_to_f32(&k, scales & k.u32(0xffff));
+        let dot = if ty == WeightType::Q8_0 {
+            codes
+                .iter()
+                .zip(&x)
+                .map(|(&c, &v)| c.dot4_i8(v))
+                .reduce(|a, b| a + b)
+        } else {
+            // Byte j of a Q4 block holds elements j (low nibble) and j + 16 (high).
+            let nibbles = k.u32(0x0f0f_0f0f);
+            codes
+                .iter()
+                .enumerate()
+                .map(|(j, &c)| {
+                    (c & nibbles).dot4_i8(x[j]) + ((c >> k.u32(4)) & nibbles).dot4_i8(x[4 + j])
+                })
+                .reduce(|a, b| a + b)
+        };
+        let dot = dot.map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32));
+        let dx = k.load(xd, b);
+        let sum = match ty {
+            WeightType::Q4_0 => d * (dx * dot - k.f32(8.0) * k.load(xs, b)),
+            WeightType::Q4_1 => {
+                let m = f16_finite_bits_to_f32(&k, scales >> k.u32(16));
+                (d * dx).fma(dot, m * k.load(xs, b))
+            }
+            _ => d * dx * dot,
+        };
+        acc.set(acc.get() + sum);
+    });
+    k.store(y, group * k.u32(LANES) + lid, acc.get());
+    Ok(k.finish())
+}
+
+/// A conformance (and bench) case: random weights of `ty` interleaved, random x quantized on
+/// the host.
+pub fn case(ty: WeightType, rows: u32, cols: u32) -> Result<Case, ShapeError> {
+    let (r, c) = (rows as usize, cols as usize);
+    check_shape(ty, r, c)?;
+    let kernel = kernel(ty)?;
+    let mut rng = Rng::new(u64::from(rows) * 37 + u64::from(cols));
+    let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
+    let x = quantize_x(&rng.f32s(c, -1.0, 1.0));
+    let want = reference(ty, &w, r, c, &x)?;
+    Ok(Case::new(
+        format!("{OP}/{ty}/{rows}x{cols}/rows{LANES}"),
+        kernel,
+        [rows / LANES, 1, 1],
+    )
+    .input("w", Scalar::U32, interleave(ty, &w, r, c)?)
+    .input("xq", Scalar::U32, u32_bytes(&x.words))
+    .input("xd", Scalar::F32, f32_bytes(&x.scales))
+    .input("xs", Scalar::F32, f32_bytes(&x.sums))
+    .output("y", Scalar::F32, vec![0; r * 4], want)
+    .params(vec![ParamValue::U32(cols)]))
+}
+
+/// Every weight type at one group of rows, at SmolLM2's 576 columns, and at a long row.
+pub fn cases() -> Vec<Case> {
+    let mut out = vec![];
+    for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1] {
+        for (rows, cols) in [(16, 32), (576, 576), (32, 4096)] {
+            out.push(case(ty, rows, cols).expect("valid shapes"));
+        }
+    }
+    out
+}
