@@ -71,9 +71,15 @@ pub(crate) trait Spelling {
     fn grid_barrier(&self, sync: &str, workgroups: u32) -> String;
     fn intrinsic(&self, f: Intrinsic) -> &'static str;
     /// [`BinaryOp::Dot4I8`] (`signed`) or [`BinaryOp::Dot4U8`] of two `unsigned int`
-    /// expressions; by default [`dot4_bytes`].
+    /// expressions: a call of the prelude's `trine_dot4i8` or `trine_dot4u8`, which each
+    /// dialect defines its own way (on [`dot4_bytes`] where it has nothing better).
     fn dot4(&self, signed: bool, a: &str, b: &str) -> String {
-        dot4_bytes(signed, a, b)
+        let f = if signed {
+            "trine_dot4i8"
+        } else {
+            "trine_dot4u8"
+        };
+        format!("{f}({a}, {b})")
     }
     /// The I32 or U32 (`to`) value of the float expression `x`, truncated toward zero. Out of
     /// range is an error in the interpreter; by default it is left to the dialect (undefined in

@@ -223,22 +223,27 @@ mod tests {
     use trine_ir::interp::interpret;
     use trine_ir::Access;
 
-    /// Runs `f16_bits_to_f32` on all 65536 patterns, read as little-endian byte pairs from a
-    /// `U8` buffer, and compares with `half`.
-    #[test]
-    fn f16_conversion_is_exact_for_every_pattern() {
+    /// The f32 bits `convert` gives each of the 65536 f16 patterns, read as little-endian
+    /// byte pairs from a `U8` buffer by the interpreter.
+    fn every_pattern(convert: for<'b> fn(&'b KernelBuilder, Val<'b>) -> Val<'b>) -> Vec<u32> {
         let k = KernelBuilder::new("f16_bits", [256, 1, 1]);
         let src = k.buffer("src", Scalar::U8, Access::Read);
         let dst = k.buffer("dst", Scalar::U32, Access::Write);
         let i = k.global_id(0);
-        let v = f16_bits_to_f32(&k, load_u16(&k, src, i * k.u32(2)));
+        let v = convert(&k, load_u16(&k, src, i * k.u32(2)));
         k.store(dst, i, v.bitcast(Scalar::U32));
         let kernel = k.finish();
         let src: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
         let mut bufs = vec![src, vec![0u8; 65536 * 4]];
         interpret(&kernel, [256, 1, 1], &mut bufs, &[], 16).unwrap();
-        let got: &[u32] = bytemuck::cast_slice(&bufs[1]);
-        for (h, &bits) in (0..=u16::MAX).zip(got) {
+        bytemuck::cast_slice(&bufs[1]).to_vec()
+    }
+
+    /// `f16_bits_to_f32` on all 65536 patterns equals `half`'s conversion.
+    #[test]
+    fn f16_conversion_is_exact_for_every_pattern() {
+        let got = every_pattern(f16_bits_to_f32);
+        for (h, &bits) in (0..=u16::MAX).zip(&got) {
             let want = f16::from_bits(h).to_f32();
             let got = f32::from_bits(bits);
             if want.is_nan() {
@@ -254,19 +259,9 @@ mod tests {
     /// bit (−0 included).
     #[test]
     fn select_free_f16_conversion_is_exact_for_finite_patterns() {
-        let k = KernelBuilder::new("f16_finite_bits", [256, 1, 1]);
-        let src = k.buffer("src", Scalar::U8, Access::Read);
-        let dst = k.buffer("dst", Scalar::U32, Access::Write);
-        let i = k.global_id(0);
-        let v = f16_finite_bits_to_f32(&k, load_u16(&k, src, i * k.u32(2)));
-        k.store(dst, i, v.bitcast(Scalar::U32));
-        let kernel = k.finish();
-        let src: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
-        let mut bufs = vec![src, vec![0u8; 65536 * 4]];
-        interpret(&kernel, [256, 1, 1], &mut bufs, &[], 16).unwrap();
-        let got: &[u32] = bytemuck::cast_slice(&bufs[1]);
+        let got = every_pattern(f16_finite_bits_to_f32);
         let finite = (0..=u16::MAX)
-            .zip(got)
+            .zip(&got)
             .filter(|(h, _)| f16::from_bits(*h).is_finite());
         for (h, &bits) in finite {
             let want = f16::from_bits(h).to_f32();

@@ -135,6 +135,50 @@ pub(crate) fn layout(ty: WeightType) -> Result<(u32, u32), ShapeError> {
     }
 }
 
+/// A block's dot product of its code words with x's 8 words, exact in integers, as F32.
+/// Byte j of a Q4 block holds elements j (low nibble) and j + 16 (high), so its word j pairs
+/// with x's words j and j + 4.
+pub(crate) fn block_dot<'b>(
+    k: &'b KernelBuilder,
+    ty: WeightType,
+    codes: &[Val<'b>],
+    x: &[Val<'b>],
+) -> Val<'b> {
+    let dot = if ty == WeightType::Q8_0 {
+        codes
+            .iter()
+            .zip(x)
+            .map(|(&c, &v)| c.dot4_i8(v))
+            .reduce(|a, b| a + b)
+    } else {
+        let nibbles = k.u32(0x0f0f_0f0f);
+        codes
+            .iter()
+            .enumerate()
+            .map(|(j, &c)| {
+                (c & nibbles).dot4_i8(x[j]) + ((c >> k.u32(4)) & nibbles).dot4_i8(x[4 + j])
+            })
+            .reduce(|a, b| a + b)
+    };
+    dot.map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32))
+}
+
+/// A block's contribution from its integer `dot`: the weights' scale `d` (and Q4_1's minimum
+/// `m`), x's scale `dx` (and `sx = dx·Σq` for the Q4 types, whose offset of 8 or minimum
+/// multiplies the sum of x).
+pub(crate) fn block_sum<'b>(
+    k: &'b KernelBuilder,
+    (d, m): (Val<'b>, Option<Val<'b>>),
+    (dx, sx): (Val<'b>, Option<Val<'b>>),
+    dot: Val<'b>,
+) -> Val<'b> {
+    match (m, sx) {
+        (Some(m), Some(sx)) => (d * dx).fma(dot, m * sx),
+        (None, Some(sx)) => d * (dx * dot - k.f32(8.0) * sx),
+        _ => d * dx * dot,
+    }
+}
+
 /// The product for `ty` weights, `rows_per_workgroup` rows per workgroup of [`WG`]
 /// invocations. Buffers `w` (U32), `w16` (F16, the same bytes), `xq`, `xd`, `xs`, `y`;
 /// parameters `rows`, `cols`.
@@ -190,33 +234,10 @@ pub fn kernel(ty: WeightType, rows_per_workgroup: u32) -> Result<Kernel, ShapeEr
                     })
                     .collect()
             };
-            let dot = if ty == WeightType::Q8_0 {
-                codes
-                    .iter()
-                    .zip(&x)
-                    .map(|(&c, &v)| c.dot4_i8(v))
-                    .reduce(|a, b| a + b)
-            } else {
-                // Byte j of a Q4 block holds elements j (low nibble) and j + 16 (high).
-                let nibbles = k.u32(0x0f0f_0f0f);
-                codes
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &c)| {
-                        (c & nibbles).dot4_i8(x[j]) + ((c >> k.u32(4)) & nibbles).dot4_i8(x[4 + j])
-                    })
-                    .reduce(|a, b| a + b)
-            };
-            let dot = dot.map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32));
-            let sum = match (ty, sx) {
-                (WeightType::Q4_0, Some(sx)) => d * (dx * dot - k.f32(8.0) * sx),
-                (WeightType::Q4_1, Some(sx)) => {
-                    let m = k.load(w16, byte / k.u32(2) + k.u32(1)).cast(Scalar::F32);
-                    (d * dx).fma(dot, m * sx)
-                }
-                _ => d * dx * dot,
-            };
-            acc.set(acc.get() + sum);
+            let dot = block_dot(&k, ty, &codes, &x);
+            let m = (ty == WeightType::Q4_1)
+                .then(|| k.load(w16, byte / k.u32(2) + k.u32(1)).cast(Scalar::F32));
+            acc.set(acc.get() + block_sum(&k, (d, m), (dx, sx), dot));
         }
     });
     let sums: Vec<Val> = accs.iter().map(|a| a.get()).collect();

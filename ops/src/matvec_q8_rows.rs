@@ -17,7 +17,7 @@
 
 use crate::case::*;
 use crate::dequant::f16_finite_bits_to_f32;
-use crate::matvec_q8::{layout, quantize_x, reference, OP};
+use crate::matvec_q8::{block_dot, block_sum, layout, quantize_x, reference, OP};
 use crate::shape::ShapeError;
 use trine_gguf::quant::{quantize, WeightType, QK};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
@@ -32,6 +32,11 @@ fn code_words(ty: WeightType) -> u32 {
     } else {
         4
     }
+}
+
+/// Bytes a block of `ty` takes in [`interleave`]'s layout: its code words and a word of scales.
+pub fn interleaved_block_bytes(ty: WeightType) -> usize {
+    4 * (code_words(ty) as usize + 1)
 }
 
 fn check_shape(ty: WeightType, rows: usize, cols: usize) -> Result<(), ShapeError> {
@@ -74,7 +79,7 @@ pub fn interleave(
     }
     let lanes = LANES as usize;
     let words = code_words(ty) as usize;
-    let mut out = Vec::with_capacity(rows * blocks * (words + 1) * 4);
+    let mut out = Vec::with_capacity(rows * blocks * interleaved_block_bytes(ty));
     for group in 0..rows / lanes {
         for b in 0..blocks {
             let block = |l: usize| {
@@ -127,33 +132,11 @@ pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
             .collect();
         let scales = k.load(w, base + k.u32(words * LANES));
         let d = f16_finite_bits_to_f32(&k, scales & k.u32(0xffff));
-        let dot = if ty == WeightType::Q8_0 {
-            codes
-                .iter()
-                .zip(&x)
-                .map(|(&c, &v)| c.dot4_i8(v))
-                .reduce(|a, b| a + b)
-        } else {
-            // Byte j of a Q4 block holds elements j (low nibble) and j + 16 (high).
-            let nibbles = k.u32(0x0f0f_0f0f);
-            codes
-                .iter()
-                .enumerate()
-                .map(|(j, &c)| {
-                    (c & nibbles).dot4_i8(x[j]) + ((c >> k.u32(4)) & nibbles).dot4_i8(x[4 + j])
-                })
-                .reduce(|a, b| a + b)
-        };
-        let dot = dot.map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32));
+        let dot = block_dot(&k, ty, &codes, &x);
         let dx = k.load(xd, b);
-        let sum = match ty {
-            WeightType::Q4_0 => d * (dx * dot - k.f32(8.0) * k.load(xs, b)),
-            WeightType::Q4_1 => {
-                let m = f16_finite_bits_to_f32(&k, scales >> k.u32(16));
-                (d * dx).fma(dot, m * k.load(xs, b))
-            }
-            _ => d * dx * dot,
-        };
+        let sx = (ty != WeightType::Q8_0).then(|| k.load(xs, b));
+        let m = (ty == WeightType::Q4_1).then(|| f16_finite_bits_to_f32(&k, scales >> k.u32(16)));
+        let sum = block_sum(&k, (d, m), (dx, sx), dot);
         acc.set(acc.get() + sum);
     });
     k.store(y, group * k.u32(LANES) + lid, acc.get());

@@ -34,14 +34,6 @@ pub(super) fn axis_name(axis: usize) -> &'static str {
 }
 
 impl Spelling for C {
-    fn dot4(&self, signed: bool, a: &str, b: &str) -> String {
-        let f = if signed {
-            "trine_dot4i8"
-        } else {
-            "trine_dot4u8"
-        };
-        format!("{f}({a}, {b})")
-    }
     fn builtin(&self, b: Builtin, wg: [u32; 3]) -> String {
         let sg = self.subgroup_size;
         match b {

@@ -141,15 +141,6 @@ impl Spelling for Gpu {
         "__syncthreads()"
     }
 
-    fn dot4(&self, signed: bool, a: &str, b: &str) -> String {
-        let f = if signed {
-            "trine_dot4i8"
-        } else {
-            "trine_dot4u8"
-        };
-        format!("{f}({a}, {b})")
-    }
-
     fn grid_barrier(&self, sync: &str, workgroups: u32) -> String {
         format!("trine_grid_sync({sync}, {workgroups}u)")
     }

@@ -120,6 +120,8 @@ const OTHERS: &[Item] = &[
     // SmolLM2's tied output head, Q8_0 as its GGUF stores it.
     item(Smol, Op::Matvec { ty: WeightType::Q8_0, rows: 49152, cols: 576 }),
     item(Smol, Op::MatvecQ8 { ty: WeightType::Q8_0, rows: 49152, cols: 576 }),
+    item(Smol, Op::MatvecQ8 { ty: WeightType::Q4_1, rows: 3072, cols: 576 }),
+    item(Smol, Op::MatvecQ8 { ty: WeightType::Q4_1, rows: 576, cols: 1536 }),
     item(L7, Op::MatvecQ8 { ty: WeightType::Q8_0, rows: 4096, cols: 4096 }),
     item(L7, Op::MatvecQ8 { ty: WeightType::Q4_0, rows: 4096, cols: 4096 }),
     item(L7, Op::MatvecQ8 { ty: WeightType::Q4_1, rows: 4096, cols: 4096 }),
