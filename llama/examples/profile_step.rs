@@ -24,6 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         max_batch: pos.max(1),
         record: false,
         fuse: None,
+        quantize_x: true,
     };
     let mut session = Session::new(Engine::new(model.clone(), backend, sizes)?, None);
     session.feed(&vec![1; pos as usize])?;

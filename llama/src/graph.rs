@@ -5,6 +5,8 @@
 
 use super::config::LlamaConfig;
 use super::weights::{WeightId, Weights};
+use trine_gguf::quant::WeightType;
+use trine_ops::matvec_q8_rows;
 
 /// A tensor the graph reads or writes. Activations are sized for the largest step the
 /// executor was built for; the residual stream alternates between two buffers so that no
@@ -41,6 +43,18 @@ pub enum Tensor {
     /// f32 [head_dim / 2]: rope's frequency table.
     Freq,
     Weight(WeightId),
+    /// A weight in the CPU's interleaved layout for products with quantized x
+    /// ([`trine_ops::matvec_q8_rows::interleave`]); the same weight's other products (prompt
+    /// steps) read [`Tensor::Weight`].
+    Interleaved(WeightId),
+    /// f32 [n_embd]: the last token's row after the final rms_norm (decode steps whose output
+    /// head takes quantized x).
+    Normed,
+    /// x quantized per block of 32 ([`trine_ops::matvec_q8::quantize_kernel`]): u32 words of
+    /// four codes, f32 scales, f32 `scale · Σ codes`; sized for the widest input.
+    XqWords,
+    XqScales,
+    XqSums,
 }
 
 /// What a matvec does to x as it loads it.
@@ -92,6 +106,26 @@ pub enum Op {
         layer: u32,
         splits: u32,
     },
+    /// rms_norm of the one-token row `x` scaled by weight `g`, into [`Tensor::Normed`].
+    RmsNorm {
+        x: Tensor,
+        g: WeightId,
+    },
+    /// `x` (`cols` wide) quantized into [`Tensor::XqWords`], `XqScales`, `XqSums`.
+    Quantize {
+        x: Tensor,
+        cols: u32,
+    },
+    /// `y = W·x` for one token with x quantized ([`Op::Quantize`]) and W interleaved
+    /// ([`Tensor::Interleaved`]), plus `add` where given: the CPU's product on packed 8-bit
+    /// dot products ([`trine_ops::matvec_q8_rows`]).
+    MatvecQ8 {
+        w: WeightId,
+        rows: u32,
+        cols: u32,
+        y: Tensor,
+        add: Option<Tensor>,
+    },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
     /// The logits' argmax into [`Tensor::Token`].
@@ -139,6 +173,10 @@ impl Node {
             Op::AttnSplit { splits, .. } => {
                 rows(Tensor::Part, c.n_head * splits * (c.head_dim() + 2))
             }
+            Op::RmsNorm { .. } => (Tensor::Normed, 0..c.n_embd as usize),
+            // The scales stand for the codes, which are not floats.
+            Op::Quantize { cols, .. } => (Tensor::XqScales, 0..(cols / 32) as usize),
+            Op::MatvecQ8 { y, rows, .. } => (y, 0..rows as usize),
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
             Op::Argmax => (Tensor::Token, 0..1),
         }
@@ -160,12 +198,23 @@ pub fn attention_splits(tokens: u32, gpu: bool) -> u32 {
     }
 }
 
+/// Whether a decode step on a CPU multiplies weight `id` with quantized x
+/// ([`Op::MatvecQ8`]): the types that product takes, in whole groups of its rows.
+fn takes_q8(w: &Weights, id: WeightId) -> bool {
+    let t = &w.tensors[id];
+    matches!(t.ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_1)
+        && t.rows.is_multiple_of(matvec_q8_rows::LANES)
+        && t.cols.is_multiple_of(32)
+}
+
 /// The nodes of one step: five per layer (a fused QKV projection with the attention norm
 /// before it and rope with the KV-cache store after it; split attention; the output
 /// projection combining the splits and adding the residual; gate and up with the FFN norm and
 /// SwiGLU; the down projection adding the residual), then the output head with the final norm,
-/// and the greedy token.
-pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool) -> Vec<Node> {
+/// and the greedy token. With `q8` (a CPU's decode steps), the down projection and the output
+/// head multiply x quantized by a node before them ([`Op::Quantize`], after a plain
+/// [`Op::RmsNorm`] for the head), where their weights allow ([`takes_q8`]).
+pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<Node> {
     let t = s.tokens;
     let mut g = vec![];
     let mut node = |op, label, layer| g.push(Node { op, label, layer });
@@ -211,14 +260,34 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool) -> Vec<Node> {
             Epilogue::Swiglu,
         );
         node(up, "ffn_gate_up", at);
-        let down = mv(
-            lw.w_down,
-            Tensor::Act,
-            x,
-            Prologue::None,
-            Epilogue::Add(mid),
-        );
-        node(down, "ffn_down", at);
+        if q8 && t == 1 && takes_q8(w, lw.w_down) {
+            let cols = w.tensors[lw.w_down].cols;
+            node(
+                Op::Quantize {
+                    x: Tensor::Act,
+                    cols,
+                },
+                "ffn_down_x",
+                at,
+            );
+            let down = Op::MatvecQ8 {
+                w: lw.w_down,
+                rows: w.tensors[lw.w_down].rows,
+                cols,
+                y: x,
+                add: Some(mid),
+            };
+            node(down, "ffn_down", at);
+        } else {
+            let down = mv(
+                lw.w_down,
+                Tensor::Act,
+                x,
+                Prologue::None,
+                Epilogue::Add(mid),
+            );
+            node(down, "ffn_down", at);
+        }
     }
     // One token's row is the residual stream itself; a prompt's last row is copied out.
     let last = if t == 1 {
@@ -227,19 +296,41 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool) -> Vec<Node> {
         node(Op::PickLast, "last_token", None);
         Tensor::Last
     };
-    node(
-        Op::Matvec {
+    if q8 && t == 1 && takes_q8(w, w.output) {
+        let g = w.output_norm;
+        node(Op::RmsNorm { x: last, g }, "output_norm", None);
+        let cols = c.n_embd;
+        node(
+            Op::Quantize {
+                x: Tensor::Normed,
+                cols,
+            },
+            "output_x",
+            None,
+        );
+        let head = Op::MatvecQ8 {
             w: w.output,
             rows: c.vocab,
-            x: last,
+            cols,
             y: Tensor::Logits,
-            tokens: 1,
-            prologue: Prologue::Norm(w.output_norm),
-            epilogue: Epilogue::None,
-        },
-        "output",
-        None,
-    );
+            add: None,
+        };
+        node(head, "output", None);
+    } else {
+        node(
+            Op::Matvec {
+                w: w.output,
+                rows: c.vocab,
+                x: last,
+                y: Tensor::Logits,
+                tokens: 1,
+                prologue: Prologue::Norm(w.output_norm),
+                epilogue: Epilogue::None,
+            },
+            "output",
+            None,
+        );
+    }
     node(Op::Argmax, "argmax", None);
     g
 }

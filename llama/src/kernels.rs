@@ -13,7 +13,7 @@ use trine_ops::matvec::{
 use trine_ops::matvec_fused::{CombineShape, RopeShape};
 use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
-use trine_ops::{argmax, attention_split, embedding, matvec};
+use trine_ops::{argmax, attention_split, embedding, matvec, matvec_q8, matvec_q8_rows, rms_norm};
 
 /// The kernel an op needs, up to its variants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -24,6 +24,13 @@ pub enum KernelKey {
     /// a CPU holds them in pairs of blocks ([`MatvecSpec::pairs`]).
     Matvec(WeightType, MatvecSize, MatvecPrologue, MatvecEpilogue, bool),
     AttnSplit,
+    /// The plain rms_norm of one row (before a product with quantized x).
+    RmsNorm,
+    /// x quantized per block of 32.
+    Quantize,
+    /// A one-token product with quantized x, its weights' type, and whether it adds a
+    /// residual.
+    MatvecQ8(WeightType, bool),
     PickLast,
     Argmax,
 }
@@ -59,6 +66,12 @@ impl std::fmt::Display for KernelKey {
                 Ok(())
             }
             KernelKey::AttnSplit => f.write_str("attention (split)"),
+            KernelKey::RmsNorm => f.write_str("rms_norm"),
+            KernelKey::Quantize => f.write_str("x quantized to q8"),
+            KernelKey::MatvecQ8(ty, add) => {
+                let add = if *add { " (add)" } else { "" };
+                write!(f, "matvec {ty} × q8{add}")
+            }
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
         }
@@ -119,6 +132,9 @@ impl KernelKey {
                 KernelKey::Matvec(t.ty, size, pro, epi, w.pairable(id))
             }
             Op::AttnSplit { .. } => KernelKey::AttnSplit,
+            Op::RmsNorm { .. } => KernelKey::RmsNorm,
+            Op::Quantize { .. } => KernelKey::Quantize,
+            Op::MatvecQ8 { w: id, add, .. } => KernelKey::MatvecQ8(w.tensors[id].ty, add.is_some()),
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
         }
@@ -160,6 +176,9 @@ impl KernelKey {
                     .collect::<Result<_, _>>()?
             }
             KernelKey::AttnSplit => vec![attention_split::split_kernel(s.head_dim, s.kv)?],
+            KernelKey::RmsNorm => reductions.iter().map(|&r| rms_norm::kernel(r)).collect(),
+            KernelKey::Quantize => vec![matvec_q8::quantize_kernel()],
+            KernelKey::MatvecQ8(ty, add) => vec![matvec_q8_rows::kernel(ty, add)?],
             KernelKey::PickLast => vec![copy_kernel(Float::F32, Float::F32)],
             KernelKey::Argmax => reductions.iter().map(|&r| argmax::kernel(r)).collect(),
         })

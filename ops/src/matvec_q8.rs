@@ -82,6 +82,11 @@ pub fn quantize_x(x: &[f32]) -> Q8Activations {
     out
 }
 
+/// The grid of [`quantize_kernel`] for `blocks` blocks.
+pub fn quantize_grid(blocks: u32) -> [u32; 3] {
+    [blocks.div_ceil(QUANT_WG), 1, 1]
+}
+
 /// Quantizes x (f32 `[cols]`) into `xq` (U32 `[cols/4]`), `xd` and `xs` (f32 `[cols/32]`),
 /// one invocation per block. Parameter `blocks`.
 pub fn quantize_kernel() -> Kernel {
@@ -328,7 +333,7 @@ fn quantize_case(cols: u32) -> Case {
     Case::new(
         format!("quantize_q8/{cols}"),
         quantize_kernel(),
-        [blocks.div_ceil(QUANT_WG), 1, 1],
+        quantize_grid(blocks),
     )
     .input("x", Scalar::F32, f32_bytes(&x))
     .output_exact(

@@ -107,15 +107,19 @@ pub fn interleave(
 }
 
 /// The product for `ty` weights in [`interleave`]'s layout. Buffers `w` (U32), `xq`, `xd`,
-/// `xs` (as [`quantize_x`] makes them), `y`; parameter `cols`; one workgroup per 16 rows.
-pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
+/// `xs` (as [`quantize_x`] makes them), with `add` also `r` (F32 `[rows]`, added to the
+/// product: a residual connection), then `y`; parameter `cols`; one workgroup per 16 rows.
+pub fn kernel(ty: WeightType, add: bool) -> Result<Kernel, ShapeError> {
     layout(ty)?;
     let words = code_words(ty);
-    let k = KernelBuilder::new(&format!("matvec_q8_{ty}_rows{LANES}"), [LANES, 1, 1]);
+    let suffix = if add { "_add" } else { "" };
+    let name = format!("matvec_q8_{ty}_rows{LANES}{suffix}");
+    let k = KernelBuilder::new(&name, [LANES, 1, 1]);
     let w = k.buffer("w", Scalar::U32, Access::Read);
     let xq = k.buffer("xq", Scalar::U32, Access::Read);
     let xd = k.buffer("xd", Scalar::F32, Access::Read);
     let xs = k.buffer("xs", Scalar::F32, Access::Read);
+    let r = add.then(|| k.buffer("r", Scalar::F32, Access::Read));
     let y = k.buffer("y", Scalar::F32, Access::Write);
     let cols = k.param("cols", Scalar::U32);
     let lid = k.local_index();
@@ -139,40 +143,58 @@ pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
         let sum = block_sum(&k, (d, m), (dx, sx), dot);
         acc.set(acc.get() + sum);
     });
-    k.store(y, group * k.u32(LANES) + lid, acc.get());
+    let row = group * k.u32(LANES) + lid;
+    let sum = r.map_or(acc.get(), |r| acc.get() + k.load(r, row));
+    k.store(y, row, sum);
     Ok(k.finish())
 }
 
 /// A conformance (and bench) case: random weights of `ty` interleaved, random x quantized on
 /// the host.
 pub fn case(ty: WeightType, rows: u32, cols: u32) -> Result<Case, ShapeError> {
+    case_with(ty, rows, cols, false)
+}
+
+/// [`case`], with a residual added when `add`.
+pub fn case_with(ty: WeightType, rows: u32, cols: u32, add: bool) -> Result<Case, ShapeError> {
     let (r, c) = (rows as usize, cols as usize);
     check_shape(ty, r, c)?;
-    let kernel = kernel(ty)?;
+    let kernel = kernel(ty, add)?;
     let mut rng = Rng::new(u64::from(rows) * 37 + u64::from(cols));
     let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
     let x = quantize_x(&rng.f32s(c, -1.0, 1.0));
-    let want = reference(ty, &w, r, c, &x)?;
-    Ok(Case::new(
-        format!("{OP}/{ty}/{rows}x{cols}/rows{LANES}"),
+    let resid = rng.f32s(r, -1.0, 1.0);
+    let mut want = reference(ty, &w, r, c, &x)?;
+    let suffix = if add { "_add" } else { "" };
+    let mut case = Case::new(
+        format!("{OP}/{ty}/{rows}x{cols}/rows{LANES}{suffix}"),
         kernel,
         [rows / LANES, 1, 1],
     )
     .input("w", Scalar::U32, interleave(ty, &w, r, c)?)
     .input("xq", Scalar::U32, u32_bytes(&x.words))
     .input("xd", Scalar::F32, f32_bytes(&x.scales))
-    .input("xs", Scalar::F32, f32_bytes(&x.sums))
-    .output("y", Scalar::F32, vec![0; r * 4], want)
-    .params(vec![ParamValue::U32(cols)]))
+    .input("xs", Scalar::F32, f32_bytes(&x.sums));
+    if add {
+        want.iter_mut()
+            .zip(&resid)
+            .for_each(|(y, &v)| *y += f64::from(v));
+        case = case.input("r", Scalar::F32, f32_bytes(&resid));
+    }
+    Ok(case
+        .output("y", Scalar::F32, vec![0; r * 4], want)
+        .params(vec![ParamValue::U32(cols)]))
 }
 
-/// Every weight type at one group of rows, at SmolLM2's 576 columns, and at a long row.
+/// Every weight type at one group of rows, at SmolLM2's 576 columns, and at a long row; and
+/// the residual's variant.
 pub fn cases() -> Vec<Case> {
     let mut out = vec![];
     for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1] {
         for (rows, cols) in [(16, 32), (576, 576), (32, 4096)] {
             out.push(case(ty, rows, cols).expect("valid shapes"));
         }
+        out.push(case_with(ty, 64, 1536, true).expect("valid shapes"));
     }
     out
 }

@@ -41,6 +41,13 @@ pub struct EngineOptions {
     /// step was slower than the recorded one it replaces (CUDA 565–851 t/s against 1307,
     /// Vulkan 400–445 against 715), so the CLI and bench leave it off.
     pub fuse: Option<u32>,
+    /// On a CPU, decode steps multiply the down projections and the output head with x
+    /// quantized to 8 bits per block of 32, as llama.cpp multiplies on every device: packed
+    /// dot products (AVX512-VNNI's `vpdpbusd` where the CPU has it) over weights interleaved
+    /// for it, which the CPU then holds twice (prompt steps read the other layout). It moves
+    /// those products by x's quantization, about 4e-6 NMSE. A checker takes the checked
+    /// engine's setting, so both compute the same products.
+    pub quantize_x: bool,
 }
 
 /// A tensor's buffers, one slot per device, and which of them hold its current value.
@@ -78,21 +85,28 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Engine, ModelError> {
         let kv = crate::kernels::kv_type(backend.info());
-        Engine::with_kv(model, backend, options, kv)
+        let q8 =
+            options.quantize_x && backend.info().device_type == trine_backends::DeviceType::Cpu;
+        Engine::with_kv(model, backend, options, kv, q8)
     }
 
     /// An engine on `backend` that can check this one node by node ([`crate::Session::new`]):
     /// the same model, sizes and KV cache type, whatever `backend` would pick, since it takes
-    /// this engine's caches as they are.
+    /// this engine's caches as they are; and the kernels of this engine's products with
+    /// quantized x where it runs them.
     pub fn checker(&self, backend: Arc<dyn Backend>) -> Result<Engine, ModelError> {
-        Engine::with_kv(self.model.clone(), backend, self.options, self.shape.kv)
+        let q8 = self.options.quantize_x && !self.gpu;
+        Engine::with_kv(self.model.clone(), backend, self.options, self.shape.kv, q8)
     }
 
+    /// `q8`: whether a CPU's decode graph, among the graphs whose kernels are compiled here,
+    /// takes quantized x (the engine's own, or the one it checks).
     fn with_kv(
         model: Arc<Model>,
         backend: Arc<dyn Backend>,
         options: EngineOptions,
         kv: Float,
+        q8: bool,
     ) -> Result<Engine, ModelError> {
         let c = &model.config;
         if options.context == 0 || options.max_batch == 0 || options.max_batch > options.context {
@@ -110,7 +124,8 @@ impl Engine {
         // of decode attention: a CPU checking a GPU's nodes runs the GPU's.
         let mut keys: Vec<KernelKey> = vec![];
         for (tokens, on_gpu) in [(1, true), (1, false), (options.max_batch, gpu)] {
-            let nodes = graph::build(c, &model.weights, Step { tokens, pos: 0 }, on_gpu);
+            let q8 = q8 && !on_gpu;
+            let nodes = graph::build(c, &model.weights, Step { tokens, pos: 0 }, on_gpu, q8);
             keys.extend(
                 nodes
                     .iter()
@@ -170,7 +185,8 @@ impl Engine {
     /// The nodes of step `s` on this executor's devices.
     pub fn graph(&self, s: Step) -> Vec<Node> {
         let c = &self.model.config;
-        graph::build(c, &self.model.weights, s, self.gpu)
+        let q8 = !self.gpu && self.options.quantize_x;
+        graph::build(c, &self.model.weights, s, self.gpu, q8)
     }
 
     /// Dispatches per decode step: what one token costs the device in launches (the
@@ -359,6 +375,7 @@ impl Engine {
                 !matches!(
                     t,
                     Tensor::Weight(_)
+                        | Tensor::Interleaved(_)
                         | Tensor::Freq
                         | Tensor::Step
                         | Tensor::KCache(_)

@@ -11,8 +11,10 @@ use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise;
 use trine_ops::embedding;
 use trine_ops::matvec::Reduce;
+use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::RopeStore;
+use trine_ops::{matvec_q8, matvec_q8_rows};
 
 /// A node's dispatch before buffers are bound: the tensors it reads and writes, in the
 /// kernel's buffer order (reads first), its parameters and its grid.
@@ -91,6 +93,46 @@ impl Engine {
                     &[Tensor::Part],
                     a.params(),
                     a.grid(),
+                )
+            }
+            Op::RmsNorm { x, g } => {
+                let n = RmsNorm {
+                    rows: 1,
+                    cols: c.n_embd,
+                    eps: c.rms_eps,
+                };
+                plan(
+                    vec![x, Tensor::Weight(g)],
+                    &[Tensor::Normed],
+                    n.params(),
+                    n.grid(),
+                )
+            }
+            Op::Quantize { x, cols } => plan(
+                vec![x],
+                &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
+                vec![u(cols / 32)],
+                matvec_q8::quantize_grid(cols / 32),
+            ),
+            Op::MatvecQ8 {
+                w: wid,
+                rows,
+                cols,
+                y,
+                add,
+            } => {
+                let mut inputs = vec![
+                    Tensor::Interleaved(wid),
+                    Tensor::XqWords,
+                    Tensor::XqScales,
+                    Tensor::XqSums,
+                ];
+                inputs.extend(add);
+                plan(
+                    inputs,
+                    &[y],
+                    vec![u(cols)],
+                    [rows / matvec_q8_rows::LANES, 1, 1],
                 )
             }
             Op::PickLast => plan(

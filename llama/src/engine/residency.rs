@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use trine_backends::{Binding, BufferHandle};
 use trine_ops::dequant::pair_blocks;
+use trine_ops::matvec_q8_rows;
 use trine_ops::support::Float;
 
 impl Engine {
@@ -105,6 +106,15 @@ impl Engine {
             }
             Tensor::Freq => f32s(c.head_dim() as u64 / 2),
             Tensor::Weight(id) => self.model.weights.bytes(&self.model.gguf, id).len() as u64,
+            Tensor::Interleaved(id) => {
+                let t = &self.model.weights.tensors[id];
+                let blocks = t.rows as u64 * t.cols as u64 / 32;
+                blocks * matvec_q8_rows::interleaved_block_bytes(t.ty) as u64
+            }
+            Tensor::Normed => f32s(c.n_embd as u64),
+            // The widest product input: the residual stream or the FFN's activation.
+            Tensor::XqWords => f32s(c.n_embd.max(c.n_ff) as u64 / 4),
+            Tensor::XqScales | Tensor::XqSums => f32s(c.n_embd.max(c.n_ff) as u64 / 32),
         }
     }
 
@@ -122,6 +132,16 @@ impl Engine {
                 } else {
                     Cow::Borrowed(bytes)
                 })
+            }
+            Tensor::Interleaved(id) => {
+                let w = &self.model.weights;
+                let t = &w.tensors[id];
+                let bytes = w.bytes(&self.model.gguf, id);
+                let (rows, cols) = (t.rows as usize, t.cols as usize);
+                // The graph gives this product only weights whose shape and type it takes.
+                let laid = matvec_q8_rows::interleave(t.ty, bytes, rows, cols)
+                    .expect("a product with quantized x on a weight it takes");
+                Some(Cow::Owned(laid))
             }
             Tensor::Freq => {
                 let f = self.rope_store(1).frequencies();

@@ -83,6 +83,10 @@ pub struct Args {
     /// slower on the H100 (docs/bench/decode-h100-2026-11-25.md).
     #[arg(long)]
     fuse: bool,
+    /// With --model: a CPU multiplies float x in every product, as before its down
+    /// projections and output head took x quantized to 8 bits (`EngineOptions::quantize_x`).
+    #[arg(long)]
+    float_x: bool,
 }
 
 /// The name the `gemm` crate's records carry as their backend.
@@ -217,6 +221,7 @@ fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
         args.n_gen,
         args.reps,
         args.fuse,
+        !args.float_x,
     )
     .map_err(BenchError::Model)?;
     let table = model::table(path, &rows);

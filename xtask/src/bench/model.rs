@@ -28,6 +28,7 @@ pub fn run(
     tg: u32,
     reps: usize,
     fuse: bool,
+    quantize_x: bool,
 ) -> Result<Vec<ModelRow>, String> {
     let model = Arc::new(Model::open(path).map_err(|e| format!("{}: {e}", path.display()))?);
     let context = pp.max(tg).max(1).min(model.config.context_length);
@@ -36,6 +37,7 @@ pub fn run(
         max_batch: pp.clamp(1, context),
         record: true,
         fuse: fuse.then_some(trine_llama::FUSE_MIN_RESIDENT),
+        quantize_x,
     };
     let mut rows = vec![];
     for (name, backend) in backends {
