@@ -47,9 +47,13 @@ pub enum Tensor {
     /// ([`trine_ops::matvec_q8_rows::interleave`]); the same weight's other products (prompt
     /// steps) read [`Tensor::Weight`].
     Interleaved(WeightId),
-    /// f32 [n_embd]: the last token's row after the final rms_norm (decode steps whose output
-    /// head takes quantized x).
+    /// f32 [n_embd]: one token's row after an rms_norm, for a product with quantized x.
     Normed,
+    /// f32 [n_embd]: attention's split partials combined, for a product with quantized x.
+    Combined,
+    /// f32 [the widest product]: a product with quantized x before what the float products
+    /// fuse into their epilogues (SwiGLU, rope and the KV-cache store) runs as a node.
+    Raw,
     /// x quantized per block of 32 ([`trine_ops::matvec_q8::quantize_kernel`]): u32 words of
     /// four codes, f32 scales, f32 `scale · Σ codes`; sized for the widest input.
     XqWords,
@@ -110,6 +114,17 @@ pub enum Op {
     RmsNorm {
         x: Tensor,
         g: WeightId,
+    },
+    /// Attention's partials over `splits` chunks combined into [`Tensor::Combined`].
+    Combine {
+        splits: u32,
+    },
+    /// SwiGLU of [`Tensor::Raw`]'s gate/up pairs into [`Tensor::Act`].
+    SwigluPairs,
+    /// Rope on the q and k heads of [`Tensor::Raw`] (the stacked QKV product) into
+    /// [`Tensor::QRot`], k and v stored in the layer's caches.
+    RopeStore {
+        layer: u32,
     },
     /// `x` (`cols` wide) quantized into [`Tensor::XqWords`], `XqScales`, `XqSums`.
     Quantize {
@@ -174,6 +189,9 @@ impl Node {
                 rows(Tensor::Part, c.n_head * splits * (c.head_dim() + 2))
             }
             Op::RmsNorm { .. } => (Tensor::Normed, 0..c.n_embd as usize),
+            Op::Combine { .. } => (Tensor::Combined, 0..c.n_embd as usize),
+            Op::SwigluPairs => (Tensor::Act, 0..c.n_ff as usize),
+            Op::RopeStore { .. } => (Tensor::QRot, 0..c.n_embd as usize),
             // The scales stand for the codes, which are not floats.
             Op::Quantize { cols, .. } => (Tensor::XqScales, 0..(cols / 32) as usize),
             Op::MatvecQ8 { y, rows, .. } => (y, 0..rows as usize),
@@ -211,9 +229,11 @@ fn takes_q8(w: &Weights, id: WeightId) -> bool {
 /// before it and rope with the KV-cache store after it; split attention; the output
 /// projection combining the splits and adding the residual; gate and up with the FFN norm and
 /// SwiGLU; the down projection adding the residual), then the output head with the final norm,
-/// and the greedy token. With `q8` (a CPU's decode steps), the down projection and the output
-/// head multiply x quantized by a node before them ([`Op::Quantize`], after a plain
-/// [`Op::RmsNorm`] for the head), where their weights allow ([`takes_q8`]).
+/// and the greedy token. With `q8` (a CPU's decode steps), every product whose weights allow
+/// ([`takes_q8`]) multiplies x quantized by a node before it ([`Op::Quantize`]), and what the
+/// float products fuse runs as nodes of its own: the rms_norm before ([`Op::RmsNorm`]), the
+/// attention combine before ([`Op::Combine`]), SwiGLU ([`Op::SwigluPairs`]) or rope with the
+/// KV-cache store ([`Op::RopeStore`]) after; the residual add stays in the product.
 pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<Node> {
     let t = s.tokens;
     let mut g = vec![];
@@ -240,44 +260,68 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<
             prologue,
             epilogue,
         };
-        let qkv = mv(
-            lw.wqkv,
+        // A product with quantized x of weight `id` (x already quantized) into `y`.
+        let q8_product = |id: WeightId, y, add| Op::MatvecQ8 {
+            w: id,
+            rows: w.tensors[id].rows,
+            cols: w.tensors[id].cols,
+            y,
+            add,
+        };
+        let quantize = |x, id: WeightId| Op::Quantize {
             x,
-            Tensor::QRot,
-            Prologue::Norm(lw.attn_norm),
-            Epilogue::RopeStore { layer: l },
-        );
-        node(qkv, "attn_qkv_rope", at);
+            cols: w.tensors[id].cols,
+        };
+        let q8 = |id| q8 && t == 1 && takes_q8(w, id);
+        if q8(lw.wqkv) {
+            let g = lw.attn_norm;
+            node(Op::RmsNorm { x, g }, "attn_norm", at);
+            node(quantize(Tensor::Normed, lw.wqkv), "attn_qkv_x", at);
+            node(q8_product(lw.wqkv, Tensor::Raw, None), "attn_qkv", at);
+            node(Op::RopeStore { layer: l }, "rope_store", at);
+        } else {
+            let qkv = mv(
+                lw.wqkv,
+                x,
+                Tensor::QRot,
+                Prologue::Norm(lw.attn_norm),
+                Epilogue::RopeStore { layer: l },
+            );
+            node(qkv, "attn_qkv_rope", at);
+        }
         node(Op::AttnSplit { layer: l, splits }, "attention", at);
-        let combine = Prologue::Combine { splits };
-        let wo = mv(lw.wo, Tensor::Part, mid, combine, Epilogue::Add(x));
-        node(wo, "attn_output", at);
-        let up = mv(
-            lw.w_gate_up,
-            mid,
-            Tensor::Act,
-            Prologue::Norm(lw.ffn_norm),
-            Epilogue::Swiglu,
-        );
-        node(up, "ffn_gate_up", at);
-        if q8 && t == 1 && takes_q8(w, lw.w_down) {
-            let cols = w.tensors[lw.w_down].cols;
+        if q8(lw.wo) {
+            node(Op::Combine { splits }, "attn_combine", at);
+            node(quantize(Tensor::Combined, lw.wo), "attn_output_x", at);
+            node(q8_product(lw.wo, mid, Some(x)), "attn_output", at);
+        } else {
+            let combine = Prologue::Combine { splits };
+            let wo = mv(lw.wo, Tensor::Part, mid, combine, Epilogue::Add(x));
+            node(wo, "attn_output", at);
+        }
+        if q8(lw.w_gate_up) {
+            let g = lw.ffn_norm;
+            node(Op::RmsNorm { x: mid, g }, "ffn_norm", at);
+            node(quantize(Tensor::Normed, lw.w_gate_up), "ffn_gate_up_x", at);
             node(
-                Op::Quantize {
-                    x: Tensor::Act,
-                    cols,
-                },
-                "ffn_down_x",
+                q8_product(lw.w_gate_up, Tensor::Raw, None),
+                "ffn_gate_up",
                 at,
             );
-            let down = Op::MatvecQ8 {
-                w: lw.w_down,
-                rows: w.tensors[lw.w_down].rows,
-                cols,
-                y: x,
-                add: Some(mid),
-            };
-            node(down, "ffn_down", at);
+            node(Op::SwigluPairs, "ffn_swiglu", at);
+        } else {
+            let up = mv(
+                lw.w_gate_up,
+                mid,
+                Tensor::Act,
+                Prologue::Norm(lw.ffn_norm),
+                Epilogue::Swiglu,
+            );
+            node(up, "ffn_gate_up", at);
+        }
+        if q8(lw.w_down) {
+            node(quantize(Tensor::Act, lw.w_down), "ffn_down_x", at);
+            node(q8_product(lw.w_down, x, Some(mid)), "ffn_down", at);
         } else {
             let down = mv(
                 lw.w_down,

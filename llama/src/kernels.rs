@@ -6,14 +6,17 @@ use super::weights::Weights;
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_gguf::quant::WeightType;
 use trine_ir::Kernel;
-use trine_ops::elementwise::copy_kernel;
+use trine_ops::elementwise::{copy_kernel, swiglu_pairs_kernel};
 use trine_ops::matvec::{
     Epilogue as MatvecEpilogue, MatvecSpec, Prologue as MatvecPrologue, Reduce,
 };
 use trine_ops::matvec_fused::{CombineShape, RopeShape};
+use trine_ops::rope::RopeMode;
 use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
-use trine_ops::{argmax, attention_split, embedding, matvec, matvec_q8, matvec_q8_rows, rms_norm};
+use trine_ops::{
+    argmax, attention_split, embedding, matvec, matvec_q8, matvec_q8_rows, rms_norm, rope_store,
+};
 
 /// The kernel an op needs, up to its variants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,6 +29,12 @@ pub enum KernelKey {
     AttnSplit,
     /// The plain rms_norm of one row (before a product with quantized x).
     RmsNorm,
+    /// Attention's split partials combined (before a product with quantized x), by splits.
+    Combine(u32),
+    /// SwiGLU of gate/up pairs (after a product with quantized x).
+    SwigluPairs,
+    /// Rope and the KV-cache store (after a QKV product with quantized x).
+    RopeStore,
     /// x quantized per block of 32.
     Quantize,
     /// A one-token product with quantized x, its weights' type, and whether it adds a
@@ -67,6 +76,9 @@ impl std::fmt::Display for KernelKey {
             }
             KernelKey::AttnSplit => f.write_str("attention (split)"),
             KernelKey::RmsNorm => f.write_str("rms_norm"),
+            KernelKey::Combine(splits) => write!(f, "attention combine ({splits} splits)"),
+            KernelKey::SwigluPairs => f.write_str("swiglu"),
+            KernelKey::RopeStore => f.write_str("rope, kv cache store"),
             KernelKey::Quantize => f.write_str("x quantized to q8"),
             KernelKey::MatvecQ8(ty, add) => {
                 let add = if *add { " (add)" } else { "" };
@@ -133,6 +145,9 @@ impl KernelKey {
             }
             Op::AttnSplit { .. } => KernelKey::AttnSplit,
             Op::RmsNorm { .. } => KernelKey::RmsNorm,
+            Op::Combine { splits } => KernelKey::Combine(splits),
+            Op::SwigluPairs => KernelKey::SwigluPairs,
+            Op::RopeStore { .. } => KernelKey::RopeStore,
             Op::Quantize { .. } => KernelKey::Quantize,
             Op::MatvecQ8 { w: id, add, .. } => KernelKey::MatvecQ8(w.tensors[id].ty, add.is_some()),
             Op::PickLast => KernelKey::PickLast,
@@ -177,6 +192,11 @@ impl KernelKey {
             }
             KernelKey::AttnSplit => vec![attention_split::split_kernel(s.head_dim, s.kv)?],
             KernelKey::RmsNorm => reductions.iter().map(|&r| rms_norm::kernel(r)).collect(),
+            KernelKey::Combine(splits) => {
+                vec![attention_split::combine_kernel(s.head_dim, splits)?]
+            }
+            KernelKey::SwigluPairs => vec![swiglu_pairs_kernel()],
+            KernelKey::RopeStore => vec![rope_store::kernel(s.head_dim, RopeMode::Normal, s.kv)?],
             KernelKey::Quantize => vec![matvec_q8::quantize_kernel()],
             KernelKey::MatvecQ8(ty, add) => vec![matvec_q8_rows::kernel(ty, add)?],
             KernelKey::PickLast => vec![copy_kernel(Float::F32, Float::F32)],

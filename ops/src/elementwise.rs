@@ -134,6 +134,37 @@ pub fn binary_kernel(op: Binary, t: Float) -> Kernel {
     k.finish()
 }
 
+/// SwiGLU of interleaved pairs: `y[i] = silu(x[2i])·x[2i + 1]`, what a product over gate and
+/// up rows stacked in pairs produces (the executor's `w_gate_up`), for a product whose SwiGLU
+/// runs after it instead of in its epilogue. Buffers: `x`, `y` f32. Params: n (outputs).
+pub fn swiglu_pairs_kernel() -> Kernel {
+    let k = KernelBuilder::new("swiglu_pairs_f32", [WG, 1, 1]);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let n = k.param("n", Scalar::U32);
+    let i = k.global_id(0);
+    k.if_(i.lt(n), || {
+        let gate = k.load(x, i * k.u32(2));
+        let up = k.load(x, i * k.u32(2) + k.u32(1));
+        k.store(y, i, silu_ir(&k, gate) * up);
+    });
+    k.finish()
+}
+
+/// A [`swiglu_pairs_kernel`] case of `n` outputs.
+pub fn swiglu_pairs_case(n: u32) -> Result<Case, ShapeError> {
+    let grid = grid(n)?;
+    let name = format!("swiglu_pairs/f32/{n}");
+    let mut r = Rng::new(seed(&name));
+    let x = activation_inputs(&mut r, 2 * n as usize);
+    let (gate, up): (Vec<f32>, Vec<f32>) = x.chunks(2).map(|p| (p[0], p[1])).unzip();
+    let want = reference_binary(Binary::Swiglu, &gate, &up)?;
+    Ok(Case::new(name, swiglu_pairs_kernel(), grid)
+        .input("x", Scalar::F32, f32_bytes(&x))
+        .output("y", Scalar::F32, vec![0; n as usize * 4], want)
+        .params(vec![ParamValue::U32(n)]))
+}
+
 /// Buffers: `x` of `from`, `y` of `to`. Params: n, `x_at`, `y_at`: `y[y_at + i] = x[x_at + i]`.
 /// The offsets serve the graph: the KV cache is written at the position of the tokens appended,
 /// and the output head reads the last token's row, offsets a binding cannot always take
@@ -337,6 +368,8 @@ pub fn cases() -> Vec<Case> {
     for (op, t, rows, cols) in binary {
         v.push(binary_case(op, t, rows, cols));
     }
+    // SmolLM2-135M's FFN width, and an odd count.
+    v.extend([1536, 255].map(swiglu_pairs_case));
     // Then SmolLM2-135M's graph: K rows (3 KV heads × 64) of 2 tokens written at position 5 of
     // a cache, and the last of 7 tokens' rows (576 wide) picked for the output head.
     for (from, to, n, x_at, at) in [

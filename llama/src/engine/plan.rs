@@ -108,6 +108,30 @@ impl Engine {
                     n.grid(),
                 )
             }
+            Op::Combine { splits } => {
+                let a = self.split_attention(t, splits);
+                plan(
+                    vec![Tensor::Part],
+                    &[Tensor::Combined],
+                    a.combine_params(),
+                    a.combine_grid(),
+                )
+            }
+            Op::SwigluPairs => plan(
+                vec![Tensor::Raw],
+                &[Tensor::Act],
+                vec![u(c.n_ff)],
+                elementwise::grid(c.n_ff).unwrap_or([1, 1, 1]),
+            ),
+            Op::RopeStore { layer } => {
+                let r = self.rope_store(t);
+                plan(
+                    vec![Tensor::Raw, Tensor::Step, Tensor::Freq],
+                    &[Tensor::QRot, Tensor::KCache(layer), Tensor::VCache(layer)],
+                    r.params(),
+                    r.grid(),
+                )
+            }
             Op::Quantize { x, cols } => plan(
                 vec![x],
                 &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
