@@ -44,8 +44,8 @@ pub enum Tensor {
     Freq,
     Weight(WeightId),
     /// A weight in the CPU's interleaved layout for products with quantized x
-    /// ([`trine_ops::matvec_q8_rows::interleave`]); the same weight's other products (prompt
-    /// steps) read [`Tensor::Weight`].
+    /// ([`trine_ops::matvec_q8_rows::interleave`]). An output head tied to the embedding table
+    /// is held twice: the embedding reads [`Tensor::Weight`] in the file's layout.
     Interleaved(WeightId),
     /// f32 [n_embd]: one token's row after an rms_norm, for a product with quantized x.
     Normed,
@@ -110,10 +110,11 @@ pub enum Op {
         layer: u32,
         splits: u32,
     },
-    /// rms_norm of the one-token row `x` scaled by weight `g`, into [`Tensor::Normed`].
+    /// rms_norm of `tokens` rows of `x` scaled by weight `g`, into [`Tensor::Normed`].
     RmsNorm {
         x: Tensor,
         g: WeightId,
+        tokens: u32,
     },
     /// Attention's partials over `splits` chunks combined into [`Tensor::Combined`].
     Combine {
@@ -126,12 +127,14 @@ pub enum Op {
     RopeStore {
         layer: u32,
     },
-    /// `x` (`cols` wide) quantized into [`Tensor::XqWords`], `XqScales`, `XqSums`.
+    /// `tokens` rows of `x` (`cols` wide) quantized into [`Tensor::XqWords`], `XqScales`,
+    /// `XqSums`.
     Quantize {
         x: Tensor,
         cols: u32,
+        tokens: u32,
     },
-    /// `y = W·x` for one token with x quantized ([`Op::Quantize`]) and W interleaved
+    /// `y = x·Wᵀ` for `tokens` rows of x quantized ([`Op::Quantize`]) and W interleaved
     /// ([`Tensor::Interleaved`]), plus `add` where given: the CPU's product on packed 8-bit
     /// dot products ([`trine_ops::matvec_q8_rows`]).
     MatvecQ8 {
@@ -140,6 +143,7 @@ pub enum Op {
         cols: u32,
         y: Tensor,
         add: Option<Tensor>,
+        tokens: u32,
     },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
@@ -188,13 +192,17 @@ impl Node {
             Op::AttnSplit { splits, .. } => {
                 rows(Tensor::Part, c.n_head * splits * (c.head_dim() + 2))
             }
-            Op::RmsNorm { .. } => (Tensor::Normed, 0..c.n_embd as usize),
-            Op::Combine { .. } => (Tensor::Combined, 0..c.n_embd as usize),
-            Op::SwigluPairs => (Tensor::Act, 0..c.n_ff as usize),
-            Op::RopeStore { .. } => (Tensor::QRot, 0..c.n_embd as usize),
+            Op::RmsNorm { tokens, .. } => (Tensor::Normed, 0..(tokens * c.n_embd) as usize),
+            Op::Combine { .. } => rows(Tensor::Combined, c.n_embd),
+            Op::SwigluPairs => rows(Tensor::Act, c.n_ff),
+            Op::RopeStore { .. } => rows(Tensor::QRot, c.n_embd),
             // The scales stand for the codes, which are not floats.
-            Op::Quantize { cols, .. } => (Tensor::XqScales, 0..(cols / 32) as usize),
-            Op::MatvecQ8 { y, rows, .. } => (y, 0..rows as usize),
+            Op::Quantize { cols, tokens, .. } => {
+                (Tensor::XqScales, 0..(tokens * cols / 32) as usize)
+            }
+            Op::MatvecQ8 {
+                y, rows, tokens, ..
+            } => (y, 0..(tokens * rows) as usize),
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
             Op::Argmax => (Tensor::Token, 0..1),
         }
@@ -229,7 +237,7 @@ fn takes_q8(w: &Weights, id: WeightId) -> bool {
 /// before it and rope with the KV-cache store after it; split attention; the output
 /// projection combining the splits and adding the residual; gate and up with the FFN norm and
 /// SwiGLU; the down projection adding the residual), then the output head with the final norm,
-/// and the greedy token. With `q8` (a CPU's decode steps), every product whose weights allow
+/// and the greedy token. With `q8` (a CPU), every product whose weights allow
 /// ([`takes_q8`]) multiplies x quantized by a node before it ([`Op::Quantize`]), and what the
 /// float products fuse runs as nodes of its own: the rms_norm before ([`Op::RmsNorm`]), the
 /// attention combine before ([`Op::Combine`]), SwiGLU ([`Op::SwigluPairs`]) or rope with the
@@ -267,15 +275,17 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<
             cols: w.tensors[id].cols,
             y,
             add,
+            tokens: t,
         };
         let quantize = |x, id: WeightId| Op::Quantize {
             x,
             cols: w.tensors[id].cols,
+            tokens: t,
         };
-        let q8 = |id| q8 && t == 1 && takes_q8(w, id);
+        let q8 = |id| q8 && takes_q8(w, id);
         if q8(lw.wqkv) {
             let g = lw.attn_norm;
-            node(Op::RmsNorm { x, g }, "attn_norm", at);
+            node(Op::RmsNorm { x, g, tokens: t }, "attn_norm", at);
             node(quantize(Tensor::Normed, lw.wqkv), "attn_qkv_x", at);
             node(q8_product(lw.wqkv, Tensor::Raw, None), "attn_qkv", at);
             node(Op::RopeStore { layer: l }, "rope_store", at);
@@ -301,7 +311,15 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<
         }
         if q8(lw.w_gate_up) {
             let g = lw.ffn_norm;
-            node(Op::RmsNorm { x: mid, g }, "ffn_norm", at);
+            node(
+                Op::RmsNorm {
+                    x: mid,
+                    g,
+                    tokens: t,
+                },
+                "ffn_norm",
+                at,
+            );
             node(quantize(Tensor::Normed, lw.w_gate_up), "ffn_gate_up_x", at);
             node(
                 q8_product(lw.w_gate_up, Tensor::Raw, None),
@@ -340,24 +358,19 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<
         node(Op::PickLast, "last_token", None);
         Tensor::Last
     };
-    if q8 && t == 1 && takes_q8(w, w.output) {
-        let g = w.output_norm;
-        node(Op::RmsNorm { x: last, g }, "output_norm", None);
+    if q8 && takes_q8(w, w.output) {
+        let (g, tokens) = (w.output_norm, 1);
+        node(Op::RmsNorm { x: last, g, tokens }, "output_norm", None);
         let cols = c.n_embd;
-        node(
-            Op::Quantize {
-                x: Tensor::Normed,
-                cols,
-            },
-            "output_x",
-            None,
-        );
+        let x = Tensor::Normed;
+        node(Op::Quantize { x, cols, tokens }, "output_x", None);
         let head = Op::MatvecQ8 {
             w: w.output,
             rows: c.vocab,
             cols,
             y: Tensor::Logits,
             add: None,
+            tokens,
         };
         node(head, "output", None);
     } else {

@@ -37,9 +37,9 @@ pub enum KernelKey {
     RopeStore,
     /// x quantized per block of 32.
     Quantize,
-    /// A one-token product with quantized x, its weights' type, and whether it adds a
-    /// residual.
-    MatvecQ8(WeightType, bool),
+    /// A product with quantized x: its weights' type, whether it adds a residual, and the
+    /// tokens each workgroup takes (one in decode steps, [`CPU_PROMPT_TOKENS`] in prompts).
+    MatvecQ8(WeightType, bool, u32),
     PickLast,
     Argmax,
 }
@@ -80,9 +80,9 @@ impl std::fmt::Display for KernelKey {
             KernelKey::SwigluPairs => f.write_str("swiglu"),
             KernelKey::RopeStore => f.write_str("rope, kv cache store"),
             KernelKey::Quantize => f.write_str("x quantized to q8"),
-            KernelKey::MatvecQ8(ty, add) => {
-                let add = if *add { " (add)" } else { "" };
-                write!(f, "matvec {ty} × q8{add}")
+            KernelKey::MatvecQ8(ty, add, tokens) => {
+                let add = if *add { ", add" } else { "" };
+                write!(f, "matvec {ty} × q8 ({tokens} tokens{add})")
             }
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
@@ -149,7 +149,12 @@ impl KernelKey {
             Op::SwigluPairs => KernelKey::SwigluPairs,
             Op::RopeStore { .. } => KernelKey::RopeStore,
             Op::Quantize { .. } => KernelKey::Quantize,
-            Op::MatvecQ8 { w: id, add, .. } => KernelKey::MatvecQ8(w.tensors[id].ty, add.is_some()),
+            Op::MatvecQ8 {
+                w: id, add, tokens, ..
+            } => {
+                let per = q8_tokens_per_workgroup(tokens);
+                KernelKey::MatvecQ8(w.tensors[id].ty, add.is_some(), per)
+            }
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
         }
@@ -198,7 +203,7 @@ impl KernelKey {
             KernelKey::SwigluPairs => vec![swiglu_pairs_kernel()],
             KernelKey::RopeStore => vec![rope_store::kernel(s.head_dim, RopeMode::Normal, s.kv)?],
             KernelKey::Quantize => vec![matvec_q8::quantize_kernel()],
-            KernelKey::MatvecQ8(ty, add) => vec![matvec_q8_rows::kernel(ty, add)?],
+            KernelKey::MatvecQ8(ty, add, per) => vec![matvec_q8_rows::kernel(ty, add, per)?],
             KernelKey::PickLast => vec![copy_kernel(Float::F32, Float::F32)],
             KernelKey::Argmax => reductions.iter().map(|&r| argmax::kernel(r)).collect(),
         })
@@ -315,6 +320,16 @@ const CPU_PAIRS_MATVEC: (u32, u32, bool) = (4, 32, true);
 /// dequantised once for this many tokens. SmolLM2-135M Q4_1 pp512 on 2 EPYC cores
 /// (2026-11-25, three alternating runs each): 4 tokens 165-168 tokens/s, 8 tokens 177-178.
 const CPU_PROMPT_TOKENS: u32 = 8;
+
+/// Tokens a workgroup of a product with quantized x takes in a step of `tokens`: a prompt's
+/// share one load of each block of codes, as the float products' in pairs do.
+pub fn q8_tokens_per_workgroup(tokens: u32) -> u32 {
+    if tokens > 1 {
+        CPU_PROMPT_TOKENS
+    } else {
+        1
+    }
+}
 
 /// Whether a device holds a weight of type `ty` in pairs of blocks
 /// ([`trine_ops::dequant::pair_blocks`]): CPUs do for the Q4 weights only products read

@@ -17,7 +17,7 @@
 
 use crate::case::*;
 use crate::dequant::f16_finite_bits_to_f32;
-use crate::matvec_q8::{block_dot, block_sum, layout, quantize_x, reference, OP};
+use crate::matvec_q8::{block_dot, block_sum, layout, quantize_x, reference, Q8Activations, OP};
 use crate::shape::ShapeError;
 use trine_gguf::quant::{quantize, WeightType, QK};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
@@ -106,14 +106,23 @@ pub fn interleave(
     Ok(out)
 }
 
-/// The product for `ty` weights in [`interleave`]'s layout. Buffers `w` (U32), `xq`, `xd`,
-/// `xs` (as [`quantize_x`] makes them), with `add` also `r` (F32 `[rows]`, added to the
-/// product: a residual connection), then `y`; parameter `cols`; one workgroup per 16 rows.
-pub fn kernel(ty: WeightType, add: bool) -> Result<Kernel, ShapeError> {
+/// The product for `ty` weights in [`interleave`]'s layout, for `tokens_per_workgroup` tokens
+/// of x at once (a prompt's: each block's codes are loaded once for all of them). Buffers `w`
+/// (U32), `xq`, `xd`, `xs` (as [`quantize_x`] makes them, token after token), with `add` also
+/// `r` (F32 `[tokens × rows]`, added to the product: a residual connection), then `y` (F32
+/// `[tokens × rows]`); parameters `rows`, `cols`, `tokens`; grid [`grid`].
+pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Kernel, ShapeError> {
     layout(ty)?;
+    let tpw = tokens_per_workgroup;
+    crate::support::nonzero(OP, "tokens per workgroup", tpw)?;
     let words = code_words(ty);
-    let suffix = if add { "_add" } else { "" };
-    let name = format!("matvec_q8_{ty}_rows{LANES}{suffix}");
+    let mut name = format!("matvec_q8_{ty}_rows{LANES}");
+    if tpw > 1 {
+        name.push_str(&format!("_t{tpw}"));
+    }
+    if add {
+        name.push_str("_add");
+    }
     let k = KernelBuilder::new(&name, [LANES, 1, 1]);
     let w = k.buffer("w", Scalar::U32, Access::Read);
     let xq = k.buffer("xq", Scalar::U32, Access::Read);
@@ -121,60 +130,96 @@ pub fn kernel(ty: WeightType, add: bool) -> Result<Kernel, ShapeError> {
     let xs = k.buffer("xs", Scalar::F32, Access::Read);
     let r = add.then(|| k.buffer("r", Scalar::F32, Access::Read));
     let y = k.buffer("y", Scalar::F32, Access::Write);
+    let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
+    let tokens = k.param("tokens", Scalar::U32);
     let lid = k.local_index();
     let group = k.workgroup_id(0);
     let blocks = cols / k.u32(QK as u32);
-    let acc = k.var("acc", Scalar::F32);
+    // Token j of the workgroup; the last token stands in for those past the end, whose sums
+    // are not stored.
+    let token = |j: u32| k.workgroup_id(1) * k.u32(tpw) + k.u32(j);
+    let read_token = |j: u32| token(j).min(tokens - k.u32(1));
+    let accs: Vec<_> = (0..tpw).map(|_| k.var("acc", Scalar::F32)).collect();
     k.for_range(k.u32(0), blocks, 1, |b| {
         let base = (group * blocks + b) * k.u32((words + 1) * LANES) + lid;
-        let x: Vec<_> = (0..8)
-            .map(|j| k.load(xq, b * k.u32(8) + k.u32(j)))
-            .collect();
         let codes: Vec<_> = (0..words)
             .map(|j| k.load(w, base + k.u32(j * LANES)))
             .collect();
         let scales = k.load(w, base + k.u32(words * LANES));
         let d = f16_finite_bits_to_f32(&k, scales & k.u32(0xffff));
-        let dot = block_dot(&k, ty, &codes, &x);
-        let dx = k.load(xd, b);
-        let sx = (ty != WeightType::Q8_0).then(|| k.load(xs, b));
         let m = (ty == WeightType::Q4_1).then(|| f16_finite_bits_to_f32(&k, scales >> k.u32(16)));
-        let sum = block_sum(&k, (d, m), (dx, sx), dot);
-        acc.set(acc.get() + sum);
+        for (j, acc) in accs.iter().enumerate() {
+            let xb = read_token(j as u32) * blocks + b;
+            let x: Vec<_> = (0..8)
+                .map(|i| k.load(xq, xb * k.u32(8) + k.u32(i)))
+                .collect();
+            let dot = block_dot(&k, ty, &codes, &x);
+            let dx = k.load(xd, xb);
+            let sx = (ty != WeightType::Q8_0).then(|| k.load(xs, xb));
+            acc.set(acc.get() + block_sum(&k, (d, m), (dx, sx), dot));
+        }
     });
     let row = group * k.u32(LANES) + lid;
-    let sum = r.map_or(acc.get(), |r| acc.get() + k.load(r, row));
-    k.store(y, row, sum);
+    for (j, acc) in accs.iter().enumerate() {
+        let t = token(j as u32);
+        k.if_(t.lt(tokens), || {
+            let at = t * rows + row;
+            let sum = r.map_or(acc.get(), |r| acc.get() + k.load(r, at));
+            k.store(y, at, sum);
+        });
+    }
     Ok(k.finish())
 }
 
-/// A conformance (and bench) case: random weights of `ty` interleaved, random x quantized on
-/// the host.
-pub fn case(ty: WeightType, rows: u32, cols: u32) -> Result<Case, ShapeError> {
-    case_with(ty, rows, cols, false)
+/// The grid of [`kernel`]: a workgroup per 16 rows and `tokens_per_workgroup` tokens.
+pub fn grid(rows: u32, tokens: u32, tokens_per_workgroup: u32) -> [u32; 3] {
+    [
+        rows / LANES,
+        tokens.div_ceil(tokens_per_workgroup.max(1)),
+        1,
+    ]
 }
 
-/// [`case`], with a residual added when `add`.
-pub fn case_with(ty: WeightType, rows: u32, cols: u32, add: bool) -> Result<Case, ShapeError> {
-    let (r, c) = (rows as usize, cols as usize);
+/// A conformance (and bench) case: random weights of `ty` interleaved, random x quantized on
+/// the host, one token.
+pub fn case(ty: WeightType, rows: u32, cols: u32) -> Result<Case, ShapeError> {
+    case_with(ty, rows, cols, false, (1, 1))
+}
+
+/// [`case`] for `tokens` tokens, `per` to a workgroup, with a residual added when `add`.
+pub fn case_with(
+    ty: WeightType,
+    rows: u32,
+    cols: u32,
+    add: bool,
+    (tokens, per): (u32, u32),
+) -> Result<Case, ShapeError> {
+    let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
     check_shape(ty, r, c)?;
-    let kernel = kernel(ty, add)?;
-    let mut rng = Rng::new(u64::from(rows) * 37 + u64::from(cols));
+    crate::support::nonzero(OP, "tokens", tokens)?;
+    let kernel = kernel(ty, add, per)?;
+    let mut rng = Rng::new(u64::from(rows) * 37 + u64::from(cols) + u64::from(tokens));
     let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
-    let x = quantize_x(&rng.f32s(c, -1.0, 1.0));
-    let resid = rng.f32s(r, -1.0, 1.0);
-    let mut want = reference(ty, &w, r, c, &x)?;
+    let xs: Vec<_> = (0..t)
+        .map(|_| quantize_x(&rng.f32s(c, -1.0, 1.0)))
+        .collect();
+    let resid = rng.f32s(r * t, -1.0, 1.0);
+    let mut want = vec![];
+    for x in &xs {
+        want.extend(reference(ty, &w, r, c, x)?);
+    }
+    let cat = |f: fn(&Q8Activations) -> &[u8]| xs.iter().flat_map(f).copied().collect::<Vec<u8>>();
     let suffix = if add { "_add" } else { "" };
     let mut case = Case::new(
-        format!("{OP}/{ty}/{rows}x{cols}/rows{LANES}{suffix}"),
+        format!("{OP}/{ty}/{rows}x{cols}/rows{LANES}/t{tokens}_{per}{suffix}"),
         kernel,
-        [rows / LANES, 1, 1],
+        grid(rows, tokens, per),
     )
     .input("w", Scalar::U32, interleave(ty, &w, r, c)?)
-    .input("xq", Scalar::U32, u32_bytes(&x.words))
-    .input("xd", Scalar::F32, f32_bytes(&x.scales))
-    .input("xs", Scalar::F32, f32_bytes(&x.sums));
+    .input("xq", Scalar::U32, cat(|x| bytemuck::cast_slice(&x.words)))
+    .input("xd", Scalar::F32, cat(|x| bytemuck::cast_slice(&x.scales)))
+    .input("xs", Scalar::F32, cat(|x| bytemuck::cast_slice(&x.sums)));
     if add {
         want.iter_mut()
             .zip(&resid)
@@ -182,8 +227,12 @@ pub fn case_with(ty: WeightType, rows: u32, cols: u32, add: bool) -> Result<Case
         case = case.input("r", Scalar::F32, f32_bytes(&resid));
     }
     Ok(case
-        .output("y", Scalar::F32, vec![0; r * 4], want)
-        .params(vec![ParamValue::U32(cols)]))
+        .output("y", Scalar::F32, vec![0; r * t * 4], want)
+        .params(vec![
+            ParamValue::U32(rows),
+            ParamValue::U32(cols),
+            ParamValue::U32(tokens),
+        ]))
 }
 
 /// Every weight type at one group of rows, at SmolLM2's 576 columns, and at a long row; and
@@ -194,7 +243,9 @@ pub fn cases() -> Vec<Case> {
         for (rows, cols) in [(16, 32), (576, 576), (32, 4096)] {
             out.push(case(ty, rows, cols).expect("valid shapes"));
         }
-        out.push(case_with(ty, 64, 1536, true).expect("valid shapes"));
+        out.push(case_with(ty, 64, 1536, true, (1, 1)).expect("valid shapes"));
+        // A prompt of 11 tokens, 8 to a workgroup: a full workgroup and a partial one.
+        out.push(case_with(ty, 32, 576, true, (11, 8)).expect("valid shapes"));
     }
     out
 }

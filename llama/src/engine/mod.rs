@@ -41,12 +41,13 @@ pub struct EngineOptions {
     /// step was slower than the recorded one it replaces (CUDA 565–851 t/s against 1307,
     /// Vulkan 400–445 against 715), so the CLI and bench leave it off.
     pub fuse: Option<u32>,
-    /// On a CPU, decode steps multiply the down projections and the output head with x
-    /// quantized to 8 bits per block of 32, as llama.cpp multiplies on every device: packed
-    /// dot products (AVX512-VNNI's `vpdpbusd` where the CPU has it) over weights interleaved
-    /// for it, which the CPU then holds twice (prompt steps read the other layout). It moves
-    /// those products by x's quantization, about 4e-6 NMSE. A checker takes the checked
-    /// engine's setting, so both compute the same products.
+    /// On a CPU, every product whose weights allow it (Q8_0, Q4_0, Q4_1 in groups of 16 rows)
+    /// multiplies x quantized to 8 bits per block of 32, as llama.cpp multiplies on every
+    /// device: packed dot products (AVX512-VNNI's `vpdpbusd` where the CPU has it) over
+    /// weights interleaved for them at upload. What the float products fuse (rms_norm, the
+    /// attention combine, rope-store, SwiGLU) then runs as nodes of its own. It moves each
+    /// product by x's quantization, about 4e-6 NMSE. A checker takes the checked engine's
+    /// setting, so both compute the same products.
     pub quantize_x: bool,
 }
 

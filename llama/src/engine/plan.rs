@@ -95,9 +95,9 @@ impl Engine {
                     a.grid(),
                 )
             }
-            Op::RmsNorm { x, g } => {
+            Op::RmsNorm { x, g, tokens } => {
                 let n = RmsNorm {
-                    rows: 1,
+                    rows: tokens,
                     cols: c.n_embd,
                     eps: c.rms_eps,
                 };
@@ -120,8 +120,8 @@ impl Engine {
             Op::SwigluPairs => plan(
                 vec![Tensor::Raw],
                 &[Tensor::Act],
-                vec![u(c.n_ff)],
-                elementwise::grid(c.n_ff).unwrap_or([1, 1, 1]),
+                vec![u(t * c.n_ff)],
+                elementwise::grid(t * c.n_ff).unwrap_or([1, 1, 1]),
             ),
             Op::RopeStore { layer } => {
                 let r = self.rope_store(t);
@@ -132,11 +132,11 @@ impl Engine {
                     r.grid(),
                 )
             }
-            Op::Quantize { x, cols } => plan(
+            Op::Quantize { x, cols, tokens } => plan(
                 vec![x],
                 &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
-                vec![u(cols / 32)],
-                matvec_q8::quantize_grid(cols / 32),
+                vec![u(tokens * cols / 32)],
+                matvec_q8::quantize_grid(tokens * cols / 32),
             ),
             Op::MatvecQ8 {
                 w: wid,
@@ -144,7 +144,9 @@ impl Engine {
                 cols,
                 y,
                 add,
+                tokens,
             } => {
+                let per = crate::kernels::q8_tokens_per_workgroup(tokens);
                 let mut inputs = vec![
                     Tensor::Interleaved(wid),
                     Tensor::XqWords,
@@ -155,8 +157,8 @@ impl Engine {
                 plan(
                     inputs,
                     &[y],
-                    vec![u(cols)],
-                    [rows / matvec_q8_rows::LANES, 1, 1],
+                    vec![u(rows), u(cols), u(tokens)],
+                    matvec_q8_rows::grid(rows, tokens, per),
                 )
             }
             Op::PickLast => plan(

@@ -111,12 +111,12 @@ impl Engine {
                 let blocks = t.rows as u64 * t.cols as u64 / 32;
                 blocks * matvec_q8_rows::interleaved_block_bytes(t.ty) as u64
             }
-            Tensor::Normed | Tensor::Combined => f32s(c.n_embd as u64),
+            Tensor::Normed | Tensor::Combined => f32s(b * c.n_embd as u64),
             // Gate and up stacked, or the stacked QKV rows, whichever is wider.
-            Tensor::Raw => f32s((2 * c.n_ff).max(c.n_embd + 2 * c.kv_dim()) as u64),
+            Tensor::Raw => f32s(b * (2 * c.n_ff).max(c.n_embd + 2 * c.kv_dim()) as u64),
             // The widest product input: the residual stream or the FFN's activation.
-            Tensor::XqWords => f32s(c.n_embd.max(c.n_ff) as u64 / 4),
-            Tensor::XqScales | Tensor::XqSums => f32s(c.n_embd.max(c.n_ff) as u64 / 32),
+            Tensor::XqWords => f32s(b * c.n_embd.max(c.n_ff) as u64 / 4),
+            Tensor::XqScales | Tensor::XqSums => f32s(b * c.n_embd.max(c.n_ff) as u64 / 32),
         }
     }
 
