@@ -192,6 +192,22 @@ fn the_cross_check_names_the_first_op_that_goes_wrong() {
     }
 }
 
+/// A GPU can check a CPU whose products take quantized x: it compiles and runs the CPU's nodes
+/// (the quantizing ones, the products on interleaved weights, the nodes the float products
+/// fuse), prompt and decode steps alike, and every node agrees within its bound.
+#[test]
+fn a_gpu_checks_a_cpu_that_quantizes_x() {
+    let model = tiny();
+    let main = Engine::new(model, cpu(), SIZES).unwrap();
+    let checker = main.checker(Faulty::gpu()).unwrap();
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    assert_eq!(session.checks.len(), 3);
+    for c in &session.checks {
+        assert!(c.first_over_bound.is_none(), "{c:?}");
+    }
+}
+
 /// A device whose output head (the Q8_0 product, on float x in prompts and on quantized x in
 /// the CPU's decode steps) is off by one part in 10⁴ everywhere (NMSE 1e-8), or whose
 /// attention is off by one part in 100 (NMSE 1e-4), is named at the first node it spoils:

@@ -122,9 +122,14 @@ impl Engine {
         };
         let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
         // The kernels of a decode step and of the largest prompt step, with both split counts
-        // of decode attention: a CPU checking a GPU's nodes runs the GPU's.
+        // of decode attention: a CPU checking a GPU's nodes runs the GPU's. A GPU checking a
+        // CPU that quantizes x runs the CPU's nodes, prompts' included.
         let mut keys: Vec<KernelKey> = vec![];
-        for (tokens, on_gpu) in [(1, true), (1, false), (options.max_batch, gpu)] {
+        let mut builds = vec![(1, true), (1, false), (options.max_batch, gpu)];
+        if q8 && gpu {
+            builds.push((options.max_batch, false));
+        }
+        for (tokens, on_gpu) in builds {
             let q8 = q8 && !on_gpu;
             let nodes = graph::build(c, &model.weights, Step { tokens, pos: 0 }, on_gpu, q8);
             keys.extend(
