@@ -98,6 +98,12 @@ pub(crate) trait Spelling {
     fn wide_indices(&self) -> bool {
         false
     }
+    /// Whether [`BinaryOp::Dot4I8`] with one operand known to hold non-negative bytes calls
+    /// `trine_dot4u8i8(that operand, the other)`: the same value, which a dialect may compute
+    /// with fewer instructions (x86's `vpdpbusd` multiplies unsigned bytes by signed ones).
+    fn mixed_dot4(&self) -> bool {
+        false
+    }
     /// With [`Spelling::wide_indices`], the 64-bit value of a builtin that is itself a sum
     /// (the global id), for its shadow; `None` for the others.
     fn wide_builtin(&self, _b: Builtin, _workgroup_size: [u32; 3]) -> Option<String> {
@@ -500,6 +506,24 @@ impl<'a, S: Spelling> Printer<'a, S> {
         Some(format!("{} {op} {}", self.wide(lhs), self.wide(rhs)))
     }
 
+    /// Whether every byte of expression `id` is below 128 for certain: a mask by a literal
+    /// without any byte's top bit (a Q4 block's nibbles, `codes & 0x0f0f0f0f`), so that its
+    /// bytes read as signed or unsigned are the same.
+    fn small_bytes(&self, id: ExprId) -> bool {
+        let literal = |e: ExprId| match *self.kernel.expr(e) {
+            Expr::Literal(Literal::U32(c)) => c & 0x8080_8080 == 0,
+            _ => false,
+        };
+        match *self.kernel.expr(id) {
+            Expr::Binary {
+                op: BinaryOp::And,
+                lhs,
+                rhs,
+            } => literal(lhs) || literal(rhs),
+            _ => false,
+        }
+    }
+
     /// The right-hand side that computes expression `id`.
     fn expr(&self, id: ExprId) -> String {
         let (k, s, info) = (self.kernel, self.spelling, self.info);
@@ -525,6 +549,18 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 format!("{}[{}]", shared_name(k, array), self.index(index))
             }
             Expr::Unary { op, arg } => unary(s, op, info.ty(arg), &e(arg)),
+            Expr::Binary {
+                op: BinaryOp::Dot4I8,
+                lhs,
+                rhs,
+            } if s.mixed_dot4() && (self.small_bytes(lhs) || self.small_bytes(rhs)) => {
+                let (u, v) = if self.small_bytes(lhs) {
+                    (lhs, rhs)
+                } else {
+                    (rhs, lhs)
+                };
+                format!("trine_dot4u8i8({}, {})", e(u), e(v))
+            }
             Expr::Binary { op, lhs, rhs } => binary(s, op, info.ty(lhs), &e(lhs), &e(rhs)),
             Expr::Fma { a, b, c } => {
                 let ty = info.ty(a);

@@ -30,6 +30,8 @@ pub(super) const HELPERS: &[&str] = &[
     "trine_dot4u8",
     "trine_dot4i8_one",
     "trine_dot4u8_one",
+    "trine_dot4u8i8",
+    "trine_dot4u8i8_one",
 ];
 
 const BASE: &str = r#"#include <math.h>
@@ -91,10 +93,21 @@ TRINE_FN trine_f16 trine_h_bits(uint16_t b) { trine_f16 h; memcpy(&h, &b, 2); re
 /// with `-fopenmp-simd`) with a 16-lane version written with it, which a loop over
 /// invocations calls once per 16 of them; the one-lane versions (a loop's remainder) are the
 /// byte products under the same names. `vpdpbusd` multiplies unsigned bytes by signed ones,
-/// so each product moves one side by 128 and takes the moved part back out.
+/// so the signed and the unsigned product each move one side by 128 and take the moved part
+/// back out; `trine_dot4u8i8`, the signed product where the lowering knows one side's bytes
+/// are below 128 (`Spelling::mixed_dot4`), is the instruction alone.
 fn dot4(out: &mut String) {
     let bytes_i8 = crate::c_family::dot4_bytes(true, "a", "b");
     let bytes_u8 = crate::c_family::dot4_bytes(false, "a", "b");
+    let bytes_u8i8: Vec<String> = (0..4)
+        .map(|k| {
+            format!(
+                "(int)((a >> {s}u) & 255u) * (int)(signed char)(b >> {s}u)",
+                s = 8 * k
+            )
+        })
+        .collect();
+    let bytes_u8i8 = format!("({})", bytes_u8i8.join(" + "));
     let _ = write!(
         out,
         r#"#if defined(__AVX512F__) && defined(__AVX512VNNI__)
@@ -108,6 +121,10 @@ TRINE_HIDDEN int trine_dot4i8_one(uint32_t a, uint32_t b) __asm__("trine_dot4i8"
 TRINE_HIDDEN int trine_dot4i8_one(uint32_t a, uint32_t b) {{ return {bytes_i8}; }}
 TRINE_HIDDEN uint32_t trine_dot4u8_one(uint32_t a, uint32_t b) __asm__("trine_dot4u8");
 TRINE_HIDDEN uint32_t trine_dot4u8_one(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
+#pragma omp declare simd notinbranch simdlen(16)
+TRINE_HIDDEN __attribute__((const)) int trine_dot4u8i8(uint32_t a, uint32_t b);
+TRINE_HIDDEN int trine_dot4u8i8_one(uint32_t a, uint32_t b) __asm__("trine_dot4u8i8");
+TRINE_HIDDEN int trine_dot4u8i8_one(uint32_t a, uint32_t b) {{ return {bytes_u8i8}; }}
 /* GCC's name for the 16-lane AVX-512 version of a two-argument function. */
 TRINE_HIDDEN __m512i _ZGVeN16vv_trine_dot4i8(__m512i a, __m512i b) {{
     const __m512i m = _mm512_set1_epi32((int)0x80808080u), z = _mm512_setzero_si512();
@@ -117,7 +134,11 @@ TRINE_HIDDEN __m512i _ZGVeN16vv_trine_dot4u8(__m512i a, __m512i b) {{
     const __m512i m = _mm512_set1_epi32((int)0x80808080u), z = _mm512_setzero_si512();
     return _mm512_sub_epi32(_mm512_dpbusd_epi32(z, a, _mm512_xor_si512(b, m)), _mm512_dpbusd_epi32(z, a, m));
 }}
+TRINE_HIDDEN __m512i _ZGVeN16vv_trine_dot4u8i8(__m512i a, __m512i b) {{
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b);
+}}
 #else
+TRINE_FN int trine_dot4u8i8(uint32_t a, uint32_t b) {{ return {bytes_u8i8}; }}
 TRINE_FN int trine_dot4i8(uint32_t a, uint32_t b) {{ return {bytes_i8}; }}
 TRINE_FN uint32_t trine_dot4u8(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
 #endif

@@ -102,6 +102,12 @@ impl Spelling for C {
         true
     }
 
+    /// The prelude's `trine_dot4u8i8` is one `vpdpbusd` where the CPU has AVX512-VNNI, a
+    /// third of the signed product's instructions.
+    fn mixed_dot4(&self) -> bool {
+        true
+    }
+
     /// A global id is `wg * size + lid`: as a 32-bit sum that may wrap, GCC will not vectorise
     /// a loop that indexes with it and calls a function's vector version (it picks 64-bit
     /// lanes and finds no version of that width).

@@ -35,17 +35,21 @@ pub fn kernel() -> Kernel {
     k.finish()
 }
 
-/// `si[i] = dot4i8(a[i], b[i])`, `su[i] = dot4u8(a[i], b[i])` over whole workgroups.
+/// `si[i] = dot4i8(a[i], b[i])`, `su[i] = dot4u8(a[i], b[i])` and `sm[i] = dot4i8(a[i] &
+/// 0x7f7f7f7f, b[i])` over whole workgroups: the last has one side's bytes below 128, which
+/// the C lowering multiplies as unsigned by signed bytes (`vpdpbusd` alone, on AVX512-VNNI).
 pub fn lanes_kernel() -> Kernel {
     let k = KernelBuilder::new("dot4_lanes", [WG, 1, 1]);
     let a = k.buffer("a", Scalar::U32, Access::Read);
     let b = k.buffer("b", Scalar::U32, Access::Read);
     let si = k.buffer("si", Scalar::I32, Access::Write);
     let su = k.buffer("su", Scalar::U32, Access::Write);
+    let sm = k.buffer("sm", Scalar::I32, Access::Write);
     let i = k.global_id(0);
     let (x, y) = (k.load(a, i), k.load(b, i));
     k.store(si, i, x.dot4_i8(y));
     k.store(su, i, x.dot4_u8(y));
+    k.store(sm, i, (x & k.u32(0x7f7f_7f7f)).dot4_i8(y));
     k.finish()
 }
 
@@ -90,6 +94,16 @@ pub fn cases() -> Vec<Case> {
             Scalar::U32,
             vec![0; lanes * 4],
             each.iter().map(|r| r.1 as f64).collect(),
+        )
+        .output(
+            "sm",
+            Scalar::I32,
+            vec![0; lanes * 4],
+            a[..lanes]
+                .iter()
+                .zip(&b[..lanes])
+                .map(|(x, y)| reference(&[x & 0x7f7f_7f7f], &[*y]).0 as f64)
+                .collect(),
         )
         .bound(NMSE_EXACT);
     let rows: Vec<(i64, u64)> = a
