@@ -237,7 +237,8 @@ fn takes_q8(w: &Weights, id: WeightId) -> bool {
 /// before it and rope with the KV-cache store after it; split attention; the output
 /// projection combining the splits and adding the residual; gate and up with the FFN norm and
 /// SwiGLU; the down projection adding the residual), then the output head with the final norm,
-/// and the greedy token. With `q8` (a CPU), every product whose weights allow
+/// and the greedy token. With `q8` (`EngineOptions::takes_quantized_x`), every product whose
+/// weights allow
 /// ([`takes_q8`]) multiplies x quantized by a node before it ([`Op::Quantize`]), and what the
 /// float products fuse runs as nodes of its own: the rms_norm before ([`Op::RmsNorm`]), the
 /// attention combine before ([`Op::Combine`]), SwiGLU ([`Op::SwigluPairs`]) or rope with the

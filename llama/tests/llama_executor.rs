@@ -208,6 +208,29 @@ fn a_gpu_checks_a_cpu_that_quantizes_x() {
     }
 }
 
+/// A GPU's prompt steps take quantized x and its decode steps the fused float products; a
+/// CPU checking it runs the same nodes and agrees at every one.
+#[test]
+fn a_gpus_prompts_take_quantized_x_and_its_decode_steps_do_not() {
+    let model = tiny();
+    let main = Engine::new(model, Faulty::gpu(), SIZES).unwrap();
+    let q8 = |tokens| {
+        main.graph(trine_llama::graph::Step { tokens, pos: 0 })
+            .iter()
+            .filter(|n| matches!(n.op, trine_llama::graph::Op::MatvecQ8 { .. }))
+            .count()
+    };
+    // Four products per layer and the head.
+    assert_eq!(q8(5), 4 * TINY.n_layer as usize + 1);
+    assert_eq!(q8(1), 0);
+    let checker = main.checker(cpu()).unwrap();
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    for c in &session.checks {
+        assert!(c.first_over_bound.is_none(), "{c:?}");
+    }
+}
+
 /// A device whose output head (the Q8_0 product, on float x in prompts and on quantized x in
 /// the CPU's decode steps) is off by one part in 10⁴ everywhere (NMSE 1e-8), or whose
 /// attention is off by one part in 100 (NMSE 1e-4), is named at the first node it spoils:

@@ -41,14 +41,25 @@ pub struct EngineOptions {
     /// step was slower than the recorded one it replaces (CUDA 565–851 t/s against 1307,
     /// Vulkan 400–445 against 715), so the CLI and bench leave it off.
     pub fuse: Option<u32>,
-    /// On a CPU, every product whose weights allow it (Q8_0, Q4_0, Q4_1 in groups of 16 rows)
-    /// multiplies x quantized to 8 bits per block of 32, as llama.cpp multiplies on every
-    /// device: packed dot products (AVX512-VNNI's `vpdpbusd` where the CPU has it) over
-    /// weights interleaved for them at upload. What the float products fuse (rms_norm, the
-    /// attention combine, rope-store, SwiGLU) then runs as nodes of its own. It moves each
-    /// product by x's quantization, about 4e-6 NMSE. A checker takes the checked engine's
-    /// setting, so both compute the same products.
+    /// Products whose weights allow it (Q8_0, Q4_0, Q4_1 in groups of 16 rows) multiply x
+    /// quantized to 8 bits per block of 32, as llama.cpp multiplies: packed dot products
+    /// (AVX512-VNNI's `vpdpbusd` on a CPU that has it, `dp4a` on NVIDIA) over weights
+    /// interleaved for them at upload ([`EngineOptions::takes_quantized_x`]: every step on a
+    /// CPU, prompt steps on a GPU). What the float products fuse (rms_norm, the attention
+    /// combine, rope-store, SwiGLU) then runs as nodes of its own. It moves each product by
+    /// x's quantization, about 4e-6 NMSE. A checker takes the checked engine's setting, so
+    /// both compute the same products.
     pub quantize_x: bool,
+}
+
+impl EngineOptions {
+    /// Whether a step of `tokens` on a GPU (`gpu`) or a CPU takes quantized x: on a CPU every
+    /// step (its products were 1.7–4× faster so on 2 EPYC cores), on a GPU prompt steps only
+    /// (SmolLM2-shaped pp512 on an H100 twice as fast, 2026-11-25), since a decode step there
+    /// is a chain of launches, which the float products' fusions keep short.
+    pub fn takes_quantized_x(&self, gpu: bool, tokens: u32) -> bool {
+        self.quantize_x && (!gpu || tokens > 1)
+    }
 }
 
 /// A tensor's buffers, one slot per device, and which of them hold its current value.
@@ -86,28 +97,21 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Engine, ModelError> {
         let kv = crate::kernels::kv_type(backend.info());
-        let q8 =
-            options.quantize_x && backend.info().device_type == trine_backends::DeviceType::Cpu;
-        Engine::with_kv(model, backend, options, kv, q8)
+        Engine::with_kv(model, backend, options, kv)
     }
 
     /// An engine on `backend` that can check this one node by node ([`crate::Session::new`]):
     /// the same model, sizes and KV cache type, whatever `backend` would pick, since it takes
-    /// this engine's caches as they are; and the kernels of this engine's products with
-    /// quantized x where it runs them.
+    /// this engine's caches as they are.
     pub fn checker(&self, backend: Arc<dyn Backend>) -> Result<Engine, ModelError> {
-        let q8 = self.options.quantize_x && !self.gpu;
-        Engine::with_kv(self.model.clone(), backend, self.options, self.shape.kv, q8)
+        Engine::with_kv(self.model.clone(), backend, self.options, self.shape.kv)
     }
 
-    /// `q8`: whether a CPU's decode graph, among the graphs whose kernels are compiled here,
-    /// takes quantized x (the engine's own, or the one it checks).
     fn with_kv(
         model: Arc<Model>,
         backend: Arc<dyn Backend>,
         options: EngineOptions,
         kv: Float,
-        q8: bool,
     ) -> Result<Engine, ModelError> {
         let c = &model.config;
         if options.context == 0 || options.max_batch == 0 || options.max_batch > options.context {
@@ -121,22 +125,22 @@ impl Engine {
             head_dim: c.head_dim(),
         };
         let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
-        // The kernels of a decode step and of the largest prompt step, with both split counts
-        // of decode attention: a CPU checking a GPU's nodes runs the GPU's. A GPU checking a
-        // CPU that quantizes x runs the CPU's nodes, prompts' included.
+        // The kernels of a decode step and of the largest prompt step as a GPU and as a CPU
+        // builds them: a CPU checking a GPU's nodes runs the GPU's (decode attention split
+        // over chunks of the keys), and a GPU checking a CPU runs the CPU's (every product on
+        // quantized x).
         let mut keys: Vec<KernelKey> = vec![];
-        let mut builds = vec![(1, true), (1, false), (options.max_batch, gpu)];
-        if q8 && gpu {
-            builds.push((options.max_batch, false));
-        }
-        for (tokens, on_gpu) in builds {
-            let q8 = q8 && !on_gpu;
-            let nodes = graph::build(c, &model.weights, Step { tokens, pos: 0 }, on_gpu, q8);
-            keys.extend(
-                nodes
-                    .iter()
-                    .map(|n| KernelKey::of(&n.op, &model.weights, shape)),
-            );
+        for tokens in [1, options.max_batch] {
+            for on_gpu in [true, false] {
+                let q8 = options.takes_quantized_x(on_gpu, tokens);
+                let step = Step { tokens, pos: 0 };
+                let nodes = graph::build(c, &model.weights, step, on_gpu, q8);
+                keys.extend(
+                    nodes
+                        .iter()
+                        .map(|n| KernelKey::of(&n.op, &model.weights, shape)),
+                );
+            }
         }
         let placement = Placement::new(backend, &keys, shape)?;
         let engine = Engine {
@@ -191,7 +195,7 @@ impl Engine {
     /// The nodes of step `s` on this executor's devices.
     pub fn graph(&self, s: Step) -> Vec<Node> {
         let c = &self.model.config;
-        let q8 = !self.gpu && self.options.quantize_x;
+        let q8 = self.options.takes_quantized_x(self.gpu, s.tokens);
         graph::build(c, &self.model.weights, s, self.gpu, q8)
     }
 
