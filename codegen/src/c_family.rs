@@ -45,19 +45,56 @@ pub(crate) enum Intrinsic {
     Pow,
 }
 
+/// How a packed dot product reads the bytes of its two words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ByteSigns {
+    /// Both signed ([`BinaryOp::Dot4I8`]).
+    Signed,
+    /// Both unsigned ([`BinaryOp::Dot4U8`]).
+    Unsigned,
+    /// The first unsigned, the second signed: a signed product whose first word's bytes are
+    /// known to be below 128 (see [`Spelling::mixed_dot4`]).
+    UnsignedBySigned,
+}
+
 /// A packed dot product of two `unsigned int` expressions as the four byte products, which GCC
 /// and clang keep exact (a conversion to `signed char` wraps on both).
-pub(crate) fn dot4_bytes(signed: bool, a: &str, b: &str) -> String {
+pub(crate) fn dot4_bytes(signs: ByteSigns, a: &str, b: &str) -> String {
     let term = |k: u32| {
         let s = 8 * k;
-        if signed {
-            format!("(int)(signed char)({a} >> {s}u) * (int)(signed char)({b} >> {s}u)")
-        } else {
-            format!("(({a} >> {s}u) & 255u) * (({b} >> {s}u) & 255u)")
+        match signs {
+            ByteSigns::Signed => {
+                format!("(int)(signed char)({a} >> {s}u) * (int)(signed char)({b} >> {s}u)")
+            }
+            ByteSigns::Unsigned => format!("(({a} >> {s}u) & 255u) * (({b} >> {s}u) & 255u)"),
+            ByteSigns::UnsignedBySigned => {
+                format!("(int)(({a} >> {s}u) & 255u) * (int)(signed char)({b} >> {s}u)")
+            }
         }
     };
     let terms: Vec<String> = (0..4).map(term).collect();
     format!("({})", terms.join(" + "))
+}
+
+/// Whether the kernel has packed dot products, whose helpers a prelude then defines.
+pub(crate) fn uses_dot4(k: &Kernel) -> bool {
+    k.exprs.iter().any(|e| {
+        matches!(
+            e,
+            Expr::Binary {
+                op: BinaryOp::Dot4I8 | BinaryOp::Dot4U8,
+                ..
+            }
+        )
+    })
+}
+
+/// Whether the kernel computes or stores f16 anywhere, so that a prelude defines its type.
+pub(crate) fn uses_f16(k: &Kernel, info: &Info) -> bool {
+    info.types.contains(&Scalar::F16)
+        || k.buffers.iter().any(|b| b.elem == Scalar::F16)
+        || k.shared.iter().any(|s| s.elem == Scalar::F16)
+        || k.vars.iter().any(|v| v.ty == Scalar::F16)
 }
 
 /// What a C dialect spells its own way.
@@ -524,6 +561,18 @@ impl<'a, S: Spelling> Printer<'a, S> {
         }
     }
 
+    /// The operands of a signed packed dot product, the one with bytes below 128 for certain
+    /// first, where one has them ([`Printer::small_bytes`]); the product is symmetric.
+    fn unsigned_first(&self, lhs: ExprId, rhs: ExprId) -> Option<(ExprId, ExprId)> {
+        if self.small_bytes(lhs) {
+            Some((lhs, rhs))
+        } else if self.small_bytes(rhs) {
+            Some((rhs, lhs))
+        } else {
+            None
+        }
+    }
+
     /// The right-hand side that computes expression `id`.
     fn expr(&self, id: ExprId) -> String {
         let (k, s, info) = (self.kernel, self.spelling, self.info);
@@ -549,19 +598,15 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 format!("{}[{}]", shared_name(k, array), self.index(index))
             }
             Expr::Unary { op, arg } => unary(s, op, info.ty(arg), &e(arg)),
-            Expr::Binary {
-                op: BinaryOp::Dot4I8,
-                lhs,
-                rhs,
-            } if s.mixed_dot4() && (self.small_bytes(lhs) || self.small_bytes(rhs)) => {
-                let (u, v) = if self.small_bytes(lhs) {
-                    (lhs, rhs)
-                } else {
-                    (rhs, lhs)
-                };
-                format!("trine_dot4u8i8({}, {})", e(u), e(v))
+            Expr::Binary { op, lhs, rhs } => {
+                let mixed = (op == BinaryOp::Dot4I8 && s.mixed_dot4())
+                    .then(|| self.unsigned_first(lhs, rhs))
+                    .flatten();
+                match mixed {
+                    Some((u, v)) => format!("trine_dot4u8i8({}, {})", e(u), e(v)),
+                    None => binary(s, op, info.ty(lhs), &e(lhs), &e(rhs)),
+                }
             }
-            Expr::Binary { op, lhs, rhs } => binary(s, op, info.ty(lhs), &e(lhs), &e(rhs)),
             Expr::Fma { a, b, c } => {
                 let ty = info.ty(a);
                 let [x, y, z] = [a, b, c].map(|v| widen(ty, &e(v)));

@@ -156,20 +156,7 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
         )));
     }
 
-    let f16 = info.types.contains(&Scalar::F16)
-        || k.buffers.iter().any(|b| b.elem == Scalar::F16)
-        || k.shared.iter().any(|s| s.elem == Scalar::F16)
-        || k.vars.iter().any(|v| v.ty == Scalar::F16);
-    let dot4 = k.exprs.iter().any(|e| {
-        matches!(
-            e,
-            trine_ir::Expr::Binary {
-                op: trine_ir::BinaryOp::Dot4I8 | trine_ir::BinaryOp::Dot4U8,
-                ..
-            }
-        )
-    });
-    let mut out = prelude::prelude(f16, dot4);
+    let mut out = prelude::prelude(c_family::uses_f16(k, &info), c_family::uses_dot4(k));
     out.push('\n');
     let _ = writeln!(
         out,

@@ -1,5 +1,6 @@
 //! The text before the kernel: headers and the `trine_*` helpers the printer's output calls.
 
+use crate::c_family::{dot4_bytes, ByteSigns};
 use std::fmt::Write;
 
 /// Every helper the prelude defines; a kernel whose entry symbol `trine_NAME` would equal one
@@ -97,17 +98,10 @@ TRINE_FN trine_f16 trine_h_bits(uint16_t b) { trine_f16 h; memcpy(&h, &b, 2); re
 /// back out; `trine_dot4u8i8`, the signed product where the lowering knows one side's bytes
 /// are below 128 (`Spelling::mixed_dot4`), is the instruction alone.
 fn dot4(out: &mut String) {
-    let bytes_i8 = crate::c_family::dot4_bytes(true, "a", "b");
-    let bytes_u8 = crate::c_family::dot4_bytes(false, "a", "b");
-    let bytes_u8i8: Vec<String> = (0..4)
-        .map(|k| {
-            format!(
-                "(int)((a >> {s}u) & 255u) * (int)(signed char)(b >> {s}u)",
-                s = 8 * k
-            )
-        })
-        .collect();
-    let bytes_u8i8 = format!("({})", bytes_u8i8.join(" + "));
+    let bytes = |signs| dot4_bytes(signs, "a", "b");
+    let bytes_i8 = bytes(ByteSigns::Signed);
+    let bytes_u8 = bytes(ByteSigns::Unsigned);
+    let bytes_u8i8 = bytes(ByteSigns::UnsignedBySigned);
     let _ = write!(
         out,
         r#"#if defined(__AVX512F__) && defined(__AVX512VNNI__)

@@ -18,7 +18,7 @@ mod prelude;
 use crate::c_family::{self, Intrinsic, Printer, Spelling};
 use crate::CodegenError;
 use std::fmt::Write;
-use trine_ir::{Builtin, Kernel, Scalar};
+use trine_ir::{Builtin, Kernel};
 
 /// The C++ dialect to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,24 +37,12 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     let info = crate::validated(kernel)?;
     check_name(&kernel.name)?;
     let k = kernel;
-    let f16 = info.types.contains(&Scalar::F16)
-        || k.buffers.iter().any(|b| b.elem == Scalar::F16)
-        || k.shared.iter().any(|s| s.elem == Scalar::F16)
-        || k.vars.iter().any(|v| v.ty == Scalar::F16);
     let needs = prelude::Needs {
-        f16,
+        f16: c_family::uses_f16(k, &info),
         subgroup: k.capabilities.subgroup,
         grid_sync: k.capabilities.grid_sync,
         prior_grid: dialect == Dialect::Cuda && !k.capabilities.grid_sync,
-        dot4: k.exprs.iter().any(|e| {
-            matches!(
-                e,
-                trine_ir::Expr::Binary {
-                    op: trine_ir::BinaryOp::Dot4I8 | trine_ir::BinaryOp::Dot4U8,
-                    ..
-                }
-            )
-        }),
+        dot4: c_family::uses_dot4(k),
     };
     let mut out = prelude::prelude(dialect, needs);
     if !out.is_empty() {

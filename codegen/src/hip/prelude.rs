@@ -3,7 +3,7 @@
 //! kernels without f16.
 
 use super::Dialect;
-use crate::c_family::{binary, dot4_bytes, shuffle_fn, subgroup_fn, value_type};
+use crate::c_family::{binary, dot4_bytes, shuffle_fn, subgroup_fn, value_type, ByteSigns};
 use std::fmt::Write;
 use trine_ir::{BinaryOp, Scalar, SubgroupOp};
 
@@ -133,11 +133,11 @@ __device__ __forceinline__ unsigned int trine_dot4u8(unsigned int a, unsigned in
 /// The packed dot products as the C lowering's four byte products: `__builtin_amdgcn_sdot4`
 /// exists only on some targets (not gfx1013 or gfx90c), and one text serves every arch.
 fn dot4_hip(out: &mut String) {
-    for (signed, t, f) in [
-        (true, "int", "trine_dot4i8"),
-        (false, "unsigned int", "trine_dot4u8"),
+    for (signs, t, f) in [
+        (ByteSigns::Signed, "int", "trine_dot4i8"),
+        (ByteSigns::Unsigned, "unsigned int", "trine_dot4u8"),
     ] {
-        let body = dot4_bytes(signed, "a", "b");
+        let body = dot4_bytes(signs, "a", "b");
         let _ = writeln!(
             out,
             "{FN} {t} {f}(unsigned int a, unsigned int b) {{ return {body}; }}"
