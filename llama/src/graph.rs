@@ -224,8 +224,8 @@ pub fn attention_splits(tokens: u32, gpu: bool) -> u32 {
     }
 }
 
-/// Whether a decode step on a CPU multiplies weight `id` with quantized x
-/// ([`Op::MatvecQ8`]): the types that product takes, in whole groups of its rows.
+/// Whether a step on quantized x multiplies weight `id` so ([`Op::MatvecQ8`]): the types
+/// that product takes, in whole groups of its rows.
 fn takes_q8(w: &Weights, id: WeightId) -> bool {
     let t = &w.tensors[id];
     matches!(t.ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_1)
@@ -233,14 +233,34 @@ fn takes_q8(w: &Weights, id: WeightId) -> bool {
         && t.cols.is_multiple_of(32)
 }
 
+/// The product of weight `id` with `tokens` rows of quantized x ([`Op::Quantize`]) into `y`.
+fn q8_product(w: &Weights, id: WeightId, y: Tensor, add: Option<Tensor>, tokens: u32) -> Op {
+    Op::MatvecQ8 {
+        w: id,
+        rows: w.tensors[id].rows,
+        cols: w.tensors[id].cols,
+        y,
+        add,
+        tokens,
+    }
+}
+
+/// `tokens` rows of `x` quantized for a product with weight `id`.
+fn quantize(w: &Weights, x: Tensor, id: WeightId, tokens: u32) -> Op {
+    Op::Quantize {
+        x,
+        cols: w.tensors[id].cols,
+        tokens,
+    }
+}
+
 /// The nodes of one step: five per layer (a fused QKV projection with the attention norm
 /// before it and rope with the KV-cache store after it; split attention; the output
 /// projection combining the splits and adding the residual; gate and up with the FFN norm and
 /// SwiGLU; the down projection adding the residual), then the output head with the final norm,
 /// and the greedy token. With `q8` (`EngineOptions::takes_quantized_x`), every product whose
-/// weights allow
-/// ([`takes_q8`]) multiplies x quantized by a node before it ([`Op::Quantize`]), and what the
-/// float products fuse runs as nodes of its own: the rms_norm before ([`Op::RmsNorm`]), the
+/// weights allow ([`takes_q8`]) multiplies x quantized by a node before it ([`Op::Quantize`]),
+/// and what the float products fuse runs as nodes of its own: the rms_norm before ([`Op::RmsNorm`]), the
 /// attention combine before ([`Op::Combine`]), SwiGLU ([`Op::SwigluPairs`]) or rope with the
 /// KV-cache store ([`Op::RopeStore`]) after; the residual add stays in the product.
 pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<Node> {
@@ -269,20 +289,8 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<
             prologue,
             epilogue,
         };
-        // A product with quantized x of weight `id` (x already quantized) into `y`.
-        let q8_product = |id: WeightId, y, add| Op::MatvecQ8 {
-            w: id,
-            rows: w.tensors[id].rows,
-            cols: w.tensors[id].cols,
-            y,
-            add,
-            tokens: t,
-        };
-        let quantize = |x, id: WeightId| Op::Quantize {
-            x,
-            cols: w.tensors[id].cols,
-            tokens: t,
-        };
+        let q8_product = |id, y, add| q8_product(w, id, y, add, t);
+        let quantize = |x, id| quantize(w, x, id, t);
         let q8 = |id| q8 && takes_q8(w, id);
         if q8(lw.wqkv) {
             let g = lw.attn_norm;
@@ -362,17 +370,12 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<
     if q8 && takes_q8(w, w.output) {
         let (g, tokens) = (w.output_norm, 1);
         node(Op::RmsNorm { x: last, g, tokens }, "output_norm", None);
-        let cols = c.n_embd;
-        let x = Tensor::Normed;
-        node(Op::Quantize { x, cols, tokens }, "output_x", None);
-        let head = Op::MatvecQ8 {
-            w: w.output,
-            rows: c.vocab,
-            cols,
-            y: Tensor::Logits,
-            add: None,
-            tokens,
-        };
+        node(
+            quantize(w, Tensor::Normed, w.output, tokens),
+            "output_x",
+            None,
+        );
+        let head = q8_product(w, w.output, Tensor::Logits, None, tokens);
         node(head, "output", None);
     } else {
         node(

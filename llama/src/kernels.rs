@@ -27,7 +27,7 @@ pub enum KernelKey {
     /// a CPU holds them in pairs of blocks ([`MatvecSpec::pairs`]).
     Matvec(WeightType, MatvecSize, MatvecPrologue, MatvecEpilogue, bool),
     AttnSplit,
-    /// The plain rms_norm of one row (before a product with quantized x).
+    /// The plain rms_norm of a step's rows (before a product with quantized x).
     RmsNorm,
     /// Attention's split partials combined (before a product with quantized x), by splits.
     Combine(u32),

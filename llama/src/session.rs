@@ -200,19 +200,19 @@ fn cross_check_bound(node: &Node) -> f64 {
         // differ from the main backend's in the last bit: the likely cause of this op's larger
         // difference.
         Op::AttnSplit { .. } => 6.3e-6,
-        // Products with quantized x (a CPU's decode steps): exact integer dots, then f32
-        // scaling and sums as the float products have; not yet measured across devices, so
-        // the float products' bound.
-        Op::MatvecQ8 { .. } => 2.9e-10,
-        // Not yet measured across devices either: the plain rms_norm differs only by its
-        // reduction's order and rsqrt's few ulps, like the norm inside the products; the
-        // quantizer's scales (the output compared) by a division that Vulkan may round 2.5
-        // ulp off.
-        Op::RmsNorm { .. } | Op::Quantize { .. } => 2.9e-10,
-        // The float products' epilogues and prologue as nodes of their own (a CPU's decode
-        // steps): the same arithmetic as inside those products, so their bound; not yet
-        // measured across devices.
-        Op::Combine { .. } | Op::SwigluPairs | Op::RopeStore { .. } => 2.9e-10,
+        // The nodes of steps on quantized x (`EngineOptions::takes_quantized_x`), given the
+        // float products' bound before they were measured across devices (the H100 runs of
+        // 2026-11-25 reached at most 2.8e-11): the products' exact integer dots with f32 scaling
+        // and sums; the plain rms_norm, whose reduction order and rsqrt's few ulps are the
+        // fused norm's; the quantizer's scales (the output compared, the codes not being
+        // floats), from a division Vulkan may round 2.5 ulp off; and the combine, SwiGLU and
+        // rope-store the float products fuse, the same arithmetic as there.
+        Op::MatvecQ8 { .. }
+        | Op::RmsNorm { .. }
+        | Op::Quantize { .. }
+        | Op::Combine { .. }
+        | Op::SwigluPairs
+        | Op::RopeStore { .. } => 2.9e-10,
         // An embedding row gather, a row copy and an argmax: exact everywhere measured.
         Op::Embed { .. } | Op::PickLast | Op::Argmax => 0.0,
     }

@@ -132,12 +132,15 @@ impl Engine {
                     r.grid(),
                 )
             }
-            Op::Quantize { x, cols, tokens } => plan(
-                vec![x],
-                &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
-                vec![u(tokens * cols / 32)],
-                matvec_q8::quantize_grid(tokens * cols / 32),
-            ),
+            Op::Quantize { x, cols, tokens } => {
+                let blocks = tokens * cols / 32;
+                plan(
+                    vec![x],
+                    &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
+                    vec![u(blocks)],
+                    matvec_q8::quantize_grid(blocks),
+                )
+            }
             Op::MatvecQ8 {
                 w: wid,
                 rows,

@@ -83,8 +83,8 @@ pub struct Args {
     /// slower on the H100 (docs/bench/decode-h100-2026-11-25.md).
     #[arg(long)]
     fuse: bool,
-    /// With --model: a CPU multiplies float x in every product, as before its down
-    /// projections and output head took x quantized to 8 bits (`EngineOptions::quantize_x`).
+    /// With --model: every product multiplies float x, as before a CPU's products and a GPU's
+    /// prompt products took x quantized to 8 bits (`EngineOptions::quantize_x`).
     #[arg(long)]
     float_x: bool,
 }
