@@ -1,5 +1,7 @@
-//! Device time of every node of one decode step, summed by op label: where a token's time
-//! goes on a backend. `cargo run --release -p trine-llama --example profile_step -- MODEL.gguf [BACKEND] [POS]`
+//! Device time of every node of one step, summed by op label: where a token's (or a prompt's)
+//! time goes on a backend.
+//! `cargo run --release -p trine-llama --example profile_step -- MODEL.gguf [BACKEND] [POS] [TOKENS]`
+//! profiles a step of TOKENS tokens (default 1, a decode step) after POS tokens of context.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,26 +13,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let path = args
         .get(1)
-        .ok_or("usage: profile_step MODEL.gguf [BACKEND] [POS]")?;
+        .ok_or("usage: profile_step MODEL.gguf [BACKEND] [POS] [TOKENS]")?;
     let kind = args
         .get(2)
         .map_or(Some(BackendKind::Cpu), |b| BackendKind::parse(b));
     let kind = kind.ok_or("unknown backend")?;
     let pos: u32 = args.get(3).map_or(Ok(32), |p| p.parse())?;
+    let tokens: u32 = args.get(4).map_or(Ok(1), |t| t.parse())?;
     let model = Arc::new(Model::open(path.as_ref())?);
     let backend = trine_backends::open(kind)?;
     let sizes = EngineOptions {
-        context: pos + 1,
-        max_batch: pos.max(1),
+        context: pos + tokens,
+        max_batch: pos.max(tokens),
         record: false,
         fuse: None,
         quantize_x: true,
     };
     let mut session = Session::new(Engine::new(model.clone(), backend, sizes)?, None);
-    session.feed(&vec![1; pos as usize])?;
+    if pos > 0 {
+        session.feed(&vec![1; pos as usize])?;
+    }
     let mut engine = session.into_engine();
-    let s = Step { tokens: 1, pos };
-    engine.set_ids(&[2], pos)?;
+    engine.prepare()?;
+    let s = Step { tokens, pos };
+    engine.set_ids(&vec![2; tokens as usize], pos)?;
     let mut by_op: BTreeMap<&str, (u32, f64)> = BTreeMap::new();
     let mut total = 0.0;
     for node in engine.graph(s) {
@@ -46,6 +52,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (op, (n, us)) in rows {
         println!("{op:<14} {n:>6} {us:>10.1} {:>6.1}", 100.0 * us / total);
     }
-    println!("total {total:.1} µs per token at position {pos}");
+    println!("total {total:.1} µs for a step of {tokens} token(s) at position {pos}");
     Ok(())
 }
