@@ -15,7 +15,8 @@ use trine_ops::rope::RopeMode;
 use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
-    argmax, attention_split, embedding, matvec, matvec_q8, matvec_q8_rows, rms_norm, rope_store,
+    argmax, attention_flash, attention_split, embedding, matvec, matvec_q8, matvec_q8_rows,
+    rms_norm, rope_store,
 };
 
 /// The kernel an op needs, up to its variants.
@@ -27,6 +28,7 @@ pub enum KernelKey {
     /// a CPU holds them in pairs of blocks ([`MatvecSpec::pairs`]).
     Matvec(WeightType, MatvecSize, MatvecPrologue, MatvecEpilogue, bool),
     AttnSplit,
+    AttnFlash,
     /// The plain rms_norm of a step's rows (before a product with quantized x).
     RmsNorm,
     /// Attention's split partials combined (before a product with quantized x), by splits.
@@ -75,6 +77,7 @@ impl std::fmt::Display for KernelKey {
                 Ok(())
             }
             KernelKey::AttnSplit => f.write_str("attention (split)"),
+            KernelKey::AttnFlash => f.write_str("attention (flash)"),
             KernelKey::RmsNorm => f.write_str("rms_norm"),
             KernelKey::Combine(splits) => write!(f, "attention combine ({splits} splits)"),
             KernelKey::SwigluPairs => f.write_str("swiglu"),
@@ -144,6 +147,7 @@ impl KernelKey {
                 KernelKey::Matvec(t.ty, size, pro, epi, w.pairable(id))
             }
             Op::AttnSplit { .. } => KernelKey::AttnSplit,
+            Op::AttnFlash { .. } => KernelKey::AttnFlash,
             Op::RmsNorm { .. } => KernelKey::RmsNorm,
             Op::Combine { splits } => KernelKey::Combine(splits),
             Op::SwigluPairs => KernelKey::SwigluPairs,
@@ -196,6 +200,7 @@ impl KernelKey {
                     .collect::<Result<_, _>>()?
             }
             KernelKey::AttnSplit => vec![attention_split::split_kernel(s.head_dim, s.kv)?],
+            KernelKey::AttnFlash => vec![attention_flash::kernel(s.head_dim, s.kv)?],
             KernelKey::RmsNorm => reductions.iter().map(|&r| rms_norm::kernel(r)).collect(),
             KernelKey::Combine(splits) => {
                 vec![attention_split::combine_kernel(s.head_dim, splits)?]

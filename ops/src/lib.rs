@@ -10,6 +10,7 @@
 
 pub mod argmax;
 pub mod attention;
+pub mod attention_flash;
 pub mod attention_split;
 pub mod case;
 pub mod compare;
@@ -47,6 +48,7 @@ pub fn cases() -> Vec<Case> {
         softmax::cases,
         attention::cases,
         attention_split::cases,
+        attention_flash::cases,
         rope_store::cases,
         elementwise::cases,
         argmax::cases,

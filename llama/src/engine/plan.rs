@@ -7,6 +7,7 @@ use crate::graph::{Epilogue, Node, Op, Prologue, Step, Tensor};
 use crate::kernels::KernelKey;
 use trine_ir::ParamValue;
 use trine_ops::argmax::Argmax;
+use trine_ops::attention_flash::FlashAttention;
 use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise;
 use trine_ops::embedding;
@@ -83,6 +84,25 @@ impl Engine {
             }
             Op::AttnSplit { layer, splits } => {
                 let a = self.split_attention(t, splits);
+                plan(
+                    vec![
+                        Tensor::QRot,
+                        Tensor::Step,
+                        Tensor::KCache(layer),
+                        Tensor::VCache(layer),
+                    ],
+                    &[Tensor::Part],
+                    a.params(),
+                    a.grid(),
+                )
+            }
+            Op::AttnFlash { layer } => {
+                let a = FlashAttention {
+                    tokens: t,
+                    heads: c.n_head,
+                    kv_heads: c.n_head_kv,
+                    head_dim: c.head_dim(),
+                };
                 plan(
                     vec![
                         Tensor::QRot,

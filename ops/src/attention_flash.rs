@@ -1,0 +1,413 @@
+//! Flash attention for prompt steps: [`super::attention`]'s causal grouped-query attention
+//! with a block of query tokens per workgroup, so that each key and value is read from memory
+//! once per block instead of once per query token.
+//!
+//! [`super::attention_split`]'s kernel with one split gives every (query token, head) its own
+//! workgroup, which walks all the keys it sees one block at a time with two shared-memory tree
+//! reductions per block: on an H100 a 512-token SmolLM2 prompt spent 11.6 ms of its 26.7 in
+//! it (CUDA, 43%; Vulkan 61%), an order of magnitude more than its arithmetic needs. Here a
+//! workgroup takes [`QUERIES`] query tokens of one head and walks the keys in blocks of
+//! [`FlashAttention::keys_per_block`], staged in shared memory with the queries; each query row
+//! has [`LANES`] invocations, each computing a few of the block's scores and owning every
+//! `LANES`th output dimension, and the row's maximum and sum come from the `LANES` partials in
+//! shared memory (no tree). The online softmax is [`super::attention`]'s.
+//!
+//! The output is [`super::attention_split`]'s `part` for one split: per (token, head) the
+//! un-normalised accumulators `acc = Σ e^(s_j − m)·v_j`, the maximum score `m` and the sum
+//! `l = Σ e^(s_j − m)`, so the executor's combine (one split: `acc / l`) follows unchanged and
+//! [`super::attention_split::reference_split`] is the reference. Buffers and the `step` buffer
+//! (element 0 = the position of the first query token) are the split kernel's.
+//!
+//! Rows of the last block past the step's tokens compute the last token's row again and store
+//! nothing; keys past the block's last visible position are staged as zeros, so a cache holding
+//! NaN there (as the cases make it) leaves no trace.
+//!
+//! Bound: [`super::attention::NMSE`], as for the other attention kernels (the same sums in
+//! another grouping).
+
+use super::attention;
+use super::attention_split::{reference_split, SplitAttention};
+use super::shape::ShapeError;
+use super::support::{elements, load_f32, nonzero, seed, Float};
+use crate::case::*;
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
+
+const OP: &str = "attention_flash";
+
+/// Query tokens per workgroup.
+pub const QUERIES: u32 = 16;
+
+/// Invocations per query row: each computes `keys_per_block / LANES` scores of a block and owns
+/// output dimensions `lane, lane + LANES, …`.
+pub const LANES: u32 = 8;
+
+/// Largest head dimension: the queries, keys and values of a block are staged in shared
+/// memory, which must fit the 32 KiB of the smallest device tested (lavapipe).
+pub const MAX_FLASH_HEAD_DIM: u32 = 128;
+
+/// One flash attention dispatch (a prompt step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashAttention {
+    /// Query tokens of the step.
+    pub tokens: u32,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+}
+
+impl FlashAttention {
+    /// Checks the shape; returns the element count of `part`.
+    pub fn check(&self) -> Result<u32, ShapeError> {
+        check_head_dim(self.head_dim)?;
+        self.split().check()
+    }
+
+    /// The one-split attention whose `part` this writes.
+    pub fn split(&self) -> SplitAttention {
+        SplitAttention {
+            tokens: self.tokens,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            splits: 1,
+        }
+    }
+
+    /// Keys staged per block: 32 for head dimensions up to 64, else 16, so that the block
+    /// fits 32 KiB of shared memory.
+    pub fn keys_per_block(head_dim: u32) -> u32 {
+        if head_dim <= 64 {
+            32
+        } else {
+            16
+        }
+    }
+
+    /// `[query blocks, heads, 1]`.
+    pub fn grid(&self) -> [u32; 3] {
+        [self.tokens.div_ceil(QUERIES), self.heads, 1]
+    }
+
+    /// The kernel's parameters, in declaration order.
+    pub fn params(&self) -> Vec<ParamValue> {
+        vec![
+            ParamValue::U32(self.tokens),
+            ParamValue::U32(self.heads),
+            ParamValue::U32(self.kv_heads),
+            ParamValue::F32(self.split().scale()),
+        ]
+    }
+}
+
+fn check_head_dim(d: u32) -> Result<(), ShapeError> {
+    nonzero(OP, "head_dim", d)?;
+    if d > MAX_FLASH_HEAD_DIM {
+        return Err(ShapeError::TooLarge {
+            op: OP,
+            what: "head_dim",
+            value: d as usize,
+            limit: MAX_FLASH_HEAD_DIM as usize,
+        });
+    }
+    Ok(())
+}
+
+/// Whether [`kernel`] takes heads of `head_dim`; larger ones (up to
+/// [`attention::MAX_HEAD_DIM`]) keep the split kernel.
+pub fn supports(head_dim: u32) -> bool {
+    check_head_dim(head_dim).is_ok()
+}
+
+/// The kernel for one head dimension (a compile-time constant) and KV cache storage type.
+/// Buffers: `q` f32, `step` u32, `k` and `v` of `kv`, `part` f32. Params: tokens, heads,
+/// kv_heads, scale. Grid [`FlashAttention::grid`].
+pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
+    check_head_dim(head_dim)?;
+    let bk = FlashAttention::keys_per_block(head_dim);
+    let wg = QUERIES * LANES;
+    let k = KernelBuilder::new(
+        &format!("attention_flash_d{head_dim}_{}kv", kv.name()),
+        [wg, 1, 1],
+    );
+    let q = k.buffer("q", Scalar::F32, Access::Read);
+    let step = k.buffer("step", Scalar::U32, Access::Read);
+    let kc = k.buffer("k", kv.scalar(), Access::Read);
+    let vc = k.buffer("v", kv.scalar(), Access::Read);
+    let part = k.buffer("part", Scalar::F32, Access::Write);
+    let tokens = k.param("tokens", Scalar::U32);
+    let heads = k.param("heads", Scalar::U32);
+    let kv_heads = k.param("kv_heads", Scalar::U32);
+    let scale = k.param("scale", Scalar::F32);
+
+    // Rows of queries and keys are padded by one element, so that the LANES invocations of a
+    // row, and the rows of a subgroup, read different shared-memory banks.
+    let d = head_dim;
+    let row = d + 1;
+    let q_sh = k.shared("q_block", Scalar::F32, QUERIES * row);
+    let k_sh = k.shared("k_block", Scalar::F32, bk * row);
+    let v_sh = k.shared("v_block", Scalar::F32, bk * d);
+    let p_sh = k.shared("p_block", Scalar::F32, QUERIES * (bk + 1));
+    let max_sh = k.shared("row_max", Scalar::F32, wg);
+    let sum_sh = k.shared("row_sum", Scalar::F32, wg);
+
+    let lid = k.local_index();
+    let qi = lid / k.u32(LANES);
+    let lane = lid % k.u32(LANES);
+    let t0 = k.workgroup_id(0) * k.u32(QUERIES);
+    let h = k.workgroup_id(1);
+    let one = k.u32(1);
+    let pos = k.load(step, k.u32(0));
+    let last_token = tokens - one;
+    // A row past the step's tokens repeats the last token (and stores nothing).
+    let t = (t0 + qi).min(last_token);
+    let q_pos = pos + t;
+    // Keys 0..end are visible to some row of the block.
+    let end = pos + (t0 + k.u32(QUERIES - 1)).min(last_token) + one;
+    let kv_stride = kv_heads * k.u32(d);
+    let kv_head = h / (heads / kv_heads) * k.u32(d);
+
+    k.for_range(lid, k.u32(QUERIES * d), wg, |e| {
+        let (r, i) = (e / k.u32(d), e % k.u32(d));
+        let src = ((t0 + r).min(last_token) * heads + h) * k.u32(d) + i;
+        k.store_shared(q_sh, r * k.u32(row) + i, k.load(q, src));
+    });
+
+    let m = k.var("max", Scalar::F32);
+    m.set(k.f32(f32::NEG_INFINITY));
+    let l = k.var("sum", Scalar::F32);
+    let per_lane = bk / LANES;
+    let dots: Vec<Var> = (0..per_lane).map(|_| k.var("dot", Scalar::F32)).collect();
+    let owned = d.div_ceil(LANES);
+    let acc: Vec<Var> = (0..owned).map(|_| k.var("acc", Scalar::F32)).collect();
+    let neg_inf = k.f32(f32::NEG_INFINITY);
+
+    k.for_range(k.u32(0), end, bk, |kb| {
+        // Stage the block's keys and values; those past `end` as zeros.
+        k.for_range(lid, k.u32(bk * d), wg, |e| {
+            let (j, i) = (e / k.u32(d), e % k.u32(d));
+            let key = kb + j;
+            let seen = key.lt(end);
+            let at = key.min(end - one) * kv_stride + kv_head + i;
+            let zero = k.f32(0.0);
+            let kv_k = k.select(seen, load_f32(&k, kv, kc, at), zero);
+            let kv_v = k.select(seen, load_f32(&k, kv, vc, at), zero);
+            k.store_shared(k_sh, j * k.u32(row) + i, kv_k);
+            k.store_shared(v_sh, j * k.u32(d) + i, kv_v);
+        });
+        k.barrier();
+
+        for dot in &dots {
+            dot.set(k.f32(0.0));
+        }
+        k.for_range(k.u32(0), k.u32(d), 1, |i| {
+            let qv = k.load_shared(q_sh, qi * k.u32(row) + i);
+            for (n, dot) in dots.iter().enumerate() {
+                let j = lane + k.u32(n as u32 * LANES);
+                let kv_k = k.load_shared(k_sh, j * k.u32(row) + i);
+                dot.set(qv.fma(kv_k, dot.get()));
+            }
+        });
+        let visible = |n: usize| (kb + lane + k.u32(n as u32 * LANES)).le(q_pos);
+        let scores: Vec<Val> = dots
+            .iter()
+            .enumerate()
+            .map(|(n, dot)| k.select(visible(n), dot.get() * scale, neg_inf))
+            .collect();
+        let local_max = scores[1..].iter().fold(scores[0], |a, &s| a.max(s));
+        k.store_shared(max_sh, lid, local_max);
+        k.barrier();
+
+        let first = qi * k.u32(LANES);
+        let row_max = (1..LANES).fold(k.load_shared(max_sh, first), |a, i| {
+            a.max(k.load_shared(max_sh, first + k.u32(i)))
+        });
+        // Key 0 is visible to every row, so after the first block the maximum is finite,
+        // and the first block's correction e^(−inf) is 0.
+        let new_m = m.get().max(row_max);
+        let zero = k.f32(0.0);
+        let mut local_sum = zero;
+        for (n, &s) in scores.iter().enumerate() {
+            let p = k.select(visible(n), (s - new_m).exp(), zero);
+            let j = lane + k.u32(n as u32 * LANES);
+            k.store_shared(p_sh, qi * k.u32(bk + 1) + j, p);
+            local_sum = local_sum + p;
+        }
+        k.store_shared(sum_sh, lid, local_sum);
+        k.barrier();
+
+        let block_sum = (1..LANES).fold(k.load_shared(sum_sh, first), |a, i| {
+            a + k.load_shared(sum_sh, first + k.u32(i))
+        });
+        let corr = (m.get() - new_m).exp();
+        l.set(l.get().fma(corr, block_sum));
+        for a in &acc {
+            a.set(a.get() * corr);
+        }
+        k.for_range(k.u32(0), k.u32(bk), 1, |j| {
+            let p = k.load_shared(p_sh, qi * k.u32(bk + 1) + j);
+            for_lane_dims(&k, d, lane, &acc, |i, a| {
+                a.set(p.fma(k.load_shared(v_sh, j * k.u32(d) + i), a.get()));
+            });
+        });
+        m.set(new_m);
+        // The next block rewrites the staged keys, values, scores and partials.
+        k.barrier();
+    });
+
+    k.if_((t0 + qi).lt(tokens), || {
+        let base = (t * heads + h) * k.u32(d + 2);
+        for_lane_dims(&k, d, lane, &acc, |i, a| k.store(part, base + i, a.get()));
+        k.if_(lane.eq(k.u32(0)), || {
+            k.store(part, base + k.u32(d), m.get());
+            k.store(part, base + k.u32(d + 1), l.get());
+        });
+    });
+    Ok(k.finish())
+}
+
+/// Runs `f(i, acc[n])` for each dimension `i = lane + n·LANES` below `head_dim`; only the last,
+/// partial one needs a bounds check.
+fn for_lane_dims<'b>(
+    k: &'b KernelBuilder,
+    head_dim: u32,
+    lane: Val<'b>,
+    acc: &[Var<'b>],
+    f: impl Fn(Val<'b>, Var<'b>),
+) {
+    for (n, &a) in acc.iter().enumerate() {
+        let i = lane + k.u32(n as u32 * LANES);
+        if (n as u32 + 1) * LANES <= head_dim {
+            f(i, a);
+        } else {
+            k.if_(i.lt(k.u32(head_dim)), || f(i, a));
+        }
+    }
+}
+
+/// Positions past the step's last token in a case's caches, holding NaN: a kernel that lets a
+/// key or value it must not see into its sums fails the NaN pattern check.
+const PAST_END: u32 = 3;
+
+/// A conformance case for `shape` at position `pos` with the caches stored as `kv`: `part`
+/// against [`reference_split`] with one split.
+pub fn case(shape: FlashAttention, pos: u32, kv: Float) -> Result<Case, ShapeError> {
+    let n = shape.check()?;
+    let dtype = match kv {
+        Float::F32 => "f32",
+        Float::F16 => "f32+f16kv",
+    };
+    let name = format!(
+        "{OP}/{dtype}/{}x{}x{}x{}+pos{pos}",
+        shape.tokens, shape.heads, shape.kv_heads, shape.head_dim
+    );
+    let mut r = Rng::new(seed(&name));
+    let kv_len = pos + shape.tokens + PAST_END;
+    let q = r.f32s(
+        (shape.tokens * shape.heads * shape.head_dim) as usize,
+        -2.0,
+        2.0,
+    );
+    let row = (shape.kv_heads * shape.head_dim) as usize;
+    elements(OP, "kv cache", &[kv_len, shape.kv_heads, shape.head_dim])?;
+    let seen = (pos + shape.tokens) as usize * row;
+    let mut cache = |bound: f32| {
+        let mut c = kv.stored(&r.f32s(seen, -bound, bound));
+        c.resize(kv_len as usize * row, f32::NAN);
+        c
+    };
+    let kc = cache(2.0);
+    let vc = cache(1.0);
+    let want = reference_split(&shape.split(), kv_len, pos, &q, &kc, &vc)?;
+    // NaN where the kernel must write: an element it skips fails the NaN pattern check.
+    let part0 = vec![f32::NAN; n as usize];
+    Ok(Case::new(name, kernel(shape.head_dim, kv)?, shape.grid())
+        .input("q", Scalar::F32, f32_bytes(&q))
+        .input("step", Scalar::U32, u32_bytes(&[pos]))
+        .input("k", kv.scalar(), kv.bytes(&kc))
+        .input("v", kv.scalar(), kv.bytes(&vc))
+        .output("part", Scalar::F32, f32_bytes(&part0), want)
+        .params(shape.params())
+        .bound(attention::NMSE))
+}
+
+pub fn cases() -> Vec<Case> {
+    use Float::{F16, F32};
+    // SmolLM2-135M: 9 query heads, 3 KV heads, head_dim 64.
+    let smol = |tokens| FlashAttention {
+        tokens,
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+    };
+    let shapes = [
+        (smol(16), 0, F32),  // one full block of queries into an empty cache
+        (smol(40), 0, F16),  // a partial last block, keys over two blocks
+        (smol(5), 3, F32),   // a short second chunk
+        (smol(33), 70, F16), // a later chunk: keys over four blocks, the diagonal inside one
+        // Odd head dimension (a partial last lane), two query heads per KV head.
+        (
+            FlashAttention {
+                tokens: 7,
+                heads: 4,
+                kv_heads: 2,
+                head_dim: 17,
+            },
+            9,
+            F32,
+        ),
+        // Multi-query, head dimension 128: blocks of 16 keys.
+        (
+            FlashAttention {
+                tokens: 20,
+                heads: 2,
+                kv_heads: 1,
+                head_dim: 128,
+            },
+            13,
+            F16,
+        ),
+    ];
+    shapes
+        .into_iter()
+        .map(|(shape, pos, kv)| case(shape, pos, kv))
+        .collect::<Result<_, _>>()
+        .expect("the fixed shapes are valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every case's kernel fits 32 KiB of shared memory (lavapipe's limit).
+    #[test]
+    fn blocks_fit_32_kib() {
+        for head_dim in [1, 17, 64, 65, 128] {
+            let k = kernel(head_dim, Float::F32).unwrap();
+            assert!(
+                k.shared_bytes() <= 32 * 1024,
+                "d{head_dim}: {}",
+                k.shared_bytes()
+            );
+        }
+    }
+
+    #[test]
+    fn bad_shapes_are_typed_errors() {
+        assert!(matches!(
+            kernel(MAX_FLASH_HEAD_DIM + 1, Float::F32),
+            Err(ShapeError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            kernel(0, Float::F16),
+            Err(ShapeError::Zero { .. })
+        ));
+        let s = FlashAttention {
+            tokens: 4,
+            heads: 9,
+            kv_heads: 2,
+            head_dim: 64,
+        };
+        assert!(matches!(s.check(), Err(ShapeError::NotMultiple { .. })));
+        assert!(!supports(MAX_FLASH_HEAD_DIM + 1));
+    }
+}
