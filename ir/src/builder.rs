@@ -38,6 +38,13 @@ pub struct Val<'b> {
     pub id: ExprId,
 }
 
+/// A matrix tile of the kernel under construction (see [`TileDecl`]).
+#[derive(Clone, Copy)]
+pub struct Tile<'b> {
+    b: &'b KernelBuilder,
+    pub id: TileId,
+}
+
 /// A private variable under construction.
 #[derive(Clone, Copy)]
 pub struct Var<'b> {
@@ -56,6 +63,7 @@ impl KernelBuilder {
                 params: vec![],
                 shared: vec![],
                 vars: vec![],
+                tiles: vec![],
                 exprs: vec![],
                 body: vec![],
             }),
@@ -122,6 +130,20 @@ impl KernelBuilder {
     }
 
     /// Appends an expression and its `Let` to the current block.
+    /// Declares a matrix tile; declares the tiles capability.
+    pub fn tile(&self, name: &str, role: TileRole) -> Tile<'_> {
+        let mut k = self.kernel.borrow_mut();
+        k.capabilities.tiles = true;
+        k.tiles.push(TileDecl {
+            name: name.to_string(),
+            role,
+        });
+        Tile {
+            b: self,
+            id: TileId(k.tiles.len() as u32 - 1),
+        }
+    }
+
     pub fn emit(&self, e: Expr) -> Val<'_> {
         let id = {
             let mut k = self.kernel.borrow_mut();
@@ -284,6 +306,41 @@ impl KernelBuilder {
         let mut blocks = self.blocks.into_inner();
         k.body = blocks.pop().expect("the outermost block");
         k
+    }
+}
+
+impl Tile<'_> {
+    pub fn zero(self) {
+        self.b.stmt(Stmt::Tile(TileOp::Zero { tile: self.id }));
+    }
+
+    pub fn load(self, from: TileMemory, offset: Val<'_>, stride: Val<'_>, layout: TileLayout) {
+        self.b.stmt(Stmt::Tile(TileOp::Load {
+            tile: self.id,
+            from,
+            offset: offset.id,
+            stride: stride.id,
+            layout,
+        }));
+    }
+
+    /// `self = a·b + self`.
+    pub fn mma(self, a: Tile<'_>, b: Tile<'_>) {
+        self.b.stmt(Stmt::Tile(TileOp::Mma {
+            acc: self.id,
+            a: a.id,
+            b: b.id,
+        }));
+    }
+
+    pub fn store(self, to: TileMemory, offset: Val<'_>, stride: Val<'_>, layout: TileLayout) {
+        self.b.stmt(Stmt::Tile(TileOp::Store {
+            tile: self.id,
+            to,
+            offset: offset.id,
+            stride: stride.id,
+            layout,
+        }));
     }
 }
 

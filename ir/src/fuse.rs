@@ -67,6 +67,8 @@ pub enum FuseError {
         expected: Vec<Scalar>,
         found: Vec<Scalar>,
     },
+    #[error("step {step} ({kernel}) uses matrix tiles, which a fused kernel does not carry")]
+    Tiles { step: usize, kernel: String },
     #[error("step {step} ({kernel}) has an empty grid {grid:?}")]
     EmptyGrid {
         step: usize,
@@ -95,11 +97,13 @@ pub fn fuse(
         capabilities: Capabilities {
             subgroup: false,
             grid_sync: true,
+            tiles: false,
         },
         buffers: buffers.to_vec(),
         params: vec![],
         shared: vec![],
         vars: vec![],
+        tiles: vec![],
         exprs: vec![],
         body: vec![],
     };
@@ -134,6 +138,12 @@ fn check(
             kernel: kernel(),
             expected: size,
             found: k.workgroup_size,
+        });
+    }
+    if !k.tiles.is_empty() {
+        return Err(FuseError::Tiles {
+            step: i,
+            kernel: kernel(),
         });
     }
     if k.grid_sync().is_some() {
@@ -462,8 +472,9 @@ impl<'o, 's> Phase<'o, 's> {
                     step: *step,
                     body: self.block(body),
                 },
-                // A step has no grid barrier (checked), so this is a workgroup barrier.
-                Stmt::Barrier | Stmt::GridBarrier { .. } => s.clone(),
+                // A step has no grid barrier and no tiles (checked), so this is a
+                // workgroup barrier.
+                Stmt::Barrier | Stmt::GridBarrier { .. } | Stmt::Tile(_) => s.clone(),
             })
             .collect()
     }

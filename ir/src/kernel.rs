@@ -35,6 +35,10 @@ pub struct SharedId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct VarId(pub u32);
 
+/// Index of a matrix tile in [`Kernel::tiles`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TileId(pub u32);
+
 /// Optional features a kernel may use. Backends report which they have; a kernel that needs
 /// one they lack is not dispatched there (the caller picks a variant without it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -46,6 +50,10 @@ pub struct Capabilities {
     /// once, so backends report how many workgroups they can guarantee that for
     /// (`DeviceInfo::resident_workgroups`) and refuse a larger dispatch.
     pub grid_sync: bool,
+    /// Matrix tiles ([`TileDecl`], [`TileOp`]): a subgroup's 16×16×16 multiply-accumulate on
+    /// the device's matrix units. SPIR-V `CooperativeMatrixKHR` (VK_KHR_cooperative_matrix);
+    /// CUDA `mma.sync` (sm_80 and later). Devices without matrix units run a scalar variant.
+    pub tiles: bool,
 }
 
 /// A global buffer: a runtime-sized array of `elem`, bound at binding `index` of set 0
@@ -82,6 +90,101 @@ pub struct SharedDecl {
 pub struct VarDecl {
     pub name: String,
     pub ty: Scalar,
+}
+
+/// Rows and columns of every [`TileDecl`], and the depth of one [`TileOp::Mma`]: the shape
+/// NVIDIA's tensor cores, AMD's WMMA (RDNA3) and every Vulkan driver with cooperative
+/// matrices offer for f16 inputs with f32 accumulators.
+pub const TILE: u32 = 16;
+
+/// What a tile holds, as its part in `acc = a·b + acc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TileRole {
+    /// The left operand: [`TILE`] rows (M) by [`TILE`] columns (K) of f16.
+    A,
+    /// The right operand: [`TILE`] rows (K) by [`TILE`] columns (N) of f16.
+    B,
+    /// The accumulator: [`TILE`] rows (M) by [`TILE`] columns (N) of f32.
+    Acc,
+}
+
+impl TileRole {
+    pub fn name(self) -> &'static str {
+        match self {
+            TileRole::A => "a",
+            TileRole::B => "b",
+            TileRole::Acc => "acc",
+        }
+    }
+
+    /// The element type of the memory a tile of this role is loaded from or stored to.
+    pub fn elem(self) -> Scalar {
+        match self {
+            TileRole::A | TileRole::B => Scalar::F16,
+            TileRole::Acc => Scalar::F32,
+        }
+    }
+}
+
+/// A matrix tile (needs [`Capabilities::tiles`]): a [`TILE`]×[`TILE`] matrix held by a whole
+/// subgroup, each subgroup of the workgroup its own. Its elements are spread over the lanes
+/// in a way each target chooses, so kernels reach them only through [`TileOp`]s. SPIR-V: a
+/// `Function` variable of `OpTypeCooperativeMatrixKHR` with `Subgroup` scope; CUDA: per-lane
+/// registers in `mma.sync`'s fragment layout.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TileDecl {
+    pub name: String,
+    pub role: TileRole,
+}
+
+/// How a tile's elements sit in memory: element (r, c) of a tile at `offset` with `stride` is
+/// `offset + r·stride + c` row-major, `offset + c·stride + r` column-major.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TileLayout {
+    RowMajor,
+    ColMajor,
+}
+
+/// Where a tile is loaded from or stored to: a global buffer or a shared array, whose element
+/// type is the role's ([`TileRole::elem`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TileMemory {
+    Buffer(BufferId),
+    Shared(SharedId),
+}
+
+/// Operations on tiles. Each is collective over a subgroup: every lane of the subgroup must
+/// reach it together (a subgroup is wholly active or wholly inactive), with the same `offset`
+/// and `stride`, both multiples of 8 elements (16 bytes of f16, the alignment every target's
+/// wide loads need), and the workgroup must be whole subgroups. The interpreter reports each
+/// of these as an error; on GPUs they are undefined.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TileOp {
+    /// Sets every element to zero. SPIR-V a `ConstantNull` of the type; CUDA zeroed registers.
+    Zero { tile: TileId },
+    /// Reads the tile's [`TILE`]² elements (f16 for A and B, f32 for Acc). SPIR-V
+    /// `OpCooperativeMatrixLoadKHR`; CUDA each lane's fragment elements.
+    Load {
+        tile: TileId,
+        from: TileMemory,
+        offset: ExprId,
+        stride: ExprId,
+        layout: TileLayout,
+    },
+    /// `acc = a·b + acc` over the tiles' [`TILE`] columns of `a` and rows of `b`. The f16
+    /// products are exact in f32; the order and precision in which a device sums them is its
+    /// own (NVIDIA's tensor cores do not round like an f32 FMA chain), which the interpreter
+    /// defines as f32 additions in order of k after the accumulator. SPIR-V
+    /// `OpCooperativeMatrixMulAddKHR`; CUDA two `mma.sync.m16n8k16`.
+    Mma { acc: TileId, a: TileId, b: TileId },
+    /// Writes an accumulator's elements (f32). SPIR-V `OpCooperativeMatrixStoreKHR`.
+    Store {
+        tile: TileId,
+        to: TileMemory,
+        offset: ExprId,
+        stride: ExprId,
+        layout: TileLayout,
+    },
 }
 
 /// Builtin values. Axes are 0 = x, 1 = y, 2 = z. All are `U32` except where noted.
@@ -325,6 +428,8 @@ pub enum Stmt {
     /// on an `array<atomic<u32>>` and device-scope `OpControlBarrier`s. The interpreter runs
     /// each phase for all workgroups before the next.
     GridBarrier { sync: BufferId, workgroups: u32 },
+    /// An operation on matrix tiles (needs [`Capabilities::tiles`]); see [`TileOp`].
+    Tile(TileOp),
 }
 
 /// One compute kernel. Build it with [`crate::KernelBuilder`], check it with
@@ -339,6 +444,7 @@ pub struct Kernel {
     pub params: Vec<ParamDecl>,
     pub shared: Vec<SharedDecl>,
     pub vars: Vec<VarDecl>,
+    pub tiles: Vec<TileDecl>,
     pub exprs: Vec<Expr>,
     pub body: Block,
 }

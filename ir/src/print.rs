@@ -14,6 +14,9 @@ pub fn print(kernel: &Kernel) -> String {
     if k.capabilities.subgroup {
         out.push_str("  requires subgroup\n");
     }
+    if k.capabilities.tiles {
+        out.push_str("  requires tiles\n");
+    }
     for (i, b) in k.buffers.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -31,6 +34,9 @@ pub fn print(kernel: &Kernel) -> String {
     }
     for (i, v) in k.vars.iter().enumerate() {
         let _ = writeln!(out, "  var {i} {}: {}", v.name, v.ty);
+    }
+    for (i, t) in k.tiles.iter().enumerate() {
+        let _ = writeln!(out, "  tile {i} {}: {}", t.name, t.role.name());
     }
     out.push_str("{\n");
     block(k, &k.body, 1, &mut out);
@@ -115,7 +121,50 @@ fn block(k: &Kernel, b: &Block, depth: usize, out: &mut String) {
                 let name = k.buffers.get(sync.0 as usize).map_or("?", |d| &d.name);
                 let _ = writeln!(out, "{pad}grid_barrier {name} over {workgroups} workgroups");
             }
+            Stmt::Tile(op) => {
+                let _ = writeln!(out, "{pad}{}", tile_op(k, op));
+            }
         }
+    }
+}
+
+fn tile_op(k: &Kernel, op: &TileOp) -> String {
+    let tile = |t: TileId| k.tiles.get(t.0 as usize).map_or("?", |d| &d.name);
+    let mem = |m: TileMemory| match m {
+        TileMemory::Buffer(b) => k.buffers.get(b.0 as usize).map_or("?", |d| &d.name),
+        TileMemory::Shared(s) => k.shared.get(s.0 as usize).map_or("?", |d| &d.name),
+    };
+    match *op {
+        TileOp::Zero { tile: t } => format!("tile_zero {}", tile(t)),
+        TileOp::Load {
+            tile: t,
+            from,
+            offset,
+            stride,
+            layout,
+        } => format!(
+            "tile_load {} = {}[{} stride {} {layout:?}]",
+            tile(t),
+            mem(from),
+            e(offset),
+            e(stride)
+        ),
+        TileOp::Mma { acc, a, b } => {
+            format!("tile_mma {} += {} * {}", tile(acc), tile(a), tile(b))
+        }
+        TileOp::Store {
+            tile: t,
+            to,
+            offset,
+            stride,
+            layout,
+        } => format!(
+            "tile_store {}[{} stride {} {layout:?}] = {}",
+            mem(to),
+            e(offset),
+            e(stride),
+            tile(t)
+        ),
     }
 }
 

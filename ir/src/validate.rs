@@ -94,6 +94,22 @@ pub enum ValidationError {
     GridSyncBuffer { name: String },
     #[error("private variable {name:?} is used on both sides of a grid barrier")]
     CrossesGridBarrier { name: String },
+    #[error("{op}: tile {name:?} is {found:?}, {expected:?} expected")]
+    TileRole {
+        op: &'static str,
+        name: String,
+        expected: TileRole,
+        found: TileRole,
+    },
+    #[error("{op}: {what} {name:?} holds {found}, a {role:?} tile needs {expected}")]
+    TileMemory {
+        op: &'static str,
+        what: &'static str,
+        name: String,
+        role: TileRole,
+        expected: Scalar,
+        found: Scalar,
+    },
 }
 
 type Result<T> = std::result::Result<T, ValidationError>;
@@ -198,7 +214,20 @@ impl Uses {
                     self.vars.push(*var);
                     self.block(k, body);
                 }
-                Stmt::StoreShared { .. } | Stmt::Barrier | Stmt::GridBarrier { .. } => {}
+                Stmt::Tile(
+                    TileOp::Load {
+                        from: TileMemory::Buffer(b),
+                        ..
+                    }
+                    | TileOp::Store {
+                        to: TileMemory::Buffer(b),
+                        ..
+                    },
+                ) => self.buffers.push(*b),
+                Stmt::StoreShared { .. }
+                | Stmt::Barrier
+                | Stmt::GridBarrier { .. }
+                | Stmt::Tile(_) => {}
             }
         }
     }
@@ -228,7 +257,8 @@ fn check_decls(k: &Kernel, limits: &Limits) -> Result<()> {
         .map(|b| ("buffer", &b.name, b.elem))
         .chain(k.params.iter().map(|p| ("param", &p.name, p.ty)))
         .chain(k.shared.iter().map(|s| ("shared array", &s.name, s.elem)))
-        .chain(k.vars.iter().map(|v| ("variable", &v.name, v.ty)));
+        .chain(k.vars.iter().map(|v| ("variable", &v.name, v.ty)))
+        .chain(k.tiles.iter().map(|t| ("tile", &t.name, t.role.elem())));
     for (what, name, ty) in decls {
         if !is_ident(name) || !names.insert(name.as_str()) {
             return Err(ValidationError::BadDeclName {
@@ -239,6 +269,7 @@ fn check_decls(k: &Kernel, limits: &Limits) -> Result<()> {
         let ok = match what {
             "buffer" => ty != Scalar::Bool,
             "param" => matches!(ty, Scalar::F32 | Scalar::I32 | Scalar::U32),
+            "tile" => true,
             _ => !ty.is_storage_only() && ty != Scalar::Bool,
         };
         if !ok {
@@ -402,6 +433,7 @@ impl Validator<'_> {
                         self.in_scope[e.0 as usize] = false;
                     }
                 }
+                Stmt::Tile(op) => self.tile_op(op)?,
             }
         }
         Ok(())
@@ -453,6 +485,117 @@ impl Validator<'_> {
                 what: "shared array",
                 index: s.0,
             })
+    }
+
+    fn tile(&self, t: TileId, op: &'static str, role: TileRole) -> Result<()> {
+        let decl = self
+            .k
+            .tiles
+            .get(t.0 as usize)
+            .ok_or(ValidationError::UnknownDecl {
+                what: "tile",
+                index: t.0,
+            })?;
+        if decl.role != role {
+            return Err(ValidationError::TileRole {
+                op,
+                name: decl.name.clone(),
+                expected: role,
+                found: decl.role,
+            });
+        }
+        Ok(())
+    }
+
+    /// A tile load or store of a `role` tile at `mem[offset]` with `stride`.
+    fn tile_access(
+        &self,
+        op: &'static str,
+        role: TileRole,
+        mem: TileMemory,
+        offset: ExprId,
+        stride: ExprId,
+        store: bool,
+    ) -> Result<()> {
+        let (what, name, elem) = match mem {
+            TileMemory::Buffer(b) => {
+                let d = self.buffer(b)?;
+                if store && !d.access.can_write() {
+                    return Err(ValidationError::BufferAccess {
+                        name: d.name.clone(),
+                        access: d.access.name(),
+                        verb: "written",
+                    });
+                }
+                if !store && !d.access.can_read() {
+                    return Err(ValidationError::BufferAccess {
+                        name: d.name.clone(),
+                        access: d.access.name(),
+                        verb: "read",
+                    });
+                }
+                ("buffer", &d.name, d.elem)
+            }
+            TileMemory::Shared(s) => {
+                let d = self.shared(s)?;
+                ("shared array", &d.name, d.elem)
+            }
+        };
+        if elem != role.elem() {
+            return Err(ValidationError::TileMemory {
+                op,
+                what,
+                name: name.clone(),
+                role,
+                expected: role.elem(),
+                found: elem,
+            });
+        }
+        self.expect(offset, op, Scalar::U32)?;
+        self.expect(stride, op, Scalar::U32)
+    }
+
+    fn tile_op(&self, op: &TileOp) -> Result<()> {
+        if !self.k.capabilities.tiles {
+            return Err(ValidationError::CapabilityNotDeclared {
+                what: "matrix tiles (tiles)".into(),
+            });
+        }
+        let role = |t: TileId| {
+            self.k
+                .tiles
+                .get(t.0 as usize)
+                .map(|d| d.role)
+                .ok_or(ValidationError::UnknownDecl {
+                    what: "tile",
+                    index: t.0,
+                })
+        };
+        match *op {
+            TileOp::Zero { tile } => role(tile).map(drop),
+            TileOp::Load {
+                tile,
+                from,
+                offset,
+                stride,
+                ..
+            } => self.tile_access("tile load", role(tile)?, from, offset, stride, false),
+            TileOp::Mma { acc, a, b } => {
+                self.tile(acc, "tile mma", TileRole::Acc)?;
+                self.tile(a, "tile mma", TileRole::A)?;
+                self.tile(b, "tile mma", TileRole::B)
+            }
+            TileOp::Store {
+                tile,
+                to,
+                offset,
+                stride,
+                ..
+            } => {
+                self.tile(tile, "tile store", TileRole::Acc)?;
+                self.tile_access("tile store", TileRole::Acc, to, offset, stride, true)
+            }
+        }
     }
 
     fn need_subgroup(&self, what: String) -> Result<()> {

@@ -7,25 +7,27 @@ use crate::types::Scalar;
 
 /// Who last wrote a shared element, and in which barrier interval.
 #[derive(Clone, Copy)]
-struct SharedCell {
-    bits: u32,
+pub(super) struct SharedCell {
+    pub(super) bits: u32,
     /// `None` until first written.
-    writer: Option<(u32, u64)>,
+    pub(super) writer: Option<(u32, u64)>,
 }
 
 pub(crate) struct Workgroup<'l, 'a> {
-    l: &'l Launch<'a>,
-    wg: [u32; 3],
-    lanes: usize,
+    pub(super) l: &'l Launch<'a>,
+    pub(super) wg: [u32; 3],
+    pub(super) lanes: usize,
     /// Value of each expression per lane (only meaningful for lanes active at its Let).
     vals: Vec<Vec<u32>>,
     vars: Vec<Vec<u32>>,
     shared: Vec<Vec<SharedCell>>,
     /// Number of barriers passed: shared accesses in different epochs are ordered.
-    epoch: u64,
+    pub(super) epoch: u64,
+    /// Each tile's elements per subgroup, row-major; `None` until zeroed or loaded.
+    pub(super) tiles: Vec<Vec<Option<Vec<f32>>>>,
 }
 
-type R<T> = Result<T, InterpError>;
+pub(super) type R<T> = Result<T, InterpError>;
 
 impl<'l, 'a> Workgroup<'l, 'a> {
     pub(crate) fn new(l: &'l Launch<'a>, wg: [u32; 3]) -> Self {
@@ -47,6 +49,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                 .map(|s| vec![empty; s.len as usize])
                 .collect(),
             epoch: 0,
+            tiles: vec![vec![None; lanes.div_ceil(l.subgroup_size as usize)]; k.tiles.len()],
         }
     }
 
@@ -57,7 +60,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         self.block(phase, &mask)
     }
 
-    fn site(&self, lane: usize) -> Site {
+    pub(super) fn site(&self, lane: usize) -> Site {
         Site {
             workgroup: self.wg,
             invocation: lane as u32,
@@ -70,7 +73,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         [lane % sx, (lane / sx) % sy, lane / (sx * sy)]
     }
 
-    fn val(&self, e: ExprId, lane: usize) -> u32 {
+    pub(super) fn val(&self, e: ExprId, lane: usize) -> u32 {
         self.vals[e.0 as usize][lane]
     }
 
@@ -174,12 +177,13 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                 self.epoch += 1;
             }
             Stmt::GridBarrier { .. } => unreachable!("phases are split at grid barriers"),
+            Stmt::Tile(op) => self.tile_op(op, mask)?,
         }
         Ok(())
     }
 
     /// Byte address of element `index` of `buffer` for `lane`, checked against the view.
-    fn address(&self, buffer: BufferId, index: u32, lane: usize, what: &str) -> R<u64> {
+    pub(super) fn address(&self, buffer: BufferId, index: u32, lane: usize, what: &str) -> R<u64> {
         let decl = &self.l.kernel.buffers[buffer.0 as usize];
         let view = &self.l.buffers[buffer.0 as usize];
         let size = decl.elem.size() as u64;
@@ -196,7 +200,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         Ok(view.offset + index as u64 * size)
     }
 
-    fn shared_cell(&mut self, a: SharedId, i: u32, lane: usize, what: &str) -> R<&mut SharedCell> {
+    pub(super) fn shared_cell(&mut self, a: SharedId, i: u32, lane: usize, what: &str) -> R<&mut SharedCell> {
         let decl = &self.l.kernel.shared[a.0 as usize];
         let at = self.site(lane);
         let epoch = self.epoch;

@@ -11,6 +11,7 @@
 mod exec;
 mod memory;
 mod ops;
+mod tiles;
 
 pub use memory::{View, Words};
 
@@ -85,6 +86,19 @@ pub enum InterpError {
     InactiveLane { at: Site, expr: ExprId, lane: u32 },
     #[error("{at}: loop counter overflows u32")]
     LoopOverflow { at: Site },
+    #[error("matrix tiles need whole subgroups: {invocations} invocations per workgroup, subgroups of {subgroup_size}")]
+    TileSubgroups {
+        invocations: u32,
+        subgroup_size: u32,
+    },
+    #[error("{at}: a tile operation reached by only part of a subgroup")]
+    TilePartialSubgroup { at: Site },
+    #[error("{at}: a tile operation's {what} differs across its subgroup")]
+    TileNotUniform { at: Site, what: &'static str },
+    #[error("{at}: tile offset {offset} and stride {stride} must be multiples of 8 elements")]
+    TileMisaligned { at: Site, offset: u32, stride: u32 },
+    #[error("{at}: tile {tile:?} is read before it is zeroed or loaded")]
+    TileUnset { at: Site, tile: String },
     #[error("a kernel with grid barriers over {workgroups} workgroups dispatched over {grid:?}")]
     GridSyncGrid { workgroups: u32, grid: [u32; 3] },
     #[error("grid barrier buffer {name:?} needs at least 2 words with word 0 zero, found {words} word(s), word 0 = {first}")]
