@@ -14,7 +14,8 @@
 use std::collections::HashSet;
 use std::fmt::Write;
 use trine_ir::{
-    BinaryOp, Builtin, Expr, ExprId, Info, Kernel, Literal, Scalar, Stmt, SubgroupOp, UnaryOp,
+    BinaryOp, Builtin, Expr, ExprId, Info, Kernel, Literal, Scalar, Stmt, SubgroupOp, TileLayout,
+    TileMemory, TileOp, UnaryOp,
 };
 
 /// Functions every C dialect has, under names that differ between dialects.
@@ -185,6 +186,10 @@ pub(crate) fn shared_name(k: &Kernel, s: trine_ir::SharedId) -> String {
 
 pub(crate) fn var_name(k: &Kernel, v: trine_ir::VarId) -> String {
     format!("v_{}", k.vars[v.0 as usize].name)
+}
+
+pub(crate) fn tile_name(k: &Kernel, t: trine_ir::TileId) -> String {
+    format!("t_{}", k.tiles[t.0 as usize].name)
 }
 
 pub(crate) fn expr_name(e: ExprId) -> String {
@@ -521,6 +526,62 @@ impl<'a, S: Spelling> Printer<'a, S> {
                     .grid_barrier(&buffer_name(k, *sync), *workgroups);
                 self.line(depth, &format!("{b};"));
             }
+            Stmt::Tile(op) => {
+                let text = self.tile_op(op);
+                self.line(depth, &text);
+            }
+        }
+    }
+
+    /// A tile operation as a call of the prelude's `trine_tile_*` helpers (C++ overloads by
+    /// role), which take the lane within the subgroup to find the elements it holds.
+    fn tile_op(&self, op: &TileOp) -> String {
+        let k = self.kernel;
+        let e = expr_name;
+        let lane = self
+            .spelling
+            .builtin(Builtin::SubgroupInvocationId, k.workgroup_size);
+        let mem = |m: TileMemory| match m {
+            TileMemory::Buffer(b) => buffer_name(k, b),
+            TileMemory::Shared(s) => shared_name(k, s),
+        };
+        let row_major = |l: TileLayout| l == TileLayout::RowMajor;
+        match *op {
+            TileOp::Zero { tile } => format!("trine_tile_zero({});", tile_name(k, tile)),
+            TileOp::Load {
+                tile,
+                from,
+                offset,
+                stride,
+                layout,
+            } => format!(
+                "trine_tile_load({}, {}, {}, {}, {}, {lane});",
+                tile_name(k, tile),
+                mem(from),
+                e(offset),
+                e(stride),
+                row_major(layout)
+            ),
+            TileOp::Mma { acc, a, b } => format!(
+                "trine_tile_mma({}, {}, {});",
+                tile_name(k, acc),
+                tile_name(k, a),
+                tile_name(k, b)
+            ),
+            TileOp::Store {
+                tile,
+                to,
+                offset,
+                stride,
+                layout,
+            } => format!(
+                "trine_tile_store({}, {}, {}, {}, {}, {lane});",
+                tile_name(k, tile),
+                mem(to),
+                e(offset),
+                e(stride),
+                row_major(layout)
+            ),
         }
     }
 

@@ -33,6 +33,9 @@ pub struct SpirvOutput {
     pub uses_subgroups: bool,
     /// The module declares `DotProduct`: enable `shaderIntegerDotProduct`.
     pub uses_integer_dot: bool,
+    /// The module declares `CooperativeMatrixKHR` (and the `VulkanMemoryModel` it comes with):
+    /// enable `cooperativeMatrix` and `vulkanMemoryModel`.
+    pub uses_tiles: bool,
     /// Bytes of the push-constant block: the grid words, then 4 per parameter.
     pub push_constant_bytes: u32,
 }
@@ -95,6 +98,7 @@ pub fn spirv(kernel: &Kernel, options: &SpirvOptions) -> Result<SpirvOutput, Cod
         }),
         uses_subgroups: caps.iter().any(|c| CAPS_GROUP_NON_UNIFORM.contains(c)),
         uses_integer_dot: caps.contains(&CAP_DOT_PRODUCT),
+        uses_tiles: caps.contains(&CAP_COOPERATIVE_MATRIX),
         push_constant_bytes: abi::immediate_bytes(kernel),
         words,
     })
@@ -107,6 +111,7 @@ const CAPS_GROUP_NON_UNIFORM: std::ops::RangeInclusive<u32> = 61..=68;
 const CAP_STORAGE_BUFFER_16BIT: u32 = 4433;
 const CAP_UNIFORM_AND_STORAGE_BUFFER_16BIT: u32 = 4434;
 const CAP_DOT_PRODUCT: u32 = 6019;
+const CAP_COOPERATIVE_MATRIX: u32 = 6022;
 const OP_CAPABILITY: u32 = 17;
 const HEADER_WORDS: usize = 5;
 

@@ -756,3 +756,29 @@ fn cuda_kernels_wait_for_the_prior_grid_first() {
     assert!(phased.contains("trine_grid_sync(b_sync, 4u)"), "{phased}");
     assert!(!phased.contains("prior_grid"), "{phased}");
 }
+
+/// Matrix tiles: `mma.sync` fragments in CUDA; HIP and C refuse them with a typed error (their
+/// devices run scalar variants).
+#[test]
+fn tiles_lower_to_mma_in_cuda_only() {
+    let k = common::tiled_product();
+    let text = lower(&k, Dialect::Cuda);
+    assert!(text.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+    assert!(text.contains("trine_tile_a t_ta;") && text.contains("trine_tile_acc t_acc;"));
+    assert!(text.contains("trine_tile_load(t_tb, b_bt, "));
+    for e in [
+        hip(&k, Dialect::Hip).unwrap_err(),
+        trine_codegen::c(&k, &trine_codegen::COptions::new(8)).unwrap_err(),
+    ] {
+        assert!(
+            matches!(
+                e,
+                CodegenError::Unsupported {
+                    what: "matrix tiles",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+}

@@ -107,6 +107,15 @@ pub fn c(kernel: &Kernel, options: &COptions) -> Result<String, CodegenError> {
 pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenError> {
     let info = crate::validated(kernel)?;
     let k = kernel;
+    if k.capabilities.tiles {
+        // A CPU has no matrix unit to map a subgroup's tile onto; its kernels are the scalar
+        // variants.
+        return Err(CodegenError::Unsupported {
+            target: "c",
+            kernel: k.name.clone(),
+            what: "matrix tiles",
+        });
+    }
     let fail = |message: String| CodegenError::Write {
         target: "c",
         kernel: k.name.clone(),

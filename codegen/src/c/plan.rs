@@ -79,10 +79,11 @@ impl<'k> Plan<'k> {
     }
 }
 
-/// Whether `s` holds a barrier or a subgroup operation.
+/// Whether `s` holds a barrier or a subgroup operation (tile operations are collective over
+/// a subgroup, though the C lowering refuses them).
 pub(super) fn synchronises(k: &Kernel, s: &Stmt) -> bool {
     match s {
-        Stmt::Barrier | Stmt::GridBarrier { .. } => true,
+        Stmt::Barrier | Stmt::GridBarrier { .. } | Stmt::Tile(_) => true,
         Stmt::Let(e) => matches!(k.expr(*e), Expr::Subgroup { .. }),
         Stmt::If {
             then, otherwise, ..

@@ -21,7 +21,7 @@
 use super::plan::{Node, Plan, Region};
 use super::uniform::Uniformity;
 use std::collections::BTreeSet;
-use trine_ir::{BinaryOp, Expr, ExprId, Kernel, Stmt, SubgroupOp, UnaryOp, VarId};
+use trine_ir::{BinaryOp, Expr, ExprId, Kernel, Stmt, SubgroupOp, TileOp, UnaryOp, VarId};
 
 /// Where a value is defined or used: inside a region, or in the workgroup-level steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -311,7 +311,15 @@ impl Collector<'_> {
                     self.other_write[var.0 as usize] = true;
                     self.region_block(r, body);
                 }
-                Stmt::Barrier | Stmt::GridBarrier { .. } => {}
+                Stmt::Tile(
+                    TileOp::Load { offset, stride, .. } | TileOp::Store { offset, stride, .. },
+                ) => {
+                    self.use_(*offset, at);
+                    self.use_(*stride, at);
+                }
+                Stmt::Barrier
+                | Stmt::GridBarrier { .. }
+                | Stmt::Tile(TileOp::Zero { .. } | TileOp::Mma { .. }) => {}
             }
         }
     }
@@ -408,6 +416,7 @@ fn mentions(k: &Kernel, s: &Stmt, v: VarId) -> bool {
         Stmt::Store { .. }
         | Stmt::StoreShared { .. }
         | Stmt::Barrier
-        | Stmt::GridBarrier { .. } => false,
+        | Stmt::GridBarrier { .. }
+        | Stmt::Tile(_) => false,
     }
 }

@@ -73,7 +73,8 @@ impl Uniformity {
                 Stmt::Store { .. }
                 | Stmt::StoreShared { .. }
                 | Stmt::Barrier
-                | Stmt::GridBarrier { .. } => {}
+                | Stmt::GridBarrier { .. }
+                | Stmt::Tile(_) => {}
             }
         }
         changed

@@ -14,6 +14,7 @@
 //! backend looks the function up by it), so names the text cannot carry are rejected.
 
 mod prelude;
+mod tiles;
 
 use crate::c_family::{self, Intrinsic, Printer, Spelling};
 use crate::CodegenError;
@@ -37,12 +38,24 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     let info = crate::validated(kernel)?;
     check_name(&kernel.name)?;
     let k = kernel;
+    let tiles = k.capabilities.tiles;
+    if tiles && dialect == Dialect::Hip {
+        // RDNA3's WMMA would serve (gfx11), but no hiprtc at hand compiles for gfx11 to check
+        // a lowering to it; HIP devices run the scalar variants.
+        return Err(CodegenError::Unsupported {
+            target: "hip",
+            kernel: k.name.clone(),
+            what: "matrix tiles",
+        });
+    }
     let needs = prelude::Needs {
-        f16: c_family::uses_f16(k, &info),
+        // Tiles hold f16 operands, whatever else the kernel computes in.
+        f16: c_family::uses_f16(k, &info) || tiles,
         subgroup: k.capabilities.subgroup,
         grid_sync: k.capabilities.grid_sync,
         prior_grid: dialect == Dialect::Cuda && !k.capabilities.grid_sync,
         dot4: c_family::uses_dot4(k),
+        tiles,
     };
     let mut out = prelude::prelude(dialect, needs);
     if !out.is_empty() {
@@ -91,6 +104,10 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
             1,
             &format!("{} {name} = {zero};", c_family::value_type(v.ty)),
         );
+    }
+    for (i, t) in k.tiles.iter().enumerate() {
+        let name = c_family::tile_name(k, trine_ir::TileId(i as u32));
+        p.line(1, &format!("trine_tile_{} {name};", t.role.name()));
     }
     p.block(&k.body, 1);
     out.push_str(&p.finish());

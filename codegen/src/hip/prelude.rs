@@ -17,6 +17,8 @@ pub(crate) struct Needs {
     pub prior_grid: bool,
     /// The packed 8-bit dot products (`BinaryOp::Dot4I8`, `Dot4U8`).
     pub dot4: bool,
+    /// Matrix tiles (CUDA only; see [`super::tiles`]).
+    pub tiles: bool,
 }
 
 const FN: &str = "__device__ __forceinline__";
@@ -68,6 +70,9 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
     }
     if needs.prior_grid {
         out.push_str(PRIOR_GRID_CUDA);
+    }
+    if needs.tiles {
+        out.push_str(super::tiles::TILES_CUDA);
     }
     if needs.grid_sync {
         out.push_str(GRID_SYNC);

@@ -26,6 +26,8 @@ pub(super) struct Lowerer<'a> {
     pub buffers: Vec<Handle<Expression>>,
     pub shared: Vec<Handle<Expression>>,
     pub vars: Vec<Handle<Expression>>,
+    /// Each tile's `Function` variable and its cooperative-matrix type.
+    pub tiles: Vec<(Handle<Expression>, Handle<Type>)>,
     immediates: Handle<Expression>,
     /// Entry-point arguments, by the `interface::ARG_*` index.
     args: Vec<Handle<Expression>>,
@@ -82,6 +84,23 @@ impl<'a> Lowerer<'a> {
                     .append(Expression::LocalVariable(var), Span::UNDEFINED)
             })
             .collect();
+        let tiles = kernel
+            .tiles
+            .iter()
+            .map(|t| {
+                let ty = types::tile(types, t.role);
+                let var = LocalVariable {
+                    name: Some(t.name.clone()),
+                    ty,
+                    init: None,
+                };
+                let var = fun.local_variables.append(var, Span::UNDEFINED);
+                let pointer = fun
+                    .expressions
+                    .append(Expression::LocalVariable(var), Span::UNDEFINED);
+                (pointer, ty)
+            })
+            .collect();
         let emit_start = fun.expressions.len();
         let mut l = Lowerer {
             kernel,
@@ -93,6 +112,7 @@ impl<'a> Lowerer<'a> {
             buffers,
             shared,
             vars,
+            tiles,
             immediates,
             args,
             // A stand-in until the prologue computes it, before any IR statement runs.

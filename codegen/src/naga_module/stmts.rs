@@ -1,8 +1,10 @@
 //! IR statements as naga statements.
 
 use super::func::Lowerer;
-use naga::{Barrier, BinaryOperator as Bo, Block, Expression, Handle, Span, Statement};
-use trine_ir::{Stmt, VarId};
+use naga::{
+    Barrier, BinaryOperator as Bo, Block, CooperativeData, Expression, Handle, Span, Statement,
+};
+use trine_ir::{Stmt, TileLayout, TileMemory, TileOp, VarId};
 
 impl Lowerer<'_> {
     /// Lowers `stmts` onto the end of `block`, closing its last emit range.
@@ -82,6 +84,79 @@ impl Lowerer<'_> {
                 Statement::ControlBarrier(Barrier::WORK_GROUP | Barrier::STORAGE),
             ),
             Stmt::GridBarrier { sync, workgroups } => self.grid_barrier(sync, workgroups, block),
+            Stmt::Tile(ref op) => self.tile_op(op, block),
+        }
+    }
+
+    /// A tile operation on the tile's `Function` variable: cooperative-matrix loads, stores
+    /// and multiply-adds (SPV_KHR_cooperative_matrix), the pointer an `Access` to the element
+    /// at the offset, the stride in elements.
+    fn tile_op(&mut self, op: &TileOp, block: &mut Block) {
+        let data = |l: &mut Self, mem: TileMemory, offset, stride, layout| {
+            let base = match mem {
+                TileMemory::Buffer(b) => l.buffers[b.0 as usize],
+                TileMemory::Shared(s) => l.shared[s.0 as usize],
+            };
+            let pointer = l.emit(Expression::Access {
+                base,
+                index: l.value(offset),
+            });
+            CooperativeData {
+                pointer,
+                stride: l.value(stride),
+                row_major: layout == TileLayout::RowMajor,
+            }
+        };
+        match *op {
+            TileOp::Zero { tile } => {
+                let (pointer, ty) = self.tiles[tile.0 as usize];
+                let value = self.unemitted(Expression::ZeroValue(ty), block);
+                self.push(block, Statement::Store { pointer, value });
+            }
+            TileOp::Load {
+                tile,
+                from,
+                offset,
+                stride,
+                layout,
+            } => {
+                let (pointer, ty) = self.tiles[tile.0 as usize];
+                let data = data(self, from, offset, stride, layout);
+                let naga::TypeInner::CooperativeMatrix {
+                    columns,
+                    rows,
+                    role,
+                    ..
+                } = self.types[ty].inner
+                else {
+                    unreachable!("a tile's type is a cooperative matrix")
+                };
+                let value = self.emit(Expression::CooperativeLoad {
+                    columns,
+                    rows,
+                    role,
+                    data,
+                });
+                self.push(block, Statement::Store { pointer, value });
+            }
+            TileOp::Mma { acc, a, b } => {
+                let [pc, pa, pb] = [acc, a, b].map(|t| self.tiles[t.0 as usize].0);
+                let [c, a, b] = [pc, pa, pb].map(|pointer| self.emit(Expression::Load { pointer }));
+                let value = self.emit(Expression::CooperativeMultiplyAdd { a, b, c });
+                self.push(block, Statement::Store { pointer: pc, value });
+            }
+            TileOp::Store {
+                tile,
+                to,
+                offset,
+                stride,
+                layout,
+            } => {
+                let pointer = self.tiles[tile.0 as usize].0;
+                let target = self.emit(Expression::Load { pointer });
+                let data = data(self, to, offset, stride, layout);
+                self.push(block, Statement::CooperativeStore { target, data });
+            }
         }
     }
 

@@ -76,6 +76,31 @@ pub(super) fn array(
     )
 }
 
+/// The cooperative matrix a tile of `role` is: 16 × 16, f16 operands and an f32 accumulator.
+pub(super) fn tile(types: &mut UniqueArena<Type>, role: trine_ir::TileRole) -> Handle<Type> {
+    use naga::{CooperativeRole, CooperativeSize};
+    const _: () = assert!(trine_ir::TILE == CooperativeSize::Sixteen as u32);
+    let role = match role {
+        trine_ir::TileRole::A => CooperativeRole::A,
+        trine_ir::TileRole::B => CooperativeRole::B,
+        trine_ir::TileRole::Acc => CooperativeRole::C,
+    };
+    let scalar = match role {
+        CooperativeRole::C => naga::Scalar::F32,
+        _ => naga::Scalar::F16,
+    };
+    insert(
+        types,
+        None,
+        TypeInner::CooperativeMatrix {
+            columns: CooperativeSize::Sixteen,
+            rows: CooperativeSize::Sixteen,
+            scalar,
+            role,
+        },
+    )
+}
+
 /// `array<atomic<u32>>`, runtime-sized: a grid barrier's sync buffer.
 pub(super) fn atomic_u32_array(types: &mut UniqueArena<Type>) -> Handle<Type> {
     let base = insert(types, None, TypeInner::Atomic(naga::Scalar::U32));

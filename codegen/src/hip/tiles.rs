@@ -1,0 +1,67 @@
+//! Matrix tiles ([`trine_ir::TileOp`]) in CUDA: each tile is the registers of one warp's
+//! `mma.sync.aligned.m16n8k16` fragments (sm_80 and later), and a 16×16×16 product is two of
+//! those instructions, one per half of the accumulator's columns. Lane `l` holds, with
+//! `g = l / 4` and `q = 2·(l % 4)` (PTX ISA, "Matrix Fragments for mma.m16n8k16"):
+//! - A (f16, 4 words of two halves): (g, q..q+1), (g+8, q..q+1), (g, q+8..q+9), (g+8, q+8..q+9);
+//! - B (f16, two words per half `h` of the columns n = 8h + g): (q..q+1, n), (q+8..q+9, n);
+//! - the accumulator (f32, four per half `h`): (g, 8h+q), (g, 8h+q+1), (g+8, 8h+q),
+//!   (g+8, 8h+q+1).
+//!
+//! A pair of halves adjacent in memory (A's row pairs row-major, B's column pairs column-major)
+//! is one 32-bit load: the IR's offsets and strides are multiples of 8 elements, so such a
+//! pair starts at an even element. No header beyond `cuda_fp16.h` is needed.
+
+/// The helpers, after the f16 prelude (`trine_f16` is `__half`).
+pub(crate) const TILES_CUDA: &str = r#"struct trine_tile_a { unsigned int r[4]; };
+struct trine_tile_b { unsigned int r[4]; };
+struct trine_tile_acc { float r[8]; };
+__device__ __forceinline__ unsigned int trine_tile_at(unsigned int o, unsigned int s, bool row_major, unsigned int r, unsigned int c) {
+    return row_major ? o + r * s + c : o + c * s + r;
+}
+__device__ __forceinline__ unsigned int trine_tile_pair(const trine_f16* p, unsigned int o, unsigned int s, bool row_major, unsigned int r, unsigned int c, bool along_row) {
+    const unsigned int i = trine_tile_at(o, s, row_major, r, c);
+    if (row_major == along_row) return *(const unsigned int*)(p + i);
+    const unsigned int j = along_row ? trine_tile_at(o, s, row_major, r, c + 1u) : trine_tile_at(o, s, row_major, r + 1u, c);
+    return (unsigned int)__half_as_ushort(p[i]) | ((unsigned int)__half_as_ushort(p[j]) << 16);
+}
+__device__ __forceinline__ void trine_tile_zero(trine_tile_a& t) { for (int i = 0; i < 4; i++) t.r[i] = 0u; }
+__device__ __forceinline__ void trine_tile_zero(trine_tile_b& t) { for (int i = 0; i < 4; i++) t.r[i] = 0u; }
+__device__ __forceinline__ void trine_tile_zero(trine_tile_acc& t) { for (int i = 0; i < 8; i++) t.r[i] = 0.0f; }
+__device__ __forceinline__ void trine_tile_load(trine_tile_a& t, const trine_f16* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    const unsigned int g = lane >> 2, q = (lane & 3u) * 2u;
+    t.r[0] = trine_tile_pair(p, o, s, row_major, g, q, true);
+    t.r[1] = trine_tile_pair(p, o, s, row_major, g + 8u, q, true);
+    t.r[2] = trine_tile_pair(p, o, s, row_major, g, q + 8u, true);
+    t.r[3] = trine_tile_pair(p, o, s, row_major, g + 8u, q + 8u, true);
+}
+__device__ __forceinline__ void trine_tile_load(trine_tile_b& t, const trine_f16* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    const unsigned int g = lane >> 2, q = (lane & 3u) * 2u;
+    for (unsigned int h = 0; h < 2u; h++) {
+        t.r[2 * h] = trine_tile_pair(p, o, s, row_major, q, 8u * h + g, false);
+        t.r[2 * h + 1] = trine_tile_pair(p, o, s, row_major, q + 8u, 8u * h + g, false);
+    }
+}
+__device__ __forceinline__ void trine_tile_load(trine_tile_acc& t, const float* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    const unsigned int g = lane >> 2, q = (lane & 3u) * 2u;
+    for (unsigned int h = 0; h < 2u; h++) {
+        for (unsigned int i = 0; i < 4u; i++) {
+            t.r[4 * h + i] = p[trine_tile_at(o, s, row_major, g + 8u * (i >> 1), 8u * h + q + (i & 1u))];
+        }
+    }
+}
+__device__ __forceinline__ void trine_tile_store(const trine_tile_acc& t, float* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    const unsigned int g = lane >> 2, q = (lane & 3u) * 2u;
+    for (unsigned int h = 0; h < 2u; h++) {
+        for (unsigned int i = 0; i < 4u; i++) {
+            p[trine_tile_at(o, s, row_major, g + 8u * (i >> 1), 8u * h + q + (i & 1u))] = t.r[4 * h + i];
+        }
+    }
+}
+__device__ __forceinline__ void trine_tile_mma(trine_tile_acc& c, const trine_tile_a& a, const trine_tile_b& b) {
+    for (int h = 0; h < 2; h++) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(c.r[4 * h]), "+f"(c.r[4 * h + 1]), "+f"(c.r[4 * h + 2]), "+f"(c.r[4 * h + 3])
+            : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[2 * h]), "r"(b.r[2 * h + 1]));
+    }
+}
+"#;
