@@ -19,6 +19,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod kernels;
 pub mod matmul;
+pub mod matmul_tiles;
 pub mod matvec;
 pub mod matvec_attn;
 pub mod matvec_fused;
@@ -37,6 +38,7 @@ use crate::case::Case;
 pub fn cases() -> Vec<Case> {
     [
         matmul::cases as fn() -> Vec<Case>,
+        matmul_tiles::cases,
         matvec::cases,
         matvec_fused::cases,
         matvec_q8::cases,

@@ -1,0 +1,457 @@
+//! Prompt products on matrix units: `y[t, r] = Σ_k x[t, k] · W[r, k]` (plus `add[t, r]`) for
+//! the tokens of a prompt step, with W as its GGUF stores it (F32, F16, Q8_0, Q4_0, Q4_1; one
+//! row per output feature) and x and y in f32.
+//!
+//! A workgroup of [`INVOCATIONS`] computes a block of [`BM`] tokens by [`BN`] rows, stepping
+//! through K [`BK`] columns (one quantized block) at a time: it stages x's block rounded to
+//! f16 and W's block dequantised to f16 in shared memory, then multiplies them as 16 × 16
+//! matrix tiles ([`trine_ir::TileOp`]): NVIDIA's tensor cores through `mma.sync` or Vulkan's
+//! cooperative matrices. The block's 16 output tiles are shared among the workgroup's
+//! subgroups round-robin (`tile % subgroups == subgroup`), so the kernel holds for any
+//! subgroup width up to 64; each subgroup keeps its accumulators through the K loop, then
+//! stores them to shared memory, from where every invocation writes its part of y (and adds
+//! the residual), guarded at the edges.
+//!
+//! Devices without matrix units run the scalar variant ([`TilesSpec::tiles`] off): the same
+//! staging in f16, each invocation summing 32 outputs in f32. Both compute the product of x
+//! rounded to f16 with W's f16 values, whose products are exact in f32: they differ only in
+//! the order and precision of the sums.
+//!
+//! Bound: [`NMSE`], against the f64 product of the f16-rounded x with the dequantised W.
+
+use super::dequant::{self, buffer_elem, q4_codes, q8_code};
+use super::shape::ShapeError;
+use super::support::{elements, nonzero};
+use crate::case::*;
+use half::f16;
+use trine_gguf::quant::{dequantize, quantize, WeightType};
+use trine_ir::{
+    Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Tile, TileLayout, TileMemory,
+    TileRole, Val, Var, TILE,
+};
+
+const OP: &str = "matmul_tiles";
+
+/// Tokens per workgroup.
+pub const BM: u32 = 64;
+/// Rows of W per workgroup.
+pub const BN: u32 = 64;
+/// Columns of K per step: one quantized block.
+pub const BK: u32 = 32;
+/// Invocations per workgroup.
+pub const INVOCATIONS: u32 = 128;
+/// Row stride of the staged blocks, in elements: padded by 8 (16 bytes, keeping tile loads
+/// aligned) so that the rows a tile load reads fall in different shared-memory banks.
+const STAGE: u32 = BK + 8;
+/// Row stride of the staged output.
+const OUT: u32 = BN + 8;
+/// Output tiles of a block.
+const TILES: u32 = (BM / TILE) * (BN / TILE);
+/// Accumulators a subgroup keeps: enough for every tile with subgroups of 64 (two per
+/// workgroup); narrower subgroups leave some unused.
+const ACCS: u32 = TILES / (INVOCATIONS / 64);
+
+/// NMSE bound: products of f16 values are exact in f32, so only the f32 sums round, about
+/// K·2⁻⁴⁸ relative for these inputs; 1e-9 leaves three orders of magnitude for devices that
+/// sum in another order or, as NVIDIA's tensor cores do, with fewer bits between steps.
+pub const NMSE: f64 = 1e-9;
+
+/// Compile-time choices of the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TilesSpec {
+    pub weights: WeightType,
+    /// Adds `add[t, r]` to each output (a residual).
+    pub add: bool,
+    /// Matrix tiles (needs the device's matrix units); off, the scalar variant.
+    pub tiles: bool,
+}
+
+impl TilesSpec {
+    /// `[row blocks, token blocks, 1]`.
+    pub fn grid(&self, rows: u32, tokens: u32) -> [u32; 3] {
+        [rows.div_ceil(BN), tokens.div_ceil(BM), 1]
+    }
+
+    /// Parameters: rows, cols, tokens.
+    pub fn params(&self, rows: u32, cols: u32, tokens: u32) -> Vec<ParamValue> {
+        vec![
+            ParamValue::U32(rows),
+            ParamValue::U32(cols),
+            ParamValue::U32(tokens),
+        ]
+    }
+}
+
+/// Checks a product's shape: K whole blocks of [`BK`], and every index within u32.
+pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
+    nonzero(OP, "rows", rows)?;
+    nonzero(OP, "cols", cols)?;
+    nonzero(OP, "tokens", tokens)?;
+    if !cols.is_multiple_of(BK) {
+        return Err(ShapeError::NotMultiple {
+            op: OP,
+            what: "cols",
+            value: cols as usize,
+            multiple: BK as usize,
+        });
+    }
+    elements(OP, "x", &[tokens, cols])?;
+    elements(OP, "y", &[tokens, rows])?;
+    // A quantized row's bytes: at most 34 per 32 elements.
+    elements(OP, "w", &[rows, cols / BK, 34])?;
+    Ok(())
+}
+
+/// The kernel for `spec`. Buffers: `w` (its type's buffer element), `x` f32, then `add` f32
+/// with [`TilesSpec::add`], then `y` f32. Params: rows, cols, tokens. Grid
+/// [`TilesSpec::grid`].
+pub fn kernel(spec: TilesSpec) -> Kernel {
+    let ty = spec.weights;
+    let name = format!(
+        "matmul_tiles_{}{}{}",
+        ty.name(),
+        if spec.add { "_add" } else { "" },
+        if spec.tiles { "" } else { "_scalar" }
+    );
+    let k = KernelBuilder::new(&name, [INVOCATIONS, 1, 1]);
+    let w = k.buffer("w", buffer_elem(ty), Access::Read);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
+    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let rows = k.param("rows", Scalar::U32);
+    let cols = k.param("cols", Scalar::U32);
+    let tokens = k.param("tokens", Scalar::U32);
+    let xs = k.shared("x_block", Scalar::F16, BM * STAGE);
+    let ws = k.shared("w_block", Scalar::F16, BN * STAGE);
+    let out = k.shared("y_block", Scalar::F32, BM * OUT);
+    let lid = k.local_index();
+    let r0 = k.workgroup_id(0) * k.u32(BN);
+    let t0 = k.workgroup_id(1) * k.u32(BM);
+
+    let compute = if spec.tiles {
+        Compute::tiles(&k)
+    } else {
+        Compute::scalar(&k)
+    };
+    k.for_range(k.u32(0), cols, BK, |k0| {
+        stage_x(&k, x, xs, (t0, k0), (tokens, cols));
+        stage_w(&k, ty, w, ws, (r0, k0), (rows, cols));
+        k.barrier();
+        compute.step(&k, xs, ws);
+        // The next step restages both blocks.
+        k.barrier();
+    });
+    compute.finish(&k, out);
+    k.barrier();
+
+    // Each invocation writes a column of the block: consecutive invocations, consecutive rows.
+    let zero = k.u32(0);
+    k.for_range(zero, k.u32(BM * BN), INVOCATIONS, |e| {
+        let e = e + lid;
+        let (t, n) = (e / k.u32(BN), e % k.u32(BN));
+        let (tok, row) = (t0 + t, r0 + n);
+        k.if_(tok.lt(tokens) & row.lt(rows), || {
+            let at = tok * rows + row;
+            let v = k.load_shared(out, t * k.u32(OUT) + n);
+            let v = match add {
+                Some(a) => v + k.load(a, at),
+                None => v,
+            };
+            k.store(y, at, v);
+        });
+    });
+    k.finish()
+}
+
+/// x's block `[BM × BK]` at (t0, k0) into `xs` as f16, rows past the tokens as zeros.
+fn stage_x<'b>(
+    k: &'b KernelBuilder,
+    x: BufferId,
+    xs: trine_ir::SharedId,
+    (t0, k0): (Val<'b>, Val<'b>),
+    (tokens, cols): (Val<'b>, Val<'b>),
+) {
+    let lid = k.local_index();
+    k.for_range(k.u32(0), k.u32(BM * BK), INVOCATIONS, |e| {
+        let e = e + lid;
+        let (t, c) = (e / k.u32(BK), e % k.u32(BK));
+        let tok = t0 + t;
+        let inside = tok.lt(tokens);
+        let at = tok.min(tokens - k.u32(1)) * cols + k0 + c;
+        let v = k.select(inside, k.load(x, at), k.f32(0.0));
+        k.store_shared(xs, t * k.u32(STAGE) + c, v.cast(Scalar::F16));
+    });
+}
+
+/// W's block `[BN × BK]` at (r0, k0) into `ws` as f16, rows past W's as zeros. A quantized
+/// row's block is one of its blocks: each invocation takes half of one (16 elements), its
+/// scales once.
+fn stage_w<'b>(
+    k: &'b KernelBuilder,
+    ty: WeightType,
+    w: BufferId,
+    ws: trine_ir::SharedId,
+    (r0, k0): (Val<'b>, Val<'b>),
+    (rows, cols): (Val<'b>, Val<'b>),
+) {
+    let lid = k.local_index();
+    if !ty.is_quantized() {
+        k.for_range(k.u32(0), k.u32(BN * BK), INVOCATIONS, |e| {
+            let e = e + lid;
+            let (n, c) = (e / k.u32(BK), e % k.u32(BK));
+            let row = r0 + n;
+            let at = row.min(rows - k.u32(1)) * cols + k0 + c;
+            let v = k.load(w, at).cast(Scalar::F32);
+            let v = k.select(row.lt(rows), v, k.f32(0.0));
+            k.store_shared(ws, n * k.u32(STAGE) + c, v.cast(Scalar::F16));
+        });
+        return;
+    }
+    const HALVES: u32 = 2 * BN;
+    const _: () = assert!(HALVES % INVOCATIONS == 0);
+    let bytes = k.u32(ty.block_bytes() as u32);
+    let blocks = cols / k.u32(BK);
+    k.for_range(k.u32(0), k.u32(HALVES), INVOCATIONS, |e| {
+        let e = e + lid;
+        let (n, half) = (e / k.u32(2), e % k.u32(2));
+        let row = r0 + n;
+        let inside = row.lt(rows);
+        let base = (row.min(rows - k.u32(1)) * blocks + k0 / k.u32(BK)) * bytes;
+        let s = dequant::load_scales(k, ty, (w, None), base);
+        k.for_range(k.u32(0), k.u32(BK / 2), 1, |i| {
+            let j = half * k.u32(BK / 2) + i;
+            let code = match ty {
+                WeightType::Q8_0 => q8_code(k, w, base, j),
+                _ => {
+                    let (lo, hi) = q4_codes(k, ty, w, base, i);
+                    k.select(half.eq(k.u32(0)), lo, hi)
+                }
+            };
+            let v = match s.m {
+                Some(m) => s.d.fma(code, m),
+                None => s.d * code,
+            };
+            let v = k.select(inside, v, k.f32(0.0));
+            k.store_shared(ws, n * k.u32(STAGE) + j, v.cast(Scalar::F16));
+        });
+    });
+}
+
+/// What multiplies the staged blocks: a subgroup's tiles, or each invocation's sums.
+enum Compute<'b> {
+    Tiles {
+        a: Tile<'b>,
+        b: Tile<'b>,
+        accs: Vec<Tile<'b>>,
+    },
+    Scalar {
+        sums: Vec<Var<'b>>,
+    },
+}
+
+/// Outputs of one invocation in the scalar variant: a token's 32 rows.
+const SCALAR_ROWS: u32 = BM * BN / INVOCATIONS;
+
+impl<'b> Compute<'b> {
+    fn tiles(k: &'b KernelBuilder) -> Self {
+        k.require_subgroups();
+        let accs: Vec<Tile> = (0..ACCS)
+            .map(|i| k.tile(&format!("acc{i}"), TileRole::Acc))
+            .collect();
+        for acc in &accs {
+            acc.zero();
+        }
+        Compute::Tiles {
+            a: k.tile("a", TileRole::A),
+            b: k.tile("b", TileRole::B),
+            accs,
+        }
+    }
+
+    fn scalar(k: &'b KernelBuilder) -> Self {
+        Compute::Scalar {
+            sums: (0..SCALAR_ROWS)
+                .map(|i| k.var(&format!("sum{i}"), Scalar::F32))
+                .collect(),
+        }
+    }
+
+    /// Runs `f(tile index, accumulator)` for each output tile this subgroup owns.
+    fn owned(k: &'b KernelBuilder, accs: &[Tile<'b>], f: impl Fn(Val<'b>, Tile<'b>)) {
+        let subgroups = k.u32(INVOCATIONS) / k.subgroup_size();
+        let sg = k.subgroup_id();
+        for (j, &acc) in accs.iter().enumerate() {
+            let i = sg + subgroups * k.u32(j as u32);
+            // Uniform over the subgroup, as tile operations need.
+            k.if_(i.lt(k.u32(TILES)), || f(i, acc));
+        }
+    }
+
+    fn step(&self, k: &'b KernelBuilder, xs: trine_ir::SharedId, ws: trine_ir::SharedId) {
+        match self {
+            Compute::Tiles { a, b, accs } => Self::owned(k, accs, |i, acc| {
+                let per_row = k.u32(BN / TILE);
+                let (tm, tn) = (i / per_row, i % per_row);
+                for kk in (0..BK).step_by(TILE as usize) {
+                    let stride = k.u32(STAGE);
+                    let at = |t: Val<'b>| t * k.u32(TILE * STAGE) + k.u32(kk);
+                    a.load(TileMemory::Shared(xs), at(tm), stride, TileLayout::RowMajor);
+                    // W's rows are B's columns: B is W's block column-major.
+                    b.load(TileMemory::Shared(ws), at(tn), stride, TileLayout::ColMajor);
+                    acc.mma(*a, *b);
+                }
+            }),
+            Compute::Scalar { sums } => {
+                let lid = k.local_index();
+                let (t, half) = (lid / k.u32(2), lid % k.u32(2));
+                k.for_range(k.u32(0), k.u32(BK), 1, |c| {
+                    let xv = k.load_shared(xs, t * k.u32(STAGE) + c).cast(Scalar::F32);
+                    for (j, sum) in sums.iter().enumerate() {
+                        let n = half + k.u32(2 * j as u32);
+                        let wv = k.load_shared(ws, n * k.u32(STAGE) + c).cast(Scalar::F32);
+                        sum.set(xv.fma(wv, sum.get()));
+                    }
+                });
+            }
+        }
+    }
+
+    /// The block's sums into `out` (`[BM × OUT]`, f32).
+    fn finish(&self, k: &'b KernelBuilder, out: trine_ir::SharedId) {
+        match self {
+            Compute::Tiles { accs, .. } => Self::owned(k, accs, |i, acc| {
+                let per_row = k.u32(BN / TILE);
+                let (tm, tn) = (i / per_row, i % per_row);
+                let at = tm * k.u32(TILE * OUT) + tn * k.u32(TILE);
+                acc.store(
+                    TileMemory::Shared(out),
+                    at,
+                    k.u32(OUT),
+                    TileLayout::RowMajor,
+                );
+            }),
+            Compute::Scalar { sums } => {
+                let lid = k.local_index();
+                let (t, half) = (lid / k.u32(2), lid % k.u32(2));
+                for (j, sum) in sums.iter().enumerate() {
+                    let n = half + k.u32(2 * j as u32);
+                    k.store_shared(out, t * k.u32(OUT) + n, sum.get());
+                }
+            }
+        }
+    }
+}
+
+/// `y` in f64 from x and W's dequantised values, each rounded to f16 as the kernel stages
+/// them, plus `add`.
+pub fn reference(
+    ty: WeightType,
+    w: &[u8],
+    x: &[f32],
+    add: Option<&[f32]>,
+    (rows, cols, tokens): (u32, u32, u32),
+) -> Result<Vec<f64>, ShapeError> {
+    check(rows, cols, tokens)?;
+    let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
+    let wd = dequantize(ty, w, r * c)?;
+    let mut y = vec![0f64; t * r];
+    for tok in 0..t {
+        for row in 0..r {
+            let sum: f64 = (0..c)
+                .map(|i| {
+                    let xv = f16::from_f32(x[tok * c + i]).to_f64();
+                    let wv = f16::from_f64(wd[row * c + i]).to_f64();
+                    xv * wv
+                })
+                .sum();
+            y[tok * r + row] = sum + add.map_or(0.0, |a| a[tok * r + row] as f64);
+        }
+    }
+    Ok(y)
+}
+
+/// A conformance case: W of `ty` with values in [-1, 1), x in [-1, 1), a residual in [-2, 2)
+/// with `add`; the tiled kernel, with the scalar variant as its fallback.
+pub fn case(
+    ty: WeightType,
+    (rows, cols, tokens): (u32, u32, u32),
+    add: bool,
+) -> Result<Case, ShapeError> {
+    check(rows, cols, tokens)?;
+    let name = format!(
+        "{OP}/{}/{rows}x{cols}/t{tokens}{}",
+        ty.name(),
+        if add { "+add" } else { "" }
+    );
+    let mut rng = Rng::new(super::support::seed(&name));
+    let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
+    let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
+    let x = rng.f32s(t * c, -1.0, 1.0);
+    let residual = add.then(|| rng.f32s(t * r, -2.0, 2.0));
+    let want = reference(ty, &w, &x, residual.as_deref(), (rows, cols, tokens))?;
+    let spec = TilesSpec {
+        weights: ty,
+        add,
+        tiles: true,
+    };
+    let mut case = Case::new(name, kernel(spec), spec.grid(rows, tokens))
+        .input("w", buffer_elem(ty), dequant::pad_to_words(w))
+        .input("x", Scalar::F32, f32_bytes(&x));
+    if let Some(res) = &residual {
+        case = case.input("add", Scalar::F32, f32_bytes(res));
+    }
+    Ok(case
+        .output("y", Scalar::F32, vec![0; t * r * 4], want)
+        .params(spec.params(rows, cols, tokens))
+        .bound(NMSE)
+        .fallback(kernel(TilesSpec {
+            tiles: false,
+            ..spec
+        })))
+}
+
+/// Every weight type at a shape of one block and a partial one (tokens and rows past a
+/// block), with and without the residual; SmolLM2's QKV product over a 70-token prompt.
+pub fn cases() -> Vec<Case> {
+    let mut out = vec![];
+    for ty in WeightType::ALL {
+        out.push(case(ty, (64, 64, 20), false));
+        out.push(case(ty, (72, 96, 70), ty == WeightType::Q4_1));
+    }
+    out.push(case(WeightType::Q4_1, (960, 576, 70), false));
+    out.push(case(WeightType::Q8_0, (576, 1536, 33), true));
+    out.into_iter()
+        .collect::<Result<_, _>>()
+        .expect("the fixed shapes are valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_are_checked() {
+        assert!(matches!(
+            check(64, 48, 1),
+            Err(ShapeError::NotMultiple { what: "cols", .. })
+        ));
+        assert!(matches!(check(0, 32, 1), Err(ShapeError::Zero { .. })));
+        assert!(matches!(
+            check(u32::MAX, 64, 2),
+            Err(ShapeError::TooLarge { .. })
+        ));
+    }
+
+    /// Shared memory fits the smallest device's 32 KiB in both variants.
+    #[test]
+    fn blocks_fit_32_kib() {
+        for tiles in [true, false] {
+            let k = kernel(TilesSpec {
+                weights: WeightType::Q4_1,
+                add: true,
+                tiles,
+            });
+            assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
+        }
+    }
+}
