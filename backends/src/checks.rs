@@ -14,6 +14,12 @@ pub fn check_kernel(kernel: &Kernel, info: &DeviceInfo) -> Result<u64, BackendEr
         kernel: kernel.name.clone(),
         source,
     })?;
+    if kernel.capabilities.tiles && !info.tiles {
+        return Err(BackendError::Unsupported {
+            kernel: kernel.name.clone(),
+            what: "matrix tiles (16x16x16 f16 multiply-accumulate on matrix units)".into(),
+        });
+    }
     Ok(trine_ir::kernel_hash(kernel))
 }
 

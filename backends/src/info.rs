@@ -39,6 +39,11 @@ pub struct DeviceInfo {
     pub subgroup_ops: bool,
     pub f16: bool,
     pub int8: bool,
+    /// Whether kernels with matrix tiles (`trine_ir::TileOp`: 16×16×16, f16 operands, f32
+    /// accumulators) run here: CUDA from sm_80 (`mma.sync`), Vulkan with
+    /// VK_KHR_cooperative_matrix offering that shape at subgroup scope.
+    #[serde(default)]
+    pub tiles: bool,
     pub max_shared_bytes: u64,
     pub max_invocations: u32,
     pub max_workgroups: [u32; 3],

@@ -120,16 +120,21 @@ pub fn check_backend_expecting(
 
 fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Reference) -> Record {
     let info = backend.info();
-    let kernel = match (
-        &case.fallback,
-        case.kernel.capabilities.subgroup && !info.subgroup_ops,
-    ) {
-        (_, false) => &case.kernel,
-        (Some(f), true) => f,
-        (None, true) => {
+    let caps = case.kernel.capabilities;
+    let missing = if caps.subgroup && !info.subgroup_ops {
+        Some("subgroup operations")
+    } else if caps.tiles && !info.tiles {
+        Some("matrix tiles")
+    } else {
+        None
+    };
+    let kernel = match (&case.fallback, missing) {
+        (_, None) => &case.kernel,
+        (Some(f), Some(_)) => f,
+        (None, Some(what)) => {
             let mut r = record(case, backend.name(), &case.kernel.name, Ok(vec![]));
             r.status = Status::Skip;
-            r.reason = Some(format!("{LACKS}subgroup operations"));
+            r.reason = Some(format!("{LACKS}{what}"));
             return r;
         }
     };
@@ -221,6 +226,9 @@ pub fn lacking(kernel: &Kernel, info: &DeviceInfo) -> Vec<String> {
     let mut out = vec![];
     if kernel.capabilities.subgroup && !info.subgroup_ops {
         out.push("subgroup operations".to_string());
+    }
+    if kernel.capabilities.tiles && !info.tiles {
+        out.push("matrix tiles".to_string());
     }
     out.extend(too_few_resident(kernel, info));
     if !info.f16 && any(&|t| t == Scalar::F16) {

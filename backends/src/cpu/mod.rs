@@ -163,6 +163,7 @@ impl CpuBackend {
             subgroup_ops: true,
             f16: true,
             int8: true,
+            tiles: false,
             max_shared_bytes: 64 * 1024,
             max_invocations: 1024,
             max_workgroups: [u32::MAX; 3],

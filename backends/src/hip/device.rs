@@ -221,6 +221,8 @@ pub(super) fn device_info(rt: &Runtime, dev: &Device, extra: Vec<String>) -> Dev
         subgroup_ops: dev.warp_size > 0,
         f16: true,
         int8: true,
+        // The HIP lowering has no WMMA (see trine_codegen::hip).
+        tiles: false,
         max_shared_bytes: dev.max_shared,
         max_invocations: dev.max_threads,
         max_workgroups: dev.max_grid,

@@ -23,6 +23,8 @@ pub struct Features {
     pub zero_init_workgroup: bool,
     /// `shaderIntegerDotProduct`: packed 8-bit dot products as `OpSDot`/`OpUDot`.
     pub integer_dot: bool,
+    /// Cooperative matrices of the tiles' shape, with the Vulkan memory model.
+    pub tiles: bool,
 }
 
 /// Everything learned about the device before creating it.
@@ -64,6 +66,9 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let dot_ext = !api13 && has_ext(vk::KHR_SHADER_INTEGER_DOT_PRODUCT_NAME);
     let dot_struct = api13 || dot_ext;
     let sm_struct = has_ext(vk::NV_SHADER_SM_BUILTINS_NAME);
+    // The memory model's struct is core in 1.2; before that its extension would be needed too,
+    // and no driver with cooperative matrices is older.
+    let coop_ext = api12 && has_ext(vk::KHR_COOPERATIVE_MATRIX_NAME);
     let amd_cores_struct = has_ext(vk::AMD_SHADER_CORE_PROPERTIES_NAME);
 
     let mut storage16 = vk::PhysicalDevice16BitStorageFeatures::default();
@@ -71,6 +76,8 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let mut storage8 = vk::PhysicalDevice8BitStorageFeatures::default();
     let mut zero_init = vk::PhysicalDeviceZeroInitializeWorkgroupMemoryFeatures::default();
     let mut integer_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
+    let mut cooperative = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+    let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default();
     let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut storage16);
     if float16_int8_struct {
         features2 = features2.push_next(&mut float16_int8);
@@ -83,6 +90,11 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     }
     if dot_struct {
         features2 = features2.push_next(&mut integer_dot);
+    }
+    if coop_ext {
+        features2 = features2
+            .push_next(&mut cooperative)
+            .push_next(&mut memory_model);
     }
     // SAFETY: the chain holds only structs this device's API version or extensions define,
     // each borrowed for the call.
@@ -115,6 +127,14 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     // SAFETY: a plain query on a physical device of this instance.
     let memory_props = unsafe { vk_instance.get_physical_device_memory_properties(c.physical) };
 
+    let shape = if coop_ext && cooperative.cooperative_matrix == vk::TRUE {
+        tile_shape(instance, c.physical)
+    } else {
+        Err("no VK_KHR_cooperative_matrix".to_string())
+    };
+    let tiles = shape.is_ok()
+        && memory_model.vulkan_memory_model == vk::TRUE
+        && memory_model.vulkan_memory_model_device_scope == vk::TRUE;
     let enable = Enable {
         storage16: storage16.storage_buffer16_bit_access == vk::TRUE,
         uniform_storage16: storage16.uniform_and_storage_buffer16_bit_access == vk::TRUE,
@@ -127,6 +147,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         storage8_struct,
         zero_init_struct,
         integer_dot_struct: dot_struct,
+        tiles,
         extensions: [
             (float16_int8_ext, vk::KHR_SHADER_FLOAT16_INT8_NAME),
             (storage8_ext, vk::KHR_8BIT_STORAGE_NAME),
@@ -135,6 +156,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
                 dot_ext && integer_dot.shader_integer_dot_product == vk::TRUE,
                 vk::KHR_SHADER_INTEGER_DOT_PRODUCT_NAME,
             ),
+            (tiles, vk::KHR_COOPERATIVE_MATRIX_NAME),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -149,6 +171,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
             && subgroup.supported_operations.contains(SUBGROUP_OPS),
         zero_init_workgroup: enable.zero_init_workgroup,
         integer_dot: enable.integer_dot,
+        tiles,
     };
 
     let device_type = match c.device_type {
@@ -185,6 +208,11 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         ));
         vec![]
     };
+    if let Err(why) = &shape {
+        notes.push(format!("matrix tiles unavailable: {why}"));
+    } else if !tiles {
+        notes.push("matrix tiles unavailable: no vulkanMemoryModel (device scope)".into());
+    }
     let f16 = features.float16 && features.storage16;
     if !f16 {
         notes.push(format!(
@@ -250,6 +278,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         subgroup_ops: features.subgroups,
         f16,
         int8: enable.int8 && enable.storage8,
+        tiles: tiles && f16,
         max_shared_bytes: props.limits.max_compute_shared_memory_size.into(),
         max_invocations: props.limits.max_compute_work_group_invocations,
         max_workgroups: props.limits.max_compute_work_group_count,
@@ -276,6 +305,41 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         limits: props.limits,
         memory,
     }
+}
+
+/// Whether VK_KHR_cooperative_matrix offers the IR's tile product at subgroup scope: 16 × 16
+/// × 16 with f16 A and B and an f32 accumulator and result (NVIDIA from Turing, RADV on RDNA3
+/// with ACO); else what it offers, in words.
+fn tile_shape(instance: &Instance, physical: vk::PhysicalDevice) -> Result<(), String> {
+    let coop = ash::khr::cooperative_matrix::Instance::new(&instance.entry, &instance.instance);
+    // SAFETY: a plain query on a physical device of this instance, whose extension is present.
+    let props = unsafe { coop.get_physical_device_cooperative_matrix_properties(physical) }
+        .map_err(|e| format!("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR: {e}"))?;
+    let n = trine_ir::TILE;
+    let f16 = vk::ComponentTypeKHR::FLOAT16;
+    let f32 = vk::ComponentTypeKHR::FLOAT32;
+    let fits = |p: &vk::CooperativeMatrixPropertiesKHR<'_>| {
+        (p.m_size, p.n_size, p.k_size) == (n, n, n)
+            && (p.a_type, p.b_type, p.c_type, p.result_type) == (f16, f16, f32, f32)
+            && p.scope == vk::ScopeKHR::SUBGROUP
+            && p.saturating_accumulation == vk::FALSE
+    };
+    if props.iter().any(fits) {
+        return Ok(());
+    }
+    let offered: Vec<String> = props
+        .iter()
+        .map(|p| {
+            format!(
+                "{}x{}x{} {:?}*{:?}+{:?}",
+                p.m_size, p.n_size, p.k_size, p.a_type, p.b_type, p.c_type
+            )
+        })
+        .collect();
+    Err(format!(
+        "cooperative matrices offer no {n}x{n}x{n} f16*f16+f32 at subgroup scope ({})",
+        offered.join(", ")
+    ))
 }
 
 /// One workgroup per compute unit where the driver counts them: NVIDIA's SMs, AMD's CUs (shader

@@ -315,6 +315,11 @@ impl Instance {
             .shader_zero_initialize_workgroup_memory(enable.zero_init_workgroup);
         let mut integer_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
             .shader_integer_dot_product(enable.integer_dot);
+        let mut cooperative = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default()
+            .cooperative_matrix(enable.tiles);
+        let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default()
+            .vulkan_memory_model(enable.tiles)
+            .vulkan_memory_model_device_scope(enable.tiles);
         let extensions: Vec<_> = enable.extensions.iter().map(|e| e.as_ptr()).collect();
         let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
@@ -331,6 +336,11 @@ impl Instance {
         }
         if enable.integer_dot_struct {
             create = create.push_next(&mut integer_dot);
+        }
+        if enable.tiles {
+            create = create
+                .push_next(&mut cooperative)
+                .push_next(&mut memory_model);
         }
         // SAFETY: `create` borrows locals that outlive the call; the feature structs are only
         // chained where the device's API version or an enabled extension defines them.
@@ -393,6 +403,9 @@ pub struct Enable {
     /// Whether `VkPhysicalDeviceShaderIntegerDotProductFeatures` exists here (1.3 or its
     /// extension).
     pub integer_dot_struct: bool,
+    /// `cooperativeMatrix` with `vulkanMemoryModel`, which its SPIR-V declares: on only where
+    /// VK_KHR_cooperative_matrix offers the tiles' shape (see `info::tile_shape`).
+    pub tiles: bool,
     pub extensions: Vec<&'static CStr>,
 }
 

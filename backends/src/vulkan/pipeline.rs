@@ -236,6 +236,11 @@ pub fn check_supported(
             "subgroup operations (basic, arithmetic and shuffle in compute shaders)".into(),
         ));
     }
+    if spirv.uses_tiles && !features.tiles {
+        return Err(unsupported(
+            "cooperative matrices of 16x16x16 f16 (VK_KHR_cooperative_matrix)".into(),
+        ));
+    }
     if spirv.uses_integer_dot && !features.integer_dot {
         return Err(unsupported(
             "packed 8-bit dot products (shaderIntegerDotProduct)".into(),

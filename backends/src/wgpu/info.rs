@@ -55,6 +55,8 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
         f16,
         // Kernels read 8-bit data as 32-bit words; no 8-bit arithmetic is asked of wgpu.
         int8: false,
+        // wgpu's cooperative matrices are experimental and not requested.
+        tiles: false,
         max_shared_bytes: limits.max_compute_workgroup_storage_size.into(),
         max_invocations: limits.max_compute_invocations_per_workgroup,
         max_workgroups: [per_dim; 3],
