@@ -428,10 +428,15 @@ fn on_each(names: &[&str], mut f: impl FnMut(&str, Arc<dyn Backend>)) -> usize {
     ran
 }
 
+/// Each GPU backend present, and the GPU-typed stand-in (a CPU taking the GPUs' kernel shapes
+/// and f16 caches), checked node by node by the CPU: every node within its bound and the
+/// worst under 1e-9. The stand-in always runs, so the test cannot pass on a machine without
+/// a GPU having compared nothing.
 #[test]
 fn backends_agree_node_by_node() {
     let model = tiny();
-    let ran = on_each(&["vulkan", "wgpu", "cuda", "hip"], |name, backend| {
+    let mut compared = vec![];
+    let mut check = |name: &str, backend: Arc<dyn Backend>| {
         let main = Engine::new(model.clone(), backend, SIZES).unwrap();
         let checker = main.checker(cpu()).unwrap();
         let mut session = Session::new(main, Some(checker));
@@ -441,8 +446,12 @@ fn backends_agree_node_by_node() {
             assert!(c.first_over_bound.is_none(), "{name}: {c:?}");
             assert!(c.worst.nmse.is_some_and(|e| e < 1e-9), "{name}: {c:?}");
         }
-    });
-    println!("{ran} GPU backends checked against the cpu");
+        compared.push(name.to_string());
+    };
+    check("gpu stand-in", Faulty::gpu());
+    let ran = on_each(&["vulkan", "wgpu", "cuda", "hip"], &mut check);
+    assert_eq!(compared.len(), ran + 1, "{compared:?}");
+    println!("checked against the cpu: {compared:?}");
 }
 
 /// A checker takes the checked engine's KV cache type (f16 on a GPU, where a CPU keeps f32):
