@@ -269,17 +269,29 @@ fn the_cross_check_catches_small_uniform_errors() {
 
 /// A CPU that reports `size` bytes of memory, of which `free` are free where that is
 /// `Some` (as CUDA and HIP report it; Vulkan and wgpu report only the size), and counts what
-/// is allocated on it: a device the model may not fit.
+/// is allocated on it: a device the model may not fit. Allocations past `budget` fail as a
+/// driver's do, with the bytes asked and what is left.
 struct Small {
     inner: Arc<dyn Backend>,
     info: DeviceInfo,
     free: Option<u64>,
+    budget: u64,
     allocated: std::sync::atomic::AtomicU64,
     written: std::sync::atomic::AtomicU64,
 }
 
 impl Small {
     fn device(size: u64, free: Option<u64>) -> Arc<Small> {
+        Small::with_budget(size, free, u64::MAX)
+    }
+
+    /// A device that says it has memory to spare but runs out after `budget` bytes: a driver
+    /// that overcommits, or another process taking memory after the executor checked.
+    fn overcommitted(budget: u64) -> Arc<Small> {
+        Small::with_budget(u64::MAX, None, budget)
+    }
+
+    fn with_budget(size: u64, free: Option<u64>, budget: u64) -> Arc<Small> {
         let inner = cpu();
         let mut info = inner.info().clone();
         info.memory.device_local = size;
@@ -287,6 +299,7 @@ impl Small {
             inner,
             info,
             free,
+            budget,
             allocated: 0.into(),
             written: 0.into(),
         })
@@ -301,8 +314,15 @@ impl Backend for Small {
         &self.info
     }
     fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
-        self.allocated
-            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        use std::sync::atomic::Ordering::Relaxed;
+        let before = self.allocated.load(Relaxed);
+        if before.saturating_add(bytes) > self.budget {
+            return Err(BackendError::OutOfMemory {
+                bytes,
+                free: Some(self.budget - before),
+            });
+        }
+        self.allocated.fetch_add(bytes, Relaxed);
         self.inner.alloc(bytes)
     }
     fn free_memory(&self) -> Option<u64> {
@@ -406,6 +426,53 @@ fn a_model_larger_than_the_device_is_refused_before_the_first_step() {
     let exact = Small::device(u64::MAX, Some(needed));
     let mut session = Session::new(Engine::new(model, exact, SIZES).unwrap(), None);
     session.feed(&[3, 4]).unwrap();
+}
+
+/// A device that runs out of memory part-way, in `Session::prepare` or in the steps that
+/// allocate as they go, stops the executor with the backend's typed out-of-memory error
+/// naming the device, the bytes of the buffer asked for and the bytes left (one short: the
+/// budget is a byte under what the model needs), not a panic or an untyped failure; with that
+/// byte the same steps run.
+#[test]
+fn an_allocation_that_fails_is_the_typed_out_of_memory_error() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let model = tiny();
+    let needed = Engine::new(model.clone(), Small::device(u64::MAX, None), SIZES)
+        .unwrap()
+        .bytes_needed(0);
+    let go = |session: &mut Session, prepare: bool| {
+        if prepare {
+            session.prepare()
+        } else {
+            session.feed(&[1; SIZES.max_batch as usize])?;
+            session.feed_greedy(&[2]).map(drop)
+        }
+    };
+    for prepare in [true, false] {
+        let dev = Small::overcommitted(needed - 1);
+        let mut session = Session::new(
+            Engine::new(model.clone(), dev.clone(), SIZES).unwrap(),
+            None,
+        );
+        match go(&mut session, prepare) {
+            Err(ModelError::Backend { backend, source }) => match *source {
+                BackendError::OutOfMemory { bytes, free } => {
+                    assert_eq!(backend, "small");
+                    assert_eq!(free, Some(bytes - 1), "prepare {prepare}");
+                    assert_eq!(dev.allocated.load(Relaxed) + bytes, needed);
+                    let message = ModelError::backend(&backend, *source).to_string();
+                    let want = format!("allocating {bytes} bytes ({} bytes free)", bytes - 1);
+                    assert!(message.contains(&want), "{message}");
+                }
+                other => panic!("prepare {prepare}: expected OutOfMemory, got {other}"),
+            },
+            Err(e) => panic!("prepare {prepare}: expected OutOfMemory, got {e}"),
+            Ok(()) => panic!("prepare {prepare}: {needed} bytes fit in {}", needed - 1),
+        }
+        let dev = Small::overcommitted(needed);
+        let mut session = Session::new(Engine::new(model.clone(), dev, SIZES).unwrap(), None);
+        go(&mut session, prepare).unwrap();
+    }
 }
 
 /// Runs `f(name, backend)` on each of `names` that is present; an absent one is skipped with
