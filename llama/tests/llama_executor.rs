@@ -10,7 +10,9 @@ use trine_backends::{
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType, Value};
 use trine_ir::Kernel;
-use trine_llama::{Engine, EngineOptions, Model, ModelError, Session};
+use trine_llama::{
+    generate, Engine, EngineOptions, GenerateOptions, Model, ModelError, Sampling, Session,
+};
 use trine_ops::support::Float;
 
 const TINY: SynthShape = SynthShape {
@@ -473,6 +475,46 @@ fn an_allocation_that_fails_is_the_typed_out_of_memory_error() {
         let mut session = Session::new(Engine::new(model.clone(), dev, SIZES).unwrap(), None);
         go(&mut session, prepare).unwrap();
     }
+}
+
+/// A device whose output head writes NaN everywhere: generation stops at the prompt's step
+/// with [`ModelError::NanLogits`], greedy (the device's argmax) and sampling (the host's)
+/// alike, instead of going on with a token the model did not choose; the logits read back
+/// are all NaN, so the error is the head's and not the argmax's. The CPU generates.
+#[test]
+fn all_nan_logits_are_a_typed_error() {
+    let model = tiny();
+    let nan = || Faulty::device("", &["matvec_q8_0", "matvec_q8_q8_0"], f32::NAN);
+    for temperature in [0.0, 0.8] {
+        let opts = GenerateOptions {
+            max_tokens: 4,
+            sampling: Sampling {
+                temperature,
+                ..Sampling::default()
+            },
+            stop_at_end: false,
+            stop_on_divergence: false,
+        };
+        let mut spoilt = Session::new(Engine::new(model.clone(), nan(), SIZES).unwrap(), None);
+        match generate(&mut spoilt, &[17, 90, 200], opts, |_| {}) {
+            Err(ModelError::NanLogits) => {}
+            Err(e) => panic!("temperature {temperature}: expected NanLogits, got {e}"),
+            Ok(r) => panic!(
+                "temperature {temperature}: generated {:?}",
+                r.generated_tokens
+            ),
+        }
+        let mut healthy = Session::new(Engine::new(model.clone(), cpu(), SIZES).unwrap(), None);
+        let report = generate(&mut healthy, &[17, 90, 200], opts, |_| {}).unwrap();
+        assert_eq!(report.generated_tokens.len(), 4);
+    }
+    let mut spoilt = Session::new(Engine::new(model, nan(), SIZES).unwrap(), None);
+    assert!(matches!(
+        spoilt.feed_greedy(&[17, 90]),
+        Err(ModelError::NanLogits)
+    ));
+    let logits = spoilt.feed(&[200]).unwrap();
+    assert!(logits.iter().all(|v| v.is_nan()), "{:?}", &logits[..4]);
 }
 
 /// Runs `f(name, backend)` on each of `names` that is present; an absent one is skipped with
