@@ -269,10 +269,10 @@ fn the_cross_check_catches_small_uniform_errors() {
     }
 }
 
-/// A CPU that reports `size` bytes of memory, of which `free` are free where that is
-/// `Some` (as CUDA and HIP report it; Vulkan and wgpu report only the size), and counts what
-/// is allocated on it: a device the model may not fit. Allocations past `budget` fail as a
-/// driver's do, with the bytes asked and what is left.
+/// A CPU that reports `size` bytes of memory, of which `free` are free where that is `Some`
+/// (as CUDA, HIP and Vulkan with VK_EXT_memory_budget report it; wgpu reports only the size),
+/// and counts what is allocated on it: a device the model may not fit. Allocations past
+/// `budget` fail as a driver's do, with the bytes asked and what is left.
 struct Small {
     inner: Arc<dyn Backend>,
     info: DeviceInfo,
