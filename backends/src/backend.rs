@@ -42,8 +42,9 @@ pub trait Backend: Send + Sync {
     /// Allocates a zeroed buffer; failing for want of memory is [`BackendError::OutOfMemory`].
     fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError>;
     /// Bytes of device memory free for new buffers now, where the runtime says (CUDA's
-    /// `cuMemGetInfo`, HIP's `hipMemGetInfo`, the host's available memory for the CPU); `None`
-    /// where it does not (Vulkan without a budget query, wgpu).
+    /// `cuMemGetInfo`, HIP's `hipMemGetInfo`, Vulkan's VK_EXT_memory_budget, the host's
+    /// available memory for the CPU); `None` where it does not (Vulkan without that
+    /// extension, wgpu).
     fn free_memory(&self) -> Option<u64> {
         None
     }

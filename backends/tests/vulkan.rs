@@ -63,6 +63,18 @@ fn device_info_is_sane() {
     assert!(info.max_binding_bytes >= 1 << 27);
     assert!(info.min_binding_alignment >= 4 && info.min_binding_alignment.is_power_of_two());
     assert!(info.memory.device_local > 0);
+    // VK_EXT_memory_budget, which NVIDIA's drivers have offered since 2019: what is left of
+    // the heaps `device_local` counts.
+    let free = b.free_memory();
+    assert!(
+        free.is_some() || info.vendor != "NVIDIA",
+        "no memory budget"
+    );
+    assert!(
+        free.is_none_or(|f| f > 0 && f <= info.memory.device_local),
+        "free {free:?} of {}",
+        info.memory.device_local
+    );
     if info.subgroup_ops {
         assert!(!info.subgroup_sizes.is_empty());
         assert!(info.subgroup_sizes.iter().all(|s| s.is_power_of_two()));

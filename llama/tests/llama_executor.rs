@@ -10,7 +10,9 @@ use trine_backends::{
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType, Value};
 use trine_ir::Kernel;
-use trine_llama::{Engine, EngineOptions, Model, ModelError, Session};
+use trine_llama::{
+    generate, Engine, EngineOptions, GenerateOptions, Model, ModelError, Sampling, Session,
+};
 use trine_ops::support::Float;
 
 const TINY: SynthShape = SynthShape {
@@ -267,19 +269,31 @@ fn the_cross_check_catches_small_uniform_errors() {
     }
 }
 
-/// A CPU that reports `size` bytes of memory, of which `free` are free where that is
-/// `Some` (as CUDA and HIP report it; Vulkan and wgpu report only the size), and counts what
-/// is allocated on it: a device the model may not fit.
+/// A CPU that reports `size` bytes of memory, of which `free` are free where that is `Some`
+/// (as CUDA, HIP and Vulkan with VK_EXT_memory_budget report it; wgpu reports only the size),
+/// and counts what is allocated on it: a device the model may not fit. Allocations past
+/// `budget` fail as a driver's do, with the bytes asked and what is left.
 struct Small {
     inner: Arc<dyn Backend>,
     info: DeviceInfo,
     free: Option<u64>,
+    budget: u64,
     allocated: std::sync::atomic::AtomicU64,
     written: std::sync::atomic::AtomicU64,
 }
 
 impl Small {
     fn device(size: u64, free: Option<u64>) -> Arc<Small> {
+        Small::with_budget(size, free, u64::MAX)
+    }
+
+    /// A device that says it has memory to spare but runs out after `budget` bytes: a driver
+    /// that overcommits, or another process taking memory after the executor checked.
+    fn overcommitted(budget: u64) -> Arc<Small> {
+        Small::with_budget(u64::MAX, None, budget)
+    }
+
+    fn with_budget(size: u64, free: Option<u64>, budget: u64) -> Arc<Small> {
         let inner = cpu();
         let mut info = inner.info().clone();
         info.memory.device_local = size;
@@ -287,6 +301,7 @@ impl Small {
             inner,
             info,
             free,
+            budget,
             allocated: 0.into(),
             written: 0.into(),
         })
@@ -301,8 +316,15 @@ impl Backend for Small {
         &self.info
     }
     fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
-        self.allocated
-            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        use std::sync::atomic::Ordering::Relaxed;
+        let before = self.allocated.load(Relaxed);
+        if before.saturating_add(bytes) > self.budget {
+            return Err(BackendError::OutOfMemory {
+                bytes,
+                free: Some(self.budget - before),
+            });
+        }
+        self.allocated.fetch_add(bytes, Relaxed);
         self.inner.alloc(bytes)
     }
     fn free_memory(&self) -> Option<u64> {
@@ -408,6 +430,93 @@ fn a_model_larger_than_the_device_is_refused_before_the_first_step() {
     session.feed(&[3, 4]).unwrap();
 }
 
+/// A device that runs out of memory part-way, in `Session::prepare` or in the steps that
+/// allocate as they go, stops the executor with the backend's typed out-of-memory error
+/// naming the device, the bytes of the buffer asked for and the bytes left (one short: the
+/// budget is a byte under what the model needs), not a panic or an untyped failure; with that
+/// byte the same steps run.
+#[test]
+fn an_allocation_that_fails_is_the_typed_out_of_memory_error() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let model = tiny();
+    let needed = Engine::new(model.clone(), Small::device(u64::MAX, None), SIZES)
+        .unwrap()
+        .bytes_needed(0);
+    let go = |session: &mut Session, prepare: bool| {
+        if prepare {
+            session.prepare()
+        } else {
+            session.feed(&[1; SIZES.max_batch as usize])?;
+            session.feed_greedy(&[2]).map(drop)
+        }
+    };
+    for prepare in [true, false] {
+        let dev = Small::overcommitted(needed - 1);
+        let mut session = Session::new(
+            Engine::new(model.clone(), dev.clone(), SIZES).unwrap(),
+            None,
+        );
+        match go(&mut session, prepare) {
+            Err(ModelError::Backend { backend, source }) => match *source {
+                BackendError::OutOfMemory { bytes, free } => {
+                    assert_eq!(backend, "small");
+                    assert_eq!(free, Some(bytes - 1), "prepare {prepare}");
+                    assert_eq!(dev.allocated.load(Relaxed) + bytes, needed);
+                    let message = ModelError::backend(&backend, *source).to_string();
+                    let want = format!("allocating {bytes} bytes ({} bytes free)", bytes - 1);
+                    assert!(message.contains(&want), "{message}");
+                }
+                other => panic!("prepare {prepare}: expected OutOfMemory, got {other}"),
+            },
+            Err(e) => panic!("prepare {prepare}: expected OutOfMemory, got {e}"),
+            Ok(()) => panic!("prepare {prepare}: {needed} bytes fit in {}", needed - 1),
+        }
+        let dev = Small::overcommitted(needed);
+        let mut session = Session::new(Engine::new(model.clone(), dev, SIZES).unwrap(), None);
+        go(&mut session, prepare).unwrap();
+    }
+}
+
+/// A device whose output head writes NaN everywhere: generation stops at the prompt's step
+/// with [`ModelError::NanLogits`], greedy (the device's argmax) and sampling (the host's)
+/// alike, instead of going on with a token the model did not choose; the logits read back
+/// are all NaN, so the error is the head's and not the argmax's. The CPU generates.
+#[test]
+fn all_nan_logits_are_a_typed_error() {
+    let model = tiny();
+    let nan = || Faulty::device("", &["matvec_q8_0", "matvec_q8_q8_0"], f32::NAN);
+    for temperature in [0.0, 0.8] {
+        let opts = GenerateOptions {
+            max_tokens: 4,
+            sampling: Sampling {
+                temperature,
+                ..Sampling::default()
+            },
+            stop_at_end: false,
+            stop_on_divergence: false,
+        };
+        let mut spoilt = Session::new(Engine::new(model.clone(), nan(), SIZES).unwrap(), None);
+        match generate(&mut spoilt, &[17, 90, 200], opts, |_| {}) {
+            Err(ModelError::NanLogits) => {}
+            Err(e) => panic!("temperature {temperature}: expected NanLogits, got {e}"),
+            Ok(r) => panic!(
+                "temperature {temperature}: generated {:?}",
+                r.generated_tokens
+            ),
+        }
+        let mut healthy = Session::new(Engine::new(model.clone(), cpu(), SIZES).unwrap(), None);
+        let report = generate(&mut healthy, &[17, 90, 200], opts, |_| {}).unwrap();
+        assert_eq!(report.generated_tokens.len(), 4);
+    }
+    let mut spoilt = Session::new(Engine::new(model, nan(), SIZES).unwrap(), None);
+    assert!(matches!(
+        spoilt.feed_greedy(&[17, 90]),
+        Err(ModelError::NanLogits)
+    ));
+    let logits = spoilt.feed(&[200]).unwrap();
+    assert!(logits.iter().all(|v| v.is_nan()), "{:?}", &logits[..4]);
+}
+
 /// Runs `f(name, backend)` on each of `names` that is present; an absent one is skipped with
 /// its reason, or fails the test where `TRINE_REQUIRE_BACKENDS` names it. Returns how many ran.
 fn on_each(names: &[&str], mut f: impl FnMut(&str, Arc<dyn Backend>)) -> usize {
@@ -428,10 +537,15 @@ fn on_each(names: &[&str], mut f: impl FnMut(&str, Arc<dyn Backend>)) -> usize {
     ran
 }
 
+/// Each GPU backend present, and the GPU-typed stand-in (a CPU taking the GPUs' kernel shapes
+/// and f16 caches), checked node by node by the CPU: every node within its bound and the
+/// worst under 1e-9. The stand-in always runs, so the test cannot pass on a machine without
+/// a GPU having compared nothing.
 #[test]
 fn backends_agree_node_by_node() {
     let model = tiny();
-    let ran = on_each(&["vulkan", "wgpu", "cuda", "hip"], |name, backend| {
+    let mut compared = vec![];
+    let mut check = |name: &str, backend: Arc<dyn Backend>| {
         let main = Engine::new(model.clone(), backend, SIZES).unwrap();
         let checker = main.checker(cpu()).unwrap();
         let mut session = Session::new(main, Some(checker));
@@ -441,8 +555,12 @@ fn backends_agree_node_by_node() {
             assert!(c.first_over_bound.is_none(), "{name}: {c:?}");
             assert!(c.worst.nmse.is_some_and(|e| e < 1e-9), "{name}: {c:?}");
         }
-    });
-    println!("{ran} GPU backends checked against the cpu");
+        compared.push(name.to_string());
+    };
+    check("gpu stand-in", Faulty::gpu());
+    let ran = on_each(&["vulkan", "wgpu", "cuda", "hip"], &mut check);
+    assert_eq!(compared.len(), ran + 1, "{compared:?}");
+    println!("checked against the cpu: {compared:?}");
 }
 
 /// A checker takes the checked engine's KV cache type (f16 on a GPU, where a CPU keeps f32):

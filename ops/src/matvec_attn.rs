@@ -17,7 +17,8 @@
 //!   `(Σ_s acc_s·e^(m_s − M)) · (1/L)`, the combine's arithmetic in its order.
 //!
 //! Both read the position from the `step` buffer (element 0), as the unfused kernels do, so a
-//! recorded step stays valid. Bound: [`NMSE_DEFAULT`], the product's (see [`super::matvec`]);
+//! recorded step stays valid. Bound: the product's, [`super::matvec::NMSE`], measured over
+//! these cases too, or [`super::matvec::NMSE_F16_CACHE`] where rope stores into f16 caches;
 //! rope and the combine add a few roundings per element, and a fused kernel gives the unfused
 //! kernels' bits on the interpreter (the tests below).
 
@@ -443,7 +444,11 @@ pub fn rope_case(
         .output("q", Scalar::F32, f32_bytes(&q0), want.q)
         .output("k_cache", kv.scalar(), kv.bytes(&k0), rounded(want.k_cache))
         .output("v_cache", kv.scalar(), kv.bytes(&v0), rounded(want.v_cache))
-        .params(params))
+        .params(params)
+        .bound(match kv {
+            Float::F16 => super::matvec::NMSE_F16_CACHE,
+            Float::F32 => super::matvec::NMSE,
+        }))
 }
 
 /// A conformance case of the output projection with the combine prologue and the residual
@@ -499,7 +504,8 @@ pub fn combine_case(
                 .into_iter()
                 .chain(spec.tokens_params(tokens))
                 .collect(),
-        );
+        )
+        .bound(super::matvec::NMSE);
     if spec.reduce == Reduce::Subgroup {
         case = case.fallback(super::matvec::kernel(MatvecSpec {
             reduce: Reduce::Shared,

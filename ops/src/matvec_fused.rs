@@ -12,7 +12,7 @@
 //! - [`Epilogue::Swiglu`]: W's rows interleave gate and up (row 2i gate i, row 2i+1 up i), so
 //!   that a workgroup holds both rows of each of its outputs: `y_i = silu(gate_i)·up_i`.
 //!
-//! Bound: [`NMSE_DEFAULT`], as the plain matvec. Against the unfused composition (whose
+//! Bound: [`super::matvec::NMSE`], the plain matvec's, measured over these cases too. Against the unfused composition (whose
 //! reference [`reference`] is: rms_norm's reference, matvec's, then elementwise's, with the
 //! f32 buffers between them) the fused kernel adds one rounding per element of x (the product
 //! with g), the f32 sum of squares and `rsqrt` (a relative error below 1e-6 shared by a whole

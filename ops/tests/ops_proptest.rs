@@ -2,6 +2,12 @@
 //! with the op's plain-Rust reference within the op's bound. Shapes stay small (the
 //! interpreter runs every invocation) and cover sizes that are not multiples of the
 //! workgroup's rows or blocks, single rows and columns, every weight type and both reductions.
+//!
+//! Each draw has at least two outputs. The bounds are NMSEs set from the suite's cases, where
+//! the error is averaged over many outputs; an output alone is judged by its own squared
+//! relative error, which cancellation takes anywhere as its sum nears zero (one draw in about
+//! 6000 single-row matvecs measured over matvec's bound, none with four rows or more). The
+//! suite's fixed cases keep single-row products (`matvec/*/1x45`, `1x96`).
 
 use proptest::prelude::*;
 use trine_gguf::quant::WeightType;
@@ -27,7 +33,7 @@ proptest! {
     #[test]
     fn matvec_matches_reference(
         ty in prop::sample::select(WeightType::ALL.to_vec()),
-        rows in 1u32..40,
+        rows in 2u32..40,
         width in 1u32..200,
         shared in any::<bool>(),
         seed in any::<u64>(),
@@ -49,6 +55,7 @@ proptest! {
         lanes in any::<bool>(),
         seed in any::<u64>(),
     ) {
+        prop_assume!(batch * m * n >= 2, "one output: see the module's comment");
         // The CPUs' walk takes B transposed only.
         let lanes = lanes && b_transposed;
         let spec = MatmulSpec { a, b, b_transposed, tile, reg, lanes };

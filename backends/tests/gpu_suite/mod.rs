@@ -177,7 +177,8 @@ pub fn buffers_round_trip(b: &dyn Backend) {
         Err(BackendError::UnknownBuffer(_))
     ));
     // The error carries the bytes asked for, and the device's free memory where the backend
-    // can report it (CUDA and HIP; Vulkan and wgpu cannot), no more than its size.
+    // can report it (CUDA, HIP, Vulkan with VK_EXT_memory_budget; not wgpu), no more than its
+    // size.
     match b.alloc(u64::MAX) {
         Err(BackendError::OutOfMemory {
             bytes: u64::MAX,
