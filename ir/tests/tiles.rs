@@ -66,8 +66,12 @@ fn f16s(v: &[f32]) -> Vec<u8> {
 
 fn inputs() -> (Vec<f32>, Vec<f32>) {
     // Small integers and halves: exact in f16, and their products' sums exact in f32.
-    let a = (0..M * K).map(|i| ((i * 7 % 13) as f32 - 6.0) / 2.0).collect();
-    let bt = (0..N * K).map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0).collect();
+    let a = (0..M * K)
+        .map(|i| ((i * 7 % 13) as f32 - 6.0) / 2.0)
+        .collect();
+    let bt = (0..N * K)
+        .map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0)
+        .collect();
     (a, bt)
 }
 
@@ -139,7 +143,12 @@ fn tile_rules_are_errors_on_the_interpreter() {
     let a = k.buffer("a", Scalar::F16, Access::Read);
     let t = k.tile("t", TileRole::A);
     let offset = k.local_index() / k.u32(16) * k.u32(8);
-    t.load(TileMemory::Buffer(a), offset, k.u32(16), TileLayout::RowMajor);
+    t.load(
+        TileMemory::Buffer(a),
+        offset,
+        k.u32(16),
+        TileLayout::RowMajor,
+    );
     let e = run(&k.finish(), 32).unwrap_err();
     assert!(
         matches!(e, InterpError::TileNotUniform { what: "offset", .. }),
@@ -154,7 +163,10 @@ fn tile_rules_are_errors_on_the_interpreter() {
     tb.zero();
     acc.mma(ta, tb);
     let e = run(&k.finish(), 32).unwrap_err();
-    assert!(matches!(e, InterpError::TileUnset { ref tile, .. } if tile == "acc"), "{e}");
+    assert!(
+        matches!(e, InterpError::TileUnset { ref tile, .. } if tile == "acc"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -182,7 +194,12 @@ fn tile_types_and_the_capability_are_validated() {
     let k = KernelBuilder::new("elem", [32, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let ta = k.tile("ta", TileRole::A);
-    ta.load(TileMemory::Buffer(x), k.u32(0), k.u32(16), TileLayout::RowMajor);
+    ta.load(
+        TileMemory::Buffer(x),
+        k.u32(0),
+        k.u32(16),
+        TileLayout::RowMajor,
+    );
     let e = validate(&k.finish(), &limits).unwrap_err();
     assert!(matches!(e, ValidationError::TileMemory { .. }), "{e}");
 
@@ -190,7 +207,12 @@ fn tile_types_and_the_capability_are_validated() {
     let y = k.buffer("y", Scalar::F32, Access::Read);
     let acc = k.tile("acc", TileRole::Acc);
     acc.zero();
-    acc.store(TileMemory::Buffer(y), k.u32(0), k.u32(16), TileLayout::RowMajor);
+    acc.store(
+        TileMemory::Buffer(y),
+        k.u32(0),
+        k.u32(16),
+        TileLayout::RowMajor,
+    );
     let e = validate(&k.finish(), &limits).unwrap_err();
     assert!(matches!(e, ValidationError::BufferAccess { .. }), "{e}");
 

@@ -200,7 +200,13 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         Ok(view.offset + index as u64 * size)
     }
 
-    pub(super) fn shared_cell(&mut self, a: SharedId, i: u32, lane: usize, what: &str) -> R<&mut SharedCell> {
+    pub(super) fn shared_cell(
+        &mut self,
+        a: SharedId,
+        i: u32,
+        lane: usize,
+        what: &str,
+    ) -> R<&mut SharedCell> {
         let decl = &self.l.kernel.shared[a.0 as usize];
         let at = self.site(lane);
         let epoch = self.epoch;
