@@ -123,5 +123,6 @@ pub fn engine_options(model: &Model, prompt: usize, max_tokens: usize) -> Engine
         // Measured slower than the plain recording on an H100 (see EngineOptions::fuse).
         fuse: None,
         quantize_x: true,
+        tiles: true,
     }
 }

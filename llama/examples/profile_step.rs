@@ -28,6 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         record: false,
         fuse: None,
         quantize_x: true,
+        tiles: true,
     };
     let mut session = Session::new(Engine::new(model.clone(), backend, sizes)?, None);
     if pos > 0 {

@@ -151,6 +151,17 @@ pub enum Op {
         add: Option<Tensor>,
         tokens: u32,
     },
+    /// `y = x·Wᵀ` for `tokens` rows of float x and W as stored ([`Tensor::Weight`]), plus
+    /// `add` where given: a prompt's product on matrix units ([`trine_ops::matmul_tiles`]).
+    MatmulTiles {
+        w: WeightId,
+        rows: u32,
+        cols: u32,
+        x: Tensor,
+        y: Tensor,
+        add: Option<Tensor>,
+        tokens: u32,
+    },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
     /// The logits' argmax into [`Tensor::Token`].
@@ -209,6 +220,9 @@ impl Node {
             }
             Op::MatvecQ8 {
                 y, rows, tokens, ..
+            }
+            | Op::MatmulTiles {
+                y, rows, tokens, ..
             } => (y, 0..(tokens * rows) as usize),
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
             Op::Argmax => (Tensor::Token, 0..1),
@@ -237,6 +251,33 @@ pub fn attention_splits(tokens: u32, gpu: bool) -> u32 {
 /// their lowering vectorises across keys.
 pub fn uses_flash_attention(c: &LlamaConfig, tokens: u32, gpu: bool) -> bool {
     gpu && tokens > 1 && trine_ops::attention_flash::supports(c.head_dim())
+}
+
+/// Whether a prompt step on matrix tiles multiplies weight `id` so ([`Op::MatmulTiles`]):
+/// rows of whole blocks of [`trine_ops::matmul_tiles::BK`].
+fn takes_tiles(w: &Weights, id: WeightId) -> bool {
+    let t = &w.tensors[id];
+    trine_ops::matmul_tiles::check(t.rows, t.cols, 1).is_ok()
+}
+
+/// The product of weight `id` with `tokens` rows of float `x` on matrix tiles into `y`.
+fn matmul_tiles(
+    w: &Weights,
+    id: WeightId,
+    x: Tensor,
+    y: Tensor,
+    add: Option<Tensor>,
+    tokens: u32,
+) -> Op {
+    Op::MatmulTiles {
+        w: id,
+        rows: w.tensors[id].rows,
+        cols: w.tensors[id].cols,
+        x,
+        y,
+        add,
+        tokens,
+    }
 }
 
 /// Whether a step on quantized x multiplies weight `id` so ([`Op::MatvecQ8`]): the types
@@ -277,8 +318,17 @@ fn quantize(w: &Weights, x: Tensor, id: WeightId, tokens: u32) -> Op {
 /// weights allow ([`takes_q8`]) multiplies x quantized by a node before it ([`Op::Quantize`]),
 /// and what the float products fuse runs as nodes of its own: the rms_norm before ([`Op::RmsNorm`]), the
 /// attention combine before ([`Op::Combine`]), SwiGLU ([`Op::SwigluPairs`]) or rope with the
-/// KV-cache store ([`Op::RopeStore`]) after; the residual add stays in the product.
-pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<Node> {
+/// KV-cache store ([`Op::RopeStore`]) after; the residual add stays in the product. With
+/// `tiles`, a prompt step's products run on matrix tiles ([`Op::MatmulTiles`]) on float x,
+/// with the same nodes around them and no quantizing.
+pub fn build(
+    c: &LlamaConfig,
+    w: &Weights,
+    s: Step,
+    gpu: bool,
+    q8: bool,
+    tiles: bool,
+) -> Vec<Node> {
     let t = s.tokens;
     let mut g = vec![];
     let mut node = |op, label, layer| g.push(Node { op, label, layer });
@@ -305,14 +355,27 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<
             prologue,
             epilogue,
         };
-        let q8_product = |id, y, add| q8_product(w, id, y, add, t);
-        let quantize = |x, id| quantize(w, x, id, t);
-        let q8 = |id| q8 && takes_q8(w, id);
+        let tiled = |id: WeightId| tiles && t > 1 && takes_tiles(w, id);
+        // A product on quantized x has a node quantizing x before it; one on matrix tiles
+        // takes x as it is.
+        let product = |id: WeightId, x, y, add, labels: [&'static str; 2]| {
+            if tiled(id) {
+                vec![(matmul_tiles(w, id, x, y, add, t), labels[1])]
+            } else {
+                vec![
+                    (quantize(w, x, id, t), labels[0]),
+                    (q8_product(w, id, y, add, t), labels[1]),
+                ]
+            }
+        };
+        let q8 = |id| tiled(id) || (q8 && takes_q8(w, id));
         if q8(lw.wqkv) {
             let g = lw.attn_norm;
             node(Op::RmsNorm { x, g, tokens: t }, "attn_norm", at);
-            node(quantize(Tensor::Normed, lw.wqkv), "attn_qkv_x", at);
-            node(q8_product(lw.wqkv, Tensor::Raw, None), "attn_qkv", at);
+            let labels = ["attn_qkv_x", "attn_qkv"];
+            for (op, label) in product(lw.wqkv, Tensor::Normed, Tensor::Raw, None, labels) {
+                node(op, label, at);
+            }
             node(Op::RopeStore { layer: l }, "rope_store", at);
         } else {
             let qkv = mv(
@@ -332,8 +395,10 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<
         node(attention, "attention", at);
         if q8(lw.wo) {
             node(Op::Combine { splits }, "attn_combine", at);
-            node(quantize(Tensor::Combined, lw.wo), "attn_output_x", at);
-            node(q8_product(lw.wo, mid, Some(x)), "attn_output", at);
+            let labels = ["attn_output_x", "attn_output"];
+            for (op, label) in product(lw.wo, Tensor::Combined, mid, Some(x), labels) {
+                node(op, label, at);
+            }
         } else {
             let combine = Prologue::Combine { splits };
             let wo = mv(lw.wo, Tensor::Part, mid, combine, Epilogue::Add(x));
@@ -350,12 +415,10 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<
                 "ffn_norm",
                 at,
             );
-            node(quantize(Tensor::Normed, lw.w_gate_up), "ffn_gate_up_x", at);
-            node(
-                q8_product(lw.w_gate_up, Tensor::Raw, None),
-                "ffn_gate_up",
-                at,
-            );
+            let labels = ["ffn_gate_up_x", "ffn_gate_up"];
+            for (op, label) in product(lw.w_gate_up, Tensor::Normed, Tensor::Raw, None, labels) {
+                node(op, label, at);
+            }
             node(Op::SwigluPairs, "ffn_swiglu", at);
         } else {
             let up = mv(
@@ -368,8 +431,10 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool) -> Vec<
             node(up, "ffn_gate_up", at);
         }
         if q8(lw.w_down) {
-            node(quantize(Tensor::Act, lw.w_down), "ffn_down_x", at);
-            node(q8_product(lw.w_down, x, Some(mid)), "ffn_down", at);
+            let labels = ["ffn_down_x", "ffn_down"];
+            for (op, label) in product(lw.w_down, Tensor::Act, x, Some(mid), labels) {
+                node(op, label, at);
+            }
         } else {
             let down = mv(
                 lw.w_down,

@@ -15,7 +15,7 @@ use trine_ops::rope::RopeMode;
 use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
-    argmax, attention_flash, attention_split, embedding, matvec, matvec_q8, matvec_q8_rows,
+    argmax, attention_flash, attention_split, embedding, matmul_tiles, matvec, matvec_q8, matvec_q8_rows,
     rms_norm, rope_store,
 };
 
@@ -42,6 +42,8 @@ pub enum KernelKey {
     /// A product with quantized x: its weights' type, whether it adds a residual, and the
     /// tokens each workgroup takes (one in decode steps, [`CPU_PROMPT_TOKENS`] in prompts).
     MatvecQ8(WeightType, bool, u32),
+    /// A prompt's product on matrix tiles: its weights' type and whether it adds a residual.
+    MatmulTiles(WeightType, bool),
     PickLast,
     Argmax,
 }
@@ -86,6 +88,10 @@ impl std::fmt::Display for KernelKey {
             KernelKey::MatvecQ8(ty, add, tokens) => {
                 let add = if *add { ", add" } else { "" };
                 write!(f, "matvec {ty} × q8 ({tokens} tokens{add})")
+            }
+            KernelKey::MatmulTiles(ty, add) => {
+                let add = if *add { ", add" } else { "" };
+                write!(f, "matmul {ty} on tiles{add}")
             }
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
@@ -159,6 +165,9 @@ impl KernelKey {
                 let per = q8_tokens_per_workgroup(tokens);
                 KernelKey::MatvecQ8(w.tensors[id].ty, add.is_some(), per)
             }
+            Op::MatmulTiles { w: id, add, .. } => {
+                KernelKey::MatmulTiles(w.tensors[id].ty, add.is_some())
+            }
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
         }
@@ -209,6 +218,20 @@ impl KernelKey {
             KernelKey::RopeStore => vec![rope_store::kernel(s.head_dim, RopeMode::Normal, s.kv)?],
             KernelKey::Quantize => vec![matvec_q8::quantize_kernel()],
             KernelKey::MatvecQ8(ty, add, per) => vec![matvec_q8_rows::kernel(ty, add, per)?],
+            KernelKey::MatmulTiles(weights, add) => {
+                // The scalar variant where the device has no matrix units: a CPU checking a
+                // GPU's prompt runs it.
+                let tiles = [true, false].into_iter().filter(|&t| info.tiles || !t);
+                tiles
+                    .map(|tiles| {
+                        matmul_tiles::kernel(matmul_tiles::TilesSpec {
+                            weights,
+                            add,
+                            tiles,
+                        })
+                    })
+                    .collect()
+            }
             KernelKey::PickLast => vec![copy_kernel(Float::F32, Float::F32)],
             KernelKey::Argmax => reductions.iter().map(|&r| argmax::kernel(r)).collect(),
         })

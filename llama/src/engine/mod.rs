@@ -50,6 +50,9 @@ pub struct EngineOptions {
     /// x's quantization, about 4e-6 NMSE. A checker takes the checked engine's setting, so
     /// both compute the same products.
     pub quantize_x: bool,
+    /// A GPU's prompt products on matrix tiles ([`trine_ops::matmul_tiles`], f16 operands
+    /// and f32 sums) where the device has them, instead of quantized x. On an H100 …
+    pub tiles: bool,
 }
 
 impl EngineOptions {
@@ -129,12 +132,14 @@ impl Engine {
         // builds them: a CPU checking a GPU's nodes runs the GPU's (decode attention split
         // over chunks of the keys), and a GPU checking a CPU runs the CPU's (every product on
         // quantized x).
+        // A GPU's prompts run on matrix tiles where it has them, so every executor compiles
+        // both kinds of GPU prompt too.
         let mut keys: Vec<KernelKey> = vec![];
         for tokens in [1, options.max_batch] {
-            for on_gpu in [true, false] {
+            for (on_gpu, tiles) in [(true, false), (true, true), (false, false)] {
                 let q8 = options.takes_quantized_x(on_gpu, tokens);
                 let step = Step { tokens, pos: 0 };
-                let nodes = graph::build(c, &model.weights, step, on_gpu, q8);
+                let nodes = graph::build(c, &model.weights, step, on_gpu, q8, tiles);
                 keys.extend(
                     nodes
                         .iter()
@@ -196,7 +201,8 @@ impl Engine {
     pub fn graph(&self, s: Step) -> Vec<Node> {
         let c = &self.model.config;
         let q8 = self.options.takes_quantized_x(self.gpu, s.tokens);
-        graph::build(c, &self.model.weights, s, self.gpu, q8)
+        let tiles = self.options.tiles && self.gpu && self.placement.devices[0].info().tiles;
+        graph::build(c, &self.model.weights, s, self.gpu, q8, tiles)
     }
 
     /// Dispatches per decode step: what one token costs the device in launches (the

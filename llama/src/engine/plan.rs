@@ -8,6 +8,7 @@ use crate::kernels::KernelKey;
 use trine_ir::ParamValue;
 use trine_ops::argmax::Argmax;
 use trine_ops::attention_flash::FlashAttention;
+use trine_ops::matmul_tiles::TilesSpec;
 use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise;
 use trine_ops::embedding;
@@ -182,6 +183,29 @@ impl Engine {
                     &[y],
                     vec![u(rows), u(cols), u(tokens)],
                     matvec_q8_rows::grid(rows, tokens, per),
+                )
+            }
+            Op::MatmulTiles {
+                w: wid,
+                rows,
+                cols,
+                x,
+                y,
+                add,
+                tokens,
+            } => {
+                let spec = TilesSpec {
+                    weights: w.tensors[wid].ty,
+                    add: add.is_some(),
+                    tiles: true,
+                };
+                let mut inputs = vec![Tensor::Weight(wid), x];
+                inputs.extend(add);
+                plan(
+                    inputs,
+                    &[y],
+                    spec.params(rows, cols, tokens),
+                    spec.grid(rows, tokens),
                 )
             }
             Op::PickLast => plan(

@@ -87,6 +87,10 @@ pub struct Args {
     /// prompt products took x quantized to 8 bits (`EngineOptions::quantize_x`).
     #[arg(long)]
     float_x: bool,
+    /// With --model: GPU prompts without matrix tiles, on quantized x as before they had them
+    /// (`EngineOptions::tiles`).
+    #[arg(long)]
+    no_tiles: bool,
 }
 
 /// The name the `gemm` crate's records carry as their backend.
@@ -220,8 +224,11 @@ fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
         args.n_prompt,
         args.n_gen,
         args.reps,
-        args.fuse,
-        !args.float_x,
+        model::Products {
+            fuse: args.fuse,
+            quantize_x: !args.float_x,
+            tiles: !args.no_tiles,
+        },
     )
     .map_err(BenchError::Model)?;
     let table = model::table(path, &rows);

@@ -20,6 +20,15 @@ pub struct ModelRow {
     pub layers: u32,
 }
 
+/// How the steps compute, as `EngineOptions` says: grid-barrier fusion of the decode step,
+/// quantized x, matrix tiles in GPU prompts.
+#[derive(Clone, Copy, Debug)]
+pub struct Products {
+    pub fuse: bool,
+    pub quantize_x: bool,
+    pub tiles: bool,
+}
+
 /// Runs pp`pp` and tg`tg` (a test of 0 tokens is left out), `reps` times each, on each backend.
 pub fn run(
     path: &Path,
@@ -27,8 +36,7 @@ pub fn run(
     pp: u32,
     tg: u32,
     reps: usize,
-    fuse: bool,
-    quantize_x: bool,
+    products: Products,
 ) -> Result<Vec<ModelRow>, String> {
     let model = Arc::new(Model::open(path).map_err(|e| format!("{}: {e}", path.display()))?);
     let context = pp.max(tg).max(1).min(model.config.context_length);
@@ -36,8 +44,9 @@ pub fn run(
         context,
         max_batch: pp.clamp(1, context),
         record: true,
-        fuse: fuse.then_some(trine_llama::FUSE_MIN_RESIDENT),
-        quantize_x,
+        fuse: products.fuse.then_some(trine_llama::FUSE_MIN_RESIDENT),
+        quantize_x: products.quantize_x,
+        tiles: products.tiles,
     };
     let mut rows = vec![];
     for (name, backend) in backends {
