@@ -14,6 +14,17 @@ pub fn check_kernel(kernel: &Kernel, info: &DeviceInfo) -> Result<u64, BackendEr
         kernel: kernel.name.clone(),
         source,
     })?;
+    if let Some(w) = kernel.capabilities.subgroup_width {
+        if info.subgroup_sizes.first() != Some(&w) || info.subgroup_sizes.last() != Some(&w) {
+            return Err(BackendError::Unsupported {
+                kernel: kernel.name.clone(),
+                what: format!(
+                    "subgroups of exactly {w} invocations (the device's: {:?})",
+                    info.subgroup_sizes
+                ),
+            });
+        }
+    }
     if kernel.capabilities.tiles && !info.tiles {
         return Err(BackendError::Unsupported {
             kernel: kernel.name.clone(),

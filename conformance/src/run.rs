@@ -125,6 +125,10 @@ fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Referenc
         Some("subgroup operations")
     } else if caps.tiles && !info.tiles {
         Some("matrix tiles")
+    } else if caps.subgroup_width.is_some_and(|w| {
+        info.subgroup_sizes.first() != Some(&w) || info.subgroup_sizes.last() != Some(&w)
+    }) {
+        Some("the kernel's subgroup width")
     } else {
         None
     };
@@ -229,6 +233,11 @@ pub fn lacking(kernel: &Kernel, info: &DeviceInfo) -> Vec<String> {
     }
     if kernel.capabilities.tiles && !info.tiles {
         out.push("matrix tiles".to_string());
+    }
+    if let Some(w) = kernel.capabilities.subgroup_width {
+        if info.subgroup_sizes != [w] && info.subgroup_sizes != [w, w] {
+            out.push(format!("subgroups of exactly {w}"));
+        }
     }
     out.extend(too_few_resident(kernel, info));
     if !info.f16 && any(&|t| t == Scalar::F16) {

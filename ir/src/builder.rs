@@ -76,6 +76,14 @@ impl KernelBuilder {
         self.kernel.borrow_mut().capabilities.subgroup = true;
     }
 
+    /// Declares that the kernel runs only with subgroups `width` wide (see
+    /// [`Capabilities::subgroup_width`]), and uses subgroup operations.
+    pub fn require_subgroup_width(&self, width: u32) {
+        let mut k = self.kernel.borrow_mut();
+        k.capabilities.subgroup = true;
+        k.capabilities.subgroup_width = Some(width);
+    }
+
     pub fn workgroup_size(&self) -> [u32; 3] {
         self.kernel.borrow().workgroup_size
     }

@@ -98,6 +98,7 @@ pub fn fuse(
             subgroup: false,
             grid_sync: true,
             tiles: false,
+            subgroup_width: None,
         },
         buffers: buffers.to_vec(),
         params: vec![],

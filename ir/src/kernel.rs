@@ -54,6 +54,11 @@ pub struct Capabilities {
     /// the device's matrix units. SPIR-V `CooperativeMatrixKHR` (VK_KHR_cooperative_matrix);
     /// CUDA `mma.sync` (sm_80 and later). Devices without matrix units run a scalar variant.
     pub tiles: bool,
+    /// The one subgroup width the kernel is written for, where its work is divided by
+    /// subgroup (as tile kernels divide their output tiles: naga requires cooperative-matrix
+    /// operations in uniform control flow, so no guard may depend on the width at run time).
+    /// A device without that width does not run it; the interpreter runs it only at it.
+    pub subgroup_width: Option<u32>,
 }
 
 /// A global buffer: a runtime-sized array of `elem`, bound at binding `index` of set 0

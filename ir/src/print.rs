@@ -17,6 +17,9 @@ pub fn print(kernel: &Kernel) -> String {
     if k.capabilities.tiles {
         out.push_str("  requires tiles\n");
     }
+    if let Some(w) = k.capabilities.subgroup_width {
+        let _ = writeln!(out, "  requires subgroup width {w}");
+    }
     for (i, b) in k.buffers.iter().enumerate() {
         let _ = writeln!(
             out,

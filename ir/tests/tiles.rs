@@ -225,3 +225,26 @@ fn tile_types_and_the_capability_are_validated() {
         "{e}"
     );
 }
+
+/// A kernel written for one subgroup width runs only at it.
+#[test]
+fn a_required_subgroup_width_is_kept() {
+    let k = KernelBuilder::new("width", [64, 1, 1]);
+    k.require_subgroup_width(32);
+    let out = k.buffer("out", Scalar::U32, Access::Write);
+    k.store(out, k.local_index(), k.subgroup_id());
+    let kernel = k.finish();
+    let mut bufs = vec![vec![0; 64 * 4]];
+    assert!(interpret(&kernel, [1, 1, 1], &mut bufs, &[], 32).is_ok());
+    let e = interpret(&kernel, [1, 1, 1], &mut bufs, &[], 16).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            InterpError::SubgroupWidth {
+                required: 32,
+                given: 16
+            }
+        ),
+        "{e}"
+    );
+}

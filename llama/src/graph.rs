@@ -321,14 +321,7 @@ fn quantize(w: &Weights, x: Tensor, id: WeightId, tokens: u32) -> Op {
 /// KV-cache store ([`Op::RopeStore`]) after; the residual add stays in the product. With
 /// `tiles`, a prompt step's products run on matrix tiles ([`Op::MatmulTiles`]) on float x,
 /// with the same nodes around them and no quantizing.
-pub fn build(
-    c: &LlamaConfig,
-    w: &Weights,
-    s: Step,
-    gpu: bool,
-    q8: bool,
-    tiles: bool,
-) -> Vec<Node> {
+pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: bool) -> Vec<Node> {
     let t = s.tokens;
     let mut g = vec![];
     let mut node = |op, label, layer| g.push(Node { op, label, layer });

@@ -15,8 +15,8 @@ use trine_ops::rope::RopeMode;
 use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
-    argmax, attention_flash, attention_split, embedding, matmul_tiles, matvec, matvec_q8, matvec_q8_rows,
-    rms_norm, rope_store,
+    argmax, attention_flash, attention_split, embedding, matmul_tiles, matvec, matvec_q8,
+    matvec_q8_rows, rms_norm, rope_store,
 };
 
 /// The kernel an op needs, up to its variants.
@@ -42,8 +42,9 @@ pub enum KernelKey {
     /// A product with quantized x: its weights' type, whether it adds a residual, and the
     /// tokens each workgroup takes (one in decode steps, [`CPU_PROMPT_TOKENS`] in prompts).
     MatvecQ8(WeightType, bool, u32),
-    /// A prompt's product on matrix tiles: its weights' type and whether it adds a residual.
-    MatmulTiles(WeightType, bool),
+    /// A prompt's product on matrix tiles: its weights' type, whether it adds a residual, and
+    /// whether it takes the small block ([`matmul_tiles::TilesSpec::small_for`]).
+    MatmulTiles(WeightType, bool, bool),
     PickLast,
     Argmax,
 }
@@ -89,9 +90,10 @@ impl std::fmt::Display for KernelKey {
                 let add = if *add { ", add" } else { "" };
                 write!(f, "matvec {ty} × q8 ({tokens} tokens{add})")
             }
-            KernelKey::MatmulTiles(ty, add) => {
+            KernelKey::MatmulTiles(ty, add, small) => {
                 let add = if *add { ", add" } else { "" };
-                write!(f, "matmul {ty} on tiles{add}")
+                let small = if *small { ", small" } else { "" };
+                write!(f, "matmul {ty} on tiles{small}{add}")
             }
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
@@ -165,9 +167,13 @@ impl KernelKey {
                 let per = q8_tokens_per_workgroup(tokens);
                 KernelKey::MatvecQ8(w.tensors[id].ty, add.is_some(), per)
             }
-            Op::MatmulTiles { w: id, add, .. } => {
-                KernelKey::MatmulTiles(w.tensors[id].ty, add.is_some())
-            }
+            Op::MatmulTiles {
+                w: id, add, rows, ..
+            } => KernelKey::MatmulTiles(
+                w.tensors[id].ty,
+                add.is_some(),
+                matmul_tiles::TilesSpec::small_for(rows),
+            ),
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
         }
@@ -218,19 +224,25 @@ impl KernelKey {
             KernelKey::RopeStore => vec![rope_store::kernel(s.head_dim, RopeMode::Normal, s.kv)?],
             KernelKey::Quantize => vec![matvec_q8::quantize_kernel()],
             KernelKey::MatvecQ8(ty, add, per) => vec![matvec_q8_rows::kernel(ty, add, per)?],
-            KernelKey::MatmulTiles(weights, add) => {
-                // The scalar variant where the device has no matrix units: a CPU checking a
-                // GPU's prompt runs it.
-                let tiles = [true, false].into_iter().filter(|&t| info.tiles || !t);
-                tiles
-                    .map(|tiles| {
-                        matmul_tiles::kernel(matmul_tiles::TilesSpec {
-                            weights,
-                            add,
-                            tiles,
-                        })
-                    })
-                    .collect()
+            KernelKey::MatmulTiles(weights, add, small) => {
+                // Tiles need one subgroup width to divide their work by; the scalar variant
+                // serves where there are none (a CPU checking a GPU's prompt runs it).
+                let width = match info.subgroup_sizes[..] {
+                    [w] | [w, _] if info.tiles && info.subgroup_sizes.last() == Some(&w) => Some(w),
+                    _ => None,
+                };
+                let spec = |tiles| matmul_tiles::TilesSpec {
+                    weights,
+                    add,
+                    tiles,
+                    small,
+                };
+                let mut variants = vec![];
+                if let Some(w) = width {
+                    variants.extend(matmul_tiles::kernel(spec(Some(w))).ok());
+                }
+                variants.push(matmul_tiles::kernel(spec(None))?);
+                variants
             }
             KernelKey::PickLast => vec![copy_kernel(Float::F32, Float::F32)],
             KernelKey::Argmax => reductions.iter().map(|&r| argmax::kernel(r)).collect(),

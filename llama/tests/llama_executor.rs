@@ -32,7 +32,7 @@ const SIZES: EngineOptions = EngineOptions {
     record: true,
     fuse: Some(trine_llama::FUSE_MIN_RESIDENT),
     quantize_x: true,
-        tiles: true,
+    tiles: true,
 };
 
 fn tiny() -> Arc<Model> {

@@ -139,7 +139,8 @@ impl Case {
         self
     }
 
-    /// Runs the kernel on the reference interpreter (subgroups [`REFERENCE_SUBGROUP`] wide)
+    /// Runs the kernel on the reference interpreter (subgroups [`REFERENCE_SUBGROUP`] wide, or
+    /// the width the kernel requires)
     /// over the case's buffers, and returns every buffer after the run.
     pub fn interpret(&self) -> Result<Vec<Vec<u8>>, String> {
         let mut bufs: Vec<Vec<u8>> = self.buffers.iter().map(|b| b.data.clone()).collect();
@@ -148,7 +149,10 @@ impl Case {
             self.grid,
             &mut bufs,
             &self.params,
-            REFERENCE_SUBGROUP,
+            self.kernel
+                .capabilities
+                .subgroup_width
+                .unwrap_or(REFERENCE_SUBGROUP),
         )
         .map_err(|e| e.to_string())?;
         Ok(bufs)

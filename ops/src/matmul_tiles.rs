@@ -2,15 +2,17 @@
 //! the tokens of a prompt step, with W as its GGUF stores it (F32, F16, Q8_0, Q4_0, Q4_1; one
 //! row per output feature) and x and y in f32.
 //!
-//! A workgroup of [`INVOCATIONS`] computes a block of [`BM`] tokens by [`BN`] rows, stepping
-//! through K [`BK`] columns (one quantized block) at a time: it stages x's block rounded to
-//! f16 and W's block dequantised to f16 in shared memory, then multiplies them as 16 × 16
-//! matrix tiles ([`trine_ir::TileOp`]): NVIDIA's tensor cores through `mma.sync` or Vulkan's
-//! cooperative matrices. The block's 16 output tiles are shared among the workgroup's
-//! subgroups round-robin (`tile % subgroups == subgroup`), so the kernel holds for any
-//! subgroup width up to 64; each subgroup keeps its accumulators through the K loop, then
-//! stores them to shared memory, from where every invocation writes its part of y (and adds
-//! the residual), guarded at the edges.
+//! A workgroup of [`INVOCATIONS`] computes a block of tokens by rows ([`TilesSpec::block`]:
+//! 64 × 64, or 32 × 32 for products of fewer than [`SMALL_ROWS`] rows, whose big blocks would
+//! leave most of a GPU idle), stepping through K [`BK`] columns (one quantized block) at a
+//! time: it stages x's block rounded to f16 and W's block dequantised to f16 in shared
+//! memory, then multiplies them as 16 × 16 matrix tiles ([`trine_ir::TileOp`]): NVIDIA's
+//! tensor cores through `mma.sync` or Vulkan's cooperative matrices. The block's output tiles
+//! are divided evenly among the workgroup's subgroups, whose width is therefore a constant of
+//! the kernel ([`trine_ir::Capabilities::subgroup_width`]: naga wants cooperative-matrix
+//! operations in uniform control flow, so no guard may depend on it); each subgroup keeps
+//! its accumulators through the K loop, then stores them to shared memory, from where every
+//! invocation writes its part of y (and adds the residual), guarded at the edges.
 //!
 //! Devices without matrix units run the scalar variant ([`TilesSpec::tiles`] off): the same
 //! staging in f16, each invocation summing 32 outputs in f32. Both compute the product of x
@@ -32,24 +34,15 @@ use trine_ir::{
 
 const OP: &str = "matmul_tiles";
 
-/// Tokens per workgroup.
-pub const BM: u32 = 64;
-/// Rows of W per workgroup.
-pub const BN: u32 = 64;
 /// Columns of K per step: one quantized block.
 pub const BK: u32 = 32;
+/// Products with fewer rows take the small block.
+pub const SMALL_ROWS: u32 = 2048;
 /// Invocations per workgroup.
 pub const INVOCATIONS: u32 = 128;
 /// Row stride of the staged blocks, in elements: padded by 8 (16 bytes, keeping tile loads
 /// aligned) so that the rows a tile load reads fall in different shared-memory banks.
 const STAGE: u32 = BK + 8;
-/// Row stride of the staged output.
-const OUT: u32 = BN + 8;
-/// Output tiles of a block.
-const TILES: u32 = (BM / TILE) * (BN / TILE);
-/// Accumulators a subgroup keeps: enough for every tile with subgroups of 64 (two per
-/// workgroup); narrower subgroups leave some unused.
-const ACCS: u32 = TILES / (INVOCATIONS / 64);
 
 /// NMSE bound: products of f16 values are exact in f32, so only the f32 sums round, about
 /// K·2⁻⁴⁸ relative for these inputs; 1e-9 leaves three orders of magnitude for devices that
@@ -62,14 +55,32 @@ pub struct TilesSpec {
     pub weights: WeightType,
     /// Adds `add[t, r]` to each output (a residual).
     pub add: bool,
-    /// Matrix tiles (needs the device's matrix units); off, the scalar variant.
-    pub tiles: bool,
+    /// Matrix tiles for subgroups of this width (needs the device's matrix units); `None`,
+    /// the scalar variant.
+    pub tiles: Option<u32>,
+    /// The 32 × 32 block instead of 64 × 64 ([`TilesSpec::small_for`]).
+    pub small: bool,
 }
 
 impl TilesSpec {
+    /// Whether a product of `rows` rows takes the small block.
+    pub fn small_for(rows: u32) -> bool {
+        rows < SMALL_ROWS
+    }
+
+    /// Tokens and rows per workgroup.
+    pub fn block(&self) -> (u32, u32) {
+        if self.small {
+            (32, 32)
+        } else {
+            (64, 64)
+        }
+    }
+
     /// `[row blocks, token blocks, 1]`.
     pub fn grid(&self, rows: u32, tokens: u32) -> [u32; 3] {
-        [rows.div_ceil(BN), tokens.div_ceil(BM), 1]
+        let (bm, bn) = self.block();
+        [rows.div_ceil(bn), tokens.div_ceil(bm), 1]
     }
 
     /// Parameters: rows, cols, tokens.
@@ -104,14 +115,20 @@ pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
 
 /// The kernel for `spec`. Buffers: `w` (its type's buffer element), `x` f32, then `add` f32
 /// with [`TilesSpec::add`], then `y` f32. Params: rows, cols, tokens. Grid
-/// [`TilesSpec::grid`].
-pub fn kernel(spec: TilesSpec) -> Kernel {
+/// [`TilesSpec::grid`]. Errors: a subgroup width that does not divide the block's tiles
+/// evenly among the workgroup's subgroups.
+pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let ty = spec.weights;
+    let (bm, bn) = spec.block();
     let name = format!(
-        "matmul_tiles_{}{}{}",
+        "matmul_tiles_{}{}{}{}",
         ty.name(),
         if spec.add { "_add" } else { "" },
-        if spec.tiles { "" } else { "_scalar" }
+        if spec.small { "_small" } else { "" },
+        match spec.tiles {
+            Some(w) => format!("_sg{w}"),
+            None => "_scalar".into(),
+        }
     );
     let k = KernelBuilder::new(&name, [INVOCATIONS, 1, 1]);
     let w = k.buffer("w", buffer_elem(ty), Access::Read);
@@ -121,38 +138,38 @@ pub fn kernel(spec: TilesSpec) -> Kernel {
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
     let tokens = k.param("tokens", Scalar::U32);
-    let xs = k.shared("x_block", Scalar::F16, BM * STAGE);
-    let ws = k.shared("w_block", Scalar::F16, BN * STAGE);
-    let out = k.shared("y_block", Scalar::F32, BM * OUT);
+    let out_stride = bn + 8;
+    let xs = k.shared("x_block", Scalar::F16, bm * STAGE);
+    let ws = k.shared("w_block", Scalar::F16, bn * STAGE);
+    let out = k.shared("y_block", Scalar::F32, bm * out_stride);
     let lid = k.local_index();
-    let r0 = k.workgroup_id(0) * k.u32(BN);
-    let t0 = k.workgroup_id(1) * k.u32(BM);
+    let r0 = k.workgroup_id(0) * k.u32(bn);
+    let t0 = k.workgroup_id(1) * k.u32(bm);
 
-    let compute = if spec.tiles {
-        Compute::tiles(&k)
-    } else {
-        Compute::scalar(&k)
+    let compute = match spec.tiles {
+        Some(width) => Compute::tiles(&k, width, (bm, bn))?,
+        None => Compute::scalar(&k, (bm, bn)),
     };
     k.for_range(k.u32(0), cols, BK, |k0| {
-        stage_x(&k, x, xs, (t0, k0), (tokens, cols));
-        stage_w(&k, ty, w, ws, (r0, k0), (rows, cols));
+        stage_x(&k, x, xs, bm, (t0, k0), (tokens, cols));
+        stage_w(&k, ty, w, ws, bn, (r0, k0), (rows, cols));
         k.barrier();
         compute.step(&k, xs, ws);
         // The next step restages both blocks.
         k.barrier();
     });
-    compute.finish(&k, out);
+    compute.finish(&k, out, out_stride);
     k.barrier();
 
     // Each invocation writes a column of the block: consecutive invocations, consecutive rows.
     let zero = k.u32(0);
-    k.for_range(zero, k.u32(BM * BN), INVOCATIONS, |e| {
+    k.for_range(zero, k.u32(bm * bn), INVOCATIONS, |e| {
         let e = e + lid;
-        let (t, n) = (e / k.u32(BN), e % k.u32(BN));
+        let (t, n) = (e / k.u32(bn), e % k.u32(bn));
         let (tok, row) = (t0 + t, r0 + n);
         k.if_(tok.lt(tokens) & row.lt(rows), || {
             let at = tok * rows + row;
-            let v = k.load_shared(out, t * k.u32(OUT) + n);
+            let v = k.load_shared(out, t * k.u32(out_stride) + n);
             let v = match add {
                 Some(a) => v + k.load(a, at),
                 None => v,
@@ -160,19 +177,20 @@ pub fn kernel(spec: TilesSpec) -> Kernel {
             k.store(y, at, v);
         });
     });
-    k.finish()
+    Ok(k.finish())
 }
 
-/// x's block `[BM × BK]` at (t0, k0) into `xs` as f16, rows past the tokens as zeros.
+/// x's block `[bm × BK]` at (t0, k0) into `xs` as f16, rows past the tokens as zeros.
 fn stage_x<'b>(
     k: &'b KernelBuilder,
     x: BufferId,
     xs: trine_ir::SharedId,
+    bm: u32,
     (t0, k0): (Val<'b>, Val<'b>),
     (tokens, cols): (Val<'b>, Val<'b>),
 ) {
     let lid = k.local_index();
-    k.for_range(k.u32(0), k.u32(BM * BK), INVOCATIONS, |e| {
+    k.for_range(k.u32(0), k.u32(bm * BK), INVOCATIONS, |e| {
         let e = e + lid;
         let (t, c) = (e / k.u32(BK), e % k.u32(BK));
         let tok = t0 + t;
@@ -183,7 +201,7 @@ fn stage_x<'b>(
     });
 }
 
-/// W's block `[BN × BK]` at (r0, k0) into `ws` as f16, rows past W's as zeros. A quantized
+/// W's block `[bn × BK]` at (r0, k0) into `ws` as f16, rows past W's as zeros. A quantized
 /// row's block is one of its blocks: each invocation takes half of one (16 elements), its
 /// scales once.
 fn stage_w<'b>(
@@ -191,12 +209,13 @@ fn stage_w<'b>(
     ty: WeightType,
     w: BufferId,
     ws: trine_ir::SharedId,
+    bn: u32,
     (r0, k0): (Val<'b>, Val<'b>),
     (rows, cols): (Val<'b>, Val<'b>),
 ) {
     let lid = k.local_index();
     if !ty.is_quantized() {
-        k.for_range(k.u32(0), k.u32(BN * BK), INVOCATIONS, |e| {
+        k.for_range(k.u32(0), k.u32(bn * BK), INVOCATIONS, |e| {
             let e = e + lid;
             let (n, c) = (e / k.u32(BK), e % k.u32(BK));
             let row = r0 + n;
@@ -207,32 +226,34 @@ fn stage_w<'b>(
         });
         return;
     }
-    const HALVES: u32 = 2 * BN;
-    const _: () = assert!(HALVES % INVOCATIONS == 0);
+    let halves = 2 * bn;
     let bytes = k.u32(ty.block_bytes() as u32);
     let blocks = cols / k.u32(BK);
-    k.for_range(k.u32(0), k.u32(HALVES), INVOCATIONS, |e| {
+    k.for_range(k.u32(0), k.u32(halves), INVOCATIONS, |e| {
         let e = e + lid;
-        let (n, half) = (e / k.u32(2), e % k.u32(2));
-        let row = r0 + n;
-        let inside = row.lt(rows);
-        let base = (row.min(rows - k.u32(1)) * blocks + k0 / k.u32(BK)) * bytes;
-        let s = dequant::load_scales(k, ty, (w, None), base);
-        k.for_range(k.u32(0), k.u32(BK / 2), 1, |i| {
-            let j = half * k.u32(BK / 2) + i;
-            let code = match ty {
-                WeightType::Q8_0 => q8_code(k, w, base, j),
-                _ => {
-                    let (lo, hi) = q4_codes(k, ty, w, base, i);
-                    k.select(half.eq(k.u32(0)), lo, hi)
-                }
-            };
-            let v = match s.m {
-                Some(m) => s.d.fma(code, m),
-                None => s.d * code,
-            };
-            let v = k.select(inside, v, k.f32(0.0));
-            k.store_shared(ws, n * k.u32(STAGE) + j, v.cast(Scalar::F16));
+        // The small block has fewer halves than invocations: the rest stage nothing.
+        k.if_(e.lt(k.u32(halves)), || {
+            let (n, half) = (e / k.u32(2), e % k.u32(2));
+            let row = r0 + n;
+            let inside = row.lt(rows);
+            let base = (row.min(rows - k.u32(1)) * blocks + k0 / k.u32(BK)) * bytes;
+            let s = dequant::load_scales(k, ty, (w, None), base);
+            k.for_range(k.u32(0), k.u32(BK / 2), 1, |i| {
+                let j = half * k.u32(BK / 2) + i;
+                let code = match ty {
+                    WeightType::Q8_0 => q8_code(k, w, base, j),
+                    _ => {
+                        let (lo, hi) = q4_codes(k, ty, w, base, i);
+                        k.select(half.eq(k.u32(0)), lo, hi)
+                    }
+                };
+                let v = match s.m {
+                    Some(m) => s.d.fma(code, m),
+                    None => s.d * code,
+                };
+                let v = k.select(inside, v, k.f32(0.0));
+                k.store_shared(ws, n * k.u32(STAGE) + j, v.cast(Scalar::F16));
+            });
         });
     });
 }
@@ -243,71 +264,92 @@ enum Compute<'b> {
         a: Tile<'b>,
         b: Tile<'b>,
         accs: Vec<Tile<'b>>,
+        /// Output tiles per row of the block.
+        per_row: u32,
     },
     Scalar {
         sums: Vec<Var<'b>>,
+        /// Invocations per token of the block, each summing every `lanes`th row.
+        lanes: u32,
     },
 }
 
-/// Outputs of one invocation in the scalar variant: a token's 32 rows.
-const SCALAR_ROWS: u32 = BM * BN / INVOCATIONS;
-
 impl<'b> Compute<'b> {
-    fn tiles(k: &'b KernelBuilder) -> Self {
-        k.require_subgroups();
-        let accs: Vec<Tile> = (0..ACCS)
+    fn tiles(k: &'b KernelBuilder, width: u32, (bm, bn): (u32, u32)) -> Result<Self, ShapeError> {
+        let tiles = (bm / TILE) * (bn / TILE);
+        let subgroups = INVOCATIONS / width.max(1);
+        if width == 0 || !INVOCATIONS.is_multiple_of(width) || !tiles.is_multiple_of(subgroups) {
+            return Err(ShapeError::Unsupported {
+                op: OP,
+                what: format!(
+                    "subgroups of {width} for {tiles} tiles over {INVOCATIONS} invocations"
+                ),
+            });
+        }
+        k.require_subgroup_width(width);
+        let accs: Vec<Tile> = (0..tiles / subgroups)
             .map(|i| k.tile(&format!("acc{i}"), TileRole::Acc))
             .collect();
         for acc in &accs {
             acc.zero();
         }
-        Compute::Tiles {
+        Ok(Compute::Tiles {
             a: k.tile("a", TileRole::A),
             b: k.tile("b", TileRole::B),
             accs,
-        }
+            per_row: bn / TILE,
+        })
     }
 
-    fn scalar(k: &'b KernelBuilder) -> Self {
+    fn scalar(k: &'b KernelBuilder, (bm, bn): (u32, u32)) -> Self {
+        let lanes = INVOCATIONS / bm;
         Compute::Scalar {
-            sums: (0..SCALAR_ROWS)
+            sums: (0..bn / lanes)
                 .map(|i| k.var(&format!("sum{i}"), Scalar::F32))
                 .collect(),
+            lanes,
         }
     }
 
-    /// Runs `f(tile index, accumulator)` for each output tile this subgroup owns.
-    fn owned(k: &'b KernelBuilder, accs: &[Tile<'b>], f: impl Fn(Val<'b>, Tile<'b>)) {
-        let subgroups = k.u32(INVOCATIONS) / k.subgroup_size();
-        let sg = k.subgroup_id();
-        for (j, &acc) in accs.iter().enumerate() {
-            let i = sg + subgroups * k.u32(j as u32);
-            // Uniform over the subgroup, as tile operations need.
-            k.if_(i.lt(k.u32(TILES)), || f(i, acc));
-        }
+    /// The (tile row, tile column) of each accumulator of this subgroup: consecutive tiles,
+    /// a row of the block's tiles at a time.
+    fn owned(k: &'b KernelBuilder, accs: &[Tile<'b>], per_row: u32) -> Vec<(Val<'b>, Val<'b>)> {
+        let first = k.subgroup_id() * k.u32(accs.len() as u32);
+        (0..accs.len() as u32)
+            .map(|j| {
+                let i = first + k.u32(j);
+                (i / k.u32(per_row), i % k.u32(per_row))
+            })
+            .collect()
     }
 
     fn step(&self, k: &'b KernelBuilder, xs: trine_ir::SharedId, ws: trine_ir::SharedId) {
         match self {
-            Compute::Tiles { a, b, accs } => Self::owned(k, accs, |i, acc| {
-                let per_row = k.u32(BN / TILE);
-                let (tm, tn) = (i / per_row, i % per_row);
+            Compute::Tiles {
+                a,
+                b,
+                accs,
+                per_row,
+            } => {
+                let owned = Self::owned(k, accs, *per_row);
                 for kk in (0..BK).step_by(TILE as usize) {
                     let stride = k.u32(STAGE);
                     let at = |t: Val<'b>| t * k.u32(TILE * STAGE) + k.u32(kk);
-                    a.load(TileMemory::Shared(xs), at(tm), stride, TileLayout::RowMajor);
-                    // W's rows are B's columns: B is W's block column-major.
-                    b.load(TileMemory::Shared(ws), at(tn), stride, TileLayout::ColMajor);
-                    acc.mma(*a, *b);
+                    for (&(tm, tn), acc) in owned.iter().zip(accs) {
+                        a.load(TileMemory::Shared(xs), at(tm), stride, TileLayout::RowMajor);
+                        // W's rows are B's columns: B is W's block column-major.
+                        b.load(TileMemory::Shared(ws), at(tn), stride, TileLayout::ColMajor);
+                        acc.mma(*a, *b);
+                    }
                 }
-            }),
-            Compute::Scalar { sums } => {
+            }
+            Compute::Scalar { sums, lanes } => {
                 let lid = k.local_index();
-                let (t, half) = (lid / k.u32(2), lid % k.u32(2));
+                let (t, lane) = (lid / k.u32(*lanes), lid % k.u32(*lanes));
                 k.for_range(k.u32(0), k.u32(BK), 1, |c| {
                     let xv = k.load_shared(xs, t * k.u32(STAGE) + c).cast(Scalar::F32);
                     for (j, sum) in sums.iter().enumerate() {
-                        let n = half + k.u32(2 * j as u32);
+                        let n = lane + k.u32(lanes * j as u32);
                         let wv = k.load_shared(ws, n * k.u32(STAGE) + c).cast(Scalar::F32);
                         sum.set(xv.fma(wv, sum.get()));
                     }
@@ -316,32 +358,31 @@ impl<'b> Compute<'b> {
         }
     }
 
-    /// The block's sums into `out` (`[BM × OUT]`, f32).
-    fn finish(&self, k: &'b KernelBuilder, out: trine_ir::SharedId) {
+    /// The block's sums into `out` (`[bm × stride]`, f32).
+    fn finish(&self, k: &'b KernelBuilder, out: trine_ir::SharedId, stride: u32) {
         match self {
-            Compute::Tiles { accs, .. } => Self::owned(k, accs, |i, acc| {
-                let per_row = k.u32(BN / TILE);
-                let (tm, tn) = (i / per_row, i % per_row);
-                let at = tm * k.u32(TILE * OUT) + tn * k.u32(TILE);
-                acc.store(
-                    TileMemory::Shared(out),
-                    at,
-                    k.u32(OUT),
-                    TileLayout::RowMajor,
-                );
-            }),
-            Compute::Scalar { sums } => {
+            Compute::Tiles { accs, per_row, .. } => {
+                for (&(tm, tn), acc) in Self::owned(k, accs, *per_row).iter().zip(accs) {
+                    let at = tm * k.u32(TILE * stride) + tn * k.u32(TILE);
+                    acc.store(
+                        TileMemory::Shared(out),
+                        at,
+                        k.u32(stride),
+                        TileLayout::RowMajor,
+                    );
+                }
+            }
+            Compute::Scalar { sums, lanes } => {
                 let lid = k.local_index();
-                let (t, half) = (lid / k.u32(2), lid % k.u32(2));
+                let (t, lane) = (lid / k.u32(*lanes), lid % k.u32(*lanes));
                 for (j, sum) in sums.iter().enumerate() {
-                    let n = half + k.u32(2 * j as u32);
-                    k.store_shared(out, t * k.u32(OUT) + n, sum.get());
+                    let n = lane + k.u32(lanes * j as u32);
+                    k.store_shared(out, t * k.u32(stride) + n, sum.get());
                 }
             }
         }
     }
 }
-
 /// `y` in f64 from x and W's dequantised values, each rounded to f16 as the kernel stages
 /// them, plus `add`.
 pub fn reference(
@@ -370,6 +411,10 @@ pub fn reference(
     Ok(y)
 }
 
+/// The subgroup width of the cases' tiled kernels: NVIDIA's, the only matrix units measured.
+/// A device of another width runs their scalar fallback.
+const CASE_SUBGROUP: u32 = 32;
+
 /// A conformance case: W of `ty` with values in [-1, 1), x in [-1, 1), a residual in [-2, 2)
 /// with `add`; the tiled kernel, with the scalar variant as its fallback.
 pub fn case(
@@ -392,9 +437,10 @@ pub fn case(
     let spec = TilesSpec {
         weights: ty,
         add,
-        tiles: true,
+        tiles: Some(CASE_SUBGROUP),
+        small: TilesSpec::small_for(rows),
     };
-    let mut case = Case::new(name, kernel(spec), spec.grid(rows, tokens))
+    let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
         .input("w", buffer_elem(ty), dequant::pad_to_words(w))
         .input("x", Scalar::F32, f32_bytes(&x));
     if let Some(res) = &residual {
@@ -405,9 +451,9 @@ pub fn case(
         .params(spec.params(rows, cols, tokens))
         .bound(NMSE)
         .fallback(kernel(TilesSpec {
-            tiles: false,
+            tiles: None,
             ..spec
-        })))
+        })?))
 }
 
 /// Every weight type at a shape of one block and a partial one (tokens and rows past a
@@ -420,6 +466,8 @@ pub fn cases() -> Vec<Case> {
     }
     out.push(case(WeightType::Q4_1, (960, 576, 70), false));
     out.push(case(WeightType::Q8_0, (576, 1536, 33), true));
+    // The big block.
+    out.push(case(WeightType::Q4_0, (2048, 64, 65), true));
     out.into_iter()
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
@@ -442,16 +490,37 @@ mod tests {
         ));
     }
 
-    /// Shared memory fits the smallest device's 32 KiB in both variants.
+    /// Shared memory fits the smallest device's 32 KiB in every variant.
     #[test]
     fn blocks_fit_32_kib() {
-        for tiles in [true, false] {
-            let k = kernel(TilesSpec {
-                weights: WeightType::Q4_1,
-                add: true,
-                tiles,
-            });
-            assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
+        for tiles in [Some(32), Some(64), None] {
+            for small in [false, true] {
+                let spec = TilesSpec {
+                    weights: WeightType::Q4_1,
+                    add: true,
+                    tiles,
+                    small,
+                };
+                let k = kernel(spec).unwrap();
+                assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
+            }
         }
+    }
+
+    /// A width that cannot divide the block's tiles evenly is refused, not miscomputed.
+    #[test]
+    fn widths_that_do_not_divide_the_tiles_are_refused() {
+        let spec = TilesSpec {
+            weights: WeightType::F16,
+            add: false,
+            tiles: Some(8),
+            small: true,
+        };
+        assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
+        assert!(kernel(TilesSpec {
+            small: false,
+            ..spec
+        })
+        .is_ok());
     }
 }

@@ -53,6 +53,8 @@ pub enum InterpError {
     BadView { offset: u64, len: u64 },
     #[error("subgroup size {0} is not a power of two between 1 and 128")]
     SubgroupSize(u32),
+    #[error("the kernel is written for subgroups {required} wide, run with {given}")]
+    SubgroupWidth { required: u32, given: u32 },
     #[error("{at}: {what} index {index} is out of bounds (length {len}) at {expr:?}")]
     OutOfBounds {
         at: Site,
@@ -156,6 +158,14 @@ impl<'a> Launch<'a> {
         }
         if !subgroup_size.is_power_of_two() || subgroup_size > 128 {
             return Err(InterpError::SubgroupSize(subgroup_size));
+        }
+        if let Some(required) = kernel.capabilities.subgroup_width {
+            if required != subgroup_size {
+                return Err(InterpError::SubgroupWidth {
+                    required,
+                    given: subgroup_size,
+                });
+            }
         }
         if let Some((sync, workgroups)) = kernel.grid_sync() {
             if grid != [workgroups, 1, 1] {

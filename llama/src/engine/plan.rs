@@ -8,10 +8,10 @@ use crate::kernels::KernelKey;
 use trine_ir::ParamValue;
 use trine_ops::argmax::Argmax;
 use trine_ops::attention_flash::FlashAttention;
-use trine_ops::matmul_tiles::TilesSpec;
 use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise;
 use trine_ops::embedding;
+use trine_ops::matmul_tiles::TilesSpec;
 use trine_ops::matvec::Reduce;
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
@@ -197,7 +197,8 @@ impl Engine {
                 let spec = TilesSpec {
                     weights: w.tensors[wid].ty,
                     add: add.is_some(),
-                    tiles: true,
+                    tiles: None,
+                    small: TilesSpec::small_for(rows),
                 };
                 let mut inputs = vec![Tensor::Weight(wid), x];
                 inputs.extend(add);
