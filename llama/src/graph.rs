@@ -47,6 +47,10 @@ pub enum Tensor {
     /// ([`trine_ops::matvec_q8_rows::interleave`]). An output head tied to the embedding table
     /// is held twice: the embedding reads [`Tensor::Weight`] in the file's layout.
     Interleaved(WeightId),
+    /// A weight in the file's layout on a device that holds [`Tensor::Weight`] in pairs of
+    /// blocks ([`crate::kernels::holds_pairs`]): what a CPU checking a GPU's products on matrix
+    /// tiles reads ([`Op::MatmulTiles`] stages the file's blocks).
+    Plain(WeightId),
     /// f32 [n_embd]: one token's row after an rms_norm, for a product with quantized x.
     Normed,
     /// f32 [n_embd]: attention's split partials combined, for a product with quantized x.

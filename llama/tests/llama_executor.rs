@@ -76,10 +76,17 @@ impl Faulty {
     /// A CPU that says it is a discrete GPU with 16-bit storage: an executor on it keeps its
     /// KV cache in f16 and takes the GPUs' kernel shapes.
     fn gpu() -> Arc<dyn Backend> {
+        Self::gpu_with(false)
+    }
+
+    /// [`Faulty::gpu`] that says it has matrix tiles: its prompts take the tiled products,
+    /// which the CPU beneath runs as their scalar variant.
+    fn gpu_with(tiles: bool) -> Arc<dyn Backend> {
         let inner = cpu();
         let mut info = inner.info().clone();
         info.device_type = DeviceType::Discrete;
         info.f16 = true;
+        info.tiles = tiles;
         Arc::new(Faulty {
             info,
             inner,
@@ -229,6 +236,40 @@ fn a_gpus_prompts_take_quantized_x_and_its_decode_steps_do_not() {
     let checker = main.checker(cpu()).unwrap();
     let mut session = Session::new(main, Some(checker));
     run(&mut session);
+    for c in &session.checks {
+        assert!(c.first_over_bound.is_none(), "{c:?}");
+    }
+}
+
+/// A GPU with matrix tiles multiplies its prompts' products on float x through them, and a
+/// CPU checks them node by node: the CPU holds its Q4 weights in pairs of blocks, so it reads
+/// the file's layout for these products from a copy of its own (on the H100 the CPU's scalar
+/// variant first read the pairs and gave NaN, 2026-11-25).
+#[test]
+fn a_cpu_checks_a_gpus_prompts_on_matrix_tiles() {
+    let model = tiny();
+    let main = Engine::new(model, Faulty::gpu_with(true), SIZES).unwrap();
+    let count = |tokens, tiled: bool| {
+        main.graph(trine_llama::graph::Step { tokens, pos: 0 })
+            .iter()
+            .filter(|n| {
+                use trine_llama::graph::Op;
+                match n.op {
+                    Op::MatmulTiles { .. } => tiled,
+                    Op::MatvecQ8 { .. } | Op::Quantize { .. } => !tiled,
+                    _ => false,
+                }
+            })
+            .count()
+    };
+    // Four products per layer; the head multiplies one token.
+    assert_eq!(count(5, true), 4 * TINY.n_layer as usize);
+    assert_eq!(count(5, false), 2);
+    assert_eq!(count(1, true), 0);
+    let checker = main.checker(cpu()).unwrap();
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    assert_eq!(session.checks.len(), 3);
     for c in &session.checks {
         assert!(c.first_over_bound.is_none(), "{c:?}");
     }

@@ -51,7 +51,9 @@ pub struct EngineOptions {
     /// both compute the same products.
     pub quantize_x: bool,
     /// A GPU's prompt products on matrix tiles ([`trine_ops::matmul_tiles`], f16 operands
-    /// and f32 sums) where the device has them, instead of quantized x. On an H100 …
+    /// and f32 sums) where the device has them, instead of quantized x. On an H100, a
+    /// SmolLM2-shaped pp512 (2026-11-25, one call): CUDA 51382 t/s against 34319 on quantized
+    /// x, Vulkan 35672 against 34983.
     pub tiles: bool,
 }
 
@@ -392,6 +394,7 @@ impl Engine {
                     t,
                     Tensor::Weight(_)
                         | Tensor::Interleaved(_)
+                        | Tensor::Plain(_)
                         | Tensor::Freq
                         | Tensor::Step
                         | Tensor::KCache(_)

@@ -4,7 +4,7 @@
 
 use super::Engine;
 use crate::graph::{Epilogue, Node, Op, Prologue, Step, Tensor};
-use crate::kernels::KernelKey;
+use crate::kernels::{holds_pairs, KernelKey};
 use trine_ir::ParamValue;
 use trine_ops::argmax::Argmax;
 use trine_ops::attention_flash::FlashAttention;
@@ -194,13 +194,22 @@ impl Engine {
                 add,
                 tokens,
             } => {
+                let ty = w.tensors[wid].ty;
                 let spec = TilesSpec {
-                    weights: w.tensors[wid].ty,
+                    weights: ty,
                     add: add.is_some(),
                     tiles: None,
                     small: TilesSpec::small_for(rows),
                 };
-                let mut inputs = vec![Tensor::Weight(wid), x];
+                // The kernel stages the file's blocks, which a CPU holds apart from its pairs.
+                let key = KernelKey::of(&node.op, w, self.shape);
+                let info = self.dev(self.placement.programs[&key].0).info();
+                let weights = if holds_pairs(info, ty, w.pairable(wid)) {
+                    Tensor::Plain(wid)
+                } else {
+                    Tensor::Weight(wid)
+                };
+                let mut inputs = vec![weights, x];
                 inputs.extend(add);
                 plan(
                     inputs,

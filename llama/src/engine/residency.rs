@@ -105,7 +105,9 @@ impl Engine {
                 (ctx * c.kv_dim() as u64 * elem).next_multiple_of(4)
             }
             Tensor::Freq => f32s(c.head_dim() as u64 / 2),
-            Tensor::Weight(id) => self.model.weights.bytes(&self.model.gguf, id).len() as u64,
+            Tensor::Weight(id) | Tensor::Plain(id) => {
+                self.model.weights.bytes(&self.model.gguf, id).len() as u64
+            }
             Tensor::Interleaved(id) => {
                 let t = &self.model.weights.tensors[id];
                 let blocks = t.rows as u64 * t.cols as u64 / 32;
@@ -135,6 +137,9 @@ impl Engine {
                     Cow::Borrowed(bytes)
                 })
             }
+            Tensor::Plain(id) => Some(Cow::Borrowed(
+                self.model.weights.bytes(&self.model.gguf, id),
+            )),
             Tensor::Interleaved(id) => {
                 let w = &self.model.weights;
                 let t = &w.tensors[id];
