@@ -16,7 +16,7 @@ use trine_ops::rope::{self, Rope, RopeMode};
 use trine_ops::shape::ShapeError;
 use trine_ops::softmax::{self, Mask, Softmax};
 use trine_ops::support::{Float, Reduction};
-use trine_ops::{matvec_q8, matvec_q8_rows};
+use trine_ops::{matmul_tiles, matvec_q8, matvec_q8_rows};
 
 /// Rows per workgroup of the benched [`matvec_q8`] product.
 const MATVEC_Q8_ROWS: u32 = 4;
@@ -78,6 +78,7 @@ impl Item {
                 let shape = MatmulShape::packed(1, m as usize, n as usize, k as usize, true, false);
                 matmul::case(spec, shape, 1)
             }
+            Op::MatmulTiles { ty, m, n, k } => matmul_tiles::case(ty, (n, k, m), false),
             Op::RmsNorm { rows, cols } => rms_norm::case(
                 RmsNorm {
                     rows,
@@ -134,9 +135,14 @@ impl Item {
 }
 
 /// The kernel a device runs for `case`: the subgroup variant only where the device has
-/// subgroups. `None` when the device can run neither.
+/// subgroups, the tiled one only where it has tiles and their subgroup width. `None` when
+/// the device can run neither.
 pub fn kernel_for<'c>(case: &'c Case, info: &DeviceInfo) -> Option<&'c Kernel> {
-    if case.kernel.capabilities.subgroup && !info.subgroup_ops {
+    let caps = case.kernel.capabilities;
+    let width = caps.subgroup_width.is_none_or(|w| {
+        info.subgroup_sizes.first() == Some(&w) && info.subgroup_sizes.last() == Some(&w)
+    });
+    if (caps.subgroup && !info.subgroup_ops) || (caps.tiles && !info.tiles) || !width {
         case.fallback.as_ref()
     } else {
         Some(&case.kernel)

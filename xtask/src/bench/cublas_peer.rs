@@ -45,7 +45,11 @@ impl CublasPeer {
                 ty: WeightType::F16,
                 ..
             }
-            | Op::Matmul { b: Float::F16, .. } => GemmType::F16,
+            | Op::Matmul { b: Float::F16, .. }
+            | Op::MatmulTiles {
+                ty: WeightType::F16,
+                ..
+            } => GemmType::F16,
             _ => return None,
         };
         let elem = match ty {
@@ -54,7 +58,7 @@ impl CublasPeer {
         };
         let (m, n, k) = match item.op {
             Op::Matvec { rows, cols, .. } => (1, rows, cols),
-            Op::Matmul { m, n, k, .. } => (m, n, k),
+            Op::Matmul { m, n, k, .. } | Op::MatmulTiles { m, n, k, .. } => (m, n, k),
             _ => return None,
         };
         Some(

@@ -64,6 +64,14 @@ pub enum Op {
         n: u32,
         k: u32,
     },
+    /// `y[m × n] = x[m × k]·Wᵀ` on matrix tiles where the device has them (`trine_ops::
+    /// matmul_tiles`, the GPUs' prompt products): x f32, W `[n × k]` of `ty` as GGUF stores it.
+    MatmulTiles {
+        ty: WeightType,
+        m: u32,
+        n: u32,
+        k: u32,
+    },
     RmsNorm {
         rows: u32,
         cols: u32,
@@ -132,6 +140,10 @@ const OTHERS: &[Item] = &[
     item(Smol, Op::Matmul { b: Float::F16, m: 512, n: 576, k: 576 }),
     item(Smol, Op::Matmul { b: Float::F32, m: 512, n: 1536, k: 576 }),
     item(Smol, Op::Matmul { b: Float::F16, m: 512, n: 1536, k: 576 }),
+    item(Smol, Op::MatmulTiles { ty: WeightType::Q4_1, m: 512, n: 3072, k: 576 }),
+    item(Smol, Op::MatmulTiles { ty: WeightType::Q4_1, m: 512, n: 576, k: 1536 }),
+    item(L7, Op::MatmulTiles { ty: WeightType::F16, m: 512, n: 4096, k: 4096 }),
+    item(L7, Op::MatmulTiles { ty: WeightType::Q4_1, m: 512, n: 4096, k: 4096 }),
     item(Smol, Op::RmsNorm { rows: 1, cols: 576 }),
     item(Smol, Op::RmsNorm { rows: 512, cols: 576 }),
     item(L7, Op::RmsNorm { rows: 1, cols: 4096 }),
@@ -181,6 +193,7 @@ impl Op {
             Op::Matvec { .. } => "matvec",
             Op::MatvecQ8 { .. } => "matvec_q8",
             Op::Matmul { .. } => "matmul",
+            Op::MatmulTiles { .. } => "matmul_tiles",
             Op::RmsNorm { .. } => "rms_norm",
             Op::Rope { .. } => "rope",
             Op::Softmax { .. } => "softmax",
@@ -195,7 +208,9 @@ impl Op {
             Op::Matvec { rows, cols, .. } | Op::MatvecQ8 { rows, cols, .. } => {
                 format!("{rows}x{cols}")
             }
-            Op::Matmul { m, n, k, .. } => format!("{m}x{n}x{k}"),
+            Op::Matmul { m, n, k, .. } | Op::MatmulTiles { m, n, k, .. } => {
+                format!("{m}x{n}x{k}")
+            }
             Op::RmsNorm { rows, cols } | Op::Softmax { rows, cols } => format!("{rows}x{cols}"),
             Op::Rope {
                 tokens,
@@ -218,6 +233,7 @@ impl Op {
             Op::Matvec { ty, .. } => ty.name().to_string(),
             Op::MatvecQ8 { ty, .. } => format!("{}xq8", ty.name()),
             Op::Matmul { b, .. } => format!("f32x{}", b.name()),
+            Op::MatmulTiles { ty, .. } => format!("f32x{}", ty.name()),
             Op::Attention { .. } => format!("f32+{}kv", kv.name()),
             _ => "f32".into(),
         }
@@ -240,6 +256,11 @@ impl Op {
             Op::Matmul { b, m, n, k } => {
                 let (m, n, k) = (m as u64, n as u64, k as u64);
                 m * k * f + n * k * float_bytes(b) + m * n * f
+            }
+            Op::MatmulTiles { ty, m, n, k } => {
+                let (m, n, k) = (m as u64, n as u64, k as u64);
+                let weights = n * k / ty.block_elems() as u64 * ty.block_bytes() as u64;
+                m * k * f + weights + m * n * f
             }
             Op::RmsNorm { rows, cols } => (2 * rows as u64 * cols as u64 + cols as u64) * f,
             Op::Rope {
@@ -267,7 +288,9 @@ impl Op {
             Op::Matvec { rows, cols, .. } | Op::MatvecQ8 { rows, cols, .. } => {
                 2 * rows as u64 * cols as u64
             }
-            Op::Matmul { m, n, k, .. } => 2 * m as u64 * n as u64 * k as u64,
+            Op::Matmul { m, n, k, .. } | Op::MatmulTiles { m, n, k, .. } => {
+                2 * m as u64 * n as u64 * k as u64
+            }
             Op::RmsNorm { rows, cols } => 4 * rows as u64 * cols as u64,
             Op::Rope {
                 tokens,
