@@ -249,9 +249,10 @@ pub fn lacking(kernel: &Kernel, info: &DeviceInfo) -> Vec<String> {
     out
 }
 
-/// Uploads the case with sentinel guards around each buffer, runs it, and returns every
-/// buffer's contents and any guard that changed.
-fn run_on(
+/// Uploads the case with sentinel guards around each buffer, runs `kernel` (the case's kernel
+/// or its fallback) on `backend`, and returns every buffer's contents and any guard that
+/// changed.
+pub fn run_on(
     case: &Case,
     kernel: &trine_ir::Kernel,
     backend: &dyn Backend,

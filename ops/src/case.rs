@@ -140,19 +140,23 @@ impl Case {
     }
 
     /// Runs the kernel on the reference interpreter (subgroups [`REFERENCE_SUBGROUP`] wide, or
-    /// the width the kernel requires)
-    /// over the case's buffers, and returns every buffer after the run.
+    /// the width the kernel requires) over the case's buffers, and returns every buffer after
+    /// the run.
     pub fn interpret(&self) -> Result<Vec<Vec<u8>>, String> {
+        let width = self.kernel.capabilities.subgroup_width;
+        self.interpret_at(width.unwrap_or(REFERENCE_SUBGROUP))
+    }
+
+    /// [`Case::interpret`] with subgroups `subgroup_size` wide: a device's own width, to
+    /// compare with it bit for bit.
+    pub fn interpret_at(&self, subgroup_size: u32) -> Result<Vec<Vec<u8>>, String> {
         let mut bufs: Vec<Vec<u8>> = self.buffers.iter().map(|b| b.data.clone()).collect();
         interpret(
             &self.kernel,
             self.grid,
             &mut bufs,
             &self.params,
-            self.kernel
-                .capabilities
-                .subgroup_width
-                .unwrap_or(REFERENCE_SUBGROUP),
+            subgroup_size,
         )
         .map_err(|e| e.to_string())?;
         Ok(bufs)

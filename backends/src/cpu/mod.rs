@@ -6,10 +6,15 @@
 //! reference interpreter and says why in [`DeviceInfo::notes`] (and so in `trine doctor`).
 //! The interpreter stays the reference either way.
 //!
-//! Buffers are `trine_ir::interp::Words`, the interpreter's own storage, so both engines run on
-//! them without copies. One lock orders every operation on them: a dispatch runs to the end
-//! before a read, write, allocation or free proceeds (the in-order queue of the trait).
+//! Each engine keeps buffers of its own kind: the compiled one plain bytes in aligned
+//! allocations ([`memory::HostMemory`], copied in and out with `memcpy`), the interpreter the
+//! checked, atomic words it runs on (`trine_ir::interp::Words`), so that it stays free of
+//! unsafe code. An engine is chosen once, when the backend opens, so no buffer ever passes from
+//! one kind to the other. One lock orders every operation on them: a dispatch runs to the end
+//! before a read, write, allocation or free proceeds (the in-order queue of the trait), which
+//! is also what makes the compiled engine's raw pointers sound.
 
+mod memory;
 mod pool;
 mod run;
 mod sysinfo;
@@ -21,6 +26,7 @@ use crate::backend::{Backend, Binding, BufferHandle, Dispatch, ProgramId};
 use crate::checks::check_range;
 use crate::error::BackendError;
 use crate::info::{DeviceInfo, DeviceType, MemoryInfo};
+use memory::HostMemory;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::{c_void, OsStr};
@@ -50,13 +56,24 @@ const WORKER_STACK_BYTES: usize = C_MAX_FRAME_BYTES as usize + (4 << 20);
 /// the workers: any thread's stack has room for it (Rust gives spawned threads 2 MiB).
 const CALLER_FRAME_BYTES: u64 = 256 << 10;
 
-/// How kernels run.
+/// How kernels run, and the buffers they run on (module documentation).
 enum Engine {
     Compiled {
         toolchain: Toolchain,
         pool: pool::Pool,
+        buffers: Mutex<HashMap<u64, HostMemory>>,
     },
-    Interpreter,
+    Interpreter {
+        buffers: Mutex<HashMap<u64, Words>>,
+    },
+}
+
+impl Engine {
+    fn interpreter() -> Engine {
+        Engine::Interpreter {
+            buffers: Mutex::new(HashMap::new()),
+        }
+    }
 }
 
 /// A compiled kernel, in the variant for non-overlapping bindings and, made on first need, the
@@ -70,14 +87,13 @@ struct Code {
 
 struct Program {
     kernel: Kernel,
-    /// `None` under the interpreter.
+    /// `None` under the interpreter; always there under the compiled engine.
     code: Option<Code>,
 }
 
 pub struct CpuBackend {
     info: DeviceInfo,
     engine: Engine,
-    buffers: Mutex<HashMap<u64, Arc<Words>>>,
     programs: Mutex<HashMap<u64, Arc<Program>>>,
     next: AtomicU64,
 }
@@ -110,7 +126,7 @@ impl CpuBackend {
         match Self::compiled_engine(cc) {
             Ok(engine) => CpuBackend::with_engine(engine, None),
             Err(why) => CpuBackend::with_engine(
-                Engine::Interpreter,
+                Engine::interpreter(),
                 Some(format!(
                     "kernels are interpreted (slow): no working C compiler ({why})"
                 )),
@@ -121,7 +137,7 @@ impl CpuBackend {
     /// The reference interpreter on all cores, whatever compiler there is: to compare with.
     pub fn interpreter() -> CpuBackend {
         CpuBackend::with_engine(
-            Engine::Interpreter,
+            Engine::interpreter(),
             Some("kernels are interpreted: the interpreter was asked for".into()),
         )
     }
@@ -130,11 +146,11 @@ impl CpuBackend {
         let threads = match &engine {
             // The workers, and the dispatching thread.
             Engine::Compiled { pool, .. } => pool.workers() + 1,
-            Engine::Interpreter => rayon::current_num_threads(),
+            Engine::Interpreter { .. } => rayon::current_num_threads(),
         };
         let (driver, how) = match &engine {
             Engine::Compiled { toolchain, .. } => (toolchain.describe(), "compiled"),
-            Engine::Interpreter => (INTERPRETER_DRIVER.to_string(), "interpreter"),
+            Engine::Interpreter { .. } => (INTERPRETER_DRIVER.to_string(), "interpreter"),
         };
         let mut notes: Vec<String> = note.into_iter().collect();
         if let Engine::Compiled { .. } = engine {
@@ -178,7 +194,6 @@ impl CpuBackend {
         CpuBackend {
             info,
             engine,
-            buffers: Mutex::new(HashMap::new()),
             programs: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
         }
@@ -209,14 +224,19 @@ impl CpuBackend {
                 "the probe kernel computed {y:?} instead of 3.0 each"
             ));
         }
-        Ok(Engine::Compiled { toolchain, pool })
+        Ok(Engine::Compiled {
+            toolchain,
+            pool,
+            buffers: Mutex::new(HashMap::new()),
+        })
     }
 
-    fn buffer(
-        map: &HashMap<u64, Arc<Words>>,
-        h: BufferHandle,
-    ) -> Result<&Arc<Words>, BackendError> {
+    fn buffer<M>(map: &HashMap<u64, M>, h: BufferHandle) -> Result<&M, BackendError> {
         map.get(&h.0).ok_or(BackendError::UnknownBuffer(h))
+    }
+
+    fn buffer_mut<M>(map: &mut HashMap<u64, M>, h: BufferHandle) -> Result<&mut M, BackendError> {
+        map.get_mut(&h.0).ok_or(BackendError::UnknownBuffer(h))
     }
 
     fn program(&self, id: ProgramId) -> Result<Arc<Program>, BackendError> {
@@ -228,7 +248,7 @@ impl CpuBackend {
 
     fn interpret(
         &self,
-        map: &HashMap<u64, Arc<Words>>,
+        map: &HashMap<u64, Words>,
         kernel: &Kernel,
         d: &Dispatch<'_>,
     ) -> Result<(), BackendError> {
@@ -329,7 +349,7 @@ impl CpuBackend {
 
     fn run_compiled(
         &self,
-        map: &HashMap<u64, Arc<Words>>,
+        map: &HashMap<u64, HostMemory>,
         pool: &pool::Pool,
         toolchain: &Toolchain,
         program: &Program,
@@ -339,12 +359,9 @@ impl CpuBackend {
         let kernel = &program.kernel;
         let (workgroups, params) = Self::check_dispatch(kernel, d)?;
         let pointer = |b: &Binding| -> Result<*mut c_void, BackendError> {
-            let w = Self::buffer(map, b.buffer)?;
-            check_range(b.offset, b.size, w.len())?;
-            // An `AtomicU32` has the size and alignment of a `u32`, so the words are one
-            // contiguous run of bytes and `offset` (a multiple of 4) lands inside it.
-            let base = w.as_atomics().as_ptr() as *mut u8;
-            Ok(base.wrapping_add(b.offset as usize) as *mut c_void)
+            let m = Self::buffer(map, b.buffer)?;
+            check_range(b.offset, b.size, m.len())?;
+            Ok(m.as_ptr().wrapping_add(b.offset as usize) as *mut c_void)
         };
         // Checked before anything runs, so a bad binding fails the dispatch as a whole.
         let mut inline = [std::ptr::null_mut(); INLINE_BINDINGS];
@@ -383,10 +400,11 @@ impl CpuBackend {
             &code.exclusive
         };
         // SAFETY: `compiled` was lowered from `kernel` with the ABI `run` expects; one pointer
-        // per buffer, each inside a live allocation (the buffer map is locked, so nothing frees
-        // or touches them until the dispatch ends) and aligned to 4 bytes, which covers every
-        // element type. What the kernel does with its indices is the kernel's business, as on
-        // a GPU: out-of-bounds accesses and data races happen in the C code.
+        // per buffer, each inside a live allocation (the buffer map is locked, so nothing frees,
+        // reads or writes them until the dispatch ends: see `memory`) and aligned to 4 bytes
+        // (buffers start cache-line aligned, offsets are checked to be multiples of 4), which
+        // covers every element type. What the kernel does with its indices is the kernel's business,
+        // as on a GPU: out-of-bounds accesses and data races happen in the C code.
         unsafe {
             run::run(
                 pool,
@@ -428,28 +446,60 @@ impl Backend for CpuBackend {
             });
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        lock(&self.buffers).insert(id, Arc::new(Words::zeroed(bytes)));
+        match &self.engine {
+            Engine::Compiled { buffers, .. } => {
+                let m = HostMemory::zeroed(bytes).ok_or_else(|| BackendError::OutOfMemory {
+                    bytes,
+                    free: self.free_memory(),
+                })?;
+                lock(buffers).insert(id, m);
+            }
+            Engine::Interpreter { buffers } => {
+                lock(buffers).insert(id, Words::zeroed(bytes));
+            }
+        }
         Ok(BufferHandle(id))
     }
 
     fn free(&self, buffer: BufferHandle) {
-        lock(&self.buffers).remove(&buffer.0);
+        match &self.engine {
+            Engine::Compiled { buffers, .. } => {
+                lock(buffers).remove(&buffer.0);
+            }
+            Engine::Interpreter { buffers } => {
+                lock(buffers).remove(&buffer.0);
+            }
+        }
     }
 
     fn write(&self, buffer: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
-        let map = lock(&self.buffers);
-        let w = Self::buffer(&map, buffer)?;
-        check_range(offset, data.len() as u64, w.len())?;
-        w.write(offset, data);
-        Ok(())
+        match &self.engine {
+            Engine::Compiled { buffers, .. } => {
+                Self::buffer_mut(&mut lock(buffers), buffer)?.write(offset, data)
+            }
+            Engine::Interpreter { buffers } => {
+                let map = lock(buffers);
+                let w = Self::buffer(&map, buffer)?;
+                check_range(offset, data.len() as u64, w.len())?;
+                w.write(offset, data);
+                Ok(())
+            }
+        }
     }
 
     fn read(&self, buffer: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
-        let map = lock(&self.buffers);
-        let w = Self::buffer(&map, buffer)?;
-        check_range(offset, out.len() as u64, w.len())?;
-        w.read(offset, out);
-        Ok(())
+        match &self.engine {
+            Engine::Compiled { buffers, .. } => {
+                Self::buffer(&lock(buffers), buffer)?.read(offset, out)
+            }
+            Engine::Interpreter { buffers } => {
+                let map = lock(buffers);
+                let w = Self::buffer(&map, buffer)?;
+                check_range(offset, out.len() as u64, w.len())?;
+                w.read(offset, out);
+                Ok(())
+            }
+        }
     }
 
     fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
@@ -458,7 +508,7 @@ impl Backend for CpuBackend {
             return Ok(ProgramId(hash));
         }
         let code = match &self.engine {
-            Engine::Interpreter => None,
+            Engine::Interpreter { .. } => None,
             Engine::Compiled { toolchain, .. } => {
                 let source = trine_codegen::c_source(kernel, &COptions::new(CPU_SUBGROUP_SIZE))
                     .map_err(|e| BackendError::Unsupported {
@@ -488,13 +538,21 @@ impl Backend for CpuBackend {
 
     fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
         let program = self.program(d.program)?;
-        // Held for the whole dispatch: see the module documentation.
-        let map = lock(&self.buffers);
-        match (&self.engine, &program.code) {
-            (Engine::Compiled { toolchain, pool }, Some(code)) => {
-                self.run_compiled(&map, pool, toolchain, &program, code, d)
+        // The buffer map's lock is held for the whole dispatch: see the module documentation.
+        match &self.engine {
+            Engine::Compiled {
+                toolchain,
+                pool,
+                buffers,
+            } => {
+                // `compile` made code for every program of this engine.
+                let code = program
+                    .code
+                    .as_ref()
+                    .ok_or(BackendError::UnknownProgram(d.program))?;
+                self.run_compiled(&lock(buffers), pool, toolchain, &program, code, d)
             }
-            _ => self.interpret(&map, &program.kernel, d),
+            Engine::Interpreter { buffers } => self.interpret(&lock(buffers), &program.kernel, d),
         }
     }
 

@@ -33,12 +33,6 @@ impl Words {
         self.len
     }
 
-    /// The words themselves, for a backend that hands them to compiled code (an `AtomicU32`
-    /// has the layout of a `u32`).
-    pub fn as_atomics(&self) -> &[AtomicU32] {
-        &self.words
-    }
-
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -3,6 +3,13 @@
 //! that works here, next to that backend's copy bandwidth measured in the same run and, on the
 //! CPU, next to the `gemm` crate.
 //!
+//! A quantized GEMV is held to a fraction of the copy roof, so it is measured alike
+//! ([`rotates`]): its weights rotate through copies that add up to the copy's own buffer size,
+//! so that every repetition reads them from memory as the copy does (a 4096 × 4096 Q4 matrix,
+//! 10 MB, would otherwise stay in a 32 MiB L3), and its roof is the mean of copies measured on
+//! the same backend just before and just after it, not the one at the start of the run, which
+//! a noisy machine may have measured at another speed.
+//!
 //! GPU backends are probed in a child process first, as `conformance` does; one that is absent
 //! is listed with its reason and measures nothing. With the CUDA backend, cuBLAS is the peer of
 //! the cuda column (both timed with CUDA events); the wgpu column's peer is the Vulkan (ash)
@@ -178,18 +185,29 @@ fn bench(args: Args) -> Result<(), BenchError> {
                     made.len() - 1
                 }
             };
-            let outcome = match &made[at].1 {
-                Ok(c) => measure_on(col.backend.as_ref(), c, &policy),
+            let rotate = rotates(&item.op);
+            let (outcome, adjacent) = between_roofs(col, rotate, &policy, || match &made[at].1 {
+                Ok(c) => measure_on(col.backend.as_ref(), c, &policy, rotate),
                 Err(e) => Err(e.clone()),
-            };
-            let r = record(&col.name, &info.name, item, v.kv, outcome, &col.roof);
+            });
+            let r = record(
+                &col.name, &info.name, item, &v, outcome, &col.roof, adjacent,
+            );
             progress(i, total, &r);
             records.push(r);
         }
         if let Some(cpu) = cpu {
             if let Some(outcome) = run_peer(item, &policy) {
                 let info = cpu.backend.info();
-                let r = record(PEER, &info.name, item, Float::F32, Ok(outcome), &cpu.roof);
+                let r = record(
+                    PEER,
+                    &info.name,
+                    item,
+                    &ON_CPU,
+                    Ok(outcome),
+                    &cpu.roof,
+                    None,
+                );
                 progress(i, total, &r);
                 records.push(r);
             }
@@ -197,7 +215,9 @@ fn bench(args: Args) -> Result<(), BenchError> {
         if let (Some(peer), Some(cuda)) = (&cublas, cuda) {
             if let Some(outcome) = peer.run(item, &policy) {
                 let info = cuda.backend.info();
-                let r = record(GPU_PEER, &info.name, item, Float::F32, outcome, &cuda.roof);
+                let r = record(
+                    GPU_PEER, &info.name, item, &ON_GPU, outcome, &cuda.roof, None,
+                );
                 progress(i, total, &r);
                 records.push(r);
             }
@@ -295,15 +315,82 @@ fn open(names: &[String]) -> Result<Opened, BenchError> {
 /// own memory: binding a copy instead would read every block's cache lines twice.
 const WEIGHTS_F16_VIEW: (&str, &str) = ("w16", "w");
 
-fn measure_on<'c>(backend: &dyn Backend, case: &'c Case, policy: &Policy) -> Result<Stats, String> {
+/// The variants the peers' records count their bytes in: f32 operands, the gemm crate on the
+/// CPU, cuBLAS on a GPU.
+const ON_CPU: Variant = Variant {
+    kv: Float::F32,
+    matvec: None,
+    cpu_walks: true,
+};
+const ON_GPU: Variant = Variant {
+    cpu_walks: false,
+    ..ON_CPU
+};
+
+/// Whether an item runs on rotated weights against the roofs measured around it (module
+/// documentation): the quantized GEMVs, whose target is a fraction of the copy roof. Float
+/// GEMVs keep one copy of their weights (in the cache where it fits), as their peers, the
+/// gemm crate and cuBLAS, run: a ratio between the two is taken alike.
+fn rotates(op: &Op) -> bool {
+    match *op {
+        Op::Matvec { ty, .. } => ty.is_quantized(),
+        Op::MatvecQ8 { .. } => true,
+        _ => false,
+    }
+}
+
+/// Copies of `weights` bytes that add up to at least `roof_bytes`, the size of each of the
+/// copy roof's buffers (256 MiB: 8× the 2-core VM's 32 MiB L3, 5× an H100's 50 MB L2).
+fn weight_copies(weights: usize, roof_bytes: u64) -> usize {
+    (roof_bytes as usize).div_ceil(weights.max(1)).max(1)
+}
+
+/// Runs `run` and, where `adjacent`, measures `col`'s copy roof just before and just after
+/// it; `None` where it does not, or a measurement fails (then the run's first roof stands).
+fn between_roofs<T>(
+    col: &Column,
+    adjacent: bool,
+    policy: &Policy,
+    run: impl FnOnce() -> T,
+) -> (T, Option<[f64; 2]>) {
+    if !adjacent || col.roof.is_err() {
+        return (run(), None);
+    }
+    let roof = || match roof::measure(col.backend.as_ref(), policy) {
+        Ok(r) => Some(r.gbps),
+        Err(e) => {
+            eprintln!("{}: no copy roof beside an item: {e}", col.name);
+            None
+        }
+    };
+    let before = roof();
+    let out = run();
+    let after = roof();
+    (out, before.zip(after).map(|(b, a)| [b, a]))
+}
+
+fn measure_on<'c>(
+    backend: &dyn Backend,
+    case: &'c Case,
+    policy: &Policy,
+    rotate: bool,
+) -> Result<Stats, String> {
     let kernel = cases::kernel_for(case, backend.info())
         .ok_or_else(|| Skip::NoKernel("it needs subgroups".into()).to_string())?;
     let weights = case
         .buffers
         .iter()
         .position(|w| w.name == WEIGHTS_F16_VIEW.1);
+    let copies = match weights {
+        Some(i) if rotate => {
+            let roof_bytes = roof::buffer_bytes(backend.info().max_binding_bytes);
+            weight_copies(case.buffers[i].data.len(), roof_bytes)
+        }
+        _ => 1,
+    };
     let slot = |b: &'c CaseBuffer| match weights {
         Some(i) if b.name == WEIGHTS_F16_VIEW.0 => Slot::SameAs(i),
+        Some(_) if b.name == WEIGHTS_F16_VIEW.1 && copies > 1 => Slot::Rotated(&b.data),
         _ => Slot::Data(&b.data),
     };
     let work = Work {
@@ -315,6 +402,7 @@ fn measure_on<'c>(backend: &dyn Backend, case: &'c Case, policy: &Policy) -> Res
             .iter()
             .map(|b| (b.name.as_str(), slot(b)))
             .collect(),
+        copies,
     };
     exec::time(backend, &work, policy).map_err(|e| e.to_string())
 }
@@ -335,16 +423,22 @@ fn run_peer(item: &Item, policy: &Policy) -> Option<Stats> {
     }
 }
 
+/// The record of `item` measured on `backend` in variant `v`, its roof fraction taken against
+/// the mean of the `adjacent` roofs where there are, the run's `roof` otherwise.
 fn record(
     backend: &str,
     device: &str,
     item: &Item,
-    kv: Float,
+    v: &Variant,
     outcome: Result<Stats, String>,
     roof: &Result<f64, String>,
+    adjacent: Option<[f64; 2]>,
 ) -> Record {
-    let (bytes, flops) = (item.op.bytes(kv), item.op.flops());
-    let roof = *roof.as_ref().unwrap_or(&f64::NAN);
+    let (bytes, flops) = (item.op.bytes(v.kv, v.cpu_walks), item.op.flops());
+    let roof = match adjacent {
+        Some([before, after]) => (before + after) / 2.0,
+        None => *roof.as_ref().unwrap_or(&f64::NAN),
+    };
     let (timing, skipped) = match outcome {
         Ok(s) => (Some(Timing::new(&s, bytes, flops, roof)), None),
         Err(why) => (None, Some(why)),
@@ -355,10 +449,11 @@ fn record(
         model: item.model.name().into(),
         op: item.op.name().into(),
         shape: item.op.shape(),
-        dtype: item.op.dtype(kv),
+        dtype: item.op.dtype(v.kv),
         bytes,
         flops,
         timing,
+        adjacent_roofs_gbps: adjacent,
         skipped,
     }
 }
@@ -374,6 +469,7 @@ fn roof_record(name: &str, backend: &dyn Backend, r: &roof::Roof) -> Record {
         bytes: 2 * r.bytes,
         flops: 0,
         timing: Some(Timing::new(&r.stats, 2 * r.bytes, 0, r.gbps)),
+        adjacent_roofs_gbps: None,
         skipped: None,
     }
 }
@@ -383,8 +479,12 @@ fn progress(i: usize, total: usize, r: &Record) {
         (Some(t), _) => format!("{:.1} µs ({} reps)", t.median_us, t.reps),
         (None, why) => format!("skipped: {}", why.as_deref().unwrap_or("")),
     };
+    let roofs = match r.adjacent_roofs_gbps {
+        Some([before, after]) => format!(", copy {before:.2} GB/s before, {after:.2} after"),
+        None => String::new(),
+    };
     eprintln!(
-        "[{}/{total}] {} {} {} {} {}: {what}",
+        "[{}/{total}] {} {} {} {} {}: {what}{roofs}",
         i + 1,
         r.op,
         r.model,
@@ -463,6 +563,31 @@ fn utc(secs: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Quantized GEMVs rotate their weights; float GEMVs (which have peers) and the rest keep
+    /// one copy.
+    #[test]
+    fn what_rotates_and_how_many_copies() {
+        let gemv = |ty| Op::Matvec {
+            ty,
+            rows: 4096,
+            cols: 4096,
+        };
+        assert!(rotates(&gemv(WeightType::Q4_0)) && !rotates(&gemv(WeightType::F32)));
+        let q8 = Op::MatvecQ8 {
+            ty: WeightType::Q4_1,
+            rows: 4096,
+            cols: 4096,
+        };
+        assert!(rotates(&q8) && !rotates(&Op::Add { n: 4096 }));
+        // 4096 × 4096 Q4_0 in the CPUs' layout, 10.5 MB: 26 copies make 256 MiB.
+        assert_eq!(weight_copies(4096 * 128 * 20, 256 << 20), 26);
+        // Weights as large as the copy's buffer or larger: one copy.
+        assert_eq!(weight_copies(256 << 20, 256 << 20), 1);
+        assert_eq!(weight_copies(300 << 20, 256 << 20), 1);
+    }
+
     #[test]
     fn utc_dates() {
         assert_eq!(super::utc(0), "1970-01-01 00:00 UTC");

@@ -2,7 +2,8 @@
 //! each one moves and the arithmetic it does.
 //!
 //! Conventions. Bytes moved: every input read once (weights, activations, caches, tables) plus
-//! every output written once, at their stored sizes (a quantized block with its scales). Flops:
+//! every output written once, at their stored sizes (a quantized block with its scales, in the
+//! layout the device reads: the CPUs' interleaved one for products on quantized x). Flops:
 //! multiply-adds count 2; GEMV 2·rows·cols per token, matmul 2·m·n·k, attention decode
 //! 4·heads·context·head_dim (the q·k scores and the weighted sum of v). Element-wise ops count
 //! their arithmetic per element: rms_norm 4 (square, add, two scalings), rope 6 per rotated
@@ -10,6 +11,7 @@
 //! multiply), add 1; transcendental functions count 1.
 
 use trine_gguf::quant::WeightType;
+use trine_ops::matvec_q8_rows;
 use trine_ops::support::Float;
 
 /// The model whose dimensions a shape comes from.
@@ -239,8 +241,11 @@ impl Op {
         }
     }
 
-    /// Bytes read plus bytes written (see the module's conventions).
-    pub fn bytes(&self, kv: Float) -> u64 {
+    /// Bytes read plus bytes written (see the module's conventions), with attention's KV cache
+    /// of `kv` and, where `cpu_layout`, a product on quantized x reading the CPUs' interleaved
+    /// blocks ([`matvec_q8_rows::interleave`]: Q4_0 20 bytes instead of 18, Q8_0 36 instead of
+    /// 34).
+    pub fn bytes(&self, kv: Float, cpu_layout: bool) -> u64 {
         let f = 4u64;
         match *self {
             Op::Matvec { ty, rows, cols } => {
@@ -249,7 +254,12 @@ impl Op {
             }
             Op::MatvecQ8 { ty, rows, cols } => {
                 let (r, c) = (rows as u64, cols as u64);
-                let weights = r * c / ty.block_elems() as u64 * ty.block_bytes() as u64;
+                let block = if cpu_layout {
+                    matvec_q8_rows::interleaved_block_bytes(ty)
+                } else {
+                    ty.block_bytes()
+                };
+                let weights = r * c / ty.block_elems() as u64 * block as u64;
                 // x: a byte per element, and a scale and a sum per block.
                 weights + c + c / 32 * 2 * f + r * f
             }
@@ -322,7 +332,7 @@ mod tests {
             rows: 4096,
             cols: 4096,
         };
-        assert_eq!(q4.bytes(Float::F32), 9_437_184 + 2 * 4096 * 4);
+        assert_eq!(q4.bytes(Float::F32, false), 9_437_184 + 2 * 4096 * 4);
         assert_eq!(q4.flops(), 33_554_432);
         // Q8_0 output head: 49152 × 18 blocks × 34 bytes, x 576 floats, y 49152 floats.
         let head = Op::Matvec {
@@ -330,20 +340,56 @@ mod tests {
             rows: 49152,
             cols: 576,
         };
-        assert_eq!(head.bytes(Float::F32), 30_081_024 + 2304 + 196_608);
+        assert_eq!(head.bytes(Float::F32, false), 30_081_024 + 2304 + 196_608);
         // Q4_1 carries a 4-byte scale and minimum per block of 32: 20 bytes.
         let q41 = Op::Matvec {
             ty: WeightType::Q4_1,
             rows: 576,
             cols: 1536,
         };
-        assert_eq!(q41.bytes(Float::F32), 576 * 48 * 20 + (1536 + 576) * 4);
+        assert_eq!(
+            q41.bytes(Float::F32, false),
+            576 * 48 * 20 + (1536 + 576) * 4
+        );
         let f16 = Op::Matvec {
             ty: WeightType::F16,
             rows: 11008,
             cols: 4096,
         };
-        assert_eq!(f16.bytes(Float::F32), 90_177_536 + (4096 + 11008) * 4);
+        assert_eq!(
+            f16.bytes(Float::F32, false),
+            90_177_536 + (4096 + 11008) * 4
+        );
+    }
+
+    /// A product on quantized x reads the blocks a device holds: GGUF's on a GPU, the CPUs'
+    /// interleaved ones (a word of codes per 4 bytes, then a word of scales) on a CPU.
+    #[test]
+    fn quantized_x_products_count_the_layout_read() {
+        let q8x = |ty| Op::MatvecQ8 {
+            ty,
+            rows: 4096,
+            cols: 4096,
+        };
+        // x: 4096 code bytes, 128 scales and 128 sums of 4 bytes; y: 4096 floats.
+        let x_and_y = 4096 + 128 * 8 + 4096 * 4;
+        let blocks = 4096 * 128;
+        assert_eq!(
+            q8x(WeightType::Q4_0).bytes(Float::F32, false),
+            blocks * 18 + x_and_y
+        );
+        assert_eq!(
+            q8x(WeightType::Q4_0).bytes(Float::F32, true),
+            blocks * 20 + x_and_y
+        );
+        assert_eq!(
+            q8x(WeightType::Q4_1).bytes(Float::F32, true),
+            blocks * 20 + x_and_y
+        );
+        assert_eq!(
+            q8x(WeightType::Q8_0).bytes(Float::F32, true),
+            blocks * 36 + x_and_y
+        );
     }
 
     #[test]
@@ -355,7 +401,7 @@ mod tests {
             k: 576,
         };
         // A 1,179,648 + B (f16) 1,769,472 + C 3,145,728 bytes; 2·512·1536·576 flops.
-        assert_eq!(mm.bytes(Float::F32), 6_094_848);
+        assert_eq!(mm.bytes(Float::F32, false), 6_094_848);
         assert_eq!(mm.flops(), 905_969_664);
         let att = Op::Attention {
             heads: 9,
@@ -364,18 +410,21 @@ mod tests {
             context: 8192,
         };
         // K and V: 8192 × 3 × 64 halves each (3 MiB together); q and out 2304 bytes each.
-        assert_eq!(att.bytes(Float::F16), 6_291_456 + 4608);
-        assert_eq!(att.bytes(Float::F32), 12_582_912 + 4608);
+        assert_eq!(att.bytes(Float::F16, false), 6_291_456 + 4608);
+        assert_eq!(att.bytes(Float::F32, false), 12_582_912 + 4608);
         assert_eq!(att.flops(), 18_874_368);
-        assert_eq!(Op::RmsNorm { rows: 1, cols: 576 }.bytes(Float::F32), 6912);
-        assert_eq!(Op::Add { n: 4096 }.bytes(Float::F32), 49_152);
+        assert_eq!(
+            Op::RmsNorm { rows: 1, cols: 576 }.bytes(Float::F32, false),
+            6912
+        );
+        assert_eq!(Op::Add { n: 4096 }.bytes(Float::F32, false), 49_152);
         let rope = Op::Rope {
             tokens: 1,
             heads: 32,
             head_dim: 128,
         };
         // x and y 16 KiB each, 64 frequencies; 2048 pairs of 6 flops.
-        assert_eq!(rope.bytes(Float::F32), 32_768 + 256);
+        assert_eq!(rope.bytes(Float::F32, false), 32_768 + 256);
         assert_eq!(rope.flops(), 12_288);
     }
 }

@@ -55,6 +55,10 @@ pub struct Record {
     pub flops: u64,
     #[serde(flatten)]
     pub timing: Option<Timing>,
+    /// The copy roof measured just before and just after this item (GB/s), where its roof
+    /// fraction is taken against their mean instead of the run's first roof.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adjacent_roofs_gbps: Option<[f64; 2]>,
     /// Why there is no timing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
@@ -143,7 +147,12 @@ fn cells(r: &Record) -> Vec<String> {
             format!("{:.1}–{:.1}", t.min_us, t.max_us),
             format!("{:.2}", t.gbps),
             format!("{:.2}", t.gflops),
-            format!("{:.2}", t.roof_fraction),
+            match r.adjacent_roofs_gbps {
+                Some([before, after]) => {
+                    format!("{:.2} (of {before:.1}, {after:.1})", t.roof_fraction)
+                }
+                None => format!("{:.2}", t.roof_fraction),
+            },
             t.vs_peer.map_or(String::new(), |v| format!("{v:.2}×")),
             t.reps.to_string(),
         ]),
@@ -205,7 +214,10 @@ pub fn markdown(ctx: &Context, records: &[Record]) -> String {
     let _ = writeln!(
         out,
         "\nTimes are medians; GB/s counts inputs read and outputs written once; roof is the \
-         fraction of the backend's f32 copy bandwidth; vs peer is the peer's time over this one \
+         fraction of the backend's f32 copy bandwidth, measured at the start of the run or, \
+         where two bandwidths follow it in GB/s, their mean: copies measured just before and \
+         just after the item, whose weights rotate through copies that add up to the copy's \
+         buffer (quantized GEMVs); vs peer is the peer's time over this one \
          (above 1: faster than the peer), each timed with the same kind of clock: the gemm \
          crate's for cpu (host clock), cuBLAS's for cuda (CUDA events on the same GPU), and \
          for wgpu the vulkan (ash) column's (timestamp queries): the same kernel's module on \
@@ -247,6 +259,7 @@ mod tests {
             bytes: 2_000_000,
             flops: 663_552,
             timing: Some(Timing::new(&stats, 2_000_000, 663_552, 20.0)),
+            adjacent_roofs_gbps: None,
             skipped: None,
         }
     }

@@ -41,6 +41,7 @@ pub fn measure(backend: &dyn Backend, policy: &Policy) -> Result<Roof, Skip> {
         grid,
         params: &params,
         buffers: vec![("x", Slot::Data(&x)), ("y", Slot::Data(&y))],
+        copies: 1,
     };
     let stats = exec::time(backend, &work, policy)?;
     Ok(Roof {
