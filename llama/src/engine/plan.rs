@@ -83,38 +83,31 @@ impl Engine {
                 all.extend(inputs);
                 plan(all, &outputs, params, spec.grid(rows, tokens))
             }
-            Op::AttnSplit { layer, splits } => {
-                let a = self.split_attention(t, splits);
-                plan(
-                    vec![
-                        Tensor::QRot,
-                        Tensor::Step,
-                        Tensor::KCache(layer),
-                        Tensor::VCache(layer),
-                    ],
-                    &[Tensor::Part],
-                    a.params(),
-                    a.grid(),
-                )
-            }
-            Op::AttnFlash { layer } => {
-                let a = FlashAttention {
-                    tokens: t,
-                    heads: c.n_head,
-                    kv_heads: c.n_head_kv,
-                    head_dim: c.head_dim(),
+            // Both attention kernels read the rotated queries, the position and the layer's
+            // caches, and write the split partials.
+            Op::AttnSplit { layer, .. } | Op::AttnFlash { layer } => {
+                let (params, grid) = match node.op {
+                    Op::AttnSplit { splits, .. } => {
+                        let a = self.split_attention(t, splits);
+                        (a.params(), a.grid())
+                    }
+                    _ => {
+                        let a = FlashAttention {
+                            tokens: t,
+                            heads: c.n_head,
+                            kv_heads: c.n_head_kv,
+                            head_dim: c.head_dim(),
+                        };
+                        (a.params(), a.grid())
+                    }
                 };
-                plan(
-                    vec![
-                        Tensor::QRot,
-                        Tensor::Step,
-                        Tensor::KCache(layer),
-                        Tensor::VCache(layer),
-                    ],
-                    &[Tensor::Part],
-                    a.params(),
-                    a.grid(),
-                )
+                let inputs = vec![
+                    Tensor::QRot,
+                    Tensor::Step,
+                    Tensor::KCache(layer),
+                    Tensor::VCache(layer),
+                ];
+                plan(inputs, &[Tensor::Part], params, grid)
             }
             Op::RmsNorm { x, g, tokens } => {
                 let n = RmsNorm {
