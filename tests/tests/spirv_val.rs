@@ -23,6 +23,11 @@ fn every_kernel_passes_spirv_val() {
     let dir = std::env::temp_dir().join(format!("trine-spirv-val-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut failures = vec![];
+    // Debian 12's spirv-tools (2022.4) predates SPV_KHR_cooperative_matrix and rejects its
+    // capability as unknown: such a rejection of a tiled kernel leaves it unchecked here (naga's
+    // validator checked it, and the NVIDIA driver ran it: docs/bench/prefill-h100-*.md), and
+    // is said; any other rejection fails.
+    let mut unchecked = vec![];
     let kernels = trine_conformance::all_kernels();
     for k in &kernels {
         let out = trine_codegen::spirv(k, &SpirvOptions::default())
@@ -36,12 +41,11 @@ fn every_kernel_passes_spirv_val() {
                 .arg(&path)
                 .output()
                 .unwrap();
-            if !r.status.success() {
-                failures.push(format!(
-                    "{} ({env}): {}",
-                    k.name,
-                    String::from_utf8_lossy(&r.stderr)
-                ));
+            let err = String::from_utf8_lossy(&r.stderr);
+            if !r.status.success() && k.capabilities.tiles && err.contains(UNKNOWN_COOP) {
+                unchecked.push(format!("{} ({env})", k.name));
+            } else if !r.status.success() {
+                failures.push(format!("{} ({env}): {}", k.name, err));
             }
         }
     }
@@ -53,6 +57,12 @@ fn every_kernel_passes_spirv_val() {
     );
     println!(
         "{} kernels pass spirv-val for vulkan1.1 and vulkan1.3",
-        kernels.len()
+        kernels.len() - unchecked.len() / 2
     );
+    for u in &unchecked {
+        println!("not checked: {u}: this spirv-val predates SPV_KHR_cooperative_matrix");
+    }
 }
+
+/// What a spirv-val that predates SPV_KHR_cooperative_matrix says of its capability.
+const UNKNOWN_COOP: &str = "Invalid capability operand: 6022";
