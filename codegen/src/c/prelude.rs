@@ -104,24 +104,32 @@ fn dot4(out: &mut String) {
     let bytes_i8 = bytes(ByteSigns::Signed);
     let bytes_u8 = bytes(ByteSigns::Unsigned);
     let bytes_u8i8 = bytes(ByteSigns::UnsignedBySigned);
-    let _ = write!(
-        out,
-        r#"#if defined(__AVX512F__) && defined(__AVX512VNNI__)
-#include <immintrin.h>
+    // The declarations to the vectoriser for `lanes` lanes, and the one-lane versions (a
+    // loop's remainder) as the byte products under the same names.
+    let declared = |lanes: u32| {
+        format!(
+            r#"#include <immintrin.h>
 #define TRINE_HIDDEN __attribute__((visibility("hidden")))
-#pragma omp declare simd notinbranch simdlen(16)
+#pragma omp declare simd notinbranch simdlen({lanes})
 TRINE_HIDDEN __attribute__((const)) int trine_dot4i8(uint32_t a, uint32_t b);
-#pragma omp declare simd notinbranch simdlen(16)
+#pragma omp declare simd notinbranch simdlen({lanes})
 TRINE_HIDDEN __attribute__((const)) uint32_t trine_dot4u8(uint32_t a, uint32_t b);
+#pragma omp declare simd notinbranch simdlen({lanes})
+TRINE_HIDDEN __attribute__((const)) int trine_dot4u8i8(uint32_t a, uint32_t b);
 TRINE_HIDDEN int trine_dot4i8_one(uint32_t a, uint32_t b) __asm__("trine_dot4i8");
 TRINE_HIDDEN int trine_dot4i8_one(uint32_t a, uint32_t b) {{ return {bytes_i8}; }}
 TRINE_HIDDEN uint32_t trine_dot4u8_one(uint32_t a, uint32_t b) __asm__("trine_dot4u8");
 TRINE_HIDDEN uint32_t trine_dot4u8_one(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
-#pragma omp declare simd notinbranch simdlen(16)
-TRINE_HIDDEN __attribute__((const)) int trine_dot4u8i8(uint32_t a, uint32_t b);
 TRINE_HIDDEN int trine_dot4u8i8_one(uint32_t a, uint32_t b) __asm__("trine_dot4u8i8");
 TRINE_HIDDEN int trine_dot4u8i8_one(uint32_t a, uint32_t b) {{ return {bytes_u8i8}; }}
-/* GCC's name for the 16-lane AVX-512 version of a two-argument function. */
+"#
+        )
+    };
+    let (avx512, avx2) = (declared(16), declared(8));
+    let _ = write!(
+        out,
+        r#"#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+{avx512}/* GCC's name for the 16-lane AVX-512 version of a two-argument function. */
 TRINE_HIDDEN __m512i _ZGVeN16vv_trine_dot4i8(__m512i a, __m512i b) {{
     const __m512i m = _mm512_set1_epi32((int)0x80808080u), z = _mm512_setzero_si512();
     return _mm512_sub_epi32(_mm512_dpbusd_epi32(z, _mm512_xor_si512(a, m), b), _mm512_dpbusd_epi32(z, m, b));
@@ -134,21 +142,7 @@ TRINE_HIDDEN __m512i _ZGVeN16vv_trine_dot4u8i8(__m512i a, __m512i b) {{
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b);
 }}
 #elif defined(__AVX2__)
-#include <immintrin.h>
-#define TRINE_HIDDEN __attribute__((visibility("hidden")))
-#pragma omp declare simd notinbranch simdlen(8)
-TRINE_HIDDEN __attribute__((const)) int trine_dot4i8(uint32_t a, uint32_t b);
-#pragma omp declare simd notinbranch simdlen(8)
-TRINE_HIDDEN __attribute__((const)) uint32_t trine_dot4u8(uint32_t a, uint32_t b);
-#pragma omp declare simd notinbranch simdlen(8)
-TRINE_HIDDEN __attribute__((const)) int trine_dot4u8i8(uint32_t a, uint32_t b);
-TRINE_HIDDEN int trine_dot4i8_one(uint32_t a, uint32_t b) __asm__("trine_dot4i8");
-TRINE_HIDDEN int trine_dot4i8_one(uint32_t a, uint32_t b) {{ return {bytes_i8}; }}
-TRINE_HIDDEN uint32_t trine_dot4u8_one(uint32_t a, uint32_t b) __asm__("trine_dot4u8");
-TRINE_HIDDEN uint32_t trine_dot4u8_one(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
-TRINE_HIDDEN int trine_dot4u8i8_one(uint32_t a, uint32_t b) __asm__("trine_dot4u8i8");
-TRINE_HIDDEN int trine_dot4u8i8_one(uint32_t a, uint32_t b) {{ return {bytes_u8i8}; }}
-/* Eight words' byte products, each side's bytes widened to 16 bits: `vpmaddwd` sums them in
+{avx2}/* Eight words' byte products, each side's bytes widened to 16 bits: `vpmaddwd` sums them in
    pairs exactly, `vphaddd` the pairs, which land as words 0 1 4 5 | 2 3 6 7 and are put back
    in order. (`vpmaddubsw` would take the bytes as they are, but saturates at 16 bits.) */
 static inline __m256i trine_dot4_words(__m256i a_lo, __m256i a_hi, __m256i b_lo, __m256i b_hi) {{
