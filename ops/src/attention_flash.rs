@@ -26,11 +26,11 @@
 //! another grouping).
 
 use super::attention;
-use super::attention_split::{reference_split, SplitAttention};
+use super::attention_split::{reference_split, PartsIo, SplitAttention};
 use super::shape::ShapeError;
 use super::support::{elements, load_f32, nonzero, seed, Float};
 use crate::case::*;
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
+use trine_ir::{Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
 
 const OP: &str = "attention_flash";
 
@@ -129,11 +129,13 @@ pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
         &format!("attention_flash_d{head_dim}_{}kv", kv.name()),
         [wg, 1, 1],
     );
-    let q = k.buffer("q", Scalar::F32, Access::Read);
-    let step = k.buffer("step", Scalar::U32, Access::Read);
-    let kc = k.buffer("k", kv.scalar(), Access::Read);
-    let vc = k.buffer("v", kv.scalar(), Access::Read);
-    let part = k.buffer("part", Scalar::F32, Access::Write);
+    let PartsIo {
+        q,
+        step,
+        k: kc,
+        v: vc,
+        part,
+    } = PartsIo::declare(&k, kv);
     let tokens = k.param("tokens", Scalar::U32);
     let heads = k.param("heads", Scalar::U32);
     let kv_heads = k.param("kv_heads", Scalar::U32);

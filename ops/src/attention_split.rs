@@ -31,7 +31,7 @@ use super::attention::{self, attend, for_owned, Attended, Attention, Keys, WG};
 use super::shape::ShapeError;
 use super::support::{elements, expect_len, nonzero, seed, Float};
 use crate::case::*;
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar};
 
 const OP: &str = "attention_split";
 
@@ -127,11 +127,13 @@ pub fn split_kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
         &format!("attention_split_d{head_dim}_{}kv", kv.name()),
         [WG, 1, 1],
     );
-    let q = k.buffer("q", Scalar::F32, Access::Read);
-    let step = k.buffer("step", Scalar::U32, Access::Read);
-    let kc = k.buffer("k", kv.scalar(), Access::Read);
-    let vc = k.buffer("v", kv.scalar(), Access::Read);
-    let part = k.buffer("part", Scalar::F32, Access::Write);
+    let PartsIo {
+        q,
+        step,
+        k: kc,
+        v: vc,
+        part,
+    } = PartsIo::declare(&k, kv);
     let tokens = k.param("tokens", Scalar::U32);
     let heads = k.param("heads", Scalar::U32);
     let kv_heads = k.param("kv_heads", Scalar::U32);
@@ -167,6 +169,28 @@ pub fn split_kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
         k.store(part, base + d + one, l.get());
     });
     Ok(k.finish())
+}
+
+/// The buffers of a kernel that writes split partials (this one, and
+/// [`super::attention_flash`]'s): the rotated queries, the step buffer, the caches, `part`.
+pub(super) struct PartsIo {
+    pub q: BufferId,
+    pub step: BufferId,
+    pub k: BufferId,
+    pub v: BufferId,
+    pub part: BufferId,
+}
+
+impl PartsIo {
+    pub(super) fn declare(k: &KernelBuilder, kv: Float) -> PartsIo {
+        PartsIo {
+            q: k.buffer("q", Scalar::F32, Access::Read),
+            step: k.buffer("step", Scalar::U32, Access::Read),
+            k: k.buffer("k", kv.scalar(), Access::Read),
+            v: k.buffer("v", kv.scalar(), Access::Read),
+            part: k.buffer("part", Scalar::F32, Access::Write),
+        }
+    }
 }
 
 /// The combine kernel for one head dimension and split count (compile-time constants: the
