@@ -74,8 +74,11 @@ pub enum ValidationError {
     },
     #[error("expression {expr:?}: builtin axis {axis} is not 0, 1 or 2")]
     BadAxis { expr: ExprId, axis: u8 },
-    #[error("{what} needs the subgroup capability, which the kernel does not declare")]
-    CapabilityNotDeclared { what: String },
+    #[error("{what} needs the {capability} capability, which the kernel does not declare")]
+    CapabilityNotDeclared {
+        what: String,
+        capability: &'static str,
+    },
     #[error("buffer {name:?} is {access} and cannot be {verb}")]
     BufferAccess {
         name: String,
@@ -233,6 +236,18 @@ impl Uses {
     }
 }
 
+/// `Ok` where the kernel declares `capability` (`declared`), else the error naming what needs it.
+fn need(declared: bool, capability: &'static str, what: impl FnOnce() -> String) -> Result<()> {
+    if declared {
+        Ok(())
+    } else {
+        Err(ValidationError::CapabilityNotDeclared {
+            what: what(),
+            capability,
+        })
+    }
+}
+
 fn is_ident(s: &str) -> bool {
     let mut c = s.chars();
     matches!(c.next(), Some(f) if f.is_ascii_alphabetic() || f == '_')
@@ -359,14 +374,7 @@ impl Validator<'_> {
                     index,
                     value,
                 } => {
-                    let b = self.buffer(*buffer)?;
-                    if !b.access.can_write() {
-                        return Err(ValidationError::BufferAccess {
-                            name: b.name.clone(),
-                            access: b.access.name(),
-                            verb: "written",
-                        });
-                    }
+                    let b = self.buffer_for(*buffer, true)?;
                     if b.elem.is_storage_only() {
                         return Err(ValidationError::StorageOnlyStore {
                             name: b.name.clone(),
@@ -421,11 +429,8 @@ impl Validator<'_> {
                 }
                 Stmt::Barrier => {}
                 Stmt::GridBarrier { .. } => {
-                    if !self.k.capabilities.grid_sync {
-                        return Err(ValidationError::CapabilityNotDeclared {
-                            what: "grid barrier (grid_sync)".into(),
-                        });
-                    }
+                    let declared = self.k.capabilities.grid_sync;
+                    need(declared, "grid_sync", || "a grid barrier".into())?;
                     if self.depth != 1 {
                         return Err(ValidationError::NestedGridBarrier);
                     }
@@ -519,21 +524,7 @@ impl Validator<'_> {
     ) -> Result<()> {
         let (what, name, elem) = match mem {
             TileMemory::Buffer(b) => {
-                let d = self.buffer(b)?;
-                if store && !d.access.can_write() {
-                    return Err(ValidationError::BufferAccess {
-                        name: d.name.clone(),
-                        access: d.access.name(),
-                        verb: "written",
-                    });
-                }
-                if !store && !d.access.can_read() {
-                    return Err(ValidationError::BufferAccess {
-                        name: d.name.clone(),
-                        access: d.access.name(),
-                        verb: "read",
-                    });
-                }
+                let d = self.buffer_for(b, store)?;
                 ("buffer", &d.name, d.elem)
             }
             TileMemory::Shared(s) => {
@@ -556,11 +547,9 @@ impl Validator<'_> {
     }
 
     fn tile_op(&self, op: &TileOp) -> Result<()> {
-        if !self.k.capabilities.tiles {
-            return Err(ValidationError::CapabilityNotDeclared {
-                what: "matrix tiles (tiles)".into(),
-            });
-        }
+        need(self.k.capabilities.tiles, "tiles", || {
+            "a tile operation".into()
+        })?;
         let role = |t: TileId| {
             self.k
                 .tiles
@@ -598,12 +587,26 @@ impl Validator<'_> {
         }
     }
 
-    fn need_subgroup(&self, what: String) -> Result<()> {
-        if self.k.capabilities.subgroup {
-            Ok(())
+    fn need_subgroup(&self, what: impl FnOnce() -> String) -> Result<()> {
+        need(self.k.capabilities.subgroup, "subgroup", what)
+    }
+
+    /// Buffer `b`, which the kernel must be allowed to write (`write`) or read.
+    fn buffer_for(&self, b: BufferId, write: bool) -> Result<&BufferDecl> {
+        let d = self.buffer(b)?;
+        let (allowed, verb) = if write {
+            (d.access.can_write(), "written")
         } else {
-            Err(ValidationError::CapabilityNotDeclared { what })
+            (d.access.can_read(), "read")
+        };
+        if !allowed {
+            return Err(ValidationError::BufferAccess {
+                name: d.name.clone(),
+                access: d.access.name(),
+                verb,
+            });
         }
+        Ok(d)
     }
 
     fn expr(&self, id: ExprId) -> Result<Scalar> {
@@ -632,7 +635,7 @@ impl Validator<'_> {
                         return Err(ValidationError::BadAxis { expr: id, axis: a })
                     }
                     Builtin::SubgroupSize | Builtin::SubgroupInvocationId | Builtin::SubgroupId => {
-                        self.need_subgroup(format!("builtin {b:?}"))?
+                        self.need_subgroup(|| format!("builtin {b:?}"))?
                     }
                     _ => {}
                 }
@@ -640,14 +643,7 @@ impl Validator<'_> {
             }
             Expr::Var(v) => self.var(v)?.ty,
             Expr::Load { buffer, index } => {
-                let b = self.buffer(buffer)?;
-                if !b.access.can_read() {
-                    return Err(ValidationError::BufferAccess {
-                        name: b.name.clone(),
-                        access: b.access.name(),
-                        verb: "read",
-                    });
-                }
+                let b = self.buffer_for(buffer, false)?;
                 self.expect(index, "load index", U32)?;
                 b.elem.loaded()
             }
@@ -749,7 +745,7 @@ impl Validator<'_> {
                 to
             }
             Expr::Subgroup { op, arg } => {
-                self.need_subgroup(format!("subgroup operation {op:?}"))?;
+                self.need_subgroup(|| format!("subgroup operation {op:?}"))?;
                 let t = self.operand(arg)?;
                 if !matches!(t, F32 | F16 | I32 | U32) {
                     return Err(mismatch(id, format!("{op:?}"), "a number", t));

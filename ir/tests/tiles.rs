@@ -221,7 +221,13 @@ fn tile_types_and_the_capability_are_validated() {
     kernel.capabilities.tiles = false;
     let e = validate(&kernel, &limits).unwrap_err();
     assert!(
-        matches!(e, ValidationError::CapabilityNotDeclared { .. }),
+        matches!(
+            e,
+            ValidationError::CapabilityNotDeclared {
+                capability: "tiles",
+                ..
+            }
+        ),
         "{e}"
     );
 }
