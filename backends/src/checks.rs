@@ -15,7 +15,7 @@ pub fn check_kernel(kernel: &Kernel, info: &DeviceInfo) -> Result<u64, BackendEr
         source,
     })?;
     if let Some(w) = kernel.capabilities.subgroup_width {
-        if info.subgroup_sizes.first() != Some(&w) || info.subgroup_sizes.last() != Some(&w) {
+        if info.subgroup_size() != Some(w) {
             return Err(BackendError::Unsupported {
                 kernel: kernel.name.clone(),
                 what: format!(

@@ -73,6 +73,33 @@ impl DeviceInfo {
             max_invocations: self.max_invocations,
         }
     }
+
+    /// The subgroup width every kernel runs with here, where the device has only one.
+    pub fn subgroup_size(&self) -> Option<u32> {
+        match self.subgroup_sizes[..] {
+            [w] => Some(w),
+            [min, max] if min == max => Some(min),
+            _ => None,
+        }
+    }
+
+    /// The first capability a kernel declares that this device lacks, in words: what sends a
+    /// kernel to its fallback (subgroup operations, matrix tiles, the one subgroup width the
+    /// kernel is written for).
+    pub fn lacks(&self, caps: trine_ir::Capabilities) -> Option<&'static str> {
+        if caps.subgroup && !self.subgroup_ops {
+            Some("subgroup operations")
+        } else if caps.tiles && !self.tiles {
+            Some("matrix tiles")
+        } else if caps
+            .subgroup_width
+            .is_some_and(|w| self.subgroup_size() != Some(w))
+        {
+            Some("the kernel's subgroup width")
+        } else {
+            None
+        }
+    }
 }
 
 /// The driver as Vulkan names it (`driverName`, then `driverInfo`), either part possibly empty:
@@ -100,5 +127,46 @@ pub(crate) fn vendor_name(id: u32) -> String {
         0x10005 => "Mesa".into(),
         0x10006 => "PoCL".into(),
         id => format!("0x{id:04x}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU backend's own description, with the fields under test replaced.
+    fn info(sizes: &[u32], tiles: bool) -> DeviceInfo {
+        let mut i = crate::Backend::info(&crate::cpu::CpuBackend::new()).clone();
+        i.subgroup_sizes = sizes.to_vec();
+        i.subgroup_ops = !sizes.is_empty();
+        i.tiles = tiles;
+        i
+    }
+
+    #[test]
+    fn one_subgroup_width_only_where_the_device_has_one() {
+        assert_eq!(info(&[32], false).subgroup_size(), Some(32));
+        assert_eq!(info(&[32, 32], false).subgroup_size(), Some(32));
+        assert_eq!(info(&[32, 64], false).subgroup_size(), None);
+        assert_eq!(info(&[], false).subgroup_size(), None);
+    }
+
+    #[test]
+    fn what_a_device_lacks_sends_a_kernel_to_its_fallback() {
+        let caps = |subgroup, tiles, subgroup_width| trine_ir::Capabilities {
+            subgroup,
+            tiles,
+            subgroup_width,
+            ..Default::default()
+        };
+        let tiled = caps(true, true, Some(32));
+        assert_eq!(info(&[32], true).lacks(tiled), None);
+        assert_eq!(info(&[32], false).lacks(tiled), Some("matrix tiles"));
+        assert_eq!(
+            info(&[32, 64], true).lacks(tiled),
+            Some("the kernel's subgroup width")
+        );
+        assert_eq!(info(&[], true).lacks(tiled), Some("subgroup operations"));
+        assert_eq!(info(&[], false).lacks(caps(false, false, None)), None);
     }
 }

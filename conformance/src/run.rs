@@ -120,19 +120,7 @@ pub fn check_backend_expecting(
 
 fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Reference) -> Record {
     let info = backend.info();
-    let caps = case.kernel.capabilities;
-    let missing = if caps.subgroup && !info.subgroup_ops {
-        Some("subgroup operations")
-    } else if caps.tiles && !info.tiles {
-        Some("matrix tiles")
-    } else if caps.subgroup_width.is_some_and(|w| {
-        info.subgroup_sizes.first() != Some(&w) || info.subgroup_sizes.last() != Some(&w)
-    }) {
-        Some("the kernel's subgroup width")
-    } else {
-        None
-    };
-    let kernel = match (&case.fallback, missing) {
+    let kernel = match (&case.fallback, info.lacks(case.kernel.capabilities)) {
         (_, None) => &case.kernel,
         (Some(f), Some(_)) => f,
         (None, Some(what)) => {
@@ -235,7 +223,7 @@ pub fn lacking(kernel: &Kernel, info: &DeviceInfo) -> Vec<String> {
         out.push("matrix tiles".to_string());
     }
     if let Some(w) = kernel.capabilities.subgroup_width {
-        if info.subgroup_sizes != [w] && info.subgroup_sizes != [w, w] {
+        if info.subgroup_size() != Some(w) {
             out.push(format!("subgroups of exactly {w}"));
         }
     }

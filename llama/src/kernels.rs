@@ -227,10 +227,7 @@ impl KernelKey {
             KernelKey::MatmulTiles(weights, add, small) => {
                 // Tiles need one subgroup width to divide their work by; the scalar variant
                 // serves where there are none (a CPU checking a GPU's prompt runs it).
-                let width = match info.subgroup_sizes[..] {
-                    [w] | [w, _] if info.tiles && info.subgroup_sizes.last() == Some(&w) => Some(w),
-                    _ => None,
-                };
+                let width = info.subgroup_size().filter(|_| info.tiles);
                 let spec = |tiles| matmul_tiles::TilesSpec {
                     weights,
                     add,
@@ -239,6 +236,8 @@ impl KernelKey {
                 };
                 let mut variants = vec![];
                 if let Some(w) = width {
+                    // A width that cannot share the block's tiles evenly has no tiled kernel
+                    // (a typed refusal): the scalar variant serves it.
                     variants.extend(matmul_tiles::kernel(spec(Some(w))).ok());
                 }
                 variants.push(matmul_tiles::kernel(spec(None))?);

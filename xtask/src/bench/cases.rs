@@ -138,11 +138,7 @@ impl Item {
 /// subgroups, the tiled one only where it has tiles and their subgroup width. `None` when
 /// the device can run neither.
 pub fn kernel_for<'c>(case: &'c Case, info: &DeviceInfo) -> Option<&'c Kernel> {
-    let caps = case.kernel.capabilities;
-    let width = caps.subgroup_width.is_none_or(|w| {
-        info.subgroup_sizes.first() == Some(&w) && info.subgroup_sizes.last() == Some(&w)
-    });
-    if (caps.subgroup && !info.subgroup_ops) || (caps.tiles && !info.tiles) || !width {
+    if info.lacks(case.kernel.capabilities).is_some() {
         case.fallback.as_ref()
     } else {
         Some(&case.kernel)
