@@ -70,6 +70,16 @@ pub struct Scales<'b> {
     pub m: Option<Val<'b>>,
 }
 
+impl<'b> Scales<'b> {
+    /// The weight a block's code stands for: `d·code`, plus `m` for Q4_1.
+    pub fn value(self, code: Val<'b>) -> Val<'b> {
+        match self.m {
+            Some(m) => self.d.fma(code, m),
+            None => self.d * code,
+        }
+    }
+}
+
 /// The f16 at byte `at` (even) of `buf`'s bytes, as `F32`: through `view`, an `F16` view of
 /// the same memory, where the kernel has one (a native load and conversion), else assembled
 /// from two bytes with integer operations.
@@ -157,10 +167,7 @@ pub fn dequant_element<'b>(
             k.select(j.lt(k.u32(16)), lo, hi)
         }
     };
-    match s.m {
-        Some(m) => s.d.fma(code, m),
-        None => s.d * code,
-    }
+    s.value(code)
 }
 
 /// Whether [`pair_blocks`] applies to weights of type `ty`: Q4_0 and Q4_1.

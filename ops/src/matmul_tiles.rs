@@ -23,7 +23,7 @@
 
 use super::dequant::{self, buffer_elem, q4_codes, q8_code};
 use super::shape::ShapeError;
-use super::support::{elements, nonzero};
+use super::support::{elements, load_f32, nonzero, Float};
 use crate::case::*;
 use half::f16;
 use trine_gguf::quant::{dequantize, quantize, WeightType};
@@ -151,7 +151,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         None => Compute::scalar(&k, (bm, bn)),
     };
     k.for_range(k.u32(0), cols, BK, |k0| {
-        stage_x(&k, x, xs, bm, (t0, k0), (tokens, cols));
+        stage_rows(&k, x, Float::F32, xs, bm, (t0, k0), (tokens, cols));
         stage_w(&k, ty, w, ws, bn, (r0, k0), (rows, cols));
         k.barrier();
         compute.step(&k, xs, ws);
@@ -180,24 +180,25 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     Ok(k.finish())
 }
 
-/// x's block `[bm × BK]` at (t0, k0) into `xs` as f16, rows past the tokens as zeros.
-fn stage_x<'b>(
+/// The block `[n × BK]` at (r0, k0) of a row-major matrix of floats `src` (x, or plain
+/// weights) into `dst` as f16, rows from `rows` on as zeros.
+fn stage_rows<'b>(
     k: &'b KernelBuilder,
-    x: BufferId,
-    xs: trine_ir::SharedId,
-    bm: u32,
-    (t0, k0): (Val<'b>, Val<'b>),
-    (tokens, cols): (Val<'b>, Val<'b>),
+    src: BufferId,
+    float: Float,
+    dst: trine_ir::SharedId,
+    n: u32,
+    (r0, k0): (Val<'b>, Val<'b>),
+    (rows, cols): (Val<'b>, Val<'b>),
 ) {
     let lid = k.local_index();
-    k.for_range(k.u32(0), k.u32(bm * BK), INVOCATIONS, |e| {
+    k.for_range(k.u32(0), k.u32(n * BK), INVOCATIONS, |e| {
         let e = e + lid;
-        let (t, c) = (e / k.u32(BK), e % k.u32(BK));
-        let tok = t0 + t;
-        let inside = tok.lt(tokens);
-        let at = tok.min(tokens - k.u32(1)) * cols + k0 + c;
-        let v = k.select(inside, k.load(x, at), k.f32(0.0));
-        k.store_shared(xs, t * k.u32(STAGE) + c, v.cast(Scalar::F16));
+        let (r, c) = (e / k.u32(BK), e % k.u32(BK));
+        let row = r0 + r;
+        let at = row.min(rows - k.u32(1)) * cols + k0 + c;
+        let v = k.select(row.lt(rows), load_f32(k, float, src, at), k.f32(0.0));
+        k.store_shared(dst, r * k.u32(STAGE) + c, v.cast(Scalar::F16));
     });
 }
 
@@ -214,17 +215,13 @@ fn stage_w<'b>(
     (rows, cols): (Val<'b>, Val<'b>),
 ) {
     let lid = k.local_index();
-    if !ty.is_quantized() {
-        k.for_range(k.u32(0), k.u32(bn * BK), INVOCATIONS, |e| {
-            let e = e + lid;
-            let (n, c) = (e / k.u32(BK), e % k.u32(BK));
-            let row = r0 + n;
-            let at = row.min(rows - k.u32(1)) * cols + k0 + c;
-            let v = k.load(w, at).cast(Scalar::F32);
-            let v = k.select(row.lt(rows), v, k.f32(0.0));
-            k.store_shared(ws, n * k.u32(STAGE) + c, v.cast(Scalar::F16));
-        });
-        return;
+    let float = match ty {
+        WeightType::F32 => Some(Float::F32),
+        WeightType::F16 => Some(Float::F16),
+        _ => None,
+    };
+    if let Some(float) = float {
+        return stage_rows(k, w, float, ws, bn, (r0, k0), (rows, cols));
     }
     let halves = 2 * bn;
     let bytes = k.u32(ty.block_bytes() as u32);
@@ -247,11 +244,7 @@ fn stage_w<'b>(
                         k.select(half.eq(k.u32(0)), lo, hi)
                     }
                 };
-                let v = match s.m {
-                    Some(m) => s.d.fma(code, m),
-                    None => s.d * code,
-                };
-                let v = k.select(inside, v, k.f32(0.0));
+                let v = k.select(inside, s.value(code), k.f32(0.0));
                 k.store_shared(ws, n * k.u32(STAGE) + j, v.cast(Scalar::F16));
             });
         });
