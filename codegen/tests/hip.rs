@@ -622,7 +622,7 @@ fn subgroup_helpers_per_dialect() {
             }
         }
         assert!(
-            text.contains("m = (unsigned int)warpSize / 2u; m > 0u; m >>= 1"),
+            text.contains("m = trine_warp_size() / 2u; m > 0u; m >>= 1"),
             "{text}"
         );
         // The butterfly combines with the IR's own arithmetic: f16 rounds, i32 wraps.
@@ -635,14 +635,24 @@ fn subgroup_helpers_per_dialect() {
             "{text}"
         );
         assert!(
-            text.contains("(unsigned int)threadIdx.x % (unsigned int)warpSize"),
+            text.contains("(unsigned int)threadIdx.x % trine_warp_size()"),
             "{text}"
         );
         assert!(
-            text.contains("(unsigned int)threadIdx.x / (unsigned int)warpSize"),
+            text.contains("(unsigned int)threadIdx.x / trine_warp_size()"),
             "{text}"
         );
     }
+    // NVIDIA's warps are 32 wide, so CUDA's width is a constant NVRTC folds; HIP's depends on
+    // the arch and stays hiprtc's `warpSize`.
+    assert!(
+        cuda.contains("unsigned int trine_warp_size() { return 32u; }"),
+        "{cuda}"
+    );
+    assert!(
+        hip_text.contains("unsigned int trine_warp_size() { return (unsigned int)warpSize; }"),
+        "{hip_text}"
+    );
     let no_f16 = lower(&shared_loop(), Dialect::Cuda);
     let helpers = no_f16.matches("trine_").count();
     assert!(

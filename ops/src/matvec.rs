@@ -698,6 +698,36 @@ fn dot_quantized<'b>(
                 .map(|i| part * k.u32(segment / 2) + k.u32(i))
                 .collect(),
         };
+        // Every row's scales and codes are loaded before x: the weights come from memory, x
+        // from a cache, and a GPU compiler keeps independent loads in the order they are
+        // written, so the slower loads go first and both wait out one latency, not two in turn
+        // (on an H100, NVRTC issued the weights' loads only after x's first use).
+        let weights: Vec<(dequant::Scales, Vec<Val>)> = bases
+            .iter()
+            .map(|base| {
+                let blk = *base + block * block_bytes;
+                let scales = dequant::load_scales(k, ty, (w, w16), blk);
+                let codes: Vec<Val> = match ty {
+                    _ if words => q4_1_word_codes(k, w, blk, part, segment),
+                    WeightType::Q8_0 => offsets
+                        .iter()
+                        .map(|&o| dequant::q8_code(k, w, blk, o))
+                        .collect(),
+                    _ => {
+                        let pairs: Vec<_> = offsets
+                            .iter()
+                            .map(|&o| dequant::q4_codes(k, ty, w, blk, o))
+                            .collect();
+                        pairs
+                            .iter()
+                            .map(|p| p.0)
+                            .chain(pairs.iter().map(|p| p.1))
+                            .collect()
+                    }
+                };
+                (scales, codes)
+            })
+            .collect();
         let xs: Vec<Val> = match ty {
             WeightType::Q8_0 => offsets.iter().map(|&o| input.load(k, xb + o)).collect(),
             _ => offsets
@@ -729,27 +759,7 @@ fn dot_quantized<'b>(
             }
         };
         let xsum = (ty == WeightType::Q4_1).then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
-        for (base, (_, acc)) in bases.iter().zip(rows_accs) {
-            let blk = *base + block * block_bytes;
-            let scales = dequant::load_scales(k, ty, (w, w16), blk);
-            let codes: Vec<Val> = match ty {
-                _ if words => q4_1_word_codes(k, w, blk, part, segment),
-                WeightType::Q8_0 => offsets
-                    .iter()
-                    .map(|&o| dequant::q8_code(k, w, blk, o))
-                    .collect(),
-                _ => {
-                    let pairs: Vec<_> = offsets
-                        .iter()
-                        .map(|&o| dequant::q4_codes(k, ty, w, blk, o))
-                        .collect();
-                    pairs
-                        .iter()
-                        .map(|p| p.0)
-                        .chain(pairs.iter().map(|p| p.1))
-                        .collect()
-                }
-            };
+        for ((_, acc), (scales, codes)) in rows_accs.iter().zip(weights) {
             accumulate(*acc, scales, (&codes, &xs), xsum);
         }
     });

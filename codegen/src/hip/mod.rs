@@ -135,10 +135,10 @@ impl Spelling for Gpu {
             Builtin::LocalIndex => local_index(wg),
             Builtin::WorkgroupId(a) => format!("(unsigned int)blockIdx.{}", axis(a)),
             Builtin::NumWorkgroups(a) => format!("(unsigned int)gridDim.{}", axis(a)),
-            Builtin::SubgroupSize => "(unsigned int)warpSize".to_string(),
+            Builtin::SubgroupSize => "trine_warp_size()".to_string(),
             // Both vendors form subgroups from consecutive linear thread indices.
-            Builtin::SubgroupInvocationId => format!("{} % (unsigned int)warpSize", lane(wg)),
-            Builtin::SubgroupId => format!("{} / (unsigned int)warpSize", lane(wg)),
+            Builtin::SubgroupInvocationId => format!("{} % trine_warp_size()", lane(wg)),
+            Builtin::SubgroupId => format!("{} / trine_warp_size()", lane(wg)),
         }
     }
 

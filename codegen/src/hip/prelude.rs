@@ -53,6 +53,10 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
         );
     }
     if needs.subgroup {
+        out.push_str(match dialect {
+            Dialect::Hip => WARP_SIZE_HIP,
+            Dialect::Cuda => WARP_SIZE_CUDA,
+        });
         let types = [Scalar::F32, Scalar::I32, Scalar::U32, Scalar::F16];
         let types = types.iter().filter(|&&t| needs.f16 || t != Scalar::F16);
         for &ty in types.clone() {
@@ -129,6 +133,16 @@ const PRIOR_GRID_CUDA: &str = "__device__ __forceinline__ void trine_wait_prior_
 }
 ";
 
+/// The subgroup width. Every NVIDIA GPU runs warps of 32, while CUDA's `warpSize` is a
+/// variable read at run time: with it, NVRTC kept the butterflies as loops and divided by it
+/// with a dozen instructions, on the path of every reduction.
+const WARP_SIZE_CUDA: &str =
+    "__device__ __forceinline__ unsigned int trine_warp_size() { return 32u; }\n";
+
+/// AMD's wavefronts are 32 or 64 wide, by arch and compile mode: hiprtc's `warpSize` says which.
+const WARP_SIZE_HIP: &str =
+    "__device__ __forceinline__ unsigned int trine_warp_size() { return (unsigned int)warpSize; }\n";
+
 /// The packed dot products on NVIDIA's `dp4a` (sm_61 and later, every target NVRTC builds).
 const DOT4_CUDA: &str = "\
 __device__ __forceinline__ int trine_dot4i8(unsigned int a, unsigned int b) { return __dp4a((int)a, (int)b, 0); }
@@ -185,7 +199,7 @@ fn reduction(out: &mut String, op: SubgroupOp, combine: BinaryOp, ty: Scalar) {
     let _ = write!(
         out,
         "{FN} {t} {f}({t} v) {{\n\
-         \x20   for (unsigned int m = (unsigned int)warpSize / 2u; m > 0u; m >>= 1) {{\n\
+         \x20   for (unsigned int m = trine_warp_size() / 2u; m > 0u; m >>= 1) {{\n\
          \x20       const {t} o = {shfl}(v, m);\n\
          \x20       v = {step};\n\
          \x20   }}\n\
