@@ -90,6 +90,21 @@ pub(crate) fn uses_dot4(k: &Kernel) -> bool {
     })
 }
 
+/// Whether the kernel has a [`Stmt::Prefetch`] anywhere.
+pub(crate) fn uses_prefetch(k: &Kernel) -> bool {
+    fn any(b: &[Stmt]) -> bool {
+        b.iter().any(|s| match s {
+            Stmt::Prefetch { .. } => true,
+            Stmt::If {
+                then, otherwise, ..
+            } => any(then) || any(otherwise),
+            Stmt::Loop { body, .. } => any(body),
+            _ => false,
+        })
+    }
+    any(&k.body)
+}
+
 /// Whether the kernel computes or stores f16 anywhere, so that a prelude defines its type.
 pub(crate) fn uses_f16(k: &Kernel, info: &Info) -> bool {
     info.types.contains(&Scalar::F16)
@@ -108,6 +123,11 @@ pub(crate) trait Spelling {
     /// buffer is the pointer `sync`.
     fn grid_barrier(&self, sync: &str, workgroups: u32) -> String;
     fn intrinsic(&self, f: Intrinsic) -> &'static str;
+    /// The statement (without `;`) of [`Stmt::Prefetch`] of the element at `pointer`, or
+    /// nothing where the dialect has no use for the hint.
+    fn prefetch(&self, _pointer: &str) -> Option<String> {
+        None
+    }
     /// [`BinaryOp::Dot4I8`] (`signed`) or [`BinaryOp::Dot4U8`] of two `unsigned int`
     /// expressions: a call of the prelude's `trine_dot4i8` or `trine_dot4u8`, which each
     /// dialect defines its own way (on [`dot4_bytes`] where it has nothing better).
@@ -474,6 +494,12 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 let b = buffer_name(k, *buffer);
                 let i = self.index(*index);
                 self.line(depth, &format!("{b}[{i}] = {};", e(*value)));
+            }
+            Stmt::Prefetch { buffer, index } => {
+                let pointer = format!("&{}[{}]", buffer_name(k, *buffer), self.index(*index));
+                if let Some(text) = self.spelling.prefetch(&pointer) {
+                    self.line(depth, &format!("{text};"));
+                }
             }
             Stmt::StoreShared {
                 array,

@@ -751,8 +751,13 @@ fn invalid_kernels_and_names_are_errors() {
 #[test]
 fn cuda_kernels_wait_for_the_prior_grid_first() {
     let cuda = lower(&shared_loop(), Dialect::Cuda);
+    // Declarations, then the wait before the body's first statement.
     let body = cuda.split_once("p_n) {\n").map(|(_, b)| b).unwrap_or("");
-    assert!(body.starts_with("    trine_wait_prior_grid();\n"), "{cuda}");
+    let first = body.lines().position(|l| l.contains(" = p_n;")).unwrap();
+    let wait = body
+        .lines()
+        .position(|l| l == "    trine_wait_prior_grid();");
+    assert_eq!(wait, Some(first - 1), "{cuda}");
     assert!(cuda.contains("griddepcontrol.wait"), "{cuda}");
     assert!(!lower(&shared_loop(), Dialect::Hip).contains("prior_grid"));
 
@@ -765,6 +770,34 @@ fn cuda_kernels_wait_for_the_prior_grid_first() {
     let phased = lower(&k.finish(), Dialect::Cuda);
     assert!(phased.contains("trine_grid_sync(b_sync, 4u)"), "{phased}");
     assert!(!phased.contains("prior_grid"), "{phased}");
+}
+
+/// A CUDA kernel's leading prefetches come before its wait for the grid before it, so they run
+/// while that grid finishes, as `prefetch.L2`; HIP defines the helper empty.
+#[test]
+fn cuda_prefetches_before_the_wait() {
+    let k = KernelBuilder::new("pf", [64, 1, 1]);
+    let w = k.buffer("w", Scalar::U32, Access::Read);
+    let y = k.buffer("y", Scalar::U32, Access::Write);
+    let n = k.param("n", Scalar::U32);
+    k.for_range(k.local_index(), n, 64, |i| k.prefetch(w, i * k.u32(32)));
+    let i = k.global_id(0);
+    k.store(y, i, k.load(w, i));
+    let k = k.finish();
+    let cuda = lower(&k, Dialect::Cuda);
+    let at = |what: &str| cuda.find(what).unwrap_or_else(|| panic!("{what}:\n{cuda}"));
+    assert!(at("        trine_prefetch(&b_w[") < at("    trine_wait_prior_grid();\n"));
+    assert!(at("    trine_wait_prior_grid();\n") < at("= b_w["));
+    assert!(
+        cuda.contains("asm volatile(\"prefetch.L2 [%0];\" :: \"l\"(p));"),
+        "{cuda}"
+    );
+    let hip_text = lower(&k, Dialect::Hip);
+    assert!(
+        hip_text.contains("void trine_prefetch(const void*) {}")
+            && hip_text.contains("trine_prefetch(&b_w["),
+        "{hip_text}"
+    );
 }
 
 /// Matrix tiles: `mma.sync` fragments in CUDA; HIP and C refuse them with a typed error (their

@@ -236,6 +236,13 @@ impl KernelBuilder {
             value: value.id,
         });
     }
+    /// [`Stmt::Prefetch`]: a hint that `buffer[index]` is read soon.
+    pub fn prefetch(&self, buffer: BufferId, index: Val<'_>) {
+        self.stmt(Stmt::Prefetch {
+            buffer,
+            index: index.id,
+        });
+    }
     pub fn load_shared(&self, array: SharedId, index: Val<'_>) -> Val<'_> {
         self.emit(Expr::LoadShared {
             array,

@@ -442,6 +442,10 @@ impl<'o, 's> Phase<'o, 's> {
                     index: self.id(*index),
                     value: self.id(*value),
                 },
+                Stmt::Prefetch { buffer, index } => Stmt::Prefetch {
+                    buffer: self.slot(*buffer),
+                    index: self.id(*index),
+                },
                 Stmt::StoreShared {
                     array,
                     index,

@@ -390,6 +390,16 @@ pub enum Stmt {
         index: ExprId,
         value: ExprId,
     },
+    /// A hint that the invocation will soon read `buffer[index]` (U32 index, in bounds, as a
+    /// load's; the buffer readable): the memory holding it is brought nearer. It changes no
+    /// result. CUDA: `prefetch.L2`, into the L2 cache every SM shares, which writes reach too,
+    /// so a later load never sees a stale value. Its use is before the kernel waits for the
+    /// dispatch ahead of it: the CUDA lowering runs the body's leading prefetches, with the
+    /// memory-free `Let`s and loops they need ([`Kernel::prefetch_prologue`]), before
+    /// `griddepcontrol.wait`, so that a kernel launched while the one before it still runs
+    /// starts fetching its weights. HIP, SPIR-V and C: nothing (the interpreter checks the
+    /// index).
+    Prefetch { buffer: BufferId, index: ExprId },
     /// `shared[index] = value`.
     StoreShared {
         array: SharedId,
@@ -478,6 +488,83 @@ impl Kernel {
         self.body
             .split(|s| matches!(s, Stmt::GridBarrier { .. }))
             .collect()
+    }
+
+    /// How many of the body's first statements only prefetch ([`Stmt::Prefetch`]): prefetches,
+    /// `Let`s of expressions that read no memory, and loops and ifs made of these. A backend
+    /// that overlaps a kernel with the one before it may run these before waiting for it.
+    pub fn prefetch_prologue(&self) -> usize {
+        let n = self
+            .body
+            .iter()
+            .take_while(|s| self.only_prefetches(s))
+            .count();
+        // Without a prefetch among them there is nothing to run early.
+        let any = self.body[..n].iter().any(|s| self.prefetches(s));
+        if any {
+            n
+        } else {
+            0
+        }
+    }
+
+    fn only_prefetches(&self, s: &Stmt) -> bool {
+        match s {
+            Stmt::Prefetch { .. } => true,
+            Stmt::Let(e) => !self.reads_memory(*e),
+            Stmt::Loop {
+                start, end, body, ..
+            } => {
+                !self.reads_memory(*start)
+                    && !self.reads_memory(*end)
+                    && body.iter().all(|s| self.only_prefetches(s))
+            }
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                !self.reads_memory(*cond)
+                    && then
+                        .iter()
+                        .chain(otherwise)
+                        .all(|s| self.only_prefetches(s))
+            }
+            _ => false,
+        }
+    }
+
+    fn prefetches(&self, s: &Stmt) -> bool {
+        match s {
+            Stmt::Prefetch { .. } => true,
+            Stmt::Loop { body, .. } => body.iter().any(|s| self.prefetches(s)),
+            Stmt::If {
+                then, otherwise, ..
+            } => then.iter().chain(otherwise).any(|s| self.prefetches(s)),
+            _ => false,
+        }
+    }
+
+    /// Whether evaluating `e` reads a buffer, shared memory or another invocation's value.
+    fn reads_memory(&self, e: ExprId) -> bool {
+        match self.expr(e) {
+            Expr::Load { .. } | Expr::LoadShared { .. } | Expr::Subgroup { .. } => true,
+            Expr::Literal(_) | Expr::Param(_) | Expr::Builtin(_) | Expr::Var(_) => false,
+            Expr::Unary { arg, .. } | Expr::Cast { arg, .. } | Expr::Bitcast { arg, .. } => {
+                self.reads_memory(*arg)
+            }
+            Expr::Binary { lhs, rhs, .. } => self.reads_memory(*lhs) || self.reads_memory(*rhs),
+            Expr::Fma { a, b, c } => {
+                self.reads_memory(*a) || self.reads_memory(*b) || self.reads_memory(*c)
+            }
+            Expr::Select {
+                cond,
+                accept,
+                reject,
+            } => {
+                self.reads_memory(*cond) || self.reads_memory(*accept) || self.reads_memory(*reject)
+            }
+        }
     }
 
     /// The sync buffer and workgroup count of the kernel's grid barriers, if it has any.

@@ -79,6 +79,10 @@ fn block(k: &Kernel, b: &Block, depth: usize, out: &mut String) {
                 let name = k.buffers.get(buffer.0 as usize).map_or("?", |b| &b.name);
                 let _ = writeln!(out, "{pad}{name}[{}] = {}", e(*index), e(*value));
             }
+            Stmt::Prefetch { buffer, index } => {
+                let name = k.buffers.get(buffer.0 as usize).map_or("?", |b| &b.name);
+                let _ = writeln!(out, "{pad}prefetch {name}[{}]", e(*index));
+            }
             Stmt::StoreShared {
                 array,
                 index,

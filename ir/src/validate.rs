@@ -206,7 +206,9 @@ impl Uses {
                     _ => {}
                 },
                 Stmt::Assign { var, .. } => self.vars.push(*var),
-                Stmt::Store { buffer, .. } => self.buffers.push(*buffer),
+                Stmt::Store { buffer, .. } | Stmt::Prefetch { buffer, .. } => {
+                    self.buffers.push(*buffer)
+                }
                 Stmt::If {
                     then, otherwise, ..
                 } => {
@@ -383,6 +385,10 @@ impl Validator<'_> {
                     }
                     self.expect(*index, "store index", Scalar::U32)?;
                     self.expect(*value, "store value", b.elem)?;
+                }
+                Stmt::Prefetch { buffer, index } => {
+                    self.buffer_for(*buffer, false)?;
+                    self.expect(*index, "prefetch index", Scalar::U32)?;
                 }
                 Stmt::StoreShared {
                     array,

@@ -195,3 +195,26 @@ fn grid_barrier_phases_see_every_workgroup() {
         "{err}"
     );
 }
+
+#[test]
+fn prefetch_changes_nothing_but_checks_its_index() {
+    let k = KernelBuilder::new("pf", [4, 1, 1]);
+    let x = k.buffer("x", Scalar::F32, Access::ReadWrite);
+    let i = k.global_id(0);
+    k.prefetch(x, i);
+    k.store(x, i, k.load(x, i) + k.f32(1.0));
+    let kernel = k.finish();
+    let mut bufs = vec![f32s(&[1.0, 2.0, 3.0, 4.0])];
+    interpret(&kernel, [1, 1, 1], &mut bufs, &[], 8).unwrap();
+    assert_eq!(to_f32s(&bufs[0]), [2.0, 3.0, 4.0, 5.0]);
+
+    let k = KernelBuilder::new("pf_oob", [4, 1, 1]);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    k.prefetch(x, k.global_id(0) + k.u32(1));
+    let mut bufs = vec![f32s(&[1.0, 2.0, 3.0, 4.0])];
+    let err = interpret(&k.finish(), [1, 1, 1], &mut bufs, &[], 8).unwrap_err();
+    assert!(
+        matches!(&err, InterpError::OutOfBounds { what, index: 4, len: 4, .. } if what.contains("prefetch")),
+        "{err}"
+    );
+}

@@ -198,3 +198,58 @@ fn dot4_takes_packed_words() {
         ValidationError::TypeMismatch { .. }
     ));
 }
+
+#[test]
+fn prefetch_needs_a_readable_buffer_and_a_u32_index() {
+    let k = KernelBuilder::new("pf_write_only", [1, 1, 1]);
+    let out = k.buffer("out", Scalar::F32, Access::Write);
+    k.prefetch(out, k.u32(0));
+    let err = validate(&k.finish(), &Limits::default()).unwrap_err();
+    assert!(
+        matches!(&err, ValidationError::BufferAccess { name, .. } if name == "out"),
+        "{err}"
+    );
+
+    let k = KernelBuilder::new("pf_index", [1, 1, 1]);
+    let w = k.buffer("w", Scalar::U32, Access::Read);
+    k.prefetch(w, k.f32(0.0));
+    let err = validate(&k.finish(), &Limits::default()).unwrap_err();
+    assert!(matches!(err, ValidationError::TypeMismatch { .. }), "{err}");
+}
+
+#[test]
+fn prefetch_prologue_is_the_leading_memory_free_statements_with_a_prefetch() {
+    // Prefetches inside a loop, with the indices they need, then a load: three statements
+    // (the loop start, the loop, the bound of each line) lead.
+    let k = KernelBuilder::new("pf", [4, 1, 1]);
+    let w = k.buffer("w", Scalar::U32, Access::Read);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let n = k.param("n", Scalar::U32);
+    k.for_range(k.local_index(), n, 4, |i| k.prefetch(w, i * k.u32(32)));
+    let v = k.load(x, k.local_index());
+    k.store(y, k.local_index(), v);
+    let kernel = k.finish();
+    let first_load = kernel
+        .body
+        .iter()
+        .position(|s| matches!(s, Stmt::Let(e) if matches!(kernel.expr(*e), Expr::Load { .. })))
+        .unwrap();
+    assert_eq!(kernel.prefetch_prologue(), first_load);
+    assert!(first_load >= 3);
+
+    // The same kernel without the prefetch has nothing to run early.
+    let k = KernelBuilder::new("no_pf", [4, 1, 1]);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let i = k.local_index() * k.u32(2);
+    k.store(y, i, k.load(x, i));
+    assert_eq!(k.finish().prefetch_prologue(), 0);
+
+    // A prefetch whose index needs a load is not early, nor anything after it.
+    let k = KernelBuilder::new("pf_late", [4, 1, 1]);
+    let w = k.buffer("w", Scalar::U32, Access::Read);
+    let at = k.load(w, k.u32(0));
+    k.prefetch(w, at);
+    assert_eq!(k.finish().prefetch_prologue(), 0);
+}

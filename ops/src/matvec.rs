@@ -470,6 +470,9 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     // past the end of the prompt likewise.
     let last = rows - k.u32(1);
     let rows_at: Vec<Val> = (0..nrows).map(|r| (row0 + k.u32(r)).min(last)).collect();
+    if ty.is_quantized() && !spec.blocked {
+        prefetch_rows(&k, &spec, w, cols, (rows_at[0], rows_at[rows_at.len() - 1]));
+    }
     let tokens: Vec<Token> = (0..tpw)
         .map(|t| {
             let token = match n_tokens {
@@ -627,6 +630,30 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         }
     });
     Ok(k.finish())
+}
+
+/// Prefetches the quantized rows `first..=last` ([`trine_ir::Stmt::Prefetch`]), a cache line
+/// of 128 bytes per invocation and step. It is the kernel's first statement, so a GPU that
+/// launches the kernel while the one before it still runs (CUDA on sm_90) fetches the weights,
+/// which no earlier dispatch writes, in that time: in a decode step every product waits for its
+/// x, and would then wait for its weights from memory too.
+fn prefetch_rows<'b>(
+    k: &'b KernelBuilder,
+    spec: &MatvecSpec,
+    w: trine_ir::BufferId,
+    cols: Val<'b>,
+    (first, last): (Val<'b>, Val<'b>),
+) {
+    const LINE: u32 = 128;
+    let row_bytes = (cols / k.u32(QK as u32)) * k.u32(spec.weights.block_bytes() as u32);
+    let start = first * row_bytes;
+    let end = (last + k.u32(1)) * row_bytes;
+    let lines = (end - start + k.u32(LINE - 1)) / k.u32(LINE);
+    let elem = k.u32(spec.weights_elem().size() as u32);
+    k.for_range(k.local_index(), lines, spec.workgroup, |i| {
+        let byte = (start + i * k.u32(LINE)).min(end - k.u32(1));
+        k.prefetch(w, byte / elem);
+    });
 }
 
 /// Invocation `i`'s (token, output) in a workgroup of `tpw` tokens with `outputs` per token.

@@ -89,7 +89,10 @@ pub(super) fn synchronises(k: &Kernel, s: &Stmt) -> bool {
             then, otherwise, ..
         } => then.iter().chain(otherwise).any(|s| synchronises(k, s)),
         Stmt::Loop { body, .. } => body.iter().any(|s| synchronises(k, s)),
-        Stmt::Assign { .. } | Stmt::Store { .. } | Stmt::StoreShared { .. } => false,
+        Stmt::Assign { .. }
+        | Stmt::Store { .. }
+        | Stmt::StoreShared { .. }
+        | Stmt::Prefetch { .. } => false,
     }
 }
 

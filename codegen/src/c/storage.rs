@@ -289,6 +289,7 @@ impl Collector<'_> {
                     self.use_(*index, at);
                     self.use_(*value, at);
                 }
+                Stmt::Prefetch { index, .. } => self.use_(*index, at),
                 Stmt::If {
                     cond,
                     then,
@@ -415,6 +416,7 @@ fn mentions(k: &Kernel, s: &Stmt, v: VarId) -> bool {
         Stmt::Loop { var, body, .. } => *var == v || any(body),
         Stmt::Store { .. }
         | Stmt::StoreShared { .. }
+        | Stmt::Prefetch { .. }
         | Stmt::Barrier
         | Stmt::GridBarrier { .. }
         | Stmt::Tile(_) => false,

@@ -72,6 +72,7 @@ impl Uniformity {
                 }
                 Stmt::Store { .. }
                 | Stmt::StoreShared { .. }
+                | Stmt::Prefetch { .. }
                 | Stmt::Barrier
                 | Stmt::GridBarrier { .. }
                 | Stmt::Tile(_) => {}

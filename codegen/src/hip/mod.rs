@@ -2,8 +2,10 @@
 //!
 //! The output is one `extern "C" __global__` function (see [`crate::abi`]) after a short
 //! prelude of `trine_*` helpers, which is the only part that differs between the dialects,
-//! but for the CUDA kernel's first statement: a wait on the grid before it in the stream, so
+//! but for one statement of the CUDA kernel: a wait on the grid before it in the stream, so
 //! that the backend may overlap their launches (see the prelude's `trine_wait_prior_grid`).
+//! It comes first, after only the body's leading prefetches
+//! (`trine_ir::Kernel::prefetch_prologue`), which so start while the grid before still runs.
 //! Kernels with grid barriers have no such wait and are never launched early.
 //! It includes no header under HIP (hiprtc provides the runtime header itself) and
 //! `cuda_fp16.h` under CUDA when the kernel uses f16.
@@ -55,6 +57,7 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         grid_sync: k.capabilities.grid_sync,
         prior_grid: dialect == Dialect::Cuda && !k.capabilities.grid_sync,
         dot4: c_family::uses_dot4(k),
+        prefetch: c_family::uses_prefetch(k),
         tiles,
     };
     let mut out = prelude::prelude(dialect, needs);
@@ -83,9 +86,6 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     );
 
     let mut p = Printer::new(k, &info, &Gpu);
-    if needs.prior_grid {
-        p.line(1, "trine_wait_prior_grid();");
-    }
     for (i, s) in k.shared.iter().enumerate() {
         let name = c_family::shared_name(k, trine_ir::SharedId(i as u32));
         p.line(
@@ -109,7 +109,17 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         let name = c_family::tile_name(k, trine_ir::TileId(i as u32));
         p.line(1, &format!("trine_tile_{} {name};", t.role.name()));
     }
-    p.block(&k.body, 1);
+    // The leading prefetches run before the wait, while the kernel ahead may still run.
+    let (early, rest) = k.body.split_at(if needs.prior_grid {
+        k.prefetch_prologue()
+    } else {
+        0
+    });
+    p.block(early, 1);
+    if needs.prior_grid {
+        p.line(1, "trine_wait_prior_grid();");
+    }
+    p.block(rest, 1);
     out.push_str(&p.finish());
     out.push_str("}\n");
     Ok(out)
@@ -148,6 +158,10 @@ impl Spelling for Gpu {
 
     fn grid_barrier(&self, sync: &str, workgroups: u32) -> String {
         format!("trine_grid_sync({sync}, {workgroups}u)")
+    }
+
+    fn prefetch(&self, pointer: &str) -> Option<String> {
+        Some(format!("trine_prefetch({pointer})"))
     }
 
     fn intrinsic(&self, f: Intrinsic) -> &'static str {

@@ -17,6 +17,8 @@ pub(crate) struct Needs {
     pub prior_grid: bool,
     /// The packed 8-bit dot products (`BinaryOp::Dot4I8`, `Dot4U8`).
     pub dot4: bool,
+    /// `Stmt::Prefetch` (`trine_prefetch`).
+    pub prefetch: bool,
     /// Matrix tiles (CUDA only; see [`super::tiles`]).
     pub tiles: bool,
 }
@@ -75,6 +77,12 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
     if needs.prior_grid {
         out.push_str(PRIOR_GRID_CUDA);
     }
+    if needs.prefetch {
+        out.push_str(match dialect {
+            Dialect::Hip => PREFETCH_HIP,
+            Dialect::Cuda => PREFETCH_CUDA,
+        });
+    }
     if needs.tiles {
         out.push_str(super::tiles::TILES_CUDA);
     }
@@ -132,6 +140,16 @@ const PRIOR_GRID_CUDA: &str = "__device__ __forceinline__ void trine_wait_prior_
 #endif
 }
 ";
+
+/// `trine_ir::Stmt::Prefetch`: the line holding `p` into L2, through its generic address
+/// (no state space), so nothing assumes how generic and global addresses relate.
+const PREFETCH_CUDA: &str = "__device__ __forceinline__ void trine_prefetch(const void* p) {
+  asm volatile(\"prefetch.L2 [%0];\" :: \"l\"(p));
+}
+";
+
+/// The pre-gfx12 AMD GPUs hiprtc compiles for have no prefetch instruction: the hint is dropped.
+const PREFETCH_HIP: &str = "__device__ __forceinline__ void trine_prefetch(const void*) {}\n";
 
 /// The subgroup width. Every NVIDIA GPU runs warps of 32, while CUDA's `warpSize` is a
 /// variable read at run time: with it, NVRTC kept the butterflies as loops and divided by it

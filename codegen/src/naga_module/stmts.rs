@@ -45,6 +45,8 @@ impl Lowerer<'_> {
                 let base = self.buffers[buffer.0 as usize];
                 self.store(base, index, value, block);
             }
+            // SPIR-V has no prefetch; the hint is dropped.
+            Stmt::Prefetch { .. } => {}
             Stmt::StoreShared {
                 array,
                 index,

@@ -109,6 +109,12 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                         .store_bits(addr, self.val(*value, lane), elem.size() as u64);
                 }
             }
+            // A hint with no effect, but its index must be a load's.
+            Stmt::Prefetch { buffer, index } => {
+                for lane in Self::active(mask) {
+                    self.address(*buffer, self.val(*index, lane), lane, "prefetch")?;
+                }
+            }
             Stmt::StoreShared {
                 array,
                 index,
