@@ -214,7 +214,10 @@ impl KernelKey {
                     .map(matvec::kernel)
                     .collect::<Result<_, _>>()?
             }
-            KernelKey::AttnSplit => vec![attention_split::split_kernel(s.head_dim, s.kv)?],
+            KernelKey::AttnSplit => reductions
+                .iter()
+                .map(|&how| attention_split::split_kernel(s.head_dim, s.kv, how))
+                .collect::<Result<_, _>>()?,
             KernelKey::AttnFlash => vec![attention_flash::kernel(s.head_dim, s.kv)?],
             KernelKey::RmsNorm => reductions.iter().map(|&r| rms_norm::kernel(r)).collect(),
             KernelKey::Combine(splits) => {

@@ -26,7 +26,9 @@ use super::support::{
     elements, expect_len, load_f32, nonzero, seed, Combine, Float, Reducer, Reduction,
 };
 use crate::case::*;
-use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
+use trine_ir::{
+    Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, SharedId, Val, Var,
+};
 
 const OP: &str = "attention";
 
@@ -147,11 +149,12 @@ pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
         heads,
         scale,
     };
+    let q_sh = stage_query(&k, head_dim, q, (t * heads + h) * k.u32(head_dim));
+    k.barrier();
     let a = attend(
         &k,
-        head_dim,
-        q,
-        (t * heads + h) * k.u32(head_dim),
+        (head_dim, Reduction::Shared),
+        q_sh,
         h,
         keys,
         (k.u32(0), offset + t + k.u32(1)),
@@ -176,34 +179,44 @@ pub(super) struct Keys<'b> {
 
 /// The online softmax of one query row against keys `range` (uniform over the workgroup),
 /// un-normalised: the running maximum `m`, the sum `l` of e^(score − m), and the output
-/// accumulators each invocation owns (dimensions lid, lid + WG, …). Query row `q_base` of
-/// buffer `q` is staged in shared memory first; head `h` reads KV head `h / (heads /
-/// kv_heads)`. An empty range leaves `m = −inf`, `l = 0`, `acc = 0`.
+/// accumulators each invocation owns (dimensions lid, lid + WG, …). The query row is in
+/// shared memory ([`stage_query`]); head `h` reads KV head `h / (heads / kv_heads)`. An empty
+/// range leaves `m = −inf`, `l = 0`, `acc = 0`.
 pub(super) struct Attended<'b> {
     pub m: Var<'b>,
     pub l: Var<'b>,
     pub acc: Vec<Var<'b>>,
 }
 
-pub(super) fn attend<'b>(
+/// Stores query row `q_base` of buffer `q` in shared memory for [`attend`]; a barrier must
+/// follow before `attend`. Between them a kernel may read what its bounds need: the loads are
+/// then in flight together, where a GPU compiler does not move a load out of a later loop.
+pub(super) fn stage_query<'b>(
     k: &'b KernelBuilder,
     head_dim: u32,
     q: BufferId,
     q_base: Val<'b>,
+) -> SharedId {
+    let q_sh = k.shared("q_row", Scalar::F32, head_dim);
+    k.for_range(k.local_index(), k.u32(head_dim), WG, |i| {
+        k.store_shared(q_sh, i, k.load(q, q_base + i))
+    });
+    q_sh
+}
+
+pub(super) fn attend<'b>(
+    k: &'b KernelBuilder,
+    (head_dim, how): (u32, Reduction),
+    q_sh: SharedId,
     h: Val<'b>,
     keys: Keys<'b>,
     (start, end): (Val<'b>, Val<'b>),
 ) -> Attended<'b> {
-    let reducer = Reducer::new(k, Reduction::Shared);
-    let q_sh = k.shared("q_row", Scalar::F32, head_dim);
+    let reducer = Reducer::new(k, how);
     let p_sh = k.shared("p", Scalar::F32, WG);
     let lid = k.local_index();
     let d = k.u32(head_dim);
     let wg = k.u32(WG);
-    k.for_range(lid, d, WG, |i| {
-        k.store_shared(q_sh, i, k.load(q, q_base + i))
-    });
-    k.barrier();
 
     // Element offset of this KV head at cache position j: j·kv_stride + kv_head.
     let kv_stride = keys.kv_heads * d;

@@ -27,9 +27,9 @@
 //!
 //! Bound: [`super::attention`]'s, [`attention::NMSE`], measured over these kernels too.
 
-use super::attention::{self, attend, for_owned, Attended, Attention, Keys, WG};
+use super::attention::{self, attend, for_owned, stage_query, Attended, Attention, Keys, WG};
 use super::shape::ShapeError;
-use super::support::{elements, expect_len, nonzero, seed, Float};
+use super::support::{elements, expect_len, nonzero, seed, Float, Reduction};
 use crate::case::*;
 use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar};
 
@@ -116,15 +116,18 @@ fn check_head_dim(head_dim: u32) -> Result<(), ShapeError> {
     one.check().map(drop)
 }
 
-/// The per-split kernel for one head dimension (a compile-time constant) and KV cache storage
-/// type. Each block's scores are reduced with the shared tree: on an H100 a subgroup variant
-/// took 6.6 µs per split dispatch against the tree's 6.0 (SmolLM2, position 64, 16 splits).
+/// The per-split kernel for one head dimension (a compile-time constant), KV cache storage
+/// type and reduction of each block's scores (`how`; the shared tree runs everywhere).
 /// Buffers: `q` f32, `step` u32, `k` and `v` of `kv`, `part` f32. Params: tokens, heads,
 /// kv_heads, splits, scale. Grid [`SplitAttention::grid`]: `[splits, heads, tokens]`.
-pub fn split_kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
+pub fn split_kernel(head_dim: u32, kv: Float, how: Reduction) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
+    let reduction = match how {
+        Reduction::Shared => String::new(),
+        Reduction::Subgroup => "_subgroup".to_string(),
+    };
     let k = KernelBuilder::new(
-        &format!("attention_split_d{head_dim}_{}kv", kv.name()),
+        &format!("attention_split{reduction}_d{head_dim}_{}kv", kv.name()),
         [WG, 1, 1],
     );
     let PartsIo {
@@ -144,10 +147,13 @@ pub fn split_kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
     let t = k.workgroup_id(2);
     let one = k.u32(1);
     let row = t * heads + h;
+    let d = k.u32(head_dim);
     let pos = k.load(step, k.u32(0));
+    let q_sh = stage_query(&k, head_dim, q, row * d);
     let chunk = (pos + tokens + splits - one) / splits;
     let start = s * chunk;
     let end = (start + chunk).min(pos + t + one);
+    k.barrier();
     let keys = Keys {
         kv,
         k: kc,
@@ -156,8 +162,7 @@ pub fn split_kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
         heads,
         scale,
     };
-    let d = k.u32(head_dim);
-    let Attended { m, l, acc } = attend(&k, head_dim, q, row * d, h, keys, (start, end));
+    let Attended { m, l, acc } = attend(&k, (head_dim, how), q_sh, h, keys, (start, end));
     let lid = k.local_index();
 
     let base = (row * splits + s) * k.u32(head_dim + 2);
@@ -391,14 +396,19 @@ fn inputs(shape: &SplitAttention, pos: u32, kv: Float) -> Result<Inputs, ShapeEr
 
 /// A conformance case of [`split_kernel`] for `shape` at position `pos` with the caches stored
 /// as `kv`: `part` against [`reference_split`].
-pub fn split_case(shape: SplitAttention, pos: u32, kv: Float) -> Result<Case, ShapeError> {
+pub fn split_case(
+    shape: SplitAttention,
+    pos: u32,
+    kv: Float,
+    how: Reduction,
+) -> Result<Case, ShapeError> {
     let x = inputs(&shape, pos, kv)?;
     let want = reference_split(&shape, x.kv_len, pos, &x.q, &x.k, &x.v)?;
     // NaN where the kernel must write: an element it skips fails the NaN pattern check.
     let part0 = vec![f32::NAN; want.len()];
     Ok(Case::new(
-        format!("attention_split/{}", x.shape_name),
-        split_kernel(shape.head_dim, kv)?,
+        format!("attention_split/{}/{}", x.shape_name, how.name()),
+        split_kernel(shape.head_dim, kv, how)?,
         shape.grid(),
     )
     .input("q", Scalar::F32, f32_bytes(&x.q))
@@ -484,7 +494,13 @@ pub fn cases() -> Vec<Case> {
     ];
     shapes
         .into_iter()
-        .flat_map(|(shape, pos, kv)| [split_case(shape, pos, kv), combine_case(shape, pos, kv)])
+        .flat_map(|(shape, pos, kv)| {
+            [
+                split_case(shape, pos, kv, Reduction::Shared),
+                split_case(shape, pos, kv, Reduction::Subgroup),
+                combine_case(shape, pos, kv),
+            ]
+        })
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
 }
@@ -530,7 +546,7 @@ mod tests {
             kv.bytes(&x.v),
             vec![0; part_len * 4],
         ];
-        let split = split_kernel(shape.head_dim, kv).unwrap();
+        let split = split_kernel(shape.head_dim, kv, Reduction::Shared).unwrap();
         interpret(&split, shape.grid(), &mut b, &shape.params(), 16).unwrap();
         let mut c = vec![b.pop().unwrap(), vec![0; x.q.len() * 4]];
         let combine = combine_kernel(shape.head_dim, shape.splits).unwrap();
@@ -586,7 +602,7 @@ mod tests {
                 .unwrap();
         };
         run(
-            split_kernel(shape.head_dim, kv).unwrap(),
+            split_kernel(shape.head_dim, kv, Reduction::Shared).unwrap(),
             shape.grid(),
             &b[..5],
             &shape.params(),
@@ -691,7 +707,7 @@ mod tests {
             Err(ShapeError::TooLarge { .. })
         ));
         assert!(matches!(
-            split_kernel(attention::MAX_HEAD_DIM + 1, Float::F32),
+            split_kernel(attention::MAX_HEAD_DIM + 1, Float::F32, Reduction::Shared),
             Err(ShapeError::TooLarge { .. })
         ));
         assert!(matches!(combine_kernel(0, 1), Err(ShapeError::Zero { .. })));

@@ -181,24 +181,26 @@ impl<'b> Combined<'b> {
         let inv = k.shared(&name("combine_inv"), Scalar::F32, heads);
         let row0 = token * k.u32(heads);
         let width = k.u32(d + 2);
-        let (zero, one) = (k.u32(0), k.u32(1));
-        let max = k.var("max", Scalar::F32);
-        let sum = k.var("sum", Scalar::F32);
+        // Every split's maximum and sum are loaded at once, before any is used (the split count
+        // is a compile-time constant): one round trip to memory, where loops of loads took two.
         k.for_range(k.local_index(), k.u32(heads), wg, |h| {
             let first = (row0 + h) * k.u32(splits);
-            max.set(k.f32(f32::NEG_INFINITY));
-            k.for_range(zero, k.u32(splits), 1, |s| {
-                max.set(max.get().max(k.load(part, (first + s) * width + k.u32(d))))
-            });
-            let big_m = max.get();
-            sum.set(k.f32(0.0));
-            k.for_range(zero, k.u32(splits), 1, |s| {
-                let at = (first + s) * width + k.u32(d);
-                let w = (k.load(part, at) - big_m).exp();
-                k.store_shared(weights, h * k.u32(splits) + s, w);
-                sum.set(k.load(part, at + one).fma(w, sum.get()));
-            });
-            k.store_shared(inv, h, k.f32(1.0) / sum.get());
+            let (ms, ls): (Vec<Val>, Vec<Val>) = (0..splits)
+                .map(|s| {
+                    let at = (first + k.u32(s)) * width + k.u32(d);
+                    (k.load(part, at), k.load(part, at + k.u32(1)))
+                })
+                .unzip();
+            let big_m = ms
+                .iter()
+                .fold(k.f32(f32::NEG_INFINITY), |m, &v| m.max(v));
+            let mut sum = k.f32(0.0);
+            for (s, (&m, &l)) in ms.iter().zip(&ls).enumerate() {
+                let w = (m - big_m).exp();
+                k.store_shared(weights, h * k.u32(splits) + k.u32(s as u32), w);
+                sum = l.fma(w, sum);
+            }
+            k.store_shared(inv, h, k.f32(1.0) / sum);
         });
         k.barrier();
         Combined {
