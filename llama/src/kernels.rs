@@ -408,5 +408,8 @@ const GPU_SMALL_MATVEC: (u32, u32, u32) = (2, 128, 8);
 /// head (49152 × 576 Q8_0) took 32.5 µs with 4 rows on 64 invocations against 39.1 with the
 /// small shape, 34.8 with 8 rows on 64 and 43.7 with 8 on 128 (H100, CUDA, 2026-11-25, `xtask
 /// bench --ops matvec --matvec-shape`); inside the step, with the final norm fused, Nsight
-/// Compute measured 52.0 µs against 72.2 (two sessions the same day).
-const GPU_TALL_MATVEC: (u32, u32, u32) = (4, 64, 8);
+/// Compute measured 52.0 µs against 72.2 (two sessions the same day). After the weights were
+/// prefetched and loaded before x, 4 rows on 32 invocations took 27.1 µs against 29.7 (H200,
+/// 2026-11-25, the same bench), and tg128 1741–1752 t/s against 1734–1742 in alternation;
+/// small products on 32 invocations then fell to 1482–1491.
+const GPU_TALL_MATVEC: (u32, u32, u32) = (4, 32, 8);
