@@ -26,9 +26,7 @@ use super::support::{
     elements, expect_len, load_f32, nonzero, seed, Combine, Float, Reducer, Reduction,
 };
 use crate::case::*;
-use trine_ir::{
-    Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, SharedId, Val, Var,
-};
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, SharedId, Val, Var};
 
 const OP: &str = "attention";
 

@@ -19,6 +19,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod kernels;
 pub mod matmul;
+mod matmul_stage;
 pub mod matmul_tiles;
 pub mod matvec;
 pub mod matvec_attn;

@@ -12,7 +12,9 @@
 //! the kernel ([`trine_ir::Capabilities::subgroup_width`]: naga wants cooperative-matrix
 //! operations in uniform control flow, so no guard may depend on it); each subgroup keeps
 //! its accumulators through the K loop, then stores them to shared memory, from where every
-//! invocation writes its part of y (and adds the residual), guarded at the edges.
+//! invocation writes its part of y (and adds the residual), guarded at the edges. Each step's
+//! blocks are loaded from memory during the step before ([`super::matmul_stage`]), so their
+//! latency overlaps that step's multiplications.
 //!
 //! Devices without matrix units run the scalar variant ([`TilesSpec::tiles`] off): the same
 //! staging in f16, each invocation summing 32 outputs in f32. Both compute the product of x
@@ -21,28 +23,26 @@
 //!
 //! Bound: [`NMSE`], against the f64 product of the f16-rounded x with the dequantised W.
 
-use super::dequant::{self, buffer_elem, q4_codes, q8_code};
+use super::dequant::{self, buffer_elem};
+use super::matmul_stage::{Block, Fetch, STAGE};
 use super::shape::ShapeError;
-use super::support::{elements, load_f32, nonzero, Float};
+use super::support::{elements, nonzero};
 use crate::case::*;
 use half::f16;
 use trine_gguf::quant::{dequantize, quantize, WeightType};
 use trine_ir::{
-    Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Tile, TileLayout, TileMemory,
-    TileRole, Val, Var, TILE,
+    Access, Kernel, KernelBuilder, ParamValue, Scalar, Tile, TileLayout, TileMemory, TileRole, Val,
+    Var, TILE,
 };
 
 const OP: &str = "matmul_tiles";
 
 /// Columns of K per step: one quantized block.
-pub const BK: u32 = 32;
+pub use super::matmul_stage::BK;
 /// Products with fewer rows take the small block.
 pub const SMALL_ROWS: u32 = 2048;
 /// Invocations per workgroup.
 pub const INVOCATIONS: u32 = 128;
-/// Row stride of the staged blocks, in elements: padded by 8 (16 bytes, keeping tile loads
-/// aligned) so that the rows a tile load reads fall in different shared-memory banks.
-const STAGE: u32 = BK + 8;
 
 /// NMSE bound: products of f16 values are exact in f32, so only the f32 sums round, about
 /// K·2⁻⁴⁸ relative for these inputs; 1e-9 leaves three orders of magnitude for devices that
@@ -150,10 +150,36 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         Some(width) => Compute::tiles(&k, width, (bm, bn))?,
         None => Compute::scalar(&k, (bm, bn)),
     };
+    let fetch = Fetch::declare(
+        &k,
+        INVOCATIONS,
+        (
+            x,
+            Block {
+                n: bm,
+                r0: t0,
+                rows: tokens,
+                cols,
+            },
+        ),
+        (
+            w,
+            Block {
+                n: bn,
+                r0,
+                rows,
+                cols,
+            },
+            ty,
+        ),
+    );
+    // Step k + 1's loads are issued before step k's products ([`super::matmul_stage`]).
+    fetch.load(&k, k.u32(0));
     k.for_range(k.u32(0), cols, BK, |k0| {
-        stage_rows(&k, x, Float::F32, xs, bm, (t0, k0), (tokens, cols));
-        stage_w(&k, ty, w, ws, bn, (r0, k0), (rows, cols));
+        fetch.put(&k, xs, ws);
         k.barrier();
+        let next = k0 + k.u32(BK);
+        k.if_(next.lt(cols), || fetch.load(&k, next));
         compute.step(&k, xs, ws);
         // The next step restages both blocks.
         k.barrier();
@@ -178,77 +204,6 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         });
     });
     Ok(k.finish())
-}
-
-/// The block `[n × BK]` at (r0, k0) of a row-major matrix of floats `src` (x, or plain
-/// weights) into `dst` as f16, rows from `rows` on as zeros.
-fn stage_rows<'b>(
-    k: &'b KernelBuilder,
-    src: BufferId,
-    float: Float,
-    dst: trine_ir::SharedId,
-    n: u32,
-    (r0, k0): (Val<'b>, Val<'b>),
-    (rows, cols): (Val<'b>, Val<'b>),
-) {
-    let lid = k.local_index();
-    k.for_range(k.u32(0), k.u32(n * BK), INVOCATIONS, |e| {
-        let e = e + lid;
-        let (r, c) = (e / k.u32(BK), e % k.u32(BK));
-        let row = r0 + r;
-        let at = row.min(rows - k.u32(1)) * cols + k0 + c;
-        let v = k.select(row.lt(rows), load_f32(k, float, src, at), k.f32(0.0));
-        k.store_shared(dst, r * k.u32(STAGE) + c, v.cast(Scalar::F16));
-    });
-}
-
-/// W's block `[bn × BK]` at (r0, k0) into `ws` as f16, rows past W's as zeros. A quantized
-/// row's block is one of its blocks: each invocation takes half of one (16 elements), its
-/// scales once.
-fn stage_w<'b>(
-    k: &'b KernelBuilder,
-    ty: WeightType,
-    w: BufferId,
-    ws: trine_ir::SharedId,
-    bn: u32,
-    (r0, k0): (Val<'b>, Val<'b>),
-    (rows, cols): (Val<'b>, Val<'b>),
-) {
-    let lid = k.local_index();
-    let float = match ty {
-        WeightType::F32 => Some(Float::F32),
-        WeightType::F16 => Some(Float::F16),
-        _ => None,
-    };
-    if let Some(float) = float {
-        return stage_rows(k, w, float, ws, bn, (r0, k0), (rows, cols));
-    }
-    let halves = 2 * bn;
-    let bytes = k.u32(ty.block_bytes() as u32);
-    let blocks = cols / k.u32(BK);
-    k.for_range(k.u32(0), k.u32(halves), INVOCATIONS, |e| {
-        let e = e + lid;
-        // The small block has fewer halves than invocations: the rest stage nothing.
-        k.if_(e.lt(k.u32(halves)), || {
-            let (n, half) = (e / k.u32(2), e % k.u32(2));
-            let row = r0 + n;
-            let inside = row.lt(rows);
-            let base = (row.min(rows - k.u32(1)) * blocks + k0 / k.u32(BK)) * bytes;
-            let s = dequant::load_scales(k, ty, (w, None), base);
-            k.for_range(k.u32(0), k.u32(BK / 2), 1, |i| {
-                let j = half * k.u32(BK / 2) + i;
-                let code = match ty {
-                    WeightType::Q8_0 => q8_code(k, w, base, j),
-                    _ => {
-                        let (lo, hi) = q4_codes(k, ty, w, base, i);
-                        k.select(half.eq(k.u32(0)), lo, hi)
-                    }
-                };
-                let v = k.select(inside, s.value(code), k.f32(0.0));
-                k.store_shared(ws, n * k.u32(STAGE) + j, v.cast(Scalar::F16));
-            });
-        });
-    });
 }
 
 /// What multiplies the staged blocks: a subgroup's tiles, or each invocation's sums.

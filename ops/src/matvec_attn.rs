@@ -191,9 +191,7 @@ impl<'b> Combined<'b> {
                     (k.load(part, at), k.load(part, at + k.u32(1)))
                 })
                 .unzip();
-            let big_m = ms
-                .iter()
-                .fold(k.f32(f32::NEG_INFINITY), |m, &v| m.max(v));
+            let big_m = ms.iter().fold(k.f32(f32::NEG_INFINITY), |m, &v| m.max(v));
             let mut sum = k.f32(0.0);
             for (s, (&m, &l)) in ms.iter().zip(&ls).enumerate() {
                 let w = (m - big_m).exp();
