@@ -1,5 +1,7 @@
 //! saxpy: `y = a * x + y` over `n` elements, one invocation each. Large `n` exercises grid
-//! folding past 65535 workgroups.
+//! folding past 65535 workgroups. x, which no earlier dispatch of a chain would write, is
+//! prefetched first ([`trine_ir::Stmt::Prefetch`]), so the snapshots show every lowering of
+//! the hint and where CUDA's wait for the grid ahead goes.
 
 use crate::case::*;
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
@@ -13,6 +15,7 @@ pub fn kernel() -> Kernel {
     let a = k.param("a", Scalar::F32);
     let n = k.param("n", Scalar::U32);
     let i = k.global_id(0);
+    k.if_(i.lt(n), || k.prefetch(x, i));
     k.if_(i.lt(n), || {
         k.store(y, i, a.fma(k.load(x, i), k.load(y, i)));
     });
