@@ -42,6 +42,11 @@ pub const NMSE: f64 = 2.1e-11;
 /// Invocations per workgroup: keys per block, and output dimensions per pass.
 pub const WG: u32 = 64;
 
+/// Keys whose V rows the output accumulation loads together; divides [`WG`], so a run never
+/// reads past a block's `p`.
+const V_RUN: u32 = 16;
+const _: () = assert!(WG.is_multiple_of(V_RUN));
+
 /// Largest head dimension: the query is staged in shared memory.
 pub const MAX_HEAD_DIM: u32 = 512;
 
@@ -254,11 +259,24 @@ pub(super) fn attend<'b>(
         let corr = (m.get() - new_m).exp();
         l.set(l.get().fma(corr, block_sum));
         let count = (end - first).min(wg);
+        let last = end - k.u32(1);
         for_owned(k, head_dim, lid, &acc, |i, a| {
             pv.set(a.get() * corr);
-            k.for_range(k.u32(0), count, 1, |jj| {
-                let v_val = load_f32(k, keys.kv, keys.v, (first + jj) * kv_stride + kv_head + i);
-                pv.set(k.load_shared(p_sh, jj).fma(v_val, pv.get()));
+            // V_RUN keys at a time, all their loads first: a GPU then waits out one latency per
+            // run, where a loop of one key per iteration waited for nearly every key. Keys past
+            // `count` read the last key's row and add it times p = 0 (their invocations stored
+            // p = 0 above), which leaves the sum as it was.
+            k.for_range(k.u32(0), count, V_RUN, |j0| {
+                let vs: Vec<Val> = (0..V_RUN)
+                    .map(|u| {
+                        let row = (first + j0 + k.u32(u)).min(last);
+                        load_f32(k, keys.kv, keys.v, row * kv_stride + kv_head + i)
+                    })
+                    .collect();
+                for (u, v_val) in vs.into_iter().enumerate() {
+                    let p = k.load_shared(p_sh, j0 + k.u32(u as u32));
+                    pv.set(p.fma(v_val, pv.get()));
+                }
             });
             a.set(pv.get());
         });
