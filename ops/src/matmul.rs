@@ -439,19 +439,24 @@ pub fn lanes_kernel(spec: MatmulSpec, block: LaneBlock) -> Kernel {
         k.store_shared(sh, k.u32(o as u32 * LANES) + lid, acc.get());
     }
     k.barrier();
+    // Invocation `lid` adds up outputs `lid`, `lid + LANES`, …, unrolled here: a loop from
+    // `lid` has bounds that differ between invocations, which the C lowering runs under masks
+    // for every workgroup. Past the last output an invocation adds the last one again and
+    // stores nothing.
     let total = k.var("total", Scalar::F32);
-    k.for_range(lid, k.u32(outputs), LANES, |o| {
-        let first = o * k.u32(LANES);
+    for base in (0..outputs).step_by(LANES as usize) {
+        let o = k.u32(base) + lid;
+        let first = o.min(k.u32(outputs - 1)) * k.u32(LANES);
         total.set(k.load_shared(sh, first));
         k.for_range(one, k.u32(LANES), 1, |l| {
             total.set(total.get() + k.load_shared(sh, first + l))
         });
         let row = row0 + o / k.u32(cols);
         let col = col0 + o % k.u32(cols);
-        k.if_(row.lt(m) & col.lt(n), || {
+        k.if_(o.lt(k.u32(outputs)) & row.lt(m) & col.lt(n), || {
             k.store(c, z * sc + row * ldc + col, total.get())
         });
-    });
+    }
     k.finish()
 }
 
