@@ -397,7 +397,9 @@ pub enum Stmt {
     /// dispatch ahead of it: the CUDA lowering runs the body's leading prefetches, with the
     /// memory-free `Let`s and loops they need ([`Kernel::prefetch_prologue`]), before
     /// `griddepcontrol.wait`, so that a kernel launched while the one before it still runs
-    /// starts fetching its weights. HIP, SPIR-V and C: nothing (the interpreter checks the
+    /// starts fetching its weights. C: `__builtin_prefetch` once per workgroup where the
+    /// index is workgroup-uniform outside masked control flow (a CPU's weights streamed ahead
+    /// of a product), else nothing. HIP and SPIR-V: nothing (the interpreter checks the
     /// index).
     Prefetch { buffer: BufferId, index: ExprId },
     /// `shared[index] = value`.

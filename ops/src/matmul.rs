@@ -34,20 +34,43 @@ pub struct MatmulSpec {
     pub tile: u32,
     /// Outputs per invocation along each side.
     pub reg: u32,
-    /// B transposed only: the CPUs' walk instead of tiles ([`lanes_kernel`]); `tile` and
-    /// `reg` do not apply.
-    pub lanes: bool,
+    /// B transposed only: the CPUs' walk instead of tiles ([`lanes_kernel`]), with this
+    /// block of outputs per workgroup; `tile` and `reg` do not apply.
+    pub lanes: Option<LaneBlock>,
 }
 
 /// [`MatmulSpec::lanes`]' workgroup: invocations walking K together.
 const LANES: u32 = 8;
-/// Rows and columns of C a [`MatmulSpec::lanes`] workgroup computes: 24 sums per invocation,
-/// which GCC keeps in registers. On one EPYC core, 512 × 576 × 576 f32 (2026-11-25, the C
-/// function alone): 8 × 3 77 GFLOP/s, 6 × 4 74, 4 × 4 62, 6 × 6 43 (spilled); the tiled
-/// kernel 25-32 whatever its tile and register block. On both cores (`cargo xtask bench --ops
-/// matmul`): 8 × 3 148-154 GFLOP/s, 0.71-0.78× the `gemm` crate; 6 × 4 104-110.
-const LANE_ROWS: u32 = 8;
-const LANE_COLS: u32 = 3;
+/// Rows and columns of C a [`MatmulSpec::lanes`] workgroup computes: a sum per output and
+/// invocation, which GCC keeps in a vector register each while the workgroup walks K.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LaneBlock {
+    pub rows: u32,
+    pub cols: u32,
+}
+
+impl LaneBlock {
+    /// The block for a CPU with `registers` vector registers: its sums, a vector of B's rows
+    /// and one of A's must fit, or GCC spills sums in the loop over K.
+    ///
+    /// 32 registers (AVX-512): 8 × 3. On one EPYC core with AVX-512, 512 × 576 × 576 f32
+    /// (2026-11-25, the C function alone): 8 × 3 77 GFLOP/s, 6 × 4 74, 4 × 4 62, 6 × 6 43
+    /// (spilled); the tiled kernel 25-32. On both cores (`cargo xtask bench --ops matmul`):
+    /// 8 × 3 148-154 GFLOP/s, 0.71-0.78× the `gemm` crate; 6 × 4 104-110.
+    ///
+    /// 16 registers (AVX2): 6 × 2, whose 12 sums and two vectors of B leave A's loads as
+    /// memory operands of the fused multiply-adds. The same shape on one core of the AVX2-only
+    /// EPYC, the C function alone, alternating (23:13 UTC, a shared machine): 6 × 2 50-54
+    /// GFLOP/s, 5 × 2 40-51, 3 × 4 44-48, 4 × 3 31-42, 4 × 2 33-44, 8 × 3 37-41 (24 sums in
+    /// 16 registers: spilled).
+    pub fn for_registers(registers: u32) -> LaneBlock {
+        if registers >= 32 {
+            LaneBlock { rows: 8, cols: 3 }
+        } else {
+            LaneBlock { rows: 6, cols: 2 }
+        }
+    }
+}
 
 impl MatmulSpec {
     /// 16 × 16 invocations computing 32 × 32 outputs: 8 KiB of shared memory, and 4 outputs
@@ -59,7 +82,7 @@ impl MatmulSpec {
             b_transposed,
             tile: 16,
             reg: 2,
-            lanes: false,
+            lanes: None,
         }
     }
 
@@ -70,8 +93,8 @@ impl MatmulSpec {
 
     /// Rows and columns of C per workgroup.
     fn block_sides(&self) -> (u32, u32) {
-        if self.lanes {
-            (LANE_ROWS, LANE_COLS)
+        if let Some(b) = self.lanes {
+            (b.rows, b.cols)
         } else {
             (self.block(), self.block())
         }
@@ -86,11 +109,18 @@ impl MatmulSpec {
                 });
             }
         }
-        if self.lanes && !self.b_transposed {
-            return Err(ShapeError::Unsupported {
-                op: OP,
-                what: "the lanes walk with B not transposed (its rows must run along K)".into(),
-            });
+        if let Some(b) = self.lanes {
+            if !self.b_transposed {
+                return Err(ShapeError::Unsupported {
+                    op: OP,
+                    what: "the lanes walk with B not transposed (its rows must run along K)".into(),
+                });
+            }
+            for (what, v) in [("lane block rows", b.rows), ("lane block cols", b.cols)] {
+                if v == 0 {
+                    return Err(ShapeError::Zero { op: OP, what });
+                }
+            }
         }
         for (what, v) in [("tile", self.tile), ("reg", self.reg)] {
             if v == 0 {
@@ -269,8 +299,8 @@ pub fn reference(
 /// ldc, stride_a, stride_b, stride_c; grid [`grid`].
 pub fn kernel(spec: MatmulSpec) -> Result<Kernel, ShapeError> {
     spec.check()?;
-    if spec.lanes {
-        return Ok(lanes_kernel(spec));
+    if let Some(block) = spec.lanes {
+        return Ok(lanes_kernel(spec, block));
     }
     let (t, r, bm) = (spec.tile, spec.reg, spec.block());
     let bt = if spec.b_transposed { "t" } else { "" };
@@ -352,27 +382,28 @@ pub fn kernel(spec: MatmulSpec) -> Result<Kernel, ShapeError> {
 }
 
 /// [`MatmulSpec::lanes`]' kernel (B transposed): a workgroup of [`LANES`] invocations computes
-/// [`LANE_ROWS`] × [`LANE_COLS`] outputs, walking K together in chunks of [`LANES`], invocation
+/// `block` (rows × cols) of outputs, walking K together in chunks of [`LANES`], invocation
 /// `lid` taking element `lid` of each chunk of A's rows and B's rows (consecutive invocations,
 /// consecutive elements: the C lowering vectorises across them, and GCC keeps the sums in
 /// registers); then each output's partial sums are added in invocation order through shared
 /// memory. Rows and columns past the edges read the last ones again and are not stored.
-pub fn lanes_kernel(spec: MatmulSpec) -> Kernel {
-    let name = format!("matmul_{}_{}t_lanes{LANE_ROWS}x{LANE_COLS}", spec.a, spec.b);
+pub fn lanes_kernel(spec: MatmulSpec, block: LaneBlock) -> Kernel {
+    let LaneBlock { rows, cols } = block;
+    let name = format!("matmul_{}_{}t_lanes{rows}x{cols}", spec.a, spec.b);
     let k = KernelBuilder::new(&name, [LANES, 1, 1]);
     let ([a, b, c], [m, n, kk, lda, ldb, ldc, sa, sb, sc]) = interface(&k, &spec);
     let lid = k.local_index();
-    let row0 = k.workgroup_id(1) * k.u32(LANE_ROWS);
-    let col0 = k.workgroup_id(0) * k.u32(LANE_COLS);
-    let z = k.workgroup_id(2);
     let one = k.u32(1);
-    let a_rows: Vec<Val> = (0..LANE_ROWS)
+    let row0 = k.workgroup_id(1) * k.u32(rows);
+    let col0 = k.workgroup_id(0) * k.u32(cols);
+    let z = k.workgroup_id(2);
+    let a_rows: Vec<Val> = (0..rows)
         .map(|i| z * sa + (row0 + k.u32(i)).min(m - one) * lda)
         .collect();
-    let b_rows: Vec<Val> = (0..LANE_COLS)
+    let b_rows: Vec<Val> = (0..cols)
         .map(|j| z * sb + (col0 + k.u32(j)).min(n - one) * ldb)
         .collect();
-    let accs: Vec<Var> = (0..LANE_ROWS * LANE_COLS)
+    let accs: Vec<Var> = (0..rows * cols)
         .map(|_| k.var("acc", Scalar::F32))
         .collect();
     // Multiplies in the chunk's element `p`; `inside` keeps the sums of a partial chunk's
@@ -388,7 +419,7 @@ pub fn lanes_kernel(spec: MatmulSpec) -> Kernel {
             .collect();
         for (i, &x) in av.iter().enumerate() {
             for (j, &y) in bv.iter().enumerate() {
-                let acc = accs[i * LANE_COLS as usize + j];
+                let acc = accs[i * cols as usize + j];
                 let sum = x.fma(y, acc.get());
                 acc.set(inside.map_or(sum, |inside| k.select(inside, sum, acc.get())));
             }
@@ -402,25 +433,30 @@ pub fn lanes_kernel(spec: MatmulSpec) -> Kernel {
         let p = whole * k.u32(LANES) + lid;
         step(p.min(kk - one), Some(p.lt(kk)));
     });
-    let outputs = LANE_ROWS * LANE_COLS;
+    let outputs = rows * cols;
     let sh = k.shared("partials", Scalar::F32, outputs * LANES);
     for (o, acc) in accs.iter().enumerate() {
         k.store_shared(sh, k.u32(o as u32 * LANES) + lid, acc.get());
     }
     k.barrier();
+    // Invocation `lid` adds up outputs `lid`, `lid + LANES`, …, unrolled here: a loop from
+    // `lid` has bounds that differ between invocations, which the C lowering runs under masks
+    // for every workgroup. Past the last output an invocation adds the last one again and
+    // stores nothing.
     let total = k.var("total", Scalar::F32);
-    k.for_range(lid, k.u32(outputs), LANES, |o| {
-        let first = o * k.u32(LANES);
+    for base in (0..outputs).step_by(LANES as usize) {
+        let o = k.u32(base) + lid;
+        let first = o.min(k.u32(outputs - 1)) * k.u32(LANES);
         total.set(k.load_shared(sh, first));
         k.for_range(one, k.u32(LANES), 1, |l| {
             total.set(total.get() + k.load_shared(sh, first + l))
         });
-        let row = row0 + o / k.u32(LANE_COLS);
-        let col = col0 + o % k.u32(LANE_COLS);
-        k.if_(row.lt(m) & col.lt(n), || {
+        let row = row0 + o / k.u32(cols);
+        let col = col0 + o % k.u32(cols);
+        k.if_(o.lt(k.u32(outputs)) & row.lt(m) & col.lt(n), || {
             k.store(c, z * sc + row * ldc + col, total.get())
         });
-    });
+    }
     k.finish()
 }
 
@@ -516,8 +552,8 @@ pub fn case(spec: MatmulSpec, s: MatmulShape, seed: u64) -> Result<Case, ShapeEr
     if s.stride_b == 0 && s.batch > 1 {
         name.push_str("/bcast");
     }
-    if spec.lanes {
-        name.push_str("/lanes");
+    if let Some(b) = spec.lanes {
+        name.push_str(&format!("/lanes{}x{}", b.rows, b.cols));
     } else if (spec.tile, spec.reg) != (16, 2) {
         name.push_str(&format!("/t{}r{}", spec.tile, spec.reg));
     }
@@ -576,11 +612,18 @@ pub fn cases() -> Vec<Case> {
         small_tiles,
         MatmulShape::packed(1, 70, 65, 129, false, false),
     ));
-    // The CPUs' walk: one element, edges of the 8 × 3 block and of K's chunks of 8, batches
-    // with their own and a shared B, a padded layout, f16 B, and SmolLM2-135M's projection.
+    // The CPUs' walk, with each block of `LaneBlock::for_registers`: one element, edges of
+    // the block and of K's chunks of 8, batches with their own and a shared B, a padded
+    // layout, f16 B, and SmolLM2-135M's projection.
+    let wide = LaneBlock::for_registers(32);
+    let narrow = LaneBlock::for_registers(16);
     let lanes = |a, b| MatmulSpec {
-        lanes: true,
+        lanes: Some(wide),
         ..MatmulSpec::new(a, b, true)
+    };
+    let narrow_lanes = MatmulSpec {
+        lanes: Some(narrow),
+        ..MatmulSpec::new(F32, F32, true)
     };
     let mut padded_t = MatmulShape::packed(2, 21, 13, 40, true, false);
     (padded_t.lda, padded_t.ldb, padded_t.ldc) = (43, 45, 15);
@@ -607,6 +650,12 @@ pub fn cases() -> Vec<Case> {
             lanes(F32, F16),
             MatmulShape::packed(1, 64, 576, 576, true, false),
         ),
+        (
+            narrow_lanes,
+            MatmulShape::packed(1, 70, 65, 129, true, false),
+        ),
+        (narrow_lanes, MatmulShape::packed(3, 19, 23, 32, true, true)),
+        (narrow_lanes, padded_t),
     ] {
         all.push((spec, shape));
     }

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use trine_gguf::quant::WeightType;
 use trine_ir::Scalar;
 use trine_ops::case::Case;
-use trine_ops::matmul::{self, MatmulShape, MatmulSpec};
+use trine_ops::matmul::{self, LaneBlock, MatmulShape, MatmulSpec};
 use trine_ops::matvec::{self, Reduce};
 
 fn agrees(case: &Case) -> Result<(), TestCaseError> {
@@ -52,12 +52,12 @@ proptest! {
         broadcast_b in any::<bool>(),
         (batch, m, n, k) in (1usize..4, 1usize..40, 1usize..40, 1usize..40),
         (tile, reg) in (prop::sample::select(vec![4u32, 8, 16]), 1u32..4),
-        lanes in any::<bool>(),
+        lanes in prop::option::of(prop::sample::select(vec![16u32, 32])),
         seed in any::<u64>(),
     ) {
         prop_assume!(batch * m * n >= 2, "one output: see the module's comment");
         // The CPUs' walk takes B transposed only.
-        let lanes = lanes && b_transposed;
+        let lanes = lanes.filter(|_| b_transposed).map(LaneBlock::for_registers);
         let spec = MatmulSpec { a, b, b_transposed, tile, reg, lanes };
         let shape = MatmulShape::packed(batch, m, n, k, b_transposed, broadcast_b);
         agrees(&matmul::case(spec, shape, seed).unwrap())?;

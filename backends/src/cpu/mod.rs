@@ -20,6 +20,7 @@ mod run;
 mod sysinfo;
 mod toolchain;
 
+pub use sysinfo::vector_registers;
 pub use toolchain::{compiler_from_env, ToolchainError, CC_ENV, FLAGS};
 
 use crate::backend::{Backend, Binding, BufferHandle, Dispatch, ProgramId};

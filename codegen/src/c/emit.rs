@@ -4,7 +4,9 @@
 use super::plan::{Node, Plan};
 use super::spelling::{axis_name, lane_axes, C};
 use super::storage::{Import, Place, Storage, VarClass};
-use crate::c_family::{binary, expr_name, literal, value_type, var_name, zero, Printer, Spelling};
+use crate::c_family::{
+    binary, buffer_name, expr_name, literal, value_type, var_name, zero, Printer, Spelling,
+};
 use trine_ir::{BinaryOp, ExprId, Info, Kernel, Scalar, Stmt, SubgroupOp, VarId};
 
 /// Name of the per-invocation array of expression `e`.
@@ -107,6 +109,13 @@ impl<'a> Emitter<'a> {
         for n in nodes {
             match n {
                 Node::Region(r) => self.region(*r, mask, depth),
+                // GCC's hint, which x86 compiles to `prefetcht0`; a hint inside a region is
+                // dropped (`Spelling::prefetch`), as it would keep GCC from vectorising it.
+                Node::Prefetch { buffer, index } => {
+                    let b = buffer_name(self.k, *buffer);
+                    let text = format!("__builtin_prefetch(&{b}[{}]);", self.uniform(*index));
+                    self.line(depth, &text);
+                }
                 Node::Subgroup { id, op, arg } => self.subgroup(*id, *op, *arg, mask, depth),
                 Node::If {
                     cond,

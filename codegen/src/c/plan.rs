@@ -14,10 +14,11 @@
 //! over a row's blocks, an attention's loop over positions). So does an `If` with a uniform
 //! condition: the code after it gets a region of its own, and a branch not taken costs
 //! nothing, where inside a region every invocation would test it and the region could not
-//! be vectorised.
+//! be vectorised. A `Prefetch` of a uniform element runs once per workgroup too: inside a
+//! region, GCC vectorises no loop that calls `__builtin_prefetch`.
 
 use super::uniform::Uniformity;
-use trine_ir::{Expr, ExprId, Kernel, Stmt, SubgroupOp, VarId};
+use trine_ir::{BufferId, Expr, ExprId, Kernel, Stmt, SubgroupOp, VarId};
 
 /// A run of statements without synchronisation, run for every active invocation in turn.
 pub(super) struct Region<'k> {
@@ -47,6 +48,8 @@ pub(super) enum Node {
         then: Vec<Node>,
         otherwise: Vec<Node>,
     },
+    /// A hint that element `index` (workgroup-uniform) of `buffer` is read soon.
+    Prefetch { buffer: BufferId, index: ExprId },
     /// A `Loop` with synchronisation inside; `uniform` as for `If`. A masked loop runs while
     /// any invocation is still iterating.
     Loop {
@@ -132,6 +135,10 @@ impl<'k> Planner<'k, '_> {
                         otherwise: self.block(otherwise, in_loop, !uniform),
                     });
                 }
+                Stmt::Prefetch { buffer, index } => nodes.push(Node::Prefetch {
+                    buffer: *buffer,
+                    index: *index,
+                }),
                 Stmt::Loop {
                     var,
                     start: from,
@@ -157,10 +164,11 @@ impl<'k> Planner<'k, '_> {
         nodes
     }
 
-    /// Whether `s` is a loop with workgroup-uniform bounds or an `If` with a uniform
-    /// condition, in unmasked control flow.
+    /// Whether `s` is a loop with workgroup-uniform bounds, an `If` with a uniform condition
+    /// or a prefetch of a uniform element, in unmasked control flow.
     fn hoisted(&self, s: &Stmt, masked: bool) -> bool {
         match s {
+            Stmt::Prefetch { index, .. } => !masked && self.u.expr(*index),
             Stmt::Loop { start, end, .. } => !masked && self.u.expr(*start) && self.u.expr(*end),
             Stmt::If { cond, .. } => !masked && self.u.expr(*cond),
             _ => false,

@@ -97,8 +97,8 @@ TRINE_FN trine_f16 trine_h_bits(uint16_t b) { trine_f16 h; memcpy(&h, &b, 2); re
 /// so the signed and the unsigned product each move one side by 128 and take the moved part
 /// back out; `trine_dot4u8i8`, the signed product where the lowering knows one side's bytes
 /// are below 128 (`Spelling::mixed_dot4`), is the instruction alone. Where the CPU has AVX2
-/// but not AVX512-VNNI, 8-lane versions widen the bytes to 16 bits and multiply-add them in
-/// pairs (`vpmaddwd`), about a quarter of the instructions GCC's own byte products take.
+/// but not AVX512-VNNI, 8-lane versions multiply-add 16-bit halves in pairs (`vpmaddwd`), and
+/// the unsigned-by-signed one is `vpmaddubsw` and `vpmaddwd`, two instructions.
 fn dot4(out: &mut String) {
     let bytes = |signs| dot4_bytes(signs, "a", "b");
     let bytes_i8 = bytes(ByteSigns::Signed);
@@ -142,26 +142,25 @@ TRINE_HIDDEN __m512i _ZGVeN16vv_trine_dot4u8i8(__m512i a, __m512i b) {{
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b);
 }}
 #elif defined(__AVX2__)
-{avx2}/* Eight words' byte products, each side's bytes widened to 16 bits: `vpmaddwd` sums them in
-   pairs exactly, `vphaddd` the pairs, which land as words 0 1 4 5 | 2 3 6 7 and are put back
-   in order. (`vpmaddubsw` would take the bytes as they are, but saturates at 16 bits.) */
-static inline __m256i trine_dot4_words(__m256i a_lo, __m256i a_hi, __m256i b_lo, __m256i b_hi) {{
-    const __m256i lo = _mm256_madd_epi16(a_lo, b_lo), hi = _mm256_madd_epi16(a_hi, b_hi);
-    return _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xD8);
-}}
-#define TRINE_I16(f, x, half) f(_mm256_extracti128_si256(x, half))
-/* GCC's names for the 8-lane AVX2 versions of two-argument functions. */
+{avx2}/* GCC's names for the 8-lane AVX2 versions of two-argument functions, each word's four byte
+   products in its own lane (nothing crosses lanes). `vpmaddwd` multiplies 16-bit halves and
+   adds each pair exactly, so the signed and the unsigned product widen the even and the odd
+   bytes of every 16-bit half in place (by shifts, or a mask) and add the two sums. The
+   unsigned-by-signed product is `vpmaddubsw` on the bytes as they are: it saturates a pair's
+   sum at 16 bits, which bytes below 128 on the unsigned side never reach (at most
+   2 · 127 · 128 = 32512 in magnitude), then `vpmaddwd` by ones adds the pairs. */
 TRINE_HIDDEN __m256i _ZGVdN8vv_trine_dot4i8(__m256i a, __m256i b) {{
-    return trine_dot4_words(TRINE_I16(_mm256_cvtepi8_epi16, a, 0), TRINE_I16(_mm256_cvtepi8_epi16, a, 1),
-                            TRINE_I16(_mm256_cvtepi8_epi16, b, 0), TRINE_I16(_mm256_cvtepi8_epi16, b, 1));
+    const __m256i a_even = _mm256_srai_epi16(_mm256_slli_epi16(a, 8), 8), a_odd = _mm256_srai_epi16(a, 8);
+    const __m256i b_even = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8), b_odd = _mm256_srai_epi16(b, 8);
+    return _mm256_add_epi32(_mm256_madd_epi16(a_even, b_even), _mm256_madd_epi16(a_odd, b_odd));
 }}
 TRINE_HIDDEN __m256i _ZGVdN8vv_trine_dot4u8(__m256i a, __m256i b) {{
-    return trine_dot4_words(TRINE_I16(_mm256_cvtepu8_epi16, a, 0), TRINE_I16(_mm256_cvtepu8_epi16, a, 1),
-                            TRINE_I16(_mm256_cvtepu8_epi16, b, 0), TRINE_I16(_mm256_cvtepu8_epi16, b, 1));
+    const __m256i low = _mm256_set1_epi16(0xff);
+    const __m256i even = _mm256_madd_epi16(_mm256_and_si256(a, low), _mm256_and_si256(b, low));
+    return _mm256_add_epi32(even, _mm256_madd_epi16(_mm256_srli_epi16(a, 8), _mm256_srli_epi16(b, 8)));
 }}
 TRINE_HIDDEN __m256i _ZGVdN8vv_trine_dot4u8i8(__m256i a, __m256i b) {{
-    return trine_dot4_words(TRINE_I16(_mm256_cvtepu8_epi16, a, 0), TRINE_I16(_mm256_cvtepu8_epi16, a, 1),
-                            TRINE_I16(_mm256_cvtepi8_epi16, b, 0), TRINE_I16(_mm256_cvtepi8_epi16, b, 1));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
 }}
 #else
 TRINE_FN int trine_dot4u8i8(uint32_t a, uint32_t b) {{ return {bytes_u8i8}; }}

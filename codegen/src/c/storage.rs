@@ -330,6 +330,7 @@ impl Collector<'_> {
         for n in nodes {
             match n {
                 Node::Region(_) => {}
+                Node::Prefetch { index, .. } => self.use_(*index, at),
                 Node::Subgroup { id, op, arg } => {
                     self.def[id.0 as usize] = at;
                     self.use_(*arg, at);

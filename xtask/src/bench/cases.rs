@@ -9,7 +9,7 @@ use trine_llama::kernels::{kv_type, matvec_spec, MatvecSize};
 use trine_ops::attention::{self, Attention};
 use trine_ops::case::Case;
 use trine_ops::elementwise::{self, Binary};
-use trine_ops::matmul::{self, MatmulShape, MatmulSpec};
+use trine_ops::matmul::{self, LaneBlock, MatmulShape, MatmulSpec};
 use trine_ops::matvec::{self, MatvecSpec, Reduce};
 use trine_ops::rms_norm::{self, RmsNorm};
 use trine_ops::rope::{self, Rope, RopeMode};
@@ -71,8 +71,10 @@ impl Item {
             Op::Matmul { b, m, n, k } => {
                 // f16 B keeps the tiles: GCC 12 does not vectorise f16 conversions, which the
                 // tiled kernel does once per staged element and the lanes walk once per use.
+                // The CPU backend compiles for this host, whose registers size the block.
+                let block = LaneBlock::for_registers(trine_backends::cpu::vector_registers());
                 let spec = MatmulSpec {
-                    lanes: v.cpu_walks && b.scalar() == Scalar::F32,
+                    lanes: (v.cpu_walks && b.scalar() == Scalar::F32).then_some(block),
                     ..MatmulSpec::new(Scalar::F32, b.scalar(), true)
                 };
                 let shape = MatmulShape::packed(1, m as usize, n as usize, k as usize, true, false);
