@@ -90,21 +90,6 @@ pub(crate) fn uses_dot4(k: &Kernel) -> bool {
     })
 }
 
-/// Whether the kernel has a [`Stmt::Prefetch`] anywhere.
-pub(crate) fn uses_prefetch(k: &Kernel) -> bool {
-    fn any(b: &[Stmt]) -> bool {
-        b.iter().any(|s| match s {
-            Stmt::Prefetch { .. } => true,
-            Stmt::If {
-                then, otherwise, ..
-            } => any(then) || any(otherwise),
-            Stmt::Loop { body, .. } => any(body),
-            _ => false,
-        })
-    }
-    any(&k.body)
-}
-
 /// Whether the kernel computes or stores f16 anywhere, so that a prelude defines its type.
 pub(crate) fn uses_f16(k: &Kernel, info: &Info) -> bool {
     info.types.contains(&Scalar::F16)

@@ -374,6 +374,30 @@ pub enum Expr {
     },
 }
 
+impl Expr {
+    /// The expressions this one reads, in order.
+    pub fn operands(&self) -> Vec<ExprId> {
+        match *self {
+            Expr::Literal(_) | Expr::Param(_) | Expr::Builtin(_) | Expr::Var(_) => vec![],
+            Expr::Load { index, .. } | Expr::LoadShared { index, .. } => vec![index],
+            Expr::Unary { arg, .. } | Expr::Cast { arg, .. } | Expr::Bitcast { arg, .. } => {
+                vec![arg]
+            }
+            Expr::Binary { lhs, rhs, .. } => vec![lhs, rhs],
+            Expr::Fma { a, b, c } => vec![a, b, c],
+            Expr::Select {
+                cond,
+                accept,
+                reject,
+            } => vec![cond, accept, reject],
+            Expr::Subgroup { op, arg } => match op {
+                SubgroupOp::ShuffleXor(m) => vec![arg, m],
+                _ => vec![arg],
+            },
+        }
+    }
+}
+
 /// A block of statements, run in order.
 pub type Block = Vec<Stmt>;
 
@@ -502,12 +526,16 @@ impl Kernel {
             .take_while(|s| self.only_prefetches(s))
             .count();
         // Without a prefetch among them there is nothing to run early.
-        let any = self.body[..n].iter().any(|s| self.prefetches(s));
-        if any {
+        if self.body[..n].iter().any(prefetches) {
             n
         } else {
             0
         }
+    }
+
+    /// Whether the kernel has a [`Stmt::Prefetch`] anywhere.
+    pub fn has_prefetch(&self) -> bool {
+        self.body.iter().any(prefetches)
     }
 
     fn only_prefetches(&self, s: &Stmt) -> bool {
@@ -536,37 +564,13 @@ impl Kernel {
         }
     }
 
-    fn prefetches(&self, s: &Stmt) -> bool {
-        match s {
-            Stmt::Prefetch { .. } => true,
-            Stmt::Loop { body, .. } => body.iter().any(|s| self.prefetches(s)),
-            Stmt::If {
-                then, otherwise, ..
-            } => then.iter().chain(otherwise).any(|s| self.prefetches(s)),
-            _ => false,
-        }
-    }
-
     /// Whether evaluating `e` reads a buffer, shared memory or another invocation's value.
     fn reads_memory(&self, e: ExprId) -> bool {
-        match self.expr(e) {
-            Expr::Load { .. } | Expr::LoadShared { .. } | Expr::Subgroup { .. } => true,
-            Expr::Literal(_) | Expr::Param(_) | Expr::Builtin(_) | Expr::Var(_) => false,
-            Expr::Unary { arg, .. } | Expr::Cast { arg, .. } | Expr::Bitcast { arg, .. } => {
-                self.reads_memory(*arg)
-            }
-            Expr::Binary { lhs, rhs, .. } => self.reads_memory(*lhs) || self.reads_memory(*rhs),
-            Expr::Fma { a, b, c } => {
-                self.reads_memory(*a) || self.reads_memory(*b) || self.reads_memory(*c)
-            }
-            Expr::Select {
-                cond,
-                accept,
-                reject,
-            } => {
-                self.reads_memory(*cond) || self.reads_memory(*accept) || self.reads_memory(*reject)
-            }
-        }
+        let expr = self.expr(e);
+        matches!(
+            expr,
+            Expr::Load { .. } | Expr::LoadShared { .. } | Expr::Subgroup { .. }
+        ) || expr.operands().into_iter().any(|o| self.reads_memory(o))
     }
 
     /// The sync buffer and workgroup count of the kernel's grid barriers, if it has any.
@@ -575,5 +579,17 @@ impl Kernel {
             Stmt::GridBarrier { sync, workgroups } => Some((sync, workgroups)),
             _ => None,
         })
+    }
+}
+
+/// Whether `s` is or holds a [`Stmt::Prefetch`].
+fn prefetches(s: &Stmt) -> bool {
+    match s {
+        Stmt::Prefetch { .. } => true,
+        Stmt::Loop { body, .. } => body.iter().any(prefetches),
+        Stmt::If {
+            then, otherwise, ..
+        } => then.iter().chain(otherwise).any(prefetches),
+        _ => false,
     }
 }

@@ -198,7 +198,7 @@ fn import(
     }
     // Not stored although used outside its region: recomputable, and so are its
     // operands, which are defined outside this region too (they come before `e`).
-    for o in operands(k.expr(e)) {
+    for o in k.expr(e).operands() {
         import(k, o, places, seen, out);
     }
     out.push(Import::Recompute(e));
@@ -222,29 +222,13 @@ fn recomputable(k: &Kernel, e: ExprId, memo: &mut Vec<Option<bool>>) -> bool {
         Expr::Fma { .. } | Expr::Select { .. } | Expr::Cast { .. } | Expr::Bitcast { .. } => true,
         Expr::Var(_) | Expr::Load { .. } | Expr::LoadShared { .. } | Expr::Subgroup { .. } => false,
     };
-    let r = own && operands(expr).into_iter().all(|o| recomputable(k, o, memo));
+    let r = own
+        && expr
+            .operands()
+            .into_iter()
+            .all(|o| recomputable(k, o, memo));
     memo[e.0 as usize] = Some(r);
     r
-}
-
-/// The operands of an expression.
-pub(super) fn operands(e: &Expr) -> Vec<ExprId> {
-    match *e {
-        Expr::Literal(_) | Expr::Param(_) | Expr::Builtin(_) | Expr::Var(_) => vec![],
-        Expr::Load { index, .. } | Expr::LoadShared { index, .. } => vec![index],
-        Expr::Unary { arg, .. } | Expr::Cast { arg, .. } | Expr::Bitcast { arg, .. } => vec![arg],
-        Expr::Binary { lhs, rhs, .. } => vec![lhs, rhs],
-        Expr::Fma { a, b, c } => vec![a, b, c],
-        Expr::Select {
-            cond,
-            accept,
-            reject,
-        } => vec![cond, accept, reject],
-        Expr::Subgroup { op, arg } => match op {
-            SubgroupOp::ShuffleXor(m) => vec![arg, m],
-            _ => vec![arg],
-        },
-    }
 }
 
 struct Collector<'k> {
@@ -276,7 +260,7 @@ impl Collector<'_> {
                     if let Expr::Var(v) = e {
                         self.var(*v, at, false);
                     }
-                    for o in operands(e) {
+                    for o in e.operands() {
                         self.use_(o, at);
                     }
                 }

@@ -57,7 +57,7 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         grid_sync: k.capabilities.grid_sync,
         prior_grid: dialect == Dialect::Cuda && !k.capabilities.grid_sync,
         dot4: c_family::uses_dot4(k),
-        prefetch: c_family::uses_prefetch(k),
+        prefetch: k.has_prefetch(),
         tiles,
     };
     let mut out = prelude::prelude(dialect, needs);
