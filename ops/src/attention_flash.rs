@@ -135,10 +135,10 @@ pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
         k: kc,
         v: vc,
         part,
+        tokens,
+        heads,
+        kv_heads,
     } = PartsIo::declare(&k, kv);
-    let tokens = k.param("tokens", Scalar::U32);
-    let heads = k.param("heads", Scalar::U32);
-    let kv_heads = k.param("kv_heads", Scalar::U32);
     let scale = k.param("scale", Scalar::F32);
 
     // Rows of queries and keys are padded by one element, so that the LANES invocations of a

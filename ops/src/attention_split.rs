@@ -31,7 +31,7 @@ use super::attention::{self, attend, for_owned, stage_query, Attended, Attention
 use super::shape::ShapeError;
 use super::support::{elements, expect_len, nonzero, seed, Float, Reduction};
 use crate::case::*;
-use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar};
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 const OP: &str = "attention_split";
 
@@ -122,12 +122,8 @@ fn check_head_dim(head_dim: u32) -> Result<(), ShapeError> {
 /// kv_heads, splits, scale. Grid [`SplitAttention::grid`]: `[splits, heads, tokens]`.
 pub fn split_kernel(head_dim: u32, kv: Float, how: Reduction) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
-    let reduction = match how {
-        Reduction::Shared => String::new(),
-        Reduction::Subgroup => "_subgroup".to_string(),
-    };
     let k = KernelBuilder::new(
-        &format!("attention_split{reduction}_d{head_dim}_{}kv", kv.name()),
+        &format!("attention_split_{}_d{head_dim}_{}kv", how.name(), kv.name()),
         [WG, 1, 1],
     );
     let PartsIo {
@@ -136,10 +132,10 @@ pub fn split_kernel(head_dim: u32, kv: Float, how: Reduction) -> Result<Kernel, 
         k: kc,
         v: vc,
         part,
+        tokens,
+        heads,
+        kv_heads,
     } = PartsIo::declare(&k, kv);
-    let tokens = k.param("tokens", Scalar::U32);
-    let heads = k.param("heads", Scalar::U32);
-    let kv_heads = k.param("kv_heads", Scalar::U32);
     let splits = k.param("splits", Scalar::U32);
     let scale = k.param("scale", Scalar::F32);
     let s = k.workgroup_id(0);
@@ -177,23 +173,30 @@ pub fn split_kernel(head_dim: u32, kv: Float, how: Reduction) -> Result<Kernel, 
 }
 
 /// The buffers of a kernel that writes split partials (this one, and
-/// [`super::attention_flash`]'s): the rotated queries, the step buffer, the caches, `part`.
-pub(super) struct PartsIo {
+/// [`super::attention_flash`]'s): the rotated queries, the step buffer, the caches, `part`;
+/// and its first parameters: tokens, heads, kv_heads.
+pub(super) struct PartsIo<'b> {
     pub q: BufferId,
     pub step: BufferId,
     pub k: BufferId,
     pub v: BufferId,
     pub part: BufferId,
+    pub tokens: Val<'b>,
+    pub heads: Val<'b>,
+    pub kv_heads: Val<'b>,
 }
 
-impl PartsIo {
-    pub(super) fn declare(k: &KernelBuilder, kv: Float) -> PartsIo {
+impl<'b> PartsIo<'b> {
+    pub(super) fn declare(k: &'b KernelBuilder, kv: Float) -> PartsIo<'b> {
         PartsIo {
             q: k.buffer("q", Scalar::F32, Access::Read),
             step: k.buffer("step", Scalar::U32, Access::Read),
             k: k.buffer("k", kv.scalar(), Access::Read),
             v: k.buffer("v", kv.scalar(), Access::Read),
             part: k.buffer("part", Scalar::F32, Access::Write),
+            tokens: k.param("tokens", Scalar::U32),
+            heads: k.param("heads", Scalar::U32),
+            kv_heads: k.param("kv_heads", Scalar::U32),
         }
     }
 }

@@ -59,7 +59,12 @@ pub fn f16_finite_bits_to_f32<'b>(k: &'b KernelBuilder, h: Val<'b>) -> Val<'b> {
 
 /// The little-endian u16 at byte `at` of a `U8` buffer, as `U32`.
 pub fn load_u16<'b>(k: &'b KernelBuilder, buf: BufferId, at: Val<'b>) -> Val<'b> {
-    k.load(buf, at) | (k.load(buf, at + k.u32(1)) << k.u32(8))
+    u16_of(k, k.load(buf, at), k.load(buf, at + k.u32(1)))
+}
+
+/// The little-endian 16-bit value of two bytes as loaded (`U32`).
+pub(crate) fn u16_of<'b>(k: &'b KernelBuilder, lo: Val<'b>, hi: Val<'b>) -> Val<'b> {
+    lo | (hi << k.u32(8))
 }
 
 /// The scales of one quantized block.
@@ -126,9 +131,14 @@ pub(crate) fn codes_offset(ty: WeightType) -> u32 {
 
 /// Code of byte `i` (0..32) of a Q8_0 block at byte `base`: the signed byte, as `F32`.
 pub fn q8_code<'b>(k: &'b KernelBuilder, buf: BufferId, base: Val<'b>, i: Val<'b>) -> Val<'b> {
-    let byte = k.load(buf, base + k.u32(2) + i).cast(Scalar::I32);
+    q8_value(k, k.load(buf, base + k.u32(2) + i))
+}
+
+/// A Q8_0 code from its byte as loaded (`U32`, 0..=255): the signed byte, as `F32`.
+pub(crate) fn q8_value<'b>(k: &'b KernelBuilder, byte: Val<'b>) -> Val<'b> {
     // Sign-extend the byte: flipping the sign bit and subtracting its weight maps 0..=255 to
     // the two's-complement value.
+    let byte = byte.cast(Scalar::I32);
     ((byte ^ k.i32(0x80)) - k.i32(0x80)).cast(Scalar::F32)
 }
 
@@ -141,7 +151,16 @@ pub fn q4_codes<'b>(
     base: Val<'b>,
     i: Val<'b>,
 ) -> (Val<'b>, Val<'b>) {
-    let byte = k.load(buf, base + k.u32(codes_offset(ty)) + i);
+    q4_nibbles(k, ty, k.load(buf, base + k.u32(codes_offset(ty)) + i))
+}
+
+/// The two Q4 codes of a byte as loaded (`U32`): low nibble, high nibble, as `F32`, Q4_0's
+/// centred (−8).
+pub(crate) fn q4_nibbles<'b>(
+    k: &'b KernelBuilder,
+    ty: WeightType,
+    byte: Val<'b>,
+) -> (Val<'b>, Val<'b>) {
     let lo = (byte & k.u32(15)).cast(Scalar::F32);
     let hi = (byte >> k.u32(4)).cast(Scalar::F32);
     if ty == WeightType::Q4_0 {

@@ -10,7 +10,7 @@
 //! Every value is the one the kernel staged before, computed the same way, so results do not
 //! change.
 
-use super::dequant::{self, codes_offset, f16_bits_to_f32};
+use super::dequant::{self, codes_offset, f16_bits_to_f32, q4_nibbles, q8_value, u16_of};
 use super::support::Float;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val, Var};
@@ -150,7 +150,7 @@ impl<'b> Fetch<'b> {
                         let (n, half) = (e / k.u32(2), e % k.u32(2));
                         let inside = (block.r0 + n).lt(block.rows);
                         let f16_at = |i: usize| {
-                            f16_bits_to_f32(k, scales[i].get() | (scales[i + 1].get() << k.u32(8)))
+                            f16_bits_to_f32(k, u16_of(k, scales[i].get(), scales[i + 1].get()))
                         };
                         let s = dequant::Scales {
                             d: f16_at(0),
@@ -190,23 +190,14 @@ impl<'b> Fetch<'b> {
     }
 }
 
-/// The code, as `F32`, of element `i` of `half` from its byte: Q8_0's signed byte, a Q4 byte's
-/// low nibble (half 0) or high nibble (half 1), Q4_0's centred (−8), as [`dequant`] decodes them.
+/// The code, as `F32`, of element `i` of `half` from its byte: Q8_0's signed byte, a Q4
+/// byte's low nibble (half 0) or high nibble (half 1), as [`dequant`] decodes them.
 fn code_of<'b>(k: &'b KernelBuilder, ty: WeightType, byte: Val<'b>, half: Val<'b>) -> Val<'b> {
     match ty {
-        WeightType::Q8_0 => {
-            let b = byte.cast(Scalar::I32);
-            ((b ^ k.i32(0x80)) - k.i32(0x80)).cast(Scalar::F32)
-        }
+        WeightType::Q8_0 => q8_value(k, byte),
         _ => {
-            let lo = (byte & k.u32(15)).cast(Scalar::F32);
-            let hi = (byte >> k.u32(4)).cast(Scalar::F32);
-            let code = k.select(half.eq(k.u32(0)), lo, hi);
-            if ty == WeightType::Q4_0 {
-                code - k.f32(8.0)
-            } else {
-                code
-            }
+            let (lo, hi) = q4_nibbles(k, ty, byte);
+            k.select(half.eq(k.u32(0)), lo, hi)
         }
     }
 }
