@@ -94,11 +94,13 @@ pub struct MatvecSpec {
     /// conversion, instead of assembling them from bytes with integer operations. Needs 16-bit
     /// storage; where scales are decoded per segment this is most of a CPU's work per weight.
     pub f16_scales: bool,
-    /// Q4_1 with `f16_scales` only: read a segment's codes as whole 32-bit words (the buffer
-    /// `w` is declared `U32`), one load per 8 codes instead of one per 2, the nibbles taken out
-    /// with shifts. A Q4_1 block is 20 bytes with its codes at byte 4, so every word is
-    /// aligned; Q8_0 (34) and Q4_0 (18) blocks are not, and keep byte loads. The scales come
-    /// from the f16 view, so nothing reads `w` as bytes.
+    /// Q4_1 and Q8_0 with `f16_scales` only: read a segment's codes as whole 32-bit words (the
+    /// buffer `w` is declared `U32`), the codes taken out with shifts. A Q4_1 block is 20 bytes
+    /// with its codes at byte 4, so every word is aligned: one load per 8 codes instead of one
+    /// per 2. A Q8_0 block is 34 bytes with its codes at byte 2, so every other block's codes
+    /// start in the middle of a word: each word of codes is put together from two neighbours,
+    /// `segment / 4 + 1` loads per `segment` codes instead of one per code. Q4_0 (18 bytes)
+    /// keeps byte loads. The scales come from the f16 view, so nothing reads `w` as bytes.
     pub word_codes: bool,
     /// The workgroup walks a row's blocks together (for float weights, its columns in chunks
     /// of `workgroup`) in one loop with the same bounds for every invocation, invocation `l`
@@ -147,7 +149,10 @@ impl MatvecSpec {
 
     /// Whether the kernel reads the codes as words ([`MatvecSpec::word_codes`]).
     fn reads_words(&self) -> bool {
-        self.word_codes && !self.blocked && self.f16_scales && self.weights == WeightType::Q4_1
+        self.word_codes
+            && !self.blocked
+            && self.f16_scales
+            && matches!(self.weights, WeightType::Q4_1 | WeightType::Q8_0)
     }
 
     /// How case names show the shape: `r2w128s8h` (rows, invocations, segment, `h` for f16
@@ -735,6 +740,7 @@ fn dot_quantized<'b>(
                 let blk = *base + block * block_bytes;
                 let scales = dequant::load_scales(k, ty, (w, w16), blk);
                 let codes: Vec<Val> = match ty {
+                    WeightType::Q8_0 if words => q8_0_word_codes(k, w, blk, part, segment),
                     _ if words => q4_1_word_codes(k, w, blk, part, segment),
                     WeightType::Q8_0 => offsets
                         .iter()
@@ -989,6 +995,40 @@ fn q4_1_word_codes<'b>(
     nibbles(0).chain(nibbles(4)).collect()
 }
 
+/// The codes of segment `part` of the Q8_0 block at byte `blk`, from a `U32` view, in order,
+/// as [`dequant::q8_code`] gives them byte by byte. The codes start at an even byte: at a word
+/// (`shift` 0) or in its middle (`shift` 16), where each word of codes is the high half of one
+/// word and the low half of the next. The word after the segment's last is loaded only where
+/// the codes reach into it; an aligned segment loads its last word again instead, which keeps
+/// the last block of the buffer from reading past its end.
+fn q8_0_word_codes<'b>(
+    k: &'b KernelBuilder,
+    w: trine_ir::BufferId,
+    blk: Val<'b>,
+    part: Val<'b>,
+    segment: u32,
+) -> Vec<Val<'b>> {
+    let n = segment / 4;
+    let at = blk + k.u32(dequant::codes_offset(WeightType::Q8_0)) + part * k.u32(segment);
+    let first = at / k.u32(4);
+    let shift = (at & k.u32(2)) * k.u32(8);
+    let mut loaded: Vec<Val> = (0..n).map(|j| k.load(w, first + k.u32(j))).collect();
+    loaded.push(k.load(w, first + k.u32(n - 1) + (shift >> k.u32(4))));
+    let words: Vec<Val> = loaded
+        .windows(2)
+        .map(|p| (p[0] >> shift) | ((p[1] << k.u32(16)) << (k.u32(16) - shift)))
+        .collect();
+    words
+        .into_iter()
+        .flat_map(|word| {
+            // Each byte moved to the top and shifted back arithmetically: its signed value.
+            (0..4).map(move |b| {
+                ((word << k.u32(24 - 8 * b)).bitcast(Scalar::I32) >> k.u32(24)).cast(Scalar::F32)
+            })
+        })
+        .collect()
+}
+
 /// Row sums through subgroup sums: each subgroup's lane 0 leaves one partial per row in
 /// shared memory; each invocation below `outputs` adds the partials of the rows `reads` names
 /// for it, and gets their sums.
@@ -1237,6 +1277,27 @@ pub fn cases() -> Vec<Case> {
             );
         }
     }
+    // Codes read as words, in the GPUs' shapes: Q4_1's aligned words, Q8_0's put together
+    // from two (96 columns: every other row starts mid-word; 13 rows end mid-word).
+    for (ty, rows, cols, tokens, (rpw, workgroup, segment)) in [
+        (WeightType::Q4_1, 192, 576, 1, (2, 128, 8)),
+        (WeightType::Q8_0, 13, 96, 1, (4, 32, 8)),
+        (WeightType::Q8_0, 13, 96, 2, (2, 128, 16)),
+        (WeightType::Q8_0, 49, 576, 1, (8, 128, 32)),
+    ] {
+        let spec = MatvecSpec {
+            rows_per_workgroup: rpw,
+            workgroup,
+            segment,
+            f16_scales: true,
+            word_codes: true,
+            ..MatvecSpec::new(ty, Reduce::Subgroup)
+        };
+        v.push(
+            spec_case(spec, rows, cols, tokens, 3300 + rows as u64)
+                .expect("the listed shapes are valid"),
+        );
+    }
     // The CPUs' blocked walk: 16 invocations for Q4 (8 too), 32 for Q8_0, 8 for floats (whose
     // last chunk of columns is partly past the end, or whole); scales through the f16 view or
     // from bytes.
@@ -1372,47 +1433,60 @@ mod tests {
     }
 
     /// Codes read as words give the bits of codes read byte by byte, for every segment length
-    /// (one, two and four words), fused or not; and a word view is only declared where it is
-    /// aligned (Q4_1 with f16 scales).
+    /// (one, two and four words), fused or not, Q8_0's at both alignments (96 columns make
+    /// 102-byte rows, so every other row starts in the middle of a word) and up to the
+    /// buffer's last byte (9 rows of 102 bytes end mid-word); and a word view is only declared
+    /// where the scales have their f16 view (Q4_1 and Q8_0).
     #[test]
     fn word_codes_equal_byte_codes() {
-        for (segment, prologue, epilogue) in [
-            (8, Prologue::RmsNorm, Epilogue::Swiglu),
-            (16, Prologue::None, Epilogue::Add),
-            (32, Prologue::None, Epilogue::None),
+        for (ty, cols, rows) in [
+            (WeightType::Q4_1, 128, 10),
+            (WeightType::Q8_0, 128, 10),
+            (WeightType::Q8_0, 96, 9),
         ] {
-            let bytes = MatvecSpec {
-                rows_per_workgroup: 2,
-                workgroup: 32,
-                segment,
-                f16_scales: true,
-                prologue,
-                epilogue,
-                ..MatvecSpec::new(WeightType::Q4_1, Reduce::Subgroup)
-            };
-            let words = MatvecSpec {
-                word_codes: true,
-                ..bytes
-            };
-            assert_eq!(words.weights_elem(), Scalar::U32);
-            let run = |spec| {
-                let case = spec_case(spec, 10, 128, 2, 7).unwrap();
-                let at = case.buffers.iter().position(|b| b.name == "y").unwrap();
-                case.interpret().unwrap().swap_remove(at)
-            };
-            assert_eq!(run(words), run(bytes), "segment {segment}");
+            for (segment, prologue, epilogue) in [
+                (8, Prologue::RmsNorm, Epilogue::Swiglu),
+                (16, Prologue::None, Epilogue::Add),
+                (32, Prologue::None, Epilogue::None),
+            ] {
+                let rows = if epilogue == Epilogue::Swiglu {
+                    10
+                } else {
+                    rows
+                };
+                let bytes = MatvecSpec {
+                    rows_per_workgroup: 2,
+                    workgroup: 32,
+                    segment,
+                    f16_scales: true,
+                    prologue,
+                    epilogue,
+                    ..MatvecSpec::new(ty, Reduce::Subgroup)
+                };
+                let words = MatvecSpec {
+                    word_codes: true,
+                    ..bytes
+                };
+                assert_eq!(words.weights_elem(), Scalar::U32);
+                let run = |spec| {
+                    let case = spec_case(spec, rows, cols, 2, 7).unwrap();
+                    let at = case.buffers.iter().position(|b| b.name == "y").unwrap();
+                    case.interpret().unwrap().swap_remove(at)
+                };
+                assert_eq!(run(words), run(bytes), "{ty} {cols} segment {segment}");
+            }
         }
-        for spec in [
-            MatvecSpec::new(WeightType::Q4_1, Reduce::Subgroup),
-            MatvecSpec::new(WeightType::Q4_0, Reduce::Subgroup),
-            MatvecSpec::new(WeightType::Q8_0, Reduce::Subgroup),
+        for (ty, f16_scales) in [
+            (WeightType::Q4_1, false),
+            (WeightType::Q8_0, false),
+            (WeightType::Q4_0, true),
         ] {
             let spec = MatvecSpec {
                 word_codes: true,
-                f16_scales: spec.weights != WeightType::Q4_1,
-                ..spec
+                f16_scales,
+                ..MatvecSpec::new(ty, Reduce::Subgroup)
             };
-            assert_eq!(spec.weights_elem(), Scalar::U8, "{:?}", spec.weights);
+            assert_eq!(spec.weights_elem(), Scalar::U8, "{ty}");
         }
     }
 
