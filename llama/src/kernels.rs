@@ -7,6 +7,7 @@ use trine_backends::{DeviceInfo, DeviceType};
 use trine_gguf::quant::WeightType;
 use trine_ir::Kernel;
 use trine_ops::elementwise::{copy_kernel, swiglu_pairs_kernel};
+use trine_ops::key_layout::KeyLayout;
 use trine_ops::matvec::{
     Epilogue as MatvecEpilogue, MatvecSpec, Prologue as MatvecPrologue, Reduce,
 };
@@ -114,10 +115,23 @@ pub fn kv_type(info: &DeviceInfo) -> Float {
     }
 }
 
-/// What every kernel of one executor shares: the KV cache type and the head dimension.
+/// The K cache layout of an executor whose primary device is described by `info`: columns on
+/// CPUs, whose attention then loads consecutive keys as vectors instead of gathering them
+/// ([`trine_ops::key_layout`]); rows on GPUs, whose kernels read a key's elements together.
+pub fn key_layout(info: &DeviceInfo) -> KeyLayout {
+    if info.device_type == DeviceType::Cpu {
+        KeyLayout::Columns
+    } else {
+        KeyLayout::Rows
+    }
+}
+
+/// What every kernel of one executor shares: the KV cache type, the K cache's layout and the
+/// head dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {
     pub kv: Float,
+    pub keys: KeyLayout,
     pub head_dim: u32,
 }
 
@@ -149,6 +163,7 @@ impl KernelKey {
                     Epilogue::RopeStore { .. } => MatvecEpilogue::RopeStore(RopeShape {
                         head_dim: s.head_dim,
                         kv: s.kv,
+                        keys: s.keys,
                     }),
                 };
                 let size = MatvecSize::of(t.rows, t.cols, tokens);
@@ -216,15 +231,20 @@ impl KernelKey {
             }
             KernelKey::AttnSplit => reductions
                 .iter()
-                .map(|&how| attention_split::split_kernel(s.head_dim, s.kv, how))
+                .map(|&how| attention_split::split_kernel(s.head_dim, s.kv, how, s.keys))
                 .collect::<Result<_, _>>()?,
-            KernelKey::AttnFlash => vec![attention_flash::kernel(s.head_dim, s.kv)?],
+            KernelKey::AttnFlash => vec![attention_flash::kernel(s.head_dim, s.kv, s.keys)?],
             KernelKey::RmsNorm => reductions.iter().map(|&r| rms_norm::kernel(r)).collect(),
             KernelKey::Combine(splits) => {
                 vec![attention_split::combine_kernel(s.head_dim, splits)?]
             }
             KernelKey::SwigluPairs => vec![swiglu_pairs_kernel()],
-            KernelKey::RopeStore => vec![rope_store::kernel(s.head_dim, RopeMode::Normal, s.kv)?],
+            KernelKey::RopeStore => vec![rope_store::kernel(
+                s.head_dim,
+                RopeMode::Normal,
+                s.kv,
+                s.keys,
+            )?],
             KernelKey::Quantize => vec![matvec_q8::quantize_kernel()],
             KernelKey::MatvecQ8(ty, add, per) => vec![matvec_q8_rows::kernel(ty, add, per)?],
             KernelKey::MatmulTiles(weights, add, small) => {

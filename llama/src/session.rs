@@ -136,10 +136,10 @@ impl Session {
                 self.pos += s.tokens;
                 continue;
             };
-            if ch.kv_type() != self.engine.kv_type() {
+            if ch.cache_form() != self.engine.cache_form() {
                 return Err(ModelError::CheckerKv {
-                    main: self.engine.kv_type().name(),
-                    checker: ch.kv_type().name(),
+                    main: self.engine.cache_form(),
+                    checker: ch.cache_form(),
                 });
             }
             ch.check_step(s)?;

@@ -605,9 +605,9 @@ fn backends_agree_node_by_node() {
     println!("checked against the cpu: {compared:?}");
 }
 
-/// A checker takes the checked engine's KV cache type (f16 on a GPU, where a CPU keeps f32):
-/// one made with `Engine::checker` agrees node by node, one that keeps its own type is refused
-/// with the two types, before any node runs.
+/// A checker takes the checked engine's KV cache type and K layout (f16 in rows on a GPU,
+/// where a CPU keeps f32 with the keys in columns): one made with `Engine::checker` agrees node
+/// by node, one that keeps its own is refused with the two forms, before any node runs.
 #[test]
 fn a_checker_keeps_the_checked_engines_cache_type() {
     let model = tiny();
@@ -617,12 +617,15 @@ fn a_checker_keeps_the_checked_engines_cache_type() {
     assert_eq!(own.kv_type(), Float::F32);
     let mut session = Session::new(main, Some(own));
     match session.feed(&[17, 90]) {
-        Err(ModelError::CheckerKv { main, checker }) => assert_eq!((main, checker), ("f16", "f32")),
+        Err(ModelError::CheckerKv { main, checker }) => {
+            assert_eq!((main, checker), ("f16", "f32 with the keys in columns"))
+        }
         other => panic!("a checker with its own cache type ran: {other:?}"),
     }
     let main = Engine::new(model, Faulty::gpu(), SIZES).unwrap();
     let checker = main.checker(cpu()).unwrap();
     assert_eq!(checker.kv_type(), Float::F16);
+    assert_eq!(checker.cache_form(), "f16");
     let mut session = Session::new(main, Some(checker));
     run(&mut session);
     for c in &session.checks {

@@ -21,6 +21,7 @@
 //! Bound: [`NMSE`], 100 times the worst NMSE measured (see there), not ggml's 5e-4, which
 //! would pass an output that is 2% off everywhere.
 
+use super::key_layout::{KeyIndex, KeyLayout};
 use super::shape::ShapeError;
 use super::support::{
     elements, expect_len, load_f32, nonzero, seed, Combine, Float, Reducer, Reduction,
@@ -151,6 +152,7 @@ pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
         kv_heads,
         heads,
         scale,
+        index: KeyIndex::declare(&k, KeyLayout::Rows, kv_heads, head_dim),
     };
     let q_sh = stage_query(&k, head_dim, q, (t * heads + h) * k.u32(head_dim));
     k.barrier();
@@ -178,6 +180,8 @@ pub(super) struct Keys<'b> {
     pub kv_heads: Val<'b>,
     pub heads: Val<'b>,
     pub scale: Val<'b>,
+    /// Where a key's elements are in `k`.
+    pub index: KeyIndex<'b>,
 }
 
 /// The online softmax of one query row against keys `range` (uniform over the workgroup),
@@ -238,12 +242,20 @@ pub(super) fn attend<'b>(
         let j = first + lid;
         let visible = j.lt(end);
         // Invocations past the last key take the last key's dot product instead of
-        // branching, and a score of −inf: the loop over the dimensions then has the same
+        // branching (in columns, the key after it: a row holds a block of keys past the
+        // context), and a score of −inf: the loop over the dimensions then has the same
         // bounds for every invocation (the CPU lowering vectorises it across keys).
-        let row = j.min(end - k.u32(1)) * kv_stride + kv_head;
+        let row = match keys.index.layout() {
+            KeyLayout::Rows => Some(j.min(end - k.u32(1)) * kv_stride + kv_head),
+            KeyLayout::Columns => None,
+        };
+        let key_at = |i| match row {
+            Some(row) => row + i,
+            None => keys.index.at(k, kv_head + i, j),
+        };
         dot.set(k.f32(0.0));
         k.for_range(k.u32(0), d, 1, |i| {
-            let kv_val = load_f32(k, keys.kv, keys.k, row + i);
+            let kv_val = load_f32(k, keys.kv, keys.k, key_at(i));
             dot.set(k.load_shared(q_sh, i).fma(kv_val, dot.get()));
         });
         score.set(k.select(visible, dot.get() * keys.scale, k.f32(f32::NEG_INFINITY)));

@@ -27,6 +27,7 @@
 
 use super::attention;
 use super::attention_split::{reference_split, PartsIo, SplitAttention};
+use super::key_layout::{KeyIndex, KeyLayout};
 use super::shape::ShapeError;
 use super::support::{elements, load_f32, nonzero, seed, Float};
 use crate::case::*;
@@ -121,12 +122,17 @@ pub fn supports(head_dim: u32) -> bool {
 /// The kernel for one head dimension (a compile-time constant) and KV cache storage type.
 /// Buffers: `q` f32, `step` u32, `k` and `v` of `kv`, `part` f32. Params: tokens, heads,
 /// kv_heads, scale. Grid [`FlashAttention::grid`].
-pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
+/// With [`KeyLayout::Columns`] the K cache is in columns and the parameter `k_stride` follows.
+pub fn kernel(head_dim: u32, kv: Float, keys: KeyLayout) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
     let bk = FlashAttention::keys_per_block(head_dim);
     let wg = QUERIES * LANES;
     let k = KernelBuilder::new(
-        &format!("attention_flash_d{head_dim}_{}kv", kv.name()),
+        &format!(
+            "attention_flash_d{head_dim}_{}kv{}",
+            kv.name(),
+            keys.suffix()
+        ),
         [wg, 1, 1],
     );
     let PartsIo {
@@ -140,6 +146,7 @@ pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
         kv_heads,
     } = PartsIo::declare(&k, kv);
     let scale = k.param("scale", Scalar::F32);
+    let index = KeyIndex::declare(&k, keys, kv_heads, head_dim);
 
     // Rows of queries and keys are padded by one element, so that the LANES invocations of a
     // row, and the rows of a subgroup, read different shared-memory banks.
@@ -190,8 +197,12 @@ pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
             let key = kb + j;
             let seen = key.lt(end);
             let at = key.min(end - one) * kv_stride + kv_head + i;
+            let k_at = match keys {
+                KeyLayout::Rows => at,
+                KeyLayout::Columns => index.at(&k, kv_head + i, key.min(end - one)),
+            };
             let zero = k.f32(0.0);
-            let kv_k = k.select(seen, load_f32(&k, kv, kc, at), zero);
+            let kv_k = k.select(seen, load_f32(&k, kv, kc, k_at), zero);
             let kv_v = k.select(seen, load_f32(&k, kv, vc, at), zero);
             k.store_shared(k_sh, j * k.u32(row) + i, kv_k);
             k.store_shared(v_sh, j * k.u32(d) + i, kv_v);
@@ -292,15 +303,25 @@ const PAST_END: u32 = 3;
 
 /// A conformance case for `shape` at position `pos` with the caches stored as `kv`: `part`
 /// against [`reference_split`] with one split.
-pub fn case(shape: FlashAttention, pos: u32, kv: Float) -> Result<Case, ShapeError> {
+/// The K cache is in `keys`' layout.
+pub fn case(
+    shape: FlashAttention,
+    pos: u32,
+    kv: Float,
+    keys: KeyLayout,
+) -> Result<Case, ShapeError> {
     let n = shape.check()?;
     let dtype = match kv {
         Float::F32 => "f32",
         Float::F16 => "f32+f16kv",
     };
     let name = format!(
-        "{OP}/{dtype}/{}x{}x{}x{}+pos{pos}",
-        shape.tokens, shape.heads, shape.kv_heads, shape.head_dim
+        "{OP}/{dtype}/{}x{}x{}x{}+pos{pos}{}",
+        shape.tokens,
+        shape.heads,
+        shape.kv_heads,
+        shape.head_dim,
+        keys.suffix()
     );
     let mut r = Rng::new(seed(&name));
     let kv_len = pos + shape.tokens + PAST_END;
@@ -322,14 +343,19 @@ pub fn case(shape: FlashAttention, pos: u32, kv: Float) -> Result<Case, ShapeErr
     let want = reference_split(&shape.split(), kv_len, pos, &q, &kc, &vc)?;
     // NaN where the kernel must write: an element it skips fails the NaN pattern check.
     let part0 = vec![f32::NAN; n as usize];
-    Ok(Case::new(name, kernel(shape.head_dim, kv)?, shape.grid())
-        .input("q", Scalar::F32, f32_bytes(&q))
-        .input("step", Scalar::U32, u32_bytes(&[pos]))
-        .input("k", kv.scalar(), kv.bytes(&kc))
-        .input("v", kv.scalar(), kv.bytes(&vc))
-        .output("part", Scalar::F32, f32_bytes(&part0), want)
-        .params(shape.params())
-        .bound(attention::NMSE))
+    let k_cache = keys.arrange(&kc, (kv_len, shape.kv_heads, shape.head_dim), f32::NAN);
+    let mut params = shape.params();
+    params.extend(keys.params(kv_len));
+    Ok(
+        Case::new(name, kernel(shape.head_dim, kv, keys)?, shape.grid())
+            .input("q", Scalar::F32, f32_bytes(&q))
+            .input("step", Scalar::U32, u32_bytes(&[pos]))
+            .input("k", kv.scalar(), kv.bytes(&k_cache))
+            .input("v", kv.scalar(), kv.bytes(&vc))
+            .output("part", Scalar::F32, f32_bytes(&part0), want)
+            .params(params)
+            .bound(attention::NMSE),
+    )
 }
 
 pub fn cases() -> Vec<Case> {
@@ -369,9 +395,16 @@ pub fn cases() -> Vec<Case> {
             F16,
         ),
     ];
+    // Two of them with the K cache in columns, as an executor led by a CPU keeps it.
+    let columns = [(smol(40), 0, F32), (smol(33), 70, F16)];
     shapes
         .into_iter()
-        .map(|(shape, pos, kv)| case(shape, pos, kv))
+        .map(|(shape, pos, kv)| case(shape, pos, kv, KeyLayout::Rows))
+        .chain(
+            columns
+                .into_iter()
+                .map(|(shape, pos, kv)| case(shape, pos, kv, KeyLayout::Columns)),
+        )
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
 }
@@ -384,7 +417,7 @@ mod tests {
     #[test]
     fn blocks_fit_32_kib() {
         for head_dim in [1, 17, 64, 65, 128] {
-            let k = kernel(head_dim, Float::F32).unwrap();
+            let k = kernel(head_dim, Float::F32, KeyLayout::Rows).unwrap();
             assert!(
                 k.shared_bytes() <= 32 * 1024,
                 "d{head_dim}: {}",
@@ -396,11 +429,11 @@ mod tests {
     #[test]
     fn bad_shapes_are_typed_errors() {
         assert!(matches!(
-            kernel(MAX_FLASH_HEAD_DIM + 1, Float::F32),
+            kernel(MAX_FLASH_HEAD_DIM + 1, Float::F32, KeyLayout::Rows),
             Err(ShapeError::TooLarge { .. })
         ));
         assert!(matches!(
-            kernel(0, Float::F16),
+            kernel(0, Float::F16, KeyLayout::Rows),
             Err(ShapeError::Zero { .. })
         ));
         let s = FlashAttention {

@@ -28,6 +28,7 @@
 //! Bound: [`super::attention`]'s, [`attention::NMSE`], measured over these kernels too.
 
 use super::attention::{self, attend, for_owned, stage_query, Attended, Attention, Keys, WG};
+use super::key_layout::{KeyIndex, KeyLayout};
 use super::shape::ShapeError;
 use super::support::{elements, expect_len, nonzero, seed, Float, Reduction};
 use crate::case::*;
@@ -120,10 +121,20 @@ fn check_head_dim(head_dim: u32) -> Result<(), ShapeError> {
 /// type and reduction of each block's scores (`how`; the shared tree runs everywhere).
 /// Buffers: `q` f32, `step` u32, `k` and `v` of `kv`, `part` f32. Params: tokens, heads,
 /// kv_heads, splits, scale. Grid [`SplitAttention::grid`]: `[splits, heads, tokens]`.
-pub fn split_kernel(head_dim: u32, kv: Float, how: Reduction) -> Result<Kernel, ShapeError> {
+pub fn split_kernel(
+    head_dim: u32,
+    kv: Float,
+    how: Reduction,
+    keys: KeyLayout,
+) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
     let k = KernelBuilder::new(
-        &format!("attention_split_{}_d{head_dim}_{}kv", how.name(), kv.name()),
+        &format!(
+            "attention_split_{}_d{head_dim}_{}kv{}",
+            how.name(),
+            kv.name(),
+            keys.suffix()
+        ),
         [WG, 1, 1],
     );
     let PartsIo {
@@ -138,6 +149,7 @@ pub fn split_kernel(head_dim: u32, kv: Float, how: Reduction) -> Result<Kernel, 
     } = PartsIo::declare(&k, kv);
     let splits = k.param("splits", Scalar::U32);
     let scale = k.param("scale", Scalar::F32);
+    let index = KeyIndex::declare(&k, keys, kv_heads, head_dim);
     let s = k.workgroup_id(0);
     let h = k.workgroup_id(1);
     let t = k.workgroup_id(2);
@@ -157,6 +169,7 @@ pub fn split_kernel(head_dim: u32, kv: Float, how: Reduction) -> Result<Kernel, 
         kv_heads,
         heads,
         scale,
+        index,
     };
     let Attended { m, l, acc } = attend(&k, (head_dim, how), q_sh, h, keys, (start, end));
     let lid = k.local_index();
@@ -399,27 +412,37 @@ fn inputs(shape: &SplitAttention, pos: u32, kv: Float) -> Result<Inputs, ShapeEr
 
 /// A conformance case of [`split_kernel`] for `shape` at position `pos` with the caches stored
 /// as `kv`: `part` against [`reference_split`].
+/// The K cache is in `keys`' layout (in columns, with NaN past the cache's positions too).
 pub fn split_case(
     shape: SplitAttention,
     pos: u32,
     kv: Float,
-    how: Reduction,
+    (how, keys): (Reduction, KeyLayout),
 ) -> Result<Case, ShapeError> {
     let x = inputs(&shape, pos, kv)?;
     let want = reference_split(&shape, x.kv_len, pos, &x.q, &x.k, &x.v)?;
     // NaN where the kernel must write: an element it skips fails the NaN pattern check.
     let part0 = vec![f32::NAN; want.len()];
+    let dims = (x.kv_len, shape.kv_heads, shape.head_dim);
+    let k_cache = keys.arrange(&x.k, dims, f32::NAN);
+    let mut params = shape.params();
+    params.extend(keys.params(x.kv_len));
     Ok(Case::new(
-        format!("attention_split/{}/{}", x.shape_name, how.name()),
-        split_kernel(shape.head_dim, kv, how)?,
+        format!(
+            "attention_split/{}/{}{}",
+            x.shape_name,
+            how.name(),
+            keys.suffix()
+        ),
+        split_kernel(shape.head_dim, kv, how, keys)?,
         shape.grid(),
     )
     .input("q", Scalar::F32, f32_bytes(&x.q))
     .input("step", Scalar::U32, u32_bytes(&[pos]))
-    .input("k", kv.scalar(), kv.bytes(&x.k))
+    .input("k", kv.scalar(), kv.bytes(&k_cache))
     .input("v", kv.scalar(), kv.bytes(&x.v))
     .output("part", Scalar::F32, f32_bytes(&part0), want)
-    .params(shape.params())
+    .params(params)
     .bound(attention::NMSE))
 }
 
@@ -499,8 +522,9 @@ pub fn cases() -> Vec<Case> {
         .into_iter()
         .flat_map(|(shape, pos, kv)| {
             [
-                split_case(shape, pos, kv, Reduction::Shared),
-                split_case(shape, pos, kv, Reduction::Subgroup),
+                split_case(shape, pos, kv, (Reduction::Shared, KeyLayout::Rows)),
+                split_case(shape, pos, kv, (Reduction::Subgroup, KeyLayout::Rows)),
+                split_case(shape, pos, kv, (Reduction::Subgroup, KeyLayout::Columns)),
                 combine_case(shape, pos, kv),
             ]
         })
@@ -549,7 +573,7 @@ mod tests {
             kv.bytes(&x.v),
             vec![0; part_len * 4],
         ];
-        let split = split_kernel(shape.head_dim, kv, Reduction::Shared).unwrap();
+        let split = split_kernel(shape.head_dim, kv, Reduction::Shared, KeyLayout::Rows).unwrap();
         interpret(&split, shape.grid(), &mut b, &shape.params(), 16).unwrap();
         let mut c = vec![b.pop().unwrap(), vec![0; x.q.len() * 4]];
         let combine = combine_kernel(shape.head_dim, shape.splits).unwrap();
@@ -605,7 +629,7 @@ mod tests {
                 .unwrap();
         };
         run(
-            split_kernel(shape.head_dim, kv, Reduction::Shared).unwrap(),
+            split_kernel(shape.head_dim, kv, Reduction::Shared, KeyLayout::Rows).unwrap(),
             shape.grid(),
             &b[..5],
             &shape.params(),
@@ -710,7 +734,12 @@ mod tests {
             Err(ShapeError::TooLarge { .. })
         ));
         assert!(matches!(
-            split_kernel(attention::MAX_HEAD_DIM + 1, Float::F32, Reduction::Shared),
+            split_kernel(
+                attention::MAX_HEAD_DIM + 1,
+                Float::F32,
+                Reduction::Shared,
+                KeyLayout::Rows
+            ),
             Err(ShapeError::TooLarge { .. })
         ));
         assert!(matches!(combine_kernel(0, 1), Err(ShapeError::Zero { .. })));

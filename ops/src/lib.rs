@@ -18,6 +18,7 @@ pub mod dequant;
 pub mod elementwise;
 pub mod embedding;
 pub mod kernels;
+pub mod key_layout;
 pub mod matmul;
 mod matmul_stage;
 pub mod matmul_tiles;

@@ -23,6 +23,7 @@
 //! kernels' bits on the interpreter (the tests below).
 
 use super::attention_split::{self, SplitAttention};
+use super::key_layout::{KeyIndex, KeyLayout};
 use super::matvec::{reference as matvec_reference, MatvecSpec, Reduce};
 use super::matvec_fused::{self as fused, Epilogue, Fused, Prologue};
 use super::rope::RopeMode;
@@ -84,11 +85,12 @@ impl CombineShape {
 }
 
 /// The rope and cache store fused after a QKV product: the head dimension (a compile-time
-/// constant) and the caches' storage type.
+/// constant), the caches' storage type and the K cache's layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RopeShape {
     pub head_dim: u32,
     pub kv: Float,
+    pub keys: KeyLayout,
 }
 
 impl RopeShape {
@@ -106,7 +108,12 @@ impl RopeShape {
     }
 
     pub(super) fn name(&self) -> String {
-        format!("rope_d{}_{}kv", self.head_dim, self.kv.name())
+        format!(
+            "rope_d{}_{}kv{}",
+            self.head_dim,
+            self.kv.name(),
+            self.keys.suffix()
+        )
     }
 }
 
@@ -239,6 +246,7 @@ pub(super) struct RopeOut<'b> {
     v_cache: BufferId,
     heads: Val<'b>,
     kv_heads: Val<'b>,
+    index: KeyIndex<'b>,
     shape: RopeShape,
 }
 
@@ -251,22 +259,28 @@ impl<'b> RopeOut<'b> {
         )
     }
 
-    /// Declares `q`, `k_cache`, `v_cache` and the parameters `heads`, `kv_heads` (after the
-    /// product's own).
+    /// Declares `q`, `k_cache`, `v_cache` and the parameters `heads`, `kv_heads` (and
+    /// `k_stride` for a K cache in columns) after the product's own.
     pub(super) fn declare_outputs(
         k: &'b KernelBuilder,
         shape: RopeShape,
         (step, freq): (BufferId, BufferId),
     ) -> Self {
         let kv = shape.kv.scalar();
+        let q = k.buffer("q", Scalar::F32, Access::Write);
+        let k_cache = k.buffer("k_cache", kv, Access::Write);
+        let v_cache = k.buffer("v_cache", kv, Access::Write);
+        let heads = k.param("heads", Scalar::U32);
+        let kv_heads = k.param("kv_heads", Scalar::U32);
         RopeOut {
             step,
             freq,
-            q: k.buffer("q", Scalar::F32, Access::Write),
-            k_cache: k.buffer("k_cache", kv, Access::Write),
-            v_cache: k.buffer("v_cache", kv, Access::Write),
-            heads: k.param("heads", Scalar::U32),
-            kv_heads: k.param("kv_heads", Scalar::U32),
+            q,
+            k_cache,
+            v_cache,
+            heads,
+            kv_heads,
+            index: KeyIndex::declare(k, shape.keys, kv_heads, shape.head_dim),
             shape,
         }
     }
@@ -302,9 +316,15 @@ impl<'b> RopeOut<'b> {
                         k.store(self.q, dst + one, rb);
                     },
                     || {
-                        let dst = pos * kv_rows + r - q_rows;
-                        store_f32(k, kv, self.k_cache, dst, ra);
-                        store_f32(k, kv, self.k_cache, dst + one, rb);
+                        let (e0, e1) = (r - q_rows, r - q_rows + one);
+                        let (at0, at1) = match self.shape.keys {
+                            KeyLayout::Rows => (pos * kv_rows + e0, pos * kv_rows + e0 + one),
+                            KeyLayout::Columns => {
+                                (self.index.at(k, e0, pos), self.index.at(k, e1, pos))
+                            }
+                        };
+                        store_f32(k, kv, self.k_cache, at0, ra);
+                        store_f32(k, kv, self.k_cache, at1, rb);
                     },
                 );
             },
@@ -394,6 +414,7 @@ pub fn rope_case(
     let rope = RopeShape {
         head_dim: shape.store.head_dim,
         kv,
+        keys: shape.store.keys,
     };
     let spec = MatvecSpec {
         prologue: Prologue::RmsNorm,
@@ -422,7 +443,15 @@ pub fn rope_case(
     let k0 = kv.stored(&rng.f32s(cache, -3.0, 3.0));
     let v0 = kv.stored(&rng.f32s(cache, -3.0, 3.0));
     let want = reference_rope(&shape, &w, &x, &g, pos, (&k0, &v0))?;
-    let rounded = |v: Vec<f64>| v.into_iter().map(|x| kv.round(x)).collect();
+    let rounded = |v: Vec<f64>| v.into_iter().map(|x| kv.round(x)).collect::<Vec<_>>();
+    // In columns, the positions past the context hold a value that must stay.
+    let dims = (
+        shape.store.context,
+        shape.store.kv_heads,
+        shape.store.head_dim,
+    );
+    let k_want = rope.keys.arrange(&rounded(want.k_cache), dims, 5.0);
+    let k0 = rope.keys.arrange(&k0, dims, 5.0);
     let case = spec.weight_inputs(
         Case::new(name, super::matvec::kernel(spec)?, spec.grid(rows, tokens)),
         w,
@@ -442,7 +471,7 @@ pub fn rope_case(
         .input("step", Scalar::U32, u32_bytes(&[pos]))
         .input("freq", Scalar::F32, f32_bytes(&shape.store.frequencies()))
         .output("q", Scalar::F32, f32_bytes(&q0), want.q)
-        .output("k_cache", kv.scalar(), kv.bytes(&k0), rounded(want.k_cache))
+        .output("k_cache", kv.scalar(), kv.bytes(&k0), k_want)
         .output("v_cache", kv.scalar(), kv.bytes(&v0), rounded(want.v_cache))
         .params(params)
         .bound(match kv {
@@ -546,6 +575,7 @@ pub fn cases() -> Vec<Case> {
         context,
         base: 100_000.0,
         mode: RopeMode::Normal,
+        keys: KeyLayout::Rows,
     };
     let small = |tokens, heads, kv_heads, head_dim| RopeStore {
         tokens,
@@ -555,6 +585,11 @@ pub fn cases() -> Vec<Case> {
         context: 12,
         base: 10_000.0,
         mode: RopeMode::Normal,
+        keys: KeyLayout::Rows,
+    };
+    let columns = |store| RopeStore {
+        keys: KeyLayout::Columns,
+        ..store
     };
     let qkv = |weights, cols, store| QkvRope {
         weights,
@@ -576,6 +611,14 @@ pub fn cases() -> Vec<Case> {
         (cpu(Q4_0), qkv(Q4_0, 64, small(2, 5, 5, 4)), 10, Float::F32),
         (gpu_q4, qkv(Q4_1, 576, smol(7, 32)), 13, Float::F16),
         (gpu_q4, qkv(Q4_1, 576, smol(1, 64)), 30, Float::F32),
+        // The K cache in columns, as an executor led by a CPU keeps it.
+        (gpu_q4, qkv(Q4_1, 576, columns(smol(7, 32))), 13, Float::F32),
+        (
+            cpu(Q4_1),
+            qkv(Q4_1, 576, columns(smol(1, 64))),
+            63,
+            Float::F32,
+        ),
         (
             spec(Q8_0, (4, 64, 8, false), Reduce::Shared),
             qkv(Q8_0, 96, small(3, 4, 2, 6)),
@@ -697,6 +740,7 @@ mod tests {
                 context: 10,
                 base: 10_000.0,
                 mode: RopeMode::Normal,
+                keys: KeyLayout::Rows,
             },
         };
         let case = rope_case(spec, shape, 6, Float::F16).unwrap();
@@ -724,7 +768,7 @@ mod tests {
         .unwrap();
         // qkv, step, freq, then q and the caches.
         let unfused = run(
-            &rope_store::kernel(8, RopeMode::Normal, Float::F16).unwrap(),
+            &rope_store::kernel(8, RopeMode::Normal, Float::F16, KeyLayout::Rows).unwrap(),
             shape.store.grid(),
             vec![
                 qkv,
@@ -803,6 +847,7 @@ mod tests {
             context: 8,
             base: 10_000.0,
             mode: RopeMode::Normal,
+            keys: KeyLayout::Rows,
         };
         let shape = QkvRope {
             weights: WeightType::Q4_1,
@@ -839,6 +884,7 @@ mod tests {
             epilogue: Epilogue::RopeStore(RopeShape {
                 head_dim: 7,
                 kv: Float::F16,
+                keys: KeyLayout::Rows,
             }),
             ..MatvecSpec::new(WeightType::Q4_1, Reduce::Shared)
         };
@@ -850,6 +896,7 @@ mod tests {
             epilogue: Epilogue::RopeStore(RopeShape {
                 head_dim: 8,
                 kv: Float::F16,
+                keys: KeyLayout::Rows,
             }),
             rows_per_workgroup: 3,
             ..spec

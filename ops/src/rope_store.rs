@@ -23,6 +23,7 @@
 //! cache in f16 is compared with the reference rounded to f16 (the rope output rounded once,
 //! as `copy` rounds it), so only a rare one-ulp rounding flip counts; the value copy is exact.
 
+use super::key_layout::{KeyIndex, KeyLayout};
 use super::rope::{self, Rope, RopeMode};
 use super::shape::ShapeError;
 use super::support::{elements, expect_len, nonzero, seed, store_f32, Float};
@@ -46,6 +47,8 @@ pub struct RopeStore {
     /// Frequency base (10000 for Llama 2, 100000 for SmolLM2).
     pub base: f32,
     pub mode: RopeMode,
+    /// The K cache's layout.
+    pub keys: KeyLayout,
 }
 
 impl RopeStore {
@@ -87,7 +90,9 @@ impl RopeStore {
 
     /// The kernel's parameters, in declaration order.
     pub fn params(&self) -> Vec<ParamValue> {
-        vec![ParamValue::U32(self.heads), ParamValue::U32(self.kv_heads)]
+        let mut p = vec![ParamValue::U32(self.heads), ParamValue::U32(self.kv_heads)];
+        p.extend(self.keys.params(self.context));
+        p
     }
 
     /// The `freq` input, as [`Rope::frequencies`].
@@ -124,12 +129,22 @@ fn check_head_dim(d: u32) -> Result<(), ShapeError> {
 /// The kernel for one head dimension (a compile-time constant, so that the pair index is a
 /// division by a constant), rope layout and cache storage type.
 /// Buffers: `qkv` f32, `step` u32, `freq` f32 [head_dim/2] (see [`RopeStore::frequencies`]),
-/// `q` f32, `k_cache` and `v_cache` of `kv`. Params: heads, kv_heads. Grid:
-/// [`RopeStore::grid`].
-pub fn kernel(head_dim: u32, mode: RopeMode, kv: Float) -> Result<Kernel, ShapeError> {
+/// `q` f32, `k_cache` and `v_cache` of `kv`, the K cache in `keys`' layout. Params: heads,
+/// kv_heads (and `k_stride` for columns). Grid: [`RopeStore::grid`].
+pub fn kernel(
+    head_dim: u32,
+    mode: RopeMode,
+    kv: Float,
+    keys: KeyLayout,
+) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
     let k = KernelBuilder::new(
-        &format!("rope_store_{}_d{head_dim}_{}kv", mode.name(), kv.name()),
+        &format!(
+            "rope_store_{}_d{head_dim}_{}kv{}",
+            mode.name(),
+            kv.name(),
+            keys.suffix()
+        ),
         [WG, 1, 1],
     );
     let qkv = k.buffer("qkv", Scalar::F32, Access::Read);
@@ -140,6 +155,7 @@ pub fn kernel(head_dim: u32, mode: RopeMode, kv: Float) -> Result<Kernel, ShapeE
     let vc = k.buffer("v_cache", kv.scalar(), Access::Write);
     let heads = k.param("heads", Scalar::U32);
     let kv_heads = k.param("kv_heads", Scalar::U32);
+    let index = KeyIndex::declare(&k, keys, kv_heads, head_dim);
     let u = k.global_id(0);
     let t = k.workgroup_id(1);
     let (d, half) = (k.u32(head_dim), k.u32(head_dim / 2));
@@ -172,9 +188,9 @@ pub fn kernel(head_dim: u32, mode: RopeMode, kv: Float) -> Result<Kernel, ShapeE
                         k.store(q, dst + i1, rb);
                     },
                     || {
-                        let dst = cache_row + (head - heads) * d;
-                        store_f32(&k, kv, kc, dst + i0, ra);
-                        store_f32(&k, kv, kc, dst + i1, rb);
+                        let e = (head - heads) * d;
+                        store_f32(&k, kv, kc, index.at(&k, e + i0, pos), ra);
+                        store_f32(&k, kv, kc, index.at(&k, e + i1, pos), rb);
                     },
                 );
             },
@@ -257,7 +273,7 @@ fn overwrite(
 pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
     let n = shape.check()?;
     let name = format!(
-        "{OP}/{}/f32+{}kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}",
+        "{OP}/{}/f32+{}kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}{}",
         shape.mode.name(),
         kv.name(),
         shape.tokens,
@@ -265,7 +281,8 @@ pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
         shape.kv_heads,
         shape.head_dim,
         shape.context,
-        shape.base
+        shape.base,
+        shape.keys.suffix()
     );
     let mut r = Rng::new(seed(&name));
     let qkv = r.f32s(n as usize, -2.0, 2.0);
@@ -273,19 +290,22 @@ pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
     let k0 = kv.stored(&r.f32s(cache, -3.0, 3.0));
     let v0 = kv.stored(&r.f32s(cache, -3.0, 3.0));
     let want = reference(&shape, pos, &qkv, &k0, &v0)?;
-    let rounded = |v: Vec<f64>| v.into_iter().map(|x| kv.round(x)).collect();
+    let rounded = |v: Vec<f64>| v.into_iter().map(|x| kv.round(x)).collect::<Vec<_>>();
     // NaN where the kernel must write: an element it skips fails the NaN pattern check.
     let q0 = vec![f32::NAN; want.q.len()];
-    Ok(
-        Case::new(name, kernel(shape.head_dim, shape.mode, kv)?, shape.grid())
-            .input("qkv", Scalar::F32, f32_bytes(&qkv))
-            .input("step", Scalar::U32, u32_bytes(&[pos]))
-            .input("freq", Scalar::F32, f32_bytes(&shape.frequencies()))
-            .output("q", Scalar::F32, f32_bytes(&q0), want.q)
-            .output("k_cache", kv.scalar(), kv.bytes(&k0), rounded(want.k_cache))
-            .output("v_cache", kv.scalar(), kv.bytes(&v0), rounded(want.v_cache))
-            .params(shape.params()),
-    )
+    // In columns, the positions past the context hold a value that must stay.
+    let dims = (shape.context, shape.kv_heads, shape.head_dim);
+    let k0 = shape.keys.arrange(&k0, dims, 5.0);
+    let k_want = shape.keys.arrange(&rounded(want.k_cache), dims, 5.0);
+    let kernel = kernel(shape.head_dim, shape.mode, kv, shape.keys)?;
+    Ok(Case::new(name, kernel, shape.grid())
+        .input("qkv", Scalar::F32, f32_bytes(&qkv))
+        .input("step", Scalar::U32, u32_bytes(&[pos]))
+        .input("freq", Scalar::F32, f32_bytes(&shape.frequencies()))
+        .output("q", Scalar::F32, f32_bytes(&q0), want.q)
+        .output("k_cache", kv.scalar(), kv.bytes(&k0), k_want)
+        .output("v_cache", kv.scalar(), kv.bytes(&v0), rounded(want.v_cache))
+        .params(shape.params()))
 }
 
 pub fn cases() -> Vec<Case> {
@@ -298,6 +318,7 @@ pub fn cases() -> Vec<Case> {
         context,
         base: 100_000.0,
         mode,
+        keys: KeyLayout::Rows,
     };
     let small = |tokens, heads, kv_heads, head_dim, context, mode| RopeStore {
         tokens,
@@ -307,6 +328,11 @@ pub fn cases() -> Vec<Case> {
         context,
         base: 10_000.0,
         mode,
+        keys: KeyLayout::Rows,
+    };
+    let columns = |shape| RopeStore {
+        keys: KeyLayout::Columns,
+        ..shape
     };
     use Float::{F16, F32};
     use RopeMode::{Neox, Normal};
@@ -321,6 +347,10 @@ pub fn cases() -> Vec<Case> {
         (small(3, 4, 2, 10, 100, Neox), 77, F16),
         (small(5, 5, 5, 6, 9, Normal), 4, F32), // no grouping, tiny heads
         (small(2, 1, 1, 2, 3, Neox), 1, F16),   // one pair per head
+        // The K cache in columns, as an executor led by a CPU keeps it.
+        (columns(smol(1, 64, Normal)), 63, F32),
+        (columns(smol(7, 32, Normal)), 13, F32),
+        (columns(small(3, 4, 2, 10, 100, Neox)), 77, F16),
     ];
     shapes
         .into_iter()
@@ -352,6 +382,7 @@ mod tests {
                 context: 10,
                 base: 10_000.0,
                 mode,
+                keys: KeyLayout::Rows,
             };
             let pos = 6;
             let (d, tokens) = (8, 3);
@@ -369,7 +400,7 @@ mod tests {
                 cache0.clone(),
                 cache0.clone(),
             ];
-            let kernel = kernel(8, mode, kv).unwrap();
+            let kernel = kernel(8, mode, kv, KeyLayout::Rows).unwrap();
             interpret(&kernel, shape.grid(), &mut fused, &shape.params(), 16).unwrap();
 
             let rope_on = |heads: usize, x: Vec<f32>| {
@@ -423,6 +454,7 @@ mod tests {
             context: 3,
             base: 10_000.0,
             mode: RopeMode::Normal,
+            keys: KeyLayout::Rows,
         };
         let (s, c) = 1f64.sin_cos();
         let out = reference(
@@ -452,6 +484,7 @@ mod tests {
             context: 3,
             base: 10_000.0,
             mode: RopeMode::Normal,
+            keys: KeyLayout::Rows,
         };
         assert!(matches!(
             RopeStore { head_dim: 5, ..s }.check(),
@@ -475,7 +508,7 @@ mod tests {
             Err(ShapeError::TooLarge { .. })
         ));
         assert!(matches!(
-            kernel(3, RopeMode::Normal, Float::F16),
+            kernel(3, RopeMode::Normal, Float::F16, KeyLayout::Rows),
             Err(ShapeError::NotMultiple { .. })
         ));
         let qkv = [0.0; 2 * 4 * 4];

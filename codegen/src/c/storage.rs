@@ -111,6 +111,9 @@ impl Storage {
         }
         c.nodes(&plan.body);
 
+        let vars: Vec<VarClass> = (0..k.vars.len())
+            .map(|i| c.class(VarId(i as u32), &plan.regions))
+            .collect();
         let mut cheap = vec![None; k.exprs.len()];
         // Subgroup results are written by the workgroup-level steps, so always to an array,
         // and the workgroup-level steps read everything they use from arrays.
@@ -120,16 +123,13 @@ impl Storage {
                 let elsewhere = c.uses[i].iter().any(|&u| u != c.def[i]);
                 let shared = c.def[i] == Site::Workgroup
                     || c.uses[i].contains(&Site::Workgroup)
-                    || (elsewhere && !recomputable(k, e, &mut cheap));
+                    || (elsewhere && !recomputable(k, &vars, e, &mut cheap));
                 match shared {
                     false => Place::Local,
                     true if uniform.expr(e) => Place::Scalar,
                     true => Place::Array,
                 }
             })
-            .collect();
-        let vars: Vec<VarClass> = (0..k.vars.len())
-            .map(|i| c.class(VarId(i as u32), &plan.regions))
             .collect();
 
         let mut regions: Vec<RegionIo> = plan.regions.iter().map(|_| RegionIo::default()).collect();
@@ -207,7 +207,7 @@ fn import(
 /// Whether `e` is cheap and pure enough to compute again wherever it is used: literals,
 /// parameters and builtins, through arithmetic other than division and transcendentals.
 /// `memo` holds the answers so far.
-fn recomputable(k: &Kernel, e: ExprId, memo: &mut Vec<Option<bool>>) -> bool {
+fn recomputable(k: &Kernel, vars: &[VarClass], e: ExprId, memo: &mut Vec<Option<bool>>) -> bool {
     if let Some(r) = memo[e.0 as usize] {
         return r;
     }
@@ -220,13 +220,18 @@ fn recomputable(k: &Kernel, e: ExprId, memo: &mut Vec<Option<bool>>) -> bool {
         ),
         Expr::Binary { op, .. } => !matches!(op, BinaryOp::Div | BinaryOp::Rem | BinaryOp::Pow),
         Expr::Fma { .. } | Expr::Select { .. } | Expr::Cast { .. } | Expr::Bitcast { .. } => true,
-        Expr::Var(_) | Expr::Load { .. } | Expr::LoadShared { .. } | Expr::Subgroup { .. } => false,
+        // The counter of a workgroup-level uniform loop is one scalar that nothing but the
+        // loop writes, and a value read from it is used only inside the loop's body, where it
+        // does not change: `first + lid` is then computed again where used, and GCC sees an
+        // index contiguous in `lid` instead of loading it from an array (a gather).
+        Expr::Var(v) => vars[v.0 as usize] == VarClass::Uniform,
+        Expr::Load { .. } | Expr::LoadShared { .. } | Expr::Subgroup { .. } => false,
     };
     let r = own
         && expr
             .operands()
             .into_iter()
-            .all(|o| recomputable(k, o, memo));
+            .all(|o| recomputable(k, vars, o, memo));
     memo[e.0 as usize] = Some(r);
     r
 }

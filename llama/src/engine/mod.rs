@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use trine_backends::{Backend, Binding, BufferHandle, Dispatch, ProgramId, Recording};
 use trine_ir::ParamValue;
+use trine_ops::key_layout::KeyLayout;
 use trine_ops::support::Float;
 
 /// Sizes an executor is built for.
@@ -102,21 +103,23 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Engine, ModelError> {
         let kv = crate::kernels::kv_type(backend.info());
-        Engine::with_kv(model, backend, options, kv)
+        let keys = crate::kernels::key_layout(backend.info());
+        Engine::with_kv(model, backend, options, (kv, keys))
     }
 
     /// An engine on `backend` that can check this one node by node ([`crate::Session::new`]):
-    /// the same model, sizes and KV cache type, whatever `backend` would pick, since it takes
-    /// this engine's caches as they are.
+    /// the same model, sizes, KV cache type and K cache layout, whatever `backend` would pick,
+    /// since it takes this engine's caches as they are.
     pub fn checker(&self, backend: Arc<dyn Backend>) -> Result<Engine, ModelError> {
-        Engine::with_kv(self.model.clone(), backend, self.options, self.shape.kv)
+        let cache = (self.shape.kv, self.shape.keys);
+        Engine::with_kv(self.model.clone(), backend, self.options, cache)
     }
 
     fn with_kv(
         model: Arc<Model>,
         backend: Arc<dyn Backend>,
         options: EngineOptions,
-        kv: Float,
+        (kv, keys): (Float, KeyLayout),
     ) -> Result<Engine, ModelError> {
         let c = &model.config;
         if options.context == 0 || options.max_batch == 0 || options.max_batch > options.context {
@@ -127,6 +130,7 @@ impl Engine {
         }
         let shape = KernelShape {
             kv,
+            keys,
             head_dim: c.head_dim(),
         };
         let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
@@ -182,6 +186,17 @@ impl Engine {
 
     pub fn kv_type(&self) -> Float {
         self.shape.kv
+    }
+
+    /// How the KV cache is kept, in words: its type, and the K cache's layout where it is not
+    /// in rows. A checker must keep it the same way ([`Engine::checker`]).
+    pub fn cache_form(&self) -> &'static str {
+        match (self.shape.kv, self.shape.keys) {
+            (Float::F16, KeyLayout::Rows) => "f16",
+            (Float::F32, KeyLayout::Rows) => "f32",
+            (Float::F16, KeyLayout::Columns) => "f16 with the keys in columns",
+            (Float::F32, KeyLayout::Columns) => "f32 with the keys in columns",
+        }
     }
 
     /// Checks a step against the sizes the executor was built for.

@@ -86,7 +86,7 @@ impl Engine {
             // Both attention kernels read the rotated queries, the position and the layer's
             // caches, and write the split partials.
             Op::AttnSplit { layer, .. } | Op::AttnFlash { layer } => {
-                let (params, grid) = match node.op {
+                let (mut params, grid) = match node.op {
                     Op::AttnSplit { splits, .. } => {
                         let a = self.split_attention(t, splits);
                         (a.params(), a.grid())
@@ -101,6 +101,7 @@ impl Engine {
                         (a.params(), a.grid())
                     }
                 };
+                params.extend(self.shape.keys.params(self.options.context));
                 let inputs = vec![
                     Tensor::QRot,
                     Tensor::Step,
@@ -237,6 +238,7 @@ impl Engine {
             context: self.options.context,
             base: c.rope_base,
             mode: RopeMode::Normal,
+            keys: self.shape.keys,
         }
     }
 

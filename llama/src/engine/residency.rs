@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use trine_backends::{Binding, BufferHandle};
 use trine_ops::dequant::pair_blocks;
+use trine_ops::key_layout::KeyLayout;
 use trine_ops::matvec_q8_rows;
 use trine_ops::support::Float;
 
@@ -102,7 +103,13 @@ impl Engine {
             Tensor::Logits => f32s(c.vocab as u64),
             Tensor::KCache(_) | Tensor::VCache(_) => {
                 let elem = if self.shape.kv == Float::F16 { 2 } else { 4 };
-                (ctx * c.kv_dim() as u64 * elem).next_multiple_of(4)
+                // Keys in columns hold a block of positions past the context.
+                let keys = match t {
+                    Tensor::KCache(_) => self.shape.keys,
+                    _ => KeyLayout::Rows,
+                };
+                let elements = keys.k_elements(ctx as u32, c.n_head_kv, c.head_dim());
+                (elements * elem).next_multiple_of(4)
             }
             Tensor::Freq => f32s(c.head_dim() as u64 / 2),
             Tensor::Weight(id) | Tensor::Plain(id) => {
