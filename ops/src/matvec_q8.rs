@@ -32,8 +32,11 @@ pub(crate) const OP: &str = "matvec_q8";
 /// Invocations of the product's workgroups.
 pub const WG: u32 = 128;
 
-/// Invocations of the quantizing kernel's workgroups (one block each).
-const QUANT_WG: u32 = 64;
+/// Blocks of x per workgroup of the quantizing kernel, one invocation per element.
+const QUANT_BLOCKS: u32 = 2;
+
+/// Invocations of the quantizing kernel's workgroups.
+const QUANT_WG: u32 = QUANT_BLOCKS * QK as u32;
 
 /// x quantized per block: code words (8 per block), scales, and `d·Σq` per block.
 #[derive(Clone, Debug, PartialEq)]
@@ -84,15 +87,18 @@ pub fn quantize_x(x: &[f32]) -> Q8Activations {
 
 /// The grid of [`quantize_kernel`] for `blocks` blocks.
 pub fn quantize_grid(blocks: u32) -> [u32; 3] {
-    [blocks.div_ceil(QUANT_WG), 1, 1]
+    [blocks.div_ceil(QUANT_BLOCKS), 1, 1]
 }
 
 /// Quantizes x (f32 `[cols]`) into `xq` (U32 `[cols/4]`), `xd` and `xs` (f32 `[cols/32]`),
-/// one invocation per block. Parameter `blocks`. An invocation past the last block computes
-/// the last one again and stores nothing, and the guarded stores come after a barrier, so
-/// that no computation sits under the guard: the C lowering then runs the blocks of a
-/// workgroup side by side in vector lanes (a gather per element of a block) where a guarded
-/// body ran them one at a time (SmolLM2's 1536-wide x took 10 µs).
+/// one invocation per element: a workgroup takes [`QUANT_BLOCKS`] blocks of 32 invocations,
+/// each block's maximum |x| and sum of codes come from shared-memory trees over its 32
+/// invocations (both exact, so the order of the tree does not matter), and the block's first
+/// 8 invocations pack the codes into words. Parameter `blocks`. Invocations of a block past the
+/// last compute the last block again and store nothing. Consecutive invocations read
+/// consecutive x values, which the C lowering loads as vectors; one invocation per block made
+/// it read each block with a gather per element, which GCC then ran in scalar code (SmolLM2's
+/// quantize nodes took 17–19 µs each on 2 EPYC cores, 2026-11-26).
 pub fn quantize_kernel() -> Kernel {
     let k = KernelBuilder::new("quantize_q8", [QUANT_WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
@@ -100,38 +106,62 @@ pub fn quantize_kernel() -> Kernel {
     let xd = k.buffer("xd", Scalar::F32, Access::Write);
     let xs = k.buffer("xs", Scalar::F32, Access::Write);
     let blocks = k.param("blocks", Scalar::U32);
-    let b = k.global_id(0);
-    let base = b.min(blocks - k.u32(1)) * k.u32(QK as u32);
-    let v: Vec<Val> = (0..QK as u32).map(|i| k.load(x, base + k.u32(i))).collect();
-    let amax = v.iter().fold(k.f32(0.0), |m, &e| m.max(e.abs()));
+    let lid = k.local_index();
+    let qk = k.u32(QK as u32);
+    let (slot, e) = (lid / qk, lid % qk);
+    let b = k.workgroup_id(0) * k.u32(QUANT_BLOCKS) + slot;
+    let v = k.load(x, b.min(blocks - k.u32(1)) * qk + e);
+    let tree = k.shared("tree", Scalar::F32, QUANT_WG);
+    let codes = k.shared("codes", Scalar::I32, QUANT_WG);
+    // The largest |x| of the block: a tree over its 32 invocations, then with 0 as the host's
+    // fold starts (a block of NaN only gives d = 0).
+    k.store_shared(tree, lid, v.abs());
+    let mut stride = QK as u32 / 2;
+    while stride > 0 {
+        k.barrier();
+        k.if_(e.lt(k.u32(stride)), || {
+            let other = k.load_shared(tree, lid + k.u32(stride));
+            k.store_shared(tree, lid, k.load_shared(tree, lid).max(other));
+        });
+        stride /= 2;
+    }
+    k.barrier();
+    let amax = k.load_shared(tree, slot * qk).max(k.f32(0.0));
     let d = amax / k.f32(127.0);
-    let positive = d.gt(k.f32(0.0));
-    let q: Vec<Val> = v
-        .iter()
-        .map(|&e| {
-            // ⌊|x|/d + ½⌋ by the cast's truncation, the same for this non-negative value:
-            // GCC does not vectorise `floorf` (it may raise the inexact exception).
-            let m = k.select(positive, e.abs() / d + k.f32(0.5), k.f32(0.0));
-            let m = m.cast(Scalar::I32);
-            k.select(e.lt(k.f32(0.0)), -m, m)
-        })
-        .collect();
-    let sum = q.iter().fold(k.i32(0), |s, &e| s + e);
-    let words: Vec<Val> = q
-        .chunks(4)
-        .map(|four| {
-            four.iter().enumerate().fold(k.u32(0), |w, (byte, &e)| {
-                w | ((e.bitcast(Scalar::U32) & k.u32(255)) << k.u32(8 * byte as u32))
-            })
-        })
-        .collect();
+    // ⌊|x|/d + ½⌋ by the cast's truncation, the same for this non-negative value: GCC does
+    // not vectorise `floorf` (it may raise the inexact exception).
+    let m = k.select(d.gt(k.f32(0.0)), v.abs() / d + k.f32(0.5), k.f32(0.0));
+    let m = m.cast(Scalar::I32);
+    let q = k.select(v.lt(k.f32(0.0)), -m, m);
+    k.store_shared(codes, lid, q);
+    let mut stride = QK as u32 / 2;
+    let sums = k.shared("sums", Scalar::I32, QUANT_WG);
+    k.store_shared(sums, lid, q);
+    while stride > 0 {
+        k.barrier();
+        k.if_(e.lt(k.u32(stride)), || {
+            let other = k.load_shared(sums, lid + k.u32(stride));
+            k.store_shared(sums, lid, k.load_shared(sums, lid) + other);
+        });
+        stride /= 2;
+    }
     k.barrier();
     k.if_(b.lt(blocks), || {
-        for (j, &word) in words.iter().enumerate() {
-            k.store(xq, b * k.u32(QK as u32 / 4) + k.u32(j as u32), word);
-        }
-        k.store(xd, b, d);
-        k.store(xs, b, d * sum.cast(Scalar::F32));
+        k.if_(e.lt(qk / k.u32(4)), || {
+            let first = slot * qk + e * k.u32(4);
+            let word = (0..4u32).fold(k.u32(0), |w, byte| {
+                let c = k
+                    .load_shared(codes, first + k.u32(byte))
+                    .bitcast(Scalar::U32);
+                w | ((c & k.u32(255)) << k.u32(8 * byte))
+            });
+            k.store(xq, b * k.u32(QK as u32 / 4) + e, word);
+        });
+        k.if_(e.eq(k.u32(0)), || {
+            let sum = k.load_shared(sums, slot * qk);
+            k.store(xd, b, d);
+            k.store(xs, b, d * sum.cast(Scalar::F32));
+        });
     });
     k.finish()
 }
