@@ -740,8 +740,7 @@ fn dot_quantized<'b>(
                 let blk = *base + block * block_bytes;
                 let scales = dequant::load_scales(k, ty, (w, w16), blk);
                 let codes: Vec<Val> = match ty {
-                    WeightType::Q8_0 if words => q8_0_word_codes(k, w, blk, part, segment),
-                    _ if words => q4_1_word_codes(k, w, blk, part, segment),
+                    _ if words => word_codes(k, (ty, w), blk, part, segment),
                     WeightType::Q8_0 => offsets
                         .iter()
                         .map(|&o| dequant::q8_code(k, w, blk, o))
@@ -972,44 +971,38 @@ fn dot_pairs<'b>(
     });
 }
 
-/// The codes of segment `part` of the Q4_1 block at byte `blk`, from `segment / 8` words of a
-/// `U32` view: the low nibbles of its bytes in order, then the high ones, as
-/// [`dequant::q4_codes`] gives them byte by byte. Bytes are little-endian in their word, as the
-/// GGUF file and every target store them.
-fn q4_1_word_codes<'b>(
+/// The codes of segment `part` of the Q4_1 or Q8_0 block at byte `blk`, from a `U32` view,
+/// as [`dequant::q4_codes`] and [`dequant::q8_code`] give them byte by byte. Bytes are
+/// little-endian in their word, as the GGUF file and every target store them.
+///
+/// Q4_1: `segment / 8` aligned words; the low nibbles of their bytes in order, then the high
+/// ones. Q8_0: the codes start at an even byte, at a word (`shift` 0) or in its middle (`shift`
+/// 16), where each word of codes is the high half of one word and the low half of the next.
+/// The word after the segment's last is loaded only where the codes reach into it; an aligned
+/// segment loads its last word again instead, which keeps the last block of the buffer from
+/// reading past its end.
+fn word_codes<'b>(
     k: &'b KernelBuilder,
-    w: trine_ir::BufferId,
+    (ty, w): (WeightType, trine_ir::BufferId),
     blk: Val<'b>,
     part: Val<'b>,
     segment: u32,
 ) -> Vec<Val<'b>> {
-    let first = blk / k.u32(4) + k.u32(dequant::codes_offset(WeightType::Q4_1) / 4);
-    let words: Vec<Val> = (0..segment / 8)
-        .map(|j| k.load(w, first + part * k.u32(segment / 8) + k.u32(j)))
-        .collect();
-    let nibbles = |shift: u32| {
-        words.iter().flat_map(move |&word| {
-            (0..4).map(move |b| ((word >> k.u32(8 * b + shift)) & k.u32(15)).cast(Scalar::F32))
-        })
-    };
-    nibbles(0).chain(nibbles(4)).collect()
-}
-
-/// The codes of segment `part` of the Q8_0 block at byte `blk`, from a `U32` view, in order,
-/// as [`dequant::q8_code`] gives them byte by byte. The codes start at an even byte: at a word
-/// (`shift` 0) or in its middle (`shift` 16), where each word of codes is the high half of one
-/// word and the low half of the next. The word after the segment's last is loaded only where
-/// the codes reach into it; an aligned segment loads its last word again instead, which keeps
-/// the last block of the buffer from reading past its end.
-fn q8_0_word_codes<'b>(
-    k: &'b KernelBuilder,
-    w: trine_ir::BufferId,
-    blk: Val<'b>,
-    part: Val<'b>,
-    segment: u32,
-) -> Vec<Val<'b>> {
+    let offset = dequant::codes_offset(ty);
+    if ty != WeightType::Q8_0 {
+        let first = blk / k.u32(4) + k.u32(offset / 4);
+        let words: Vec<Val> = (0..segment / 8)
+            .map(|j| k.load(w, first + part * k.u32(segment / 8) + k.u32(j)))
+            .collect();
+        let nibbles = |shift: u32| {
+            words.iter().flat_map(move |&word| {
+                (0..4).map(move |b| ((word >> k.u32(8 * b + shift)) & k.u32(15)).cast(Scalar::F32))
+            })
+        };
+        return nibbles(0).chain(nibbles(4)).collect();
+    }
     let n = segment / 4;
-    let at = blk + k.u32(dequant::codes_offset(WeightType::Q8_0)) + part * k.u32(segment);
+    let at = blk + k.u32(offset) + part * k.u32(segment);
     let first = at / k.u32(4);
     let shift = (at & k.u32(2)) * k.u32(8);
     let mut loaded: Vec<Val> = (0..n).map(|j| k.load(w, first + k.u32(j))).collect();
@@ -1222,6 +1215,9 @@ pub fn spec_case(
 /// as its GGUF stores it, and a 4096 × 4096 Q4_0 matrix (a 7B model's projection): the two
 /// largest cases, about 11 s and 4 s in the interpreter of a debug build.
 pub fn cases() -> Vec<Case> {
+    let listed = |spec, rows, cols, tokens, seed| {
+        spec_case(spec, rows, cols, tokens, seed).expect("the listed shapes are valid")
+    };
     let mut shapes: Vec<(WeightType, u32, u32, Reduce)> = vec![];
     for ty in WeightType::ALL {
         let odd = if ty.is_quantized() { 96 } else { 45 };
@@ -1271,10 +1267,7 @@ pub fn cases() -> Vec<Case> {
                 f16_scales,
                 ..MatvecSpec::new(ty, reduce)
             };
-            v.push(
-                spec_case(spec, rows, cols, tokens, 3000 + rows as u64)
-                    .expect("the listed shapes are valid"),
-            );
+            v.push(listed(spec, rows, cols, tokens, 3000 + rows as u64));
         }
     }
     // Codes read as words, in the GPUs' shapes: Q4_1's aligned words, Q8_0's put together
@@ -1293,10 +1286,7 @@ pub fn cases() -> Vec<Case> {
             word_codes: true,
             ..MatvecSpec::new(ty, Reduce::Subgroup)
         };
-        v.push(
-            spec_case(spec, rows, cols, tokens, 3300 + rows as u64)
-                .expect("the listed shapes are valid"),
-        );
+        v.push(listed(spec, rows, cols, tokens, 3300 + rows as u64));
     }
     // The CPUs' blocked walk: 16 invocations for Q4 (8 too), 32 for Q8_0, 8 for floats (whose
     // last chunk of columns is partly past the end, or whole); scales through the f16 view or
@@ -1319,10 +1309,7 @@ pub fn cases() -> Vec<Case> {
             blocked: true,
             ..MatvecSpec::new(ty, Reduce::Subgroup)
         };
-        v.push(
-            spec_case(spec, rows, cols, tokens, 3500 + rows as u64)
-                .expect("the listed shapes are valid"),
-        );
+        v.push(listed(spec, rows, cols, tokens, 3500 + rows as u64));
     }
     // Q4 in pairs of blocks on 32 invocations: even rows of blocks (SmolLM2's 18), odd ones
     // (the last block in its own layout), scales through the f16 view or from bytes.
@@ -1342,10 +1329,7 @@ pub fn cases() -> Vec<Case> {
             pairs: true,
             ..MatvecSpec::new(ty, Reduce::Subgroup)
         };
-        v.push(
-            spec_case(spec, rows, cols, tokens, 3600 + cols as u64)
-                .expect("the listed shapes are valid"),
-        );
+        v.push(listed(spec, rows, cols, tokens, 3600 + cols as u64));
     }
     // Prompts on several tokens per workgroup, the last group partly past the last token.
     for (ty, rows, cols, tokens, tpw) in [
@@ -1363,10 +1347,7 @@ pub fn cases() -> Vec<Case> {
             tokens_per_workgroup: tpw,
             ..MatvecSpec::new(ty, Reduce::Subgroup)
         };
-        v.push(
-            spec_case(spec, rows, cols, tokens, 3700 + cols as u64)
-                .expect("the listed shapes are valid"),
-        );
+        v.push(listed(spec, rows, cols, tokens, 3700 + cols as u64));
     }
     v
 }
