@@ -245,17 +245,13 @@ pub(super) fn attend<'b>(
         // branching (in columns, the key after it: a row holds a block of keys past the
         // context), and a score of −inf: the loop over the dimensions then has the same
         // bounds for every invocation (the CPU lowering vectorises it across keys).
-        let row = match keys.index.layout() {
-            KeyLayout::Rows => Some(j.min(end - k.u32(1)) * kv_stride + kv_head),
-            KeyLayout::Columns => None,
-        };
-        let key_at = |i| match row {
-            Some(row) => row + i,
-            None => keys.index.at(k, kv_head + i, j),
+        let key = match keys.index.layout() {
+            KeyLayout::Rows => j.min(end - k.u32(1)),
+            KeyLayout::Columns => j,
         };
         dot.set(k.f32(0.0));
         k.for_range(k.u32(0), d, 1, |i| {
-            let kv_val = load_f32(k, keys.kv, keys.k, key_at(i));
+            let kv_val = load_f32(k, keys.kv, keys.k, keys.index.at(k, kv_head + i, key));
             dot.set(k.load_shared(q_sh, i).fma(kv_val, dot.get()));
         });
         score.set(k.select(visible, dot.get() * keys.scale, k.f32(f32::NEG_INFINITY)));

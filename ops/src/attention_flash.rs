@@ -196,14 +196,18 @@ pub fn kernel(head_dim: u32, kv: Float, keys: KeyLayout) -> Result<Kernel, Shape
             let (j, i) = (e / k.u32(d), e % k.u32(d));
             let key = kb + j;
             let seen = key.lt(end);
-            let at = key.min(end - one) * kv_stride + kv_head + i;
-            let k_at = match keys {
-                KeyLayout::Rows => at,
-                KeyLayout::Columns => index.at(&k, kv_head + i, key.min(end - one)),
-            };
+            let key = key.min(end - one);
             let zero = k.f32(0.0);
-            let kv_k = k.select(seen, load_f32(&k, kv, kc, k_at), zero);
-            let kv_v = k.select(seen, load_f32(&k, kv, vc, at), zero);
+            let kv_k = k.select(
+                seen,
+                load_f32(&k, kv, kc, index.at(&k, kv_head + i, key)),
+                zero,
+            );
+            let kv_v = k.select(
+                seen,
+                load_f32(&k, kv, vc, key * kv_stride + kv_head + i),
+                zero,
+            );
             k.store_shared(k_sh, j * k.u32(row) + i, kv_k);
             k.store_shared(v_sh, j * k.u32(d) + i, kv_v);
         });

@@ -316,15 +316,9 @@ impl<'b> RopeOut<'b> {
                         k.store(self.q, dst + one, rb);
                     },
                     || {
-                        let (e0, e1) = (r - q_rows, r - q_rows + one);
-                        let (at0, at1) = match self.shape.keys {
-                            KeyLayout::Rows => (pos * kv_rows + e0, pos * kv_rows + e0 + one),
-                            KeyLayout::Columns => {
-                                (self.index.at(k, e0, pos), self.index.at(k, e1, pos))
-                            }
-                        };
-                        store_f32(k, kv, self.k_cache, at0, ra);
-                        store_f32(k, kv, self.k_cache, at1, rb);
+                        let e = r - q_rows;
+                        store_f32(k, kv, self.k_cache, self.index.at(k, e, pos), ra);
+                        store_f32(k, kv, self.k_cache, self.index.at(k, e + one, pos), rb);
                     },
                 );
             },

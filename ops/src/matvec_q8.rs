@@ -23,7 +23,7 @@
 use crate::case::*;
 use crate::matvec::reduce_subgroup;
 use crate::shape::ShapeError;
-use crate::support::nonzero;
+use crate::support::{nonzero, Combine, Reducer, Reduction};
 use trine_gguf::quant::{dequantize, quantize, WeightType, QK};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
@@ -32,11 +32,8 @@ pub(crate) const OP: &str = "matvec_q8";
 /// Invocations of the product's workgroups.
 pub const WG: u32 = 128;
 
-/// Blocks of x per workgroup of the quantizing kernel, one invocation per element.
-const QUANT_BLOCKS: u32 = 2;
-
-/// Invocations of the quantizing kernel's workgroups.
-const QUANT_WG: u32 = QUANT_BLOCKS * QK as u32;
+/// Invocations of the quantizing kernel's workgroups: one block, one invocation per element.
+const QUANT_WG: u32 = QK as u32;
 
 /// x quantized per block: code words (8 per block), scales, and `d·Σq` per block.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,83 +82,54 @@ pub fn quantize_x(x: &[f32]) -> Q8Activations {
     out
 }
 
-/// The grid of [`quantize_kernel`] for `blocks` blocks.
+/// The grid of [`quantize_kernel`] for `blocks` blocks: a workgroup each.
 pub fn quantize_grid(blocks: u32) -> [u32; 3] {
-    [blocks.div_ceil(QUANT_BLOCKS), 1, 1]
+    [blocks, 1, 1]
 }
 
-/// Quantizes x (f32 `[cols]`) into `xq` (U32 `[cols/4]`), `xd` and `xs` (f32 `[cols/32]`),
-/// one invocation per element: a workgroup takes [`QUANT_BLOCKS`] blocks of 32 invocations,
-/// each block's maximum |x| and sum of codes come from shared-memory trees over its 32
-/// invocations (both exact, so the order of the tree does not matter), and the block's first
-/// 8 invocations pack the codes into words. Parameter `blocks`. Invocations of a block past the
-/// last compute the last block again and store nothing. Consecutive invocations read
-/// consecutive x values, which the C lowering loads as vectors; one invocation per block made
-/// it read each block with a gather per element, which GCC then ran in scalar code (SmolLM2's
-/// quantize nodes took 17–19 µs each on 2 EPYC cores, 2026-11-26).
+/// Quantizes x (f32 `[cols]`) into `xq` (U32 `[cols/4]`), `xd` and `xs` (f32 `[cols/32]`):
+/// a workgroup per block, an invocation per element. The block's maximum |x| and sum of codes
+/// are workgroup reductions (shared-memory trees), exact whatever their order (the codes' sum
+/// is an integer below 2^24 in magnitude, so its f32 sum is exact too), and the first 8
+/// invocations pack the codes into words. Consecutive invocations read consecutive x values,
+/// which the C lowering loads as vectors; one invocation per block read each block with a
+/// gather per element, which GCC then ran in scalar code (SmolLM2's quantize nodes took
+/// 17–19 µs each on 2 EPYC cores, 2026-11-26).
 pub fn quantize_kernel() -> Kernel {
     let k = KernelBuilder::new("quantize_q8", [QUANT_WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let xq = k.buffer("xq", Scalar::U32, Access::Write);
     let xd = k.buffer("xd", Scalar::F32, Access::Write);
     let xs = k.buffer("xs", Scalar::F32, Access::Write);
-    let blocks = k.param("blocks", Scalar::U32);
     let lid = k.local_index();
-    let qk = k.u32(QK as u32);
-    let (slot, e) = (lid / qk, lid % qk);
-    let b = k.workgroup_id(0) * k.u32(QUANT_BLOCKS) + slot;
-    let v = k.load(x, b.min(blocks - k.u32(1)) * qk + e);
-    let tree = k.shared("tree", Scalar::F32, QUANT_WG);
-    let codes = k.shared("codes", Scalar::I32, QUANT_WG);
-    // The largest |x| of the block: a tree over its 32 invocations, then with 0 as the host's
-    // fold starts (a block of NaN only gives d = 0).
-    k.store_shared(tree, lid, v.abs());
-    let mut stride = QK as u32 / 2;
-    while stride > 0 {
-        k.barrier();
-        k.if_(e.lt(k.u32(stride)), || {
-            let other = k.load_shared(tree, lid + k.u32(stride));
-            k.store_shared(tree, lid, k.load_shared(tree, lid).max(other));
-        });
-        stride /= 2;
-    }
-    k.barrier();
-    let amax = k.load_shared(tree, slot * qk).max(k.f32(0.0));
+    let b = k.workgroup_id(0);
+    let v = k.load(x, b * k.u32(QUANT_WG) + lid);
+    let reducer = Reducer::new(&k, Reduction::Shared);
+    // Starting from 0 as the host's fold does: a block of NaN only gives d = 0.
+    let amax = reducer
+        .reduce(&k, lid, v.abs(), Combine::Max)
+        .max(k.f32(0.0));
     let d = amax / k.f32(127.0);
     // ⌊|x|/d + ½⌋ by the cast's truncation, the same for this non-negative value: GCC does
     // not vectorise `floorf` (it may raise the inexact exception).
     let m = k.select(d.gt(k.f32(0.0)), v.abs() / d + k.f32(0.5), k.f32(0.0));
     let m = m.cast(Scalar::I32);
     let q = k.select(v.lt(k.f32(0.0)), -m, m);
+    let codes = k.shared("codes", Scalar::I32, QUANT_WG);
     k.store_shared(codes, lid, q);
-    let mut stride = QK as u32 / 2;
-    let sums = k.shared("sums", Scalar::I32, QUANT_WG);
-    k.store_shared(sums, lid, q);
-    while stride > 0 {
-        k.barrier();
-        k.if_(e.lt(k.u32(stride)), || {
-            let other = k.load_shared(sums, lid + k.u32(stride));
-            k.store_shared(sums, lid, k.load_shared(sums, lid) + other);
+    let sum = reducer.reduce(&k, lid, q.cast(Scalar::F32), Combine::Sum);
+    k.if_(lid.lt(k.u32(QUANT_WG / 4)), || {
+        let word = (0..4u32).fold(k.u32(0), |w, byte| {
+            let c = k
+                .load_shared(codes, lid * k.u32(4) + k.u32(byte))
+                .bitcast(Scalar::U32);
+            w | ((c & k.u32(255)) << k.u32(8 * byte))
         });
-        stride /= 2;
-    }
-    k.barrier();
-    k.if_(b.lt(blocks), || {
-        k.if_(e.lt(qk / k.u32(4)), || {
-            let first = slot * qk + e * k.u32(4);
-            let word = (0..4u32).fold(k.u32(0), |w, byte| {
-                let c = k
-                    .load_shared(codes, first + k.u32(byte))
-                    .bitcast(Scalar::U32);
-                w | ((c & k.u32(255)) << k.u32(8 * byte))
-            });
-            k.store(xq, b * k.u32(QK as u32 / 4) + e, word);
-        });
-        k.if_(e.eq(k.u32(0)), || {
-            let sum = k.load_shared(sums, slot * qk);
-            k.store(xd, b, d);
-            k.store(xs, b, d * sum.cast(Scalar::F32));
-        });
+        k.store(xq, b * k.u32(QUANT_WG / 4) + lid, word);
+    });
+    k.if_(lid.eq(k.u32(0)), || {
+        k.store(xd, b, d);
+        k.store(xs, b, d * sum);
     });
     k.finish()
 }
@@ -393,7 +361,6 @@ fn quantize_case(cols: u32) -> Case {
         vec![0; q.sums.len() * 4],
         q.sums.iter().map(|&v| f64::from(v)).collect(),
     )
-    .params(vec![ParamValue::U32(blocks)])
     .bound(1e-12)
 }
 

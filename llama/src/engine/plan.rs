@@ -152,7 +152,7 @@ impl Engine {
                 plan(
                     vec![x],
                     &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
-                    vec![u(blocks)],
+                    vec![],
                     matvec_q8::quantize_grid(blocks),
                 )
             }
