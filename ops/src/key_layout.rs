@@ -88,10 +88,9 @@ impl KeyLayout {
 /// A kernel's view of its K cache: where element `i` of position `j` of a KV head lives.
 #[derive(Clone, Copy)]
 pub struct KeyIndex<'b> {
-    layout: KeyLayout,
     kv_heads: Val<'b>,
     head_dim: u32,
-    /// The columns' stride (parameter `k_stride`).
+    /// The columns' stride (parameter `k_stride`); none for rows.
     stride: Option<Val<'b>>,
 }
 
@@ -106,7 +105,6 @@ impl<'b> KeyIndex<'b> {
     ) -> KeyIndex<'b> {
         let stride = (layout == KeyLayout::Columns).then(|| k.param("k_stride", Scalar::U32));
         KeyIndex {
-            layout,
             kv_heads,
             head_dim,
             stride,
@@ -114,7 +112,10 @@ impl<'b> KeyIndex<'b> {
     }
 
     pub fn layout(&self) -> KeyLayout {
-        self.layout
+        match self.stride {
+            None => KeyLayout::Rows,
+            Some(_) => KeyLayout::Columns,
+        }
     }
 
     /// The index of element `e` (`kv_head · head_dim + i`) of position `j`'s key row.
