@@ -39,36 +39,50 @@ pub struct MatmulSpec {
     pub lanes: Option<LaneBlock>,
 }
 
-/// [`MatmulSpec::lanes`]' workgroup: invocations walking K together.
+/// [`MatmulSpec::lanes`]' workgroup: one invocation per column of a vector of C's columns.
 const LANES: u32 = 8;
-/// Rows and columns of C a [`MatmulSpec::lanes`] workgroup computes: a sum per output and
-/// invocation, which GCC keeps in a vector register each while the workgroup walks K.
+
+/// Rows of C one [`MatmulSpec::lanes`] workgroup computes, a block of [`LaneBlock::rows`] at a
+/// time: enough that staging B's panel costs little beside the products (it was a fifth of
+/// the time at 192 rows), few enough that a 512-token prompt still makes two panels of
+/// workgroups per strip of columns for the threads to share.
+const PANEL_ROWS: u32 = 256;
+/// Elements of K staged at a time: B's panel, `LANES · vectors` columns of `PANEL_K` f32, at
+/// most 24 KiB, stays in a core's L1 cache beside A's rows.
+const PANEL_K: u32 = 128;
+
+/// The outputs each invocation of a [`MatmulSpec::lanes`] workgroup keeps while it walks K:
+/// `rows` rows of C times `vectors` columns spaced [`LANES`] apart, a sum each, which GCC keeps
+/// in vector registers (one per row and vector) beside A's element broadcast for each row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LaneBlock {
     pub rows: u32,
-    pub cols: u32,
+    pub vectors: u32,
 }
 
 impl LaneBlock {
-    /// The block for a CPU with `registers` vector registers: its sums, a vector of B's rows
-    /// and one of A's must fit, or GCC spills sums in the loop over K.
+    /// The block for a CPU with `registers` vector registers: its sums and A's broadcasts
+    /// must fit, or GCC spills sums in the loop over K.
     ///
-    /// 32 registers (AVX-512): 8 × 3. On one EPYC core with AVX-512, 512 × 576 × 576 f32
-    /// (2026-11-25, the C function alone): 8 × 3 77 GFLOP/s, 6 × 4 74, 4 × 4 62, 6 × 6 43
-    /// (spilled); the tiled kernel 25-32. On both cores (`cargo xtask bench --ops matmul`):
-    /// 8 × 3 148-154 GFLOP/s, 0.71-0.78× the `gemm` crate; 6 × 4 104-110.
+    /// GCC tuned for AMD's cores reads each vector of the panel as a memory operand of every
+    /// fused multiply-add that uses it, so an element of K costs `rows · (vectors + 1)` loads
+    /// for `rows · vectors` multiply-adds: many vectors and few rows keep the loads near one
+    /// per multiply-add. On one core of the AVX2-only EPYC (2026-11-26, 512 × 576 × 576 f32,
+    /// the C function alone, best of three alternating rounds on a noisy VM, GFLOP/s): 2 × 6
+    /// 52–56, 4 × 3 49–50, 2 × 4 41–51, 3 × 4 39–49, 3 × 3 43, 6 × 2 26–29 (its six
+    /// broadcasts and twelve sums spill); the dot walk this replaced (each workgroup's sums
+    /// along K, added through shared memory at the end) 44–50; a hand-written 6 × 2 with
+    /// intrinsics, which GCC compiles with the panel in registers, 57–80.
     ///
-    /// 16 registers (AVX2): 6 × 2, whose 12 sums and two vectors of B leave A's loads as
-    /// memory operands of the fused multiply-adds. The same shape on one core of the AVX2-only
-    /// EPYC, the C function alone, alternating (23:13 UTC, a shared machine): 6 × 2 50-54
-    /// GFLOP/s, 5 × 2 40-51, 3 × 4 44-48, 4 × 3 31-42, 4 × 2 33-44, 8 × 3 37-41 (24 sums in
-    /// 16 registers: spilled).
+    /// 32 registers (AVX-512): 4 × 6, by the same count; not measured on such a machine.
     pub fn for_registers(registers: u32) -> LaneBlock {
-        if registers >= 32 {
-            LaneBlock { rows: 8, cols: 3 }
-        } else {
-            LaneBlock { rows: 6, cols: 2 }
-        }
+        let rows = if registers >= 32 { 4 } else { 2 };
+        LaneBlock { rows, vectors: 6 }
+    }
+
+    /// Columns of C per workgroup.
+    fn cols(&self) -> u32 {
+        self.vectors * LANES
     }
 }
 
@@ -94,7 +108,7 @@ impl MatmulSpec {
     /// Rows and columns of C per workgroup.
     fn block_sides(&self) -> (u32, u32) {
         if let Some(b) = self.lanes {
-            (b.rows, b.cols)
+            (PANEL_ROWS, b.cols())
         } else {
             (self.block(), self.block())
         }
@@ -116,10 +130,31 @@ impl MatmulSpec {
                     what: "the lanes walk with B not transposed (its rows must run along K)".into(),
                 });
             }
-            for (what, v) in [("lane block rows", b.rows), ("lane block cols", b.cols)] {
+            for (what, v) in [
+                ("lane block rows", b.rows),
+                ("lane block vectors", b.vectors),
+            ] {
                 if v == 0 {
                     return Err(ShapeError::Zero { op: OP, what });
                 }
+            }
+            if !PANEL_ROWS.is_multiple_of(b.rows) {
+                return Err(ShapeError::Unsupported {
+                    op: OP,
+                    what: format!(
+                        "lane block rows {} (a divisor of the panel's {PANEL_ROWS})",
+                        b.rows
+                    ),
+                });
+            }
+            let panel = PANEL_K as usize * b.cols() as usize * 4;
+            if panel > 32 * 1024 {
+                return Err(ShapeError::TooLarge {
+                    op: OP,
+                    what: "shared bytes of the lanes walk's panel (128 × 8 × vectors × 4)",
+                    value: panel,
+                    limit: 32 * 1024,
+                });
             }
         }
         for (what, v) in [("tile", self.tile), ("reg", self.reg)] {
@@ -306,7 +341,7 @@ pub fn kernel(spec: MatmulSpec) -> Result<Kernel, ShapeError> {
     let bt = if spec.b_transposed { "t" } else { "" };
     let name = format!("matmul_{}_{}{bt}_t{t}r{r}", spec.a, spec.b);
     let k = KernelBuilder::new(&name, [t, t, 1]);
-    let ([a, b, c], [m, n, kk, lda, ldb, ldc, sa, sb, sc]) = interface(&k, &spec);
+    let ([a, b, c], [m, n, kk, lda, ldb, ldc, sa, sb, sc]) = interface(&k, &spec, Access::Write);
     let ta = k.shared("ta", Scalar::F32, bm * t);
     let tb = k.shared("tb", Scalar::F32, t * bm);
     let (tx, ty) = (k.local_id(0), k.local_id(1));
@@ -381,91 +416,114 @@ pub fn kernel(spec: MatmulSpec) -> Result<Kernel, ShapeError> {
     Ok(k.finish())
 }
 
-/// [`MatmulSpec::lanes`]' kernel (B transposed): a workgroup of [`LANES`] invocations computes
-/// `block` (rows × cols) of outputs, walking K together in chunks of [`LANES`], invocation
-/// `lid` taking element `lid` of each chunk of A's rows and B's rows (consecutive invocations,
-/// consecutive elements: the C lowering vectorises across them, and GCC keeps the sums in
-/// registers); then each output's partial sums are added in invocation order through shared
-/// memory. Rows and columns past the edges read the last ones again and are not stored.
+/// [`MatmulSpec::lanes`]' kernel (B transposed), the outer-product walk of CPU BLAS kernels:
+/// a workgroup of [`LANES`] invocations computes [`PANEL_ROWS`] rows of C times
+/// `block.cols()` columns, invocation `lid` the columns `lid`, `lid + LANES`, … of the strip.
+/// For each [`PANEL_K`] elements of K, the workgroup first stages B's panel transposed in
+/// shared memory (element p of the strip's column j at `p · cols + j`, so a row of the panel
+/// is the strip's columns side by side), then walks its rows `block.rows` at a time: at each
+/// element p, every invocation multiplies A's element (the same for all, a broadcast) by its
+/// columns' panel values (consecutive invocations, consecutive addresses: one vector) into
+/// `rows × vectors` sums that GCC keeps in registers. The sums go to C after each panel and
+/// come back for the next, which stores and reloads f32 exactly: every output is the fused
+/// multiply-adds of its dot product in K's order. Rows and columns past the edges read the
+/// last ones again and are not stored.
 pub fn lanes_kernel(spec: MatmulSpec, block: LaneBlock) -> Kernel {
-    let LaneBlock { rows, cols } = block;
-    let name = format!("matmul_{}_{}t_lanes{rows}x{cols}", spec.a, spec.b);
+    let LaneBlock { rows, vectors } = block;
+    let width = block.cols();
+    let name = format!("matmul_{}_{}t_lanes{rows}x{vectors}", spec.a, spec.b);
     let k = KernelBuilder::new(&name, [LANES, 1, 1]);
-    let ([a, b, c], [m, n, kk, lda, ldb, ldc, sa, sb, sc]) = interface(&k, &spec);
-    let lid = k.local_index();
-    let one = k.u32(1);
-    let row0 = k.workgroup_id(1) * k.u32(rows);
-    let col0 = k.workgroup_id(0) * k.u32(cols);
+    let ([a, b, c], [m, n, kk, lda, ldb, ldc, sa, sb, sc]) =
+        interface(&k, &spec, Access::ReadWrite);
+    let (lid, zero, one) = (k.local_index(), k.u32(0), k.u32(1));
+    let col0 = k.workgroup_id(0) * k.u32(width);
+    let row0 = k.workgroup_id(1) * k.u32(PANEL_ROWS);
     let z = k.workgroup_id(2);
-    let a_rows: Vec<Val> = (0..rows)
-        .map(|i| z * sa + (row0 + k.u32(i)).min(m - one) * lda)
+    let rows_end = (row0 + k.u32(PANEL_ROWS)).min(m);
+    let cols: Vec<Val> = (0..vectors)
+        .map(|v| col0 + k.u32(v * LANES) + lid)
         .collect();
-    let b_rows: Vec<Val> = (0..cols)
-        .map(|j| z * sb + (col0 + k.u32(j)).min(n - one) * ldb)
-        .collect();
-    let accs: Vec<Var> = (0..rows * cols)
+    let panel = k.shared("panel", Scalar::F32, PANEL_K * width);
+    let accs: Vec<Var> = (0..rows * vectors)
         .map(|_| k.var("acc", Scalar::F32))
         .collect();
-    // Multiplies in the chunk's element `p`; `inside` keeps the sums of a partial chunk's
-    // invocations past K.
-    let step = |p: Val<'_>, inside: Option<Val<'_>>| {
-        let av: Vec<Val> = a_rows
-            .iter()
-            .map(|&r| k.load(a, r + p).cast(Scalar::F32))
-            .collect();
-        let bv: Vec<Val> = b_rows
-            .iter()
-            .map(|&r| k.load(b, r + p).cast(Scalar::F32))
-            .collect();
-        for (i, &x) in av.iter().enumerate() {
-            for (j, &y) in bv.iter().enumerate() {
-                let acc = accs[i * cols as usize + j];
-                let sum = x.fma(y, acc.get());
-                acc.set(inside.map_or(sum, |inside| k.select(inside, sum, acc.get())));
-            }
-        }
-    };
-    let whole = kk / k.u32(LANES);
-    k.for_range(k.u32(0), whole, 1, |chunk| {
-        step(chunk * k.u32(LANES) + lid, None)
-    });
-    k.if_((kk % k.u32(LANES)).ne(k.u32(0)), || {
-        let p = whole * k.u32(LANES) + lid;
-        step(p.min(kk - one), Some(p.lt(kk)));
-    });
-    let outputs = rows * cols;
-    let sh = k.shared("partials", Scalar::F32, outputs * LANES);
-    for (o, acc) in accs.iter().enumerate() {
-        k.store_shared(sh, k.u32(o as u32 * LANES) + lid, acc.get());
-    }
-    k.barrier();
-    // Invocation `lid` adds up outputs `lid`, `lid + LANES`, …, unrolled here: a loop from
-    // `lid` has bounds that differ between invocations, which the C lowering runs under masks
-    // for every workgroup. Past the last output an invocation adds the last one again and
-    // stores nothing.
-    let total = k.var("total", Scalar::F32);
-    for base in (0..outputs).step_by(LANES as usize) {
-        let o = k.u32(base) + lid;
-        let first = o.min(k.u32(outputs - 1)) * k.u32(LANES);
-        total.set(k.load_shared(sh, first));
-        k.for_range(one, k.u32(LANES), 1, |l| {
-            total.set(total.get() + k.load_shared(sh, first + l))
+    k.for_range(zero, kk, PANEL_K, |kc| {
+        let len = (kk - kc).min(k.u32(PANEL_K));
+        // Invocation `lid` copies element `lid` of each run of LANES of every column: a
+        // vector load along B's row, stores spread over the panel's rows. A loop, not
+        // unrolled: 24 copies of it made the kernel 64 KiB of code.
+        let whole = len / k.u32(LANES) * k.u32(LANES);
+        k.for_range(zero, k.u32(width), 1, |j| {
+            let from = z * sb + (col0 + j).min(n - one) * ldb + kc;
+            let copy = |p: Val<'_>| {
+                let v = k.load(b, from + p).cast(Scalar::F32);
+                k.store_shared(panel, p * k.u32(width) + j, v);
+            };
+            k.for_range(zero, whole, LANES, |p0| copy(p0 + lid));
+            let p = whole + lid;
+            k.if_(p.lt(len), || copy(p));
         });
-        let row = row0 + o / k.u32(cols);
-        let col = col0 + o % k.u32(cols);
-        k.if_(o.lt(k.u32(outputs)) & row.lt(m) & col.lt(n), || {
-            k.store(c, z * sc + row * ldc + col, total.get())
+        k.barrier();
+        k.for_range(row0, rows_end, rows, |r0| {
+            let row = |i: u32| r0 + k.u32(i);
+            let a_rows: Vec<Val> = (0..rows)
+                .map(|i| z * sa + row(i).min(m - one) * lda + kc)
+                .collect();
+            let out = |i: u32, v: u32| z * sc + row(i) * ldc + cols[v as usize];
+            let stored = |i: u32, v: u32| row(i).lt(m) & cols[v as usize].lt(n);
+            // Whether every output of the block is inside C, the same for every invocation:
+            // then the sums load and store without a condition per invocation, which the C
+            // lowering would run as masked moves (microcoded on AMD's cores).
+            let full = (r0 + k.u32(rows)).le(m) & (col0 + k.u32(width)).le(n);
+            let each = |f: &dyn Fn(u32, u32)| {
+                for i in 0..rows {
+                    for v in 0..vectors {
+                        f(i, v)
+                    }
+                }
+            };
+            let acc = |i: u32, v: u32| accs[(i * vectors + v) as usize];
+            each(&|i, v| acc(i, v).set(k.f32(0.0)));
+            k.if_(kc.ne(zero), || {
+                k.if_else(
+                    full,
+                    || each(&|i, v| acc(i, v).set(k.load(c, out(i, v)))),
+                    || each(&|i, v| k.if_(stored(i, v), || acc(i, v).set(k.load(c, out(i, v))))),
+                )
+            });
+            k.for_range(zero, len, 1, |p| {
+                let bv: Vec<Val> = (0..vectors)
+                    .map(|v| k.load_shared(panel, p * k.u32(width) + k.u32(v * LANES) + lid))
+                    .collect();
+                for (i, &from) in (0..).zip(&a_rows) {
+                    let x = k.load(a, from + p).cast(Scalar::F32);
+                    for (v, &y) in (0..).zip(&bv) {
+                        acc(i, v).set(x.fma(y, acc(i, v).get()));
+                    }
+                }
+            });
+            k.if_else(
+                full,
+                || each(&|i, v| k.store(c, out(i, v), acc(i, v).get())),
+                || each(&|i, v| k.if_(stored(i, v), || k.store(c, out(i, v), acc(i, v).get()))),
+            );
         });
-    }
+        // The next panel overwrites this one.
+        k.barrier();
+    });
     k.finish()
 }
 
 /// What every matmul kernel declares: buffers a, b, c, then the parameters m, n, k, lda, ldb,
 /// ldc and the three batch strides.
-fn interface<'b>(k: &'b KernelBuilder, spec: &MatmulSpec) -> ([BufferId; 3], [Val<'b>; 9]) {
+fn interface<'b>(
+    k: &'b KernelBuilder,
+    spec: &MatmulSpec,
+    c_access: Access,
+) -> ([BufferId; 3], [Val<'b>; 9]) {
     let a = k.buffer("a", spec.a, Access::Read);
     let b = k.buffer("b", spec.b, Access::Read);
-    let c = k.buffer("c", Scalar::F32, Access::Write);
+    let c = k.buffer("c", Scalar::F32, c_access);
     let params = [
         "m", "n", "k", "lda", "ldb", "ldc", "stride_a", "stride_b", "stride_c",
     ]
@@ -553,7 +611,7 @@ pub fn case(spec: MatmulSpec, s: MatmulShape, seed: u64) -> Result<Case, ShapeEr
         name.push_str("/bcast");
     }
     if let Some(b) = spec.lanes {
-        name.push_str(&format!("/lanes{}x{}", b.rows, b.cols));
+        name.push_str(&format!("/lanes{}x{}", b.rows, b.vectors));
     } else if (spec.tile, spec.reg) != (16, 2) {
         name.push_str(&format!("/t{}r{}", spec.tile, spec.reg));
     }
@@ -612,9 +670,11 @@ pub fn cases() -> Vec<Case> {
         small_tiles,
         MatmulShape::packed(1, 70, 65, 129, false, false),
     ));
-    // The CPUs' walk, with each block of `LaneBlock::for_registers`: one element, edges of
-    // the block and of K's chunks of 8, batches with their own and a shared B, a padded
-    // layout, f16 B, and SmolLM2-135M's projection.
+    // The CPUs' walk, with each block of `LaneBlock::for_registers`: one element; edges of
+    // the row blocks, the column strips and the lanes; more than one panel of K, the last
+    // one partial (with and without a partial run of lanes) and more than one panel of rows;
+    // batches with their own and a shared B, a padded layout, f16 B, and SmolLM2-135M's
+    // projection.
     let wide = LaneBlock::for_registers(32);
     let narrow = LaneBlock::for_registers(16);
     let lanes = |a, b| MatmulSpec {
@@ -639,6 +699,10 @@ pub fn cases() -> Vec<Case> {
         ),
         (
             lanes(F32, F32),
+            MatmulShape::packed(1, 301, 53, 300, true, false),
+        ),
+        (
+            lanes(F32, F32),
             MatmulShape::packed(3, 19, 23, 32, true, true),
         ),
         (lanes(F32, F32), padded_t),
@@ -653,6 +717,10 @@ pub fn cases() -> Vec<Case> {
         (
             narrow_lanes,
             MatmulShape::packed(1, 70, 65, 129, true, false),
+        ),
+        (
+            narrow_lanes,
+            MatmulShape::packed(1, 271, 50, 261, true, false),
         ),
         (narrow_lanes, MatmulShape::packed(3, 19, 23, 32, true, true)),
         (narrow_lanes, padded_t),

@@ -198,7 +198,13 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
     );
     for (i, s) in k.shared.iter().enumerate() {
         let name = c_family::shared_name(k, SharedId(i as u32));
-        let _ = writeln!(out, "        {} {name}[{}];", elem_type(s.elem), s.len);
+        let t = elem_type(s.elem);
+        // Reached only through a restrict pointer: once GCC's induction-variable pass has
+        // turned an index into a pointer, the array's name no longer tells it that the
+        // per-invocation arrays are elsewhere, and it keeps storing sums that a loop over
+        // shared memory updates instead of holding them in registers.
+        let _ = writeln!(out, "        {t} {name}_frame[{}];", s.len);
+        let _ = writeln!(out, "        {t}* restrict {name} = {name}_frame;");
     }
     for e in st.exprs_in(storage::Place::Array) {
         let _ = writeln!(
