@@ -449,19 +449,17 @@ pub fn lanes_kernel(spec: MatmulSpec, block: LaneBlock) -> Kernel {
         .collect();
     k.for_range(zero, kk, PANEL_K, |kc| {
         let len = (kk - kc).min(k.u32(PANEL_K));
-        // Invocation `lid` copies element `lid` of each run of LANES of every column: a
-        // vector load along B's row, stores spread over the panel's rows. A loop, not
-        // unrolled: 24 copies of it made the kernel 64 KiB of code.
-        let whole = len / k.u32(LANES) * k.u32(LANES);
-        k.for_range(zero, k.u32(width), 1, |j| {
-            let from = z * sb + (col0 + j).min(n - one) * ldb + kc;
-            let copy = |p: Val<'_>| {
-                let v = k.load(b, from + p).cast(Scalar::F32);
-                k.store_shared(panel, p * k.u32(width) + j, v);
-            };
-            k.for_range(zero, whole, LANES, |p0| copy(p0 + lid));
-            let p = whole + lid;
-            k.if_(p.lt(len), || copy(p));
+        // Invocation `lid` copies its columns of the strip, one element of K at a time: a
+        // gather along B's rows, a vector store along the panel's.
+        let from: Vec<Val> = cols
+            .iter()
+            .map(|&col| z * sb + col.min(n - one) * ldb + kc)
+            .collect();
+        k.for_range(zero, len, 1, |p| {
+            for (v, &f) in (0..).zip(&from) {
+                let x = k.load(b, f + p).cast(Scalar::F32);
+                k.store_shared(panel, p * k.u32(width) + k.u32(v * LANES) + lid, x);
+            }
         });
         k.barrier();
         k.for_range(row0, rows_end, rows, |r0| {
