@@ -669,8 +669,8 @@ pub fn cases() -> Vec<Case> {
         MatmulShape::packed(1, 70, 65, 129, false, false),
     ));
     // The CPUs' walk, with each block of `LaneBlock::for_registers`: one element; edges of
-    // the row blocks, the column strips and the lanes; more than one panel of K, the last
-    // one partial (with and without a partial run of lanes) and more than one panel of rows;
+    // the row blocks and the column strips; more than one panel of K, the last one partial,
+    // and more than one panel of rows;
     // batches with their own and a shared B, a padded layout, f16 B, and SmolLM2-135M's
     // projection.
     let wide = LaneBlock::for_registers(32);
