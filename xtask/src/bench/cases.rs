@@ -69,12 +69,11 @@ impl Item {
             Op::MatvecQ8 { ty, rows, cols } if v.cpu_walks => matvec_q8_rows::case(ty, rows, cols),
             Op::MatvecQ8 { ty, rows, cols } => matvec_q8::case(ty, rows, cols, MATVEC_Q8_ROWS),
             Op::Matmul { b, m, n, k } => {
-                // f16 B keeps the tiles: GCC 12 does not vectorise f16 conversions, which the
-                // tiled kernel does once per staged element and the lanes walk once per use.
-                // The CPU backend compiles for this host, whose registers size the block.
+                // The CPU backend compiles for this host, whose registers size the block. f16
+                // B converts once per element as the panel is staged, so it walks panels too.
                 let block = LaneBlock::for_registers(trine_backends::cpu::vector_registers());
                 let spec = MatmulSpec {
-                    lanes: (v.cpu_walks && b.scalar() == Scalar::F32).then_some(block),
+                    lanes: v.cpu_walks.then_some(block),
                     ..MatmulSpec::new(Scalar::F32, b.scalar(), true)
                 };
                 let shape = MatmulShape::packed(1, m as usize, n as usize, k as usize, true, false);
