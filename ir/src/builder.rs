@@ -66,6 +66,7 @@ impl KernelBuilder {
                 tiles: vec![],
                 exprs: vec![],
                 body: vec![],
+                settled: vec![],
             }),
             blocks: RefCell::new(vec![vec![]]),
         }
@@ -96,6 +97,12 @@ impl KernelBuilder {
             access,
         });
         BufferId(k.buffers.len() as u32 - 1)
+    }
+
+    /// Marks `buffer` as written by no dispatch of the sequence the kernel runs in
+    /// ([`crate::Kernel::settled`]).
+    pub fn settled(&self, buffer: BufferId) {
+        self.kernel.borrow_mut().settled.push(buffer);
     }
 
     pub fn param(&self, name: &str, ty: Scalar) -> Val<'_> {

@@ -107,6 +107,8 @@ pub fn fuse(
         tiles: vec![],
         exprs: vec![],
         body: vec![],
+        // A fused kernel has grid barriers and never starts early.
+        settled: vec![],
     };
     let sync = BufferId(buffers.len() as u32);
     out.buffers.push(BufferDecl {

@@ -488,6 +488,12 @@ pub struct Kernel {
     pub tiles: Vec<TileDecl>,
     pub exprs: Vec<Expr>,
     pub body: Block,
+    /// Buffers no dispatch of the sequence the kernel runs in writes: the host writes them
+    /// between sequences, as the executor writes a decode step's position before replaying the
+    /// step. Read-only in the kernel. A backend that starts a kernel while the one before it
+    /// still runs may read them before it waits for that one ([`Kernel::prefetch_prologue`]);
+    /// every other target ignores the mark.
+    pub settled: Vec<BufferId>,
 }
 
 impl Kernel {
@@ -517,8 +523,9 @@ impl Kernel {
     }
 
     /// How many of the body's first statements only prefetch ([`Stmt::Prefetch`]): prefetches,
-    /// `Let`s of expressions that read no memory, and loops and ifs made of these. A backend
-    /// that overlaps a kernel with the one before it may run these before waiting for it.
+    /// `Let`s of expressions that read no memory but [`Kernel::settled`] buffers, and loops and
+    /// ifs made of these. A backend that overlaps a kernel with the one before it may run these
+    /// before waiting for it.
     pub fn prefetch_prologue(&self) -> usize {
         let n = self
             .body
@@ -564,13 +571,16 @@ impl Kernel {
         }
     }
 
-    /// Whether evaluating `e` reads a buffer, shared memory or another invocation's value.
+    /// Whether evaluating `e` reads a buffer that is not [`Kernel::settled`], shared memory or
+    /// another invocation's value.
     fn reads_memory(&self, e: ExprId) -> bool {
         let expr = self.expr(e);
-        matches!(
-            expr,
-            Expr::Load { .. } | Expr::LoadShared { .. } | Expr::Subgroup { .. }
-        ) || expr.operands().into_iter().any(|o| self.reads_memory(o))
+        let reads = match expr {
+            Expr::Load { buffer, .. } => !self.settled.contains(buffer),
+            Expr::LoadShared { .. } | Expr::Subgroup { .. } => true,
+            _ => false,
+        };
+        reads || expr.operands().into_iter().any(|o| self.reads_memory(o))
     }
 
     /// The sync buffer and workgroup count of the kernel's grid barriers, if it has any.

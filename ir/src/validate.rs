@@ -57,6 +57,8 @@ pub enum ValidationError {
         name: String,
         ty: Scalar,
     },
+    #[error("buffer {name:?} is marked settled but the kernel may write it")]
+    SettledWritable { name: String },
     #[error("expression {expr:?} does not exist")]
     UnknownExpr { expr: ExprId },
     #[error("{what} {index} does not exist")]
@@ -266,6 +268,20 @@ fn check_decls(k: &Kernel, limits: &Limits) -> Result<()> {
             size: k.workgroup_size,
             max: limits.max_invocations,
         });
+    }
+    for &b in &k.settled {
+        let decl = k
+            .buffers
+            .get(b.0 as usize)
+            .ok_or(ValidationError::UnknownDecl {
+                what: "settled buffer",
+                index: b.0,
+            })?;
+        if decl.access.can_write() {
+            return Err(ValidationError::SettledWritable {
+                name: decl.name.clone(),
+            });
+        }
     }
     let mut names = std::collections::HashSet::new();
     let decls = k

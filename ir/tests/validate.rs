@@ -252,4 +252,37 @@ fn prefetch_prologue_is_the_leading_memory_free_statements_with_a_prefetch() {
     let at = k.load(w, k.u32(0));
     k.prefetch(w, at);
     assert_eq!(k.finish().prefetch_prologue(), 0);
+
+    // Unless the load is of a settled buffer: then the load, the prefetch and its index lead,
+    // and the load of the unsettled buffer after them does not.
+    let k = KernelBuilder::new("pf_settled", [4, 1, 1]);
+    let w = k.buffer("w", Scalar::U32, Access::Read);
+    let step = k.buffer("step", Scalar::U32, Access::Read);
+    let y = k.buffer("y", Scalar::U32, Access::Write);
+    k.settled(step);
+    let at = k.load(step, k.u32(0));
+    k.prefetch(w, at + k.local_index());
+    k.store(y, k.local_index(), k.load(w, at));
+    let kernel = k.finish();
+    assert_eq!(validate(&kernel, &Limits::default()).map(drop), Ok(()));
+    let loads: Vec<usize> = (kernel.body.iter().enumerate())
+        .filter(|(_, s)| matches!(s, Stmt::Let(e) if matches!(kernel.expr(*e), Expr::Load { .. })))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(loads.len(), 2);
+    assert_eq!(kernel.prefetch_prologue(), loads[1]);
+}
+
+#[test]
+fn a_settled_buffer_is_read_only() {
+    let k = KernelBuilder::new("settled_write", [4, 1, 1]);
+    let y = k.buffer("y", Scalar::U32, Access::ReadWrite);
+    k.settled(y);
+    k.store(y, k.local_index(), k.u32(1));
+    let err = validate(&k.finish(), &Limits::default()).unwrap_err();
+    assert_eq!(
+        err,
+        ValidationError::SettledWritable { name: "y".into() },
+        "{err}"
+    );
 }

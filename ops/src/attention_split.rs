@@ -150,6 +150,7 @@ pub fn split_kernel(
     let splits = k.param("splits", Scalar::U32);
     let scale = k.param("scale", Scalar::F32);
     let index = KeyIndex::declare(&k, keys, kv_heads, head_dim);
+    k.settled(step);
     let s = k.workgroup_id(0);
     let h = k.workgroup_id(1);
     let t = k.workgroup_id(2);
@@ -157,10 +158,19 @@ pub fn split_kernel(
     let row = t * heads + h;
     let d = k.u32(head_dim);
     let pos = k.load(step, k.u32(0));
-    let q_sh = stage_query(&k, head_dim, q, row * d);
     let chunk = (pos + tokens + splits - one) / splits;
     let start = s * chunk;
     let end = (start + chunk).min(pos + t + one);
+    if keys == KeyLayout::Rows {
+        prefetch_chunk(
+            &k,
+            (kc, vc, kv),
+            (heads, kv_heads, head_dim),
+            h,
+            (start, end),
+        );
+    }
+    let q_sh = stage_query(&k, head_dim, q, row * d);
     k.barrier();
     let keys = Keys {
         kv,
@@ -183,6 +193,32 @@ pub fn split_kernel(
         k.store(part, base + d + one, l.get());
     });
     Ok(k.finish())
+}
+
+/// Prefetches the rows of K and V this workgroup's keys `start..end` hold for head `h`
+/// ([`trine_ir::Stmt::Prefetch`]), a cache line at a time, one key per invocation. The kernel
+/// reads the position from the settled `step` buffer, so on CUDA this runs before the wait for
+/// the QKV product ahead: every key but the newest was written by an earlier step, and a decode
+/// step's stream of weights has pushed them out of L2 since, so that the scores would otherwise
+/// wait on memory twice, once for K and once for V. Caches in rows only: the columns layout is
+/// the CPUs', where prefetches are dropped.
+fn prefetch_chunk<'b>(
+    k: &'b KernelBuilder,
+    (kc, vc, kv): (BufferId, BufferId, Float),
+    (heads, kv_heads, head_dim): (Val<'b>, Val<'b>, u32),
+    h: Val<'b>,
+    (start, end): (Val<'b>, Val<'b>),
+) {
+    let line = 128 / kv.scalar().size() as u32;
+    let d = k.u32(head_dim);
+    let kv_head = h / (heads / kv_heads) * d;
+    k.for_range(start + k.local_index(), end, WG, |j| {
+        let row = j * (kv_heads * d) + kv_head;
+        for e in (0..head_dim).step_by(line as usize) {
+            k.prefetch(kc, row + k.u32(e));
+            k.prefetch(vc, row + k.u32(e));
+        }
+    });
 }
 
 /// The buffers of a kernel that writes split partials (this one, and
