@@ -478,6 +478,13 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     if ty.is_quantized() && !spec.blocked {
         prefetch_rows(&k, &spec, w, cols, (rows_at[0], rows_at[rows_at.len() - 1]));
     }
+    // One token's rotation, from settled buffers only, right after the prefetches: before the
+    // wait for the kernel ahead on CUDA.
+    let outputs = spec.outputs();
+    let turn = rope.as_ref().filter(|_| tpw == 1).map(|rope| {
+        let (_, o) = split_output(&k, lid, outputs, tpw);
+        rope.turn(&k, group, row0 + o * k.u32(2))
+    });
     let tokens: Vec<Token> = (0..tpw)
         .map(|t| {
             let token = match n_tokens {
@@ -580,7 +587,6 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         .collect();
     // Invocation i stores output i: row i's sum, or SwiGLU's of rows 2i and 2i + 1; with
     // several tokens, output i % outputs of token i / outputs.
-    let outputs = spec.outputs();
     let per_token = spec.reduced_rows();
     let split = |i| split_output(&k, i, outputs, tpw);
     let reads = |i| {
@@ -621,7 +627,8 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
             (_, None, Some(rope)) => {
                 let row = row0 + o * k.u32(2);
                 k.if_(row.lt(rows), || {
-                    rope.store_pair(&k, token, row, (totals[0], totals[1]))
+                    let turn = turn.unwrap_or_else(|| rope.turn(&k, token, row));
+                    rope.store_pair(&k, (token, row), &turn, (totals[0], totals[1]))
                 });
             }
             (_, Some(y), _) => {

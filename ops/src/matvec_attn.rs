@@ -251,12 +251,17 @@ pub(super) struct RopeOut<'b> {
 }
 
 impl<'b> RopeOut<'b> {
-    /// Declares the inputs (`step`, `freq`); [`RopeOut::declare_outputs`] the rest.
+    /// Declares the inputs (`step`, `freq`), both settled ([`trine_ir::Kernel::settled`]: the
+    /// host writes the position before the step and the frequencies at load);
+    /// [`RopeOut::declare_outputs`] the rest.
     pub(super) fn declare_inputs(k: &KernelBuilder) -> (BufferId, BufferId) {
-        (
+        let bufs = (
             k.buffer("step", Scalar::U32, Access::Read),
             k.buffer("freq", Scalar::F32, Access::Read),
-        )
+        );
+        k.settled(bufs.0);
+        k.settled(bufs.1);
+        bufs
     }
 
     /// Declares `q`, `k_cache`, `v_cache` and the parameters `heads`, `kv_heads` (and
@@ -285,27 +290,41 @@ impl<'b> RopeOut<'b> {
         }
     }
 
+    /// The position of token `t` and the rotation of the pair of rows `r`, `r + 1` (r even),
+    /// from the settled buffers only: a kernel that computes it first does so before it waits
+    /// for the kernel ahead (on CUDA), and its epilogue then waits on no load of its own. Rows
+    /// of V get a rotation they do not use.
+    pub(super) fn turn(&self, k: &'b KernelBuilder, t: Val<'b>, r: Val<'b>) -> Turn<'b> {
+        let d = k.u32(self.shape.head_dim);
+        let pos = k.load(self.step, k.u32(0)) + t;
+        let i = (r % d) / k.u32(2);
+        let theta = pos.cast(Scalar::F32) * k.load(self.freq, i);
+        Turn {
+            pos,
+            cos: theta.cos(),
+            sin: theta.sin(),
+        }
+    }
+
     /// Rotates or copies the pair of rows `r`, `r + 1` (r even) of token `t`, whose sums are
-    /// `a` and `b`, and stores it: [`super::rope_store::kernel`]'s arithmetic for one pair.
+    /// `a` and `b`, by `turn` ([`RopeOut::turn`] of the same pair), and stores it:
+    /// [`super::rope_store::kernel`]'s arithmetic for one pair.
     pub(super) fn store_pair(
         &self,
         k: &'b KernelBuilder,
-        t: Val<'b>,
-        r: Val<'b>,
+        (t, r): (Val<'b>, Val<'b>),
+        turn: &Turn<'b>,
         (a, b): (Val<'b>, Val<'b>),
     ) {
         let d = k.u32(self.shape.head_dim);
         let one = k.u32(1);
         let q_rows = self.heads * d;
         let kv_rows = self.kv_heads * d;
-        let pos = k.load(self.step, k.u32(0)) + t;
+        let Turn { pos, cos, sin } = *turn;
         let kv = self.shape.kv;
         k.if_else(
             r.lt(q_rows + kv_rows),
             || {
-                let i = (r % d) / k.u32(2);
-                let theta = pos.cast(Scalar::F32) * k.load(self.freq, i);
-                let (cos, sin) = (theta.cos(), theta.sin());
                 let ra = a * cos - b * sin;
                 let rb = a * sin + b * cos;
                 k.if_else(
@@ -329,6 +348,14 @@ impl<'b> RopeOut<'b> {
             },
         );
     }
+}
+
+/// [`RopeOut::turn`]: a token's position and a pair's cosine and sine.
+#[derive(Clone, Copy)]
+pub(super) struct Turn<'b> {
+    pos: Val<'b>,
+    cos: Val<'b>,
+    sin: Val<'b>,
 }
 
 /// A QKV product of `heads` query and `kv_heads` key/value heads with the rope epilogue, at
