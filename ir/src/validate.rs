@@ -144,6 +144,13 @@ pub fn validate(kernel: &Kernel, limits: &Limits) -> Result<Info> {
     Ok(Info { types })
 }
 
+/// Buffer `b`'s declaration, or an error naming it as `what`.
+fn buffer_decl<'k>(k: &'k Kernel, b: BufferId, what: &'static str) -> Result<&'k BufferDecl> {
+    k.buffers
+        .get(b.0 as usize)
+        .ok_or(ValidationError::UnknownDecl { what, index: b.0 })
+}
+
 /// The rules of [`Stmt::GridBarrier`] that span the whole kernel: one sync buffer, read-write
 /// u32 and touched by nothing else, one workgroup count, and no private variable in two phases
 /// (values are kept apart by scope: a barrier closes the top level's `Let`s).
@@ -151,13 +158,7 @@ fn check_phases(k: &Kernel) -> Result<()> {
     let Some((sync, workgroups)) = k.grid_sync() else {
         return Ok(());
     };
-    let decl = k
-        .buffers
-        .get(sync.0 as usize)
-        .ok_or(ValidationError::UnknownDecl {
-            what: "buffer",
-            index: sync.0,
-        })?;
+    let decl = buffer_decl(k, sync, "buffer")?;
     let bad_sync = || ValidationError::GridSyncBuffer {
         name: decl.name.clone(),
     };
@@ -270,13 +271,7 @@ fn check_decls(k: &Kernel, limits: &Limits) -> Result<()> {
         });
     }
     for &b in &k.settled {
-        let decl = k
-            .buffers
-            .get(b.0 as usize)
-            .ok_or(ValidationError::UnknownDecl {
-                what: "settled buffer",
-                index: b.0,
-            })?;
+        let decl = buffer_decl(k, b, "settled buffer")?;
         if decl.access.can_write() {
             return Err(ValidationError::SettledWritable {
                 name: decl.name.clone(),
@@ -495,13 +490,7 @@ impl Validator<'_> {
     }
 
     fn buffer(&self, b: BufferId) -> Result<&BufferDecl> {
-        self.k
-            .buffers
-            .get(b.0 as usize)
-            .ok_or(ValidationError::UnknownDecl {
-                what: "buffer",
-                index: b.0,
-            })
+        buffer_decl(self.k, b, "buffer")
     }
 
     fn shared(&self, s: SharedId) -> Result<&SharedDecl> {

@@ -148,14 +148,10 @@ impl MatmulSpec {
                 });
             }
             let panel = PANEL_K as usize * b.cols() as usize * 4;
-            if panel > 32 * 1024 {
-                return Err(ShapeError::TooLarge {
-                    op: OP,
-                    what: "shared bytes of the lanes walk's panel (128 × 8 × vectors × 4)",
-                    value: panel,
-                    limit: 32 * 1024,
-                });
-            }
+            within_shared(
+                "shared bytes of the lanes walk's panel (128 × 8 × vectors × 4)",
+                panel,
+            )?;
         }
         for (what, v) in [("tile", self.tile), ("reg", self.reg)] {
             if v == 0 {
@@ -171,18 +167,23 @@ impl MatmulSpec {
                 limit: 1024,
             });
         }
-        // Two f32 tiles of block × tile, within the smallest device's 32 KiB.
+        // Two f32 tiles of block × tile.
         let shared = 2 * self.block() as usize * self.tile as usize * 4;
-        if shared > 32 * 1024 {
-            return Err(ShapeError::TooLarge {
-                op: OP,
-                what: "shared bytes (2 × tile² × reg × 4)",
-                value: shared,
-                limit: 32 * 1024,
-            });
-        }
-        Ok(())
+        within_shared("shared bytes (2 × tile² × reg × 4)", shared)
     }
+}
+
+/// Whether `bytes` of shared memory fit the smallest device's 32 KiB.
+fn within_shared(what: &'static str, bytes: usize) -> Result<(), ShapeError> {
+    if bytes > 32 * 1024 {
+        return Err(ShapeError::TooLarge {
+            op: OP,
+            what,
+            value: bytes,
+            limit: 32 * 1024,
+        });
+    }
+    Ok(())
 }
 
 /// Sizes and layout of one batched product; strides and leading dimensions in elements.
