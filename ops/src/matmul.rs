@@ -34,8 +34,8 @@ pub struct MatmulSpec {
     pub tile: u32,
     /// Outputs per invocation along each side.
     pub reg: u32,
-    /// B transposed only: the CPUs' walk instead of tiles ([`lanes_kernel`]), with this
-    /// block of outputs per workgroup; `tile` and `reg` do not apply.
+    /// B transposed only: the CPUs' panel walk instead of tiles ([`lanes_kernel`]), with this
+    /// block of sums per invocation; `tile` and `reg` do not apply.
     pub lanes: Option<LaneBlock>,
 }
 
