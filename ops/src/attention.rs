@@ -184,6 +184,25 @@ pub(super) struct Keys<'b> {
     pub index: KeyIndex<'b>,
 }
 
+impl<'b> Keys<'b> {
+    /// Where query head `h`'s KV head starts within a position: `h / (heads / kv_heads)` heads
+    /// of `head_dim` in.
+    pub(super) fn kv_head(&self, k: &'b KernelBuilder, h: Val<'b>, head_dim: u32) -> Val<'b> {
+        h / (self.heads / self.kv_heads) * k.u32(head_dim)
+    }
+
+    /// The index in `v` (always in rows) of element `e` (`kv_head + i`) of position `j`.
+    pub(super) fn v_at(
+        &self,
+        k: &'b KernelBuilder,
+        head_dim: u32,
+        e: Val<'b>,
+        j: Val<'b>,
+    ) -> Val<'b> {
+        j * (self.kv_heads * k.u32(head_dim)) + e
+    }
+}
+
 /// The online softmax of one query row against keys `range` (uniform over the workgroup),
 /// un-normalised: the running maximum `m`, the sum `l` of e^(score − m), and the output
 /// accumulators each invocation owns (dimensions lid, lid + WG, …). The query row is in
@@ -225,9 +244,7 @@ pub(super) fn attend<'b>(
     let d = k.u32(head_dim);
     let wg = k.u32(WG);
 
-    // Element offset of this KV head at cache position j: j·kv_stride + kv_head.
-    let kv_stride = keys.kv_heads * d;
-    let kv_head = h / (keys.heads / keys.kv_heads) * d;
+    let kv_head = keys.kv_head(k, h, head_dim);
     let m = k.var("max", Scalar::F32);
     m.set(k.f32(f32::NEG_INFINITY));
     let l = k.var("sum", Scalar::F32);
@@ -278,7 +295,7 @@ pub(super) fn attend<'b>(
                 let vs: Vec<Val> = (0..V_RUN)
                     .map(|u| {
                         let row = (first + j0 + k.u32(u)).min(last);
-                        load_f32(k, keys.kv, keys.v, row * kv_stride + kv_head + i)
+                        load_f32(k, keys.kv, keys.v, keys.v_at(k, head_dim, kv_head + i, row))
                     })
                     .collect();
                 for (u, v_val) in vs.into_iter().enumerate() {

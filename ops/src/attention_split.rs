@@ -30,7 +30,7 @@
 use super::attention::{self, attend, for_owned, stage_query, Attended, Attention, Keys, WG};
 use super::key_layout::{KeyIndex, KeyLayout};
 use super::shape::ShapeError;
-use super::support::{elements, expect_len, nonzero, seed, Float, Reduction};
+use super::support::{elements, expect_len, nonzero, seed, Float, Reduction, PREFETCH_LINE};
 use crate::case::*;
 use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
@@ -161,17 +161,6 @@ pub fn split_kernel(
     let chunk = (pos + tokens + splits - one) / splits;
     let start = s * chunk;
     let end = (start + chunk).min(pos + t + one);
-    if keys == KeyLayout::Rows {
-        prefetch_chunk(
-            &k,
-            (kc, vc, kv),
-            (heads, kv_heads, head_dim),
-            h,
-            (start, end),
-        );
-    }
-    let q_sh = stage_query(&k, head_dim, q, row * d);
-    k.barrier();
     let keys = Keys {
         kv,
         k: kc,
@@ -181,6 +170,9 @@ pub fn split_kernel(
         scale,
         index,
     };
+    prefetch_chunk(&k, &keys, head_dim, h, (start, end));
+    let q_sh = stage_query(&k, head_dim, q, row * d);
+    k.barrier();
     let Attended { m, l, acc } = attend(&k, (head_dim, how), q_sh, h, keys, (start, end));
     let lid = k.local_index();
 
@@ -204,19 +196,21 @@ pub fn split_kernel(
 /// the CPUs', where prefetches are dropped.
 fn prefetch_chunk<'b>(
     k: &'b KernelBuilder,
-    (kc, vc, kv): (BufferId, BufferId, Float),
-    (heads, kv_heads, head_dim): (Val<'b>, Val<'b>, u32),
+    keys: &Keys<'b>,
+    head_dim: u32,
     h: Val<'b>,
     (start, end): (Val<'b>, Val<'b>),
 ) {
-    let line = 128 / kv.scalar().size() as u32;
-    let d = k.u32(head_dim);
-    let kv_head = h / (heads / kv_heads) * d;
+    if keys.index.layout() != KeyLayout::Rows {
+        return;
+    }
+    let line = PREFETCH_LINE / keys.kv.scalar().size() as u32;
+    let kv_head = keys.kv_head(k, h, head_dim);
     k.for_range(start + k.local_index(), end, WG, |j| {
-        let row = j * (kv_heads * d) + kv_head;
         for e in (0..head_dim).step_by(line as usize) {
-            k.prefetch(kc, row + k.u32(e));
-            k.prefetch(vc, row + k.u32(e));
+            let e = kv_head + k.u32(e);
+            k.prefetch(keys.k, keys.index.at(k, e, j));
+            k.prefetch(keys.v, keys.v_at(k, head_dim, e, j));
         }
     });
 }

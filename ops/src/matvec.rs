@@ -21,7 +21,7 @@ use super::matvec_attn::{Combined, Input, RopeOut};
 use super::matvec_fused::{self as fused, Fused, Norm};
 pub use super::matvec_fused::{Epilogue, Prologue};
 use super::shape::ShapeError;
-use super::support::{elements, nonzero};
+use super::support::{elements, nonzero, PREFETCH_LINE};
 use crate::case::*;
 use crate::dequant;
 use trine_gguf::quant::{dequantize, quantize, WeightType, QK};
@@ -659,7 +659,7 @@ fn prefetch_rows<'b>(
     cols: Val<'b>,
     (first, last): (Val<'b>, Val<'b>),
 ) {
-    const LINE: u32 = 128;
+    const LINE: u32 = PREFETCH_LINE;
     let row_bytes = (cols / k.u32(QK as u32)) * k.u32(spec.weights.block_bytes() as u32);
     let start = first * row_bytes;
     let end = (last + k.u32(1)) * row_bytes;
@@ -677,7 +677,7 @@ fn prefetch_rows<'b>(
 /// line `i` only: every workgroup prefetching every line (the output head has 12,288
 /// workgroups) made decode 30% slower on an H200.
 fn prefetch_norm<'b>(k: &'b KernelBuilder, g: trine_ir::BufferId, cols: Val<'b>) {
-    const LINE: u32 = 32;
+    const LINE: u32 = PREFETCH_LINE / 4;
     let lines = (cols + k.u32(LINE - 1)) / k.u32(LINE);
     let wg = k.workgroup_id(0);
     k.if_(k.local_index().eq(k.u32(0)) & wg.lt(lines), || {

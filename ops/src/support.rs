@@ -9,6 +9,10 @@ use trine_ir::{KernelBuilder, Scalar, SharedId, Val};
 /// loops add a workgroup size past the end, so the limit leaves headroom below `u32::MAX`.
 pub const MAX_ELEMENTS: usize = 1 << 31;
 
+/// Bytes a prefetch ([`trine_ir::Stmt::Prefetch`]) brings in: one line of NVIDIA's L2, the
+/// only target that keeps prefetches.
+pub const PREFETCH_LINE: u32 = 128;
+
 /// The float type an op stores its activations in; arithmetic is always f32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Float {
