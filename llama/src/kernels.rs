@@ -43,9 +43,10 @@ pub enum KernelKey {
     /// A product with quantized x: its weights' type, whether it adds a residual, and the
     /// tokens each workgroup takes (one in decode steps, [`CPU_PROMPT_TOKENS`] in prompts).
     MatvecQ8(WeightType, bool, u32),
-    /// A prompt's product on matrix tiles: its weights' type, whether it adds a residual, and
-    /// whether it takes the small block ([`matmul_tiles::TilesSpec::small_for`]).
-    MatmulTiles(WeightType, bool, bool),
+    /// A prompt's product on matrix tiles: its weights' type, whether it adds a residual,
+    /// whether it takes the small block ([`matmul_tiles::TilesSpec::small_for`]) and the
+    /// blocks of K per step ([`matmul_tiles::TilesSpec::depth_for`]).
+    MatmulTiles(WeightType, bool, bool, u32),
     PickLast,
     Argmax,
 }
@@ -91,10 +92,10 @@ impl std::fmt::Display for KernelKey {
                 let add = if *add { ", add" } else { "" };
                 write!(f, "matvec {ty} × q8 ({tokens} tokens{add})")
             }
-            KernelKey::MatmulTiles(ty, add, small) => {
+            KernelKey::MatmulTiles(ty, add, small, depth) => {
                 let add = if *add { ", add" } else { "" };
                 let small = if *small { ", small" } else { "" };
-                write!(f, "matmul {ty} on tiles{small}{add}")
+                write!(f, "matmul {ty} on tiles{small}{add}, {depth} blocks a step")
             }
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
@@ -183,11 +184,16 @@ impl KernelKey {
                 KernelKey::MatvecQ8(w.tensors[id].ty, add.is_some(), per)
             }
             Op::MatmulTiles {
-                w: id, add, rows, ..
+                w: id,
+                add,
+                rows,
+                cols,
+                ..
             } => KernelKey::MatmulTiles(
                 w.tensors[id].ty,
                 add.is_some(),
                 matmul_tiles::TilesSpec::small_for(rows),
+                matmul_tiles::TilesSpec::depth_for(cols),
             ),
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
@@ -247,23 +253,24 @@ impl KernelKey {
             )?],
             KernelKey::Quantize => vec![matvec_q8::quantize_kernel()],
             KernelKey::MatvecQ8(ty, add, per) => vec![matvec_q8_rows::kernel(ty, add, per)?],
-            KernelKey::MatmulTiles(weights, add, small) => {
+            KernelKey::MatmulTiles(weights, add, small, depth) => {
                 // Tiles need one subgroup width to divide their work by; the scalar variant
                 // serves where there are none (a CPU checking a GPU's prompt runs it).
                 let width = info.subgroup_size().filter(|_| info.tiles);
-                let spec = |tiles| matmul_tiles::TilesSpec {
+                let spec = matmul_tiles::TilesSpec {
                     weights,
                     add,
-                    tiles,
+                    tiles: width,
                     small,
+                    depth,
                 };
                 let mut variants = vec![];
-                if let Some(w) = width {
+                if width.is_some() {
                     // A width that cannot share the block's tiles evenly has no tiled kernel
                     // (a typed refusal): the scalar variant serves it.
-                    variants.extend(matmul_tiles::kernel(spec(Some(w))).ok());
+                    variants.extend(matmul_tiles::kernel(spec).ok());
                 }
-                variants.push(matmul_tiles::kernel(spec(None))?);
+                variants.push(matmul_tiles::kernel(spec.scalar())?);
                 variants
             }
             KernelKey::PickLast => vec![copy_kernel(Float::F32, Float::F32)],

@@ -1,5 +1,7 @@
 //! How [`super::matmul_tiles`] stages its blocks of x and W in shared memory, in two halves
-//! a K step apart: [`Fetch::load`] reads an invocation's share of the next step's blocks from
+//! a K step apart. A step covers `depth` quantized blocks of K ([`BK`] columns each): each
+//! step waits out about one memory latency, so products of few workgroups, which cannot hide
+//! it behind other workgroups, take time in proportion to their steps. [`Fetch::load`] reads an invocation's share of the next step's blocks from
 //! memory into private variables, untouched, and [`Fetch::put`] converts them (x and plain
 //! weights rounded to f16, quantized weights dequantised to f16) into shared memory at the
 //! start of that step. The kernel loads step k+1 before it multiplies step k, so the loads are
@@ -18,11 +20,14 @@ use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val, Var};
 /// The K columns of one step: one quantized block.
 pub const BK: u32 = 32;
 
-/// Row stride of the staged blocks, in elements: padded by 8 (16 bytes, keeping tile loads
-/// aligned) so that the rows a tile load reads fall in different shared-memory banks.
-pub const STAGE: u32 = BK + 8;
+/// Row stride of the staged blocks of a step of `depth` blocks, in elements: padded by 8 (16
+/// bytes, keeping tile loads aligned) so that the rows a tile load reads fall in different
+/// shared-memory banks.
+pub const fn stage(depth: u32) -> u32 {
+    BK * depth + 8
+}
 
-/// One matrix's block `[n × BK]` at (r0, k0), `n` rows from `r0` of a matrix with `rows` rows
+/// One matrix's block `[n × BK·depth]` at (r0, k0), `n` rows from `r0` of a matrix with `rows` rows
 /// and `cols` columns.
 #[derive(Clone, Copy)]
 pub struct Block<'b> {
@@ -36,14 +41,29 @@ pub struct Block<'b> {
 enum Share<'b> {
     /// Elements `j·invocations + lid` of a row-major float block, each as its buffer holds it.
     Rows { float: Float, values: Vec<Var<'b>> },
-    /// Half of one quantized row's block (16 elements, the half `lid % 2` of row `lid / 2`):
-    /// its 16 code bytes (Q4: the bytes holding them, both halves' nibbles) and the bytes of
-    /// its scales (d, and m for Q4_1), each a `U32` as a byte load gives it.
-    Half {
+    /// Halves of quantized blocks (16 elements each), half `h` of the invocation's being
+    /// half `e = h·invocations + lid` of the block: consecutive invocations, consecutive
+    /// halves along a row ([`Fetch::half_at`]).
+    Halves {
         ty: WeightType,
-        codes: Vec<Var<'b>>,
-        scales: Vec<Var<'b>>,
+        halves: Vec<Half<'b>>,
     },
+}
+
+/// One half of a quantized block as loaded: its 16 code bytes (Q4: the bytes holding them,
+/// both halves' nibbles) and the bytes of its block's scales (d, and m for Q4_1), each a
+/// `U32` as a byte load gives it.
+struct Half<'b> {
+    codes: Vec<Var<'b>>,
+    scales: Vec<Var<'b>>,
+}
+
+/// Where half `e` of a step's block of `n` rows sits: its row within the block, its block
+/// along the step's K, and which half of that block.
+struct HalfAt<'b> {
+    row: Val<'b>,
+    block: Val<'b>,
+    half: Val<'b>,
 }
 
 /// The private variables of an invocation's share of one step: x's block and W's.
@@ -51,23 +71,22 @@ pub struct Fetch<'b> {
     x: (Block<'b>, BufferId, Share<'b>),
     w: (Block<'b>, BufferId, Share<'b>),
     invocations: u32,
+    depth: u32,
 }
 
 impl<'b> Fetch<'b> {
-    /// Declares the variables for x's block (`f32`) and W's (stored as `ty`).
+    /// Declares the variables for x's block (`f32`) and W's (stored as `ty`), steps of
+    /// `depth` blocks. Each block's rows times its step's columns are a multiple of
+    /// `invocations` (the kernel's blocks and widths are).
     pub fn declare(
         k: &'b KernelBuilder,
-        invocations: u32,
+        (invocations, depth): (u32, u32),
         (x, xb): (BufferId, Block<'b>),
         (w, wb, ty): (BufferId, Block<'b>, WeightType),
     ) -> Fetch<'b> {
-        debug_assert!(
-            2 * wb.n <= invocations,
-            "one half of a quantized row per invocation"
-        );
         let rows = |name: &str, float: Float, n: u32| Share::Rows {
             float,
-            values: (0..n * BK / invocations)
+            values: (0..n * BK * depth / invocations)
                 .map(|i| k.var(&format!("{name}{i}"), float.scalar()))
                 .collect(),
         };
@@ -76,13 +95,18 @@ impl<'b> Fetch<'b> {
             WeightType::F16 => rows("w", Float::F16, wb.n),
             _ => {
                 let scale_bytes = if ty == WeightType::Q4_1 { 4 } else { 2 };
-                Share::Half {
+                let halves = (2 * wb.n * depth).div_ceil(invocations);
+                Share::Halves {
                     ty,
-                    codes: (0..BK / 2)
-                        .map(|i| k.var(&format!("code{i}"), Scalar::U32))
-                        .collect(),
-                    scales: (0..scale_bytes)
-                        .map(|i| k.var(&format!("scale_byte{i}"), Scalar::U32))
+                    halves: (0..halves)
+                        .map(|h| Half {
+                            codes: (0..BK / 2)
+                                .map(|i| k.var(&format!("code{h}_{i}"), Scalar::U32))
+                                .collect(),
+                            scales: (0..scale_bytes)
+                                .map(|i| k.var(&format!("scale_byte{h}_{i}"), Scalar::U32))
+                                .collect(),
+                        })
                         .collect(),
                 }
             }
@@ -91,6 +115,7 @@ impl<'b> Fetch<'b> {
             x: (xb, x, rows("x", Float::F32, xb.n)),
             w: (wb, w, w_share),
             invocations,
+            depth,
         }
     }
 
@@ -105,23 +130,26 @@ impl<'b> Fetch<'b> {
                         v.set(k.load(*buf, at));
                     }
                 }
-                Share::Half { ty, codes, scales } => {
-                    // The small block has fewer halves than invocations: the rest load the
-                    // last half again and stage nothing.
-                    let e = k.local_index().min(k.u32(2 * block.n - 1));
-                    let base = self.half_base(k, block, *ty, e, k0);
-                    for (i, b) in scales.iter().enumerate() {
-                        b.set(k.load(*buf, base + k.u32(i as u32)));
-                    }
-                    let half = e % k.u32(2);
-                    let first = match ty {
-                        // A Q8_0 half is its own 16 bytes; a Q4 half's nibbles share the
-                        // block's 16 bytes with the other half.
-                        WeightType::Q8_0 => base + k.u32(2) + half * k.u32(BK / 2),
-                        _ => base + k.u32(codes_offset(*ty)),
-                    };
-                    for (i, c) in codes.iter().enumerate() {
-                        c.set(k.load(*buf, first + k.u32(i as u32)));
+                Share::Halves { ty, halves } => {
+                    for (h, Half { codes, scales }) in halves.iter().enumerate() {
+                        // Where a block has fewer halves than invocations take, the rest
+                        // load its last half again and stage nothing.
+                        let e = self.half_index(k, h);
+                        let e = e.min(k.u32(2 * block.n * self.depth - 1));
+                        let at = self.half_at(k, e);
+                        let base = self.half_base(k, block, *ty, &at, k0);
+                        for (i, b) in scales.iter().enumerate() {
+                            b.set(k.load(*buf, base + k.u32(i as u32)));
+                        }
+                        let first = match ty {
+                            // A Q8_0 half is its own 16 bytes; a Q4 half's nibbles share the
+                            // block's 16 bytes with the other half.
+                            WeightType::Q8_0 => base + k.u32(2) + at.half * k.u32(BK / 2),
+                            _ => base + k.u32(codes_offset(*ty)),
+                        };
+                        for (i, c) in codes.iter().enumerate() {
+                            c.set(k.load(*buf, first + k.u32(i as u32)));
+                        }
                     }
                 }
             }
@@ -141,52 +169,77 @@ impl<'b> Fetch<'b> {
                         };
                         let value = k.select(row.lt(block.rows), value, k.f32(0.0));
                         let r = row - block.r0;
-                        k.store_shared(dst, r * k.u32(STAGE) + c, value.cast(Scalar::F16));
+                        let at = r * k.u32(stage(self.depth)) + c;
+                        k.store_shared(dst, at, value.cast(Scalar::F16));
                     }
                 }
-                Share::Half { ty, codes, scales } => {
-                    let e = k.local_index();
-                    k.if_(e.lt(k.u32(2 * block.n)), || {
-                        let (n, half) = (e / k.u32(2), e % k.u32(2));
-                        let inside = (block.r0 + n).lt(block.rows);
-                        let f16_at = |i: usize| {
-                            f16_bits_to_f32(k, u16_of(k, scales[i].get(), scales[i + 1].get()))
-                        };
-                        let s = dequant::Scales {
-                            d: f16_at(0),
-                            m: (*ty == WeightType::Q4_1).then(|| f16_at(2)),
-                        };
-                        for (i, byte) in codes.iter().enumerate() {
-                            let code = code_of(k, *ty, byte.get(), half);
-                            let j = half * k.u32(BK / 2) + k.u32(i as u32);
-                            let v = k.select(inside, s.value(code), k.f32(0.0));
-                            k.store_shared(dst, n * k.u32(STAGE) + j, v.cast(Scalar::F16));
-                        }
-                    });
+                Share::Halves { ty, halves } => {
+                    for (h, Half { codes, scales }) in halves.iter().enumerate() {
+                        let e = self.half_index(k, h);
+                        k.if_(e.lt(k.u32(2 * block.n * self.depth)), || {
+                            let at = self.half_at(k, e);
+                            let inside = (block.r0 + at.row).lt(block.rows);
+                            let f16_at = |i: usize| {
+                                let bits = u16_of(k, scales[i].get(), scales[i + 1].get());
+                                f16_bits_to_f32(k, bits)
+                            };
+                            let s = dequant::Scales {
+                                d: f16_at(0),
+                                m: (*ty == WeightType::Q4_1).then(|| f16_at(2)),
+                            };
+                            let first = at.row * k.u32(stage(self.depth))
+                                + at.block * k.u32(BK)
+                                + at.half * k.u32(BK / 2);
+                            for (i, byte) in codes.iter().enumerate() {
+                                let code = code_of(k, *ty, byte.get(), at.half);
+                                let v = k.select(inside, s.value(code), k.f32(0.0));
+                                let j = first + k.u32(i as u32);
+                                k.store_shared(dst, j, v.cast(Scalar::F16));
+                            }
+                        });
+                    }
                 }
             }
         }
     }
 
-    /// The row and column (within the block) of this invocation's element `j` of a float
+    /// The row and column (within the step) of this invocation's element `j` of a float
     /// block: consecutive invocations, consecutive columns.
     fn element(&self, k: &'b KernelBuilder, block: &Block<'b>, j: usize) -> (Val<'b>, Val<'b>) {
         let e = k.u32(j as u32 * self.invocations) + k.local_index();
-        (block.r0 + e / k.u32(BK), e % k.u32(BK))
+        let width = k.u32(BK * self.depth);
+        (block.r0 + e / width, e % width)
     }
 
-    /// Byte offset of the block at column `k0` of half `e`'s row.
+    /// The index within the step of this invocation's half `h`.
+    fn half_index(&self, k: &'b KernelBuilder, h: usize) -> Val<'b> {
+        k.u32(h as u32 * self.invocations) + k.local_index()
+    }
+
+    /// Where half `e` of the step sits: a row's `2·depth` halves in a run, so consecutive
+    /// invocations read consecutive bytes of a row.
+    fn half_at(&self, k: &'b KernelBuilder, e: Val<'b>) -> HalfAt<'b> {
+        let per_row = k.u32(2 * self.depth);
+        let within = e % per_row;
+        HalfAt {
+            row: e / per_row,
+            block: within / k.u32(2),
+            half: within % k.u32(2),
+        }
+    }
+
+    /// Byte offset of the quantized block that half `at` of the step at column `k0` is part of.
     fn half_base(
         &self,
         k: &'b KernelBuilder,
         block: &Block<'b>,
         ty: WeightType,
-        e: Val<'b>,
+        at: &HalfAt<'b>,
         k0: Val<'b>,
     ) -> Val<'b> {
-        let row = (block.r0 + e / k.u32(2)).min(block.rows - k.u32(1));
+        let row = (block.r0 + at.row).min(block.rows - k.u32(1));
         let blocks = block.cols / k.u32(BK);
-        (row * blocks + k0 / k.u32(BK)) * k.u32(ty.block_bytes() as u32)
+        (row * blocks + k0 / k.u32(BK) + at.block) * k.u32(ty.block_bytes() as u32)
     }
 }
 

@@ -5,34 +5,35 @@
 //! A workgroup of [`INVOCATIONS`] computes a block of tokens by rows ([`TilesSpec::block`]:
 //! 64 × 64, or 32 × 32 for products of fewer than [`SMALL_ROWS`] rows, whose big blocks would
 //! leave most of a GPU idle), stepping through K [`BK`] columns (one quantized block) at a
-//! time: it stages x's block rounded to f16 and W's block dequantised to f16 in shared
-//! memory, then multiplies them as 16 × 16 matrix tiles ([`trine_ir::TileOp`]): NVIDIA's
+//! time, or [`TilesSpec::depth`] blocks where K allows ([`TilesSpec::depth_for`]): it stages
+//! x's block rounded to f16 and W's block dequantised to f16 in shared memory, then multiplies them as 16 × 16 matrix tiles ([`trine_ir::TileOp`]): NVIDIA's
 //! tensor cores through `mma.sync` or Vulkan's cooperative matrices. The block's output tiles
 //! are divided evenly among the workgroup's subgroups, whose width is therefore a constant of
 //! the kernel ([`trine_ir::Capabilities::subgroup_width`]: naga wants cooperative-matrix
 //! operations in uniform control flow, so no guard may depend on it); each subgroup keeps
-//! its accumulators through the K loop, then stores them to shared memory, from where every
+//! its accumulators through the K loop (loading each A tile once for the B tiles of its row
+//! of the block), then stores them to shared memory, from where every
 //! invocation writes its part of y (and adds the residual), guarded at the edges. Each step's
 //! blocks are loaded from memory during the step before ([`super::matmul_stage`]), so their
 //! latency overlaps that step's multiplications.
 //!
-//! Devices without matrix units run the scalar variant ([`TilesSpec::tiles`] off): the same
-//! staging in f16, each invocation summing 32 outputs in f32. Both compute the product of x
+//! Devices without matrix units run the scalar variant ([`TilesSpec::scalar`]): the same
+//! staging in f16, a block of K at a time, each invocation summing 32 outputs in f32. Both compute the product of x
 //! rounded to f16 with W's f16 values, whose products are exact in f32: they differ only in
 //! the order and precision of the sums.
 //!
 //! Bound: [`NMSE`], against the f64 product of the f16-rounded x with the dequantised W.
 
 use super::dequant::{self, buffer_elem};
-use super::matmul_stage::{Block, Fetch, STAGE};
+use super::matmul_stage::{stage, Block, Fetch};
 use super::shape::ShapeError;
 use super::support::{elements, nonzero};
 use crate::case::*;
 use half::f16;
 use trine_gguf::quant::{dequantize, quantize, WeightType};
 use trine_ir::{
-    Access, Kernel, KernelBuilder, ParamValue, Scalar, Tile, TileLayout, TileMemory, TileRole, Val,
-    Var, TILE,
+    Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, SharedId, Tile, TileLayout,
+    TileMemory, TileRole, Val, Var, TILE,
 };
 
 const OP: &str = "matmul_tiles";
@@ -43,6 +44,11 @@ pub use super::matmul_stage::BK;
 pub const SMALL_ROWS: u32 = 2048;
 /// Invocations per workgroup.
 pub const INVOCATIONS: u32 = 128;
+/// The most blocks of K a step of the tiled kernel takes. On an H200 (2026-11-26), pp512 of
+/// SmolLM2-135M's shapes went from 69,300–69,600 tokens/s on CUDA and 41,900–42,700 on
+/// Vulkan at one block a step to 76,300–76,500 and 48,800–48,900 at two; four (the Fetch's
+/// registers doubled again) gave 75,200–75,500 and 46,300–47,200.
+pub const MAX_DEPTH: u32 = 2;
 
 /// NMSE bound: products of f16 values are exact in f32, so only the f32 sums round, about
 /// K·2⁻⁴⁸ relative for these inputs; 1e-9 leaves three orders of magnitude for devices that
@@ -60,12 +66,34 @@ pub struct TilesSpec {
     pub tiles: Option<u32>,
     /// The 32 × 32 block instead of 64 × 64 ([`TilesSpec::small_for`]).
     pub small: bool,
+    /// Blocks of K ([`BK`] columns) per step; K must be whole steps ([`TilesSpec::depth_for`]).
+    pub depth: u32,
 }
 
 impl TilesSpec {
     /// Whether a product of `rows` rows takes the small block.
     pub fn small_for(rows: u32) -> bool {
         rows < SMALL_ROWS
+    }
+
+    /// The blocks of K per step for a product of `cols` columns on tiles: the most, up to
+    /// [`MAX_DEPTH`], that K is whole steps of.
+    pub fn depth_for(cols: u32) -> u32 {
+        let mut depth = MAX_DEPTH;
+        while depth > 1 && !cols.is_multiple_of(BK * depth) {
+            depth /= 2;
+        }
+        depth
+    }
+
+    /// The scalar variant of this product (no matrix units), which steps a block at a time:
+    /// its grid is the same, its shared memory within the smallest device's 32 KiB.
+    pub fn scalar(self) -> Self {
+        TilesSpec {
+            tiles: None,
+            depth: 1,
+            ..self
+        }
     }
 
     /// Tokens and rows per workgroup.
@@ -115,13 +143,21 @@ pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
 
 /// The kernel for `spec`. Buffers: `w` (its type's buffer element), `x` f32, then `add` f32
 /// with [`TilesSpec::add`], then `y` f32. Params: rows, cols, tokens. Grid
-/// [`TilesSpec::grid`]. Errors: a subgroup width that does not divide the block's tiles
-/// evenly among the workgroup's subgroups.
+/// [`TilesSpec::grid`]; K must be whole steps of [`TilesSpec::depth`] blocks. Errors: a
+/// subgroup width that does not divide the block's tiles evenly among the workgroup's
+/// subgroups; a depth other than 1, 2 or 4.
 pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let ty = spec.weights;
     let (bm, bn) = spec.block();
+    let depth = spec.depth;
+    if !matches!(depth, 1 | 2 | 4) {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: format!("steps of {depth} blocks of K"),
+        });
+    }
     let name = format!(
-        "matmul_tiles_{}{}{}{}",
+        "matmul_tiles_{}{}{}{}_d{depth}",
         ty.name(),
         if spec.add { "_add" } else { "" },
         if spec.small { "_small" } else { "" },
@@ -138,11 +174,8 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
     let tokens = k.param("tokens", Scalar::U32);
-    let out_stride = bn + 8;
-    let xs = k.shared("x_block", Scalar::F16, bm * STAGE);
-    let ws = k.shared("w_block", Scalar::F16, bn * STAGE);
-    let out = k.shared("y_block", Scalar::F32, bm * out_stride);
-    let lid = k.local_index();
+    let xs = k.shared("x_block", Scalar::F16, bm * stage(depth));
+    let ws = k.shared("w_block", Scalar::F16, bn * stage(depth));
     let r0 = k.workgroup_id(0) * k.u32(bn);
     let t0 = k.workgroup_id(1) * k.u32(bm);
 
@@ -152,7 +185,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     };
     let fetch = Fetch::declare(
         &k,
-        INVOCATIONS,
+        (INVOCATIONS, depth),
         (
             x,
             Block {
@@ -175,35 +208,49 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     );
     // Step k + 1's loads are issued before step k's products ([`super::matmul_stage`]).
     fetch.load(&k, k.u32(0));
-    k.for_range(k.u32(0), cols, BK, |k0| {
+    k.for_range(k.u32(0), cols, BK * depth, |k0| {
         fetch.put(&k, xs, ws);
         k.barrier();
-        let next = k0 + k.u32(BK);
+        let next = k0 + k.u32(BK * depth);
         k.if_(next.lt(cols), || fetch.load(&k, next));
-        compute.step(&k, xs, ws);
+        compute.step(&k, (xs, ws), depth);
         // The next step restages both blocks.
         k.barrier();
     });
-    compute.finish(&k, out, out_stride);
-    k.barrier();
+    compute.finish(
+        &k,
+        &Output {
+            y,
+            add,
+            origin: (t0, r0),
+            ends: (tokens, rows),
+        },
+        (bm, bn),
+    );
+    Ok(k.finish())
+}
 
-    // Each invocation writes a column of the block: consecutive invocations, consecutive rows.
-    let zero = k.u32(0);
-    k.for_range(zero, k.u32(bm * bn), INVOCATIONS, |e| {
-        let e = e + lid;
-        let (t, n) = (e / k.u32(bn), e % k.u32(bn));
-        let (tok, row) = (t0 + t, r0 + n);
-        k.if_(tok.lt(tokens) & row.lt(rows), || {
-            let at = tok * rows + row;
-            let v = k.load_shared(out, t * k.u32(out_stride) + n);
-            let v = match add {
+/// Where the block's sums go: `y` (plus `add`) from (token, row) `origin`, within `ends`.
+struct Output<'b> {
+    y: BufferId,
+    add: Option<BufferId>,
+    origin: (Val<'b>, Val<'b>),
+    ends: (Val<'b>, Val<'b>),
+}
+
+impl<'b> Output<'b> {
+    /// Writes the sum `v` of (token, row) `(t, n)` of the block, if inside y.
+    fn write(&self, k: &'b KernelBuilder, (t, n): (Val<'b>, Val<'b>), v: Val<'b>) {
+        let (tok, row) = (self.origin.0 + t, self.origin.1 + n);
+        k.if_(tok.lt(self.ends.0) & row.lt(self.ends.1), || {
+            let at = tok * self.ends.1 + row;
+            let v = match self.add {
                 Some(a) => v + k.load(a, at),
                 None => v,
             };
-            k.store(y, at, v);
+            k.store(self.y, at, v);
         });
-    });
-    Ok(k.finish())
+    }
 }
 
 /// What multiplies the staged blocks: a subgroup's tiles, or each invocation's sums.
@@ -214,6 +261,8 @@ enum Compute<'b> {
         accs: Vec<Tile<'b>>,
         /// Output tiles per row of the block.
         per_row: u32,
+        /// The subgroup width.
+        width: u32,
     },
     Scalar {
         sums: Vec<Var<'b>>,
@@ -246,6 +295,7 @@ impl<'b> Compute<'b> {
             b: k.tile("b", TileRole::B),
             accs,
             per_row: bn / TILE,
+            width,
         })
     }
 
@@ -271,20 +321,28 @@ impl<'b> Compute<'b> {
             .collect()
     }
 
-    fn step(&self, k: &'b KernelBuilder, xs: trine_ir::SharedId, ws: trine_ir::SharedId) {
+    /// Multiplies the staged step of `depth` blocks into the sums.
+    fn step(&self, k: &'b KernelBuilder, (xs, ws): (SharedId, SharedId), depth: u32) {
+        let width = stage(depth);
         match self {
             Compute::Tiles {
                 a,
                 b,
                 accs,
                 per_row,
+                ..
             } => {
                 let owned = Self::owned(k, accs, *per_row);
-                for kk in (0..BK).step_by(TILE as usize) {
-                    let stride = k.u32(STAGE);
-                    let at = |t: Val<'b>| t * k.u32(TILE * STAGE) + k.u32(kk);
-                    for (&(tm, tn), acc) in owned.iter().zip(accs) {
-                        a.load(TileMemory::Shared(xs), at(tm), stride, TileLayout::RowMajor);
+                let count = accs.len() as u32;
+                for kk in (0..BK * depth).step_by(TILE as usize) {
+                    let stride = k.u32(width);
+                    let at = |t: Val<'b>| t * k.u32(TILE * width) + k.u32(kk);
+                    for (j, (&(tm, tn), acc)) in owned.iter().zip(accs).enumerate() {
+                        // A subgroup's tiles run along a row of the block's tiles, a whole
+                        // row at a time where it has more than a row: A changes only there.
+                        if j == 0 || (count >= *per_row && (j as u32).is_multiple_of(*per_row)) {
+                            a.load(TileMemory::Shared(xs), at(tm), stride, TileLayout::RowMajor);
+                        }
                         // W's rows are B's columns: B is W's block column-major.
                         b.load(TileMemory::Shared(ws), at(tn), stride, TileLayout::ColMajor);
                         acc.mma(*a, *b);
@@ -294,11 +352,11 @@ impl<'b> Compute<'b> {
             Compute::Scalar { sums, lanes } => {
                 let lid = k.local_index();
                 let (t, lane) = (lid / k.u32(*lanes), lid % k.u32(*lanes));
-                k.for_range(k.u32(0), k.u32(BK), 1, |c| {
-                    let xv = k.load_shared(xs, t * k.u32(STAGE) + c).cast(Scalar::F32);
+                k.for_range(k.u32(0), k.u32(BK * depth), 1, |c| {
+                    let xv = k.load_shared(xs, t * k.u32(width) + c).cast(Scalar::F32);
                     for (j, sum) in sums.iter().enumerate() {
                         let n = lane + k.u32(lanes * j as u32);
-                        let wv = k.load_shared(ws, n * k.u32(STAGE) + c).cast(Scalar::F32);
+                        let wv = k.load_shared(ws, n * k.u32(width) + c).cast(Scalar::F32);
                         sum.set(xv.fma(wv, sum.get()));
                     }
                 });
@@ -306,31 +364,60 @@ impl<'b> Compute<'b> {
         }
     }
 
-    /// The block's sums into `out` (`[bm × stride]`, f32).
-    fn finish(&self, k: &'b KernelBuilder, out: trine_ir::SharedId, stride: u32) {
+    /// Writes the block's sums to y. Subgroups store each accumulator in turn to a tile of
+    /// shared memory of their own and write it from there (guarded at y's edges), which
+    /// needs far less shared memory than the whole block, left to the steps' staging; the
+    /// scalar variant stages the whole block of `(bm, bn)`.
+    fn finish(&self, k: &'b KernelBuilder, out: &Output<'b>, (bm, bn): (u32, u32)) {
+        let lid = k.local_index();
         match self {
-            Compute::Tiles { accs, per_row, .. } => {
+            Compute::Tiles {
+                accs,
+                per_row,
+                width,
+                ..
+            } => {
+                let stride = TILE + 8;
+                let region = k.shared("y_tiles", Scalar::F32, INVOCATIONS / width * TILE * stride);
+                let base = k.subgroup_id() * k.u32(TILE * stride);
+                let lane = lid % k.u32(*width);
                 for (&(tm, tn), acc) in Self::owned(k, accs, *per_row).iter().zip(accs) {
-                    let at = tm * k.u32(TILE * stride) + tn * k.u32(TILE);
-                    acc.store(
-                        TileMemory::Shared(out),
-                        at,
-                        k.u32(stride),
-                        TileLayout::RowMajor,
-                    );
+                    let layout = TileLayout::RowMajor;
+                    acc.store(TileMemory::Shared(region), base, k.u32(stride), layout);
+                    k.barrier();
+                    // Consecutive lanes, consecutive rows of y.
+                    for i in 0..TILE * TILE / width {
+                        let e = k.u32(i * width) + lane;
+                        let (r, c) = (e / k.u32(TILE), e % k.u32(TILE));
+                        let v = k.load_shared(region, base + r * k.u32(stride) + c);
+                        let at = (tm * k.u32(TILE) + r, tn * k.u32(TILE) + c);
+                        out.write(k, at, v);
+                    }
+                    // The next accumulator reuses the tile.
+                    k.barrier();
                 }
             }
             Compute::Scalar { sums, lanes } => {
-                let lid = k.local_index();
+                let stride = bn + 8;
+                let block = k.shared("y_block", Scalar::F32, bm * stride);
                 let (t, lane) = (lid / k.u32(*lanes), lid % k.u32(*lanes));
                 for (j, sum) in sums.iter().enumerate() {
                     let n = lane + k.u32(lanes * j as u32);
-                    k.store_shared(out, t * k.u32(stride) + n, sum.get());
+                    k.store_shared(block, t * k.u32(stride) + n, sum.get());
                 }
+                k.barrier();
+                // Each invocation writes a column of the block: consecutive invocations,
+                // consecutive rows.
+                k.for_range(k.u32(0), k.u32(bm * bn), INVOCATIONS, |e| {
+                    let e = e + lid;
+                    let (t, n) = (e / k.u32(bn), e % k.u32(bn));
+                    out.write(k, (t, n), k.load_shared(block, t * k.u32(stride) + n));
+                });
             }
         }
     }
 }
+
 /// `y` in f64 from x and W's dequantised values, each rounded to f16 as the kernel stages
 /// them, plus `add`.
 pub fn reference(
@@ -387,6 +474,7 @@ pub fn case(
         add,
         tiles: Some(CASE_SUBGROUP),
         small: TilesSpec::small_for(rows),
+        depth: TilesSpec::depth_for(cols),
     };
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
         .input("w", buffer_elem(ty), dequant::pad_to_words(w))
@@ -398,14 +486,12 @@ pub fn case(
         .output("y", Scalar::F32, vec![0; t * r * 4], want)
         .params(spec.params(rows, cols, tokens))
         .bound(NMSE)
-        .fallback(kernel(TilesSpec {
-            tiles: None,
-            ..spec
-        })?))
+        .fallback(kernel(spec.scalar())?))
 }
 
 /// Every weight type at a shape of one block and a partial one (tokens and rows past a
-/// block), with and without the residual; SmolLM2's QKV product over a 70-token prompt.
+/// block), with and without the residual, in steps of one block of K and of two; SmolLM2's
+/// QKV product over a 70-token prompt.
 pub fn cases() -> Vec<Case> {
     let mut out = vec![];
     for ty in WeightType::ALL {
@@ -413,6 +499,8 @@ pub fn cases() -> Vec<Case> {
         out.push(case(ty, (72, 96, 70), ty == WeightType::Q4_1));
     }
     out.push(case(WeightType::Q4_1, (960, 576, 70), false));
+    // Steps of two blocks, two of them, rows past a block.
+    out.push(case(WeightType::F16, (80, 128, 24), false));
     out.push(case(WeightType::Q8_0, (576, 1536, 33), true));
     // The big block.
     out.push(case(WeightType::Q4_0, (2048, 64, 65), true));
@@ -438,21 +526,49 @@ mod tests {
         ));
     }
 
-    /// Shared memory fits the smallest device's 32 KiB in every variant.
+    /// The scalar variant fits the smallest device's 32 KiB of shared memory (lavapipe's),
+    /// the tiled ones NVIDIA's 48 KiB at every depth.
     #[test]
-    fn blocks_fit_32_kib() {
-        for tiles in [Some(32), Some(64), None] {
-            for small in [false, true] {
-                let spec = TilesSpec {
-                    weights: WeightType::Q4_1,
-                    add: true,
-                    tiles,
-                    small,
-                };
-                let k = kernel(spec).unwrap();
-                assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
+    fn blocks_fit_shared_memory() {
+        for small in [false, true] {
+            let spec = TilesSpec {
+                weights: WeightType::Q4_1,
+                add: true,
+                tiles: None,
+                small,
+                depth: MAX_DEPTH,
+            };
+            let k = kernel(spec.scalar()).unwrap();
+            assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
+            for width in [32, 64] {
+                for depth in [1, MAX_DEPTH] {
+                    let spec = TilesSpec {
+                        tiles: Some(width),
+                        depth,
+                        ..spec
+                    };
+                    let k = kernel(spec).unwrap();
+                    assert!(k.shared_bytes() <= 48 * 1024, "{}", k.shared_bytes());
+                }
             }
         }
+    }
+
+    /// Steps are as deep as K allows, and a depth the kernel has no staging for is refused.
+    #[test]
+    fn depth_divides_k() {
+        assert_eq!(TilesSpec::depth_for(576), 2);
+        assert_eq!(TilesSpec::depth_for(1536), MAX_DEPTH);
+        assert_eq!(TilesSpec::depth_for(96), 1);
+        assert_eq!(TilesSpec::depth_for(32), 1);
+        let spec = TilesSpec {
+            weights: WeightType::F16,
+            add: false,
+            tiles: Some(32),
+            small: false,
+            depth: 3,
+        };
+        assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     }
 
     /// A width that cannot divide the block's tiles evenly is refused, not miscomputed.
@@ -463,6 +579,7 @@ mod tests {
             add: false,
             tiles: Some(8),
             small: true,
+            depth: 1,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
         assert!(kernel(TilesSpec {

@@ -194,6 +194,7 @@ impl Engine {
                     add: add.is_some(),
                     tiles: None,
                     small: TilesSpec::small_for(rows),
+                    depth: TilesSpec::depth_for(cols),
                 };
                 // The kernel stages the file's blocks, which a CPU holds apart from its pairs.
                 let key = KernelKey::of(&node.op, w, self.shape);
