@@ -12,7 +12,7 @@
 //! Every value is the one the kernel staged before, computed the same way, so results do not
 //! change.
 
-use super::dequant::{self, codes_offset, f16_bits_to_f32, q4_nibbles, q8_value, u16_of};
+use super::dequant::{self, codes_offset, f16_bits_to_f32, q4_nibbles, q8_value};
 use super::support::Float;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val, Var};
@@ -25,6 +25,16 @@ pub const BK: u32 = 32;
 /// shared-memory banks.
 pub const fn stage(depth: u32) -> u32 {
     BK * depth + 8
+}
+
+/// The element type W's buffer is bound as: its floats, or a quantized type's bytes as
+/// words, padded to whole words ([`dequant::pad_to_words`]).
+pub fn weights_elem(ty: WeightType) -> Scalar {
+    match ty {
+        WeightType::F32 => Scalar::F32,
+        WeightType::F16 => Scalar::F16,
+        _ => Scalar::U32,
+    }
 }
 
 /// One matrix's block `[n × BK·depth]` at (r0, k0), `n` rows from `r0` of a matrix with `rows` rows
@@ -50,12 +60,18 @@ enum Share<'b> {
     },
 }
 
-/// One half of a quantized block as loaded: its 16 code bytes (Q4: the bytes holding them,
-/// both halves' nibbles) and the bytes of its block's scales (d, and m for Q4_1), each a
-/// `U32` as a byte load gives it.
+/// One half of a quantized block as loaded, in whole words of the weights (bound as `U32`):
+/// one load moves four bytes, where loading a byte at a time took four times the loads on
+/// CUDA and, on Vulkan, a word load and a shift for every byte.
 struct Half<'b> {
-    codes: Vec<Var<'b>>,
-    scales: Vec<Var<'b>>,
+    /// The words from the one holding the half's first code byte (Q4: the bytes holding its
+    /// nibbles, shared with the other half): four, and a fifth where the codes may start in
+    /// the middle of a word (Q4_0 and Q8_0, whose blocks are 18 and 34 bytes).
+    words: Vec<Var<'b>>,
+    /// The word holding the block's d (Q4_1: d in the low half, m in the high half).
+    scale: Var<'b>,
+    /// The block's first byte modulo 4 (0 or 2), where blocks are not all word-aligned.
+    skew: Option<Var<'b>>,
 }
 
 /// Where half `e` of a step's block of `n` rows sits: its row within the block, its block
@@ -94,18 +110,18 @@ impl<'b> Fetch<'b> {
             WeightType::F32 => rows("w", Float::F32, wb.n),
             WeightType::F16 => rows("w", Float::F16, wb.n),
             _ => {
-                let scale_bytes = if ty == WeightType::Q4_1 { 4 } else { 2 };
+                let aligned = ty == WeightType::Q4_1;
+                let words = if aligned { 4 } else { 5 };
                 let halves = (2 * wb.n * depth).div_ceil(invocations);
                 Share::Halves {
                     ty,
                     halves: (0..halves)
                         .map(|h| Half {
-                            codes: (0..BK / 2)
-                                .map(|i| k.var(&format!("code{h}_{i}"), Scalar::U32))
+                            words: (0..words)
+                                .map(|i| k.var(&format!("code_word{h}_{i}"), Scalar::U32))
                                 .collect(),
-                            scales: (0..scale_bytes)
-                                .map(|i| k.var(&format!("scale_byte{h}_{i}"), Scalar::U32))
-                                .collect(),
+                            scale: k.var(&format!("scale_word{h}"), Scalar::U32),
+                            skew: (!aligned).then(|| k.var(&format!("skew{h}"), Scalar::U32)),
                         })
                         .collect(),
                 }
@@ -131,24 +147,30 @@ impl<'b> Fetch<'b> {
                     }
                 }
                 Share::Halves { ty, halves } => {
-                    for (h, Half { codes, scales }) in halves.iter().enumerate() {
+                    let bytes = k.u32(ty.block_bytes() as u32);
+                    // The buffer's last word: a fifth word past a block's codes may lie
+                    // beyond it, where the codes start on a word (and it goes unused).
+                    let blocks = block.rows * (block.cols / k.u32(BK));
+                    let last = (blocks * bytes + k.u32(3)) / k.u32(4) - k.u32(1);
+                    for (h, half) in halves.iter().enumerate() {
                         // Where a block has fewer halves than invocations take, the rest
                         // load its last half again and stage nothing.
                         let e = self.half_index(k, h);
                         let e = e.min(k.u32(2 * block.n * self.depth - 1));
                         let at = self.half_at(k, e);
-                        let base = self.half_base(k, block, *ty, &at, k0);
-                        for (i, b) in scales.iter().enumerate() {
-                            b.set(k.load(*buf, base + k.u32(i as u32)));
-                        }
+                        let start = self.half_block(k, block, &at, k0) * bytes;
+                        half.scale.set(k.load(*buf, start / k.u32(4)));
                         let first = match ty {
                             // A Q8_0 half is its own 16 bytes; a Q4 half's nibbles share the
                             // block's 16 bytes with the other half.
-                            WeightType::Q8_0 => base + k.u32(2) + at.half * k.u32(BK / 2),
-                            _ => base + k.u32(codes_offset(*ty)),
-                        };
-                        for (i, c) in codes.iter().enumerate() {
-                            c.set(k.load(*buf, first + k.u32(i as u32)));
+                            WeightType::Q8_0 => start + k.u32(2) + at.half * k.u32(BK / 2),
+                            _ => start + k.u32(codes_offset(*ty)),
+                        } / k.u32(4);
+                        for (i, word) in half.words.iter().enumerate() {
+                            word.set(k.load(*buf, (first + k.u32(i as u32)).min(last)));
+                        }
+                        if let Some(skew) = &half.skew {
+                            skew.set(start % k.u32(4));
                         }
                     }
                 }
@@ -174,24 +196,17 @@ impl<'b> Fetch<'b> {
                     }
                 }
                 Share::Halves { ty, halves } => {
-                    for (h, Half { codes, scales }) in halves.iter().enumerate() {
+                    for (h, half) in halves.iter().enumerate() {
                         let e = self.half_index(k, h);
                         k.if_(e.lt(k.u32(2 * block.n * self.depth)), || {
                             let at = self.half_at(k, e);
                             let inside = (block.r0 + at.row).lt(block.rows);
-                            let f16_at = |i: usize| {
-                                let bits = u16_of(k, scales[i].get(), scales[i + 1].get());
-                                f16_bits_to_f32(k, bits)
-                            };
-                            let s = dequant::Scales {
-                                d: f16_at(0),
-                                m: (*ty == WeightType::Q4_1).then(|| f16_at(2)),
-                            };
+                            let (s, codes) = half.decode(k);
                             let first = at.row * k.u32(stage(self.depth))
                                 + at.block * k.u32(BK)
                                 + at.half * k.u32(BK / 2);
                             for (i, byte) in codes.iter().enumerate() {
-                                let code = code_of(k, *ty, byte.get(), at.half);
+                                let code = code_of(k, *ty, *byte, at.half);
                                 let v = k.select(inside, s.value(code), k.f32(0.0));
                                 let j = first + k.u32(i as u32);
                                 k.store_shared(dst, j, v.cast(Scalar::F16));
@@ -228,18 +243,61 @@ impl<'b> Fetch<'b> {
         }
     }
 
-    /// Byte offset of the quantized block that half `at` of the step at column `k0` is part of.
-    fn half_base(
+    /// Index in the matrix of the quantized block that half `at` of the step at column `k0`
+    /// is part of (rows past the matrix's read its last row).
+    fn half_block(
         &self,
         k: &'b KernelBuilder,
         block: &Block<'b>,
-        ty: WeightType,
         at: &HalfAt<'b>,
         k0: Val<'b>,
     ) -> Val<'b> {
         let row = (block.r0 + at.row).min(block.rows - k.u32(1));
         let blocks = block.cols / k.u32(BK);
-        (row * blocks + k0 / k.u32(BK) + at.block) * k.u32(ty.block_bytes() as u32)
+        row * blocks + k0 / k.u32(BK) + at.block
+    }
+}
+
+impl<'b> Half<'b> {
+    /// The block's scales and the half's 16 code bytes (each a `U32`), from the words.
+    fn decode(&self, k: &'b KernelBuilder) -> (dequant::Scales<'b>, Vec<Val<'b>>) {
+        let low = |w: Val<'b>| w & k.u32(0xffff);
+        let scale = self.scale.get();
+        let words: Vec<Val<'b>> = self.words.iter().map(|w| w.get()).collect();
+        let (scales, codes) = match &self.skew {
+            // Q4_1: d and m share the block's first word, the codes the next four.
+            None => (
+                dequant::Scales {
+                    d: f16_bits_to_f32(k, low(scale)),
+                    m: Some(f16_bits_to_f32(k, scale >> k.u32(16))),
+                },
+                words,
+            ),
+            // d's two bytes start at the skew; the codes two bytes after it, so a block on a
+            // word has its codes from the middle of the first word on.
+            Some(skew) => {
+                let skew = skew.get();
+                let d = low(scale >> (skew * k.u32(8)));
+                let mid = skew.eq(k.u32(0));
+                let codes = (0..4)
+                    .map(|i| {
+                        let joined = (words[i] >> k.u32(16)) | (words[i + 1] << k.u32(16));
+                        k.select(mid, joined, words[i])
+                    })
+                    .collect();
+                (
+                    dequant::Scales {
+                        d: f16_bits_to_f32(k, d),
+                        m: None,
+                    },
+                    codes,
+                )
+            }
+        };
+        let bytes = (0..BK / 2)
+            .map(|i| (codes[(i / 4) as usize] >> k.u32(8 * (i % 4))) & k.u32(0xff))
+            .collect();
+        (scales, bytes)
     }
 }
 

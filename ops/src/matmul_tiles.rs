@@ -24,8 +24,8 @@
 //!
 //! Bound: [`NMSE`], against the f64 product of the f16-rounded x with the dequantised W.
 
-use super::dequant::{self, buffer_elem};
-use super::matmul_stage::{stage, Block, Fetch};
+use super::dequant;
+use super::matmul_stage::{stage, weights_elem, Block, Fetch};
 use super::shape::ShapeError;
 use super::support::{elements, nonzero};
 use crate::case::*;
@@ -141,7 +141,7 @@ pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
     Ok(())
 }
 
-/// The kernel for `spec`. Buffers: `w` (its type's buffer element), `x` f32, then `add` f32
+/// The kernel for `spec`. Buffers: `w` ([`weights_elem`]), `x` f32, then `add` f32
 /// with [`TilesSpec::add`], then `y` f32. Params: rows, cols, tokens. Grid
 /// [`TilesSpec::grid`]; K must be whole steps of [`TilesSpec::depth`] blocks. Errors: a
 /// subgroup width that does not divide the block's tiles evenly among the workgroup's
@@ -167,7 +167,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         }
     );
     let k = KernelBuilder::new(&name, [INVOCATIONS, 1, 1]);
-    let w = k.buffer("w", buffer_elem(ty), Access::Read);
+    let w = k.buffer("w", weights_elem(ty), Access::Read);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
     let y = k.buffer("y", Scalar::F32, Access::Write);
@@ -477,7 +477,7 @@ pub fn case(
         depth: TilesSpec::depth_for(cols),
     };
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
-        .input("w", buffer_elem(ty), dequant::pad_to_words(w))
+        .input("w", weights_elem(ty), dequant::pad_to_words(w))
         .input("x", Scalar::F32, f32_bytes(&x));
     if let Some(res) = &residual {
         case = case.input("add", Scalar::F32, f32_bytes(res));
