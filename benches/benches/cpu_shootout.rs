@@ -75,7 +75,7 @@ fn run_case(b: &dyn Backend, case: &Case, runs: usize) -> Duration {
         .collect();
     let d = Dispatch {
         program,
-        grid: case.grid,
+        grid: case.grid_for(kernel),
         bindings: &bindings,
         params: &case.params,
     };

@@ -266,7 +266,7 @@ pub fn run_on(
         }
         backend.dispatch(&Dispatch {
             program,
-            grid: case.grid,
+            grid: case.grid_for(kernel),
             bindings: &bindings,
             params: &case.params,
         })?;

@@ -119,6 +119,8 @@ pub enum Op {
     /// one split.
     AttnFlash {
         layer: u32,
+        /// On matrix tiles ([`trine_ops::attention_flash_tiles`]) where the device has them.
+        tiles: bool,
     },
     /// rms_norm of `tokens` rows of `x` scaled by weight `g`, into [`Tensor::Normed`].
     RmsNorm {
@@ -385,7 +387,10 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: 
             node(qkv, "attn_qkv_rope", at);
         }
         let attention = if flash {
-            Op::AttnFlash { layer: l }
+            Op::AttnFlash {
+                layer: l,
+                tiles: tiles && trine_ops::attention_flash_tiles::supports(c.head_dim()),
+            }
         } else {
             Op::AttnSplit { layer: l, splits }
         };

@@ -16,8 +16,8 @@ use trine_ops::rope::RopeMode;
 use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
-    argmax, attention_flash, attention_split, embedding, matmul_tiles, matvec, matvec_q8,
-    matvec_q8_rows, rms_norm, rope_store,
+    argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
+    matvec, matvec_q8, matvec_q8_rows, rms_norm, rope_store,
 };
 
 /// The kernel an op needs, up to its variants.
@@ -29,7 +29,8 @@ pub enum KernelKey {
     /// a CPU holds them in pairs of blocks ([`MatvecSpec::pairs`]).
     Matvec(WeightType, MatvecSize, MatvecPrologue, MatvecEpilogue, bool),
     AttnSplit,
-    AttnFlash,
+    /// Prompt attention, on matrix tiles where the device has them (`true`).
+    AttnFlash(bool),
     /// The plain rms_norm of a step's rows (before a product with quantized x).
     RmsNorm,
     /// Attention's split partials combined (before a product with quantized x), by splits.
@@ -82,7 +83,8 @@ impl std::fmt::Display for KernelKey {
                 Ok(())
             }
             KernelKey::AttnSplit => f.write_str("attention (split)"),
-            KernelKey::AttnFlash => f.write_str("attention (flash)"),
+            KernelKey::AttnFlash(false) => f.write_str("attention (flash)"),
+            KernelKey::AttnFlash(true) => f.write_str("attention (flash, on tiles)"),
             KernelKey::RmsNorm => f.write_str("rms_norm"),
             KernelKey::Combine(splits) => write!(f, "attention combine ({splits} splits)"),
             KernelKey::SwigluPairs => f.write_str("swiglu"),
@@ -171,7 +173,7 @@ impl KernelKey {
                 KernelKey::Matvec(t.ty, size, pro, epi, w.pairable(id))
             }
             Op::AttnSplit { .. } => KernelKey::AttnSplit,
-            Op::AttnFlash { .. } => KernelKey::AttnFlash,
+            Op::AttnFlash { tiles, .. } => KernelKey::AttnFlash(tiles),
             Op::RmsNorm { .. } => KernelKey::RmsNorm,
             Op::Combine { splits } => KernelKey::Combine(splits),
             Op::SwigluPairs => KernelKey::SwigluPairs,
@@ -239,7 +241,19 @@ impl KernelKey {
                 .iter()
                 .map(|&how| attention_split::split_kernel(s.head_dim, s.kv, how, s.keys))
                 .collect::<Result<_, _>>()?,
-            KernelKey::AttnFlash => vec![attention_flash::kernel(s.head_dim, s.kv, s.keys)?],
+            KernelKey::AttnFlash(tiles) => {
+                let mut variants = vec![];
+                // The tiled kernel reads the K cache in rows, with subgroups of its width.
+                if tiles
+                    && info.tiles
+                    && info.subgroup_size() == Some(attention_flash_tiles::WIDTH)
+                    && s.keys == KeyLayout::Rows
+                {
+                    variants.push(attention_flash_tiles::kernel(s.head_dim, s.kv)?);
+                }
+                variants.push(attention_flash::kernel(s.head_dim, s.kv, s.keys)?);
+                variants
+            }
             KernelKey::RmsNorm => reductions.iter().map(|&r| rms_norm::kernel(r)).collect(),
             KernelKey::Combine(splits) => {
                 vec![attention_split::combine_kernel(s.head_dim, splits)?]

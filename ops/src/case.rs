@@ -66,6 +66,8 @@ pub struct Case {
     /// Used on backends without a capability `kernel` declares (subgroups).
     pub fallback: Option<Kernel>,
     pub grid: [u32; 3],
+    /// The fallback's grid where it differs from `grid` (its workgroups take other blocks).
+    pub fallback_grid: Option<[u32; 3]>,
     pub buffers: Vec<CaseBuffer>,
     pub params: Vec<ParamValue>,
     pub bound: f64,
@@ -78,6 +80,7 @@ impl Case {
             kernel,
             fallback: None,
             grid,
+            fallback_grid: None,
             buffers: vec![],
             params: vec![],
             bound: NMSE_DEFAULT,
@@ -137,6 +140,21 @@ impl Case {
     pub fn fallback(mut self, kernel: Kernel) -> Case {
         self.fallback = Some(kernel);
         self
+    }
+
+    /// [`Case::fallback`] dispatched over a grid of its own.
+    pub fn fallback_on(mut self, kernel: Kernel, grid: [u32; 3]) -> Case {
+        self.fallback = Some(kernel);
+        self.fallback_grid = Some(grid);
+        self
+    }
+
+    /// The grid to dispatch `kernel` (the case's kernel or its fallback) over.
+    pub fn grid_for(&self, kernel: &Kernel) -> [u32; 3] {
+        match (&self.fallback, self.fallback_grid) {
+            (Some(f), Some(grid)) if f.name == kernel.name && f.name != self.kernel.name => grid,
+            _ => self.grid,
+        }
     }
 
     /// Runs the kernel on the reference interpreter (subgroups [`REFERENCE_SUBGROUP`] wide, or

@@ -11,6 +11,7 @@
 pub mod argmax;
 pub mod attention;
 pub mod attention_flash;
+pub mod attention_flash_tiles;
 pub mod attention_split;
 pub mod case;
 pub mod compare;
@@ -53,6 +54,7 @@ pub fn cases() -> Vec<Case> {
         attention::cases,
         attention_split::cases,
         attention_flash::cases,
+        attention_flash_tiles::cases,
         rope_store::cases,
         elementwise::cases,
         argmax::cases,

@@ -8,6 +8,7 @@ use crate::kernels::{holds_pairs, KernelKey};
 use trine_ir::ParamValue;
 use trine_ops::argmax::Argmax;
 use trine_ops::attention_flash::FlashAttention;
+use trine_ops::attention_flash_tiles;
 use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise;
 use trine_ops::embedding;
@@ -85,7 +86,7 @@ impl Engine {
             }
             // Both attention kernels read the rotated queries, the position and the layer's
             // caches, and write the split partials.
-            Op::AttnSplit { layer, .. } | Op::AttnFlash { layer } => {
+            Op::AttnSplit { layer, .. } | Op::AttnFlash { layer, .. } => {
                 let (mut params, grid) = match node.op {
                     Op::AttnSplit { splits, .. } => {
                         let a = self.split_attention(t, splits);
@@ -98,7 +99,15 @@ impl Engine {
                             kv_heads: c.n_head_kv,
                             head_dim: c.head_dim(),
                         };
-                        (a.params(), a.grid())
+                        // The variant the device compiled decides the queries per workgroup.
+                        let key = KernelKey::of(&node.op, w, self.shape);
+                        let program = self.placement.programs[&key].1;
+                        let grid = if self.placement.kernels[&program].capabilities.tiles {
+                            attention_flash_tiles::grid(&a)
+                        } else {
+                            a.grid()
+                        };
+                        (a.params(), grid)
                     }
                 };
                 params.extend(self.shape.keys.params(self.options.context));

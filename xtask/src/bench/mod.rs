@@ -395,7 +395,7 @@ fn measure_on<'c>(
     };
     let work = Work {
         kernel,
-        grid: case.grid,
+        grid: case.grid_for(kernel),
         params: &case.params,
         buffers: case
             .buffers
