@@ -6,6 +6,7 @@
 use super::config::LlamaConfig;
 use super::weights::{WeightId, Weights};
 use trine_gguf::quant::WeightType;
+use trine_ops::attention_flash::FlashOut;
 use trine_ops::matvec_q8_rows;
 
 /// A tensor the graph reads or writes. Activations are sized for the largest step the
@@ -121,6 +122,9 @@ pub enum Op {
         layer: u32,
         /// On matrix tiles ([`trine_ops::attention_flash_tiles`]) where the device has them.
         tiles: bool,
+        /// Into [`Tensor::Part`] for a combine to follow, or the attention itself into
+        /// [`Tensor::Combined`].
+        out: FlashOut,
     },
     /// rms_norm of `tokens` rows of `x` scaled by weight `g`, into [`Tensor::Normed`].
     RmsNorm {
@@ -215,7 +219,14 @@ impl Node {
             Op::AttnSplit { splits, .. } => {
                 rows(Tensor::Part, c.n_head * splits * (c.head_dim() + 2))
             }
-            Op::AttnFlash { .. } => rows(Tensor::Part, c.n_head * (c.head_dim() + 2)),
+            Op::AttnFlash {
+                out: FlashOut::Part,
+                ..
+            } => rows(Tensor::Part, c.n_head * (c.head_dim() + 2)),
+            Op::AttnFlash {
+                out: FlashOut::Normalized,
+                ..
+            } => rows(Tensor::Combined, c.n_embd),
             Op::RmsNorm { tokens, .. } => (Tensor::Normed, 0..(tokens * c.n_embd) as usize),
             Op::Combine { .. } => rows(Tensor::Combined, c.n_embd),
             Op::SwigluPairs => rows(Tensor::Act, c.n_ff),
@@ -390,13 +401,22 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: 
             Op::AttnFlash {
                 layer: l,
                 tiles: tiles && trine_ops::attention_flash_tiles::supports(c.head_dim()),
+                // A product that reads the attention itself takes it from flash attention
+                // directly, without the combine's dispatch.
+                out: if q8(lw.wo) {
+                    FlashOut::Normalized
+                } else {
+                    FlashOut::Part
+                },
             }
         } else {
             Op::AttnSplit { layer: l, splits }
         };
         node(attention, "attention", at);
         if q8(lw.wo) {
-            node(Op::Combine { splits }, "attn_combine", at);
+            if !flash {
+                node(Op::Combine { splits }, "attn_combine", at);
+            }
             let labels = ["attn_output_x", "attn_output"];
             for (op, label) in product(lw.wo, Tensor::Combined, mid, Some(x), labels) {
                 node(op, label, at);

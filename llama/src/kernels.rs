@@ -6,6 +6,7 @@ use super::weights::Weights;
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_gguf::quant::WeightType;
 use trine_ir::Kernel;
+use trine_ops::attention_flash::FlashOut;
 use trine_ops::elementwise::{copy_kernel, swiglu_pairs_kernel};
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::matvec::{
@@ -29,8 +30,9 @@ pub enum KernelKey {
     /// a CPU holds them in pairs of blocks ([`MatvecSpec::pairs`]).
     Matvec(WeightType, MatvecSize, MatvecPrologue, MatvecEpilogue, bool),
     AttnSplit,
-    /// Prompt attention, on matrix tiles where the device has them (`true`).
-    AttnFlash(bool),
+    /// Prompt attention, on matrix tiles where the device has them (`true`), and what it
+    /// writes.
+    AttnFlash(bool, FlashOut),
     /// The plain rms_norm of a step's rows (before a product with quantized x).
     RmsNorm,
     /// Attention's split partials combined (before a product with quantized x), by splits.
@@ -83,8 +85,14 @@ impl std::fmt::Display for KernelKey {
                 Ok(())
             }
             KernelKey::AttnSplit => f.write_str("attention (split)"),
-            KernelKey::AttnFlash(false) => f.write_str("attention (flash)"),
-            KernelKey::AttnFlash(true) => f.write_str("attention (flash, on tiles)"),
+            KernelKey::AttnFlash(tiles, out) => {
+                let tiles = if *tiles { ", on tiles" } else { "" };
+                let out = match out {
+                    FlashOut::Part => "",
+                    FlashOut::Normalized => ", normalised",
+                };
+                write!(f, "attention (flash{tiles}{out})")
+            }
             KernelKey::RmsNorm => f.write_str("rms_norm"),
             KernelKey::Combine(splits) => write!(f, "attention combine ({splits} splits)"),
             KernelKey::SwigluPairs => f.write_str("swiglu"),
@@ -173,7 +181,7 @@ impl KernelKey {
                 KernelKey::Matvec(t.ty, size, pro, epi, w.pairable(id))
             }
             Op::AttnSplit { .. } => KernelKey::AttnSplit,
-            Op::AttnFlash { tiles, .. } => KernelKey::AttnFlash(tiles),
+            Op::AttnFlash { tiles, out, .. } => KernelKey::AttnFlash(tiles, out),
             Op::RmsNorm { .. } => KernelKey::RmsNorm,
             Op::Combine { splits } => KernelKey::Combine(splits),
             Op::SwigluPairs => KernelKey::SwigluPairs,
@@ -241,7 +249,7 @@ impl KernelKey {
                 .iter()
                 .map(|&how| attention_split::split_kernel(s.head_dim, s.kv, how, s.keys))
                 .collect::<Result<_, _>>()?,
-            KernelKey::AttnFlash(tiles) => {
+            KernelKey::AttnFlash(tiles, out) => {
                 let mut variants = vec![];
                 // The tiled kernel reads the K cache in rows, with subgroups of its width.
                 if tiles
@@ -249,9 +257,9 @@ impl KernelKey {
                     && info.subgroup_size() == Some(attention_flash_tiles::WIDTH)
                     && s.keys == KeyLayout::Rows
                 {
-                    variants.push(attention_flash_tiles::kernel(s.head_dim, s.kv)?);
+                    variants.push(attention_flash_tiles::kernel(s.head_dim, s.kv, out)?);
                 }
-                variants.push(attention_flash::kernel(s.head_dim, s.kv, s.keys)?);
+                variants.push(attention_flash::kernel(s.head_dim, s.kv, s.keys, out)?);
                 variants
             }
             KernelKey::RmsNorm => reductions.iter().map(|&r| rms_norm::kernel(r)).collect(),

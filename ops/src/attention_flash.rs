@@ -12,11 +12,13 @@
 //! `LANES`th output dimension, and the row's maximum and sum come from the `LANES` partials in
 //! shared memory (no tree). The online softmax is [`super::attention`]'s.
 //!
-//! The output is [`super::attention_split`]'s `part` for one split: per (token, head) the
-//! un-normalised accumulators `acc = Σ e^(s_j − m)·v_j`, the maximum score `m` and the sum
-//! `l = Σ e^(s_j − m)`, so the executor's combine (one split: `acc / l`) follows unchanged and
-//! [`super::attention_split::reference_split`] is the reference. Buffers and the `step` buffer
-//! (element 0 = the position of the first query token) are the split kernel's.
+//! The output ([`FlashOut`]) is either [`super::attention_split`]'s `part` for one split: per
+//! (token, head) the un-normalised accumulators `acc = Σ e^(s_j − m)·v_j`, the maximum score
+//! `m` and the sum `l = Σ e^(s_j − m)`, for the executor's combine (one split: `acc / l`) to
+//! follow, with [`super::attention_split::reference_split`] as the reference; or the attention
+//! itself, `acc / l`, as the combine would write it, which saves the combine's dispatch.
+//! Buffers and the `step` buffer (element 0 = the position of the first query token) are the
+//! split kernel's.
 //!
 //! Rows of the last block past the step's tokens compute the last token's row again and store
 //! nothing; keys past the block's last visible position are staged as zeros, so a cache holding
@@ -45,6 +47,55 @@ pub const LANES: u32 = 8;
 /// Largest head dimension: the queries, keys and values of a block are staged in shared
 /// memory, which must fit the 32 KiB of the smallest device tested (lavapipe).
 pub const MAX_FLASH_HEAD_DIM: u32 = 128;
+
+/// What a flash attention kernel writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FlashOut {
+    /// `part` (`[tokens × heads × (head_dim + 2)]`): the one-split partials a combine reads.
+    Part,
+    /// `out` (`[tokens × heads × head_dim]`): `acc / l`, the combine's output.
+    Normalized,
+}
+
+impl FlashOut {
+    /// The output buffer's name.
+    pub fn buffer(self) -> &'static str {
+        match self {
+            FlashOut::Part => "part",
+            FlashOut::Normalized => "out",
+        }
+    }
+
+    /// The kernel name's suffix.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            FlashOut::Part => "",
+            FlashOut::Normalized => "_norm",
+        }
+    }
+
+    /// The output's elements for `shape`.
+    pub fn len(self, shape: &FlashAttention) -> Result<u32, ShapeError> {
+        let part = shape.check()?;
+        Ok(match self {
+            FlashOut::Part => part,
+            FlashOut::Normalized => part / (shape.head_dim + 2) * shape.head_dim,
+        })
+    }
+
+    /// The f64 reference of this output from [`reference_split`]'s one-split `part`.
+    pub fn reference(self, shape: &FlashAttention, part: Vec<f64>) -> Vec<f64> {
+        match self {
+            FlashOut::Part => part,
+            FlashOut::Normalized => {
+                let d = shape.head_dim as usize;
+                part.chunks(d + 2)
+                    .flat_map(|row| row[..d].iter().map(move |a| a / row[d + 1]))
+                    .collect()
+            }
+        }
+    }
+}
 
 /// One flash attention dispatch (a prompt step).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,18 +171,24 @@ pub fn supports(head_dim: u32) -> bool {
 }
 
 /// The kernel for one head dimension (a compile-time constant) and KV cache storage type.
-/// Buffers: `q` f32, `step` u32, `k` and `v` of `kv`, `part` f32. Params: tokens, heads,
-/// kv_heads, scale. Grid [`FlashAttention::grid`].
+/// Buffers: `q` f32, `step` u32, `k` and `v` of `kv`, then `part` or `out` f32 ([`FlashOut`]).
+/// Params: tokens, heads, kv_heads, scale. Grid [`FlashAttention::grid`].
 /// With [`KeyLayout::Columns`] the K cache is in columns and the parameter `k_stride` follows.
-pub fn kernel(head_dim: u32, kv: Float, keys: KeyLayout) -> Result<Kernel, ShapeError> {
+pub fn kernel(
+    head_dim: u32,
+    kv: Float,
+    keys: KeyLayout,
+    out: FlashOut,
+) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
     let bk = FlashAttention::keys_per_block(head_dim);
     let wg = QUERIES * LANES;
     let k = KernelBuilder::new(
         &format!(
-            "attention_flash_d{head_dim}_{}kv{}",
+            "attention_flash_d{head_dim}_{}kv{}{}",
             kv.name(),
-            keys.suffix()
+            keys.suffix(),
+            out.suffix()
         ),
         [wg, 1, 1],
     );
@@ -144,7 +201,7 @@ pub fn kernel(head_dim: u32, kv: Float, keys: KeyLayout) -> Result<Kernel, Shape
         tokens,
         heads,
         kv_heads,
-    } = PartsIo::declare(&k, kv);
+    } = PartsIo::declare_out(&k, kv, out.buffer());
     let scale = k.param("scale", Scalar::F32);
     let index = KeyIndex::declare(&k, keys, kv_heads, head_dim);
 
@@ -271,13 +328,22 @@ pub fn kernel(head_dim: u32, kv: Float, keys: KeyLayout) -> Result<Kernel, Shape
         k.barrier();
     });
 
-    k.if_((t0 + qi).lt(tokens), || {
-        let base = (t * heads + h) * k.u32(d + 2);
-        for_lane_dims(&k, d, lane, &acc, |i, a| k.store(part, base + i, a.get()));
-        k.if_(lane.eq(k.u32(0)), || {
-            k.store(part, base + k.u32(d), m.get());
-            k.store(part, base + k.u32(d + 1), l.get());
-        });
+    k.if_((t0 + qi).lt(tokens), || match out {
+        FlashOut::Part => {
+            let base = (t * heads + h) * k.u32(d + 2);
+            for_lane_dims(&k, d, lane, &acc, |i, a| k.store(part, base + i, a.get()));
+            k.if_(lane.eq(k.u32(0)), || {
+                k.store(part, base + k.u32(d), m.get());
+                k.store(part, base + k.u32(d + 1), l.get());
+            });
+        }
+        FlashOut::Normalized => {
+            let base = (t * heads + h) * k.u32(d);
+            let inv = k.f32(1.0) / l.get();
+            for_lane_dims(&k, d, lane, &acc, |i, a| {
+                k.store(part, base + i, a.get() * inv)
+            });
+        }
     });
     Ok(k.finish())
 }
@@ -305,27 +371,31 @@ fn for_lane_dims<'b>(
 /// key or value it must not see into its sums fails the NaN pattern check.
 const PAST_END: u32 = 3;
 
-/// A conformance case for `shape` at position `pos` with the caches stored as `kv`: `part`
-/// against [`reference_split`] with one split.
+/// A conformance case for `shape` at position `pos` with the caches stored as `kv`, writing
+/// `out`: against [`reference_split`] with one split (normalised for [`FlashOut::Normalized`]).
 /// The K cache is in `keys`' layout.
 pub fn case(
     shape: FlashAttention,
     pos: u32,
     kv: Float,
-    keys: KeyLayout,
+    (keys, out): (KeyLayout, FlashOut),
 ) -> Result<Case, ShapeError> {
-    let n = shape.check()?;
+    let n = out.len(&shape)?;
     let dtype = match kv {
         Float::F32 => "f32",
         Float::F16 => "f32+f16kv",
     };
     let name = format!(
-        "{OP}/{dtype}/{}x{}x{}x{}+pos{pos}{}",
+        "{OP}/{dtype}/{}x{}x{}x{}+pos{pos}{}{}",
         shape.tokens,
         shape.heads,
         shape.kv_heads,
         shape.head_dim,
-        keys.suffix()
+        keys.suffix(),
+        match out {
+            FlashOut::Part => "",
+            FlashOut::Normalized => "+out",
+        }
     );
     let mut r = Rng::new(seed(&name));
     let kv_len = pos + shape.tokens + PAST_END;
@@ -344,19 +414,22 @@ pub fn case(
     };
     let kc = cache(2.0);
     let vc = cache(1.0);
-    let want = reference_split(&shape.split(), kv_len, pos, &q, &kc, &vc)?;
+    let want = out.reference(
+        &shape,
+        reference_split(&shape.split(), kv_len, pos, &q, &kc, &vc)?,
+    );
     // NaN where the kernel must write: an element it skips fails the NaN pattern check.
     let part0 = vec![f32::NAN; n as usize];
     let k_cache = keys.arrange(&kc, (kv_len, shape.kv_heads, shape.head_dim), f32::NAN);
     let mut params = shape.params();
     params.extend(keys.params(kv_len));
     Ok(
-        Case::new(name, kernel(shape.head_dim, kv, keys)?, shape.grid())
+        Case::new(name, kernel(shape.head_dim, kv, keys, out)?, shape.grid())
             .input("q", Scalar::F32, f32_bytes(&q))
             .input("step", Scalar::U32, u32_bytes(&[pos]))
             .input("k", kv.scalar(), kv.bytes(&k_cache))
             .input("v", kv.scalar(), kv.bytes(&vc))
-            .output("part", Scalar::F32, f32_bytes(&part0), want)
+            .output(out.buffer(), Scalar::F32, f32_bytes(&part0), want)
             .params(params)
             .bound(attention::NMSE),
     )
@@ -401,13 +474,20 @@ pub fn cases() -> Vec<Case> {
     ];
     // Two of them with the K cache in columns, as an executor led by a CPU keeps it.
     let columns = [(smol(40), 0, F32), (smol(33), 70, F16)];
+    // Two writing the attention itself, as a GPU's prompt steps take it.
+    let normalized = [(smol(40), 0, F16), (smol(33), 70, F32)];
     shapes
         .into_iter()
-        .map(|(shape, pos, kv)| case(shape, pos, kv, KeyLayout::Rows))
+        .map(|(shape, pos, kv)| case(shape, pos, kv, (KeyLayout::Rows, FlashOut::Part)))
         .chain(
             columns
                 .into_iter()
-                .map(|(shape, pos, kv)| case(shape, pos, kv, KeyLayout::Columns)),
+                .map(|(shape, pos, kv)| case(shape, pos, kv, (KeyLayout::Columns, FlashOut::Part))),
+        )
+        .chain(
+            normalized.into_iter().map(|(shape, pos, kv)| {
+                case(shape, pos, kv, (KeyLayout::Rows, FlashOut::Normalized))
+            }),
         )
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
@@ -421,7 +501,7 @@ mod tests {
     #[test]
     fn blocks_fit_32_kib() {
         for head_dim in [1, 17, 64, 65, 128] {
-            let k = kernel(head_dim, Float::F32, KeyLayout::Rows).unwrap();
+            let k = kernel(head_dim, Float::F32, KeyLayout::Rows, FlashOut::Part).unwrap();
             assert!(
                 k.shared_bytes() <= 32 * 1024,
                 "d{head_dim}: {}",
@@ -433,11 +513,16 @@ mod tests {
     #[test]
     fn bad_shapes_are_typed_errors() {
         assert!(matches!(
-            kernel(MAX_FLASH_HEAD_DIM + 1, Float::F32, KeyLayout::Rows),
+            kernel(
+                MAX_FLASH_HEAD_DIM + 1,
+                Float::F32,
+                KeyLayout::Rows,
+                FlashOut::Part
+            ),
             Err(ShapeError::TooLarge { .. })
         ));
         assert!(matches!(
-            kernel(0, Float::F16, KeyLayout::Rows),
+            kernel(0, Float::F16, KeyLayout::Rows, FlashOut::Part),
             Err(ShapeError::Zero { .. })
         ));
         let s = FlashAttention {

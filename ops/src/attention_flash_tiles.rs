@@ -17,15 +17,15 @@
 //!    registers) after scaling those by α. Tiles keep their elements where each target
 //!    chooses, so the rescaling happens on the lanes' own copies, not on the tiles.
 //!
-//! The output is [`super::attention_split`]'s `part` for one split, as
-//! [`super::attention_flash`] writes it, so the executor's combine follows unchanged. Keys
+//! The output is [`super::attention_flash`]'s, either kind of it ([`FlashOut`]): the one-split
+//! `part` a combine follows, or the attention itself. Keys
 //! past the block's last visible position are staged as zeros and masked, so a cache holding
 //! NaN there leaves no trace; rows past the step's tokens repeat the last token and store
 //! nothing.
 //!
 //! Bound: [`NMSE`], not [`super::attention`]'s: queries, keys, values and p are rounded to f16.
 
-use super::attention_flash::{FlashAttention, MAX_FLASH_HEAD_DIM};
+use super::attention_flash::{FlashAttention, FlashOut, MAX_FLASH_HEAD_DIM};
 use super::attention_split::PartsIo;
 use super::key_layout::{KeyIndex, KeyLayout};
 use super::shape::ShapeError;
@@ -86,10 +86,10 @@ pub fn grid(shape: &FlashAttention) -> [u32; 3] {
     [shape.tokens.div_ceil(queries), shape.heads, 1]
 }
 
-/// The kernel for one head dimension and KV cache storage type, the K cache in rows.
-/// Buffers and parameters are [`super::attention_flash::kernel`]'s; grid [`grid`]. Errors: a
-/// head dimension [`supports`] refuses.
-pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
+/// The kernel for one head dimension and KV cache storage type, the K cache in rows, writing
+/// `out`. Buffers and parameters are [`super::attention_flash::kernel`]'s; grid [`grid`].
+/// Errors: a head dimension [`supports`] refuses.
+pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeError> {
     if !supports(head_dim) {
         return Err(ShapeError::Unsupported {
             op: OP,
@@ -101,7 +101,11 @@ pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
     let queries = subgroups * TILE;
     let invocations = subgroups * WIDTH;
     let k = KernelBuilder::new(
-        &format!("attention_flash_tiles_d{d}_{}kv_sg{WIDTH}", kv.name()),
+        &format!(
+            "attention_flash_tiles_d{d}_{}kv{}_sg{WIDTH}",
+            kv.name(),
+            out.suffix()
+        ),
         [invocations, 1, 1],
     );
     k.require_subgroup_width(WIDTH);
@@ -114,7 +118,7 @@ pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
         tokens,
         heads,
         kv_heads,
-    } = PartsIo::declare(&k, kv);
+    } = PartsIo::declare_out(&k, kv, out.buffer());
     let scale = k.param("scale", Scalar::F32);
     let index = KeyIndex::declare(&k, KeyLayout::Rows, kv_heads, d);
 
@@ -325,25 +329,35 @@ pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
     });
 
     k.if_((t0 + w * k.u32(TILE) + r).lt(tokens), || {
-        let base = (t * heads + h) * k.u32(d + 2);
+        let (row, inv) = match out {
+            FlashOut::Part => (d + 2, k.f32(1.0)),
+            FlashOut::Normalized => (d, k.f32(1.0) / l.get()),
+        };
+        let base = (t * heads + h) * k.u32(row);
         for (j, acc) in o.iter().enumerate() {
             let c = half * k.u32(d / 2) + k.u32(j as u32);
-            k.store(part, base + c, acc.get());
+            let v = match out {
+                FlashOut::Part => acc.get(),
+                FlashOut::Normalized => acc.get() * inv,
+            };
+            k.store(part, base + c, v);
         }
-        k.if_(half.eq(k.u32(0)), || {
-            k.store(part, base + k.u32(d), m.get());
-            k.store(part, base + k.u32(d + 1), l.get());
-        });
+        if out == FlashOut::Part {
+            k.if_(half.eq(k.u32(0)), || {
+                k.store(part, base + k.u32(d), m.get());
+                k.store(part, base + k.u32(d + 1), l.get());
+            });
+        }
     });
     Ok(k.finish())
 }
 
 /// A conformance case: [`super::attention_flash::case`]'s inputs and reference, the tiled
 /// kernel with the scalar one (and its grid) as the fallback of devices without tiles.
-pub fn case(shape: FlashAttention, pos: u32, kv: Float) -> Result<Case, ShapeError> {
-    let scalar = super::attention_flash::case(shape, pos, kv, KeyLayout::Rows)?;
+pub fn case(shape: FlashAttention, pos: u32, kv: Float, out: FlashOut) -> Result<Case, ShapeError> {
+    let scalar = super::attention_flash::case(shape, pos, kv, (KeyLayout::Rows, out))?;
     let name = scalar.name.replacen("attention_flash", OP, 1);
-    let mut case = Case::new(name, kernel(shape.head_dim, kv)?, grid(&shape))
+    let mut case = Case::new(name, kernel(shape.head_dim, kv, out)?, grid(&shape))
         .fallback_on(scalar.kernel, scalar.grid)
         .params(scalar.params)
         .bound(NMSE);
@@ -351,8 +365,9 @@ pub fn case(shape: FlashAttention, pos: u32, kv: Float) -> Result<Case, ShapeErr
     Ok(case)
 }
 
-/// SmolLM2-135M's heads over one block of queries, a partial one and a later chunk; a head
-/// dimension of 128 (two subgroups, blocks of 16 keys).
+/// SmolLM2-135M's heads over one block of queries, a partial one and a later chunk, writing
+/// partials and the attention itself; a head dimension of 128 (two subgroups, blocks of 16
+/// keys).
 pub fn cases() -> Vec<Case> {
     use Float::{F16, F32};
     let smol = |tokens| FlashAttention {
@@ -361,11 +376,13 @@ pub fn cases() -> Vec<Case> {
         kv_heads: 3,
         head_dim: 64,
     };
+    use FlashOut::{Normalized, Part};
     [
-        (smol(64), 0, F16),
-        (smol(40), 0, F32),
-        (smol(33), 70, F16),
-        (smol(130), 5, F16),
+        (smol(64), 0, F16, Part),
+        (smol(40), 0, F32, Part),
+        (smol(33), 70, F16, Part),
+        (smol(130), 5, F16, Normalized),
+        (smol(40), 0, F32, Normalized),
         (
             FlashAttention {
                 tokens: 20,
@@ -375,10 +392,11 @@ pub fn cases() -> Vec<Case> {
             },
             13,
             F16,
+            Part,
         ),
     ]
     .into_iter()
-    .map(|(shape, pos, kv)| case(shape, pos, kv))
+    .map(|(shape, pos, kv, out)| case(shape, pos, kv, out))
     .collect::<Result<_, _>>()
     .expect("the fixed shapes are valid")
 }
@@ -391,7 +409,7 @@ mod tests {
     #[test]
     fn blocks_fit_48_kib() {
         for d in [16, 64, 80, 128] {
-            let k = kernel(d, Float::F16).unwrap();
+            let k = kernel(d, Float::F16, FlashOut::Part).unwrap();
             assert!(k.shared_bytes() <= 48 * 1024, "d{d}: {}", k.shared_bytes());
         }
     }
@@ -401,7 +419,7 @@ mod tests {
         for d in [0, 17, 72 + 1, MAX_FLASH_HEAD_DIM + 16] {
             assert!(!supports(d));
             assert!(matches!(
-                kernel(d, Float::F16),
+                kernel(d, Float::F16, FlashOut::Normalized),
                 Err(ShapeError::Unsupported { .. })
             ));
         }

@@ -231,12 +231,17 @@ pub(super) struct PartsIo<'b> {
 
 impl<'b> PartsIo<'b> {
     pub(super) fn declare(k: &'b KernelBuilder, kv: Float) -> PartsIo<'b> {
+        Self::declare_out(k, kv, "part")
+    }
+
+    /// [`PartsIo::declare`] with the output buffer (`part`'s place) named `out`.
+    pub(super) fn declare_out(k: &'b KernelBuilder, kv: Float, out: &str) -> PartsIo<'b> {
         PartsIo {
             q: k.buffer("q", Scalar::F32, Access::Read),
             step: k.buffer("step", Scalar::U32, Access::Read),
             k: k.buffer("k", kv.scalar(), Access::Read),
             v: k.buffer("v", kv.scalar(), Access::Read),
-            part: k.buffer("part", Scalar::F32, Access::Write),
+            part: k.buffer(out, Scalar::F32, Access::Write),
             tokens: k.param("tokens", Scalar::U32),
             heads: k.param("heads", Scalar::U32),
             kv_heads: k.param("kv_heads", Scalar::U32),

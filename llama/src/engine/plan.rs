@@ -7,7 +7,7 @@ use crate::graph::{Epilogue, Node, Op, Prologue, Step, Tensor};
 use crate::kernels::{holds_pairs, KernelKey};
 use trine_ir::ParamValue;
 use trine_ops::argmax::Argmax;
-use trine_ops::attention_flash::FlashAttention;
+use trine_ops::attention_flash::{FlashAttention, FlashOut};
 use trine_ops::attention_flash_tiles;
 use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise;
@@ -117,7 +117,14 @@ impl Engine {
                     Tensor::KCache(layer),
                     Tensor::VCache(layer),
                 ];
-                plan(inputs, &[Tensor::Part], params, grid)
+                let out = match node.op {
+                    Op::AttnFlash {
+                        out: FlashOut::Normalized,
+                        ..
+                    } => Tensor::Combined,
+                    _ => Tensor::Part,
+                };
+                plan(inputs, &[out], params, grid)
             }
             Op::RmsNorm { x, g, tokens } => {
                 let n = RmsNorm {
