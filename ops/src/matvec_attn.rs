@@ -29,7 +29,7 @@ use super::matvec_fused::{self as fused, Epilogue, Fused, Prologue};
 use super::rope::RopeMode;
 use super::rope_store::{self, RopeStore};
 use super::shape::ShapeError;
-use super::support::{nonzero, seed, store_f32, Float};
+use super::support::{cos_sin, nonzero, seed, store_f32, Float};
 use crate::case::*;
 use trine_gguf::quant::{quantize, WeightType};
 use trine_ir::{Access, BufferId, KernelBuilder, ParamValue, Scalar, SharedId, Val};
@@ -299,11 +299,8 @@ impl<'b> RopeOut<'b> {
         let pos = k.load(self.step, k.u32(0)) + t;
         let i = (r % d) / k.u32(2);
         let theta = pos.cast(Scalar::F32) * k.load(self.freq, i);
-        Turn {
-            pos,
-            cos: theta.cos(),
-            sin: theta.sin(),
-        }
+        let (cos, sin) = cos_sin(k, theta);
+        Turn { pos, cos, sin }
     }
 
     /// Rotates or copies the pair of rows `r`, `r + 1` (r even) of token `t`, whose sums are

@@ -23,7 +23,7 @@
 //! reference rounded to f16, so only a rare one-ulp rounding flip counts.
 
 use super::shape::ShapeError;
-use super::support::{elements, expect_len, load_f32, nonzero, seed, store_f32, Float};
+use super::support::{cos_sin, elements, expect_len, load_f32, nonzero, seed, store_f32, Float};
 use crate::case::*;
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 
@@ -145,7 +145,7 @@ pub fn kernel(mode: RopeMode, t: Float) -> Kernel {
         let token = row / heads;
         let pos = (offset + token).cast(Scalar::F32);
         let theta = pos * k.load(freq, i);
-        let (cos, sin) = (theta.cos(), theta.sin());
+        let (cos, sin) = cos_sin(&k, theta);
         let head = row * (half + half);
         let (i0, i1) = match mode {
             RopeMode::Normal => {

@@ -26,7 +26,7 @@
 use super::key_layout::{KeyIndex, KeyLayout};
 use super::rope::{self, Rope, RopeMode};
 use super::shape::ShapeError;
-use super::support::{elements, expect_len, nonzero, seed, store_f32, Float};
+use super::support::{cos_sin, elements, expect_len, nonzero, seed, store_f32, Float};
 use crate::case::*;
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 
@@ -177,7 +177,7 @@ pub fn kernel(
             head.lt(rotated_heads),
             || {
                 let theta = pos.cast(Scalar::F32) * k.load(freq, i);
-                let (cos, sin) = (theta.cos(), theta.sin());
+                let (cos, sin) = cos_sin(&k, theta);
                 let ra = a * cos - b * sin;
                 let rb = a * sin + b * cos;
                 k.if_else(
