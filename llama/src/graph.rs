@@ -162,7 +162,8 @@ pub enum Op {
         tokens: u32,
     },
     /// `y = x·Wᵀ` for `tokens` rows of float x and W as stored ([`Tensor::Weight`]), plus
-    /// `add` where given: a prompt's product on matrix units ([`trine_ops::matmul_tiles`]).
+    /// `add` where given, or with `swiglu` the SwiGLU of each (gate, up) pair of rows: a
+    /// prompt's product on matrix units ([`trine_ops::matmul_tiles`]).
     MatmulTiles {
         w: WeightId,
         rows: u32,
@@ -170,6 +171,7 @@ pub enum Op {
         x: Tensor,
         y: Tensor,
         add: Option<Tensor>,
+        swiglu: bool,
         tokens: u32,
     },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
@@ -239,8 +241,19 @@ impl Node {
                 y, rows, tokens, ..
             }
             | Op::MatmulTiles {
-                y, rows, tokens, ..
+                y,
+                rows,
+                tokens,
+                swiglu: false,
+                ..
             } => (y, 0..(tokens * rows) as usize),
+            Op::MatmulTiles {
+                y,
+                rows,
+                tokens,
+                swiglu: true,
+                ..
+            } => (y, 0..(tokens * rows / 2) as usize),
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
             Op::Argmax => (Tensor::Token, 0..1),
         }
@@ -277,13 +290,13 @@ fn takes_tiles(w: &Weights, id: WeightId) -> bool {
     trine_ops::matmul_tiles::check(t.rows, t.cols, 1).is_ok()
 }
 
-/// The product of weight `id` with `tokens` rows of float `x` on matrix tiles into `y`.
+/// The product of weight `id` with `tokens` rows of float `x` on matrix tiles into `y`, plus
+/// `add`, or the SwiGLU of its row pairs.
 fn matmul_tiles(
     w: &Weights,
     id: WeightId,
-    x: Tensor,
-    y: Tensor,
-    add: Option<Tensor>,
+    (x, y): (Tensor, Tensor),
+    (add, swiglu): (Option<Tensor>, bool),
     tokens: u32,
 ) -> Op {
     Op::MatmulTiles {
@@ -293,6 +306,7 @@ fn matmul_tiles(
         x,
         y,
         add,
+        swiglu,
         tokens,
     }
 }
@@ -337,7 +351,9 @@ fn quantize(w: &Weights, x: Tensor, id: WeightId, tokens: u32) -> Op {
 /// attention combine before ([`Op::Combine`]), SwiGLU ([`Op::SwigluPairs`]) or rope with the
 /// KV-cache store ([`Op::RopeStore`]) after; the residual add stays in the product. With
 /// `tiles`, a prompt step's products run on matrix tiles ([`Op::MatmulTiles`]) on float x,
-/// with the same nodes around them and no quantizing.
+/// with the same nodes around them and no quantizing, except that gate/up takes the SwiGLU
+/// of its row pairs itself; and prompt attention on a GPU writes the attention itself where
+/// the output product reads it, without a combine.
 pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: bool) -> Vec<Node> {
     let t = s.tokens;
     let mut g = vec![];
@@ -370,7 +386,7 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: 
         // takes x as it is.
         let product = |id: WeightId, x, y, add, labels: [&'static str; 2]| {
             if tiled(id) {
-                vec![(matmul_tiles(w, id, x, y, add, t), labels[1])]
+                vec![(matmul_tiles(w, id, (x, y), (add, false), t), labels[1])]
             } else {
                 vec![
                     (quantize(w, x, id, t), labels[0]),
@@ -437,11 +453,22 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: 
                 "ffn_norm",
                 at,
             );
-            let labels = ["ffn_gate_up_x", "ffn_gate_up"];
-            for (op, label) in product(lw.w_gate_up, Tensor::Normed, Tensor::Raw, None, labels) {
-                node(op, label, at);
+            if tiled(lw.w_gate_up) {
+                // Gate and up are interleaved rows, so the tiles take the SwiGLU of each pair.
+                let io = (Tensor::Normed, Tensor::Act);
+                node(
+                    matmul_tiles(w, lw.w_gate_up, io, (None, true), t),
+                    "ffn_gate_up",
+                    at,
+                );
+            } else {
+                let labels = ["ffn_gate_up_x", "ffn_gate_up"];
+                for (op, label) in product(lw.w_gate_up, Tensor::Normed, Tensor::Raw, None, labels)
+                {
+                    node(op, label, at);
+                }
+                node(Op::SwigluPairs, "ffn_swiglu", at);
             }
-            node(Op::SwigluPairs, "ffn_swiglu", at);
         } else {
             let up = mv(
                 lw.w_gate_up,

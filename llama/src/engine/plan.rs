@@ -202,12 +202,14 @@ impl Engine {
                 x,
                 y,
                 add,
+                swiglu,
                 tokens,
             } => {
                 let ty = w.tensors[wid].ty;
                 let spec = TilesSpec {
                     weights: ty,
                     add: add.is_some(),
+                    swiglu,
                     tiles: None,
                     small: TilesSpec::small_for(rows),
                     depth: TilesSpec::depth_for(cols),
