@@ -162,8 +162,7 @@ pub enum Op {
         tokens: u32,
     },
     /// `y = x·Wᵀ` for `tokens` rows of float x and W as stored ([`Tensor::Weight`]), plus
-    /// `add` where given, or with `swiglu` the SwiGLU of each (gate, up) pair of rows: a
-    /// prompt's product on matrix units ([`trine_ops::matmul_tiles`]).
+    /// `add` where given: a prompt's product on matrix units ([`trine_ops::matmul_tiles`]).
     MatmulTiles {
         w: WeightId,
         rows: u32,
@@ -171,7 +170,6 @@ pub enum Op {
         x: Tensor,
         y: Tensor,
         add: Option<Tensor>,
-        swiglu: bool,
         tokens: u32,
     },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
@@ -241,19 +239,8 @@ impl Node {
                 y, rows, tokens, ..
             }
             | Op::MatmulTiles {
-                y,
-                rows,
-                tokens,
-                swiglu: false,
-                ..
+                y, rows, tokens, ..
             } => (y, 0..(tokens * rows) as usize),
-            Op::MatmulTiles {
-                y,
-                rows,
-                tokens,
-                swiglu: true,
-                ..
-            } => (y, 0..(tokens * rows / 2) as usize),
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
             Op::Argmax => (Tensor::Token, 0..1),
         }
@@ -290,13 +277,13 @@ fn takes_tiles(w: &Weights, id: WeightId) -> bool {
     trine_ops::matmul_tiles::check(t.rows, t.cols, 1).is_ok()
 }
 
-/// The product of weight `id` with `tokens` rows of float `x` on matrix tiles into `y`, plus
-/// `add`, or the SwiGLU of its row pairs.
+/// The product of weight `id` with `tokens` rows of float `x` on matrix tiles into `y`.
 fn matmul_tiles(
     w: &Weights,
     id: WeightId,
-    (x, y): (Tensor, Tensor),
-    (add, swiglu): (Option<Tensor>, bool),
+    x: Tensor,
+    y: Tensor,
+    add: Option<Tensor>,
     tokens: u32,
 ) -> Op {
     Op::MatmulTiles {
@@ -306,7 +293,6 @@ fn matmul_tiles(
         x,
         y,
         add,
-        swiglu,
         tokens,
     }
 }
@@ -351,9 +337,7 @@ fn quantize(w: &Weights, x: Tensor, id: WeightId, tokens: u32) -> Op {
 /// attention combine before ([`Op::Combine`]), SwiGLU ([`Op::SwigluPairs`]) or rope with the
 /// KV-cache store ([`Op::RopeStore`]) after; the residual add stays in the product. With
 /// `tiles`, a prompt step's products run on matrix tiles ([`Op::MatmulTiles`]) on float x,
-/// with the same nodes around them and no quantizing, except that gate/up takes the SwiGLU
-/// of its row pairs itself; and prompt attention on a GPU writes the attention itself where
-/// the output product reads it, without a combine.
+/// with the same nodes around them and no quantizing.
 pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: bool) -> Vec<Node> {
     let t = s.tokens;
     let mut g = vec![];
@@ -386,7 +370,7 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: 
         // takes x as it is.
         let product = |id: WeightId, x, y, add, labels: [&'static str; 2]| {
             if tiled(id) {
-                vec![(matmul_tiles(w, id, (x, y), (add, false), t), labels[1])]
+                vec![(matmul_tiles(w, id, x, y, add, t), labels[1])]
             } else {
                 vec![
                     (quantize(w, x, id, t), labels[0]),
@@ -453,22 +437,11 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: 
                 "ffn_norm",
                 at,
             );
-            if tiled(lw.w_gate_up) {
-                // Gate and up are interleaved rows, so the tiles take the SwiGLU of each pair.
-                let io = (Tensor::Normed, Tensor::Act);
-                node(
-                    matmul_tiles(w, lw.w_gate_up, io, (None, true), t),
-                    "ffn_gate_up",
-                    at,
-                );
-            } else {
-                let labels = ["ffn_gate_up_x", "ffn_gate_up"];
-                for (op, label) in product(lw.w_gate_up, Tensor::Normed, Tensor::Raw, None, labels)
-                {
-                    node(op, label, at);
-                }
-                node(Op::SwigluPairs, "ffn_swiglu", at);
+            let labels = ["ffn_gate_up_x", "ffn_gate_up"];
+            for (op, label) in product(lw.w_gate_up, Tensor::Normed, Tensor::Raw, None, labels) {
+                node(op, label, at);
             }
+            node(Op::SwigluPairs, "ffn_swiglu", at);
         } else {
             let up = mv(
                 lw.w_gate_up,

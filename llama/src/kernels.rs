@@ -46,11 +46,10 @@ pub enum KernelKey {
     /// A product with quantized x: its weights' type, whether it adds a residual, and the
     /// tokens each workgroup takes (one in decode steps, [`CPU_PROMPT_TOKENS`] in prompts).
     MatvecQ8(WeightType, bool, u32),
-    /// A prompt's product on matrix tiles: its weights' type, whether it adds a residual or
-    /// takes the SwiGLU of row pairs, whether it takes the small block
-    /// ([`matmul_tiles::TilesSpec::small_for`]) and the blocks of K per step
-    /// ([`matmul_tiles::TilesSpec::depth_for`]).
-    MatmulTiles(WeightType, (bool, bool), bool, u32),
+    /// A prompt's product on matrix tiles: its weights' type, whether it adds a residual,
+    /// whether it takes the small block ([`matmul_tiles::TilesSpec::small_for`]) and the
+    /// blocks of K per step ([`matmul_tiles::TilesSpec::depth_for`]).
+    MatmulTiles(WeightType, bool, bool, u32),
     PickLast,
     Argmax,
 }
@@ -103,12 +102,8 @@ impl std::fmt::Display for KernelKey {
                 let add = if *add { ", add" } else { "" };
                 write!(f, "matvec {ty} × q8 ({tokens} tokens{add})")
             }
-            KernelKey::MatmulTiles(ty, (add, swiglu), small, depth) => {
-                let add = match (add, swiglu) {
-                    (true, _) => ", add",
-                    (_, true) => ", swiglu",
-                    _ => "",
-                };
+            KernelKey::MatmulTiles(ty, add, small, depth) => {
+                let add = if *add { ", add" } else { "" };
                 let small = if *small { ", small" } else { "" };
                 write!(f, "matmul {ty} on tiles{small}{add}, {depth} blocks a step")
             }
@@ -201,13 +196,12 @@ impl KernelKey {
             Op::MatmulTiles {
                 w: id,
                 add,
-                swiglu,
                 rows,
                 cols,
                 ..
             } => KernelKey::MatmulTiles(
                 w.tensors[id].ty,
-                (add.is_some(), swiglu),
+                add.is_some(),
                 matmul_tiles::TilesSpec::small_for(rows),
                 matmul_tiles::TilesSpec::depth_for(cols),
             ),
@@ -281,14 +275,13 @@ impl KernelKey {
             )?],
             KernelKey::Quantize => vec![matvec_q8::quantize_kernel()],
             KernelKey::MatvecQ8(ty, add, per) => vec![matvec_q8_rows::kernel(ty, add, per)?],
-            KernelKey::MatmulTiles(weights, (add, swiglu), small, depth) => {
+            KernelKey::MatmulTiles(weights, add, small, depth) => {
                 // Tiles need one subgroup width to divide their work by; the scalar variant
                 // serves where there are none (a CPU checking a GPU's prompt runs it).
                 let width = info.subgroup_size().filter(|_| info.tiles);
                 let spec = matmul_tiles::TilesSpec {
                     weights,
                     add,
-                    swiglu,
                     tiles: width,
                     small,
                     depth,

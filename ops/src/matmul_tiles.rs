@@ -22,15 +22,9 @@
 //! rounded to f16 with W's f16 values, whose products are exact in f32: they differ only in
 //! the order and precision of the sums.
 //!
-//! With [`TilesSpec::swiglu`] the rows are (gate, up) pairs, as the executor interleaves
-//! gate and up, and the kernel writes `silu(y[t, 2i]) · y[t, 2i + 1]` to `y[t, i]` instead of
-//! the pair: a pair's two rows are neighbouring columns of one tile, so the SwiGLU's dispatch
-//! and half the product's writes go.
-//!
 //! Bound: [`NMSE`], against the f64 product of the f16-rounded x with the dequantised W.
 
 use super::dequant;
-use super::elementwise::silu_ir;
 use super::matmul_stage::{stage, weights_elem, Block, Fetch};
 use super::shape::ShapeError;
 use super::support::{elements, nonzero};
@@ -67,8 +61,6 @@ pub struct TilesSpec {
     pub weights: WeightType,
     /// Adds `add[t, r]` to each output (a residual).
     pub add: bool,
-    /// Writes the SwiGLU of each (gate, up) pair of rows instead of the rows.
-    pub swiglu: bool,
     /// Matrix tiles for subgroups of this width (needs the device's matrix units); `None`,
     /// the scalar variant.
     pub tiles: Option<u32>,
@@ -150,8 +142,7 @@ pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
 }
 
 /// The kernel for `spec`. Buffers: `w` ([`weights_elem`]), `x` f32, then `add` f32
-/// with [`TilesSpec::add`], then `y` f32 (`[tokens × rows / 2]` with [`TilesSpec::swiglu`]).
-/// Params: rows, cols, tokens. Grid
+/// with [`TilesSpec::add`], then `y` f32. Params: rows, cols, tokens. Grid
 /// [`TilesSpec::grid`]; K must be whole steps of [`TilesSpec::depth`] blocks. Errors: a
 /// subgroup width that does not divide the block's tiles evenly among the workgroup's
 /// subgroups; a depth other than 1, 2 or 4.
@@ -159,12 +150,6 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let ty = spec.weights;
     let (bm, bn) = spec.block();
     let depth = spec.depth;
-    if spec.add && spec.swiglu {
-        return Err(ShapeError::Unsupported {
-            op: OP,
-            what: "a residual added to a SwiGLU".into(),
-        });
-    }
     if !matches!(depth, 1 | 2 | 4) {
         return Err(ShapeError::Unsupported {
             op: OP,
@@ -172,10 +157,9 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         });
     }
     let name = format!(
-        "matmul_tiles_{}{}{}{}{}_d{depth}",
+        "matmul_tiles_{}{}{}{}_d{depth}",
         ty.name(),
         if spec.add { "_add" } else { "" },
-        if spec.swiglu { "_swiglu" } else { "" },
         if spec.small { "_small" } else { "" },
         match spec.tiles {
             Some(w) => format!("_sg{w}"),
@@ -238,7 +222,6 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         &Output {
             y,
             add,
-            swiglu: spec.swiglu,
             origin: (t0, r0),
             ends: (tokens, rows),
         },
@@ -247,32 +230,15 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     Ok(k.finish())
 }
 
-/// Where the block's sums go: `y` (plus `add`, or the SwiGLU of row pairs) from (token, row)
-/// `origin`, within `ends`.
+/// Where the block's sums go: `y` (plus `add`) from (token, row) `origin`, within `ends`.
 struct Output<'b> {
     y: BufferId,
     add: Option<BufferId>,
-    swiglu: bool,
     origin: (Val<'b>, Val<'b>),
     ends: (Val<'b>, Val<'b>),
 }
 
 impl<'b> Output<'b> {
-    /// Writes the SwiGLU of the (gate, up) sums of rows `n`, `n + 1` (n even) of token `t`
-    /// of the block, if inside y.
-    fn write_pair(
-        &self,
-        k: &'b KernelBuilder,
-        (t, n): (Val<'b>, Val<'b>),
-        (gate, up): (Val<'b>, Val<'b>),
-    ) {
-        let (tok, row) = (self.origin.0 + t, self.origin.1 + n);
-        k.if_(tok.lt(self.ends.0) & row.lt(self.ends.1), || {
-            let at = tok * (self.ends.1 / k.u32(2)) + row / k.u32(2);
-            k.store(self.y, at, silu_ir(k, gate) * up);
-        });
-    }
-
     /// Writes the sum `v` of (token, row) `(t, n)` of the block, if inside y.
     fn write(&self, k: &'b KernelBuilder, (t, n): (Val<'b>, Val<'b>), v: Val<'b>) {
         let (tok, row) = (self.origin.0 + t, self.origin.1 + n);
@@ -415,25 +381,17 @@ impl<'b> Compute<'b> {
                 let region = k.shared("y_tiles", Scalar::F32, INVOCATIONS / width * TILE * stride);
                 let base = k.subgroup_id() * k.u32(TILE * stride);
                 let lane = lid % k.u32(*width);
-                let at = |r: Val<'b>, c: Val<'b>| base + r * k.u32(stride) + c;
                 for (&(tm, tn), acc) in Self::owned(k, accs, *per_row).iter().zip(accs) {
                     let layout = TileLayout::RowMajor;
                     acc.store(TileMemory::Shared(region), base, k.u32(stride), layout);
                     k.barrier();
-                    // Consecutive lanes, consecutive rows of y (pairs of them for SwiGLU).
-                    let per = if out.swiglu { 2 } else { 1 };
-                    let cols = TILE / per;
-                    for i in 0..TILE * cols / width {
+                    // Consecutive lanes, consecutive rows of y.
+                    for i in 0..TILE * TILE / width {
                         let e = k.u32(i * width) + lane;
-                        let (r, c) = (e / k.u32(cols), e % k.u32(cols) * k.u32(per));
-                        let n = (tm * k.u32(TILE) + r, tn * k.u32(TILE) + c);
-                        let v = k.load_shared(region, at(r, c));
-                        if out.swiglu {
-                            let up = k.load_shared(region, at(r, c + k.u32(1)));
-                            out.write_pair(k, n, (v, up));
-                        } else {
-                            out.write(k, n, v);
-                        }
+                        let (r, c) = (e / k.u32(TILE), e % k.u32(TILE));
+                        let v = k.load_shared(region, base + r * k.u32(stride) + c);
+                        let at = (tm * k.u32(TILE) + r, tn * k.u32(TILE) + c);
+                        out.write(k, at, v);
                     }
                     // The next accumulator reuses the tile.
                     k.barrier();
@@ -449,19 +407,11 @@ impl<'b> Compute<'b> {
                 }
                 k.barrier();
                 // Each invocation writes a column of the block: consecutive invocations,
-                // consecutive rows (pairs of them for SwiGLU).
-                let per = if out.swiglu { 2 } else { 1 };
-                let cols = bn / per;
-                k.for_range(k.u32(0), k.u32(bm * cols), INVOCATIONS, |e| {
+                // consecutive rows.
+                k.for_range(k.u32(0), k.u32(bm * bn), INVOCATIONS, |e| {
                     let e = e + lid;
-                    let (t, n) = (e / k.u32(cols), e % k.u32(cols) * k.u32(per));
-                    let v = k.load_shared(block, t * k.u32(stride) + n);
-                    if out.swiglu {
-                        let up = k.load_shared(block, t * k.u32(stride) + n + k.u32(1));
-                        out.write_pair(k, (t, n), (v, up));
-                    } else {
-                        out.write(k, (t, n), v);
-                    }
+                    let (t, n) = (e / k.u32(bn), e % k.u32(bn));
+                    out.write(k, (t, n), k.load_shared(block, t * k.u32(stride) + n));
                 });
             }
         }
@@ -502,44 +452,26 @@ const CASE_SUBGROUP: u32 = 32;
 
 /// A conformance case: W of `ty` with values in [-1, 1), x in [-1, 1), a residual in [-2, 2)
 /// with `add`; the tiled kernel, with the scalar variant as its fallback.
-pub fn case(ty: WeightType, shape: (u32, u32, u32), add: bool) -> Result<Case, ShapeError> {
-    build_case(ty, shape, (add, false))
-}
-
-/// [`case`] writing the SwiGLU of each pair of rows ([`TilesSpec::swiglu`]); `rows` even.
-pub fn swiglu_case(ty: WeightType, shape: (u32, u32, u32)) -> Result<Case, ShapeError> {
-    build_case(ty, shape, (false, true))
-}
-
-fn build_case(
+pub fn case(
     ty: WeightType,
     (rows, cols, tokens): (u32, u32, u32),
-    (add, swiglu): (bool, bool),
+    add: bool,
 ) -> Result<Case, ShapeError> {
     check(rows, cols, tokens)?;
     let name = format!(
-        "{OP}/{}/{rows}x{cols}/t{tokens}{}{}",
+        "{OP}/{}/{rows}x{cols}/t{tokens}{}",
         ty.name(),
-        if add { "+add" } else { "" },
-        if swiglu { "+swiglu" } else { "" }
+        if add { "+add" } else { "" }
     );
     let mut rng = Rng::new(super::support::seed(&name));
     let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
     let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
     let x = rng.f32s(t * c, -1.0, 1.0);
     let residual = add.then(|| rng.f32s(t * r, -2.0, 2.0));
-    let y = reference(ty, &w, &x, residual.as_deref(), (rows, cols, tokens))?;
-    let want: Vec<f64> = if swiglu {
-        y.chunks(2)
-            .map(|p| p[0] / (1.0 + (-p[0]).exp()) * p[1])
-            .collect()
-    } else {
-        y
-    };
+    let want = reference(ty, &w, &x, residual.as_deref(), (rows, cols, tokens))?;
     let spec = TilesSpec {
         weights: ty,
         add,
-        swiglu,
         tiles: Some(CASE_SUBGROUP),
         small: TilesSpec::small_for(rows),
         depth: TilesSpec::depth_for(cols),
@@ -551,7 +483,7 @@ fn build_case(
         case = case.input("add", Scalar::F32, f32_bytes(res));
     }
     Ok(case
-        .output("y", Scalar::F32, vec![0; want.len() * 4], want)
+        .output("y", Scalar::F32, vec![0; t * r * 4], want)
         .params(spec.params(rows, cols, tokens))
         .bound(NMSE)
         .fallback(kernel(spec.scalar())?))
@@ -572,9 +504,6 @@ pub fn cases() -> Vec<Case> {
     out.push(case(WeightType::Q8_0, (576, 1536, 33), true));
     // The big block.
     out.push(case(WeightType::Q4_0, (2048, 64, 65), true));
-    // SwiGLU of row pairs: a partial small block, and the big block.
-    out.push(swiglu_case(WeightType::Q4_1, (72, 96, 21)));
-    out.push(swiglu_case(WeightType::Q8_0, (2080, 64, 17)));
     out.into_iter()
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
@@ -605,7 +534,6 @@ mod tests {
             let spec = TilesSpec {
                 weights: WeightType::Q4_1,
                 add: true,
-                swiglu: false,
                 tiles: None,
                 small,
                 depth: MAX_DEPTH,
@@ -636,7 +564,6 @@ mod tests {
         let spec = TilesSpec {
             weights: WeightType::F16,
             add: false,
-            swiglu: false,
             tiles: Some(32),
             small: false,
             depth: 3,
@@ -650,7 +577,6 @@ mod tests {
         let spec = TilesSpec {
             weights: WeightType::F16,
             add: false,
-            swiglu: false,
             tiles: Some(8),
             small: true,
             depth: 1,

@@ -202,14 +202,12 @@ impl Engine {
                 x,
                 y,
                 add,
-                swiglu,
                 tokens,
             } => {
                 let ty = w.tensors[wid].ty;
                 let spec = TilesSpec {
                     weights: ty,
                     add: add.is_some(),
-                    swiglu,
                     tiles: None,
                     small: TilesSpec::small_for(rows),
                     depth: TilesSpec::depth_for(cols),
