@@ -192,18 +192,9 @@ pub fn kernel(
         ),
         [wg, 1, 1],
     );
-    let PartsIo {
-        q,
-        step,
-        k: kc,
-        v: vc,
-        part,
-        tokens,
-        heads,
-        kv_heads,
-    } = PartsIo::declare_out(&k, kv, out.buffer());
-    let scale = k.param("scale", Scalar::F32);
-    let index = KeyIndex::declare(&k, keys, kv_heads, head_dim);
+    let (io, scale, index) = declare_io(&k, kv, (keys, out), head_dim);
+    let (q, step, kc, vc, part) = (io.q, io.step, io.k, io.v, io.part);
+    let (tokens, heads, kv_heads) = (io.tokens, io.heads, io.kv_heads);
 
     // Rows of queries and keys are padded by one element, so that the LANES invocations of a
     // row, and the rows of a subgroup, read different shared-memory banks.
@@ -348,6 +339,20 @@ pub fn kernel(
     Ok(k.finish())
 }
 
+/// A flash kernel's buffers and parameters: [`PartsIo`] with `out`'s buffer, then the softmax
+/// scale and the K cache's index (with its stride parameter for [`KeyLayout::Columns`]).
+pub(super) fn declare_io<'b>(
+    k: &'b KernelBuilder,
+    kv: Float,
+    (keys, out): (KeyLayout, FlashOut),
+    head_dim: u32,
+) -> (PartsIo<'b>, Val<'b>, KeyIndex<'b>) {
+    let io = PartsIo::declare_out(k, kv, out.buffer());
+    let scale = k.param("scale", Scalar::F32);
+    let index = KeyIndex::declare(k, keys, io.kv_heads, head_dim);
+    (io, scale, index)
+}
+
 /// Runs `f(i, acc[n])` for each dimension `i = lane + n·LANES` below `head_dim`; only the last,
 /// partial one needs a bounds check.
 fn for_lane_dims<'b>(
@@ -435,15 +440,27 @@ pub fn case(
     )
 }
 
-pub fn cases() -> Vec<Case> {
-    use Float::{F16, F32};
-    // SmolLM2-135M: 9 query heads, 3 KV heads, head_dim 64.
-    let smol = |tokens| FlashAttention {
+/// The cases' multi-query shape with heads of 128 dimensions (the kernels' largest).
+pub(super) const MULTI_QUERY_128: FlashAttention = FlashAttention {
+    tokens: 20,
+    heads: 2,
+    kv_heads: 1,
+    head_dim: 128,
+};
+
+/// SmolLM2-135M's attention over `tokens` query tokens: 9 query heads, 3 KV heads, head_dim 64.
+pub(super) fn smollm2(tokens: u32) -> FlashAttention {
+    FlashAttention {
         tokens,
         heads: 9,
         kv_heads: 3,
         head_dim: 64,
-    };
+    }
+}
+
+pub fn cases() -> Vec<Case> {
+    use Float::{F16, F32};
+    let smol = smollm2;
     let shapes = [
         (smol(16), 0, F32),  // one full block of queries into an empty cache
         (smol(40), 0, F16),  // a partial last block, keys over two blocks
@@ -461,16 +478,7 @@ pub fn cases() -> Vec<Case> {
             F32,
         ),
         // Multi-query, head dimension 128: blocks of 16 keys.
-        (
-            FlashAttention {
-                tokens: 20,
-                heads: 2,
-                kv_heads: 1,
-                head_dim: 128,
-            },
-            13,
-            F16,
-        ),
+        (MULTI_QUERY_128, 13, F16),
     ];
     // Two of them with the K cache in columns, as an executor led by a CPU keeps it.
     let columns = [(smol(40), 0, F32), (smol(33), 70, F16)];

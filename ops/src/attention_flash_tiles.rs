@@ -24,9 +24,10 @@
 //!
 //! Bound: [`NMSE`], not [`super::attention`]'s: queries, keys, values and p are rounded to f16.
 
-use super::attention_flash::{FlashAttention, FlashOut, MAX_FLASH_HEAD_DIM};
-use super::attention_split::PartsIo;
-use super::key_layout::{KeyIndex, KeyLayout};
+use super::attention_flash::{
+    declare_io, smollm2, FlashAttention, FlashOut, MAX_FLASH_HEAD_DIM, MULTI_QUERY_128,
+};
+use super::key_layout::KeyLayout;
 use super::shape::ShapeError;
 use super::support::Float;
 use crate::case::*;
@@ -108,18 +109,9 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
         [invocations, 1, 1],
     );
     k.require_subgroup_width(WIDTH);
-    let PartsIo {
-        q,
-        step,
-        k: kc,
-        v: vc,
-        part,
-        tokens,
-        heads,
-        kv_heads,
-    } = PartsIo::declare_out(&k, kv, out.buffer());
-    let scale = k.param("scale", Scalar::F32);
-    let index = KeyIndex::declare(&k, KeyLayout::Rows, kv_heads, d);
+    let (io, scale, index) = declare_io(&k, kv, (KeyLayout::Rows, out), d);
+    let (q, step, kc, vc, part) = (io.q, io.step, io.k, io.v, io.part);
+    let (tokens, heads, kv_heads) = (io.tokens, io.heads, io.kv_heads);
 
     // Row strides padded by 8 elements: tile loads stay 16-byte aligned and a tile's rows
     // fall in different banks.
@@ -216,6 +208,16 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
     let own = w * k.u32(TILE * sr);
     let own_p = w * k.u32(TILE * sp);
     let neg_inf = k.f32(f32::NEG_INFINITY);
+    // An accumulator into the subgroup's region, as its `n`th tile of columns.
+    let to_region = |acc: &Tile, n: u32| {
+        let at = own + k.u32(n * TILE);
+        acc.store(
+            TileMemory::Shared(region),
+            at,
+            k.u32(sr),
+            TileLayout::RowMajor,
+        );
+    };
 
     load_block(k.u32(0));
     k.barrier();
@@ -248,13 +250,7 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
                 );
                 acc.mma(*a, b);
             }
-            let at = own + k.u32(n as u32 * TILE);
-            acc.store(
-                TileMemory::Shared(region),
-                at,
-                k.u32(sr),
-                TileLayout::RowMajor,
-            );
+            to_region(acc, n as u32);
         }
         k.barrier();
 
@@ -309,13 +305,7 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
             }
         }
         for (i, acc) in pv.iter().enumerate() {
-            let at = own + k.u32(i as u32 * TILE);
-            acc.store(
-                TileMemory::Shared(region),
-                at,
-                k.u32(sr),
-                TileLayout::RowMajor,
-            );
+            to_region(acc, i as u32);
         }
         k.barrier();
         for (j, acc) in o.iter().enumerate() {
@@ -368,31 +358,16 @@ pub fn case(shape: FlashAttention, pos: u32, kv: Float, out: FlashOut) -> Result
 /// partials and the attention itself; a head dimension of 128 (two subgroups, blocks of 16
 /// keys).
 pub fn cases() -> Vec<Case> {
-    use Float::{F16, F32};
-    let smol = |tokens| FlashAttention {
-        tokens,
-        heads: 9,
-        kv_heads: 3,
-        head_dim: 64,
-    };
     use FlashOut::{Normalized, Part};
+    use Float::{F16, F32};
+    let smol = smollm2;
     [
         (smol(64), 0, F16, Part),
         (smol(40), 0, F32, Part),
         (smol(33), 70, F16, Part),
         (smol(130), 5, F16, Normalized),
         (smol(40), 0, F32, Normalized),
-        (
-            FlashAttention {
-                tokens: 20,
-                heads: 2,
-                kv_heads: 1,
-                head_dim: 128,
-            },
-            13,
-            F16,
-            Part,
-        ),
+        (MULTI_QUERY_128, 13, F16, Part),
     ]
     .into_iter()
     .map(|(shape, pos, kv, out)| case(shape, pos, kv, out))
