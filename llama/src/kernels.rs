@@ -137,13 +137,25 @@ pub fn key_layout(info: &DeviceInfo) -> KeyLayout {
     }
 }
 
-/// What every kernel of one executor shares: the KV cache type, the K cache's layout and the
-/// head dimension.
+/// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
+/// head dimension, and whether its prompt products on tiles all take the small block
+/// ([`small_tiles`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {
     pub kv: Float,
     pub keys: KeyLayout,
     pub head_dim: u32,
+    pub small_tiles: bool,
+}
+
+/// Whether every prompt product on tiles takes the small block on the device described by
+/// `info`: NVIDIA's Vulkan driver, whose cooperative-matrix products ran SmolLM2's pp512 faster
+/// so, where CUDA's tiles ran slower (H200, 2026-11-26, one call each, rounds alternating:
+/// vulkan 52,391–54,580 tokens/s against 50,847–51,592 and cuda 81,671–82,766 against
+/// 86,225–87,822 before attention was on tiles; vulkan 56,204–58,234 against 53,889–57,264
+/// in four of four rounds after).
+pub fn small_tiles(info: &DeviceInfo) -> bool {
+    info.backend == "vulkan" && info.vendor == "NVIDIA"
 }
 
 impl KernelKey {
@@ -202,7 +214,7 @@ impl KernelKey {
             } => KernelKey::MatmulTiles(
                 w.tensors[id].ty,
                 add.is_some(),
-                matmul_tiles::TilesSpec::small_for(rows),
+                matmul_tiles::TilesSpec::small_for(rows, s.small_tiles),
                 matmul_tiles::TilesSpec::depth_for(cols),
             ),
             Op::PickLast => KernelKey::PickLast,
@@ -462,3 +474,26 @@ const GPU_SMALL_MATVEC: (u32, u32, u32) = (2, 128, 8);
 /// 2026-11-25, the same bench), and tg128 1741–1752 t/s against 1734–1742 in alternation;
 /// small products on 32 invocations then fell to 1482–1491.
 const GPU_TALL_MATVEC: (u32, u32, u32) = (4, 32, 8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only NVIDIA's Vulkan driver takes the small tile block for every product.
+    #[test]
+    fn small_tiles_are_nvidias_vulkan_only() {
+        let cpu = trine_backends::open(trine_backends::BackendKind::Cpu).unwrap();
+        let mut info = cpu.info().clone();
+        assert!(!small_tiles(&info));
+        for (backend, vendor, small) in [
+            ("vulkan", "NVIDIA", true),
+            ("cuda", "NVIDIA", false),
+            ("vulkan", "AMD", false),
+            ("vulkan", "Mesa", false),
+        ] {
+            info.backend = backend.into();
+            info.vendor = vendor.into();
+            assert_eq!(small_tiles(&info), small, "{backend} {vendor}");
+        }
+    }
+}

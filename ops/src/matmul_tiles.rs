@@ -71,9 +71,10 @@ pub struct TilesSpec {
 }
 
 impl TilesSpec {
-    /// Whether a product of `rows` rows takes the small block.
-    pub fn small_for(rows: u32) -> bool {
-        rows < SMALL_ROWS
+    /// Whether a product of `rows` rows takes the small block: below [`SMALL_ROWS`], or
+    /// always where the device runs every product faster so (`small_always`).
+    pub fn small_for(rows: u32, small_always: bool) -> bool {
+        small_always || rows < SMALL_ROWS
     }
 
     /// The blocks of K per step for a product of `cols` columns on tiles: the most, up to
@@ -473,7 +474,7 @@ pub fn case(
         weights: ty,
         add,
         tiles: Some(CASE_SUBGROUP),
-        small: TilesSpec::small_for(rows),
+        small: TilesSpec::small_for(rows, false),
         depth: TilesSpec::depth_for(cols),
     };
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))

@@ -132,6 +132,7 @@ impl Engine {
             kv,
             keys,
             head_dim: c.head_dim(),
+            small_tiles: crate::kernels::small_tiles(backend.info()),
         };
         let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
         // The kernels of a decode step and of the largest prompt step as a GPU and as a CPU

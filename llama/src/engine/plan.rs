@@ -209,7 +209,7 @@ impl Engine {
                     weights: ty,
                     add: add.is_some(),
                     tiles: None,
-                    small: TilesSpec::small_for(rows),
+                    small: TilesSpec::small_for(rows, self.shape.small_tiles),
                     depth: TilesSpec::depth_for(cols),
                 };
                 // The kernel stages the file's blocks, which a CPU holds apart from its pairs.
