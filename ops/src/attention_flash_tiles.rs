@@ -388,6 +388,17 @@ mod tests {
         }
     }
 
+    /// A device without tiles runs the scalar kernel over its own grid of 16-token blocks.
+    #[test]
+    fn the_fallback_has_its_own_grid() {
+        let shape = smollm2(130);
+        let c = case(shape, 5, Float::F16, FlashOut::Normalized).unwrap();
+        assert_eq!(c.grid_for(&c.kernel), [3, 9, 1]);
+        let fallback = c.fallback.as_ref().unwrap();
+        assert_eq!(c.grid_for(fallback), shape.grid());
+        assert_eq!(shape.grid(), [9, 9, 1]);
+    }
+
     #[test]
     fn head_dims_off_the_tiles_are_refused() {
         for d in [0, 17, 72 + 1, MAX_FLASH_HEAD_DIM + 16] {
