@@ -65,20 +65,21 @@ impl Float {
 /// `(cos θ, sin θ)` of an f32 angle, taken of θ less the nearest multiple of 2π, which keeps
 /// the argument within [−π, π]. NVIDIA's Vulkan `sin`/`cos` lose accuracy with the argument's
 /// size: rope at positions up to 1,319 differed from the CPU's by 1.5e-9 NMSE (H200,
-/// 2026-11-26), five times the cross-check's bound. 2π is taken off in three parts (Cody–Waite):
-/// the first two have few enough bits that their products with the turn count are exact below
-/// 4096 turns (every position of an 8192-token context), so the result does not depend on
-/// whether a device fuses the multiply into the subtraction (lavapipe does not); the third's
-/// product is too small for its rounding to matter.
+/// 2026-11-26), five times the cross-check's bound. 2π is taken off in four parts (Cody–Waite):
+/// the first three have few enough bits that their products with the turn count are exact
+/// below 8192 turns, and the fourth's product is too small to round, so every device reduces
+/// θ to the same argument whether or not it fuses a multiply into the subtraction (lavapipe
+/// does not, GPUs may).
 pub(crate) fn cos_sin<'b>(k: &'b KernelBuilder, theta: Val<'b>) -> (Val<'b>, Val<'b>) {
     const TAU: f64 = std::f64::consts::TAU;
-    const PART1: f32 = 6.28125;
-    const PART2: f32 = 2029.0 / 1_048_576.0;
-    const PART3: f32 = (TAU - PART1 as f64 - PART2 as f64) as f32;
+    const PARTS: [f32; 4] = [
+        6.28125,
+        2029.0 / 1_048_576.0,
+        1297.0 / 4_294_967_296.0,
+        (TAU - 6.28125 - 2029.0 / 1_048_576.0 - 1297.0 / 4_294_967_296.0) as f32,
+    ];
     let turns = (theta * k.f32(1.0 / TAU as f32) + k.f32(0.5)).floor();
-    let r = theta - turns * k.f32(PART1);
-    let r = r - turns * k.f32(PART2);
-    let r = r - turns * k.f32(PART3);
+    let r = PARTS.iter().fold(theta, |r, &part| r - turns * k.f32(part));
     (r.cos(), r.sin())
 }
 
