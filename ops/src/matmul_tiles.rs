@@ -4,23 +4,24 @@
 //!
 //! A workgroup of [`INVOCATIONS`] computes a block of tokens by rows ([`TilesSpec::block`]:
 //! 64 × 64, or 32 × 32 for products of fewer than [`SMALL_ROWS`] rows, whose big blocks would
-//! leave most of a GPU idle), stepping through K [`BK`] columns (one quantized block) at a
-//! time, or [`TilesSpec::depth`] blocks where K allows ([`TilesSpec::depth_for`]): it stages
-//! x's block rounded to f16 and W's block dequantised to f16 in shared memory, then multiplies them as 16 × 16 matrix tiles ([`trine_ir::TileOp`]): NVIDIA's
-//! tensor cores through `mma.sync` or Vulkan's cooperative matrices. The block's output tiles
-//! are divided evenly among the workgroup's subgroups, whose width is therefore a constant of
-//! the kernel ([`trine_ir::Capabilities::subgroup_width`]: naga wants cooperative-matrix
-//! operations in uniform control flow, so no guard may depend on it); each subgroup keeps
-//! its accumulators through the K loop (loading each A tile once for the B tiles of its row
-//! of the block), then stores them to shared memory, from where every
-//! invocation writes its part of y (and adds the residual), guarded at the edges. Each step's
-//! blocks are loaded from memory during the step before ([`super::matmul_stage`]), so their
-//! latency overlaps that step's multiplications.
+//! leave most of a GPU idle, and for every product where the executor finds the device faster
+//! so), stepping through K [`TilesSpec::depth`] quantized blocks of [`BK`] columns at a time
+//! ([`TilesSpec::depth_for`]): it stages x's block rounded to f16 and W's block dequantised to
+//! f16 in shared memory, then multiplies them as 16 × 16 matrix tiles ([`trine_ir::TileOp`]):
+//! NVIDIA's tensor cores through `mma.sync` or Vulkan's cooperative matrices. The block's
+//! output tiles are divided evenly among the workgroup's subgroups, whose width is therefore a
+//! constant of the kernel ([`trine_ir::Capabilities::subgroup_width`]: naga wants
+//! cooperative-matrix operations in uniform control flow, so no guard may depend on it). Each
+//! subgroup keeps its accumulators through the K loop, loading each A tile once for the B
+//! tiles of its row of the block, then stores them one at a time to a tile of shared memory
+//! of its own, from where its lanes write y (adding the residual), guarded at the edges. Each
+//! step's blocks are loaded from memory during the step before ([`super::matmul_stage`]), so
+//! their latency overlaps that step's multiplications.
 //!
 //! Devices without matrix units run the scalar variant ([`TilesSpec::scalar`]): the same
-//! staging in f16, a block of K at a time, each invocation summing 32 outputs in f32. Both compute the product of x
-//! rounded to f16 with W's f16 values, whose products are exact in f32: they differ only in
-//! the order and precision of the sums.
+//! staging in f16, a block of K at a time, each invocation summing 32 outputs in f32. Both
+//! compute the product of x rounded to f16 with W's f16 values, whose products are exact in
+//! f32: they differ only in the order and precision of the sums.
 //!
 //! Bound: [`NMSE`], against the f64 product of the f16-rounded x with the dequantised W.
 
