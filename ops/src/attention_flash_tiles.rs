@@ -6,7 +6,7 @@
 //! subgroups (32 wide: two lanes per query row), and walks the keys in blocks of
 //! [`Layout::keys`], staged in shared memory as f16 with the queries (scaled by the softmax
 //! scale before rounding). Each block's keys and values are loaded from memory during the
-//! block before, as [`super::matmul_stage`] does for products. Per block, each subgroup:
+//! block before, as the tile products stage theirs (`matmul_stage`). Per block, each subgroup:
 //! 1. multiplies its queries by the block's keys (S = Q·Kᵀ, f32 tiles) and stores S to a
 //!    region of shared memory of its own;
 //! 2. takes the online softmax of its rows there, each lane half of a row's scores (the row's
