@@ -145,9 +145,9 @@ pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
 
 /// The kernel for `spec`. Buffers: `w` (f32, f16, or a quantized type's bytes as `U32`
 /// words), `x` f32, then `add` f32 with [`TilesSpec::add`], then `y` f32. Params: rows, cols,
-/// tokens. Grid [`TilesSpec::grid`]; K must be whole steps of [`TilesSpec::depth`] blocks. Errors: a
-/// subgroup width that does not divide the block's tiles evenly among the workgroup's
-/// subgroups; a depth other than 1, 2 or 4.
+/// tokens. Grid [`TilesSpec::grid`]; K must be whole steps of [`TilesSpec::depth`] blocks.
+/// Errors: a subgroup width that does not divide the block's tiles evenly among the
+/// workgroup's subgroups; a depth other than 1, 2 or 4.
 pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let ty = spec.weights;
     let (bm, bn) = spec.block();
