@@ -1,10 +1,10 @@
 //! How [`super::matmul_tiles`] stages its blocks of x and W in shared memory, in two halves
 //! a K step apart. A step covers `depth` quantized blocks of K ([`BK`] columns each): each
 //! step waits out about one memory latency, so products of few workgroups, which cannot hide
-//! it behind other workgroups, take time in proportion to their steps. [`Fetch::load`] reads an invocation's share of the next step's blocks from
-//! memory into private variables, untouched, and [`Fetch::put`] converts them (x and plain
-//! weights rounded to f16, quantized weights dequantised to f16) into shared memory at the
-//! start of that step. The kernel loads step k+1 before it multiplies step k, so the loads are
+//! it behind other workgroups, take time in proportion to their steps. [`Fetch::load`] reads
+//! an invocation's share of the next step's blocks from memory into private variables,
+//! untouched, and [`Fetch::put`] converts them (x and plain weights rounded to f16, quantized
+//! weights dequantised to f16) into shared memory at the start of that step. The kernel loads step k+1 before it multiplies step k, so the loads are
 //! in flight while the subgroups multiply: a GPU waits for a load only where its value is
 //! first used, and nothing uses these values before the next step's `put`. Staged at once,
 //! every step waited out a memory latency before its multiplications could start.
@@ -37,8 +37,8 @@ pub fn weights_elem(ty: WeightType) -> Scalar {
     }
 }
 
-/// One matrix's block `[n × BK·depth]` at (r0, k0), `n` rows from `r0` of a matrix with `rows` rows
-/// and `cols` columns.
+/// One matrix's block `[n × BK·depth]` at (r0, k0), `n` rows from `r0` of a matrix with
+/// `rows` rows and `cols` columns.
 #[derive(Clone, Copy)]
 pub struct Block<'b> {
     pub n: u32,
