@@ -566,7 +566,11 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 stride,
                 layout,
             } => format!(
-                "trine_tile_load({}, {}, {}, {}, {}, {lane});",
+                "trine_tile_load{}({}, {}, {}, {}, {}, {lane});",
+                match from {
+                    TileMemory::Shared(_) => "_shared",
+                    TileMemory::Buffer(_) => "",
+                },
                 tile_name(k, tile),
                 mem(from),
                 e(offset),

@@ -169,8 +169,7 @@ pub fn describe(
         subgroup_ops: true,
         f16: true,
         int8: true,
-        // mma.sync.m16n8k16 with f16 operands needs sm_80.
-        tiles: arch >= 80,
+        tiles: arch >= super::TILES_MIN_ARCH,
         max_shared_bytes: u64::from(shared),
         max_invocations: a(attr::MAX_THREADS_PER_BLOCK)?,
         max_workgroups: [

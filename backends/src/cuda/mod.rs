@@ -50,6 +50,10 @@ use trine_ir::Kernel;
 /// The ELF machine number of CUDA cubins (`EM_CUDA`).
 pub const EM_CUDA: u16 = 190;
 
+/// The oldest architecture (`sm_XY` as `XY`) given matrix tiles: their `mma.sync.m16n8k16`
+/// with f16 operands and `ldmatrix` need sm_80.
+pub const TILES_MIN_ARCH: u32 = 80;
+
 /// `kernel` lowered to CUDA and compiled by NVRTC into a cubin for `sm_<arch>` (`arch` 90 for
 /// sm_90), with the backend's options; uncached. Needs NVRTC, not a GPU or driver.
 pub fn compile_for_arch(kernel: &Kernel, arch: u32) -> Result<Vec<u8>, BackendError> {

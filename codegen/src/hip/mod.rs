@@ -91,7 +91,9 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         p.line(
             1,
             &format!(
-                "__shared__ {} {name}[{}];",
+                "__shared__ {}{} {name}[{}];",
+                // Tiles load 16-byte rows of shared arrays (`ldmatrix`).
+                if tiles { "__align__(16) " } else { "" },
                 c_family::elem_type(s.elem),
                 s.len
             ),

@@ -9,7 +9,11 @@
 //!
 //! A pair of halves adjacent in memory (A's row pairs row-major, B's column pairs column-major)
 //! is one 32-bit load: the IR's offsets and strides are multiples of 8 elements, so such a
-//! pair starts at an even element. No header beyond `cuda_fp16.h` is needed.
+//! pair starts at an even element. From shared memory (whose arrays the lowering aligns to 16
+//! bytes) an A or B tile is one `ldmatrix.x4`: four 8 × 8 blocks of the tile, each of whose 8
+//! rows of 16 bytes one lane addresses, in the order of the fragment's registers; `.trans`
+//! where the fragment's pairs run across memory rows instead of along them. No header
+//! beyond `cuda_fp16.h` is needed.
 
 /// The helpers, after the f16 prelude (`trine_f16` is `__half`).
 pub(crate) const TILES_CUDA: &str = r#"struct trine_tile_a { unsigned int r[4]; };
@@ -56,6 +60,27 @@ __device__ __forceinline__ void trine_tile_store(const trine_tile_acc& t, float*
             p[trine_tile_at(o, s, row_major, g + 8u * (i >> 1), 8u * h + q + (i & 1u))] = t.r[4 * h + i];
         }
     }
+}
+__device__ __forceinline__ void trine_ldmatrix_x4(unsigned int (&r)[4], const trine_f16* p, bool trans) {
+    const unsigned int a = (unsigned int)__cvta_generic_to_shared(p);
+    if (trans) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+            : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    } else {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+            : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    }
+}
+__device__ __forceinline__ void trine_tile_load_shared(trine_tile_a& t, const trine_f16* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    const unsigned int i = lane >> 3, j = lane & 7u, r0 = 8u * (i & 1u), c0 = 8u * (i >> 1);
+    trine_ldmatrix_x4(t.r, p + (row_major ? o + (r0 + j) * s + c0 : o + (c0 + j) * s + r0), !row_major);
+}
+__device__ __forceinline__ void trine_tile_load_shared(trine_tile_b& t, const trine_f16* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    const unsigned int i = lane >> 3, j = lane & 7u, k0 = 8u * (i & 1u), n0 = 8u * (i >> 1);
+    trine_ldmatrix_x4(t.r, p + (row_major ? o + (k0 + j) * s + n0 : o + (n0 + j) * s + k0), row_major);
+}
+__device__ __forceinline__ void trine_tile_load_shared(trine_tile_acc& t, const float* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    trine_tile_load(t, p, o, s, row_major, lane);
 }
 __device__ __forceinline__ void trine_tile_mma(trine_tile_acc& c, const trine_tile_a& a, const trine_tile_b& b) {
     for (int h = 0; h < 2; h++) {
