@@ -47,9 +47,9 @@ pub enum KernelKey {
     /// tokens each workgroup takes (one in decode steps, [`CPU_PROMPT_TOKENS`] in prompts).
     MatvecQ8(WeightType, bool, u32),
     /// A prompt's product on matrix tiles: its weights' type, whether it adds a residual,
-    /// whether it takes the small block ([`matmul_tiles::TilesSpec::small_for`]) and the
-    /// blocks of K per step ([`matmul_tiles::TilesSpec::depth_for`]).
-    MatmulTiles(WeightType, bool, bool, u32),
+    /// its block ([`matmul_tiles::BlockSize::for_product`]) and the blocks of K per step
+    /// ([`matmul_tiles::TilesSpec::depth_for`]).
+    MatmulTiles(WeightType, bool, matmul_tiles::BlockSize, u32),
     PickLast,
     Argmax,
 }
@@ -102,10 +102,14 @@ impl std::fmt::Display for KernelKey {
                 let add = if *add { ", add" } else { "" };
                 write!(f, "matvec {ty} × q8 ({tokens} tokens{add})")
             }
-            KernelKey::MatmulTiles(ty, add, small, depth) => {
+            KernelKey::MatmulTiles(ty, add, block, depth) => {
                 let add = if *add { ", add" } else { "" };
-                let small = if *small { ", small" } else { "" };
-                write!(f, "matmul {ty} on tiles{small}{add}, {depth} blocks a step")
+                let block = match block {
+                    matmul_tiles::BlockSize::Small => ", small",
+                    matmul_tiles::BlockSize::Medium => "",
+                    matmul_tiles::BlockSize::Large => ", large",
+                };
+                write!(f, "matmul {ty} on tiles{block}{add}, {depth} blocks a step")
             }
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
@@ -210,11 +214,12 @@ impl KernelKey {
                 add,
                 rows,
                 cols,
+                tokens,
                 ..
             } => KernelKey::MatmulTiles(
                 w.tensors[id].ty,
                 add.is_some(),
-                matmul_tiles::TilesSpec::small_for(rows, s.small_tiles),
+                matmul_tiles::BlockSize::for_product(rows, tokens, s.small_tiles),
                 matmul_tiles::TilesSpec::depth_for(cols),
             ),
             Op::PickLast => KernelKey::PickLast,
@@ -287,7 +292,7 @@ impl KernelKey {
             )?],
             KernelKey::Quantize => vec![matvec_q8::quantize_kernel()],
             KernelKey::MatvecQ8(ty, add, per) => vec![matvec_q8_rows::kernel(ty, add, per)?],
-            KernelKey::MatmulTiles(weights, add, small, depth) => {
+            KernelKey::MatmulTiles(weights, add, block, depth) => {
                 // Tiles need one subgroup width to divide their work by; the scalar variant
                 // serves where there are none (a CPU checking a GPU's prompt runs it).
                 let width = info.subgroup_size().filter(|_| info.tiles);
@@ -295,7 +300,7 @@ impl KernelKey {
                     weights,
                     add,
                     tiles: width,
-                    small,
+                    block,
                     depth,
                 };
                 let mut variants = vec![];

@@ -2,18 +2,18 @@
 //! the tokens of a prompt step, with W as its GGUF stores it (F32, F16, Q8_0, Q4_0, Q4_1; one
 //! row per output feature) and x and y in f32.
 //!
-//! A workgroup of [`INVOCATIONS`] computes a block of tokens by rows ([`TilesSpec::block`]:
-//! 64 × 64, or 32 × 32 for products of fewer than [`SMALL_ROWS`] rows, whose big blocks would
-//! leave most of a GPU idle, and for every product where the executor finds the device faster
-//! so), stepping through K [`TilesSpec::depth`] quantized blocks of [`BK`] columns at a time
+//! A workgroup computes a block of tokens by rows ([`BlockSize`]: 64 × 64; 32 × 32 for
+//! products of fewer than [`SMALL_ROWS`] rows, whose bigger blocks would leave most of a GPU
+//! idle, and for every product where the executor finds the device faster so; 128 × 128 for
+//! the biggest products), stepping through K [`TilesSpec::depth`] quantized blocks of [`BK`] columns at a time
 //! ([`TilesSpec::depth_for`]): it stages x's block rounded to f16 and W's block dequantised to
 //! f16 in shared memory, then multiplies them as 16 × 16 matrix tiles ([`trine_ir::TileOp`]):
 //! NVIDIA's tensor cores through `mma.sync` or Vulkan's cooperative matrices. The block's
 //! output tiles are divided evenly among the workgroup's subgroups, whose width is therefore a
 //! constant of the kernel ([`trine_ir::Capabilities::subgroup_width`]: naga wants
 //! cooperative-matrix operations in uniform control flow, so no guard may depend on it). Each
-//! subgroup keeps its accumulators through the K loop, loading each A tile once for the B
-//! tiles of its row of the block, then stores them one at a time to a tile of shared memory
+//! subgroup keeps the accumulators of its rectangle of tiles through the K loop, loading an A
+//! tile per row of it and a B tile per column, then stores them one at a time to a tile of shared memory
 //! of its own, from where its lanes write y (adding the residual), guarded at the edges. Each
 //! step's blocks are loaded from memory during the step before ([`super::matmul_stage`]), so
 //! their latency overlaps that step's multiplications.
@@ -43,8 +43,10 @@ const OP: &str = "matmul_tiles";
 pub use super::matmul_stage::BK;
 /// Products with fewer rows take the small block.
 pub const SMALL_ROWS: u32 = 2048;
-/// Invocations per workgroup.
-pub const INVOCATIONS: u32 = 128;
+/// Products with at least this many rows and [`LARGE_TOKENS`] tokens take the large block.
+pub const LARGE_ROWS: u32 = 4096;
+/// See [`LARGE_ROWS`].
+pub const LARGE_TOKENS: u32 = 256;
 /// The most blocks of K a step of the tiled kernel takes. On an H200 (2026-11-26), pp512 of
 /// SmolLM2-135M's shapes went from 69,300–69,600 tokens/s on CUDA and 41,900–42,700 on
 /// Vulkan at one block a step to 76,300–76,500 and 48,800–48,900 at two; four (the Fetch's
@@ -56,6 +58,62 @@ pub const MAX_DEPTH: u32 = 2;
 /// sum in another order or, as NVIDIA's tensor cores do, with fewer bits between steps.
 pub const NMSE: f64 = 1e-9;
 
+/// The block of tokens by rows a workgroup computes ([`BlockSize::for_product`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockSize {
+    /// 32 × 32 on 128 invocations: products of fewer than [`SMALL_ROWS`] rows, whose bigger
+    /// blocks would leave most of a GPU idle, and every product where the executor finds the
+    /// device faster so.
+    Small,
+    /// 64 × 64 on 128 invocations.
+    Medium,
+    /// 128 × 128 on 256 invocations, tiled only (its scalar variant takes the medium
+    /// block): products of at least [`LARGE_ROWS`] rows and [`LARGE_TOKENS`] tokens, which
+    /// fill a GPU with these blocks. Each element of x and W staged serves twice the products
+    /// it serves in a medium block, so the step's loads from memory (x in f32 above all) are
+    /// half as many for the same work.
+    Large,
+}
+
+impl BlockSize {
+    /// The block for a product of `rows` rows over `tokens` tokens; `small_always` where
+    /// the device runs every product faster with small blocks.
+    pub fn for_product(rows: u32, tokens: u32, small_always: bool) -> BlockSize {
+        if small_always || rows < SMALL_ROWS {
+            BlockSize::Small
+        } else if rows >= LARGE_ROWS && tokens >= LARGE_TOKENS {
+            BlockSize::Large
+        } else {
+            BlockSize::Medium
+        }
+    }
+
+    /// Tokens and rows.
+    pub fn dims(self) -> (u32, u32) {
+        match self {
+            BlockSize::Small => (32, 32),
+            BlockSize::Medium => (64, 64),
+            BlockSize::Large => (128, 128),
+        }
+    }
+
+    /// Invocations per workgroup.
+    pub fn invocations(self) -> u32 {
+        match self {
+            BlockSize::Large => 256,
+            _ => 128,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            BlockSize::Small => "_small",
+            BlockSize::Medium => "",
+            BlockSize::Large => "_large",
+        }
+    }
+}
+
 /// Compile-time choices of the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TilesSpec {
@@ -65,19 +123,12 @@ pub struct TilesSpec {
     /// Matrix tiles for subgroups of this width (needs the device's matrix units); `None`,
     /// the scalar variant.
     pub tiles: Option<u32>,
-    /// The 32 × 32 block instead of 64 × 64 ([`TilesSpec::small_for`]).
-    pub small: bool,
+    pub block: BlockSize,
     /// Blocks of K ([`BK`] columns) per step; K must be whole steps ([`TilesSpec::depth_for`]).
     pub depth: u32,
 }
 
 impl TilesSpec {
-    /// Whether a product of `rows` rows takes the small block: below [`SMALL_ROWS`], or
-    /// always where the device runs every product faster so (`small_always`).
-    pub fn small_for(rows: u32, small_always: bool) -> bool {
-        small_always || rows < SMALL_ROWS
-    }
-
     /// The blocks of K per step for a product of `cols` columns on tiles: the most, up to
     /// [`MAX_DEPTH`], that K is whole steps of.
     pub fn depth_for(cols: u32) -> u32 {
@@ -88,23 +139,24 @@ impl TilesSpec {
         depth
     }
 
-    /// The scalar variant of this product (no matrix units), which steps a block at a time:
-    /// its grid is the same, its shared memory within the smallest device's 32 KiB.
+    /// The scalar variant of this product (no matrix units), which steps a block at a time,
+    /// the large block as a medium one ([`TilesSpec::grid`] follows), its shared memory
+    /// within the smallest device's 32 KiB.
     pub fn scalar(self) -> Self {
         TilesSpec {
             tiles: None,
             depth: 1,
+            block: match self.block {
+                BlockSize::Large => BlockSize::Medium,
+                b => b,
+            },
             ..self
         }
     }
 
     /// Tokens and rows per workgroup.
     pub fn block(&self) -> (u32, u32) {
-        if self.small {
-            (32, 32)
-        } else {
-            (64, 64)
-        }
+        self.block.dims()
     }
 
     /// `[row blocks, token blocks, 1]`.
@@ -158,17 +210,18 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             what: format!("steps of {depth} blocks of K"),
         });
     }
+    let invocations = spec.block.invocations();
     let name = format!(
         "matmul_tiles_{}{}{}{}_d{depth}",
         ty.name(),
         if spec.add { "_add" } else { "" },
-        if spec.small { "_small" } else { "" },
+        spec.block.name(),
         match spec.tiles {
             Some(w) => format!("_sg{w}"),
             None => "_scalar".into(),
         }
     );
-    let k = KernelBuilder::new(&name, [INVOCATIONS, 1, 1]);
+    let k = KernelBuilder::new(&name, [invocations, 1, 1]);
     let w = k.buffer("w", weights_elem(ty), Access::Read);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
@@ -181,13 +234,19 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let r0 = k.workgroup_id(0) * k.u32(bn);
     let t0 = k.workgroup_id(1) * k.u32(bm);
 
+    if spec.tiles.is_none() && spec.block == BlockSize::Large {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: "the large block without tiles".into(),
+        });
+    }
     let compute = match spec.tiles {
-        Some(width) => Compute::tiles(&k, width, (bm, bn))?,
-        None => Compute::scalar(&k, (bm, bn)),
+        Some(width) => Compute::tiles(&k, width, (bm, bn), invocations)?,
+        None => Compute::scalar(&k, (bm, bn), invocations),
     };
     let fetch = Fetch::declare(
         &k,
-        (INVOCATIONS, depth),
+        (invocations, depth),
         (
             x,
             Block {
@@ -228,6 +287,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             ends: (tokens, rows),
         },
         (bm, bn),
+        invocations,
     );
     Ok(k.finish())
 }
@@ -258,11 +318,15 @@ impl<'b> Output<'b> {
 /// What multiplies the staged blocks: a subgroup's tiles, or each invocation's sums.
 enum Compute<'b> {
     Tiles {
-        a: Tile<'b>,
+        /// The A tiles of the subgroup's rows of tiles, loaded once per column.
+        a: Vec<Tile<'b>>,
         b: Tile<'b>,
+        /// The subgroup's accumulators, a row of its rectangle of tiles at a time.
         accs: Vec<Tile<'b>>,
-        /// Output tiles per row of the block.
-        per_row: u32,
+        /// Its rectangle's (tile row, tile column) in the block.
+        origin: (Val<'b>, Val<'b>),
+        /// Its rectangle's tile columns.
+        columns: u32,
         /// The subgroup width.
         width: u32,
     },
@@ -274,35 +338,54 @@ enum Compute<'b> {
 }
 
 impl<'b> Compute<'b> {
-    fn tiles(k: &'b KernelBuilder, width: u32, (bm, bn): (u32, u32)) -> Result<Self, ShapeError> {
-        let tiles = (bm / TILE) * (bn / TILE);
-        let subgroups = INVOCATIONS / width.max(1);
-        if width == 0 || !INVOCATIONS.is_multiple_of(width) || !tiles.is_multiple_of(subgroups) {
-            return Err(ShapeError::Unsupported {
-                op: OP,
-                what: format!(
-                    "subgroups of {width} for {tiles} tiles over {INVOCATIONS} invocations"
-                ),
-            });
+    /// Each subgroup takes a rectangle of the block's tiles, up to 4 wide: it loads an A
+    /// tile per row of its rectangle and a B tile per column, where a row of 8 tiles would
+    /// load 8 B tiles for the same products.
+    fn tiles(
+        k: &'b KernelBuilder,
+        width: u32,
+        (bm, bn): (u32, u32),
+        invocations: u32,
+    ) -> Result<Self, ShapeError> {
+        let per_row = bn / TILE;
+        let tiles = (bm / TILE) * per_row;
+        let subgroups = invocations / width.max(1);
+        let refuse = || ShapeError::Unsupported {
+            op: OP,
+            what: format!("subgroups of {width} for {tiles} tiles over {invocations} invocations"),
+        };
+        if width == 0 || !invocations.is_multiple_of(width) || !tiles.is_multiple_of(subgroups) {
+            return Err(refuse());
         }
+        let owned = tiles / subgroups;
+        let columns = owned.min(per_row).min(4);
+        if !owned.is_multiple_of(columns) || !per_row.is_multiple_of(columns) {
+            return Err(refuse());
+        }
+        let rows = owned / columns;
         k.require_subgroup_width(width);
-        let accs: Vec<Tile> = (0..tiles / subgroups)
+        let accs: Vec<Tile> = (0..owned)
             .map(|i| k.tile(&format!("acc{i}"), TileRole::Acc))
             .collect();
         for acc in &accs {
             acc.zero();
         }
+        let across = k.u32(per_row / columns);
+        let s = k.subgroup_id();
         Ok(Compute::Tiles {
-            a: k.tile("a", TileRole::A),
+            a: (0..rows)
+                .map(|i| k.tile(&format!("a{i}"), TileRole::A))
+                .collect(),
             b: k.tile("b", TileRole::B),
             accs,
-            per_row: bn / TILE,
+            origin: ((s / across) * k.u32(rows), (s % across) * k.u32(columns)),
+            columns,
             width,
         })
     }
 
-    fn scalar(k: &'b KernelBuilder, (bm, bn): (u32, u32)) -> Self {
-        let lanes = INVOCATIONS / bm;
+    fn scalar(k: &'b KernelBuilder, (bm, bn): (u32, u32), invocations: u32) -> Self {
+        let lanes = invocations / bm;
         Compute::Scalar {
             sums: (0..bn / lanes)
                 .map(|i| k.var(&format!("sum{i}"), Scalar::F32))
@@ -311,15 +394,15 @@ impl<'b> Compute<'b> {
         }
     }
 
-    /// The (tile row, tile column) of each accumulator of this subgroup: consecutive tiles,
-    /// a row of the block's tiles at a time.
-    fn owned(k: &'b KernelBuilder, accs: &[Tile<'b>], per_row: u32) -> Vec<(Val<'b>, Val<'b>)> {
-        let first = k.subgroup_id() * k.u32(accs.len() as u32);
+    /// The (tile row, tile column) in the block of each accumulator of this subgroup.
+    fn owned(
+        k: &'b KernelBuilder,
+        accs: &[Tile<'b>],
+        (tm, tn): (Val<'b>, Val<'b>),
+        columns: u32,
+    ) -> Vec<(Val<'b>, Val<'b>)> {
         (0..accs.len() as u32)
-            .map(|j| {
-                let i = first + k.u32(j);
-                (i / k.u32(per_row), i % k.u32(per_row))
-            })
+            .map(|j| (tm + k.u32(j / columns), tn + k.u32(j % columns)))
             .collect()
     }
 
@@ -331,23 +414,24 @@ impl<'b> Compute<'b> {
                 a,
                 b,
                 accs,
-                per_row,
+                origin: (tm, tn),
+                columns,
                 ..
             } => {
-                let owned = Self::owned(k, accs, *per_row);
-                let count = accs.len() as u32;
                 for kk in (0..BK * depth).step_by(TILE as usize) {
                     let stride = k.u32(width);
                     let at = |t: Val<'b>| t * k.u32(TILE * width) + k.u32(kk);
-                    for (j, (&(tm, tn), acc)) in owned.iter().zip(accs).enumerate() {
-                        // A subgroup's tiles run along a row of the block's tiles, a whole
-                        // row at a time where it has more than a row: A changes only there.
-                        if j == 0 || (count >= *per_row && (j as u32).is_multiple_of(*per_row)) {
-                            a.load(TileMemory::Shared(xs), at(tm), stride, TileLayout::RowMajor);
-                        }
+                    for (i, a) in a.iter().enumerate() {
+                        let row = at(*tm + k.u32(i as u32));
+                        a.load(TileMemory::Shared(xs), row, stride, TileLayout::RowMajor);
+                    }
+                    for j in 0..*columns {
                         // W's rows are B's columns: B is W's block column-major.
-                        b.load(TileMemory::Shared(ws), at(tn), stride, TileLayout::ColMajor);
-                        acc.mma(*a, *b);
+                        let column = at(*tn + k.u32(j));
+                        b.load(TileMemory::Shared(ws), column, stride, TileLayout::ColMajor);
+                        for (i, a) in a.iter().enumerate() {
+                            accs[i * *columns as usize + j as usize].mma(*a, *b);
+                        }
                     }
                 }
             }
@@ -370,20 +454,27 @@ impl<'b> Compute<'b> {
     /// shared memory of their own and write it from there (guarded at y's edges), which
     /// needs far less shared memory than the whole block, left to the steps' staging; the
     /// scalar variant stages the whole block of `(bm, bn)`.
-    fn finish(&self, k: &'b KernelBuilder, out: &Output<'b>, (bm, bn): (u32, u32)) {
+    fn finish(
+        &self,
+        k: &'b KernelBuilder,
+        out: &Output<'b>,
+        (bm, bn): (u32, u32),
+        invocations: u32,
+    ) {
         let lid = k.local_index();
         match self {
             Compute::Tiles {
                 accs,
-                per_row,
+                origin,
+                columns,
                 width,
                 ..
             } => {
                 let stride = TILE + 8;
-                let region = k.shared("y_tiles", Scalar::F32, INVOCATIONS / width * TILE * stride);
+                let region = k.shared("y_tiles", Scalar::F32, invocations / width * TILE * stride);
                 let base = k.subgroup_id() * k.u32(TILE * stride);
                 let lane = lid % k.u32(*width);
-                for (&(tm, tn), acc) in Self::owned(k, accs, *per_row).iter().zip(accs) {
+                for (&(tm, tn), acc) in Self::owned(k, accs, *origin, *columns).iter().zip(accs) {
                     let layout = TileLayout::RowMajor;
                     acc.store(TileMemory::Shared(region), base, k.u32(stride), layout);
                     k.barrier();
@@ -410,7 +501,7 @@ impl<'b> Compute<'b> {
                 k.barrier();
                 // Each invocation writes a column of the block: consecutive invocations,
                 // consecutive rows.
-                k.for_range(k.u32(0), k.u32(bm * bn), INVOCATIONS, |e| {
+                k.for_range(k.u32(0), k.u32(bm * bn), invocations, |e| {
                     let e = e + lid;
                     let (t, n) = (e / k.u32(bn), e % k.u32(bn));
                     out.write(k, (t, n), k.load_shared(block, t * k.u32(stride) + n));
@@ -453,17 +544,34 @@ pub fn reference(
 const CASE_SUBGROUP: u32 = 32;
 
 /// A conformance case: W of `ty` with values in [-1, 1), x in [-1, 1), a residual in [-2, 2)
-/// with `add`; the tiled kernel, with the scalar variant as its fallback.
+/// with `add`; the tiled kernel with the block the executor would pick, with the scalar
+/// variant as its fallback.
 pub fn case(
     ty: WeightType,
     (rows, cols, tokens): (u32, u32, u32),
     add: bool,
 ) -> Result<Case, ShapeError> {
+    let block = BlockSize::for_product(rows, tokens, false);
+    case_in(ty, (rows, cols, tokens), add, block)
+}
+
+/// [`case`] with the tiled kernel on `block`, whatever the shape.
+pub fn case_in(
+    ty: WeightType,
+    (rows, cols, tokens): (u32, u32, u32),
+    add: bool,
+    block: BlockSize,
+) -> Result<Case, ShapeError> {
     check(rows, cols, tokens)?;
     let name = format!(
-        "{OP}/{}/{rows}x{cols}/t{tokens}{}",
+        "{OP}/{}/{rows}x{cols}/t{tokens}{}{}",
         ty.name(),
-        if add { "+add" } else { "" }
+        if add { "+add" } else { "" },
+        if block == BlockSize::Large {
+            "/large"
+        } else {
+            ""
+        }
     );
     let mut rng = Rng::new(super::support::seed(&name));
     let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
@@ -475,9 +583,10 @@ pub fn case(
         weights: ty,
         add,
         tiles: Some(CASE_SUBGROUP),
-        small: TilesSpec::small_for(rows, false),
+        block,
         depth: TilesSpec::depth_for(cols),
     };
+    let scalar = spec.scalar();
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
         .input("w", weights_elem(ty), dequant::pad_to_words(w))
         .input("x", Scalar::F32, f32_bytes(&x));
@@ -488,7 +597,7 @@ pub fn case(
         .output("y", Scalar::F32, vec![0; t * r * 4], want)
         .params(spec.params(rows, cols, tokens))
         .bound(NMSE)
-        .fallback(kernel(spec.scalar())?))
+        .fallback_on(kernel(scalar)?, scalar.grid(rows, tokens)))
 }
 
 /// Every weight type at a shape of one block and a partial one (tokens and rows past a
@@ -504,8 +613,21 @@ pub fn cases() -> Vec<Case> {
     // Steps of two blocks, two of them, rows past a block.
     out.push(case(WeightType::F16, (80, 128, 24), false));
     out.push(case(WeightType::Q8_0, (576, 1536, 33), true));
-    // The big block.
+    // The medium block.
     out.push(case(WeightType::Q4_0, (2048, 64, 65), true));
+    // The large block, with rows and tokens past one.
+    out.push(case_in(
+        WeightType::F16,
+        (136, 64, 140),
+        false,
+        BlockSize::Large,
+    ));
+    out.push(case_in(
+        WeightType::Q4_1,
+        (256, 128, 128),
+        true,
+        BlockSize::Large,
+    ));
     out.into_iter()
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
@@ -529,31 +651,66 @@ mod tests {
     }
 
     /// Every variant the executor picks (steps up to [`MAX_DEPTH`] blocks) fits the smallest
-    /// device's 32 KiB of shared memory (lavapipe's); steps of four blocks, NVIDIA's 48 KiB.
+    /// device's 32 KiB of shared memory (lavapipe's), but the large block, which only
+    /// devices with tiles run, 48 KiB (NVIDIA's); steps of four blocks of the others, 48 KiB.
     #[test]
     fn blocks_fit_shared_memory() {
-        for small in [false, true] {
+        for block in [BlockSize::Small, BlockSize::Medium, BlockSize::Large] {
             let spec = TilesSpec {
                 weights: WeightType::Q4_1,
                 add: true,
                 tiles: None,
-                small,
+                block,
                 depth: MAX_DEPTH,
             };
             let k = kernel(spec.scalar()).unwrap();
             assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
+            let limits: &[(u32, u64)] = if block == BlockSize::Large {
+                &[(1, 48), (MAX_DEPTH, 48)]
+            } else {
+                &[(1, 32), (MAX_DEPTH, 32), (4, 48)]
+            };
             for width in [32, 64] {
-                for (depth, limit) in [(1, 32), (MAX_DEPTH, 32), (4, 48)] {
+                for &(depth, limit) in limits {
                     let spec = TilesSpec {
                         tiles: Some(width),
                         depth,
                         ..spec
                     };
                     let k = kernel(spec).unwrap();
-                    assert!(k.shared_bytes() <= limit * 1024, "{}", k.shared_bytes());
+                    assert!(
+                        k.shared_bytes() <= limit * 1024,
+                        "{block:?} {}",
+                        k.shared_bytes()
+                    );
                 }
             }
         }
+    }
+
+    /// Big products take the large block, small ones the small block, and devices that want
+    /// small blocks always get them.
+    #[test]
+    fn blocks_follow_the_product() {
+        assert_eq!(BlockSize::for_product(576, 512, false), BlockSize::Small);
+        assert_eq!(BlockSize::for_product(3072, 512, false), BlockSize::Medium);
+        assert_eq!(BlockSize::for_product(4096, 512, false), BlockSize::Large);
+        assert_eq!(BlockSize::for_product(4096, 100, false), BlockSize::Medium);
+        assert_eq!(BlockSize::for_product(4096, 512, true), BlockSize::Small);
+        let spec = TilesSpec {
+            weights: WeightType::F16,
+            add: false,
+            tiles: None,
+            block: BlockSize::Large,
+            depth: 1,
+        };
+        assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
+        assert_eq!(spec.scalar().grid(4096, 512), [64, 8, 1]);
+        let tiled = TilesSpec {
+            tiles: Some(32),
+            ..spec
+        };
+        assert_eq!(tiled.grid(4096, 512), [32, 4, 1]);
     }
 
     /// Steps are as deep as K allows, and a depth the kernel has no staging for is refused.
@@ -567,7 +724,7 @@ mod tests {
             weights: WeightType::F16,
             add: false,
             tiles: Some(32),
-            small: false,
+            block: BlockSize::Medium,
             depth: 3,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
@@ -580,12 +737,12 @@ mod tests {
             weights: WeightType::F16,
             add: false,
             tiles: Some(8),
-            small: true,
+            block: BlockSize::Small,
             depth: 1,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
         assert!(kernel(TilesSpec {
-            small: false,
+            block: BlockSize::Medium,
             ..spec
         })
         .is_ok());

@@ -12,7 +12,7 @@ use trine_ops::attention_flash_tiles;
 use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise;
 use trine_ops::embedding;
-use trine_ops::matmul_tiles::TilesSpec;
+use trine_ops::matmul_tiles::{BlockSize, TilesSpec};
 use trine_ops::matvec::Reduce;
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
@@ -205,16 +205,20 @@ impl Engine {
                 tokens,
             } => {
                 let ty = w.tensors[wid].ty;
+                let key = KernelKey::of(&node.op, w, self.shape);
+                let (device, program) = self.placement.programs[&key];
+                let tiled = self.placement.kernels[&program].capabilities.tiles;
                 let spec = TilesSpec {
                     weights: ty,
                     add: add.is_some(),
                     tiles: None,
-                    small: TilesSpec::small_for(rows, self.shape.small_tiles),
+                    block: BlockSize::for_product(rows, tokens, self.shape.small_tiles),
                     depth: TilesSpec::depth_for(cols),
                 };
+                // The variant the device compiled decides the block, so the grid.
+                let spec = if tiled { spec } else { spec.scalar() };
                 // The kernel stages the file's blocks, which a CPU holds apart from its pairs.
-                let key = KernelKey::of(&node.op, w, self.shape);
-                let info = self.dev(self.placement.programs[&key].0).info();
+                let info = self.dev(device).info();
                 let weights = if holds_pairs(info, ty, w.pairable(wid)) {
                     Tensor::Plain(wid)
                 } else {
