@@ -25,7 +25,16 @@ pub struct Features {
     pub integer_dot: bool,
     /// Cooperative matrices of the tiles' shape, with the Vulkan memory model.
     pub tiles: bool,
+    /// The driver's statistics of each pipeline it compiles, printed to stderr
+    /// ([`PIPELINE_STATS_ENV`]).
+    pub pipeline_stats: bool,
 }
+
+/// `TRINE_VULKAN_PIPELINE_STATS=1`: print the driver's statistics of every compute pipeline
+/// built (registers, spills, shared memory, as the driver names them), where it has
+/// VK_KHR_pipeline_executable_properties. For finding why a kernel runs slower under one
+/// driver than another; off by default, as capturing them may slow compiles.
+pub const PIPELINE_STATS_ENV: &str = "TRINE_VULKAN_PIPELINE_STATS";
 
 /// Everything learned about the device before creating it.
 pub struct Probe {
@@ -73,6 +82,8 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     // and no driver with cooperative matrices is older.
     let coop_ext = api12 && has_ext(vk::KHR_COOPERATIVE_MATRIX_NAME);
     let amd_cores_struct = has_ext(vk::AMD_SHADER_CORE_PROPERTIES_NAME);
+    let stats_wanted = std::env::var(PIPELINE_STATS_ENV).is_ok_and(|v| v.trim() == "1");
+    let stats_ext = stats_wanted && has_ext(vk::KHR_PIPELINE_EXECUTABLE_PROPERTIES_NAME);
 
     let mut storage16 = vk::PhysicalDevice16BitStorageFeatures::default();
     let mut float16_int8 = vk::PhysicalDeviceShaderFloat16Int8Features::default();
@@ -81,6 +92,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let mut integer_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
     let mut cooperative = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
     let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default();
+    let mut executables = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
     let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut storage16);
     if float16_int8_struct {
         features2 = features2.push_next(&mut float16_int8);
@@ -99,9 +111,13 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
             .push_next(&mut cooperative)
             .push_next(&mut memory_model);
     }
+    if stats_ext {
+        features2 = features2.push_next(&mut executables);
+    }
     // SAFETY: the chain holds only structs this device's API version or extensions define,
     // each borrowed for the call.
     unsafe { vk_instance.get_physical_device_features2(c.physical, &mut features2) };
+    let pipeline_stats = stats_ext && executables.pipeline_executable_info == vk::TRUE;
 
     let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
     let mut size_control = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
@@ -151,6 +167,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         zero_init_struct,
         integer_dot_struct: dot_struct,
         tiles,
+        pipeline_stats,
         extensions: [
             (float16_int8_ext, vk::KHR_SHADER_FLOAT16_INT8_NAME),
             (storage8_ext, vk::KHR_8BIT_STORAGE_NAME),
@@ -160,6 +177,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
                 vk::KHR_SHADER_INTEGER_DOT_PRODUCT_NAME,
             ),
             (tiles, vk::KHR_COOPERATIVE_MATRIX_NAME),
+            (pipeline_stats, vk::KHR_PIPELINE_EXECUTABLE_PROPERTIES_NAME),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -175,6 +193,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         zero_init_workgroup: enable.zero_init_workgroup,
         integer_dot: enable.integer_dot,
         tiles,
+        pipeline_stats,
     };
 
     let device_type = match c.device_type {
@@ -196,6 +215,12 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let mut notes = instance.notes.clone();
     if !zero_copy_allowed {
         notes.push(format!("{ZERO_COPY_ENV}=0: zero copy is off"));
+    }
+    if stats_wanted && !pipeline_stats {
+        notes.push(format!(
+            "{PIPELINE_STATS_ENV}=1, but the driver offers no pipeline statistics \
+             (VK_KHR_pipeline_executable_properties)"
+        ));
     }
     let subgroup_sizes = if features.subgroups {
         subgroup_sizes(

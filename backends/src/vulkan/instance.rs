@@ -320,6 +320,8 @@ impl Instance {
         let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default()
             .vulkan_memory_model(enable.tiles)
             .vulkan_memory_model_device_scope(enable.tiles);
+        let mut executables = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+            .pipeline_executable_info(enable.pipeline_stats);
         let extensions: Vec<_> = enable.extensions.iter().map(|e| e.as_ptr()).collect();
         let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
@@ -341,6 +343,9 @@ impl Instance {
             create = create
                 .push_next(&mut cooperative)
                 .push_next(&mut memory_model);
+        }
+        if enable.pipeline_stats {
+            create = create.push_next(&mut executables);
         }
         // SAFETY: `create` borrows locals that outlive the call; the feature structs are only
         // chained where the device's API version or an enabled extension defines them.
@@ -406,6 +411,9 @@ pub struct Enable {
     /// `cooperativeMatrix` with `vulkanMemoryModel`, which its SPIR-V declares: on only where
     /// VK_KHR_cooperative_matrix offers the tiles' shape (see `info::tile_shape`).
     pub tiles: bool,
+    /// `pipelineExecutableInfo` (VK_KHR_pipeline_executable_properties), asked for by
+    /// `info::PIPELINE_STATS_ENV`.
+    pub pipeline_stats: bool,
     pub extensions: Vec<&'static CStr>,
 }
 

@@ -104,7 +104,10 @@ impl VulkanBackend {
         let probe = info::probe(&instance, &candidate);
         let device = instance.create_device(&candidate, &probe.enable)?;
         let dev = &device.device;
-        let pipelines = Pipelines::new(dev, candidate.pipeline_cache_key.clone())?;
+        let stats = probe.features.pipeline_stats.then(|| {
+            ash::khr::pipeline_executable_properties::Device::new(&instance.instance, dev)
+        });
+        let pipelines = Pipelines::new(dev, candidate.pipeline_cache_key.clone(), stats)?;
         let submit = match Submitter::new(
             dev,
             device.queue,

@@ -32,6 +32,9 @@ pub struct Program {
 
 pub struct Pipelines {
     cache: vk::PipelineCache,
+    /// Where the driver's statistics of each pipeline are wanted
+    /// ([`super::info::PIPELINE_STATS_ENV`]).
+    stats: Option<ash::khr::pipeline_executable_properties::Device>,
     /// The cache's file name in the code cache's `vulkan-pipelines` namespace.
     disk_key: String,
     programs: HashMap<u64, Program>,
@@ -43,7 +46,11 @@ const DISK_NS: &str = "vulkan-pipelines";
 impl Pipelines {
     /// A pipeline cache seeded with what an earlier run saved for this device and driver. The
     /// driver checks the data's header itself and starts empty from data it does not accept.
-    pub fn new(device: &ash::Device, disk_key: String) -> Result<Pipelines, BackendError> {
+    pub fn new(
+        device: &ash::Device,
+        disk_key: String,
+        stats: Option<ash::khr::pipeline_executable_properties::Device>,
+    ) -> Result<Pipelines, BackendError> {
         let saved = crate::cache::load(DISK_NS, &disk_key).unwrap_or_default();
         let info = vk::PipelineCacheCreateInfo::default().initial_data(&saved);
         // SAFETY: valid create info whose initial data outlives the call; `destroy_all`
@@ -58,6 +65,7 @@ impl Pipelines {
         };
         Ok(Pipelines {
             cache,
+            stats,
             disk_key,
             programs: HashMap::new(),
         })
@@ -174,7 +182,13 @@ impl Pipelines {
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(module)
             .name(entry);
+        let flags = if self.stats.is_some() {
+            vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
+        } else {
+            vk::PipelineCreateFlags::empty()
+        };
         let info = [vk::ComputePipelineCreateInfo::default()
+            .flags(flags)
             .stage(stage)
             .layout(program.layout)];
         // SAFETY: live module, layout and cache; the pipeline is owned by `program`.
@@ -182,6 +196,9 @@ impl Pipelines {
         match pipelines {
             Ok(p) => {
                 program.pipeline = p.first().copied().unwrap_or_default();
+                if let Some(stats) = &self.stats {
+                    print_stats(stats, program);
+                }
                 Ok(())
             }
             Err((p, e)) => {
@@ -309,5 +326,44 @@ unsafe fn destroy(device: &ash::Device, p: &Program) {
         device.destroy_pipeline(p.pipeline, None);
         device.destroy_pipeline_layout(p.layout, None);
         device.destroy_descriptor_set_layout(p.set_layout, None);
+    }
+}
+
+/// Prints the driver's statistics of each executable of `program`'s pipeline, one line each:
+/// a diagnostic asked for by [`super::info::PIPELINE_STATS_ENV`], which a failed query only
+/// leaves unprinted.
+fn print_stats(stats: &ash::khr::pipeline_executable_properties::Device, program: &Program) {
+    let info = vk::PipelineInfoKHR::default().pipeline(program.pipeline);
+    // SAFETY: a live pipeline created with CAPTURE_STATISTICS on a device with the feature.
+    let Ok(executables) = (unsafe { stats.get_pipeline_executable_properties(&info) }) else {
+        return;
+    };
+    for index in 0..executables.len() as u32 {
+        let info = vk::PipelineExecutableInfoKHR::default()
+            .pipeline(program.pipeline)
+            .executable_index(index);
+        // SAFETY: as above, with an executable index the driver listed.
+        let Ok(values) = (unsafe { stats.get_pipeline_executable_statistics(&info) }) else {
+            continue;
+        };
+        let values: Vec<String> = values
+            .iter()
+            .map(|v| {
+                let name = v.name_as_c_str().unwrap_or_default().to_string_lossy();
+                // SAFETY: the union member read is the one `format` names.
+                let value = unsafe {
+                    match v.format {
+                        vk::PipelineExecutableStatisticFormatKHR::BOOL32 => {
+                            (v.value.b32 == vk::TRUE).to_string()
+                        }
+                        vk::PipelineExecutableStatisticFormatKHR::INT64 => v.value.i64.to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::UINT64 => v.value.u64.to_string(),
+                        _ => v.value.f64.to_string(),
+                    }
+                };
+                format!("{name} {value}")
+            })
+            .collect();
+        eprintln!("vulkan pipeline {}: {}", program.name, values.join(", "));
     }
 }
