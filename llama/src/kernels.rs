@@ -293,28 +293,39 @@ impl KernelKey {
             KernelKey::Quantize => vec![matvec_q8::quantize_kernel()],
             KernelKey::MatvecQ8(ty, add, per) => vec![matvec_q8_rows::kernel(ty, add, per)?],
             KernelKey::MatmulTiles(weights, add, block, depth) => {
-                // Tiles need one subgroup width to divide their work by; the scalar variant
-                // serves where there are none (a CPU checking a GPU's prompt runs it).
-                let width = info.subgroup_size().filter(|_| info.tiles);
-                let spec = matmul_tiles::TilesSpec {
-                    weights,
-                    add,
-                    tiles: width,
-                    block,
-                    depth,
-                };
                 let mut variants = vec![];
-                if width.is_some() {
-                    // A width that cannot share the block's tiles evenly has no tiled kernel
-                    // (a typed refusal): the scalar variant serves it.
-                    variants.extend(matmul_tiles::kernel(spec).ok());
+                for spec in tiles_spec((weights, add, block, depth), info).variants() {
+                    if spec.tiles.is_some() {
+                        // A width that cannot share the block's tiles evenly has no tiled
+                        // kernel (a typed refusal): the next variant serves it.
+                        variants.extend(matmul_tiles::kernel(spec).ok());
+                    } else {
+                        variants.push(matmul_tiles::kernel(spec)?);
+                    }
                 }
-                variants.push(matmul_tiles::kernel(spec.scalar())?);
                 variants
             }
             KernelKey::PickLast => vec![copy_kernel(Float::F32, Float::F32)],
             KernelKey::Argmax => reductions.iter().map(|&r| argmax::kernel(r)).collect(),
         })
+    }
+}
+
+/// The tiled product of a [`KernelKey::MatmulTiles`] key's fields on a device described by
+/// `info`: tiles need one subgroup width to divide their work by, so a device without them
+/// (or a CPU checking a GPU's prompt) gets the scalar variant. Its
+/// [`matmul_tiles::TilesSpec::variants`] are the key's kernels, and the executor takes the
+/// grid of the one the device compiled.
+pub fn tiles_spec(
+    (weights, add, block, depth): (WeightType, bool, matmul_tiles::BlockSize, u32),
+    info: &DeviceInfo,
+) -> matmul_tiles::TilesSpec {
+    matmul_tiles::TilesSpec {
+        weights,
+        add,
+        tiles: info.subgroup_size().filter(|_| info.tiles),
+        block,
+        depth,
     }
 }
 
@@ -483,6 +494,41 @@ const GPU_TALL_MATVEC: (u32, u32, u32) = (4, 32, 8);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A big prompt product's kernels on a device with tiles are its spec's variants in
+    /// order (large, medium, scalar), so the executor finds the grid of whichever the device
+    /// compiled; on a device without tiles, the scalar one alone.
+    #[test]
+    fn tile_products_are_their_specs_variants() {
+        let cpu = trine_backends::open(trine_backends::BackendKind::Cpu).unwrap();
+        let mut info = cpu.info().clone();
+        let shape = KernelShape {
+            kv: Float::F16,
+            keys: KeyLayout::Rows,
+            head_dim: 64,
+            small_tiles: false,
+        };
+        let block = matmul_tiles::BlockSize::for_product(4096, 512, false);
+        let fields = (WeightType::Q4_1, true, block, 2);
+        let key = KernelKey::MatmulTiles(fields.0, fields.1, fields.2, fields.3);
+        for (tiles, count) in [(true, 3), (false, 1)] {
+            info.tiles = tiles;
+            info.subgroup_sizes = vec![32];
+            let names: Vec<String> = key
+                .variants(&info, shape)
+                .unwrap()
+                .into_iter()
+                .map(|k| k.name)
+                .collect();
+            let specs: Vec<String> = tiles_spec(fields, &info)
+                .variants()
+                .iter()
+                .map(|v| v.name())
+                .collect();
+            assert_eq!(names, specs);
+            assert_eq!(names.len(), count);
+        }
+    }
 
     /// Only NVIDIA's Vulkan driver takes the small tile block for every product.
     #[test]

@@ -154,6 +154,39 @@ impl TilesSpec {
         }
     }
 
+    /// The kernels to try for this product, best first: its own; on tiles, the large block
+    /// then the medium one (for a device with less than the large block's 48 KiB of shared
+    /// memory); then the scalar variant.
+    pub fn variants(self) -> Vec<TilesSpec> {
+        let mut out = vec![];
+        if self.tiles.is_some() {
+            out.push(self);
+            if self.block == BlockSize::Large {
+                out.push(TilesSpec {
+                    block: BlockSize::Medium,
+                    ..self
+                });
+            }
+        }
+        out.push(self.scalar());
+        out
+    }
+
+    /// The kernel's name: weights, residual, block, subgroup width (or scalar) and depth.
+    pub fn name(&self) -> String {
+        format!(
+            "matmul_tiles_{}{}{}{}_d{}",
+            self.weights.name(),
+            if self.add { "_add" } else { "" },
+            self.block.name(),
+            match self.tiles {
+                Some(w) => format!("_sg{w}"),
+                None => "_scalar".into(),
+            },
+            self.depth
+        )
+    }
+
     /// Tokens and rows per workgroup.
     pub fn block(&self) -> (u32, u32) {
         self.block.dims()
@@ -211,17 +244,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         });
     }
     let invocations = spec.block.invocations();
-    let name = format!(
-        "matmul_tiles_{}{}{}{}_d{depth}",
-        ty.name(),
-        if spec.add { "_add" } else { "" },
-        spec.block.name(),
-        match spec.tiles {
-            Some(w) => format!("_sg{w}"),
-            None => "_scalar".into(),
-        }
-    );
-    let k = KernelBuilder::new(&name, [invocations, 1, 1]);
+    let k = KernelBuilder::new(&spec.name(), [invocations, 1, 1]);
     let w = k.buffer("w", weights_elem(ty), Access::Read);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
@@ -686,6 +709,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The large block falls back to the medium one on tiles, then to the scalar variant,
+    /// each with the grid of its own block.
+    #[test]
+    fn large_blocks_fall_back_to_medium_ones() {
+        let spec = TilesSpec {
+            weights: WeightType::Q4_1,
+            add: true,
+            tiles: Some(32),
+            block: BlockSize::Large,
+            depth: 2,
+        };
+        let variants = spec.variants();
+        let blocks: Vec<_> = variants.iter().map(|v| (v.block, v.tiles)).collect();
+        assert_eq!(
+            blocks,
+            [
+                (BlockSize::Large, Some(32)),
+                (BlockSize::Medium, Some(32)),
+                (BlockSize::Medium, None)
+            ]
+        );
+        let grids: Vec<_> = variants.iter().map(|v| v.grid(4096, 512)).collect();
+        assert_eq!(grids, [[32, 4, 1], [64, 8, 1], [64, 8, 1]]);
+        for v in &variants {
+            assert_eq!(kernel(*v).unwrap().name, v.name());
+        }
+        let untiled = TilesSpec {
+            tiles: None,
+            ..spec
+        };
+        assert_eq!(untiled.variants(), [spec.scalar()]);
     }
 
     /// Big products take the large block, small ones the small block, and devices that want

@@ -4,7 +4,7 @@
 
 use super::Engine;
 use crate::graph::{Epilogue, Node, Op, Prologue, Step, Tensor};
-use crate::kernels::{holds_pairs, KernelKey};
+use crate::kernels::{holds_pairs, tiles_spec, KernelKey};
 use trine_ir::ParamValue;
 use trine_ops::argmax::Argmax;
 use trine_ops::attention_flash::{FlashAttention, FlashOut};
@@ -12,7 +12,6 @@ use trine_ops::attention_flash_tiles;
 use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise;
 use trine_ops::embedding;
-use trine_ops::matmul_tiles::{BlockSize, TilesSpec};
 use trine_ops::matvec::Reduce;
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
@@ -207,18 +206,18 @@ impl Engine {
                 let ty = w.tensors[wid].ty;
                 let key = KernelKey::of(&node.op, w, self.shape);
                 let (device, program) = self.placement.programs[&key];
-                let tiled = self.placement.kernels[&program].capabilities.tiles;
-                let spec = TilesSpec {
-                    weights: ty,
-                    add: add.is_some(),
-                    tiles: None,
-                    block: BlockSize::for_product(rows, tokens, self.shape.small_tiles),
-                    depth: TilesSpec::depth_for(cols),
+                let info = self.dev(device).info();
+                let KernelKey::MatmulTiles(_, _, block, depth) = key else {
+                    unreachable!("a tiled product's key is MatmulTiles")
                 };
                 // The variant the device compiled decides the block, so the grid.
-                let spec = if tiled { spec } else { spec.scalar() };
+                let compiled = &self.placement.kernels[&program].name;
+                let spec = tiles_spec((ty, add.is_some(), block, depth), info)
+                    .variants()
+                    .into_iter()
+                    .find(|v| v.name() == *compiled)
+                    .expect("the compiled kernel is one of its key's variants");
                 // The kernel stages the file's blocks, which a CPU holds apart from its pairs.
-                let info = self.dev(device).info();
                 let weights = if holds_pairs(info, ty, w.pairable(wid)) {
                     Tensor::Plain(wid)
                 } else {
