@@ -50,7 +50,11 @@ pub struct Block<'b> {
 /// An invocation's share of one step's block of a matrix: its values as loaded.
 enum Share<'b> {
     /// Elements `j·invocations + lid` of a row-major float block, each as its buffer holds it.
-    Rows { float: Float, values: Vec<Var<'b>> },
+    Rows {
+        float: Float,
+        values: Vec<Var<'b>>,
+        walk: RowWalk<'b>,
+    },
     /// Halves of quantized blocks (16 elements each), half `h` of the invocation's being
     /// half `e = h·invocations + lid` of the block: consecutive invocations, consecutive
     /// halves along a row ([`Fetch::half_at`]).
@@ -58,6 +62,65 @@ enum Share<'b> {
         ty: WeightType,
         halves: Vec<Half<'b>>,
     },
+}
+
+/// Where an invocation's elements of a float block sit, worked out once before the K loop: a
+/// step is a whole number of rows of `invocations` elements, so the invocation's elements
+/// share one column and run down the block `apart` rows from each other. Each element then
+/// costs its step an add and a clamp to load, and a compare to stage, where working out its
+/// row and column every step took most of the kernel's integer work.
+struct RowWalk<'b> {
+    /// The matrix row of the first element.
+    first: Val<'b>,
+    /// Its index in the matrix at the step's first column.
+    base: Val<'b>,
+    /// The index of the same column in the matrix's last row, which rows past it read.
+    last: Val<'b>,
+    /// Index distance between consecutive elements: `apart` rows.
+    step: Val<'b>,
+    /// Where the first element goes in the staged block.
+    staged: Val<'b>,
+    /// Rows between consecutive elements.
+    apart: u32,
+    /// Staged elements between consecutive elements.
+    staged_apart: u32,
+}
+
+impl<'b> RowWalk<'b> {
+    /// The walk of a block in steps of `depth` blocks of K over `invocations`, which must be
+    /// a multiple of the step's columns.
+    fn new(k: &'b KernelBuilder, block: &Block<'b>, (invocations, depth): (u32, u32)) -> Self {
+        let width = BK * depth;
+        let lid = k.local_index();
+        let (row, column) = (lid / k.u32(width), lid % k.u32(width));
+        let first = block.r0 + row;
+        let apart = invocations / width;
+        RowWalk {
+            first,
+            base: first.min(block.rows - k.u32(1)) * block.cols + column,
+            last: (block.rows - k.u32(1)) * block.cols + column,
+            step: k.u32(apart) * block.cols,
+            staged: row * k.u32(stage(depth)) + column,
+            apart,
+            staged_apart: apart * stage(depth),
+        }
+    }
+
+    /// The matrix index of element `j` at the step from column `k0`: rows past the matrix
+    /// read its last row.
+    fn index(&self, k: &'b KernelBuilder, j: usize, k0: Val<'b>) -> Val<'b> {
+        (self.base + k.u32(j as u32) * self.step).min(self.last) + k0
+    }
+
+    /// Whether element `j`'s row is inside the matrix.
+    fn inside(&self, k: &'b KernelBuilder, j: usize, rows: Val<'b>) -> Val<'b> {
+        (self.first + k.u32(j as u32 * self.apart)).lt(rows)
+    }
+
+    /// Where element `j` goes in the staged block.
+    fn staged(&self, k: &'b KernelBuilder, j: usize) -> Val<'b> {
+        self.staged + k.u32(j as u32 * self.staged_apart)
+    }
 }
 
 /// One half of a quantized block as loaded, in whole words of the weights (bound as `U32`):
@@ -100,15 +163,17 @@ impl<'b> Fetch<'b> {
         (x, xb): (BufferId, Block<'b>),
         (w, wb, ty): (BufferId, Block<'b>, WeightType),
     ) -> Fetch<'b> {
-        let rows = |name: &str, float: Float, n: u32| Share::Rows {
+        let width = BK * depth;
+        let rows = |name: &str, float: Float, block: &Block<'b>| Share::Rows {
             float,
-            values: (0..n * BK * depth / invocations)
+            values: (0..block.n * width / invocations)
                 .map(|i| k.var(&format!("{name}{i}"), float.scalar()))
                 .collect(),
+            walk: RowWalk::new(k, block, (invocations, depth)),
         };
         let w_share = match ty {
-            WeightType::F32 => rows("w", Float::F32, wb.n),
-            WeightType::F16 => rows("w", Float::F16, wb.n),
+            WeightType::F32 => rows("w", Float::F32, &wb),
+            WeightType::F16 => rows("w", Float::F16, &wb),
             _ => {
                 let aligned = ty == WeightType::Q4_1;
                 let words = if aligned { 4 } else { 5 };
@@ -128,7 +193,7 @@ impl<'b> Fetch<'b> {
             }
         };
         Fetch {
-            x: (xb, x, rows("x", Float::F32, xb.n)),
+            x: (xb, x, rows("x", Float::F32, &xb)),
             w: (wb, w, w_share),
             invocations,
             depth,
@@ -139,11 +204,9 @@ impl<'b> Fetch<'b> {
     pub fn load(&self, k: &'b KernelBuilder, k0: Val<'b>) {
         for (block, buf, share) in [&self.x, &self.w] {
             match share {
-                Share::Rows { values, .. } => {
+                Share::Rows { values, walk, .. } => {
                     for (j, v) in values.iter().enumerate() {
-                        let (row, c) = self.element(k, block, j);
-                        let at = row.min(block.rows - k.u32(1)) * block.cols + k0 + c;
-                        v.set(k.load(*buf, at));
+                        v.set(k.load(*buf, walk.index(k, j, k0)));
                     }
                 }
                 Share::Halves { ty, halves } => {
@@ -182,16 +245,18 @@ impl<'b> Fetch<'b> {
     pub fn put(&self, k: &'b KernelBuilder, xs: SharedId, ws: SharedId) {
         for ((block, _, share), dst) in [(&self.x, xs), (&self.w, ws)] {
             match share {
-                Share::Rows { float, values } => {
+                Share::Rows {
+                    float,
+                    values,
+                    walk,
+                } => {
                     for (j, v) in values.iter().enumerate() {
-                        let (row, c) = self.element(k, block, j);
                         let value = match float {
                             Float::F32 => v.get(),
                             _ => v.get().cast(Scalar::F32),
                         };
-                        let value = k.select(row.lt(block.rows), value, k.f32(0.0));
-                        let r = row - block.r0;
-                        let at = r * k.u32(stage(self.depth)) + c;
+                        let value = k.select(walk.inside(k, j, block.rows), value, k.f32(0.0));
+                        let at = walk.staged(k, j);
                         k.store_shared(dst, at, value.cast(Scalar::F16));
                     }
                 }
@@ -216,14 +281,6 @@ impl<'b> Fetch<'b> {
                 }
             }
         }
-    }
-
-    /// The row and column (within the step) of this invocation's element `j` of a float
-    /// block: consecutive invocations, consecutive columns.
-    fn element(&self, k: &'b KernelBuilder, block: &Block<'b>, j: usize) -> (Val<'b>, Val<'b>) {
-        let e = k.u32(j as u32 * self.invocations) + k.local_index();
-        let width = k.u32(BK * self.depth);
-        (block.r0 + e / width, e % width)
     }
 
     /// The index within the step of this invocation's half `h`.

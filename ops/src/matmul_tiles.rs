@@ -223,6 +223,12 @@ pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
     }
     elements(OP, "x", &[tokens, cols])?;
     elements(OP, "y", &[tokens, rows])?;
+    // The staging walks float blocks by adding whole rows to an index, which may pass a
+    // matrix's last row by up to a block (the large one's at most) before it is clamped.
+    let (bm, bn) = BlockSize::Large.dims();
+    let past = |n: u32| n.saturating_add(bm.max(bn));
+    elements(OP, "x and a block", &[past(tokens), cols])?;
+    elements(OP, "w and a block", &[past(rows), cols])?;
     // A quantized row's bytes: at most 34 per 32 elements.
     elements(OP, "w", &[rows, cols / BK, 34])?;
     Ok(())
