@@ -109,7 +109,8 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
         [invocations, 1, 1],
     );
     k.require_subgroup_width(WIDTH);
-    let (io, scale, index) = declare_io(&k, kv, (KeyLayout::Rows, out), d);
+    // Keys in rows, as values are: a key's element and its value's share one index.
+    let (io, scale, _) = declare_io(&k, kv, (KeyLayout::Rows, out), d);
     let (q, step, kc, vc, part) = (io.q, io.step, io.k, io.v, io.part);
     let (tokens, heads, kv_heads) = (io.tokens, io.heads, io.kv_heads);
 
@@ -154,24 +155,33 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
     let v_regs: Vec<Var> = (0..staged)
         .map(|i| k.var(&format!("v{i}"), kv.scalar()))
         .collect();
-    let element = |j: u32| {
-        let e = k.u32(j * invocations) + lid;
-        (e / k.u32(d), e % k.u32(d))
-    };
+    // Element j of the invocation is the block's key `j·invocations / d + lid / d` at
+    // dimension `j·invocations % d + lid % d` (invocations and d are powers of two, so one
+    // divides the other): its index in the cache and in the staged block is an offset worked
+    // out once plus a constant of j, where working out its key and dimension every block
+    // took most of the kernel's integer work. A key past the context clamps to the last
+    // one's row (and is staged as zero); an index that wraps there stays below that row.
+    let (lid_key, lid_dim) = (lid / k.u32(d), lid % k.u32(d));
+    let element = |j: u32| ((j * invocations) / d, (j * invocations) % d);
+    let base = lid_key * kv_stride + kv_head + lid_dim;
+    let last = (end - one) * kv_stride + kv_head + lid_dim;
+    let staged_at = lid_key * k.u32(sq) + lid_dim;
     let load_block = |kb: Val<'_>| {
+        let first = kb * kv_stride + base;
         for (j, (kr, vr)) in k_regs.iter().zip(&v_regs).enumerate() {
             let (jk, i) = element(j as u32);
-            let key = (kb + jk).min(end - one);
-            kr.set(k.load(kc, index.at(&k, kv_head + i, key)));
-            vr.set(k.load(vc, key * kv_stride + kv_head + i));
+            let at = (first + k.u32(jk) * kv_stride).min(last) + k.u32(i);
+            kr.set(k.load(kc, at));
+            vr.set(k.load(vc, at));
         }
     };
     let zero = k.f32(0.0);
     let put_block = |kb: Val<'_>| {
+        let first = kb + lid_key;
         for (j, (kr, vr)) in k_regs.iter().zip(&v_regs).enumerate() {
             let (jk, i) = element(j as u32);
-            let seen = (kb + jk).lt(end);
-            let at = jk * k.u32(sq) + i;
+            let seen = (first + k.u32(jk)).lt(end);
+            let at = staged_at + k.u32(jk * sq + i);
             for (reg, dst) in [(kr, k_sh), (vr, v_sh)] {
                 let value = match kv {
                     Float::F32 => reg.get(),
