@@ -30,13 +30,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, String> {
-    // The foundation kernels, then every other kernel of the conformance suite (the ops').
-    let mut kernels = trine_ops::kernels::kernels();
-    for k in trine_conformance::all_kernels() {
-        if !kernels.iter().any(|o| o.name == k.name) {
-            kernels.push(k);
-        }
-    }
+    // Every kernel of the conformance suite: the foundation kernels, then the ops'.
+    let kernels = trine_conformance::all_kernels();
     if args.list {
         for k in &kernels {
             println!("{}", k.name);

@@ -203,16 +203,15 @@ impl Engine {
                 add,
                 tokens,
             } => {
-                let ty = w.tensors[wid].ty;
                 let key = KernelKey::of(&node.op, w, self.shape);
                 let (device, program) = self.placement.programs[&key];
                 let info = self.dev(device).info();
-                let KernelKey::MatmulTiles(_, _, block, depth) = key else {
+                let KernelKey::MatmulTiles(ty, adds, block, depth) = key else {
                     unreachable!("a tiled product's key is MatmulTiles")
                 };
                 // The variant the device compiled decides the block, so the grid.
                 let compiled = &self.placement.kernels[&program].name;
-                let spec = tiles_spec((ty, add.is_some(), block, depth), info)
+                let spec = tiles_spec((ty, adds, block, depth), info)
                     .variants()
                     .into_iter()
                     .find(|v| v.name() == *compiled)
