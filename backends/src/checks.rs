@@ -31,7 +31,41 @@ pub fn check_kernel(kernel: &Kernel, info: &DeviceInfo) -> Result<u64, BackendEr
             what: "matrix tiles (16x16x16 f16 multiply-accumulate on matrix units)".into(),
         });
     }
+    if kernel.capabilities.async_copy && !info.async_copy {
+        return Err(BackendError::Unsupported {
+            kernel: kernel.name.clone(),
+            what: "asynchronous copies from global to shared memory".into(),
+        });
+    }
     Ok(trine_ir::kernel_hash(kernel))
+}
+
+/// The bindings a kernel copies from asynchronously (`sources`, from
+/// `trine_ir::Kernel::copy_sources`) must start a whole copy ([`trine_ir::COPY_BYTES`]) from
+/// their buffer's start, which is aligned that much: else the copies' addresses would be
+/// misaligned, a fault on the device.
+pub fn check_copy_alignment(
+    kernel: &str,
+    sources: &[usize],
+    d: &Dispatch<'_>,
+) -> Result<(), BackendError> {
+    let align = u64::from(trine_ir::COPY_BYTES);
+    for &i in sources {
+        if let Some(b) = d
+            .bindings
+            .get(i)
+            .filter(|b| !b.offset.is_multiple_of(align))
+        {
+            return Err(bad_dispatch(
+                kernel,
+                format!(
+                    "binding {i} is copied from in lines of {align} bytes: its offset {} is not a multiple of {align}",
+                    b.offset
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `offset + len` must lie within a buffer of `size` bytes.

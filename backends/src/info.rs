@@ -44,6 +44,10 @@ pub struct DeviceInfo {
     /// VK_KHR_cooperative_matrix offering that shape at subgroup scope.
     #[serde(default)]
     pub tiles: bool,
+    /// Whether kernels with asynchronous copies (`trine_ir::CopyOp`) run here: CUDA from sm_80
+    /// (`cp.async`).
+    #[serde(default)]
+    pub async_copy: bool,
     pub max_shared_bytes: u64,
     pub max_invocations: u32,
     pub max_workgroups: [u32; 3],
@@ -91,6 +95,8 @@ impl DeviceInfo {
             Some("subgroup operations")
         } else if caps.tiles && !self.tiles {
             Some("matrix tiles")
+        } else if caps.async_copy && !self.async_copy {
+            Some("asynchronous copies")
         } else if caps
             .subgroup_width
             .is_some_and(|w| self.subgroup_size() != Some(w))

@@ -14,8 +14,8 @@
 use std::collections::HashSet;
 use std::fmt::Write;
 use trine_ir::{
-    BinaryOp, Builtin, Expr, ExprId, Info, Kernel, Literal, Scalar, Stmt, SubgroupOp, TileLayout,
-    TileMemory, TileOp, UnaryOp,
+    BinaryOp, Builtin, CopyOp, Expr, ExprId, Info, Kernel, Literal, Scalar, Stmt, SubgroupOp,
+    TileLayout, TileMemory, TileOp, UnaryOp,
 };
 
 /// Functions every C dialect has, under names that differ between dialects.
@@ -540,6 +540,21 @@ impl<'a, S: Spelling> Printer<'a, S> {
             Stmt::Tile(op) => {
                 let text = self.tile_op(op);
                 self.line(depth, &text);
+            }
+            // The GPU prelude's helpers (`trine_copy_*`); C refuses copies before printing.
+            Stmt::Copy(CopyOp::Start {
+                from,
+                index,
+                to,
+                at,
+            }) => {
+                let (b, i) = (buffer_name(k, *from), self.index(*index));
+                let (s, a) = (shared_name(k, *to), self.index(*at));
+                self.line(depth, &format!("trine_copy_async(&{s}[{a}], &{b}[{i}]);"));
+            }
+            Stmt::Copy(CopyOp::Commit) => self.line(depth, "trine_copy_commit();"),
+            Stmt::Copy(CopyOp::Wait { pending }) => {
+                self.line(depth, &format!("trine_copy_wait<{pending}>();"))
             }
         }
     }

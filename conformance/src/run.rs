@@ -120,10 +120,17 @@ pub fn check_backend_expecting(
 
 fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Reference) -> Record {
     let info = backend.info();
-    let kernel = match (&case.fallback, info.lacks(case.kernel.capabilities)) {
+    // The fallback where the kernel lacks a capability here, unless it lacks one too.
+    let fallback = case.fallback.as_ref();
+    let lacks = info.lacks(case.kernel.capabilities).map(|what| {
+        let also = fallback.and_then(|f| info.lacks(f.capabilities));
+        (what, also)
+    });
+    let kernel = match (fallback, lacks) {
         (_, None) => &case.kernel,
-        (Some(f), Some(_)) => f,
-        (None, Some(what)) => {
+        (Some(f), Some((_, None))) => f,
+        (_, Some((what, also))) => {
+            let what = also.unwrap_or(what);
             let mut r = record(case, backend.name(), &case.kernel.name, Ok(vec![]));
             r.status = Status::Skip;
             r.reason = Some(format!("{LACKS}{what}"));

@@ -283,6 +283,28 @@ impl KernelBuilder {
         self.stmt(Stmt::GridBarrier { sync, workgroups });
     }
 
+    /// [`CopyOp::Start`]: copies [`crate::COPY_BYTES`] from `from[index]` on to `to[at]` on,
+    /// asynchronously; declares the async-copy capability.
+    pub fn copy_async(&self, from: BufferId, index: Val<'_>, to: SharedId, at: Val<'_>) {
+        self.kernel.borrow_mut().capabilities.async_copy = true;
+        self.stmt(Stmt::Copy(CopyOp::Start {
+            from,
+            index: index.id,
+            to,
+            at: at.id,
+        }));
+    }
+
+    /// [`CopyOp::Commit`]: the copies started since the last commit form a batch.
+    pub fn copy_commit(&self) {
+        self.stmt(Stmt::Copy(CopyOp::Commit));
+    }
+
+    /// [`CopyOp::Wait`]: waits until at most `pending` committed batches are in flight.
+    pub fn copy_wait(&self, pending: u32) {
+        self.stmt(Stmt::Copy(CopyOp::Wait { pending }));
+    }
+
     pub fn if_(&self, cond: Val<'_>, then: impl FnOnce()) {
         let then = self.block(then);
         self.stmt(Stmt::If {

@@ -69,6 +69,8 @@ pub enum FuseError {
     },
     #[error("step {step} ({kernel}) uses matrix tiles, which a fused kernel does not carry")]
     Tiles { step: usize, kernel: String },
+    #[error("step {step} ({kernel}) copies asynchronously, which a fused kernel does not carry")]
+    AsyncCopy { step: usize, kernel: String },
     #[error("step {step} ({kernel}) has an empty grid {grid:?}")]
     EmptyGrid {
         step: usize,
@@ -99,6 +101,7 @@ pub fn fuse(
             grid_sync: true,
             tiles: false,
             subgroup_width: None,
+            async_copy: false,
         },
         buffers: buffers.to_vec(),
         params: vec![],
@@ -145,6 +148,12 @@ fn check(
     }
     if !k.tiles.is_empty() {
         return Err(FuseError::Tiles {
+            step: i,
+            kernel: kernel(),
+        });
+    }
+    if k.capabilities.async_copy {
+        return Err(FuseError::AsyncCopy {
             step: i,
             kernel: kernel(),
         });
@@ -479,9 +488,11 @@ impl<'o, 's> Phase<'o, 's> {
                     step: *step,
                     body: self.block(body),
                 },
-                // A step has no grid barrier and no tiles (checked), so this is a
-                // workgroup barrier.
-                Stmt::Barrier | Stmt::GridBarrier { .. } | Stmt::Tile(_) => s.clone(),
+                // A step has no grid barrier, no tiles and no copies (checked), so this
+                // is a workgroup barrier.
+                Stmt::Barrier | Stmt::GridBarrier { .. } | Stmt::Tile(_) | Stmt::Copy(_) => {
+                    s.clone()
+                }
             })
             .collect()
     }

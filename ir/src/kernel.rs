@@ -59,6 +59,10 @@ pub struct Capabilities {
     /// operations in uniform control flow, so no guard may depend on the width at run time).
     /// A device without that width does not run it; the interpreter runs it only at it.
     pub subgroup_width: Option<u32>,
+    /// [`CopyOp`]s: copies from global to shared memory that complete while the invocation
+    /// goes on. CUDA `cp.async` (sm_80 and later). Other devices run a variant that stages
+    /// through registers.
+    pub async_copy: bool,
 }
 
 /// A global buffer: a runtime-sized array of `elem`, bound at binding `index` of set 0
@@ -191,6 +195,42 @@ pub enum TileOp {
         layout: TileLayout,
     },
 }
+
+/// Bytes one [`CopyOp::Start`] moves: a 16-byte line, the widest single copy of every target
+/// (CUDA `cp.async` of 16 bytes, a `uint4`).
+pub const COPY_BYTES: u32 = 16;
+
+/// Asynchronous copies from global to shared memory (needs [`Capabilities::async_copy`]), so
+/// that a block of the next step moves while the invocation computes on the current one,
+/// without passing through its registers. Each invocation's copies form *batches*: those
+/// started since its last [`CopyOp::Commit`] join the next one, and [`CopyOp::Wait`]
+/// waits for its own batches only; a [`Stmt::Barrier`] after the wait makes the copied
+/// elements visible to the workgroup.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CopyOp {
+    /// Copies [`COPY_BYTES`] of consecutive elements from `from[index]` on to `to[at]` on.
+    /// The buffer (readable, not written by the kernel) and the shared array have the same
+    /// element type of 2 or 4 bytes, and both byte addresses are multiples of
+    /// [`COPY_BYTES`] (the buffer's binding offset included). Until the wait that retires its
+    /// batch, the destination is undefined and no invocation may read or write it. CUDA
+    /// `cp.async.cg.shared.global` of 16 bytes.
+    Start {
+        from: BufferId,
+        index: ExprId,
+        to: SharedId,
+        at: ExprId,
+    },
+    /// Closes the batch of copies started since the last commit. CUDA
+    /// `cp.async.commit_group`.
+    Commit,
+    /// Waits until at most `pending` of the invocation's committed batches, the latest ones,
+    /// are still in flight (copies not yet committed are not waited for). CUDA
+    /// `cp.async.wait_group pending`; at most [`MAX_PENDING`].
+    Wait { pending: u32 },
+}
+
+/// The most batches a [`CopyOp::Wait`] may leave in flight.
+pub const MAX_PENDING: u32 = 7;
 
 /// Builtin values. Axes are 0 = x, 1 = y, 2 = z. All are `U32` except where noted.
 ///
@@ -471,6 +511,8 @@ pub enum Stmt {
     GridBarrier { sync: BufferId, workgroups: u32 },
     /// An operation on matrix tiles (needs [`Capabilities::tiles`]); see [`TileOp`].
     Tile(TileOp),
+    /// An asynchronous copy (needs [`Capabilities::async_copy`]); see [`CopyOp`].
+    Copy(CopyOp),
 }
 
 /// One compute kernel. Build it with [`crate::KernelBuilder`], check it with
@@ -581,6 +623,31 @@ impl Kernel {
             _ => false,
         };
         reads || expr.operands().into_iter().any(|o| self.reads_memory(o))
+    }
+
+    /// The buffers the kernel's [`CopyOp::Start`]s read, whose binding offsets must be
+    /// multiples of [`COPY_BYTES`].
+    pub fn copy_sources(&self) -> Vec<BufferId> {
+        fn walk(block: &[Stmt], out: &mut Vec<BufferId>) {
+            for s in block {
+                match s {
+                    Stmt::Copy(CopyOp::Start { from, .. }) if !out.contains(from) => {
+                        out.push(*from)
+                    }
+                    Stmt::Loop { body, .. } => walk(body, out),
+                    Stmt::If {
+                        then, otherwise, ..
+                    } => {
+                        walk(then, out);
+                        walk(otherwise, out);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut out = vec![];
+        walk(&self.body, &mut out);
+        out
     }
 
     /// The sync buffer and workgroup count of the kernel's grid barriers, if it has any.

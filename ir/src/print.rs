@@ -17,6 +17,9 @@ pub fn print(kernel: &Kernel) -> String {
     if k.capabilities.tiles {
         out.push_str("  requires tiles\n");
     }
+    if k.capabilities.async_copy {
+        out.push_str("  requires async_copy\n");
+    }
     if let Some(w) = k.capabilities.subgroup_width {
         let _ = writeln!(out, "  requires subgroup width {w}");
     }
@@ -130,6 +133,23 @@ fn block(k: &Kernel, b: &Block, depth: usize, out: &mut String) {
             }
             Stmt::Tile(op) => {
                 let _ = writeln!(out, "{pad}{}", tile_op(k, op));
+            }
+            Stmt::Copy(CopyOp::Start {
+                from,
+                index,
+                to,
+                at,
+            }) => {
+                let buffer = k.buffers.get(from.0 as usize).map_or("?", |d| &d.name);
+                let array = k.shared.get(to.0 as usize).map_or("?", |d| &d.name);
+                let (i, a) = (e(*index), e(*at));
+                let _ = writeln!(out, "{pad}copy_async {buffer}[{i}..] -> {array}[{a}..]");
+            }
+            Stmt::Copy(CopyOp::Commit) => {
+                let _ = writeln!(out, "{pad}copy_commit");
+            }
+            Stmt::Copy(CopyOp::Wait { pending }) => {
+                let _ = writeln!(out, "{pad}copy_wait {pending}");
             }
         }
     }

@@ -106,6 +106,15 @@ pub enum ValidationError {
         expected: TileRole,
         found: TileRole,
     },
+    #[error("copy from buffer {buffer:?} ({from}) to shared {array:?} ({to}): both must hold one type of 2 or 4 bytes")]
+    CopyTypes {
+        buffer: String,
+        array: String,
+        from: Scalar,
+        to: Scalar,
+    },
+    #[error("a copy wait leaves {pending} batches in flight, more than {max}", max = MAX_PENDING)]
+    CopyPending { pending: u32 },
     #[error("{op}: {what} {name:?} holds {found}, a {role:?} tile needs {expected}")]
     TileMemory {
         op: &'static str,
@@ -232,10 +241,12 @@ impl Uses {
                         ..
                     },
                 ) => self.buffers.push(*b),
+                Stmt::Copy(CopyOp::Start { from, .. }) => self.buffers.push(*from),
                 Stmt::StoreShared { .. }
                 | Stmt::Barrier
                 | Stmt::GridBarrier { .. }
-                | Stmt::Tile(_) => {}
+                | Stmt::Tile(_)
+                | Stmt::Copy(_) => {}
             }
         }
     }
@@ -456,6 +467,7 @@ impl Validator<'_> {
                     }
                 }
                 Stmt::Tile(op) => self.tile_op(op)?,
+                Stmt::Copy(op) => self.copy_op(op)?,
             }
         }
         Ok(())
@@ -555,6 +567,45 @@ impl Validator<'_> {
         }
         self.expect(offset, op, Scalar::U32)?;
         self.expect(stride, op, Scalar::U32)
+    }
+
+    fn copy_op(&self, op: &CopyOp) -> Result<()> {
+        need(self.k.capabilities.async_copy, "async_copy", || {
+            "an asynchronous copy".into()
+        })?;
+        match *op {
+            CopyOp::Start {
+                from,
+                index,
+                to,
+                at,
+            } => {
+                let b = self.buffer_for(from, false)?;
+                if b.access.can_write() {
+                    return Err(ValidationError::BufferAccess {
+                        name: b.name.clone(),
+                        access: "writable",
+                        verb: "copied from asynchronously",
+                    });
+                }
+                let shared = self.shared(to)?;
+                if b.elem != shared.elem || !matches!(b.elem.size(), 2 | 4) {
+                    return Err(ValidationError::CopyTypes {
+                        buffer: b.name.clone(),
+                        array: shared.name.clone(),
+                        from: b.elem,
+                        to: shared.elem,
+                    });
+                }
+                self.expect(index, "copy index", Scalar::U32)?;
+                self.expect(at, "copy destination", Scalar::U32)
+            }
+            CopyOp::Commit => Ok(()),
+            CopyOp::Wait { pending } if pending > MAX_PENDING => {
+                Err(ValidationError::CopyPending { pending })
+            }
+            CopyOp::Wait { .. } => Ok(()),
+        }
     }
 
     fn tile_op(&self, op: &TileOp) -> Result<()> {

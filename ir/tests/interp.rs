@@ -218,3 +218,44 @@ fn prefetch_changes_nothing_but_checks_its_index() {
         "{err}"
     );
 }
+
+/// A kernel of 4 invocations each copying one line of 4 u32 words to shared memory from word
+/// `skew` on, waiting (or not) before a barrier, then reading its neighbour's first word.
+fn copy_kernel(skew: u32, wait: bool) -> trine_ir::Kernel {
+    let k = KernelBuilder::new("copy", [4, 1, 1]);
+    let src = k.buffer("src", Scalar::U32, Access::Read);
+    let out = k.buffer("out", Scalar::U32, Access::Write);
+    let sh = k.shared("s", Scalar::U32, 16);
+    let lid = k.local_index();
+    k.copy_async(src, lid * k.u32(4) + k.u32(skew), sh, lid * k.u32(4));
+    k.copy_commit();
+    if wait {
+        k.copy_wait(0);
+    }
+    k.barrier();
+    let other = (lid + k.u32(1)) % k.u32(4);
+    k.store(out, lid, k.load_shared(sh, other * k.u32(4)));
+    k.finish()
+}
+
+#[test]
+fn copies_land_at_their_wait_and_not_before() {
+    let words: Vec<u8> = (0u32..20).flat_map(|w| (w * 10).to_le_bytes()).collect();
+    let mut bufs = vec![words.clone(), vec![0u8; 16]];
+    interpret(&copy_kernel(0, true), [1, 1, 1], &mut bufs, &[], 4).unwrap();
+    let got: Vec<u32> = bufs[1]
+        .chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, vec![40, 80, 120, 0]);
+
+    // Without the wait, the line is still in flight when the neighbour reads it.
+    let mut bufs = vec![words.clone(), vec![0u8; 16]];
+    let err = interpret(&copy_kernel(0, false), [1, 1, 1], &mut bufs, &[], 4).unwrap_err();
+    assert!(matches!(err, InterpError::CopyInFlight { .. }), "{err}");
+
+    // A line must start on 16 bytes of the buffer.
+    let mut bufs = vec![words, vec![0u8; 16]];
+    let err = interpret(&copy_kernel(1, true), [1, 1, 1], &mut bufs, &[], 4).unwrap_err();
+    assert!(matches!(err, InterpError::CopyMisaligned { .. }), "{err}");
+}

@@ -286,3 +286,26 @@ fn a_settled_buffer_is_read_only() {
         "{err}"
     );
 }
+
+#[test]
+fn copies_need_one_element_type_and_a_read_only_source() {
+    let build = |src_ty: Scalar, access: Access| {
+        let k = KernelBuilder::new("copy", [4, 1, 1]);
+        let src = k.buffer("src", src_ty, access);
+        let sh = k.shared("s", Scalar::F16, 32);
+        k.copy_async(src, k.u32(0), sh, k.u32(0));
+        k.copy_commit();
+        k.copy_wait(0);
+        k.finish()
+    };
+    let limits = Limits::default();
+    assert!(validate(&build(Scalar::F16, Access::Read), &limits).is_ok());
+    assert!(matches!(
+        validate(&build(Scalar::F32, Access::Read), &limits),
+        Err(ValidationError::CopyTypes { .. })
+    ));
+    assert!(matches!(
+        validate(&build(Scalar::F16, Access::ReadWrite), &limits),
+        Err(ValidationError::BufferAccess { .. })
+    ));
+}

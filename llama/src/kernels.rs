@@ -313,19 +313,26 @@ impl KernelKey {
 
 /// The tiled product of a [`KernelKey::MatmulTiles`] key's fields on a device described by
 /// `info`: tiles need one subgroup width to divide their work by, so a device without them
-/// (or a CPU checking a GPU's prompt) gets the scalar variant. Its
+/// (or a CPU checking a GPU's prompt) gets the scalar variant; f16 weights are copied
+/// asynchronously where the device can. Its
 /// [`matmul_tiles::TilesSpec::variants`] are the key's kernels, and the executor takes the
 /// grid of the one the device compiled.
 pub fn tiles_spec(
     (weights, add, block, depth): (WeightType, bool, matmul_tiles::BlockSize, u32),
     info: &DeviceInfo,
 ) -> matmul_tiles::TilesSpec {
-    matmul_tiles::TilesSpec {
+    let spec = matmul_tiles::TilesSpec {
         weights,
         add,
         tiles: info.subgroup_size().filter(|_| info.tiles),
         block,
         depth,
+        copies: false,
+    };
+    if info.async_copy {
+        spec.copied()
+    } else {
+        spec
     }
 }
 

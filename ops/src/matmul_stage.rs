@@ -62,11 +62,18 @@ enum Share<'b> {
         ty: WeightType,
         halves: Vec<Half<'b>>,
     },
+    /// 16-byte lines of an f16 block, `lines` per invocation, copied straight into shared
+    /// memory ([`Fetch::copy`]) without passing through the invocation's registers: the
+    /// walk's items are lines of [`LINE`] elements.
+    Lines { walk: RowWalk<'b>, lines: usize },
 }
 
-/// Where an invocation's elements of a float block sit, worked out once before the K loop: a
-/// step is a whole number of rows of `invocations` elements, so the invocation's elements
-/// share one column and run down the block `apart` rows from each other. Each element then
+/// f16 elements in a line of an asynchronous copy ([`trine_ir::COPY_BYTES`]).
+pub const LINE: u32 = trine_ir::COPY_BYTES / 2;
+
+/// Where an invocation's items (elements, or lines of them) of a float block sit, worked out
+/// once before the K loop: a step is a whole number of rows of `invocations` items, so the
+/// invocation's items share one column and run down the block `apart` rows from each other. Each element then
 /// costs its step an add and a clamp to load, and a compare to stage, where working out its
 /// row and column every step took most of the kernel's integer work.
 struct RowWalk<'b> {
@@ -87,14 +94,19 @@ struct RowWalk<'b> {
 }
 
 impl<'b> RowWalk<'b> {
-    /// The walk of a block in steps of `depth` blocks of K over `invocations`, which must be
-    /// a multiple of the step's columns.
-    fn new(k: &'b KernelBuilder, block: &Block<'b>, (invocations, depth): (u32, u32)) -> Self {
-        let width = BK * depth;
+    /// The walk of a block in steps of `depth` blocks of K over `invocations`, in items of
+    /// `item` elements: `invocations` must be a multiple of the items of a step's row.
+    fn new(
+        k: &'b KernelBuilder,
+        block: &Block<'b>,
+        (invocations, depth): (u32, u32),
+        item: u32,
+    ) -> Self {
+        let per_row = BK * depth / item;
         let lid = k.local_index();
-        let (row, column) = (lid / k.u32(width), lid % k.u32(width));
+        let (row, column) = (lid / k.u32(per_row), lid % k.u32(per_row) * k.u32(item));
         let first = block.r0 + row;
-        let apart = invocations / width;
+        let apart = invocations / per_row;
         RowWalk {
             first,
             base: first.min(block.rows - k.u32(1)) * block.cols + column,
@@ -156,12 +168,14 @@ pub struct Fetch<'b> {
 impl<'b> Fetch<'b> {
     /// Declares the variables for x's block (`f32`) and W's (stored as `ty`), steps of
     /// `depth` blocks. Each block's rows times its step's columns are a multiple of
-    /// `invocations` (the kernel's blocks and widths are).
+    /// `invocations` (the kernel's blocks and widths are). With `copied`, f16 weights are
+    /// copied to shared memory asynchronously ([`Fetch::copy`]) instead.
     pub fn declare(
         k: &'b KernelBuilder,
         (invocations, depth): (u32, u32),
         (x, xb): (BufferId, Block<'b>),
         (w, wb, ty): (BufferId, Block<'b>, WeightType),
+        copied: bool,
     ) -> Fetch<'b> {
         let width = BK * depth;
         let rows = |name: &str, float: Float, block: &Block<'b>| Share::Rows {
@@ -169,9 +183,13 @@ impl<'b> Fetch<'b> {
             values: (0..block.n * width / invocations)
                 .map(|i| k.var(&format!("{name}{i}"), float.scalar()))
                 .collect(),
-            walk: RowWalk::new(k, block, (invocations, depth)),
+            walk: RowWalk::new(k, block, (invocations, depth), 1),
         };
         let w_share = match ty {
+            WeightType::F16 if copied => Share::Lines {
+                walk: RowWalk::new(k, &wb, (invocations, depth), LINE),
+                lines: (wb.n * width / LINE / invocations) as usize,
+            },
             WeightType::F32 => rows("w", Float::F32, &wb),
             WeightType::F16 => rows("w", Float::F16, &wb),
             _ => {
@@ -200,10 +218,28 @@ impl<'b> Fetch<'b> {
         }
     }
 
+    /// Starts the copies of W's lines of the step at column `k0` into `ws` from `base` on, as
+    /// one batch; nothing where W is not copied.
+    pub fn copy(&self, k: &'b KernelBuilder, k0: Val<'b>, ws: SharedId, base: Val<'b>) {
+        let (_, w, Share::Lines { walk, lines }) = &self.w else {
+            return;
+        };
+        for j in 0..*lines {
+            k.copy_async(*w, walk.index(k, j, k0), ws, base + walk.staged(k, j));
+        }
+        k.copy_commit();
+    }
+
+    /// Whether W is copied to shared memory ([`Fetch::copy`]) rather than loaded and put.
+    pub fn copies(&self) -> bool {
+        matches!(self.w.2, Share::Lines { .. })
+    }
+
     /// Loads the share of the step at column `k0` into the variables.
     pub fn load(&self, k: &'b KernelBuilder, k0: Val<'b>) {
         for (block, buf, share) in [&self.x, &self.w] {
             match share {
+                Share::Lines { .. } => {}
                 Share::Rows { values, walk, .. } => {
                     for (j, v) in values.iter().enumerate() {
                         v.set(k.load(*buf, walk.index(k, j, k0)));
@@ -241,10 +277,12 @@ impl<'b> Fetch<'b> {
         }
     }
 
-    /// Stores the loaded share into `xs` and `ws` as f16: rows past a matrix's as zeros.
+    /// Stores the loaded share into `xs` and `ws` as f16: rows past a matrix's as zeros. A
+    /// copied W is not touched.
     pub fn put(&self, k: &'b KernelBuilder, xs: SharedId, ws: SharedId) {
         for ((block, _, share), dst) in [(&self.x, xs), (&self.w, ws)] {
             match share {
+                Share::Lines { .. } => {}
                 Share::Rows {
                     float,
                     values,

@@ -126,6 +126,10 @@ pub struct TilesSpec {
     pub block: BlockSize,
     /// Blocks of K ([`BK`] columns) per step; K must be whole steps ([`TilesSpec::depth_for`]).
     pub depth: u32,
+    /// F16 weights copied into shared memory asynchronously ([`trine_ir::CopyOp`]), in two
+    /// stages: the next step's block moves while the subgroups multiply the current one,
+    /// without passing through the invocations' registers ([`TilesSpec::copied`]).
+    pub copies: bool,
 }
 
 impl TilesSpec {
@@ -139,6 +143,26 @@ impl TilesSpec {
         depth
     }
 
+    /// This product with its f16 weights copied asynchronously, where it has tiles and f16
+    /// weights.
+    pub fn copied(self) -> Self {
+        TilesSpec {
+            copies: self.weights == WeightType::F16 && self.tiles.is_some(),
+            ..self
+        }
+    }
+
+    /// The blocks of K a step takes: [`TilesSpec::depth`], but one for the large block with
+    /// copies, so that its two stages of W, its x and its output tile fit 48 KiB of shared
+    /// memory.
+    pub fn step_depth(&self) -> u32 {
+        if self.copies && self.block == BlockSize::Large {
+            1
+        } else {
+            self.depth
+        }
+    }
+
     /// The scalar variant of this product (no matrix units), which steps a block at a time,
     /// the large block as a medium one ([`TilesSpec::grid`] follows), its shared memory
     /// within the smallest device's 32 KiB.
@@ -146,6 +170,7 @@ impl TilesSpec {
         TilesSpec {
             tiles: None,
             depth: 1,
+            copies: false,
             block: match self.block {
                 BlockSize::Large => BlockSize::Medium,
                 b => b,
@@ -154,17 +179,25 @@ impl TilesSpec {
         }
     }
 
-    /// The kernels to try for this product, best first: its own; on tiles, the large block
-    /// then the medium one (for a device with less than the large block's 48 KiB of shared
-    /// memory); then the scalar variant.
+    /// The kernels to try for this product, best first: its own; with copies, the same without
+    /// them (for a device that has none); on tiles, the large block then the medium one (for
+    /// a device with less than the large block's 48 KiB of shared memory); then the scalar
+    /// variant.
     pub fn variants(self) -> Vec<TilesSpec> {
         let mut out = vec![];
-        if self.tiles.is_some() {
+        if self.copies {
             out.push(self);
+        }
+        let this = TilesSpec {
+            copies: false,
+            ..self
+        };
+        if this.tiles.is_some() {
+            out.push(this);
             if self.block == BlockSize::Large {
                 out.push(TilesSpec {
                     block: BlockSize::Medium,
-                    ..self
+                    ..this
                 });
             }
         }
@@ -172,10 +205,11 @@ impl TilesSpec {
         out
     }
 
-    /// The kernel's name: weights, residual, block, subgroup width (or scalar) and depth.
+    /// The kernel's name: weights, residual, block, subgroup width (or scalar), copies and
+    /// depth.
     pub fn name(&self) -> String {
         format!(
-            "matmul_tiles_{}{}{}{}_d{}",
+            "matmul_tiles_{}{}{}{}{}_d{}",
             self.weights.name(),
             if self.add { "_add" } else { "" },
             self.block.name(),
@@ -183,7 +217,8 @@ impl TilesSpec {
                 Some(w) => format!("_sg{w}"),
                 None => "_scalar".into(),
             },
-            self.depth
+            if self.copies { "_cp" } else { "" },
+            self.step_depth()
         )
     }
 
@@ -242,7 +277,7 @@ pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
 pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let ty = spec.weights;
     let (bm, bn) = spec.block();
-    let depth = spec.depth;
+    let depth = spec.step_depth();
     if !matches!(depth, 1 | 2 | 4) {
         return Err(ShapeError::Unsupported {
             op: OP,
@@ -258,8 +293,12 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
     let tokens = k.param("tokens", Scalar::U32);
+    // Copied weights have two stages: a step's copies land in one while the subgroups read
+    // the other.
+    let w_stage = bn * stage(depth);
+    let stages = if spec.copies { 2 } else { 1 };
     let xs = k.shared("x_block", Scalar::F16, bm * stage(depth));
-    let ws = k.shared("w_block", Scalar::F16, bn * stage(depth));
+    let ws = k.shared("w_block", Scalar::F16, stages * w_stage);
     let r0 = k.workgroup_id(0) * k.u32(bn);
     let t0 = k.workgroup_id(1) * k.u32(bm);
 
@@ -295,16 +334,30 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             },
             ty,
         ),
+        spec.copies,
     );
     // Step k + 1's loads are issued before step k's products ([`super::matmul_stage`]).
+    let width = BK * depth;
+    // Where W's stage of the step at column k0 starts.
+    fn stage_at<'b>(k: &'b KernelBuilder, k0: Val<'b>, (width, w_stage): (u32, u32)) -> Val<'b> {
+        (k0 / k.u32(width)) % k.u32(2) * k.u32(w_stage)
+    }
+    let w_stage_size = if spec.copies { w_stage } else { 0 };
     fetch.load(&k, k.u32(0));
-    k.for_range(k.u32(0), cols, BK * depth, |k0| {
+    fetch.copy(&k, k.u32(0), ws, k.u32(0));
+    k.for_range(k.u32(0), cols, width, |k0| {
         fetch.put(&k, xs, ws);
+        if fetch.copies() {
+            k.copy_wait(0);
+        }
         k.barrier();
-        let next = k0 + k.u32(BK * depth);
-        k.if_(next.lt(cols), || fetch.load(&k, next));
-        compute.step(&k, (xs, ws), depth);
-        // The next step restages both blocks.
+        let next = k0 + k.u32(width);
+        k.if_(next.lt(cols), || {
+            fetch.load(&k, next);
+            fetch.copy(&k, next, ws, stage_at(&k, next, (width, w_stage_size)));
+        });
+        compute.step(&k, (xs, ws, stage_at(&k, k0, (width, w_stage_size))), depth);
+        // The next step restages x, and W's copies after it reuse this step's stage.
         k.barrier();
     });
     compute.finish(
@@ -435,8 +488,8 @@ impl<'b> Compute<'b> {
             .collect()
     }
 
-    /// Multiplies the staged step of `depth` blocks into the sums.
-    fn step(&self, k: &'b KernelBuilder, (xs, ws): (SharedId, SharedId), depth: u32) {
+    /// Multiplies the staged step of `depth` blocks, W's from `w0` of `ws`, into the sums.
+    fn step(&self, k: &'b KernelBuilder, (xs, ws, w0): (SharedId, SharedId, Val<'b>), depth: u32) {
         let width = stage(depth);
         match self {
             Compute::Tiles {
@@ -456,7 +509,7 @@ impl<'b> Compute<'b> {
                     }
                     for j in 0..*columns {
                         // W's rows are B's columns: B is W's block column-major.
-                        let column = at(*tn + k.u32(j));
+                        let column = w0 + at(*tn + k.u32(j));
                         b.load(TileMemory::Shared(ws), column, stride, TileLayout::ColMajor);
                         for (i, a) in a.iter().enumerate() {
                             accs[i * *columns as usize + j as usize].mma(*a, *b);
@@ -471,7 +524,8 @@ impl<'b> Compute<'b> {
                     let xv = k.load_shared(xs, t * k.u32(width) + c).cast(Scalar::F32);
                     for (j, sum) in sums.iter().enumerate() {
                         let n = lane + k.u32(lanes * j as u32);
-                        let wv = k.load_shared(ws, n * k.u32(width) + c).cast(Scalar::F32);
+                        let wv = k.load_shared(ws, w0 + n * k.u32(width) + c);
+                        let wv = wv.cast(Scalar::F32);
                         sum.set(xv.fma(wv, sum.get()));
                     }
                 });
@@ -551,20 +605,28 @@ pub fn reference(
 ) -> Result<Vec<f64>, ShapeError> {
     check(rows, cols, tokens)?;
     let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
-    let wd = dequantize(ty, w, r * c)?;
+    let wd: Vec<f64> = dequantize(ty, w, r * c)?
+        .into_iter()
+        .map(|v| f16::from_f64(v).to_f64())
+        .collect();
+    let xd: Vec<f64> = x.iter().map(|&v| f16::from_f32(v).to_f64()).collect();
     let mut y = vec![0f64; t * r];
-    for tok in 0..t {
-        for row in 0..r {
-            let sum: f64 = (0..c)
-                .map(|i| {
-                    let xv = f16::from_f32(x[tok * c + i]).to_f64();
-                    let wv = f16::from_f64(wd[row * c + i]).to_f64();
-                    xv * wv
-                })
-                .sum();
-            y[tok * r + row] = sum + add.map_or(0.0, |a| a[tok * r + row] as f64);
+    // Tokens spread over the host's threads: the bench's products reach 4096 × 4096 × 512.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = t.div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        for (chunk, ys) in y.chunks_mut(per * r).enumerate() {
+            let (xd, wd) = (&xd, &wd);
+            s.spawn(move || {
+                for (i, out) in ys.iter_mut().enumerate() {
+                    let (tok, row) = (chunk * per + i / r, i % r);
+                    let xs = &xd[tok * c..][..c];
+                    let sum: f64 = xs.iter().zip(&wd[row * c..][..c]).map(|(a, b)| a * b).sum();
+                    *out = sum + add.map_or(0.0, |a| a[tok * r + row] as f64);
+                }
+            });
         }
-    }
+    });
     Ok(y)
 }
 
@@ -581,26 +643,29 @@ pub fn case(
     add: bool,
 ) -> Result<Case, ShapeError> {
     let block = BlockSize::for_product(rows, tokens, false);
-    case_in(ty, (rows, cols, tokens), add, block)
+    case_in(ty, (rows, cols, tokens), add, (block, false))
 }
 
-/// [`case`] with the tiled kernel on `block`, whatever the shape.
+/// [`case`] with the tiled kernel on `block`, whatever the shape; with `copies`, the tiled
+/// kernel copies its f16 weights ([`TilesSpec::copied`]) and its fallback is the tiled kernel
+/// without copies, where a device lacks them (a device without tiles skips the case).
 pub fn case_in(
     ty: WeightType,
     (rows, cols, tokens): (u32, u32, u32),
     add: bool,
-    block: BlockSize,
+    (block, copies): (BlockSize, bool),
 ) -> Result<Case, ShapeError> {
     check(rows, cols, tokens)?;
     let name = format!(
-        "{OP}/{}/{rows}x{cols}/t{tokens}{}{}",
+        "{OP}/{}/{rows}x{cols}/t{tokens}{}{}{}",
         ty.name(),
         if add { "+add" } else { "" },
         if block == BlockSize::Large {
             "/large"
         } else {
             ""
-        }
+        },
+        if copies { "/copies" } else { "" }
     );
     let mut rng = Rng::new(super::support::seed(&name));
     let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
@@ -614,8 +679,10 @@ pub fn case_in(
         tiles: Some(CASE_SUBGROUP),
         block,
         depth: TilesSpec::depth_for(cols),
+        copies: false,
     };
-    let scalar = spec.scalar();
+    let fallback = if copies { spec } else { spec.scalar() };
+    let spec = if copies { spec.copied() } else { spec };
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
         .input("w", weights_elem(ty), dequant::pad_to_words(w))
         .input("x", Scalar::F32, f32_bytes(&x));
@@ -626,7 +693,7 @@ pub fn case_in(
         .output("y", Scalar::F32, vec![0; t * r * 4], want)
         .params(spec.params(rows, cols, tokens))
         .bound(NMSE)
-        .fallback_on(kernel(scalar)?, scalar.grid(rows, tokens)))
+        .fallback_on(kernel(fallback)?, fallback.grid(rows, tokens)))
 }
 
 /// Every weight type at a shape of one block and a partial one (tokens and rows past a
@@ -649,13 +716,27 @@ pub fn cases() -> Vec<Case> {
         WeightType::F16,
         (136, 64, 140),
         false,
-        BlockSize::Large,
+        (BlockSize::Large, false),
     ));
     out.push(case_in(
         WeightType::Q4_1,
         (256, 128, 128),
         true,
-        BlockSize::Large,
+        (BlockSize::Large, false),
+    ));
+    // f16 weights copied asynchronously: the large block (steps of one block of K, rows and
+    // tokens past one) and the medium one (steps of two, three of them, rows past one).
+    out.push(case_in(
+        WeightType::F16,
+        (136, 96, 140),
+        true,
+        (BlockSize::Large, true),
+    ));
+    out.push(case_in(
+        WeightType::F16,
+        (72, 192, 40),
+        false,
+        (BlockSize::Medium, true),
     ));
     out.into_iter()
         .collect::<Result<_, _>>()
@@ -691,6 +772,7 @@ mod tests {
                 tiles: None,
                 block,
                 depth: MAX_DEPTH,
+                copies: false,
             };
             let k = kernel(spec.scalar()).unwrap();
             assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
@@ -704,6 +786,7 @@ mod tests {
                     let spec = TilesSpec {
                         tiles: Some(width),
                         depth,
+                        copies: false,
                         ..spec
                     };
                     let k = kernel(spec).unwrap();
@@ -727,6 +810,7 @@ mod tests {
             tiles: Some(32),
             block: BlockSize::Large,
             depth: 2,
+            copies: false,
         };
         let variants = spec.variants();
         let blocks: Vec<_> = variants.iter().map(|v| (v.block, v.tiles)).collect();
@@ -765,6 +849,7 @@ mod tests {
             tiles: None,
             block: BlockSize::Large,
             depth: 1,
+            copies: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
         assert_eq!(spec.scalar().grid(4096, 512), [64, 8, 1]);
@@ -788,6 +873,7 @@ mod tests {
             tiles: Some(32),
             block: BlockSize::Medium,
             depth: 3,
+            copies: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     }
@@ -801,6 +887,7 @@ mod tests {
             tiles: Some(8),
             block: BlockSize::Small,
             depth: 1,
+            copies: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
         assert!(kernel(TilesSpec {

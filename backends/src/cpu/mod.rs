@@ -181,6 +181,7 @@ impl CpuBackend {
             f16: true,
             int8: true,
             tiles: false,
+            async_copy: false,
             max_shared_bytes: 64 * 1024,
             max_invocations: 1024,
             max_workgroups: [u32::MAX; 3],

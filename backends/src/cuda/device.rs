@@ -170,6 +170,7 @@ pub fn describe(
         f16: true,
         int8: true,
         tiles: arch >= super::TILES_MIN_ARCH,
+        async_copy: arch >= super::ASYNC_COPY_MIN_ARCH,
         max_shared_bytes: u64::from(shared),
         max_invocations: a(attr::MAX_THREADS_PER_BLOCK)?,
         max_workgroups: [

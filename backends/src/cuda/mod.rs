@@ -33,7 +33,10 @@ pub const OVERLAP_ENV: &str = "TRINE_CUDA_OVERLAP";
 pub use nvrtc::CUDA_PATH_ENV;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{bad_dispatch, check_binding, check_grid_sync, check_range, check_signature};
+use crate::checks::{
+    bad_dispatch, check_binding, check_copy_alignment, check_grid_sync, check_range,
+    check_signature,
+};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use crate::recording::Recording;
@@ -53,6 +56,9 @@ pub const EM_CUDA: u16 = 190;
 /// The oldest architecture (`sm_XY` as `XY`) given matrix tiles: their `mma.sync.m16n8k16`
 /// with f16 operands and `ldmatrix` need sm_80.
 pub const TILES_MIN_ARCH: u32 = 80;
+
+/// The oldest architecture given asynchronous copies (`cp.async`, sm_80).
+pub const ASYNC_COPY_MIN_ARCH: u32 = 80;
 
 /// `kernel` lowered to CUDA and compiled by NVRTC into a cubin for `sm_<arch>` (`arch` 90 for
 /// sm_90), with the backend's options; uncached. Needs NVRTC, not a GPU or driver.
@@ -235,6 +241,7 @@ impl CudaBackend {
         let bad = |msg: String| bad_dispatch(&program.name, msg);
         check_signature(&program.name, program.buffers, &program.params, d)?;
         check_grid_sync(&program.name, program.grid_sync, d, program.resident)?;
+        check_copy_alignment(&program.name, &program.copy_sources, d)?;
         let align = self.info.min_binding_alignment;
         let mut pointers = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {

@@ -20,6 +20,8 @@ pub struct Program {
     pub params: Vec<(String, Scalar)>,
     /// The workgroup count of its grid barriers, which every dispatch must have.
     pub grid_sync: Option<u32>,
+    /// The bindings its asynchronous copies read, whose offsets must be aligned to them.
+    pub copy_sources: Vec<usize>,
     pub block: [u32; 3],
     /// Blocks of this function that run at once on the whole device (the occupancy API's
     /// blocks per multiprocessor, times the multiprocessors): the most a dispatch with grid
@@ -184,6 +186,7 @@ pub fn load(
             .map(|p| (p.name.clone(), p.ty))
             .collect(),
         grid_sync: kernel.grid_sync().map(|(_, w)| w),
+        copy_sources: kernel.copy_sources().iter().map(|b| b.0 as usize).collect(),
         block: kernel.workgroup_size,
         overlap: target.arch() >= 90
             && driver.launch_kernel_ex.is_some()

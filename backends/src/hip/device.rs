@@ -223,6 +223,7 @@ pub(super) fn device_info(rt: &Runtime, dev: &Device, extra: Vec<String>) -> Dev
         int8: true,
         // The HIP lowering has no WMMA (see trine_codegen::hip).
         tiles: false,
+        async_copy: false,
         max_shared_bytes: dev.max_shared,
         max_invocations: dev.max_threads,
         max_workgroups: dev.max_grid,

@@ -307,6 +307,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         f16,
         int8: enable.int8 && enable.storage8,
         tiles: tiles && f16,
+        async_copy: false,
         max_shared_bytes: props.limits.max_compute_shared_memory_size.into(),
         max_invocations: props.limits.max_compute_work_group_invocations,
         max_workgroups: props.limits.max_compute_work_group_count,

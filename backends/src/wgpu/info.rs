@@ -57,6 +57,7 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
         int8: false,
         // wgpu's cooperative matrices are experimental and not requested.
         tiles: false,
+        async_copy: false,
         max_shared_bytes: limits.max_compute_workgroup_storage_size.into(),
         max_invocations: limits.max_compute_invocations_per_workgroup,
         max_workgroups: [per_dim; 3],

@@ -116,6 +116,14 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
             what: "matrix tiles",
         });
     }
+    if k.capabilities.async_copy {
+        // The CPU's variants stage through private variables, which its caches serve alike.
+        return Err(CodegenError::Unsupported {
+            target: "c",
+            kernel: k.name.clone(),
+            what: "asynchronous copies",
+        });
+    }
     let fail = |message: String| CodegenError::Write {
         target: "c",
         kernel: k.name.clone(),

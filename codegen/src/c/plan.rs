@@ -83,10 +83,10 @@ impl<'k> Plan<'k> {
 }
 
 /// Whether `s` holds a barrier or a subgroup operation (tile operations are collective over
-/// a subgroup, though the C lowering refuses them).
+/// a subgroup; the C lowering refuses them, and asynchronous copies).
 pub(super) fn synchronises(k: &Kernel, s: &Stmt) -> bool {
     match s {
-        Stmt::Barrier | Stmt::GridBarrier { .. } | Stmt::Tile(_) => true,
+        Stmt::Barrier | Stmt::GridBarrier { .. } | Stmt::Tile(_) | Stmt::Copy(_) => true,
         Stmt::Let(e) => matches!(k.expr(*e), Expr::Subgroup { .. }),
         Stmt::If {
             then, otherwise, ..

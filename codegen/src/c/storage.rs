@@ -21,7 +21,7 @@
 use super::plan::{Node, Plan, Region};
 use super::uniform::Uniformity;
 use std::collections::BTreeSet;
-use trine_ir::{BinaryOp, Expr, ExprId, Kernel, Stmt, SubgroupOp, TileOp, UnaryOp, VarId};
+use trine_ir::{BinaryOp, CopyOp, Expr, ExprId, Kernel, Stmt, SubgroupOp, TileOp, UnaryOp, VarId};
 
 /// Where a value is defined or used: inside a region, or in the workgroup-level steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -307,9 +307,14 @@ impl Collector<'_> {
                     self.use_(*offset, at);
                     self.use_(*stride, at);
                 }
+                Stmt::Copy(CopyOp::Start { index, at: to, .. }) => {
+                    self.use_(*index, at);
+                    self.use_(*to, at);
+                }
                 Stmt::Barrier
                 | Stmt::GridBarrier { .. }
-                | Stmt::Tile(TileOp::Zero { .. } | TileOp::Mma { .. }) => {}
+                | Stmt::Tile(TileOp::Zero { .. } | TileOp::Mma { .. })
+                | Stmt::Copy(_) => {}
             }
         }
     }
@@ -409,6 +414,7 @@ fn mentions(k: &Kernel, s: &Stmt, v: VarId) -> bool {
         | Stmt::Prefetch { .. }
         | Stmt::Barrier
         | Stmt::GridBarrier { .. }
-        | Stmt::Tile(_) => false,
+        | Stmt::Tile(_)
+        | Stmt::Copy(_) => false,
     }
 }

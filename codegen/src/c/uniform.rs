@@ -75,7 +75,8 @@ impl Uniformity {
                 | Stmt::Prefetch { .. }
                 | Stmt::Barrier
                 | Stmt::GridBarrier { .. }
-                | Stmt::Tile(_) => {}
+                | Stmt::Tile(_)
+                | Stmt::Copy(_) => {}
             }
         }
         changed

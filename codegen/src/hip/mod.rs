@@ -50,6 +50,15 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
             what: "matrix tiles",
         });
     }
+    if k.capabilities.async_copy && dialect == Dialect::Hip {
+        // AMD GPUs before gfx950 have no copy from global to shared memory that bypasses
+        // registers; HIP devices run the variants that stage through them.
+        return Err(CodegenError::Unsupported {
+            target: "hip",
+            kernel: k.name.clone(),
+            what: "asynchronous copies",
+        });
+    }
     let needs = prelude::Needs {
         // Tiles hold f16 operands, whatever else the kernel computes in.
         f16: c_family::uses_f16(k, &info) || tiles,
@@ -59,6 +68,7 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         dot4: c_family::uses_dot4(k),
         prefetch: k.has_prefetch(),
         tiles,
+        copies: k.capabilities.async_copy,
     };
     let mut out = prelude::prelude(dialect, needs);
     if !out.is_empty() {
@@ -92,8 +102,13 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
             1,
             &format!(
                 "__shared__ {}{} {name}[{}];",
-                // Tiles load 16-byte rows of shared arrays (`ldmatrix`).
-                if tiles { "__align__(16) " } else { "" },
+                // Tiles load 16-byte rows of shared arrays (`ldmatrix`), and copies store
+                // 16-byte lines.
+                if tiles || needs.copies {
+                    "__align__(16) "
+                } else {
+                    ""
+                },
                 c_family::elem_type(s.elem),
                 s.len
             ),

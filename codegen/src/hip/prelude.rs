@@ -21,6 +21,8 @@ pub(crate) struct Needs {
     pub prefetch: bool,
     /// Matrix tiles (CUDA only; see [`super::tiles`]).
     pub tiles: bool,
+    /// Asynchronous copies (CUDA only: `trine_copy_*`).
+    pub copies: bool,
 }
 
 const FN: &str = "__device__ __forceinline__";
@@ -86,6 +88,9 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
     if needs.tiles {
         out.push_str(super::tiles::TILES_CUDA);
     }
+    if needs.copies {
+        out.push_str(COPIES_CUDA);
+    }
     if needs.grid_sync {
         out.push_str(GRID_SYNC);
     }
@@ -137,6 +142,31 @@ const PRIOR_GRID_CUDA: &str = "__device__ __forceinline__ void trine_wait_prior_
 #if __CUDA_ARCH__ >= 900
   asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");
   asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");
+#endif
+}
+";
+
+/// `trine_ir::CopyOp`: `cp.async` of 16 bytes, which goes through L2 only (`.cg`) into shared
+/// memory, and its batches; the shared address is converted from the generic one. Before
+/// sm_80, which has no `cp.async`, a copy is a plain 16-byte load and store, done by the time
+/// the wait is reached.
+const COPIES_CUDA: &str =
+    "__device__ __forceinline__ void trine_copy_async(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+  unsigned int s = (unsigned int)__cvta_generic_to_shared(dst);
+  asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(s), \"l\"(src) : \"memory\");
+#else
+  *(uint4*)dst = *(const uint4*)src;
+#endif
+}
+__device__ __forceinline__ void trine_copy_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile(\"cp.async.commit_group;\" ::: \"memory\");
+#endif
+}
+template <int N> __device__ __forceinline__ void trine_copy_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile(\"cp.async.wait_group %0;\" :: \"n\"(N) : \"memory\");
 #endif
 }
 ";

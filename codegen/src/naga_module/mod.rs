@@ -53,6 +53,15 @@ pub fn lower(kernel: &Kernel) -> Result<Lowered, CodegenError> {
 /// byte products.
 pub fn lower_with(kernel: &Kernel, native_dot4: bool) -> Result<Lowered, CodegenError> {
     let info = crate::validated(kernel)?;
+    if kernel.capabilities.async_copy {
+        // Vulkan has no copy that bypasses registers; its devices run the variants that stage
+        // through them.
+        return Err(CodegenError::Unsupported {
+            target: "spirv",
+            kernel: kernel.name.clone(),
+            what: "asynchronous copies",
+        });
+    }
     let mut module = naga::Module::default();
     let globals = interface::declare_globals(&mut module, kernel);
 

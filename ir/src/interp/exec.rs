@@ -1,5 +1,6 @@
 //! One workgroup executed as a masked SIMT group.
 
+use super::copies::Copies;
 use super::ops::{self, OpError};
 use super::{InterpError, Launch, Site};
 use crate::kernel::*;
@@ -11,6 +12,8 @@ pub(super) struct SharedCell {
     pub(super) bits: u32,
     /// `None` until first written.
     pub(super) writer: Option<(u32, u64)>,
+    /// Whether an asynchronous copy to it has started and not been waited for.
+    pub(super) in_flight: bool,
 }
 
 pub(crate) struct Workgroup<'l, 'a> {
@@ -20,11 +23,13 @@ pub(crate) struct Workgroup<'l, 'a> {
     /// Value of each expression per lane (only meaningful for lanes active at its Let).
     vals: Vec<Vec<u32>>,
     vars: Vec<Vec<u32>>,
-    shared: Vec<Vec<SharedCell>>,
+    pub(super) shared: Vec<Vec<SharedCell>>,
     /// Number of barriers passed: shared accesses in different epochs are ordered.
     pub(super) epoch: u64,
     /// Each tile's elements per subgroup, row-major; `None` until zeroed or loaded.
     pub(super) tiles: Vec<Vec<Option<Vec<f32>>>>,
+    /// Each invocation's asynchronous copies.
+    pub(super) copies: Vec<Copies>,
 }
 
 pub(super) type R<T> = Result<T, InterpError>;
@@ -36,6 +41,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         let empty = SharedCell {
             bits: 0,
             writer: None,
+            in_flight: false,
         };
         Workgroup {
             l,
@@ -50,6 +56,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                 .collect(),
             epoch: 0,
             tiles: vec![vec![None; lanes.div_ceil(l.subgroup_size as usize)]; k.tiles.len()],
+            copies: vec![Copies::default(); lanes],
         }
     }
 
@@ -184,6 +191,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             }
             Stmt::GridBarrier { .. } => unreachable!("phases are split at grid barriers"),
             Stmt::Tile(op) => self.tile_op(op, mask)?,
+            Stmt::Copy(op) => self.copy_op(op, mask)?,
         }
         Ok(())
     }
@@ -206,6 +214,9 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         Ok(view.offset + index as u64 * size)
     }
 
+    /// The shared element `a[i]` for an access by `lane`: an error where it is out of
+    /// bounds, in flight ([`CopyOp`]), or written by another invocation since the last
+    /// barrier.
     pub(super) fn shared_cell(
         &mut self,
         a: SharedId,
@@ -225,6 +236,13 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                 len: decl.len as u64,
                 expr: String::new(),
             })?;
+        if cell.in_flight {
+            return Err(InterpError::CopyInFlight {
+                at,
+                array: decl.name.clone(),
+                index: i,
+            });
+        }
         if let Some((writer, e)) = cell.writer {
             if e == epoch && writer != lane as u32 {
                 return Err(InterpError::SharedRace {

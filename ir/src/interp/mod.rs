@@ -6,8 +6,10 @@
 //! interpreter can report what a GPU would leave undefined: out-of-bounds accesses, a barrier
 //! reached by only part of the workgroup, shared memory read before any write or written and
 //! read by different invocations with no barrier between, a shuffle from an inactive lane,
-//! integer division by zero, float-to-int conversions out of range.
+//! integer division by zero, float-to-int conversions out of range, shared memory touched
+//! while an asynchronous copy to it is in flight.
 
+mod copies;
 mod exec;
 mod memory;
 mod ops;
@@ -101,6 +103,12 @@ pub enum InterpError {
     TileMisaligned { at: Site, offset: u32, stride: u32 },
     #[error("{at}: tile {tile:?} is read before it is zeroed or loaded")]
     TileUnset { at: Site, tile: String },
+    #[error("{at}: {what} byte {byte} of an asynchronous copy is not a multiple of 16")]
+    CopyMisaligned { at: Site, what: String, byte: u64 },
+    #[error(
+        "{at}: shared {array}[{index}] accessed while an asynchronous copy to it is in flight"
+    )]
+    CopyInFlight { at: Site, array: String, index: u32 },
     #[error("a kernel with grid barriers over {workgroups} workgroups dispatched over {grid:?}")]
     GridSyncGrid { workgroups: u32, grid: [u32; 3] },
     #[error("grid barrier buffer {name:?} needs at least 2 words with word 0 zero, found {words} word(s), word 0 = {first}")]

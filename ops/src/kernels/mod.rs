@@ -6,6 +6,7 @@ pub mod affine;
 pub mod bitops;
 pub mod butterfly;
 pub mod convert;
+pub mod copy_lines;
 pub mod dot4;
 pub mod grid_sync;
 pub mod half_axpy;
@@ -40,6 +41,7 @@ pub fn cases() -> Vec<Case> {
         transpose::cases,
         prefix_sum::cases,
         grid_sync::cases,
+        copy_lines::cases,
     ]
     .iter()
     .flat_map(|f| f())

@@ -79,7 +79,13 @@ impl Item {
                 let shape = MatmulShape::packed(1, m as usize, n as usize, k as usize, true, false);
                 matmul::case(spec, shape, 1)
             }
-            Op::MatmulTiles { ty, m, n, k } => matmul_tiles::case(ty, (n, k, m), false),
+            // f16 weights as the executor multiplies them: copied asynchronously where the
+            // device can, its tiled kernel elsewhere.
+            Op::MatmulTiles { ty, m, n, k } => {
+                let block = matmul_tiles::BlockSize::for_product(n, m, false);
+                let copies = ty == trine_gguf::quant::WeightType::F16;
+                matmul_tiles::case_in(ty, (n, k, m), false, (block, copies))
+            }
             Op::RmsNorm { rows, cols } => rms_norm::case(
                 RmsNorm {
                     rows,
@@ -140,7 +146,9 @@ impl Item {
 /// the device can run neither.
 pub fn kernel_for<'c>(case: &'c Case, info: &DeviceInfo) -> Option<&'c Kernel> {
     if info.lacks(case.kernel.capabilities).is_some() {
-        case.fallback.as_ref()
+        case.fallback
+            .as_ref()
+            .filter(|f| info.lacks(f.capabilities).is_none())
     } else {
         Some(&case.kernel)
     }
