@@ -21,7 +21,7 @@ pub mod wgsl;
 
 pub use c::{c, c_source, c_symbol, COptions, CSource, C_MAX_FRAME_BYTES};
 pub use error::CodegenError;
-pub use hip::{hip, Dialect};
+pub use hip::{cuda_dynamic_shared_bytes, hip, Dialect, CUDA_STATIC_SHARED_BYTES};
 /// The naga the modules are built with, for backends that take a module as it is (wgpu).
 pub use naga;
 pub use spirv::{spirv, SpirvOptions, SpirvOutput};

@@ -218,8 +218,8 @@ impl<'b> Fetch<'b> {
         }
     }
 
-    /// Starts the copies of W's lines of the step at column `k0` into `ws` from `base` on, as
-    /// one batch; nothing where W is not copied.
+    /// Starts the copies of W's lines of the step at column `k0` into `ws` from `base` on (the
+    /// caller commits them); nothing where W is not copied.
     pub fn copy(&self, k: &'b KernelBuilder, k0: Val<'b>, ws: SharedId, base: Val<'b>) {
         let (_, w, Share::Lines { walk, lines }) = &self.w else {
             return;
@@ -227,12 +227,6 @@ impl<'b> Fetch<'b> {
         for j in 0..*lines {
             k.copy_async(*w, walk.index(k, j, k0), ws, base + walk.staged(k, j));
         }
-        k.copy_commit();
-    }
-
-    /// Whether W is copied to shared memory ([`Fetch::copy`]) rather than loaded and put.
-    pub fn copies(&self) -> bool {
-        matches!(self.w.2, Share::Lines { .. })
     }
 
     /// Loads the share of the step at column `k0` into the variables.
@@ -277,10 +271,10 @@ impl<'b> Fetch<'b> {
         }
     }
 
-    /// Stores the loaded share into `xs` and `ws` as f16: rows past a matrix's as zeros. A
-    /// copied W is not touched.
-    pub fn put(&self, k: &'b KernelBuilder, xs: SharedId, ws: SharedId) {
-        for ((block, _, share), dst) in [(&self.x, xs), (&self.w, ws)] {
+    /// Stores the loaded share into `xs` and `ws` as f16, each block from the element its
+    /// array's pair names on: rows past a matrix's as zeros. A copied W is not touched.
+    pub fn put(&self, k: &'b KernelBuilder, xs: (SharedId, Val<'b>), ws: (SharedId, Val<'b>)) {
+        for ((block, _, share), (dst, base)) in [(&self.x, xs), (&self.w, ws)] {
             match share {
                 Share::Lines { .. } => {}
                 Share::Rows {
@@ -294,7 +288,7 @@ impl<'b> Fetch<'b> {
                             _ => v.get().cast(Scalar::F32),
                         };
                         let value = k.select(walk.inside(k, j, block.rows), value, k.f32(0.0));
-                        let at = walk.staged(k, j);
+                        let at = base + walk.staged(k, j);
                         k.store_shared(dst, at, value.cast(Scalar::F16));
                     }
                 }
@@ -305,7 +299,8 @@ impl<'b> Fetch<'b> {
                             let at = self.half_at(k, e);
                             let inside = (block.r0 + at.row).lt(block.rows);
                             let (s, codes) = half.decode(k);
-                            let first = at.row * k.u32(stage(self.depth))
+                            let first = base
+                                + at.row * k.u32(stage(self.depth))
                                 + at.block * k.u32(BK)
                                 + at.half * k.u32(BK / 2);
                             for (i, byte) in codes.iter().enumerate() {

@@ -133,8 +133,9 @@ pub fn describe(
     let mut notes = vec![
         format!("compute capability {major}.{minor}, {sms} multiprocessors"),
         format!(
-            "shared memory: {shared} bytes per block as declared in a kernel, {shared_optin} \
-             with the dynamic opt-in (not used by the lowering)"
+            "shared memory: {shared} bytes per block declared statically, {shared_optin} with \
+             the dynamic opt-in, which kernels of more than {} bytes take",
+            trine_codegen::CUDA_STATIC_SHARED_BYTES
         ),
         format!("NVRTC {nv_major}.{nv_minor} at {}", nvrtc.path.display()),
         "compiled with --fmad=false: a*b+c rounds twice, as in the interpreter".into(),
@@ -171,7 +172,7 @@ pub fn describe(
         int8: true,
         tiles: arch >= super::TILES_MIN_ARCH,
         async_copy: arch >= super::ASYNC_COPY_MIN_ARCH,
-        max_shared_bytes: u64::from(shared),
+        max_shared_bytes: u64::from(shared.max(shared_optin)),
         max_invocations: a(attr::MAX_THREADS_PER_BLOCK)?,
         max_workgroups: [
             a(attr::MAX_GRID_DIM_X)?,

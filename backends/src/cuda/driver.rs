@@ -33,6 +33,8 @@ pub const CAPTURE_THREAD_LOCAL: c_uint = 1;
 /// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`: the launched kernel may start
 /// while the kernel before it in the stream runs, and waits for it itself.
 pub const LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: c_int = 6;
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
+pub const FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
 
 /// `CUlaunchAttribute`: an id, padding to 8 bytes, and a 64-byte union of values.
 #[repr(C)]
@@ -156,6 +158,7 @@ driver_api! {
     module_load_data = b"cuModuleLoadData\0": fn(*mut CuModule, *const c_void);
     module_unload = b"cuModuleUnload\0": fn(CuModule);
     module_get_function = b"cuModuleGetFunction\0": fn(*mut CuFunction, CuModule, *const c_char);
+    func_set_attribute = b"cuFuncSetAttribute\0": fn(CuFunction, c_int, c_int);
     occupancy_max_active_blocks =
         b"cuOccupancyMaxActiveBlocksPerMultiprocessor\0": fn(*mut c_int, CuFunction, c_int, usize);
     launch_kernel = b"cuLaunchKernel\0": fn(

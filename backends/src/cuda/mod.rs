@@ -287,7 +287,7 @@ impl CudaBackend {
             let config = driver::LaunchConfig {
                 grid: d.grid,
                 block: program.block,
-                shared_mem_bytes: 0,
+                shared_mem_bytes: program.dynamic_shared,
                 stream: self.handles.stream,
                 attrs: &mut overlap,
                 num_attrs: 1,
@@ -317,7 +317,7 @@ impl CudaBackend {
                 bx,
                 by,
                 bz,
-                0,
+                program.dynamic_shared,
                 self.handles.stream,
                 args.as_mut_ptr(),
                 std::ptr::null_mut(),

@@ -23,6 +23,9 @@ pub struct Program {
     /// The bindings its asynchronous copies read, whose offsets must be aligned to them.
     pub copy_sources: Vec<usize>,
     pub block: [u32; 3],
+    /// Bytes of dynamic shared memory each launch takes (see
+    /// `trine_codegen::cuda_dynamic_shared_bytes`).
+    pub dynamic_shared: u32,
     /// Blocks of this function that run at once on the whole device (the occupancy API's
     /// blocks per multiprocessor, times the multiprocessors): the most a dispatch with grid
     /// barriers may have.
@@ -161,15 +164,32 @@ pub fn load(
         unsafe { (driver.module_unload)(module) };
         return Err(load_error("cuModuleGetFunction", code));
     }
+    let dynamic = trine_codegen::cuda_dynamic_shared_bytes(kernel);
+    if dynamic > 0 {
+        // SAFETY: a live function; the size is within the device's opt-in maximum, which the
+        // kernel was validated against.
+        let code = unsafe {
+            (driver.func_set_attribute)(
+                function,
+                super::driver::FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                dynamic as c_int,
+            )
+        };
+        if code != 0 {
+            // SAFETY: the module was loaded above and nothing uses it.
+            unsafe { (driver.module_unload)(module) };
+            return Err(load_error("cuFuncSetAttribute", code));
+        }
+    }
     let mut per_sm: c_int = 0;
     // SAFETY: a valid out-pointer and a live function; the block size is the kernel's own,
-    // which compile checked against the device's limits, and it takes no dynamic shared memory.
+    // which compile checked against the device's limits, as its dynamic shared memory.
     let code = unsafe {
         (driver.occupancy_max_active_blocks)(
             &mut per_sm,
             function,
             kernel.invocations() as c_int,
-            0,
+            dynamic as usize,
         )
     };
     // Without an answer, one block per multiprocessor: any block that launches fits that.
@@ -188,6 +208,7 @@ pub fn load(
         grid_sync: kernel.grid_sync().map(|(_, w)| w),
         copy_sources: kernel.copy_sources().iter().map(|b| b.0 as usize).collect(),
         block: kernel.workgroup_size,
+        dynamic_shared: dynamic as u32,
         overlap: target.arch() >= 90
             && driver.launch_kernel_ex.is_some()
             && !kernel.capabilities.grid_sync,

@@ -96,8 +96,25 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     );
 
     let mut p = Printer::new(k, &info, &Gpu);
+    let dynamic = match dialect {
+        Dialect::Cuda => dynamic_layout(k),
+        // hiprtc's devices offer 64 KiB, which validation already holds kernels to.
+        Dialect::Hip => None,
+    };
+    if dynamic.is_some() {
+        p.line(
+            1,
+            "extern __shared__ __align__(16) unsigned char trine_shared[];",
+        );
+    }
     for (i, s) in k.shared.iter().enumerate() {
         let name = c_family::shared_name(k, trine_ir::SharedId(i as u32));
+        if let Some((offsets, _)) = &dynamic {
+            let ty = c_family::elem_type(s.elem);
+            let at = offsets[i];
+            p.line(1, &format!("{ty}* {name} = ({ty}*)(trine_shared + {at});"));
+            continue;
+        }
         p.line(
             1,
             &format!(
@@ -140,6 +157,37 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     out.push_str(&p.finish());
     out.push_str("}\n");
     Ok(out)
+}
+
+/// Shared memory a CUDA kernel declares statically; beyond it, its arrays live in dynamic
+/// shared memory, which the function must be allowed (the device's opt-in maximum) and each
+/// launch sizes ([`cuda_dynamic_shared_bytes`]).
+pub const CUDA_STATIC_SHARED_BYTES: u64 = 48 * 1024;
+
+/// Each array's byte offset in a CUDA kernel's dynamic shared memory (16-byte aligned, as
+/// tile loads and copies need) and the total, or `None` where the arrays are declared
+/// statically (at most [`CUDA_STATIC_SHARED_BYTES`]).
+fn dynamic_layout(kernel: &Kernel) -> Option<(Vec<u64>, u64)> {
+    if kernel.shared_bytes() <= CUDA_STATIC_SHARED_BYTES {
+        return None;
+    }
+    let mut end = 0u64;
+    let offsets = kernel
+        .shared
+        .iter()
+        .map(|s| {
+            let at = end.next_multiple_of(16);
+            end = at + u64::from(s.len) * s.elem.size() as u64;
+            at
+        })
+        .collect();
+    Some((offsets, end))
+}
+
+/// The bytes of dynamic shared memory a launch of `kernel`'s CUDA lowering takes: 0 where
+/// its arrays are static.
+pub fn cuda_dynamic_shared_bytes(kernel: &Kernel) -> u64 {
+    dynamic_layout(kernel).map_or(0, |(_, bytes)| bytes)
 }
 
 /// The spelling HIP and CUDA share: they differ only in their preludes.
