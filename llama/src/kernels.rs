@@ -328,6 +328,7 @@ pub fn tiles_spec(
         block,
         depth,
         copies: false,
+        half_x: false,
     };
     if info.async_copy {
         spec.copied()

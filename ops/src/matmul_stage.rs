@@ -166,14 +166,14 @@ pub struct Fetch<'b> {
 }
 
 impl<'b> Fetch<'b> {
-    /// Declares the variables for x's block (`f32`) and W's (stored as `ty`), steps of
-    /// `depth` blocks. Each block's rows times its step's columns are a multiple of
-    /// `invocations` (the kernel's blocks and widths are). With `copied`, f16 weights are
+    /// Declares the variables for x's block (stored as `xf`) and W's (stored as `ty`), steps
+    /// of `depth` blocks. Each block's rows times its step's columns are a multiple of
+    /// `invocations` (the kernel's blocks and widths are). With `copied`, f16 blocks are
     /// copied to shared memory asynchronously ([`Fetch::copy`]) instead.
     pub fn declare(
         k: &'b KernelBuilder,
         (invocations, depth): (u32, u32),
-        (x, xb): (BufferId, Block<'b>),
+        (x, xb, xf): (BufferId, Block<'b>, Float),
         (w, wb, ty): (BufferId, Block<'b>, WeightType),
         copied: bool,
     ) -> Fetch<'b> {
@@ -185,11 +185,12 @@ impl<'b> Fetch<'b> {
                 .collect(),
             walk: RowWalk::new(k, block, (invocations, depth), 1),
         };
+        let lines = |block: &Block<'b>| Share::Lines {
+            walk: RowWalk::new(k, block, (invocations, depth), LINE),
+            lines: (block.n * width / LINE / invocations) as usize,
+        };
         let w_share = match ty {
-            WeightType::F16 if copied => Share::Lines {
-                walk: RowWalk::new(k, &wb, (invocations, depth), LINE),
-                lines: (wb.n * width / LINE / invocations) as usize,
-            },
+            WeightType::F16 if copied => lines(&wb),
             WeightType::F32 => rows("w", Float::F32, &wb),
             WeightType::F16 => rows("w", Float::F16, &wb),
             _ => {
@@ -210,23 +211,39 @@ impl<'b> Fetch<'b> {
                 }
             }
         };
+        let x_share = match xf {
+            Float::F16 if copied => lines(&xb),
+            _ => rows("x", xf, &xb),
+        };
         Fetch {
-            x: (xb, x, rows("x", Float::F32, &xb)),
+            x: (xb, x, x_share),
             w: (wb, w, w_share),
             invocations,
             depth,
         }
     }
 
-    /// Starts the copies of W's lines of the step at column `k0` into `ws` from `base` on (the
-    /// caller commits them); nothing where W is not copied.
-    pub fn copy(&self, k: &'b KernelBuilder, k0: Val<'b>, ws: SharedId, base: Val<'b>) {
-        let (_, w, Share::Lines { walk, lines }) = &self.w else {
-            return;
-        };
-        for j in 0..*lines {
-            k.copy_async(*w, walk.index(k, j, k0), ws, base + walk.staged(k, j));
+    /// Starts the copies of the copied blocks' lines of the step at column `k0`, x's into `xs`
+    /// and W's into `ws`, each from the element its pair names on (the caller commits them).
+    pub fn copy(
+        &self,
+        k: &'b KernelBuilder,
+        k0: Val<'b>,
+        xs: (SharedId, Val<'b>),
+        ws: (SharedId, Val<'b>),
+    ) {
+        for ((_, buf, share), (dst, base)) in [(&self.x, xs), (&self.w, ws)] {
+            if let Share::Lines { walk, lines } = share {
+                for j in 0..*lines {
+                    k.copy_async(*buf, walk.index(k, j, k0), dst, base + walk.staged(k, j));
+                }
+            }
         }
+    }
+
+    /// Whether x's block is copied ([`Fetch::copy`]) rather than loaded and put.
+    pub fn copies_x(&self) -> bool {
+        matches!(self.x.2, Share::Lines { .. })
     }
 
     /// Loads the share of the step at column `k0` into the variables.

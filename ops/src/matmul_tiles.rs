@@ -28,7 +28,7 @@
 use super::dequant;
 use super::matmul_stage::{stage, weights_elem, Block, Fetch};
 use super::shape::ShapeError;
-use super::support::{elements, nonzero};
+use super::support::{elements, nonzero, Float};
 use crate::case::*;
 use half::f16;
 use trine_gguf::quant::{dequantize, quantize, WeightType};
@@ -131,6 +131,9 @@ pub struct TilesSpec {
     /// subgroups multiply the current ones, W's without passing through the invocations'
     /// registers, with one barrier a step ([`TilesSpec::copied`]).
     pub copies: bool,
+    /// x stored as f16 (as cuBLAS's f16 products take it), copied as W is where W is; else
+    /// f32, rounded to f16 as it is staged.
+    pub half_x: bool,
 }
 
 impl TilesSpec {
@@ -144,8 +147,8 @@ impl TilesSpec {
         depth
     }
 
-    /// This product with its f16 weights copied asynchronously, where it has tiles and f16
-    /// weights.
+    /// This product with its f16 weights (and f16 x) copied asynchronously, where it has
+    /// tiles and f16 weights.
     pub fn copied(self) -> Self {
         TilesSpec {
             copies: self.weights == WeightType::F16 && self.tiles.is_some(),
@@ -195,11 +198,12 @@ impl TilesSpec {
         out
     }
 
-    /// The kernel's name: weights, residual, block, subgroup width (or scalar), copies and
-    /// depth.
+    /// The kernel's name: x (where f16) and weights, residual, block, subgroup width (or
+    /// scalar), copies and depth.
     pub fn name(&self) -> String {
         format!(
-            "matmul_tiles_{}{}{}{}{}_d{}",
+            "matmul_tiles_{}{}{}{}{}{}_d{}",
+            if self.half_x { "f16x" } else { "" },
             self.weights.name(),
             if self.add { "_add" } else { "" },
             self.block.name(),
@@ -277,19 +281,21 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let invocations = spec.block.invocations();
     let k = KernelBuilder::new(&spec.name(), [invocations, 1, 1]);
     let w = k.buffer("w", weights_elem(ty), Access::Read);
-    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let x_float = if spec.half_x { Float::F16 } else { Float::F32 };
+    let x = k.buffer("x", x_float.scalar(), Access::Read);
     let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
     let y = k.buffer("y", Scalar::F32, Access::Write);
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
     let tokens = k.param("tokens", Scalar::U32);
-    // Copied weights have COPY_STAGES stages, x two (see `pipelined`): more than 48 KiB for
-    // the large block, which CUDA, the one target of copies, takes as dynamic shared memory.
+    // Copied blocks have COPY_STAGES stages, a put x two (see `pipelined`): more than 48 KiB
+    // for the large block, which CUDA, the one target of copies, takes as dynamic shared
+    // memory.
     let (x_stage, w_stage) = (bm * stage(depth), bn * stage(depth));
-    let (x_stages, w_stages) = if spec.copies {
-        (2, COPY_STAGES)
-    } else {
-        (1, 1)
+    let (x_stages, w_stages) = match (spec.copies, spec.half_x) {
+        (true, true) => (COPY_STAGES, COPY_STAGES),
+        (true, false) => (2, COPY_STAGES),
+        (false, _) => (1, 1),
     };
     let xs = k.shared("x_block", Scalar::F16, x_stages * x_stage);
     let ws = k.shared("w_block", Scalar::F16, w_stages * w_stage);
@@ -317,6 +323,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
                 rows: tokens,
                 cols,
             },
+            x_float,
         ),
         (
             w,
@@ -373,8 +380,9 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
 pub const COPY_STAGES: u32 = 2;
 
 /// The K loop with copied weights: W's block of step i lands in stage i mod
-/// [`COPY_STAGES`], started `COPY_STAGES - 1` steps ahead, and x's (loaded a step ahead, as
-/// without copies) is put into stage i mod 2, so one barrier a step suffices. When every
+/// [`COPY_STAGES`], started `COPY_STAGES - 1` steps ahead, and x's is copied alike (f16 x)
+/// or, loaded a step ahead as without copies, put into stage i mod 2, so one barrier a step
+/// suffices. When every
 /// invocation has passed step i's barrier, every subgroup has finished step i − 1's
 /// products, so the stages those read may be written again: W's by the copies started after
 /// that barrier, x's by the next step's put.
@@ -389,21 +397,29 @@ fn pipelined<'b>(
     let ahead = COPY_STAGES - 1;
     let stage_of =
         |k0: Val<'b>, stages: u32, size: u32| (k0 / k.u32(width)) % k.u32(stages) * k.u32(size);
+    let x_stages = if fetch.copies_x() { COPY_STAGES } else { 2 };
     for s in 0..ahead {
         let k0 = k.u32(s * width);
-        k.if_(k0.lt(cols), || fetch.copy(k, k0, ws, k.u32(s * w_stage)));
+        let (x0, w0) = (k.u32(s * x_stage), k.u32(s * w_stage));
+        k.if_(k0.lt(cols), || fetch.copy(k, k0, (xs, x0), (ws, w0)));
         // Every step commits a batch, empty or not, so that the wait counts steps.
         k.copy_commit();
     }
     fetch.load(k, k.u32(0));
     k.for_range(k.u32(0), cols, width, |k0| {
-        let x0 = stage_of(k0, 2, x_stage);
+        let x0 = stage_of(k0, x_stages, x_stage);
         fetch.put(k, (xs, x0), (ws, k.u32(0)));
         k.copy_wait(ahead - 1);
         k.barrier();
         let later = k0 + k.u32(ahead * width);
         k.if_(later.lt(cols), || {
-            fetch.copy(k, later, ws, stage_of(later, COPY_STAGES, w_stage))
+            let x0 = stage_of(later, x_stages, x_stage);
+            fetch.copy(
+                k,
+                later,
+                (xs, x0),
+                (ws, stage_of(later, COPY_STAGES, w_stage)),
+            )
         });
         k.copy_commit();
         let next = k0 + k.u32(width);
@@ -688,21 +704,23 @@ pub fn case(
     add: bool,
 ) -> Result<Case, ShapeError> {
     let block = BlockSize::for_product(rows, tokens, false);
-    case_in(ty, (rows, cols, tokens), add, (block, false))
+    case_in(ty, (rows, cols, tokens), add, (block, false, Float::F32))
 }
 
-/// [`case`] with the tiled kernel on `block`, whatever the shape; with `copies`, the tiled
-/// kernel copies its f16 weights ([`TilesSpec::copied`]) and its fallback is the tiled kernel
-/// without copies, where a device lacks them (a device without tiles skips the case).
+/// [`case`] with the tiled kernel on `block`, whatever the shape, and x stored as `xf`; with
+/// `copies`, the tiled kernel copies its f16 blocks ([`TilesSpec::copied`]) and its fallback
+/// is the tiled kernel without copies, where a device lacks them (a device without tiles
+/// skips the case).
 pub fn case_in(
     ty: WeightType,
     (rows, cols, tokens): (u32, u32, u32),
     add: bool,
-    (block, copies): (BlockSize, bool),
+    (block, copies, xf): (BlockSize, bool, Float),
 ) -> Result<Case, ShapeError> {
     check(rows, cols, tokens)?;
     let name = format!(
-        "{OP}/{}/{rows}x{cols}/t{tokens}{}{}{}",
+        "{OP}/{}{}/{rows}x{cols}/t{tokens}{}{}{}",
+        if xf == Float::F16 { "f16x" } else { "" },
         ty.name(),
         if add { "+add" } else { "" },
         if block == BlockSize::Large {
@@ -725,12 +743,17 @@ pub fn case_in(
         block,
         depth: TilesSpec::depth_for(cols),
         copies: false,
+        half_x: xf == Float::F16,
+    };
+    let x_bytes = match xf {
+        Float::F32 => f32_bytes(&x),
+        Float::F16 => f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()),
     };
     let fallback = if copies { spec } else { spec.scalar() };
     let spec = if copies { spec.copied() } else { spec };
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
         .input("w", weights_elem(ty), dequant::pad_to_words(w))
-        .input("x", Scalar::F32, f32_bytes(&x));
+        .input("x", xf.scalar(), x_bytes);
     if let Some(res) = &residual {
         case = case.input("add", Scalar::F32, f32_bytes(res));
     }
@@ -761,13 +784,13 @@ pub fn cases() -> Vec<Case> {
         WeightType::F16,
         (136, 64, 140),
         false,
-        (BlockSize::Large, false),
+        (BlockSize::Large, false, Float::F32),
     ));
     out.push(case_in(
         WeightType::Q4_1,
         (256, 128, 128),
         true,
-        (BlockSize::Large, false),
+        (BlockSize::Large, false, Float::F32),
     ));
     // f16 weights copied asynchronously: the large block (steps of one block of K, rows and
     // tokens past one) and the medium one (steps of two, three of them, rows past one).
@@ -775,13 +798,26 @@ pub fn cases() -> Vec<Case> {
         WeightType::F16,
         (136, 96, 140),
         true,
-        (BlockSize::Large, true),
+        (BlockSize::Large, true, Float::F32),
     ));
     out.push(case_in(
         WeightType::F16,
         (72, 192, 40),
         false,
-        (BlockSize::Medium, true),
+        (BlockSize::Medium, true, Float::F32),
+    ));
+    // x in f16 too: copied with W, and put where copies are not.
+    out.push(case_in(
+        WeightType::F16,
+        (136, 128, 140),
+        true,
+        (BlockSize::Large, true, Float::F16),
+    ));
+    out.push(case_in(
+        WeightType::F16,
+        (72, 96, 40),
+        false,
+        (BlockSize::Medium, false, Float::F16),
     ));
     out.into_iter()
         .collect::<Result<_, _>>()
@@ -818,6 +854,7 @@ mod tests {
                 block,
                 depth: MAX_DEPTH,
                 copies: false,
+                half_x: false,
             };
             let k = kernel(spec.scalar()).unwrap();
             assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
@@ -832,6 +869,7 @@ mod tests {
                         tiles: Some(width),
                         depth,
                         copies: false,
+                        half_x: false,
                         ..spec
                     };
                     let k = kernel(spec).unwrap();
@@ -856,6 +894,7 @@ mod tests {
             block: BlockSize::Large,
             depth: 2,
             copies: false,
+            half_x: false,
         };
         let variants = spec.variants();
         let blocks: Vec<_> = variants.iter().map(|v| (v.block, v.tiles)).collect();
@@ -895,6 +934,7 @@ mod tests {
             block: BlockSize::Large,
             depth: 1,
             copies: false,
+            half_x: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
         assert_eq!(spec.scalar().grid(4096, 512), [64, 8, 1]);
@@ -919,6 +959,7 @@ mod tests {
             block: BlockSize::Medium,
             depth: 3,
             copies: false,
+            half_x: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     }
@@ -933,6 +974,7 @@ mod tests {
             block: BlockSize::Small,
             depth: 1,
             copies: false,
+            half_x: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
         assert!(kernel(TilesSpec {

@@ -81,10 +81,10 @@ impl Item {
             }
             // f16 weights as the executor multiplies them: copied asynchronously where the
             // device can, its tiled kernel elsewhere.
-            Op::MatmulTiles { ty, m, n, k } => {
+            Op::MatmulTiles { ty, m, n, k, x } => {
                 let block = matmul_tiles::BlockSize::for_product(n, m, false);
                 let copies = ty == trine_gguf::quant::WeightType::F16;
-                matmul_tiles::case_in(ty, (n, k, m), false, (block, copies))
+                matmul_tiles::case_in(ty, (n, k, m), false, (block, copies, x))
             }
             Op::RmsNorm { rows, cols } => rms_norm::case(
                 RmsNorm {

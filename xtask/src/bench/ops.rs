@@ -73,6 +73,9 @@ pub enum Op {
         m: u32,
         n: u32,
         k: u32,
+        /// x's storage: f32 as the executor's products take it, or f16 as cuBLAS's f16
+        /// product does.
+        x: Float,
     },
     RmsNorm {
         rows: u32,
@@ -142,10 +145,11 @@ const OTHERS: &[Item] = &[
     item(Smol, Op::Matmul { b: Float::F16, m: 512, n: 576, k: 576 }),
     item(Smol, Op::Matmul { b: Float::F32, m: 512, n: 1536, k: 576 }),
     item(Smol, Op::Matmul { b: Float::F16, m: 512, n: 1536, k: 576 }),
-    item(Smol, Op::MatmulTiles { ty: WeightType::Q4_1, m: 512, n: 3072, k: 576 }),
-    item(Smol, Op::MatmulTiles { ty: WeightType::Q4_1, m: 512, n: 576, k: 1536 }),
-    item(L7, Op::MatmulTiles { ty: WeightType::F16, m: 512, n: 4096, k: 4096 }),
-    item(L7, Op::MatmulTiles { ty: WeightType::Q4_1, m: 512, n: 4096, k: 4096 }),
+    item(Smol, Op::MatmulTiles { ty: WeightType::Q4_1, m: 512, n: 3072, k: 576, x: Float::F32 }),
+    item(Smol, Op::MatmulTiles { ty: WeightType::Q4_1, m: 512, n: 576, k: 1536, x: Float::F32 }),
+    item(L7, Op::MatmulTiles { ty: WeightType::F16, m: 512, n: 4096, k: 4096, x: Float::F32 }),
+    item(L7, Op::MatmulTiles { ty: WeightType::F16, m: 512, n: 4096, k: 4096, x: Float::F16 }),
+    item(L7, Op::MatmulTiles { ty: WeightType::Q4_1, m: 512, n: 4096, k: 4096, x: Float::F32 }),
     item(Smol, Op::RmsNorm { rows: 1, cols: 576 }),
     item(Smol, Op::RmsNorm { rows: 512, cols: 576 }),
     item(L7, Op::RmsNorm { rows: 1, cols: 4096 }),
@@ -235,7 +239,7 @@ impl Op {
             Op::Matvec { ty, .. } => ty.name().to_string(),
             Op::MatvecQ8 { ty, .. } => format!("{}xq8", ty.name()),
             Op::Matmul { b, .. } => format!("f32x{}", b.name()),
-            Op::MatmulTiles { ty, .. } => format!("f32x{}", ty.name()),
+            Op::MatmulTiles { ty, x, .. } => format!("{}x{}", x.name(), ty.name()),
             Op::Attention { .. } => format!("f32+{}kv", kv.name()),
             _ => "f32".into(),
         }
@@ -267,10 +271,11 @@ impl Op {
                 let (m, n, k) = (m as u64, n as u64, k as u64);
                 m * k * f + n * k * float_bytes(b) + m * n * f
             }
-            Op::MatmulTiles { ty, m, n, k } => {
+            Op::MatmulTiles { ty, m, n, k, x } => {
                 let (m, n, k) = (m as u64, n as u64, k as u64);
                 let weights = n * k / ty.block_elems() as u64 * ty.block_bytes() as u64;
-                m * k * f + weights + m * n * f
+                let xb = x.scalar().size() as u64;
+                m * k * xb + weights + m * n * f
             }
             Op::RmsNorm { rows, cols } => (2 * rows as u64 * cols as u64 + cols as u64) * f,
             Op::Rope {
