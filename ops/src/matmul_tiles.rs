@@ -374,10 +374,11 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     Ok(k.finish())
 }
 
-/// Stages of copied weights: each step's copies start a step ahead of its products. On an H100
-/// (2026-11-26) three stages gave the f16 512 × 4096 × 4096 product the same time as two
-/// (98.0–99.4 µs against 98.7–99.2), and four at steps of one block were slower.
-pub const COPY_STAGES: u32 = 2;
+/// Stages of copied blocks: each step's copies start two steps ahead of its products. On an
+/// H100 (2026-11-26, the 512 × 4096 × 4096 f16 product), three stages took f16 x from
+/// 74.7–75.9 µs (two) to 71.1–73.1, with f32 x the same (97.6–99.7 against 98.4–99.5); four
+/// gained at most 2 µs more for half again the shared memory.
+pub const COPY_STAGES: u32 = 3;
 
 /// The K loop with copied weights: W's block of step i lands in stage i mod
 /// [`COPY_STAGES`], started `COPY_STAGES - 1` steps ahead, and x's is copied alike (f16 x)
