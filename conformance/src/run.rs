@@ -229,6 +229,9 @@ pub fn lacking(kernel: &Kernel, info: &DeviceInfo) -> Vec<String> {
     if kernel.capabilities.tiles && !info.tiles {
         out.push("matrix tiles".to_string());
     }
+    if kernel.capabilities.async_copy && !info.async_copy {
+        out.push("asynchronous copies".to_string());
+    }
     if let Some(w) = kernel.capabilities.subgroup_width {
         if info.subgroup_size() != Some(w) {
             out.push(format!("subgroups of exactly {w}"));

@@ -73,9 +73,9 @@ pub const LINE: u32 = trine_ir::COPY_BYTES / 2;
 
 /// Where an invocation's items (elements, or lines of them) of a float block sit, worked out
 /// once before the K loop: a step is a whole number of rows of `invocations` items, so the
-/// invocation's items share one column and run down the block `apart` rows from each other. Each element then
-/// costs its step an add and a clamp to load, and a compare to stage, where working out its
-/// row and column every step took most of the kernel's integer work.
+/// invocation's items share one column and run down the block `apart` rows from each other.
+/// Each item then costs its step an add and a clamp to load, and a compare to stage, where
+/// working out its row and column every step took most of the kernel's integer work.
 struct RowWalk<'b> {
     /// The matrix row of the first element.
     first: Val<'b>,
@@ -289,7 +289,7 @@ impl<'b> Fetch<'b> {
     }
 
     /// Stores the loaded share into `xs` and `ws` as f16, each block from the element its
-    /// array's pair names on: rows past a matrix's as zeros. A copied W is not touched.
+    /// array's pair names on: rows past a matrix's as zeros. Copied blocks are not touched.
     pub fn put(&self, k: &'b KernelBuilder, xs: (SharedId, Val<'b>), ws: (SharedId, Val<'b>)) {
         for ((block, _, share), (dst, base)) in [(&self.x, xs), (&self.w, ws)] {
             match share {

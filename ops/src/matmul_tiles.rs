@@ -126,10 +126,11 @@ pub struct TilesSpec {
     pub block: BlockSize,
     /// Blocks of K ([`BK`] columns) per step; K must be whole steps ([`TilesSpec::depth_for`]).
     pub depth: u32,
-    /// F16 weights copied into shared memory asynchronously ([`trine_ir::CopyOp`]) in
-    /// [`COPY_STAGES`] stages, and x put in two, so that the next step's blocks move while the
-    /// subgroups multiply the current ones, W's without passing through the invocations'
-    /// registers, with one barrier a step ([`TilesSpec::copied`]).
+    /// F16 weights (and f16 x) copied into shared memory asynchronously
+    /// ([`trine_ir::CopyOp`]) in [`COPY_STAGES`] stages, an f32 x put in two, so that the next
+    /// steps' blocks move while the subgroups multiply the current ones, copied ones without
+    /// passing through the invocations' registers, with one barrier a step
+    /// ([`TilesSpec::copied`]).
     pub copies: bool,
     /// x stored as f16 (as cuBLAS's f16 products take it), copied as W is where W is; else
     /// f32, rounded to f16 as it is staged.
@@ -383,10 +384,9 @@ pub const COPY_STAGES: u32 = 3;
 /// The K loop with copied weights: W's block of step i lands in stage i mod
 /// [`COPY_STAGES`], started `COPY_STAGES - 1` steps ahead, and x's is copied alike (f16 x)
 /// or, loaded a step ahead as without copies, put into stage i mod 2, so one barrier a step
-/// suffices. When every
-/// invocation has passed step i's barrier, every subgroup has finished step i − 1's
-/// products, so the stages those read may be written again: W's by the copies started after
-/// that barrier, x's by the next step's put.
+/// suffices. When every invocation has passed step i's barrier, every subgroup has finished
+/// step i − 1's products, so the stages those read may be written again: by the copies
+/// started after that barrier, and by the next step's put.
 fn pipelined<'b>(
     k: &'b KernelBuilder,
     (fetch, compute): (&Fetch<'b>, &Compute<'b>),
@@ -780,46 +780,37 @@ pub fn cases() -> Vec<Case> {
     out.push(case(WeightType::Q8_0, (576, 1536, 33), true));
     // The medium block.
     out.push(case(WeightType::Q4_0, (2048, 64, 65), true));
-    // The large block, with rows and tokens past one.
-    out.push(case_in(
-        WeightType::F16,
-        (136, 64, 140),
-        false,
-        (BlockSize::Large, false, Float::F32),
-    ));
-    out.push(case_in(
-        WeightType::Q4_1,
-        (256, 128, 128),
-        true,
-        (BlockSize::Large, false, Float::F32),
-    ));
-    // f16 weights copied asynchronously: the large block (steps of one block of K, rows and
-    // tokens past one) and the medium one (steps of two, three of them, rows past one).
-    out.push(case_in(
-        WeightType::F16,
-        (136, 96, 140),
-        true,
-        (BlockSize::Large, true, Float::F32),
-    ));
-    out.push(case_in(
-        WeightType::F16,
-        (72, 192, 40),
-        false,
-        (BlockSize::Medium, true, Float::F32),
-    ));
-    // x in f16 too: copied with W, and put where copies are not.
-    out.push(case_in(
-        WeightType::F16,
-        (136, 128, 140),
-        true,
-        (BlockSize::Large, true, Float::F16),
-    ));
-    out.push(case_in(
-        WeightType::F16,
-        (72, 96, 40),
-        false,
-        (BlockSize::Medium, false, Float::F16),
-    ));
+    let (large, medium) = (BlockSize::Large, BlockSize::Medium);
+    let (half, single) = (Float::F16, Float::F32);
+    for (ty, shape, add, how) in [
+        // The large block, with rows and tokens past one.
+        (
+            WeightType::F16,
+            (136, 64, 140),
+            false,
+            (large, false, single),
+        ),
+        (
+            WeightType::Q4_1,
+            (256, 128, 128),
+            true,
+            (large, false, single),
+        ),
+        // f16 weights copied asynchronously: the large block (steps of one block of K, rows
+        // and tokens past one) and the medium one (steps of two, three of them).
+        (WeightType::F16, (136, 96, 140), true, (large, true, single)),
+        (
+            WeightType::F16,
+            (72, 192, 40),
+            false,
+            (medium, true, single),
+        ),
+        // x in f16 too: copied with W, and put where copies are not.
+        (WeightType::F16, (136, 128, 140), true, (large, true, half)),
+        (WeightType::F16, (72, 96, 40), false, (medium, false, half)),
+    ] {
+        out.push(case_in(ty, shape, add, how));
+    }
     out.into_iter()
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
