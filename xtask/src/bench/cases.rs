@@ -18,8 +18,11 @@ use trine_ops::softmax::{self, Mask, Softmax};
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{matmul_tiles, matvec_q8, matvec_q8_rows};
 
-/// Rows per workgroup of the benched [`matvec_q8`] product.
-const MATVEC_Q8_ROWS: u32 = 4;
+/// Rows per workgroup of the benched [`matvec_q8`] product. On an H100 (2026-11-26, 4096 ×
+/// 14336, two rounds) 2 rows were the fastest for every type on both GPU backends: vulkan
+/// q8_0 28.2 µs against 29.7–29.8 at 4, q4_0 19.5 against 19.7, q4_1 19.4–19.5 against
+/// 20.3–20.4; 1 and 8 rows were slower still.
+const MATVEC_Q8_ROWS: u32 = 2;
 
 /// What a device changes in an item's inputs: the KV cache type, for a matvec the executor's
 /// kernel shape for the device (the CPU's differs from the GPUs', and may bind the weights
