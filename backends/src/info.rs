@@ -87,24 +87,32 @@ impl DeviceInfo {
         }
     }
 
+    /// The features a kernel's capabilities name that this device lacks, in words, in this
+    /// order: subgroup operations, matrix tiles, asynchronous copies. The one place that maps
+    /// a capability flag to the device's, for [`DeviceInfo::lacks`] and the conformance
+    /// run's account of a refusal.
+    pub fn missing_features(
+        &self,
+        caps: trine_ir::Capabilities,
+    ) -> impl Iterator<Item = &'static str> {
+        [
+            (caps.subgroup && !self.subgroup_ops, "subgroup operations"),
+            (caps.tiles && !self.tiles, "matrix tiles"),
+            (caps.async_copy && !self.async_copy, "asynchronous copies"),
+        ]
+        .into_iter()
+        .filter_map(|(missing, what)| missing.then_some(what))
+    }
+
     /// The first capability a kernel declares that this device lacks, in words: what sends a
-    /// kernel to its fallback (subgroup operations, matrix tiles, the one subgroup width the
-    /// kernel is written for).
+    /// kernel to its fallback (a [`DeviceInfo::missing_features`] feature, then the one
+    /// subgroup width the kernel is written for).
     pub fn lacks(&self, caps: trine_ir::Capabilities) -> Option<&'static str> {
-        if caps.subgroup && !self.subgroup_ops {
-            Some("subgroup operations")
-        } else if caps.tiles && !self.tiles {
-            Some("matrix tiles")
-        } else if caps.async_copy && !self.async_copy {
-            Some("asynchronous copies")
-        } else if caps
-            .subgroup_width
-            .is_some_and(|w| self.subgroup_size() != Some(w))
-        {
-            Some("the kernel's subgroup width")
-        } else {
-            None
-        }
+        self.missing_features(caps).next().or_else(|| {
+            caps.subgroup_width
+                .is_some_and(|w| self.subgroup_size() != Some(w))
+                .then_some("the kernel's subgroup width")
+        })
     }
 }
 

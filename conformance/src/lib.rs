@@ -8,7 +8,8 @@ pub mod run;
 
 pub use report::{matrix, Summary};
 pub use run::{
-    check_backend, check_interpreter, lacking, reference, Record, Status, INTERPRETER, LACKS,
+    check_backend, check_interpreter, kernel_for, lacking, reference, Record, Status, INTERPRETER,
+    LACKS,
 };
 
 use std::sync::Arc;

@@ -118,19 +118,24 @@ pub fn check_backend_expecting(
     }
 }
 
+/// The kernel a device described by `info` runs for `case`: its own, or its fallback where
+/// the device lacks a capability the kernel declares. `Err` names what is missing where it
+/// can run neither (the fallback's lack, where it has one).
+pub fn kernel_for<'c>(case: &'c Case, info: &DeviceInfo) -> Result<&'c Kernel, &'static str> {
+    let Some(what) = info.lacks(case.kernel.capabilities) else {
+        return Ok(&case.kernel);
+    };
+    match &case.fallback {
+        Some(f) => info.lacks(f.capabilities).map_or(Ok(f), Err),
+        None => Err(what),
+    }
+}
+
 fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Reference) -> Record {
     let info = backend.info();
-    // The fallback where the kernel lacks a capability here, unless it lacks one too.
-    let fallback = case.fallback.as_ref();
-    let lacks = info.lacks(case.kernel.capabilities).map(|what| {
-        let also = fallback.and_then(|f| info.lacks(f.capabilities));
-        (what, also)
-    });
-    let kernel = match (fallback, lacks) {
-        (_, None) => &case.kernel,
-        (Some(f), Some((_, None))) => f,
-        (_, Some((what, also))) => {
-            let what = also.unwrap_or(what);
+    let kernel = match kernel_for(case, info) {
+        Ok(kernel) => kernel,
+        Err(what) => {
             let mut r = record(case, backend.name(), &case.kernel.name, Ok(vec![]));
             r.status = Status::Skip;
             r.reason = Some(format!("{LACKS}{what}"));
@@ -222,16 +227,10 @@ pub fn lacking(kernel: &Kernel, info: &DeviceInfo) -> Vec<String> {
             || trine_ir::validate(kernel, &info.limits())
                 .is_ok_and(|i| i.types.iter().any(|&t| ty(t)))
     };
-    let mut out = vec![];
-    if kernel.capabilities.subgroup && !info.subgroup_ops {
-        out.push("subgroup operations".to_string());
-    }
-    if kernel.capabilities.tiles && !info.tiles {
-        out.push("matrix tiles".to_string());
-    }
-    if kernel.capabilities.async_copy && !info.async_copy {
-        out.push("asynchronous copies".to_string());
-    }
+    let mut out: Vec<String> = info
+        .missing_features(kernel.capabilities)
+        .map(String::from)
+        .collect();
     if let Some(w) = kernel.capabilities.subgroup_width {
         if info.subgroup_size() != Some(w) {
             out.push(format!("subgroups of exactly {w}"));

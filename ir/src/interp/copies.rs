@@ -26,8 +26,7 @@ pub(super) struct Copies {
 
 impl Workgroup<'_, '_> {
     pub(super) fn copy_op(&mut self, op: &CopyOp, mask: &[bool]) -> R<()> {
-        let lanes: Vec<usize> = (0..self.lanes).filter(|&l| mask[l]).collect();
-        for lane in lanes {
+        for lane in Self::active(mask) {
             match *op {
                 CopyOp::Start {
                     from,

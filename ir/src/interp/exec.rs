@@ -84,7 +84,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         self.vals[e.0 as usize][lane]
     }
 
-    fn active(mask: &[bool]) -> impl Iterator<Item = usize> + '_ {
+    pub(super) fn active(mask: &[bool]) -> impl Iterator<Item = usize> + '_ {
         mask.iter().enumerate().filter(|(_, &m)| m).map(|(i, _)| i)
     }
 

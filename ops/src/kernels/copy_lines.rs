@@ -7,7 +7,7 @@
 
 use crate::case::*;
 use half::f16;
-use trine_ir::{Access, Kernel, KernelBuilder, Scalar, SharedId, Val};
+use trine_ir::{Access, Kernel, KernelBuilder, Scalar};
 
 const WG: u32 = 64;
 /// f16 elements in a line, and in each half of a workgroup's block.
@@ -40,7 +40,7 @@ pub fn kernel(copies: bool) -> Kernel {
             }
         }
     };
-    let write = |half: u32, block: SharedId, base: Val<'_>| {
+    let write = |half: u32| {
         for j in 0..LINE {
             let i = k.u32(j * WG) + lid;
             let v = k.load_shared(block, k.u32(half * HALF + HALF - 1) - i);
@@ -53,12 +53,12 @@ pub fn kernel(copies: bool) -> Kernel {
         k.copy_wait(1);
     }
     k.barrier();
-    write(0, block, base);
+    write(0);
     if copies {
         k.copy_wait(0);
     }
     k.barrier();
-    write(1, block, base);
+    write(1);
     k.finish()
 }
 

@@ -4,7 +4,7 @@
 
 use super::ops::{Item, Op};
 use trine_backends::{DeviceInfo, DeviceType};
-use trine_ir::{Kernel, Scalar};
+use trine_ir::Scalar;
 use trine_llama::kernels::{kv_type, matvec_spec, MatvecSize};
 use trine_ops::attention::{self, Attention};
 use trine_ops::case::Case;
@@ -141,19 +141,6 @@ impl Item {
             Op::Swiglu { n } => elementwise::binary_case(Binary::Swiglu, Float::F32, 1, n),
             Op::Add { n } => elementwise::binary_case(Binary::Add, Float::F32, 1, n),
         }
-    }
-}
-
-/// The kernel a device runs for `case`: the subgroup variant only where the device has
-/// subgroups, the tiled one only where it has tiles and their subgroup width. `None` when
-/// the device can run neither.
-pub fn kernel_for<'c>(case: &'c Case, info: &DeviceInfo) -> Option<&'c Kernel> {
-    if info.lacks(case.kernel.capabilities).is_some() {
-        case.fallback
-            .as_ref()
-            .filter(|f| info.lacks(f.capabilities).is_none())
-    } else {
-        Some(&case.kernel)
     }
 }
 

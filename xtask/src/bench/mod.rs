@@ -375,8 +375,8 @@ fn measure_on<'c>(
     policy: &Policy,
     rotate: bool,
 ) -> Result<Stats, String> {
-    let kernel = cases::kernel_for(case, backend.info())
-        .ok_or_else(|| Skip::NoKernel("it needs subgroups".into()).to_string())?;
+    let kernel = trine_conformance::kernel_for(case, backend.info())
+        .map_err(|what| Skip::NoKernel(format!("the device lacks {what}")).to_string())?;
     let weights = case
         .buffers
         .iter()
