@@ -50,6 +50,16 @@ pub enum ModelError {
     ContextFull { needed: usize, max: usize },
     #[error("every logit of the step is NaN: there is no token to choose")]
     NanLogits,
+    /// A step's node needs a kernel the executor did not compile when it was made (it
+    /// compiles those of the step shapes it expects).
+    #[error(
+        "node {node} of a {tokens}-token step needs a kernel this executor did not prepare: {key}"
+    )]
+    Unprepared {
+        node: &'static str,
+        tokens: u32,
+        key: String,
+    },
     /// The weights, the KV cache and the activations need more memory than the device has.
     #[error("the model needs {needed} bytes on {device}, which has {available} bytes {what}: the KV cache grows with the prompt and the tokens asked for; fewer of them, or another backend, may fit")]
     DoesNotFit {

@@ -116,15 +116,16 @@ pub enum Op {
         splits: u32,
     },
     /// Attention of a prompt step's [`Tensor::QRot`] against the layer's caches, a block of
-    /// query tokens per workgroup ([`trine_ops::attention_flash`]), into [`Tensor::Part`] as
-    /// one split.
+    /// query tokens per workgroup ([`trine_ops::attention_flash`]), the keys in `splits`
+    /// chunks, into [`Tensor::Part`].
     AttnFlash {
         layer: u32,
         /// On matrix tiles ([`trine_ops::attention_flash_tiles`]) where the device has them.
         tiles: bool,
-        /// Into [`Tensor::Part`] for a combine to follow, or the attention itself into
-        /// [`Tensor::Combined`].
+        /// Into [`Tensor::Part`] for a combine to follow, or (one split) the attention itself
+        /// into [`Tensor::Combined`].
         out: FlashOut,
+        splits: u32,
     },
     /// rms_norm of `tokens` rows of `x` scaled by weight `g`, into [`Tensor::Normed`].
     RmsNorm {
@@ -220,9 +221,10 @@ impl Node {
                 rows(Tensor::Part, c.n_head * splits * (c.head_dim() + 2))
             }
             Op::AttnFlash {
-                out: FlashOut::Part,
+                out: FlashOut::Part | FlashOut::Chunks,
+                splits,
                 ..
-            } => rows(Tensor::Part, c.n_head * (c.head_dim() + 2)),
+            } => rows(Tensor::Part, c.n_head * splits * (c.head_dim() + 2)),
             Op::AttnFlash {
                 out: FlashOut::Normalized,
                 ..
@@ -260,6 +262,33 @@ pub fn attention_splits(tokens: u32, gpu: bool) -> u32 {
     } else {
         1
     }
+}
+
+/// Keys per chunk of a prompt's flash attention: a query block's keys are walked one block
+/// after another, so the last block of a 512-token prompt was a chain of 16 blocks of 32 keys
+/// in one workgroup, and the chunks cut it to 4.
+pub const FLASH_SPLIT_KEYS: u32 = 128;
+
+/// The most chunks a prompt's flash attention takes ([`Tensor::Part`] holds that many per
+/// token and head).
+pub const MAX_FLASH_SPLITS: u32 = 4;
+
+/// The chunks of a `tokens`-token prompt step's flash attention where the device takes them
+/// ([`crate::kernels::chunked_flash`]): one per [`FLASH_SPLIT_KEYS`] tokens, at most
+/// [`MAX_FLASH_SPLITS`]. With one, flash attention can write the attention itself and no
+/// combine follows.
+pub fn flash_splits(tokens: u32) -> u32 {
+    tokens.div_ceil(FLASH_SPLIT_KEYS).clamp(1, MAX_FLASH_SPLITS)
+}
+
+/// Prompt step sizes up to `max_batch` whose graphs hold between them every kernel a prompt
+/// step of up to `max_batch` tokens runs: the largest size of each chunk count, which decides
+/// the combine kernel (its chunks are a compile-time constant) and whether there is one.
+pub fn prompt_sizes(max_batch: u32) -> Vec<u32> {
+    (1..flash_splits(max_batch))
+        .map(|s| s * FLASH_SPLIT_KEYS)
+        .chain([max_batch])
+        .collect()
 }
 
 /// Whether a step's attention is [`Op::AttnFlash`]: prompt steps on a GPU, for heads it
@@ -337,8 +366,16 @@ fn quantize(w: &Weights, x: Tensor, id: WeightId, tokens: u32) -> Op {
 /// attention combine before ([`Op::Combine`]), SwiGLU ([`Op::SwigluPairs`]) or rope with the
 /// KV-cache store ([`Op::RopeStore`]) after; the residual add stays in the product. With
 /// `tiles`, a prompt step's products run on matrix tiles ([`Op::MatmulTiles`]) on float x,
-/// with the same nodes around them and no quantizing.
-pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: bool) -> Vec<Node> {
+/// with the same nodes around them and no quantizing. With `chunks`, a prompt step's flash
+/// attention cuts the keys into [`flash_splits`] chunks.
+pub fn build(
+    c: &LlamaConfig,
+    w: &Weights,
+    s: Step,
+    gpu: bool,
+    q8: bool,
+    (tiles, chunks): (bool, bool),
+) -> Vec<Node> {
     let t = s.tokens;
     let mut g = vec![];
     let mut node = |op, label, layer| g.push(Node { op, label, layer });
@@ -351,8 +388,17 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: 
     );
     let x = Tensor::Resid(0);
     let mid = Tensor::Resid(1);
-    let splits = attention_splits(t, gpu);
     let flash = uses_flash_attention(c, t, gpu);
+    // The chunks attention cuts the keys into, which its combine puts together.
+    let splits = if flash {
+        if chunks {
+            flash_splits(t)
+        } else {
+            1
+        }
+    } else {
+        attention_splits(t, gpu)
+    };
     for (l, lw) in w.layers.iter().enumerate() {
         let l = l as u32;
         let at = Some(l);
@@ -397,24 +443,26 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: 
             );
             node(qkv, "attn_qkv_rope", at);
         }
+        // A product that reads the attention itself takes it from one-split flash attention
+        // directly, without the combine's dispatch.
+        let normalized = flash && splits == 1 && q8(lw.wo);
         let attention = if flash {
             Op::AttnFlash {
                 layer: l,
                 tiles: tiles && trine_ops::attention_flash_tiles::supports(c.head_dim()),
-                // A product that reads the attention itself takes it from flash attention
-                // directly, without the combine's dispatch.
-                out: if q8(lw.wo) {
+                out: if normalized {
                     FlashOut::Normalized
                 } else {
-                    FlashOut::Part
+                    FlashOut::Part.for_splits(splits)
                 },
+                splits,
             }
         } else {
             Op::AttnSplit { layer: l, splits }
         };
         node(attention, "attention", at);
         if q8(lw.wo) {
-            if !flash {
+            if !normalized {
                 node(Op::Combine { splits }, "attn_combine", at);
             }
             let labels = ["attn_output_x", "attn_output"];
@@ -502,4 +550,30 @@ pub fn build(c: &LlamaConfig, w: &Weights, s: Step, gpu: bool, q8: bool, tiles: 
     }
     node(Op::Argmax, "argmax", None);
     g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every prompt step size up to `max_batch` cuts its attention into a number of chunks
+    /// that one of [`prompt_sizes`] does, so the executor compiles its combine.
+    #[test]
+    fn prompt_sizes_cover_every_chunk_count() {
+        for max_batch in [1, 2, 100, 128, 129, 300, 512, 2048] {
+            let sizes = prompt_sizes(max_batch);
+            assert!(
+                sizes.iter().all(|&t| t <= max_batch),
+                "{max_batch}: {sizes:?}"
+            );
+            assert_eq!(sizes.last(), Some(&max_batch), "{max_batch}: {sizes:?}");
+            for t in 2..=max_batch {
+                assert!(
+                    sizes.iter().any(|&s| flash_splits(s) == flash_splits(t)),
+                    "{max_batch}: {t} tokens take {} chunks, none of {sizes:?} does",
+                    flash_splits(t)
+                );
+            }
+        }
+    }
 }

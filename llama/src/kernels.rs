@@ -90,6 +90,7 @@ impl std::fmt::Display for KernelKey {
                 let out = match out {
                     FlashOut::Part => "",
                     FlashOut::Normalized => ", normalised",
+                    FlashOut::Chunks => ", keys in chunks",
                 };
                 write!(f, "attention (flash{tiles}{out})")
             }
@@ -159,6 +160,16 @@ pub struct KernelShape {
 /// 86,225–87,822 before attention was on tiles; vulkan 56,204–58,234 against 53,889–57,264
 /// in four of four rounds after).
 pub fn small_tiles(info: &DeviceInfo) -> bool {
+    info.backend == "vulkan" && info.vendor == "NVIDIA"
+}
+
+/// Whether a prompt step's flash attention on the device described by `info` cuts the keys
+/// into chunks ([`crate::graph::flash_splits`]): NVIDIA's Vulkan driver, whose tiled kernel
+/// takes twice CUDA's time per block of keys, so that the last query block's chain of blocks
+/// is the dispatch's length. H100 (2026-11-26, SmolLM2-shaped pp512, two rounds alternating in
+/// one call): vulkan attention 2,065–2,071 µs a step → 1,218–1,223 with 4 chunks, plus
+/// 231 µs of combine; cuda 1,036 → 1,018, plus 346–353 of combine, a slower step.
+pub fn chunked_flash(info: &DeviceInfo) -> bool {
     info.backend == "vulkan" && info.vendor == "NVIDIA"
 }
 

@@ -12,13 +12,20 @@
 //! `LANES`th output dimension, and the row's maximum and sum come from the `LANES` partials in
 //! shared memory (no tree). The online softmax is [`super::attention`]'s.
 //!
-//! The output ([`FlashOut`]) is either [`super::attention_split`]'s `part` for one split: per
-//! (token, head) the un-normalised accumulators `acc = Σ e^(s_j − m)·v_j`, the maximum score
-//! `m` and the sum `l = Σ e^(s_j − m)`, for the executor's combine (one split: `acc / l`) to
-//! follow, with [`super::attention_split::reference_split`] as the reference; or the attention
-//! itself, `acc / l`, as the combine would write it, which saves the combine's dispatch.
-//! Buffers and the `step` buffer (element 0 = the position of the first query token) are the
-//! split kernel's.
+//! The keys may be cut into [`FlashAttention::splits`] chunks as [`super::attention_split`]
+//! cuts them (split `s` takes keys `[s·C, (s+1)·C)`, `C = ceil((pos + tokens) / splits)`), one
+//! workgroup per (query block, head, split): a prompt's last query block walks all its keys
+//! one block after another, and that chain, not the arithmetic, is how long the dispatch
+//! takes, so the splits shorten it. The output ([`FlashOut`]) is either
+//! [`super::attention_split`]'s `part`: per (token, head, split) the un-normalised accumulators
+//! `acc = Σ e^(s_j − m)·v_j`, the maximum score `m` and the sum `l = Σ e^(s_j − m)` (a split
+//! with no key a row sees: `0, −inf, 0`), for the executor's combine to follow, with
+//! [`super::attention_split::reference_split`] as the reference; or, with one split, the
+//! attention itself, `acc / l`, as the combine would write it, which saves the combine's
+//! dispatch. Only the kernel of several splits ([`FlashOut::Chunks`]) works out its chunk and
+//! masks keys past it: the others are the kernels of before, whose extra integer work cost CUDA
+//! 3.5% of a pp512 (H100, 2026-11-26). Buffers and the `step` buffer (element 0 = the position
+//! of the first query token) are the split kernel's.
 //!
 //! Rows of the last block past the step's tokens compute the last token's row again and store
 //! nothing; keys past the block's last visible position are staged as zeros, so a cache holding
@@ -33,7 +40,7 @@ use super::key_layout::{KeyIndex, KeyLayout};
 use super::shape::ShapeError;
 use super::support::{elements, load_f32, nonzero, seed, Float};
 use crate::case::*;
-use trine_ir::{Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
+use trine_ir::{BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
 
 const OP: &str = "attention_flash";
 
@@ -51,17 +58,20 @@ pub const MAX_FLASH_HEAD_DIM: u32 = 128;
 /// What a flash attention kernel writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FlashOut {
-    /// `part` (`[tokens × heads × (head_dim + 2)]`): the one-split partials a combine reads.
+    /// `part` (`[tokens × heads × (head_dim + 2)]`): one split's partials, for a combine.
     Part,
-    /// `out` (`[tokens × heads × head_dim]`): `acc / l`, the combine's output.
+    /// `out` (`[tokens × heads × head_dim]`): `acc / l`, the combine's output, of one split.
     Normalized,
+    /// `part` (`[tokens × heads × splits × (head_dim + 2)]`) of two splits or more: the
+    /// partials a combine puts together.
+    Chunks,
 }
 
 impl FlashOut {
     /// The output buffer's name.
     pub fn buffer(self) -> &'static str {
         match self {
-            FlashOut::Part => "part",
+            FlashOut::Part | FlashOut::Chunks => "part",
             FlashOut::Normalized => "out",
         }
     }
@@ -71,22 +81,38 @@ impl FlashOut {
         match self {
             FlashOut::Part => "",
             FlashOut::Normalized => "_norm",
+            FlashOut::Chunks => "_chunks",
         }
     }
 
-    /// The output's elements for `shape`.
-    pub fn len(self, shape: &FlashAttention) -> Result<u32, ShapeError> {
-        let part = shape.check()?;
-        Ok(match self {
-            FlashOut::Part => part,
-            FlashOut::Normalized => part / (shape.head_dim + 2) * shape.head_dim,
-        })
+    /// The output for `shape`'s split count: [`FlashOut::Chunks`] for several, else `self`.
+    pub fn for_splits(self, splits: u32) -> FlashOut {
+        if splits > 1 {
+            FlashOut::Chunks
+        } else {
+            self
+        }
     }
 
-    /// The f64 reference of this output from [`reference_split`]'s one-split `part`.
+    /// The output's elements for `shape`. Errors: a split count this output does not take
+    /// (several splits are [`FlashOut::Chunks`], which only a combine puts together).
+    pub fn len(self, shape: &FlashAttention) -> Result<u32, ShapeError> {
+        let part = shape.check()?;
+        match (self, shape.splits > 1) {
+            (FlashOut::Part, false) | (FlashOut::Chunks, true) => Ok(part),
+            (FlashOut::Normalized, false) => Ok(part / (shape.head_dim + 2) * shape.head_dim),
+            _ => Err(ShapeError::Unsupported {
+                op: OP,
+                what: format!("{self:?} output from {} splits", shape.splits),
+            }),
+        }
+    }
+
+    /// The f64 reference of this output from [`reference_split`]'s `part` (one split for
+    /// [`FlashOut::Normalized`]).
     pub fn reference(self, shape: &FlashAttention, part: Vec<f64>) -> Vec<f64> {
         match self {
-            FlashOut::Part => part,
+            FlashOut::Part | FlashOut::Chunks => part,
             FlashOut::Normalized => {
                 let d = shape.head_dim as usize;
                 part.chunks(d + 2)
@@ -105,6 +131,8 @@ pub struct FlashAttention {
     pub heads: u32,
     pub kv_heads: u32,
     pub head_dim: u32,
+    /// Chunks the keys are cut into, a workgroup each (the grid's third dimension).
+    pub splits: u32,
 }
 
 impl FlashAttention {
@@ -114,14 +142,14 @@ impl FlashAttention {
         self.split().check()
     }
 
-    /// The one-split attention whose `part` this writes.
+    /// The split attention whose `part` this writes.
     pub fn split(&self) -> SplitAttention {
         SplitAttention {
             tokens: self.tokens,
             heads: self.heads,
             kv_heads: self.kv_heads,
             head_dim: self.head_dim,
-            splits: 1,
+            splits: self.splits,
         }
     }
 
@@ -135,19 +163,24 @@ impl FlashAttention {
         }
     }
 
-    /// `[query blocks, heads, 1]`.
+    /// `[query blocks, heads, splits]`.
     pub fn grid(&self) -> [u32; 3] {
-        [self.tokens.div_ceil(QUERIES), self.heads, 1]
+        [self.tokens.div_ceil(QUERIES), self.heads, self.splits]
     }
 
-    /// The kernel's parameters, in declaration order.
+    /// The kernel's parameters, in declaration order (the split count where there are
+    /// several, which [`FlashOut::Chunks`] takes).
     pub fn params(&self) -> Vec<ParamValue> {
-        vec![
+        let mut params = vec![
             ParamValue::U32(self.tokens),
             ParamValue::U32(self.heads),
             ParamValue::U32(self.kv_heads),
             ParamValue::F32(self.split().scale()),
-        ]
+        ];
+        if self.splits > 1 {
+            params.push(ParamValue::U32(self.splits));
+        }
+        params
     }
 }
 
@@ -172,7 +205,8 @@ pub fn supports(head_dim: u32) -> bool {
 
 /// The kernel for one head dimension (a compile-time constant) and KV cache storage type.
 /// Buffers: `q` f32, `step` u32, `k` and `v` of `kv`, then `part` or `out` f32 ([`FlashOut`]).
-/// Params: tokens, heads, kv_heads, scale. Grid [`FlashAttention::grid`].
+/// Params: tokens, heads, kv_heads, scale, and splits for [`FlashOut::Chunks`]. Grid
+/// [`FlashAttention::grid`].
 /// With [`KeyLayout::Columns`] the K cache is in columns and the parameter `k_stride` follows.
 pub fn kernel(
     head_dim: u32,
@@ -218,8 +252,8 @@ pub fn kernel(
     // A row past the step's tokens repeats the last token (and stores nothing).
     let t = (t0 + qi).min(last_token);
     let q_pos = pos + t;
-    // Keys 0..end are visible to some row of the block.
-    let end = pos + (t0 + k.u32(QUERIES - 1)).min(last_token) + one;
+    let chunk = Chunk::of(&k, (pos, tokens, io.splits), (t0, QUERIES));
+    let (start, end) = (chunk.start, chunk.end);
     let kv_stride = kv_heads * k.u32(d);
     let kv_head = h / (heads / kv_heads) * k.u32(d);
 
@@ -238,7 +272,7 @@ pub fn kernel(
     let acc: Vec<Var> = (0..owned).map(|_| k.var("acc", Scalar::F32)).collect();
     let neg_inf = k.f32(f32::NEG_INFINITY);
 
-    k.for_range(k.u32(0), end, bk, |kb| {
+    k.for_range(start, end, bk, |kb| {
         // Stage the block's keys and values; those past `end` as zeros.
         k.for_range(lid, k.u32(bk * d), wg, |e| {
             let (j, i) = (e / k.u32(d), e % k.u32(d));
@@ -272,7 +306,7 @@ pub fn kernel(
                 dot.set(qv.fma(kv_k, dot.get()));
             }
         });
-        let visible = |n: usize| (kb + lane + k.u32(n as u32 * LANES)).le(q_pos);
+        let visible = |n: usize| chunk.visible(kb + lane + k.u32(n as u32 * LANES), q_pos);
         let scores: Vec<Val> = dots
             .iter()
             .enumerate()
@@ -286,13 +320,12 @@ pub fn kernel(
         let row_max = (1..LANES).fold(k.load_shared(max_sh, first), |a, i| {
             a.max(k.load_shared(max_sh, first + k.u32(i)))
         });
-        // Key 0 is visible to every row, so after the first block the maximum is finite,
-        // and the first block's correction e^(−inf) is 0.
         let new_m = m.get().max(row_max);
+        let from = chunk.subtracted(new_m);
         let zero = k.f32(0.0);
         let mut local_sum = zero;
         for (n, &s) in scores.iter().enumerate() {
-            let p = k.select(visible(n), (s - new_m).exp(), zero);
+            let p = k.select(visible(n), (s - from).exp(), zero);
             let j = lane + k.u32(n as u32 * LANES);
             k.store_shared(p_sh, qi * k.u32(bk + 1) + j, p);
             local_sum = local_sum + p;
@@ -303,7 +336,7 @@ pub fn kernel(
         let block_sum = (1..LANES).fold(k.load_shared(sum_sh, first), |a, i| {
             a + k.load_shared(sum_sh, first + k.u32(i))
         });
-        let corr = (m.get() - new_m).exp();
+        let corr = (m.get() - from).exp();
         l.set(l.get().fma(corr, block_sum));
         for a in &acc {
             a.set(a.get() * corr);
@@ -320,8 +353,8 @@ pub fn kernel(
     });
 
     k.if_((t0 + qi).lt(tokens), || match out {
-        FlashOut::Part => {
-            let base = (t * heads + h) * k.u32(d + 2);
+        FlashOut::Part | FlashOut::Chunks => {
+            let base = chunk.part_row(t * heads + h) * k.u32(d + 2);
             for_lane_dims(&k, d, lane, &acc, |i, a| k.store(part, base + i, a.get()));
             k.if_(lane.eq(k.u32(0)), || {
                 k.store(part, base + k.u32(d), m.get());
@@ -340,17 +373,109 @@ pub fn kernel(
 }
 
 /// A flash kernel's buffers and parameters: [`PartsIo`] with `out`'s buffer, then the softmax
-/// scale and the K cache's index (with its stride parameter for [`KeyLayout::Columns`]).
+/// scale, the split count and the K cache's index (with its stride parameter for
+/// [`KeyLayout::Columns`]).
 pub(super) fn declare_io<'b>(
     k: &'b KernelBuilder,
     kv: Float,
     (keys, out): (KeyLayout, FlashOut),
     head_dim: u32,
-) -> (PartsIo<'b>, Val<'b>, KeyIndex<'b>) {
-    let io = PartsIo::declare_out(k, kv, out.buffer());
+) -> (FlashIo<'b>, Val<'b>, KeyIndex<'b>) {
+    let parts = PartsIo::declare_out(k, kv, out.buffer());
     let scale = k.param("scale", Scalar::F32);
-    let index = KeyIndex::declare(k, keys, io.kv_heads, head_dim);
+    let splits = (out == FlashOut::Chunks).then(|| k.param("splits", Scalar::U32));
+    let index = KeyIndex::declare(k, keys, parts.kv_heads, head_dim);
+    let io = FlashIo {
+        q: parts.q,
+        step: parts.step,
+        k: parts.k,
+        v: parts.v,
+        part: parts.part,
+        tokens: parts.tokens,
+        heads: parts.heads,
+        kv_heads: parts.kv_heads,
+        splits,
+    };
     (io, scale, index)
+}
+
+/// [`PartsIo`] and, for [`FlashOut::Chunks`], the split count.
+pub(super) struct FlashIo<'b> {
+    pub q: BufferId,
+    pub step: BufferId,
+    pub k: BufferId,
+    pub v: BufferId,
+    pub part: BufferId,
+    pub tokens: Val<'b>,
+    pub heads: Val<'b>,
+    pub kv_heads: Val<'b>,
+    pub splits: Option<Val<'b>>,
+}
+
+/// The keys a workgroup walks, `start..end`: all those some row of its block of `queries`
+/// tokens from `t0` sees, or with `splits` (a split count: [`FlashOut::Chunks`]) those of its
+/// split `workgroup_id(2)` (empty where no row sees one).
+pub(super) struct Chunk<'b> {
+    k: &'b KernelBuilder,
+    pub start: Val<'b>,
+    pub end: Val<'b>,
+    splits: Option<Val<'b>>,
+}
+
+impl<'b> Chunk<'b> {
+    pub(super) fn of(
+        k: &'b KernelBuilder,
+        (pos, tokens, splits): (Val<'b>, Val<'b>, Option<Val<'b>>),
+        (t0, queries): (Val<'b>, u32),
+    ) -> Chunk<'b> {
+        let one = k.u32(1);
+        // Keys up to the block's last row are visible to some row of it.
+        let seen = pos + (t0 + k.u32(queries - 1)).min(tokens - one) + one;
+        let (start, end) = match splits {
+            Some(splits) => {
+                let chunk = (pos + tokens + splits - one) / splits;
+                let start = k.workgroup_id(2) * chunk;
+                (start, (start + chunk).min(seen))
+            }
+            None => (k.u32(0), seen),
+        };
+        Chunk {
+            k,
+            start,
+            end,
+            splits,
+        }
+    }
+
+    /// Whether the row at `q_pos` sees `key` of a block being walked: at or before its
+    /// position, and (split) inside the chunk, where a block may reach into the next.
+    pub(super) fn visible(&self, key: Val<'b>, q_pos: Val<'b>) -> Val<'b> {
+        match self.splits {
+            Some(_) => key.le(q_pos) & key.lt(self.end),
+            None => key.le(q_pos),
+        }
+    }
+
+    /// The maximum to subtract from a row's scores, `m` after the block. Without splits key 0
+    /// is visible to every row, so `m` is finite after the first block and that block's
+    /// correction e^(−inf) is 0. A split's row may see no key at all (`m = −inf`): it
+    /// subtracts 0 instead, so that its correction is e^(−inf − 0) = 0 and its p (all masked)
+    /// stay 0, where e^(−inf − (−inf)) would be NaN.
+    pub(super) fn subtracted(&self, m: Val<'b>) -> Val<'b> {
+        let k = self.k;
+        match self.splits {
+            Some(_) => k.select(m.gt(k.f32(f32::NEG_INFINITY)), m, k.f32(0.0)),
+            None => m,
+        }
+    }
+
+    /// The row of `part` that (token, head) row `row` writes: its split's.
+    pub(super) fn part_row(&self, row: Val<'b>) -> Val<'b> {
+        match self.splits {
+            Some(splits) => row * splits + self.k.workgroup_id(2),
+            None => row,
+        }
+    }
 }
 
 /// Runs `f(i, acc[n])` for each dimension `i = lane + n·LANES` below `head_dim`; only the last,
@@ -385,20 +510,25 @@ pub fn case(
     kv: Float,
     (keys, out): (KeyLayout, FlashOut),
 ) -> Result<Case, ShapeError> {
+    let out = out.for_splits(shape.splits);
     let n = out.len(&shape)?;
     let dtype = match kv {
         Float::F32 => "f32",
         Float::F16 => "f32+f16kv",
     };
     let name = format!(
-        "{OP}/{dtype}/{}x{}x{}x{}+pos{pos}{}{}",
+        "{OP}/{dtype}/{}x{}x{}x{}+pos{pos}{}{}{}",
         shape.tokens,
         shape.heads,
         shape.kv_heads,
         shape.head_dim,
+        match shape.splits {
+            1 => String::new(),
+            n => format!("/{n}splits"),
+        },
         keys.suffix(),
         match out {
-            FlashOut::Part => "",
+            FlashOut::Part | FlashOut::Chunks => "",
             FlashOut::Normalized => "+out",
         }
     );
@@ -446,6 +576,7 @@ pub(super) const MULTI_QUERY_128: FlashAttention = FlashAttention {
     heads: 2,
     kv_heads: 1,
     head_dim: 128,
+    splits: 1,
 };
 
 /// SmolLM2-135M's attention over `tokens` query tokens: 9 query heads, 3 KV heads, head_dim 64.
@@ -455,6 +586,15 @@ pub(super) fn smollm2(tokens: u32) -> FlashAttention {
         heads: 9,
         kv_heads: 3,
         head_dim: 64,
+        splits: 1,
+    }
+}
+
+/// [`smollm2`] with the keys in `splits` chunks.
+pub(super) fn smollm2_split(tokens: u32, splits: u32) -> FlashAttention {
+    FlashAttention {
+        splits,
+        ..smollm2(tokens)
     }
 }
 
@@ -473,12 +613,27 @@ pub fn cases() -> Vec<Case> {
                 heads: 4,
                 kv_heads: 2,
                 head_dim: 17,
+                splits: 1,
             },
             9,
             F32,
         ),
         // Multi-query, head dimension 128: blocks of 16 keys.
         (MULTI_QUERY_128, 13, F16),
+        // Keys in chunks, as a GPU's prompt steps cut them: 40 keys in chunks of 10 (the
+        // first rows see nothing of the later chunks, which start inside blocks), 103 in
+        // chunks of 26 after a cache of 70, and more chunks than the block has rows.
+        (smollm2_split(40, 4), 0, F16),
+        (smollm2_split(33, 4), 70, F32),
+        (smollm2_split(3, 8), 0, F32),
+        (
+            FlashAttention {
+                splits: 3,
+                ..MULTI_QUERY_128
+            },
+            13,
+            F16,
+        ),
     ];
     // Two of them with the K cache in columns, as an executor led by a CPU keeps it.
     let columns = [(smol(40), 0, F32), (smol(33), 70, F16)];
@@ -538,8 +693,19 @@ mod tests {
             heads: 9,
             kv_heads: 2,
             head_dim: 64,
+            splits: 1,
         };
         assert!(matches!(s.check(), Err(ShapeError::NotMultiple { .. })));
         assert!(!supports(MAX_FLASH_HEAD_DIM + 1));
+        // The attention itself from several splits needs their combine, and a kernel of
+        // chunks takes several.
+        assert!(matches!(
+            FlashOut::Normalized.len(&smollm2_split(16, 2)),
+            Err(ShapeError::Unsupported { .. })
+        ));
+        assert!(matches!(
+            FlashOut::Chunks.len(&smollm2(16)),
+            Err(ShapeError::Unsupported { .. })
+        ));
     }
 }

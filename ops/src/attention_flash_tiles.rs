@@ -25,7 +25,8 @@
 //! Bound: [`NMSE`], not [`super::attention`]'s: queries, keys, values and p are rounded to f16.
 
 use super::attention_flash::{
-    declare_io, smollm2, FlashAttention, FlashOut, MAX_FLASH_HEAD_DIM, MULTI_QUERY_128,
+    declare_io, smollm2, smollm2_split, Chunk, FlashAttention, FlashOut, MAX_FLASH_HEAD_DIM,
+    MULTI_QUERY_128,
 };
 use super::key_layout::KeyLayout;
 use super::shape::ShapeError;
@@ -80,10 +81,10 @@ pub fn supports(head_dim: u32) -> bool {
     head_dim > 0 && head_dim.is_multiple_of(TILE) && head_dim <= MAX_FLASH_HEAD_DIM
 }
 
-/// `[query blocks, heads, 1]` for `shape`.
+/// `[query blocks, heads, splits]` for `shape`.
 pub fn grid(shape: &FlashAttention) -> [u32; 3] {
     let queries = Layout::for_head_dim(shape.head_dim).queries();
-    [shape.tokens.div_ceil(queries), shape.heads, 1]
+    [shape.tokens.div_ceil(queries), shape.heads, shape.splits]
 }
 
 /// The kernel for one head dimension and KV cache storage type, the K cache in rows, writing
@@ -134,7 +135,8 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
     let one = k.u32(1);
     let pos = k.load(step, k.u32(0));
     let last_token = tokens - one;
-    let end = pos + (t0 + k.u32(queries - 1)).min(last_token) + one;
+    let chunk = Chunk::of(&k, (pos, tokens, io.splits), (t0, queries));
+    let (start, end) = (chunk.start, chunk.end);
     let kv_stride = kv_heads * k.u32(d);
     let kv_head = h / (heads / kv_heads) * k.u32(d);
 
@@ -229,7 +231,7 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
         );
     };
 
-    load_block(k.u32(0));
+    load_block(start);
     k.barrier();
     for (i, a) in qa.iter().enumerate() {
         let at = w * k.u32(TILE * sq) + k.u32(i as u32 * TILE);
@@ -240,8 +242,9 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
             TileLayout::RowMajor,
         );
     }
-    let last_block = (end - one) / k.u32(keys) * k.u32(keys);
-    k.for_range(k.u32(0), end, keys, |kb| {
+    // The chunk's last block (its first when the chunk is empty and the loop never runs).
+    let last_block = ((end - one).max(start) - start) / k.u32(keys) * k.u32(keys) + start;
+    k.for_range(start, end, keys, |kb| {
         put_block(kb);
         k.barrier();
         // The next block's loads go out now (the last block loads itself again).
@@ -268,25 +271,26 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
         let cols: Vec<_> = (0..keys / 2)
             .map(|j| half * k.u32(keys / 2) + k.u32(j))
             .collect();
+        let visible: Vec<_> = cols.iter().map(|&c| chunk.visible(kb + c, q_pos)).collect();
         let scores: Vec<_> = cols
             .iter()
-            .map(|&c| {
+            .zip(&visible)
+            .map(|(&c, &seen)| {
                 let v = k.load_shared(region, own + r * k.u32(sr) + c);
-                k.select((kb + c).le(q_pos), v, neg_inf)
+                k.select(seen, v, neg_inf)
             })
             .collect();
         let local = scores[1..].iter().fold(scores[0], |a, &v| a.max(v));
         let row_max = local.max(local.shuffle_xor(one));
-        // Key 0 is visible to every row, so after the first block the maximum is finite and
-        // the first block's α is e^(−inf) = 0.
         let new_m = m.get().max(row_max);
+        let from = chunk.subtracted(new_m);
         let mut local_sum = zero;
-        for (&c, &v) in cols.iter().zip(&scores) {
-            let p = k.select((kb + c).le(q_pos), (v - new_m).exp(), zero);
+        for ((&c, &v), &seen) in cols.iter().zip(&scores).zip(&visible) {
+            let p = k.select(seen, (v - from).exp(), zero);
             k.store_shared(p_sh, own_p + r * k.u32(sp) + c, p.cast(Scalar::F16));
             local_sum = local_sum + p;
         }
-        let alpha = (m.get() - new_m).exp();
+        let alpha = (m.get() - from).exp();
         l.set(l.get().fma(alpha, local_sum + local_sum.shuffle_xor(one)));
         m.set(new_m);
         k.barrier();
@@ -329,19 +333,19 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
 
     k.if_((t0 + w * k.u32(TILE) + r).lt(tokens), || {
         let (row, inv) = match out {
-            FlashOut::Part => (d + 2, k.f32(1.0)),
+            FlashOut::Part | FlashOut::Chunks => (d + 2, k.f32(1.0)),
             FlashOut::Normalized => (d, k.f32(1.0) / l.get()),
         };
-        let base = (t * heads + h) * k.u32(row);
+        let base = chunk.part_row(t * heads + h) * k.u32(row);
         for (j, acc) in o.iter().enumerate() {
             let c = half * k.u32(d / 2) + k.u32(j as u32);
             let v = match out {
-                FlashOut::Part => acc.get(),
+                FlashOut::Part | FlashOut::Chunks => acc.get(),
                 FlashOut::Normalized => acc.get() * inv,
             };
             k.store(part, base + c, v);
         }
-        if out == FlashOut::Part {
+        if out != FlashOut::Normalized {
             k.if_(half.eq(k.u32(0)), || {
                 k.store(part, base + k.u32(d), m.get());
                 k.store(part, base + k.u32(d + 1), l.get());
@@ -354,6 +358,7 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
 /// A conformance case: [`super::attention_flash::case`]'s inputs and reference, the tiled
 /// kernel with the scalar one (and its grid) as the fallback of devices without tiles.
 pub fn case(shape: FlashAttention, pos: u32, kv: Float, out: FlashOut) -> Result<Case, ShapeError> {
+    let out = out.for_splits(shape.splits);
     let scalar = super::attention_flash::case(shape, pos, kv, (KeyLayout::Rows, out))?;
     let name = scalar.name.replacen("attention_flash", OP, 1);
     let mut case = Case::new(name, kernel(shape.head_dim, kv, out)?, grid(&shape))
@@ -365,8 +370,9 @@ pub fn case(shape: FlashAttention, pos: u32, kv: Float, out: FlashOut) -> Result
 }
 
 /// SmolLM2-135M's heads over one block of queries, a partial one and a later chunk, writing
-/// partials and the attention itself; a head dimension of 128 (two subgroups, blocks of 16
-/// keys).
+/// partials and the attention itself; keys in chunks (as a GPU's prompt steps cut them: a
+/// 130-token prompt's 33-key chunks start inside blocks, and the first query block sees nothing
+/// of the last ones); a head dimension of 128 (two subgroups, blocks of 16 keys).
 pub fn cases() -> Vec<Case> {
     use FlashOut::{Normalized, Part};
     use Float::{F16, F32};
@@ -378,6 +384,17 @@ pub fn cases() -> Vec<Case> {
         (smol(130), 5, F16, Normalized),
         (smol(40), 0, F32, Normalized),
         (MULTI_QUERY_128, 13, F16, Part),
+        (smollm2_split(130, 4), 0, F16, Part),
+        (smollm2_split(33, 3), 70, F32, Part),
+        (
+            FlashAttention {
+                splits: 2,
+                ..MULTI_QUERY_128
+            },
+            13,
+            F16,
+            Part,
+        ),
     ]
     .into_iter()
     .map(|(shape, pos, kv, out)| case(shape, pos, kv, out))

@@ -141,17 +141,22 @@ impl Engine {
         // quantized x).
         // A GPU's prompts run on matrix tiles where it has them, so every executor compiles
         // both kinds of GPU prompt too.
+        // Prompt attention with its keys in chunks or without: the GPU it checks or is
+        // checked by may take either ([`crate::kernels::chunked_flash`]).
         let mut keys: Vec<KernelKey> = vec![];
-        for tokens in [1, options.max_batch] {
+        for tokens in std::iter::once(1).chain(graph::prompt_sizes(options.max_batch)) {
             for (on_gpu, tiles) in [(true, false), (true, true), (false, false)] {
-                let q8 = options.takes_quantized_x(on_gpu, tokens);
-                let step = Step { tokens, pos: 0 };
-                let nodes = graph::build(c, &model.weights, step, on_gpu, q8, tiles);
-                keys.extend(
-                    nodes
-                        .iter()
-                        .map(|n| KernelKey::of(&n.op, &model.weights, shape)),
-                );
+                for chunks in [false, true] {
+                    let q8 = options.takes_quantized_x(on_gpu, tokens);
+                    let step = Step { tokens, pos: 0 };
+                    let flags = (tiles, chunks);
+                    let nodes = graph::build(c, &model.weights, step, on_gpu, q8, flags);
+                    keys.extend(
+                        nodes
+                            .iter()
+                            .map(|n| KernelKey::of(&n.op, &model.weights, shape)),
+                    );
+                }
             }
         }
         let placement = Placement::new(backend, &keys, shape)?;
@@ -219,8 +224,10 @@ impl Engine {
     pub fn graph(&self, s: Step) -> Vec<Node> {
         let c = &self.model.config;
         let q8 = self.options.takes_quantized_x(self.gpu, s.tokens);
-        let tiles = self.options.tiles && self.gpu && self.placement.devices[0].info().tiles;
-        graph::build(c, &self.model.weights, s, self.gpu, q8, tiles)
+        let info = self.placement.devices[0].info();
+        let tiles = self.options.tiles && self.gpu && info.tiles;
+        let chunks = crate::kernels::chunked_flash(info);
+        graph::build(c, &self.model.weights, s, self.gpu, q8, (tiles, chunks))
     }
 
     /// Dispatches per decode step: what one token costs the device in launches (the
@@ -341,7 +348,15 @@ impl Engine {
     /// as written there from now on.
     fn bind(&mut self, node: &Node, s: Step) -> Result<Bound, ModelError> {
         let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
-        let (d, program) = self.placement.programs[&key];
+        let &(d, program) =
+            self.placement
+                .programs
+                .get(&key)
+                .ok_or_else(|| ModelError::Unprepared {
+                    node: node.label,
+                    tokens: s.tokens,
+                    key: format!("{key:?}"),
+                })?;
         let plan = self.plan(node, s);
         let mut bindings = Vec::with_capacity(plan.inputs.len() + plan.outputs.len());
         for &t in &plan.inputs {

@@ -85,9 +85,9 @@ impl Engine {
             }
             // Both attention kernels read the rotated queries, the position and the layer's
             // caches, and write the split partials.
-            Op::AttnSplit { layer, .. } | Op::AttnFlash { layer, .. } => {
+            Op::AttnSplit { layer, splits } | Op::AttnFlash { layer, splits, .. } => {
                 let (mut params, grid) = match node.op {
-                    Op::AttnSplit { splits, .. } => {
+                    Op::AttnSplit { .. } => {
                         let a = self.split_attention(t, splits);
                         (a.params(), a.grid())
                     }
@@ -97,6 +97,7 @@ impl Engine {
                             heads: c.n_head,
                             kv_heads: c.n_head_kv,
                             head_dim: c.head_dim(),
+                            splits,
                         };
                         // The variant the device compiled decides the queries per workgroup.
                         let key = KernelKey::of(&node.op, w, self.shape);

@@ -93,9 +93,11 @@ impl Engine {
             Tensor::GridSync => f32s(2),
             Tensor::Resid(_) | Tensor::QRot => f32s(b * c.n_embd as u64),
             Tensor::Part => {
-                // Prompt steps split once per token, decode steps on a GPU several times per
-                // head; a CPU checking a GPU's nodes runs them with the GPU's splits.
-                let rows = b.max(u64::from(graph::GPU_SPLITS));
+                // Prompt steps split up to MAX_FLASH_SPLITS times per token, decode steps on a
+                // GPU several times per head; a CPU checking a GPU's nodes runs them with the
+                // GPU's splits.
+                let prompt = u64::from(graph::flash_splits(self.options.max_batch));
+                let rows = (b * prompt).max(u64::from(graph::GPU_SPLITS));
                 f32s(rows * c.n_head as u64 * (c.head_dim() as u64 + 2))
             }
             Tensor::Act => f32s(b * c.n_ff as u64),
