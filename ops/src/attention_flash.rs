@@ -40,7 +40,7 @@ use super::key_layout::{KeyIndex, KeyLayout};
 use super::shape::ShapeError;
 use super::support::{elements, load_f32, nonzero, seed, Float};
 use crate::case::*;
-use trine_ir::{BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
+use trine_ir::{Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
 
 const OP: &str = "attention_flash";
 
@@ -227,8 +227,9 @@ pub fn kernel(
         [wg, 1, 1],
     );
     let (io, scale, index) = declare_io(&k, kv, (keys, out), head_dim);
-    let (q, step, kc, vc, part) = (io.q, io.step, io.k, io.v, io.part);
-    let (tokens, heads, kv_heads) = (io.tokens, io.heads, io.kv_heads);
+    let parts = &io.parts;
+    let (q, step, kc, vc, part) = (parts.q, parts.step, parts.k, parts.v, parts.part);
+    let (tokens, heads, kv_heads) = (parts.tokens, parts.heads, parts.kv_heads);
 
     // Rows of queries and keys are padded by one element, so that the LANES invocations of a
     // row, and the rows of a subgroup, read different shared-memory banks.
@@ -385,30 +386,12 @@ pub(super) fn declare_io<'b>(
     let scale = k.param("scale", Scalar::F32);
     let splits = (out == FlashOut::Chunks).then(|| k.param("splits", Scalar::U32));
     let index = KeyIndex::declare(k, keys, parts.kv_heads, head_dim);
-    let io = FlashIo {
-        q: parts.q,
-        step: parts.step,
-        k: parts.k,
-        v: parts.v,
-        part: parts.part,
-        tokens: parts.tokens,
-        heads: parts.heads,
-        kv_heads: parts.kv_heads,
-        splits,
-    };
-    (io, scale, index)
+    (FlashIo { parts, splits }, scale, index)
 }
 
 /// [`PartsIo`] and, for [`FlashOut::Chunks`], the split count.
 pub(super) struct FlashIo<'b> {
-    pub q: BufferId,
-    pub step: BufferId,
-    pub k: BufferId,
-    pub v: BufferId,
-    pub part: BufferId,
-    pub tokens: Val<'b>,
-    pub heads: Val<'b>,
-    pub kv_heads: Val<'b>,
+    pub parts: PartsIo<'b>,
     pub splits: Option<Val<'b>>,
 }
 

@@ -112,8 +112,9 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
     k.require_subgroup_width(WIDTH);
     // Keys in rows, as values are: a key's element and its value's share one index.
     let (io, scale, _) = declare_io(&k, kv, (KeyLayout::Rows, out), d);
-    let (q, step, kc, vc, part) = (io.q, io.step, io.k, io.v, io.part);
-    let (tokens, heads, kv_heads) = (io.tokens, io.heads, io.kv_heads);
+    let parts = &io.parts;
+    let (q, step, kc, vc, part) = (parts.q, parts.step, parts.k, parts.v, parts.part);
+    let (tokens, heads, kv_heads) = (parts.tokens, parts.heads, parts.kv_heads);
 
     // Row strides padded by 8 elements: tile loads stay 16-byte aligned and a tile's rows
     // fall in different banks.
