@@ -163,7 +163,8 @@ pub enum Op {
         tokens: u32,
     },
     /// `y = x·Wᵀ` for `tokens` rows of float x and W as stored ([`Tensor::Weight`]), plus
-    /// `add` where given: a prompt's product on matrix units ([`trine_ops::matmul_tiles`]).
+    /// `add` where given, or with `swiglu` SwiGLU of each pair of rows (`rows / 2` wide): a
+    /// prompt's product on matrix units ([`trine_ops::matmul_tiles`]).
     MatmulTiles {
         w: WeightId,
         rows: u32,
@@ -171,6 +172,7 @@ pub enum Op {
         x: Tensor,
         y: Tensor,
         add: Option<Tensor>,
+        swiglu: bool,
         tokens: u32,
     },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
@@ -241,8 +243,19 @@ impl Node {
                 y, rows, tokens, ..
             }
             | Op::MatmulTiles {
-                y, rows, tokens, ..
+                y,
+                rows,
+                tokens,
+                swiglu: false,
+                ..
             } => (y, 0..(tokens * rows) as usize),
+            Op::MatmulTiles {
+                y,
+                rows,
+                tokens,
+                swiglu: true,
+                ..
+            } => (y, 0..(tokens * rows / 2) as usize),
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
             Op::Argmax => (Tensor::Token, 0..1),
         }
@@ -322,6 +335,7 @@ fn matmul_tiles(
         x,
         y,
         add,
+        swiglu: false,
         tokens,
     }
 }
@@ -366,8 +380,8 @@ fn quantize(w: &Weights, x: Tensor, id: WeightId, tokens: u32) -> Op {
 /// attention combine before ([`Op::Combine`]), SwiGLU ([`Op::SwigluPairs`]) or rope with the
 /// KV-cache store ([`Op::RopeStore`]) after; the residual add stays in the product. With
 /// `tiles`, a prompt step's products run on matrix tiles ([`Op::MatmulTiles`]) on float x,
-/// with the same nodes around them and no quantizing. With `chunks`, a prompt step's flash
-/// attention cuts the keys into [`flash_splits`] chunks.
+/// with the same nodes around them and no quantizing, but SwiGLU in gate/up's epilogue. With
+/// `chunks`, a prompt step's flash attention cuts the keys into [`flash_splits`] chunks.
 pub fn build(
     c: &LlamaConfig,
     w: &Weights,
@@ -474,7 +488,27 @@ pub fn build(
             let wo = mv(lw.wo, Tensor::Part, mid, combine, Epilogue::Add(x));
             node(wo, "attn_output", at);
         }
-        if q8(lw.w_gate_up) {
+        if tiled(lw.w_gate_up) {
+            let g = lw.ffn_norm;
+            let norm = Op::RmsNorm {
+                x: mid,
+                g,
+                tokens: t,
+            };
+            node(norm, "ffn_norm", at);
+            // SwiGLU in the product's epilogue: no pass of its own over gate and up.
+            let up = Op::MatmulTiles {
+                w: lw.w_gate_up,
+                rows: w.tensors[lw.w_gate_up].rows,
+                cols: w.tensors[lw.w_gate_up].cols,
+                x: Tensor::Normed,
+                y: Tensor::Act,
+                add: None,
+                swiglu: true,
+                tokens: t,
+            };
+            node(up, "ffn_gate_up", at);
+        } else if q8(lw.w_gate_up) {
             let g = lw.ffn_norm;
             node(
                 Op::RmsNorm {

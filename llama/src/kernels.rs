@@ -49,7 +49,7 @@ pub enum KernelKey {
     /// A prompt's product on matrix tiles: its weights' type, whether it adds a residual,
     /// its block ([`matmul_tiles::BlockSize::for_product`]) and the blocks of K per step
     /// ([`matmul_tiles::TilesSpec::depth_for`]).
-    MatmulTiles(WeightType, bool, matmul_tiles::BlockSize, u32),
+    MatmulTiles(TilesKey),
     PickLast,
     Argmax,
 }
@@ -103,14 +103,19 @@ impl std::fmt::Display for KernelKey {
                 let add = if *add { ", add" } else { "" };
                 write!(f, "matvec {ty} × q8 ({tokens} tokens{add})")
             }
-            KernelKey::MatmulTiles(ty, add, block, depth) => {
-                let add = if *add { ", add" } else { "" };
-                let block = match block {
+            KernelKey::MatmulTiles(t) => {
+                let out = match (t.add, t.swiglu) {
+                    (true, _) => ", add",
+                    (false, true) => ", swiglu",
+                    (false, false) => "",
+                };
+                let block = match t.block {
                     matmul_tiles::BlockSize::Small => ", small",
                     matmul_tiles::BlockSize::Medium => "",
                     matmul_tiles::BlockSize::Large => ", large",
                 };
-                write!(f, "matmul {ty} on tiles{block}{add}, {depth} blocks a step")
+                let (ty, depth) = (t.weights, t.depth);
+                write!(f, "matmul {ty} on tiles{block}{out}, {depth} blocks a step")
             }
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
@@ -223,16 +228,18 @@ impl KernelKey {
             Op::MatmulTiles {
                 w: id,
                 add,
+                swiglu,
                 rows,
                 cols,
                 tokens,
                 ..
-            } => KernelKey::MatmulTiles(
-                w.tensors[id].ty,
-                add.is_some(),
-                matmul_tiles::BlockSize::for_product(rows, tokens, s.small_tiles),
-                matmul_tiles::TilesSpec::depth_for(cols),
-            ),
+            } => KernelKey::MatmulTiles(TilesKey {
+                weights: w.tensors[id].ty,
+                add: add.is_some(),
+                swiglu,
+                block: matmul_tiles::BlockSize::for_product(rows, tokens, s.small_tiles),
+                depth: matmul_tiles::TilesSpec::depth_for(cols),
+            }),
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
         }
@@ -303,9 +310,9 @@ impl KernelKey {
             )?],
             KernelKey::Quantize => vec![matvec_q8::quantize_kernel()],
             KernelKey::MatvecQ8(ty, add, per) => vec![matvec_q8_rows::kernel(ty, add, per)?],
-            KernelKey::MatmulTiles(weights, add, block, depth) => {
+            KernelKey::MatmulTiles(key) => {
                 let mut variants = vec![];
-                for spec in tiles_spec((weights, add, block, depth), info).variants() {
+                for spec in tiles_spec(key, info).variants() {
                     if spec.tiles.is_some() {
                         // A width that cannot share the block's tiles evenly has no tiled
                         // kernel (a typed refusal): the next variant serves it.
@@ -322,24 +329,31 @@ impl KernelKey {
     }
 }
 
-/// The tiled product of a [`KernelKey::MatmulTiles`] key's fields on a device described by
-/// `info`: tiles need one subgroup width to divide their work by, so a device without them
-/// (or a CPU checking a GPU's prompt) gets the scalar variant; f16 weights are copied
-/// asynchronously where the device can. Its
-/// [`matmul_tiles::TilesSpec::variants`] are the key's kernels, and the executor takes the
-/// grid of the one the device compiled.
-pub fn tiles_spec(
-    (weights, add, block, depth): (WeightType, bool, matmul_tiles::BlockSize, u32),
-    info: &DeviceInfo,
-) -> matmul_tiles::TilesSpec {
+/// What decides a tiled product's kernels ([`KernelKey::MatmulTiles`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TilesKey {
+    pub weights: WeightType,
+    pub add: bool,
+    pub swiglu: bool,
+    pub block: matmul_tiles::BlockSize,
+    pub depth: u32,
+}
+
+/// The tiled product of a [`KernelKey::MatmulTiles`] key on a device described by `info`:
+/// tiles need one subgroup width to divide their work by, so a device without them (or a
+/// CPU checking a GPU's prompt) gets the scalar variant; f16 weights are copied
+/// asynchronously where the device can. Its [`matmul_tiles::TilesSpec::variants`] are the
+/// key's kernels, and the executor takes the grid of the one the device compiled.
+pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
     let spec = matmul_tiles::TilesSpec {
-        weights,
-        add,
+        weights: key.weights,
+        add: key.add,
         tiles: info.subgroup_size().filter(|_| info.tiles),
-        block,
-        depth,
+        block: key.block,
+        depth: key.depth,
         copies: false,
         half_x: false,
+        swiglu: key.swiglu,
     };
     if info.async_copy {
         spec.copied()
@@ -528,8 +542,14 @@ mod tests {
             small_tiles: false,
         };
         let block = matmul_tiles::BlockSize::for_product(4096, 512, false);
-        let fields = (WeightType::Q4_1, true, block, 2);
-        let key = KernelKey::MatmulTiles(fields.0, fields.1, fields.2, fields.3);
+        let fields = TilesKey {
+            weights: WeightType::Q4_1,
+            add: true,
+            swiglu: false,
+            block,
+            depth: 2,
+        };
+        let key = KernelKey::MatmulTiles(fields);
         for (tiles, count) in [(true, 3), (false, 1)] {
             info.tiles = tiles;
             info.subgroup_sizes = vec![32];

@@ -135,6 +135,10 @@ pub struct TilesSpec {
     /// x stored as f16 (as cuBLAS's f16 products take it), copied as W is where W is; else
     /// f32, rounded to f16 as it is staged.
     pub half_x: bool,
+    /// y is SwiGLU of each pair of rows `(2i, 2i + 1)`, `silu(y[2i])·y[2i + 1]`, `rows / 2`
+    /// wide: gate and up interleaved, as the executor lays out an FFN's, with no pass of
+    /// their own after the product. Not with [`TilesSpec::add`].
+    pub swiglu: bool,
 }
 
 impl TilesSpec {
@@ -199,14 +203,15 @@ impl TilesSpec {
         out
     }
 
-    /// The kernel's name: x (where f16) and weights, residual, block, subgroup width (or
-    /// scalar), copies and depth.
+    /// The kernel's name: x (where f16) and weights, residual or SwiGLU, block, subgroup
+    /// width (or scalar), copies and depth.
     pub fn name(&self) -> String {
         format!(
-            "matmul_tiles_{}{}{}{}{}{}_d{}",
+            "matmul_tiles_{}{}{}{}{}{}{}_d{}",
             if self.half_x { "f16x" } else { "" },
             self.weights.name(),
             if self.add { "_add" } else { "" },
+            if self.swiglu { "_swiglu" } else { "" },
             self.block.name(),
             match self.tiles {
                 Some(w) => format!("_sg{w}"),
@@ -265,10 +270,11 @@ pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
 }
 
 /// The kernel for `spec`. Buffers: `w` (f32, f16, or a quantized type's bytes as `U32`
-/// words), `x` f32, then `add` f32 with [`TilesSpec::add`], then `y` f32. Params: rows, cols,
-/// tokens. Grid [`TilesSpec::grid`]; K must be whole steps of [`TilesSpec::depth`] blocks.
-/// Errors: a subgroup width that does not divide the block's tiles evenly among the
-/// workgroup's subgroups; a depth other than 1, 2 or 4.
+/// words), `x` f32, then `add` f32 with [`TilesSpec::add`], then `y` f32 (`rows / 2` wide
+/// with [`TilesSpec::swiglu`]). Params: rows, cols, tokens. Grid [`TilesSpec::grid`]; K must
+/// be whole steps of [`TilesSpec::depth`] blocks. Errors: a subgroup width that does not
+/// divide the block's tiles evenly among the workgroup's subgroups; a depth other than 1, 2
+/// or 4; a residual with SwiGLU.
 pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let ty = spec.weights;
     let (bm, bn) = spec.block();
@@ -277,6 +283,12 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         return Err(ShapeError::Unsupported {
             op: OP,
             what: format!("steps of {depth} blocks of K"),
+        });
+    }
+    if spec.add && spec.swiglu {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: "a residual added to SwiGLU's output".into(),
         });
     }
     let invocations = spec.block.invocations();
@@ -366,6 +378,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         &Output {
             y,
             add,
+            swiglu: spec.swiglu,
             origin: (t0, r0),
             ends: (tokens, rows),
         },
@@ -433,11 +446,32 @@ fn pipelined<'b>(
 struct Output<'b> {
     y: BufferId,
     add: Option<BufferId>,
+    /// Rows in pairs, each written as SwiGLU of the two ([`TilesSpec::swiglu`]).
+    swiglu: bool,
     origin: (Val<'b>, Val<'b>),
     ends: (Val<'b>, Val<'b>),
 }
 
 impl<'b> Output<'b> {
+    /// Writes SwiGLU of the sums `gate` and `up` of (token, row) `(t, n)` and `(t, n + 1)` of
+    /// the block (`n` even), if both rows are inside y.
+    fn write_pair(
+        &self,
+        k: &'b KernelBuilder,
+        (t, n): (Val<'b>, Val<'b>),
+        (gate, up): (Val<'b>, Val<'b>),
+    ) {
+        let (tok, row) = (self.origin.0 + t, self.origin.1 + n);
+        k.if_(
+            tok.lt(self.ends.0) & (row + k.u32(1)).lt(self.ends.1),
+            || {
+                let half = self.ends.1 / k.u32(2);
+                let v = super::elementwise::silu_ir(k, gate) * up;
+                k.store(self.y, tok * half + row / k.u32(2), v);
+            },
+        );
+    }
+
     /// Writes the sum `v` of (token, row) `(t, n)` of the block, if inside y.
     fn write(&self, k: &'b KernelBuilder, (t, n): (Val<'b>, Val<'b>), v: Val<'b>) {
         let (tok, row) = (self.origin.0 + t, self.origin.1 + n);
@@ -623,13 +657,26 @@ impl<'b> Compute<'b> {
                     let layout = TileLayout::RowMajor;
                     acc.store(TileMemory::Shared(region), base, k.u32(stride), layout);
                     k.barrier();
-                    // Consecutive lanes, consecutive rows of y.
-                    for i in 0..TILE * TILE / width {
-                        let e = k.u32(i * width) + lane;
-                        let (r, c) = (e / k.u32(TILE), e % k.u32(TILE));
-                        let v = k.load_shared(region, base + r * k.u32(stride) + c);
-                        let at = (tm * k.u32(TILE) + r, tn * k.u32(TILE) + c);
-                        out.write(k, at, v);
+                    let at = |r: Val<'b>, c: Val<'b>| (tm * k.u32(TILE) + r, tn * k.u32(TILE) + c);
+                    let read = |r: Val<'b>, c: Val<'b>| {
+                        k.load_shared(region, base + r * k.u32(stride) + c)
+                    };
+                    if out.swiglu {
+                        // A pair of rows per lane: a tile's columns start even.
+                        let pairs = TILE / 2;
+                        for i in 0..TILE * pairs / width {
+                            let e = k.u32(i * width) + lane;
+                            let (r, c) = (e / k.u32(pairs), e % k.u32(pairs) * k.u32(2));
+                            let sums = (read(r, c), read(r, c + k.u32(1)));
+                            out.write_pair(k, at(r, c), sums);
+                        }
+                    } else {
+                        // Consecutive lanes, consecutive rows of y.
+                        for i in 0..TILE * TILE / width {
+                            let e = k.u32(i * width) + lane;
+                            let (r, c) = (e / k.u32(TILE), e % k.u32(TILE));
+                            out.write(k, at(r, c), read(r, c));
+                        }
                     }
                     // The next accumulator reuses the tile.
                     k.barrier();
@@ -644,13 +691,24 @@ impl<'b> Compute<'b> {
                     k.store_shared(block, t * k.u32(stride) + n, sum.get());
                 }
                 k.barrier();
-                // Each invocation writes a column of the block: consecutive invocations,
-                // consecutive rows.
-                k.for_range(k.u32(0), k.u32(bm * bn), invocations, |e| {
-                    let e = e + lid;
-                    let (t, n) = (e / k.u32(bn), e % k.u32(bn));
-                    out.write(k, (t, n), k.load_shared(block, t * k.u32(stride) + n));
-                });
+                let read = |t: Val<'b>, n: Val<'b>| k.load_shared(block, t * k.u32(stride) + n);
+                if out.swiglu {
+                    // A pair of rows per invocation.
+                    let pairs = bn / 2;
+                    k.for_range(k.u32(0), k.u32(bm * pairs), invocations, |e| {
+                        let e = e + lid;
+                        let (t, n) = (e / k.u32(pairs), e % k.u32(pairs) * k.u32(2));
+                        out.write_pair(k, (t, n), (read(t, n), read(t, n + k.u32(1))));
+                    });
+                } else {
+                    // Each invocation writes a column of the block: consecutive invocations,
+                    // consecutive rows.
+                    k.for_range(k.u32(0), k.u32(bm * bn), invocations, |e| {
+                        let e = e + lid;
+                        let (t, n) = (e / k.u32(bn), e % k.u32(bn));
+                        out.write(k, (t, n), read(t, n));
+                    });
+                }
             }
         }
     }
@@ -718,12 +776,45 @@ pub fn case_in(
     add: bool,
     (block, copies, xf): (BlockSize, bool, Float),
 ) -> Result<Case, ShapeError> {
+    build_case(ty, (rows, cols, tokens), (add, false), (block, copies, xf))
+}
+
+/// [`case`] with SwiGLU of the row pairs as the output ([`TilesSpec::swiglu`]), against
+/// [`reference`] followed by SwiGLU in f64.
+pub fn swiglu_case(
+    ty: WeightType,
+    (rows, cols, tokens): (u32, u32, u32),
+) -> Result<Case, ShapeError> {
+    let block = BlockSize::for_product(rows, tokens, false);
+    build_case(
+        ty,
+        (rows, cols, tokens),
+        (false, true),
+        (block, false, Float::F32),
+    )
+}
+
+fn build_case(
+    ty: WeightType,
+    (rows, cols, tokens): (u32, u32, u32),
+    (add, swiglu): (bool, bool),
+    (block, copies, xf): (BlockSize, bool, Float),
+) -> Result<Case, ShapeError> {
     check(rows, cols, tokens)?;
+    if swiglu && !rows.is_multiple_of(2) {
+        return Err(ShapeError::NotMultiple {
+            op: OP,
+            what: "rows of gate and up",
+            value: rows as usize,
+            multiple: 2,
+        });
+    }
     let name = format!(
-        "{OP}/{}{}/{rows}x{cols}/t{tokens}{}{}{}",
+        "{OP}/{}{}/{rows}x{cols}/t{tokens}{}{}{}{}",
         if xf == Float::F16 { "f16x" } else { "" },
         ty.name(),
         if add { "+add" } else { "" },
+        if swiglu { "+swiglu" } else { "" },
         if block == BlockSize::Large {
             "/large"
         } else {
@@ -736,7 +827,13 @@ pub fn case_in(
     let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
     let x = rng.f32s(t * c, -1.0, 1.0);
     let residual = add.then(|| rng.f32s(t * r, -2.0, 2.0));
-    let want = reference(ty, &w, &x, residual.as_deref(), (rows, cols, tokens))?;
+    let mut want = reference(ty, &w, &x, residual.as_deref(), (rows, cols, tokens))?;
+    if swiglu {
+        want = want
+            .chunks(2)
+            .map(|p| p[0] / (1.0 + (-p[0]).exp()) * p[1])
+            .collect();
+    }
     let spec = TilesSpec {
         weights: ty,
         add,
@@ -745,6 +842,7 @@ pub fn case_in(
         depth: TilesSpec::depth_for(cols),
         copies: false,
         half_x: xf == Float::F16,
+        swiglu,
     };
     let x_bytes = match xf {
         Float::F32 => f32_bytes(&x),
@@ -758,8 +856,9 @@ pub fn case_in(
     if let Some(res) = &residual {
         case = case.input("add", Scalar::F32, f32_bytes(res));
     }
+    let y_rows = if swiglu { r / 2 } else { r };
     Ok(case
-        .output("y", Scalar::F32, vec![0; t * r * 4], want)
+        .output("y", Scalar::F32, vec![0; t * y_rows * 4], want)
         .params(spec.params(rows, cols, tokens))
         .bound(NMSE)
         .fallback_on(kernel(fallback)?, fallback.grid(rows, tokens)))
@@ -767,7 +866,7 @@ pub fn case_in(
 
 /// Every weight type at a shape of one block and a partial one (tokens and rows past a
 /// block), with and without the residual, in steps of one block of K and of two; SmolLM2's
-/// QKV product over a 70-token prompt.
+/// QKV product over a 70-token prompt; SwiGLU of the row pairs.
 pub fn cases() -> Vec<Case> {
     let mut out = vec![];
     for ty in WeightType::ALL {
@@ -775,6 +874,11 @@ pub fn cases() -> Vec<Case> {
         out.push(case(ty, (72, 96, 70), ty == WeightType::Q4_1));
     }
     out.push(case(WeightType::Q4_1, (960, 576, 70), false));
+    // SwiGLU of the row pairs: rows and tokens past a block, and SmolLM2's gate/up (the
+    // medium block).
+    out.push(swiglu_case(WeightType::Q4_1, (72, 96, 70)));
+    out.push(swiglu_case(WeightType::F16, (64, 64, 20)));
+    out.push(swiglu_case(WeightType::Q4_1, (3072, 576, 40)));
     // Steps of two blocks, two of them, rows past a block.
     out.push(case(WeightType::F16, (80, 128, 24), false));
     out.push(case(WeightType::Q8_0, (576, 1536, 33), true));
@@ -847,6 +951,7 @@ mod tests {
                 depth: MAX_DEPTH,
                 copies: false,
                 half_x: false,
+                swiglu: false,
             };
             let k = kernel(spec.scalar()).unwrap();
             assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
@@ -887,6 +992,7 @@ mod tests {
             depth: 2,
             copies: false,
             half_x: false,
+            swiglu: false,
         };
         let variants = spec.variants();
         let blocks: Vec<_> = variants.iter().map(|v| (v.block, v.tiles)).collect();
@@ -927,6 +1033,7 @@ mod tests {
             depth: 1,
             copies: false,
             half_x: false,
+            swiglu: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
         assert_eq!(spec.scalar().grid(4096, 512), [64, 8, 1]);
@@ -952,6 +1059,7 @@ mod tests {
             depth: 3,
             copies: false,
             half_x: false,
+            swiglu: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     }
@@ -967,6 +1075,7 @@ mod tests {
             depth: 1,
             copies: false,
             half_x: false,
+            swiglu: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
         assert!(kernel(TilesSpec {

@@ -151,7 +151,12 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     });
     p.block(early, 1);
     if needs.prior_grid {
-        p.line(1, "trine_wait_prior_grid();");
+        // See the prelude: the kernel after a tiled one starts when it ends.
+        if k.tiles.is_empty() {
+            p.line(1, "trine_wait_prior_grid();");
+        } else {
+            p.line(1, "trine_wait_prior_grid_only();");
+        }
     }
     p.block(rest, 1);
     out.push_str(&p.finish());

@@ -134,7 +134,12 @@ const GRID_SYNC: &str =
 /// before it in the stream still runs: each waits here until that grid has finished and its
 /// writes are visible (`griddepcontrol.wait`, which returns at once when nothing precedes it),
 /// then lets the next kernel's blocks launch in turn. Triggering only after the wait keeps at
-/// most one kernel ahead resident. Before sm_90 no launch overlaps and this is empty.
+/// most one kernel ahead resident. Kernels on matrix tiles only wait
+/// (`trine_wait_prior_grid_only`), so the kernel after one starts when it ends: a prompt's
+/// tiled products and attention are several waves of large workgroups, and with the trigger a
+/// SmolLM2 pp512 on an H100 was 3.5% slower (2026-11-26, 129,014–130,529 t/s against
+/// 134,092–134,330 without, SwiGLU in the gate/up product), while decode, which has no tiles,
+/// keeps its overlap. Before sm_90 no launch overlaps and this is empty.
 /// Kernels with grid barriers go without it and start only when the kernel before them has
 /// finished: launched early, the executor's fused steps hung on an H100 (cause not found;
 /// a grid barrier needs every one of the kernel's workgroups resident at once).
@@ -142,6 +147,11 @@ const PRIOR_GRID_CUDA: &str = "__device__ __forceinline__ void trine_wait_prior_
 #if __CUDA_ARCH__ >= 900
   asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");
   asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");
+#endif
+}
+__device__ __forceinline__ void trine_wait_prior_grid_only() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");
 #endif
 }
 ";

@@ -203,16 +203,18 @@ impl Engine {
                 y,
                 add,
                 tokens,
+                ..
             } => {
                 let key = KernelKey::of(&node.op, w, self.shape);
                 let (device, program) = self.placement.programs[&key];
                 let info = self.dev(device).info();
-                let KernelKey::MatmulTiles(ty, adds, block, depth) = key else {
+                let KernelKey::MatmulTiles(tiles) = key else {
                     unreachable!("a tiled product's key is MatmulTiles")
                 };
+                let ty = tiles.weights;
                 // The variant the device compiled decides the block, so the grid.
                 let compiled = &self.placement.kernels[&program].name;
-                let spec = tiles_spec((ty, adds, block, depth), info)
+                let spec = tiles_spec(tiles, info)
                     .variants()
                     .into_iter()
                     .find(|v| v.name() == *compiled)
