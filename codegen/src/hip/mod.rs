@@ -151,12 +151,8 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     });
     p.block(early, 1);
     if needs.prior_grid {
-        // See the prelude: the kernel after a tiled one starts when it ends.
-        if k.tiles.is_empty() {
-            p.line(1, "trine_wait_prior_grid();");
-        } else {
-            p.line(1, "trine_wait_prior_grid_only();");
-        }
+        // Without the next kernel's trigger in kernels on tiles (see the prelude).
+        p.line(1, "trine_wait_prior_grid();");
     }
     p.block(rest, 1);
     out.push_str(&p.finish());

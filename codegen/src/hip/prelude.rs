@@ -77,7 +77,11 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
         }
     }
     if needs.prior_grid {
-        out.push_str(PRIOR_GRID_CUDA);
+        out.push_str(if needs.tiles {
+            PRIOR_GRID_ONLY_CUDA
+        } else {
+            PRIOR_GRID_CUDA
+        });
     }
     if needs.prefetch {
         out.push_str(match dialect {
@@ -135,7 +139,7 @@ const GRID_SYNC: &str =
 /// writes are visible (`griddepcontrol.wait`, which returns at once when nothing precedes it),
 /// then lets the next kernel's blocks launch in turn. Triggering only after the wait keeps at
 /// most one kernel ahead resident. Kernels on matrix tiles only wait
-/// (`trine_wait_prior_grid_only`), so the kernel after one starts when it ends: a prompt's
+/// ([`PRIOR_GRID_ONLY_CUDA`]), so the kernel after one starts when it ends: a prompt's
 /// tiled products and attention are several waves of large workgroups, and with the trigger a
 /// SmolLM2 pp512 on an H100 was 3.5% slower (2026-11-26, 129,014–130,529 t/s against
 /// 134,092–134,330 without, SwiGLU in the gate/up product), while decode, which has no tiles,
@@ -149,7 +153,10 @@ const PRIOR_GRID_CUDA: &str = "__device__ __forceinline__ void trine_wait_prior_
   asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");
 #endif
 }
-__device__ __forceinline__ void trine_wait_prior_grid_only() {
+";
+
+/// [`PRIOR_GRID_CUDA`] without the trigger, for kernels on matrix tiles.
+const PRIOR_GRID_ONLY_CUDA: &str = "__device__ __forceinline__ void trine_wait_prior_grid() {
 #if __CUDA_ARCH__ >= 900
   asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");
 #endif
