@@ -319,13 +319,13 @@ fn takes_tiles(w: &Weights, id: WeightId) -> bool {
     trine_ops::matmul_tiles::check(t.rows, t.cols, 1).is_ok()
 }
 
-/// The product of weight `id` with `tokens` rows of float `x` on matrix tiles into `y`.
+/// The product of weight `id` with `tokens` rows of float `x` on matrix tiles into `y`, with
+/// the residual `add` or (`swiglu`) SwiGLU of its row pairs.
 fn matmul_tiles(
     w: &Weights,
     id: WeightId,
-    x: Tensor,
-    y: Tensor,
-    add: Option<Tensor>,
+    (x, y): (Tensor, Tensor),
+    (add, swiglu): (Option<Tensor>, bool),
     tokens: u32,
 ) -> Op {
     Op::MatmulTiles {
@@ -335,7 +335,7 @@ fn matmul_tiles(
         x,
         y,
         add,
-        swiglu: false,
+        swiglu,
         tokens,
     }
 }
@@ -404,14 +404,10 @@ pub fn build(
     let mid = Tensor::Resid(1);
     let flash = uses_flash_attention(c, t, gpu);
     // The chunks attention cuts the keys into, which its combine puts together.
-    let splits = if flash {
-        if chunks {
-            flash_splits(t)
-        } else {
-            1
-        }
-    } else {
-        attention_splits(t, gpu)
+    let splits = match (flash, chunks) {
+        (true, true) => flash_splits(t),
+        (true, false) => 1,
+        (false, _) => attention_splits(t, gpu),
     };
     for (l, lw) in w.layers.iter().enumerate() {
         let l = l as u32;
@@ -430,7 +426,7 @@ pub fn build(
         // takes x as it is.
         let product = |id: WeightId, x, y, add, labels: [&'static str; 2]| {
             if tiled(id) {
-                vec![(matmul_tiles(w, id, x, y, add, t), labels[1])]
+                vec![(matmul_tiles(w, id, (x, y), (add, false), t), labels[1])]
             } else {
                 vec![
                     (quantize(w, x, id, t), labels[0]),
@@ -488,27 +484,7 @@ pub fn build(
             let wo = mv(lw.wo, Tensor::Part, mid, combine, Epilogue::Add(x));
             node(wo, "attn_output", at);
         }
-        if tiled(lw.w_gate_up) {
-            let g = lw.ffn_norm;
-            let norm = Op::RmsNorm {
-                x: mid,
-                g,
-                tokens: t,
-            };
-            node(norm, "ffn_norm", at);
-            // SwiGLU in the product's epilogue: no pass of its own over gate and up.
-            let up = Op::MatmulTiles {
-                w: lw.w_gate_up,
-                rows: w.tensors[lw.w_gate_up].rows,
-                cols: w.tensors[lw.w_gate_up].cols,
-                x: Tensor::Normed,
-                y: Tensor::Act,
-                add: None,
-                swiglu: true,
-                tokens: t,
-            };
-            node(up, "ffn_gate_up", at);
-        } else if q8(lw.w_gate_up) {
+        if q8(lw.w_gate_up) {
             let g = lw.ffn_norm;
             node(
                 Op::RmsNorm {
@@ -519,11 +495,19 @@ pub fn build(
                 "ffn_norm",
                 at,
             );
-            let labels = ["ffn_gate_up_x", "ffn_gate_up"];
-            for (op, label) in product(lw.w_gate_up, Tensor::Normed, Tensor::Raw, None, labels) {
-                node(op, label, at);
+            if tiled(lw.w_gate_up) {
+                // SwiGLU in the product's epilogue: no pass of its own over gate and up.
+                let io = (Tensor::Normed, Tensor::Act);
+                let up = matmul_tiles(w, lw.w_gate_up, io, (None, true), t);
+                node(up, "ffn_gate_up", at);
+            } else {
+                let labels = ["ffn_gate_up_x", "ffn_gate_up"];
+                let (x, y) = (Tensor::Normed, Tensor::Raw);
+                for (op, label) in product(lw.w_gate_up, x, y, None, labels) {
+                    node(op, label, at);
+                }
+                node(Op::SwigluPairs, "ffn_swiglu", at);
             }
-            node(Op::SwigluPairs, "ffn_swiglu", at);
         } else {
             let up = mv(
                 lw.w_gate_up,

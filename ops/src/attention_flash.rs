@@ -23,9 +23,8 @@
 //! [`super::attention_split::reference_split`] as the reference; or, with one split, the
 //! attention itself, `acc / l`, as the combine would write it, which saves the combine's
 //! dispatch. Only the kernel of several splits ([`FlashOut::Chunks`]) works out its chunk and
-//! masks keys past it: the others are the kernels of before, whose extra integer work cost CUDA
-//! 3.5% of a pp512 (H100, 2026-11-26). Buffers and the `step` buffer (element 0 = the position
-//! of the first query token) are the split kernel's.
+//! masks keys past it; the others are the kernels of before, unchanged. Buffers and the `step`
+//! buffer (element 0 = the position of the first query token) are the split kernel's.
 //!
 //! Rows of the last block past the step's tokens compute the last token's row again and store
 //! nothing; keys past the block's last visible position are staged as zeros, so a cache holding

@@ -831,7 +831,7 @@ fn build_case(
     if swiglu {
         want = want
             .chunks(2)
-            .map(|p| p[0] / (1.0 + (-p[0]).exp()) * p[1])
+            .map(|p| super::elementwise::silu(p[0]) * p[1])
             .collect();
     }
     let spec = TilesSpec {
