@@ -800,28 +800,43 @@ fn cuda_prefetches_before_the_wait() {
     );
 }
 
-/// Matrix tiles: `mma.sync` fragments in CUDA; HIP and C refuse them with a typed error (their
-/// devices run scalar variants).
+/// Matrix tiles: `mma.sync` fragments in CUDA, RDNA3's WMMA in HIP (its subgroups of 32);
+/// C refuses them with a typed error (the CPU runs scalar variants).
 #[test]
-fn tiles_lower_to_mma_in_cuda_only() {
+fn tiles_lower_to_mma_in_cuda_and_wmma_in_hip() {
     let k = common::tiled_product();
     let text = lower(&k, Dialect::Cuda);
     assert!(text.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
     assert!(text.contains("trine_tile_a t_ta;") && text.contains("trine_tile_acc t_acc;"));
     assert!(text.contains("trine_tile_load(t_tb, b_bt, "));
-    for e in [
-        hip(&k, Dialect::Hip).unwrap_err(),
-        trine_codegen::c(&k, &trine_codegen::COptions::new(8)).unwrap_err(),
-    ] {
-        assert!(
-            matches!(
-                e,
-                CodegenError::Unsupported {
-                    what: "matrix tiles",
-                    ..
-                }
-            ),
-            "{e}"
-        );
-    }
+    let hip_text = lower(&k, Dialect::Hip);
+    assert!(hip_text.contains("__builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a.v, b.v, c.v)"));
+    assert!(hip_text.contains("trine_tile_a t_ta;") && hip_text.contains("trine_tile_acc t_acc;"));
+    assert!(hip_text.contains("trine_tile_load_shared(t_ta, s_a_sh, "));
+    assert!(!hip_text.contains("mma.sync") && !text.contains("wmma"));
+    let e = trine_codegen::c(&k, &trine_codegen::COptions::new(8)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CodegenError::Unsupported {
+                what: "matrix tiles",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Wave64's WMMA lays its operands out otherwise.
+    let mut wide = common::tiled_product();
+    wide.capabilities.subgroup_width = Some(64);
+    let e = hip(&wide, Dialect::Hip).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CodegenError::Unsupported {
+                what: "matrix tiles outside subgroups of 32",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }

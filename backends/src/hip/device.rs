@@ -171,6 +171,12 @@ pub(super) fn memory(dev: &Device) -> (MemoryInfo, String) {
     (info, note)
 }
 
+/// Whether the HIP lowering's matrix tiles run on `isa`: RDNA3's WMMA (gfx11) in wave32, the
+/// form trine_codegen's HIP tiles take. gfx12 has WMMA with another operand layout.
+fn has_wmma(isa: &str, warp_size: u32) -> bool {
+    isa.starts_with("gfx11") && warp_size == 32
+}
+
 /// The device's [`DeviceInfo`]; `extra` notes come after the runtime's and the device's.
 pub(super) fn device_info(rt: &Runtime, dev: &Device, extra: Vec<String>) -> DeviceInfo {
     let (memory, memory_note) = memory(dev);
@@ -221,8 +227,7 @@ pub(super) fn device_info(rt: &Runtime, dev: &Device, extra: Vec<String>) -> Dev
         subgroup_ops: dev.warp_size > 0,
         f16: true,
         int8: true,
-        // The HIP lowering has no WMMA (see trine_codegen::hip).
-        tiles: false,
+        tiles: has_wmma(&dev.isa, dev.warp_size),
         async_copy: false,
         max_shared_bytes: dev.max_shared,
         max_invocations: dev.max_threads,
@@ -260,6 +265,15 @@ mod tests {
                 gtt_total: Some(g),
                 gtt_used: Some(0),
             }),
+        }
+    }
+
+    #[test]
+    fn tiles_on_rdna3_in_wave32_only() {
+        assert!(has_wmma("gfx1103", 32) && has_wmma("gfx1151", 32) && has_wmma("gfx1100", 32));
+        assert!(!has_wmma("gfx1100", 64));
+        for isa in ["gfx1030", "gfx1013", "gfx90c", "gfx942", "gfx1201"] {
+            assert!(!has_wmma(isa, 32), "{isa}");
         }
     }
 

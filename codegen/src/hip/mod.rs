@@ -41,13 +41,14 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     check_name(&kernel.name)?;
     let k = kernel;
     let tiles = k.capabilities.tiles;
-    if tiles && dialect == Dialect::Hip {
-        // RDNA3's WMMA would serve (gfx11), but no hiprtc at hand compiles for gfx11 to check
-        // a lowering to it; HIP devices run the scalar variants.
+    let wide = k.capabilities.subgroup_width.is_some_and(|w| w != 32);
+    if tiles && dialect == Dialect::Hip && wide {
+        // RDNA3's WMMA has wave32 and wave64 forms with different operand layouts; the HIP
+        // tiles are wave32's (see `tiles`), which gfx11 runs HIP kernels in.
         return Err(CodegenError::Unsupported {
             target: "hip",
             kernel: k.name.clone(),
-            what: "matrix tiles",
+            what: "matrix tiles outside subgroups of 32",
         });
     }
     if k.capabilities.async_copy && dialect == Dialect::Hip {

@@ -19,7 +19,7 @@ pub(crate) struct Needs {
     pub dot4: bool,
     /// `Stmt::Prefetch` (`trine_prefetch`).
     pub prefetch: bool,
-    /// Matrix tiles (CUDA only; see [`super::tiles`]).
+    /// Matrix tiles (see [`super::tiles`]).
     pub tiles: bool,
     /// Asynchronous copies (CUDA only: `trine_copy_*`).
     pub copies: bool,
@@ -90,7 +90,10 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
         });
     }
     if needs.tiles {
-        out.push_str(super::tiles::TILES_CUDA);
+        out.push_str(match dialect {
+            Dialect::Hip => super::tiles::TILES_HIP,
+            Dialect::Cuda => super::tiles::TILES_CUDA,
+        });
     }
     if needs.copies {
         out.push_str(COPIES_CUDA);

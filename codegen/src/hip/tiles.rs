@@ -1,4 +1,8 @@
-//! Matrix tiles ([`trine_ir::TileOp`]) in CUDA: each tile is the registers of one warp's
+//! Matrix tiles ([`trine_ir::TileOp`]) in CUDA and in HIP on RDNA3 (gfx11).
+//!
+//! # CUDA
+//!
+//! Each tile is the registers of one warp's
 //! `mma.sync.aligned.m16n8k16` fragments (sm_80 and later), and a 16×16×16 product is two of
 //! those instructions, one per half of the accumulator's columns. Lane `l` holds, with
 //! `g = l / 4` and `q = 2·(l % 4)` (PTX ISA, "Matrix Fragments for mma.m16n8k16"):
@@ -14,6 +18,22 @@
 //! rows of 16 bytes one lane addresses, in the order of the fragment's registers; `.trans`
 //! where the fragment's pairs run across memory rows instead of along them. No header
 //! beyond `cuda_fp16.h` is needed.
+//!
+//! # HIP (gfx11, wave32)
+//!
+//! A 16×16×16 product is one `v_wmma_f32_16x16x16_f16` (clang's
+//! `__builtin_amdgcn_wmma_f32_16x16x16_f16_w32`), and each tile a vector of one lane's
+//! operands (RDNA3 ISA, "Wave Matrix Multiply Accumulate"; AMD's matrix instruction
+//! calculator gives the same mapping). With `i = l % 16` for lane `l`:
+//! - A (16 halves): row `i`, element `e` its column `e` (K);
+//! - B (16 halves): column `i`, element `e` its row `e` (K);
+//! - the accumulator (8 floats): element `e` is (2e + l / 16, i).
+//!
+//! RDNA3 reads A and B from lanes 0–15 and wants lanes 16–31 to hold the same values, which
+//! these loads give by indexing with `l % 16`. gfx12 (RDNA4) lays its operands out otherwise
+//! and takes other builtins, so the HIP backend offers tiles on gfx11 only. The loads read
+//! element by element and leave their vectorisation to the compiler: shared and global
+//! memory alike, since RDNA3 has no `ldmatrix`.
 
 /// The helpers, after the f16 prelude (`trine_f16` is `__half`).
 pub(crate) const TILES_CUDA: &str = r#"struct trine_tile_a { unsigned int r[4]; };
@@ -88,5 +108,42 @@ __device__ __forceinline__ void trine_tile_mma(trine_tile_acc& c, const trine_ti
             : "+f"(c.r[4 * h]), "+f"(c.r[4 * h + 1]), "+f"(c.r[4 * h + 2]), "+f"(c.r[4 * h + 3])
             : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[2 * h]), "r"(b.r[2 * h + 1]));
     }
+}
+"#;
+
+/// The HIP helpers for gfx11, after the f16 prelude (`trine_f16` is `_Float16`).
+pub(crate) const TILES_HIP: &str = r#"typedef _Float16 trine_half16 __attribute__((ext_vector_type(16)));
+typedef float trine_float8 __attribute__((ext_vector_type(8)));
+struct trine_tile_a { trine_half16 v; };
+struct trine_tile_b { trine_half16 v; };
+struct trine_tile_acc { trine_float8 v; };
+__device__ __forceinline__ unsigned int trine_tile_at(unsigned int o, unsigned int s, bool row_major, unsigned int r, unsigned int c) {
+    return row_major ? o + r * s + c : o + c * s + r;
+}
+__device__ __forceinline__ void trine_tile_zero(trine_tile_a& t) { for (int e = 0; e < 16; e++) t.v[e] = (trine_f16)0.0f; }
+__device__ __forceinline__ void trine_tile_zero(trine_tile_b& t) { for (int e = 0; e < 16; e++) t.v[e] = (trine_f16)0.0f; }
+__device__ __forceinline__ void trine_tile_zero(trine_tile_acc& t) { for (int e = 0; e < 8; e++) t.v[e] = 0.0f; }
+__device__ __forceinline__ void trine_tile_load(trine_tile_a& t, const trine_f16* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    const unsigned int i = lane % 16u;
+    for (unsigned int e = 0; e < 16u; e++) t.v[e] = p[trine_tile_at(o, s, row_major, i, e)];
+}
+__device__ __forceinline__ void trine_tile_load(trine_tile_b& t, const trine_f16* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    const unsigned int i = lane % 16u;
+    for (unsigned int e = 0; e < 16u; e++) t.v[e] = p[trine_tile_at(o, s, row_major, e, i)];
+}
+__device__ __forceinline__ void trine_tile_load(trine_tile_acc& t, const float* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    const unsigned int i = lane % 16u, h = (lane / 16u) % 2u;
+    for (unsigned int e = 0; e < 8u; e++) t.v[e] = p[trine_tile_at(o, s, row_major, 2u * e + h, i)];
+}
+__device__ __forceinline__ void trine_tile_store(const trine_tile_acc& t, float* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    const unsigned int i = lane % 16u, h = (lane / 16u) % 2u;
+    for (unsigned int e = 0; e < 8u; e++) p[trine_tile_at(o, s, row_major, 2u * e + h, i)] = t.v[e];
+}
+template <typename T, typename P>
+__device__ __forceinline__ void trine_tile_load_shared(T& t, const P* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    trine_tile_load(t, p, o, s, row_major, lane);
+}
+__device__ __forceinline__ void trine_tile_mma(trine_tile_acc& c, const trine_tile_a& a, const trine_tile_b& b) {
+    c.v = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a.v, b.v, c.v);
 }
 "#;
