@@ -131,7 +131,7 @@ fn every_op_kernel_compiles_for_gfx1030() {
         return;
     }
     // Kernels on matrix tiles take RDNA3's WMMA, which gfx1030 lacks: the backend gives
-    // them to gfx11 devices only, and `wmma_compile` compiles them for those.
+    // them to gfx11 devices only, and `gfx11_compile` compiles them for those.
     let kernels: Vec<_> = trine_conformance::all_kernels()
         .into_iter()
         .filter(|k| !k.capabilities.tiles || k.capabilities.async_copy)

@@ -217,19 +217,56 @@ __device__ __forceinline__ int trine_dot4i8(unsigned int a, unsigned int b) { re
 __device__ __forceinline__ unsigned int trine_dot4u8(unsigned int a, unsigned int b) { return __dp4a(a, b, 0u); }
 ";
 
-/// The packed dot products as the C lowering's four byte products: `__builtin_amdgcn_sdot4`
-/// exists only on some targets (not gfx1013 or gfx90c), and one text serves every arch.
+/// The AMD arches with `v_dot4_i32_i8` and `v_dot4_u32_u8` (LLVM's `dot1-insts` and
+/// `dot7-insts`: Vega 20, CDNA, Navi 12/14 and every RDNA2 but the BC-250's gfx1013), as
+/// their predefined macros. clang-19 and HIP 5.2's hiprtc take `__builtin_amdgcn_sdot4` and
+/// `udot4` for exactly these; gfx11 and gfx12 have `v_dot4_i32_iu8` (`sudot4`, its operands'
+/// signs as arguments) and `udot4`; gfx90c, gfx1010 and gfx1013 have neither.
+const SDOT4_ARCHES: [&str; 15] = [
+    "gfx906", "gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx1011", "gfx1012", "gfx1030",
+    "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036",
+];
+
+/// The packed dot products on the dot instructions of the arch hiprtc compiles for (one text
+/// serves every arch, so it chooses by the arch's predefined macros), else as the C lowering's
+/// four byte products.
 fn dot4_hip(out: &mut String) {
-    for (signs, t, f) in [
-        (ByteSigns::Signed, "int", "trine_dot4i8"),
-        (ByteSigns::Unsigned, "unsigned int", "trine_dot4u8"),
-    ] {
-        let body = dot4_bytes(signs, "a", "b");
-        let _ = writeln!(
-            out,
-            "{FN} {t} {f}(unsigned int a, unsigned int b) {{ return {body}; }}"
-        );
-    }
+    let sdot4: Vec<String> = SDOT4_ARCHES
+        .iter()
+        .map(|a| format!("defined(__{a}__)"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "#if {}
+#define TRINE_SDOT4 1
+#endif
+#if defined(__GFX11__) || defined(__GFX12__)
+#define TRINE_SUDOT4 1
+#endif",
+        sdot4.join(" || ")
+    );
+    let signed = dot4_bytes(ByteSigns::Signed, "a", "b");
+    let unsigned = dot4_bytes(ByteSigns::Unsigned, "a", "b");
+    let _ = write!(
+        out,
+        "{FN} int trine_dot4i8(unsigned int a, unsigned int b) {{
+#if defined(TRINE_SDOT4)
+    return __builtin_amdgcn_sdot4((int)a, (int)b, 0, false);
+#elif defined(TRINE_SUDOT4)
+    return __builtin_amdgcn_sudot4(true, (int)a, true, (int)b, 0, false);
+#else
+    return {signed};
+#endif
+}}
+{FN} unsigned int trine_dot4u8(unsigned int a, unsigned int b) {{
+#if defined(TRINE_SDOT4) || defined(TRINE_SUDOT4)
+    return __builtin_amdgcn_udot4(a, b, 0u, false);
+#else
+    return {unsigned};
+#endif
+}}
+"
+    );
 }
 
 /// `trine_shfl_xor_T(v, m)`: lane `self ^ m`'s value. f16 travels as float (exact both ways),

@@ -1,5 +1,6 @@
 //! The HIP lowering of every kernel on matrix tiles, compiled for RDNA3 and RDNA 3.5 (gfx1103,
-//! gfx1151) into AMDGPU assembly, must multiply with `v_wmma_f32_16x16x16_f16`.
+//! gfx1151) into AMDGPU assembly, must multiply with `v_wmma_f32_16x16x16_f16`, and the
+//! packed 8-bit dot products must take gfx11's `v_dot4_i32_iu8` and `v_dot4_u32_u8`.
 //!
 //! hiprtc would be the compiler of record, but Debian 12's (HIP 5.2, comgr 2.4) aborts the
 //! process for every gfx11 arch (`hip_compile` checks that this stays a typed error). The
@@ -69,7 +70,7 @@ fn every_tiled_kernel_compiles_to_wmma_for_gfx11() {
         .filter(|k| k.capabilities.tiles && !k.capabilities.async_copy)
         .collect();
     assert!(!kernels.is_empty(), "no kernel on tiles in the suite");
-    let dir = std::env::temp_dir().join(format!("trine-wmma-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("trine-gfx11-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let jobs: Vec<_> = kernels
         .iter()
@@ -104,6 +105,28 @@ fn every_tiled_kernel_compiles_to_wmma_for_gfx11() {
         kernels.len(),
         ARCHES.len()
     );
+}
+
+#[test]
+fn packed_dot_products_take_the_dot_instructions_on_gfx11() {
+    if !clang_present() {
+        return;
+    }
+    let kernels = trine_ops::kernels::kernels();
+    let dot4 = kernels
+        .iter()
+        .find(|k| k.name == "dot4")
+        .expect("the dot4 kernel");
+    let source = trine_codegen::hip(dot4, trine_codegen::Dialect::Hip).unwrap();
+    let dir = std::env::temp_dir().join(format!("trine-gfx11-dot4-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for arch in ARCHES {
+        let asm = assemble(&dir, "dot4", &source, arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        for op in ["v_dot4_i32_iu8", "v_dot4_u32_u8"] {
+            assert!(asm.contains(op), "dot4 for {arch}: no {op}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The helpers put every element where RDNA3's WMMA reads and writes it. With no AMD GPU here,
