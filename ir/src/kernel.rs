@@ -317,9 +317,10 @@ pub enum BinaryOp {
     Shr,
     /// Packed 8-bit dot product: both operands `U32`, each four two's-complement bytes;
     /// the `I32` result is `Σ a.byte[k] · b.byte[k]`, exact (at most 4·128² in magnitude).
-    /// SPIR-V: naga's `Dot4I8Packed` is not used yet (it needs `shaderIntegerDotProduct`);
-    /// the lowering extracts and multiplies the bytes. CUDA: `__dp4a`; HIP and C: the four
-    /// byte products.
+    /// SPIR-V: `OpSDot` (naga's `Dot4I8Packed`) where the device has
+    /// `shaderIntegerDotProduct`, else the bytes extracted and multiplied. CUDA: `__dp4a`.
+    /// HIP: `v_dot4_i32_i8` where the arch has it (gfx906, CDNA, gfx1011/1012, gfx103x),
+    /// `v_dot4_i32_iu8` on gfx11 and gfx12, else the four byte products, as in C.
     Dot4I8,
     /// As `Dot4I8` with unsigned bytes and a `U32` result (at most 4·255²).
     Dot4U8,
