@@ -205,7 +205,7 @@ static void wmma(trine_tile_acc (&d)[32], const trine_tile_a (&a)[32], const tri
         }
 }
 int main() {
-    static trine_f16 A[O + 16 * S], B[O + 16 * S];
+    alignas(16) static trine_f16 A[O + 16 * S], B[O + 16 * S];
     static float C[O + 16 * S], D[O + 16 * S];
     float a[16][16], b[16][16], c[16][16];
     for (unsigned r = 0; r < 16; r++)

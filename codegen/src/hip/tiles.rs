@@ -31,9 +31,11 @@
 //!
 //! RDNA3 reads A and B from lanes 0–15 and wants lanes 16–31 to hold the same values, which
 //! these loads give by indexing with `l % 16`. gfx12 (RDNA4) lays its operands out otherwise
-//! and takes other builtins, so the HIP backend offers tiles on gfx11 only. The loads read
-//! element by element and leave their vectorisation to the compiler: shared and global
-//! memory alike, since RDNA3 has no `ldmatrix`.
+//! and takes other builtins, so the HIP backend offers tiles on gfx11 only. From shared
+//! memory, where a lane's 16 elements are adjacent (A row-major, B column-major), they are
+//! two 16-byte loads: the IR's offsets and strides are multiples of 8 elements and the
+//! lowering aligns shared arrays to 16 bytes. Otherwise, and from buffers (whose bindings
+//! may sit at any 4-byte offset), the loads read element by element.
 
 /// The helpers, after the f16 prelude (`trine_f16` is `__half`).
 pub(crate) const TILES_CUDA: &str = r#"struct trine_tile_a { unsigned int r[4]; };
@@ -114,6 +116,8 @@ __device__ __forceinline__ void trine_tile_mma(trine_tile_acc& c, const trine_ti
 /// The HIP helpers for gfx11, after the f16 prelude (`trine_f16` is `_Float16`).
 pub(crate) const TILES_HIP: &str = r#"typedef _Float16 trine_half16 __attribute__((ext_vector_type(16)));
 typedef float trine_float8 __attribute__((ext_vector_type(8)));
+typedef unsigned int trine_u32x4 __attribute__((ext_vector_type(4)));
+union trine_tile_words { trine_half16 v; trine_u32x4 w[2]; };
 struct trine_tile_a { trine_half16 v; };
 struct trine_tile_b { trine_half16 v; };
 struct trine_tile_acc { trine_float8 v; };
@@ -139,8 +143,22 @@ __device__ __forceinline__ void trine_tile_store(const trine_tile_acc& t, float*
     const unsigned int i = lane % 16u, h = (lane / 16u) % 2u;
     for (unsigned int e = 0; e < 8u; e++) p[trine_tile_at(o, s, row_major, 2u * e + h, i)] = t.v[e];
 }
-template <typename T, typename P>
-__device__ __forceinline__ void trine_tile_load_shared(T& t, const P* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+__device__ __forceinline__ void trine_tile_lines(trine_half16& v, const trine_f16* p) {
+    const trine_u32x4* q = (const trine_u32x4*)p;
+    trine_tile_words w;
+    w.w[0] = q[0];
+    w.w[1] = q[1];
+    v = w.v;
+}
+__device__ __forceinline__ void trine_tile_load_shared(trine_tile_a& t, const trine_f16* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    if (row_major) trine_tile_lines(t.v, p + o + (lane % 16u) * s);
+    else trine_tile_load(t, p, o, s, row_major, lane);
+}
+__device__ __forceinline__ void trine_tile_load_shared(trine_tile_b& t, const trine_f16* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
+    if (!row_major) trine_tile_lines(t.v, p + o + (lane % 16u) * s);
+    else trine_tile_load(t, p, o, s, row_major, lane);
+}
+__device__ __forceinline__ void trine_tile_load_shared(trine_tile_acc& t, const float* p, unsigned int o, unsigned int s, bool row_major, unsigned int lane) {
     trine_tile_load(t, p, o, s, row_major, lane);
 }
 __device__ __forceinline__ void trine_tile_mma(trine_tile_acc& c, const trine_tile_a& a, const trine_tile_b& b) {
