@@ -76,28 +76,20 @@ fn every_tiled_kernel_compiles_to_wmma_for_gfx11() {
         .iter()
         .flat_map(|k| ARCHES.map(|arch| (k, arch)))
         .collect();
-    // About 1.5 s a compile: one per core at a time.
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let failures = std::sync::Mutex::new(vec![]);
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&(k, arch)) = jobs.get(i) else { break };
-                let source = trine_codegen::hip(k, trine_codegen::Dialect::Hip)
-                    .map_err(|e| e.to_string())
-                    .and_then(|source| assemble(&dir, &k.name, &source, arch));
-                let failure = match source {
-                    Ok(asm) if asm.contains("v_wmma_f32_16x16x16_f16") => continue,
-                    Ok(_) => format!("{} for {arch}: no v_wmma in its assembly", k.name),
-                    Err(e) => format!("{} for {arch}: {e}", k.name),
-                };
-                failures.lock().unwrap().push(failure);
-            });
+    // About 1.5 s a compile.
+    let failures: Vec<String> = trine_tests::on_every_core(&jobs, |&(k, arch)| {
+        let source = trine_codegen::hip(k, trine_codegen::Dialect::Hip)
+            .map_err(|e| e.to_string())
+            .and_then(|source| assemble(&dir, &k.name, &source, arch));
+        match source {
+            Ok(asm) if asm.contains("v_wmma_f32_16x16x16_f16") => None,
+            Ok(_) => Some(format!("{} for {arch}: no v_wmma in its assembly", k.name)),
+            Err(e) => Some(format!("{} for {arch}: {e}", k.name)),
         }
-    });
-    let failures = failures.into_inner().unwrap();
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     std::fs::remove_dir_all(&dir).ok();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     println!(

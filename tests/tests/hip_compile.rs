@@ -104,25 +104,14 @@ fn compile_in_children(
     arch: &str,
 ) -> Vec<(String, Result<Vec<u8>, String>)> {
     let exe = std::env::current_exe().unwrap();
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results = std::sync::Mutex::new(vec![]);
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(k) = kernels.get(i) else { break };
-                let code = trine_codegen::hip(k, trine_codegen::Dialect::Hip)
-                    .map_err(|e| e.to_string())
-                    .and_then(|source| {
-                        hip::compile_isolated(&exe, &k.name, &source, arch)
-                            .map_err(|e| e.to_string())
-                    });
-                results.lock().unwrap().push((k.name.clone(), code));
+    trine_tests::on_every_core(kernels, |k| {
+        let code = trine_codegen::hip(k, trine_codegen::Dialect::Hip)
+            .map_err(|e| e.to_string())
+            .and_then(|source| {
+                hip::compile_isolated(&exe, &k.name, &source, arch).map_err(|e| e.to_string())
             });
-        }
-    });
-    results.into_inner().unwrap()
+        (k.name.clone(), code)
+    })
 }
 
 #[test]
