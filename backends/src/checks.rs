@@ -15,7 +15,7 @@ pub fn check_kernel(kernel: &Kernel, info: &DeviceInfo) -> Result<u64, BackendEr
         source,
     })?;
     if let Some(w) = kernel.capabilities.subgroup_width {
-        if info.subgroup_size() != Some(w) {
+        if !info.runs_subgroup_width(w) {
             return Err(BackendError::Unsupported {
                 kernel: kernel.name.clone(),
                 what: format!(

@@ -37,6 +37,12 @@ pub struct DeviceInfo {
     pub subgroup_sizes: Vec<u32>,
     /// Whether kernels that declare the subgroup capability run here.
     pub subgroup_ops: bool,
+    /// Whether a kernel that declares a subgroup width (`Capabilities::subgroup_width`) within
+    /// `subgroup_sizes` runs with exactly that width, where the device has several: Vulkan's
+    /// required subgroup size (VK_EXT_subgroup_size_control, core in 1.3), as RADV offers 32
+    /// and 64 on RDNA. Elsewhere only the device's one width serves.
+    #[serde(default)]
+    pub subgroup_width_pinned: bool,
     pub f16: bool,
     pub int8: bool,
     /// Whether kernels with matrix tiles (`trine_ir::TileOp`: 16×16×16, f16 operands, f32
@@ -87,6 +93,20 @@ impl DeviceInfo {
         }
     }
 
+    /// Whether a kernel written for subgroups of exactly `w` runs here: the device's one width,
+    /// or a power of two in its range where the backend pins a kernel's declared width.
+    pub fn runs_subgroup_width(&self, w: u32) -> bool {
+        if self.subgroup_size() == Some(w) {
+            return true;
+        }
+        match self.subgroup_sizes[..] {
+            [min, max] => {
+                self.subgroup_width_pinned && w.is_power_of_two() && (min..=max).contains(&w)
+            }
+            _ => false,
+        }
+    }
+
     /// The features a kernel's capabilities name that this device lacks, in words, in this
     /// order: subgroup operations, matrix tiles, asynchronous copies. The one place that maps
     /// a capability flag to the device's, for [`DeviceInfo::lacks`] and the conformance
@@ -110,7 +130,7 @@ impl DeviceInfo {
     pub fn lacks(&self, caps: trine_ir::Capabilities) -> Option<&'static str> {
         self.missing_features(caps).next().or_else(|| {
             caps.subgroup_width
-                .is_some_and(|w| self.subgroup_size() != Some(w))
+                .is_some_and(|w| !self.runs_subgroup_width(w))
                 .then_some("the kernel's subgroup width")
         })
     }
@@ -182,5 +202,19 @@ mod tests {
         );
         assert_eq!(info(&[], true).lacks(tiled), Some("subgroup operations"));
         assert_eq!(info(&[], false).lacks(caps(false, false, None)), None);
+        let pinned = DeviceInfo {
+            subgroup_width_pinned: true,
+            ..info(&[32, 64], true)
+        };
+        assert_eq!(pinned.lacks(tiled), None);
+        assert_eq!(pinned.lacks(caps(true, false, Some(64))), None);
+        assert_eq!(
+            pinned.lacks(caps(true, false, Some(16))),
+            Some("the kernel's subgroup width")
+        );
+        assert_eq!(
+            pinned.lacks(caps(true, false, Some(48))),
+            Some("the kernel's subgroup width")
+        );
     }
 }

@@ -232,7 +232,7 @@ pub fn lacking(kernel: &Kernel, info: &DeviceInfo) -> Vec<String> {
         .map(String::from)
         .collect();
     if let Some(w) = kernel.capabilities.subgroup_width {
-        if info.subgroup_size() != Some(w) {
+        if !info.runs_subgroup_width(w) {
             out.push(format!("subgroups of exactly {w}"));
         }
     }

@@ -289,7 +289,7 @@ impl KernelKey {
                 // The tiled kernel reads the K cache in rows, with subgroups of its width.
                 if tiles
                     && info.tiles
-                    && info.subgroup_size() == Some(attention_flash_tiles::WIDTH)
+                    && info.runs_subgroup_width(attention_flash_tiles::WIDTH)
                     && s.keys == KeyLayout::Rows
                 {
                     variants.push(attention_flash_tiles::kernel(s.head_dim, s.kv, out)?);
@@ -339,16 +339,29 @@ pub struct TilesKey {
     pub depth: u32,
 }
 
+/// The subgroup width a device's kernels on tiles are written for: its one width, or 32 where
+/// it has several and pins a kernel to the width it declares (RADV offers 32 and 64 on
+/// RDNA3: 32 is the width the tiles' cases are measured at, and RDNA3's WMMA's native one);
+/// `None` without tiles.
+pub fn tile_width(info: &DeviceInfo) -> Option<u32> {
+    const PINNED: u32 = 32;
+    if !info.tiles {
+        return None;
+    }
+    info.subgroup_size()
+        .or_else(|| info.runs_subgroup_width(PINNED).then_some(PINNED))
+}
+
 /// The tiled product of a [`KernelKey::MatmulTiles`] key on a device described by `info`:
-/// tiles need one subgroup width to divide their work by, so a device without them (or a
-/// CPU checking a GPU's prompt) gets the scalar variant; f16 weights are copied
+/// tiles need one subgroup width to divide their work by ([`tile_width`]), so a device
+/// without them (or a CPU checking a GPU's prompt) gets the scalar variant; f16 weights are copied
 /// asynchronously where the device can. Its [`matmul_tiles::TilesSpec::variants`] are the
 /// key's kernels, and the executor takes the grid of the one the device compiled.
 pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
     let spec = matmul_tiles::TilesSpec {
         weights: key.weights,
         add: key.add,
-        tiles: info.subgroup_size().filter(|_| info.tiles),
+        tiles: tile_width(info),
         block: key.block,
         depth: key.depth,
         copies: false,
@@ -567,6 +580,29 @@ mod tests {
             assert_eq!(names, specs);
             assert_eq!(names.len(), count);
         }
+    }
+
+    /// Tiles take the device's one subgroup width, or 32 where a device with several pins a
+    /// kernel's (RADV's 32 and 64), and nothing on a device with several that cannot.
+    #[test]
+    fn tiles_take_the_one_width_or_a_pinned_32() {
+        let cpu = trine_backends::open(trine_backends::BackendKind::Cpu).unwrap();
+        let mut info = cpu.info().clone();
+        info.tiles = true;
+        for (sizes, pinned, width) in [
+            (vec![32], false, Some(32)),
+            (vec![8], true, Some(8)),
+            (vec![32, 64], true, Some(32)),
+            (vec![32, 64], false, None),
+            (vec![64, 128], true, None),
+        ] {
+            info.subgroup_sizes = sizes.clone();
+            info.subgroup_width_pinned = pinned;
+            assert_eq!(tile_width(&info), width, "{sizes:?}, pinned {pinned}");
+        }
+        info.tiles = false;
+        info.subgroup_sizes = vec![32];
+        assert_eq!(tile_width(&info), None);
     }
 
     /// Only NVIDIA's Vulkan driver takes the small tile block for every product.

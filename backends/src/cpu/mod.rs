@@ -177,6 +177,7 @@ impl CpuBackend {
                 zero_copy: true,
             },
             subgroup_sizes: vec![CPU_SUBGROUP_SIZE],
+            subgroup_width_pinned: false,
             subgroup_ops: true,
             f16: true,
             int8: true,

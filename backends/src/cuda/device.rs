@@ -167,6 +167,7 @@ pub fn describe(
             zero_copy: false,
         },
         subgroup_sizes: vec![warp],
+        subgroup_width_pinned: false,
         subgroup_ops: true,
         f16: true,
         int8: true,

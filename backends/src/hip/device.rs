@@ -223,6 +223,7 @@ pub(super) fn device_info(rt: &Runtime, dev: &Device, extra: Vec<String>) -> Dev
         max_binding_bytes: memory.device_local,
         memory,
         subgroup_sizes: vec![dev.warp_size],
+        subgroup_width_pinned: false,
         // Wavefront shuffles are part of every AMD ISA HIP supports.
         subgroup_ops: dev.warp_size > 0,
         f16: true,

@@ -25,6 +25,12 @@ pub struct Features {
     pub integer_dot: bool,
     /// Cooperative matrices of the tiles' shape, with the Vulkan memory model.
     pub tiles: bool,
+    /// `subgroupSizeControl` for compute shaders: a kernel that declares a subgroup width
+    /// gets it as the pipeline's required subgroup size, where the device has several.
+    pub pinned_width: bool,
+    /// `computeFullSubgroups`: a pinned kernel whose workgroups are whole subgroups is asked
+    /// for them (`REQUIRE_FULL_SUBGROUPS`), as its division of work among subgroups assumes.
+    pub full_subgroups: bool,
     /// The driver's statistics of each pipeline it compiles, printed to stderr
     /// ([`PIPELINE_STATS_ENV`]).
     pub pipeline_stats: bool,
@@ -72,7 +78,8 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let float16_int8_struct = api12 || float16_int8_ext;
     let storage8_struct = api12 || storage8_ext;
     let driver_struct = api12 || has_ext(vk::KHR_DRIVER_PROPERTIES_NAME);
-    let size_control_struct = api13 || has_ext(vk::EXT_SUBGROUP_SIZE_CONTROL_NAME);
+    let size_control_ext = !api13 && has_ext(vk::EXT_SUBGROUP_SIZE_CONTROL_NAME);
+    let size_control_struct = api13 || size_control_ext;
     let zero_init_ext = !api13 && has_ext(vk::KHR_ZERO_INITIALIZE_WORKGROUP_MEMORY_NAME);
     let zero_init_struct = api13 || zero_init_ext;
     let dot_ext = !api13 && has_ext(vk::KHR_SHADER_INTEGER_DOT_PRODUCT_NAME);
@@ -91,6 +98,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let mut zero_init = vk::PhysicalDeviceZeroInitializeWorkgroupMemoryFeatures::default();
     let mut integer_dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
     let mut cooperative = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+    let mut size_control_features = vk::PhysicalDeviceSubgroupSizeControlFeatures::default();
     let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default();
     let mut executables = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
     let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut storage16);
@@ -105,6 +113,9 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     }
     if dot_struct {
         features2 = features2.push_next(&mut integer_dot);
+    }
+    if size_control_struct {
+        features2 = features2.push_next(&mut size_control_features);
     }
     if coop_ext {
         features2 = features2
@@ -154,6 +165,12 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let tiles = shape.is_ok()
         && memory_model.vulkan_memory_model == vk::TRUE
         && memory_model.vulkan_memory_model_device_scope == vk::TRUE;
+    let pinned_width = size_control_struct
+        && size_control_features.subgroup_size_control == vk::TRUE
+        && size_control
+            .required_subgroup_size_stages
+            .contains(vk::ShaderStageFlags::COMPUTE);
+    let full_subgroups = pinned_width && size_control_features.compute_full_subgroups == vk::TRUE;
     let enable = Enable {
         storage16: storage16.storage_buffer16_bit_access == vk::TRUE,
         uniform_storage16: storage16.uniform_and_storage_buffer16_bit_access == vk::TRUE,
@@ -167,6 +184,8 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         zero_init_struct,
         integer_dot_struct: dot_struct,
         tiles,
+        pinned_width,
+        full_subgroups,
         pipeline_stats,
         extensions: [
             (float16_int8_ext, vk::KHR_SHADER_FLOAT16_INT8_NAME),
@@ -177,6 +196,10 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
                 vk::KHR_SHADER_INTEGER_DOT_PRODUCT_NAME,
             ),
             (tiles, vk::KHR_COOPERATIVE_MATRIX_NAME),
+            (
+                size_control_ext && pinned_width,
+                vk::EXT_SUBGROUP_SIZE_CONTROL_NAME,
+            ),
             (pipeline_stats, vk::KHR_PIPELINE_EXECUTABLE_PROPERTIES_NAME),
         ]
         .into_iter()
@@ -193,6 +216,8 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         zero_init_workgroup: enable.zero_init_workgroup,
         integer_dot: enable.integer_dot,
         tiles,
+        pinned_width,
+        full_subgroups,
         pipeline_stats,
     };
 
@@ -303,6 +328,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
             zero_copy: memory.zero_copy(),
         },
         subgroup_sizes,
+        subgroup_width_pinned: features.pinned_width,
         subgroup_ops: features.subgroups,
         f16,
         int8: enable.int8 && enable.storage8,

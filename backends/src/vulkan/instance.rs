@@ -322,6 +322,9 @@ impl Instance {
             .vulkan_memory_model_device_scope(enable.tiles);
         let mut executables = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
             .pipeline_executable_info(enable.pipeline_stats);
+        let mut size_control = vk::PhysicalDeviceSubgroupSizeControlFeatures::default()
+            .subgroup_size_control(true)
+            .compute_full_subgroups(enable.full_subgroups);
         let extensions: Vec<_> = enable.extensions.iter().map(|e| e.as_ptr()).collect();
         let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
@@ -346,6 +349,9 @@ impl Instance {
         }
         if enable.pipeline_stats {
             create = create.push_next(&mut executables);
+        }
+        if enable.pinned_width {
+            create = create.push_next(&mut size_control);
         }
         // SAFETY: `create` borrows locals that outlive the call; the feature structs are only
         // chained where the device's API version or an enabled extension defines them.
@@ -411,6 +417,11 @@ pub struct Enable {
     /// `cooperativeMatrix` with `vulkanMemoryModel`, which its SPIR-V declares: on only where
     /// VK_KHR_cooperative_matrix offers the tiles' shape (see `info::tile_shape`).
     pub tiles: bool,
+    /// `subgroupSizeControl` (VK_EXT_subgroup_size_control or 1.3), offered for compute
+    /// shaders: kernels that declare a subgroup width are pinned to it.
+    pub pinned_width: bool,
+    /// `computeFullSubgroups` beside it.
+    pub full_subgroups: bool,
     /// `pipelineExecutableInfo` (VK_KHR_pipeline_executable_properties), asked for by
     /// `info::PIPELINE_STATS_ENV`.
     pub pipeline_stats: bool,

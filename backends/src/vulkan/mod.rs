@@ -401,7 +401,9 @@ impl Backend for VulkanBackend {
         pipeline::check_supported(kernel, &spirv, &self.features, &self.limits)?;
         let mut state = self.lock();
         if !state.pipelines.contains(hash) {
-            state.pipelines.build(self.dev(), hash, kernel, &spirv)?;
+            state
+                .pipelines
+                .build(self.dev(), hash, kernel, (&spirv, &self.features))?;
         }
         Ok(ProgramId(hash))
     }

@@ -90,13 +90,14 @@ impl Pipelines {
         self.programs.contains_key(&hash)
     }
 
-    /// Builds the pipeline of `kernel` from its SPIR-V and caches it under `hash`.
+    /// Builds the pipeline of `kernel` from its SPIR-V and caches it under `hash`, pinned to
+    /// the subgroup width the kernel declares where the device lets it be required.
     pub fn build(
         &mut self,
         device: &ash::Device,
         hash: u64,
         kernel: &Kernel,
-        spirv: &SpirvOutput,
+        (spirv, features): (&SpirvOutput, &Features),
     ) -> Result<(), BackendError> {
         let compile_error = |call: &str, e: vk::Result| BackendError::Compile {
             kernel: kernel.name.clone(),
@@ -129,7 +130,15 @@ impl Pipelines {
         // destroyed below, once the pipeline holds what it needs.
         let module = unsafe { device.create_shader_module(&module_info, None) }
             .map_err(|e| compile_error("vkCreateShaderModule", e))?;
-        let built = self.create_objects(device, &mut program, module, &entry, block_bytes);
+        let width = kernel
+            .capabilities
+            .subgroup_width
+            .filter(|_| features.pinned_width)
+            .map(|w| {
+                let full = features.full_subgroups && kernel.workgroup_size[0].is_multiple_of(w);
+                (w, full)
+            });
+        let built = self.create_objects(device, &mut program, (module, &entry, width), block_bytes);
         // SAFETY: pipeline creation has returned; a pipeline does not need its module.
         unsafe { device.destroy_shader_module(module, None) };
         if let Err((call, e)) = built {
@@ -142,12 +151,13 @@ impl Pipelines {
         Ok(())
     }
 
+    /// The pipeline and its layouts; `width`, the subgroup width to require and whether to
+    /// require full subgroups.
     fn create_objects(
         &self,
         device: &ash::Device,
         program: &mut Program,
-        module: vk::ShaderModule,
-        entry: &CString,
+        (module, entry, width): (vk::ShaderModule, &CString, Option<(u32, bool)>),
         block_bytes: usize,
     ) -> Result<(), (&'static str, vk::Result)> {
         let bindings: Vec<_> = (0..program.buffers as u32)
@@ -178,10 +188,18 @@ impl Pipelines {
         // SAFETY: valid create info with live set layouts; the layout is owned by `program`.
         program.layout = unsafe { device.create_pipeline_layout(&info, None) }
             .map_err(|e| ("vkCreatePipelineLayout", e))?;
-        let stage = vk::PipelineShaderStageCreateInfo::default()
+        let mut required = vk::PipelineShaderStageRequiredSubgroupSizeCreateInfo::default()
+            .required_subgroup_size(width.map_or(0, |(w, _)| w));
+        let mut stage = vk::PipelineShaderStageCreateInfo::default()
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(module)
             .name(entry);
+        if let Some((_, full)) = width {
+            stage = stage.push_next(&mut required);
+            if full {
+                stage = stage.flags(vk::PipelineShaderStageCreateFlags::REQUIRE_FULL_SUBGROUPS);
+            }
+        }
         let flags = if self.stats.is_some() {
             vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
         } else {

@@ -51,6 +51,8 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
             zero_copy: false,
         },
         subgroup_sizes,
+        // wgpu has no way to require a subgroup size.
+        subgroup_width_pinned: false,
         subgroup_ops,
         f16,
         // Kernels read 8-bit data as 32-bit words; no 8-bit arithmetic is asked of wgpu.

@@ -12,7 +12,7 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 /// tests of an optional capability take whether `TRINE_REQUIRE_BACKENDS` names the backend.
 macro_rules! shared_tests {
     ($open:path, $done:path) => {
-        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected, recordings_replay_with_a_step_buffer, long_recordings_stay_ordered, grid_barriers_within_residency);
+        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected, recordings_replay_with_a_step_buffer, long_recordings_stay_ordered, grid_barriers_within_residency, declared_subgroup_widths_hold);
         $crate::gpu_suite::shared_tests!(@required $open, $done; subgroup_sum, f16_buffers);
     };
     (@each $open:path, $done:path; $($name:ident),*) => {$(
@@ -316,6 +316,60 @@ pub fn subgroup_sum(b: &dyn Backend, required: bool) {
         let first = i / size * size;
         let want: f32 = x[first..first + size].iter().sum();
         assert_eq!(got, want, "lane {i} (subgroup size {size})");
+    }
+}
+
+/// A kernel that declares a subgroup width runs with exactly that width, for every width the
+/// device says it runs (its one width, or each width of its range where the backend pins the
+/// declared one: Vulkan's required subgroup size). Subgroup sums over its lanes must match.
+pub fn declared_subgroup_widths_hold(b: &dyn Backend) {
+    let info = b.info();
+    if !info.subgroup_ops {
+        println!("skipped: {} has no subgroup operations", info.name);
+        return;
+    }
+    let widths: Vec<u32> = (0..8)
+        .map(|p| 1u32 << p)
+        .filter(|&w| info.runs_subgroup_width(w))
+        .collect();
+    assert!(
+        !widths.is_empty(),
+        "no width runs on {:?}",
+        info.subgroup_sizes
+    );
+    for w in widths {
+        let invocations = w.max(64);
+        let k = KernelBuilder::new(&format!("subgroup_sum_w{w}"), [invocations, 1, 1]);
+        k.require_subgroups();
+        k.require_subgroup_width(w);
+        let x = k.buffer("x", Scalar::F32, Access::Read);
+        let sums = k.buffer("sums", Scalar::F32, Access::Write);
+        let sizes = k.buffer("sizes", Scalar::U32, Access::Write);
+        let i = k.global_id(0);
+        k.store(sums, i, k.load(x, i).subgroup_sum());
+        k.store(sizes, i, k.subgroup_size());
+        let program = b.compile(&k.finish()).unwrap();
+        let n = 4 * invocations as usize;
+        let x: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
+        let hx = upload(b, &x);
+        let hs = b.alloc(n as u64 * 4).unwrap();
+        let hz = b.alloc(n as u64 * 4).unwrap();
+        run(
+            b,
+            program,
+            [4, 1, 1],
+            &[whole(hx, n * 4), whole(hs, n * 4), whole(hz, n * 4)],
+            &[],
+        );
+        let sizes: Vec<u32> = download(b, hz, n);
+        assert!(sizes.iter().all(|&s| s == w), "width {w}: sizes {sizes:?}");
+        let got: Vec<f32> = download(b, hs, n);
+        for (i, &got) in got.iter().enumerate() {
+            let first = i / w as usize * w as usize;
+            let want: f32 = x[first..first + w as usize].iter().sum();
+            assert_eq!(got, want, "width {w}, lane {i}");
+        }
+        println!("subgroups of {w} on {}", info.name);
     }
 }
 
