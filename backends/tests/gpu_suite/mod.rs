@@ -283,21 +283,27 @@ pub fn wide_grids_are_folded(b: &dyn Backend) {
     }
 }
 
-pub fn subgroup_sum(b: &dyn Backend, required: bool) {
-    let k = KernelBuilder::new("subgroup_sum", [64, 1, 1]);
+/// A kernel whose invocations each store the sum of `x` over their subgroup and the
+/// subgroup's width; `width`, a width it declares.
+fn subgroup_sum_kernel(name: &str, invocations: u32, width: Option<u32>) -> Kernel {
+    let k = KernelBuilder::new(name, [invocations, 1, 1]);
     k.require_subgroups();
+    if let Some(w) = width {
+        k.require_subgroup_width(w);
+    }
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let sums = k.buffer("sums", Scalar::F32, Access::Write);
     let sizes = k.buffer("sizes", Scalar::U32, Access::Write);
     let i = k.global_id(0);
     k.store(sums, i, k.load(x, i).subgroup_sum());
     k.store(sizes, i, k.subgroup_size());
-    let k = k.finish();
-    if !b.info().subgroup_ops {
-        return check_refused(b, required, "subgroup operations", &k);
-    }
-    let program = b.compile(&k).unwrap();
-    let n = 256;
+    k.finish()
+}
+
+/// Runs a [`subgroup_sum_kernel`] of `invocations` on four workgroups, checks every lane's
+/// sum against its subgroup's lanes of x, and returns the widths the lanes saw.
+fn check_subgroup_sums(b: &dyn Backend, program: ProgramId, invocations: u32) -> Vec<u32> {
+    let n = 4 * invocations as usize;
     let x: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
     let hx = upload(b, &x);
     let hs = b.alloc(n as u64 * 4).unwrap();
@@ -305,18 +311,29 @@ pub fn subgroup_sum(b: &dyn Backend, required: bool) {
     run(
         b,
         program,
-        [(n / 64) as u32, 1, 1],
+        [4, 1, 1],
         &[whole(hx, n * 4), whole(hs, n * 4), whole(hz, n * 4)],
         &[],
     );
     let got: Vec<f32> = download(b, hs, n);
-    let size = download::<u32>(b, hz, n)[0] as usize;
+    let sizes: Vec<u32> = download(b, hz, n);
+    let size = sizes[0] as usize;
     assert!(size.is_power_of_two() && size <= 64, "subgroup size {size}");
     for (i, &got) in got.iter().enumerate() {
         let first = i / size * size;
         let want: f32 = x[first..first + size].iter().sum();
         assert_eq!(got, want, "lane {i} (subgroup size {size})");
     }
+    sizes
+}
+
+pub fn subgroup_sum(b: &dyn Backend, required: bool) {
+    let k = subgroup_sum_kernel("subgroup_sum", 64, None);
+    if !b.info().subgroup_ops {
+        return check_refused(b, required, "subgroup operations", &k);
+    }
+    let program = b.compile(&k).unwrap();
+    check_subgroup_sums(b, program, 64);
 }
 
 /// A kernel that declares a subgroup width runs with exactly that width, for every width the
@@ -339,36 +356,10 @@ pub fn declared_subgroup_widths_hold(b: &dyn Backend) {
     );
     for w in widths {
         let invocations = w.max(64);
-        let k = KernelBuilder::new(&format!("subgroup_sum_w{w}"), [invocations, 1, 1]);
-        k.require_subgroups();
-        k.require_subgroup_width(w);
-        let x = k.buffer("x", Scalar::F32, Access::Read);
-        let sums = k.buffer("sums", Scalar::F32, Access::Write);
-        let sizes = k.buffer("sizes", Scalar::U32, Access::Write);
-        let i = k.global_id(0);
-        k.store(sums, i, k.load(x, i).subgroup_sum());
-        k.store(sizes, i, k.subgroup_size());
-        let program = b.compile(&k.finish()).unwrap();
-        let n = 4 * invocations as usize;
-        let x: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
-        let hx = upload(b, &x);
-        let hs = b.alloc(n as u64 * 4).unwrap();
-        let hz = b.alloc(n as u64 * 4).unwrap();
-        run(
-            b,
-            program,
-            [4, 1, 1],
-            &[whole(hx, n * 4), whole(hs, n * 4), whole(hz, n * 4)],
-            &[],
-        );
-        let sizes: Vec<u32> = download(b, hz, n);
+        let k = subgroup_sum_kernel(&format!("subgroup_sum_w{w}"), invocations, Some(w));
+        let program = b.compile(&k).unwrap();
+        let sizes = check_subgroup_sums(b, program, invocations);
         assert!(sizes.iter().all(|&s| s == w), "width {w}: sizes {sizes:?}");
-        let got: Vec<f32> = download(b, hs, n);
-        for (i, &got) in got.iter().enumerate() {
-            let first = i / w as usize * w as usize;
-            let want: f32 = x[first..first + w as usize].iter().sum();
-            assert_eq!(got, want, "width {w}, lane {i}");
-        }
         println!("subgroups of {w} on {}", info.name);
     }
 }
