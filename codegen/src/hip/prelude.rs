@@ -77,11 +77,7 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
         }
     }
     if needs.prior_grid {
-        out.push_str(if needs.tiles {
-            PRIOR_GRID_ONLY_CUDA
-        } else {
-            PRIOR_GRID_CUDA
-        });
+        prior_grid_cuda(&mut out, !needs.tiles);
     }
     if needs.prefetch {
         out.push_str(match dialect {
@@ -136,35 +132,32 @@ const GRID_SYNC: &str =
 }
 ";
 
-/// Called first in every CUDA kernel. The CUDA backend launches kernels on sm_90 and later
-/// with programmatic stream serialisation, so a kernel's blocks may start while the kernel
-/// before it in the stream still runs: each waits here until that grid has finished and its
-/// writes are visible (`griddepcontrol.wait`, which returns at once when nothing precedes it),
-/// then lets the next kernel's blocks launch in turn. Triggering only after the wait keeps at
-/// most one kernel ahead resident. Kernels on matrix tiles only wait
-/// ([`PRIOR_GRID_ONLY_CUDA`]), so the kernel after one starts when it ends: a prompt's
-/// tiled products and attention are several waves of large workgroups, and with the trigger a
-/// SmolLM2 pp512 on an H100 was 3.5% slower (2026-11-26, 129,014–130,529 t/s against
-/// 134,092–134,330 without, SwiGLU in the gate/up product), while decode, which has no tiles,
-/// keeps its overlap. Before sm_90 no launch overlaps and this is empty.
+/// Writes `trine_wait_prior_grid`, called first in every CUDA kernel. The CUDA backend
+/// launches kernels on sm_90 and later with programmatic stream serialisation, so a kernel's
+/// blocks may start while the kernel before it in the stream still runs: each waits here
+/// until that grid has finished and its writes are visible (`griddepcontrol.wait`, which
+/// returns at once when nothing precedes it), then lets the next kernel's blocks launch in
+/// turn. Triggering only after the wait keeps at most one kernel ahead resident. Kernels on
+/// matrix tiles only wait (no `trigger`), so the kernel after one starts when it ends: a
+/// prompt's tiled products and attention are several waves of large workgroups, and with the
+/// trigger a SmolLM2 pp512 on an H100 was 3.5% slower (2026-11-26, 129,014–130,529 t/s
+/// against 134,092–134,330 without, SwiGLU in the gate/up product), while decode, which has
+/// no tiles, keeps its overlap. Before sm_90 no launch overlaps and this is empty.
 /// Kernels with grid barriers go without it and start only when the kernel before them has
 /// finished: launched early, the executor's fused steps hung on an H100 (cause not found;
 /// a grid barrier needs every one of the kernel's workgroups resident at once).
-const PRIOR_GRID_CUDA: &str = "__device__ __forceinline__ void trine_wait_prior_grid() {
+fn prior_grid_cuda(out: &mut String, trigger: bool) {
+    out.push_str(
+        "__device__ __forceinline__ void trine_wait_prior_grid() {
 #if __CUDA_ARCH__ >= 900
   asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");
-  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");
-#endif
+",
+    );
+    if trigger {
+        out.push_str("  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n");
+    }
+    out.push_str("#endif\n}\n");
 }
-";
-
-/// [`PRIOR_GRID_CUDA`] without the trigger, for kernels on matrix tiles.
-const PRIOR_GRID_ONLY_CUDA: &str = "__device__ __forceinline__ void trine_wait_prior_grid() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");
-#endif
-}
-";
 
 /// `trine_ir::CopyOp`: `cp.async` of 16 bytes, which goes through L2 only (`.cg`) into shared
 /// memory, and its batches; the shared address is converted from the generic one. Before
