@@ -34,7 +34,7 @@
 //! another grouping).
 
 use super::attention;
-use super::attention_split::{reference_split, PartsIo, SplitAttention};
+use super::attention_split::{reference_split, split_keys, PartsIo, SplitAttention};
 use super::key_layout::{KeyIndex, KeyLayout};
 use super::shape::ShapeError;
 use super::support::{elements, load_f32, nonzero, seed, Float};
@@ -415,9 +415,8 @@ impl<'b> Chunk<'b> {
         let seen = pos + (t0 + k.u32(queries - 1)).min(tokens - one) + one;
         let (start, end) = match splits {
             Some(splits) => {
-                let chunk = (pos + tokens + splits - one) / splits;
-                let start = k.workgroup_id(2) * chunk;
-                (start, (start + chunk).min(seen))
+                let (start, stop) = split_keys(k, (pos, tokens, splits), k.workgroup_id(2));
+                (start, stop.min(seen))
             }
             None => (k.u32(0), seen),
         };

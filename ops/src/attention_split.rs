@@ -158,9 +158,8 @@ pub fn split_kernel(
     let row = t * heads + h;
     let d = k.u32(head_dim);
     let pos = k.load(step, k.u32(0));
-    let chunk = (pos + tokens + splits - one) / splits;
-    let start = s * chunk;
-    let end = (start + chunk).min(pos + t + one);
+    let (start, stop) = split_keys(&k, (pos, tokens, splits), s);
+    let end = stop.min(pos + t + one);
     let keys = Keys {
         kv,
         k: kc,
@@ -194,6 +193,20 @@ pub fn split_kernel(
 /// step's stream of weights has pushed them out of L2 since, so that the scores would otherwise
 /// wait on memory twice, once for K and once for V. Caches in rows only: the columns layout is
 /// the CPUs', where prefetches are dropped.
+/// Split `s`'s keys of a step over `pos + tokens` keys cut into `splits` chunks, `start..stop`:
+/// `[s·C, (s+1)·C)` with `C = ceil((pos + tokens) / splits)`, which each caller then clamps to
+/// the keys its rows see. The chunk follows the position, so every split has work once the
+/// cache holds `splits` keys.
+pub(super) fn split_keys<'b>(
+    k: &'b KernelBuilder,
+    (pos, tokens, splits): (Val<'b>, Val<'b>, Val<'b>),
+    s: Val<'b>,
+) -> (Val<'b>, Val<'b>) {
+    let chunk = (pos + tokens + splits - k.u32(1)) / splits;
+    let start = s * chunk;
+    (start, start + chunk)
+}
+
 fn prefetch_chunk<'b>(
     k: &'b KernelBuilder,
     keys: &Keys<'b>,
