@@ -124,5 +124,6 @@ pub fn engine_options(model: &Model, prompt: usize, max_tokens: usize) -> Engine
         fuse: None,
         quantize_x: true,
         tiles: true,
+        down_in_ffn: true,
     }
 }

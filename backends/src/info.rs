@@ -54,6 +54,10 @@ pub struct DeviceInfo {
     /// (`cp.async`).
     #[serde(default)]
     pub async_copy: bool,
+    /// Whether kernels with f32 atomic adds (`trine_ir::Stmt::AtomicAdd`) run here: CUDA, HIP
+    /// and the CPU always, Vulkan with `shaderBufferFloat32AtomicAdd`.
+    #[serde(default)]
+    pub float_atomics: bool,
     pub max_shared_bytes: u64,
     pub max_invocations: u32,
     pub max_workgroups: [u32; 3],
@@ -108,7 +112,7 @@ impl DeviceInfo {
     }
 
     /// The features a kernel's capabilities name that this device lacks, in words, in this
-    /// order: subgroup operations, matrix tiles, asynchronous copies. The one place that maps
+    /// order: subgroup operations, matrix tiles, asynchronous copies, f32 atomic adds. The one place that maps
     /// a capability flag to the device's, for [`DeviceInfo::lacks`] and the conformance
     /// run's account of a refusal.
     pub fn missing_features(
@@ -119,6 +123,7 @@ impl DeviceInfo {
             (caps.subgroup && !self.subgroup_ops, "subgroup operations"),
             (caps.tiles && !self.tiles, "matrix tiles"),
             (caps.async_copy && !self.async_copy, "asynchronous copies"),
+            (caps.float_atomics && !self.float_atomics, "f32 atomic adds"),
         ]
         .into_iter()
         .filter_map(|(missing, what)| missing.then_some(what))

@@ -108,6 +108,9 @@ pub(crate) trait Spelling {
     /// buffer is the pointer `sync`.
     fn grid_barrier(&self, sync: &str, workgroups: u32) -> String;
     fn intrinsic(&self, f: Intrinsic) -> &'static str;
+    /// The statement (without `;`) of [`Stmt::AtomicAdd`] of `value` to the `elem` at
+    /// `pointer`.
+    fn atomic_add(&self, pointer: &str, value: &str, elem: Scalar) -> String;
     /// The statement (without `;`) of [`Stmt::Prefetch`] of the element at `pointer`, or
     /// nothing where the dialect has no use for the hint.
     fn prefetch(&self, _pointer: &str) -> Option<String> {
@@ -479,6 +482,16 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 let b = buffer_name(k, *buffer);
                 let i = self.index(*index);
                 self.line(depth, &format!("{b}[{i}] = {};", e(*value)));
+            }
+            Stmt::AtomicAdd {
+                buffer,
+                index,
+                value,
+            } => {
+                let pointer = format!("&{}[{}]", buffer_name(k, *buffer), self.index(*index));
+                let elem = k.buffers[buffer.0 as usize].elem;
+                let text = self.spelling.atomic_add(&pointer, &e(*value), elem);
+                self.line(depth, &format!("{text};"));
             }
             Stmt::Prefetch { buffer, index } => {
                 let pointer = format!("&{}[{}]", buffer_name(k, *buffer), self.index(*index));

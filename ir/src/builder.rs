@@ -243,6 +243,21 @@ impl KernelBuilder {
             value: value.id,
         });
     }
+    /// [`Stmt::AtomicAdd`]: `buffer[index] += value` atomically; declares the float-atomics
+    /// capability for an f32 buffer.
+    pub fn atomic_add(&self, buffer: BufferId, index: Val<'_>, value: Val<'_>) {
+        {
+            let mut k = self.kernel.borrow_mut();
+            if k.buffers.get(buffer.0 as usize).map(|b| b.elem) == Some(Scalar::F32) {
+                k.capabilities.float_atomics = true;
+            }
+        }
+        self.stmt(Stmt::AtomicAdd {
+            buffer,
+            index: index.id,
+            value: value.id,
+        });
+    }
     /// [`Stmt::Prefetch`]: a hint that `buffer[index]` is read soon.
     pub fn prefetch(&self, buffer: BufferId, index: Val<'_>) {
         self.stmt(Stmt::Prefetch {

@@ -69,6 +69,10 @@ pub enum FuseError {
     },
     #[error("step {step} ({kernel}) uses matrix tiles, which a fused kernel does not carry")]
     Tiles { step: usize, kernel: String },
+    #[error(
+        "step {step} ({kernel}) adds atomically to a buffer, which a later phase could not read"
+    )]
+    Atomics { step: usize, kernel: String },
     #[error("step {step} ({kernel}) copies asynchronously, which a fused kernel does not carry")]
     AsyncCopy { step: usize, kernel: String },
     #[error("step {step} ({kernel}) has an empty grid {grid:?}")]
@@ -102,6 +106,7 @@ pub fn fuse(
             tiles: false,
             subgroup_width: None,
             async_copy: false,
+            float_atomics: false,
         },
         buffers: buffers.to_vec(),
         params: vec![],
@@ -148,6 +153,12 @@ fn check(
     }
     if !k.tiles.is_empty() {
         return Err(FuseError::Tiles {
+            step: i,
+            kernel: kernel(),
+        });
+    }
+    if !k.atomic_buffers().is_empty() {
+        return Err(FuseError::Atomics {
             step: i,
             kernel: kernel(),
         });
@@ -449,6 +460,15 @@ impl<'o, 's> Phase<'o, 's> {
                     index,
                     value,
                 } => Stmt::Store {
+                    buffer: self.slot(*buffer),
+                    index: self.id(*index),
+                    value: self.id(*value),
+                },
+                Stmt::AtomicAdd {
+                    buffer,
+                    index,
+                    value,
+                } => Stmt::AtomicAdd {
                     buffer: self.slot(*buffer),
                     index: self.id(*index),
                     value: self.id(*value),

@@ -63,6 +63,10 @@ pub struct Capabilities {
     /// goes on. CUDA `cp.async` (sm_80 and later). Other devices run a variant that stages
     /// through registers.
     pub async_copy: bool,
+    /// [`Stmt::AtomicAdd`] on an f32 buffer. SPIR-V `OpAtomicFAddEXT`
+    /// (VK_EXT_shader_atomic_float's `shaderBufferFloat32AtomicAdd`); HIP/CUDA `atomicAdd`,
+    /// which every device has. Integer atomic adds need nothing.
+    pub float_atomics: bool,
 }
 
 /// A global buffer: a runtime-sized array of `elem`, bound at binding `index` of set 0
@@ -467,6 +471,18 @@ pub enum Stmt {
     /// of a product), else nothing. HIP and SPIR-V: nothing (the interpreter checks the
     /// index).
     Prefetch { buffer: BufferId, index: ExprId },
+    /// `buffer[index] += value` as one atomic read-modify-write at device scope, relaxed: the
+    /// adds of all invocations of the dispatch to one element all land, in an unspecified
+    /// order (so an f32 sum's rounding may differ from run to run), and are visible to later
+    /// dispatches. The buffer holds F32 (needs [`Capabilities::float_atomics`]), I32 or U32,
+    /// is writable, and the kernel reaches it only through atomic adds. HIP/CUDA `atomicAdd`;
+    /// SPIR-V `OpAtomicFAddEXT`/`OpAtomicIAdd` on an `array<atomic<T>>`; C a compare-and-swap
+    /// loop (f32) or `__atomic_fetch_add`.
+    AtomicAdd {
+        buffer: BufferId,
+        index: ExprId,
+        value: ExprId,
+    },
     /// `shared[index] = value`.
     StoreShared {
         array: SharedId,
@@ -652,11 +668,36 @@ impl Kernel {
     }
 
     /// The sync buffer and workgroup count of the kernel's grid barriers, if it has any.
+    /// The buffers the kernel adds to atomically ([`Stmt::AtomicAdd`]): SPIR-V declares them
+    /// arrays of atomics.
+    pub fn atomic_buffers(&self) -> Vec<BufferId> {
+        let mut out = vec![];
+        atomic_buffers(&self.body, &mut out);
+        out
+    }
+
     pub fn grid_sync(&self) -> Option<(BufferId, u32)> {
         self.body.iter().find_map(|s| match *s {
             Stmt::GridBarrier { sync, workgroups } => Some((sync, workgroups)),
             _ => None,
         })
+    }
+}
+
+/// The buffers `stmts` add to atomically ([`Stmt::AtomicAdd`]), each once, in order.
+fn atomic_buffers(stmts: &[Stmt], out: &mut Vec<BufferId>) {
+    for s in stmts {
+        match s {
+            Stmt::AtomicAdd { buffer, .. } if !out.contains(buffer) => out.push(*buffer),
+            Stmt::Loop { body, .. } => atomic_buffers(body, out),
+            Stmt::If {
+                then, otherwise, ..
+            } => {
+                atomic_buffers(then, out);
+                atomic_buffers(otherwise, out);
+            }
+            _ => {}
+        }
     }
 }
 

@@ -82,6 +82,14 @@ fn block(k: &Kernel, b: &Block, depth: usize, out: &mut String) {
                 let name = k.buffers.get(buffer.0 as usize).map_or("?", |b| &b.name);
                 let _ = writeln!(out, "{pad}{name}[{}] = {}", e(*index), e(*value));
             }
+            Stmt::AtomicAdd {
+                buffer,
+                index,
+                value,
+            } => {
+                let name = k.buffers.get(buffer.0 as usize).map_or("?", |b| &b.name);
+                let _ = writeln!(out, "{pad}atomic {name}[{}] += {}", e(*index), e(*value));
+            }
             Stmt::Prefetch { buffer, index } => {
                 let name = k.buffers.get(buffer.0 as usize).map_or("?", |b| &b.name);
                 let _ = writeln!(out, "{pad}prefetch {name}[{}]", e(*index));

@@ -99,6 +99,8 @@ pub enum ValidationError {
     GridSyncBuffer { name: String },
     #[error("private variable {name:?} is used on both sides of a grid barrier")]
     CrossesGridBarrier { name: String },
+    #[error("buffer {name:?} takes atomic adds, so it must be a writable f32, i32 or u32 buffer that the kernel reaches only through them")]
+    AtomicBuffer { name: String },
     #[error("{op}: tile {name:?} is {found:?}, {expected:?} expected")]
     TileRole {
         op: &'static str,
@@ -140,6 +142,7 @@ pub fn validate(kernel: &Kernel, limits: &Limits) -> Result<Info> {
     };
     v.block(&kernel.body)?;
     check_phases(kernel)?;
+    check_atomics(kernel)?;
     let types = v
         .types
         .iter()
@@ -158,6 +161,23 @@ fn buffer_decl<'k>(k: &'k Kernel, b: BufferId, what: &'static str) -> Result<&'k
     k.buffers
         .get(b.0 as usize)
         .ok_or(ValidationError::UnknownDecl { what, index: b.0 })
+}
+
+/// The rule of [`Stmt::AtomicAdd`] that spans the whole kernel: a buffer it adds to is
+/// reached by nothing else (SPIR-V declares it an array of atomics, which plain loads and
+/// stores cannot reach) and is no grid barrier's.
+fn check_atomics(k: &Kernel) -> Result<()> {
+    let mut uses = Uses::default();
+    uses.block(k, &k.body);
+    let sync = k.grid_sync().map(|(b, _)| b);
+    for b in k.atomic_buffers() {
+        if uses.buffers.contains(&b) || sync == Some(b) {
+            return Err(ValidationError::AtomicBuffer {
+                name: buffer_decl(k, b, "buffer")?.name.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The rules of [`Stmt::GridBarrier`] that span the whole kernel: one sync buffer, read-write
@@ -243,6 +263,7 @@ impl Uses {
                 ) => self.buffers.push(*b),
                 Stmt::Copy(CopyOp::Start { from, .. }) => self.buffers.push(*from),
                 Stmt::StoreShared { .. }
+                | Stmt::AtomicAdd { .. }
                 | Stmt::Barrier
                 | Stmt::GridBarrier { .. }
                 | Stmt::Tile(_)
@@ -407,6 +428,26 @@ impl Validator<'_> {
                     }
                     self.expect(*index, "store index", Scalar::U32)?;
                     self.expect(*value, "store value", b.elem)?;
+                }
+                Stmt::AtomicAdd {
+                    buffer,
+                    index,
+                    value,
+                } => {
+                    let b = self.buffer_for(*buffer, true)?;
+                    let bad = || ValidationError::AtomicBuffer {
+                        name: b.name.clone(),
+                    };
+                    match b.elem {
+                        Scalar::F32 => {
+                            let declared = self.k.capabilities.float_atomics;
+                            need(declared, "float_atomics", || "an f32 atomic add".into())?;
+                        }
+                        Scalar::I32 | Scalar::U32 => {}
+                        _ => return Err(bad()),
+                    }
+                    self.expect(*index, "atomic add index", Scalar::U32)?;
+                    self.expect(*value, "atomic add value", b.elem)?;
                 }
                 Stmt::Prefetch { buffer, index } => {
                     self.buffer_for(*buffer, false)?;

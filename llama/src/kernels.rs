@@ -75,7 +75,9 @@ impl std::fmt::Display for KernelKey {
                 match epi {
                     MatvecEpilogue::None => {}
                     MatvecEpilogue::Add => parts.push("add"),
+                    MatvecEpilogue::AddTwice => parts.push("add into two buffers"),
                     MatvecEpilogue::Swiglu => parts.push("swiglu"),
+                    MatvecEpilogue::SwigluDown(_) => parts.push("swiglu, down projection"),
                     MatvecEpilogue::RopeStore(_) => parts.push("rope, kv cache store"),
                 }
                 write!(f, "matvec {ty}")?;
@@ -202,7 +204,9 @@ impl KernelKey {
                 let epi = match epilogue {
                     Epilogue::None => MatvecEpilogue::None,
                     Epilogue::Add(_) => MatvecEpilogue::Add,
+                    Epilogue::AddTwice { .. } => MatvecEpilogue::AddTwice,
                     Epilogue::Swiglu => MatvecEpilogue::Swiglu,
+                    Epilogue::SwigluDown { down } => MatvecEpilogue::SwigluDown(w.tensors[down].ty),
                     Epilogue::RopeStore { .. } => MatvecEpilogue::RopeStore(RopeShape {
                         head_dim: s.head_dim,
                         kv: s.kv,
@@ -382,13 +386,24 @@ impl KernelKey {
         let KernelKey::Matvec(ty, size, prologue, epilogue, pairable) = self else {
             return None;
         };
-        Some(MatvecSpec {
+        let mut spec = MatvecSpec {
             prologue,
             epilogue,
             ..matvec_spec(ty, reduce, info, size, pairable)
-        })
+        };
+        if matches!(epilogue, MatvecEpilogue::SwigluDown(_)) && info.device_type != DeviceType::Cpu
+        {
+            spec.rows_per_workgroup = GPU_FFN_DOWN_ROWS;
+        }
+        Some(spec)
     }
 }
+
+/// Rows per workgroup of a GPU's gate/up product with the down projection in its epilogue
+/// ([`MatvecEpilogue::SwigluDown`]): 8 outputs, so that a workgroup's atomic adds into the
+/// residual stream are a row's share of 8 columns of W_down, and SmolLM2's 1536 outputs take
+/// 192 workgroups.
+pub const GPU_FFN_DOWN_ROWS: u32 = 16;
 
 /// How much work a product has, which decides its GPU shape ([`matvec_spec`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -33,6 +33,7 @@ const SIZES: EngineOptions = EngineOptions {
     fuse: Some(trine_llama::FUSE_MIN_RESIDENT),
     quantize_x: true,
     tiles: true,
+    down_in_ffn: true,
 };
 
 fn tiny() -> Arc<Model> {

@@ -25,6 +25,7 @@ mod matmul_stage;
 pub mod matmul_tiles;
 pub mod matvec;
 pub mod matvec_attn;
+pub mod matvec_down;
 pub mod matvec_fused;
 pub mod matvec_q8;
 pub mod matvec_q8_rows;
@@ -47,6 +48,7 @@ pub fn cases() -> Vec<Case> {
         matvec_q8::cases,
         matvec_q8_rows::cases,
         matvec_attn::cases,
+        matvec_down::cases,
         embedding::cases,
         rms_norm::cases,
         rope::cases,

@@ -149,6 +149,7 @@ fn greedy_ids_match_the_references_on_every_backend() {
                     quantize_x,
                     // Matrix tiles round x to f16: approximate, as the quantized run is.
                     tiles: quantize_x,
+                    down_in_ffn: true,
                 };
                 let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
                 let opts = GenerateOptions {

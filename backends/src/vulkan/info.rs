@@ -28,6 +28,8 @@ pub struct Features {
     /// `subgroupSizeControl` for compute shaders: a kernel that declares a subgroup width
     /// gets it as the pipeline's required subgroup size, where the device has several.
     pub pinned_width: bool,
+    /// `shaderBufferFloat32AtomicAdd` (VK_EXT_shader_atomic_float): f32 atomic adds.
+    pub float_atomics: bool,
     /// `computeFullSubgroups`: a pinned kernel whose workgroups are whole subgroups is asked
     /// for them (`REQUIRE_FULL_SUBGROUPS`), as its division of work among subgroups assumes.
     pub full_subgroups: bool,
@@ -85,6 +87,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let dot_ext = !api13 && has_ext(vk::KHR_SHADER_INTEGER_DOT_PRODUCT_NAME);
     let dot_struct = api13 || dot_ext;
     let sm_struct = has_ext(vk::NV_SHADER_SM_BUILTINS_NAME);
+    let atomic_float_ext = has_ext(vk::EXT_SHADER_ATOMIC_FLOAT_NAME);
     // The memory model's struct is core in 1.2; before that its extension would be needed too,
     // and no driver with cooperative matrices is older.
     let coop_ext = api12 && has_ext(vk::KHR_COOPERATIVE_MATRIX_NAME);
@@ -101,6 +104,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let mut size_control_features = vk::PhysicalDeviceSubgroupSizeControlFeatures::default();
     let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default();
     let mut executables = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
+    let mut atomic_float = vk::PhysicalDeviceShaderAtomicFloatFeaturesEXT::default();
     let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut storage16);
     if float16_int8_struct {
         features2 = features2.push_next(&mut float16_int8);
@@ -124,6 +128,9 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     }
     if stats_ext {
         features2 = features2.push_next(&mut executables);
+    }
+    if atomic_float_ext {
+        features2 = features2.push_next(&mut atomic_float);
     }
     // SAFETY: the chain holds only structs this device's API version or extensions define,
     // each borrowed for the call.
@@ -171,6 +178,8 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
             .required_subgroup_size_stages
             .contains(vk::ShaderStageFlags::COMPUTE);
     let full_subgroups = pinned_width && size_control_features.compute_full_subgroups == vk::TRUE;
+    let float_atomics =
+        atomic_float_ext && atomic_float.shader_buffer_float32_atomic_add == vk::TRUE;
     let enable = Enable {
         storage16: storage16.storage_buffer16_bit_access == vk::TRUE,
         uniform_storage16: storage16.uniform_and_storage_buffer16_bit_access == vk::TRUE,
@@ -186,6 +195,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         tiles,
         pinned_width,
         full_subgroups,
+        float_atomics,
         pipeline_stats,
         extensions: [
             (float16_int8_ext, vk::KHR_SHADER_FLOAT16_INT8_NAME),
@@ -201,6 +211,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
                 vk::EXT_SUBGROUP_SIZE_CONTROL_NAME,
             ),
             (pipeline_stats, vk::KHR_PIPELINE_EXECUTABLE_PROPERTIES_NAME),
+            (float_atomics, vk::EXT_SHADER_ATOMIC_FLOAT_NAME),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -218,6 +229,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         tiles,
         pinned_width,
         full_subgroups,
+        float_atomics,
         pipeline_stats,
     };
 
@@ -334,6 +346,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         int8: enable.int8 && enable.storage8,
         tiles: tiles && f16,
         async_copy: false,
+        float_atomics: features.float_atomics,
         max_shared_bytes: props.limits.max_compute_shared_memory_size.into(),
         max_invocations: props.limits.max_compute_work_group_invocations,
         max_workgroups: props.limits.max_compute_work_group_count,

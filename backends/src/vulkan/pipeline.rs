@@ -276,6 +276,11 @@ pub fn check_supported(
             "cooperative matrices of 16x16x16 f16 (VK_KHR_cooperative_matrix)".into(),
         ));
     }
+    if spirv.uses_float_atomics && !features.float_atomics {
+        return Err(unsupported(
+            "f32 atomic adds (shaderBufferFloat32AtomicAdd, VK_EXT_shader_atomic_float)".into(),
+        ));
+    }
     if spirv.uses_integer_dot && !features.integer_dot {
         return Err(unsupported(
             "packed 8-bit dot products (shaderIntegerDotProduct)".into(),

@@ -22,6 +22,12 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
     if !f16 {
         notes.push("f16 kernels unavailable: the device lacks Features::SHADER_F16".into());
     }
+    let float_atomics = features.contains(wgpu::Features::SHADER_FLOAT32_ATOMIC);
+    if !float_atomics {
+        notes.push(
+            "f32 atomic adds unavailable: the device lacks Features::SHADER_FLOAT32_ATOMIC".into(),
+        );
+    }
     let timestamps = features.contains(wgpu::Features::TIMESTAMP_QUERY);
     if !timestamps {
         notes.push("no timestamp queries: dispatch_timed measures host time".into());
@@ -60,6 +66,7 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
         // wgpu's cooperative matrices are experimental and not requested.
         tiles: false,
         async_copy: false,
+        float_atomics,
         max_shared_bytes: limits.max_compute_workgroup_storage_size.into(),
         max_invocations: limits.max_compute_invocations_per_workgroup,
         max_workgroups: [per_dim; 3],

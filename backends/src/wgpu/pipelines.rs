@@ -68,6 +68,10 @@ pub fn check_supported(
         (Capabilities::IMMEDIATES, wgpu::Features::IMMEDIATES),
         (Capabilities::SHADER_FLOAT16, wgpu::Features::SHADER_F16),
         (Capabilities::SUBGROUP, wgpu::Features::SUBGROUP),
+        (
+            Capabilities::SHADER_FLOAT32_ATOMIC,
+            wgpu::Features::SHADER_FLOAT32_ATOMIC,
+        ),
     ];
     for (cap, feature) in needs {
         if lowered.capabilities.contains(cap) && !features.contains(feature) {

@@ -173,7 +173,11 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
         )));
     }
 
-    let mut out = prelude::prelude(c_family::uses_f16(k, &info), c_family::uses_dot4(k));
+    let mut out = prelude::prelude(
+        c_family::uses_f16(k, &info),
+        c_family::uses_dot4(k),
+        k.capabilities.float_atomics,
+    );
     out.push('\n');
     let _ = writeln!(
         out,

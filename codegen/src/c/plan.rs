@@ -94,6 +94,7 @@ pub(super) fn synchronises(k: &Kernel, s: &Stmt) -> bool {
         Stmt::Loop { body, .. } => body.iter().any(|s| synchronises(k, s)),
         Stmt::Assign { .. }
         | Stmt::Store { .. }
+        | Stmt::AtomicAdd { .. }
         | Stmt::StoreShared { .. }
         | Stmt::Prefetch { .. } => false,
     }

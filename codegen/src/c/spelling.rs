@@ -68,6 +68,15 @@ impl Spelling for C {
         "_Static_assert(0, \"trine: a grid barrier in the C lowering\")".into()
     }
 
+    /// Workgroups run on several threads: f32 through the prelude's compare-and-swap loop,
+    /// integers through GCC's atomic builtin.
+    fn atomic_add(&self, pointer: &str, value: &str, elem: Scalar) -> String {
+        match elem {
+            Scalar::F32 => format!("trine_atomic_add_f32({pointer}, {value})"),
+            _ => format!("(void)__atomic_fetch_add({pointer}, {value}, __ATOMIC_RELAXED)"),
+        }
+    }
+
     fn intrinsic(&self, f: Intrinsic) -> &'static str {
         match f {
             Intrinsic::Rsqrt => "trine_rsqrtf",

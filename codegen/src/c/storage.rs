@@ -274,7 +274,9 @@ impl Collector<'_> {
                     self.var(*var, at, true);
                     self.other_write[var.0 as usize] = true;
                 }
-                Stmt::Store { index, value, .. } | Stmt::StoreShared { index, value, .. } => {
+                Stmt::Store { index, value, .. }
+                | Stmt::AtomicAdd { index, value, .. }
+                | Stmt::StoreShared { index, value, .. } => {
                     self.use_(*index, at);
                     self.use_(*value, at);
                 }
@@ -410,6 +412,7 @@ fn mentions(k: &Kernel, s: &Stmt, v: VarId) -> bool {
         } => any(then) || any(otherwise),
         Stmt::Loop { var, body, .. } => *var == v || any(body),
         Stmt::Store { .. }
+        | Stmt::AtomicAdd { .. }
         | Stmt::StoreShared { .. }
         | Stmt::Prefetch { .. }
         | Stmt::Barrier

@@ -71,6 +71,7 @@ impl Uniformity {
                     changed |= self.round(k, body, c);
                 }
                 Stmt::Store { .. }
+                | Stmt::AtomicAdd { .. }
                 | Stmt::StoreShared { .. }
                 | Stmt::Prefetch { .. }
                 | Stmt::Barrier

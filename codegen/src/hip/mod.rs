@@ -231,6 +231,10 @@ impl Spelling for Gpu {
         Some(format!("trine_prefetch({pointer})"))
     }
 
+    fn atomic_add(&self, pointer: &str, value: &str, _elem: trine_ir::Scalar) -> String {
+        format!("atomicAdd({pointer}, {value})")
+    }
+
     fn intrinsic(&self, f: Intrinsic) -> &'static str {
         match f {
             Intrinsic::Rsqrt => "rsqrtf",

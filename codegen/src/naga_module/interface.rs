@@ -37,6 +37,7 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
     let types = &mut module.types;
 
     let sync = kernel.grid_sync().map(|(b, _)| b.0);
+    let atomic = kernel.atomic_buffers();
     let buffers = (0u32..)
         .zip(&kernel.buffers)
         .map(|(binding, b)| {
@@ -46,7 +47,9 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
                 StorageAccess::LOAD
             };
             let ty = if sync == Some(binding) {
-                types::atomic_u32_array(types)
+                types::atomic_array(types, naga::Scalar::U32)
+            } else if atomic.contains(&trine_ir::BufferId(binding)) {
+                types::atomic_array(types, types::scalar(b.elem))
             } else {
                 types::array(types, types::storage_elem(b.elem), None)
             };

@@ -128,6 +128,9 @@ fn capabilities(kernel: &Kernel, info: &Info) -> Capabilities {
     if kernel.capabilities.grid_sync {
         caps |= Capabilities::MEMORY_DECORATION_COHERENT;
     }
+    if kernel.capabilities.float_atomics {
+        caps |= Capabilities::SHADER_FLOAT32_ATOMIC;
+    }
     if kernel.capabilities.tiles {
         // A and B tiles are f16 whatever else the kernel computes in.
         caps |= Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16;

@@ -2,7 +2,8 @@
 
 use super::func::Lowerer;
 use naga::{
-    Barrier, BinaryOperator as Bo, Block, CooperativeData, Expression, Handle, Span, Statement,
+    AtomicFunction, Barrier, BinaryOperator as Bo, Block, CooperativeData, Expression, Handle,
+    Span, Statement,
 };
 use trine_ir::{Stmt, TileLayout, TileMemory, TileOp, VarId};
 
@@ -44,6 +45,27 @@ impl Lowerer<'_> {
             } => {
                 let base = self.buffers[buffer.0 as usize];
                 self.store(base, index, value, block);
+            }
+            Stmt::AtomicAdd {
+                buffer,
+                index,
+                value,
+            } => {
+                let base = self.buffers[buffer.0 as usize];
+                let pointer = self.emit(Expression::Access {
+                    base,
+                    index: self.value(index),
+                });
+                let value = self.value(value);
+                self.push(
+                    block,
+                    Statement::Atomic {
+                        pointer,
+                        fun: AtomicFunction::Add,
+                        value,
+                        result: None,
+                    },
+                );
             }
             // SPIR-V has no prefetch; the hint is dropped.
             Stmt::Prefetch { .. } => {}

@@ -101,9 +101,10 @@ pub(super) fn tile(types: &mut UniqueArena<Type>, role: trine_ir::TileRole) -> H
     )
 }
 
-/// `array<atomic<u32>>`, runtime-sized: a grid barrier's sync buffer.
-pub(super) fn atomic_u32_array(types: &mut UniqueArena<Type>) -> Handle<Type> {
-    let base = insert(types, None, TypeInner::Atomic(naga::Scalar::U32));
+/// `array<atomic<T>>`, runtime-sized: a grid barrier's sync buffer (u32), or a buffer a
+/// kernel adds to atomically.
+pub(super) fn atomic_array(types: &mut UniqueArena<Type>, elem: naga::Scalar) -> Handle<Type> {
+    let base = insert(types, None, TypeInner::Atomic(elem));
     insert(
         types,
         None,

@@ -116,6 +116,18 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                         .store_bits(addr, self.val(*value, lane), elem.size() as u64);
                 }
             }
+            Stmt::AtomicAdd {
+                buffer,
+                index,
+                value,
+            } => {
+                let elem = self.l.kernel.buffers[buffer.0 as usize].elem;
+                for lane in Self::active(mask) {
+                    let addr = self.address(*buffer, self.val(*index, lane), lane, "atomic add")?;
+                    let view = &self.l.buffers[buffer.0 as usize];
+                    view.words.add_bits(addr, self.val(*value, lane), elem);
+                }
+            }
             // A hint with no effect, but its index must be a load's.
             Stmt::Prefetch { buffer, index } => {
                 for lane in Self::active(mask) {

@@ -23,10 +23,12 @@ impl Engine {
     /// workgroup size fused into one dispatch over the device's resident workgroups.
     pub(super) fn fuse_runs(&mut self, bound: Vec<Bound>) -> Result<Vec<Bound>, ModelError> {
         let workgroups = self.dev(0).info().resident_workgroups;
+        // A kernel with atomic adds stays a dispatch of its own (`trine_ir::fuse` refuses it).
         let size = |b: &Bound| {
             self.placement
                 .kernels
                 .get(&b.program)
+                .filter(|k| k.atomic_buffers().is_empty())
                 .map(|k| k.workgroup_size)
         };
         let mut runs: Vec<Vec<Bound>> = vec![];

@@ -56,6 +56,12 @@ pub struct EngineOptions {
     /// SmolLM2-shaped pp512 (2026-11-25, one call): CUDA 51382 t/s against 34319 on quantized
     /// x, Vulkan 35672 against 34983.
     pub tiles: bool,
+    /// A GPU's decode step runs each layer's down projection in the gate/up product's
+    /// epilogue, adding into the residual stream with f32 atomic adds
+    /// ([`trine_ops::matvec_down`]), where the device has them: four dispatches per layer
+    /// instead of five. The adds land in any order, so a step's bits may differ from run to
+    /// run (within the products' bound).
+    pub down_in_ffn: bool,
 }
 
 impl EngineOptions {
@@ -135,6 +141,7 @@ impl Engine {
             small_tiles: crate::kernels::small_tiles(backend.info()),
         };
         let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
+        let down = options.down_in_ffn && backend.info().float_atomics;
         // The kernels of a decode step and of the largest prompt step as a GPU and as a CPU
         // builds them: a CPU checking a GPU's nodes runs the GPU's (decode attention split
         // over chunks of the keys), and a GPU checking a CPU runs the CPU's (every product on
@@ -149,7 +156,7 @@ impl Engine {
                 for chunks in [false, true] {
                     let q8 = options.takes_quantized_x(on_gpu, tokens);
                     let step = Step { tokens, pos: 0 };
-                    let flags = (tiles, chunks);
+                    let flags = (tiles, chunks, down);
                     let nodes = graph::build(c, &model.weights, step, on_gpu, q8, flags);
                     keys.extend(
                         nodes
@@ -227,7 +234,15 @@ impl Engine {
         let info = self.placement.devices[0].info();
         let tiles = self.options.tiles && self.gpu && info.tiles;
         let chunks = crate::kernels::chunked_flash(info);
-        graph::build(c, &self.model.weights, s, self.gpu, q8, (tiles, chunks))
+        let down = self.options.down_in_ffn && info.float_atomics;
+        graph::build(
+            c,
+            &self.model.weights,
+            s,
+            self.gpu,
+            q8,
+            (tiles, chunks, down),
+        )
     }
 
     /// Dispatches per decode step: what one token costs the device in launches (the
@@ -364,7 +379,7 @@ impl Engine {
             bindings.push(self.binding(t, d)?);
         }
         for &t in &plan.outputs {
-            if matches!(t, Tensor::KCache(_) | Tensor::VCache(_)) {
+            if matches!(t, Tensor::KCache(_) | Tensor::VCache(_)) || plan.updates.contains(&t) {
                 // A partial write: the rest of the cache must be here too.
                 self.make_valid(t, d)?;
             }
@@ -417,9 +432,10 @@ impl Engine {
     /// other so that each node is judged on the same inputs. Weights, the frequency table and
     /// the caches are not among them: the caches are filled by the nodes before.
     pub fn activation_inputs(&self, node: &Node, s: Step) -> Vec<Tensor> {
-        self.plan(node, s)
-            .inputs
+        let plan = self.plan(node, s);
+        plan.inputs
             .into_iter()
+            .chain(plan.updates)
             .filter(|t| {
                 !matches!(
                     t,

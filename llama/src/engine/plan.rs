@@ -23,6 +23,8 @@ use trine_ops::{matvec_q8, matvec_q8_rows};
 pub(super) struct Plan {
     pub inputs: Vec<Tensor>,
     pub outputs: Vec<Tensor>,
+    /// The outputs the kernel adds into, whose values before it count as inputs.
+    pub updates: Vec<Tensor>,
     pub params: Vec<ParamValue>,
     pub grid: [u32; 3],
 }
@@ -35,6 +37,7 @@ impl Engine {
         let plan = |inputs, outputs: &[Tensor], params, grid| Plan {
             inputs,
             outputs: outputs.to_vec(),
+            updates: vec![],
             params,
             grid,
         };
@@ -67,9 +70,23 @@ impl Engine {
                     inputs.push(Tensor::Weight(g));
                     params.push(ParamValue::F32(c.rms_eps));
                 }
+                let mut down = None;
                 match epilogue {
                     Epilogue::None | Epilogue::Swiglu => {}
                     Epilogue::Add(r) => inputs.push(r),
+                    Epilogue::AddTwice { r, copy } => {
+                        inputs.push(r);
+                        outputs.push(copy);
+                    }
+                    // W_down's views follow W's; y holds the residual stream it adds into.
+                    Epilogue::SwigluDown { down: d } => {
+                        let ty = w.tensors[d].ty;
+                        down = Some(if holds_pairs(info, ty, w.pairable(d)) {
+                            Tensor::Plain(d)
+                        } else {
+                            Tensor::Weight(d)
+                        });
+                    }
                     Epilogue::RopeStore { layer } => {
                         inputs.extend([Tensor::Step, Tensor::Freq]);
                         outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
@@ -77,11 +94,23 @@ impl Engine {
                     }
                 }
                 params.extend(spec.tokens_params(tokens));
-                // A variant reading the scales through an f16 view binds the weights twice.
+                // A variant reading the scales through an f16 view binds the weights twice (and
+                // W_down too).
                 let views = self.placement.buffers[&key].len() - inputs.len() - outputs.len();
-                let mut all = vec![Tensor::Weight(wid); views];
+                let mut all = match down {
+                    Some(d) => {
+                        let mut v = vec![Tensor::Weight(wid); views / 2];
+                        v.extend(vec![d; views / 2]);
+                        v
+                    }
+                    None => vec![Tensor::Weight(wid); views],
+                };
                 all.extend(inputs);
-                plan(all, &outputs, params, spec.grid(rows, tokens))
+                let mut p = plan(all, &outputs, params, spec.grid(rows, tokens));
+                if down.is_some() {
+                    p.updates.push(y);
+                }
+                p
             }
             // Both attention kernels read the rotated queries, the position and the layer's
             // caches, and write the split partials.

@@ -15,6 +15,7 @@ pub mod matmul;
 pub mod prefix_sum;
 pub mod reduce;
 pub mod saxpy;
+pub mod scatter_add;
 pub mod softmax;
 pub mod transpose;
 pub mod unpack;
@@ -42,6 +43,7 @@ pub fn cases() -> Vec<Case> {
         prefix_sum::cases,
         grid_sync::cases,
         copy_lines::cases,
+        scatter_add::cases,
     ]
     .iter()
     .flat_map(|f| f())

@@ -98,6 +98,10 @@ pub struct Args {
     /// (`EngineOptions::tiles`).
     #[arg(long)]
     no_tiles: bool,
+    /// With --model: each decode layer's down projection as a dispatch of its own, as before it
+    /// ran in the gate/up product's epilogue with atomic adds (`EngineOptions::down_in_ffn`).
+    #[arg(long)]
+    down_apart: bool,
 }
 
 /// The name the `gemm` crate's records carry as their backend.
@@ -248,6 +252,7 @@ fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
             fuse: args.fuse,
             quantize_x: !args.float_x,
             tiles: !args.no_tiles,
+            down_in_ffn: !args.down_apart,
         },
     )
     .map_err(BenchError::Model)?;

@@ -27,6 +27,7 @@ pub struct Products {
     pub fuse: bool,
     pub quantize_x: bool,
     pub tiles: bool,
+    pub down_in_ffn: bool,
 }
 
 /// Runs pp`pp` and tg`tg` (a test of 0 tokens is left out), `reps` times each, on each backend.
@@ -47,6 +48,7 @@ pub fn run(
         fuse: products.fuse.then_some(trine_llama::FUSE_MIN_RESIDENT),
         quantize_x: products.quantize_x,
         tiles: products.tiles,
+        down_in_ffn: products.down_in_ffn,
     };
     let mut rows = vec![];
     for (name, backend) in backends {
