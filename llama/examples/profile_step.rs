@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         fuse: None,
         quantize_x: true,
         tiles: true,
-        down_in_ffn: true,
+        down_in_ffn: false,
     };
     let mut session = Session::new(Engine::new(model.clone(), backend, sizes)?, None);
     if pos > 0 {

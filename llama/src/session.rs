@@ -145,13 +145,15 @@ impl Session {
             ch.check_step(s)?;
             ch.set_ids(chunk, s.pos)?;
             for node in &self.engine.graph(s) {
-                self.engine.run(node, s)?;
                 let ch = self.checker.as_mut().expect("checked above");
+                // Before the node runs: a node that adds into its output (the down projection
+                // in gate/up's epilogue) has changed that input once it has.
                 for t in self.engine.activation_inputs(node, s) {
                     if let Some(bytes) = self.engine.export(t)? {
                         ch.import(t, &bytes)?;
                     }
                 }
+                self.engine.run(node, s)?;
                 ch.run(node, s)?;
                 let (t, range) = node.output(&self.engine.model().config, s);
                 let a = self.engine.read(t, range.clone())?;

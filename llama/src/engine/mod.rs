@@ -60,7 +60,10 @@ pub struct EngineOptions {
     /// epilogue, adding into the residual stream with f32 atomic adds
     /// ([`trine_ops::matvec_down`]), where the device has them: four dispatches per layer
     /// instead of five. The adds land in any order, so a step's bits may differ from run to
-    /// run (within the products' bound).
+    /// run (within the products' bound). On an H100 (2026-11-26, SmolLM2-shaped tg128, each
+    /// pair in one call) it was slower on CUDA (1764–1771 t/s against 1932–1940 apart) and
+    /// inside the spread on Vulkan (835–855 against 814–844): the atomic adds, 110,592 a
+    /// layer, cost about what the dispatch they save does. The CLI and bench leave it off.
     pub down_in_ffn: bool,
 }
 

@@ -98,10 +98,12 @@ pub struct Args {
     /// (`EngineOptions::tiles`).
     #[arg(long)]
     no_tiles: bool,
-    /// With --model: each decode layer's down projection as a dispatch of its own, as before it
-    /// ran in the gate/up product's epilogue with atomic adds (`EngineOptions::down_in_ffn`).
+    /// With --model: each GPU decode layer's down projection in the gate/up product's
+    /// epilogue, adding into the residual stream with f32 atomic adds
+    /// (`EngineOptions::down_in_ffn`), to measure what that gives; off by default, as it was
+    /// slower on the H100 (docs/bench/decode-h100-2026-11-26.md).
     #[arg(long)]
-    down_apart: bool,
+    down_in_ffn: bool,
 }
 
 /// The name the `gemm` crate's records carry as their backend.
@@ -252,7 +254,7 @@ fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
             fuse: args.fuse,
             quantize_x: !args.float_x,
             tiles: !args.no_tiles,
-            down_in_ffn: !args.down_apart,
+            down_in_ffn: args.down_in_ffn,
         },
     )
     .map_err(BenchError::Model)?;
