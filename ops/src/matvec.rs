@@ -264,7 +264,7 @@ impl MatvecSpec {
             let outputs = self.rows_per_workgroup / 2;
             if outputs == 0
                 || !(QK as u32).is_multiple_of(outputs)
-                || self.rows_per_workgroup % 2 != 0
+                || !self.rows_per_workgroup.is_multiple_of(2)
             {
                 return Err(ShapeError::NotMultiple {
                     op: OP,
