@@ -309,3 +309,70 @@ fn copies_need_one_element_type_and_a_read_only_source() {
         Err(ValidationError::BufferAccess { .. })
     ));
 }
+
+#[test]
+fn atomic_adds_need_a_writable_numeric_buffer_reached_by_nothing_else() {
+    let valid = |f: &dyn Fn(&KernelBuilder)| {
+        let k = KernelBuilder::new("atomics", [8, 1, 1]);
+        f(&k);
+        validate(&k.finish(), &Limits::default())
+    };
+    // f32 and u32 adds into buffers the kernel reaches no other way.
+    valid(&|k| {
+        let sums = k.buffer("sums", Scalar::F32, Access::ReadWrite);
+        let counts = k.buffer("counts", Scalar::U32, Access::Write);
+        k.atomic_add(sums, k.local_index(), k.f32(1.5));
+        k.atomic_add(counts, k.u32(0), k.u32(1));
+    })
+    .unwrap();
+    let atomic_buffer = |r: Result<_, ValidationError>| match r {
+        Err(ValidationError::AtomicBuffer { name }) => name,
+        other => panic!("{other:?}"),
+    };
+    // A load of the same buffer, an f16 buffer, a read-only one.
+    let loaded = valid(&|k| {
+        let sums = k.buffer("sums", Scalar::F32, Access::ReadWrite);
+        let v = k.load(sums, k.u32(0));
+        k.atomic_add(sums, k.u32(1), v);
+    });
+    assert_eq!(atomic_buffer(loaded), "sums");
+    let half = valid(&|k| {
+        let h = k.buffer("h", Scalar::F16, Access::ReadWrite);
+        k.atomic_add(h, k.u32(0), k.f32(1.0).cast(Scalar::F16));
+    });
+    assert_eq!(atomic_buffer(half), "h");
+    let read_only = valid(&|k| {
+        let c = k.buffer("c", Scalar::U32, Access::Read);
+        k.atomic_add(c, k.u32(0), k.u32(1));
+    });
+    assert!(
+        matches!(read_only, Err(ValidationError::BufferAccess { .. })),
+        "{read_only:?}"
+    );
+    // An f32 add whose capability was taken away, and a value of the wrong type.
+    let k = KernelBuilder::new("undeclared", [8, 1, 1]);
+    let sums = k.buffer("sums", Scalar::F32, Access::ReadWrite);
+    k.atomic_add(sums, k.u32(0), k.f32(1.0));
+    let mut kernel = k.finish();
+    assert!(kernel.capabilities.float_atomics);
+    kernel.capabilities.float_atomics = false;
+    let err = validate(&kernel, &Limits::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ValidationError::CapabilityNotDeclared {
+                capability: "float_atomics",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let wrong = valid(&|k| {
+        let counts = k.buffer("counts", Scalar::U32, Access::ReadWrite);
+        k.atomic_add(counts, k.u32(0), k.f32(1.0));
+    });
+    assert!(
+        matches!(wrong, Err(ValidationError::TypeMismatch { .. })),
+        "{wrong:?}"
+    );
+}

@@ -109,11 +109,9 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                 value,
             } => {
                 let elem = self.l.kernel.buffers[buffer.0 as usize].elem;
-                for lane in Self::active(mask) {
-                    let addr = self.address(*buffer, self.val(*index, lane), lane, "store")?;
-                    let view = &self.l.buffers[buffer.0 as usize];
-                    view.words
-                        .store_bits(addr, self.val(*value, lane), elem.size() as u64);
+                let words = self.l.buffers[buffer.0 as usize].words;
+                for (addr, bits) in self.writes((*buffer, *index, *value), mask, "store")? {
+                    words.store_bits(addr, bits, elem.size() as u64);
                 }
             }
             Stmt::AtomicAdd {
@@ -122,10 +120,9 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                 value,
             } => {
                 let elem = self.l.kernel.buffers[buffer.0 as usize].elem;
-                for lane in Self::active(mask) {
-                    let addr = self.address(*buffer, self.val(*index, lane), lane, "atomic add")?;
-                    let view = &self.l.buffers[buffer.0 as usize];
-                    view.words.add_bits(addr, self.val(*value, lane), elem);
+                let words = self.l.buffers[buffer.0 as usize].words;
+                for (addr, bits) in self.writes((*buffer, *index, *value), mask, "atomic add")? {
+                    words.add_bits(addr, bits, elem);
                 }
             }
             // A hint with no effect, but its index must be a load's.
@@ -209,6 +206,22 @@ impl<'l, 'a> Workgroup<'l, 'a> {
     }
 
     /// Byte address of element `index` of `buffer` for `lane`, checked against the view.
+    /// Each active lane's byte address of `buffer[index]` (checked as an access named `what`)
+    /// and the bits of its `value`, for a statement that writes them.
+    fn writes(
+        &self,
+        (buffer, index, value): (BufferId, ExprId, ExprId),
+        mask: &[bool],
+        what: &str,
+    ) -> R<Vec<(u64, u32)>> {
+        Self::active(mask)
+            .map(|lane| {
+                let addr = self.address(buffer, self.val(index, lane), lane, what)?;
+                Ok((addr, self.val(value, lane)))
+            })
+            .collect()
+    }
+
     pub(super) fn address(&self, buffer: BufferId, index: u32, lane: usize, what: &str) -> R<u64> {
         let decl = &self.l.kernel.buffers[buffer.0 as usize];
         let view = &self.l.buffers[buffer.0 as usize];
