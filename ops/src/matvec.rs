@@ -445,9 +445,10 @@ pub fn reference(
 
 /// The matvec kernel for `spec`. Buffers: `w` (the weights: bytes if quantized, words with
 /// [`MatvecSpec::word_codes`]), `w16` (the
-/// same memory as f16, with `f16_scales`), `x`, `g` (with [`Prologue::RmsNorm`]), `r` (with
-/// [`Epilogue::Add`]), `y`; parameters `rows`, `cols`, `eps` (with [`Prologue::RmsNorm`]); grid
-/// [`MatvecSpec::grid`].
+/// same memory as f16, with `f16_scales`), `wd` and `wd16` (W_down, with
+/// [`Epilogue::SwigluDown`]), `x`, `g` (with [`Prologue::RmsNorm`]), `r` (with
+/// [`Epilogue::Add`] and [`Epilogue::AddTwice`]), `y`, `y2` (with [`Epilogue::AddTwice`]);
+/// parameters `rows`, `cols`, `eps` (with [`Prologue::RmsNorm`]); grid [`MatvecSpec::grid`].
 pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     spec.check()?;
     let (ty, nrows, wg) = (spec.weights, spec.rows_per_workgroup, spec.workgroup);
@@ -680,20 +681,20 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
             _ => totals,
         };
         match (spec.epilogue, y, &rope) {
-            (Epilogue::SwigluDown(_), _, _) => {
+            (Epilogue::Swiglu | Epilogue::SwigluDown(_), Some(y), _) => {
                 let n = rows / k.u32(2);
                 let i = k.workgroup_id(0) * k.u32(outputs) + o;
-                let v = super::elementwise::silu_ir(&k, totals[0]) * totals[1];
-                let h = down.as_ref().expect("declared with the epilogue").h;
-                k.store_shared(h, o, k.select(i.lt(n), v, k.f32(0.0)));
-            }
-            (Epilogue::Swiglu, Some(y), _) => {
-                let n = rows / k.u32(2);
-                let i = k.workgroup_id(0) * k.u32(outputs) + o;
-                k.if_(i.lt(n), || {
-                    let v = super::elementwise::silu_ir(&k, totals[0]) * totals[1];
-                    k.store(y, token * n + i, v);
-                });
+                let swiglu = || super::elementwise::silu_ir(&k, totals[0]) * totals[1];
+                match &down {
+                    // For the down projection below; an output past the end adds nothing.
+                    Some(down) => {
+                        k.store_shared(down.h, o, k.select(i.lt(n), swiglu(), k.f32(0.0)))
+                    }
+                    None => k.if_(i.lt(n), || {
+                        let v = swiglu();
+                        k.store(y, token * n + i, v);
+                    }),
+                }
             }
             (_, None, Some(rope)) => {
                 let row = row0 + o * k.u32(2);
