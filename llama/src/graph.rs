@@ -353,15 +353,11 @@ fn matmul_tiles(
 }
 
 /// Whether a layer's down projection can run in its gate/up product's epilogue
-/// ([`Epilogue::SwigluDown`]): W_down of a type that epilogue reads, `n_embd × n_ff` in
-/// whole blocks.
-fn ffn_takes_down(c: &LlamaConfig, w: &Weights, lw: &crate::weights::Layer) -> bool {
-    let d = &w.tensors[lw.w_down];
-    trine_ops::matvec_down::supports(d.ty)
-        && d.rows == c.n_embd
-        && d.cols == c.n_ff
-        && c.n_ff.is_multiple_of(32)
-        && w.tensors[lw.w_gate_up].rows == 2 * c.n_ff
+/// ([`Epilogue::SwigluDown`]): W_down of a type that epilogue reads. Its shape is the
+/// loader's (`n_embd × n_ff`, gate/up stacked to `2·n_ff` rows), and a quantized row is whole
+/// blocks, as the GGUF parser checks.
+fn ffn_takes_down(w: &Weights, lw: &crate::weights::Layer) -> bool {
+    trine_ops::matvec_down::supports(w.tensors[lw.w_down].ty)
 }
 
 /// Whether a step on quantized x multiplies weight `id` so ([`Op::MatvecQ8`]): the types
@@ -464,7 +460,7 @@ pub fn build(
         };
         let q8 = |id| tiled(id) || (q8 && takes_q8(w, id));
         // The layer's output, where the FFN adds into the residual stream's third buffer.
-        let fused_down = down_in_ffn && t == 1 && !q8(lw.w_gate_up) && ffn_takes_down(c, w, lw);
+        let fused_down = down_in_ffn && t == 1 && !q8(lw.w_gate_up) && ffn_takes_down(w, lw);
         let out = match (fused_down, x) {
             (true, Tensor::Resid(0)) => Tensor::Resid(2),
             (true, _) => Tensor::Resid(0),

@@ -666,7 +666,7 @@ fn dispatches(backend: &dyn Backend, sizes: EngineOptions, layers: usize) -> usi
     let info = backend.info();
     if sizes.quantize_x && info.device_type == DeviceType::Cpu {
         14 * layers + 5
-    } else if sizes.down_in_ffn && info.float_atomics {
+    } else if sizes.takes_down_in_ffn(info) {
         4 * layers + 3
     } else {
         5 * layers + 3

@@ -28,7 +28,7 @@ use super::matvec_fused::{self as fused, Epilogue, Fused};
 use super::shape::ShapeError;
 use crate::case::*;
 use trine_gguf::quant::{WeightType, QK};
-use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val};
+use trine_ir::{BufferId, KernelBuilder, SharedId, Val};
 
 const OP: &str = "matvec";
 
@@ -75,7 +75,8 @@ impl<'b> Down<'b> {
         k.for_range(k.local_index(), self.rows, wg, |j| {
             let base = j * row_bytes + block;
             let scales = dequant::load_scales(k, self.ty, (w, w16), base);
-            let codes = (0..outputs).map(|e| self.code(k, base, first + k.u32(e)));
+            let codes =
+                (0..outputs).map(|e| dequant::element_code(k, self.ty, w, base, first + k.u32(e)));
             let dot = codes
                 .zip(&hs)
                 .fold(k.f32(0.0), |acc, (code, &h)| code.fma(h, acc));
@@ -85,26 +86,6 @@ impl<'b> Down<'b> {
             };
             k.atomic_add(self.y, token * self.rows + j, share);
         });
-    }
-
-    /// Code `i` (0..32) of the block at byte `base`, as `F32` (Q4_0's centred).
-    fn code(&self, k: &'b KernelBuilder, base: Val<'b>, i: Val<'b>) -> Val<'b> {
-        let (w, _) = self.w;
-        let codes = base + k.u32(dequant::codes_offset(self.ty));
-        match self.ty {
-            WeightType::Q8_0 => dequant::q8_value(k, k.load(w, codes + i)),
-            _ => {
-                // Element i is byte i % 16's low nibble, or its high one from 16 on.
-                let byte = k.load(w, codes + (i & k.u32(15)));
-                let nibble =
-                    ((byte >> ((i >> k.u32(4)) << k.u32(2))) & k.u32(15)).cast(Scalar::F32);
-                if self.ty == WeightType::Q4_0 {
-                    nibble - k.f32(8.0)
-                } else {
-                    nibble
-                }
-            }
-        }
     }
 }
 

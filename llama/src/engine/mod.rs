@@ -75,6 +75,12 @@ impl EngineOptions {
     pub fn takes_quantized_x(&self, gpu: bool, tokens: u32) -> bool {
         self.quantize_x && (!gpu || tokens > 1)
     }
+
+    /// Whether a device described by `info` runs decode's down projection in the gate/up
+    /// product ([`EngineOptions::down_in_ffn`]): where it has f32 atomic adds.
+    pub fn takes_down_in_ffn(&self, info: &trine_backends::DeviceInfo) -> bool {
+        self.down_in_ffn && info.float_atomics
+    }
 }
 
 /// A tensor's buffers, one slot per device, and which of them hold its current value.
@@ -144,7 +150,7 @@ impl Engine {
             small_tiles: crate::kernels::small_tiles(backend.info()),
         };
         let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
-        let down = options.down_in_ffn && backend.info().float_atomics;
+        let down = options.takes_down_in_ffn(backend.info());
         // The kernels of a decode step and of the largest prompt step as a GPU and as a CPU
         // builds them: a CPU checking a GPU's nodes runs the GPU's (decode attention split
         // over chunks of the keys), and a GPU checking a CPU runs the CPU's (every product on
@@ -237,7 +243,7 @@ impl Engine {
         let info = self.placement.devices[0].info();
         let tiles = self.options.tiles && self.gpu && info.tiles;
         let chunks = crate::kernels::chunked_flash(info);
-        let down = self.options.down_in_ffn && info.float_atomics;
+        let down = self.options.takes_down_in_ffn(info);
         graph::build(
             c,
             &self.model.weights,

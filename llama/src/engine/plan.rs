@@ -80,12 +80,7 @@ impl Engine {
                     }
                     // W_down's views follow W's; y holds the residual stream it adds into.
                     Epilogue::SwigluDown { down: d } => {
-                        let ty = w.tensors[d].ty;
-                        down = Some(if holds_pairs(info, ty, w.pairable(d)) {
-                            Tensor::Plain(d)
-                        } else {
-                            Tensor::Weight(d)
-                        });
+                        down = Some(file_layout(info, w, d, w.tensors[d].ty));
                     }
                     Epilogue::RopeStore { layer } => {
                         inputs.extend([Tensor::Step, Tensor::Freq]);
@@ -248,13 +243,8 @@ impl Engine {
                     .into_iter()
                     .find(|v| v.name() == *compiled)
                     .expect("the compiled kernel is one of its key's variants");
-                // The kernel stages the file's blocks, which a CPU holds apart from its pairs.
-                let weights = if holds_pairs(info, ty, w.pairable(wid)) {
-                    Tensor::Plain(wid)
-                } else {
-                    Tensor::Weight(wid)
-                };
-                let mut inputs = vec![weights, x];
+                // The kernel stages the file's blocks.
+                let mut inputs = vec![file_layout(info, w, wid, ty), x];
                 inputs.extend(add);
                 plan(
                     inputs,
@@ -302,5 +292,21 @@ impl Engine {
             head_dim: c.head_dim(),
             splits,
         }
+    }
+}
+
+/// Weight `id` (of type `ty`) in the file's layout on a device described by `info`, for a
+/// kernel that reads its blocks as the file stores them: the copy a CPU holds apart from its
+/// pairs of blocks ([`holds_pairs`]), else the weight itself.
+fn file_layout(
+    info: &trine_backends::DeviceInfo,
+    w: &crate::weights::Weights,
+    id: crate::weights::WeightId,
+    ty: trine_gguf::quant::WeightType,
+) -> Tensor {
+    if holds_pairs(info, ty, w.pairable(id)) {
+        Tensor::Plain(id)
+    } else {
+        Tensor::Weight(id)
     }
 }
