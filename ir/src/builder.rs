@@ -45,6 +45,13 @@ pub struct Tile<'b> {
     pub id: TileId,
 }
 
+/// A warpgroup accumulator of the kernel under construction (see [`GroupAccDecl`]).
+#[derive(Clone, Copy)]
+pub struct GroupAcc<'b> {
+    b: &'b KernelBuilder,
+    pub id: GroupAccId,
+}
+
 /// A private variable under construction.
 #[derive(Clone, Copy)]
 pub struct Var<'b> {
@@ -64,6 +71,7 @@ impl KernelBuilder {
                 shared: vec![],
                 vars: vec![],
                 tiles: vec![],
+                group_accs: vec![],
                 exprs: vec![],
                 body: vec![],
                 settled: vec![],
@@ -157,6 +165,26 @@ impl KernelBuilder {
             b: self,
             id: TileId(k.tiles.len() as u32 - 1),
         }
+    }
+
+    /// Declares a warpgroup accumulator of `cols` columns; declares the group-mma capability.
+    pub fn group_acc(&self, name: &str, cols: u32) -> GroupAcc<'_> {
+        let mut k = self.kernel.borrow_mut();
+        k.capabilities.group_mma = true;
+        k.group_accs.push(GroupAccDecl {
+            name: name.to_string(),
+            cols,
+        });
+        GroupAcc {
+            b: self,
+            id: GroupAccId(k.group_accs.len() as u32 - 1),
+        }
+    }
+
+    /// [`GroupOp::Wait`]: waits until at most `pending` of the warpgroup's products are
+    /// unfinished.
+    pub fn group_wait(&self, pending: u32) {
+        self.stmt(Stmt::Group(GroupOp::Wait { pending }));
     }
 
     pub fn emit(&self, e: Expr) -> Val<'_> {
@@ -399,6 +427,32 @@ impl Tile<'_> {
             offset: offset.id,
             stride: stride.id,
             layout,
+        }));
+    }
+}
+
+impl GroupAcc<'_> {
+    pub fn zero(self) {
+        self.b.stmt(Stmt::Group(GroupOp::Zero { acc: self.id }));
+    }
+
+    /// Starts `self += a·bᵀ` over [`crate::GROUP_K`] columns ([`GroupOp::Mma`]).
+    pub fn mma(self, (a, a_at): (SharedId, Val<'_>), (b, b_at): (SharedId, Val<'_>)) {
+        self.b.stmt(Stmt::Group(GroupOp::Mma {
+            acc: self.id,
+            a,
+            a_at: a_at.id,
+            b,
+            b_at: b_at.id,
+        }));
+    }
+
+    pub fn store(self, to: TileMemory, offset: Val<'_>, stride: Val<'_>) {
+        self.b.stmt(Stmt::Group(GroupOp::Store {
+            acc: self.id,
+            to,
+            offset: offset.id,
+            stride: stride.id,
         }));
     }
 }

@@ -106,6 +106,7 @@ pub fn fuse(
             tiles: false,
             subgroup_width: None,
             async_copy: false,
+            group_mma: false,
             float_atomics: false,
         },
         buffers: buffers.to_vec(),
@@ -113,6 +114,7 @@ pub fn fuse(
         shared: vec![],
         vars: vec![],
         tiles: vec![],
+        group_accs: vec![],
         exprs: vec![],
         body: vec![],
         // A fused kernel has grid barriers and never starts early.
@@ -151,7 +153,7 @@ fn check(
             found: k.workgroup_size,
         });
     }
-    if !k.tiles.is_empty() {
+    if !k.tiles.is_empty() || !k.group_accs.is_empty() {
         return Err(FuseError::Tiles {
             step: i,
             kernel: kernel(),
@@ -510,7 +512,11 @@ impl<'o, 's> Phase<'o, 's> {
                 },
                 // A step has no grid barrier, no tiles and no copies (checked), so this
                 // is a workgroup barrier.
-                Stmt::Barrier | Stmt::GridBarrier { .. } | Stmt::Tile(_) | Stmt::Copy(_) => {
+                Stmt::Barrier
+                | Stmt::GridBarrier { .. }
+                | Stmt::Tile(_)
+                | Stmt::Copy(_)
+                | Stmt::Group(_) => {
                     s.clone()
                 }
             })

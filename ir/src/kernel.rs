@@ -35,6 +35,10 @@ pub struct SharedId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct VarId(pub u32);
 
+/// Index of a warpgroup accumulator in [`Kernel::group_accs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GroupAccId(pub u32);
+
 /// Index of a matrix tile in [`Kernel::tiles`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TileId(pub u32);
@@ -63,6 +67,10 @@ pub struct Capabilities {
     /// goes on. CUDA `cp.async` (sm_80 and later). Other devices run a variant that stages
     /// through registers.
     pub async_copy: bool,
+    /// Warpgroup products ([`GroupAccDecl`], [`GroupOp`]): four subgroups of 32 together
+    /// multiply operands the tensor cores read straight from shared memory, asynchronously.
+    /// CUDA `wgmma.mma_async` (sm_90a: Hopper). Devices without it run the subgroup tiles.
+    pub group_mma: bool,
     /// [`Stmt::AtomicAdd`] on an f32 buffer. SPIR-V `OpAtomicFAddEXT`
     /// (VK_EXT_shader_atomic_float's `shaderBufferFloat32AtomicAdd`); HIP/CUDA `atomicAdd`,
     /// which every device has. Integer atomic adds need nothing.
@@ -197,6 +205,77 @@ pub enum TileOp {
         offset: ExprId,
         stride: ExprId,
         layout: TileLayout,
+    },
+}
+
+/// Invocations of a warpgroup: the four subgroups of 32 that issue a [`GroupOp`] together.
+pub const GROUP_INVOCATIONS: u32 = 128;
+/// Rows (M) of a [`GroupAccDecl`] and of the A operand of a [`GroupOp::Mma`].
+pub const GROUP_ROWS: u32 = 64;
+/// Columns of K one [`GroupOp::Mma`] takes: one 128-byte row of f16 per operand row.
+pub const GROUP_K: u32 = 64;
+/// Elements of a [`GroupOp::Mma`] operand's swizzle atom: 8 rows of [`GROUP_K`], 1024 bytes,
+/// the alignment of an operand's offset.
+pub const GROUP_ATOM: u32 = 8 * GROUP_K;
+/// The widest accumulator, in columns (N).
+pub const GROUP_MAX_COLS: u32 = 256;
+
+/// A warpgroup accumulator (needs [`Capabilities::group_mma`]): [`GROUP_ROWS`] × `cols` f32
+/// (`cols` a multiple of 8 up to [`GROUP_MAX_COLS`]), held by the [`GROUP_INVOCATIONS`]
+/// invocations of one warpgroup (invocations `128·g` to `128·g + 127` form warpgroup `g`),
+/// each warpgroup its own. Its elements are spread over the invocations' registers, so
+/// kernels reach them only through [`GroupOp`]s. CUDA: `cols / 2` floats per invocation in
+/// `wgmma`'s accumulator layout.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GroupAccDecl {
+    pub name: String,
+    pub cols: u32,
+}
+
+/// The element of a [`GroupOp::Mma`] operand at row `r`, column `c` (K, below [`GROUP_K`]),
+/// relative to the operand's offset: rows of [`GROUP_K`] f16 (128 bytes) whose 16-byte lines
+/// are permuted by the row's place in its group of 8 (line `c / 8` at `(c / 8) ^ (r % 8)`), so
+/// that the eight rows a tensor core reads at once fall in different shared-memory banks.
+/// This is `wgmma`'s 128-byte swizzle of K-major operands, which the hardware applies to
+/// address bits, hence the [`GROUP_ATOM`] alignment of offsets.
+pub const fn group_swizzle(r: u32, c: u32) -> u32 {
+    r * GROUP_K + (((c / 8) ^ (r % 8)) * 8) + c % 8
+}
+
+/// Warpgroup operations. Each is collective over a warpgroup: all its invocations reach it
+/// together with the same offsets, and the workgroup is whole warpgroups of subgroups of 32.
+/// The interpreter reports each of these as an error; on GPUs they are undefined.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum GroupOp {
+    /// Sets every element to zero.
+    Zero { acc: GroupAccId },
+    /// `acc[r][n] += Σ_c a[r][c]·b[n][c]` for `r` < [`GROUP_ROWS`], `n` < the accumulator's
+    /// columns, `c` < [`GROUP_K`], where `a` and `b` are f16 shared arrays laid out as
+    /// [`group_swizzle`] says from `a_at` and `b_at` (multiples of [`GROUP_ATOM`]): both
+    /// operands K-major, as x and a weight's rows are. The f16 products are exact in f32; the
+    /// interpreter sums them in order of `c` after the accumulator (tensor cores sum
+    /// otherwise). It starts the product, which reads its operands and updates the
+    /// accumulator until a [`GroupOp::Wait`] retires it: until then no invocation may write
+    /// the operands' elements, and the warpgroup may not read, zero or store the accumulator
+    /// (another product into it may follow). The lowering makes shared-memory writes before
+    /// a workgroup barrier visible to the products after it. CUDA: `wgmma.fence`, four
+    /// `wgmma.mma_async.m64nNk16` (one per 16 columns of K), `wgmma.commit_group`.
+    Mma {
+        acc: GroupAccId,
+        a: SharedId,
+        a_at: ExprId,
+        b: SharedId,
+        b_at: ExprId,
+    },
+    /// Waits until at most `pending` of the warpgroup's products are unfinished (products
+    /// finish in the order they start). CUDA `wgmma.wait_group`.
+    Wait { pending: u32 },
+    /// Writes the accumulator's elements (f32), element (r, n) at `offset + r·stride + n`.
+    Store {
+        acc: GroupAccId,
+        to: TileMemory,
+        offset: ExprId,
+        stride: ExprId,
     },
 }
 
@@ -530,6 +609,8 @@ pub enum Stmt {
     Tile(TileOp),
     /// An asynchronous copy (needs [`Capabilities::async_copy`]); see [`CopyOp`].
     Copy(CopyOp),
+    /// A warpgroup product (needs [`Capabilities::group_mma`]); see [`GroupOp`].
+    Group(GroupOp),
 }
 
 /// One compute kernel. Build it with [`crate::KernelBuilder`], check it with
@@ -545,6 +626,7 @@ pub struct Kernel {
     pub shared: Vec<SharedDecl>,
     pub vars: Vec<VarDecl>,
     pub tiles: Vec<TileDecl>,
+    pub group_accs: Vec<GroupAccDecl>,
     pub exprs: Vec<Expr>,
     pub body: Block,
     /// Buffers no dispatch of the sequence the kernel runs in writes: the host writes them

@@ -16,7 +16,7 @@ pub mod print;
 pub mod types;
 pub mod validate;
 
-pub use builder::{KernelBuilder, Tile, Val, Var};
+pub use builder::{GroupAcc, KernelBuilder, Tile, Val, Var};
 pub use kernel::*;
 pub use print::{kernel_hash, print};
 pub use types::{Access, Literal, ParamValue, Scalar};

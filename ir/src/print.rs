@@ -20,6 +20,9 @@ pub fn print(kernel: &Kernel) -> String {
     if k.capabilities.async_copy {
         out.push_str("  requires async_copy\n");
     }
+    if k.capabilities.group_mma {
+        out.push_str("  requires group_mma\n");
+    }
     if let Some(w) = k.capabilities.subgroup_width {
         let _ = writeln!(out, "  requires subgroup width {w}");
     }
@@ -43,6 +46,9 @@ pub fn print(kernel: &Kernel) -> String {
     }
     for (i, t) in k.tiles.iter().enumerate() {
         let _ = writeln!(out, "  tile {i} {}: {}", t.name, t.role.name());
+    }
+    for (i, g) in k.group_accs.iter().enumerate() {
+        let _ = writeln!(out, "  group_acc {i} {}: 64x{}", g.name, g.cols);
     }
     out.push_str("{\n");
     block(k, &k.body, 1, &mut out);
@@ -159,6 +165,49 @@ fn block(k: &Kernel, b: &Block, depth: usize, out: &mut String) {
             Stmt::Copy(CopyOp::Wait { pending }) => {
                 let _ = writeln!(out, "{pad}copy_wait {pending}");
             }
+            Stmt::Group(op) => {
+                let _ = writeln!(out, "{pad}{}", group_op(k, op));
+            }
+        }
+    }
+}
+
+fn group_op(k: &Kernel, op: &GroupOp) -> String {
+    let acc = |a: GroupAccId| k.group_accs.get(a.0 as usize).map_or("?", |d| &d.name);
+    let shared = |s: SharedId| k.shared.get(s.0 as usize).map_or("?", |d| &d.name);
+    match *op {
+        GroupOp::Zero { acc: a } => format!("group_zero {}", acc(a)),
+        GroupOp::Mma {
+            acc: c,
+            a,
+            a_at,
+            b,
+            b_at,
+        } => format!(
+            "group_mma {} += {}[{}..] * {}[{}..]",
+            acc(c),
+            shared(a),
+            e(a_at),
+            shared(b),
+            e(b_at)
+        ),
+        GroupOp::Wait { pending } => format!("group_wait {pending}"),
+        GroupOp::Store {
+            acc: a,
+            to,
+            offset,
+            stride,
+        } => {
+            let mem = match to {
+                TileMemory::Buffer(b) => k.buffers.get(b.0 as usize).map_or("?", |d| &d.name),
+                TileMemory::Shared(s) => shared(s),
+            };
+            format!(
+                "group_store {mem}[{} stride {}] = {}",
+                e(offset),
+                e(stride),
+                acc(a)
+            )
         }
     }
 }

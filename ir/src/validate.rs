@@ -117,6 +117,19 @@ pub enum ValidationError {
     },
     #[error("a copy wait leaves {pending} batches in flight, more than {max}", max = MAX_PENDING)]
     CopyPending { pending: u32 },
+    #[error("warpgroup accumulator {name:?} has {cols} columns: a multiple of 8 from 8 to {max} is needed", max = GROUP_MAX_COLS)]
+    GroupCols { name: String, cols: u32 },
+    #[error("warpgroup products need workgroups of whole warpgroups of {per} invocations on subgroups of 32; the kernel has {invocations} invocations and subgroup width {width:?}", per = GROUP_INVOCATIONS)]
+    GroupShape {
+        invocations: u32,
+        width: Option<u32>,
+    },
+    #[error("{op}: shared {name:?} holds {found}, f16 is needed")]
+    GroupOperand {
+        op: &'static str,
+        name: String,
+        found: Scalar,
+    },
     #[error("{op}: {what} {name:?} holds {found}, a {role:?} tile needs {expected}")]
     TileMemory {
         op: &'static str,
@@ -154,6 +167,28 @@ pub fn validate(kernel: &Kernel, limits: &Limits) -> Result<Info> {
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Info { types })
+}
+
+/// Warpgroup accumulators' widths, and a workgroup of whole warpgroups of 32-wide subgroups
+/// wherever the kernel has them.
+fn check_groups(k: &Kernel) -> Result<()> {
+    if k.group_accs.is_empty() && !k.capabilities.group_mma {
+        return Ok(());
+    }
+    let invocations = k.invocations();
+    let width = k.capabilities.subgroup_width;
+    if width != Some(32) || !invocations.is_multiple_of(GROUP_INVOCATIONS) {
+        return Err(ValidationError::GroupShape { invocations, width });
+    }
+    for g in &k.group_accs {
+        if g.cols == 0 || !g.cols.is_multiple_of(8) || g.cols > GROUP_MAX_COLS {
+            return Err(ValidationError::GroupCols {
+                name: g.name.clone(),
+                cols: g.cols,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Buffer `b`'s declaration, or an error naming it as `what`.
@@ -262,12 +297,17 @@ impl Uses {
                     },
                 ) => self.buffers.push(*b),
                 Stmt::Copy(CopyOp::Start { from, .. }) => self.buffers.push(*from),
+                Stmt::Group(GroupOp::Store {
+                    to: TileMemory::Buffer(b),
+                    ..
+                }) => self.buffers.push(*b),
                 Stmt::StoreShared { .. }
                 | Stmt::AtomicAdd { .. }
                 | Stmt::Barrier
                 | Stmt::GridBarrier { .. }
                 | Stmt::Tile(_)
-                | Stmt::Copy(_) => {}
+                | Stmt::Copy(_)
+                | Stmt::Group(_) => {}
             }
         }
     }
@@ -295,6 +335,7 @@ fn check_decls(k: &Kernel, limits: &Limits) -> Result<()> {
     if !is_ident(&k.name) {
         return Err(ValidationError::BadName(k.name.clone()));
     }
+    check_groups(k)?;
     let inv = k.workgroup_size.iter().map(|&s| s as u64).product::<u64>();
     if inv == 0 || inv > limits.max_invocations as u64 {
         return Err(ValidationError::WorkgroupSize {
@@ -318,7 +359,12 @@ fn check_decls(k: &Kernel, limits: &Limits) -> Result<()> {
         .chain(k.params.iter().map(|p| ("param", &p.name, p.ty)))
         .chain(k.shared.iter().map(|s| ("shared array", &s.name, s.elem)))
         .chain(k.vars.iter().map(|v| ("variable", &v.name, v.ty)))
-        .chain(k.tiles.iter().map(|t| ("tile", &t.name, t.role.elem())));
+        .chain(k.tiles.iter().map(|t| ("tile", &t.name, t.role.elem())))
+        .chain(
+            k.group_accs
+                .iter()
+                .map(|g| ("warpgroup accumulator", &g.name, Scalar::F32)),
+        );
     for (what, name, ty) in decls {
         if !is_ident(name) || !names.insert(name.as_str()) {
             return Err(ValidationError::BadDeclName {
@@ -509,6 +555,7 @@ impl Validator<'_> {
                 }
                 Stmt::Tile(op) => self.tile_op(op)?,
                 Stmt::Copy(op) => self.copy_op(op)?,
+                Stmt::Group(op) => self.group_op(op)?,
             }
         }
         Ok(())
@@ -686,6 +733,59 @@ impl Validator<'_> {
             } => {
                 self.tile(tile, "tile store", TileRole::Acc)?;
                 self.tile_access("tile store", TileRole::Acc, to, offset, stride, true)
+            }
+        }
+    }
+
+    fn group_op(&self, op: &GroupOp) -> Result<()> {
+        need(self.k.capabilities.group_mma, "group_mma", || {
+            "a warpgroup product".into()
+        })?;
+        let acc = |a: GroupAccId| {
+            self.k
+                .group_accs
+                .get(a.0 as usize)
+                .map(drop)
+                .ok_or(ValidationError::UnknownDecl {
+                    what: "warpgroup accumulator",
+                    index: a.0,
+                })
+        };
+        match *op {
+            GroupOp::Zero { acc: a } => acc(a),
+            GroupOp::Mma {
+                acc: c,
+                a,
+                a_at,
+                b,
+                b_at,
+            } => {
+                acc(c)?;
+                for (s, at) in [(a, a_at), (b, b_at)] {
+                    let d = self.shared(s)?;
+                    if d.elem != Scalar::F16 {
+                        return Err(ValidationError::GroupOperand {
+                            op: "group mma",
+                            name: d.name.clone(),
+                            found: d.elem,
+                        });
+                    }
+                    self.expect(at, "group mma", Scalar::U32)?;
+                }
+                Ok(())
+            }
+            GroupOp::Wait { pending } if pending > MAX_PENDING => {
+                Err(ValidationError::CopyPending { pending })
+            }
+            GroupOp::Wait { .. } => Ok(()),
+            GroupOp::Store {
+                acc: a,
+                to,
+                offset,
+                stride,
+            } => {
+                acc(a)?;
+                self.tile_access("group store", TileRole::Acc, to, offset, stride, true)
             }
         }
     }

@@ -83,7 +83,7 @@ impl Workgroup<'_, '_> {
             bits.push(view.words.load_bits(addr, size as u64));
         }
         for i in 0..n {
-            self.shared_cell(to, at + i, lane, "copy destination")?
+            self.shared_write(to, at + i, lane, "copy destination")?
                 .in_flight = true;
         }
         self.copies[lane].open.push(Pending {

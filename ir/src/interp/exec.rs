@@ -1,6 +1,7 @@
 //! One workgroup executed as a masked SIMT group.
 
 use super::copies::Copies;
+use super::groups::Started;
 use super::ops::{self, OpError};
 use super::{InterpError, Launch, Site};
 use crate::kernel::*;
@@ -14,6 +15,8 @@ pub(super) struct SharedCell {
     pub(super) writer: Option<(u32, u64)>,
     /// Whether an asynchronous copy to it has started and not been waited for.
     pub(super) in_flight: bool,
+    /// How many warpgroup products that read it are not yet retired ([`GroupOp::Mma`]).
+    pub(super) group_reads: u32,
 }
 
 pub(crate) struct Workgroup<'l, 'a> {
@@ -30,6 +33,10 @@ pub(crate) struct Workgroup<'l, 'a> {
     pub(super) tiles: Vec<Vec<Option<Vec<f32>>>>,
     /// Each invocation's asynchronous copies.
     pub(super) copies: Vec<Copies>,
+    /// Each warpgroup accumulator's elements per warpgroup, row-major; `None` until zeroed.
+    pub(super) groups: Vec<Vec<Option<Vec<f32>>>>,
+    /// Each warpgroup's products not yet retired.
+    pub(super) started: Vec<Started>,
 }
 
 pub(super) type R<T> = Result<T, InterpError>;
@@ -42,6 +49,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             bits: 0,
             writer: None,
             in_flight: false,
+            group_reads: 0,
         };
         Workgroup {
             l,
@@ -57,6 +65,8 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             epoch: 0,
             tiles: vec![vec![None; lanes.div_ceil(l.subgroup_size as usize)]; k.tiles.len()],
             copies: vec![Copies::default(); lanes],
+            groups: vec![vec![None; lanes / GROUP_INVOCATIONS as usize]; k.group_accs.len()],
+            started: vec![Started::new(); lanes / GROUP_INVOCATIONS as usize],
         }
     }
 
@@ -140,7 +150,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     let i = self.val(*index, lane);
                     let bits = self.val(*value, lane);
                     let epoch = self.epoch;
-                    let cell = self.shared_cell(*array, i, lane, "shared store")?;
+                    let cell = self.shared_write(*array, i, lane, "shared store")?;
                     cell.bits = bits;
                     cell.writer = Some((lane as u32, epoch));
                 }
@@ -201,6 +211,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             Stmt::GridBarrier { .. } => unreachable!("phases are split at grid barriers"),
             Stmt::Tile(op) => self.tile_op(op, mask)?,
             Stmt::Copy(op) => self.copy_op(op, mask)?,
+            Stmt::Group(op) => self.group_op(op, mask)?,
         }
         Ok(())
     }
@@ -277,6 +288,28 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     writer,
                 });
             }
+        }
+        Ok(cell)
+    }
+
+    /// [`Workgroup::shared_cell`] for a write, which is also an error while a warpgroup
+    /// product that reads the element is not retired.
+    pub(super) fn shared_write(
+        &mut self,
+        a: SharedId,
+        i: u32,
+        lane: usize,
+        what: &str,
+    ) -> R<&mut SharedCell> {
+        let at = self.site(lane);
+        let name = &self.l.kernel.shared[a.0 as usize].name;
+        let cell = self.shared_cell(a, i, lane, what)?;
+        if cell.group_reads > 0 {
+            return Err(InterpError::GroupOperandWritten {
+                at,
+                array: name.clone(),
+                index: i,
+            });
         }
         Ok(cell)
     }

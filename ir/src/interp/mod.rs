@@ -11,6 +11,7 @@
 
 mod copies;
 mod exec;
+mod groups;
 mod memory;
 mod ops;
 mod tiles;
@@ -103,6 +104,14 @@ pub enum InterpError {
     TileMisaligned { at: Site, offset: u32, stride: u32 },
     #[error("{at}: tile {tile:?} is read before it is zeroed or loaded")]
     TileUnset { at: Site, tile: String },
+    #[error("{at}: a warpgroup operation reached by only part of a warpgroup")]
+    GroupPartial { at: Site },
+    #[error("{at}: warpgroup operand offset {offset} is not a multiple of {atom} elements", atom = crate::kernel::GROUP_ATOM)]
+    GroupMisaligned { at: Site, offset: u32 },
+    #[error("{at}: accumulator {acc:?} used while a product into it is not waited for")]
+    GroupPending { at: Site, acc: String },
+    #[error("{at}: shared {array}[{index}] written while a warpgroup product that reads it is not waited for")]
+    GroupOperandWritten { at: Site, array: String, index: u32 },
     #[error("{at}: {what} byte {byte} of an asynchronous copy is not a multiple of 16")]
     CopyMisaligned { at: Site, what: String, byte: u64 },
     #[error(

@@ -91,7 +91,7 @@ impl Workgroup<'_, '_> {
                 let elems = self.get(tile, g, first)?;
                 for (n, v) in elems.iter().enumerate() {
                     let i = index(offset, stride, layout, n);
-                    self.write(to, i, v.to_bits(), first)?;
+                    self.tile_write(to, i, v.to_bits(), first)?;
                 }
             }
         }
@@ -156,7 +156,7 @@ impl Workgroup<'_, '_> {
     }
 
     /// Writes the bits of element `i` of `mem` on behalf of lane `first`.
-    fn write(&mut self, mem: TileMemory, i: u64, bits: u32, first: usize) -> R<()> {
+    pub(super) fn tile_write(&mut self, mem: TileMemory, i: u64, bits: u32, first: usize) -> R<()> {
         let i = self.index_u32(mem, i, first)?;
         match mem {
             TileMemory::Buffer(b) => {
@@ -167,7 +167,7 @@ impl Workgroup<'_, '_> {
             }
             TileMemory::Shared(s) => {
                 let epoch = self.epoch;
-                let cell = self.shared_cell(s, i, first, "tile store")?;
+                let cell = self.shared_write(s, i, first, "tile store")?;
                 cell.bits = bits;
                 cell.writer = Some((first as u32, epoch));
             }
