@@ -37,6 +37,12 @@ pub fn check_kernel(kernel: &Kernel, info: &DeviceInfo) -> Result<u64, BackendEr
             what: "asynchronous copies from global to shared memory".into(),
         });
     }
+    if kernel.capabilities.group_mma && !info.group_mma {
+        return Err(BackendError::Unsupported {
+            kernel: kernel.name.clone(),
+            what: "warpgroup products (wgmma, sm_90)".into(),
+        });
+    }
     Ok(trine_ir::kernel_hash(kernel))
 }
 

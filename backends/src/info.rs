@@ -54,6 +54,10 @@ pub struct DeviceInfo {
     /// (`cp.async`).
     #[serde(default)]
     pub async_copy: bool,
+    /// Whether kernels with warpgroup products (`trine_ir::GroupOp`) run here: CUDA on sm_90
+    /// (`wgmma`, Hopper).
+    #[serde(default)]
+    pub group_mma: bool,
     /// Whether kernels with f32 atomic adds (`trine_ir::Stmt::AtomicAdd`) run here: CUDA, HIP
     /// and the CPU always, Vulkan with `shaderBufferFloat32AtomicAdd`.
     #[serde(default)]
@@ -112,7 +116,8 @@ impl DeviceInfo {
     }
 
     /// The features a kernel's capabilities name that this device lacks, in words, in this
-    /// order: subgroup operations, matrix tiles, asynchronous copies, f32 atomic adds. The one place that maps
+    /// order: subgroup operations, matrix tiles, asynchronous copies, warpgroup products, f32
+    /// atomic adds. The one place that maps
     /// a capability flag to the device's, for [`DeviceInfo::lacks`] and the conformance
     /// run's account of a refusal.
     pub fn missing_features(
@@ -123,6 +128,7 @@ impl DeviceInfo {
             (caps.subgroup && !self.subgroup_ops, "subgroup operations"),
             (caps.tiles && !self.tiles, "matrix tiles"),
             (caps.async_copy && !self.async_copy, "asynchronous copies"),
+            (caps.group_mma && !self.group_mma, "warpgroup products"),
             (caps.float_atomics && !self.float_atomics, "f32 atomic adds"),
         ]
         .into_iter()

@@ -14,8 +14,8 @@
 use std::collections::HashSet;
 use std::fmt::Write;
 use trine_ir::{
-    BinaryOp, Builtin, CopyOp, Expr, ExprId, Info, Kernel, Literal, Scalar, Stmt, SubgroupOp,
-    TileLayout, TileMemory, TileOp, UnaryOp,
+    BinaryOp, Builtin, CopyOp, Expr, ExprId, GroupOp, Info, Kernel, Literal, Scalar, Stmt,
+    SubgroupOp, TileLayout, TileMemory, TileOp, UnaryOp,
 };
 
 /// Functions every C dialect has, under names that differ between dialects.
@@ -198,6 +198,10 @@ pub(crate) fn var_name(k: &Kernel, v: trine_ir::VarId) -> String {
 
 pub(crate) fn tile_name(k: &Kernel, t: trine_ir::TileId) -> String {
     format!("t_{}", k.tiles[t.0 as usize].name)
+}
+
+pub(crate) fn group_acc_name(k: &Kernel, g: trine_ir::GroupAccId) -> String {
+    format!("g_{}", k.group_accs[g.0 as usize].name)
 }
 
 pub(crate) fn expr_name(e: ExprId) -> String {
@@ -568,6 +572,54 @@ impl<'a, S: Spelling> Printer<'a, S> {
             Stmt::Copy(CopyOp::Commit) => self.line(depth, "trine_copy_commit();"),
             Stmt::Copy(CopyOp::Wait { pending }) => {
                 self.line(depth, &format!("trine_copy_wait<{pending}>();"))
+            }
+            Stmt::Group(op) => {
+                let text = self.group_op(op);
+                self.line(depth, &text);
+            }
+        }
+    }
+
+    /// A warpgroup operation as a call of the CUDA prelude's `trine_group_*` helpers; the
+    /// other targets refuse these before printing.
+    fn group_op(&self, op: &GroupOp) -> String {
+        let k = self.kernel;
+        let e = |id: ExprId| self.index(id);
+        match *op {
+            GroupOp::Zero { acc } => format!("trine_group_zero({});", group_acc_name(k, acc)),
+            GroupOp::Mma {
+                acc,
+                a,
+                a_at,
+                b,
+                b_at,
+            } => format!(
+                "trine_group_mma_n{}({}, &{}[{}], &{}[{}]);",
+                k.group_accs[acc.0 as usize].cols,
+                group_acc_name(k, acc),
+                shared_name(k, a),
+                e(a_at),
+                shared_name(k, b),
+                e(b_at)
+            ),
+            GroupOp::Wait { pending } => format!("trine_group_wait<{pending}>();"),
+            GroupOp::Store {
+                acc,
+                to,
+                offset,
+                stride,
+            } => {
+                let lane = self.spelling.builtin(Builtin::LocalIndex, k.workgroup_size);
+                let mem = match to {
+                    TileMemory::Buffer(b) => buffer_name(k, b),
+                    TileMemory::Shared(s) => shared_name(k, s),
+                };
+                format!(
+                    "trine_group_store({}, {mem}, {}, {}, ({lane}) % 128u);",
+                    group_acc_name(k, acc),
+                    expr_name(offset),
+                    expr_name(stride)
+                )
             }
         }
     }

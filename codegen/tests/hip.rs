@@ -840,3 +840,41 @@ fn tiles_lower_to_mma_in_cuda_and_wmma_in_hip() {
         "{e}"
     );
 }
+
+/// Warpgroup products: `wgmma` in CUDA, with shared arrays aligned to whole swizzle atoms and
+/// a proxy fence before each barrier; HIP, SPIR-V and C refuse them with a typed error (their
+/// devices run the subgroup tiles).
+#[test]
+fn groups_lower_to_wgmma_in_cuda_only() {
+    let k = common::group_product();
+    let text = lower(&k, Dialect::Cuda);
+    assert!(text.contains("wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16"));
+    assert!(text.contains("float g_acc[12];"));
+    assert!(text.contains("trine_group_mma_n24(g_acc, &s_a_sh["));
+    assert!(text.contains("trine_group_wait<0>();"));
+    assert!(text.contains("__shared__ __align__(1024) trine_f16 s_a_sh["));
+    let barrier =
+        "asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\"); __syncthreads();";
+    assert_eq!(
+        text.matches("__syncthreads();").count(),
+        text.matches(barrier).count() + usize::from(text.contains("trine_grid_sync"))
+    );
+    assert!(text.contains(barrier));
+    // A product kernel only waits for the grid ahead: it does not let the next one start.
+    assert!(!text.contains("launch_dependents"));
+    let refused = |e: CodegenError| {
+        matches!(
+            e,
+            CodegenError::Unsupported {
+                what: "warpgroup products",
+                ..
+            }
+        )
+    };
+    assert!(refused(hip(&k, Dialect::Hip).unwrap_err()));
+    let spirv = trine_codegen::spirv(&k, &trine_codegen::SpirvOptions::default());
+    assert!(refused(spirv.unwrap_err()));
+    assert!(refused(trine_codegen::wgsl(&k).unwrap_err()));
+    let options = trine_codegen::COptions::new(32);
+    assert!(refused(trine_codegen::c(&k, &options).unwrap_err()));
+}

@@ -516,9 +516,7 @@ impl<'o, 's> Phase<'o, 's> {
                 | Stmt::GridBarrier { .. }
                 | Stmt::Tile(_)
                 | Stmt::Copy(_)
-                | Stmt::Group(_) => {
-                    s.clone()
-                }
+                | Stmt::Group(_) => s.clone(),
             })
             .collect()
     }

@@ -63,7 +63,11 @@ fn product(fault: Fault) -> Kernel {
         stage(b_sh, N, bt);
         k.barrier();
         let a_at = group * k.u32(GROUP_ROWS * GROUP_K)
-            + k.u32(if fault == Fault::Misaligned { GROUP_ATOM / 2 } else { 0 });
+            + k.u32(if fault == Fault::Misaligned {
+                GROUP_ATOM / 2
+            } else {
+                0
+            });
         let start = || acc.mma((a_sh, a_at), (b_sh, k.u32(0)));
         if fault == Fault::Partial {
             k.if_(lid.lt(k.u32(64)) | lid.ge(k.u32(128)), start);
@@ -122,7 +126,10 @@ fn the_swizzle_permutes_each_rows_lines() {
         for c in (0..GROUP_K).step_by(8) {
             let line = at[c as usize];
             assert_eq!(line % 8, 0);
-            assert_eq!(at[c as usize..c as usize + 8], (line..line + 8).collect::<Vec<_>>());
+            assert_eq!(
+                at[c as usize..c as usize + 8],
+                (line..line + 8).collect::<Vec<_>>()
+            );
         }
         at.sort_unstable();
         assert_eq!(at, (r * GROUP_K..(r + 1) * GROUP_K).collect::<Vec<_>>());

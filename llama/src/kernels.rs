@@ -370,6 +370,7 @@ pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
         depth: key.depth,
         copies: false,
         half_x: false,
+        group: false,
         swiglu: key.swiglu,
     };
     if info.async_copy {

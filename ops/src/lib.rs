@@ -21,6 +21,7 @@ pub mod embedding;
 pub mod kernels;
 pub mod key_layout;
 pub mod matmul;
+mod matmul_group;
 mod matmul_stage;
 pub mod matmul_tiles;
 pub mod matvec;

@@ -27,6 +27,17 @@ pub const fn stage(depth: u32) -> u32 {
     BK * depth + 8
 }
 
+/// How a step's staged block sits in shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// Rows of [`stage`]`(depth)` elements, for the subgroups' tiles.
+    Padded,
+    /// Rows of [`trine_ir::GROUP_K`] elements with their 16-byte lines permuted
+    /// ([`trine_ir::group_swizzle`]), for warpgroup products: steps of two blocks of K, copied
+    /// blocks only, whose lines run down the block a multiple of 8 rows apart.
+    Swizzled,
+}
+
 /// The element type W's buffer is bound as: its floats, or a quantized type's bytes as
 /// words, padded to whole words ([`dequant::pad_to_words`]).
 pub fn weights_elem(ty: WeightType) -> Scalar {
@@ -100,21 +111,30 @@ impl<'b> RowWalk<'b> {
         k: &'b KernelBuilder,
         block: &Block<'b>,
         (invocations, depth): (u32, u32),
-        item: u32,
+        (item, layout): (u32, Layout),
     ) -> Self {
         let per_row = BK * depth / item;
         let lid = k.local_index();
         let (row, column) = (lid / k.u32(per_row), lid % k.u32(per_row) * k.u32(item));
         let first = block.r0 + row;
         let apart = invocations / per_row;
+        let (staged, row_len) = match layout {
+            Layout::Padded => (row * k.u32(stage(depth)) + column, stage(depth)),
+            // The items' rows are a multiple of 8 apart, so all share the first's swizzle.
+            Layout::Swizzled => {
+                let line = (column / k.u32(8)) ^ (row % k.u32(8));
+                let len = trine_ir::GROUP_K;
+                (row * k.u32(len) + line * k.u32(8) + column % k.u32(8), len)
+            }
+        };
         RowWalk {
             first,
             base: first.min(block.rows - k.u32(1)) * block.cols + column,
             last: (block.rows - k.u32(1)) * block.cols + column,
             step: k.u32(apart) * block.cols,
-            staged: row * k.u32(stage(depth)) + column,
+            staged,
             apart,
-            staged_apart: apart * stage(depth),
+            staged_apart: apart * row_len,
         }
     }
 
@@ -169,13 +189,14 @@ impl<'b> Fetch<'b> {
     /// Declares the variables for x's block (stored as `xf`) and W's (stored as `ty`), steps
     /// of `depth` blocks. Each block's rows times its step's columns are a multiple of
     /// `invocations` (the kernel's blocks and widths are). With `copied`, f16 blocks are
-    /// copied to shared memory asynchronously ([`Fetch::copy`]) instead.
+    /// copied to shared memory asynchronously ([`Fetch::copy`]) instead, as `layout` says
+    /// ([`Layout::Swizzled`] only for copied blocks).
     pub fn declare(
         k: &'b KernelBuilder,
         (invocations, depth): (u32, u32),
         (x, xb, xf): (BufferId, Block<'b>, Float),
         (w, wb, ty): (BufferId, Block<'b>, WeightType),
-        copied: bool,
+        (copied, layout): (bool, Layout),
     ) -> Fetch<'b> {
         let width = BK * depth;
         let rows = |name: &str, float: Float, block: &Block<'b>| Share::Rows {
@@ -183,10 +204,10 @@ impl<'b> Fetch<'b> {
             values: (0..block.n * width / invocations)
                 .map(|i| k.var(&format!("{name}{i}"), float.scalar()))
                 .collect(),
-            walk: RowWalk::new(k, block, (invocations, depth), 1),
+            walk: RowWalk::new(k, block, (invocations, depth), (1, Layout::Padded)),
         };
         let lines = |block: &Block<'b>| Share::Lines {
-            walk: RowWalk::new(k, block, (invocations, depth), LINE),
+            walk: RowWalk::new(k, block, (invocations, depth), (LINE, layout)),
             lines: (block.n * width / LINE / invocations) as usize,
         };
         let w_share = match ty {

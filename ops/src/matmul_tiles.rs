@@ -26,7 +26,7 @@
 //! Bound: [`NMSE`], against the f64 product of the f16-rounded x with the dequantised W.
 
 use super::dequant;
-use super::matmul_stage::{stage, weights_elem, Block, Fetch};
+use super::matmul_stage::{stage, weights_elem, Block, Fetch, Layout};
 use super::shape::ShapeError;
 use super::support::{elements, nonzero, Float};
 use crate::case::*;
@@ -37,7 +37,7 @@ use trine_ir::{
     TileMemory, TileRole, Val, Var, TILE,
 };
 
-const OP: &str = "matmul_tiles";
+pub(crate) const OP: &str = "matmul_tiles";
 
 /// Columns of K per step: one quantized block.
 pub use super::matmul_stage::BK;
@@ -139,6 +139,9 @@ pub struct TilesSpec {
     /// wide: gate and up interleaved, as the executor lays out an FFN's, with no pass of
     /// their own after the product. Not with [`TilesSpec::add`].
     pub swiglu: bool,
+    /// Warpgroup products ([`super::matmul_group`]) instead of the subgroups' tiles, where
+    /// the rest of the spec allows them ([`TilesSpec::grouped`]).
+    pub group: bool,
 }
 
 impl TilesSpec {
@@ -161,6 +164,15 @@ impl TilesSpec {
         }
     }
 
+    /// This product on warpgroup products, where it has a variant on them
+    /// ([`super::matmul_group::eligible`]).
+    pub fn grouped(self) -> Self {
+        TilesSpec {
+            group: super::matmul_group::eligible(&self),
+            ..self
+        }
+    }
+
     /// The scalar variant of this product (no matrix units), which steps a block at a time,
     /// the large block as a medium one ([`TilesSpec::grid`] follows), its shared memory
     /// within the smallest device's 32 KiB.
@@ -169,6 +181,7 @@ impl TilesSpec {
             tiles: None,
             depth: 1,
             copies: false,
+            group: false,
             block: match self.block {
                 BlockSize::Large => BlockSize::Medium,
                 b => b,
@@ -177,18 +190,25 @@ impl TilesSpec {
         }
     }
 
-    /// The kernels to try for this product, best first: its own; with copies, the same without
-    /// them (for a device that has none); on tiles, the large block then the medium one (for
-    /// a device with less than the large block's 48 KiB of shared memory); then the scalar
-    /// variant.
+    /// The kernels to try for this product, best first: its own; on warpgroup products, the
+    /// same on tiles (for a device without them); with copies, the same without them (for a
+    /// device that has none); on tiles, the large block then the medium one (for a device
+    /// with less than the large block's 48 KiB of shared memory); then the scalar variant.
     pub fn variants(self) -> Vec<TilesSpec> {
         let mut out = vec![];
-        if self.copies {
+        if self.group {
             out.push(self);
+        }
+        let on_tiles = TilesSpec {
+            group: false,
+            ..self
+        };
+        if self.copies {
+            out.push(on_tiles);
         }
         let this = TilesSpec {
             copies: false,
-            ..self
+            ..on_tiles
         };
         if this.tiles.is_some() {
             out.push(this);
@@ -207,7 +227,7 @@ impl TilesSpec {
     /// width (or scalar), copies and depth.
     pub fn name(&self) -> String {
         format!(
-            "matmul_tiles_{}{}{}{}{}{}{}_d{}",
+            "matmul_tiles_{}{}{}{}{}{}{}{}_d{}",
             if self.half_x { "f16x" } else { "" },
             self.weights.name(),
             if self.add { "_add" } else { "" },
@@ -218,6 +238,7 @@ impl TilesSpec {
                 None => "_scalar".into(),
             },
             if self.copies { "_cp" } else { "" },
+            if self.group { "_wg" } else { "" },
             self.depth
         )
     }
@@ -276,6 +297,9 @@ pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
 /// divide the block's tiles evenly among the workgroup's subgroups; a depth other than 1, 2
 /// or 4; a residual with SwiGLU.
 pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
+    if spec.group {
+        return super::matmul_group::kernel(spec);
+    }
     let ty = spec.weights;
     let (bm, bn) = spec.block();
     let depth = spec.depth;
@@ -348,7 +372,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             },
             ty,
         ),
-        spec.copies,
+        (spec.copies, Layout::Padded),
     );
     let width = BK * depth;
     if spec.copies {
@@ -443,13 +467,13 @@ fn pipelined<'b>(
 }
 
 /// Where the block's sums go: `y` (plus `add`) from (token, row) `origin`, within `ends`.
-struct Output<'b> {
-    y: BufferId,
-    add: Option<BufferId>,
+pub(crate) struct Output<'b> {
+    pub y: BufferId,
+    pub add: Option<BufferId>,
     /// Rows in pairs, each written as SwiGLU of the two ([`TilesSpec::swiglu`]).
-    swiglu: bool,
-    origin: (Val<'b>, Val<'b>),
-    ends: (Val<'b>, Val<'b>),
+    pub swiglu: bool,
+    pub origin: (Val<'b>, Val<'b>),
+    pub ends: (Val<'b>, Val<'b>),
 }
 
 impl<'b> Output<'b> {
@@ -473,7 +497,7 @@ impl<'b> Output<'b> {
     }
 
     /// Writes the sum `v` of (token, row) `(t, n)` of the block, if inside y.
-    fn write(&self, k: &'b KernelBuilder, (t, n): (Val<'b>, Val<'b>), v: Val<'b>) {
+    pub(crate) fn write(&self, k: &'b KernelBuilder, (t, n): (Val<'b>, Val<'b>), v: Val<'b>) {
         let (tok, row) = (self.origin.0 + t, self.origin.1 + n);
         k.if_(tok.lt(self.ends.0) & row.lt(self.ends.1), || {
             let at = tok * self.ends.1 + row;
@@ -763,20 +787,37 @@ pub fn case(
     add: bool,
 ) -> Result<Case, ShapeError> {
     let block = BlockSize::for_product(rows, tokens, false);
-    case_in(ty, (rows, cols, tokens), add, (block, false, Float::F32))
+    case_in(
+        ty,
+        (rows, cols, tokens),
+        add,
+        (block, Staging::Put, Float::F32),
+    )
 }
 
-/// [`case`] with the tiled kernel on `block`, whatever the shape, and x stored as `xf`; with
-/// `copies`, the tiled kernel copies its f16 blocks ([`TilesSpec::copied`]) and its fallback
-/// is the tiled kernel without copies, where a device lacks them (a device without tiles
-/// skips the case).
+/// How a case's kernel stages its blocks and multiplies them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staging {
+    /// Loaded and put by the invocations; the scalar variant is the fallback.
+    Put,
+    /// f16 blocks copied asynchronously ([`TilesSpec::copied`]); the fallback is the tiled
+    /// kernel without copies, where a device lacks them (a device without tiles skips the
+    /// case).
+    Copies,
+    /// Copied, and multiplied by warpgroup products ([`TilesSpec::grouped`]); the fallback
+    /// is the tiled kernel without copies. Only where the spec has such a variant.
+    Group,
+}
+
+/// [`case`] with the tiled kernel on `block`, whatever the shape, staged as `staging` says,
+/// and x stored as `xf`.
 pub fn case_in(
     ty: WeightType,
     (rows, cols, tokens): (u32, u32, u32),
     add: bool,
-    (block, copies, xf): (BlockSize, bool, Float),
+    (block, staging, xf): (BlockSize, Staging, Float),
 ) -> Result<Case, ShapeError> {
-    build_case(ty, (rows, cols, tokens), (add, false), (block, copies, xf))
+    build_case(ty, (rows, cols, tokens), (add, false), (block, staging, xf))
 }
 
 /// [`case`] with SwiGLU of the row pairs as the output ([`TilesSpec::swiglu`]), against
@@ -790,7 +831,7 @@ pub fn swiglu_case(
         ty,
         (rows, cols, tokens),
         (false, true),
-        (block, false, Float::F32),
+        (block, Staging::Put, Float::F32),
     )
 }
 
@@ -798,7 +839,7 @@ fn build_case(
     ty: WeightType,
     (rows, cols, tokens): (u32, u32, u32),
     (add, swiglu): (bool, bool),
-    (block, copies, xf): (BlockSize, bool, Float),
+    (block, staging, xf): (BlockSize, Staging, Float),
 ) -> Result<Case, ShapeError> {
     check(rows, cols, tokens)?;
     if swiglu && !rows.is_multiple_of(2) {
@@ -820,7 +861,11 @@ fn build_case(
         } else {
             ""
         },
-        if copies { "/copies" } else { "" }
+        match staging {
+            Staging::Put => "",
+            Staging::Copies => "/copies",
+            Staging::Group => "/group",
+        }
     );
     let mut rng = Rng::new(super::support::seed(&name));
     let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
@@ -842,14 +887,27 @@ fn build_case(
         depth: TilesSpec::depth_for(cols),
         copies: false,
         half_x: xf == Float::F16,
+        group: false,
         swiglu,
     };
     let x_bytes = match xf {
         Float::F32 => f32_bytes(&x),
         Float::F16 => f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()),
     };
-    let fallback = if copies { spec } else { spec.scalar() };
-    let spec = if copies { spec.copied() } else { spec };
+    let (fallback, spec) = match staging {
+        Staging::Put => (spec.scalar(), spec),
+        Staging::Copies => (spec, spec.copied()),
+        Staging::Group => {
+            let grouped = spec.copied().grouped();
+            if !grouped.group {
+                return Err(ShapeError::Unsupported {
+                    op: OP,
+                    what: format!("warpgroup products for {}", spec.name()),
+                });
+            }
+            (spec, grouped)
+        }
+    };
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
         .input("w", weights_elem(ty), dequant::pad_to_words(w))
         .input("x", xf.scalar(), x_bytes);
@@ -892,26 +950,55 @@ pub fn cases() -> Vec<Case> {
             WeightType::F16,
             (136, 64, 140),
             false,
-            (large, false, single),
+            (large, Staging::Put, single),
         ),
         (
             WeightType::Q4_1,
             (256, 128, 128),
             true,
-            (large, false, single),
+            (large, Staging::Put, single),
         ),
         // f16 weights copied asynchronously: the large block (steps of one block of K, rows
         // and tokens past one) and the medium one (steps of two, three of them).
-        (WeightType::F16, (136, 96, 140), true, (large, true, single)),
+        (
+            WeightType::F16,
+            (136, 96, 140),
+            true,
+            (large, Staging::Copies, single),
+        ),
         (
             WeightType::F16,
             (72, 192, 40),
             false,
-            (medium, true, single),
+            (medium, Staging::Copies, single),
         ),
         // x in f16 too: copied with W, and put where copies are not.
-        (WeightType::F16, (136, 128, 140), true, (large, true, half)),
-        (WeightType::F16, (72, 96, 40), false, (medium, false, half)),
+        (
+            WeightType::F16,
+            (136, 128, 140),
+            true,
+            (large, Staging::Copies, half),
+        ),
+        (
+            WeightType::F16,
+            (72, 96, 40),
+            false,
+            (medium, Staging::Put, half),
+        ),
+        // Warpgroup products: rows and tokens past a block, the residual, three steps (more
+        // than the copies run ahead), and one step.
+        (
+            WeightType::F16,
+            (136, 192, 140),
+            true,
+            (large, Staging::Group, half),
+        ),
+        (
+            WeightType::F16,
+            (128, 64, 128),
+            false,
+            (large, Staging::Group, half),
+        ),
     ] {
         out.push(case_in(ty, shape, add, how));
     }
@@ -951,6 +1038,7 @@ mod tests {
                 depth: MAX_DEPTH,
                 copies: false,
                 half_x: false,
+                group: false,
                 swiglu: false,
             };
             let k = kernel(spec.scalar()).unwrap();
@@ -967,6 +1055,7 @@ mod tests {
                         depth,
                         copies: false,
                         half_x: false,
+                        group: false,
                         ..spec
                     };
                     let k = kernel(spec).unwrap();
@@ -992,6 +1081,7 @@ mod tests {
             depth: 2,
             copies: false,
             half_x: false,
+            group: false,
             swiglu: false,
         };
         let variants = spec.variants();
@@ -1033,6 +1123,7 @@ mod tests {
             depth: 1,
             copies: false,
             half_x: false,
+            group: false,
             swiglu: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
@@ -1059,6 +1150,7 @@ mod tests {
             depth: 3,
             copies: false,
             half_x: false,
+            group: false,
             swiglu: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
@@ -1075,6 +1167,7 @@ mod tests {
             depth: 1,
             copies: false,
             half_x: false,
+            group: false,
             swiglu: false,
         };
         assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));

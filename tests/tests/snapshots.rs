@@ -13,8 +13,9 @@ fn ir_text() {
 #[test]
 fn hip_text() {
     for k in trine_ops::kernels::kernels() {
-        if k.capabilities.async_copy {
-            // HIP devices run the variant that stages through registers.
+        if k.capabilities.async_copy || k.capabilities.group_mma {
+            // HIP devices run the variant that stages through registers, on their own
+            // matrix instructions.
             assert!(trine_codegen::hip(&k, Dialect::Hip).is_err(), "{}", k.name);
             continue;
         }
@@ -36,8 +37,8 @@ fn cuda_text() {
 #[test]
 fn wgsl_text() {
     for k in trine_ops::kernels::kernels() {
-        if k.capabilities.async_copy {
-            // Vulkan and WebGPU have no copy that bypasses registers.
+        if k.capabilities.async_copy || k.capabilities.group_mma {
+            // Vulkan and WebGPU have no copy that bypasses registers, nor warpgroup products.
             assert!(trine_codegen::wgsl(&k).is_err(), "{}", k.name);
             continue;
         }
@@ -53,7 +54,7 @@ fn c_text() {
     for k in trine_ops::kernels::kernels() {
         // The CPU runs workgroups as tasks of a pool, with no promise that all run at once,
         // and stages through its caches.
-        if k.capabilities.grid_sync || k.capabilities.async_copy {
+        if k.capabilities.grid_sync || k.capabilities.async_copy || k.capabilities.group_mma {
             assert!(trine_codegen::c(&k, &options).is_err(), "{}", k.name);
             continue;
         }

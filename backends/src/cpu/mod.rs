@@ -183,6 +183,7 @@ impl CpuBackend {
             int8: true,
             tiles: false,
             async_copy: false,
+            group_mma: false,
             float_atomics: true,
             max_shared_bytes: 64 * 1024,
             max_invocations: 1024,

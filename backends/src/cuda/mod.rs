@@ -60,12 +60,18 @@ pub const TILES_MIN_ARCH: u32 = 80;
 /// The oldest architecture given asynchronous copies (`cp.async`, sm_80).
 pub const ASYNC_COPY_MIN_ARCH: u32 = 80;
 
+/// The one architecture given warpgroup products: `wgmma` is Hopper's (sm_90a); Blackwell's
+/// tensor cores take other instructions.
+pub const GROUP_MMA_ARCH: u32 = 90;
+
 /// `kernel` lowered to CUDA and compiled by NVRTC into a cubin for `sm_<arch>` (`arch` 90 for
 /// sm_90), with the backend's options; uncached. Needs NVRTC, not a GPU or driver.
 pub fn compile_for_arch(kernel: &Kernel, arch: u32) -> Result<Vec<u8>, BackendError> {
     let nvrtc = nvrtc()?;
     match nvrtc.target(arch) {
-        Some(target @ nvrtc::Target::Sm(_)) => program::compile(nvrtc, kernel, target),
+        Some(target @ nvrtc::Target::Sm(_)) => {
+            program::compile(nvrtc, kernel, target.for_kernel(kernel))
+        }
         _ => Err(BackendError::Unsupported {
             kernel: kernel.name.clone(),
             what: format!(
@@ -479,6 +485,7 @@ impl Backend for CudaBackend {
                 kernel: kernel.name.clone(),
                 what: format!("an NVRTC that compiles for sm_{}", self.arch),
             })?;
+        let target = target.for_kernel(kernel);
         // Lowered and compiled outside the lock: CPU work that touches no device state.
         let image = program::image(self.nvrtc, kernel, target)?;
         let mut state = self.enter()?;

@@ -60,10 +60,13 @@ pub struct Nvrtc {
     _lib: Library,
 }
 
-/// How to compile: for a real arch (`sm_XY`, a cubin) or a virtual one (`compute_XY`, PTX).
+/// How to compile: for a real arch (`sm_XY`, a cubin), the same with its architecture-specific
+/// instructions (`sm_XYa`, a cubin that runs on that arch only), or a virtual one
+/// (`compute_XY`, PTX).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
     Sm(u32),
+    SmA(u32),
     Compute(u32),
 }
 
@@ -71,21 +74,28 @@ impl Target {
     /// The architecture as `major * 10 + minor`, real or virtual.
     pub fn arch(self) -> u32 {
         match self {
-            Target::Sm(a) | Target::Compute(a) => a,
+            Target::Sm(a) | Target::SmA(a) | Target::Compute(a) => a,
         }
     }
 
     pub fn option(self) -> String {
-        match self {
-            Target::Sm(a) => format!("--gpu-architecture=sm_{a}"),
-            Target::Compute(a) => format!("--gpu-architecture=compute_{a}"),
-        }
+        format!("--gpu-architecture={}", self.name())
     }
 
     pub fn name(self) -> String {
         match self {
             Target::Sm(a) => format!("sm_{a}"),
+            Target::SmA(a) => format!("sm_{a}a"),
             Target::Compute(a) => format!("compute_{a}"),
+        }
+    }
+
+    /// The target `kernel` compiles for here: warpgroup products (`wgmma`) are sm_90's own
+    /// instructions, which only `sm_90a` compiles.
+    pub fn for_kernel(self, kernel: &trine_ir::Kernel) -> Target {
+        match self {
+            Target::Sm(a) if kernel.capabilities.group_mma => Target::SmA(a),
+            t => t,
         }
     }
 }
@@ -389,7 +399,7 @@ impl Nvrtc {
             return Err(compile_error(message));
         }
         let (size_fn, get_fn, call) = match target {
-            Target::Sm(_) => (self.cubin_size, self.cubin, "nvrtcGetCUBIN"),
+            Target::Sm(_) | Target::SmA(_) => (self.cubin_size, self.cubin, "nvrtcGetCUBIN"),
             Target::Compute(_) => (self.ptx_size, self.ptx, "nvrtcGetPTX"),
         };
         let mut size = 0usize;
@@ -452,6 +462,7 @@ mod tests {
 
     #[test]
     fn targets_name_their_architecture() {
+        assert_eq!(Target::SmA(90).option(), "--gpu-architecture=sm_90a");
         assert_eq!(Target::Sm(90).option(), "--gpu-architecture=sm_90");
         assert_eq!(Target::Compute(120).name(), "compute_120");
     }

@@ -104,7 +104,7 @@ pub fn image(nvrtc: &Nvrtc, kernel: &Kernel, target: Target) -> Result<Vec<u8>, 
 fn plausible(image: &[u8], target: Target) -> bool {
     match target {
         Target::Compute(_) => image.last() == Some(&0),
-        Target::Sm(_) => {
+        Target::Sm(_) | Target::SmA(_) => {
             let u16_at = |at: usize| {
                 image
                     .get(at..at + 2)

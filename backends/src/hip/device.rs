@@ -230,6 +230,7 @@ pub(super) fn device_info(rt: &Runtime, dev: &Device, extra: Vec<String>) -> Dev
         int8: true,
         tiles: has_wmma(&dev.isa, dev.warp_size),
         async_copy: false,
+        group_mma: false,
         float_atomics: true,
         max_shared_bytes: dev.max_shared,
         max_invocations: dev.max_threads,

@@ -346,6 +346,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         int8: enable.int8 && enable.storage8,
         tiles: tiles && f16,
         async_copy: false,
+        group_mma: false,
         float_atomics: features.float_atomics,
         max_shared_bytes: props.limits.max_compute_shared_memory_size.into(),
         max_invocations: props.limits.max_compute_work_group_invocations,

@@ -66,6 +66,7 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
         // wgpu's cooperative matrices are experimental and not requested.
         tiles: false,
         async_copy: false,
+        group_mma: false,
         float_atomics,
         max_shared_bytes: limits.max_compute_workgroup_storage_size.into(),
         max_invocations: limits.max_compute_invocations_per_workgroup,

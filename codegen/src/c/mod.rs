@@ -116,6 +116,13 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
             what: "matrix tiles",
         });
     }
+    if k.capabilities.group_mma {
+        return Err(CodegenError::Unsupported {
+            target: "c",
+            kernel: k.name.clone(),
+            what: "warpgroup products",
+        });
+    }
     if k.capabilities.async_copy {
         // The CPU's variants stage through private variables, which its caches serve alike.
         return Err(CodegenError::Unsupported {

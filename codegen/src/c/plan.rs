@@ -86,7 +86,11 @@ impl<'k> Plan<'k> {
 /// a subgroup; the C lowering refuses them, and asynchronous copies).
 pub(super) fn synchronises(k: &Kernel, s: &Stmt) -> bool {
     match s {
-        Stmt::Barrier | Stmt::GridBarrier { .. } | Stmt::Tile(_) | Stmt::Copy(_) => true,
+        Stmt::Barrier
+        | Stmt::GridBarrier { .. }
+        | Stmt::Tile(_)
+        | Stmt::Copy(_)
+        | Stmt::Group(_) => true,
         Stmt::Let(e) => matches!(k.expr(*e), Expr::Subgroup { .. }),
         Stmt::If {
             then, otherwise, ..

@@ -316,7 +316,8 @@ impl Collector<'_> {
                 Stmt::Barrier
                 | Stmt::GridBarrier { .. }
                 | Stmt::Tile(TileOp::Zero { .. } | TileOp::Mma { .. })
-                | Stmt::Copy(_) => {}
+                | Stmt::Copy(_)
+                | Stmt::Group(_) => {}
             }
         }
     }
@@ -418,6 +419,7 @@ fn mentions(k: &Kernel, s: &Stmt, v: VarId) -> bool {
         | Stmt::Barrier
         | Stmt::GridBarrier { .. }
         | Stmt::Tile(_)
-        | Stmt::Copy(_) => false,
+        | Stmt::Copy(_)
+        | Stmt::Group(_) => false,
     }
 }

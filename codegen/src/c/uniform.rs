@@ -77,7 +77,8 @@ impl Uniformity {
                 | Stmt::Barrier
                 | Stmt::GridBarrier { .. }
                 | Stmt::Tile(_)
-                | Stmt::Copy(_) => {}
+                | Stmt::Copy(_)
+                | Stmt::Group(_) => {}
             }
         }
         changed

@@ -15,6 +15,7 @@
 //! C++ keyword, a builtin or another declaration. The kernel's own name is kept as is (the
 //! backend looks the function up by it), so names the text cannot carry are rejected.
 
+mod groups;
 mod prelude;
 mod tiles;
 
@@ -60,9 +61,19 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
             what: "asynchronous copies",
         });
     }
+    let groups = k.capabilities.group_mma;
+    if groups && dialect == Dialect::Hip {
+        // AMD's matrix instructions take their operands from registers; HIP devices run the
+        // subgroup tiles.
+        return Err(CodegenError::Unsupported {
+            target: "hip",
+            kernel: k.name.clone(),
+            what: "warpgroup products",
+        });
+    }
     let needs = prelude::Needs {
         // Tiles hold f16 operands, whatever else the kernel computes in.
-        f16: c_family::uses_f16(k, &info) || tiles,
+        f16: c_family::uses_f16(k, &info) || tiles || groups,
         subgroup: k.capabilities.subgroup,
         grid_sync: k.capabilities.grid_sync,
         prior_grid: dialect == Dialect::Cuda && !k.capabilities.grid_sync,
@@ -70,8 +81,15 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         prefetch: k.has_prefetch(),
         tiles,
         copies: k.capabilities.async_copy,
+        groups,
     };
     let mut out = prelude::prelude(dialect, needs);
+    let mut widths: Vec<u32> = k.group_accs.iter().map(|g| g.cols).collect();
+    widths.sort_unstable();
+    widths.dedup();
+    for cols in widths {
+        out.push_str(&groups::mma_helper(cols));
+    }
     if !out.is_empty() {
         out.push('\n');
     }
@@ -96,16 +114,18 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         k.name
     );
 
-    let mut p = Printer::new(k, &info, &Gpu);
+    let spelling = Gpu { groups };
+    let mut p = Printer::new(k, &info, &spelling);
     let dynamic = match dialect {
         Dialect::Cuda => dynamic_layout(k),
         // hiprtc's devices offer 64 KiB, which validation already holds kernels to.
         Dialect::Hip => None,
     };
     if dynamic.is_some() {
+        let align = if groups { groups::GROUP_ALIGN } else { 16 };
         p.line(
             1,
-            "extern __shared__ __align__(16) unsigned char trine_shared[];",
+            &format!("extern __shared__ __align__({align}) unsigned char trine_shared[];"),
         );
     }
     for (i, s) in k.shared.iter().enumerate() {
@@ -120,9 +140,11 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
             1,
             &format!(
                 "__shared__ {}{} {name}[{}];",
-                // Tiles load 16-byte rows of shared arrays (`ldmatrix`), and copies store
-                // 16-byte lines.
-                if tiles || needs.copies {
+                // Tiles load 16-byte rows of shared arrays (`ldmatrix`), copies store
+                // 16-byte lines, and warpgroup products read whole swizzle atoms.
+                if groups {
+                    "__align__(1024) "
+                } else if tiles || needs.copies {
                     "__align__(16) "
                 } else {
                     ""
@@ -134,7 +156,7 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     }
     for (i, v) in k.vars.iter().enumerate() {
         let name = c_family::var_name(k, trine_ir::VarId(i as u32));
-        let zero = c_family::literal(&Gpu, c_family::zero(v.ty));
+        let zero = c_family::literal(&spelling, c_family::zero(v.ty));
         p.line(
             1,
             &format!("{} {name} = {zero};", c_family::value_type(v.ty)),
@@ -143,6 +165,10 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     for (i, t) in k.tiles.iter().enumerate() {
         let name = c_family::tile_name(k, trine_ir::TileId(i as u32));
         p.line(1, &format!("trine_tile_{} {name};", t.role.name()));
+    }
+    for (i, g) in k.group_accs.iter().enumerate() {
+        let name = c_family::group_acc_name(k, trine_ir::GroupAccId(i as u32));
+        p.line(1, &format!("float {name}[{}];", g.cols / 2));
     }
     // The leading prefetches run before the wait, while the kernel ahead may still run.
     let (early, rest) = k.body.split_at(if needs.prior_grid {
@@ -167,18 +193,23 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
 pub const CUDA_STATIC_SHARED_BYTES: u64 = 48 * 1024;
 
 /// Each array's byte offset in a CUDA kernel's dynamic shared memory (16-byte aligned, as
-/// tile loads and copies need) and the total, or `None` where the arrays are declared
-/// statically (at most [`CUDA_STATIC_SHARED_BYTES`]).
+/// tile loads and copies need, 1024 with warpgroup products) and the total, or `None` where
+/// the arrays are declared statically (at most [`CUDA_STATIC_SHARED_BYTES`]).
 fn dynamic_layout(kernel: &Kernel) -> Option<(Vec<u64>, u64)> {
     if kernel.shared_bytes() <= CUDA_STATIC_SHARED_BYTES {
         return None;
     }
+    let align = if kernel.capabilities.group_mma {
+        groups::GROUP_ALIGN
+    } else {
+        16
+    };
     let mut end = 0u64;
     let offsets = kernel
         .shared
         .iter()
         .map(|s| {
-            let at = end.next_multiple_of(16);
+            let at = end.next_multiple_of(align);
             end = at + u64::from(s.len) * s.elem.size() as u64;
             at
         })
@@ -192,8 +223,11 @@ pub fn cuda_dynamic_shared_bytes(kernel: &Kernel) -> u64 {
     dynamic_layout(kernel).map_or(0, |(_, bytes)| bytes)
 }
 
-/// The spelling HIP and CUDA share: they differ only in their preludes.
-struct Gpu;
+/// The spelling HIP and CUDA share: they differ only in their preludes. A kernel with
+/// warpgroup products fences its shared-memory writes for them at each barrier.
+struct Gpu {
+    groups: bool,
+}
 
 const AXES: [&str; 3] = ["x", "y", "z"];
 
@@ -220,7 +254,11 @@ impl Spelling for Gpu {
     }
 
     fn barrier(&self) -> &'static str {
-        "__syncthreads()"
+        if self.groups {
+            groups::GROUP_BARRIER
+        } else {
+            "__syncthreads()"
+        }
     }
 
     fn grid_barrier(&self, sync: &str, workgroups: u32) -> String {

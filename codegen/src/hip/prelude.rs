@@ -23,6 +23,9 @@ pub(crate) struct Needs {
     pub tiles: bool,
     /// Asynchronous copies (CUDA only: `trine_copy_*`).
     pub copies: bool,
+    /// Warpgroup products (CUDA only; see [`super::groups`]). Their per-width helpers come
+    /// after the prelude.
+    pub groups: bool,
 }
 
 const FN: &str = "__device__ __forceinline__";
@@ -77,7 +80,7 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
         }
     }
     if needs.prior_grid {
-        prior_grid_cuda(&mut out, !needs.tiles);
+        prior_grid_cuda(&mut out, !needs.tiles && !needs.groups);
     }
     if needs.prefetch {
         out.push_str(match dialect {
@@ -93,6 +96,9 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
     }
     if needs.copies {
         out.push_str(COPIES_CUDA);
+    }
+    if needs.groups {
+        out.push_str(super::groups::GROUPS_CUDA);
     }
     if needs.grid_sync {
         out.push_str(GRID_SYNC);
@@ -141,7 +147,7 @@ const GRID_SYNC: &str =
 /// before it, every kernel of a decode step launched as soon as the one ahead had started,
 /// and tg128 of SmolLM2 on an H100 fell from 1,774–1,938 to 1,384–1,427 t/s (2026-11-26,
 /// docs/bench/decode-h100-2026-11-26.md). Kernels on
-/// matrix tiles only wait (no `trigger`), so the kernel after one starts when it ends: a
+/// matrix tiles or warpgroup products only wait (no `trigger`), so the kernel after one starts when it ends: a
 /// prompt's tiled products and attention are several waves of large workgroups, and with the
 /// trigger a SmolLM2 pp512 on an H100 was 3.5% slower (2026-11-26, 129,014–130,529 t/s
 /// against 134,092–134,330 without, SwiGLU in the gate/up product), while decode, which has
@@ -296,7 +302,7 @@ fn reduction(out: &mut String, op: SubgroupOp, combine: BinaryOp, ty: Scalar) {
     let t = value_type(ty);
     let f = subgroup_fn(op, ty);
     let shfl = shuffle_fn(ty);
-    let step = binary(&super::Gpu, combine, ty, "v", "o");
+    let step = binary(&super::Gpu { groups: false }, combine, ty, "v", "o");
     let _ = write!(
         out,
         "{FN} {t} {f}({t} v) {{\n\

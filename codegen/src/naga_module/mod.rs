@@ -62,6 +62,15 @@ pub fn lower_with(kernel: &Kernel, native_dot4: bool) -> Result<Lowered, Codegen
             what: "asynchronous copies",
         });
     }
+    if kernel.capabilities.group_mma {
+        // Cooperative matrices take their operands from registers; Vulkan devices run the
+        // subgroup tiles.
+        return Err(CodegenError::Unsupported {
+            target: "spirv",
+            kernel: kernel.name.clone(),
+            what: "warpgroup products",
+        });
+    }
     let mut module = naga::Module::default();
     let globals = interface::declare_globals(&mut module, kernel);
 

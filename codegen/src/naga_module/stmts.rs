@@ -109,7 +109,7 @@ impl Lowerer<'_> {
             ),
             Stmt::GridBarrier { sync, workgroups } => self.grid_barrier(sync, workgroups, block),
             Stmt::Tile(ref op) => self.tile_op(op, block),
-            Stmt::Copy(_) => unreachable!("refused before lowering"),
+            Stmt::Copy(_) | Stmt::Group(_) => unreachable!("refused before lowering"),
         }
     }
 

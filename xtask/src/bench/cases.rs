@@ -83,11 +83,17 @@ impl Item {
                 matmul::case(spec, shape, 1)
             }
             // f16 weights as the executor multiplies them: copied asynchronously where the
-            // device can, its tiled kernel elsewhere.
+            // device can, its tiled kernel elsewhere; f16 x too, on warpgroup products where
+            // the device has them.
             Op::MatmulTiles { ty, m, n, k, x } => {
+                use matmul_tiles::Staging;
                 let block = matmul_tiles::BlockSize::for_product(n, m, false);
-                let copies = ty == trine_gguf::quant::WeightType::F16;
-                matmul_tiles::case_in(ty, (n, k, m), false, (block, copies, x))
+                let staging = match (ty, x) {
+                    (trine_gguf::quant::WeightType::F16, Float::F16) => Staging::Group,
+                    (trine_gguf::quant::WeightType::F16, _) => Staging::Copies,
+                    _ => Staging::Put,
+                };
+                matmul_tiles::case_in(ty, (n, k, m), false, (block, staging, x))
             }
             Op::RmsNorm { rows, cols } => rms_norm::case(
                 RmsNorm {
