@@ -9,6 +9,7 @@ pub mod convert;
 pub mod copy_lines;
 pub mod dot4;
 pub mod grid_sync;
+pub mod group_product;
 pub mod half_axpy;
 pub mod math;
 pub mod matmul;
@@ -43,6 +44,7 @@ pub fn cases() -> Vec<Case> {
         prefix_sum::cases,
         grid_sync::cases,
         copy_lines::cases,
+        group_product::cases,
         scatter_add::cases,
     ]
     .iter()
