@@ -846,7 +846,7 @@ fn tiles_lower_to_mma_in_cuda_and_wmma_in_hip() {
 /// devices run the subgroup tiles).
 #[test]
 fn groups_lower_to_wgmma_in_cuda_only() {
-    let k = common::group_product();
+    let k = group_product();
     let text = lower(&k, Dialect::Cuda);
     assert!(text.contains("wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16"));
     assert!(text.contains("float g_acc[12];"));
@@ -877,4 +877,39 @@ fn groups_lower_to_wgmma_in_cuda_only() {
     assert!(refused(trine_codegen::wgsl(&k).unwrap_err()));
     let options = trine_codegen::COptions::new(32);
     assert!(refused(trine_codegen::c(&k, &options).unwrap_err()));
+}
+
+/// A warpgroup product: each warpgroup of two multiplies its 64 rows of a staged A by a 24-row
+/// B, both in shared memory, and stores its accumulator to a buffer.
+fn group_product() -> trine_ir::Kernel {
+    use trine_ir::{Access, KernelBuilder, Scalar, TileMemory, GROUP_ATOM, GROUP_K, GROUP_ROWS};
+    let k = KernelBuilder::new("group_product", [256, 1, 1]);
+    k.require_subgroup_width(32);
+    let a = k.buffer("a", Scalar::F16, Access::Read);
+    let b = k.buffer("b", Scalar::F16, Access::Read);
+    let c = k.buffer("c", Scalar::F32, Access::Write);
+    let a_sh = k.shared("a_sh", Scalar::F16, 2 * GROUP_ROWS * GROUP_K);
+    let b_sh = k.shared("b_sh", Scalar::F16, 3 * GROUP_ATOM);
+    let lid = k.local_index();
+    k.for_range(lid, k.u32(2 * GROUP_ROWS * GROUP_K), 256, |i| {
+        k.store_shared(a_sh, i, k.load(a, i))
+    });
+    k.for_range(lid, k.u32(3 * GROUP_ATOM), 256, |i| {
+        k.store_shared(b_sh, i, k.load(b, i))
+    });
+    k.barrier();
+    let acc = k.group_acc("acc", 24);
+    let group = lid / k.u32(128);
+    acc.zero();
+    acc.mma(
+        (a_sh, group * k.u32(GROUP_ROWS * GROUP_K)),
+        (b_sh, k.u32(0)),
+    );
+    k.group_wait(0);
+    acc.store(
+        TileMemory::Buffer(c),
+        group * k.u32(GROUP_ROWS * 24),
+        k.u32(24),
+    );
+    k.finish()
 }
