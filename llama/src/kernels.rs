@@ -359,8 +359,9 @@ pub fn tile_width(info: &DeviceInfo) -> Option<u32> {
 /// The tiled product of a [`KernelKey::MatmulTiles`] key on a device described by `info`:
 /// tiles need one subgroup width to divide their work by ([`tile_width`]), so a device
 /// without them (or a CPU checking a GPU's prompt) gets the scalar variant; f16 weights are copied
-/// asynchronously where the device can. Its [`matmul_tiles::TilesSpec::variants`] are the
-/// key's kernels, and the executor takes the grid of the one the device compiled.
+/// asynchronously where the device can, and the medium and large blocks run on warpgroup
+/// products where it has them. Its [`matmul_tiles::TilesSpec::variants`] are the key's
+/// kernels, and the executor takes the grid of the one the device compiled.
 pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
     let spec = matmul_tiles::TilesSpec {
         weights: key.weights,
@@ -373,8 +374,9 @@ pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
         group: false,
         swiglu: key.swiglu,
     };
-    if info.async_copy {
-        spec.copied()
+    let spec = if info.async_copy { spec.copied() } else { spec };
+    if info.group_mma {
+        spec.grouped()
     } else {
         spec
     }
@@ -561,8 +563,9 @@ mod tests {
     use super::*;
 
     /// A big prompt product's kernels on a device with tiles are its spec's variants in
-    /// order (large, medium, scalar), so the executor finds the grid of whichever the device
-    /// compiled; on a device without tiles, the scalar one alone.
+    /// order (on warpgroup products where the device has them, then large, medium, scalar),
+    /// so the executor finds the grid of whichever the device compiled; on a device without
+    /// tiles, the scalar one alone.
     #[test]
     fn tile_products_are_their_specs_variants() {
         let cpu = trine_backends::open(trine_backends::BackendKind::Cpu).unwrap();
@@ -582,8 +585,9 @@ mod tests {
             depth: 2,
         };
         let key = KernelKey::MatmulTiles(fields);
-        for (tiles, count) in [(true, 3), (false, 1)] {
+        for (tiles, group, count) in [(true, true, 4), (true, false, 3), (false, false, 1)] {
             info.tiles = tiles;
+            info.group_mma = group;
             info.subgroup_sizes = vec![32];
             let names: Vec<String> = key
                 .variants(&info, shape)

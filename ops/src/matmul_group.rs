@@ -1,43 +1,41 @@
-//! [`super::matmul_tiles`]'s large block on warpgroup products ([`trine_ir::GroupOp`]):
-//! Hopper's `wgmma`, whose tensor cores read both operands from shared memory, where the
-//! subgroups' tiles load every operand into registers first (`ldmatrix`, the top stall of the
-//! tiled kernel on an H100) and multiply 16 × 16 at a time.
+//! [`super::matmul_tiles`]'s medium and large blocks on warpgroup products
+//! ([`trine_ir::GroupOp`]): Hopper's `wgmma`, whose tensor cores read both operands from
+//! shared memory, where the subgroups' tiles load every operand into registers first
+//! (`ldmatrix`, the top stall of the tiled kernel on an H100) and multiply 16 × 16 at a time.
 //!
-//! x and W, both f16, are copied asynchronously into [`STAGES`] stages in the swizzled layout
-//! the products read ([`Layout::Swizzled`]), each step's copies started [`AHEAD`] steps
-//! ahead. Each of the two warpgroups multiplies its 64 tokens of the block by all 128 rows,
-//! one product of 64 columns of K a step, and lets it run on while the next step's copies
-//! are started: it waits for a product only two steps later, before the barrier after which
-//! that product's stage is copied into again. The accumulators go through shared memory to
-//! y, guarded at its edges as the tiled kernel's are.
+//! A step is 64 columns of K (one product's [`GROUP_K`]), staged into one of [`STAGES`]
+//! stages in the swizzled layout the products read ([`Layout::Swizzled`]): f16 blocks copied
+//! asynchronously [`AHEAD`] steps ahead, the others (f32 x, quantized or f32 weights) loaded a
+//! step ahead and put as f16 at the start of their step, as the tiled kernel stages them. Each
+//! warpgroup (one in the medium block, two in the large) multiplies its 64 tokens by all the
+//! block's rows, one product a step, and lets it run on while the next step is staged: it
+//! waits for a product only two steps later, before the barrier after which that product's
+//! stage is written again. The accumulators go through shared memory to y, guarded at its
+//! edges (with the residual, or SwiGLU of the row pairs) as the tiled kernel's are.
 
-use super::matmul_stage::{Block, Fetch, Layout, BK};
-use super::matmul_tiles::{Output, TilesSpec, OP};
+use super::matmul_stage::{weights_elem, Block, Fetch, Layout, BK};
+use super::matmul_tiles::{BlockSize, Output, TilesSpec, OP};
 use super::shape::ShapeError;
 use super::support::Float;
-use trine_gguf::quant::WeightType;
 use trine_ir::{
-    Access, BufferId, GroupAcc, Kernel, KernelBuilder, Scalar, TileMemory, Val, GROUP_INVOCATIONS,
-    GROUP_K, GROUP_ROWS,
+    Access, GroupAcc, Kernel, KernelBuilder, Scalar, TileMemory, Val, GROUP_INVOCATIONS, GROUP_K,
+    GROUP_ROWS,
 };
 
-/// Stages of the copied blocks.
+/// Stages of the staged blocks.
 pub const STAGES: u32 = 4;
 /// Steps between a step's copies and its product. A step's copies go to the stage the
 /// product of `STAGES - AHEAD` steps before read, so with one product left running at each
-/// barrier `AHEAD` is at most `STAGES - 2`.
+/// barrier `AHEAD` is at most `STAGES - 2`; a put goes to its own step's stage, last read
+/// `STAGES` steps before.
 pub const AHEAD: u32 = 2;
 
-/// Whether `spec` has a warpgroup variant: f16 x and weights copied in the large block,
-/// steps of two blocks of K (one product's [`GROUP_K`]), subgroups of 32, no SwiGLU.
+/// Whether `spec` has a warpgroup variant: the medium or large block on subgroups of 32,
+/// steps of two blocks of K (one product's [`GROUP_K`]).
 pub fn eligible(spec: &TilesSpec) -> bool {
-    spec.weights == WeightType::F16
-        && spec.half_x
-        && spec.copies
-        && spec.tiles == Some(32)
-        && spec.block == super::matmul_tiles::BlockSize::Large
+    spec.tiles == Some(32)
+        && matches!(spec.block, BlockSize::Medium | BlockSize::Large)
         && spec.depth * BK == GROUP_K
-        && !spec.swiglu
 }
 
 /// The kernel for an [`eligible`] `spec` with `spec.group` set: buffers and parameters as
@@ -58,8 +56,9 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
     let (bm, bn) = spec.block();
     let invocations = spec.block.invocations();
     k.require_subgroup_width(32);
-    let w = k.buffer("w", Scalar::F16, Access::Read);
-    let x = k.buffer("x", Scalar::F16, Access::Read);
+    let w = k.buffer("w", weights_elem(spec.weights), Access::Read);
+    let x_float = if spec.half_x { Float::F16 } else { Float::F32 };
+    let x = k.buffer("x", x_float.scalar(), Access::Read);
     let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
     let y = k.buffer("y", Scalar::F32, Access::Write);
     let rows = k.param("rows", Scalar::U32);
@@ -81,7 +80,7 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
                 rows: tokens,
                 cols,
             },
-            Float::F16,
+            x_float,
         ),
         (
             w,
@@ -91,15 +90,18 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
                 rows,
                 cols,
             },
-            WeightType::F16,
+            spec.weights,
         ),
-        (true, Layout::Swizzled),
+        (spec.copies, Layout::Swizzled),
     );
     let acc = k.group_acc("acc", bn);
     acc.zero();
     let group = k.local_index() / k.u32(GROUP_INVOCATIONS);
     let stage_of = |k0: Val<'b>| k0 / k.u32(GROUP_K) % k.u32(STAGES);
-    for s in 0..AHEAD {
+    let at = |s: Val<'b>| (s * k.u32(x_stage), s * k.u32(w_stage));
+    // Copies where W is f16 (`TilesSpec::copied`), and x with it where it is f16 too.
+    let copies = spec.copies;
+    for s in (0..AHEAD).filter(|_| copies) {
         let k0 = k.u32(s * GROUP_K);
         k.if_(k0.lt(cols), || {
             fetch.copy(k, k0, (xs, k.u32(s * x_stage)), (ws, k.u32(s * w_stage)))
@@ -107,35 +109,49 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
         // Every step commits a batch, empty or not, so that the wait counts steps.
         k.copy_commit();
     }
+    fetch.load(k, k.u32(0));
     k.for_range(k.u32(0), cols, GROUP_K, |k0| {
+        let (x0, w0) = at(stage_of(k0));
         // The product two steps back read the stage this step's copies go to.
         k.group_wait(1);
-        k.copy_wait(AHEAD - 1);
+        fetch.put(k, (xs, x0), (ws, w0));
+        if copies {
+            k.copy_wait(AHEAD - 1);
+        }
         k.barrier();
-        let later = k0 + k.u32(AHEAD * GROUP_K);
-        k.if_(later.lt(cols), || {
-            let s = stage_of(later);
-            fetch.copy(k, later, (xs, s * k.u32(x_stage)), (ws, s * k.u32(w_stage)))
-        });
-        k.copy_commit();
-        let s = stage_of(k0);
-        let a_at = s * k.u32(x_stage) + group * k.u32(GROUP_ROWS * GROUP_K);
-        acc.mma((xs, a_at), (ws, s * k.u32(w_stage)));
+        if copies {
+            let later = k0 + k.u32(AHEAD * GROUP_K);
+            k.if_(later.lt(cols), || {
+                let (xl, wl) = at(stage_of(later));
+                fetch.copy(k, later, (xs, xl), (ws, wl))
+            });
+            k.copy_commit();
+        }
+        let next = k0 + k.u32(GROUP_K);
+        k.if_(next.lt(cols), || fetch.load(k, next));
+        let a_at = x0 + group * k.u32(GROUP_ROWS * GROUP_K);
+        acc.mma((xs, a_at), (ws, w0));
     });
     k.group_wait(0);
-    finish(k, acc, (y, add), (t0, r0), (tokens, rows), (bm, bn));
+    let out = Output {
+        y,
+        add,
+        swiglu: spec.swiglu,
+        origin: (t0, r0),
+        ends: (tokens, rows),
+    };
+    finish(k, acc, &out, (bm, bn), invocations);
     Ok(())
 }
 
-/// Writes the block's sums to y (plus `add`): each warpgroup stores its accumulator to
-/// shared memory, then consecutive invocations write consecutive rows of y.
+/// Writes the block's sums to y: each warpgroup stores its accumulator to shared memory,
+/// then consecutive invocations write consecutive rows of y (row pairs with SwiGLU).
 fn finish<'b>(
     k: &'b KernelBuilder,
     acc: GroupAcc<'b>,
-    (y, add): (BufferId, Option<BufferId>),
-    origin: (Val<'b>, Val<'b>),
-    ends: (Val<'b>, Val<'b>),
+    out: &Output<'b>,
     (bm, bn): (u32, u32),
+    invocations: u32,
 ) {
     // Padded by 4 so that the rows a subgroup stores at once fall in different banks.
     let stride = bn + 4;
@@ -148,17 +164,19 @@ fn finish<'b>(
         k.u32(stride),
     );
     k.barrier();
-    let out = Output {
-        y,
-        add,
-        swiglu: false,
-        origin,
-        ends,
-    };
-    let invocations = 2 * GROUP_INVOCATIONS;
-    k.for_range(k.u32(0), k.u32(bm * bn), invocations, |e| {
-        let e = e + lid;
-        let (t, n) = (e / k.u32(bn), e % k.u32(bn));
-        out.write(k, (t, n), k.load_shared(block, t * k.u32(stride) + n));
-    });
+    let read = |t: Val<'b>, n: Val<'b>| k.load_shared(block, t * k.u32(stride) + n);
+    if out.swiglu {
+        let pairs = bn / 2;
+        k.for_range(k.u32(0), k.u32(bm * pairs), invocations, |e| {
+            let e = e + lid;
+            let (t, n) = (e / k.u32(pairs), e % k.u32(pairs) * k.u32(2));
+            out.write_pair(k, (t, n), (read(t, n), read(t, n + k.u32(1))));
+        });
+    } else {
+        k.for_range(k.u32(0), k.u32(bm * bn), invocations, |e| {
+            let e = e + lid;
+            let (t, n) = (e / k.u32(bn), e % k.u32(bn));
+            out.write(k, (t, n), read(t, n));
+        });
+    }
 }

@@ -33,8 +33,7 @@ pub enum Layout {
     /// Rows of [`stage`]`(depth)` elements, for the subgroups' tiles.
     Padded,
     /// Rows of [`trine_ir::GROUP_K`] elements with their 16-byte lines permuted
-    /// ([`trine_ir::group_swizzle`]), for warpgroup products: steps of two blocks of K, copied
-    /// blocks only, whose lines run down the block a multiple of 8 rows apart.
+    /// ([`trine_ir::group_swizzle`]), for warpgroup products: steps of two blocks of K.
     Swizzled,
 }
 
@@ -96,8 +95,10 @@ struct RowWalk<'b> {
     last: Val<'b>,
     /// Index distance between consecutive elements: `apart` rows.
     step: Val<'b>,
-    /// Where the first element goes in the staged block.
-    staged: Val<'b>,
+    /// Where element `j` goes in the staged block, less `j·staged_apart`: entry
+    /// `(j·apart) % 8`, as the swizzled layout permutes a row's lines by its place in its
+    /// group of 8 rows (the padded layout's entries are all the first element's).
+    staged: [Option<Val<'b>>; 8],
     /// Rows between consecutive elements.
     apart: u32,
     /// Staged elements between consecutive elements.
@@ -106,7 +107,8 @@ struct RowWalk<'b> {
 
 impl<'b> RowWalk<'b> {
     /// The walk of a block in steps of `depth` blocks of K over `invocations`, in items of
-    /// `item` elements: `invocations` must be a multiple of the items of a step's row.
+    /// `item` elements: `invocations` must be a multiple of the items of a step's row, and
+    /// the swizzled layout needs steps of [`trine_ir::GROUP_K`] columns.
     fn new(
         k: &'b KernelBuilder,
         block: &Block<'b>,
@@ -118,13 +120,23 @@ impl<'b> RowWalk<'b> {
         let (row, column) = (lid / k.u32(per_row), lid % k.u32(per_row) * k.u32(item));
         let first = block.r0 + row;
         let apart = invocations / per_row;
-        let (staged, row_len) = match layout {
-            Layout::Padded => (row * k.u32(stage(depth)) + column, stage(depth)),
-            // The items' rows are a multiple of 8 apart, so all share the first's swizzle.
+        let mut staged = [None; 8];
+        let row_len = match layout {
+            Layout::Padded => {
+                staged = [Some(row * k.u32(stage(depth)) + column); 8];
+                stage(depth)
+            }
             Layout::Swizzled => {
-                let line = (column / k.u32(8)) ^ (row % k.u32(8));
                 let len = trine_ir::GROUP_K;
-                (row * k.u32(len) + line * k.u32(8) + column % k.u32(8), len)
+                // Worked out once for each place in a group of 8 that the items' rows take.
+                for j in 0..8 {
+                    let m = (j * apart % 8) as usize;
+                    if staged[m].is_none() {
+                        let line = (column / k.u32(8)) ^ ((row + k.u32(m as u32)) % k.u32(8));
+                        staged[m] = Some(row * k.u32(len) + line * k.u32(8) + column % k.u32(8));
+                    }
+                }
+                len
             }
         };
         RowWalk {
@@ -151,7 +163,8 @@ impl<'b> RowWalk<'b> {
 
     /// Where element `j` goes in the staged block.
     fn staged(&self, k: &'b KernelBuilder, j: usize) -> Val<'b> {
-        self.staged + k.u32(j as u32 * self.staged_apart)
+        let first = self.staged[j * self.apart as usize % 8].expect("worked out in `new`");
+        first + k.u32(j as u32 * self.staged_apart)
     }
 }
 
@@ -183,14 +196,15 @@ pub struct Fetch<'b> {
     w: (Block<'b>, BufferId, Share<'b>),
     invocations: u32,
     depth: u32,
+    layout: Layout,
 }
 
 impl<'b> Fetch<'b> {
     /// Declares the variables for x's block (stored as `xf`) and W's (stored as `ty`), steps
     /// of `depth` blocks. Each block's rows times its step's columns are a multiple of
     /// `invocations` (the kernel's blocks and widths are). With `copied`, f16 blocks are
-    /// copied to shared memory asynchronously ([`Fetch::copy`]) instead, as `layout` says
-    /// ([`Layout::Swizzled`] only for copied blocks).
+    /// copied to shared memory asynchronously ([`Fetch::copy`]) instead. Every block is
+    /// staged as `layout` says.
     pub fn declare(
         k: &'b KernelBuilder,
         (invocations, depth): (u32, u32),
@@ -204,7 +218,7 @@ impl<'b> Fetch<'b> {
             values: (0..block.n * width / invocations)
                 .map(|i| k.var(&format!("{name}{i}"), float.scalar()))
                 .collect(),
-            walk: RowWalk::new(k, block, (invocations, depth), (1, Layout::Padded)),
+            walk: RowWalk::new(k, block, (invocations, depth), (1, layout)),
         };
         let lines = |block: &Block<'b>| Share::Lines {
             walk: RowWalk::new(k, block, (invocations, depth), (LINE, layout)),
@@ -241,6 +255,7 @@ impl<'b> Fetch<'b> {
             w: (wb, w, w_share),
             invocations,
             depth,
+            layout,
         }
     }
 
@@ -337,14 +352,26 @@ impl<'b> Fetch<'b> {
                             let at = self.half_at(k, e);
                             let inside = (block.r0 + at.row).lt(block.rows);
                             let (s, codes) = half.decode(k);
-                            let first = base
-                                + at.row * k.u32(stage(self.depth))
-                                + at.block * k.u32(BK)
-                                + at.half * k.u32(BK / 2);
+                            let column = at.block * k.u32(BK) + at.half * k.u32(BK / 2);
+                            // The half's two lines of 8.
+                            let lines: Vec<Val<'b>> = (0..2)
+                                .map(|l| match self.layout {
+                                    Layout::Padded => {
+                                        base + at.row * k.u32(stage(self.depth))
+                                            + column
+                                            + k.u32(8 * l)
+                                    }
+                                    Layout::Swizzled => {
+                                        let line =
+                                            (column / k.u32(8) + k.u32(l)) ^ (at.row % k.u32(8));
+                                        base + at.row * k.u32(trine_ir::GROUP_K) + line * k.u32(8)
+                                    }
+                                })
+                                .collect();
                             for (i, byte) in codes.iter().enumerate() {
                                 let code = code_of(k, *ty, *byte, at.half);
                                 let v = k.select(inside, s.value(code), k.f32(0.0));
-                                let j = first + k.u32(i as u32);
+                                let j = lines[i / 8] + k.u32(i as u32 % 8);
                                 k.store_shared(dst, j, v.cast(Scalar::F16));
                             }
                         });

@@ -479,7 +479,7 @@ pub(crate) struct Output<'b> {
 impl<'b> Output<'b> {
     /// Writes SwiGLU of the sums `gate` and `up` of (token, row) `(t, n)` and `(t, n + 1)` of
     /// the block (`n` even), if both rows are inside y.
-    fn write_pair(
+    pub(crate) fn write_pair(
         &self,
         k: &'b KernelBuilder,
         (t, n): (Val<'b>, Val<'b>),
@@ -985,8 +985,9 @@ pub fn cases() -> Vec<Case> {
             false,
             (medium, Staging::Put, half),
         ),
-        // Warpgroup products: rows and tokens past a block, the residual, three steps (more
-        // than the copies run ahead), and one step.
+        // Warpgroup products: f16 x and W copied, with rows and tokens past a block, the
+        // residual and three steps (more than the copies run ahead), and in one step; f32 x
+        // put while W is copied; quantized and f32 W put, in the large block and the medium one.
         (
             WeightType::F16,
             (136, 192, 140),
@@ -999,9 +1000,40 @@ pub fn cases() -> Vec<Case> {
             false,
             (large, Staging::Group, half),
         ),
+        (
+            WeightType::F16,
+            (136, 128, 140),
+            true,
+            (large, Staging::Group, single),
+        ),
+        (
+            WeightType::Q8_0,
+            (136, 192, 140),
+            true,
+            (large, Staging::Group, single),
+        ),
+        (
+            WeightType::Q4_0,
+            (72, 64, 70),
+            false,
+            (medium, Staging::Group, single),
+        ),
+        (
+            WeightType::F32,
+            (64, 128, 20),
+            false,
+            (medium, Staging::Group, single),
+        ),
     ] {
         out.push(case_in(ty, shape, add, how));
     }
+    // SwiGLU on warpgroup products: SmolLM2's gate/up over 70 tokens.
+    out.push(build_case(
+        WeightType::Q4_1,
+        (3072, 576, 70),
+        (false, true),
+        (medium, Staging::Group, single),
+    ));
     out.into_iter()
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")

@@ -5,7 +5,9 @@
 //! NVRTC comes with a CUDA toolkit, or from the `nvidia-cuda-nvrtc` Python wheel (point
 //! `CUDA_PATH` at its `nvidia/cu13`, with `nvidia-cuda-runtime`'s headers beside it).
 
-use trine_backends::cuda::{compile_for_arch, nvrtc_version, EM_CUDA, TILES_MIN_ARCH};
+use trine_backends::cuda::{
+    compile_for_arch, nvrtc_version, EM_CUDA, GROUP_MMA_ARCH, TILES_MIN_ARCH,
+};
 use trine_backends::BackendError;
 
 fn required() -> bool {
@@ -32,11 +34,16 @@ fn every_kernel_compiles_to_a_cubin() {
     let kernels = trine_conformance::all_kernels();
     let mut failures = vec![];
     for arch in ARCHES {
-        let mut untiled = 0;
+        let (mut untiled, mut ungrouped) = (0, 0);
         for k in &kernels {
             // The backend gives such an arch no tiles, so it runs the fallbacks instead.
             if k.capabilities.tiles && arch < TILES_MIN_ARCH {
                 untiled += 1;
+                continue;
+            }
+            // Likewise warpgroup products, which are sm_90's alone.
+            if k.capabilities.group_mma && arch != GROUP_MMA_ARCH {
+                ungrouped += 1;
                 continue;
             }
             match compile_for_arch(k, arch) {
@@ -62,6 +69,11 @@ fn every_kernel_compiles_to_a_cubin() {
         if untiled > 0 {
             println!(
                 "sm_{arch}: {untiled} tiled kernels not compiled (tiles need sm_{TILES_MIN_ARCH})"
+            );
+        }
+        if ungrouped > 0 {
+            println!(
+                "sm_{arch}: {ungrouped} kernels on warpgroup products not compiled (sm_{GROUP_MMA_ARCH} only)"
             );
         }
     }
