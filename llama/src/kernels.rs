@@ -359,8 +359,8 @@ pub fn tile_width(info: &DeviceInfo) -> Option<u32> {
 /// The tiled product of a [`KernelKey::MatmulTiles`] key on a device described by `info`:
 /// tiles need one subgroup width to divide their work by ([`tile_width`]), so a device
 /// without them (or a CPU checking a GPU's prompt) gets the scalar variant; f16 weights are copied
-/// asynchronously where the device can, and the medium and large blocks run on warpgroup
-/// products where it has them. Its [`matmul_tiles::TilesSpec::variants`] are the key's
+/// asynchronously where the device can, and the large block runs on warpgroup products
+/// where it has them. Its [`matmul_tiles::TilesSpec::variants`] are the key's
 /// kernels, and the executor takes the grid of the one the device compiled.
 pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
     let spec = matmul_tiles::TilesSpec {

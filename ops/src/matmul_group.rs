@@ -1,17 +1,22 @@
-//! [`super::matmul_tiles`]'s medium and large blocks on warpgroup products
-//! ([`trine_ir::GroupOp`]): Hopper's `wgmma`, whose tensor cores read both operands from
-//! shared memory, where the subgroups' tiles load every operand into registers first
-//! (`ldmatrix`, the top stall of the tiled kernel on an H100) and multiply 16 × 16 at a time.
+//! [`super::matmul_tiles`]'s large block on warpgroup products ([`trine_ir::GroupOp`]):
+//! Hopper's `wgmma`, whose tensor cores read both operands from shared memory, where the
+//! subgroups' tiles load every operand into registers first (`ldmatrix`, the top stall of the
+//! tiled kernel on an H100) and multiply 16 × 16 at a time.
 //!
-//! A step is 64 columns of K (one product's [`GROUP_K`]), staged into one of [`STAGES`]
-//! stages in the swizzled layout the products read ([`Layout::Swizzled`]): f16 blocks copied
+//! A step is 64 columns of K (one product's [`GROUP_K`]), staged into one of a few stages
+//! ([`stages`]) in the swizzled layout the products read ([`Layout::Swizzled`]): f16 blocks copied
 //! asynchronously [`AHEAD`] steps ahead, the others (f32 x, quantized or f32 weights) loaded a
 //! step ahead and put as f16 at the start of their step, as the tiled kernel stages them. Each
-//! warpgroup (one in the medium block, two in the large) multiplies its 64 tokens by all the
-//! block's rows, one product a step, and lets it run on while the next step is staged: it
+//! of the two warpgroups multiplies its 64 tokens by all the block's 128 rows, one product a
+//! step, and lets it run on while the next step is staged: it
 //! waits for a product only two steps later, before the barrier after which that product's
 //! stage is written again. The accumulators go through shared memory to y, guarded at its
 //! edges (with the residual, or SwiGLU of the row pairs) as the tiled kernel's are.
+//!
+//! The medium block (64 × 64, one warpgroup) on these products was slower than on the
+//! subgroups' tiles where it serves (SmolLM2's gate/up over 512 tokens, Q4_1 put: 31.2 µs
+//! against 30.3 on an H100, 2026-11-27), as puts bound it and its stages leave room for
+//! fewer workgroups, so only the large block takes them.
 
 use super::matmul_stage::{weights_elem, Block, Fetch, Layout, BK};
 use super::matmul_tiles::{BlockSize, Output, TilesSpec, OP};
@@ -22,20 +27,27 @@ use trine_ir::{
     GROUP_ROWS,
 };
 
-/// Stages of the staged blocks.
-pub const STAGES: u32 = 4;
-/// Steps between a step's copies and its product. A step's copies go to the stage the
-/// product of `STAGES - AHEAD` steps before read, so with one product left running at each
-/// barrier `AHEAD` is at most `STAGES - 2`; a put goes to its own step's stage, last read
-/// `STAGES` steps before.
+/// Steps between a step's copies and its product.
 pub const AHEAD: u32 = 2;
 
-/// Whether `spec` has a warpgroup variant: the medium or large block on subgroups of 32,
-/// steps of two blocks of K (one product's [`GROUP_K`]).
+/// Stages of the staged blocks, with or without copies. At a step's barrier each warpgroup
+/// has one product left running, the step before's, and the other may have had two until
+/// it passed the barrier before. A step's copies go to the stage the product of
+/// `stages - AHEAD` steps before read, which must have finished: `AHEAD + 2` stages. A put
+/// goes to its own step's stage before the barrier, read `stages` steps before: three
+/// stages, which leave room for a second workgroup on a multiprocessor where four would not.
+pub fn stages(copies: bool) -> u32 {
+    if copies {
+        AHEAD + 2
+    } else {
+        3
+    }
+}
+
+/// Whether `spec` has a warpgroup variant: the large block on subgroups of 32, steps of two
+/// blocks of K (one product's [`GROUP_K`]).
 pub fn eligible(spec: &TilesSpec) -> bool {
-    spec.tiles == Some(32)
-        && matches!(spec.block, BlockSize::Medium | BlockSize::Large)
-        && spec.depth * BK == GROUP_K
+    spec.tiles == Some(32) && spec.block == BlockSize::Large && spec.depth * BK == GROUP_K
 }
 
 /// The kernel for an [`eligible`] `spec` with `spec.group` set: buffers and parameters as
@@ -65,8 +77,11 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
     let cols = k.param("cols", Scalar::U32);
     let tokens = k.param("tokens", Scalar::U32);
     let (x_stage, w_stage) = (bm * GROUP_K, bn * GROUP_K);
-    let xs = k.shared("x_block", Scalar::F16, STAGES * x_stage);
-    let ws = k.shared("w_block", Scalar::F16, STAGES * w_stage);
+    // Copies where W is f16 (`TilesSpec::copied`), and x with it where it is f16 too.
+    let copies = spec.copies;
+    let stages = stages(copies);
+    let xs = k.shared("x_block", Scalar::F16, stages * x_stage);
+    let ws = k.shared("w_block", Scalar::F16, stages * w_stage);
     let r0 = k.workgroup_id(0) * k.u32(bn);
     let t0 = k.workgroup_id(1) * k.u32(bm);
     let fetch = Fetch::declare(
@@ -97,10 +112,8 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
     let acc = k.group_acc("acc", bn);
     acc.zero();
     let group = k.local_index() / k.u32(GROUP_INVOCATIONS);
-    let stage_of = |k0: Val<'b>| k0 / k.u32(GROUP_K) % k.u32(STAGES);
+    let stage_of = |k0: Val<'b>| k0 / k.u32(GROUP_K) % k.u32(stages);
     let at = |s: Val<'b>| (s * k.u32(x_stage), s * k.u32(w_stage));
-    // Copies where W is f16 (`TilesSpec::copied`), and x with it where it is f16 too.
-    let copies = spec.copies;
     for s in (0..AHEAD).filter(|_| copies) {
         let k0 = k.u32(s * GROUP_K);
         k.if_(k0.lt(cols), || {

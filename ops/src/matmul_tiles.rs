@@ -140,7 +140,7 @@ pub struct TilesSpec {
     /// their own after the product. Not with [`TilesSpec::add`].
     pub swiglu: bool,
     /// Warpgroup products ([`super::matmul_group`]) instead of the subgroups' tiles, where
-    /// the rest of the spec allows them ([`TilesSpec::grouped`]).
+    /// the rest of the spec allows them ([`TilesSpec::grouped`]: the large block).
     pub group: bool,
 }
 
@@ -987,7 +987,7 @@ pub fn cases() -> Vec<Case> {
         ),
         // Warpgroup products: f16 x and W copied, with rows and tokens past a block, the
         // residual and three steps (more than the copies run ahead), and in one step; f32 x
-        // put while W is copied; quantized and f32 W put, in the large block and the medium one.
+        // put while W is copied; quantized and f32 W put.
         (
             WeightType::F16,
             (136, 192, 140),
@@ -1014,25 +1014,25 @@ pub fn cases() -> Vec<Case> {
         ),
         (
             WeightType::Q4_0,
-            (72, 64, 70),
+            (136, 64, 140),
             false,
-            (medium, Staging::Group, single),
+            (large, Staging::Group, single),
         ),
         (
             WeightType::F32,
-            (64, 128, 20),
+            (128, 128, 130),
             false,
-            (medium, Staging::Group, single),
+            (large, Staging::Group, single),
         ),
     ] {
         out.push(case_in(ty, shape, add, how));
     }
-    // SwiGLU on warpgroup products: SmolLM2's gate/up over 70 tokens.
+    // SwiGLU on warpgroup products, rows and tokens past a block.
     out.push(build_case(
         WeightType::Q4_1,
-        (3072, 576, 70),
+        (272, 192, 140),
         (false, true),
-        (medium, Staging::Group, single),
+        (large, Staging::Group, single),
     ));
     out.into_iter()
         .collect::<Result<_, _>>()

@@ -82,16 +82,29 @@ impl Item {
                 let shape = MatmulShape::packed(1, m as usize, n as usize, k as usize, true, false);
                 matmul::case(spec, shape, 1)
             }
-            // f16 weights as the executor multiplies them: copied asynchronously where the
-            // device can, its tiled kernel elsewhere; f16 x too, on warpgroup products where
-            // the device has them.
+            // As the executor multiplies them: on warpgroup products where the device has
+            // them and the block allows, f16 weights (and f16 x) copied asynchronously where
+            // the device can, the tiled kernel elsewhere.
             Op::MatmulTiles { ty, m, n, k, x } => {
-                use matmul_tiles::Staging;
+                use matmul_tiles::{Staging, TilesSpec};
                 let block = matmul_tiles::BlockSize::for_product(n, m, false);
-                let staging = match (ty, x) {
-                    (trine_gguf::quant::WeightType::F16, Float::F16) => Staging::Group,
-                    (trine_gguf::quant::WeightType::F16, _) => Staging::Copies,
-                    _ => Staging::Put,
+                let spec = TilesSpec {
+                    weights: ty,
+                    add: false,
+                    tiles: Some(32),
+                    block,
+                    depth: TilesSpec::depth_for(k),
+                    copies: false,
+                    half_x: x == Float::F16,
+                    swiglu: false,
+                    group: false,
+                };
+                let staging = if spec.copied().grouped().group {
+                    Staging::Group
+                } else if ty == trine_gguf::quant::WeightType::F16 {
+                    Staging::Copies
+                } else {
+                    Staging::Put
                 };
                 matmul_tiles::case_in(ty, (n, k, m), false, (block, staging, x))
             }
