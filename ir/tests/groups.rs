@@ -1,7 +1,9 @@
 //! Warpgroup products on the interpreter: a product over swizzled operands equals the plain
 //! one, and each rule of [`trine_ir::GroupOp`] that a GPU leaves undefined is an error.
 
-use half::f16;
+mod common;
+
+use common::{f16s, inputs, to_f32s};
 use trine_ir::interp::{interpret, InterpError};
 use trine_ir::{
     group_swizzle, validate, Access, Kernel, KernelBuilder, Limits, Scalar, TileMemory,
@@ -91,31 +93,11 @@ fn product(fault: Fault) -> Kernel {
     k.finish()
 }
 
-fn f16s(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| f16::from_f32(x).to_le_bytes())
-        .collect()
-}
-
-fn inputs() -> (Vec<f32>, Vec<f32>) {
-    // Small integers and halves: exact in f16, and their products' sums exact in f32.
-    let a = (0..M * K)
-        .map(|i| ((i * 7 % 13) as f32 - 6.0) / 2.0)
-        .collect();
-    let bt = (0..N * K)
-        .map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0)
-        .collect();
-    (a, bt)
-}
-
 fn run(fault: Fault) -> Result<Vec<f32>, InterpError> {
-    let (a, bt) = inputs();
+    let (a, bt) = inputs(M, N, K);
     let mut bufs = vec![f16s(&a), f16s(&bt), vec![0; (M * N * 4) as usize]];
     interpret(&product(fault), [1, 1, 1], &mut bufs, &[], 32)?;
-    Ok(bufs[2]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    Ok(to_f32s(&bufs[2]))
 }
 
 #[test]
@@ -141,7 +123,7 @@ fn the_swizzle_permutes_each_rows_lines() {
 
 #[test]
 fn a_group_product_equals_the_plain_one() {
-    let (a, bt) = inputs();
+    let (a, bt) = inputs(M, N, K);
     let want: Vec<f32> = (0..(M * N) as usize)
         .map(|i| {
             let (r, n) = (i / N as usize, i % N as usize);

@@ -1,7 +1,9 @@
 //! Matrix tiles on the interpreter: a tiled product equals the plain one, and each rule of
 //! [`trine_ir::TileOp`] that a GPU leaves undefined is an error.
 
-use half::f16;
+mod common;
+
+use common::{f16s, inputs, to_f32s};
 use trine_ir::interp::{interpret, InterpError};
 use trine_ir::{
     validate, Access, Kernel, KernelBuilder, Limits, Scalar, TileLayout, TileMemory, TileRole,
@@ -52,32 +54,9 @@ fn tiled_product() -> Kernel {
     k.finish()
 }
 
-fn to_f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn f16s(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| f16::from_f32(x).to_le_bytes())
-        .collect()
-}
-
-fn inputs() -> (Vec<f32>, Vec<f32>) {
-    // Small integers and halves: exact in f16, and their products' sums exact in f32.
-    let a = (0..M * K)
-        .map(|i| ((i * 7 % 13) as f32 - 6.0) / 2.0)
-        .collect();
-    let bt = (0..N * K)
-        .map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0)
-        .collect();
-    (a, bt)
-}
-
 #[test]
 fn a_tiled_product_equals_the_plain_one() {
-    let (a, bt) = inputs();
+    let (a, bt) = inputs(M, N, K);
     let mut want = vec![0f32; (M * N) as usize];
     for r in 0..M as usize {
         for n in 0..N as usize {

@@ -18,12 +18,11 @@
 //! against 30.3 on an H100, 2026-11-27), as puts bound it and its stages leave room for
 //! fewer workgroups, so only the large block takes them.
 
-use super::matmul_stage::{weights_elem, Block, Fetch, Layout, BK};
-use super::matmul_tiles::{BlockSize, Output, TilesSpec, OP};
+use super::matmul_stage::{Layout, BK};
+use super::matmul_tiles::{BlockSize, Io, Output, TilesSpec, OP};
 use super::shape::ShapeError;
-use super::support::Float;
 use trine_ir::{
-    Access, GroupAcc, Kernel, KernelBuilder, Scalar, TileMemory, Val, GROUP_INVOCATIONS, GROUP_K,
+    GroupAcc, Kernel, KernelBuilder, Scalar, TileMemory, Val, GROUP_INVOCATIONS, GROUP_K,
     GROUP_ROWS,
 };
 
@@ -68,47 +67,15 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
     let (bm, bn) = spec.block();
     let invocations = spec.block.invocations();
     k.require_subgroup_width(32);
-    let w = k.buffer("w", weights_elem(spec.weights), Access::Read);
-    let x_float = if spec.half_x { Float::F16 } else { Float::F32 };
-    let x = k.buffer("x", x_float.scalar(), Access::Read);
-    let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
-    let y = k.buffer("y", Scalar::F32, Access::Write);
-    let rows = k.param("rows", Scalar::U32);
-    let cols = k.param("cols", Scalar::U32);
-    let tokens = k.param("tokens", Scalar::U32);
+    let io = Io::declare(k, &spec);
+    let cols = io.cols;
     let (x_stage, w_stage) = (bm * GROUP_K, bn * GROUP_K);
     // Copies where W is f16 (`TilesSpec::copied`), and x with it where it is f16 too.
     let copies = spec.copies;
     let stages = stages(copies);
     let xs = k.shared("x_block", Scalar::F16, stages * x_stage);
     let ws = k.shared("w_block", Scalar::F16, stages * w_stage);
-    let r0 = k.workgroup_id(0) * k.u32(bn);
-    let t0 = k.workgroup_id(1) * k.u32(bm);
-    let fetch = Fetch::declare(
-        k,
-        (invocations, spec.depth),
-        (
-            x,
-            Block {
-                n: bm,
-                r0: t0,
-                rows: tokens,
-                cols,
-            },
-            x_float,
-        ),
-        (
-            w,
-            Block {
-                n: bn,
-                r0,
-                rows,
-                cols,
-            },
-            spec.weights,
-        ),
-        (spec.copies, Layout::Swizzled),
-    );
+    let fetch = io.fetch(k, &spec, Layout::Swizzled);
     let acc = k.group_acc("acc", bn);
     acc.zero();
     let group = k.local_index() / k.u32(GROUP_INVOCATIONS);
@@ -146,14 +113,7 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
         acc.mma((xs, a_at), (ws, w0));
     });
     k.group_wait(0);
-    let out = Output {
-        y,
-        add,
-        swiglu: spec.swiglu,
-        origin: (t0, r0),
-        ends: (tokens, rows),
-    };
-    finish(k, acc, &out, (bm, bn), invocations);
+    finish(k, acc, &io.output(&spec), (bm, bn), invocations);
     Ok(())
 }
 
@@ -177,19 +137,5 @@ fn finish<'b>(
         k.u32(stride),
     );
     k.barrier();
-    let read = |t: Val<'b>, n: Val<'b>| k.load_shared(block, t * k.u32(stride) + n);
-    if out.swiglu {
-        let pairs = bn / 2;
-        k.for_range(k.u32(0), k.u32(bm * pairs), invocations, |e| {
-            let e = e + lid;
-            let (t, n) = (e / k.u32(pairs), e % k.u32(pairs) * k.u32(2));
-            out.write_pair(k, (t, n), (read(t, n), read(t, n + k.u32(1))));
-        });
-    } else {
-        k.for_range(k.u32(0), k.u32(bm * bn), invocations, |e| {
-            let e = e + lid;
-            let (t, n) = (e / k.u32(bn), e % k.u32(bn));
-            out.write(k, (t, n), read(t, n));
-        });
-    }
+    out.write_block(k, (block, stride), (bm, bn), invocations);
 }

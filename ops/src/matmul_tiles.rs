@@ -297,10 +297,6 @@ pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
 /// divide the block's tiles evenly among the workgroup's subgroups; a depth other than 1, 2
 /// or 4; a residual with SwiGLU.
 pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
-    if spec.group {
-        return super::matmul_group::kernel(spec);
-    }
-    let ty = spec.weights;
     let (bm, bn) = spec.block();
     let depth = spec.depth;
     if !matches!(depth, 1 | 2 | 4) {
@@ -315,16 +311,13 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             what: "a residual added to SwiGLU's output".into(),
         });
     }
+    if spec.group {
+        return super::matmul_group::kernel(spec);
+    }
     let invocations = spec.block.invocations();
     let k = KernelBuilder::new(&spec.name(), [invocations, 1, 1]);
-    let w = k.buffer("w", weights_elem(ty), Access::Read);
-    let x_float = if spec.half_x { Float::F16 } else { Float::F32 };
-    let x = k.buffer("x", x_float.scalar(), Access::Read);
-    let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
-    let y = k.buffer("y", Scalar::F32, Access::Write);
-    let rows = k.param("rows", Scalar::U32);
-    let cols = k.param("cols", Scalar::U32);
-    let tokens = k.param("tokens", Scalar::U32);
+    let io = Io::declare(&k, &spec);
+    let cols = io.cols;
     // Copied blocks have COPY_STAGES stages, a put x two (see `pipelined`): more than 48 KiB
     // for the large block, which CUDA, the one target of copies, takes as dynamic shared
     // memory.
@@ -336,8 +329,6 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     };
     let xs = k.shared("x_block", Scalar::F16, x_stages * x_stage);
     let ws = k.shared("w_block", Scalar::F16, w_stages * w_stage);
-    let r0 = k.workgroup_id(0) * k.u32(bn);
-    let t0 = k.workgroup_id(1) * k.u32(bm);
 
     if spec.tiles.is_none() && spec.block == BlockSize::Large {
         return Err(ShapeError::Unsupported {
@@ -349,31 +340,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         Some(width) => Compute::tiles(&k, width, (bm, bn), invocations)?,
         None => Compute::scalar(&k, (bm, bn), invocations),
     };
-    let fetch = Fetch::declare(
-        &k,
-        (invocations, depth),
-        (
-            x,
-            Block {
-                n: bm,
-                r0: t0,
-                rows: tokens,
-                cols,
-            },
-            x_float,
-        ),
-        (
-            w,
-            Block {
-                n: bn,
-                r0,
-                rows,
-                cols,
-            },
-            ty,
-        ),
-        (spec.copies, Layout::Padded),
-    );
+    let fetch = io.fetch(&k, &spec, Layout::Padded);
     let width = BK * depth;
     if spec.copies {
         pipelined(
@@ -397,19 +364,85 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             k.barrier();
         });
     }
-    compute.finish(
-        &k,
-        &Output {
-            y,
-            add,
-            swiglu: spec.swiglu,
-            origin: (t0, r0),
-            ends: (tokens, rows),
-        },
-        (bm, bn),
-        invocations,
-    );
+    compute.finish(&k, &io.output(&spec), (bm, bn), invocations);
     Ok(k.finish())
+}
+
+/// A product kernel's buffers and parameters, as [`kernel`] gives them, and its block's
+/// first token and row.
+pub(crate) struct Io<'b> {
+    pub x: BufferId,
+    pub w: BufferId,
+    pub add: Option<BufferId>,
+    pub y: BufferId,
+    pub rows: Val<'b>,
+    pub cols: Val<'b>,
+    pub tokens: Val<'b>,
+    pub t0: Val<'b>,
+    pub r0: Val<'b>,
+}
+
+impl<'b> Io<'b> {
+    pub(crate) fn declare(k: &'b KernelBuilder, spec: &TilesSpec) -> Self {
+        let (bm, bn) = spec.block();
+        let w = k.buffer("w", weights_elem(spec.weights), Access::Read);
+        let x = k.buffer("x", Self::x_float(spec).scalar(), Access::Read);
+        let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
+        let y = k.buffer("y", Scalar::F32, Access::Write);
+        Io {
+            x,
+            w,
+            add,
+            y,
+            rows: k.param("rows", Scalar::U32),
+            cols: k.param("cols", Scalar::U32),
+            tokens: k.param("tokens", Scalar::U32),
+            t0: k.workgroup_id(1) * k.u32(bm),
+            r0: k.workgroup_id(0) * k.u32(bn),
+        }
+    }
+
+    fn x_float(spec: &TilesSpec) -> Float {
+        if spec.half_x {
+            Float::F16
+        } else {
+            Float::F32
+        }
+    }
+
+    /// The variables staging the block's x and W, in `layout`.
+    pub(crate) fn fetch(
+        &self,
+        k: &'b KernelBuilder,
+        spec: &TilesSpec,
+        layout: Layout,
+    ) -> Fetch<'b> {
+        let (bm, bn) = spec.block();
+        let block = |n, r0, rows| Block {
+            n,
+            r0,
+            rows,
+            cols: self.cols,
+        };
+        Fetch::declare(
+            k,
+            (spec.block.invocations(), spec.depth),
+            (self.x, block(bm, self.t0, self.tokens), Self::x_float(spec)),
+            (self.w, block(bn, self.r0, self.rows), spec.weights),
+            (spec.copies, layout),
+        )
+    }
+
+    /// Where the block's sums go.
+    pub(crate) fn output(&self, spec: &TilesSpec) -> Output<'b> {
+        Output {
+            y: self.y,
+            add: self.add,
+            swiglu: spec.swiglu,
+            origin: (self.t0, self.r0),
+            ends: (self.tokens, self.rows),
+        }
+    }
 }
 
 /// Stages of copied blocks: each step's copies start two steps ahead of its products. On an
@@ -494,6 +527,34 @@ impl<'b> Output<'b> {
                 k.store(self.y, tok * half + row / k.u32(2), v);
             },
         );
+    }
+
+    /// Writes the whole block's sums from `block`, f32 (token, row) `(t, n)` at
+    /// `t·stride + n`: each invocation a column of it, consecutive invocations consecutive
+    /// rows of y, or a pair of rows with SwiGLU.
+    pub(crate) fn write_block(
+        &self,
+        k: &'b KernelBuilder,
+        (block, stride): (SharedId, u32),
+        (bm, bn): (u32, u32),
+        invocations: u32,
+    ) {
+        let lid = k.local_index();
+        let read = |t: Val<'b>, n: Val<'b>| k.load_shared(block, t * k.u32(stride) + n);
+        if self.swiglu {
+            let pairs = bn / 2;
+            k.for_range(k.u32(0), k.u32(bm * pairs), invocations, |e| {
+                let e = e + lid;
+                let (t, n) = (e / k.u32(pairs), e % k.u32(pairs) * k.u32(2));
+                self.write_pair(k, (t, n), (read(t, n), read(t, n + k.u32(1))));
+            });
+        } else {
+            k.for_range(k.u32(0), k.u32(bm * bn), invocations, |e| {
+                let e = e + lid;
+                let (t, n) = (e / k.u32(bn), e % k.u32(bn));
+                self.write(k, (t, n), read(t, n));
+            });
+        }
     }
 
     /// Writes the sum `v` of (token, row) `(t, n)` of the block, if inside y.
@@ -715,24 +776,7 @@ impl<'b> Compute<'b> {
                     k.store_shared(block, t * k.u32(stride) + n, sum.get());
                 }
                 k.barrier();
-                let read = |t: Val<'b>, n: Val<'b>| k.load_shared(block, t * k.u32(stride) + n);
-                if out.swiglu {
-                    // A pair of rows per invocation.
-                    let pairs = bn / 2;
-                    k.for_range(k.u32(0), k.u32(bm * pairs), invocations, |e| {
-                        let e = e + lid;
-                        let (t, n) = (e / k.u32(pairs), e % k.u32(pairs) * k.u32(2));
-                        out.write_pair(k, (t, n), (read(t, n), read(t, n + k.u32(1))));
-                    });
-                } else {
-                    // Each invocation writes a column of the block: consecutive invocations,
-                    // consecutive rows.
-                    k.for_range(k.u32(0), k.u32(bm * bn), invocations, |e| {
-                        let e = e + lid;
-                        let (t, n) = (e / k.u32(bn), e % k.u32(bn));
-                        out.write(k, (t, n), read(t, n));
-                    });
-                }
+                out.write_block(k, (block, stride), (bm, bn), invocations);
             }
         }
     }

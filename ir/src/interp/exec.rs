@@ -292,6 +292,27 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         Ok(cell)
     }
 
+    /// The runs of `width` invocations (subgroups, warpgroups) that `mask` leaves active, as
+    /// (index, first invocation): a collective operation runs once for each. A run only
+    /// partly active is the error `partial` makes of its first inactive invocation's site.
+    pub(super) fn whole_groups(
+        &self,
+        mask: &[bool],
+        width: usize,
+        partial: impl Fn(Site) -> InterpError,
+    ) -> R<Vec<(usize, usize)>> {
+        let mut out = vec![];
+        for (g, run) in mask.chunks(width).enumerate() {
+            let first = g * width;
+            match run.iter().position(|&m| !m) {
+                None => out.push((g, first)),
+                Some(_) if !run.contains(&true) => {}
+                Some(i) => return Err(partial(self.site(first + i))),
+            }
+        }
+        Ok(out)
+    }
+
     /// [`Workgroup::shared_cell`] for a write, which is also an error while a warpgroup
     /// product that reads the element is not retired.
     pub(super) fn shared_write(

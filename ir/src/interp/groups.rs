@@ -24,20 +24,9 @@ pub(super) type Started = VecDeque<Pending>;
 
 impl Workgroup<'_, '_> {
     pub(super) fn group_op(&mut self, op: &GroupOp, mask: &[bool]) -> R<()> {
-        let per = GROUP_INVOCATIONS as usize;
-        for g in 0..self.lanes / per {
-            let lanes = g * per..(g + 1) * per;
-            let active = lanes.clone().filter(|&l| mask[l]).count();
-            if active == 0 {
-                continue;
-            }
-            if active < per {
-                let lane = lanes.clone().find(|&l| !mask[l]).unwrap_or(lanes.start);
-                return Err(InterpError::GroupPartial {
-                    at: self.site(lane),
-                });
-            }
-            self.group_op_one(op, g, lanes.start)?;
+        let partial = |at| InterpError::GroupPartial { at };
+        for (g, first) in self.whole_groups(mask, GROUP_INVOCATIONS as usize, partial)? {
+            self.group_op_one(op, g, first)?;
         }
         Ok(())
     }

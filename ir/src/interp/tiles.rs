@@ -27,19 +27,9 @@ impl Workgroup<'_, '_> {
                 subgroup_size: sg as u32,
             });
         }
-        for g in 0..self.lanes / sg {
-            let lanes = g * sg..(g + 1) * sg;
-            let active = lanes.clone().filter(|&l| mask[l]).count();
-            if active == 0 {
-                continue;
-            }
-            if active < sg {
-                let lane = lanes.clone().find(|&l| !mask[l]).unwrap_or(lanes.start);
-                return Err(InterpError::TilePartialSubgroup {
-                    at: self.site(lane),
-                });
-            }
-            self.tile_op_subgroup(op, g, lanes.start)?;
+        let partial = |at| InterpError::TilePartialSubgroup { at };
+        for (g, first) in self.whole_groups(mask, sg, partial)? {
+            self.tile_op_subgroup(op, g, first)?;
         }
         Ok(())
     }
