@@ -115,7 +115,7 @@ pub enum ValidationError {
         from: Scalar,
         to: Scalar,
     },
-    #[error("a copy wait leaves {pending} batches in flight, more than {max}", max = MAX_PENDING)]
+    #[error("a copy or warpgroup wait leaves {pending} batches or products in flight, more than {max}", max = MAX_PENDING)]
     CopyPending { pending: u32 },
     #[error("warpgroup accumulator {name:?} has {cols} columns: a multiple of 8 from 8 to {max} is needed", max = GROUP_MAX_COLS)]
     GroupCols { name: String, cols: u32 },

@@ -371,15 +371,15 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
 /// A product kernel's buffers and parameters, as [`kernel`] gives them, and its block's
 /// first token and row.
 pub(crate) struct Io<'b> {
-    pub x: BufferId,
-    pub w: BufferId,
-    pub add: Option<BufferId>,
-    pub y: BufferId,
-    pub rows: Val<'b>,
+    x: BufferId,
+    w: BufferId,
+    add: Option<BufferId>,
+    y: BufferId,
+    rows: Val<'b>,
     pub cols: Val<'b>,
-    pub tokens: Val<'b>,
-    pub t0: Val<'b>,
-    pub r0: Val<'b>,
+    tokens: Val<'b>,
+    t0: Val<'b>,
+    r0: Val<'b>,
 }
 
 impl<'b> Io<'b> {
@@ -501,18 +501,18 @@ fn pipelined<'b>(
 
 /// Where the block's sums go: `y` (plus `add`) from (token, row) `origin`, within `ends`.
 pub(crate) struct Output<'b> {
-    pub y: BufferId,
-    pub add: Option<BufferId>,
+    y: BufferId,
+    add: Option<BufferId>,
     /// Rows in pairs, each written as SwiGLU of the two ([`TilesSpec::swiglu`]).
-    pub swiglu: bool,
-    pub origin: (Val<'b>, Val<'b>),
-    pub ends: (Val<'b>, Val<'b>),
+    swiglu: bool,
+    origin: (Val<'b>, Val<'b>),
+    ends: (Val<'b>, Val<'b>),
 }
 
 impl<'b> Output<'b> {
     /// Writes SwiGLU of the sums `gate` and `up` of (token, row) `(t, n)` and `(t, n + 1)` of
     /// the block (`n` even), if both rows are inside y.
-    pub(crate) fn write_pair(
+    fn write_pair(
         &self,
         k: &'b KernelBuilder,
         (t, n): (Val<'b>, Val<'b>),
@@ -558,7 +558,7 @@ impl<'b> Output<'b> {
     }
 
     /// Writes the sum `v` of (token, row) `(t, n)` of the block, if inside y.
-    pub(crate) fn write(&self, k: &'b KernelBuilder, (t, n): (Val<'b>, Val<'b>), v: Val<'b>) {
+    fn write(&self, k: &'b KernelBuilder, (t, n): (Val<'b>, Val<'b>), v: Val<'b>) {
         let (tok, row) = (self.origin.0 + t, self.origin.1 + n);
         k.if_(tok.lt(self.ends.0) & row.lt(self.ends.1), || {
             let at = tok * self.ends.1 + row;
@@ -848,9 +848,46 @@ pub enum Staging {
     /// kernel without copies, where a device lacks them (a device without tiles skips the
     /// case).
     Copies,
-    /// Copied, and multiplied by warpgroup products ([`TilesSpec::grouped`]); the fallback
-    /// is the tiled kernel without copies. Only where the spec has such a variant.
+    /// Multiplied by warpgroup products ([`TilesSpec::grouped`]), f16 weights (and f16 x)
+    /// copied; the fallback is the tiled kernel without copies. Only where the spec has such
+    /// a variant.
     Group,
+}
+
+impl Staging {
+    /// How the executor would stage a product of W of `ty`, `cols` wide, on `block` with x
+    /// stored as `xf`, on a device with every feature: on warpgroup products where the block
+    /// allows, else copying f16 weights, else putting.
+    pub fn best(ty: WeightType, cols: u32, block: BlockSize, xf: Float) -> Staging {
+        let spec = case_spec(ty, cols, (false, false), (block, xf));
+        if spec.copied().grouped().group {
+            Staging::Group
+        } else if spec.copied().copies {
+            Staging::Copies
+        } else {
+            Staging::Put
+        }
+    }
+}
+
+/// The tiled kernel a case of W of `ty`, `cols` wide, runs before its staging is chosen.
+fn case_spec(
+    ty: WeightType,
+    cols: u32,
+    (add, swiglu): (bool, bool),
+    (block, xf): (BlockSize, Float),
+) -> TilesSpec {
+    TilesSpec {
+        weights: ty,
+        add,
+        tiles: Some(CASE_SUBGROUP),
+        block,
+        depth: TilesSpec::depth_for(cols),
+        copies: false,
+        half_x: xf == Float::F16,
+        group: false,
+        swiglu,
+    }
 }
 
 /// [`case`] with the tiled kernel on `block`, whatever the shape, staged as `staging` says,
@@ -923,17 +960,7 @@ fn build_case(
             .map(|p| super::elementwise::silu(p[0]) * p[1])
             .collect();
     }
-    let spec = TilesSpec {
-        weights: ty,
-        add,
-        tiles: Some(CASE_SUBGROUP),
-        block,
-        depth: TilesSpec::depth_for(cols),
-        copies: false,
-        half_x: xf == Float::F16,
-        group: false,
-        swiglu,
-    };
+    let spec = case_spec(ty, cols, (add, swiglu), (block, xf));
     let x_bytes = match xf {
         Float::F32 => f32_bytes(&x),
         Float::F16 => f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()),

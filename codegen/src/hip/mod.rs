@@ -122,7 +122,7 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         Dialect::Hip => None,
     };
     if dynamic.is_some() {
-        let align = if groups { groups::GROUP_ALIGN } else { 16 };
+        let align = shared_align(k).unwrap_or(16);
         p.line(
             1,
             &format!("extern __shared__ __align__({align}) unsigned char trine_shared[];"),
@@ -140,15 +140,7 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
             1,
             &format!(
                 "__shared__ {}{} {name}[{}];",
-                // Tiles load 16-byte rows of shared arrays (`ldmatrix`), copies store
-                // 16-byte lines, and warpgroup products read whole swizzle atoms.
-                if groups {
-                    "__align__(1024) "
-                } else if tiles || needs.copies {
-                    "__align__(16) "
-                } else {
-                    ""
-                },
+                shared_align(k).map_or(String::new(), |a| format!("__align__({a}) ")),
                 c_family::elem_type(s.elem),
                 s.len
             ),
@@ -192,18 +184,27 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
 /// launch sizes ([`cuda_dynamic_shared_bytes`]).
 pub const CUDA_STATIC_SHARED_BYTES: u64 = 48 * 1024;
 
-/// Each array's byte offset in a CUDA kernel's dynamic shared memory (16-byte aligned, as
-/// tile loads and copies need, 1024 with warpgroup products) and the total, or `None` where
-/// the arrays are declared statically (at most [`CUDA_STATIC_SHARED_BYTES`]).
+/// The alignment, in bytes, a kernel's shared arrays need beyond their elements': tiles load
+/// 16-byte rows of them (`ldmatrix`), copies store 16-byte lines, and warpgroup products read
+/// whole swizzle atoms.
+fn shared_align(k: &Kernel) -> Option<u64> {
+    if k.capabilities.group_mma {
+        Some(groups::GROUP_ALIGN)
+    } else if k.capabilities.tiles || k.capabilities.async_copy {
+        Some(16)
+    } else {
+        None
+    }
+}
+
+/// Each array's byte offset in a CUDA kernel's dynamic shared memory (aligned to 16 bytes
+/// at least, [`shared_align`]) and the total, or `None` where the arrays are declared
+/// statically (at most [`CUDA_STATIC_SHARED_BYTES`]).
 fn dynamic_layout(kernel: &Kernel) -> Option<(Vec<u64>, u64)> {
     if kernel.shared_bytes() <= CUDA_STATIC_SHARED_BYTES {
         return None;
     }
-    let align = if kernel.capabilities.group_mma {
-        groups::GROUP_ALIGN
-    } else {
-        16
-    };
+    let align = shared_align(kernel).unwrap_or(16);
     let mut end = 0u64;
     let offsets = kernel
         .shared

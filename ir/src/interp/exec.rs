@@ -216,7 +216,6 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         Ok(())
     }
 
-    /// Byte address of element `index` of `buffer` for `lane`, checked against the view.
     /// Each active lane's byte address of `buffer[index]` (checked as an access named `what`)
     /// and the bits of its `value`, for a statement that writes them.
     fn writes(
@@ -233,6 +232,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             .collect()
     }
 
+    /// Byte address of element `index` of `buffer` for `lane`, checked against the view.
     pub(super) fn address(&self, buffer: BufferId, index: u32, lane: usize, what: &str) -> R<u64> {
         let decl = &self.l.kernel.buffers[buffer.0 as usize];
         let view = &self.l.buffers[buffer.0 as usize];

@@ -86,26 +86,8 @@ impl Item {
             // them and the block allows, f16 weights (and f16 x) copied asynchronously where
             // the device can, the tiled kernel elsewhere.
             Op::MatmulTiles { ty, m, n, k, x } => {
-                use matmul_tiles::{Staging, TilesSpec};
                 let block = matmul_tiles::BlockSize::for_product(n, m, false);
-                let spec = TilesSpec {
-                    weights: ty,
-                    add: false,
-                    tiles: Some(32),
-                    block,
-                    depth: TilesSpec::depth_for(k),
-                    copies: false,
-                    half_x: x == Float::F16,
-                    swiglu: false,
-                    group: false,
-                };
-                let staging = if spec.copied().grouped().group {
-                    Staging::Group
-                } else if ty == trine_gguf::quant::WeightType::F16 {
-                    Staging::Copies
-                } else {
-                    Staging::Put
-                };
+                let staging = matmul_tiles::Staging::best(ty, k, block, x);
                 matmul_tiles::case_in(ty, (n, k, m), false, (block, staging, x))
             }
             Op::RmsNorm { rows, cols } => rms_norm::case(
