@@ -109,23 +109,7 @@ pub fn generate_on(
     Ok(generate(&mut session, prompt, opts, on_text)?)
 }
 
-/// The executor's sizes for a prompt and a token budget: the whole run in the cache (capped
-/// by the model's trained context), prompts in steps of at most 512 tokens.
+/// The executor's sizes for a prompt and a token budget ([`EngineOptions::for_generation`]).
 pub fn engine_options(model: &Model, prompt: usize, max_tokens: usize) -> EngineOptions {
-    let needed = (prompt + max_tokens).max(1);
-    let context = u32::try_from(needed)
-        .unwrap_or(u32::MAX)
-        .min(model.config.context_length);
-    EngineOptions {
-        context,
-        max_batch: context.min(512),
-        record: true,
-        // Measured slower than the plain recording on an H100 (see EngineOptions::fuse).
-        fuse: None,
-        quantize_x: true,
-        tiles: true,
-        // Measured slower than the down projection apart on an H100 (see
-        // EngineOptions::down_in_ffn).
-        down_in_ffn: false,
-    }
+    EngineOptions::for_generation(&model.config, prompt, max_tokens)
 }

@@ -26,10 +26,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         context: pos + tokens,
         max_batch: pos.max(tokens),
         record: false,
-        fuse: None,
-        quantize_x: true,
-        tiles: true,
-        down_in_ffn: false,
     };
     let mut session = Session::new(Engine::new(model.clone(), backend, sizes)?, None);
     if pos > 0 {

@@ -76,9 +76,6 @@ pub enum ModelError {
     },
     #[error("the prompt is empty (no tokens to start from)")]
     EmptyPrompt,
-    /// A run of decode dispatches could not be fused into one kernel: an executor bug.
-    #[error("fusing decode dispatches: {0}")]
-    Fuse(String),
     #[error("no backend could run kernel {kernel}: {reasons}")]
     NoBackendFor { kernel: String, reasons: String },
     #[error("sampling option {what} = {value} is invalid: {why}")]

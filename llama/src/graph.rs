@@ -38,9 +38,6 @@ pub enum Tensor {
     /// [context × kv_dim] of the cache type, per layer.
     KCache(u32),
     VCache(u32),
-    /// u32 [2]: the sync words of the grid barriers in fused decode kernels, zero between
-    /// dispatches (`trine_ir::Stmt::GridBarrier`).
-    GridSync,
     /// f32 [head_dim / 2]: rope's frequency table.
     Freq,
     Weight(WeightId),
@@ -84,18 +81,6 @@ pub enum Epilogue {
     None,
     /// Adds the tensor's matching element: the residual connection.
     Add(Tensor),
-    /// [`Epilogue::Add`], stored into y and into `copy`: the residual stream in two buffers,
-    /// for a gate/up product that reads one and adds into the other ([`Epilogue::SwigluDown`]).
-    AddTwice {
-        r: Tensor,
-        copy: Tensor,
-    },
-    /// W's rows are gate/up pairs; SwiGLU, then the down projection with weight `down` of
-    /// those outputs added atomically into y, which holds the residual stream
-    /// ([`trine_ops::matvec_down`]).
-    SwigluDown {
-        down: WeightId,
-    },
     /// W's rows are gate/up pairs; stores silu(gate) · up, half as many rows.
     Swiglu,
     /// W is the stacked Q/K/V: rope on q (into y, [`Tensor::QRot`]) and k, and k and v
@@ -226,8 +211,8 @@ impl Node {
             } => {
                 let n = match epilogue {
                     Epilogue::Swiglu => rows / 2,
-                    Epilogue::RopeStore { .. } | Epilogue::SwigluDown { .. } => c.n_embd,
-                    Epilogue::None | Epilogue::Add(_) | Epilogue::AddTwice { .. } => rows,
+                    Epilogue::RopeStore { .. } => c.n_embd,
+                    Epilogue::None | Epilogue::Add(_) => rows,
                 };
                 (y, 0..tokens as usize * n as usize)
             }
@@ -352,14 +337,6 @@ fn matmul_tiles(
     }
 }
 
-/// Whether a layer's down projection can run in its gate/up product's epilogue
-/// ([`Epilogue::SwigluDown`]): W_down of a type that epilogue reads. Its shape is the
-/// loader's (`n_embd × n_ff`, gate/up stacked to `2·n_ff` rows), and a quantized row is whole
-/// blocks, as the GGUF parser checks.
-fn ffn_takes_down(w: &Weights, lw: &crate::weights::Layer) -> bool {
-    trine_ops::matvec_down::supports(w.tensors[lw.w_down].ty)
-}
-
 /// Whether a step on quantized x multiplies weight `id` so ([`Op::MatvecQ8`]): the types
 /// that product takes, in whole groups of its rows.
 fn takes_q8(w: &Weights, id: WeightId) -> bool {
@@ -402,17 +379,13 @@ fn quantize(w: &Weights, x: Tensor, id: WeightId, tokens: u32) -> Op {
 /// `tiles`, a prompt step's products run on matrix tiles ([`Op::MatmulTiles`]) on float x,
 /// with the same nodes around them and no quantizing, but SwiGLU in gate/up's epilogue. With
 /// `chunks`, a prompt step's flash attention cuts the keys into [`flash_splits`] chunks.
-/// With `down_in_ffn`, a decode step's down projection runs in gate/up's epilogue where its
-/// weights allow ([`ffn_takes_down`]), adding into the residual stream atomically: four
-/// dispatches per layer instead of five, the residual stream kept in three buffers (the
-/// layer's input and output alternating between two, and the attention's output).
 pub fn build(
     c: &LlamaConfig,
     w: &Weights,
     s: Step,
     gpu: bool,
     q8: bool,
-    (tiles, chunks, down_in_ffn): (bool, bool, bool),
+    (tiles, chunks): (bool, bool),
 ) -> Vec<Node> {
     let t = s.tokens;
     let mut g = vec![];
@@ -424,7 +397,7 @@ pub fn build(
         "token_embd",
         None,
     );
-    let mut x = Tensor::Resid(0);
+    let x = Tensor::Resid(0);
     let mid = Tensor::Resid(1);
     let flash = uses_flash_attention(c, t, gpu);
     // The chunks attention cuts the keys into, which its combine puts together.
@@ -459,13 +432,6 @@ pub fn build(
             }
         };
         let q8 = |id| tiled(id) || (q8 && takes_q8(w, id));
-        // The layer's output, where the FFN adds into the residual stream's third buffer.
-        let fused_down = down_in_ffn && t == 1 && !q8(lw.w_gate_up) && ffn_takes_down(w, lw);
-        let out = match (fused_down, x) {
-            (true, Tensor::Resid(0)) => Tensor::Resid(2),
-            (true, _) => Tensor::Resid(0),
-            (false, _) => x,
-        };
         if q8(lw.wqkv) {
             let g = lw.attn_norm;
             node(Op::RmsNorm { x, g, tokens: t }, "attn_norm", at);
@@ -512,12 +478,7 @@ pub fn build(
             }
         } else {
             let combine = Prologue::Combine { splits };
-            let add = if fused_down {
-                Epilogue::AddTwice { r: x, copy: out }
-            } else {
-                Epilogue::Add(x)
-            };
-            let wo = mv(lw.wo, Tensor::Part, mid, combine, add);
+            let wo = mv(lw.wo, Tensor::Part, mid, combine, Epilogue::Add(x));
             node(wo, "attn_output", at);
         }
         if q8(lw.w_gate_up) {
@@ -544,17 +505,6 @@ pub fn build(
                 }
                 node(Op::SwigluPairs, "ffn_swiglu", at);
             }
-        } else if fused_down {
-            let up = mv(
-                lw.w_gate_up,
-                mid,
-                out,
-                Prologue::Norm(lw.ffn_norm),
-                Epilogue::SwigluDown { down: lw.w_down },
-            );
-            node(up, "ffn_gate_up_down", at);
-            x = out;
-            continue;
         } else {
             let up = mv(
                 lw.w_gate_up,

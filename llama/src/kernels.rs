@@ -204,9 +204,7 @@ impl KernelKey {
                 let epi = match epilogue {
                     Epilogue::None => MatvecEpilogue::None,
                     Epilogue::Add(_) => MatvecEpilogue::Add,
-                    Epilogue::AddTwice { .. } => MatvecEpilogue::AddTwice,
                     Epilogue::Swiglu => MatvecEpilogue::Swiglu,
-                    Epilogue::SwigluDown { down } => MatvecEpilogue::SwigluDown(w.tensors[down].ty),
                     Epilogue::RopeStore { .. } => MatvecEpilogue::RopeStore(RopeShape {
                         head_dim: s.head_dim,
                         kv: s.kv,
@@ -389,27 +387,13 @@ impl KernelKey {
         let KernelKey::Matvec(ty, size, prologue, epilogue, pairable) = self else {
             return None;
         };
-        let mut spec = MatvecSpec {
+        Some(MatvecSpec {
             prologue,
             epilogue,
             ..matvec_spec(ty, reduce, info, size, pairable)
-        };
-        if matches!(epilogue, MatvecEpilogue::SwigluDown(_)) && info.device_type != DeviceType::Cpu
-        {
-            spec.rows_per_workgroup = GPU_FFN_DOWN_ROWS;
-        }
-        Some(spec)
+        })
     }
 }
-
-/// Rows per workgroup of a GPU's gate/up product with the down projection in its epilogue
-/// ([`MatvecEpilogue::SwigluDown`]): 8 outputs, so that a workgroup's atomic adds into the
-/// residual stream are a row's share of 8 columns of W_down, and SmolLM2's 1536 outputs take
-/// 192 workgroups. On an H100 (2026-11-26, SmolLM2-shaped tg128, two rounds in one call)
-/// 4, 8, 16 and 32 rows gave CUDA 1049–1079, 1348–1349, 1645–1681 and 1071–1093 t/s (the
-/// down projection apart: 1930–1941), Vulkan 716–717, 795–815, 785–821 and 753–769 (apart:
-/// 820–824): fewer rows mean more atomic adds, more rows a slower product.
-pub const GPU_FFN_DOWN_ROWS: u32 = 16;
 
 /// How much work a product has, which decides its GPU shape ([`matvec_spec`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

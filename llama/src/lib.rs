@@ -17,7 +17,7 @@ pub mod speed;
 pub mod weights;
 
 pub use config::LlamaConfig;
-pub use engine::{Engine, EngineOptions, FUSE_MIN_RESIDENT};
+pub use engine::{Engine, EngineOptions};
 pub use error::ModelError;
 pub use generate::{generate, GenerateOptions, Report};
 pub use model::Model;

@@ -30,10 +30,6 @@ const SIZES: EngineOptions = EngineOptions {
     context: 32,
     max_batch: 8,
     record: true,
-    fuse: Some(trine_llama::FUSE_MIN_RESIDENT),
-    quantize_x: true,
-    tiles: true,
-    down_in_ffn: true,
 };
 
 fn tiny() -> Arc<Model> {
@@ -172,8 +168,6 @@ fn a_kernel_the_device_lacks_runs_on_the_cpu_with_the_same_result() {
     let devices: Vec<&str> = engine.devices().map(|d| d.name()).collect();
     assert_eq!(devices, ["faulty", "cpu"]);
     let notes = engine.placement_notes().join("\n");
-    // The output projection's note names one buffer or two, as the decode step adds the
-    // residual (see `EngineOptions::down_in_ffn`).
     for fused in ["rms_norm, rope, kv cache store)", "attention combine, add"] {
         let note = format!("matvec q4_1 ({fused}");
         assert!(notes.contains(&note), "{notes}");
@@ -651,34 +645,19 @@ fn decode(session: &mut Session) -> (Vec<Vec<f32>>, Vec<(u32, u32)>) {
     (logits, ids)
 }
 
-/// Dispatches of a decode step of the tiny model on `backend` with `sizes`: five per layer
-/// and three more, four per layer where the down projection runs in gate/up's epilogue (a
-/// GPU with f32 atomic adds); on a CPU, whose products take quantized x, fourteen per layer
+/// Dispatches of a decode step of the tiny model on `backend`: five per layer and three more;
+/// on a CPU, whose products take quantized x, fourteen per layer
 /// (each of the four products after a quantizing dispatch; the QKV and gate/up products
 /// after an rms_norm and before rope-store or SwiGLU, the output projection after the
 /// attention combine) and five more (the head's rms_norm and quantizing dispatch).
-fn decode_dispatches(backend: &dyn Backend, sizes: EngineOptions) -> usize {
-    dispatches(backend, sizes, TINY.n_layer as usize)
-}
-
-/// [`decode_dispatches`] for a model of `layers` layers.
-fn dispatches(backend: &dyn Backend, sizes: EngineOptions, layers: usize) -> usize {
-    let info = backend.info();
-    if sizes.quantize_x && info.device_type == DeviceType::Cpu {
+fn decode_dispatches(backend: &dyn Backend) -> usize {
+    let layers = TINY.n_layer as usize;
+    if backend.info().device_type == DeviceType::Cpu {
         14 * layers + 5
-    } else if sizes.takes_down_in_ffn(info) {
-        4 * layers + 3
     } else {
         5 * layers + 3
     }
 }
-
-/// Bit-for-bit comparisons keep the down projection a dispatch of its own: in gate/up's
-/// epilogue its atomic adds land in any order.
-const EXACT: EngineOptions = EngineOptions {
-    down_in_ffn: false,
-    ..SIZES
-};
 
 /// A decode step replayed from its recording computes what its nodes dispatched one by one
 /// compute, bit for bit, at every position; its greedy token is the host's argmax of its
@@ -690,11 +669,11 @@ fn recorded_decode_steps_equal_node_by_node_ones() {
     let names = ["cpu", "vulkan", "wgpu", "cuda", "hip"];
     let ran = on_each(&names, |name, backend| {
         let run = |record| {
-            let sizes = EngineOptions { record, ..EXACT };
+            let sizes = EngineOptions { record, ..SIZES };
             let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
             assert_eq!(
                 engine.dispatches_per_token(),
-                decode_dispatches(backend.as_ref(), sizes),
+                decode_dispatches(backend.as_ref()),
                 "{name}"
             );
             decode(&mut Session::new(engine, None))
@@ -703,124 +682,6 @@ fn recorded_decode_steps_equal_node_by_node_ones() {
         assert_eq!(recorded, direct, "{name}");
         for (i, (host, device)) in recorded.1.iter().enumerate() {
             assert_eq!(host, device, "{name} step {i}");
-        }
-    });
-    assert!(ran > 0);
-}
-
-/// A decode step with the down projection in gate/up's epilogue (atomic adds into the
-/// residual stream) gives the logits and greedy tokens of the one with the down projection
-/// apart, within the products' rounding (NMSE under 1e-9), recorded and node by node, in one
-/// dispatch fewer per layer, on every backend with f32 atomic adds; and the GPU stand-in
-/// (a CPU taking the GPUs' shapes) always, so that the test compares something everywhere.
-/// The tiny model has 2 layers, so its last layer writes the residual buffer the first read;
-/// a 3-layer one ends in the third buffer, which the output head must then read.
-#[test]
-fn the_down_projection_in_gate_up_matches_it_apart() {
-    let three = SynthShape { n_layer: 3, ..TINY };
-    let three = Arc::new(
-        Model::from_gguf(Gguf::from_bytes(synth_llama(three, 5).unwrap().to_bytes()).unwrap())
-            .unwrap(),
-    );
-    for model in [tiny(), three] {
-        down_in_gate_up_matches_it_apart(&model);
-    }
-}
-
-fn down_in_gate_up_matches_it_apart(model: &Arc<Model>) {
-    let layers = model.config.n_layer as usize;
-    let check = |name: &str, backend: Arc<dyn Backend>| {
-        let run = |down_in_ffn, record| {
-            let sizes = EngineOptions {
-                down_in_ffn,
-                record,
-                ..SIZES
-            };
-            let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
-            let count = engine.dispatches_per_token();
-            let want = dispatches(backend.as_ref(), sizes, layers);
-            assert_eq!(count, want, "{name}");
-            (decode(&mut Session::new(engine, None)), count)
-        };
-        let ((apart, ids), n_apart) = run(false, true);
-        for record in [true, false] {
-            let ((within, within_ids), n) = run(true, record);
-            assert_eq!(within_ids, ids, "{name}");
-            for (step, (a, b)) in within.iter().zip(&apart).enumerate() {
-                let a: Vec<f64> = a.iter().map(|&v| f64::from(v)).collect();
-                let b: Vec<f64> = b.iter().map(|&v| f64::from(v)).collect();
-                let e = trine_ops::compare::nmse(&a, &b).unwrap();
-                assert!(e < 1e-9, "{name} step {step}: NMSE {e:e}");
-            }
-            if backend.info().device_type != DeviceType::Cpu {
-                assert_eq!(n + layers, n_apart, "{name}");
-            }
-        }
-    };
-    check("gpu stand-in", Faulty::gpu());
-    on_each(&["vulkan", "wgpu", "cuda", "hip"], |name, backend| {
-        if backend.info().float_atomics {
-            check(name, backend);
-        } else {
-            println!("{name} skipped: no f32 atomic adds");
-        }
-    });
-}
-
-/// On a CPU, decode steps whose products take quantized x give logits within x's
-/// quantization of the float products' (NMSE under 1e-4: about 4e-6 per product), and not
-/// the same bits: the 8-bit products ran.
-#[test]
-fn quantized_x_moves_cpu_logits_by_its_rounding_only() {
-    let model = tiny();
-    let run = |quantize_x| {
-        let sizes = EngineOptions {
-            quantize_x,
-            ..SIZES
-        };
-        let engine = Engine::new(model.clone(), cpu(), sizes).unwrap();
-        decode(&mut Session::new(engine, None)).0
-    };
-    let (q8, float) = (run(true), run(false));
-    assert_eq!(q8.len(), float.len());
-    for (step, (a, b)) in q8.iter().zip(&float).enumerate() {
-        let a: Vec<f64> = a.iter().map(|&v| f64::from(v)).collect();
-        let b: Vec<f64> = b.iter().map(|&v| f64::from(v)).collect();
-        let e = trine_ops::compare::nmse(&a, &b).unwrap();
-        assert!(e > 0.0 && e < 1e-4, "step {step}: NMSE {e:e}");
-    }
-}
-
-/// A recorded decode step whose runs of dispatches are fused into kernels with grid barriers
-/// computes what its nodes dispatched one by one compute, bit for bit, in fewer dispatches,
-/// on every backend that runs grid barriers (over as few as one resident workgroup, as
-/// lavapipe keeps; the CPU runs none and keeps its dispatches).
-#[test]
-fn fused_decode_steps_equal_node_by_node_ones() {
-    let model = tiny();
-    let names = ["cpu", "vulkan", "wgpu", "cuda", "hip"];
-    let ran = on_each(&names, |name, backend| {
-        let unfused = decode_dispatches(backend.as_ref(), EXACT);
-        let run = |record, fuse| {
-            let sizes = EngineOptions {
-                record,
-                fuse,
-                ..EXACT
-            };
-            let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
-            let mut session = Session::new(engine, None);
-            let out = decode(&mut session);
-            (out, session.engine().dispatches_per_token())
-        };
-        let ((fused, count), (direct, _)) = (run(true, Some(1)), run(false, None));
-        assert_eq!(fused, direct, "{name}");
-        if backend.info().resident_workgroups == 0 {
-            assert_eq!(count, unfused, "{name}");
-        } else {
-            assert!(
-                count < unfused,
-                "{name}: {count} dispatches, {unfused} unfused"
-            );
         }
     });
     assert!(ran > 0);

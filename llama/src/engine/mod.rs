@@ -7,12 +7,10 @@
 //! written to small device buffers that the kernels read, so one host write of each, one
 //! replay and a 4-byte read of the greedy token make a whole step.
 
-mod fused;
-
-pub use fused::FUSE_MIN_RESIDENT;
 mod plan;
 mod residency;
 
+use super::config::LlamaConfig;
 use super::error::ModelError;
 use super::graph::{self, Node, Op, Step, Tensor};
 use super::kernels::{KernelKey, KernelShape};
@@ -36,50 +34,32 @@ pub struct EngineOptions {
     /// Record decode steps and replay them (where every node runs on one device); off, each
     /// node is dispatched on its own, as cross-checks do.
     pub record: bool,
-    /// Fuse a recorded step's runs of dispatches into kernels with grid barriers
-    /// ([`fused`]) where the device keeps at least this many workgroups resident
-    /// ([`FUSE_MIN_RESIDENT`]); `None` never fuses. On an H100 a fused SmolLM2-sized decode
-    /// step was slower than the recorded one it replaces (CUDA 565–851 t/s against 1307,
-    /// Vulkan 400–445 against 715), so the CLI and bench leave it off.
-    pub fuse: Option<u32>,
-    /// Products whose weights allow it (Q8_0, Q4_0, Q4_1 in groups of 16 rows) multiply x
-    /// quantized to 8 bits per block of 32, as llama.cpp multiplies: packed dot products
-    /// (AVX512-VNNI's `vpdpbusd` on a CPU that has it, `dp4a` on NVIDIA) over weights
-    /// interleaved for them at upload ([`EngineOptions::takes_quantized_x`]: every step on a
-    /// CPU, prompt steps on a GPU). What the float products fuse (rms_norm, the attention
-    /// combine, rope-store, SwiGLU) then runs as nodes of its own. It moves each product by
-    /// x's quantization, about 4e-6 NMSE. A checker takes the checked engine's setting, so
-    /// both compute the same products.
-    pub quantize_x: bool,
-    /// A GPU's prompt products on matrix tiles ([`trine_ops::matmul_tiles`], f16 operands
-    /// and f32 sums) where the device has them, instead of quantized x. On an H100, a
-    /// SmolLM2-shaped pp512 (2026-11-25, one call): CUDA 51382 t/s against 34319 on quantized
-    /// x, Vulkan 35672 against 34983.
-    pub tiles: bool,
-    /// A GPU's decode step runs each layer's down projection in the gate/up product's
-    /// epilogue, adding into the residual stream with f32 atomic adds
-    /// ([`trine_ops::matvec_down`]), where the device has them: four dispatches per layer
-    /// instead of five. The adds land in any order, so a step's bits may differ from run to
-    /// run (within the products' bound). On an H100 (2026-11-26, SmolLM2-shaped tg128, each
-    /// pair in one call) it was slower on CUDA (1764–1771 t/s against 1932–1940 apart) and
-    /// inside the spread on Vulkan (835–855 against 814–844): the atomic adds, 110,592 a
-    /// layer, cost about what the dispatch they save does. The CLI and bench leave it off.
-    pub down_in_ffn: bool,
 }
 
 impl EngineOptions {
-    /// Whether a step of `tokens` on a GPU (`gpu`) or a CPU takes quantized x: on a CPU every
-    /// step (its products were 1.7–4× faster so on 2 EPYC cores), on a GPU prompt steps only
-    /// (SmolLM2-shaped pp512 on an H100 twice as fast, 2026-11-25), since a decode step there
-    /// is a chain of launches, which the float products' fusions keep short.
-    pub fn takes_quantized_x(&self, gpu: bool, tokens: u32) -> bool {
-        self.quantize_x && (!gpu || tokens > 1)
+    /// The sizes `trine generate` runs a prompt of `prompt` tokens and `max_tokens` more
+    /// with: the whole run in the cache (capped by the model's trained context), prompts in
+    /// steps of at most 512 tokens, decode steps recorded.
+    pub fn for_generation(c: &LlamaConfig, prompt: usize, max_tokens: usize) -> EngineOptions {
+        let needed = prompt.saturating_add(max_tokens).max(1);
+        let context = u32::try_from(needed)
+            .unwrap_or(u32::MAX)
+            .min(c.context_length);
+        EngineOptions {
+            context,
+            max_batch: context.min(512),
+            record: true,
+        }
     }
 
-    /// Whether a device described by `info` runs decode's down projection in the gate/up
-    /// product ([`EngineOptions::down_in_ffn`]): where it has f32 atomic adds.
-    pub fn takes_down_in_ffn(&self, info: &trine_backends::DeviceInfo) -> bool {
-        self.down_in_ffn && info.float_atomics
+    /// Whether a step of `tokens` on a GPU (`gpu`) or a CPU takes x quantized to 8 bits per
+    /// block of 32 for the products whose weights allow it, as llama.cpp multiplies: on a CPU
+    /// every step (packed 8-bit dot products), on a GPU prompt steps only, since a decode step
+    /// there is a chain of launches, which the float products' fusions keep short. What the
+    /// float products fuse (rms_norm, the attention combine, rope-store, SwiGLU) then runs as
+    /// nodes of its own.
+    pub fn takes_quantized_x(&self, gpu: bool, tokens: u32) -> bool {
+        !gpu || tokens > 1
     }
 }
 
@@ -150,7 +130,6 @@ impl Engine {
             small_tiles: crate::kernels::small_tiles(backend.info()),
         };
         let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
-        let down = options.takes_down_in_ffn(backend.info());
         // The kernels of a decode step and of the largest prompt step as a GPU and as a CPU
         // builds them: a CPU checking a GPU's nodes runs the GPU's (decode attention split
         // over chunks of the keys), and a GPU checking a CPU runs the CPU's (every product on
@@ -165,7 +144,7 @@ impl Engine {
                 for chunks in [false, true] {
                     let q8 = options.takes_quantized_x(on_gpu, tokens);
                     let step = Step { tokens, pos: 0 };
-                    let flags = (tiles, chunks, down);
+                    let flags = (tiles, chunks);
                     let nodes = graph::build(c, &model.weights, step, on_gpu, q8, flags);
                     keys.extend(
                         nodes
@@ -241,21 +220,13 @@ impl Engine {
         let c = &self.model.config;
         let q8 = self.options.takes_quantized_x(self.gpu, s.tokens);
         let info = self.placement.devices[0].info();
-        let tiles = self.options.tiles && self.gpu && info.tiles;
+        let tiles = self.gpu && info.tiles;
         let chunks = crate::kernels::chunked_flash(info);
-        let down = self.options.takes_down_in_ffn(info);
-        graph::build(
-            c,
-            &self.model.weights,
-            s,
-            self.gpu,
-            q8,
-            (tiles, chunks, down),
-        )
+        graph::build(c, &self.model.weights, s, self.gpu, q8, (tiles, chunks))
     }
 
     /// Dispatches per decode step: what one token costs the device in launches (the
-    /// recording's, fused or not, once a step has been recorded).
+    /// recording's, once a step has been recorded).
     pub fn dispatches_per_token(&self) -> usize {
         match &self.decode {
             Some(r) => r.len(),
@@ -308,9 +279,6 @@ impl Engine {
                 .iter()
                 .map(|n| self.bind(n, s))
                 .collect::<Result<Vec<_>, _>>()?;
-            let resident = self.dev(0).info().resident_workgroups;
-            let fuse = self.options.fuse.is_some_and(|min| resident >= min.max(1));
-            let bound = if fuse { self.fuse_runs(bound)? } else { bound };
             let list: Vec<Dispatch> = bound
                 .iter()
                 .map(|b| Dispatch {

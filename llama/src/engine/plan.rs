@@ -70,18 +70,9 @@ impl Engine {
                     inputs.push(Tensor::Weight(g));
                     params.push(ParamValue::F32(c.rms_eps));
                 }
-                let mut down = None;
                 match epilogue {
                     Epilogue::None | Epilogue::Swiglu => {}
                     Epilogue::Add(r) => inputs.push(r),
-                    Epilogue::AddTwice { r, copy } => {
-                        inputs.push(r);
-                        outputs.push(copy);
-                    }
-                    // W_down's views follow W's; y holds the residual stream it adds into.
-                    Epilogue::SwigluDown { down: d } => {
-                        down = Some(file_layout(info, w, d, w.tensors[d].ty));
-                    }
                     Epilogue::RopeStore { layer } => {
                         inputs.extend([Tensor::Step, Tensor::Freq]);
                         outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
@@ -89,23 +80,11 @@ impl Engine {
                     }
                 }
                 params.extend(spec.tokens_params(tokens));
-                // A variant reading the scales through an f16 view binds the weights twice (and
-                // W_down too).
+                // A variant reading the scales through an f16 view binds the weights twice.
                 let views = self.placement.buffers[&key].len() - inputs.len() - outputs.len();
-                let mut all = match down {
-                    Some(d) => {
-                        let mut v = vec![Tensor::Weight(wid); views / 2];
-                        v.extend(vec![d; views / 2]);
-                        v
-                    }
-                    None => vec![Tensor::Weight(wid); views],
-                };
+                let mut all = vec![Tensor::Weight(wid); views];
                 all.extend(inputs);
-                let mut p = plan(all, &outputs, params, spec.grid(rows, tokens));
-                if down.is_some() {
-                    p.updates.push(y);
-                }
-                p
+                plan(all, &outputs, params, spec.grid(rows, tokens))
             }
             // Both attention kernels read the rotated queries, the position and the layer's
             // caches, and write the split partials.

@@ -90,7 +90,6 @@ impl Engine {
             Tensor::Ids => f32s(b),
             Tensor::Step => f32s(4),
             Tensor::Token => f32s(1),
-            Tensor::GridSync => f32s(2),
             Tensor::Resid(_) | Tensor::QRot => f32s(b * c.n_embd as u64),
             Tensor::Part => {
                 // Prompt steps split up to MAX_FLASH_SPLITS times per token, decode steps on a

@@ -85,25 +85,6 @@ pub struct Args {
     /// With --model: repetitions of each test after a warm-up.
     #[arg(long, default_value_t = 3)]
     reps: usize,
-    /// With --model: fuse the recorded decode step's runs of dispatches into kernels with grid
-    /// barriers (`EngineOptions::fuse`), to measure what that gives; off by default, as it was
-    /// slower on the H100 (docs/bench/decode-h100-2026-11-25.md).
-    #[arg(long)]
-    fuse: bool,
-    /// With --model: every product multiplies float x, as before a CPU's products and a GPU's
-    /// prompt products took x quantized to 8 bits (`EngineOptions::quantize_x`).
-    #[arg(long)]
-    float_x: bool,
-    /// With --model: GPU prompts without matrix tiles, on quantized x as before they had them
-    /// (`EngineOptions::tiles`).
-    #[arg(long)]
-    no_tiles: bool,
-    /// With --model: each GPU decode layer's down projection in the gate/up product's
-    /// epilogue, adding into the residual stream with f32 atomic adds
-    /// (`EngineOptions::down_in_ffn`), to measure what that gives; off by default, as it was
-    /// slower on the H100 (docs/bench/decode-h100-2026-11-26.md).
-    #[arg(long)]
-    down_in_ffn: bool,
 }
 
 /// The name the `gemm` crate's records carry as their backend.
@@ -244,20 +225,8 @@ fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
     let (columns, absent) = open(&args.backends)?;
     let mut backends: Vec<model::Named> = columns.into_iter().map(|(n, b)| (n, Ok(b))).collect();
     backends.extend(absent.into_iter().map(|(n, why)| (n, Err(why))));
-    let rows = model::run(
-        path,
-        &backends,
-        args.n_prompt,
-        args.n_gen,
-        args.reps,
-        model::Products {
-            fuse: args.fuse,
-            quantize_x: !args.float_x,
-            tiles: !args.no_tiles,
-            down_in_ffn: args.down_in_ffn,
-        },
-    )
-    .map_err(BenchError::Model)?;
+    let rows = model::run(path, &backends, args.n_prompt, args.n_gen, args.reps)
+        .map_err(BenchError::Model)?;
     let table = model::table(path, &rows);
     print!("{table}");
     let write = |p: &PathBuf, text: String| {

@@ -20,16 +20,6 @@ pub struct ModelRow {
     pub layers: u32,
 }
 
-/// How the steps compute, as `EngineOptions` says: grid-barrier fusion of the decode step,
-/// quantized x, matrix tiles in GPU prompts.
-#[derive(Clone, Copy, Debug)]
-pub struct Products {
-    pub fuse: bool,
-    pub quantize_x: bool,
-    pub tiles: bool,
-    pub down_in_ffn: bool,
-}
-
 /// Runs pp`pp` and tg`tg` (a test of 0 tokens is left out), `reps` times each, on each backend.
 pub fn run(
     path: &Path,
@@ -37,7 +27,6 @@ pub fn run(
     pp: u32,
     tg: u32,
     reps: usize,
-    products: Products,
 ) -> Result<Vec<ModelRow>, String> {
     let model = Arc::new(Model::open(path).map_err(|e| format!("{}: {e}", path.display()))?);
     let context = pp.max(tg).max(1).min(model.config.context_length);
@@ -45,10 +34,6 @@ pub fn run(
         context,
         max_batch: pp.clamp(1, context),
         record: true,
-        fuse: products.fuse.then_some(trine_llama::FUSE_MIN_RESIDENT),
-        quantize_x: products.quantize_x,
-        tiles: products.tiles,
-        down_in_ffn: products.down_in_ffn,
     };
     let mut rows = vec![];
     for (name, backend) in backends {
