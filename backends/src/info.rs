@@ -81,6 +81,21 @@ pub struct DeviceInfo {
     pub runtime_version: String,
     /// Anything else a user should know (a fallback taken, a feature missing).
     pub notes: Vec<String>,
+    /// Kernel choices measured faster on this device than the default ones.
+    #[serde(default)]
+    pub tuning: Tuning,
+}
+
+/// Kernel choices a backend makes for its device where they were measured faster than what
+/// the capabilities alone would pick: what the model layer's planner asks instead of naming a
+/// driver or a vendor. All off by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tuning {
+    /// Every prompt product on matrix tiles takes the small block, whatever its size.
+    pub small_tile_blocks: bool,
+    /// A prompt's flash attention cuts the keys into chunks combined after it, so that the
+    /// last query block's walk over the keys does not set the dispatch's length.
+    pub flash_key_chunks: bool,
 }
 
 impl DeviceInfo {

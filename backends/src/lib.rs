@@ -21,6 +21,6 @@ pub mod wgpu;
 
 pub use backend::{Backend, Binding, BufferHandle, Dispatch, ProgramId};
 pub use error::BackendError;
-pub use info::{DeviceInfo, DeviceType, MemoryInfo};
+pub use info::{DeviceInfo, DeviceType, MemoryInfo, Tuning};
 pub use recording::{RecordedDispatch, Recording};
 pub use registry::{open, open_all, open_best, probe_all, BackendKind, Opened, PlacementError};

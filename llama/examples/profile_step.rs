@@ -37,7 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     engine.set_ids(&vec![2; tokens as usize], pos)?;
     let mut by_op: BTreeMap<&str, (u32, f64)> = BTreeMap::new();
     let mut total = 0.0;
-    for node in engine.graph(s) {
+    for node in engine.graph(s)? {
         let t = engine.run_timed(&node, s)?.as_secs_f64() * 1e6;
         let e = by_op.entry(node.label).or_default();
         e.0 += 1;

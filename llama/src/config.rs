@@ -1,12 +1,15 @@
-//! A Llama model's hyperparameters, read from the GGUF metadata under `llama.*` (the keys
-//! llama.cpp's converter writes), with llama.cpp's defaults where a key is optional.
+//! A model's hyperparameters, read from the GGUF metadata under its architecture's prefix
+//! (`llama.*`: the keys llama.cpp's converter writes), with llama.cpp's defaults where a key is
+//! optional.
 
+use super::arch::Architecture;
 use super::error::ModelError;
 use trine_gguf::{Gguf, GgufError};
 use trine_ops::attention::MAX_HEAD_DIM;
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct LlamaConfig {
+pub struct Config {
+    pub arch: Architecture,
     pub n_embd: u32,
     pub n_layer: u32,
     pub n_head: u32,
@@ -20,13 +23,11 @@ pub struct LlamaConfig {
     pub rms_eps: f32,
 }
 
-impl LlamaConfig {
-    pub fn from_gguf(g: &Gguf) -> Result<LlamaConfig, ModelError> {
-        let arch = g.get_str("general.architecture")?;
-        if arch != "llama" {
-            return Err(ModelError::Architecture(arch.to_string()));
-        }
-        let n_head = g.get_u32("llama.attention.head_count")?;
+impl Config {
+    pub fn from_gguf(g: &Gguf) -> Result<Config, ModelError> {
+        let arch = Architecture::from_name(g.get_str("general.architecture")?)?;
+        let key = |k: &str| format!("{}.{k}", arch.name());
+        let n_head = g.get_u32(&key("attention.head_count"))?;
         let vocab = match g.tensor("token_embd.weight") {
             Some(t) if t.dims.len() == 2 => bounded("token_embd.weight dims[1]", t.dims[1])?,
             Some(t) => {
@@ -38,23 +39,25 @@ impl LlamaConfig {
             }
             None => return Err(ModelError::MissingTensor("token_embd.weight".into())),
         };
-        let c = LlamaConfig {
-            n_embd: g.get_u32("llama.embedding_length")?,
-            n_layer: g.get_u32("llama.block_count")?,
+        let c = Config {
+            arch,
+            n_embd: g.get_u32(&key("embedding_length"))?,
+            n_layer: g.get_u32(&key("block_count"))?,
             n_head,
-            n_head_kv: optional(g.get_u32("llama.attention.head_count_kv"), n_head)?,
-            n_ff: g.get_u32("llama.feed_forward_length")?,
+            n_head_kv: optional(g.get_u32(&key("attention.head_count_kv")), n_head)?,
+            n_ff: g.get_u32(&key("feed_forward_length"))?,
             vocab,
-            context_length: g.get_u32("llama.context_length")?,
-            rope_base: optional(g.get_f32("llama.rope.freq_base"), 10_000.0)?,
-            rms_eps: optional(g.get_f32("llama.attention.layer_norm_rms_epsilon"), 1e-5)?,
+            context_length: g.get_u32(&key("context_length"))?,
+            rope_base: optional(g.get_f32(&key("rope.freq_base")), 10_000.0)?,
+            rms_eps: optional(g.get_f32(&key("attention.layer_norm_rms_epsilon")), 1e-5)?,
         };
         c.check()?;
-        // Rope over part of a head (partial rotary) is not what the Llama graph does.
-        let rope_dims = optional(g.get_u32("llama.rope.dimension_count"), c.head_dim())?;
+        // Rope over part of a head (partial rotary) is not what the rope kernels do.
+        let rope_key = key("rope.dimension_count");
+        let rope_dims = optional(g.get_u32(&rope_key), c.head_dim())?;
         if rope_dims != c.head_dim() {
             return Err(bad(
-                "llama.rope.dimension_count",
+                &rope_key,
                 rope_dims,
                 "must equal the head dimension (partial rotary embedding is not supported)",
             ));
@@ -72,30 +75,31 @@ impl LlamaConfig {
     }
 
     fn check(&self) -> Result<(), ModelError> {
+        let key = |k: &str| format!("{}.{k}", self.arch.name());
         let positive = [
-            ("llama.embedding_length", self.n_embd),
-            ("llama.block_count", self.n_layer),
-            ("llama.attention.head_count", self.n_head),
-            ("llama.attention.head_count_kv", self.n_head_kv),
-            ("llama.feed_forward_length", self.n_ff),
-            ("llama.context_length", self.context_length),
-            ("vocabulary size", self.vocab),
+            (key("embedding_length"), self.n_embd),
+            (key("block_count"), self.n_layer),
+            (key("attention.head_count"), self.n_head),
+            (key("attention.head_count_kv"), self.n_head_kv),
+            (key("feed_forward_length"), self.n_ff),
+            (key("context_length"), self.context_length),
+            ("vocabulary size".to_string(), self.vocab),
         ];
-        for (key, v) in positive {
+        for (name, v) in positive {
             if v == 0 {
-                return Err(bad(key, v, "must be positive"));
+                return Err(bad(&name, v, "must be positive"));
             }
         }
         if !self.n_embd.is_multiple_of(self.n_head) {
             return Err(bad(
-                "llama.embedding_length",
+                &key("embedding_length"),
                 self.n_embd,
                 "must be a multiple of the head count",
             ));
         }
         if !self.n_head.is_multiple_of(self.n_head_kv) {
             return Err(bad(
-                "llama.attention.head_count_kv",
+                &key("attention.head_count_kv"),
                 self.n_head_kv,
                 "must divide the head count",
             ));
@@ -110,14 +114,14 @@ impl LlamaConfig {
         }
         if !(self.rope_base.is_finite() && self.rope_base > 1.0) {
             return Err(bad(
-                "llama.rope.freq_base",
+                &key("rope.freq_base"),
                 self.rope_base,
                 "must be finite and > 1",
             ));
         }
         if !(self.rms_eps.is_finite() && self.rms_eps > 0.0) {
             return Err(bad(
-                "llama.attention.layer_norm_rms_epsilon",
+                &key("attention.layer_norm_rms_epsilon"),
                 self.rms_eps,
                 "must be finite and positive",
             ));

@@ -22,8 +22,15 @@ pub enum ModelError {
         #[source]
         source: Box<BackendError>,
     },
-    #[error("architecture {0:?} is not one this executor runs (it runs \"llama\")")]
-    Architecture(String),
+    #[error("architecture {found:?} is not one this executor runs (it runs {supported})")]
+    Architecture { found: String, supported: String },
+    /// An add the fusion pass found no product to fold into: an architecture's graph that
+    /// the shared blocks did not build.
+    #[error("the add {node:?} (layer {layer:?}) does not follow the product it adds to")]
+    Unfused {
+        node: &'static str,
+        layer: Option<u32>,
+    },
     #[error("hyperparameter {key} = {value} is invalid: {why}")]
     Hyperparameter {
         key: String,

@@ -1,22 +1,29 @@
-//! trine-llama: Llama-family models from GGUF files: hyperparameters and weights ([`Model`]), the forward
-//! step as a graph of op-library kernels ([`graph`]), an executor that places each kernel on a
-//! device and keeps tensors resident ([`Engine`]), and generation with an optional
-//! cross-check against a second backend ([`Session`], [`generate()`]).
+//! trine-llama: transformer models from GGUF files: hyperparameters and weights ([`Model`]);
+//! each architecture's step as a graph of generic nodes ([`arch`], [`graph`]); the fusion pass
+//! that turns it into the nodes a device runs ([`fuse`]); the planner that picks each node's
+//! kernel from the device's capabilities and the tuning table ([`planner`], [`tuning`]); an
+//! executor that places each kernel on a device and keeps tensors resident ([`Engine`]); and
+//! generation with an optional cross-check against a second backend ([`Session`],
+//! [`generate()`]).
 
+pub mod arch;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod fuse;
 pub mod generate;
 pub mod graph;
-pub mod kernels;
 pub mod model;
 pub mod placement;
+pub mod planner;
 pub mod sampler;
 pub mod session;
 pub mod speed;
+pub mod tuning;
 pub mod weights;
 
-pub use config::LlamaConfig;
+pub use arch::Architecture;
+pub use config::Config;
 pub use engine::{Engine, EngineOptions};
 pub use error::ModelError;
 pub use generate::{generate, GenerateOptions, Report};

@@ -1,7 +1,7 @@
 //! A Llama model opened from a GGUF file: the mapped file, its hyperparameters, its weights
 //! and its tokenizer, all checked before any device sees them.
 
-use super::config::LlamaConfig;
+use super::config::Config;
 use super::error::ModelError;
 use super::weights::Weights;
 use std::path::Path;
@@ -10,7 +10,7 @@ use trine_tokenizer::Tokenizer;
 
 pub struct Model {
     pub gguf: Gguf,
-    pub config: LlamaConfig,
+    pub config: Config,
     pub weights: Weights,
     pub tokenizer: Tokenizer,
 }
@@ -21,7 +21,7 @@ impl Model {
     }
 
     pub fn from_gguf(gguf: Gguf) -> Result<Model, ModelError> {
-        let config = LlamaConfig::from_gguf(&gguf)?;
+        let config = Config::from_gguf(&gguf)?;
         let weights = Weights::from_gguf(&gguf, &config)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         Ok(Model {

@@ -4,20 +4,27 @@
 //! devices.
 
 use super::error::ModelError;
-use super::kernels::{KernelKey, KernelShape};
+use super::planner::{KernelKey, KernelShape, Launch};
 use std::collections::HashMap;
 use std::sync::Arc;
 use trine_backends::{Backend, BackendKind, ProgramId};
+
+/// Where a key's kernel runs: the device, the program, and how the variant that compiled is
+/// launched.
+#[derive(Clone, Copy, Debug)]
+pub struct Placed {
+    pub device: usize,
+    pub program: ProgramId,
+    pub launch: Launch,
+}
 
 /// The devices of one executor: `devices[0]` is the backend asked for; a CPU joins only when
 /// a kernel could not run there.
 pub struct Placement {
     pub devices: Vec<Arc<dyn Backend>>,
-    pub programs: HashMap<KernelKey, (usize, ProgramId)>,
-    /// The buffer names of the variant each key got, in binding order.
-    pub buffers: HashMap<KernelKey, Vec<String>>,
-    /// The kernel each program was compiled from (the variant that compiled).
-    pub kernels: HashMap<ProgramId, trine_ir::Kernel>,
+    pub programs: HashMap<KernelKey, Placed>,
+    /// The name of the kernel each program was compiled from (the variant that compiled).
+    pub kernels: HashMap<ProgramId, String>,
     /// One line per kernel that did not get its preferred variant on the primary device.
     pub notes: Vec<String>,
 }
@@ -31,7 +38,6 @@ impl Placement {
         let mut p = Placement {
             devices: vec![primary],
             programs: HashMap::new(),
-            buffers: HashMap::new(),
             kernels: HashMap::new(),
             notes: vec![],
         };
@@ -41,16 +47,16 @@ impl Placement {
             }
             let placed = p.compile_on(0, key, shape)?;
             let placed = match placed {
-                Ok(id) => (0, id),
+                Ok(placed) => placed,
                 Err(reasons) => {
                     let cpu = p.cpu(key, &reasons)?;
                     match p.compile_on(cpu, key, shape)? {
-                        Ok(id) => {
+                        Ok(placed) => {
                             p.notes.push(format!(
                                 "{key} runs on the cpu: {} could not run it ({reasons})",
                                 p.devices[0].name()
                             ));
-                            (cpu, id)
+                            placed
                         }
                         Err(more) => {
                             return Err(ModelError::NoBackendFor {
@@ -73,15 +79,14 @@ impl Placement {
         d: usize,
         key: KernelKey,
         shape: KernelShape,
-    ) -> Result<Result<ProgramId, String>, ModelError> {
+    ) -> Result<Result<Placed, String>, ModelError> {
         let dev = &self.devices[d];
         let mut reasons = vec![];
-        for (i, kernel) in key.variants(dev.info(), shape)?.iter().enumerate() {
+        for (i, variant) in key.variants(dev.info(), shape)?.into_iter().enumerate() {
+            let kernel = &variant.kernel;
             match dev.compile(kernel) {
-                Ok(id) => {
-                    let names = kernel.buffers.iter().map(|b| b.name.clone()).collect();
-                    self.buffers.insert(key, names);
-                    self.kernels.insert(id, kernel.clone());
+                Ok(program) => {
+                    self.kernels.insert(program, kernel.name.clone());
                     if i > 0 {
                         self.notes.push(format!(
                             "{}: {key} runs as its fallback {} ({})",
@@ -90,7 +95,11 @@ impl Placement {
                             reasons.join("; ")
                         ));
                     }
-                    return Ok(Ok(id));
+                    return Ok(Ok(Placed {
+                        device: d,
+                        program,
+                        launch: variant.launch,
+                    }));
                 }
                 Err(e) => reasons.push(format!("{}: {e}", kernel.name)),
             }

@@ -8,7 +8,7 @@
 
 use super::engine::Engine;
 use super::error::ModelError;
-use super::graph::{Node, Op, Step, Tensor};
+use super::graph::{AttentionForm, Node, Op, Step, Tensor};
 use serde::Serialize;
 use trine_ops::compare::nmse;
 
@@ -144,10 +144,8 @@ impl Session {
             }
             ch.check_step(s)?;
             ch.set_ids(chunk, s.pos)?;
-            for node in &self.engine.graph(s) {
+            for node in &self.engine.graph(s)? {
                 let ch = self.checker.as_mut().expect("checked above");
-                // Before the node runs: a node that adds into its output (the down projection
-                // in gate/up's epilogue) has changed that input once it has.
                 for t in self.engine.activation_inputs(node, s) {
                     if let Some(bytes) = self.engine.export(t)? {
                         ch.import(t, &bytes)?;
@@ -185,48 +183,37 @@ impl Session {
 }
 
 /// How far a node's output on two backends may differ (NMSE) when both run it on the same
-/// inputs: 100 times the worst measured for its kind of op. Measured on 2026-11-25 with
-/// `trine generate --cross-check cpu -n 16` on SmolLM2-135M-Instruct Q4_1 and the five prompts
-/// of `llama/tests/fixtures/smollm2_reference_f64.json` (5 to 98 tokens), vulkan and wgpu on
-/// lavapipe against the cpu, every node of every step; and with the H100 runs in
-/// `docs/models/check-*.json` (cuda, vulkan and wgpu against the cpu). The conformance bounds are for a kernel against its f64
-/// reference; these are for two f32 devices on one step, which is what a cross-check sees.
+/// inputs: 100 times the worst measured for its kind of op, by `trine generate --cross-check
+/// cpu` on SmolLM2-135M-Instruct Q4_1 over the prompts of
+/// `llama/tests/fixtures/smollm2_reference_f64.json`, every node of every step, on the
+/// devices whose records are in `docs/models/`. The conformance bounds are for a kernel
+/// against its f64 reference; these are for two f32 devices on one step, which is what a
+/// cross-check sees.
 fn cross_check_bound(node: &Node) -> f64 {
     match node.op {
-        // The products (QKV with rope, the output projection, gate/up, down, the head): at
-        // most 8.9e-13 on lavapipe (gate/up), 2.9e-12 on the H100 (rope on K, fused since).
-        Op::Matvec { .. } => 2.9e-10,
-        // Split attention's partials: at most 6.3e-8 (layer 22 of the longest prompt's decode
-        // steps on lavapipe), under 2.9e-12 on the H100. The checker keeps its own KV cache
-        // (caches are not copied across), so keys and values it rounded to f16 itself can
-        // differ from the main backend's in the last bit: the likely cause of this op's larger
-        // difference.
-        Op::AttnSplit { .. } => 6.3e-6,
-        // The same sums grouped by blocks of keys: the split kernel's bound until measured
-        // across devices.
-        Op::AttnFlash { tiles: false, .. } => 6.3e-6,
-        // On tiles, queries, keys, values and p are rounded to f16, where the checker's scalar
-        // kernel keeps f32: the tiled kernel's own bound against its reference.
-        Op::AttnFlash { tiles: true, .. } => trine_ops::attention_flash_tiles::NMSE,
-        // The nodes of steps on quantized x (`EngineOptions::takes_quantized_x`), given the
-        // float products' bound before they were measured across devices (the H100 runs of
-        // 2026-11-25 reached at most 2.8e-11): the products' exact integer dots with f32 scaling
-        // and sums; the plain rms_norm, whose reduction order and rsqrt's few ulps are the
-        // fused norm's; the quantizer's scales (the output compared, the codes not being
-        // floats), from a division Vulkan may round 2.5 ulp off; and the combine, SwiGLU and
-        // rope-store the float products fuse, the same arithmetic as there.
-        // Products on matrix tiles: the same f16 operands summed in another order (and, on
-        // tensor cores, at another precision) than the checker's scalar variant, given the
-        // products' bound until measured across devices.
-        Op::MatvecQ8 { .. }
-        | Op::MatmulTiles { .. }
-        | Op::RmsNorm { .. }
+        // Every product, whatever its form: exact integer dots or float sums in another
+        // order, at most 2.9e-12 measured. The nodes around the products on quantized x or
+        // tiles (the plain rms_norm, the quantizer's scales, the combine, SwiGLU, rope-store)
+        // are the same arithmetic the float products fuse, and take their bound.
+        Op::Product { .. }
+        | Op::Norm { .. }
         | Op::Quantize { .. }
         | Op::Combine { .. }
-        | Op::SwigluPairs
+        | Op::Swiglu
         | Op::RopeStore { .. } => 2.9e-10,
+        // Attention's partials: at most 6.3e-8 measured. The checker keeps its own KV cache
+        // (caches are not copied across), so keys and values it rounded to f16 itself can
+        // differ from the main backend's in the last bit. Flash attention without tiles sums
+        // the same terms grouped by blocks of keys.
+        Op::Attention {
+            form: AttentionForm::Split { .. } | AttentionForm::Flash { tiles: false, .. },
+            ..
+        } => 6.3e-6,
+        // On tiles, queries, keys, values and p are rounded to f16, where the checker's scalar
+        // kernel keeps f32: the tiled kernel's own bound against its reference.
+        Op::Attention { .. } => trine_ops::attention_flash_tiles::NMSE,
         // An embedding row gather, a row copy and an argmax: exact everywhere measured.
-        Op::Embed { .. } | Op::PickLast | Op::Argmax => 0.0,
+        Op::Embed { .. } | Op::PickLast | Op::Argmax | Op::Add { .. } => 0.0,
     }
 }
 

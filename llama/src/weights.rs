@@ -4,7 +4,7 @@
 //! conversion (BF16 matrices and non-f32 norms become f32, once, at load) or its length is not
 //! a whole number of 32-bit words (buffers are word-addressed).
 
-use super::config::LlamaConfig;
+use super::config::Config;
 use super::error::ModelError;
 use half::{bf16, f16};
 use trine_gguf::quant::WeightType;
@@ -57,13 +57,13 @@ pub struct Weights {
 
 impl Weights {
     /// Whether only products read weight `id`, so that a device may hold it in another layout
-    /// ([`crate::kernels::holds_pairs`]): every weight but the embedding table, which the
+    /// ([`crate::tuning::holds_pairs`]): every weight but the embedding table, which the
     /// embedding lookup reads (an output head tied to it then reads the file's layout too).
     pub fn pairable(&self, id: WeightId) -> bool {
         id != self.token_embd
     }
 
-    pub fn from_gguf(g: &Gguf, c: &LlamaConfig) -> Result<Weights, ModelError> {
+    pub fn from_gguf(g: &Gguf, c: &Config) -> Result<Weights, ModelError> {
         let mut w = Loader { g, tensors: vec![] };
         let (d, kv, ff, vocab) = (c.n_embd, c.kv_dim(), c.n_ff, c.vocab);
         let token_embd = w.matrix("token_embd.weight", vocab, d)?;

@@ -10,6 +10,7 @@ use trine_backends::{
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType, Value};
 use trine_ir::Kernel;
+use trine_llama::graph::{Form, Op, Step};
 use trine_llama::{
     generate, Engine, EngineOptions, GenerateOptions, Model, ModelError, Sampling, Session,
 };
@@ -76,9 +77,18 @@ impl Faulty {
         Self::gpu_with(false)
     }
 
+    /// [`Faulty::gpu`] that refuses to compile the kernels whose names start with `refuse`.
+    fn gpu_refusing(refuse: &'static str) -> Arc<dyn Backend> {
+        Self::stand_in(false, refuse)
+    }
+
     /// [`Faulty::gpu`] that says it has matrix tiles: its prompts take the tiled products,
     /// which the CPU beneath runs as their scalar variant.
     fn gpu_with(tiles: bool) -> Arc<dyn Backend> {
+        Self::stand_in(tiles, "")
+    }
+
+    fn stand_in(tiles: bool, refuse: &'static str) -> Arc<dyn Backend> {
         let inner = cpu();
         let mut info = inner.info().clone();
         info.device_type = DeviceType::Discrete;
@@ -87,7 +97,7 @@ impl Faulty {
         Arc::new(Faulty {
             info,
             inner,
-            refuse: "",
+            refuse,
             spoil: &[],
             factor: 1.0,
             spoiled: Mutex::new(HashSet::new()),
@@ -156,25 +166,33 @@ fn run(session: &mut Session) -> Vec<Vec<f32>> {
     out
 }
 
+/// A GPU whose driver refuses the float products' kernels runs them on the CPU, which joins
+/// the executor for them (with a note naming each and why), and the logits are the GPU's
+/// within the products' rounding: the CPU's kernels sum in another order.
 #[test]
-fn a_kernel_the_device_lacks_runs_on_the_cpu_with_the_same_result() {
+fn a_kernel_the_device_lacks_runs_on_the_cpu() {
     let model = tiny();
     let reference = run(&mut Session::new(
-        Engine::new(model.clone(), cpu(), SIZES).unwrap(),
+        Engine::new(model.clone(), Faulty::gpu(), SIZES).unwrap(),
         None,
     ));
     assert!(reference.iter().flatten().all(|v| v.is_finite()));
-    let engine = Engine::new(model, Faulty::device("matvec_q4_1", &[], 1.0), SIZES).unwrap();
+    let engine = Engine::new(model, Faulty::gpu_refusing("matvec_q4_1"), SIZES).unwrap();
     let devices: Vec<&str> = engine.devices().map(|d| d.name()).collect();
     assert_eq!(devices, ["faulty", "cpu"]);
     let notes = engine.placement_notes().join("\n");
-    for fused in ["rms_norm, rope, kv cache store)", "attention combine, add"] {
-        let note = format!("matvec q4_1 ({fused}");
+    for fused in ["rms_norm, rope, kv cache store", "attention combine, add"] {
+        let note = format!("matvec q4_1 ({fused}) runs on the cpu: faulty could not run it");
         assert!(notes.contains(&note), "{notes}");
     }
-    // Every projection moves its input to the CPU and its output back: the same arithmetic,
-    // so the same bits.
-    assert_eq!(run(&mut Session::new(engine, None)), reference);
+    let got = run(&mut Session::new(engine, None));
+    assert_eq!(got.len(), reference.len());
+    for (step, (a, b)) in got.iter().zip(&reference).enumerate() {
+        let a: Vec<f64> = a.iter().map(|&v| f64::from(v)).collect();
+        let b: Vec<f64> = b.iter().map(|&v| f64::from(v)).collect();
+        let e = trine_ops::compare::nmse(&a, &b).unwrap();
+        assert!(e < 1e-9, "step {step}: NMSE {e:e}");
+    }
 }
 
 #[test]
@@ -222,9 +240,18 @@ fn a_gpus_prompts_take_quantized_x_and_its_decode_steps_do_not() {
     let model = tiny();
     let main = Engine::new(model, Faulty::gpu(), SIZES).unwrap();
     let q8 = |tokens| {
-        main.graph(trine_llama::graph::Step { tokens, pos: 0 })
+        main.graph(Step { tokens, pos: 0 })
+            .unwrap()
             .iter()
-            .filter(|n| matches!(n.op, trine_llama::graph::Op::MatvecQ8 { .. }))
+            .filter(|n| {
+                matches!(
+                    n.op,
+                    Op::Product {
+                        form: Form::QuantizedX,
+                        ..
+                    }
+                )
+            })
             .count()
     };
     // Four products per layer and the head.
@@ -247,15 +274,19 @@ fn a_cpu_checks_a_gpus_prompts_on_matrix_tiles() {
     let model = tiny();
     let main = Engine::new(model, Faulty::gpu_with(true), SIZES).unwrap();
     let count = |tokens, tiled: bool| {
-        main.graph(trine_llama::graph::Step { tokens, pos: 0 })
+        main.graph(Step { tokens, pos: 0 })
+            .unwrap()
             .iter()
-            .filter(|n| {
-                use trine_llama::graph::Op;
-                match n.op {
-                    Op::MatmulTiles { .. } => tiled,
-                    Op::MatvecQ8 { .. } | Op::Quantize { .. } => !tiled,
-                    _ => false,
+            .filter(|n| match n.op {
+                Op::Product {
+                    form: Form::Tiles, ..
+                } => tiled,
+                Op::Product {
+                    form: Form::QuantizedX,
+                    ..
                 }
+                | Op::Quantize { .. } => !tiled,
+                _ => false,
             })
             .count()
     };
@@ -438,7 +469,7 @@ fn a_model_larger_than_the_device_is_refused_before_the_first_step() {
     let model = tiny();
     let roomy = Small::device(u64::MAX, None);
     let engine = Engine::new(model.clone(), roomy.clone(), SIZES).unwrap();
-    let needed = engine.bytes_needed(0);
+    let needed = engine.bytes_needed(0).unwrap();
     let mut session = Session::new(engine, None);
     session.feed(&[1; SIZES.max_batch as usize]).unwrap();
     session.feed_greedy(&[2]).unwrap();
@@ -480,7 +511,8 @@ fn an_allocation_that_fails_is_the_typed_out_of_memory_error() {
     let model = tiny();
     let needed = Engine::new(model.clone(), Small::device(u64::MAX, None), SIZES)
         .unwrap()
-        .bytes_needed(0);
+        .bytes_needed(0)
+        .unwrap();
     let go = |session: &mut Session, prepare: bool| {
         if prepare {
             session.prepare()
@@ -715,7 +747,7 @@ fn bad_models_and_steps_are_typed_errors() {
         }
         true
     });
-    assert!(matches!(arch, Err(ModelError::Architecture(a)) if a == "gpt2"));
+    assert!(matches!(arch, Err(ModelError::Architecture { found, .. }) if found == "gpt2"));
     let missing = edited(|k, _| k != "blk.1.ffn_up.weight");
     assert!(matches!(missing, Err(ModelError::MissingTensor(t)) if t == "blk.1.ffn_up.weight"));
     let heads = edited(|k, v| {

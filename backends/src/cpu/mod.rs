@@ -195,6 +195,7 @@ impl CpuBackend {
             driver,
             runtime_version: env!("CARGO_PKG_VERSION").into(),
             notes,
+            tuning: Default::default(),
         };
         CpuBackend {
             info,

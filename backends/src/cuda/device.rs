@@ -189,6 +189,7 @@ pub fn describe(
         driver: driver_text,
         runtime_version: format!("CUDA {cuda}, NVRTC {nv_major}.{nv_minor}"),
         notes,
+        tuning: Default::default(),
     };
     Ok((Device { arch, max_block }, info))
 }

@@ -241,6 +241,7 @@ pub(super) fn device_info(rt: &Runtime, dev: &Device, extra: Vec<String>) -> Dev
         driver: rt.info.library.clone(),
         runtime_version: format!("HIP {version}"),
         notes,
+        tuning: Default::default(),
     }
 }
 

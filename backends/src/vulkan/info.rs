@@ -366,6 +366,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         },
         runtime_version: format!("Vulkan {}", version(props.api_version)),
         notes,
+        tuning: tuning(props.vendor_id),
     };
     Probe {
         info,
@@ -455,4 +456,17 @@ fn driver_name(d: &vk::PhysicalDeviceDriverProperties<'_>) -> String {
         &text(d.driver_name_as_c_str()),
         &text(d.driver_info_as_c_str()),
     )
+}
+
+/// NVIDIA's Vulkan driver: its cooperative-matrix products ran prompts faster on the small
+/// block than on the larger ones the CUDA backend takes, and its tiled flash attention takes
+/// about twice CUDA's time per block of keys, so cutting the keys into chunks shortens the
+/// dispatch (`docs/bench/prefill.md`).
+fn tuning(vendor_id: u32) -> crate::Tuning {
+    const NVIDIA: u32 = 0x10de;
+    let nvidia = vendor_id == NVIDIA;
+    crate::Tuning {
+        small_tile_blocks: nvidia,
+        flash_key_chunks: nvidia,
+    }
 }

@@ -82,5 +82,6 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
         driver: driver_string(&a.driver, &a.driver_info),
         runtime_version: format!("wgpu 30 on {}", a.backend),
         notes,
+        tuning: Default::default(),
     }
 }

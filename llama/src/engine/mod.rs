@@ -10,12 +10,14 @@
 mod plan;
 mod residency;
 
-use super::config::LlamaConfig;
+use super::config::Config;
 use super::error::ModelError;
-use super::graph::{self, Node, Op, Step, Tensor};
-use super::kernels::{KernelKey, KernelShape};
+use super::fuse::{fuse, Offer};
+use super::graph::{Node, Op, Step, Tensor};
 use super::model::Model;
 use super::placement::Placement;
+use super::planner::{KernelKey, KernelShape};
+use super::tuning;
 use half::f16;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,7 +42,7 @@ impl EngineOptions {
     /// The sizes `trine generate` runs a prompt of `prompt` tokens and `max_tokens` more
     /// with: the whole run in the cache (capped by the model's trained context), prompts in
     /// steps of at most 512 tokens, decode steps recorded.
-    pub fn for_generation(c: &LlamaConfig, prompt: usize, max_tokens: usize) -> EngineOptions {
+    pub fn for_generation(c: &Config, prompt: usize, max_tokens: usize) -> EngineOptions {
         let needed = prompt.saturating_add(max_tokens).max(1);
         let context = u32::try_from(needed)
             .unwrap_or(u32::MAX)
@@ -50,16 +52,6 @@ impl EngineOptions {
             max_batch: context.min(512),
             record: true,
         }
-    }
-
-    /// Whether a step of `tokens` on a GPU (`gpu`) or a CPU takes x quantized to 8 bits per
-    /// block of 32 for the products whose weights allow it, as llama.cpp multiplies: on a CPU
-    /// every step (packed 8-bit dot products), on a GPU prompt steps only, since a decode step
-    /// there is a chain of launches, which the float products' fusions keep short. What the
-    /// float products fuse (rms_norm, the attention combine, rope-store, SwiGLU) then runs as
-    /// nodes of its own.
-    pub fn takes_quantized_x(&self, gpu: bool, tokens: u32) -> bool {
-        !gpu || tokens > 1
     }
 }
 
@@ -76,8 +68,9 @@ pub struct Engine {
     shape: KernelShape,
     options: EngineOptions,
     tensors: HashMap<Tensor, Resident>,
-    /// Whether the primary device is a GPU: decode attention splits the keys there.
-    gpu: bool,
+    /// What the fusion pass builds the nodes for: the primary device's offer, or the checked
+    /// executor's.
+    offer: Offer,
     /// The recorded decode step, made at the first one.
     decode: Option<Recording>,
 }
@@ -97,62 +90,50 @@ impl Engine {
         backend: Arc<dyn Backend>,
         options: EngineOptions,
     ) -> Result<Engine, ModelError> {
-        let kv = crate::kernels::kv_type(backend.info());
-        let keys = crate::kernels::key_layout(backend.info());
-        Engine::with_kv(model, backend, options, (kv, keys))
+        let info = backend.info();
+        let shape = KernelShape {
+            kv: tuning::kv_type(info),
+            keys: tuning::key_layout(info),
+            head_dim: model.config.head_dim(),
+            small_tiles: info.tuning.small_tile_blocks,
+        };
+        let offer = Offer::of(info);
+        Engine::build(model, backend, options, shape, offer)
     }
 
     /// An engine on `backend` that can check this one node by node ([`crate::Session::new`]):
-    /// the same model, sizes, KV cache type and K cache layout, whatever `backend` would pick,
-    /// since it takes this engine's caches as they are.
+    /// the same model, sizes, nodes, KV cache type and K cache layout, whatever `backend`
+    /// would pick, since it runs this engine's nodes and takes its caches as they are.
     pub fn checker(&self, backend: Arc<dyn Backend>) -> Result<Engine, ModelError> {
-        let cache = (self.shape.kv, self.shape.keys);
-        Engine::with_kv(self.model.clone(), backend, self.options, cache)
+        let model = self.model.clone();
+        Engine::build(model, backend, self.options, self.shape, self.offer)
     }
 
-    fn with_kv(
+    /// An engine whose kernels are compiled for the nodes of a decode step and of every
+    /// prompt step size that decides a kernel ([`tuning::prompt_sizes`]), as `offer` fuses
+    /// them: what it will run, nothing more.
+    fn build(
         model: Arc<Model>,
         backend: Arc<dyn Backend>,
         options: EngineOptions,
-        (kv, keys): (Float, KeyLayout),
+        shape: KernelShape,
+        offer: Offer,
     ) -> Result<Engine, ModelError> {
-        let c = &model.config;
         if options.context == 0 || options.max_batch == 0 || options.max_batch > options.context {
             return Err(ModelError::ContextFull {
                 needed: options.max_batch as usize,
                 max: options.context as usize,
             });
         }
-        let shape = KernelShape {
-            kv,
-            keys,
-            head_dim: c.head_dim(),
-            small_tiles: crate::kernels::small_tiles(backend.info()),
-        };
-        let gpu = backend.info().device_type != trine_backends::DeviceType::Cpu;
-        // The kernels of a decode step and of the largest prompt step as a GPU and as a CPU
-        // builds them: a CPU checking a GPU's nodes runs the GPU's (decode attention split
-        // over chunks of the keys), and a GPU checking a CPU runs the CPU's (every product on
-        // quantized x).
-        // A GPU's prompts run on matrix tiles where it has them, so every executor compiles
-        // both kinds of GPU prompt too.
-        // Prompt attention with its keys in chunks or without: the GPU it checks or is
-        // checked by may take either ([`crate::kernels::chunked_flash`]).
         let mut keys: Vec<KernelKey> = vec![];
-        for tokens in std::iter::once(1).chain(graph::prompt_sizes(options.max_batch)) {
-            for (on_gpu, tiles) in [(true, false), (true, true), (false, false)] {
-                for chunks in [false, true] {
-                    let q8 = options.takes_quantized_x(on_gpu, tokens);
-                    let step = Step { tokens, pos: 0 };
-                    let flags = (tiles, chunks);
-                    let nodes = graph::build(c, &model.weights, step, on_gpu, q8, flags);
-                    keys.extend(
-                        nodes
-                            .iter()
-                            .map(|n| KernelKey::of(&n.op, &model.weights, shape)),
-                    );
-                }
-            }
+        for tokens in std::iter::once(1).chain(tuning::prompt_sizes(options.max_batch)) {
+            let step = Step { tokens, pos: 0 };
+            let nodes = graph(&model, step, offer)?;
+            keys.extend(
+                nodes
+                    .iter()
+                    .map(|n| KernelKey::of(&n.op, &model.weights, shape)),
+            );
         }
         let placement = Placement::new(backend, &keys, shape)?;
         let engine = Engine {
@@ -161,7 +142,7 @@ impl Engine {
             shape,
             options,
             tensors: HashMap::new(),
-            gpu,
+            offer,
             decode: None,
         };
         engine.check_fits()?;
@@ -216,13 +197,8 @@ impl Engine {
     }
 
     /// The nodes of step `s` on this executor's devices.
-    pub fn graph(&self, s: Step) -> Vec<Node> {
-        let c = &self.model.config;
-        let q8 = self.options.takes_quantized_x(self.gpu, s.tokens);
-        let info = self.placement.devices[0].info();
-        let tiles = self.gpu && info.tiles;
-        let chunks = crate::kernels::chunked_flash(info);
-        graph::build(c, &self.model.weights, s, self.gpu, q8, (tiles, chunks))
+    pub fn graph(&self, s: Step) -> Result<Vec<Node>, ModelError> {
+        graph(&self.model, s, self.offer)
     }
 
     /// Dispatches per decode step: what one token costs the device in launches (the
@@ -230,7 +206,9 @@ impl Engine {
     pub fn dispatches_per_token(&self) -> usize {
         match &self.decode {
             Some(r) => r.len(),
-            None => self.graph(Step { tokens: 1, pos: 0 }).len(),
+            None => self
+                .graph(Step { tokens: 1, pos: 0 })
+                .map_or(0, |nodes| nodes.len()),
         }
     }
 
@@ -245,7 +223,7 @@ impl Engine {
             &self.model.weights,
             self.shape,
         );
-        let d = self.placement.programs[&key].0;
+        let d = self.placement.programs[&key].device;
         let buf = self.buffer(Tensor::Ids, d)?;
         self.dev(d)
             .write(buf, 0, bytemuck::cast_slice(ids))
@@ -268,14 +246,14 @@ impl Engine {
     /// replaying its recording where it has one, otherwise node by node.
     pub fn run_step(&mut self, s: Step) -> Result<(), ModelError> {
         if s.tokens > 1 || !self.options.record || self.placement.devices.len() > 1 {
-            let nodes = self.graph(s);
+            let nodes = self.graph(s)?;
             return nodes.iter().try_for_each(|n| self.run(n, s));
         }
         if self.decode.is_none() {
             // Binding marks every output written on device 0, the only one: replays leave
             // residency as it is, so they need no bookkeeping per node.
             let bound = self
-                .graph(s)
+                .graph(s)?
                 .iter()
                 .map(|n| self.bind(n, s))
                 .collect::<Result<Vec<_>, _>>()?;
@@ -340,15 +318,16 @@ impl Engine {
     /// as written there from now on.
     fn bind(&mut self, node: &Node, s: Step) -> Result<Bound, ModelError> {
         let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
-        let &(d, program) =
-            self.placement
-                .programs
-                .get(&key)
-                .ok_or_else(|| ModelError::Unprepared {
-                    node: node.label,
-                    tokens: s.tokens,
-                    key: format!("{key:?}"),
-                })?;
+        let placed = *self
+            .placement
+            .programs
+            .get(&key)
+            .ok_or_else(|| ModelError::Unprepared {
+                node: node.label,
+                tokens: s.tokens,
+                key: format!("{key:?}"),
+            })?;
+        let (d, program) = (placed.device, placed.program);
         let plan = self.plan(node, s);
         let mut bindings = Vec::with_capacity(plan.inputs.len() + plan.outputs.len());
         for &t in &plan.inputs {
@@ -492,4 +471,10 @@ impl Engine {
     fn err(&self, d: usize, e: trine_backends::BackendError) -> ModelError {
         ModelError::backend(self.dev(d).name(), e)
     }
+}
+
+/// The executor's nodes of step `s` of `model`: its architecture's graph, fused for `offer`.
+fn graph(model: &Model, s: Step, offer: Offer) -> Result<Vec<Node>, ModelError> {
+    let generic = model.config.arch.graph(&model.weights, s);
+    fuse(&generic, &model.config, &model.weights, s, offer)
 }

@@ -3,16 +3,16 @@
 //! decode step's dispatches can be recorded once and replayed at every position.
 
 use super::Engine;
-use crate::graph::{Epilogue, Node, Op, Prologue, Step, Tensor};
-use crate::kernels::{holds_pairs, tiles_spec, KernelKey};
+use crate::graph::{AttentionForm, Epilogue, Form, Node, Op, Prologue, Step, Tensor};
+use crate::planner::{KernelKey, Launch};
+use crate::tuning::{self, holds_pairs};
 use trine_ir::ParamValue;
 use trine_ops::argmax::Argmax;
-use trine_ops::attention_flash::{FlashAttention, FlashOut};
+use trine_ops::attention_flash::FlashAttention;
 use trine_ops::attention_flash_tiles;
 use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise;
 use trine_ops::embedding;
-use trine_ops::matvec::Reduce;
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::RopeStore;
@@ -48,7 +48,7 @@ impl Engine {
                 vec![u(t), u(c.n_embd), u(c.vocab)],
                 embedding::grid(c.n_embd, t),
             ),
-            Op::Matvec {
+            Op::Product {
                 w: wid,
                 rows,
                 x,
@@ -56,45 +56,82 @@ impl Engine {
                 tokens,
                 prologue,
                 epilogue,
+                form,
             } => {
                 let key = KernelKey::of(&node.op, w, self.shape);
-                let info = self.dev(self.placement.programs[&key].0).info();
+                let placed = self.placement.programs[&key];
+                let info = self.dev(placed.device).info();
                 let wt = &w.tensors[wid];
-                let spec = key
-                    .matvec_spec(Reduce::Shared, info)
-                    .expect("a matvec node has a matvec key");
-                let mut inputs = vec![x];
-                let mut outputs = vec![y];
-                let mut params = vec![u(rows), u(wt.cols)];
-                if let Prologue::Norm(g) = prologue {
-                    inputs.push(Tensor::Weight(g));
-                    params.push(ParamValue::F32(c.rms_eps));
-                }
-                match epilogue {
-                    Epilogue::None | Epilogue::Swiglu => {}
-                    Epilogue::Add(r) => inputs.push(r),
-                    Epilogue::RopeStore { layer } => {
-                        inputs.extend([Tensor::Step, Tensor::Freq]);
-                        outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
-                        params.extend(self.rope_store(t).params());
+                let add = match epilogue {
+                    Epilogue::Add(r) => Some(r),
+                    _ => None,
+                };
+                match (form, placed.launch) {
+                    (Form::Float, Launch::Matvec(spec)) => {
+                        let mut inputs = vec![x];
+                        let mut outputs = vec![y];
+                        let mut params = vec![u(rows), u(wt.cols)];
+                        if let Prologue::Norm(g) = prologue {
+                            inputs.push(Tensor::Weight(g));
+                            params.push(ParamValue::F32(c.rms_eps));
+                        }
+                        match epilogue {
+                            Epilogue::None | Epilogue::Swiglu => {}
+                            Epilogue::Add(r) => inputs.push(r),
+                            Epilogue::RopeStore { layer } => {
+                                inputs.extend([Tensor::Step, Tensor::Freq]);
+                                outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
+                                params.extend(self.rope_store(t, RopeMode::Normal).params());
+                            }
+                        }
+                        params.extend(spec.tokens_params(tokens));
+                        // A variant reading the scales through an f16 view binds the weights
+                        // twice.
+                        let views = if spec.f16_scales { 2 } else { 1 };
+                        let mut all = vec![Tensor::Weight(wid); views];
+                        all.extend(inputs);
+                        plan(all, &outputs, params, spec.grid(rows, tokens))
                     }
+                    (Form::QuantizedX, _) => {
+                        let per = tuning::q8_tokens_per_workgroup(tokens);
+                        let mut inputs = vec![
+                            Tensor::Interleaved(wid),
+                            Tensor::XqWords,
+                            Tensor::XqScales,
+                            Tensor::XqSums,
+                        ];
+                        inputs.extend(add);
+                        plan(
+                            inputs,
+                            &[y],
+                            vec![u(rows), u(wt.cols), u(tokens)],
+                            matvec_q8_rows::grid(rows, tokens, per),
+                        )
+                    }
+                    (Form::Tiles, Launch::Tiles(spec)) => {
+                        // The kernel stages the file's blocks.
+                        let mut inputs = vec![file_layout(info, w, wid, wt.ty), x];
+                        inputs.extend(add);
+                        plan(
+                            inputs,
+                            &[y],
+                            spec.params(rows, wt.cols, tokens),
+                            spec.grid(rows, tokens),
+                        )
+                    }
+                    (form, launch) => unreachable!("a {form:?} product launched as {launch:?}"),
                 }
-                params.extend(spec.tokens_params(tokens));
-                // A variant reading the scales through an f16 view binds the weights twice.
-                let views = self.placement.buffers[&key].len() - inputs.len() - outputs.len();
-                let mut all = vec![Tensor::Weight(wid); views];
-                all.extend(inputs);
-                plan(all, &outputs, params, spec.grid(rows, tokens))
             }
             // Both attention kernels read the rotated queries, the position and the layer's
             // caches, and write the split partials.
-            Op::AttnSplit { layer, splits } | Op::AttnFlash { layer, splits, .. } => {
-                let (mut params, grid) = match node.op {
-                    Op::AttnSplit { .. } => {
+            Op::Attention { layer, form } => {
+                let splits = form.splits();
+                let (mut params, grid) = match form {
+                    AttentionForm::Split { .. } => {
                         let a = self.split_attention(t, splits);
                         (a.params(), a.grid())
                     }
-                    _ => {
+                    AttentionForm::Flash { .. } => {
                         let a = FlashAttention {
                             tokens: t,
                             heads: c.n_head,
@@ -104,11 +141,9 @@ impl Engine {
                         };
                         // The variant the device compiled decides the queries per workgroup.
                         let key = KernelKey::of(&node.op, w, self.shape);
-                        let program = self.placement.programs[&key].1;
-                        let grid = if self.placement.kernels[&program].capabilities.tiles {
-                            attention_flash_tiles::grid(&a)
-                        } else {
-                            a.grid()
+                        let grid = match self.placement.programs[&key].launch {
+                            Launch::FlashTiles => attention_flash_tiles::grid(&a),
+                            _ => a.grid(),
                         };
                         (a.params(), grid)
                     }
@@ -120,16 +155,13 @@ impl Engine {
                     Tensor::KCache(layer),
                     Tensor::VCache(layer),
                 ];
-                let out = match node.op {
-                    Op::AttnFlash {
-                        out: FlashOut::Normalized,
-                        ..
-                    } => Tensor::Combined,
-                    _ => Tensor::Part,
-                };
-                plan(inputs, &[out], params, grid)
+                plan(inputs, &[form.output()], params, grid)
             }
-            Op::RmsNorm { x, g, tokens } => {
+            Op::Norm {
+                x,
+                weight: g,
+                tokens,
+            } => {
                 let n = RmsNorm {
                     rows: tokens,
                     cols: c.n_embd,
@@ -151,14 +183,14 @@ impl Engine {
                     a.combine_grid(),
                 )
             }
-            Op::SwigluPairs => plan(
+            Op::Swiglu => plan(
                 vec![Tensor::Raw],
                 &[Tensor::Act],
                 vec![u(t * c.n_ff)],
                 elementwise::grid(t * c.n_ff).unwrap_or([1, 1, 1]),
             ),
-            Op::RopeStore { layer } => {
-                let r = self.rope_store(t);
+            Op::RopeStore { layer, mode } => {
+                let r = self.rope_store(t, mode);
                 plan(
                     vec![Tensor::Raw, Tensor::Step, Tensor::Freq],
                     &[Tensor::QRot, Tensor::KCache(layer), Tensor::VCache(layer)],
@@ -175,63 +207,6 @@ impl Engine {
                     matvec_q8::quantize_grid(blocks),
                 )
             }
-            Op::MatvecQ8 {
-                w: wid,
-                rows,
-                cols,
-                y,
-                add,
-                tokens,
-            } => {
-                let per = crate::kernels::q8_tokens_per_workgroup(tokens);
-                let mut inputs = vec![
-                    Tensor::Interleaved(wid),
-                    Tensor::XqWords,
-                    Tensor::XqScales,
-                    Tensor::XqSums,
-                ];
-                inputs.extend(add);
-                plan(
-                    inputs,
-                    &[y],
-                    vec![u(rows), u(cols), u(tokens)],
-                    matvec_q8_rows::grid(rows, tokens, per),
-                )
-            }
-            Op::MatmulTiles {
-                w: wid,
-                rows,
-                cols,
-                x,
-                y,
-                add,
-                tokens,
-                ..
-            } => {
-                let key = KernelKey::of(&node.op, w, self.shape);
-                let (device, program) = self.placement.programs[&key];
-                let info = self.dev(device).info();
-                let KernelKey::MatmulTiles(tiles) = key else {
-                    unreachable!("a tiled product's key is MatmulTiles")
-                };
-                let ty = tiles.weights;
-                // The variant the device compiled decides the block, so the grid.
-                let compiled = &self.placement.kernels[&program].name;
-                let spec = tiles_spec(tiles, info)
-                    .variants()
-                    .into_iter()
-                    .find(|v| v.name() == *compiled)
-                    .expect("the compiled kernel is one of its key's variants");
-                // The kernel stages the file's blocks.
-                let mut inputs = vec![file_layout(info, w, wid, ty), x];
-                inputs.extend(add);
-                plan(
-                    inputs,
-                    &[y],
-                    spec.params(rows, cols, tokens),
-                    spec.grid(rows, tokens),
-                )
-            }
             Op::PickLast => plan(
                 vec![Tensor::Resid(0)],
                 &[Tensor::Last],
@@ -245,10 +220,11 @@ impl Engine {
                 };
                 plan(vec![Tensor::Logits], &[Tensor::Token], a.params(), a.grid())
             }
+            Op::Add { .. } => unreachable!("the fusion pass folds every add into a product"),
         }
     }
 
-    pub(super) fn rope_store(&self, tokens: u32) -> RopeStore {
+    pub(super) fn rope_store(&self, tokens: u32, mode: RopeMode) -> RopeStore {
         let c = &self.model.config;
         RopeStore {
             tokens,
@@ -257,7 +233,7 @@ impl Engine {
             head_dim: c.head_dim(),
             context: self.options.context,
             base: c.rope_base,
-            mode: RopeMode::Normal,
+            mode,
             keys: self.shape.keys,
         }
     }

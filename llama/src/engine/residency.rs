@@ -4,44 +4,47 @@
 
 use super::{Engine, Resident};
 use crate::error::ModelError;
-use crate::graph::Step;
-use crate::graph::{self, Tensor};
-use crate::kernels::{holds_pairs, KernelKey};
+use crate::graph::{Step, Tensor};
+use crate::planner::KernelKey;
+use crate::tuning::{self, holds_pairs};
 use std::borrow::Cow;
 use std::collections::HashSet;
 use trine_backends::{Binding, BufferHandle};
 use trine_ops::dequant::pair_blocks;
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::matvec_q8_rows;
+use trine_ops::rope::RopeMode;
 use trine_ops::support::Float;
 
 impl Engine {
     /// Every tensor the largest prompt step and a decode step bind, with the device of the
     /// node that binds it, once each.
-    fn bound_tensors(&self) -> HashSet<(Tensor, usize)> {
+    fn bound_tensors(&self) -> Result<HashSet<(Tensor, usize)>, ModelError> {
         let mut bound = HashSet::new();
         for tokens in [self.options.max_batch, 1] {
             let s = Step { tokens, pos: 0 };
-            for node in self.graph(s) {
+            for node in self.graph(s)? {
                 let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
-                if let Some(&(d, _)) = self.placement.programs.get(&key) {
+                if let Some(placed) = self.placement.programs.get(&key) {
+                    let d = placed.device;
                     let plan = self.plan(&node, s);
                     bound.extend(plan.inputs.into_iter().chain(plan.outputs).map(|t| (t, d)));
                 }
             }
         }
-        bound
+        Ok(bound)
     }
 
     /// Bytes of the buffers device `d` will hold once the largest prompt step and a decode
     /// step have run: every tensor a node placed there binds, once (weights, the KV cache,
     /// activations sized for the largest step).
-    pub fn bytes_needed(&self, d: usize) -> u64 {
-        self.bound_tensors()
+    pub fn bytes_needed(&self, d: usize) -> Result<u64, ModelError> {
+        Ok(self
+            .bound_tensors()?
             .into_iter()
             .filter(|&(_, on)| on == d)
             .map(|(t, _)| self.bytes(t))
-            .sum()
+            .sum())
     }
 
     /// Allocates every buffer the largest prompt step and a decode step bind, uploads every
@@ -49,7 +52,7 @@ impl Engine {
     /// the uploads: afterwards a step's time is its own work, not the model's upload (what
     /// `trine generate` calls before it starts its clocks). Steps run the same without it.
     pub fn prepare(&mut self) -> Result<(), ModelError> {
-        for (t, d) in self.bound_tensors() {
+        for (t, d) in self.bound_tensors()? {
             // Allocates `t` on `d`, and uploads it if it is a constant; before the first step
             // nothing else has a value to copy.
             self.make_valid(t, d)?;
@@ -63,7 +66,7 @@ impl Engine {
     /// it, else its memory size.
     pub(super) fn check_fits(&self) -> Result<(), ModelError> {
         for (d, dev) in self.placement.devices.iter().enumerate() {
-            let needed = self.bytes_needed(d);
+            let needed = self.bytes_needed(d)?;
             let (available, free) = match dev.free_memory() {
                 Some(free) => (free, true),
                 None => (dev.info().memory.device_local, false),
@@ -95,8 +98,8 @@ impl Engine {
                 // Prompt steps split up to MAX_FLASH_SPLITS times per token, decode steps on a
                 // GPU several times per head; a CPU checking a GPU's nodes runs them with the
                 // GPU's splits.
-                let prompt = u64::from(graph::flash_splits(self.options.max_batch));
-                let rows = (b * prompt).max(u64::from(graph::GPU_SPLITS));
+                let prompt = u64::from(tuning::flash_splits(self.options.max_batch));
+                let rows = (b * prompt).max(u64::from(tuning::GPU_SPLITS));
                 f32s(rows * c.n_head as u64 * (c.head_dim() as u64 + 2))
             }
             Tensor::Act => f32s(b * c.n_ff as u64),
@@ -132,7 +135,7 @@ impl Engine {
 
     /// Contents device `d` gets for tensors that never change. Weights are borrowed from the
     /// mapped file (or the load-time copy), not copied again, unless the device holds them in
-    /// pairs of blocks ([`crate::kernels::holds_pairs`]).
+    /// pairs of blocks ([`crate::tuning::holds_pairs`]).
     pub(super) fn constant(&self, t: Tensor, d: usize) -> Option<Cow<'_, [u8]>> {
         match t {
             Tensor::Weight(id) => {
@@ -159,7 +162,7 @@ impl Engine {
                 Some(Cow::Owned(laid))
             }
             Tensor::Freq => {
-                let f = self.rope_store(1).frequencies();
+                let f = self.rope_store(1, RopeMode::Normal).frequencies();
                 Some(Cow::Owned(bytemuck::cast_slice(&f).to_vec()))
             }
             _ => None,

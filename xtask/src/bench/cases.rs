@@ -5,7 +5,7 @@
 use super::ops::{Item, Op};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_ir::Scalar;
-use trine_llama::kernels::{kv_type, matvec_spec, MatvecSize};
+use trine_llama::tuning::{kv_type, matvec_spec, MatvecSize};
 use trine_ops::attention::{self, Attention};
 use trine_ops::case::Case;
 use trine_ops::elementwise::{self, Binary};

@@ -1,0 +1,212 @@
+//! The fusion pass: turns an architecture's generic graph into the nodes an executor runs,
+//! driven by what the device offers ([`Offer`]). It picks each product's form (float x with
+//! its neighbours folded in, quantized x, or matrix tiles) and each attention's, then folds
+//! what the chosen kernels take: an rms_norm into the float product after it, attention's
+//! combine into the float product that reads it, rope with the KV-cache store and SwiGLU into
+//! the product before them, and every residual add into the product that writes its input.
+//! What a form does not take stays a node of its own, and a product on quantized x gets the
+//! node that quantizes its x.
+
+use super::config::Config;
+use super::error::ModelError;
+use super::graph::{AttentionForm, Epilogue, Form, Node, Op, Prologue, Step, Tensor};
+use super::tuning;
+use super::weights::{WeightId, Weights};
+use trine_backends::{DeviceInfo, DeviceType};
+use trine_gguf::quant::WeightType;
+use trine_ops::attention_flash::FlashOut;
+use trine_ops::rope::RopeMode;
+use trine_ops::{attention_flash, attention_flash_tiles, matmul_tiles, matvec_q8_rows};
+
+/// What a device offers the fusion pass. A checker takes the checked executor's, so that both
+/// run the same nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offer {
+    /// A GPU: decode attention splits the keys over workgroups, decode products take float x
+    /// with their neighbours folded in (a decode step there is a chain of launches, which the
+    /// fusions keep short), prompt attention is flash attention. A CPU's products all take
+    /// quantized x, as its packed 8-bit dot products are its fastest.
+    pub gpu: bool,
+    /// Matrix tiles: a GPU's prompt products run on them.
+    pub tiles: bool,
+    /// Prompt flash attention cuts the keys into chunks ([`trine_backends::Tuning`]).
+    pub flash_key_chunks: bool,
+}
+
+impl Offer {
+    pub fn of(info: &DeviceInfo) -> Offer {
+        let gpu = info.device_type != DeviceType::Cpu;
+        Offer {
+            gpu,
+            tiles: gpu && info.tiles,
+            flash_key_chunks: info.tuning.flash_key_chunks,
+        }
+    }
+
+    /// Whether a step of `tokens` takes x quantized to 8 bits per block of 32 for the
+    /// products whose weights allow it, as llama.cpp multiplies: every step on a CPU, prompt
+    /// steps on a GPU.
+    fn quantizes_x(self, tokens: u32) -> bool {
+        !self.gpu || tokens > 1
+    }
+}
+
+/// The executor's nodes for step `s` of the generic graph `nodes`.
+pub fn fuse(
+    nodes: &[Node],
+    c: &Config,
+    w: &Weights,
+    s: Step,
+    offer: Offer,
+) -> Result<Vec<Node>, ModelError> {
+    let form = |op: &Op| match *op {
+        Op::Product { w: id, tokens, .. } => Some(product_form(w, id, tokens, s, offer)),
+        _ => None,
+    };
+    let mut out: Vec<Node> = Vec::with_capacity(nodes.len() * 2);
+    // A prologue the next product takes, with the x it then reads.
+    let mut pending: Option<(Prologue, Tensor)> = None;
+    let mut i = 0;
+    while i < nodes.len() {
+        let node = nodes[i];
+        let next = nodes.get(i + 1);
+        let next_form = next.and_then(|n| form(&n.op));
+        i += 1;
+        match node.op {
+            Op::Norm { x, weight, .. } if next_form == Some(Form::Float) => {
+                pending = Some((Prologue::Norm(weight), x));
+            }
+            Op::Attention { layer, .. } => {
+                let reader = next_form.unwrap_or(Form::Float);
+                let form = attention_form(c, s, offer, reader);
+                out.push(Node {
+                    op: Op::Attention { layer, form },
+                    ..node
+                });
+                let splits = form.splits();
+                if reader == Form::Float {
+                    pending = Some((Prologue::Combine { splits }, Tensor::Part));
+                } else if form.output() == Tensor::Part {
+                    out.push(Node {
+                        op: Op::Combine { splits },
+                        label: "attn_combine",
+                        layer: node.layer,
+                    });
+                }
+            }
+            Op::Product {
+                w: id,
+                rows,
+                x,
+                y,
+                tokens,
+                ..
+            } => {
+                let form = product_form(w, id, tokens, s, offer);
+                let (prologue, x) = pending.take().unwrap_or((Prologue::None, x));
+                let (epilogue, y, folded) = epilogue(form, y, next);
+                if folded {
+                    i += 1;
+                }
+                if form == Form::QuantizedX {
+                    out.push(Node {
+                        op: Op::Quantize {
+                            x,
+                            cols: w.tensors[id].cols,
+                            tokens,
+                        },
+                        label: "quantize",
+                        layer: node.layer,
+                    });
+                }
+                out.push(Node {
+                    op: Op::Product {
+                        w: id,
+                        rows,
+                        x,
+                        y,
+                        tokens,
+                        prologue,
+                        epilogue,
+                        form,
+                    },
+                    ..node
+                });
+            }
+            Op::Add { .. } => {
+                return Err(ModelError::Unfused {
+                    node: node.label,
+                    layer: node.layer,
+                })
+            }
+            _ => out.push(node),
+        }
+    }
+    Ok(out)
+}
+
+/// What a product of `form` writing `y` folds from the node after it: rope with the cache
+/// store (float x, the normal rope the fused kernel computes), SwiGLU (float x and tiles), a
+/// residual add of `y` (every form); with the tensor it then writes and whether it folded.
+fn epilogue(form: Form, y: Tensor, next: Option<&Node>) -> (Epilogue, Tensor, bool) {
+    match next.map(|n| n.op) {
+        Some(Op::RopeStore {
+            layer,
+            mode: RopeMode::Normal,
+        }) if form == Form::Float => (Epilogue::RopeStore { layer }, Tensor::QRot, true),
+        Some(Op::Swiglu) if form != Form::QuantizedX => (Epilogue::Swiglu, Tensor::Act, true),
+        Some(Op::Add { x, r, out }) if x == y => (Epilogue::Add(r), out, true),
+        _ => (Epilogue::None, y, false),
+    }
+}
+
+/// A product's form: on tiles for a GPU's prompt products whose weights take them (rows of
+/// whole blocks of [`matmul_tiles::BK`]), on quantized x where the step quantizes it and the
+/// weights allow ([`takes_q8`]), else on float x.
+fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -> Form {
+    let t = &w.tensors[id];
+    if offer.tiles && tokens > 1 && matmul_tiles::check(t.rows, t.cols, 1).is_ok() {
+        Form::Tiles
+    } else if offer.quantizes_x(s.tokens) && takes_q8(t.ty, t.rows, t.cols) {
+        Form::QuantizedX
+    } else {
+        Form::Float
+    }
+}
+
+/// Whether a product on quantized x takes weights of this type and shape: the types
+/// [`matvec_q8_rows`] decodes, in whole groups of its rows.
+fn takes_q8(ty: WeightType, rows: u32, cols: u32) -> bool {
+    matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_1)
+        && rows.is_multiple_of(matvec_q8_rows::LANES)
+        && cols.is_multiple_of(32)
+}
+
+/// A step's attention: flash attention for a GPU's prompt steps (for heads it takes), on
+/// tiles where the device has them, its keys in chunks where the device takes them, writing
+/// the attention itself where one chunk feeds a product that does not combine
+/// (`reader` not on float x); split attention otherwise, over several workgroups per head in
+/// a GPU's decode steps.
+fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionForm {
+    let d = c.head_dim();
+    if !(offer.gpu && s.tokens > 1 && attention_flash::supports(d)) {
+        return AttentionForm::Split {
+            splits: tuning::attention_splits(s.tokens, offer.gpu),
+        };
+    }
+    let splits = if offer.flash_key_chunks {
+        tuning::flash_splits(s.tokens)
+    } else {
+        1
+    };
+    let out = if splits == 1 && reader != Form::Float {
+        FlashOut::Normalized
+    } else {
+        FlashOut::Part.for_splits(splits)
+    };
+    AttentionForm::Flash {
+        tiles: offer.tiles && attention_flash_tiles::supports(d),
+        out,
+        splits,
+    }
+}

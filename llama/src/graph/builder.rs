@@ -1,0 +1,131 @@
+//! The blocks architectures share, written in generic nodes: a pre-norm attention block, a
+//! pre-norm SwiGLU feed-forward block and the output head. An architecture's file
+//! ([`crate::arch`]) strings them together; the fusion pass ([`crate::fuse`]) decides what
+//! runs in one kernel.
+
+use super::{AttentionForm, Epilogue, Form, Node, Op, Prologue, Step, Tensor};
+use crate::weights::{Layer, WeightId, Weights};
+use trine_ops::rope::RopeMode;
+
+/// Builds the generic nodes of one step.
+pub struct Builder<'a> {
+    w: &'a Weights,
+    step: Step,
+    layer: Option<u32>,
+    nodes: Vec<Node>,
+}
+
+impl<'a> Builder<'a> {
+    pub fn new(w: &'a Weights, step: Step) -> Builder<'a> {
+        Builder {
+            w,
+            step,
+            layer: None,
+            nodes: vec![],
+        }
+    }
+
+    pub fn finish(self) -> Vec<Node> {
+        self.nodes
+    }
+
+    /// The layer the next nodes belong to (`None`: outside the layers).
+    pub fn layer(&mut self, layer: Option<u32>) {
+        self.layer = layer;
+    }
+
+    fn push(&mut self, op: Op, label: &'static str) {
+        self.nodes.push(Node {
+            op,
+            label,
+            layer: self.layer,
+        });
+    }
+
+    /// The step's rows of the embedding table, into the first residual buffer.
+    pub fn embed(&mut self, table: WeightId) -> Tensor {
+        self.push(Op::Embed { table }, "token_embd");
+        Tensor::Resid(0)
+    }
+
+    /// rms_norm of `tokens` rows of `x`, scaled by `weight`.
+    pub fn norm(&mut self, x: Tensor, weight: WeightId, tokens: u32, label: &'static str) {
+        self.push(Op::Norm { x, weight, tokens }, label);
+    }
+
+    /// `x·Wᵀ` for `tokens` rows of `x` into [`Tensor::Raw`], for what follows to consume.
+    pub fn product(&mut self, w: WeightId, x: Tensor, tokens: u32, label: &'static str) {
+        let op = Op::Product {
+            w,
+            rows: self.w.tensors[w].rows,
+            x,
+            y: Tensor::Raw,
+            tokens,
+            prologue: Prologue::None,
+            epilogue: Epilogue::None,
+            form: Form::Float,
+        };
+        self.push(op, label);
+    }
+
+    /// `out = Raw + r`: the residual connection after a product.
+    pub fn add(&mut self, r: Tensor, out: Tensor, label: &'static str) {
+        let op = Op::Add {
+            x: Tensor::Raw,
+            r,
+            out,
+        };
+        self.push(op, label);
+    }
+
+    /// A pre-norm attention block over residual stream `x` into `out`: rms_norm, the
+    /// stacked QKV product, rope (`mode`) with the KV-cache store, attention, the output
+    /// projection and the residual add.
+    pub fn attention_block(&mut self, x: Tensor, out: Tensor, l: &Layer, mode: RopeMode) {
+        let (t, layer) = (self.step.tokens, self.layer.unwrap_or(0));
+        self.norm(x, l.attn_norm, t, "attn_norm");
+        self.product(l.wqkv, Tensor::Normed, t, "attn_qkv");
+        self.push(Op::RopeStore { layer, mode }, "rope_store");
+        let form = AttentionForm::Split { splits: 1 };
+        self.push(Op::Attention { layer, form }, "attention");
+        self.product(l.wo, Tensor::Combined, t, "attn_output");
+        self.add(x, out, "attn_residual");
+    }
+
+    /// A pre-norm SwiGLU feed-forward block over residual stream `x` into `out`: rms_norm,
+    /// the gate/up product (rows interleaved in pairs), SwiGLU, the down projection and the
+    /// residual add.
+    pub fn swiglu_block(&mut self, x: Tensor, out: Tensor, l: &Layer) {
+        let t = self.step.tokens;
+        self.norm(x, l.ffn_norm, t, "ffn_norm");
+        self.product(l.w_gate_up, Tensor::Normed, t, "ffn_gate_up");
+        self.push(Op::Swiglu, "ffn_swiglu");
+        self.product(l.w_down, Tensor::Act, t, "ffn_down");
+        self.add(x, out, "ffn_residual");
+    }
+
+    /// The output head over residual stream `x`: the last token's row (a prompt's is copied
+    /// out), the final norm, the logits and their argmax.
+    pub fn head(&mut self, x: Tensor, norm: WeightId, output: WeightId) {
+        self.layer = None;
+        let last = if self.step.tokens == 1 {
+            x
+        } else {
+            self.push(Op::PickLast, "last_token");
+            Tensor::Last
+        };
+        self.norm(last, norm, 1, "output_norm");
+        let op = Op::Product {
+            w: output,
+            rows: self.w.tensors[output].rows,
+            x: Tensor::Normed,
+            y: Tensor::Logits,
+            tokens: 1,
+            prologue: Prologue::None,
+            epilogue: Epilogue::None,
+            form: Form::Float,
+        };
+        self.push(op, "output");
+        self.push(Op::Argmax, "argmax");
+    }
+}

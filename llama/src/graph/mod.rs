@@ -1,0 +1,249 @@
+//! One forward step as a list of nodes: `tokens` new tokens at positions `pos..pos + tokens`,
+//! appended to the KV cache, ending in the logits of the last one and their argmax.
+//!
+//! An architecture ([`crate::arch`]) builds the step from generic nodes (embedding, norm,
+//! product, rope, attention, activation, add) through the shared blocks of [`builder`]; the
+//! fusion pass ([`crate::fuse`]) then folds what the device's kernels take into the products
+//! (norms, the attention combine, rope with the cache store, SwiGLU, residual adds) and picks
+//! each product's and attention's form. The graph is data, so one executor runs it on any
+//! backend and a cross-check runs two executors node by node.
+
+pub mod builder;
+
+use super::config::Config;
+use super::weights::WeightId;
+use trine_ops::attention_flash::FlashOut;
+use trine_ops::rope::RopeMode;
+
+/// A tensor the graph reads or writes. Activations are sized for the largest step the
+/// executor was built for; the residual stream alternates between two buffers so that no
+/// kernel reads and writes the same one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tensor {
+    /// u32 [tokens]: the step's token ids.
+    Ids,
+    /// u32 [4]: what changes from one step to the next besides the ids, read by the kernels
+    /// so that a recorded step stays valid: element 0 is the position of the step's first
+    /// token (tokens already in the KV cache).
+    Step,
+    /// f32 [tokens × n_embd].
+    Resid(u8),
+    /// f32 [tokens × n_embd]: q after rope.
+    QRot,
+    /// f32 [tokens × heads × splits × (head_dim + 2)]: attention's partial results, combined
+    /// by the product that reads them or by [`Op::Combine`].
+    Part,
+    /// f32 [tokens × n_ff]: the FFN's activation.
+    Act,
+    /// f32 [n_embd]: the last token's row of the residual stream (prompt steps).
+    Last,
+    /// f32 [vocab].
+    Logits,
+    /// u32 [1]: the greedy token, the argmax of the logits.
+    Token,
+    /// [context × kv_dim] of the cache type, per layer.
+    KCache(u32),
+    VCache(u32),
+    /// f32 [head_dim / 2]: rope's frequency table.
+    Freq,
+    Weight(WeightId),
+    /// A weight in the CPU's interleaved layout for products with quantized x
+    /// ([`trine_ops::matvec_q8_rows::interleave`]). An output head tied to the embedding table
+    /// is held twice: the embedding reads [`Tensor::Weight`] in the file's layout.
+    Interleaved(WeightId),
+    /// A weight in the file's layout on a device that holds [`Tensor::Weight`] in pairs of
+    /// blocks ([`crate::tuning::holds_pairs`]): what a CPU checking a GPU's products on
+    /// matrix tiles reads (they stage the file's blocks).
+    Plain(WeightId),
+    /// f32 [tokens × n_embd]: rows after an rms_norm.
+    Normed,
+    /// f32 [tokens × n_embd]: the attention itself, its partials combined.
+    Combined,
+    /// f32 [the widest product]: a product's output before what follows it (rope, SwiGLU, a
+    /// residual add) where that is not folded into it.
+    Raw,
+    /// x quantized per block of 32 ([`trine_ops::matvec_q8::quantize_kernel`]): u32 words of
+    /// four codes, f32 scales, f32 `scale · Σ codes`; sized for the widest input.
+    XqWords,
+    XqScales,
+    XqSums,
+}
+
+/// What a product does to x as it loads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Prologue {
+    None,
+    /// rms_norm, scaled by that weight.
+    Norm(WeightId),
+    /// x is [`Tensor::Part`]: attention's partials over `splits` chunks, combined.
+    Combine {
+        splits: u32,
+    },
+}
+
+/// What a product does to its sums before storing them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    None,
+    /// Adds the tensor's matching element: the residual connection.
+    Add(Tensor),
+    /// W's rows are gate/up pairs; stores silu(gate) · up, half as many rows.
+    Swiglu,
+    /// W is the stacked Q/K/V: rope on q (into y, [`Tensor::QRot`]) and k, and k and v
+    /// stored in the layer's caches at the step's position.
+    RopeStore {
+        layer: u32,
+    },
+}
+
+/// How a product multiplies, chosen by the fusion pass from what the device offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Form {
+    /// Float x against W as stored, dequantised in the kernel; the prologue and epilogue run
+    /// inside it ([`trine_ops::matvec`]).
+    Float,
+    /// x quantized to 8 bits by an [`Op::Quantize`] before it, against W interleaved for
+    /// packed 8-bit dot products ([`trine_ops::matvec_q8_rows`]); only a residual add is
+    /// folded in.
+    QuantizedX,
+    /// A prompt's product on matrix tiles ([`trine_ops::matmul_tiles`]): float x rounded to
+    /// f16; a residual add or SwiGLU folded in.
+    Tiles,
+}
+
+/// How a step's attention runs, chosen by the fusion pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttentionForm {
+    /// One workgroup per (token, head, split): the keys split over `splits` workgroups per
+    /// head ([`trine_ops::attention_split`]).
+    Split { splits: u32 },
+    /// A block of query tokens per workgroup ([`trine_ops::attention_flash`]), on matrix tiles
+    /// where the device has them ([`trine_ops::attention_flash_tiles`]), the keys in `splits`
+    /// chunks; into [`Tensor::Part`] for a combine, or (one split) the attention itself into
+    /// [`Tensor::Combined`].
+    Flash {
+        tiles: bool,
+        out: FlashOut,
+        splits: u32,
+    },
+}
+
+impl AttentionForm {
+    pub fn splits(self) -> u32 {
+        match self {
+            AttentionForm::Split { splits } | AttentionForm::Flash { splits, .. } => splits,
+        }
+    }
+
+    /// The tensor it writes: the attention itself where it normalises, else its partials.
+    pub fn output(self) -> Tensor {
+        match self {
+            AttentionForm::Flash {
+                out: FlashOut::Normalized,
+                ..
+            } => Tensor::Combined,
+            _ => Tensor::Part,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Op {
+    /// Rows of the embedding table for the step's ids, into [`Tensor::Resid`]`(0)`.
+    Embed { table: WeightId },
+    /// rms_norm of `tokens` rows of `x` scaled by `weight`, into [`Tensor::Normed`].
+    Norm {
+        x: Tensor,
+        weight: WeightId,
+        tokens: u32,
+    },
+    /// `y = x·Wᵀ` for `tokens` rows of x, with what the fusion pass folded into it.
+    Product {
+        w: WeightId,
+        /// W's rows: the outputs per token before an epilogue halves them.
+        rows: u32,
+        x: Tensor,
+        y: Tensor,
+        tokens: u32,
+        prologue: Prologue,
+        epilogue: Epilogue,
+        form: Form,
+    },
+    /// Rope (`mode`) on the q and k heads of [`Tensor::Raw`] (the stacked QKV product) into
+    /// [`Tensor::QRot`], k and v stored in the layer's caches.
+    RopeStore { layer: u32, mode: RopeMode },
+    /// Attention of [`Tensor::QRot`] against the layer's caches, into [`AttentionForm::output`].
+    Attention { layer: u32, form: AttentionForm },
+    /// Attention's partials over `splits` chunks combined into [`Tensor::Combined`].
+    Combine { splits: u32 },
+    /// SwiGLU of [`Tensor::Raw`]'s gate/up row pairs into [`Tensor::Act`].
+    Swiglu,
+    /// `out = x + r`, elementwise; the fusion pass folds every one into the product that
+    /// writes `x`.
+    Add { x: Tensor, r: Tensor, out: Tensor },
+    /// `tokens` rows of `x` (`cols` wide) quantized into [`Tensor::XqWords`], `XqScales`,
+    /// `XqSums`.
+    Quantize { x: Tensor, cols: u32, tokens: u32 },
+    /// Copies the last token's row of the residual stream to [`Tensor::Last`].
+    PickLast,
+    /// The logits' argmax into [`Tensor::Token`].
+    Argmax,
+}
+
+/// One node: an op with where it sits in the model, for reports.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Node {
+    pub op: Op,
+    /// Short name: "attn_qkv", "ffn_down", "output", …
+    pub label: &'static str,
+    pub layer: Option<u32>,
+}
+
+/// The step a graph was built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub tokens: u32,
+    pub pos: u32,
+}
+
+impl Node {
+    /// The tensor the node writes and the elements of it that this step produces. Rope's
+    /// cache writes are not among them: attention, which reads them, is checked instead.
+    pub fn output(&self, c: &Config, s: Step) -> (Tensor, std::ops::Range<usize>) {
+        let t = s.tokens as usize;
+        let rows = |y: Tensor, width: u32| (y, 0..t * width as usize);
+        let part = |splits: u32| c.n_head * splits * (c.head_dim() + 2);
+        match self.op {
+            Op::Embed { .. } => rows(Tensor::Resid(0), c.n_embd),
+            Op::Product {
+                rows,
+                y,
+                tokens,
+                epilogue,
+                ..
+            } => {
+                let n = match epilogue {
+                    Epilogue::Swiglu => rows / 2,
+                    Epilogue::RopeStore { .. } => c.n_embd,
+                    Epilogue::None | Epilogue::Add(_) => rows,
+                };
+                (y, 0..tokens as usize * n as usize)
+            }
+            Op::Attention { form, .. } => match form.output() {
+                Tensor::Combined => rows(Tensor::Combined, c.n_embd),
+                part_tensor => rows(part_tensor, part(form.splits())),
+            },
+            Op::Norm { tokens, .. } => (Tensor::Normed, 0..(tokens * c.n_embd) as usize),
+            Op::Combine { .. } => rows(Tensor::Combined, c.n_embd),
+            Op::Swiglu => rows(Tensor::Act, c.n_ff),
+            Op::RopeStore { .. } => rows(Tensor::QRot, c.n_embd),
+            Op::Add { out, .. } => rows(out, c.n_embd),
+            // The scales stand for the codes, which are not floats.
+            Op::Quantize { cols, tokens, .. } => {
+                (Tensor::XqScales, 0..(tokens * cols / 32) as usize)
+            }
+            Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
+            Op::Argmax => (Tensor::Token, 0..1),
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! The planner: which kernel runs each node of a fused graph, as a key (what decides the
+//! kernel) and its variants in order of preference for a device (the subgroup variant where
+//! the device has subgroups, then the shared-memory one every device runs; products on tiles
+//! from the fastest block the device runs down to the scalar one). The shapes come from the
+//! tuning table ([`crate::tuning`]).
+
+use super::graph::{AttentionForm, Epilogue, Form, Op, Prologue};
+use super::tuning::{self, MatvecSize};
+use super::weights::Weights;
+use trine_backends::DeviceInfo;
+use trine_gguf::quant::WeightType;
+use trine_ir::Kernel;
+use trine_ops::attention_flash::FlashOut;
+use trine_ops::elementwise::{copy_kernel, swiglu_pairs_kernel};
+use trine_ops::key_layout::KeyLayout;
+use trine_ops::matvec::{
+    Epilogue as MatvecEpilogue, MatvecSpec, Prologue as MatvecPrologue, Reduce,
+};
+use trine_ops::matvec_fused::{CombineShape, RopeShape};
+use trine_ops::rope::RopeMode;
+use trine_ops::shape::ShapeError;
+use trine_ops::support::{Float, Reduction};
+use trine_ops::{
+    argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
+    matvec, matvec_q8, matvec_q8_rows, rms_norm, rope_store,
+};
+
+/// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
+/// head dimension, and whether its prompt products on tiles all take the small block
+/// ([`trine_backends::Tuning::small_tile_blocks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelShape {
+    pub kv: Float,
+    pub keys: KeyLayout,
+    pub head_dim: u32,
+    pub small_tiles: bool,
+}
+
+/// The kernel a node needs, up to its variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelKey {
+    Embed {
+        table: WeightType,
+    },
+    /// A product on float x ([`Form::Float`]).
+    Matvec {
+        weights: WeightType,
+        size: MatvecSize,
+        prologue: MatvecPrologue,
+        epilogue: MatvecEpilogue,
+        /// Whether only products read the weights ([`Weights::pairable`]), so that a CPU
+        /// holds them in pairs of blocks ([`MatvecSpec::pairs`]).
+        pairable: bool,
+    },
+    /// A product on quantized x ([`Form::QuantizedX`]).
+    MatvecQ8 {
+        weights: WeightType,
+        add: bool,
+        /// Tokens each workgroup takes ([`tuning::q8_tokens_per_workgroup`]).
+        tokens: u32,
+    },
+    /// A prompt's product on matrix tiles ([`Form::Tiles`]).
+    MatmulTiles(TilesKey),
+    AttnSplit,
+    AttnFlash {
+        tiles: bool,
+        out: FlashOut,
+    },
+    RmsNorm,
+    /// Attention's split partials combined, by splits (a compile-time constant).
+    Combine {
+        splits: u32,
+    },
+    SwigluPairs,
+    RopeStore {
+        mode: RopeMode,
+    },
+    Quantize,
+    PickLast,
+    Argmax,
+}
+
+/// What decides a tiled product's kernels ([`KernelKey::MatmulTiles`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TilesKey {
+    pub weights: WeightType,
+    pub add: bool,
+    pub swiglu: bool,
+    /// [`matmul_tiles::BlockSize::for_product`].
+    pub block: matmul_tiles::BlockSize,
+    /// Blocks of K per step ([`matmul_tiles::TilesSpec::depth_for`]).
+    pub depth: u32,
+}
+
+/// How a compiled variant is launched: what its dispatch's grid, parameters and bindings
+/// follow from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Launch {
+    /// A float-x product of this spec (which says whether it binds an f16 view of W).
+    Matvec(MatvecSpec),
+    /// A tiled product of this spec (which says its block).
+    Tiles(matmul_tiles::TilesSpec),
+    /// Prompt attention on matrix tiles (a block of queries per workgroup of its own).
+    FlashTiles,
+    /// Everything else: the grid follows from the op alone.
+    Plain,
+}
+
+/// One kernel that computes a key, with how it is launched.
+pub struct Variant {
+    pub kernel: Kernel,
+    pub launch: Launch,
+}
+
+/// How notes and errors name the op: `matvec q4_1 (wide, rms_norm, add)`.
+impl std::fmt::Display for KernelKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelKey::Embed { table } => write!(f, "embedding {table}"),
+            KernelKey::Matvec {
+                weights,
+                size,
+                prologue,
+                epilogue,
+                ..
+            } => {
+                let mut parts = vec![];
+                match size {
+                    MatvecSize::Small => {}
+                    MatvecSize::Tall => parts.push("tall"),
+                    MatvecSize::Wide => parts.push("wide"),
+                    MatvecSize::Prompt => parts.push("prompt"),
+                }
+                match prologue {
+                    MatvecPrologue::None => {}
+                    MatvecPrologue::RmsNorm => parts.push("rms_norm"),
+                    MatvecPrologue::Combine(_) => parts.push("attention combine"),
+                }
+                match epilogue {
+                    MatvecEpilogue::None => {}
+                    MatvecEpilogue::Add => parts.push("add"),
+                    MatvecEpilogue::Swiglu => parts.push("swiglu"),
+                    MatvecEpilogue::RopeStore(_) => parts.push("rope, kv cache store"),
+                    _ => parts.push("other epilogue"),
+                }
+                write!(f, "matvec {weights}")?;
+                if !parts.is_empty() {
+                    write!(f, " ({})", parts.join(", "))?;
+                }
+                Ok(())
+            }
+            KernelKey::MatvecQ8 {
+                weights,
+                add,
+                tokens,
+            } => {
+                let add = if *add { ", add" } else { "" };
+                write!(f, "matvec {weights} × q8 ({tokens} tokens{add})")
+            }
+            KernelKey::MatmulTiles(t) => {
+                let out = match (t.add, t.swiglu) {
+                    (true, _) => ", add",
+                    (false, true) => ", swiglu",
+                    (false, false) => "",
+                };
+                let block = match t.block {
+                    matmul_tiles::BlockSize::Small => ", small",
+                    matmul_tiles::BlockSize::Medium => "",
+                    matmul_tiles::BlockSize::Large => ", large",
+                };
+                let (ty, depth) = (t.weights, t.depth);
+                write!(f, "matmul {ty} on tiles{block}{out}, {depth} blocks a step")
+            }
+            KernelKey::AttnSplit => f.write_str("attention (split)"),
+            KernelKey::AttnFlash { tiles, out } => {
+                let tiles = if *tiles { ", on tiles" } else { "" };
+                let out = match out {
+                    FlashOut::Part => "",
+                    FlashOut::Normalized => ", normalised",
+                    FlashOut::Chunks => ", keys in chunks",
+                };
+                write!(f, "attention (flash{tiles}{out})")
+            }
+            KernelKey::RmsNorm => f.write_str("rms_norm"),
+            KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
+            KernelKey::SwigluPairs => f.write_str("swiglu"),
+            KernelKey::RopeStore { mode } => write!(f, "rope ({mode:?}), kv cache store"),
+            KernelKey::Quantize => f.write_str("x quantized to q8"),
+            KernelKey::PickLast => f.write_str("last-token copy"),
+            KernelKey::Argmax => f.write_str("argmax"),
+        }
+    }
+}
+
+impl KernelKey {
+    /// The key of a fused graph's node ([`crate::fuse`] leaves no [`Op::Add`]).
+    pub fn of(op: &Op, w: &Weights, s: KernelShape) -> KernelKey {
+        match *op {
+            Op::Embed { table } => KernelKey::Embed {
+                table: w.tensors[table].ty,
+            },
+            Op::Product {
+                w: id,
+                rows,
+                tokens,
+                prologue,
+                epilogue,
+                form,
+                ..
+            } => {
+                let t = &w.tensors[id];
+                match form {
+                    Form::Float => KernelKey::Matvec {
+                        weights: t.ty,
+                        size: MatvecSize::of(t.rows, t.cols, tokens),
+                        prologue: match prologue {
+                            Prologue::None => MatvecPrologue::None,
+                            Prologue::Norm(_) => MatvecPrologue::RmsNorm,
+                            Prologue::Combine { splits } => MatvecPrologue::Combine(CombineShape {
+                                heads: t.cols / s.head_dim,
+                                head_dim: s.head_dim,
+                                splits,
+                            }),
+                        },
+                        epilogue: match epilogue {
+                            Epilogue::None => MatvecEpilogue::None,
+                            Epilogue::Add(_) => MatvecEpilogue::Add,
+                            Epilogue::Swiglu => MatvecEpilogue::Swiglu,
+                            Epilogue::RopeStore { .. } => MatvecEpilogue::RopeStore(RopeShape {
+                                head_dim: s.head_dim,
+                                kv: s.kv,
+                                keys: s.keys,
+                            }),
+                        },
+                        pairable: w.pairable(id),
+                    },
+                    Form::QuantizedX => KernelKey::MatvecQ8 {
+                        weights: t.ty,
+                        add: matches!(epilogue, Epilogue::Add(_)),
+                        tokens: tuning::q8_tokens_per_workgroup(tokens),
+                    },
+                    Form::Tiles => KernelKey::MatmulTiles(TilesKey {
+                        weights: t.ty,
+                        add: matches!(epilogue, Epilogue::Add(_)),
+                        swiglu: epilogue == Epilogue::Swiglu,
+                        block: matmul_tiles::BlockSize::for_product(rows, tokens, s.small_tiles),
+                        depth: matmul_tiles::TilesSpec::depth_for(t.cols),
+                    }),
+                }
+            }
+            Op::Attention { form, .. } => match form {
+                AttentionForm::Split { .. } => KernelKey::AttnSplit,
+                AttentionForm::Flash { tiles, out, .. } => KernelKey::AttnFlash { tiles, out },
+            },
+            Op::Norm { .. } => KernelKey::RmsNorm,
+            Op::Combine { splits } => KernelKey::Combine { splits },
+            Op::Swiglu => KernelKey::SwigluPairs,
+            Op::RopeStore { mode, .. } => KernelKey::RopeStore { mode },
+            Op::Quantize { .. } => KernelKey::Quantize,
+            Op::PickLast => KernelKey::PickLast,
+            Op::Argmax => KernelKey::Argmax,
+            Op::Add { .. } => unreachable!("the fusion pass folds every add into a product"),
+        }
+    }
+
+    /// The kernels that compute this key, best first for a device described by `info`.
+    pub fn variants(self, info: &DeviceInfo, s: KernelShape) -> Result<Vec<Variant>, ShapeError> {
+        let plain = |kernel| Variant {
+            kernel,
+            launch: Launch::Plain,
+        };
+        let reductions: &[Reduction] = if info.subgroup_ops {
+            &[Reduction::Subgroup, Reduction::Shared]
+        } else {
+            &[Reduction::Shared]
+        };
+        Ok(match self {
+            KernelKey::Embed { table } => vec![plain(embedding::kernel(table))],
+            KernelKey::Matvec { .. } => {
+                let reduces: &[Reduce] = if info.subgroup_ops {
+                    &[Reduce::Subgroup, Reduce::Shared]
+                } else {
+                    &[Reduce::Shared]
+                };
+                // Each reduction with f16 scales where the shape wants them, then without.
+                let mut specs = vec![];
+                for &r in reduces {
+                    let spec = self.matvec_spec(r, info);
+                    specs.push(spec);
+                    if spec.f16_scales {
+                        specs.push(MatvecSpec {
+                            f16_scales: false,
+                            ..spec
+                        });
+                    }
+                }
+                specs
+                    .into_iter()
+                    .map(|spec| {
+                        Ok(Variant {
+                            kernel: matvec::kernel(spec)?,
+                            launch: Launch::Matvec(spec),
+                        })
+                    })
+                    .collect::<Result<_, ShapeError>>()?
+            }
+            KernelKey::MatvecQ8 {
+                weights,
+                add,
+                tokens,
+            } => vec![plain(matvec_q8_rows::kernel(weights, add, tokens)?)],
+            KernelKey::MatmulTiles(key) => {
+                let mut variants = vec![];
+                for spec in tiles_spec(key, info).variants() {
+                    let kernel = match matmul_tiles::kernel(spec) {
+                        Ok(k) => k,
+                        // A width that cannot share the block's tiles evenly has no tiled
+                        // kernel (a typed refusal): the next variant serves it.
+                        Err(_) if spec.tiles.is_some() => continue,
+                        Err(e) => return Err(e),
+                    };
+                    variants.push(Variant {
+                        kernel,
+                        launch: Launch::Tiles(spec),
+                    });
+                }
+                variants
+            }
+            KernelKey::AttnSplit => reductions
+                .iter()
+                .map(|&how| attention_split::split_kernel(s.head_dim, s.kv, how, s.keys).map(plain))
+                .collect::<Result<_, _>>()?,
+            KernelKey::AttnFlash { tiles, out } => {
+                let mut variants = vec![];
+                // The tiled kernel reads the K cache in rows, with subgroups of its width.
+                if tiles
+                    && info.tiles
+                    && info.runs_subgroup_width(attention_flash_tiles::WIDTH)
+                    && s.keys == KeyLayout::Rows
+                {
+                    variants.push(Variant {
+                        kernel: attention_flash_tiles::kernel(s.head_dim, s.kv, out)?,
+                        launch: Launch::FlashTiles,
+                    });
+                }
+                variants.push(plain(attention_flash::kernel(
+                    s.head_dim, s.kv, s.keys, out,
+                )?));
+                variants
+            }
+            KernelKey::RmsNorm => reductions
+                .iter()
+                .map(|&r| plain(rms_norm::kernel(r)))
+                .collect(),
+            KernelKey::Combine { splits } => {
+                vec![plain(attention_split::combine_kernel(s.head_dim, splits)?)]
+            }
+            KernelKey::SwigluPairs => vec![plain(swiglu_pairs_kernel())],
+            KernelKey::RopeStore { mode } => {
+                vec![plain(rope_store::kernel(s.head_dim, mode, s.kv, s.keys)?)]
+            }
+            KernelKey::Quantize => vec![plain(matvec_q8::quantize_kernel())],
+            KernelKey::PickLast => vec![plain(copy_kernel(Float::F32, Float::F32))],
+            KernelKey::Argmax => reductions
+                .iter()
+                .map(|&r| plain(argmax::kernel(r)))
+                .collect(),
+        })
+    }
+
+    /// A float-x product key's kernel spec for a device with reduction `reduce`: the tuning
+    /// table's shape for its size ([`tuning::matvec_spec`]), with its fusions.
+    fn matvec_spec(self, reduce: Reduce, info: &DeviceInfo) -> MatvecSpec {
+        let KernelKey::Matvec {
+            weights,
+            size,
+            prologue,
+            epilogue,
+            pairable,
+        } = self
+        else {
+            unreachable!("only a matvec key has a matvec spec")
+        };
+        MatvecSpec {
+            prologue,
+            epilogue,
+            ..tuning::matvec_spec(weights, reduce, info, size, pairable)
+        }
+    }
+}
+
+/// The tiled product of a [`KernelKey::MatmulTiles`] key on a device described by `info`:
+/// tiles need one subgroup width to divide their work by ([`tuning::tile_width`]), so a device
+/// without them (or a CPU checking a GPU's prompt) gets the scalar variant; f16 weights are
+/// copied asynchronously where the device can, and the large block runs on warpgroup products
+/// where it has them. Its [`matmul_tiles::TilesSpec::variants`] are the key's kernels.
+pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
+    let spec = matmul_tiles::TilesSpec {
+        weights: key.weights,
+        add: key.add,
+        tiles: tuning::tile_width(info),
+        block: key.block,
+        depth: key.depth,
+        copies: false,
+        half_x: false,
+        group: false,
+        swiglu: key.swiglu,
+    };
+    let spec = if info.async_copy { spec.copied() } else { spec };
+    if info.group_mma {
+        spec.grouped()
+    } else {
+        spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A big prompt product's kernels on a device with tiles are its spec's variants in
+    /// order (on warpgroup products where the device has them, then large, medium, scalar),
+    /// each launched as the spec it came from; on a device without tiles, the scalar one.
+    #[test]
+    fn tile_products_are_their_specs_variants() {
+        let cpu = trine_backends::open(trine_backends::BackendKind::Cpu).unwrap();
+        let mut info = cpu.info().clone();
+        let shape = KernelShape {
+            kv: Float::F16,
+            keys: KeyLayout::Rows,
+            head_dim: 64,
+            small_tiles: false,
+        };
+        let fields = TilesKey {
+            weights: WeightType::Q4_1,
+            add: true,
+            swiglu: false,
+            block: matmul_tiles::BlockSize::for_product(4096, 512, false),
+            depth: 2,
+        };
+        let key = KernelKey::MatmulTiles(fields);
+        for (tiles, group, count) in [(true, true, 4), (true, false, 3), (false, false, 1)] {
+            info.tiles = tiles;
+            info.group_mma = group;
+            info.subgroup_sizes = vec![32];
+            let variants = key.variants(&info, shape).unwrap();
+            let specs = tiles_spec(fields, &info).variants();
+            assert_eq!(variants.len(), count);
+            assert_eq!(variants.len(), specs.len());
+            for (v, spec) in variants.iter().zip(specs) {
+                assert_eq!(v.kernel.name, spec.name());
+                assert_eq!(v.launch, Launch::Tiles(spec));
+            }
+        }
+    }
+
+    /// Tiles take the device's one subgroup width, or 32 where a device with several pins a
+    /// kernel's, and nothing on a device with several that cannot.
+    #[test]
+    fn tiles_take_the_one_width_or_a_pinned_32() {
+        let cpu = trine_backends::open(trine_backends::BackendKind::Cpu).unwrap();
+        let mut info = cpu.info().clone();
+        info.tiles = true;
+        for (sizes, pinned, width) in [
+            (vec![32], false, Some(32)),
+            (vec![8], true, Some(8)),
+            (vec![32, 64], true, Some(32)),
+            (vec![32, 64], false, None),
+            (vec![64, 128], true, None),
+        ] {
+            info.subgroup_sizes = sizes.clone();
+            info.subgroup_width_pinned = pinned;
+            assert_eq!(
+                tuning::tile_width(&info),
+                width,
+                "{sizes:?}, pinned {pinned}"
+            );
+        }
+        info.tiles = false;
+        info.subgroup_sizes = vec![32];
+        assert_eq!(tuning::tile_width(&info), None);
+    }
+}

@@ -1,0 +1,212 @@
+//! The tuning table: the kernel shapes and step splits the planner takes for a device, from
+//! what the device reports (its type, 16-bit storage, matrix tiles, subgroup widths, and the
+//! backend's [`trine_backends::Tuning`]). Each figure was chosen by measuring the executor's
+//! own kernels; the measurements are in `docs/bench/`.
+
+use trine_backends::{DeviceInfo, DeviceType};
+use trine_gguf::quant::WeightType;
+use trine_ops::key_layout::KeyLayout;
+use trine_ops::matvec::{MatvecSpec, Reduce};
+use trine_ops::support::Float;
+
+/// The KV cache type of an executor whose primary device is described by `info`: f16 halves
+/// the cache and matches llama.cpp's default cache type; f32 where the device has no 16-bit
+/// storage, and on CPUs, whose attention loads keys at a stride (one position per
+/// invocation), which x86 gathers only in 32-bit elements.
+pub fn kv_type(info: &DeviceInfo) -> Float {
+    if info.f16 && info.device_type != DeviceType::Cpu {
+        Float::F16
+    } else {
+        Float::F32
+    }
+}
+
+/// The K cache layout of an executor whose primary device is described by `info`: columns on
+/// CPUs, whose attention then loads consecutive keys as vectors instead of gathering them
+/// ([`trine_ops::key_layout`]); rows on GPUs, whose kernels read a key's elements together.
+pub fn key_layout(info: &DeviceInfo) -> KeyLayout {
+    if info.device_type == DeviceType::Cpu {
+        KeyLayout::Columns
+    } else {
+        KeyLayout::Rows
+    }
+}
+
+/// Splits of the keys in decode attention on a GPU, each a chunk of the cache in a workgroup
+/// of its own (more splits mean a longer combine). A CPU's cores are busy with the heads
+/// alone, and prompt steps have a workgroup per token and head already: they use one.
+pub const GPU_SPLITS: u32 = 8;
+
+pub fn attention_splits(tokens: u32, gpu: bool) -> u32 {
+    if tokens == 1 && gpu {
+        GPU_SPLITS
+    } else {
+        1
+    }
+}
+
+/// Keys per chunk of a prompt's flash attention where the device cuts them into chunks
+/// ([`trine_backends::Tuning::flash_key_chunks`]): a query block walks its keys one block
+/// after another, so the last block of a long prompt is the dispatch's length, and chunks
+/// shorten it.
+pub const FLASH_SPLIT_KEYS: u32 = 128;
+
+/// The most chunks a prompt's flash attention takes ([`crate::graph::Tensor::Part`] holds
+/// that many per token and head).
+pub const MAX_FLASH_SPLITS: u32 = 4;
+
+/// The chunks of a `tokens`-token prompt step's flash attention: one per [`FLASH_SPLIT_KEYS`]
+/// tokens, at most [`MAX_FLASH_SPLITS`]. With one, flash attention can write the attention
+/// itself and no combine follows.
+pub fn flash_splits(tokens: u32) -> u32 {
+    tokens.div_ceil(FLASH_SPLIT_KEYS).clamp(1, MAX_FLASH_SPLITS)
+}
+
+/// Prompt step sizes up to `max_batch` whose graphs hold between them every kernel a prompt
+/// step of up to `max_batch` tokens runs: the largest size of each chunk count, which decides
+/// the combine kernel (its chunks are a compile-time constant) and whether there is one.
+pub fn prompt_sizes(max_batch: u32) -> Vec<u32> {
+    (1..flash_splits(max_batch))
+        .map(|s| s * FLASH_SPLIT_KEYS)
+        .chain([max_batch])
+        .collect()
+}
+
+/// The subgroup width a device's kernels on tiles are written for: its one width, or 32 where
+/// it has several and pins a kernel to the width it declares (RDNA3's WMMA's native width,
+/// and the one the tiles' cases are measured at); `None` without tiles.
+pub fn tile_width(info: &DeviceInfo) -> Option<u32> {
+    const PINNED: u32 = 32;
+    if !info.tiles {
+        return None;
+    }
+    info.subgroup_size()
+        .or_else(|| info.runs_subgroup_width(PINNED).then_some(PINNED))
+}
+
+/// How much work a float-x product has, which decides its GPU shape ([`matvec_spec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatvecSize {
+    /// A decode step's small matrices.
+    Small,
+    /// Many short rows, as an output head's.
+    Tall,
+    /// A matrix of at least 4096 × 4096.
+    Wide,
+    /// A prompt of at least [`WIDE_TOKENS`] tokens: GPUs take the wide shape, CPUs several
+    /// tokens per workgroup.
+    Prompt,
+}
+
+impl MatvecSize {
+    pub fn of(rows: u32, cols: u32, tokens: u32) -> MatvecSize {
+        if tokens >= WIDE_TOKENS {
+            MatvecSize::Prompt
+        } else if rows >= 4096 && cols >= 4096 {
+            MatvecSize::Wide
+        } else if rows >= TALL_ROWS {
+            MatvecSize::Tall
+        } else {
+            MatvecSize::Small
+        }
+    }
+}
+
+/// Rows from which a product that is not wide counts as tall: output heads (vocabularies of
+/// 32000 and more), not a model's projections.
+const TALL_ROWS: u32 = 16384;
+
+/// Prompt steps from this many tokens use the wide shape.
+pub const WIDE_TOKENS: u32 = 64;
+
+/// The float-x product's shape for a device and a product's size. GPUs, quantized weights:
+/// the scales read through an f16 view of the weights where the device has 16-bit storage
+/// (and then Q4_1's codes as whole words); wide products share 8 rows among 128 invocations,
+/// which leaves small matrices' GPUs mostly idle, so those take 2 rows, and tall ones 4 rows
+/// on 32 invocations. Float weights keep [`MatvecSpec::new`]'s 4 rows on 64 invocations.
+/// CPUs take the blocked walk ([`MatvecSpec::blocked`]) on 8 rows, which the C compiler
+/// vectorises across invocations, with the scales read through an f16 view (a native
+/// conversion instead of some forty integer operations per scale), and Q4 weights that only
+/// products read held in pairs of blocks.
+pub fn matvec_spec(
+    ty: WeightType,
+    reduce: Reduce,
+    info: &DeviceInfo,
+    size: MatvecSize,
+    pairable: bool,
+) -> MatvecSpec {
+    let mut spec = MatvecSpec::new(ty, reduce);
+    if info.device_type == DeviceType::Cpu {
+        spec.rows_per_workgroup = CPU_MATVEC_ROWS;
+        spec.workgroup = cpu_matvec_lanes(ty);
+        spec.f16_scales = info.f16;
+        spec.blocked = true;
+        if holds_pairs(info, ty, pairable) {
+            (spec.rows_per_workgroup, spec.workgroup, spec.pairs) = CPU_PAIRS_MATVEC;
+            if size == MatvecSize::Prompt {
+                spec.tokens_per_workgroup = CPU_PROMPT_TOKENS;
+            }
+        }
+    } else if ty.is_quantized() {
+        (spec.rows_per_workgroup, spec.workgroup, spec.segment) = match size {
+            MatvecSize::Wide | MatvecSize::Prompt => GPU_LARGE_MATVEC,
+            MatvecSize::Tall => GPU_TALL_MATVEC,
+            MatvecSize::Small => GPU_SMALL_MATVEC,
+        };
+        spec.f16_scales = info.f16;
+        spec.word_codes = true;
+    }
+    spec
+}
+
+/// Rows per workgroup of a CPU's blocked product.
+const CPU_MATVEC_ROWS: u32 = 8;
+
+/// (rows per workgroup, invocations, pairs) of a CPU's product in pairs of Q4 blocks: 4 rows
+/// keep the sums of a workgroup in registers where 8 spill.
+const CPU_PAIRS_MATVEC: (u32, u32, bool) = (4, 32, true);
+
+/// Tokens per workgroup of a CPU's prompt products (float x in pairs of blocks, and quantized
+/// x): each block of weights is decoded once for this many tokens.
+const CPU_PROMPT_TOKENS: u32 = 8;
+
+/// (rows per workgroup, invocations, segment) of a GPU's wide quantized product.
+const GPU_LARGE_MATVEC: (u32, u32, u32) = (8, 128, 8);
+
+/// (rows per workgroup, invocations, segment) of a GPU's small quantized product: a decode
+/// step's small matrices are latency-bound, so fewer rows per workgroup (more workgroups)
+/// finish sooner.
+const GPU_SMALL_MATVEC: (u32, u32, u32) = (2, 128, 8);
+
+/// (rows per workgroup, invocations, segment) of a GPU's tall quantized product (an output
+/// head): short rows, so fewer invocations share one.
+const GPU_TALL_MATVEC: (u32, u32, u32) = (4, 32, 8);
+
+/// Tokens a workgroup of a product with quantized x takes in a step of `tokens`: a prompt's
+/// share one load of each block of codes.
+pub fn q8_tokens_per_workgroup(tokens: u32) -> u32 {
+    if tokens > 1 {
+        CPU_PROMPT_TOKENS
+    } else {
+        1
+    }
+}
+
+/// Whether a device holds a weight of type `ty` in pairs of blocks
+/// ([`trine_ops::dequant::pair_blocks`]): CPUs do for the Q4 weights only products read
+/// (`pairable`); an embedding table is read row by row in the file's layout.
+pub fn holds_pairs(info: &DeviceInfo, ty: WeightType, pairable: bool) -> bool {
+    info.device_type == DeviceType::Cpu && pairable && trine_ops::dequant::pairs_apply(ty)
+}
+
+/// Invocations of a CPU product ([`MatvecSpec::blocked`]): the C compiler vectorises a loop
+/// over invocations that loads bytes with vectors of as many bytes as the loop has
+/// iterations; 32 lanes give Q8_0 256-bit float vectors, while Q4's 16 code bytes per block
+/// allow at most 16.
+fn cpu_matvec_lanes(ty: WeightType) -> u32 {
+    match ty {
+        WeightType::Q8_0 => 32,
+        WeightType::Q4_0 | WeightType::Q4_1 => 16,
+        _ => 8,
+    }
+}
