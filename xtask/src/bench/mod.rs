@@ -87,7 +87,7 @@ pub struct Args {
     reps: usize,
     /// With --model: fuse the recorded decode step's runs of dispatches into kernels with grid
     /// barriers (`EngineOptions::fuse`), to measure what that gives; off by default, as it was
-    /// slower on the H100 (docs/bench/decode-h100-2026-11-25.md).
+    /// slower on the H100 (docs/bench/decode.md).
     #[arg(long)]
     fuse: bool,
     /// With --model: every product multiplies float x, as before a CPU's products and a GPU's
@@ -101,7 +101,7 @@ pub struct Args {
     /// With --model: each GPU decode layer's down projection in the gate/up product's
     /// epilogue, adding into the residual stream with f32 atomic adds
     /// (`EngineOptions::down_in_ffn`), to measure what that gives; off by default, as it was
-    /// slower on the H100 (docs/bench/decode-h100-2026-11-26.md).
+    /// slower on the H100 (docs/bench/decode.md).
     #[arg(long)]
     down_in_ffn: bool,
 }
