@@ -293,7 +293,7 @@ fn tiles_are_cooperative_matrices() {
     assert!(!without.uses_tiles);
     // Debian 12's spirv-tools (2022.4) predates SPV_KHR_cooperative_matrix and rejects its
     // capability as unknown; a newer spirv-val checks the module. The NVIDIA driver runs it
-    // (docs/bench/prefill-h100-*.md).
+    // (docs/bench/prefill.md).
     match spirv_val(&k.name, &out.words) {
         Some(f)
             if f.iter()

@@ -34,10 +34,10 @@ const OP: &str = "matvec";
 /// measured, 1.4e-11 (the interpreter against the f64 reference, `matvec/q4_1/14x96/shared/swiglu`,
 /// where SwiGLU multiplies two sums that cancellation left small: see [`super::matvec_fused`]).
 /// Measured over every case against the interpreter: on an H100 on 2026-11-25 cuda at most
-/// 3.2e-13, vulkan 4.9e-13, the cpu 1.6e-13 (`docs/conformance/suite-h100-2026-11-25*.json`);
-/// vulkan and wgpu on lavapipe at most 2.6e-12 (2026-11-25, the 2-core CI VM; 1.6e-13 over
-/// the cases of `suite-wgpu-lavapipe-2026-11-24.json`). The margin is for devices not yet
-/// measured that sum in another order.
+/// 3.2e-13, vulkan 4.9e-13, the cpu 1.6e-13 (`docs/conformance/suite-h100-2026-11-25*.json`
+/// at caca8aa); vulkan and wgpu on lavapipe at most 2.6e-12 (2026-11-25, the 2-core CI VM;
+/// 1.6e-13 over the cases of `suite-wgpu-lavapipe-2026-11-24.json`). The margin is for
+/// devices not yet measured that sum in another order.
 pub const NMSE: f64 = 1.4e-9;
 
 /// NMSE bound of the QKV product whose rope epilogue stores k and v into f16 caches

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # trine and llama.cpp on the same machine and the same GGUF, one after the other in one run: the
-# measurements behind docs/bench/decode-h100-*.md (gpu) and docs/bench/cpu-*.md (cpu).
+# measurements behind docs/bench/decode.md and prefill.md (gpu) and docs/bench/cpu.md (cpu).
 #
 #   scripts/bench/side-by-side.sh gpu|cpu BIN_DIR TARBALL WORK_DIR OUT_DIR [GGUF]
 #

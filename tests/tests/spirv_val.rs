@@ -25,7 +25,7 @@ fn every_kernel_passes_spirv_val() {
     let mut failures = vec![];
     // Debian 12's spirv-tools (2022.4) predates SPV_KHR_cooperative_matrix and rejects its
     // capability as unknown: such a rejection of a tiled kernel leaves it unchecked here (naga's
-    // validator checked it, and the NVIDIA driver ran it: docs/bench/prefill-h100-*.md), and
+    // validator checked it, and the NVIDIA driver ran it: docs/bench/prefill.md), and
     // is said; any other rejection fails.
     let mut unchecked = vec![];
     // Kernels with asynchronous copies or warpgroup products have no SPIR-V lowering

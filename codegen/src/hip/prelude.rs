@@ -146,7 +146,7 @@ const GRID_SYNC: &str =
 /// turn. Triggering only after the wait keeps at most one kernel ahead resident: triggered
 /// before it, every kernel of a decode step launched as soon as the one ahead had started,
 /// and tg128 of SmolLM2 on an H100 fell from 1,774–1,938 to 1,384–1,427 t/s (2026-11-26,
-/// docs/bench/decode-h100-2026-11-26.md). Kernels on
+/// docs/bench/decode.md). Kernels on
 /// matrix tiles or warpgroup products only wait (no `trigger`), so the kernel after one starts when it ends: a
 /// prompt's tiled products and attention are several waves of large workgroups, and with the
 /// trigger a SmolLM2 pp512 on an H100 was 3.5% slower (2026-11-26, 129,014–130,529 t/s
