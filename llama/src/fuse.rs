@@ -9,7 +9,7 @@
 
 use super::config::Config;
 use super::error::ModelError;
-use super::graph::{AttentionForm, Epilogue, Form, Node, Op, Prologue, Step, Tensor};
+use super::graph::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
 use super::tuning;
 use super::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
@@ -64,8 +64,8 @@ pub fn fuse(
         _ => None,
     };
     let mut out: Vec<Node> = Vec::with_capacity(nodes.len() * 2);
-    // A prologue the next product takes, with the x it then reads.
-    let mut pending: Option<(Prologue, Tensor)> = None;
+    // A load the next product takes, with the x it then reads.
+    let mut pending: Option<(Load, Tensor)> = None;
     let mut i = 0;
     while i < nodes.len() {
         let node = nodes[i];
@@ -74,7 +74,7 @@ pub fn fuse(
         i += 1;
         match node.op {
             Op::Norm { x, weight, .. } if next_form == Some(Form::Float) => {
-                pending = Some((Prologue::Norm(weight), x));
+                pending = Some((Load::Norm(weight), x));
             }
             Op::Attention { layer, .. } => {
                 let reader = next_form.unwrap_or(Form::Float);
@@ -85,7 +85,7 @@ pub fn fuse(
                 });
                 let splits = form.splits();
                 if reader == Form::Float {
-                    pending = Some((Prologue::Combine { splits }, Tensor::Part));
+                    pending = Some((Load::Combine { splits }, Tensor::Part));
                 } else if form.output() == Tensor::Part {
                     out.push(Node {
                         op: Op::Combine { splits },
@@ -103,8 +103,8 @@ pub fn fuse(
                 ..
             } => {
                 let form = product_form(w, id, tokens, s, offer);
-                let (prologue, x) = pending.take().unwrap_or((Prologue::None, x));
-                let (epilogue, y, folded) = epilogue(form, y, next);
+                let (load, x) = pending.take().unwrap_or((Load::None, x));
+                let (store, y, folded) = store(form, y, next);
                 if folded {
                     i += 1;
                 }
@@ -126,8 +126,8 @@ pub fn fuse(
                         x,
                         y,
                         tokens,
-                        prologue,
-                        epilogue,
+                        load,
+                        store,
                         form,
                     },
                     ..node
@@ -148,15 +148,15 @@ pub fn fuse(
 /// What a product of `form` writing `y` folds from the node after it: rope with the cache
 /// store (float x, the normal rope the fused kernel computes), SwiGLU (float x and tiles), a
 /// residual add of `y` (every form); with the tensor it then writes and whether it folded.
-fn epilogue(form: Form, y: Tensor, next: Option<&Node>) -> (Epilogue, Tensor, bool) {
+fn store(form: Form, y: Tensor, next: Option<&Node>) -> (Store, Tensor, bool) {
     match next.map(|n| n.op) {
         Some(Op::RopeStore {
             layer,
             mode: RopeMode::Normal,
-        }) if form == Form::Float => (Epilogue::RopeStore { layer }, Tensor::QRot, true),
-        Some(Op::Swiglu) if form != Form::QuantizedX => (Epilogue::Swiglu, Tensor::Act, true),
-        Some(Op::Add { x, r, out }) if x == y => (Epilogue::Add(r), out, true),
-        _ => (Epilogue::None, y, false),
+        }) if form == Form::Float => (Store::Rope { layer }, Tensor::QRot, true),
+        Some(Op::Swiglu) if form != Form::QuantizedX => (Store::Swiglu, Tensor::Act, true),
+        Some(Op::Add { x, r, out }) if x == y => (Store::Add(r), out, true),
+        _ => (Store::None, y, false),
     }
 }
 

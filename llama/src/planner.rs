@@ -4,7 +4,7 @@
 //! from the fastest block the device runs down to the scalar one). The shapes come from the
 //! tuning table ([`crate::tuning`]).
 
-use super::graph::{AttentionForm, Epilogue, Form, Op, Prologue};
+use super::graph::{AttentionForm, Form, Load, Op, Store};
 use super::tuning::{self, MatvecSize};
 use super::weights::Weights;
 use trine_backends::DeviceInfo;
@@ -141,7 +141,7 @@ impl std::fmt::Display for KernelKey {
                     MatvecEpilogue::Add => parts.push("add"),
                     MatvecEpilogue::Swiglu => parts.push("swiglu"),
                     MatvecEpilogue::RopeStore(_) => parts.push("rope, kv cache store"),
-                    _ => parts.push("other epilogue"),
+                    _ => parts.push("other store"),
                 }
                 write!(f, "matvec {weights}")?;
                 if !parts.is_empty() {
@@ -203,8 +203,8 @@ impl KernelKey {
                 w: id,
                 rows,
                 tokens,
-                prologue,
-                epilogue,
+                load,
+                store,
                 form,
                 ..
             } => {
@@ -213,20 +213,20 @@ impl KernelKey {
                     Form::Float => KernelKey::Matvec {
                         weights: t.ty,
                         size: MatvecSize::of(t.rows, t.cols, tokens),
-                        prologue: match prologue {
-                            Prologue::None => MatvecPrologue::None,
-                            Prologue::Norm(_) => MatvecPrologue::RmsNorm,
-                            Prologue::Combine { splits } => MatvecPrologue::Combine(CombineShape {
+                        prologue: match load {
+                            Load::None => MatvecPrologue::None,
+                            Load::Norm(_) => MatvecPrologue::RmsNorm,
+                            Load::Combine { splits } => MatvecPrologue::Combine(CombineShape {
                                 heads: t.cols / s.head_dim,
                                 head_dim: s.head_dim,
                                 splits,
                             }),
                         },
-                        epilogue: match epilogue {
-                            Epilogue::None => MatvecEpilogue::None,
-                            Epilogue::Add(_) => MatvecEpilogue::Add,
-                            Epilogue::Swiglu => MatvecEpilogue::Swiglu,
-                            Epilogue::RopeStore { .. } => MatvecEpilogue::RopeStore(RopeShape {
+                        epilogue: match store {
+                            Store::None => MatvecEpilogue::None,
+                            Store::Add(_) => MatvecEpilogue::Add,
+                            Store::Swiglu => MatvecEpilogue::Swiglu,
+                            Store::Rope { .. } => MatvecEpilogue::RopeStore(RopeShape {
                                 head_dim: s.head_dim,
                                 kv: s.kv,
                                 keys: s.keys,
@@ -236,13 +236,13 @@ impl KernelKey {
                     },
                     Form::QuantizedX => KernelKey::MatvecQ8 {
                         weights: t.ty,
-                        add: matches!(epilogue, Epilogue::Add(_)),
+                        add: matches!(store, Store::Add(_)),
                         tokens: tuning::q8_tokens_per_workgroup(tokens),
                     },
                     Form::Tiles => KernelKey::MatmulTiles(TilesKey {
                         weights: t.ty,
-                        add: matches!(epilogue, Epilogue::Add(_)),
-                        swiglu: epilogue == Epilogue::Swiglu,
+                        add: matches!(store, Store::Add(_)),
+                        swiglu: store == Store::Swiglu,
                         block: matmul_tiles::BlockSize::for_product(rows, tokens, s.small_tiles),
                         depth: matmul_tiles::TilesSpec::depth_for(t.cols),
                     }),

@@ -12,8 +12,8 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 /// tests of an optional capability take whether `TRINE_REQUIRE_BACKENDS` names the backend.
 macro_rules! shared_tests {
     ($open:path, $done:path) => {
-        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected, recordings_replay_with_a_step_buffer, long_recordings_stay_ordered, grid_barriers_within_residency, declared_subgroup_widths_hold);
-        $crate::gpu_suite::shared_tests!(@required $open, $done; subgroup_sum, f16_buffers);
+        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected, recordings_replay_with_a_step_buffer, long_recordings_stay_ordered, grid_barriers_within_residency);
+        $crate::gpu_suite::shared_tests!(@required $open, $done; subgroup_sum, f16_buffers, declared_subgroup_widths_hold);
     };
     (@each $open:path, $done:path; $($name:ident),*) => {$(
         #[test]
@@ -339,10 +339,13 @@ pub fn subgroup_sum(b: &dyn Backend, required: bool) {
 /// A kernel that declares a subgroup width runs with exactly that width, for every width the
 /// device says it runs (its one width, or each width of its range where the backend pins the
 /// declared one: Vulkan's required subgroup size). Subgroup sums over its lanes must match.
-pub fn declared_subgroup_widths_hold(b: &dyn Backend) {
+/// A device without subgroup operations must refuse such a kernel, and fails where
+/// `TRINE_REQUIRE_BACKENDS` names its backend ([`check_refused`]).
+pub fn declared_subgroup_widths_hold(b: &dyn Backend, required: bool) {
     let info = b.info();
     if !info.subgroup_ops {
-        println!("skipped: {} has no subgroup operations", info.name);
+        let k = subgroup_sum_kernel("subgroup_sum_w32", 64, Some(32));
+        check_refused(b, required, "subgroup operations", &k);
         return;
     }
     let widths: Vec<u32> = (0..8)

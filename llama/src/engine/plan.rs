@@ -3,7 +3,7 @@
 //! decode step's dispatches can be recorded once and replayed at every position.
 
 use super::Engine;
-use crate::graph::{AttentionForm, Epilogue, Form, Node, Op, Prologue, Step, Tensor};
+use crate::graph::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
 use crate::planner::{KernelKey, Launch};
 use crate::tuning::{self, holds_pairs};
 use trine_ir::ParamValue;
@@ -54,16 +54,16 @@ impl Engine {
                 x,
                 y,
                 tokens,
-                prologue,
-                epilogue,
+                load,
+                store,
                 form,
             } => {
                 let key = KernelKey::of(&node.op, w, self.shape);
                 let placed = self.placement.programs[&key];
                 let info = self.dev(placed.device).info();
                 let wt = &w.tensors[wid];
-                let add = match epilogue {
-                    Epilogue::Add(r) => Some(r),
+                let add = match store {
+                    Store::Add(r) => Some(r),
                     _ => None,
                 };
                 match (form, placed.launch) {
@@ -71,14 +71,14 @@ impl Engine {
                         let mut inputs = vec![x];
                         let mut outputs = vec![y];
                         let mut params = vec![u(rows), u(wt.cols)];
-                        if let Prologue::Norm(g) = prologue {
+                        if let Load::Norm(g) = load {
                             inputs.push(Tensor::Weight(g));
                             params.push(ParamValue::F32(c.rms_eps));
                         }
-                        match epilogue {
-                            Epilogue::None | Epilogue::Swiglu => {}
-                            Epilogue::Add(r) => inputs.push(r),
-                            Epilogue::RopeStore { layer } => {
+                        match store {
+                            Store::None | Store::Swiglu => {}
+                            Store::Add(r) => inputs.push(r),
+                            Store::Rope { layer } => {
                                 inputs.extend([Tensor::Step, Tensor::Freq]);
                                 outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
                                 params.extend(self.rope_store(t, RopeMode::Normal).params());

@@ -3,7 +3,7 @@
 //! ([`crate::arch`]) strings them together; the fusion pass ([`crate::fuse`]) decides what
 //! runs in one kernel.
 
-use super::{AttentionForm, Epilogue, Form, Node, Op, Prologue, Step, Tensor};
+use super::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
 use crate::weights::{Layer, WeightId, Weights};
 use trine_ops::rope::RopeMode;
 
@@ -61,8 +61,8 @@ impl<'a> Builder<'a> {
             x,
             y: Tensor::Raw,
             tokens,
-            prologue: Prologue::None,
-            epilogue: Epilogue::None,
+            load: Load::None,
+            store: Store::None,
             form: Form::Float,
         };
         self.push(op, label);
@@ -121,8 +121,8 @@ impl<'a> Builder<'a> {
             x: Tensor::Normed,
             y: Tensor::Logits,
             tokens: 1,
-            prologue: Prologue::None,
-            epilogue: Epilogue::None,
+            load: Load::None,
+            store: Store::None,
             form: Form::Float,
         };
         self.push(op, "output");

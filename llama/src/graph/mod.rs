@@ -71,7 +71,7 @@ pub enum Tensor {
 
 /// What a product does to x as it loads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Prologue {
+pub enum Load {
     None,
     /// rms_norm, scaled by that weight.
     Norm(WeightId),
@@ -83,7 +83,7 @@ pub enum Prologue {
 
 /// What a product does to its sums before storing them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Epilogue {
+pub enum Store {
     None,
     /// Adds the tensor's matching element: the residual connection.
     Add(Tensor),
@@ -91,7 +91,7 @@ pub enum Epilogue {
     Swiglu,
     /// W is the stacked Q/K/V: rope on q (into y, [`Tensor::QRot`]) and k, and k and v
     /// stored in the layer's caches at the step's position.
-    RopeStore {
+    Rope {
         layer: u32,
     },
 }
@@ -99,7 +99,7 @@ pub enum Epilogue {
 /// How a product multiplies, chosen by the fusion pass from what the device offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Form {
-    /// Float x against W as stored, dequantised in the kernel; the prologue and epilogue run
+    /// Float x against W as stored, dequantised in the kernel; the load and store run
     /// inside it ([`trine_ops::matvec`]).
     Float,
     /// x quantized to 8 bits by an [`Op::Quantize`] before it, against W interleaved for
@@ -160,13 +160,13 @@ pub enum Op {
     /// `y = x·Wᵀ` for `tokens` rows of x, with what the fusion pass folded into it.
     Product {
         w: WeightId,
-        /// W's rows: the outputs per token before an epilogue halves them.
+        /// W's rows: the outputs per token before an store halves them.
         rows: u32,
         x: Tensor,
         y: Tensor,
         tokens: u32,
-        prologue: Prologue,
-        epilogue: Epilogue,
+        load: Load,
+        store: Store,
         form: Form,
     },
     /// Rope (`mode`) on the q and k heads of [`Tensor::Raw`] (the stacked QKV product) into
@@ -219,13 +219,13 @@ impl Node {
                 rows,
                 y,
                 tokens,
-                epilogue,
+                store,
                 ..
             } => {
-                let n = match epilogue {
-                    Epilogue::Swiglu => rows / 2,
-                    Epilogue::RopeStore { .. } => c.n_embd,
-                    Epilogue::None | Epilogue::Add(_) => rows,
+                let n = match store {
+                    Store::Swiglu => rows / 2,
+                    Store::Rope { .. } => c.n_embd,
+                    Store::None | Store::Add(_) => rows,
                 };
                 (y, 0..tokens as usize * n as usize)
             }
