@@ -4,10 +4,12 @@
 //!
 //! This facade re-exports the layers: [`ir`] (the kernel IR), [`codegen`] (its lowerings),
 //! [`backends`] (devices), [`ops`] (the kernel library), [`gguf`] (model files),
-//! [`tokenizer`] and [`llama`] (models, their executor and generation).
+//! [`tokenizer`] and [`llama`] (models, their executor and generation). A program using the
+//! backends calls [`start`] first in `main`; `examples/` has two short ones.
 
 pub mod doctor;
 pub mod run;
+mod start;
 
 pub use trine_backends as backends;
 pub use trine_codegen as codegen;
@@ -16,3 +18,5 @@ pub use trine_ir as ir;
 pub use trine_llama as llama;
 pub use trine_ops as ops;
 pub use trine_tokenizer as tokenizer;
+
+pub use start::start;
