@@ -1,4 +1,4 @@
-//! The compiled engine's buffers: plain bytes in aligned, allocator-zeroed allocations, which
+//! The compiled runner's buffers: plain bytes in aligned, allocator-zeroed allocations, which
 //! compiled kernels read and write through raw pointers and the host copies in and out with
 //! `memcpy`.
 //!

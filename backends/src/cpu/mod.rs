@@ -6,13 +6,13 @@
 //! reference interpreter and says why in [`DeviceInfo::notes`] (and so in `trine doctor`).
 //! The interpreter stays the reference either way.
 //!
-//! Each engine keeps buffers of its own kind: the compiled one plain bytes in aligned
+//! Each runner keeps buffers of its own kind: the compiled one plain bytes in aligned
 //! allocations ([`memory::HostMemory`], copied in and out with `memcpy`), the interpreter the
 //! checked, atomic words it runs on (`trine_ir::interp::Words`), so that it stays free of
-//! unsafe code. An engine is chosen once, when the backend opens, so no buffer ever passes from
+//! unsafe code. A runner is chosen once, when the backend opens, so no buffer ever passes from
 //! one kind to the other. One lock orders every operation on them: a dispatch runs to the end
 //! before a read, write, allocation or free proceeds (the in-order queue of the trait), which
-//! is also what makes the compiled engine's raw pointers sound.
+//! is also what makes the compiled runner's raw pointers sound.
 
 mod memory;
 mod pool;
@@ -58,7 +58,7 @@ const WORKER_STACK_BYTES: usize = C_MAX_FRAME_BYTES as usize + (4 << 20);
 const CALLER_FRAME_BYTES: u64 = 256 << 10;
 
 /// How kernels run, and the buffers they run on (module documentation).
-enum Engine {
+enum Runner {
     Compiled {
         toolchain: Toolchain,
         pool: pool::Pool,
@@ -69,9 +69,9 @@ enum Engine {
     },
 }
 
-impl Engine {
-    fn interpreter() -> Engine {
-        Engine::Interpreter {
+impl Runner {
+    fn interpreter() -> Runner {
+        Runner::Interpreter {
             buffers: Mutex::new(HashMap::new()),
         }
     }
@@ -88,13 +88,13 @@ struct Code {
 
 struct Program {
     kernel: Kernel,
-    /// `None` under the interpreter; always there under the compiled engine.
+    /// `None` under the interpreter; always there under the compiled runner.
     code: Option<Code>,
 }
 
 pub struct CpuBackend {
     info: DeviceInfo,
-    engine: Engine,
+    runner: Runner,
     programs: Mutex<HashMap<u64, Arc<Program>>>,
     next: AtomicU64,
 }
@@ -124,10 +124,10 @@ impl CpuBackend {
 
     /// Compiles with `cc`, or interprets (with the reason in the notes) where it fails.
     pub fn with_compiler(cc: &OsStr) -> CpuBackend {
-        match Self::compiled_engine(cc) {
-            Ok(engine) => CpuBackend::with_engine(engine, None),
-            Err(why) => CpuBackend::with_engine(
-                Engine::interpreter(),
+        match Self::compiled_runner(cc) {
+            Ok(runner) => CpuBackend::with_runner(runner, None),
+            Err(why) => CpuBackend::with_runner(
+                Runner::interpreter(),
                 Some(format!(
                     "kernels are interpreted (slow): no working C compiler ({why})"
                 )),
@@ -137,24 +137,24 @@ impl CpuBackend {
 
     /// The reference interpreter on all cores, whatever compiler there is: to compare with.
     pub fn interpreter() -> CpuBackend {
-        CpuBackend::with_engine(
-            Engine::interpreter(),
+        CpuBackend::with_runner(
+            Runner::interpreter(),
             Some("kernels are interpreted: the interpreter was asked for".into()),
         )
     }
 
-    fn with_engine(engine: Engine, note: Option<String>) -> CpuBackend {
-        let threads = match &engine {
+    fn with_runner(runner: Runner, note: Option<String>) -> CpuBackend {
+        let threads = match &runner {
             // The workers, and the dispatching thread.
-            Engine::Compiled { pool, .. } => pool.workers() + 1,
-            Engine::Interpreter { .. } => rayon::current_num_threads(),
+            Runner::Compiled { pool, .. } => pool.workers() + 1,
+            Runner::Interpreter { .. } => rayon::current_num_threads(),
         };
-        let (driver, how) = match &engine {
-            Engine::Compiled { toolchain, .. } => (toolchain.describe(), "compiled"),
-            Engine::Interpreter { .. } => (INTERPRETER_DRIVER.to_string(), "interpreter"),
+        let (driver, how) = match &runner {
+            Runner::Compiled { toolchain, .. } => (toolchain.describe(), "compiled"),
+            Runner::Interpreter { .. } => (INTERPRETER_DRIVER.to_string(), "interpreter"),
         };
         let mut notes: Vec<String> = note.into_iter().collect();
-        if let Engine::Compiled { .. } = engine {
+        if let Runner::Compiled { .. } = runner {
             notes.push(match crate::cache::cache_dir() {
                 Some(d) => format!(
                     "compiled kernels are cached in {}",
@@ -199,14 +199,14 @@ impl CpuBackend {
         };
         CpuBackend {
             info,
-            engine,
+            runner,
             programs: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
         }
     }
 
-    /// The compiled engine, after building and running the probe kernel; the reason otherwise.
-    fn compiled_engine(cc: &OsStr) -> Result<Engine, String> {
+    /// The compiled runner, after building and running the probe kernel; the reason otherwise.
+    fn compiled_runner(cc: &OsStr) -> Result<Runner, String> {
         let toolchain = Toolchain::find(cc).map_err(|e| e.to_string())?;
         // One thread per core, the dispatching thread being one of them.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -230,7 +230,7 @@ impl CpuBackend {
                 "the probe kernel computed {y:?} instead of 3.0 each"
             ));
         }
-        Ok(Engine::Compiled {
+        Ok(Runner::Compiled {
             toolchain,
             pool,
             buffers: Mutex::new(HashMap::new()),
@@ -452,15 +452,15 @@ impl Backend for CpuBackend {
             });
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        match &self.engine {
-            Engine::Compiled { buffers, .. } => {
+        match &self.runner {
+            Runner::Compiled { buffers, .. } => {
                 let m = HostMemory::zeroed(bytes).ok_or_else(|| BackendError::OutOfMemory {
                     bytes,
                     free: self.free_memory(),
                 })?;
                 lock(buffers).insert(id, m);
             }
-            Engine::Interpreter { buffers } => {
+            Runner::Interpreter { buffers } => {
                 lock(buffers).insert(id, Words::zeroed(bytes));
             }
         }
@@ -468,22 +468,22 @@ impl Backend for CpuBackend {
     }
 
     fn free(&self, buffer: BufferHandle) {
-        match &self.engine {
-            Engine::Compiled { buffers, .. } => {
+        match &self.runner {
+            Runner::Compiled { buffers, .. } => {
                 lock(buffers).remove(&buffer.0);
             }
-            Engine::Interpreter { buffers } => {
+            Runner::Interpreter { buffers } => {
                 lock(buffers).remove(&buffer.0);
             }
         }
     }
 
     fn write(&self, buffer: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
-        match &self.engine {
-            Engine::Compiled { buffers, .. } => {
+        match &self.runner {
+            Runner::Compiled { buffers, .. } => {
                 Self::buffer_mut(&mut lock(buffers), buffer)?.write(offset, data)
             }
-            Engine::Interpreter { buffers } => {
+            Runner::Interpreter { buffers } => {
                 let map = lock(buffers);
                 let w = Self::buffer(&map, buffer)?;
                 check_range(offset, data.len() as u64, w.len())?;
@@ -494,11 +494,11 @@ impl Backend for CpuBackend {
     }
 
     fn read(&self, buffer: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
-        match &self.engine {
-            Engine::Compiled { buffers, .. } => {
+        match &self.runner {
+            Runner::Compiled { buffers, .. } => {
                 Self::buffer(&lock(buffers), buffer)?.read(offset, out)
             }
-            Engine::Interpreter { buffers } => {
+            Runner::Interpreter { buffers } => {
                 let map = lock(buffers);
                 let w = Self::buffer(&map, buffer)?;
                 check_range(offset, out.len() as u64, w.len())?;
@@ -513,9 +513,9 @@ impl Backend for CpuBackend {
         if lock(&self.programs).contains_key(&hash) {
             return Ok(ProgramId(hash));
         }
-        let code = match &self.engine {
-            Engine::Interpreter { .. } => None,
-            Engine::Compiled { toolchain, .. } => {
+        let code = match &self.runner {
+            Runner::Interpreter { .. } => None,
+            Runner::Compiled { toolchain, .. } => {
                 let source = trine_codegen::c_source(kernel, &COptions::new(CPU_SUBGROUP_SIZE))
                     .map_err(|e| BackendError::Unsupported {
                         kernel: kernel.name.clone(),
@@ -545,20 +545,20 @@ impl Backend for CpuBackend {
     fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
         let program = self.program(d.program)?;
         // The buffer map's lock is held for the whole dispatch: see the module documentation.
-        match &self.engine {
-            Engine::Compiled {
+        match &self.runner {
+            Runner::Compiled {
                 toolchain,
                 pool,
                 buffers,
             } => {
-                // `compile` made code for every program of this engine.
+                // `compile` made code for every program of this runner.
                 let code = program
                     .code
                     .as_ref()
                     .ok_or(BackendError::UnknownProgram(d.program))?;
                 self.run_compiled(&lock(buffers), pool, toolchain, &program, code, d)
             }
-            Engine::Interpreter { buffers } => self.interpret(&lock(buffers), &program.kernel, d),
+            Runner::Interpreter { buffers } => self.interpret(&lock(buffers), &program.kernel, d),
         }
     }
 
