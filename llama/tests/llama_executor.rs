@@ -267,8 +267,7 @@ fn a_gpus_prompts_take_quantized_x_and_its_decode_steps_do_not() {
 
 /// A GPU with matrix tiles multiplies its prompts' products on float x through them, and a
 /// CPU checks them node by node: the CPU holds its Q4 weights in pairs of blocks, so it reads
-/// the file's layout for these products from a copy of its own (on the H100 the CPU's scalar
-/// variant first read the pairs and gave NaN, 2026-11-25).
+/// the file's layout for these products from a copy of its own (reading the pairs gave NaN).
 #[test]
 fn a_cpu_checks_a_gpus_prompts_on_matrix_tiles() {
     let model = tiny();
