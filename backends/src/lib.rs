@@ -13,6 +13,7 @@ pub mod error;
 pub mod hip;
 pub mod info;
 pub mod probe;
+pub mod proxy;
 pub mod recording;
 pub mod registry;
 pub mod vulkan;

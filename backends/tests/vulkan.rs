@@ -6,10 +6,9 @@
 
 mod gpu_suite;
 
+use trine_backends::proxy::{Hooks, Proxy};
 use trine_backends::vulkan::{VulkanBackend, VALIDATION_ENV};
-use trine_backends::{
-    Backend, BackendError, BufferHandle, DeviceInfo, DeviceType, Dispatch, ProgramId,
-};
+use trine_backends::{Backend, BackendError, DeviceType, ProgramId};
 use trine_ir::{Kernel, Scalar};
 
 fn required() -> bool {
@@ -94,46 +93,18 @@ fn device_info_is_sane() {
 
 gpu_suite::shared_tests!(backend, done);
 
-/// The Vulkan device with subgroups and f16 hidden, refusing the kernels that need them as a
-/// driver without them does: what the shared suite sees on such a device.
-struct Without {
-    inner: VulkanBackend,
-    info: DeviceInfo,
-}
+/// A driver without subgroups or f16: it refuses the kernels that need them.
+struct Without;
 
-impl Backend for Without {
-    fn name(&self) -> &'static str {
-        "vulkan"
-    }
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
-    fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
-        self.inner.alloc(bytes)
-    }
-    fn free(&self, buffer: BufferHandle) {
-        self.inner.free(buffer)
-    }
-    fn write(&self, b: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
-        self.inner.write(b, offset, data)
-    }
-    fn read(&self, b: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
-        self.inner.read(b, offset, out)
-    }
-    fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
+impl Hooks for Without {
+    fn compile(&self, inner: &dyn Backend, kernel: &Kernel) -> Result<ProgramId, BackendError> {
         if kernel.capabilities.subgroup || kernel.buffers.iter().any(|b| b.elem == Scalar::F16) {
             return Err(BackendError::Unsupported {
                 kernel: kernel.name.clone(),
                 what: "subgroups or f16, hidden by this test".into(),
             });
         }
-        self.inner.compile(kernel)
-    }
-    fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
-        self.inner.dispatch(d)
-    }
-    fn synchronize(&self) -> Result<(), BackendError> {
-        self.inner.synchronize()
+        inner.compile(kernel)
     }
 }
 
@@ -142,11 +113,13 @@ impl Backend for Without {
 #[test]
 fn a_required_device_without_subgroups_or_f16_fails_the_suite() {
     let Some(inner) = backend() else { return };
-    let mut info = inner.info().clone();
-    info.subgroup_ops = false;
-    info.subgroup_sizes.clear();
-    info.f16 = false;
-    let b = Without { inner, info };
+    let hide = |info: &mut trine_backends::DeviceInfo| {
+        info.subgroup_ops = false;
+        info.subgroup_sizes.clear();
+        info.f16 = false;
+    };
+    let vulkan = std::sync::Arc::new(inner);
+    let b = Proxy::new(vulkan.clone(), "vulkan", hide, Without);
     type SuiteTest = fn(&dyn Backend, bool);
     let tests: [(&str, SuiteTest); 2] = [
         ("subgroup_sum", gpu_suite::subgroup_sum),
@@ -160,5 +133,6 @@ fn a_required_device_without_subgroups_or_f16_fails_the_suite() {
         );
         test(&b, false);
     }
-    done(b.inner);
+    drop(b);
+    done(std::sync::Arc::into_inner(vulkan).expect("the proxy is gone"));
 }

@@ -313,57 +313,27 @@ pub fn run_on(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trine_backends::{BackendKind, BufferHandle, ProgramId};
+    use trine_backends::proxy::{Hooks, Proxy};
+    use trine_backends::{BackendKind, ProgramId};
     use trine_ir::{Access, KernelBuilder};
     use trine_ops::case::NMSE_EXACT;
 
-    /// A CPU that describes itself with or without f16 and refuses every kernel as
-    /// unsupported: a driver that can run nothing.
-    struct Refusing {
-        inner: Arc<dyn Backend>,
-        info: DeviceInfo,
-    }
+    /// A driver that can run nothing: it refuses every kernel as unsupported.
+    struct Refusing;
 
-    impl Refusing {
-        fn device(f16: bool) -> Arc<dyn Backend> {
-            let inner = trine_backends::open(BackendKind::Cpu).unwrap();
-            let mut info = inner.info().clone();
-            info.f16 = f16;
-            Arc::new(Refusing { inner, info })
-        }
-    }
-
-    impl Backend for Refusing {
-        fn name(&self) -> &'static str {
-            "refusing"
-        }
-        fn info(&self) -> &DeviceInfo {
-            &self.info
-        }
-        fn alloc(&self, bytes: u64) -> Result<BufferHandle, BackendError> {
-            self.inner.alloc(bytes)
-        }
-        fn free(&self, buffer: BufferHandle) {
-            self.inner.free(buffer)
-        }
-        fn write(&self, b: BufferHandle, offset: u64, data: &[u8]) -> Result<(), BackendError> {
-            self.inner.write(b, offset, data)
-        }
-        fn read(&self, b: BufferHandle, offset: u64, out: &mut [u8]) -> Result<(), BackendError> {
-            self.inner.read(b, offset, out)
-        }
-        fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
+    impl Hooks for Refusing {
+        fn compile(&self, _: &dyn Backend, kernel: &Kernel) -> Result<ProgramId, BackendError> {
             Err(BackendError::Unsupported {
                 kernel: kernel.name.clone(),
                 what: "anything at all".into(),
             })
         }
-        fn dispatch(&self, d: &Dispatch<'_>) -> Result<(), BackendError> {
-            self.inner.dispatch(d)
-        }
-        fn synchronize(&self) -> Result<(), BackendError> {
-            self.inner.synchronize()
-        }
+    }
+
+    /// A CPU that describes itself with or without f16 and refuses every kernel.
+    fn refusing(f16: bool) -> Arc<dyn Backend> {
+        let inner = trine_backends::open(BackendKind::Cpu).unwrap();
+        Arc::new(Proxy::new(inner, "refusing", |i| i.f16 = f16, Refusing))
     }
 
     /// Copies one element of `elem` from x to y.
@@ -389,19 +359,19 @@ mod tests {
     fn a_refusal_is_a_skip_only_where_the_device_lacks_what_the_kernel_needs() {
         // A kernel that needs nothing special, refused: a failure.
         let plain = copy_case(Scalar::U32);
-        let refused = check_backend(&plain, &Refusing::device(false), &reference(&plain));
+        let refused = check_backend(&plain, &refusing(false), &reference(&plain));
         assert_eq!(refused.status, Status::Fail, "{refused:?}");
         assert!(refused.reason.unwrap().contains("anything at all"));
         // An f16 kernel: a skip naming f16 where the device says it lacks f16, a failure
         // where it says it has it.
         let f16 = copy_case(Scalar::F16);
-        let without_f16 = check_backend(&f16, &Refusing::device(false), &reference(&f16));
+        let without_f16 = check_backend(&f16, &refusing(false), &reference(&f16));
         assert_eq!(without_f16.status, Status::Skip);
         assert_eq!(
             without_f16.reason.as_deref(),
             Some("device lacks f16 (anything at all)")
         );
-        let with_f16 = check_backend(&f16, &Refusing::device(true), &reference(&f16));
+        let with_f16 = check_backend(&f16, &refusing(true), &reference(&f16));
         assert_eq!(with_f16.status, Status::Fail, "{with_f16:?}");
         // And both pass where the kernel runs.
         let cpu = trine_backends::open(BackendKind::Cpu).unwrap();

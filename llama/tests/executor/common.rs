@@ -1,0 +1,255 @@
+//! What the executor's tests share: a tiny synthetic Llama, the sizes its executors are built
+//! for, the steps they run, and the stand-in devices (a GPU-typed CPU, a driver that refuses
+//! or spoils kernels, a device with little memory) made as proxies of the CPU backend.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use trine_backends::proxy::{Hooks, Proxy};
+use trine_backends::{
+    Backend, BackendError, BackendKind, BufferHandle, DeviceType, Dispatch, ProgramId,
+};
+use trine_gguf::synth::{synth_llama, SynthShape};
+use trine_gguf::{Gguf, TensorType};
+use trine_ir::Kernel;
+use trine_llama::{EngineOptions, Model, Session};
+
+/// 2 layers, 64 wide, GQA 4/2, Q4_1 projections, a Q8_0 tied embedding.
+pub const TINY: SynthShape = SynthShape {
+    n_embd: 64,
+    n_ff: 128,
+    n_layer: 2,
+    n_head: 4,
+    n_head_kv: 2,
+    vocab: 320,
+    matrices: TensorType::Q4_1,
+    embedding: TensorType::Q8_0,
+};
+
+pub const SIZES: EngineOptions = EngineOptions {
+    context: 32,
+    max_batch: 8,
+    record: true,
+};
+
+pub fn tiny() -> Arc<Model> {
+    let bytes = synth_llama(TINY, 5).unwrap().to_bytes();
+    Arc::new(Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap())
+}
+
+pub fn cpu() -> Arc<dyn Backend> {
+    trine_backends::open(BackendKind::Cpu).unwrap()
+}
+
+/// A driver that refuses to compile the kernels whose names start with `refuse`, or
+/// multiplies the last output of those whose names start with one of `spoil` by `factor`
+/// after running them (0 zeroes it): one that lacks an op, and one that computes it wrong.
+pub struct Faults {
+    refuse: &'static str,
+    spoil: &'static [&'static str],
+    factor: f32,
+    spoiled: Mutex<HashSet<ProgramId>>,
+}
+
+impl Hooks for Faults {
+    fn compile(&self, inner: &dyn Backend, kernel: &Kernel) -> Result<ProgramId, BackendError> {
+        if !self.refuse.is_empty() && kernel.name.starts_with(self.refuse) {
+            return Err(BackendError::Unsupported {
+                kernel: kernel.name.clone(),
+                what: "a feature this test withholds".into(),
+            });
+        }
+        let id = inner.compile(kernel)?;
+        if self.spoil.iter().any(|p| kernel.name.starts_with(p)) {
+            self.spoiled.lock().unwrap().insert(id);
+        }
+        Ok(id)
+    }
+    fn dispatch(&self, inner: &dyn Backend, d: &Dispatch<'_>) -> Result<(), BackendError> {
+        inner.dispatch(d)?;
+        if self.spoiled.lock().unwrap().contains(&d.program) {
+            let out = d.bindings.last().expect("a kernel with an output");
+            let mut bytes = vec![0; out.size as usize];
+            inner.read(out.buffer, out.offset, &mut bytes)?;
+            for word in bytes.chunks_exact_mut(4) {
+                let v = f32::from_le_bytes(word.try_into().unwrap()) * self.factor;
+                word.copy_from_slice(&v.to_le_bytes());
+            }
+            inner.write(out.buffer, out.offset, &bytes)?;
+        }
+        Ok(())
+    }
+}
+
+fn faults(refuse: &'static str, spoil: &'static [&'static str], factor: f32) -> Faults {
+    Faults {
+        refuse,
+        spoil,
+        factor,
+        spoiled: Mutex::new(HashSet::new()),
+    }
+}
+
+/// The CPU with [`Faults`].
+pub fn faulty(
+    refuse: &'static str,
+    spoil: &'static [&'static str],
+    factor: f32,
+) -> Arc<dyn Backend> {
+    Arc::new(Proxy::new(
+        cpu(),
+        "faulty",
+        |_| {},
+        faults(refuse, spoil, factor),
+    ))
+}
+
+/// A CPU that says it is a discrete GPU with 16-bit storage (and matrix tiles with `tiles`,
+/// which the CPU beneath runs as their scalar variant), refusing the kernels whose names start
+/// with `refuse`: an executor on it keeps its KV cache in f16 and takes the GPUs' graph and
+/// kernel shapes.
+fn stand_in(tiles: bool, refuse: &'static str) -> Arc<dyn Backend> {
+    let describe = |info: &mut trine_backends::DeviceInfo| {
+        info.device_type = DeviceType::Discrete;
+        info.f16 = true;
+        info.tiles = tiles;
+    };
+    Arc::new(Proxy::new(
+        cpu(),
+        "faulty",
+        describe,
+        faults(refuse, &[], 1.0),
+    ))
+}
+
+pub fn gpu() -> Arc<dyn Backend> {
+    stand_in(false, "")
+}
+
+pub fn gpu_refusing(refuse: &'static str) -> Arc<dyn Backend> {
+    stand_in(false, refuse)
+}
+
+pub fn gpu_with(tiles: bool) -> Arc<dyn Backend> {
+    stand_in(tiles, "")
+}
+
+/// A device that reports `free` bytes free where that is `Some` (as CUDA, HIP and Vulkan with
+/// VK_EXT_memory_budget report it; wgpu reports only the size) and counts what is allocated
+/// and written on it. Allocations past `budget` fail as a driver's do, with the bytes asked
+/// and what is left.
+pub struct Budget {
+    free: Option<u64>,
+    budget: u64,
+    pub allocated: AtomicU64,
+    pub written: AtomicU64,
+}
+
+impl Hooks for Budget {
+    fn alloc(&self, inner: &dyn Backend, bytes: u64) -> Result<BufferHandle, BackendError> {
+        let before = self.allocated.load(Relaxed);
+        if before.saturating_add(bytes) > self.budget {
+            return Err(BackendError::OutOfMemory {
+                bytes,
+                free: Some(self.budget - before),
+            });
+        }
+        self.allocated.fetch_add(bytes, Relaxed);
+        inner.alloc(bytes)
+    }
+    fn write(
+        &self,
+        inner: &dyn Backend,
+        b: BufferHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), BackendError> {
+        self.written.fetch_add(data.len() as u64, Relaxed);
+        inner.write(b, offset, data)
+    }
+    fn free_memory(&self, _: &dyn Backend) -> Option<u64> {
+        self.free
+    }
+}
+
+/// A CPU that reports `size` bytes of memory, of which `free` are free: a device the model may
+/// not fit.
+pub fn small(size: u64, free: Option<u64>) -> Arc<Proxy<Budget>> {
+    with_budget(size, free, u64::MAX)
+}
+
+/// A device that says it has memory to spare but runs out after `budget` bytes: a driver
+/// that overcommits, or another process taking memory after the executor checked.
+pub fn overcommitted(budget: u64) -> Arc<Proxy<Budget>> {
+    with_budget(u64::MAX, None, budget)
+}
+
+fn with_budget(size: u64, free: Option<u64>, budget: u64) -> Arc<Proxy<Budget>> {
+    let hooks = Budget {
+        free,
+        budget,
+        allocated: 0.into(),
+        written: 0.into(),
+    };
+    let describe = |info: &mut trine_backends::DeviceInfo| info.memory.device_local = size;
+    Arc::new(Proxy::new(cpu(), "small", describe, hooks))
+}
+
+/// Logits after a prompt and two greedy steps.
+pub fn run(session: &mut Session) -> Vec<Vec<f32>> {
+    let mut out = vec![session.feed(&[17, 90, 200, 3, 45]).unwrap()];
+    for _ in 0..2 {
+        let next = trine_llama::sampler::argmax(out.last().unwrap()).unwrap();
+        out.push(session.feed(&[next]).unwrap());
+    }
+    out
+}
+
+/// Logits of 12 decode steps after a prompt, and each step's greedy token from the host's
+/// argmax of its logits and from the device's.
+pub fn decode(session: &mut Session) -> (Vec<Vec<f32>>, Vec<(u32, u32)>) {
+    let mut logits = vec![];
+    let mut ids = vec![];
+    let mut next = session.feed_greedy(&[17, 90, 200, 3, 45]).unwrap();
+    for _ in 0..12 {
+        let l = session.feed(&[next]).unwrap();
+        next = session.greedy_token().unwrap();
+        ids.push((trine_llama::sampler::argmax(&l).unwrap(), next));
+        logits.push(l);
+    }
+    (logits, ids)
+}
+
+/// Dispatches of a decode step of the tiny model on `backend`: five per layer and three more;
+/// on a CPU, whose products take quantized x, fourteen per layer
+/// (each of the four products after a quantizing dispatch; the QKV and gate/up products
+/// after an rms_norm and before rope-store or SwiGLU, the output projection after the
+/// attention combine) and five more (the head's rms_norm and quantizing dispatch).
+pub fn decode_dispatches(backend: &dyn Backend) -> usize {
+    let layers = TINY.n_layer as usize;
+    if backend.info().device_type == DeviceType::Cpu {
+        14 * layers + 5
+    } else {
+        5 * layers + 3
+    }
+}
+
+/// Runs `f(name, backend)` on each of `names` that is present; an absent one is skipped with
+/// its reason, or fails the test where `TRINE_REQUIRE_BACKENDS` names it. Returns how many ran.
+pub fn on_each(names: &[&str], mut f: impl FnMut(&str, Arc<dyn Backend>)) -> usize {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut ran = 0;
+    for col in trine_conformance::columns(&names) {
+        match col.backend {
+            Ok(b) => {
+                f(&col.name, b);
+                ran += 1;
+            }
+            Err(why) => {
+                assert!(!col.required, "{} is required but absent: {why}", col.name);
+                println!("{} skipped: {why}", col.name);
+            }
+        }
+    }
+    ran
+}

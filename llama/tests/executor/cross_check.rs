@@ -1,0 +1,202 @@
+//! The cross-check: two executors in lock-step, node by node, on the nodes the checked one
+//! runs; it names the first op that goes wrong and agrees where nothing does.
+
+use crate::common::*;
+use std::sync::Arc;
+use trine_backends::Backend;
+use trine_llama::graph::{Form, Op, Step};
+use trine_llama::{Engine, ModelError, Session};
+use trine_ops::support::Float;
+
+#[test]
+fn the_cross_check_names_the_first_op_that_goes_wrong() {
+    let model = tiny();
+    let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+    let checker = Engine::new(model, faulty("", &["attention_split"], 0.0), SIZES).unwrap();
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    assert_eq!(session.checks.len(), 3);
+    for c in &session.checks {
+        let first = c
+            .first_over_bound
+            .as_ref()
+            .expect("a zeroed attention output is caught");
+        assert_eq!((first.op, first.layer), ("attention", Some(0)));
+        assert_eq!(
+            first.nmse,
+            Some(1.0),
+            "all-zero output against a nonzero one"
+        );
+    }
+}
+
+/// A device whose output head (the Q8_0 product, on float x in prompts and on quantized x in
+/// the CPU's decode steps) is off by one part in 10⁴ everywhere (NMSE 1e-8), or whose
+/// attention is off by one part in 100 (NMSE 1e-4), is named at the first node it spoils:
+/// both are under the 5e-4 the cross-check allowed before its bounds were measured.
+#[test]
+fn the_cross_check_catches_small_uniform_errors() {
+    let model = tiny();
+    let spoilt: [(&[&str], _, _, _); 2] = [
+        (&["attention_split"], "attention", Some(0), 1e-2),
+        (&["matvec_q8_0", "matvec_q8_q8_0"], "output", None, 1e-4),
+    ];
+    for (kernel, op, layer, error) in spoilt {
+        let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+        let checker = Engine::new(model.clone(), faulty("", kernel, 1.0 + error), SIZES);
+        let mut session = Session::new(main, Some(checker.unwrap()));
+        run(&mut session);
+        for c in &session.checks {
+            let first = c
+                .first_over_bound
+                .as_ref()
+                .unwrap_or_else(|| panic!("{kernel:?}: an error of {error} is not caught: {c:?}"));
+            assert_eq!((first.op, first.layer), (op, layer), "{kernel:?}");
+            let e = first.nmse.unwrap();
+            let want = (error * error) as f64;
+            assert!(
+                (e - want).abs() < want / 10.0,
+                "{kernel:?}: NMSE {e}, want {want}"
+            );
+        }
+    }
+}
+
+/// A GPU can check a CPU whose products take quantized x: it compiles and runs the CPU's nodes
+/// (the quantizing ones, the products on interleaved weights, the nodes the float products
+/// fuse), prompt and decode steps alike, and every node agrees within its bound.
+#[test]
+fn a_gpu_checks_a_cpu_that_quantizes_x() {
+    let model = tiny();
+    let main = Engine::new(model, cpu(), SIZES).unwrap();
+    let checker = main.checker(gpu()).unwrap();
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    assert_eq!(session.checks.len(), 3);
+    for c in &session.checks {
+        assert!(c.first_over_bound.is_none(), "{c:?}");
+    }
+}
+
+/// A GPU's prompt steps take quantized x and its decode steps the fused float products; a
+/// CPU checking it runs the same nodes and agrees at every one.
+#[test]
+fn a_gpus_prompts_take_quantized_x_and_its_decode_steps_do_not() {
+    let model = tiny();
+    let main = Engine::new(model, gpu(), SIZES).unwrap();
+    let q8 = |tokens| {
+        main.graph(Step { tokens, pos: 0 })
+            .unwrap()
+            .iter()
+            .filter(|n| {
+                matches!(
+                    n.op,
+                    Op::Product {
+                        form: Form::QuantizedX,
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    // Four products per layer and the head.
+    assert_eq!(q8(5), 4 * TINY.n_layer as usize + 1);
+    assert_eq!(q8(1), 0);
+    let checker = main.checker(cpu()).unwrap();
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    for c in &session.checks {
+        assert!(c.first_over_bound.is_none(), "{c:?}");
+    }
+}
+
+/// A GPU with matrix tiles multiplies its prompts' products on float x through them, and a
+/// CPU checks them node by node: the CPU holds its Q4 weights in pairs of blocks, so it reads
+/// the file's layout for these products from a copy of its own (reading the pairs gave NaN).
+#[test]
+fn a_cpu_checks_a_gpus_prompts_on_matrix_tiles() {
+    let model = tiny();
+    let main = Engine::new(model, gpu_with(true), SIZES).unwrap();
+    let count = |tokens, tiled: bool| {
+        main.graph(Step { tokens, pos: 0 })
+            .unwrap()
+            .iter()
+            .filter(|n| match n.op {
+                Op::Product {
+                    form: Form::Tiles, ..
+                } => tiled,
+                Op::Product {
+                    form: Form::QuantizedX,
+                    ..
+                }
+                | Op::Quantize { .. } => !tiled,
+                _ => false,
+            })
+            .count()
+    };
+    // Four products per layer; the head multiplies one token.
+    assert_eq!(count(5, true), 4 * TINY.n_layer as usize);
+    assert_eq!(count(5, false), 2);
+    assert_eq!(count(1, true), 0);
+    let checker = main.checker(cpu()).unwrap();
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    assert_eq!(session.checks.len(), 3);
+    for c in &session.checks {
+        assert!(c.first_over_bound.is_none(), "{c:?}");
+    }
+}
+
+/// Each GPU backend present, and the GPU-typed stand-in (a CPU taking the GPUs' kernel shapes
+/// and f16 caches), checked node by node by the CPU: every node within its bound and the
+/// worst under 1e-9. The stand-in always runs, so the test cannot pass on a machine without
+/// a GPU having compared nothing.
+#[test]
+fn backends_agree_node_by_node() {
+    let model = tiny();
+    let mut compared = vec![];
+    let mut check = |name: &str, backend: Arc<dyn Backend>| {
+        let main = Engine::new(model.clone(), backend, SIZES).unwrap();
+        let checker = main.checker(cpu()).unwrap();
+        let mut session = Session::new(main, Some(checker));
+        run(&mut session);
+        assert_eq!(session.checks.len(), 3, "{name}");
+        for c in &session.checks {
+            assert!(c.first_over_bound.is_none(), "{name}: {c:?}");
+            assert!(c.worst.nmse.is_some_and(|e| e < 1e-9), "{name}: {c:?}");
+        }
+        compared.push(name.to_string());
+    };
+    check("gpu stand-in", gpu());
+    let ran = on_each(&["vulkan", "wgpu", "cuda", "hip"], &mut check);
+    assert_eq!(compared.len(), ran + 1, "{compared:?}");
+    println!("checked against the cpu: {compared:?}");
+}
+
+/// A checker takes the checked engine's KV cache type and K layout (f16 in rows on a GPU,
+/// where a CPU keeps f32 with the keys in columns): one made with `Engine::checker` agrees node
+/// by node, one that keeps its own is refused with the two forms, before any node runs.
+#[test]
+fn a_checker_keeps_the_checked_engines_cache_type() {
+    let model = tiny();
+    let main = Engine::new(model.clone(), gpu(), SIZES).unwrap();
+    assert_eq!(main.kv_type(), Float::F16);
+    let own = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+    assert_eq!(own.kv_type(), Float::F32);
+    let mut session = Session::new(main, Some(own));
+    match session.feed(&[17, 90]) {
+        Err(ModelError::CheckerKv { main, checker }) => {
+            assert_eq!((main, checker), ("f16", "f32 with the keys in columns"))
+        }
+        other => panic!("a checker with its own cache type ran: {other:?}"),
+    }
+    let main = Engine::new(model, gpu(), SIZES).unwrap();
+    let checker = main.checker(cpu()).unwrap();
+    assert_eq!(checker.kv_type(), Float::F16);
+    assert_eq!(checker.cache_form(), "f16");
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    for c in &session.checks {
+        assert!(c.first_over_bound.is_none(), "{c:?}");
+    }
+}

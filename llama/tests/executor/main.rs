@@ -1,0 +1,7 @@
+//! The executor on a tiny synthetic Llama, on the CPU, the backends present and stand-in
+//! devices: placement and memory, the cross-check, and the steps themselves.
+
+mod common;
+mod cross_check;
+mod placement;
+mod steps;
