@@ -14,8 +14,7 @@
 //! wait for it in their first statement), which hides most of a launch's latency in a chain
 //! of small dependent kernels such as a decode step.
 //!
-//! Env: `TRINE_CUDA_DEVICE` (index) picks the device; `TRINE_CUDA_OVERLAP=0` launches every
-//! kernel only after the one before it has finished; `CUDA_PATH` names the toolkit searched
+//! Env: `TRINE_CUDA_DEVICE` (index) picks the device; `CUDA_PATH` names the toolkit searched
 //! first for NVRTC and `cuda_fp16.h`.
 
 pub mod cublas;
@@ -27,9 +26,6 @@ mod nvrtc;
 mod program;
 
 pub use device::DEVICE_ENV;
-
-/// `0` turns off overlapped launches (see the module docs); `1` or unset keeps them.
-pub const OVERLAP_ENV: &str = "TRINE_CUDA_OVERLAP";
 pub use nvrtc::CUDA_PATH_ENV;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
@@ -125,26 +121,12 @@ pub struct CudaBackend {
     cublas: OnceLock<cublas::Handle>,
     nvrtc: &'static Nvrtc,
     driver: &'static Driver,
-    /// Whether programs that can overlap their launch do (`OVERLAP_ENV`).
-    overlap: bool,
-}
-
-/// `OVERLAP_ENV`'s value: unset or `1` → true, `0` → false, anything else an error naming it.
-fn overlap_setting(value: Option<&str>) -> Result<bool, BackendError> {
-    match value.map(str::trim) {
-        None | Some("1") => Ok(true),
-        Some("0") => Ok(false),
-        Some(v) => Err(BackendError::Unavailable(format!(
-            "{OVERLAP_ENV}={v:?} is neither 0 nor 1"
-        ))),
-    }
 }
 
 impl CudaBackend {
     /// Opens the device `TRINE_CUDA_DEVICE` names (default 0). No driver, no device or no
     /// NVRTC → `Unavailable` with the reason.
     pub fn new() -> Result<CudaBackend, BackendError> {
-        let overlap = overlap_setting(std::env::var(OVERLAP_ENV).ok().as_deref())?;
         let driver = driver::driver()?;
         let device = device::select(driver)?;
         let nvrtc = nvrtc()?;
@@ -185,7 +167,6 @@ impl CudaBackend {
             cublas: OnceLock::new(),
             nvrtc,
             driver,
-            overlap,
         })
     }
 
@@ -280,11 +261,7 @@ impl CudaBackend {
             .collect();
         let [gx, gy, gz] = d.grid;
         let [bx, by, bz] = program.block;
-        if let Some(launch_ex) = self
-            .driver
-            .launch_kernel_ex
-            .filter(|_| program.overlap && self.overlap)
-        {
+        if let Some(launch_ex) = self.driver.launch_kernel_ex.filter(|_| program.overlap) {
             let mut overlap = driver::LaunchAttribute {
                 id: driver::LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
                 pad: [0; 4],
@@ -581,19 +558,5 @@ impl Drop for CudaBackend {
             state.buffers.destroy_all(d);
             close_context(d, &self.handles);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_overlap_setting_takes_0_or_1() {
-        assert!(overlap_setting(None).unwrap());
-        assert!(overlap_setting(Some("1")).unwrap());
-        assert!(!overlap_setting(Some(" 0 ")).unwrap());
-        let e = overlap_setting(Some("off")).unwrap_err().to_string();
-        assert!(e.contains("TRINE_CUDA_OVERLAP=\"off\""), "{e}");
     }
 }
