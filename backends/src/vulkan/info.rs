@@ -6,10 +6,6 @@ use crate::info::{DeviceInfo, DeviceType, MemoryInfo};
 use ash::vk;
 use std::ffi::CStr;
 
-/// Env var that turns zero-copy buffers off (`0`), so that the staging path used by discrete
-/// GPUs can be exercised on integrated and CPU devices.
-pub const ZERO_COPY_ENV: &str = "TRINE_VULKAN_ZERO_COPY";
-
 /// The features kernels may need, as enabled on the device.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Features {
@@ -246,13 +242,9 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     } else {
         u64::MAX
     };
-    let zero_copy_allowed = std::env::var(ZERO_COPY_ENV).map_or(true, |v| v.trim() != "0");
-    let memory = MemoryPlan::new(&memory_props, unified && zero_copy_allowed, max_allocation);
+    let memory = MemoryPlan::new(&memory_props, unified, max_allocation);
 
     let mut notes = instance.notes.clone();
-    if !zero_copy_allowed {
-        notes.push(format!("{ZERO_COPY_ENV}=0: zero copy is off"));
-    }
     if stats_wanted && !pipeline_stats {
         notes.push(format!(
             "{PIPELINE_STATS_ENV}=1, but the driver offers no pipeline statistics \

@@ -9,8 +9,7 @@
 //! - [`runtime_dir`]: `XDG_RUNTIME_DIR` for headless runs, which Mesa's drivers want.
 //!
 //! Env: `TRINE_VULKAN_DEVICE` (index or name substring) picks the device;
-//! `TRINE_VULKAN_VALIDATION=1` turns the validation layer on, its messages going to stderr;
-//! `TRINE_VULKAN_ZERO_COPY=0` makes integrated and CPU devices stage like discrete GPUs.
+//! `TRINE_VULKAN_VALIDATION=1` turns the validation layer on, its messages going to stderr.
 
 mod info;
 mod instance;
@@ -21,7 +20,6 @@ mod recorded;
 mod runtime_dir;
 mod submit;
 
-pub use info::ZERO_COPY_ENV;
 pub use instance::{DEVICE_ENV, VALIDATION_ENV};
 #[cfg(unix)]
 pub use runtime_dir::ensure_runtime_dir;
