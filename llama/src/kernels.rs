@@ -75,9 +75,7 @@ impl std::fmt::Display for KernelKey {
                 match epi {
                     MatvecEpilogue::None => {}
                     MatvecEpilogue::Add => parts.push("add"),
-                    MatvecEpilogue::AddTwice => parts.push("add into two buffers"),
                     MatvecEpilogue::Swiglu => parts.push("swiglu"),
-                    MatvecEpilogue::SwigluDown(_) => parts.push("swiglu, down projection"),
                     MatvecEpilogue::RopeStore(_) => parts.push("rope, kv cache store"),
                 }
                 write!(f, "matvec {ty}")?;

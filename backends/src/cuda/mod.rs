@@ -30,8 +30,7 @@ pub use nvrtc::CUDA_PATH_ENV;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
 use crate::checks::{
-    bad_dispatch, check_binding, check_copy_alignment, check_grid_sync, check_range,
-    check_signature,
+    bad_dispatch, check_binding, check_copy_alignment, check_range, check_signature,
 };
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
@@ -227,7 +226,6 @@ impl CudaBackend {
             .ok_or(BackendError::UnknownProgram(d.program))?;
         let bad = |msg: String| bad_dispatch(&program.name, msg);
         check_signature(&program.name, program.buffers, &program.params, d)?;
-        check_grid_sync(&program.name, program.grid_sync, d, program.resident)?;
         check_copy_alignment(&program.name, &program.copy_sources, d)?;
         let align = self.info.min_binding_alignment;
         let mut pointers = Vec::with_capacity(d.bindings.len());
@@ -431,15 +429,6 @@ impl Backend for CudaBackend {
             .download(self.driver, self.handles.stream, src, out)
     }
 
-    fn resident_workgroups(&self, program: ProgramId) -> Result<u32, BackendError> {
-        let state = self.enter()?;
-        let p = state
-            .programs
-            .get(&program.0)
-            .ok_or(BackendError::UnknownProgram(program))?;
-        Ok(p.resident)
-    }
-
     fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
         let hash = crate::checks::check_kernel(kernel, &self.info)?;
         if self.enter()?.programs.contains_key(&hash) {
@@ -467,13 +456,7 @@ impl Backend for CudaBackend {
         let image = program::image(self.nvrtc, kernel, target)?;
         let mut state = self.enter()?;
         if let std::collections::hash_map::Entry::Vacant(slot) = state.programs.entry(hash) {
-            slot.insert(program::load(
-                self.driver,
-                kernel,
-                &image,
-                self.info.resident_workgroups,
-                target,
-            )?);
+            slot.insert(program::load(self.driver, kernel, &image, target)?);
         }
         Ok(ProgramId(hash))
     }

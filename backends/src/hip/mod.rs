@@ -30,7 +30,7 @@ pub use compile::{compile_for_arch, compile_options, is_amdgpu_code_object};
 pub use loader::{describe_runtime, Install, RuntimeInfo, ROCM_PATH_ENV};
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{bad_dispatch, check_binding, check_grid_sync, check_range, check_signature};
+use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use crate::recording::Recording;
@@ -70,8 +70,6 @@ struct Program {
     function: Function,
     buffers: usize,
     params: Vec<(String, Scalar)>,
-    /// The workgroup count of its grid barriers, which every dispatch must have.
-    grid_sync: Option<u32>,
     workgroup: [u32; 3],
 }
 
@@ -205,12 +203,6 @@ impl HipBackend {
             .ok_or(BackendError::UnknownProgram(d.program))?;
         let bad = |msg: String| bad_dispatch(&program.name, msg);
         check_signature(&program.name, program.buffers, &program.params, d)?;
-        check_grid_sync(
-            &program.name,
-            program.grid_sync,
-            d,
-            self.info.resident_workgroups,
-        )?;
         let align = self.info.min_binding_alignment;
         let mut pointers: Vec<*mut c_void> = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
@@ -399,7 +391,6 @@ impl Backend for HipBackend {
                     .iter()
                     .map(|p| (p.name.clone(), p.ty))
                     .collect(),
-                grid_sync: kernel.grid_sync().map(|(_, w)| w),
                 workgroup: kernel.workgroup_size,
             },
         );

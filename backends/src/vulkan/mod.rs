@@ -25,9 +25,7 @@ pub use instance::{DEVICE_ENV, VALIDATION_ENV};
 pub use runtime_dir::ensure_runtime_dir;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{
-    check_grid_sync, check_range, check_signature, folded_launch, storage_binding,
-};
+use crate::checks::{check_range, check_signature, folded_launch, storage_binding};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use crate::recording::{barriers_before, Recording};
@@ -169,12 +167,6 @@ impl VulkanBackend {
         d: &Dispatch<'_>,
     ) -> Result<Prepared, BackendError> {
         check_signature(&program.name, program.buffers, &program.params, d)?;
-        check_grid_sync(
-            &program.name,
-            program.grid_sync,
-            d,
-            self.info.resident_workgroups,
-        )?;
         let mut infos = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let buffer = buffers.get(b.buffer)?;
