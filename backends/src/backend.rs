@@ -55,13 +55,6 @@ pub trait Backend: Send + Sync {
     fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError>;
     fn dispatch(&self, dispatch: &Dispatch<'_>) -> Result<(), BackendError>;
     fn synchronize(&self) -> Result<(), BackendError>;
-    /// How many workgroups of compiled `program` run at once: the most a dispatch of it with
-    /// grid barriers may have. By default the device's [`DeviceInfo::resident_workgroups`];
-    /// CUDA asks the occupancy API about the compiled function.
-    fn resident_workgroups(&self, program: ProgramId) -> Result<u32, BackendError> {
-        let _ = program;
-        Ok(self.info().resident_workgroups)
-    }
     /// Runs one dispatch alone and returns its duration: device timestamps where the backend
     /// has them, otherwise host time around dispatch and synchronize.
     fn dispatch_timed(&self, dispatch: &Dispatch<'_>) -> Result<Duration, BackendError> {

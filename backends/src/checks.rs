@@ -128,38 +128,6 @@ pub fn check_signature(
     Ok(())
 }
 
-/// A kernel with grid barriers over `grid_sync` workgroups is dispatched over exactly that
-/// many, and the device keeps that many of it (`resident`) running at once: more would wait on
-/// each other forever.
-pub fn check_grid_sync(
-    kernel: &str,
-    grid_sync: Option<u32>,
-    d: &Dispatch<'_>,
-    resident: u32,
-) -> Result<(), BackendError> {
-    let Some(workgroups) = grid_sync else {
-        return Ok(());
-    };
-    if d.grid != [workgroups, 1, 1] {
-        return Err(bad_dispatch(
-            kernel,
-            format!(
-                "its grid barriers are over {workgroups} workgroups, the dispatch is over {:?}",
-                d.grid
-            ),
-        ));
-    }
-    if workgroups > resident {
-        return Err(bad_dispatch(
-            kernel,
-            format!(
-                "its grid barriers need {workgroups} resident workgroups, the device keeps {resident}"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// Binding `i` lies within its buffer of `size` bytes at an offset aligned to `align`.
 pub fn check_binding(
     kernel: &str,

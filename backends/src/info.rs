@@ -58,10 +58,6 @@ pub struct DeviceInfo {
     /// (`wgmma`, Hopper).
     #[serde(default)]
     pub group_mma: bool,
-    /// Whether kernels with f32 atomic adds (`trine_ir::Stmt::AtomicAdd`) run here: CUDA, HIP
-    /// and the CPU always, Vulkan with `shaderBufferFloat32AtomicAdd`.
-    #[serde(default)]
-    pub float_atomics: bool,
     pub max_shared_bytes: u64,
     pub max_invocations: u32,
     pub max_workgroups: [u32; 3],
@@ -70,13 +66,6 @@ pub struct DeviceInfo {
     /// Alignment of [`crate::Binding::offset`].
     pub min_binding_alignment: u64,
     pub timestamps: bool,
-    /// How many workgroups are sure to run at once, which is the most a kernel with grid
-    /// barriers may be dispatched over (`trine_ir::Stmt::GridBarrier`): one per compute unit
-    /// where the driver says how many there are (CUDA multiprocessors; Vulkan on NVIDIA through
-    /// `VK_NV_shader_sm_builtins`, on AMD through `VK_AMD_shader_core_properties`), 1 where it
-    /// does not, 0 where grid barriers are not run at all (the CPU's C lowering, wgpu).
-    #[serde(default)]
-    pub resident_workgroups: u32,
     pub driver: String,
     pub runtime_version: String,
     /// Anything else a user should know (a fallback taken, a feature missing).
@@ -131,9 +120,8 @@ impl DeviceInfo {
     }
 
     /// The features a kernel's capabilities name that this device lacks, in words, in this
-    /// order: subgroup operations, matrix tiles, asynchronous copies, warpgroup products, f32
-    /// atomic adds. The one place that maps
-    /// a capability flag to the device's, for [`DeviceInfo::lacks`] and the conformance
+    /// order: subgroup operations, matrix tiles, asynchronous copies, warpgroup products. The
+    /// one place that maps a capability flag to the device's, for [`DeviceInfo::lacks`] and the conformance
     /// run's account of a refusal.
     pub fn missing_features(
         &self,
@@ -144,7 +132,6 @@ impl DeviceInfo {
             (caps.tiles && !self.tiles, "matrix tiles"),
             (caps.async_copy && !self.async_copy, "asynchronous copies"),
             (caps.group_mma && !self.group_mma, "warpgroup products"),
-            (caps.float_atomics && !self.float_atomics, "f32 atomic adds"),
         ]
         .into_iter()
         .filter_map(|(missing, what)| missing.then_some(what))

@@ -1,8 +1,7 @@
 //! What a dispatch costs inside a recording: 150 copies (`y = x + 1`) replayed as one, each
 //! reading what the one before wrote (so Vulkan puts a barrier before each and a CUDA graph
 //! orders them) or all independent, over 1 and 480 workgroups. Host time of a replay and the
-//! wait for it; divide by 150 for a dispatch. On CUDA, `TRINE_CUDA_OVERLAP=0` compares
-//! launches that do not overlap the kernel before them.
+//! wait for it; divide by 150 for a dispatch.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::time::Duration;

@@ -104,13 +104,7 @@ pub(crate) trait Spelling {
     fn builtin(&self, b: Builtin, workgroup_size: [u32; 3]) -> String;
     /// The statement (without `;`) of a workgroup barrier.
     fn barrier(&self) -> &'static str;
-    /// The statement (without `;`) of a grid barrier over `workgroups` workgroups whose sync
-    /// buffer is the pointer `sync`.
-    fn grid_barrier(&self, sync: &str, workgroups: u32) -> String;
     fn intrinsic(&self, f: Intrinsic) -> &'static str;
-    /// The statement (without `;`) of [`Stmt::AtomicAdd`] of `value` to the `elem` at
-    /// `pointer`.
-    fn atomic_add(&self, pointer: &str, value: &str, elem: Scalar) -> String;
     /// The statement (without `;`) of [`Stmt::Prefetch`] of the element at `pointer`, or
     /// nothing where the dialect has no use for the hint.
     fn prefetch(&self, _pointer: &str) -> Option<String> {
@@ -487,16 +481,6 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 let i = self.index(*index);
                 self.line(depth, &format!("{b}[{i}] = {};", e(*value)));
             }
-            Stmt::AtomicAdd {
-                buffer,
-                index,
-                value,
-            } => {
-                let pointer = format!("&{}[{}]", buffer_name(k, *buffer), self.index(*index));
-                let elem = k.buffers[buffer.0 as usize].elem;
-                let text = self.spelling.atomic_add(&pointer, &e(*value), elem);
-                self.line(depth, &format!("{text};"));
-            }
             Stmt::Prefetch { buffer, index } => {
                 let pointer = format!("&{}[{}]", buffer_name(k, *buffer), self.index(*index));
                 if let Some(text) = self.spelling.prefetch(&pointer) {
@@ -546,12 +530,6 @@ impl<'a, S: Spelling> Printer<'a, S> {
             }
             Stmt::Barrier => {
                 let b = self.spelling.barrier();
-                self.line(depth, &format!("{b};"));
-            }
-            Stmt::GridBarrier { sync, workgroups } => {
-                let b = self
-                    .spelling
-                    .grid_barrier(&buffer_name(k, *sync), *workgroups);
                 self.line(depth, &format!("{b};"));
             }
             Stmt::Tile(op) => {

@@ -36,9 +36,6 @@ pub struct SpirvOutput {
     /// The module declares `CooperativeMatrixKHR` (and the `VulkanMemoryModel` it comes with):
     /// enable `cooperativeMatrix` and `vulkanMemoryModel`.
     pub uses_tiles: bool,
-    /// The module declares `AtomicFloat32AddEXT` (SPV_EXT_shader_atomic_float_add): enable
-    /// `shaderBufferFloat32AtomicAdd`.
-    pub uses_float_atomics: bool,
     /// Bytes of the push-constant block: the grid words, then 4 per parameter.
     pub push_constant_bytes: u32,
 }
@@ -102,7 +99,6 @@ pub fn spirv(kernel: &Kernel, options: &SpirvOptions) -> Result<SpirvOutput, Cod
         uses_subgroups: caps.iter().any(|c| CAPS_GROUP_NON_UNIFORM.contains(c)),
         uses_integer_dot: caps.contains(&CAP_DOT_PRODUCT),
         uses_tiles: caps.contains(&CAP_COOPERATIVE_MATRIX),
-        uses_float_atomics: caps.contains(&CAP_ATOMIC_FLOAT32_ADD),
         push_constant_bytes: abi::immediate_bytes(kernel),
         words,
     })
@@ -116,7 +112,6 @@ const CAP_STORAGE_BUFFER_16BIT: u32 = 4433;
 const CAP_UNIFORM_AND_STORAGE_BUFFER_16BIT: u32 = 4434;
 const CAP_DOT_PRODUCT: u32 = 6019;
 const CAP_COOPERATIVE_MATRIX: u32 = 6022;
-const CAP_ATOMIC_FLOAT32_ADD: u32 = 6033;
 const OP_CAPABILITY: u32 = 17;
 const HEADER_WORDS: usize = 5;
 

@@ -746,8 +746,7 @@ fn invalid_kernels_and_names_are_errors() {
 }
 
 /// A CUDA kernel waits for the grid before it first thing, so the backend may launch it while
-/// that grid finishes; one with grid barriers does not (it is never launched early), and HIP
-/// has no such launches.
+/// that grid finishes; HIP has no such launches.
 #[test]
 fn cuda_kernels_wait_for_the_prior_grid_first() {
     let cuda = lower(&shared_loop(), Dialect::Cuda);
@@ -760,16 +759,6 @@ fn cuda_kernels_wait_for_the_prior_grid_first() {
     assert_eq!(wait, Some(first - 1), "{cuda}");
     assert!(cuda.contains("griddepcontrol.wait"), "{cuda}");
     assert!(!lower(&shared_loop(), Dialect::Hip).contains("prior_grid"));
-
-    let k = KernelBuilder::new("phased", [32, 1, 1]);
-    let out = k.buffer("out", Scalar::U32, Access::ReadWrite);
-    let sync = k.buffer("sync", Scalar::U32, Access::ReadWrite);
-    k.store(out, k.workgroup_id(0), k.u32(1));
-    k.grid_barrier(sync, 4);
-    k.store(out, k.workgroup_id(0), k.u32(2));
-    let phased = lower(&k.finish(), Dialect::Cuda);
-    assert!(phased.contains("trine_grid_sync(b_sync, 4u)"), "{phased}");
-    assert!(!phased.contains("prior_grid"), "{phased}");
 }
 
 /// A CUDA kernel's leading prefetches come before its wait for the grid before it, so they run
@@ -857,7 +846,7 @@ fn groups_lower_to_wgmma_in_cuda_only() {
         "asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\"); __syncthreads();";
     assert_eq!(
         text.matches("__syncthreads();").count(),
-        text.matches(barrier).count() + usize::from(text.contains("trine_grid_sync"))
+        text.matches(barrier).count()
     );
     assert!(text.contains(barrier));
     // A product kernel only waits for the grid ahead: it does not let the next one start.

@@ -142,13 +142,6 @@ fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Referenc
             return r;
         }
     };
-    if let Some(residency) = too_few_resident(kernel, info) {
-        // Dispatching it would be refused (or, unchecked, hang): a limit, not a failure.
-        let mut r = record(case, backend.name(), &kernel.name, Ok(vec![]));
-        r.status = Status::Skip;
-        r.reason = Some(format!("{LACKS}{residency}"));
-        return r;
-    }
     let want = match &reference.outputs {
         Ok(w) => w,
         Err(e) => {
@@ -204,18 +197,6 @@ fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Referenc
 /// How the reason of every skip for a missing capability starts.
 pub const LACKS: &str = "device lacks ";
 
-/// The residency a kernel's grid barriers need, in words, where the device keeps fewer
-/// workgroups resident.
-fn too_few_resident(kernel: &Kernel, info: &DeviceInfo) -> Option<String> {
-    let (_, workgroups) = kernel.grid_sync()?;
-    (workgroups > info.resident_workgroups).then(|| {
-        format!(
-            "{workgroups} resident workgroups for grid barriers (it keeps {})",
-            info.resident_workgroups
-        )
-    })
-}
-
 /// What `kernel` needs that `info` says the device does not have, in words: subgroup
 /// operations, f16, 8-bit storage. (Shared memory and invocations beyond the device's limits
 /// are refused earlier, by validation, as errors rather than as unsupported.)
@@ -236,7 +217,6 @@ pub fn lacking(kernel: &Kernel, info: &DeviceInfo) -> Vec<String> {
             out.push(format!("subgroups of exactly {w}"));
         }
     }
-    out.extend(too_few_resident(kernel, info));
     if !info.f16 && any(&|t| t == Scalar::F16) {
         out.push("f16".to_string());
     }

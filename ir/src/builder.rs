@@ -271,21 +271,6 @@ impl KernelBuilder {
             value: value.id,
         });
     }
-    /// [`Stmt::AtomicAdd`]: `buffer[index] += value` atomically; declares the float-atomics
-    /// capability for an f32 buffer.
-    pub fn atomic_add(&self, buffer: BufferId, index: Val<'_>, value: Val<'_>) {
-        {
-            let mut k = self.kernel.borrow_mut();
-            if k.buffers.get(buffer.0 as usize).map(|b| b.elem) == Some(Scalar::F32) {
-                k.capabilities.float_atomics = true;
-            }
-        }
-        self.stmt(Stmt::AtomicAdd {
-            buffer,
-            index: index.id,
-            value: value.id,
-        });
-    }
     /// [`Stmt::Prefetch`]: a hint that `buffer[index]` is read soon.
     pub fn prefetch(&self, buffer: BufferId, index: Val<'_>) {
         self.stmt(Stmt::Prefetch {
@@ -317,13 +302,6 @@ impl KernelBuilder {
 
     pub fn barrier(&self) {
         self.stmt(Stmt::Barrier);
-    }
-
-    /// A grid barrier over `workgroups` workgroups using `sync` (see [`Stmt::GridBarrier`]);
-    /// declares the grid-sync capability.
-    pub fn grid_barrier(&self, sync: BufferId, workgroups: u32) {
-        self.kernel.borrow_mut().capabilities.grid_sync = true;
-        self.stmt(Stmt::GridBarrier { sync, workgroups });
     }
 
     /// [`CopyOp::Start`]: copies [`crate::COPY_BYTES`] from `from[index]` on to `to[at]` on,

@@ -50,10 +50,6 @@ pub struct Capabilities {
     /// Subgroup builtins and [`SubgroupOp`]s. SPIR-V: `GroupNonUniform{Arithmetic,Shuffle}`
     /// (SPIR-V 1.3); HIP: wavefront shuffles; CUDA: warp `__shfl_*_sync`.
     pub subgroup: bool,
-    /// [`Stmt::GridBarrier`]: every workgroup of the dispatch must be resident on the device at
-    /// once, so backends report how many workgroups they can guarantee that for
-    /// (`DeviceInfo::resident_workgroups`) and refuse a larger dispatch.
-    pub grid_sync: bool,
     /// Matrix tiles ([`TileDecl`], [`TileOp`]): a subgroup's 16×16×16 multiply-accumulate on
     /// the device's matrix units. SPIR-V `CooperativeMatrixKHR` (VK_KHR_cooperative_matrix);
     /// CUDA `mma.sync` (sm_80 and later). Devices without matrix units run a scalar variant.
@@ -71,10 +67,6 @@ pub struct Capabilities {
     /// multiply operands the tensor cores read straight from shared memory, asynchronously.
     /// CUDA `wgmma.mma_async` (sm_90a: Hopper). Devices without it run the subgroup tiles.
     pub group_mma: bool,
-    /// [`Stmt::AtomicAdd`] on an f32 buffer. SPIR-V `OpAtomicFAddEXT`
-    /// (VK_EXT_shader_atomic_float's `shaderBufferFloat32AtomicAdd`); HIP/CUDA `atomicAdd`,
-    /// which every device has. Integer atomic adds need nothing.
-    pub float_atomics: bool,
 }
 
 /// A global buffer: a runtime-sized array of `elem`, bound at binding `index` of set 0
@@ -550,18 +542,6 @@ pub enum Stmt {
     /// of a product), else nothing. HIP and SPIR-V: nothing (the interpreter checks the
     /// index).
     Prefetch { buffer: BufferId, index: ExprId },
-    /// `buffer[index] += value` as one atomic read-modify-write at device scope, relaxed: the
-    /// adds of all invocations of the dispatch to one element all land, in an unspecified
-    /// order (so an f32 sum's rounding may differ from run to run), and are visible to later
-    /// dispatches. The buffer holds F32 (needs [`Capabilities::float_atomics`]), I32 or U32,
-    /// is writable, and the kernel reaches it only through atomic adds. HIP/CUDA `atomicAdd`;
-    /// SPIR-V `OpAtomicFAddEXT`/`OpAtomicIAdd` on an `array<atomic<T>>`; C a compare-and-swap
-    /// loop (f32) or `__atomic_fetch_add`.
-    AtomicAdd {
-        buffer: BufferId,
-        index: ExprId,
-        value: ExprId,
-    },
     /// `shared[index] = value`.
     StoreShared {
         array: SharedId,
@@ -590,21 +570,6 @@ pub enum Stmt {
     /// Must be reached by all invocations of the workgroup together (uniform control flow);
     /// the interpreter reports a barrier reached by only some of them.
     Barrier,
-    /// Grid barrier (needs [`Capabilities::grid_sync`]): every invocation of every workgroup
-    /// waits here, and all earlier writes to global memory become visible to all of them. It
-    /// stands only at the top level of the kernel's body and divides it into *phases*: values
-    /// (`Let`s) and private variables do not cross it, and shared memory is undefined after it.
-    /// The dispatch must have exactly `workgroups` workgroups on the x axis (y = z = 1), all
-    /// resident at once, which the backend checks; `sync` is a read-write U32 buffer of at least
-    /// two words used only by grid barriers, whose word 0 is zero at dispatch and again after
-    /// it (word 1 counts barriers and is left changed).
-    ///
-    /// HIP/CUDA: `__syncthreads`, then one invocation per workgroup adds to an arrival counter
-    /// with `atomicAdd` between `__threadfence`s and the last to arrive resets it and bumps the
-    /// generation word the others spin on. SPIR-V: the same with `OpAtomicIAdd`/`OpAtomicLoad`
-    /// on an `array<atomic<u32>>` and device-scope `OpControlBarrier`s. The interpreter runs
-    /// each phase for all workgroups before the next.
-    GridBarrier { sync: BufferId, workgroups: u32 },
     /// An operation on matrix tiles (needs [`Capabilities::tiles`]); see [`TileOp`].
     Tile(TileOp),
     /// An asynchronous copy (needs [`Capabilities::async_copy`]); see [`CopyOp`].
@@ -653,14 +618,6 @@ impl Kernel {
             .iter()
             .map(|s| s.len as u64 * s.elem.size() as u64)
             .sum()
-    }
-
-    /// The top-level statements between grid barriers, in order: one phase when the kernel has
-    /// no [`Stmt::GridBarrier`].
-    pub fn phases(&self) -> Vec<&[Stmt]> {
-        self.body
-            .split(|s| matches!(s, Stmt::GridBarrier { .. }))
-            .collect()
     }
 
     /// How many of the body's first statements only prefetch ([`Stmt::Prefetch`]): prefetches,
@@ -747,39 +704,6 @@ impl Kernel {
         let mut out = vec![];
         walk(&self.body, &mut out);
         out
-    }
-
-    /// The sync buffer and workgroup count of the kernel's grid barriers, if it has any.
-    /// The buffers the kernel adds to atomically ([`Stmt::AtomicAdd`]): SPIR-V declares them
-    /// arrays of atomics.
-    pub fn atomic_buffers(&self) -> Vec<BufferId> {
-        let mut out = vec![];
-        atomic_buffers(&self.body, &mut out);
-        out
-    }
-
-    pub fn grid_sync(&self) -> Option<(BufferId, u32)> {
-        self.body.iter().find_map(|s| match *s {
-            Stmt::GridBarrier { sync, workgroups } => Some((sync, workgroups)),
-            _ => None,
-        })
-    }
-}
-
-/// The buffers `stmts` add to atomically ([`Stmt::AtomicAdd`]), each once, in order.
-fn atomic_buffers(stmts: &[Stmt], out: &mut Vec<BufferId>) {
-    for s in stmts {
-        match s {
-            Stmt::AtomicAdd { buffer, .. } if !out.contains(buffer) => out.push(*buffer),
-            Stmt::Loop { body, .. } => atomic_buffers(body, out),
-            Stmt::If {
-                then, otherwise, ..
-            } => {
-                atomic_buffers(then, out);
-                atomic_buffers(otherwise, out);
-            }
-            _ => {}
-        }
     }
 }
 

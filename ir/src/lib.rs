@@ -5,11 +5,9 @@
 //! - [`KernelBuilder`]: Rust that reads like the kernel it builds.
 //! - [`validate`]: typed errors for every rule the lowerings rely on.
 //! - [`print`]: the text form, and [`kernel_hash`] over it for caches.
-//! - [`fuse`]: a chain of dispatches as one kernel with grid barriers between its phases.
 //! - [`interp`]: the reference interpreter, which defines the semantics.
 
 pub mod builder;
-pub mod fuse;
 pub mod interp;
 pub mod kernel;
 pub mod print;

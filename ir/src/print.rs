@@ -88,14 +88,6 @@ fn block(k: &Kernel, b: &Block, depth: usize, out: &mut String) {
                 let name = k.buffers.get(buffer.0 as usize).map_or("?", |b| &b.name);
                 let _ = writeln!(out, "{pad}{name}[{}] = {}", e(*index), e(*value));
             }
-            Stmt::AtomicAdd {
-                buffer,
-                index,
-                value,
-            } => {
-                let name = k.buffers.get(buffer.0 as usize).map_or("?", |b| &b.name);
-                let _ = writeln!(out, "{pad}atomic {name}[{}] += {}", e(*index), e(*value));
-            }
             Stmt::Prefetch { buffer, index } => {
                 let name = k.buffers.get(buffer.0 as usize).map_or("?", |b| &b.name);
                 let _ = writeln!(out, "{pad}prefetch {name}[{}]", e(*index));
@@ -140,10 +132,6 @@ fn block(k: &Kernel, b: &Block, depth: usize, out: &mut String) {
             }
             Stmt::Barrier => {
                 let _ = writeln!(out, "{pad}barrier");
-            }
-            Stmt::GridBarrier { sync, workgroups } => {
-                let name = k.buffers.get(sync.0 as usize).map_or("?", |d| &d.name);
-                let _ = writeln!(out, "{pad}grid_barrier {name} over {workgroups} workgroups");
             }
             Stmt::Tile(op) => {
                 let _ = writeln!(out, "{pad}{}", tile_op(k, op));

@@ -93,14 +93,6 @@ pub enum ValidationError {
     LoopVarAssigned { var: VarId },
     #[error("loop over variable {var:?} has step 0")]
     ZeroStep { var: VarId },
-    #[error("a grid barrier stands inside a loop or if; it may only divide the top level")]
-    NestedGridBarrier,
-    #[error("grid barrier buffer {name:?} must be a read-write u32 buffer used only by grid barriers, the same for all of them over the same nonzero workgroup count")]
-    GridSyncBuffer { name: String },
-    #[error("private variable {name:?} is used on both sides of a grid barrier")]
-    CrossesGridBarrier { name: String },
-    #[error("buffer {name:?} takes atomic adds, so it must be a writable f32, i32 or u32 buffer that the kernel reaches only through them")]
-    AtomicBuffer { name: String },
     #[error("{op}: tile {name:?} is {found:?}, {expected:?} expected")]
     TileRole {
         op: &'static str,
@@ -151,11 +143,8 @@ pub fn validate(kernel: &Kernel, limits: &Limits) -> Result<Info> {
         types: vec![None; kernel.exprs.len()],
         in_scope: vec![false; kernel.exprs.len()],
         loop_vars: vec![],
-        depth: 0,
     };
     v.block(&kernel.body)?;
-    check_phases(kernel)?;
-    check_atomics(kernel)?;
     let types = v
         .types
         .iter()
@@ -196,121 +185,6 @@ fn buffer_decl<'k>(k: &'k Kernel, b: BufferId, what: &'static str) -> Result<&'k
     k.buffers
         .get(b.0 as usize)
         .ok_or(ValidationError::UnknownDecl { what, index: b.0 })
-}
-
-/// The rule of [`Stmt::AtomicAdd`] that spans the whole kernel: a buffer it adds to is
-/// reached by nothing else (SPIR-V declares it an array of atomics, which plain loads and
-/// stores cannot reach) and is no grid barrier's.
-fn check_atomics(k: &Kernel) -> Result<()> {
-    let mut uses = Uses::default();
-    uses.block(k, &k.body);
-    let sync = k.grid_sync().map(|(b, _)| b);
-    for b in k.atomic_buffers() {
-        if uses.buffers.contains(&b) || sync == Some(b) {
-            return Err(ValidationError::AtomicBuffer {
-                name: buffer_decl(k, b, "buffer")?.name.clone(),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// The rules of [`Stmt::GridBarrier`] that span the whole kernel: one sync buffer, read-write
-/// u32 and touched by nothing else, one workgroup count, and no private variable in two phases
-/// (values are kept apart by scope: a barrier closes the top level's `Let`s).
-fn check_phases(k: &Kernel) -> Result<()> {
-    let Some((sync, workgroups)) = k.grid_sync() else {
-        return Ok(());
-    };
-    let decl = buffer_decl(k, sync, "buffer")?;
-    let bad_sync = || ValidationError::GridSyncBuffer {
-        name: decl.name.clone(),
-    };
-    if decl.elem != Scalar::U32 || decl.access != crate::types::Access::ReadWrite || workgroups == 0
-    {
-        return Err(bad_sync());
-    }
-    let mut owner: Vec<Option<usize>> = vec![None; k.vars.len()];
-    for (phase, stmts) in k.phases().into_iter().enumerate() {
-        let mut uses = Uses::default();
-        uses.block(k, stmts);
-        if uses.buffers.contains(&sync) {
-            return Err(bad_sync());
-        }
-        for v in uses.vars {
-            match owner.get_mut(v.0 as usize) {
-                Some(Some(p)) if *p != phase => {
-                    return Err(ValidationError::CrossesGridBarrier {
-                        name: k.vars[v.0 as usize].name.clone(),
-                    })
-                }
-                Some(slot) => *slot = Some(phase),
-                None => {}
-            }
-        }
-    }
-    let other = |s: &Stmt| matches!(*s, Stmt::GridBarrier { sync: b, workgroups: w } if (b, w) != (sync, workgroups));
-    if k.body.iter().any(other) {
-        return Err(bad_sync());
-    }
-    Ok(())
-}
-
-/// The private variables and global buffers a list of statements touches.
-#[derive(Default)]
-struct Uses {
-    vars: Vec<VarId>,
-    buffers: Vec<BufferId>,
-}
-
-impl Uses {
-    fn block(&mut self, k: &Kernel, stmts: &[Stmt]) {
-        for s in stmts {
-            match s {
-                Stmt::Let(e) => match k.exprs.get(e.0 as usize) {
-                    Some(Expr::Var(v)) => self.vars.push(*v),
-                    Some(Expr::Load { buffer, .. }) => self.buffers.push(*buffer),
-                    _ => {}
-                },
-                Stmt::Assign { var, .. } => self.vars.push(*var),
-                Stmt::Store { buffer, .. } | Stmt::Prefetch { buffer, .. } => {
-                    self.buffers.push(*buffer)
-                }
-                Stmt::If {
-                    then, otherwise, ..
-                } => {
-                    self.block(k, then);
-                    self.block(k, otherwise);
-                }
-                Stmt::Loop { var, body, .. } => {
-                    self.vars.push(*var);
-                    self.block(k, body);
-                }
-                Stmt::Tile(
-                    TileOp::Load {
-                        from: TileMemory::Buffer(b),
-                        ..
-                    }
-                    | TileOp::Store {
-                        to: TileMemory::Buffer(b),
-                        ..
-                    },
-                ) => self.buffers.push(*b),
-                Stmt::Copy(CopyOp::Start { from, .. }) => self.buffers.push(*from),
-                Stmt::Group(GroupOp::Store {
-                    to: TileMemory::Buffer(b),
-                    ..
-                }) => self.buffers.push(*b),
-                Stmt::StoreShared { .. }
-                | Stmt::AtomicAdd { .. }
-                | Stmt::Barrier
-                | Stmt::GridBarrier { .. }
-                | Stmt::Tile(_)
-                | Stmt::Copy(_)
-                | Stmt::Group(_) => {}
-            }
-        }
-    }
 }
 
 /// `Ok` where the kernel declares `capability` (`declared`), else the error naming what needs it.
@@ -412,8 +286,6 @@ struct Validator<'k> {
     types: Vec<Option<Scalar>>,
     in_scope: Vec<bool>,
     loop_vars: Vec<VarId>,
-    /// Nesting of the block being checked: 1 is the kernel's body.
-    depth: u32,
 }
 
 fn mismatch(expr: ExprId, op: impl Into<String>, expected: &str, found: Scalar) -> ValidationError {
@@ -428,9 +300,7 @@ fn mismatch(expr: ExprId, op: impl Into<String>, expected: &str, found: Scalar) 
 impl Validator<'_> {
     fn block(&mut self, block: &Block) -> Result<()> {
         let mut opened = vec![];
-        self.depth += 1;
         let r = self.block_inner(block, &mut opened);
-        self.depth -= 1;
         for e in opened {
             self.in_scope[e.0 as usize] = false;
         }
@@ -474,26 +344,6 @@ impl Validator<'_> {
                     }
                     self.expect(*index, "store index", Scalar::U32)?;
                     self.expect(*value, "store value", b.elem)?;
-                }
-                Stmt::AtomicAdd {
-                    buffer,
-                    index,
-                    value,
-                } => {
-                    let b = self.buffer_for(*buffer, true)?;
-                    let bad = || ValidationError::AtomicBuffer {
-                        name: b.name.clone(),
-                    };
-                    match b.elem {
-                        Scalar::F32 => {
-                            let declared = self.k.capabilities.float_atomics;
-                            need(declared, "float_atomics", || "an f32 atomic add".into())?;
-                        }
-                        Scalar::I32 | Scalar::U32 => {}
-                        _ => return Err(bad()),
-                    }
-                    self.expect(*index, "atomic add index", Scalar::U32)?;
-                    self.expect(*value, "atomic add value", b.elem)?;
                 }
                 Stmt::Prefetch { buffer, index } => {
                     self.buffer_for(*buffer, false)?;
@@ -543,16 +393,6 @@ impl Validator<'_> {
                     r?;
                 }
                 Stmt::Barrier => {}
-                Stmt::GridBarrier { .. } => {
-                    let declared = self.k.capabilities.grid_sync;
-                    need(declared, "grid_sync", || "a grid barrier".into())?;
-                    if self.depth != 1 {
-                        return Err(ValidationError::NestedGridBarrier);
-                    }
-                    for e in opened.drain(..) {
-                        self.in_scope[e.0 as usize] = false;
-                    }
-                }
                 Stmt::Tile(op) => self.tile_op(op)?,
                 Stmt::Copy(op) => self.copy_op(op)?,
                 Stmt::Group(op) => self.group_op(op)?,

@@ -162,40 +162,6 @@ fn wrong_params_are_rejected_before_running() {
     assert!(matches!(err, InterpError::Params { .. }), "{err}");
 }
 
-/// Phases run in order over the whole grid: each workgroup reads, after the barrier, what the
-/// others wrote before it; the dispatch must have exactly the barrier's workgroups and a sync
-/// buffer whose word 0 is zero, and leaves word 1 counting the barriers.
-#[test]
-fn grid_barrier_phases_see_every_workgroup() {
-    let k = KernelBuilder::new("rotate", [2, 1, 1]);
-    let a = k.buffer("a", Scalar::U32, Access::ReadWrite);
-    let b = k.buffer("b", Scalar::U32, Access::Write);
-    let sync = k.buffer("sync", Scalar::U32, Access::ReadWrite);
-    k.store(a, k.global_id(0), k.global_id(0) * k.u32(10));
-    k.grid_barrier(sync, 3);
-    let i = k.global_id(0);
-    k.store(b, i, k.load(a, (i + k.u32(2)) % k.u32(6)));
-    let kernel = k.finish();
-    let words = |v: &[u32]| v.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
-    let mut bufs = vec![vec![0; 24], vec![0; 24], words(&[0, 7])];
-    interpret(&kernel, [3, 1, 1], &mut bufs, &[], 8).unwrap();
-    assert_eq!(bufs[1], words(&[20, 30, 40, 50, 0, 10]));
-    assert_eq!(bufs[2], words(&[0, 8]));
-
-    let mut bufs = vec![vec![0; 24], vec![0; 24], words(&[0, 0])];
-    let err = interpret(&kernel, [6, 1, 1], &mut bufs, &[], 8).unwrap_err();
-    assert!(
-        matches!(err, InterpError::GridSyncGrid { workgroups: 3, .. }),
-        "{err}"
-    );
-    let mut bufs = vec![vec![0; 24], vec![0; 24], words(&[1, 0])];
-    let err = interpret(&kernel, [3, 1, 1], &mut bufs, &[], 8).unwrap_err();
-    assert!(
-        matches!(err, InterpError::GridSyncBuffer { first: 1, .. }),
-        "{err}"
-    );
-}
-
 #[test]
 fn prefetch_changes_nothing_but_checks_its_index() {
     let k = KernelBuilder::new("pf", [4, 1, 1]);

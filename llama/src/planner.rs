@@ -141,7 +141,6 @@ impl std::fmt::Display for KernelKey {
                     MatvecEpilogue::Add => parts.push("add"),
                     MatvecEpilogue::Swiglu => parts.push("swiglu"),
                     MatvecEpilogue::RopeStore(_) => parts.push("rope, kv cache store"),
-                    _ => parts.push("other store"),
                 }
                 write!(f, "matvec {weights}")?;
                 if !parts.is_empty() {

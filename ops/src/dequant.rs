@@ -180,26 +180,15 @@ pub fn dequant_element<'b>(
     j: Val<'b>,
 ) -> Val<'b> {
     let s = load_scales(k, ty, (buf, None), base);
-    s.value(element_code(k, ty, buf, base, j))
-}
-
-/// The code of element `j` (0..32) of the Q8_0, Q4_0 or Q4_1 block at byte `base` of a `U8`
-/// buffer, as `F32` (Q4_0's centred): a Q4 element below 16 is its byte's low nibble, from 16
-/// on byte `j − 16`'s high one.
-pub fn element_code<'b>(
-    k: &'b KernelBuilder,
-    ty: WeightType,
-    buf: BufferId,
-    base: Val<'b>,
-    j: Val<'b>,
-) -> Val<'b> {
-    match ty {
+    // A Q4 element below 16 is its byte's low nibble, from 16 on byte `j − 16`'s high one.
+    let code = match ty {
         WeightType::Q8_0 => q8_code(k, buf, base, j),
         _ => {
             let (lo, hi) = q4_codes(k, ty, buf, base, j & k.u32(15));
             k.select(j.lt(k.u32(16)), lo, hi)
         }
-    }
+    };
+    s.value(code)
 }
 
 /// Whether [`pair_blocks`] applies to weights of type `ty`: Q4_0 and Q4_1.

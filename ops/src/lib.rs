@@ -26,7 +26,6 @@ mod matmul_stage;
 pub mod matmul_tiles;
 pub mod matvec;
 pub mod matvec_attn;
-pub mod matvec_down;
 pub mod matvec_fused;
 pub mod matvec_q8;
 pub mod matvec_q8_rows;
@@ -49,7 +48,6 @@ pub fn cases() -> Vec<Case> {
         matvec_q8::cases,
         matvec_q8_rows::cases,
         matvec_attn::cases,
-        matvec_down::cases,
         embedding::cases,
         rms_norm::cases,
         rope::cases,

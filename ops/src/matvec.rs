@@ -254,35 +254,6 @@ impl MatvecSpec {
                 value: self.segment as usize,
             });
         }
-        if let Epilogue::SwigluDown(down) = self.epilogue {
-            if !super::matvec_down::supports(down) {
-                return Err(ShapeError::Unsupported {
-                    op: OP,
-                    what: format!("{down} weights for the down projection in epilogue"),
-                });
-            }
-            let outputs = self.rows_per_workgroup / 2;
-            if outputs == 0
-                || !(QK as u32).is_multiple_of(outputs)
-                || !self.rows_per_workgroup.is_multiple_of(2)
-            {
-                return Err(ShapeError::NotMultiple {
-                    op: OP,
-                    what: "rows per workgroup of a product with the down projection (pairs \
-                           whose count divides a block of 32)",
-                    value: self.rows_per_workgroup as usize,
-                    multiple: 2,
-                });
-            }
-            if self.tokens_per_workgroup != 1 {
-                return Err(ShapeError::TooLarge {
-                    op: OP,
-                    what: "tokens per workgroup of a product with the down projection",
-                    value: self.tokens_per_workgroup as usize,
-                    limit: 1,
-                });
-            }
-        }
         if self.epilogue == Epilogue::Swiglu && !self.rows_per_workgroup.is_multiple_of(2) {
             return Err(ShapeError::NotMultiple {
                 op: OP,
@@ -345,10 +316,8 @@ impl MatvecSpec {
     /// up, rope's pairs).
     fn outputs(&self) -> u32 {
         match self.epilogue {
-            Epilogue::Swiglu | Epilogue::SwigluDown(_) | Epilogue::RopeStore(_) => {
-                self.rows_per_workgroup / 2
-            }
-            Epilogue::None | Epilogue::Add | Epilogue::AddTwice => self.rows_per_workgroup,
+            Epilogue::Swiglu | Epilogue::RopeStore(_) => self.rows_per_workgroup / 2,
+            Epilogue::None | Epilogue::Add => self.rows_per_workgroup,
         }
     }
 
@@ -445,9 +414,8 @@ pub fn reference(
 
 /// The matvec kernel for `spec`. Buffers: `w` (the weights: bytes if quantized, words with
 /// [`MatvecSpec::word_codes`]), `w16` (the
-/// same memory as f16, with `f16_scales`), `wd` and `wd16` (W_down, with
-/// [`Epilogue::SwigluDown`]), `x`, `g` (with [`Prologue::RmsNorm`]), `r` (with
-/// [`Epilogue::Add`] and [`Epilogue::AddTwice`]), `y`, `y2` (with [`Epilogue::AddTwice`]);
+/// same memory as f16, with `f16_scales`), `x`, `g` (with [`Prologue::RmsNorm`]), `r` (with
+/// [`Epilogue::Add`]), `y`;
 /// parameters `rows`, `cols`, `eps` (with [`Prologue::RmsNorm`]); grid [`MatvecSpec::grid`].
 pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     spec.check()?;
@@ -478,17 +446,6 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     }
     let w = k.buffer("w", spec.weights_elem(), Access::Read);
     let w16 = f16_scales.then(|| k.buffer("w16", Scalar::F16, Access::Read));
-    let down_ty = match spec.epilogue {
-        Epilogue::SwigluDown(ty) => Some(ty),
-        _ => None,
-    };
-    let down_w = down_ty.map(|ty| {
-        let wd = k.buffer("wd", dequant::buffer_elem(ty), Access::Read);
-        (
-            wd,
-            f16_scales.then(|| k.buffer("wd16", Scalar::F16, Access::Read)),
-        )
-    });
     let combine = match spec.prologue {
         Prologue::Combine(c) => Some(c),
         _ => None,
@@ -496,21 +453,12 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     let x_name = if combine.is_some() { "part" } else { "x" };
     let x = k.buffer(x_name, Scalar::F32, Access::Read);
     let g = (spec.prologue == Prologue::RmsNorm).then(|| k.buffer("g", Scalar::F32, Access::Read));
-    let adds = matches!(spec.epilogue, Epilogue::Add | Epilogue::AddTwice);
-    let r = adds.then(|| k.buffer("r", Scalar::F32, Access::Read));
+    let r = (spec.epilogue == Epilogue::Add).then(|| k.buffer("r", Scalar::F32, Access::Read));
     let rope_in =
         matches!(spec.epilogue, Epilogue::RopeStore(_)).then(|| RopeOut::declare_inputs(&k));
-    // The down projection adds into y, which holds the residual stream.
-    let y_access = if down_ty.is_some() {
-        Access::ReadWrite
-    } else {
-        Access::Write
-    };
     let y = rope_in
         .is_none()
-        .then(|| k.buffer("y", Scalar::F32, y_access));
-    let y2 =
-        (spec.epilogue == Epilogue::AddTwice).then(|| k.buffer("y2", Scalar::F32, Access::Write));
+        .then(|| k.buffer("y", Scalar::F32, Access::Write));
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
     let eps = g.map(|_| k.param("eps", Scalar::F32));
@@ -519,16 +467,6 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         _ => None,
     };
     let n_tokens = (tpw > 1).then(|| k.param("tokens", Scalar::U32));
-    let down = down_ty
-        .zip(down_w)
-        .zip(y)
-        .map(|((ty, w), y)| super::matvec_down::Down {
-            ty,
-            w,
-            y,
-            rows: cols,
-            h: k.shared("h", Scalar::F32, spec.outputs()),
-        });
     let lid = k.local_index();
     let row0 = k.workgroup_id(0) * k.u32(nrows);
     let group = k.workgroup_id(1);
@@ -681,20 +619,13 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
             _ => totals,
         };
         match (spec.epilogue, y, &rope) {
-            (Epilogue::Swiglu | Epilogue::SwigluDown(_), Some(y), _) => {
+            (Epilogue::Swiglu, Some(y), _) => {
                 let n = rows / k.u32(2);
                 let i = k.workgroup_id(0) * k.u32(outputs) + o;
-                let swiglu = || super::elementwise::silu_ir(&k, totals[0]) * totals[1];
-                match &down {
-                    // For the down projection below; an output past the end adds nothing.
-                    Some(down) => {
-                        k.store_shared(down.h, o, k.select(i.lt(n), swiglu(), k.f32(0.0)))
-                    }
-                    None => k.if_(i.lt(n), || {
-                        let v = swiglu();
-                        k.store(y, token * n + i, v);
-                    }),
-                }
+                k.if_(i.lt(n), || {
+                    let v = super::elementwise::silu_ir(&k, totals[0]) * totals[1];
+                    k.store(y, token * n + i, v);
+                });
             }
             (_, None, Some(rope)) => {
                 let row = row0 + o * k.u32(2);
@@ -707,21 +638,12 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
                 let row = row0 + o;
                 k.if_(row.lt(rows), || {
                     let at = token * rows + row;
-                    let v = r.map_or(totals[0], |r| totals[0] + k.load(r, at));
-                    k.store(y, at, v);
-                    if let Some(y2) = y2 {
-                        k.store(y2, at, v);
-                    }
+                    k.store(y, at, r.map_or(totals[0], |r| totals[0] + k.load(r, at)));
                 });
             }
             (_, None, None) => unreachable!("y is declared unless the rope epilogue stores"),
         }
     });
-    if let Some(down) = &down {
-        k.barrier();
-        let c0 = k.workgroup_id(0) * k.u32(outputs);
-        down.add_shares(&k, (group, c0, rows / k.u32(2)), outputs, wg);
-    }
     Ok(k.finish())
 }
 
@@ -788,11 +710,11 @@ struct Token<'b> {
 /// rows `2i` and `2i + 1`; then the norm's sum of squares, row `rows_per_workgroup`.
 fn read_rows<'b>(k: &'b KernelBuilder, spec: &MatvecSpec, i: Val<'b>) -> Vec<Val<'b>> {
     let mut rows = match spec.epilogue {
-        Epilogue::Swiglu | Epilogue::SwigluDown(_) | Epilogue::RopeStore(_) => {
+        Epilogue::Swiglu | Epilogue::RopeStore(_) => {
             let gate = i * k.u32(2);
             vec![gate, gate + k.u32(1)]
         }
-        Epilogue::None | Epilogue::Add | Epilogue::AddTwice => vec![i],
+        Epilogue::None | Epilogue::Add => vec![i],
     };
     if spec.prologue == Prologue::RmsNorm {
         rows.push(k.u32(spec.rows_per_workgroup));
@@ -1253,42 +1175,19 @@ pub fn spec_case(
     let x = rng.f32s(c * tokens as usize, -1.0, 1.0);
     // Drawn after W and x, so that the plain cases keep their data.
     let g = (spec.prologue == Prologue::RmsNorm).then(|| rng.f32s(c, 0.5, 1.5));
-    let adds = matches!(spec.epilogue, Epilogue::Add | Epilogue::AddTwice);
-    let res = adds.then(|| rng.f32s(r * tokens as usize, -2.0, 2.0));
-    let norm = g.as_deref().map(|g| (g, fused::EPS));
-    // The down projection's W_down (`cols × rows/2`) and the residual y starts from.
-    let down = match spec.epilogue {
-        Epilogue::SwigluDown(down_ty) => {
-            let n = spec.epilogue.outputs(rows)? as usize;
-            down_ty.bytes(OP, "outputs of the gate/up product", n)?;
-            let w_down = quantize(down_ty, &rng.f32s(c * n, -1.0, 1.0))?;
-            Some((down_ty, w_down, rng.f32s(c * tokens as usize, -2.0, 2.0)))
-        }
-        _ => None,
-    };
-    let (want, y0) = match &down {
-        Some((down_ty, w_down, start)) => {
-            let want =
-                super::matvec_down::reference((ty, &w, r, c), (*down_ty, w_down), &x, norm, start)?;
-            (want, f32_bytes(start))
-        }
-        None => {
-            let want = fused::reference(
-                ty,
-                &w,
-                r,
-                c,
-                &x,
-                &Fused {
-                    norm,
-                    epilogue: spec.epilogue,
-                    residual: res.as_deref().unwrap_or_default(),
-                },
-            )?;
-            let zeros = vec![0; want.len() * 4];
-            (want, zeros)
-        }
-    };
+    let res = (spec.epilogue == Epilogue::Add).then(|| rng.f32s(r * tokens as usize, -2.0, 2.0));
+    let want = fused::reference(
+        ty,
+        &w,
+        r,
+        c,
+        &x,
+        &Fused {
+            norm: g.as_deref().map(|g| (g, fused::EPS)),
+            epilogue: spec.epilogue,
+            residual: res.as_deref().unwrap_or_default(),
+        },
+    )?;
     let mut name = format!("{OP}/{ty}/{rows}x{cols}");
     if tokens > 1 {
         name.push_str(&format!("/t{tokens}"));
@@ -1311,13 +1210,6 @@ pub fn spec_case(
         w,
         cols,
     );
-    if let Some((down_ty, w_down, _)) = down {
-        let w_down = dequant::pad_to_words(w_down);
-        case = case.input("wd", dequant::buffer_elem(down_ty), w_down.clone());
-        if ty.is_quantized() && spec.f16_scales {
-            case = case.input("wd16", Scalar::F16, w_down);
-        }
-    }
     let mut params = vec![ParamValue::U32(rows), ParamValue::U32(cols)];
     case = case.input("x", Scalar::F32, f32_bytes(&x));
     if let Some(g) = g {
@@ -1329,12 +1221,9 @@ pub fn spec_case(
     }
     params.extend(spec.tokens_params(tokens));
     let mut case = case
-        .output("y", Scalar::F32, y0, want.clone())
+        .output("y", Scalar::F32, vec![0; want.len() * 4], want)
         .params(params)
         .bound(NMSE);
-    if spec.epilogue == Epilogue::AddTwice {
-        case = case.output("y2", Scalar::F32, vec![0; want.len() * 4], want);
-    }
     if reduce == Reduce::Subgroup {
         case = case.fallback(kernel(MatvecSpec {
             reduce: Reduce::Shared,

@@ -60,20 +60,9 @@ pub enum Epilogue {
     None,
     /// `y = W·x + r`: buffer `r` (f32, `[tokens × rows]`) just before `y`.
     Add,
-    /// [`Epilogue::Add`], stored into `y` and into `y2` (f32, `[tokens × rows]`) right after
-    /// it: the residual stream in two buffers, one for a product that reads it and one that a
-    /// product with [`Epilogue::SwigluDown`] adds to.
-    AddTwice,
     /// `y_i = silu(gate_i)·up_i` with gate i in row 2i and up i in row 2i+1: `rows` is twice
     /// the outputs, y is `[tokens × rows/2]`. Needs an even `rows_per_workgroup`.
     Swiglu,
-    /// SwiGLU as [`Epilogue::Swiglu`], then the FFN's down projection of those outputs added
-    /// atomically into `y` ([`super::matvec_down`]): buffers `wd` (W_down, `cols × rows/2`, of
-    /// this type: Q4_0, Q4_1 or Q8_0) and `wd16` (its f16 view, where the product reads its
-    /// own scales through one) right after `w16`; `y` (f32, `[tokens × cols]`, read-write,
-    /// reached only by atomic adds) holds the residual stream. Needs rows per workgroup whose
-    /// outputs divide a block (2, 4, …, 64) and one token per workgroup.
-    SwigluDown(WeightType),
     /// The rows are a fused QKV projection's: rope on q and k and the KV-cache store at the
     /// step's position, instead of `y` (see [`super::matvec_attn`]). Buffers `step` (u32) and
     /// `freq` (f32, rope's table) after the inputs, then `q` (f32), `k_cache`, `v_cache`;
@@ -85,24 +74,20 @@ impl Epilogue {
     /// Outputs per token of a product of `rows` rows.
     pub fn outputs(self, rows: u32) -> Result<u32, ShapeError> {
         match self {
-            Epilogue::Swiglu | Epilogue::SwigluDown(_) if !rows.is_multiple_of(2) => {
-                Err(ShapeError::NotMultiple {
-                    op: OP,
-                    what: "rows of a SwiGLU product (gate and up interleaved)",
-                    value: rows as usize,
-                    multiple: 2,
-                })
-            }
-            Epilogue::Swiglu | Epilogue::SwigluDown(_) => Ok(rows / 2),
+            Epilogue::Swiglu if !rows.is_multiple_of(2) => Err(ShapeError::NotMultiple {
+                op: OP,
+                what: "rows of a SwiGLU product (gate and up interleaved)",
+                value: rows as usize,
+                multiple: 2,
+            }),
+            Epilogue::Swiglu => Ok(rows / 2),
             Epilogue::RopeStore(_) if !rows.is_multiple_of(2) => Err(ShapeError::NotMultiple {
                 op: OP,
                 what: "rows of a QKV product (rope pairs)",
                 value: rows as usize,
                 multiple: 2,
             }),
-            Epilogue::None | Epilogue::Add | Epilogue::AddTwice | Epilogue::RopeStore(_) => {
-                Ok(rows)
-            }
+            Epilogue::None | Epilogue::Add | Epilogue::RopeStore(_) => Ok(rows),
         }
     }
 }
@@ -119,9 +104,7 @@ pub(super) fn suffix(prologue: Prologue, epilogue: Epilogue, sep: char, join: ch
         match epilogue {
             Epilogue::None => None,
             Epilogue::Add => Some("add".to_string()),
-            Epilogue::AddTwice => Some("add2".to_string()),
             Epilogue::Swiglu => Some("swiglu".to_string()),
-            Epilogue::SwigluDown(ty) => Some(format!("swiglu_down_{ty}")),
             Epilogue::RopeStore(r) => Some(r.name()),
         },
     ]
@@ -200,12 +183,9 @@ pub fn reference(
         y.extend(matvec_reference(ty, w, rows, cols, xt)?);
     }
     match fused.epilogue {
-        // Rope's rotation and the stores follow in [`super::matvec_attn::reference_rope`], the
-        // down projection in [`super::matvec_down::reference`].
-        Epilogue::None | Epilogue::RopeStore(_) | Epilogue::SwigluDown(_) => Ok(y),
-        Epilogue::Add | Epilogue::AddTwice => {
-            reference_binary(Binary::Add, &f32s(&y), fused.residual)
-        }
+        // Rope's rotation and the stores follow in [`super::matvec_attn::reference_rope`].
+        Epilogue::None | Epilogue::RopeStore(_) => Ok(y),
+        Epilogue::Add => reference_binary(Binary::Add, &f32s(&y), fused.residual),
         Epilogue::Swiglu => {
             let y = f32s(&y);
             let gate: Vec<f32> = y.iter().step_by(2).copied().collect();

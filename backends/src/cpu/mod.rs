@@ -184,14 +184,12 @@ impl CpuBackend {
             tiles: false,
             async_copy: false,
             group_mma: false,
-            float_atomics: true,
             max_shared_bytes: 64 * 1024,
             max_invocations: 1024,
             max_workgroups: [u32::MAX; 3],
             max_binding_bytes: u64::MAX,
             min_binding_alignment: 4,
             timestamps: false,
-            resident_workgroups: 0,
             driver,
             runtime_version: env!("CARGO_PKG_VERSION").into(),
             notes,
@@ -280,17 +278,13 @@ impl CpuBackend {
             CPU_SUBGROUP_SIZE,
         )
         .map_err(|e| BackendError::BadDispatch(e.to_string()))?;
-        for phase in 0..launch.phases() {
-            (0..launch.workgroups())
-                .into_par_iter()
-                .try_for_each(|n| launch.run_workgroup(phase, launch.workgroup_id(n)))
-                .map_err(|source| BackendError::Fault {
-                    kernel: kernel.name.clone(),
-                    source,
-                })?;
-            launch.finish_phase(phase);
-        }
-        Ok(())
+        (0..launch.workgroups())
+            .into_par_iter()
+            .try_for_each(|n| launch.run_workgroup(launch.workgroup_id(n)))
+            .map_err(|source| BackendError::Fault {
+                kernel: kernel.name.clone(),
+                source,
+            })
     }
 
     /// Checks a dispatch of `kernel` the way `Launch::new` does for the interpreter, and

@@ -174,7 +174,6 @@ pub fn describe(
         tiles: arch >= super::TILES_MIN_ARCH,
         async_copy: arch >= super::ASYNC_COPY_MIN_ARCH,
         group_mma: arch == super::GROUP_MMA_ARCH,
-        float_atomics: true,
         max_shared_bytes: u64::from(shared.max(shared_optin)),
         max_invocations: a(attr::MAX_THREADS_PER_BLOCK)?,
         max_workgroups: [
@@ -185,7 +184,6 @@ pub fn describe(
         max_binding_bytes: total as u64,
         min_binding_alignment: BINDING_ALIGNMENT,
         timestamps: true,
-        resident_workgroups: sms,
         driver: driver_text,
         runtime_version: format!("CUDA {cuda}, NVRTC {nv_major}.{nv_minor}"),
         notes,

@@ -159,8 +159,6 @@ driver_api! {
     module_unload = b"cuModuleUnload\0": fn(CuModule);
     module_get_function = b"cuModuleGetFunction\0": fn(*mut CuFunction, CuModule, *const c_char);
     func_set_attribute = b"cuFuncSetAttribute\0": fn(CuFunction, c_int, c_int);
-    occupancy_max_active_blocks =
-        b"cuOccupancyMaxActiveBlocksPerMultiprocessor\0": fn(*mut c_int, CuFunction, c_int, usize);
     launch_kernel = b"cuLaunchKernel\0": fn(
         CuFunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CuStream,
         *mut *mut c_void, *mut *mut c_void

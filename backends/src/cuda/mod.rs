@@ -14,8 +14,7 @@
 //! wait for it in their first statement), which hides most of a launch's latency in a chain
 //! of small dependent kernels such as a decode step.
 //!
-//! Env: `TRINE_CUDA_DEVICE` (index) picks the device; `TRINE_CUDA_OVERLAP=0` launches every
-//! kernel only after the one before it has finished; `CUDA_PATH` names the toolkit searched
+//! Env: `TRINE_CUDA_DEVICE` (index) picks the device; `CUDA_PATH` names the toolkit searched
 //! first for NVRTC and `cuda_fp16.h`.
 
 pub mod cublas;
@@ -27,15 +26,11 @@ mod nvrtc;
 mod program;
 
 pub use device::DEVICE_ENV;
-
-/// `0` turns off overlapped launches (see the module docs); `1` or unset keeps them.
-pub const OVERLAP_ENV: &str = "TRINE_CUDA_OVERLAP";
 pub use nvrtc::CUDA_PATH_ENV;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
 use crate::checks::{
-    bad_dispatch, check_binding, check_copy_alignment, check_grid_sync, check_range,
-    check_signature,
+    bad_dispatch, check_binding, check_copy_alignment, check_range, check_signature,
 };
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
@@ -125,26 +120,12 @@ pub struct CudaBackend {
     cublas: OnceLock<cublas::Handle>,
     nvrtc: &'static Nvrtc,
     driver: &'static Driver,
-    /// Whether programs that can overlap their launch do (`OVERLAP_ENV`).
-    overlap: bool,
-}
-
-/// `OVERLAP_ENV`'s value: unset or `1` → true, `0` → false, anything else an error naming it.
-fn overlap_setting(value: Option<&str>) -> Result<bool, BackendError> {
-    match value.map(str::trim) {
-        None | Some("1") => Ok(true),
-        Some("0") => Ok(false),
-        Some(v) => Err(BackendError::Unavailable(format!(
-            "{OVERLAP_ENV}={v:?} is neither 0 nor 1"
-        ))),
-    }
 }
 
 impl CudaBackend {
     /// Opens the device `TRINE_CUDA_DEVICE` names (default 0). No driver, no device or no
     /// NVRTC → `Unavailable` with the reason.
     pub fn new() -> Result<CudaBackend, BackendError> {
-        let overlap = overlap_setting(std::env::var(OVERLAP_ENV).ok().as_deref())?;
         let driver = driver::driver()?;
         let device = device::select(driver)?;
         let nvrtc = nvrtc()?;
@@ -185,7 +166,6 @@ impl CudaBackend {
             cublas: OnceLock::new(),
             nvrtc,
             driver,
-            overlap,
         })
     }
 
@@ -246,7 +226,6 @@ impl CudaBackend {
             .ok_or(BackendError::UnknownProgram(d.program))?;
         let bad = |msg: String| bad_dispatch(&program.name, msg);
         check_signature(&program.name, program.buffers, &program.params, d)?;
-        check_grid_sync(&program.name, program.grid_sync, d, program.resident)?;
         check_copy_alignment(&program.name, &program.copy_sources, d)?;
         let align = self.info.min_binding_alignment;
         let mut pointers = Vec::with_capacity(d.bindings.len());
@@ -280,11 +259,7 @@ impl CudaBackend {
             .collect();
         let [gx, gy, gz] = d.grid;
         let [bx, by, bz] = program.block;
-        if let Some(launch_ex) = self
-            .driver
-            .launch_kernel_ex
-            .filter(|_| program.overlap && self.overlap)
-        {
+        if let Some(launch_ex) = self.driver.launch_kernel_ex.filter(|_| program.overlap) {
             let mut overlap = driver::LaunchAttribute {
                 id: driver::LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
                 pad: [0; 4],
@@ -454,15 +429,6 @@ impl Backend for CudaBackend {
             .download(self.driver, self.handles.stream, src, out)
     }
 
-    fn resident_workgroups(&self, program: ProgramId) -> Result<u32, BackendError> {
-        let state = self.enter()?;
-        let p = state
-            .programs
-            .get(&program.0)
-            .ok_or(BackendError::UnknownProgram(program))?;
-        Ok(p.resident)
-    }
-
     fn compile(&self, kernel: &Kernel) -> Result<ProgramId, BackendError> {
         let hash = crate::checks::check_kernel(kernel, &self.info)?;
         if self.enter()?.programs.contains_key(&hash) {
@@ -490,13 +456,7 @@ impl Backend for CudaBackend {
         let image = program::image(self.nvrtc, kernel, target)?;
         let mut state = self.enter()?;
         if let std::collections::hash_map::Entry::Vacant(slot) = state.programs.entry(hash) {
-            slot.insert(program::load(
-                self.driver,
-                kernel,
-                &image,
-                self.info.resident_workgroups,
-                target,
-            )?);
+            slot.insert(program::load(self.driver, kernel, &image, target)?);
         }
         Ok(ProgramId(hash))
     }
@@ -581,19 +541,5 @@ impl Drop for CudaBackend {
             state.buffers.destroy_all(d);
             close_context(d, &self.handles);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_overlap_setting_takes_0_or_1() {
-        assert!(overlap_setting(None).unwrap());
-        assert!(overlap_setting(Some("1")).unwrap());
-        assert!(!overlap_setting(Some(" 0 ")).unwrap());
-        let e = overlap_setting(Some("off")).unwrap_err().to_string();
-        assert!(e.contains("TRINE_CUDA_OVERLAP=\"off\""), "{e}");
     }
 }

@@ -18,22 +18,15 @@ pub struct Program {
     pub function: CuFunction,
     pub buffers: usize,
     pub params: Vec<(String, Scalar)>,
-    /// The workgroup count of its grid barriers, which every dispatch must have.
-    pub grid_sync: Option<u32>,
     /// The bindings its asynchronous copies read, whose offsets must be aligned to them.
     pub copy_sources: Vec<usize>,
     pub block: [u32; 3],
     /// Bytes of dynamic shared memory each launch takes (see
     /// `trine_codegen::cuda_dynamic_shared_bytes`).
     pub dynamic_shared: u32,
-    /// Blocks of this function that run at once on the whole device (the occupancy API's
-    /// blocks per multiprocessor, times the multiprocessors): the most a dispatch with grid
-    /// barriers may have.
-    pub resident: u32,
     /// Whether it is launched to overlap the kernel before it in the stream: compiled for
     /// sm_90 or later, where its first statement waits for that kernel
-    /// (`trine_wait_prior_grid`, which kernels with grid barriers lack), and the driver has
-    /// `cuLaunchKernelEx`.
+    /// (`trine_wait_prior_grid`), and the driver has `cuLaunchKernelEx`.
     pub overlap: bool,
 }
 
@@ -130,13 +123,11 @@ fn plausible(image: &[u8], target: Target) -> bool {
 }
 
 /// Loads `image` as a module and finds the kernel's function in it. The context is current.
-/// `sms` is the device's multiprocessor count, for [`Program::resident`]; `target` what the
-/// image was compiled for, for [`Program::overlap`].
+/// `target` is what the image was compiled for, for [`Program::overlap`].
 pub fn load(
     driver: &Driver,
     kernel: &Kernel,
     image: &[u8],
-    sms: u32,
     target: Target,
 ) -> Result<Program, BackendError> {
     let name = CString::new(kernel.name.as_str()).map_err(|_| BackendError::Compile {
@@ -181,21 +172,7 @@ pub fn load(
             return Err(load_error("cuFuncSetAttribute", code));
         }
     }
-    let mut per_sm: c_int = 0;
-    // SAFETY: a valid out-pointer and a live function; the block size is the kernel's own,
-    // which compile checked against the device's limits, as its dynamic shared memory.
-    let code = unsafe {
-        (driver.occupancy_max_active_blocks)(
-            &mut per_sm,
-            function,
-            kernel.invocations() as c_int,
-            dynamic as usize,
-        )
-    };
-    // Without an answer, one block per multiprocessor: any block that launches fits that.
-    let per_sm = if code == 0 { per_sm.max(1) as u32 } else { 1 };
     Ok(Program {
-        resident: sms.saturating_mul(per_sm),
         name: kernel.name.clone(),
         module,
         function,
@@ -205,13 +182,10 @@ pub fn load(
             .iter()
             .map(|p| (p.name.clone(), p.ty))
             .collect(),
-        grid_sync: kernel.grid_sync().map(|(_, w)| w),
         copy_sources: kernel.copy_sources().iter().map(|b| b.0 as usize).collect(),
         block: kernel.workgroup_size,
         dynamic_shared: dynamic as u32,
-        overlap: target.arch() >= 90
-            && driver.launch_kernel_ex.is_some()
-            && !kernel.capabilities.grid_sync,
+        overlap: target.arch() >= 90 && driver.launch_kernel_ex.is_some(),
     })
 }
 

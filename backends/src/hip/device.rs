@@ -177,8 +177,8 @@ fn has_wmma(isa: &str, warp_size: u32) -> bool {
     isa.starts_with("gfx11") && warp_size == 32
 }
 
-/// The device's [`DeviceInfo`]; `extra` notes come after the runtime's and the device's.
-pub(super) fn device_info(rt: &Runtime, dev: &Device, extra: Vec<String>) -> DeviceInfo {
+/// The device's [`DeviceInfo`].
+pub(super) fn device_info(rt: &Runtime, dev: &Device) -> DeviceInfo {
     let (memory, memory_note) = memory(dev);
     let mut notes = rt.info.notes.clone();
     if dev.gcn_arch != dev.isa {
@@ -208,7 +208,6 @@ pub(super) fn device_info(rt: &Runtime, dev: &Device, extra: Vec<String>) -> Dev
     if let Some(hiprtc) = &rt.info.hiprtc {
         notes.push(format!("hiprtc from {hiprtc}"));
     }
-    notes.extend(extra);
     let version = rt.info.version.as_deref().unwrap_or("unknown");
     DeviceInfo {
         backend: "hip".into(),
@@ -231,13 +230,11 @@ pub(super) fn device_info(rt: &Runtime, dev: &Device, extra: Vec<String>) -> Dev
         tiles: has_wmma(&dev.isa, dev.warp_size),
         async_copy: false,
         group_mma: false,
-        float_atomics: true,
         max_shared_bytes: dev.max_shared,
         max_invocations: dev.max_threads,
         max_workgroups: dev.max_grid,
         min_binding_alignment: 4,
         timestamps: true,
-        resident_workgroups: dev.compute_units.max(1),
         driver: rt.info.library.clone(),
         runtime_version: format!("HIP {version}"),
         notes,

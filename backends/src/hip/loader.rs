@@ -69,9 +69,6 @@ pub(super) struct Runtime {
     pub props: Option<Props>,
     pub rtc: Result<Rtc, String>,
     pub info: RuntimeInfo,
-    /// Directory of the runtime library (where rocBLAS is looked for first); `None` when it
-    /// came from the system path.
-    pub dir: Option<PathBuf>,
     /// Keeps the libraries mapped; the function pointers above point into them.
     _libraries: Vec<Library>,
 }
@@ -352,7 +349,6 @@ fn open(lib: Library, hip: Hip, c: Candidate) -> Runtime {
             visible,
             notes,
         },
-        dir: c.dir,
         _libraries: libraries,
     }
 }

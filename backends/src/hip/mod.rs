@@ -7,9 +7,8 @@
 //! - [`compile`]: hiprtc, the disk cache, and [`child`] for compilers that abort.
 //! - [`memory`]: resident buffers and pinned staging.
 //! - [`quirks`]: advice per arch and ROCm version.
-//! - [`rocblas`]: GEMM through rocBLAS when it is installed.
 //!
-//! One stream per backend: writes, dispatches and GEMMs queue on it without waiting; `read`
+//! One stream per backend: writes and dispatches queue on it without waiting; `read`
 //! and `synchronize` wait.
 //!
 //! Env: `TRINE_ROCM_PATH` (see [`loader`]), `TRINE_HIP_DEVICE` (device index, default 0),
@@ -24,16 +23,14 @@ mod graph;
 mod loader;
 mod memory;
 pub mod quirks;
-mod rocblas;
 mod sysfs;
 
 pub use child::{compile_child_main, compile_isolated, CHILD_ARG, CHILD_ENV, COMPILE_TIMEOUT};
 pub use compile::{compile_for_arch, compile_options, is_amdgpu_code_object};
 pub use loader::{describe_runtime, Install, RuntimeInfo, ROCM_PATH_ENV};
-pub use rocblas::{Gemm, GemmType};
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{bad_dispatch, check_binding, check_grid_sync, check_range, check_signature};
+use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use crate::recording::Recording;
@@ -42,7 +39,6 @@ use loader::Runtime;
 use memory::{Buffers, Staging};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CString};
-use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use trine_ir::{Kernel, Scalar};
@@ -58,7 +54,6 @@ pub struct HipBackend {
     stream: Stream,
     /// Start and end of `dispatch_timed`.
     events: [Event; 2],
-    rocblas: Option<PathBuf>,
     state: Mutex<State>,
 }
 
@@ -75,8 +70,6 @@ struct Program {
     function: Function,
     buffers: usize,
     params: Vec<(String, Scalar)>,
-    /// The workgroup count of its grid barriers, which every dispatch must have.
-    grid_sync: Option<u32>,
     workgroup: [u32; 3],
 }
 
@@ -85,7 +78,6 @@ struct State {
     buffers: Buffers,
     programs: HashMap<u64, Program>,
     staging: Staging,
-    blas: Option<rocblas::Blas>,
     graphs: HashMap<u64, graph::Graph>,
     next_graph: u64,
 }
@@ -166,12 +158,7 @@ impl HipBackend {
                 return Err(e);
             }
         }
-        let rocblas = rocblas::find(rt.dir.as_deref());
-        let blas_note = match &rocblas {
-            Some(p) => format!("rocBLAS: {} (GEMM via rocblas_gemm)", p.display()),
-            None => "rocBLAS not found (optional: rocblas_gemm is unavailable)".to_string(),
-        };
-        let info = device::device_info(rt, &dev, vec![blas_note]);
+        let info = device::device_info(rt, &dev);
         Ok(HipBackend {
             rt,
             device,
@@ -179,7 +166,6 @@ impl HipBackend {
             info,
             stream,
             events,
-            rocblas,
             state: Mutex::new(State::default()),
         })
     }
@@ -209,34 +195,6 @@ impl HipBackend {
         Ok(())
     }
 
-    /// Whether rocBLAS was found (then [`HipBackend::rocblas_gemm`] can run).
-    pub fn has_rocblas(&self) -> bool {
-        self.rocblas.is_some()
-    }
-
-    /// Queues `g` through rocBLAS on this backend's stream. rocBLAS is loaded on the first
-    /// call; without it the GEMM is `Unsupported`.
-    pub fn rocblas_gemm(&self, g: &Gemm) -> Result<(), BackendError> {
-        let path = self
-            .rocblas
-            .as_ref()
-            .ok_or_else(|| BackendError::Unsupported {
-                kernel: "rocblas_gemm".into(),
-                what: "rocBLAS (librocblas.so was not found)".into(),
-            })?;
-        let mut state = self.lock()?;
-        let blas = match state.blas.take() {
-            Some(blas) => blas,
-            None => rocblas::Blas::open(path, self.stream)?,
-        };
-        let queued = blas.gemm(g, |b| {
-            let buffer = state.buffers.get(b.buffer)?;
-            Ok((buffer.ptr.cast(), buffer.size))
-        });
-        state.blas = Some(blas);
-        queued
-    }
-
     /// Checks `d` against its program and the device, and queues the launch.
     fn launch(&self, state: &State, d: &Dispatch<'_>) -> Result<(), BackendError> {
         let program = state
@@ -245,12 +203,6 @@ impl HipBackend {
             .ok_or(BackendError::UnknownProgram(d.program))?;
         let bad = |msg: String| bad_dispatch(&program.name, msg);
         check_signature(&program.name, program.buffers, &program.params, d)?;
-        check_grid_sync(
-            &program.name,
-            program.grid_sync,
-            d,
-            self.info.resident_workgroups,
-        )?;
         let align = self.info.min_binding_alignment;
         let mut pointers: Vec<*mut c_void> = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
@@ -439,7 +391,6 @@ impl Backend for HipBackend {
                     .iter()
                     .map(|p| (p.name.clone(), p.ty))
                     .collect(),
-                grid_sync: kernel.grid_sync().map(|(_, w)| w),
                 workgroup: kernel.workgroup_size,
             },
         );
@@ -540,7 +491,6 @@ impl Drop for HipBackend {
         unsafe {
             (hip.hipSetDevice)(self.device);
             (hip.hipStreamSynchronize)(self.stream);
-            state.blas = None;
             for b in state.buffers.drain() {
                 (hip.hipFree)(b.ptr);
             }

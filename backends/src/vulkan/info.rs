@@ -6,10 +6,6 @@ use crate::info::{DeviceInfo, DeviceType, MemoryInfo};
 use ash::vk;
 use std::ffi::CStr;
 
-/// Env var that turns zero-copy buffers off (`0`), so that the staging path used by discrete
-/// GPUs can be exercised on integrated and CPU devices.
-pub const ZERO_COPY_ENV: &str = "TRINE_VULKAN_ZERO_COPY";
-
 /// The features kernels may need, as enabled on the device.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Features {
@@ -28,8 +24,6 @@ pub struct Features {
     /// `subgroupSizeControl` for compute shaders: a kernel that declares a subgroup width
     /// gets it as the pipeline's required subgroup size, where the device has several.
     pub pinned_width: bool,
-    /// `shaderBufferFloat32AtomicAdd` (VK_EXT_shader_atomic_float): f32 atomic adds.
-    pub float_atomics: bool,
     /// `computeFullSubgroups`: a pinned kernel whose workgroups are whole subgroups is asked
     /// for them (`REQUIRE_FULL_SUBGROUPS`), as its division of work among subgroups assumes.
     pub full_subgroups: bool,
@@ -86,12 +80,9 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let zero_init_struct = api13 || zero_init_ext;
     let dot_ext = !api13 && has_ext(vk::KHR_SHADER_INTEGER_DOT_PRODUCT_NAME);
     let dot_struct = api13 || dot_ext;
-    let sm_struct = has_ext(vk::NV_SHADER_SM_BUILTINS_NAME);
-    let atomic_float_ext = has_ext(vk::EXT_SHADER_ATOMIC_FLOAT_NAME);
     // The memory model's struct is core in 1.2; before that its extension would be needed too,
     // and no driver with cooperative matrices is older.
     let coop_ext = api12 && has_ext(vk::KHR_COOPERATIVE_MATRIX_NAME);
-    let amd_cores_struct = has_ext(vk::AMD_SHADER_CORE_PROPERTIES_NAME);
     let stats_wanted = std::env::var(PIPELINE_STATS_ENV).is_ok_and(|v| v.trim() == "1");
     let stats_ext = stats_wanted && has_ext(vk::KHR_PIPELINE_EXECUTABLE_PROPERTIES_NAME);
 
@@ -104,7 +95,6 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let mut size_control_features = vk::PhysicalDeviceSubgroupSizeControlFeatures::default();
     let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default();
     let mut executables = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
-    let mut atomic_float = vk::PhysicalDeviceShaderAtomicFloatFeaturesEXT::default();
     let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut storage16);
     if float16_int8_struct {
         features2 = features2.push_next(&mut float16_int8);
@@ -129,9 +119,6 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     if stats_ext {
         features2 = features2.push_next(&mut executables);
     }
-    if atomic_float_ext {
-        features2 = features2.push_next(&mut atomic_float);
-    }
     // SAFETY: the chain holds only structs this device's API version or extensions define,
     // each borrowed for the call.
     unsafe { vk_instance.get_physical_device_features2(c.physical, &mut features2) };
@@ -141,8 +128,6 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     let mut size_control = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
     let mut driver = vk::PhysicalDeviceDriverProperties::default();
     let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
-    let mut sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
-    let mut amd_cores = vk::PhysicalDeviceShaderCorePropertiesAMD::default();
     let mut props2 = vk::PhysicalDeviceProperties2::default()
         .push_next(&mut subgroup)
         .push_next(&mut maintenance3);
@@ -151,12 +136,6 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     }
     if driver_struct {
         props2 = props2.push_next(&mut driver);
-    }
-    if sm_struct {
-        props2 = props2.push_next(&mut sm);
-    }
-    if amd_cores_struct {
-        props2 = props2.push_next(&mut amd_cores);
     }
     // SAFETY: as for the features above.
     unsafe { vk_instance.get_physical_device_properties2(c.physical, &mut props2) };
@@ -178,8 +157,6 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
             .required_subgroup_size_stages
             .contains(vk::ShaderStageFlags::COMPUTE);
     let full_subgroups = pinned_width && size_control_features.compute_full_subgroups == vk::TRUE;
-    let float_atomics =
-        atomic_float_ext && atomic_float.shader_buffer_float32_atomic_add == vk::TRUE;
     let enable = Enable {
         storage16: storage16.storage_buffer16_bit_access == vk::TRUE,
         uniform_storage16: storage16.uniform_and_storage_buffer16_bit_access == vk::TRUE,
@@ -195,7 +172,6 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         tiles,
         pinned_width,
         full_subgroups,
-        float_atomics,
         pipeline_stats,
         extensions: [
             (float16_int8_ext, vk::KHR_SHADER_FLOAT16_INT8_NAME),
@@ -211,7 +187,6 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
                 vk::EXT_SUBGROUP_SIZE_CONTROL_NAME,
             ),
             (pipeline_stats, vk::KHR_PIPELINE_EXECUTABLE_PROPERTIES_NAME),
-            (float_atomics, vk::EXT_SHADER_ATOMIC_FLOAT_NAME),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -229,7 +204,6 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         tiles,
         pinned_width,
         full_subgroups,
-        float_atomics,
         pipeline_stats,
     };
 
@@ -246,13 +220,9 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     } else {
         u64::MAX
     };
-    let zero_copy_allowed = std::env::var(ZERO_COPY_ENV).map_or(true, |v| v.trim() != "0");
-    let memory = MemoryPlan::new(&memory_props, unified && zero_copy_allowed, max_allocation);
+    let memory = MemoryPlan::new(&memory_props, unified, max_allocation);
 
     let mut notes = instance.notes.clone();
-    if !zero_copy_allowed {
-        notes.push(format!("{ZERO_COPY_ENV}=0: zero copy is off"));
-    }
     if stats_wanted && !pipeline_stats {
         notes.push(format!(
             "{PIPELINE_STATS_ENV}=1, but the driver offers no pipeline statistics \
@@ -347,7 +317,6 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         tiles: tiles && f16,
         async_copy: false,
         group_mma: false,
-        float_atomics: features.float_atomics,
         max_shared_bytes: props.limits.max_compute_shared_memory_size.into(),
         max_invocations: props.limits.max_compute_work_group_invocations,
         max_workgroups: props.limits.max_compute_work_group_count,
@@ -355,10 +324,6 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         // Storage-only buffers are read as u32 words, so offsets stay word aligned everywhere.
         min_binding_alignment: props.limits.min_storage_buffer_offset_alignment.max(4),
         timestamps,
-        resident_workgroups: resident_workgroups(
-            sm_struct.then_some(&sm),
-            amd_cores_struct.then_some(&amd_cores),
-        ),
         driver: if driver_struct {
             driver_name(&driver)
         } else {
@@ -411,23 +376,6 @@ fn tile_shape(instance: &Instance, physical: vk::PhysicalDevice) -> Result<(), S
         "cooperative matrices offer no {n}x{n}x{n} f16*f16+f32 at subgroup scope ({})",
         offered.join(", ")
     ))
-}
-
-/// One workgroup per compute unit where the driver counts them: NVIDIA's SMs, AMD's CUs (shader
-/// engines × arrays per engine × CUs per array). Every other device gets 1, which any device
-/// keeps resident; lavapipe, for one, runs workgroups as tasks of a thread pool, so more could
-/// wait forever on each other.
-fn resident_workgroups(
-    sm: Option<&vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV<'_>>,
-    amd: Option<&vk::PhysicalDeviceShaderCorePropertiesAMD<'_>>,
-) -> u32 {
-    let amd_cus = amd.map(|a| {
-        a.shader_engine_count * a.shader_arrays_per_engine_count * a.compute_units_per_shader_array
-    });
-    sm.map(|s| s.shader_sm_count)
-        .or(amd_cus)
-        .filter(|&n| n > 0)
-        .unwrap_or(1)
 }
 
 /// Smallest and largest subgroup width: the size-control range where the device reports one,

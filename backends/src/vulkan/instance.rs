@@ -325,8 +325,6 @@ impl Instance {
         let mut size_control = vk::PhysicalDeviceSubgroupSizeControlFeatures::default()
             .subgroup_size_control(true)
             .compute_full_subgroups(enable.full_subgroups);
-        let mut atomic_float = vk::PhysicalDeviceShaderAtomicFloatFeaturesEXT::default()
-            .shader_buffer_float32_atomic_add(enable.float_atomics);
         let extensions: Vec<_> = enable.extensions.iter().map(|e| e.as_ptr()).collect();
         let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
@@ -354,9 +352,6 @@ impl Instance {
         }
         if enable.pinned_width {
             create = create.push_next(&mut size_control);
-        }
-        if enable.float_atomics {
-            create = create.push_next(&mut atomic_float);
         }
         // SAFETY: `create` borrows locals that outlive the call; the feature structs are only
         // chained where the device's API version or an enabled extension defines them.
@@ -427,8 +422,6 @@ pub struct Enable {
     pub pinned_width: bool,
     /// `computeFullSubgroups` beside it.
     pub full_subgroups: bool,
-    /// `shaderBufferFloat32AtomicAdd` (VK_EXT_shader_atomic_float).
-    pub float_atomics: bool,
     /// `pipelineExecutableInfo` (VK_KHR_pipeline_executable_properties), asked for by
     /// `info::PIPELINE_STATS_ENV`.
     pub pipeline_stats: bool,

@@ -9,8 +9,7 @@
 //! - [`runtime_dir`]: `XDG_RUNTIME_DIR` for headless runs, which Mesa's drivers want.
 //!
 //! Env: `TRINE_VULKAN_DEVICE` (index or name substring) picks the device;
-//! `TRINE_VULKAN_VALIDATION=1` turns the validation layer on, its messages going to stderr;
-//! `TRINE_VULKAN_ZERO_COPY=0` makes integrated and CPU devices stage like discrete GPUs.
+//! `TRINE_VULKAN_VALIDATION=1` turns the validation layer on, its messages going to stderr.
 
 mod info;
 mod instance;
@@ -21,15 +20,12 @@ mod recorded;
 mod runtime_dir;
 mod submit;
 
-pub use info::ZERO_COPY_ENV;
 pub use instance::{DEVICE_ENV, VALIDATION_ENV};
 #[cfg(unix)]
 pub use runtime_dir::ensure_runtime_dir;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{
-    check_grid_sync, check_range, check_signature, folded_launch, storage_binding,
-};
+use crate::checks::{check_range, check_signature, folded_launch, storage_binding};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use crate::recording::{barriers_before, Recording};
@@ -171,12 +167,6 @@ impl VulkanBackend {
         d: &Dispatch<'_>,
     ) -> Result<Prepared, BackendError> {
         check_signature(&program.name, program.buffers, &program.params, d)?;
-        check_grid_sync(
-            &program.name,
-            program.grid_sync,
-            d,
-            self.info.resident_workgroups,
-        )?;
         let mut infos = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let buffer = buffers.get(b.buffer)?;

@@ -20,8 +20,6 @@ pub struct Program {
     /// Each buffer's access, in binding order: where a recording needs barriers.
     pub access: Vec<Access>,
     pub params: Vec<(String, Scalar)>,
-    /// The workgroup count of its grid barriers, which every dispatch must have.
-    pub grid_sync: Option<u32>,
     /// Bytes of push constants a dispatch writes: the ABI's words, cut to the shader's block.
     pub push_bytes: usize,
     /// Null for a kernel without buffers.
@@ -119,7 +117,6 @@ impl Pipelines {
                 .iter()
                 .map(|p| (p.name.clone(), p.ty))
                 .collect(),
-            grid_sync: kernel.grid_sync().map(|(_, w)| w),
             push_bytes: abi_bytes.min(block_bytes),
             set_layout: vk::DescriptorSetLayout::null(),
             layout: vk::PipelineLayout::null(),
@@ -274,11 +271,6 @@ pub fn check_supported(
     if spirv.uses_tiles && !features.tiles {
         return Err(unsupported(
             "cooperative matrices of 16x16x16 f16 (VK_KHR_cooperative_matrix)".into(),
-        ));
-    }
-    if spirv.uses_float_atomics && !features.float_atomics {
-        return Err(unsupported(
-            "f32 atomic adds (shaderBufferFloat32AtomicAdd, VK_EXT_shader_atomic_float)".into(),
         ));
     }
     if spirv.uses_integer_dot && !features.integer_dot {

@@ -15,7 +15,6 @@ pub fn wanted_features() -> wgpu::Features {
         | wgpu::Features::SUBGROUP
         | wgpu::Features::SUBGROUP_BARRIER
         | wgpu::Features::TIMESTAMP_QUERY
-        | wgpu::Features::SHADER_FLOAT32_ATOMIC
 }
 
 /// What a host application passes to `Adapter::request_device` so that the device it then

@@ -22,12 +22,6 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
     if !f16 {
         notes.push("f16 kernels unavailable: the device lacks Features::SHADER_F16".into());
     }
-    let float_atomics = features.contains(wgpu::Features::SHADER_FLOAT32_ATOMIC);
-    if !float_atomics {
-        notes.push(
-            "f32 atomic adds unavailable: the device lacks Features::SHADER_FLOAT32_ATOMIC".into(),
-        );
-    }
     let timestamps = features.contains(wgpu::Features::TIMESTAMP_QUERY);
     if !timestamps {
         notes.push("no timestamp queries: dispatch_timed measures host time".into());
@@ -67,7 +61,6 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
         tiles: false,
         async_copy: false,
         group_mma: false,
-        float_atomics,
         max_shared_bytes: limits.max_compute_workgroup_storage_size.into(),
         max_invocations: limits.max_compute_invocations_per_workgroup,
         max_workgroups: [per_dim; 3],
@@ -77,8 +70,6 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
         // Storage-only buffers are read as u32 words, so offsets stay word aligned everywhere.
         min_binding_alignment: u64::from(limits.min_storage_buffer_offset_alignment).max(4),
         timestamps,
-        // Grid barriers need `Coherent` storage, which wgpu's validation refuses.
-        resident_workgroups: 0,
         driver: driver_string(&a.driver, &a.driver_info),
         runtime_version: format!("wgpu 30 on {}", a.backend),
         notes,

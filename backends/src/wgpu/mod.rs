@@ -27,9 +27,7 @@ pub use ::wgpu as api;
 pub use adapter::{adapters, device_descriptor, wanted_features, ADAPTER_ENV};
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{
-    bad_dispatch, check_grid_sync, check_range, check_signature, folded_launch, storage_binding,
-};
+use crate::checks::{bad_dispatch, check_range, check_signature, folded_launch, storage_binding};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use buffers::Buffers;
@@ -155,12 +153,6 @@ impl WgpuBackend {
         } = state;
         let program = pipelines.get(d.program)?;
         check_signature(&program.name, program.writable.len(), &program.params, d)?;
-        check_grid_sync(
-            &program.name,
-            program.grid_sync,
-            d,
-            self.info.resident_workgroups,
-        )?;
         let mut bound = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let entry = buffers.get(b.buffer)?;

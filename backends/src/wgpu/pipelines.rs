@@ -16,8 +16,6 @@ pub struct Program {
     /// Per buffer: whether the kernel writes it (bound read-write) or only reads it.
     pub writable: Vec<bool>,
     pub params: Vec<(String, Scalar)>,
-    /// The workgroup count of its grid barriers, which every dispatch must have.
-    pub grid_sync: Option<u32>,
     pub immediate_bytes: u32,
     /// `None` for a kernel without buffers.
     pub layout: Option<wgpu::BindGroupLayout>,
@@ -56,22 +54,12 @@ pub fn check_supported(
         kernel: kernel.name.clone(),
         what,
     };
-    if kernel.capabilities.grid_sync {
-        // Its buffers must be `Coherent`, a decoration wgpu's validation has no feature for.
-        return Err(unsupported(
-            "grid barriers (wgpu validates no `Coherent` storage)".into(),
-        ));
-    }
     let features = device.features();
     let limits = device.limits();
     let needs = [
         (Capabilities::IMMEDIATES, wgpu::Features::IMMEDIATES),
         (Capabilities::SHADER_FLOAT16, wgpu::Features::SHADER_F16),
         (Capabilities::SUBGROUP, wgpu::Features::SUBGROUP),
-        (
-            Capabilities::SHADER_FLOAT32_ATOMIC,
-            wgpu::Features::SHADER_FLOAT32_ATOMIC,
-        ),
     ];
     for (cap, feature) in needs {
         if lowered.capabilities.contains(cap) && !features.contains(feature) {
@@ -189,7 +177,6 @@ pub fn build(
             .iter()
             .map(|p| (p.name.clone(), p.ty))
             .collect(),
-        grid_sync: kernel.grid_sync().map(|(_, w)| w),
         immediate_bytes,
         layout,
         pipeline,

@@ -12,7 +12,7 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 /// tests of an optional capability take whether `TRINE_REQUIRE_BACKENDS` names the backend.
 macro_rules! shared_tests {
     ($open:path, $done:path) => {
-        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected, recordings_replay_with_a_step_buffer, long_recordings_stay_ordered, grid_barriers_within_residency);
+        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected, recordings_replay_with_a_step_buffer, long_recordings_stay_ordered);
         $crate::gpu_suite::shared_tests!(@required $open, $done; subgroup_sum, f16_buffers, declared_subgroup_widths_hold);
     };
     (@each $open:path, $done:path; $($name:ident),*) => {$(
@@ -664,89 +664,4 @@ pub fn long_recordings_stay_ordered(b: &dyn Backend) {
     assert_eq!(download::<u32>(b, h, 256), vec![1201u32; 256]);
     b.release(r);
     b.free(h);
-}
-
-/// Each workgroup writes its id, then after a grid barrier reads its neighbour's: over as many
-/// workgroups as the backend says it keeps resident (which must be at least one on a GPU),
-/// and a dispatch over more, or over another count than the barrier's, is refused before it
-/// could wait forever.
-pub fn grid_barriers_within_residency(b: &dyn Backend) {
-    let build = |workgroups: u32| {
-        let k = KernelBuilder::new(&format!("neighbour_g{workgroups}"), [32, 1, 1]);
-        let ids = k.buffer("ids", Scalar::U32, Access::ReadWrite);
-        let out = k.buffer("out", Scalar::U32, Access::Write);
-        let sync = k.buffer("sync", Scalar::U32, Access::ReadWrite);
-        let first = k.local_index().eq(k.u32(0));
-        k.if_(first, || {
-            k.store(ids, k.workgroup_id(0), k.workgroup_id(0) + k.u32(100))
-        });
-        k.grid_barrier(sync, workgroups);
-        let next = (k.workgroup_id(0) + k.u32(1)) % k.u32(workgroups);
-        let first = k.local_index().eq(k.u32(0));
-        k.if_(first, || k.store(out, k.workgroup_id(0), k.load(ids, next)));
-        k.finish()
-    };
-    let resident = b.info().resident_workgroups;
-    if resident == 0 {
-        // A backend that runs no grid barriers says so, and refuses them as unsupported.
-        let r = b.compile(&build(1));
-        assert!(
-            matches!(r, Err(BackendError::Unsupported { .. })),
-            "{}: {r:?}",
-            b.name()
-        );
-        return;
-    }
-    let n = resident.min(256);
-    let program = b.compile(&build(n)).unwrap();
-    assert!(b.resident_workgroups(program).unwrap() >= n);
-    let bytes = n as usize * 4;
-    let (ids, out, sync) = (
-        b.alloc(bytes as u64).unwrap(),
-        b.alloc(bytes as u64).unwrap(),
-        b.alloc(8).unwrap(),
-    );
-    let bindings = [whole(ids, bytes), whole(out, bytes), whole(sync, 8)];
-    for round in 0..3 {
-        run(b, program, [n, 1, 1], &bindings, &[]);
-        let mut got = vec![0u8; bytes];
-        b.read(out, 0, &mut got).unwrap();
-        let got: Vec<u32> = got
-            .chunks(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        let want: Vec<u32> = (0..n).map(|w| (w + 1) % n + 100).collect();
-        assert_eq!(got, want, "{} round {round}", b.name());
-        let mut words = [0u8; 8];
-        b.read(sync, 0, &mut words).unwrap();
-        assert_eq!(
-            u32::from_le_bytes(words[..4].try_into().unwrap()),
-            0,
-            "{}",
-            b.name()
-        );
-    }
-    let refused = |grid: [u32; 3], program: ProgramId| {
-        let r = b.dispatch(&Dispatch {
-            program,
-            grid,
-            bindings: &bindings,
-            params: &[],
-        });
-        assert!(
-            matches!(r, Err(BackendError::BadDispatch(_))),
-            "{}: {r:?}",
-            b.name()
-        );
-    };
-    refused([n + 1, 1, 1], program);
-    // A kernel built for one more workgroup than its twin keeps resident: the same code, so
-    // the same residency, and its own count is refused.
-    let most = b.resident_workgroups(program).unwrap();
-    let beyond = b.compile(&build(most + 1)).unwrap();
-    assert_eq!(b.resident_workgroups(beyond).unwrap(), most, "{}", b.name());
-    refused([most + 1, 1, 1], beyond);
-    for h in [ids, out, sync] {
-        b.free(h);
-    }
 }

@@ -136,10 +136,6 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
         kernel: k.name.clone(),
         message,
     };
-    if k.grid_sync().is_some() {
-        // Workgroups run as tasks of a pool, with no promise that all are running at once.
-        return Err(fail("grid barriers need co-resident workgroups".into()));
-    }
     let symbol = c_symbol(k);
     if prelude::HELPERS.contains(&symbol.as_str()) {
         return Err(fail(format!(
@@ -180,11 +176,7 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
         )));
     }
 
-    let mut out = prelude::prelude(
-        c_family::uses_f16(k, &info),
-        c_family::uses_dot4(k),
-        k.capabilities.float_atomics,
-    );
+    let mut out = prelude::prelude(c_family::uses_f16(k, &info), c_family::uses_dot4(k));
     out.push('\n');
     let _ = writeln!(
         out,

@@ -86,11 +86,7 @@ impl<'k> Plan<'k> {
 /// a subgroup; the C lowering refuses them, and asynchronous copies).
 pub(super) fn synchronises(k: &Kernel, s: &Stmt) -> bool {
     match s {
-        Stmt::Barrier
-        | Stmt::GridBarrier { .. }
-        | Stmt::Tile(_)
-        | Stmt::Copy(_)
-        | Stmt::Group(_) => true,
+        Stmt::Barrier | Stmt::Tile(_) | Stmt::Copy(_) | Stmt::Group(_) => true,
         Stmt::Let(e) => matches!(k.expr(*e), Expr::Subgroup { .. }),
         Stmt::If {
             then, otherwise, ..
@@ -98,7 +94,6 @@ pub(super) fn synchronises(k: &Kernel, s: &Stmt) -> bool {
         Stmt::Loop { body, .. } => body.iter().any(|s| synchronises(k, s)),
         Stmt::Assign { .. }
         | Stmt::Store { .. }
-        | Stmt::AtomicAdd { .. }
         | Stmt::StoreShared { .. }
         | Stmt::Prefetch { .. } => false,
     }

@@ -27,7 +27,6 @@ pub(super) const HELPERS: &[&str] = &[
     "trine_cvt_u32",
     "trine_loop_end",
     "trine_any",
-    "trine_atomic_add_f32",
     "trine_dot4i8",
     "trine_dot4u8",
     "trine_dot4i8_one",
@@ -172,24 +171,10 @@ TRINE_FN uint32_t trine_dot4u8(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
     );
 }
 
-/// [`trine_ir::Stmt::AtomicAdd`] on an f32: a compare-and-swap loop on the float's bytes
-/// (GCC's generic atomics, lock-free at 4 bytes).
-const ATOMIC_ADD_F32: &str = r#"TRINE_FN void trine_atomic_add_f32(float* p, float v) {
-    float old, next;
-    __atomic_load(p, &old, __ATOMIC_RELAXED);
-    do {
-        next = old + v;
-    } while (!__atomic_compare_exchange(p, &old, &next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-}
-"#;
-
-pub(super) fn prelude(f16: bool, dot4_used: bool, float_atomics: bool) -> String {
+pub(super) fn prelude(f16: bool, dot4_used: bool) -> String {
     let mut out = BASE.to_string();
     if f16 {
         out.push_str(F16);
-    }
-    if float_atomics {
-        out.push_str(ATOMIC_ADD_F32);
     }
     if dot4_used {
         dot4(&mut out);

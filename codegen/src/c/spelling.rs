@@ -63,20 +63,6 @@ impl Spelling for C {
         "_Static_assert(0, \"trine: a barrier inside a fission region\")"
     }
 
-    /// The C lowering refuses kernels with grid barriers before printing (see `c_source`).
-    fn grid_barrier(&self, _sync: &str, _workgroups: u32) -> String {
-        "_Static_assert(0, \"trine: a grid barrier in the C lowering\")".into()
-    }
-
-    /// Workgroups run on several threads: f32 through the prelude's compare-and-swap loop,
-    /// integers through GCC's atomic builtin.
-    fn atomic_add(&self, pointer: &str, value: &str, elem: Scalar) -> String {
-        match elem {
-            Scalar::F32 => format!("trine_atomic_add_f32({pointer}, {value})"),
-            _ => format!("(void)__atomic_fetch_add({pointer}, {value}, __ATOMIC_RELAXED)"),
-        }
-    }
-
     fn intrinsic(&self, f: Intrinsic) -> &'static str {
         match f {
             Intrinsic::Rsqrt => "trine_rsqrtf",

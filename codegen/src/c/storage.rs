@@ -274,9 +274,7 @@ impl Collector<'_> {
                     self.var(*var, at, true);
                     self.other_write[var.0 as usize] = true;
                 }
-                Stmt::Store { index, value, .. }
-                | Stmt::AtomicAdd { index, value, .. }
-                | Stmt::StoreShared { index, value, .. } => {
+                Stmt::Store { index, value, .. } | Stmt::StoreShared { index, value, .. } => {
                     self.use_(*index, at);
                     self.use_(*value, at);
                 }
@@ -314,7 +312,6 @@ impl Collector<'_> {
                     self.use_(*to, at);
                 }
                 Stmt::Barrier
-                | Stmt::GridBarrier { .. }
                 | Stmt::Tile(TileOp::Zero { .. } | TileOp::Mma { .. })
                 | Stmt::Copy(_)
                 | Stmt::Group(_) => {}
@@ -413,11 +410,9 @@ fn mentions(k: &Kernel, s: &Stmt, v: VarId) -> bool {
         } => any(then) || any(otherwise),
         Stmt::Loop { var, body, .. } => *var == v || any(body),
         Stmt::Store { .. }
-        | Stmt::AtomicAdd { .. }
         | Stmt::StoreShared { .. }
         | Stmt::Prefetch { .. }
         | Stmt::Barrier
-        | Stmt::GridBarrier { .. }
         | Stmt::Tile(_)
         | Stmt::Copy(_)
         | Stmt::Group(_) => false,

@@ -71,11 +71,9 @@ impl Uniformity {
                     changed |= self.round(k, body, c);
                 }
                 Stmt::Store { .. }
-                | Stmt::AtomicAdd { .. }
                 | Stmt::StoreShared { .. }
                 | Stmt::Prefetch { .. }
                 | Stmt::Barrier
-                | Stmt::GridBarrier { .. }
                 | Stmt::Tile(_)
                 | Stmt::Copy(_)
                 | Stmt::Group(_) => {}

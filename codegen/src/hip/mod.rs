@@ -6,7 +6,6 @@
 //! that the backend may overlap their launches (see the prelude's `trine_wait_prior_grid`).
 //! It comes first, after only the body's leading prefetches
 //! (`trine_ir::Kernel::prefetch_prologue`), which so start while the grid before still runs.
-//! Kernels with grid barriers have no such wait and are never launched early.
 //! It includes no header under HIP (hiprtc provides the runtime header itself) and
 //! `cuda_fp16.h` under CUDA when the kernel uses f16.
 //!
@@ -75,8 +74,7 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         // Tiles hold f16 operands, whatever else the kernel computes in.
         f16: c_family::uses_f16(k, &info) || tiles || groups,
         subgroup: k.capabilities.subgroup,
-        grid_sync: k.capabilities.grid_sync,
-        prior_grid: dialect == Dialect::Cuda && !k.capabilities.grid_sync,
+        prior_grid: dialect == Dialect::Cuda,
         dot4: c_family::uses_dot4(k),
         prefetch: k.has_prefetch(),
         tiles,
@@ -262,16 +260,8 @@ impl Spelling for Gpu {
         }
     }
 
-    fn grid_barrier(&self, sync: &str, workgroups: u32) -> String {
-        format!("trine_grid_sync({sync}, {workgroups}u)")
-    }
-
     fn prefetch(&self, pointer: &str) -> Option<String> {
         Some(format!("trine_prefetch({pointer})"))
-    }
-
-    fn atomic_add(&self, pointer: &str, value: &str, _elem: trine_ir::Scalar) -> String {
-        format!("atomicAdd({pointer}, {value})")
     }
 
     fn intrinsic(&self, f: Intrinsic) -> &'static str {

@@ -12,7 +12,6 @@ use trine_ir::{BinaryOp, Scalar, SubgroupOp};
 pub(crate) struct Needs {
     pub f16: bool,
     pub subgroup: bool,
-    pub grid_sync: bool,
     /// The wait on the grid before it (`trine_wait_prior_grid`, CUDA only).
     pub prior_grid: bool,
     /// The packed 8-bit dot products (`BinaryOp::Dot4I8`, `Dot4U8`).
@@ -100,9 +99,6 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
     if needs.groups {
         out.push_str(super::groups::GROUPS_CUDA);
     }
-    if needs.grid_sync {
-        out.push_str(GRID_SYNC);
-    }
     if needs.dot4 {
         match dialect {
             Dialect::Cuda => out.push_str(DOT4_CUDA),
@@ -111,32 +107,6 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
     }
     out
 }
-
-/// The grid barrier (`trine_ir::Stmt::GridBarrier`): word 0 of `sync` counts arrivals and
-/// word 1 is a generation the waiting workgroups spin on; the last to arrive resets the count
-/// and moves the generation. The fences around the leader's atomics are cooperative groups'
-/// pattern: the workgroup's writes are published before it arrives, and the others' are
-/// visible to all its invocations after the last `__syncthreads`. The generation is read
-/// through `volatile`, so each poll goes to memory.
-const GRID_SYNC: &str =
-    "__device__ __noinline__ void trine_grid_sync(unsigned int* sync, unsigned int workgroups) {
-  __syncthreads();
-  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-    volatile unsigned int* generation = sync + 1;
-    unsigned int seen = *generation;
-    __threadfence();
-    if (atomicAdd(sync, 1u) == workgroups - 1u) {
-      atomicExch(sync, 0u);
-      __threadfence();
-      atomicAdd(sync + 1, 1u);
-    } else {
-      while (*generation == seen) {}
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-";
 
 /// Writes `trine_wait_prior_grid`, called first in every CUDA kernel. The CUDA backend
 /// launches kernels on sm_90 and later with programmatic stream serialisation, so a kernel's
@@ -152,9 +122,6 @@ const GRID_SYNC: &str =
 /// trigger a SmolLM2 pp512 on an H100 was 3.5% slower (2026-11-26, 129,014–130,529 t/s
 /// against 134,092–134,330 without, SwiGLU in the gate/up product), while decode, which has
 /// no tiles, keeps its overlap. Before sm_90 no launch overlaps and this is empty.
-/// Kernels with grid barriers go without it and start only when the kernel before them has
-/// finished: launched early, the executor's fused steps hung on an H100 (cause not found;
-/// a grid barrier needs every one of the kernel's workgroups resident at once).
 fn prior_grid_cuda(out: &mut String, trigger: bool) {
     out.push_str(
         "__device__ __forceinline__ void trine_wait_prior_grid() {

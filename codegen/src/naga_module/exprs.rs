@@ -56,7 +56,7 @@ impl Lowerer<'_> {
         }
     }
 
-    pub(super) fn builtin(&mut self, b: Builtin, block: &mut Block) -> Handle<Expression> {
+    fn builtin(&mut self, b: Builtin, block: &mut Block) -> Handle<Expression> {
         match b {
             Builtin::GlobalId(axis) => {
                 let size = self.kernel.workgroup_size[usize::from(axis)];

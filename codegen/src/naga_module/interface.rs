@@ -23,21 +23,19 @@ const GRID_WORD_NAMES: [&str; abi::GRID_WORDS as usize] =
     ["grid_x", "grid_y", "grid_z", "phys_x", "fold"];
 
 pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Globals {
-    let mut global = |name: &str, space, binding, ty, memory_decorations| {
+    let mut global = |name: &str, space, binding, ty| {
         let var = GlobalVariable {
             name: Some(name.to_string()),
             space,
             binding,
             ty,
             init: None,
-            memory_decorations,
+            memory_decorations: MemoryDecorations::empty(),
         };
         module.global_variables.append(var, Span::UNDEFINED)
     };
     let types = &mut module.types;
 
-    let sync = kernel.grid_sync().map(|(b, _)| b.0);
-    let atomic = kernel.atomic_buffers();
     let buffers = (0u32..)
         .zip(&kernel.buffers)
         .map(|(binding, b)| {
@@ -46,24 +44,9 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
             } else {
                 StorageAccess::LOAD
             };
-            let ty = if sync == Some(binding) {
-                types::atomic_array(types, naga::Scalar::U32)
-            } else if atomic.contains(&trine_ir::BufferId(binding)) {
-                types::atomic_array(types, types::scalar(b.elem))
-            } else {
-                types::array(types, types::storage_elem(b.elem), None)
-            };
+            let ty = types::array(types, types::storage_elem(b.elem), None);
             let binding = ResourceBinding { group: 0, binding };
-            // Across a grid barrier, workgroups read what others wrote: without `Coherent`
-            // those reads may hit a cache that the barrier's memory semantics do not reach
-            // (NVIDIA's L1 in the GLSL450 memory model).
-            let coherent = if kernel.capabilities.grid_sync && b.access.can_write() {
-                MemoryDecorations::COHERENT
-            } else {
-                MemoryDecorations::empty()
-            };
-            let space = AddressSpace::Storage { access };
-            global(&b.name, space, Some(binding), ty, coherent)
+            global(&b.name, AddressSpace::Storage { access }, Some(binding), ty)
         })
         .collect();
 
@@ -78,13 +61,7 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
         )
         .collect::<Vec<_>>();
     let block = types::word_struct(types, "Immediates", &members);
-    let immediates = global(
-        "immediates",
-        AddressSpace::Immediate,
-        None,
-        block,
-        MemoryDecorations::empty(),
-    );
+    let immediates = global("immediates", AddressSpace::Immediate, None, block);
 
     let shared = kernel
         .shared
@@ -92,13 +69,7 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
         .map(|s| {
             let len = NonZeroU32::new(s.len).expect("validated shared arrays are non-empty");
             let ty = types::array(types, types::scalar(s.elem), Some(len));
-            global(
-                &s.name,
-                AddressSpace::WorkGroup,
-                None,
-                ty,
-                MemoryDecorations::empty(),
-            )
+            global(&s.name, AddressSpace::WorkGroup, None, ty)
         })
         .collect();
 

@@ -5,7 +5,6 @@
 //!   entry-point arguments (the layout of [`crate::abi`]).
 //! - [`func`]: the function under construction, its emit ranges, and the prologue that
 //!   unfolds the workgroup id.
-//! - [`grid`]: the grid barrier's atomics and spin loop.
 //! - [`stmts`], [`exprs`], [`ops`], [`literal`]: one IR construct each.
 //! - [`types`]: naga types for IR scalars.
 //!
@@ -14,7 +13,6 @@
 
 mod exprs;
 mod func;
-mod grid;
 mod interface;
 mod literal;
 mod ops;
@@ -133,12 +131,6 @@ fn capabilities(kernel: &Kernel, info: &Info) -> Capabilities {
     }
     if kernel.capabilities.subgroup {
         caps |= Capabilities::SUBGROUP | Capabilities::SUBGROUP_BARRIER;
-    }
-    if kernel.capabilities.grid_sync {
-        caps |= Capabilities::MEMORY_DECORATION_COHERENT;
-    }
-    if kernel.capabilities.float_atomics {
-        caps |= Capabilities::SHADER_FLOAT32_ATOMIC;
     }
     if kernel.capabilities.tiles {
         // A and B tiles are f16 whatever else the kernel computes in.

@@ -2,8 +2,7 @@
 
 use super::func::Lowerer;
 use naga::{
-    AtomicFunction, Barrier, BinaryOperator as Bo, Block, CooperativeData, Expression, Handle,
-    Span, Statement,
+    Barrier, BinaryOperator as Bo, Block, CooperativeData, Expression, Handle, Span, Statement,
 };
 use trine_ir::{Stmt, TileLayout, TileMemory, TileOp, VarId};
 
@@ -46,27 +45,6 @@ impl Lowerer<'_> {
                 let base = self.buffers[buffer.0 as usize];
                 self.store(base, index, value, block);
             }
-            Stmt::AtomicAdd {
-                buffer,
-                index,
-                value,
-            } => {
-                let base = self.buffers[buffer.0 as usize];
-                let pointer = self.emit(Expression::Access {
-                    base,
-                    index: self.value(index),
-                });
-                let value = self.value(value);
-                self.push(
-                    block,
-                    Statement::Atomic {
-                        pointer,
-                        fun: AtomicFunction::Add,
-                        value,
-                        result: None,
-                    },
-                );
-            }
             // SPIR-V has no prefetch; the hint is dropped.
             Stmt::Prefetch { .. } => {}
             Stmt::StoreShared {
@@ -107,7 +85,6 @@ impl Lowerer<'_> {
                 block,
                 Statement::ControlBarrier(Barrier::WORK_GROUP | Barrier::STORAGE),
             ),
-            Stmt::GridBarrier { sync, workgroups } => self.grid_barrier(sync, workgroups, block),
             Stmt::Tile(ref op) => self.tile_op(op, block),
             Stmt::Copy(_) | Stmt::Group(_) => unreachable!("refused before lowering"),
         }

@@ -101,21 +101,6 @@ pub(super) fn tile(types: &mut UniqueArena<Type>, role: trine_ir::TileRole) -> H
     )
 }
 
-/// `array<atomic<T>>`, runtime-sized: a grid barrier's sync buffer (u32), or a buffer a
-/// kernel adds to atomically.
-pub(super) fn atomic_array(types: &mut UniqueArena<Type>, elem: naga::Scalar) -> Handle<Type> {
-    let base = insert(types, None, TypeInner::Atomic(elem));
-    insert(
-        types,
-        None,
-        TypeInner::Array {
-            base,
-            size: ArraySize::Dynamic,
-            stride: 4,
-        },
-    )
-}
-
 /// A struct of consecutive 32-bit members, the layout of the push-constant block.
 pub(super) fn word_struct(
     types: &mut UniqueArena<Type>,

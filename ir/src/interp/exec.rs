@@ -70,11 +70,10 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         }
     }
 
-    /// Runs one phase of the kernel (see [`Kernel::phases`]): values and private variables do
-    /// not cross a grid barrier, so a fresh workgroup state per phase is exact.
-    pub(crate) fn run(mut self, phase: &'a [Stmt]) -> R<()> {
+    pub(crate) fn run(mut self) -> R<()> {
         let mask = vec![true; self.lanes];
-        self.block(phase, &mask)
+        let body = &self.l.kernel.body;
+        self.block(body, &mask)
     }
 
     pub(super) fn site(&self, lane: usize) -> Site {
@@ -120,19 +119,15 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             } => {
                 let elem = self.l.kernel.buffers[buffer.0 as usize].elem;
                 let words = self.l.buffers[buffer.0 as usize].words;
-                for (addr, bits) in self.writes((*buffer, *index, *value), mask, "store")? {
+                // Every address is checked before any lane writes.
+                let writes = Self::active(mask)
+                    .map(|lane| {
+                        let addr = self.address(*buffer, self.val(*index, lane), lane, "store")?;
+                        Ok((addr, self.val(*value, lane)))
+                    })
+                    .collect::<R<Vec<_>>>()?;
+                for (addr, bits) in writes {
                     words.store_bits(addr, bits, elem.size() as u64);
-                }
-            }
-            Stmt::AtomicAdd {
-                buffer,
-                index,
-                value,
-            } => {
-                let elem = self.l.kernel.buffers[buffer.0 as usize].elem;
-                let words = self.l.buffers[buffer.0 as usize].words;
-                for (addr, bits) in self.writes((*buffer, *index, *value), mask, "atomic add")? {
-                    words.add_bits(addr, bits, elem);
                 }
             }
             // A hint with no effect, but its index must be a load's.
@@ -208,28 +203,11 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                 }
                 self.epoch += 1;
             }
-            Stmt::GridBarrier { .. } => unreachable!("phases are split at grid barriers"),
             Stmt::Tile(op) => self.tile_op(op, mask)?,
             Stmt::Copy(op) => self.copy_op(op, mask)?,
             Stmt::Group(op) => self.group_op(op, mask)?,
         }
         Ok(())
-    }
-
-    /// Each active lane's byte address of `buffer[index]` (checked as an access named `what`)
-    /// and the bits of its `value`, for a statement that writes them.
-    fn writes(
-        &self,
-        (buffer, index, value): (BufferId, ExprId, ExprId),
-        mask: &[bool],
-        what: &str,
-    ) -> R<Vec<(u64, u32)>> {
-        Self::active(mask)
-            .map(|lane| {
-                let addr = self.address(buffer, self.val(index, lane), lane, what)?;
-                Ok((addr, self.val(value, lane)))
-            })
-            .collect()
     }
 
     /// Byte address of element `index` of `buffer` for `lane`, checked against the view.

@@ -4,7 +4,6 @@
 //! a racy kernel then gets some order of its writes, as on a GPU, but never undefined
 //! behaviour in the interpreter. Sub-word stores use compare-and-swap.
 
-use crate::types::Scalar;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Storage for one buffer: its words and its length in bytes.
@@ -107,19 +106,6 @@ impl Words {
             4 => w,
             _ => (w >> shift) & ((1u32 << (size * 8)) - 1),
         }
-    }
-
-    /// Adds `bits` read as `elem` (F32, I32 or U32; integers wrap) to the word at byte address
-    /// `addr` (aligned to 4) as one atomic update, as [`crate::Stmt::AtomicAdd`] does.
-    pub(crate) fn add_bits(&self, addr: u64, bits: u32, elem: Scalar) {
-        let word = &self.words[(addr / 4) as usize];
-        // The closure always returns Some, so fetch_update cannot fail.
-        let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
-            Some(match elem {
-                Scalar::F32 => (f32::from_bits(w) + f32::from_bits(bits)).to_bits(),
-                _ => w.wrapping_add(bits),
-            })
-        });
     }
 
     /// Stores the low `size` bytes of `bits` at byte address `addr` (aligned to `size`).

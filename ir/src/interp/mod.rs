@@ -118,14 +118,6 @@ pub enum InterpError {
         "{at}: shared {array}[{index}] accessed while an asynchronous copy to it is in flight"
     )]
     CopyInFlight { at: Site, array: String, index: u32 },
-    #[error("a kernel with grid barriers over {workgroups} workgroups dispatched over {grid:?}")]
-    GridSyncGrid { workgroups: u32, grid: [u32; 3] },
-    #[error("grid barrier buffer {name:?} needs at least 2 words with word 0 zero, found {words} word(s), word 0 = {first}")]
-    GridSyncBuffer {
-        name: String,
-        words: u64,
-        first: u32,
-    },
 }
 
 /// Everything a dispatch needs, checked once.
@@ -184,24 +176,6 @@ impl<'a> Launch<'a> {
                 });
             }
         }
-        if let Some((sync, workgroups)) = kernel.grid_sync() {
-            if grid != [workgroups, 1, 1] {
-                return Err(InterpError::GridSyncGrid { workgroups, grid });
-            }
-            let view = &buffers[sync.0 as usize];
-            let first = if view.len >= 8 {
-                view.words.load_bits(view.offset, 4)
-            } else {
-                0
-            };
-            if view.len < 8 || first != 0 {
-                return Err(InterpError::GridSyncBuffer {
-                    name: kernel.buffers[sync.0 as usize].name.clone(),
-                    words: view.len / 4,
-                    first,
-                });
-            }
-        }
         Ok(Launch {
             kernel,
             info,
@@ -227,37 +201,14 @@ impl<'a> Launch<'a> {
         ]
     }
 
-    /// Number of phases: grid barriers plus one. Every workgroup finishes phase `p` before
-    /// any starts phase `p + 1`; within a phase, workgroups are independent.
-    pub fn phases(&self) -> usize {
-        self.kernel.phases().len()
+    /// Runs one workgroup.
+    pub fn run_workgroup(&self, wg: [u32; 3]) -> Result<(), InterpError> {
+        exec::Workgroup::new(self, wg).run()
     }
 
-    /// Runs phase `phase` of one workgroup.
-    pub fn run_workgroup(&self, phase: usize, wg: [u32; 3]) -> Result<(), InterpError> {
-        let phases = self.kernel.phases();
-        exec::Workgroup::new(self, wg).run(phases[phase])
-    }
-
-    /// Ends phase `phase` (before `phase + 1` starts): counts the grid barrier in word 1 of
-    /// its sync buffer, as the GPU lowerings do, leaving word 0 at zero.
-    pub fn finish_phase(&self, phase: usize) {
-        if let (Some((sync, _)), true) = (self.kernel.grid_sync(), phase + 1 < self.phases()) {
-            let view = &self.buffers[sync.0 as usize];
-            let count = view.words.load_bits(view.offset + 4, 4);
-            view.words
-                .store_bits(view.offset + 4, count.wrapping_add(1), 4);
-        }
-    }
-
-    /// Runs every phase of every workgroup in order on this thread.
+    /// Runs every workgroup in order on this thread.
     pub fn run(&self) -> Result<(), InterpError> {
-        for phase in 0..self.phases() {
-            (0..self.workgroups())
-                .try_for_each(|n| self.run_workgroup(phase, self.workgroup_id(n)))?;
-            self.finish_phase(phase);
-        }
-        Ok(())
+        (0..self.workgroups()).try_for_each(|n| self.run_workgroup(self.workgroup_id(n)))
     }
 }
 

@@ -8,7 +8,6 @@ pub mod butterfly;
 pub mod convert;
 pub mod copy_lines;
 pub mod dot4;
-pub mod grid_sync;
 pub mod group_product;
 pub mod half_axpy;
 pub mod math;
@@ -16,7 +15,6 @@ pub mod matmul;
 pub mod prefix_sum;
 pub mod reduce;
 pub mod saxpy;
-pub mod scatter_add;
 pub mod softmax;
 pub mod transpose;
 pub mod unpack;
@@ -42,10 +40,8 @@ pub fn cases() -> Vec<Case> {
         matmul::cases,
         transpose::cases,
         prefix_sum::cases,
-        grid_sync::cases,
         copy_lines::cases,
         group_product::cases,
-        scatter_add::cases,
     ]
     .iter()
     .flat_map(|f| f())
