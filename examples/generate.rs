@@ -1,5 +1,5 @@
 //! Text from a GGUF model through trine's library API: the model (by default SmolLM2 from
-//! trine's asset cache) on the best backend here, 32 greedy tokens streamed, then tokens/s.
+//! trine's asset cache) on the best backend here, 32 greedy tokens streamed, then the speed.
 //!
 //!     cargo run --release --example generate -- [M.gguf] ["prompt"]
 

@@ -5,10 +5,10 @@
 //! The allocator zeroes them: asked for its own 16-byte alignment, the system allocator takes
 //! zeroed memory from `calloc`, fresh pages from the kernel for a large buffer, so untouched
 //! pages (a KV cache's unused end) cost nothing; a larger alignment would make it `memset` the
-//! whole buffer (about 200 ms for 256 MiB on the 2-core VM, 2026-11-25). Each buffer's first
-//! byte is then placed half a page past a page boundary, for the copies: a large `memcpy`
-//! (glibc's non-temporal loop) runs at 3.3 GB/s instead of 10 on that VM when its destination
-//! lies up to a few hundred bytes past its source modulo 4 KiB (4K aliasing), and the host's
+//! whole buffer, a cost a model's upload would pay per buffer. Each buffer's first byte is then
+//! placed half a page past a page boundary, for the copies: a large `memcpy` (glibc's
+//! non-temporal loop) runs at a third of its speed when its destination lies up to a few
+//! hundred bytes past its source modulo 4 KiB (4K aliasing), and the host's
 //! large vectors start 16 bytes into a page, so a buffer 64 bytes into a page would hit that on
 //! every upload, and one at a page boundary on every download.
 //!

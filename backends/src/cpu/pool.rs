@@ -4,7 +4,7 @@
 //!
 //! A decode step is some 150 dispatches of tens of microseconds each, so what a dispatch costs
 //! beyond its kernel matters: rayon's `install` put the caller to sleep and woke a worker for
-//! every dispatch, about 16 µs on the 2-core VM (2026-11-25) for a kernel of one workgroup.
+//! every dispatch, which cost a small kernel more than the kernel itself.
 //! Here the workers spin for a while after each job before they sleep, so back-to-back
 //! dispatches find them awake, and the caller works instead of waiting to be woken.
 

@@ -54,11 +54,10 @@ fn loader() -> Result<ash::Entry, BackendError> {
 /// Creates one bare instance that is never destroyed, so that the loader never unloads the
 /// drivers. The loader closes a driver's library when the last instance that loaded it is
 /// destroyed, but NVIDIA's driver leaves thread-exit destructors behind in the threads that
-/// used it, which then jump into the unmapped library: on an H100 (driver 580.159.04,
-/// 2026-11-25) 17 of 36 runs of the executor tests, whose threads each open and drop a Vulkan
-/// and a CUDA backend, ended in a SIGSEGV at a test thread's exit (the faulting address
-/// unmapped, beside the driver's mappings; the return address in libc), and 0 of 20 with this
-/// instance. Where it cannot be made, the real instance reports why.
+/// used it, which then jump into the unmapped library: about half the runs of the executor
+/// tests, whose threads each open and drop a Vulkan and a CUDA backend, ended in a SIGSEGV at a
+/// test thread's exit (the faulting address unmapped, beside the driver's mappings), and none
+/// with this instance. Where it cannot be made, the real instance reports why.
 fn pin_drivers(entry: &ash::Entry) {
     // SAFETY: a default create info (API 1.0, no layers or extensions) borrows nothing; the
     // instance is deliberately never destroyed.

@@ -115,13 +115,11 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
 /// returns at once when nothing precedes it), then lets the next kernel's blocks launch in
 /// turn. Triggering only after the wait keeps at most one kernel ahead resident: triggered
 /// before it, every kernel of a decode step launched as soon as the one ahead had started,
-/// and tg128 of SmolLM2 on an H100 fell from 1,774–1,938 to 1,384–1,427 t/s (2026-11-26,
-/// docs/bench/decode.md). Kernels on
-/// matrix tiles or warpgroup products only wait (no `trigger`), so the kernel after one starts when it ends: a
-/// prompt's tiled products and attention are several waves of large workgroups, and with the
-/// trigger a SmolLM2 pp512 on an H100 was 3.5% slower (2026-11-26, 129,014–130,529 t/s
-/// against 134,092–134,330 without, SwiGLU in the gate/up product), while decode, which has
-/// no tiles, keeps its overlap. Before sm_90 no launch overlaps and this is empty.
+/// and decode was a fifth slower (docs/bench/decode.md). Kernels on matrix tiles or
+/// warpgroup products only wait (no `trigger`), so the kernel after one starts when it ends:
+/// a prompt's tiled products and attention are several waves of large workgroups, which the
+/// trigger slowed (docs/bench/prefill.md), while decode, which has no tiles, keeps its
+/// overlap. Before sm_90 no launch overlaps and this is empty.
 fn prior_grid_cuda(out: &mut String, trigger: bool) {
     out.push_str(
         "__device__ __forceinline__ void trine_wait_prior_grid() {
