@@ -2,6 +2,7 @@
 //! and the `gemm` crate as the CPU peer (also used by `cargo xtask bench`).
 
 pub mod gemm_peer;
+pub mod steps;
 
 use criterion::Criterion;
 use std::time::Duration;

@@ -1,0 +1,156 @@
+//! What the bench measures: every node of the executor's decode step and prompt step on a
+//! synthetic model ([`trine_benches::steps`]), timed as the executor dispatches it, with the
+//! bytes it moves and the arithmetic it does.
+//!
+//! Timing. The nodes run in the step's order, each alone with its device time taken
+//! ([`trine_llama::Engine::run_timed`]: timestamps where the backend has them, the host clock
+//! around the dispatch on the CPU), and the step is repeated under the measurement policy:
+//! between two runs of a node the rest of the step runs, as in the executor, so a node finds
+//! in the caches what a step leaves there, not only its own weights from the repetition
+//! before. A model of one layer (the default) has a small step, whose weights a large cache
+//! may hold between repetitions (SmolLM2's 31 MB, most of it the output head): its products
+//! then pass the copy roof. With several layers (`--layers`) the nodes of one kind in every
+//! layer are pooled into one summary, and a step reads most weights from memory, as a whole
+//! model's does.
+//!
+//! Conventions. Bytes: [`trine_llama::Engine::traffic`]: each tensor a node binds read or
+//! written once; weights whole, in the layout the device holds; the KV cache up to the step's
+//! last position where read. Flops: multiply-adds count 2; a product 2·rows·cols per token,
+//! attention 4·head_dim per visible key of each query token and head (q·k and the weighted
+//! sum of v), rms_norm 4 per element, SwiGLU 5 per output element, rope 6 per rotated pair;
+//! the embedding, copies, quantizing x, the attention combine and the argmax count none.
+
+use super::measure::{measure, Policy};
+use std::time::Duration;
+use trine_benches::steps::Prepared;
+use trine_llama::graph::{Epilogue, Node, Op, Step};
+use trine_llama::{Engine, ModelError};
+
+/// A product node's `(m, n, k)`: `y[m × n] = x[m × k]·Wᵀ`, and whether it runs on matrix
+/// tiles (a GPU's prompt product, cuBLAS's peer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Product {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub tiles: bool,
+}
+
+pub fn product(engine: &Engine, node: &Node) -> Option<Product> {
+    let w = &engine.model().weights;
+    let p = |(m, n, k), tiles| Some(Product { m, n, k, tiles });
+    match node.op {
+        Op::Matvec {
+            w: id,
+            rows,
+            tokens,
+            ..
+        } => p((tokens, rows, w.tensors[id].cols), false),
+        Op::MatvecQ8 {
+            rows, cols, tokens, ..
+        } => p((tokens, rows, cols), false),
+        Op::MatmulTiles {
+            rows, cols, tokens, ..
+        } => p((tokens, rows, cols), true),
+        _ => None,
+    }
+}
+
+/// Keys the query tokens of step `s` see between them: token `i` sees `pos + i + 1`.
+fn visible_keys(s: Step) -> u64 {
+    let (pos, t) = (u64::from(s.pos), u64::from(s.tokens));
+    t * pos + t * (t + 1) / 2
+}
+
+/// Floating-point operations of `node` in step `s` (see the module's conventions).
+pub fn flops(engine: &Engine, node: &Node, s: Step) -> u64 {
+    let c = &engine.model().config;
+    let (d, hd) = (u64::from(c.n_embd), u64::from(c.head_dim()));
+    let rope = |t: u64| 6 * t * u64::from(c.n_head + c.n_head_kv) * hd / 2;
+    if let Some(p) = product(engine, node) {
+        let fused = match node.op {
+            Op::Matvec {
+                epilogue: Epilogue::RopeStore { .. },
+                tokens,
+                ..
+            } => rope(u64::from(tokens)),
+            Op::Matvec {
+                epilogue: Epilogue::Swiglu,
+                tokens,
+                ..
+            } => 5 * u64::from(tokens * c.n_ff),
+            _ => 0,
+        };
+        return 2 * u64::from(p.m) * u64::from(p.n) * u64::from(p.k) + fused;
+    }
+    match node.op {
+        Op::AttnSplit { .. } | Op::AttnFlash { .. } => {
+            4 * u64::from(c.n_head) * hd * visible_keys(s)
+        }
+        Op::RmsNorm { tokens, .. } => 4 * u64::from(tokens) * d,
+        Op::SwigluPairs => 5 * u64::from(s.tokens * c.n_ff),
+        Op::RopeStore { .. } => rope(u64::from(s.tokens)),
+        _ => 0,
+    }
+}
+
+/// What the table shows as a node's shape: a product's `m×n×k`, attention's query tokens
+/// and keys, the tokens (rows) of the rest.
+pub fn shape(engine: &Engine, node: &Node, s: Step) -> String {
+    if let Some(p) = product(engine, node) {
+        return format!("{}x{}x{}", p.m, p.n, p.k);
+    }
+    match node.op {
+        Op::AttnSplit { .. } | Op::AttnFlash { .. } => {
+            format!("{}t x {} keys", s.tokens, s.pos + s.tokens)
+        }
+        Op::RmsNorm { tokens, .. } | Op::Quantize { tokens, .. } => format!("{tokens}t"),
+        Op::PickLast | Op::Argmax => "1t".into(),
+        _ => format!("{}t", s.tokens),
+    }
+}
+
+/// Times every node of step `i` (see the module's documentation), the step repeated under
+/// `policy` (its warm-up and limits count whole steps): each node's samples.
+pub fn time_step(
+    p: &mut Prepared,
+    i: usize,
+    policy: &Policy,
+) -> Result<Vec<Vec<Duration>>, ModelError> {
+    p.enter(i)?;
+    let n = p.steps[i].nodes.len();
+    let mut samples = vec![vec![]; n];
+    let mut runs = 0;
+    measure(policy, || {
+        let mut total = Duration::ZERO;
+        for (k, s) in samples.iter_mut().enumerate() {
+            let t = p.time(i, k)?;
+            total += t;
+            if runs >= policy.warmup {
+                s.push(t);
+            }
+        }
+        runs += 1;
+        Ok::<_, ModelError>(total)
+    })?;
+    Ok(samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_seen_by_a_step() {
+        // A decode step at position 128 sees 129 keys; a prompt of 4 tokens 1 + 2 + 3 + 4.
+        assert_eq!(
+            visible_keys(Step {
+                tokens: 1,
+                pos: 128
+            }),
+            129
+        );
+        assert_eq!(visible_keys(Step { tokens: 4, pos: 0 }), 10);
+        assert_eq!(visible_keys(Step { tokens: 2, pos: 3 }), 4 + 5);
+    }
+}
