@@ -137,11 +137,7 @@ fn bench(args: Args) -> Result<(), BenchError> {
     let policies = Policies::new(args.reps);
     let mut records = vec![];
     for layout in layouts {
-        eprintln!(
-            "{}: {} layers of random weights",
-            layout.name(),
-            args.layers
-        );
+        eprintln!("{}: random weights, layers: {}", layout.name(), args.layers);
         let model = layout.model(args.layers).map_err(BenchError::Model)?;
         for col in &mut cols {
             let peers = Peers {
