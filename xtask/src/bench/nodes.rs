@@ -139,6 +139,49 @@ pub fn time_step(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use trine_gguf::synth::{synth_llama, SynthShape};
+    use trine_gguf::{Gguf, TensorType};
+    use trine_llama::Model;
+
+    /// On a tiny model on the CPU, a decode step's output projection and attention move and
+    /// compute what their tensors and shapes say.
+    #[test]
+    fn a_decode_steps_bytes_and_flops_by_hand() {
+        let shape = SynthShape {
+            n_embd: 64,
+            n_ff: 128,
+            n_layer: 1,
+            n_head: 4,
+            n_head_kv: 2,
+            vocab: 320,
+            matrices: TensorType::Q4_1,
+            embedding: TensorType::Q8_0,
+        };
+        let bytes = synth_llama(shape, 1).unwrap().to_bytes();
+        let model = Arc::new(Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap());
+        let cpu = trine_backends::open(trine_backends::BackendKind::Cpu).unwrap();
+        let p = trine_benches::steps::prepare(model, cpu, 4).unwrap();
+        let (e, tg) = (&p.engine, &p.steps[0]);
+        assert_eq!(tg.step, Step { tokens: 1, pos: 4 });
+        let node = |label| tg.nodes.iter().find(|n| n.label == label).unwrap();
+        // 64 × 64 Q4_1 in the CPUs' interleaved blocks of 20 bytes; x quantized (64 code
+        // bytes, 2 scales and 2 sums); the residual added and the output, 64 floats each.
+        let wo = node("attn_output");
+        assert_eq!(e.traffic(wo, tg.step), 128 * 20 + 64 + 16 + 256 + 256);
+        assert_eq!(flops(e, wo, tg.step), 2 * 64 * 64);
+        let p = product(e, wo).unwrap();
+        assert_eq!((p.m, p.n, p.k, p.tiles), (1, 64, 64, false));
+        // q (64 floats), the step, 5 positions of K and V (2 heads of 16, f32 on a CPU), and
+        // one split's partials per head (16 values, a maximum and a sum).
+        let attn = node("attention");
+        assert_eq!(
+            e.traffic(attn, tg.step),
+            256 + 16 + 2 * 5 * 32 * 4 + 4 * 18 * 4
+        );
+        assert_eq!(flops(e, attn, tg.step), 4 * 4 * 16 * 5);
+        assert!(e.kernel_of(attn).is_some_and(|(dev, _)| dev == "cpu"));
+    }
 
     #[test]
     fn keys_seen_by_a_step() {
