@@ -1,32 +1,53 @@
-//! Device time of the op library at model shapes (SmolLM2-135M: 576 wide, FFN 1536, vocabulary
-//! 49152; a 7B model's 4096 × 4096 GEMV; attention decode against caches of 100 and 300) on
-//! every available backend. `cargo xtask bench` is the shootout with roofs and peers; these
-//! are the same kernels under criterion, for tracking one backend over time.
+//! Device time of the executor's nodes under criterion, on every backend that opens here:
+//! SmolLM2-135M's layout with one layer of random weights ([`trine_benches::steps`]), every node
+//! of a decode step and of a 128-token prompt step, named `backend/model/step/node`, each
+//! dispatched as the executor dispatches it ([`trine_llama::Engine::run_timed`]: timestamps
+//! where the backend has them). `cargo xtask bench` times the same nodes with their bytes, a
+//! copy roof and peers; this tracks one backend over time.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::time::Duration;
-use trine_benches::bench_on_every_backend;
-use trine_ops::case::Case;
+use trine_backends::{open_all, BackendKind};
+use trine_benches::steps::{self, Layout};
 
-/// Case names at model shapes, as `trine_ops::cases()` names them.
-const MODEL_SHAPES: [&str; 9] = [
-    "x576/",
-    "576x1536",
-    "1536x576",
-    "49152",
-    "4096x4096",
-    "7x576",
-    "1x9x3x64+L100",
-    "1x9x3x64+L300",
-    "/1536",
-];
+/// The prompt step's tokens: enough for the prompt kernels (64 tokens and more take the wide
+/// products), few enough for lavapipe.
+const PROMPT: u32 = 128;
 
 fn benches(c: &mut Criterion) {
-    let cases: Vec<Case> = trine_ops::cases()
-        .into_iter()
-        .filter(|c| MODEL_SHAPES.iter().any(|s| c.name.contains(s)))
-        .collect();
-    bench_on_every_backend(c, &cases);
+    let layout = Layout::SmolLm2;
+    let model = layout.model(1).expect("the synthetic model");
+    for opened in open_all(&BackendKind::ALL) {
+        let backend = match opened.backend {
+            Ok(b) => b,
+            Err(e) => {
+                println!("{}: skipped: {e}", opened.kind);
+                continue;
+            }
+        };
+        let mut p = match steps::prepare(model.clone(), backend, PROMPT) {
+            Ok(p) => p,
+            Err(e) => {
+                println!("{}: skipped: {e}", opened.kind);
+                continue;
+            }
+        };
+        for i in 0..p.steps.len() {
+            p.enter(i).expect("the step's ids and position");
+            let step = p.steps[i].name.clone();
+            for n in 0..p.steps[i].nodes.len() {
+                let label = p.steps[i].nodes[n].label;
+                let name = format!("{}/{}/{step}/{label}", opened.kind, layout.name());
+                c.bench_function(&name, |b| {
+                    b.iter_custom(|iters| {
+                        (0..iters)
+                            .map(|_| p.time(i, n).expect("a node of the step"))
+                            .sum::<Duration>()
+                    })
+                });
+            }
+        }
+    }
 }
 
 criterion_group! {

@@ -1,8 +1,6 @@
-//! The `gemm` crate as the CPU peer of trine's products: `C[m × n] = A[m × k]·Bᵀ`, B stored
-//! `[n × k]` row-major as weights are; a GEMV is the case m = 1. One place holds the unsafe
-//! call, for the criterion shootout and for `cargo xtask bench`.
-
-pub use gemm::f16;
+//! The `gemm` crate as the CPU peer of trine's prompt products: `C[m × n] = A[m × k]·Bᵀ`, B
+//! stored `[n × k]` row-major as weights are. One place holds the unsafe call, for
+//! `cargo xtask bench`.
 
 /// Operands of one product, allocated once and multiplied by [`Product::run`] as often as a
 /// measurement needs.

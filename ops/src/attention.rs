@@ -1,6 +1,9 @@
-//! Causal grouped-query attention against a KV cache, for decode (one query token) and
-//! prefill (several), as llama.cpp's `build_attn` computes it without flash attention:
-//! `out = softmax(scale · q·kᵀ + causal mask) · v` per query token and head.
+//! Causal grouped-query attention against a KV cache, as llama.cpp's `build_attn` computes it
+//! without flash attention: `out = softmax(scale · q·kᵀ + causal mask) · v` per query token
+//! and head: the shape, the plain-Rust reference and the walk over the keys that the kernels
+//! share ([`super::attention_split`], whose decode attention splits the keys over workgroups
+//! and whose prompt attention is one workgroup per token and head; [`super::attention_flash`]
+//! is held to the same reference and bound).
 //!
 //! Layouts (row-major): `q` [tokens × heads × head_dim], the caches `k`, `v`
 //! [kv_len × kv_heads × head_dim], `out` [tokens × heads × head_dim]. Query head `h` reads KV
@@ -8,26 +11,19 @@
 //! positions `0..=offset + t` (so decode is `tokens = 1, offset = kv_len − 1`, and a prefill
 //! into an empty cache is `offset = 0, tokens = kv_len`). The scale is `1/sqrt(head_dim)`.
 //!
-//! One workgroup per (head, query token). It walks the visible keys in blocks of one key per
-//! invocation with an online softmax: each block's scores are reduced to their maximum, the
-//! running sum and the output accumulators are rescaled by `exp(old max − new max)`, then each
-//! invocation adds the block's `p · v` to the output dimensions it owns. Nothing grows with
-//! the cache length, so any `kv_len` fits the shared memory of every device.
-//!
-//! The two reductions per block (maximum and sum of the block's scores) use the shared-memory
-//! tree: they are a small part of a block's work (a dot product per key and the `p·v` sums),
-//! so there is no subgroup variant.
+//! A workgroup walks the visible keys in blocks of one key per invocation with an online
+//! softmax (`attend`): each block's scores are reduced to their maximum, the running sum and
+//! the output accumulators are rescaled by `exp(old max − new max)`, then each invocation adds
+//! the block's `p · v` to the output dimensions it owns. Nothing grows with the cache length,
+//! so any `kv_len` fits the shared memory of every device.
 //!
 //! Bound: [`NMSE`], 100 times the worst NMSE measured (see there), not ggml's 5e-4, which
 //! would pass an output that is 2% off everywhere.
 
 use super::key_layout::{KeyIndex, KeyLayout};
 use super::shape::ShapeError;
-use super::support::{
-    elements, expect_len, load_f32, nonzero, seed, Combine, Float, Reducer, Reduction,
-};
-use crate::case::*;
-use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, SharedId, Val, Var};
+use super::support::{elements, expect_len, load_f32, nonzero, Combine, Float, Reducer, Reduction};
+use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val, Var};
 
 const OP: &str = "attention";
 
@@ -51,7 +47,7 @@ const _: () = assert!(WG.is_multiple_of(V_RUN));
 /// Largest head dimension: the query is staged in shared memory.
 pub const MAX_HEAD_DIM: u32 = 512;
 
-/// One attention dispatch.
+/// One attention: its query tokens against a cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attention {
     /// Query tokens.
@@ -94,24 +90,6 @@ impl Attention {
         elements(OP, "kv cache", &[self.kv_len, self.kv_heads, self.head_dim])?;
         elements(OP, "q", &[self.tokens, self.heads, self.head_dim])
     }
-
-    pub fn grid(&self) -> [u32; 3] {
-        [self.heads, self.tokens, 1]
-    }
-
-    pub fn scale(&self) -> f32 {
-        1.0 / (self.head_dim as f32).sqrt()
-    }
-
-    /// The kernel's parameters, in declaration order.
-    pub fn params(&self) -> Vec<ParamValue> {
-        vec![
-            ParamValue::U32(self.heads),
-            ParamValue::U32(self.kv_heads),
-            ParamValue::U32(self.offset),
-            ParamValue::F32(self.scale()),
-        ]
-    }
 }
 
 fn check_head_dim(d: u32) -> Result<(), ShapeError> {
@@ -125,51 +103,6 @@ fn check_head_dim(d: u32) -> Result<(), ShapeError> {
         });
     }
     Ok(())
-}
-
-/// The kernel for one head dimension (a compile-time constant) and KV cache storage type.
-/// Buffers: `q` f32, `k` and `v` of `kv`, `out` f32. Params: heads, kv_heads, offset, scale.
-pub fn kernel(head_dim: u32, kv: Float) -> Result<Kernel, ShapeError> {
-    check_head_dim(head_dim)?;
-    let k = KernelBuilder::new(
-        &format!("attention_d{head_dim}_{}kv", kv.name()),
-        [WG, 1, 1],
-    );
-    let q = k.buffer("q", Scalar::F32, Access::Read);
-    let kc = k.buffer("k", kv.scalar(), Access::Read);
-    let vc = k.buffer("v", kv.scalar(), Access::Read);
-    let out = k.buffer("out", Scalar::F32, Access::Write);
-    let heads = k.param("heads", Scalar::U32);
-    let kv_heads = k.param("kv_heads", Scalar::U32);
-    let offset = k.param("offset", Scalar::U32);
-    let scale = k.param("scale", Scalar::F32);
-    let h = k.workgroup_id(0);
-    let t = k.workgroup_id(1);
-    let keys = Keys {
-        kv,
-        k: kc,
-        v: vc,
-        kv_heads,
-        heads,
-        scale,
-        index: KeyIndex::declare(&k, KeyLayout::Rows, kv_heads, head_dim),
-    };
-    let q_sh = stage_query(&k, head_dim, q, (t * heads + h) * k.u32(head_dim));
-    k.barrier();
-    let a = attend(
-        &k,
-        (head_dim, Reduction::Shared),
-        q_sh,
-        h,
-        keys,
-        (k.u32(0), offset + t + k.u32(1)),
-    );
-    let inv = k.f32(1.0) / a.l.get();
-    let q_base = (t * heads + h) * k.u32(head_dim);
-    for_owned(&k, head_dim, k.local_index(), &a.acc, |i, acc| {
-        k.store(out, q_base + i, acc.get() * inv)
-    });
-    Ok(k.finish())
 }
 
 /// The KV cache a workgroup attends to, and how query heads map onto its heads.
@@ -382,104 +315,6 @@ pub fn reference(
     Ok(out)
 }
 
-/// A conformance case for `shape` with the caches stored as `kv`, with deterministic inputs.
-pub fn case(shape: Attention, kv: Float) -> Result<Case, ShapeError> {
-    shape.check()?;
-    let kind = if shape.tokens == 1 {
-        "decode"
-    } else {
-        "prefill"
-    };
-    let dtype = match kv {
-        Float::F32 => "f32",
-        Float::F16 => "f32+f16kv",
-    };
-    let name = format!(
-        "{OP}/{kind}/{dtype}/{}x{}x{}x{}+L{}+pos{}",
-        shape.tokens, shape.heads, shape.kv_heads, shape.head_dim, shape.kv_len, shape.offset
-    );
-    let mut r = Rng::new(seed(&name));
-    let q = r.f32s(
-        (shape.tokens * shape.heads * shape.head_dim) as usize,
-        -2.0,
-        2.0,
-    );
-    let cache = (shape.kv_len * shape.kv_heads * shape.head_dim) as usize;
-    let kc = kv.stored(&r.f32s(cache, -2.0, 2.0));
-    let vc = kv.stored(&r.f32s(cache, -1.0, 1.0));
-    let want = reference(&shape, &q, &kc, &vc)?;
-    Ok(Case::new(name, kernel(shape.head_dim, kv)?, shape.grid())
-        .input("q", Scalar::F32, f32_bytes(&q))
-        .input("k", kv.scalar(), kv.bytes(&kc))
-        .input("v", kv.scalar(), kv.bytes(&vc))
-        .output("out", Scalar::F32, vec![0; q.len() * 4], want)
-        .params(shape.params())
-        .bound(NMSE))
-}
-
-pub fn cases() -> Vec<Case> {
-    // SmolLM2-135M: 9 query heads, 3 KV heads, head_dim 64.
-    let smol = |tokens, kv_len, offset| Attention {
-        tokens,
-        kv_len,
-        heads: 9,
-        kv_heads: 3,
-        head_dim: 64,
-        offset,
-    };
-    let mut shapes: Vec<(Attention, Float)> = [1, 37, 64, 100, 300]
-        .into_iter()
-        .map(|l| (smol(1, l, l - 1), Float::F32))
-        .collect();
-    shapes.extend([
-        (smol(1, 100, 99), Float::F16),
-        (smol(16, 16, 0), Float::F32), // prefill into an empty cache
-        (smol(7, 20, 13), Float::F32), // a second prefill chunk after 13 tokens
-        (smol(7, 20, 13), Float::F16),
-        // Odd head dimension, two query heads per KV head.
-        (
-            Attention {
-                tokens: 5,
-                kv_len: 5,
-                heads: 4,
-                kv_heads: 2,
-                head_dim: 17,
-                offset: 0,
-            },
-            Float::F32,
-        ),
-        // Multi-query (one KV head), head_dim above the workgroup and not a multiple of it.
-        (
-            Attention {
-                tokens: 3,
-                kv_len: 70,
-                heads: 2,
-                kv_heads: 1,
-                head_dim: 80,
-                offset: 67,
-            },
-            Float::F32,
-        ),
-        // Plain multi-head, prefill longer than one block of keys.
-        (
-            Attention {
-                tokens: 70,
-                kv_len: 70,
-                heads: 2,
-                kv_heads: 2,
-                head_dim: 128,
-                offset: 0,
-            },
-            Float::F32,
-        ),
-    ]);
-    shapes
-        .into_iter()
-        .map(|(shape, kv)| case(shape, kv))
-        .collect::<Result<_, _>>()
-        .expect("the fixed shapes are valid")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -504,10 +339,10 @@ mod tests {
     }
 
     /// The bound catches an output off by one part in 10⁴ (NMSE 1e-8) in every case of the
-    /// three attention kernels.
+    /// split attention kernels and their combine.
     #[test]
     fn a_relative_error_of_1e_4_fails_every_attention_case() {
-        let cases = cases().into_iter().chain(crate::attention_split::cases());
+        let cases = crate::attention_split::cases();
         let mut n = 0;
         for case in cases {
             for b in case.buffers.iter().filter(|b| b.output) {
@@ -551,7 +386,11 @@ mod tests {
             })
         );
         assert!(matches!(
-            kernel(MAX_HEAD_DIM + 1, Float::F32),
+            Attention {
+                head_dim: MAX_HEAD_DIM + 1,
+                ..s
+            }
+            .check(),
             Err(ShapeError::TooLarge { .. })
         ));
         let ok = Attention { offset: 1, ..s };

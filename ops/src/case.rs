@@ -17,9 +17,10 @@ pub const REFERENCE_SUBGROUP: u32 = 16;
 pub const NMSE_DEFAULT: f64 = 1e-7;
 /// Softmax and anything with exp/log in a reduction.
 pub const NMSE_SOFTMAX: f64 = 1e-6;
-/// NMSE bound of the matrix products ([`crate::matmul`], and the foundation suite's tiled
-/// matmul): 100 times the worst measured, 5.0e-13 (the interpreter against the f64 reference,
-/// `matmul/f32,f16/16x576x1536/bT`: K = 1536 f32 roundings per output). Measured over every
+/// NMSE bound of the foundation suite's tiled matmul ([`crate::kernels::matmul`]): 100 times
+/// the worst measured over the matrix products, 5.0e-13 (the interpreter against the f64
+/// reference, `matmul/f32,f16/16x576x1536/bT`, a case of the op library's matmul since
+/// deleted: K = 1536 f32 roundings per output). Measured over every
 /// case, f32 and f16 inputs alike: on an H100 on 2026-11-25 cpu, cuda and vulkan bit for bit
 /// with the interpreter (`docs/conformance/suite-h100-2026-11-25*.json` at caca8aa); vulkan and
 /// wgpu on lavapipe at most 6.5e-14 (2026-11-24, `suite-wgpu-lavapipe-2026-11-24.json`,

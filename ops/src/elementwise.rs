@@ -1,76 +1,19 @@
-//! Element-wise ops, one element per invocation, stored in f32 or f16 and computed in f32:
-//! - unary: `silu(x) = x / (1 + e^-x)`; `gelu`, ggml's tanh approximation
-//!   `0.5·x·(1 + tanh(sqrt(2/π)·x·(1 + 0.044715·x²)))` (`ggml_gelu_f32` in ggml-cpu `vec.h`);
-//!   `scale(x) = s·x` with `s` a parameter;
-//! - binary, on two inputs of the same length: `add`, `mul`, and `swiglu(gate, up) =
-//!   silu(gate)·up` (llama.cpp's FFN: `ggml_swiglu_split`);
+//! Element-wise kernels the executor runs, one element per invocation:
+//! - `swiglu_pairs`: `y[i] = silu(x[2i])·x[2i + 1]` with `silu(x) = x / (1 + e^-x)`
+//!   (llama.cpp's FFN, `ggml_swiglu_split`, on gate and up rows stacked in pairs);
 //! - `copy`: f32 → f16, f16 → f32 and f32 → f32 (a conversion rounds to nearest even).
 //!
-//! The kernel computes gelu as `x / (1 + e^(−2u))` with `u = sqrt(2/π)·x·(1 + 0.044715·x²)`:
-//! the same function, since `0.5·(1 + tanh u) = 1 / (1 + e^(−2u))`, written with `exp`, which
-//! every target computes to a few ulp, because `tanh` may be lowered to a hardware
-//! approximation (PTX's `tanh.approx.f32` is specified to about 2^-11 relative error), which
-//! alone would use up the bound. For large negative x, `e^(−2u)` overflows to +inf and the
-//! result is −0, the limit.
-//!
-//! Bounds: `add`, `mul`, `scale` and the copies are one correctly rounded operation, so the
-//! default 1e-7 (the copies are exact: [`NMSE_EXACT`]). silu, gelu and swiglu also use the
-//! default 1e-7: their f32 error is a few ulp of `exp` plus three or four roundings, a relative
-//! error below 1e-6 per element and so an NMSE below 1e-12; the bound leaves a factor of 10^5.
-//! f16 outputs are compared with the reference rounded to f16: they differ only where the f32
-//! result and the exact one round to neighbouring f16 values, a relative error of at most
-//! 2^-10 on the rare element that sits within an f32 error of a rounding boundary.
+//! Bounds: the copies are exact ([`NMSE_EXACT`]); SwiGLU uses the default 1e-7: its f32 error
+//! is a few ulp of `exp` plus three or four roundings, a relative error below 1e-6 per element
+//! and so an NMSE below 1e-12; the bound leaves a factor of 10^5.
 
 use super::shape::ShapeError;
-use super::support::{elements, expect_len, load_f32, nonzero, seed, store_f32, Float};
+use super::support::{elements, expect_len, nonzero, seed, Float};
 use crate::case::*;
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 /// Invocations per workgroup.
 pub const WG: u32 = 256;
-
-/// sqrt(2/π), as ggml's `SQRT_2_OVER_PI`.
-const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
-/// ggml's `GELU_COEF_A`.
-const GELU_COEF_A: f64 = 0.044715;
-
-/// One-input ops.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Unary {
-    Silu,
-    Gelu,
-    /// `s·x`, with `s` the kernel's second parameter.
-    Scale,
-}
-
-impl Unary {
-    pub fn name(self) -> &'static str {
-        match self {
-            Unary::Silu => "silu",
-            Unary::Gelu => "gelu",
-            Unary::Scale => "scale",
-        }
-    }
-}
-
-/// Two-input ops, on inputs of the same length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Binary {
-    Add,
-    Mul,
-    /// `silu(a)·b`, with `a` the gate and `b` the up projection.
-    Swiglu,
-}
-
-impl Binary {
-    pub fn name(self) -> &'static str {
-        match self {
-            Binary::Add => "add",
-            Binary::Mul => "mul",
-            Binary::Swiglu => "swiglu",
-        }
-    }
-}
 
 /// Checks an element count and returns the grid that covers it.
 pub fn grid(n: u32) -> Result<[u32; 3], ShapeError> {
@@ -83,55 +26,6 @@ pub fn grid(n: u32) -> Result<[u32; 3], ShapeError> {
 /// fused and unfused ops round alike.
 pub(super) fn silu_ir<'b>(k: &'b KernelBuilder, x: Val<'b>) -> Val<'b> {
     x / (k.f32(1.0) + (-x).exp())
-}
-
-fn gelu_ir<'b>(k: &'b KernelBuilder, x: Val<'b>) -> Val<'b> {
-    // −2u = x·(c0 + c1·x²) with c0 = −2·sqrt(2/π), c1 = c0·0.044715.
-    let c0 = -2.0 * SQRT_2_OVER_PI;
-    let c1 = c0 * GELU_COEF_A;
-    let minus_2u = x * (x * x).fma(k.f32(c1 as f32), k.f32(c0 as f32));
-    x / (k.f32(1.0) + minus_2u.exp())
-}
-
-/// Buffers: `x`, `y` of `t`. Params: n, and for [`Unary::Scale`] the factor s (f32).
-pub fn unary_kernel(op: Unary, t: Float) -> Kernel {
-    let k = KernelBuilder::new(&format!("{}_{}", op.name(), t.name()), [WG, 1, 1]);
-    let x = k.buffer("x", t.scalar(), Access::Read);
-    let y = k.buffer("y", t.scalar(), Access::Write);
-    let n = k.param("n", Scalar::U32);
-    let s = (op == Unary::Scale).then(|| k.param("s", Scalar::F32));
-    let i = k.global_id(0);
-    k.if_(i.lt(n), || {
-        let v = load_f32(&k, t, x, i);
-        let r = match op {
-            Unary::Silu => silu_ir(&k, v),
-            Unary::Gelu => gelu_ir(&k, v),
-            // `s` is declared exactly when the op is Scale.
-            Unary::Scale => s.map_or(v, |s| v * s),
-        };
-        store_f32(&k, t, y, i, r);
-    });
-    k.finish()
-}
-
-/// Buffers: `a`, `b`, `y` of `t`. Params: n.
-pub fn binary_kernel(op: Binary, t: Float) -> Kernel {
-    let k = KernelBuilder::new(&format!("{}_{}", op.name(), t.name()), [WG, 1, 1]);
-    let a = k.buffer("a", t.scalar(), Access::Read);
-    let b = k.buffer("b", t.scalar(), Access::Read);
-    let y = k.buffer("y", t.scalar(), Access::Write);
-    let n = k.param("n", Scalar::U32);
-    let i = k.global_id(0);
-    k.if_(i.lt(n), || {
-        let (av, bv) = (load_f32(&k, t, a, i), load_f32(&k, t, b, i));
-        let r = match op {
-            Binary::Add => av + bv,
-            Binary::Mul => av * bv,
-            Binary::Swiglu => silu_ir(&k, av) * bv,
-        };
-        store_f32(&k, t, y, i, r);
-    });
-    k.finish()
 }
 
 /// SwiGLU of interleaved pairs: `y[i] = silu(x[2i])·x[2i + 1]`, what a product over gate and
@@ -158,7 +52,7 @@ pub fn swiglu_pairs_case(n: u32) -> Result<Case, ShapeError> {
     let mut r = Rng::new(seed(&name));
     let x = activation_inputs(&mut r, 2 * n as usize);
     let (gate, up): (Vec<f32>, Vec<f32>) = x.chunks(2).map(|p| (p[0], p[1])).unzip();
-    let want = reference_binary(Binary::Swiglu, &gate, &up)?;
+    let want = reference_swiglu(&gate, &up)?;
     Ok(Case::new(name, swiglu_pairs_kernel(), grid)
         .input("x", Scalar::F32, f32_bytes(&x))
         .output("y", Scalar::F32, vec![0; n as usize * 4], want)
@@ -194,48 +88,23 @@ pub fn silu(x: f64) -> f64 {
     x / (1.0 + (-x).exp())
 }
 
-/// ggml's tanh approximation of gelu, in f64, written as ggml writes it.
-pub fn gelu(x: f64) -> f64 {
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
-}
-
-/// The plain-Rust reference of a unary op in f64; `s` is the factor of [`Unary::Scale`].
-pub fn reference_unary(op: Unary, s: f32, x: &[f32]) -> Vec<f64> {
-    x.iter()
-        .map(|&v| {
-            let v = v as f64;
-            match op {
-                Unary::Silu => silu(v),
-                Unary::Gelu => gelu(v),
-                Unary::Scale => s as f64 * v,
-            }
-        })
-        .collect()
-}
-
-/// The plain-Rust reference of a binary op in f64.
-pub fn reference_binary(op: Binary, a: &[f32], b: &[f32]) -> Result<Vec<f64>, ShapeError> {
-    expect_len(op.name(), "b", a.len(), b.len())?;
-    Ok(a.iter()
-        .zip(b)
-        .map(|(&a, &b)| {
-            let (a, b) = (a as f64, b as f64);
-            match op {
-                Binary::Add => a + b,
-                Binary::Mul => a * b,
-                Binary::Swiglu => silu(a) * b,
-            }
-        })
+/// `silu(gate)·up` element by element, in f64.
+pub fn reference_swiglu(gate: &[f32], up: &[f32]) -> Result<Vec<f64>, ShapeError> {
+    expect_len("swiglu", "up", gate.len(), up.len())?;
+    Ok(gate
+        .iter()
+        .zip(up)
+        .map(|(&g, &u)| silu(f64::from(g)) * f64::from(u))
         .collect())
 }
 
-/// `rows × cols` elements named as a shape: real model shapes read as such.
-fn shape_name(rows: u32, cols: u32) -> String {
-    if rows == 1 {
-        cols.to_string()
-    } else {
-        format!("{rows}x{cols}")
-    }
+/// `a + b` element by element, in f64: a residual connection.
+pub fn reference_add(a: &[f32], b: &[f32]) -> Result<Vec<f64>, ShapeError> {
+    expect_len("add", "b", a.len(), b.len())?;
+    Ok(a.iter()
+        .zip(b)
+        .map(|(&a, &b)| f64::from(a) + f64::from(b))
+        .collect())
 }
 
 /// Inputs for an activation: uniform values and, where there is room, the edges where the
@@ -248,47 +117,6 @@ fn activation_inputs(r: &mut Rng, n: usize) -> Vec<f32> {
     let mut x = r.f32s(n - edges.len(), -6.0, 6.0);
     x.extend(edges);
     x
-}
-
-/// A unary case over `rows × cols` elements with inputs stored as `t`.
-pub fn unary_case(op: Unary, t: Float, rows: u32, cols: u32) -> Result<Case, ShapeError> {
-    let n = elements(op.name(), "n", &[rows, cols])?;
-    let grid = grid(n)?;
-    let name = format!("{}/{}/{}", op.name(), t.name(), shape_name(rows, cols));
-    let mut r = Rng::new(seed(&name));
-    let x = t.stored(&activation_inputs(&mut r, n as usize));
-    let s = 0.125f32;
-    let want = reference_unary(op, s, &x)
-        .into_iter()
-        .map(|v| t.round(v))
-        .collect();
-    let mut params = vec![ParamValue::U32(n)];
-    if op == Unary::Scale {
-        params.push(ParamValue::F32(s));
-    }
-    Ok(Case::new(name, unary_kernel(op, t), grid)
-        .input("x", t.scalar(), t.bytes(&x))
-        .output("y", t.scalar(), vec![0; t.bytes(&x).len()], want)
-        .params(params))
-}
-
-/// A binary case over `rows × cols` elements with inputs stored as `t`.
-pub fn binary_case(op: Binary, t: Float, rows: u32, cols: u32) -> Result<Case, ShapeError> {
-    let n = elements(op.name(), "n", &[rows, cols])?;
-    let grid = grid(n)?;
-    let name = format!("{}/{}/{}", op.name(), t.name(), shape_name(rows, cols));
-    let mut r = Rng::new(seed(&name));
-    let a = t.stored(&activation_inputs(&mut r, n as usize));
-    let b = t.stored(&r.f32s(n as usize, -3.0, 3.0));
-    let want = reference_binary(op, &a, &b)?
-        .into_iter()
-        .map(|v| t.round(v))
-        .collect();
-    Ok(Case::new(name, binary_kernel(op, t), grid)
-        .input("a", t.scalar(), t.bytes(&a))
-        .input("b", t.scalar(), t.bytes(&b))
-        .output("y", t.scalar(), vec![0; t.bytes(&a).len()], want)
-        .params(vec![ParamValue::U32(n)]))
 }
 
 /// A copy/conversion case of the last `n` elements of a source of `x_at + n` written at element
@@ -336,38 +164,6 @@ pub fn copy_case(from: Float, to: Float, n: u32, x_at: u32, at: u32) -> Result<C
 pub fn cases() -> Vec<Case> {
     use Float::{F16, F32};
     let mut v = vec![];
-    let unary = [
-        (Unary::Silu, F32, 1, 1),
-        (Unary::Silu, F32, 1, 1000),
-        (Unary::Silu, F32, 1, 4097),
-        (Unary::Silu, F16, 1, 1000),
-        (Unary::Gelu, F32, 1, 1),
-        (Unary::Gelu, F32, 1, 1000),
-        (Unary::Gelu, F32, 1, 4097),
-        (Unary::Gelu, F16, 1, 1000),
-        (Unary::Scale, F32, 1, 1000),
-        (Unary::Scale, F32, 1, 49152), // logits over SmolLM2's vocabulary
-        (Unary::Scale, F16, 1, 1000),
-    ];
-    for (op, t, rows, cols) in unary {
-        v.push(unary_case(op, t, rows, cols));
-    }
-    let binary = [
-        (Binary::Add, F32, 1, 576), // SmolLM2-135M residual, decode
-        (Binary::Add, F32, 7, 576), // and prefill
-        (Binary::Add, F32, 1, 1000),
-        (Binary::Add, F16, 1, 1000),
-        (Binary::Mul, F32, 1, 576),
-        (Binary::Mul, F32, 1, 1000),
-        (Binary::Mul, F16, 1, 1000),
-        (Binary::Swiglu, F32, 1, 1536), // SmolLM2-135M FFN, decode
-        (Binary::Swiglu, F32, 7, 1536), // and prefill
-        (Binary::Swiglu, F32, 1, 255),
-        (Binary::Swiglu, F16, 1, 1536),
-    ];
-    for (op, t, rows, cols) in binary {
-        v.push(binary_case(op, t, rows, cols));
-    }
     // SmolLM2-135M's FFN width, and an odd count.
     v.extend([1536, 255].map(swiglu_pairs_case));
     // Then SmolLM2-135M's graph: K rows (3 KV heads × 64) of 2 tokens written at position 5 of
@@ -392,27 +188,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gelu_as_written_in_the_kernel_is_ggml_gelu() {
-        // The kernel's form x / (1 + e^(−2u)) against ggml's tanh form, in f64.
-        for i in -400..=400 {
-            let x = i as f64 / 40.0;
-            let u = SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x);
-            let kernel_form = x / (1.0 + (-2.0 * u).exp());
-            assert!((kernel_form - gelu(x)).abs() < 1e-14, "x = {x}");
-        }
-        assert!((gelu(1.0) - 0.841_191_990_608_276_8).abs() < 1e-15);
+    fn silu_by_hand() {
         assert!((silu(1.0) - 0.731_058_578_630_004_9).abs() < 1e-15);
     }
 
     #[test]
     fn references_and_shapes() {
         assert_eq!(
-            reference_binary(Binary::Swiglu, &[0.0, 1.0], &[5.0, 2.0]).unwrap(),
+            reference_swiglu(&[0.0, 1.0], &[5.0, 2.0]).unwrap(),
             vec![0.0, 2.0 * silu(1.0)]
         );
-        assert_eq!(reference_unary(Unary::Scale, 0.5, &[3.0]), vec![1.5]);
+        assert_eq!(reference_add(&[0.5], &[3.0]).unwrap(), vec![3.5]);
         assert!(matches!(
-            reference_binary(Binary::Add, &[1.0], &[]),
+            reference_add(&[1.0], &[]),
             Err(ShapeError::Mismatch { .. })
         ));
         assert!(matches!(grid(0), Err(ShapeError::Zero { .. })));

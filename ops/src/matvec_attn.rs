@@ -416,7 +416,7 @@ pub fn reference_combine(
         y.extend(matvec_reference(ty, w, rows, cols, &xt)?);
     }
     let y: Vec<f32> = y.iter().map(|&v| v as f32).collect();
-    super::elementwise::reference_binary(super::elementwise::Binary::Add, &y, residual)
+    super::elementwise::reference_add(&y, residual)
 }
 
 /// A conformance case of the QKV product with the rope epilogue (and the norm, as the graph

@@ -26,7 +26,7 @@
 //! CPU backend at most 9e-14, lavapipe 2.6e-12, an H100 through Vulkan and CUDA 2.7e-13 and
 //! 3.1e-13.
 
-use super::elementwise::{reference_binary, Binary};
+use super::elementwise::{reference_add, reference_swiglu};
 use super::matvec::{reference as matvec_reference, spec_case, MatvecSpec, Reduce};
 pub use super::matvec_attn::{CombineShape, RopeShape};
 use super::rms_norm::{self, RmsNorm};
@@ -185,12 +185,12 @@ pub fn reference(
     match fused.epilogue {
         // Rope's rotation and the stores follow in [`super::matvec_attn::reference_rope`].
         Epilogue::None | Epilogue::RopeStore(_) => Ok(y),
-        Epilogue::Add => reference_binary(Binary::Add, &f32s(&y), fused.residual),
+        Epilogue::Add => reference_add(&f32s(&y), fused.residual),
         Epilogue::Swiglu => {
             let y = f32s(&y);
             let gate: Vec<f32> = y.iter().step_by(2).copied().collect();
             let up: Vec<f32> = y.iter().skip(1).step_by(2).copied().collect();
-            reference_binary(Binary::Swiglu, &gate, &up)
+            reference_swiglu(&gate, &up)
         }
     }
 }

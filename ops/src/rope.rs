@@ -1,5 +1,8 @@
 //! Rotary position embedding on `[tokens × heads × head_dim]`, as ggml's `ggml_rope_ext` with
-//! no frequency scaling (freq_scale 1, ext_factor 0, attn_factor 1) over the whole head.
+//! no frequency scaling (freq_scale 1, ext_factor 0, attn_factor 1) over the whole head: its
+//! layouts, its frequency table and its plain-Rust reference, which the kernels that rotate
+//! (rope with the KV-cache store, [`super::rope_store`], and in a QKV product's epilogue,
+//! [`super::matvec_attn`]) are held to.
 //!
 //! Token `t` sits at position `p = offset + t` (the offset is the number of tokens already in
 //! the KV cache). Pair `i` of a head, `0 <= i < head_dim/2`, is rotated by
@@ -12,25 +15,18 @@
 //!
 //! The frequencies `base^(-2i/head_dim)` come in as a small f32 table ([`Rope::frequencies`],
 //! computed in f64 and rounded once, like Hugging Face's `inv_freq` buffer) rather than from
-//! `pow` in the kernel (ggml builds them by repeated multiplication with `base^(-2/d)` in f32).
+//! `pow` in a kernel (ggml builds them by repeated multiplication with `base^(-2/d)` in f32).
 //! A relative error in a frequency is multiplied by the position: with `pow` in the kernel,
 //! lavapipe's output at position 8191 differed from the interpreter's by an NMSE of 5e-8, half
 //! the bound; with the table both compute the same f32 angle (NMSE 2e-15).
-//!
-//! Bound: the default 1e-7. The angle `p·freq` is rounded to f32, an absolute error up to
-//! `|θ|·2^-24` radians, which is also the output's relative error; at position 8191 that
-//! makes an NMSE of 1e-9 against the f64 reference. f16 storage is compared with the
-//! reference rounded to f16, so only a rare one-ulp rounding flip counts.
+//! The angle `p·freq` is rounded to f32, an absolute error up to `|θ|·2^-24` radians, which is
+//! also the output's relative error; at position 8191 that makes an NMSE of 1e-9 against the
+//! f64 reference.
 
 use super::shape::ShapeError;
-use super::support::{cos_sin, elements, expect_len, load_f32, nonzero, seed, store_f32, Float};
-use crate::case::*;
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+use super::support::{elements, expect_len, nonzero};
 
 const OP: &str = "rope";
-
-/// Invocations per workgroup; each rotates one pair.
-pub const WG: u32 = 256;
 
 /// Positions must be exact in f32 (integers up to 2^24).
 pub const MAX_POSITION: usize = 1 << 24;
@@ -53,7 +49,7 @@ impl RopeMode {
     }
 }
 
-/// One rope dispatch.
+/// Rope on `tokens × heads` heads.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rope {
     pub tokens: u32,
@@ -96,26 +92,6 @@ impl Rope {
         )
     }
 
-    /// Rotated pairs: tokens × heads × head_dim/2 (meaningful once [`Rope::check`] passed;
-    /// computed in u64 so that an unchecked shape cannot overflow).
-    fn pairs(&self) -> u32 {
-        (self.tokens as u64 * self.heads as u64 * self.head_dim as u64 / 2) as u32
-    }
-
-    pub fn grid(&self) -> [u32; 3] {
-        [self.pairs().div_ceil(WG), 1, 1]
-    }
-
-    /// The kernel's parameters, in declaration order.
-    pub fn params(&self) -> Vec<ParamValue> {
-        vec![
-            ParamValue::U32(self.pairs()),
-            ParamValue::U32(self.heads),
-            ParamValue::U32(self.head_dim / 2),
-            ParamValue::U32(self.offset),
-        ]
-    }
-
     /// The `freq` input: `base^(-2i/head_dim)` for each pair `i`, computed in f64 and rounded
     /// once to f32.
     pub fn frequencies(&self) -> Vec<f32> {
@@ -124,42 +100,6 @@ impl Rope {
             .map(|i| (self.base as f64).powf(-2.0 * i as f64 / d) as f32)
             .collect()
     }
-}
-
-/// Buffers: `x` [tokens × heads × head_dim] of `t`, `freq` [head_dim/2] f32 (see
-/// [`Rope::frequencies`]), `y` like `x`. Params: pairs (tokens × heads × head_dim/2), heads,
-/// half (head_dim/2), offset.
-pub fn kernel(mode: RopeMode, t: Float) -> Kernel {
-    let k = KernelBuilder::new(&format!("rope_{}_{}", mode.name(), t.name()), [WG, 1, 1]);
-    let x = k.buffer("x", t.scalar(), Access::Read);
-    let freq = k.buffer("freq", Scalar::F32, Access::Read);
-    let y = k.buffer("y", t.scalar(), Access::Write);
-    let pairs = k.param("pairs", Scalar::U32);
-    let heads = k.param("heads", Scalar::U32);
-    let half = k.param("half", Scalar::U32);
-    let offset = k.param("offset", Scalar::U32);
-    let p = k.global_id(0);
-    k.if_(p.lt(pairs), || {
-        let i = p % half;
-        let row = p / half; // token × heads + head
-        let token = row / heads;
-        let pos = (offset + token).cast(Scalar::F32);
-        let theta = pos * k.load(freq, i);
-        let (cos, sin) = cos_sin(&k, theta);
-        let head = row * (half + half);
-        let (i0, i1) = match mode {
-            RopeMode::Normal => {
-                let i0 = head + i + i;
-                (i0, i0 + k.u32(1))
-            }
-            RopeMode::Neox => (head + i, head + i + half),
-        };
-        let a = load_f32(&k, t, x, i0);
-        let b = load_f32(&k, t, x, i1);
-        store_f32(&k, t, y, i0, a * cos - b * sin);
-        store_f32(&k, t, y, i1, a * sin + b * cos);
-    });
-    k.finish()
 }
 
 /// The plain-Rust reference in f64, on the values `x` holds (already rounded to the storage
@@ -185,60 +125,6 @@ pub fn reference(shape: &Rope, x: &[f32]) -> Result<Vec<f64>, ShapeError> {
         }
     }
     Ok(y)
-}
-
-/// A conformance case for `shape` stored as `t`, with deterministic inputs.
-pub fn case(shape: Rope, t: Float) -> Result<Case, ShapeError> {
-    let n = shape.check()?;
-    let name = format!(
-        "{OP}/{}/{}/{}x{}x{}+pos{}+base{}",
-        shape.mode.name(),
-        t.name(),
-        shape.tokens,
-        shape.heads,
-        shape.head_dim,
-        shape.offset,
-        shape.base
-    );
-    let mut r = Rng::new(seed(&name));
-    let x = t.stored(&r.f32s(n as usize, -2.0, 2.0));
-    let want = reference(&shape, &x)?
-        .into_iter()
-        .map(|v| t.round(v))
-        .collect();
-    Ok(Case::new(name, kernel(shape.mode, t), shape.grid())
-        .input("x", t.scalar(), t.bytes(&x))
-        .input("freq", Scalar::F32, f32_bytes(&shape.frequencies()))
-        .output("y", t.scalar(), vec![0; t.bytes(&x).len()], want)
-        .params(shape.params()))
-}
-
-pub fn cases() -> Vec<Case> {
-    // (tokens, heads, head_dim, offset, base, storage)
-    let shapes: [(u32, u32, u32, u32, f32, Float); 7] = [
-        (7, 9, 64, 13, 100_000.0, Float::F32), // SmolLM2-135M q, prefill after 13 tokens
-        (1, 3, 64, 8191, 100_000.0, Float::F32), // SmolLM2-135M k, last position of 8192
-        (1, 1, 2, 0, 10_000.0, Float::F32),    // one pair at position 0: the identity
-        (5, 3, 6, 1, 10_000.0, Float::F32),    // odd head count, tiny heads
-        (33, 4, 128, 500, 10_000.0, Float::F32), // more pairs than several workgroups
-        (7, 9, 64, 13, 100_000.0, Float::F16),
-        (3, 5, 10, 77, 500_000.0, Float::F16),
-    ];
-    let mut v = vec![];
-    for mode in [RopeMode::Normal, RopeMode::Neox] {
-        for &(tokens, heads, head_dim, offset, base, t) in &shapes {
-            let shape = Rope {
-                tokens,
-                heads,
-                head_dim,
-                offset,
-                base,
-                mode,
-            };
-            v.push(case(shape, t).expect("the fixed shapes are valid"));
-        }
-    }
-    v
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Random shapes for matvec and matmul: the interpreter, running the op's kernel, must agree
+//! Random shapes for matvec: the interpreter, running the op's kernel, must agree
 //! with the op's plain-Rust reference within the op's bound. Shapes stay small (the
 //! interpreter runs every invocation) and cover sizes that are not multiples of the
 //! workgroup's rows or blocks, single rows and columns, every weight type and both reductions.
@@ -11,9 +11,7 @@
 
 use proptest::prelude::*;
 use trine_gguf::quant::WeightType;
-use trine_ir::Scalar;
 use trine_ops::case::Case;
-use trine_ops::matmul::{self, LaneBlock, MatmulShape, MatmulSpec};
 use trine_ops::matvec::{self, Reduce};
 
 fn agrees(case: &Case) -> Result<(), TestCaseError> {
@@ -21,10 +19,6 @@ fn agrees(case: &Case) -> Result<(), TestCaseError> {
     prop_assert!(worst.is_ok(), "{}: {}", case.name, worst.unwrap_err());
     prop_assert!(worst.unwrap().is_some(), "{}: nothing compared", case.name);
     Ok(())
-}
-
-fn float() -> impl Strategy<Value = Scalar> {
-    prop::sample::select(vec![Scalar::F32, Scalar::F16])
 }
 
 proptest! {
@@ -42,24 +36,5 @@ proptest! {
         let cols = if ty.is_quantized() { 32 * (1 + width % 6) } else { width };
         let reduce = if shared { Reduce::Shared } else { Reduce::Subgroup };
         agrees(&matvec::case(ty, rows, cols, reduce, seed).unwrap())?;
-    }
-
-    #[test]
-    fn matmul_matches_reference(
-        a in float(),
-        b in float(),
-        b_transposed in any::<bool>(),
-        broadcast_b in any::<bool>(),
-        (batch, m, n, k) in (1usize..4, 1usize..40, 1usize..40, 1usize..40),
-        (tile, reg) in (prop::sample::select(vec![4u32, 8, 16]), 1u32..4),
-        lanes in prop::option::of(prop::sample::select(vec![16u32, 32])),
-        seed in any::<u64>(),
-    ) {
-        prop_assume!(batch * m * n >= 2, "one output: see the module's comment");
-        // The CPUs' walk takes B transposed only.
-        let lanes = lanes.filter(|_| b_transposed).map(LaneBlock::for_registers);
-        let spec = MatmulSpec { a, b, b_transposed, tile, reg, lanes };
-        let shape = MatmulShape::packed(batch, m, n, k, b_transposed, broadcast_b);
-        agrees(&matmul::case(spec, shape, seed).unwrap())?;
     }
 }

@@ -18,8 +18,7 @@ pub(crate) fn cpu_signature() -> String {
 
 /// Vector registers the compiled kernels have (`-march=native` compiles for this host): 32
 /// with AVX-512 (zmm0-31, whose low halves are 32 ymm registers) and on AArch64, 16 on other
-/// x86-64 CPUs (ymm0-15 with AVX2) and wherever the flags cannot be read. Kernels that keep
-/// one sum per register size their blocks by it (`trine_ops::matmul::LaneBlock`).
+/// x86-64 CPUs (ymm0-15 with AVX2) and wherever the flags cannot be read.
 pub fn vector_registers() -> u32 {
     if cfg!(target_arch = "aarch64") {
         return 32;

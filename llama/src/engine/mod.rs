@@ -7,6 +7,7 @@
 //! written to small device buffers that the kernels read, so one host write of each, one
 //! replay and a 4-byte read of the greedy token make a whole step.
 
+mod cost;
 mod plan;
 mod residency;
 

@@ -1,5 +1,5 @@
-//! The SVG chart: two panels of grouped bars, one group per op × shape × dtype and one bar per
-//! backend: the median time (log scale) above, the fraction of the copy roof below.
+//! The SVG chart: two panels of grouped bars, one group per model × step × node and one bar
+//! per backend: the median time (log scale) above, the fraction of the copy roof below.
 
 use super::report::Record;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
@@ -34,7 +34,7 @@ fn bars(records: &[Record]) -> Bars {
     };
     for r in records {
         let Some(t) = &r.timing else { continue };
-        let label = format!("{} {} {} {}", r.op, r.model, r.shape, r.dtype);
+        let label = format!("{} {} {}", r.model, r.step, r.node);
         let g = index_of(&mut b.groups, label);
         let k = index_of(&mut b.backends, r.backend.clone());
         b.time.push((g, k, t.median_us));
@@ -122,7 +122,7 @@ pub fn svg(path: &Path, records: &[Record]) -> Result<(), String> {
     draw_panel(
         &top,
         &b,
-        "median time per dispatch (µs, log scale)",
+        "median time per node (µs, log scale)",
         (lo..hi).log_scale(),
         lo,
         &b.time,

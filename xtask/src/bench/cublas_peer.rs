@@ -1,15 +1,12 @@
-//! The CUDA peer: cuBLAS (loaded at run time) on the GEMV and matmul shapes, on its own CUDA
-//! backend instance of the same GPU, timed with CUDA events under the same policy. Its f16
-//! products take f16 for both inputs (cuBLAS's GemmEx needs one input type), where trine's
-//! f16 matmul reads f32 activations: a little less data for cuBLAS.
+//! The CUDA peer: cuBLAS (loaded at run time) on the shapes of the executor's prompt products
+//! on matrix tiles, on its own CUDA backend instance of the same GPU, timed with CUDA events
+//! under the same policy: f16 A and B (cuBLAS's GemmEx takes one input type), f32 C, where
+//! trine's products read f32 x and the model's weights as stored.
 
 use super::measure::{measure, Policy, Stats};
-use super::ops::{Item, Op};
 use trine_backends::cuda::cublas::{Gemm, GemmType};
 use trine_backends::cuda::CudaBackend;
 use trine_backends::{Backend, BackendError, Binding};
-use trine_gguf::quant::WeightType;
-use trine_ops::support::Float;
 
 pub struct CublasPeer {
     backend: CudaBackend,
@@ -33,38 +30,11 @@ impl CublasPeer {
         Ok(CublasPeer { backend })
     }
 
-    /// The item timed through cuBLAS, or `None` for ops cuBLAS has no routine for.
-    pub fn run(&self, item: &Item, policy: &Policy) -> Option<Result<Stats, String>> {
-        let ty = match item.op {
-            Op::Matvec {
-                ty: WeightType::F32,
-                ..
-            }
-            | Op::Matmul { b: Float::F32, .. } => GemmType::F32,
-            Op::Matvec {
-                ty: WeightType::F16,
-                ..
-            }
-            | Op::Matmul { b: Float::F16, .. }
-            | Op::MatmulTiles {
-                ty: WeightType::F16,
-                ..
-            } => GemmType::F16,
-            _ => return None,
-        };
-        let elem = match ty {
-            GemmType::F32 => 4,
-            GemmType::F16 => 2,
-        };
-        let (m, n, k) = match item.op {
-            Op::Matvec { rows, cols, .. } => (1, rows, cols),
-            Op::Matmul { m, n, k, .. } | Op::MatmulTiles { m, n, k, .. } => (m, n, k),
-            _ => return None,
-        };
-        Some(
-            self.time(policy, (m, n, k), elem, ty)
-                .map_err(|e| e.to_string()),
-        )
+    /// cuBLAS's f16 product of a tiled prompt product's shape, `C[m × n] = A[m × k]·Bᵀ` with
+    /// f32 C: the work trine's tiles do, on f16 weights where trine's are mostly quantized.
+    pub fn product(&self, policy: &Policy, (m, n, k): (u32, u32, u32)) -> Result<Stats, String> {
+        self.time(policy, (m, n, k), 2, GemmType::F16)
+            .map_err(|e| e.to_string())
     }
 
     fn time(
@@ -118,4 +88,10 @@ impl CublasPeer {
         }
         stats
     }
+}
+
+/// Bytes cuBLAS's product reads and writes: A and B in f16, C in f32.
+pub fn product_bytes(m: u32, n: u32, k: u32) -> u64 {
+    let (m, n, k) = (u64::from(m), u64::from(n), u64::from(k));
+    (m * k + n * k) * 2 + m * n * 4
 }

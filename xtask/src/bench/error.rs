@@ -6,8 +6,8 @@ use std::path::PathBuf;
 pub enum BenchError {
     #[error("unknown backend {0:?} (cpu, vulkan, hip, cuda)")]
     UnknownBackend(String),
-    #[error("unknown op {0:?} ({1})")]
-    UnknownOp(String, String),
+    #[error("unknown model layout {0:?} ({1})")]
+    UnknownModel(String, String),
     #[error("finding this program's path: {0}")]
     Exe(std::io::Error),
     #[error("{0}")]
@@ -23,6 +23,4 @@ pub enum BenchError {
     Chart { path: PathBuf, message: String },
     #[error("{0}")]
     Model(String),
-    #[error("--matvec-shape takes rows,invocations,segment (three numbers), not {0:?}")]
-    MatvecShape(Vec<u32>),
 }

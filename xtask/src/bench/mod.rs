@@ -1,50 +1,44 @@
-//! `cargo xtask bench [--backends cpu,vulkan,wgpu,hip,cuda] [--ops matvec,rms_norm,…] [--json FILE]
-//! [--markdown FILE] [--svg FILE]`: every op of the library at model shapes on every backend
-//! that works here, next to that backend's copy bandwidth measured in the same run and, on the
-//! CPU, next to the `gemm` crate.
-//!
-//! A quantized GEMV is held to a fraction of the copy roof, so it is measured alike
-//! ([`rotates`]): its weights rotate through copies that add up to the copy's own buffer size,
-//! so that every repetition reads them from memory as the copy does (a 4096 × 4096 Q4 matrix,
-//! 10 MB, would otherwise stay in a 32 MiB L3), and its roof is the mean of copies measured on
-//! the same backend just before and just after it, not the one at the start of the run, which
-//! a noisy machine may have measured at another speed.
+//! `cargo xtask bench [--backends cpu,vulkan,wgpu,hip,cuda] [--models smollm2-135m,llama-7b]
+//! [-p 512] [--layers 1] [--reps N] [--json FILE] [--markdown FILE] [--svg FILE]`: the
+//! executor's kernels as it dispatches them. For each model layout
+//! ([`trine_benches::steps::Layout`], one layer of random weights unless `--layers` says more)
+//! and each backend that works here, an [`trine_llama::Engine`] runs a prompt
+//! step and a decode step once, then times every node of the decode step and of the prompt
+//! step ([`nodes`]): the kernel the device compiled, its median time, the bytes it moves and
+//! its arithmetic, against the backend's copy bandwidth measured just before and just after.
 //!
 //! GPU backends are probed in a child process first, as `conformance` does; one that is absent
-//! is listed with its reason and measures nothing. With the CUDA backend, cuBLAS is the peer of
-//! the cuda column (both timed with CUDA events); the wgpu column's peer is the Vulkan (ash)
-//! column on the same device. A ratio is only taken between runs timed alike.
+//! is listed with its reason and measures nothing. Peers time the same work with the same
+//! clock: the `gemm` crate the CPU's prompt products (host clock), cuBLAS the cuda backend's
+//! prompt products on matrix tiles (CUDA events), and the Vulkan (ash) column is the wgpu
+//! column's peer on the same device (timestamps). A ratio is only taken between runs timed
+//! alike.
 //!
 //! `--model FILE -p 512 -n 128` measures llama-bench's pp and tg tests end to end instead.
 
-mod cases;
 mod chart;
 mod cublas_peer;
 mod error;
 mod exec;
 mod measure;
 mod model;
-mod ops;
+mod nodes;
 mod peer;
 mod report;
 mod roof;
 
-use cases::Variant;
 use error::BenchError;
-use exec::{Skip, Slot, Work};
 use measure::{Policy, Stats};
-use ops::{Item, Op};
 use report::{Context, Record, Timing};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 use trine::run::probe_and_open;
 use trine_backends::probe::timeout_from_env;
 use trine_backends::{Backend, BackendKind};
-use trine_gguf::quant::WeightType;
-use trine_ops::case::Case;
-use trine_ops::case::CaseBuffer;
-use trine_ops::support::Float;
+use trine_benches::steps::{self, Layout};
+use trine_llama::Model;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -55,36 +49,37 @@ pub struct Args {
         default_value = "cpu,vulkan,wgpu,hip,cuda"
     )]
     backends: Vec<String>,
-    /// Only these ops (default: all): matvec, matmul, rms_norm, rope, softmax, attention,
-    /// swiglu, add.
+    /// Only these model layouts (default: all): smollm2-135m, llama-7b.
     #[arg(long, value_delimiter = ',')]
-    ops: Option<Vec<String>>,
-    /// Quantized matvecs on GPUs in this shape instead of the executor's: rows per workgroup,
-    /// invocations and segment length, e.g. `8,64,8` (a sweep runs the bench once per shape).
-    #[arg(long, value_delimiter = ',')]
-    matvec_shape: Option<Vec<u32>>,
+    models: Option<Vec<String>>,
+    /// Layers of the synthetic models: the nodes of one kind in every layer are pooled into
+    /// one summary.
+    #[arg(long, default_value_t = 1)]
+    layers: u32,
     /// Write the records as a JSON array to this file.
     #[arg(long)]
     json: Option<PathBuf>,
     /// Write a Markdown page (date, devices, command, table) to this file.
     #[arg(long)]
     markdown: Option<PathBuf>,
-    /// Write an SVG chart (time and roof fraction per op and backend) to this file.
+    /// Write an SVG chart (time and roof fraction per node and backend) to this file.
     #[arg(long)]
     svg: Option<PathBuf>,
-    /// End to end instead of op by op: this GGUF model's prompt processing and generation
+    /// End to end instead of node by node: this GGUF model's prompt processing and generation
     /// speed, as llama-bench measures them.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// With --model: the prompt length of the pp test (0 leaves it out).
+    /// The prompt step's tokens (with --model: the prompt length of the pp test, 0 leaves it
+    /// out).
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
     n_prompt: u32,
     /// With --model: the tokens of the tg test (0 leaves it out).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     n_gen: u32,
-    /// With --model: repetitions of each test after a warm-up.
-    #[arg(long, default_value_t = 3)]
-    reps: usize,
+    /// Repetitions of each step after one warm-up (default: at least 10 and 0.2 s, at most
+    /// 100 or 5 s, after two); with --model, of each test after a warm-up (default 3).
+    #[arg(long)]
+    reps: Option<usize>,
 }
 
 /// The name the `gemm` crate's records carry as their backend.
@@ -98,7 +93,7 @@ const GPU_PEER_OF: [&str; 1] = ["cuda"];
 const PORTABLE: &str = "wgpu";
 const PORTABLE_PEER: &str = "vulkan";
 
-/// A backend that opened, with its copy roof (GB/s) or why it has none.
+/// A backend that opened, with the last copy roof it measured (GB/s) or why it has none.
 struct Column {
     name: String,
     backend: Arc<dyn Backend>,
@@ -114,10 +109,7 @@ fn bench(args: Args) -> Result<(), BenchError> {
     if let Some(path) = &args.model {
         return bench_model(&args, path);
     }
-    let items = selected(&args)?;
-    if let Some(s) = args.matvec_shape.as_ref().filter(|s| s.len() != 3) {
-        return Err(BenchError::MatvecShape(s.clone()));
-    }
+    let layouts = selected(&args)?;
     let (columns, absent) = open(&args.backends)?;
     let cublas = columns
         .iter()
@@ -130,84 +122,35 @@ fn bench(args: Args) -> Result<(), BenchError> {
             }
         })
         .flatten();
-    let policy = Policy::default();
+    let mut cols: Vec<Column> = columns
+        .into_iter()
+        .map(|(name, backend)| {
+            let info = backend.info();
+            eprintln!("{name}: {} ({})", info.name, info.driver);
+            Column {
+                name,
+                backend,
+                roof: Err("not measured".into()),
+            }
+        })
+        .collect();
+    let policies = Policies::new(args.reps);
     let mut records = vec![];
-    let mut cols = vec![];
-    for (name, backend) in columns {
-        eprintln!(
-            "{name}: {} ({})",
-            backend.info().name,
-            backend.info().driver
-        );
-        let roof = match roof::measure(backend.as_ref(), &policy) {
-            Ok(r) => {
-                eprintln!("{name}: copy {} MiB: {:.2} GB/s", r.bytes >> 20, r.gbps);
-                records.push(roof_record(&name, backend.as_ref(), &r));
-                Ok(r.gbps)
-            }
-            Err(e) => {
-                eprintln!("{name}: no copy roof: {e}");
-                Err(e.to_string())
-            }
-        };
-        cols.push(Column {
-            name,
-            backend,
-            roof,
-        });
-    }
-    let cpu = cols.iter().find(|c| c.name == BackendKind::Cpu.name());
-    let cuda = cols.iter().find(|c| c.name == BackendKind::Cuda.name());
-    let total = items.len();
-    for (i, item) in items.iter().enumerate() {
-        // Inputs are made once per variant: every backend here usually shares one.
-        let mut made: Vec<(Variant, Result<Case, String>)> = vec![];
-        for col in &cols {
-            let info = col.backend.info();
-            let v = item.variant(info, args.matvec_shape.as_deref());
-            let at = match made.iter().position(|(m, _)| *m == v) {
-                Some(at) => at,
-                None => {
-                    made.push((v, item.case(v).map_err(|e| e.to_string())));
-                    made.len() - 1
-                }
+    for layout in layouts {
+        eprintln!("{}: random weights, layers: {}", layout.name(), args.layers);
+        let model = layout.model(args.layers).map_err(BenchError::Model)?;
+        for col in &mut cols {
+            let peers = Peers {
+                gemm: col.name == BackendKind::Cpu.name(),
+                cublas: cublas.as_ref().filter(|_| col.name == "cuda"),
             };
-            let rotate = rotates(&item.op);
-            let (outcome, adjacent) = between_roofs(col, rotate, &policy, || match &made[at].1 {
-                Ok(c) => measure_on(col.backend.as_ref(), c, &policy, rotate),
-                Err(e) => Err(e.clone()),
-            });
-            let r = record(
-                &col.name, &info.name, item, &v, outcome, &col.roof, adjacent,
-            );
-            progress(i, total, &r);
-            records.push(r);
-        }
-        if let Some(cpu) = cpu {
-            if let Some(outcome) = run_peer(item, &policy) {
-                let info = cpu.backend.info();
-                let r = record(
-                    PEER,
-                    &info.name,
-                    item,
-                    &ON_CPU,
-                    Ok(outcome),
-                    &cpu.roof,
-                    None,
-                );
-                progress(i, total, &r);
-                records.push(r);
-            }
-        }
-        if let (Some(peer), Some(cuda)) = (&cublas, cuda) {
-            if let Some(outcome) = peer.run(item, &policy) {
-                let info = cuda.backend.info();
-                let r = record(
-                    GPU_PEER, &info.name, item, &ON_GPU, outcome, &cuda.roof, None,
-                );
-                progress(i, total, &r);
-                records.push(r);
-            }
+            let run = Run {
+                layout,
+                model: model.clone(),
+                prompt: args.n_prompt,
+                policies: &policies,
+            };
+            records.extend(bench_column(col, &run, &peers));
         }
     }
     report::compare_with_peer(&mut records, PEER, &[BackendKind::Cpu.name()]);
@@ -220,13 +163,266 @@ fn bench(args: Args) -> Result<(), BenchError> {
     write_outputs(&args, &cols, &absent, &records)
 }
 
+/// The measurement policies: each step's repetitions, and the copy roof's and the peers'.
+struct Policies {
+    steps: Policy,
+    single: Policy,
+}
+
+impl Policies {
+    /// With `reps`, exactly that many of each after one warm-up.
+    fn new(reps: Option<usize>) -> Policies {
+        match reps {
+            Some(n) => {
+                let exact = Policy {
+                    warmup: 1,
+                    min_reps: n.max(1),
+                    min_time: Duration::ZERO,
+                    max_reps: n.max(1),
+                    max_time: Duration::MAX,
+                };
+                Policies {
+                    steps: exact,
+                    single: exact,
+                }
+            }
+            None => Policies {
+                steps: Policy {
+                    warmup: 2,
+                    min_reps: 10,
+                    min_time: Duration::from_millis(200),
+                    max_reps: 100,
+                    max_time: Duration::from_secs(5),
+                },
+                single: Policy::default(),
+            },
+        }
+    }
+}
+
+/// What one backend times of one model.
+struct Run<'a> {
+    layout: Layout,
+    model: Arc<Model>,
+    prompt: u32,
+    policies: &'a Policies,
+}
+
+/// The peers a backend's nodes are timed beside.
+struct Peers<'a> {
+    /// The gemm crate beside the CPU's prompt products.
+    gemm: bool,
+    /// cuBLAS beside the cuda backend's prompt products on matrix tiles.
+    cublas: Option<&'a cublas_peer::CublasPeer>,
+}
+
+/// A node as the bench timed it.
+struct Timed {
+    step: String,
+    node: &'static str,
+    kernel: String,
+    shape: String,
+    bytes: u64,
+    flops: u64,
+    product: Option<nodes::Product>,
+    stats: Stats,
+}
+
+/// Times every node of `run`'s steps on `col`, between two copy roofs, with the peers beside
+/// the nodes they compare with: the copy's record first, then each step's nodes in order
+/// and the step's sum.
+fn bench_column(col: &mut Column, run: &Run<'_>, peers: &Peers<'_>) -> Vec<Record> {
+    let backend = col.backend.clone();
+    let device = backend.info().name.clone();
+    let roof = || match roof::measure(backend.as_ref(), &run.policies.single) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("{}: no copy roof: {e}", col.name);
+            None
+        }
+    };
+    let before = roof();
+    let timed = time_model(run, backend.clone());
+    let after = roof();
+    let gbps = match (&before, &after) {
+        (Some(b), Some(a)) => Some((b.gbps + a.gbps) / 2.0),
+        (Some(r), None) | (None, Some(r)) => Some(r.gbps),
+        (None, None) => None,
+    };
+    col.roof = gbps.ok_or_else(|| "no copy roof".to_string());
+    let base = |step: &str, node: &str, kernel: String, shape: String| Record {
+        backend: col.name.clone(),
+        device: device.clone(),
+        model: run.layout.name().into(),
+        step: step.into(),
+        node: node.into(),
+        kernel,
+        shape,
+        bytes: 0,
+        flops: 0,
+        timing: None,
+        adjacent_roofs_gbps: before
+            .as_ref()
+            .zip(after.as_ref())
+            .map(|(b, a)| [b.gbps, a.gbps]),
+        skipped: None,
+    };
+    let roof_gbps = gbps.unwrap_or(f64::NAN);
+    let mut out = vec![];
+    if let Some(r) = before.as_ref().or(after.as_ref()) {
+        let copy = Record {
+            bytes: 2 * r.bytes,
+            ..base(
+                "-",
+                "copy",
+                "copy_f32".into(),
+                format!("{} MiB", r.bytes >> 20),
+            )
+        };
+        eprintln!("{}: copy {:.2} GB/s", col.name, roof_gbps);
+        out.push(with_timing(copy, &r.stats, roof_gbps));
+    }
+    let timed = match timed {
+        Ok(t) => t,
+        Err(why) => {
+            eprintln!("{} {}: skipped: {why}", col.name, run.layout.name());
+            out.push(Record {
+                skipped: Some(why),
+                ..base("-", "-", String::new(), String::new())
+            });
+            return out;
+        }
+    };
+    for t in &timed {
+        let r = Record {
+            bytes: t.bytes,
+            flops: t.flops,
+            ..base(&t.step, t.node, t.kernel.clone(), t.shape.clone())
+        };
+        let r = with_timing(r, &t.stats, roof_gbps);
+        progress(&r);
+        out.push(r);
+        let Some(p) = t.product.filter(|p| p.m > 1) else {
+            continue;
+        };
+        let peer = if peers.gemm {
+            let (m, n, k) = (p.m as usize, p.n as usize, p.k as usize);
+            let stats = Ok(peer::matmul(&run.policies.single, m, n, k));
+            let bytes = peer::matmul_bytes(p.m, p.n, p.k);
+            Some((PEER, "gemm crate, f32", bytes, stats))
+        } else if let Some(cublas) = peers.cublas.filter(|_| p.tiles) {
+            let stats = cublas.product(&run.policies.single, (p.m, p.n, p.k));
+            let bytes = cublas_peer::product_bytes(p.m, p.n, p.k);
+            Some((GPU_PEER, "cublasGemmEx, f16", bytes, stats))
+        } else {
+            None
+        };
+        if let Some((name, kernel, bytes, stats)) = peer {
+            let r = Record {
+                backend: name.into(),
+                bytes,
+                flops: t.flops,
+                ..base(&t.step, t.node, kernel.into(), t.shape.clone())
+            };
+            let r = match stats {
+                Ok(s) => with_timing(r, &s, roof_gbps),
+                Err(why) => Record {
+                    skipped: Some(why),
+                    ..r
+                },
+            };
+            progress(&r);
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// The executor on `backend` for `run`'s model: every node of its decode step and its prompt
+/// step timed ([`nodes::time_step`]), with its kernel, bytes and flops, the nodes of one kind
+/// pooled over the layers, each step followed by its sum.
+fn time_model(run: &Run<'_>, backend: Arc<dyn Backend>) -> Result<Vec<Timed>, String> {
+    let name = backend.name();
+    let mut p =
+        steps::prepare(run.model.clone(), backend, run.prompt).map_err(|e| e.to_string())?;
+    for note in p.engine.placement_notes() {
+        eprintln!("{name} {}: {note}", run.layout.name());
+    }
+    let mut out = vec![];
+    for i in 0..p.steps.len() {
+        let samples =
+            nodes::time_step(&mut p, i, &run.policies.steps).map_err(|e| e.to_string())?;
+        let (e, st) = (&p.engine, &p.steps[i]);
+        let summary = |s: &[Duration]| Stats::of(s).expect("a step takes at least one sample");
+        // The step: the sum of every node's summary.
+        let each: Vec<Stats> = samples.iter().map(|s| summary(s)).collect();
+        let sum = |f: fn(&Stats) -> f64| each.iter().map(f).sum();
+        let total = Timed {
+            step: st.name.clone(),
+            node: "step",
+            kernel: String::new(),
+            shape: format!("{} nodes", st.nodes.len()),
+            bytes: st.nodes.iter().map(|n| e.traffic(n, st.step)).sum(),
+            flops: st.nodes.iter().map(|n| nodes::flops(e, n, st.step)).sum(),
+            product: None,
+            stats: Stats {
+                median_us: sum(|s| s.median_us),
+                min_us: sum(|s| s.min_us),
+                max_us: sum(|s| s.max_us),
+                p10_us: sum(|s| s.p10_us),
+                p90_us: sum(|s| s.p90_us),
+                reps: each.iter().map(|s| s.reps).min().unwrap_or(0),
+            },
+        };
+        // The nodes of one kind (label) in every layer pooled, in the order of their first.
+        let mut kinds: Vec<(usize, Vec<Duration>)> = vec![];
+        for (k, (node, s)) in st.nodes.iter().zip(samples).enumerate() {
+            match kinds
+                .iter_mut()
+                .find(|(f, _)| st.nodes[*f].label == node.label)
+            {
+                Some((_, pool)) => pool.extend(s),
+                None => kinds.push((k, s)),
+            }
+        }
+        for (f, pool) in kinds {
+            let node = &st.nodes[f];
+            let kernel = match e.kernel_of(node) {
+                Some((dev, k)) if dev == name => k.to_string(),
+                Some((dev, k)) => format!("{dev}: {k}"),
+                None => "?".into(),
+            };
+            out.push(Timed {
+                step: st.name.clone(),
+                node: node.label,
+                kernel,
+                shape: nodes::shape(e, node, st.step),
+                bytes: e.traffic(node, st.step),
+                flops: nodes::flops(e, node, st.step),
+                product: nodes::product(e, node),
+                stats: summary(&pool),
+            });
+        }
+        out.push(total);
+    }
+    Ok(out)
+}
+
+fn with_timing(r: Record, s: &Stats, roof_gbps: f64) -> Record {
+    Record {
+        timing: Some(Timing::new(s, r.bytes, r.flops, roof_gbps)),
+        ..r
+    }
+}
+
 /// `--model`: pp and tg on every backend that opens, as a table (and Markdown / JSON files).
 fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
     let (columns, absent) = open(&args.backends)?;
     let mut backends: Vec<model::Named> = columns.into_iter().map(|(n, b)| (n, Ok(b))).collect();
     backends.extend(absent.into_iter().map(|(n, why)| (n, Err(why))));
-    let rows = model::run(path, &backends, args.n_prompt, args.n_gen, args.reps)
-        .map_err(BenchError::Model)?;
+    let reps = args.reps.unwrap_or(3);
+    let rows =
+        model::run(path, &backends, args.n_prompt, args.n_gen, reps).map_err(BenchError::Model)?;
     let table = model::table(path, &rows);
     print!("{table}");
     let write = |p: &PathBuf, text: String| {
@@ -251,22 +447,21 @@ fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// The items `--ops` names (all without it); an unknown name is an error that lists the known.
-fn selected(args: &Args) -> Result<Vec<Item>, BenchError> {
-    let all = ops::list();
-    let Some(names) = &args.ops else {
-        return Ok(all);
+/// The layouts `--models` names (all without it); an unknown name is an error that lists the
+/// known.
+fn selected(args: &Args) -> Result<Vec<Layout>, BenchError> {
+    let Some(names) = &args.models else {
+        return Ok(Layout::ALL.to_vec());
     };
-    let mut known: Vec<&str> = all.iter().map(|i| i.op.name()).collect();
-    known.sort_unstable();
-    known.dedup();
-    if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
-        return Err(BenchError::UnknownOp(bad.clone(), known.join(", ")));
-    }
-    Ok(all
-        .into_iter()
-        .filter(|i| names.iter().any(|n| n == i.op.name()))
-        .collect())
+    names
+        .iter()
+        .map(|n| {
+            Layout::parse(n).ok_or_else(|| {
+                let known: Vec<&str> = Layout::ALL.iter().map(|l| l.name()).collect();
+                BenchError::UnknownModel(n.clone(), known.join(", "))
+            })
+        })
+        .collect()
 }
 
 type Opened = (Vec<(String, Arc<dyn Backend>)>, Vec<(String, String)>);
@@ -287,186 +482,14 @@ fn open(names: &[String]) -> Result<Opened, BenchError> {
     Ok((ok, absent))
 }
 
-/// The name of the f16 view of a matvec's weights, which the executor binds to the weights'
-/// own memory: binding a copy instead would read every block's cache lines twice.
-const WEIGHTS_F16_VIEW: (&str, &str) = ("w16", "w");
-
-/// The variants the peers' records count their bytes in: f32 operands, the gemm crate on the
-/// CPU, cuBLAS on a GPU.
-const ON_CPU: Variant = Variant {
-    kv: Float::F32,
-    matvec: None,
-    cpu_walks: true,
-};
-const ON_GPU: Variant = Variant {
-    cpu_walks: false,
-    ..ON_CPU
-};
-
-/// Whether an item runs on rotated weights against the roofs measured around it (module
-/// documentation): the quantized GEMVs, whose target is a fraction of the copy roof. Float
-/// GEMVs keep one copy of their weights (in the cache where it fits), as their peers, the
-/// gemm crate and cuBLAS, run: a ratio between the two is taken alike.
-fn rotates(op: &Op) -> bool {
-    match *op {
-        Op::Matvec { ty, .. } => ty.is_quantized(),
-        Op::MatvecQ8 { .. } => true,
-        _ => false,
-    }
-}
-
-/// Copies of `weights` bytes that add up to at least `roof_bytes`, the size of each of the
-/// copy roof's buffers (256 MiB: 8× the 2-core VM's 32 MiB L3, 5× an H100's 50 MB L2).
-fn weight_copies(weights: usize, roof_bytes: u64) -> usize {
-    (roof_bytes as usize).div_ceil(weights.max(1)).max(1)
-}
-
-/// Runs `run` and, where `adjacent`, measures `col`'s copy roof just before and just after
-/// it; `None` where it does not, or a measurement fails (then the run's first roof stands).
-fn between_roofs<T>(
-    col: &Column,
-    adjacent: bool,
-    policy: &Policy,
-    run: impl FnOnce() -> T,
-) -> (T, Option<[f64; 2]>) {
-    if !adjacent || col.roof.is_err() {
-        return (run(), None);
-    }
-    let roof = || match roof::measure(col.backend.as_ref(), policy) {
-        Ok(r) => Some(r.gbps),
-        Err(e) => {
-            eprintln!("{}: no copy roof beside an item: {e}", col.name);
-            None
-        }
-    };
-    let before = roof();
-    let out = run();
-    let after = roof();
-    (out, before.zip(after).map(|(b, a)| [b, a]))
-}
-
-fn measure_on<'c>(
-    backend: &dyn Backend,
-    case: &'c Case,
-    policy: &Policy,
-    rotate: bool,
-) -> Result<Stats, String> {
-    let kernel = trine_conformance::kernel_for(case, backend.info())
-        .map_err(|what| Skip::NoKernel(format!("the device lacks {what}")).to_string())?;
-    let weights = case
-        .buffers
-        .iter()
-        .position(|w| w.name == WEIGHTS_F16_VIEW.1);
-    let copies = match weights {
-        Some(i) if rotate => {
-            let roof_bytes = roof::buffer_bytes(backend.info().max_binding_bytes);
-            weight_copies(case.buffers[i].data.len(), roof_bytes)
-        }
-        _ => 1,
-    };
-    let slot = |b: &'c CaseBuffer| match weights {
-        Some(i) if b.name == WEIGHTS_F16_VIEW.0 => Slot::SameAs(i),
-        Some(_) if b.name == WEIGHTS_F16_VIEW.1 && copies > 1 => Slot::Rotated(&b.data),
-        _ => Slot::Data(&b.data),
-    };
-    let work = Work {
-        kernel,
-        grid: case.grid_for(kernel),
-        params: &case.params,
-        buffers: case
-            .buffers
-            .iter()
-            .map(|b| (b.name.as_str(), slot(b)))
-            .collect(),
-        copies,
-    };
-    exec::time(backend, &work, policy).map_err(|e| e.to_string())
-}
-
-/// The `gemm` crate on the items it computes: f32 and f16 GEMV, f32 matmul.
-fn run_peer(item: &Item, policy: &Policy) -> Option<Stats> {
-    match item.op {
-        Op::Matvec { ty, rows, cols } if matches!(ty, WeightType::F32 | WeightType::F16) => Some(
-            peer::gemv(policy, ty == WeightType::F16, rows as usize, cols as usize),
-        ),
-        Op::Matmul {
-            b: Float::F32,
-            m,
-            n,
-            k,
-        } => Some(peer::matmul(policy, m as usize, n as usize, k as usize)),
-        _ => None,
-    }
-}
-
-/// The record of `item` measured on `backend` in variant `v`, its roof fraction taken against
-/// the mean of the `adjacent` roofs where there are, the run's `roof` otherwise.
-fn record(
-    backend: &str,
-    device: &str,
-    item: &Item,
-    v: &Variant,
-    outcome: Result<Stats, String>,
-    roof: &Result<f64, String>,
-    adjacent: Option<[f64; 2]>,
-) -> Record {
-    let (bytes, flops) = (item.op.bytes(v.kv, v.cpu_walks), item.op.flops());
-    let roof = match adjacent {
-        Some([before, after]) => (before + after) / 2.0,
-        None => *roof.as_ref().unwrap_or(&f64::NAN),
-    };
-    let (timing, skipped) = match outcome {
-        Ok(s) => (Some(Timing::new(&s, bytes, flops, roof)), None),
-        Err(why) => (None, Some(why)),
-    };
-    Record {
-        backend: backend.into(),
-        device: device.into(),
-        model: item.model.name().into(),
-        op: item.op.name().into(),
-        shape: item.op.shape(),
-        dtype: item.op.dtype(v.kv),
-        bytes,
-        flops,
-        timing,
-        adjacent_roofs_gbps: adjacent,
-        skipped,
-    }
-}
-
-fn roof_record(name: &str, backend: &dyn Backend, r: &roof::Roof) -> Record {
-    Record {
-        backend: name.into(),
-        device: backend.info().name.clone(),
-        model: "-".into(),
-        op: "copy".into(),
-        shape: format!("{} MiB", r.bytes >> 20),
-        dtype: "f32".into(),
-        bytes: 2 * r.bytes,
-        flops: 0,
-        timing: Some(Timing::new(&r.stats, 2 * r.bytes, 0, r.gbps)),
-        adjacent_roofs_gbps: None,
-        skipped: None,
-    }
-}
-
-fn progress(i: usize, total: usize, r: &Record) {
+fn progress(r: &Record) {
     let what = match (&r.timing, &r.skipped) {
         (Some(t), _) => format!("{:.1} µs ({} reps)", t.median_us, t.reps),
         (None, why) => format!("skipped: {}", why.as_deref().unwrap_or("")),
     };
-    let roofs = match r.adjacent_roofs_gbps {
-        Some([before, after]) => format!(", copy {before:.2} GB/s before, {after:.2} after"),
-        None => String::new(),
-    };
     eprintln!(
-        "[{}/{total}] {} {} {} {} {}: {what}{roofs}",
-        i + 1,
-        r.op,
-        r.model,
-        r.shape,
-        r.dtype,
-        r.backend
+        "{} {} {} {} {}: {what}",
+        r.backend, r.model, r.step, r.node, r.kernel
     );
 }
 
@@ -541,27 +564,20 @@ fn utc(secs: u64) -> String {
 mod tests {
     use super::*;
 
-    /// Quantized GEMVs rotate their weights; float GEMVs (which have peers) and the rest keep
-    /// one copy.
+    /// `--reps N` takes exactly N repetitions of each step, roof and peer after one warm-up.
     #[test]
-    fn what_rotates_and_how_many_copies() {
-        let gemv = |ty| Op::Matvec {
-            ty,
-            rows: 4096,
-            cols: 4096,
-        };
-        assert!(rotates(&gemv(WeightType::Q4_0)) && !rotates(&gemv(WeightType::F32)));
-        let q8 = Op::MatvecQ8 {
-            ty: WeightType::Q4_1,
-            rows: 4096,
-            cols: 4096,
-        };
-        assert!(rotates(&q8) && !rotates(&Op::Add { n: 4096 }));
-        // 4096 × 4096 Q4_0 in the CPUs' layout, 10.5 MB: 26 copies make 256 MiB.
-        assert_eq!(weight_copies(4096 * 128 * 20, 256 << 20), 26);
-        // Weights as large as the copy's buffer or larger: one copy.
-        assert_eq!(weight_copies(256 << 20, 256 << 20), 1);
-        assert_eq!(weight_copies(300 << 20, 256 << 20), 1);
+    fn reps_make_exact_policies() {
+        let p = Policies::new(Some(3));
+        for q in [p.steps, p.single] {
+            assert_eq!((q.warmup, q.min_reps, q.max_reps), (1, 3, 3));
+        }
+        let mut calls = 0;
+        let s = measure::measure(&p.steps, || {
+            calls += 1;
+            Ok::<_, ()>(Duration::from_secs(1))
+        })
+        .unwrap();
+        assert_eq!((s.reps, calls), (3, 4));
     }
 
     #[test]

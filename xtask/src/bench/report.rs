@@ -1,4 +1,4 @@
-//! The results: one record per (op, shape, dtype, backend), printed as a terminal table,
+//! The results: one record per (model, step, node, backend), printed as a terminal table,
 //! written as a JSON array or as a Markdown page with a header saying where they come from.
 
 use super::measure::Stats;
@@ -16,7 +16,7 @@ pub struct Timing {
     /// `gbps` over this backend's copy bandwidth.
     pub roof_fraction: f64,
     /// The peer's median time over this one (above 1: faster than the peer), where the peer
-    /// ran the same op, shape and dtype.
+    /// ran the same node's work.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vs_peer: Option<f64>,
 }
@@ -48,15 +48,21 @@ pub struct Record {
     pub backend: String,
     pub device: String,
     pub model: String,
-    pub op: String,
+    /// `tg` (a decode step) or `pp512` (a prompt step of 512 tokens).
+    pub step: String,
+    /// The node's label in the graph (`attn_qkv`, `ffn_down`, …), `copy` for the roof and
+    /// `step` for the sum of a step's nodes.
+    pub node: String,
+    /// The kernel the device compiled for the node (`backend: kernel` where the executor
+    /// placed it on another device), or what a peer ran.
+    pub kernel: String,
     pub shape: String,
-    pub dtype: String,
     pub bytes: u64,
     pub flops: u64,
     #[serde(flatten)]
     pub timing: Option<Timing>,
-    /// The copy roof measured just before and just after this item (GB/s), where its roof
-    /// fraction is taken against their mean instead of the run's first roof.
+    /// The copy roof measured just before and just after this backend timed this model's
+    /// steps (GB/s): the roof fraction is taken against their mean.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adjacent_roofs_gbps: Option<[f64; 2]>,
     /// Why there is no timing.
@@ -66,7 +72,7 @@ pub struct Record {
 
 impl Record {
     fn key(&self) -> (&str, &str, &str) {
-        (&self.op, &self.shape, &self.dtype)
+        (&self.model, &self.step, &self.node)
     }
 }
 
@@ -96,8 +102,8 @@ impl Timer {
     }
 }
 
-/// Fills every record's `vs_peer` from the `peer` backend's records of the same op, shape and
-/// dtype, for the `backends` timed with the same kind of clock as the peer ([`Timer`]); the
+/// Fills every record's `vs_peer` from the `peer` backend's records of the same model, step
+/// and node, for the `backends` timed with the same kind of clock as the peer ([`Timer`]); the
 /// others keep none, whatever the caller lists.
 pub fn compare_with_peer(records: &mut [Record], peer: &str, backends: &[&str]) {
     let peers: Vec<(String, String, String, f64)> = records
@@ -105,7 +111,7 @@ pub fn compare_with_peer(records: &mut [Record], peer: &str, backends: &[&str]) 
         .filter(|r| r.backend == peer)
         .filter_map(|r| {
             let t = r.timing.as_ref()?;
-            Some((r.op.clone(), r.shape.clone(), r.dtype.clone(), t.median_us))
+            Some((r.model.clone(), r.step.clone(), r.node.clone(), t.median_us))
         })
         .collect();
     for r in records.iter_mut().filter(|r| {
@@ -120,10 +126,12 @@ pub fn compare_with_peer(records: &mut [Record], peer: &str, backends: &[&str]) 
     }
 }
 
-const HEADER: [&str; 11] = [
-    "op",
+const HEADER: [&str; 13] = [
+    "model",
+    "step",
+    "node",
     "shape",
-    "dtype",
+    "kernel",
     "backend",
     "median µs",
     "min–max µs",
@@ -136,9 +144,11 @@ const HEADER: [&str; 11] = [
 
 fn cells(r: &Record) -> Vec<String> {
     let mut row = vec![
-        r.op.clone(),
-        format!("{} {}", r.model, r.shape),
-        r.dtype.clone(),
+        r.model.clone(),
+        r.step.clone(),
+        r.node.clone(),
+        r.shape.clone(),
+        r.kernel.clone(),
         r.backend.clone(),
     ];
     match (&r.timing, &r.skipped) {
@@ -146,13 +156,11 @@ fn cells(r: &Record) -> Vec<String> {
             format!("{:.1}", t.median_us),
             format!("{:.1}–{:.1}", t.min_us, t.max_us),
             format!("{:.2}", t.gbps),
-            format!("{:.2}", t.gflops),
-            match r.adjacent_roofs_gbps {
-                Some([before, after]) => {
-                    format!("{:.2} (of {before:.1}, {after:.1})", t.roof_fraction)
-                }
-                None => format!("{:.2}", t.roof_fraction),
+            match r.flops {
+                0 => String::new(),
+                _ => format!("{:.2}", t.gflops),
             },
+            format!("{:.2}", t.roof_fraction),
             t.vs_peer.map_or(String::new(), |v| format!("{v:.2}×")),
             t.reps.to_string(),
         ]),
@@ -202,7 +210,7 @@ pub struct Context {
 
 pub fn markdown(ctx: &Context, records: &[Record]) -> String {
     let mut out = format!(
-        "# Op-by-op bench\n\nDate: {}\n\nCommand: `{}`\n\n| backend | device | driver | copy roof |\n| --- | --- | --- | --- |\n",
+        "# Node-by-node bench\n\nDate: {}\n\nCommand: `{}`\n\n| backend | device | driver | copy roof |\n| --- | --- | --- | --- |\n",
         ctx.date, ctx.command
     );
     for (b, dev, drv, roof) in &ctx.backends {
@@ -213,16 +221,19 @@ pub fn markdown(ctx: &Context, records: &[Record]) -> String {
     }
     let _ = writeln!(
         out,
-        "\nTimes are medians; GB/s counts inputs read and outputs written once; roof is the \
-         fraction of the backend's f32 copy bandwidth, measured at the start of the run or, \
-         where two bandwidths follow it in GB/s, their mean: copies measured just before and \
-         just after the item, whose weights rotate through copies that add up to the copy's \
-         buffer (quantized GEMVs); vs peer is the peer's time over this one \
+        "\nEach node of the executor's decode step (tg, at the position after the prompt) and \
+         prompt step (ppN) on a synthetic model of one layer, timed as the executor \
+         dispatches it, the step repeated; times are medians; GB/s counts each tensor the \
+         node binds read or written once (weights whole, the KV cache up to the step's last \
+         position); roof is the fraction of the backend's f32 copy bandwidth, the mean of \
+         copies measured just before and just after the backend timed the model (the copy \
+         rows); step is the sum of a step's nodes. vs peer is the peer's time over this one \
          (above 1: faster than the peer), each timed with the same kind of clock: the gemm \
-         crate's for cpu (host clock), cuBLAS's for cuda (CUDA events on the same GPU), and \
-         for wgpu the vulkan (ash) column's (timestamp queries): the same kernel's module on \
-         the same device, so below 1 is what the portable path costs. vulkan has no peer: \
-         cuBLAS is timed with CUDA events, not Vulkan timestamps.\n"
+         crate's f32 product for cpu's prompt products (host clock), cuBLAS's f16 product \
+         for cuda's prompt products on matrix tiles (CUDA events on the same GPU), and for \
+         wgpu the vulkan (ash) column's node (timestamp queries): the same kernel's module \
+         on the same device, so below 1 is what the portable path costs. vulkan has no \
+         peer: cuBLAS is timed with CUDA events, not Vulkan timestamps.\n"
     );
     let _ = writeln!(out, "| {} |", HEADER.join(" | "));
     let _ = writeln!(out, "|{}", " --- |".repeat(HEADER.len()));
@@ -253,9 +264,10 @@ mod tests {
             backend: backend.into(),
             device: "dev".into(),
             model: "smollm2-135m".into(),
-            op: "matvec".into(),
-            shape: "576x576".into(),
-            dtype: "f32".into(),
+            step: "tg".into(),
+            node: "attn_output".into(),
+            kernel: "matvec_q4_1".into(),
+            shape: "1x576x576".into(),
             bytes: 2_000_000,
             flops: 663_552,
             timing: Some(Timing::new(&stats, 2_000_000, 663_552, 20.0)),
@@ -278,9 +290,11 @@ mod tests {
         for key in [
             "backend",
             "device",
-            "op",
+            "model",
+            "step",
+            "node",
+            "kernel",
             "shape",
-            "dtype",
             "median_us",
             "min_us",
             "max_us",
@@ -339,6 +353,8 @@ mod tests {
         };
         let md = markdown(&ctx, &rs);
         assert!(md.contains("| hip | absent: no device |"));
-        assert!(md.contains("| matvec | smollm2-135m 576x576 | f32 | cpu | 200.0 |"));
+        assert!(md.contains(
+            "| smollm2-135m | tg | attn_output | 1x576x576 | matvec_q4_1 | cpu | 200.0 |"
+        ));
     }
 }

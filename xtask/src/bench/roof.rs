@@ -1,7 +1,7 @@
 //! The bandwidth roof of a backend: an f32 copy kernel over the largest buffer the device binds
 //! (up to 256 MiB), timed like every op. Bandwidth counts the bytes read plus those written.
 
-use super::exec::{self, Skip, Slot, Work};
+use super::exec::{self, Skip, Work};
 use super::measure::{Policy, Stats};
 use trine_backends::Backend;
 use trine_ir::ParamValue;
@@ -40,8 +40,7 @@ pub fn measure(backend: &dyn Backend, policy: &Policy) -> Result<Roof, Skip> {
         kernel: &kernel,
         grid,
         params: &params,
-        buffers: vec![("x", Slot::Data(&x)), ("y", Slot::Data(&y))],
-        copies: 1,
+        buffers: vec![("x", x.as_slice()), ("y", y.as_slice())],
     };
     let stats = exec::time(backend, &work, policy)?;
     Ok(Roof {

@@ -1,0 +1,102 @@
+//! What a bench reads off a node: the kernel its device compiled, and the bytes the node
+//! moves.
+
+use super::Engine;
+use crate::graph::{Load, Node, Op, Step, Tensor};
+use crate::planner::KernelKey;
+use std::collections::HashSet;
+use trine_ops::support::Float;
+
+impl Engine {
+    /// The backend that runs `node` and the name of the kernel it compiled for it (the
+    /// variant that compiled, a fallback where the best one did not); `None` for a node of a
+    /// step this executor was not built for.
+    pub fn kernel_of(&self, node: &Node) -> Option<(&str, &str)> {
+        let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+        let placed = self.placement.programs.get(&key)?;
+        let name = self.placement.kernels.get(&placed.program)?.as_str();
+        Some((self.dev(placed.device).name(), name))
+    }
+
+    /// Bytes node `node` of step `s` reads plus bytes it writes, each tensor it binds counted
+    /// once: weights whole, in the layout its device holds them; the KV cache up to the
+    /// step's last position where the node reads it, the step's positions where it writes
+    /// them; activations for the rows the node takes (a prompt's output head takes one).
+    pub fn traffic(&self, node: &Node, s: Step) -> u64 {
+        let plan = self.plan(node, s);
+        let mut seen = HashSet::new();
+        let reads: u64 = plan
+            .inputs
+            .iter()
+            .chain(&plan.updates)
+            .filter(|&&t| seen.insert(t))
+            .map(|&t| self.tensor_traffic(t, node, s, true))
+            .sum();
+        let mut seen = HashSet::new();
+        let writes: u64 = plan
+            .outputs
+            .iter()
+            .filter(|&&t| seen.insert(t))
+            .map(|&t| self.tensor_traffic(t, node, s, false))
+            .sum();
+        reads + writes
+    }
+
+    /// The bytes of tensor `t` that `node` reads (`read`) or writes.
+    fn tensor_traffic(&self, t: Tensor, node: &Node, s: Step, read: bool) -> u64 {
+        let c = &self.model.config;
+        let rows = u64::from(match node.op {
+            Op::Product { tokens, .. } | Op::Norm { tokens, .. } | Op::Quantize { tokens, .. } => {
+                tokens
+            }
+            Op::PickLast | Op::Argmax => 1,
+            _ => s.tokens,
+        });
+        let f32s = |per_row: u32| rows * u64::from(per_row) * 4;
+        let splits = match node.op {
+            Op::Attention { form, .. } => form.splits(),
+            Op::Combine { splits }
+            | Op::Product {
+                load: Load::Combine { splits },
+                ..
+            } => splits,
+            _ => 1,
+        };
+        let cols = match node.op {
+            Op::Quantize { cols, .. } => cols,
+            Op::Product { w, .. } => self.model.weights.tensors[w].cols,
+            _ => c.n_embd,
+        };
+        match t {
+            // An embedding reads the table's rows of the step's ids.
+            Tensor::Weight(_) if matches!(node.op, Op::Embed { .. }) => {
+                self.bytes(t) * rows / u64::from(c.vocab)
+            }
+            Tensor::Weight(_) | Tensor::Interleaved(_) | Tensor::Plain(_) | Tensor::Freq => {
+                self.bytes(t)
+            }
+            Tensor::Step => 16,
+            Tensor::Ids | Tensor::Token => rows * 4,
+            Tensor::KCache(_) | Tensor::VCache(_) => {
+                let positions = if read { s.pos + s.tokens } else { s.tokens };
+                let elem = if self.shape.kv == Float::F16 { 2 } else { 4 };
+                u64::from(positions) * u64::from(c.kv_dim()) * elem
+            }
+            Tensor::Resid(_) | Tensor::QRot | Tensor::Last | Tensor::Normed | Tensor::Combined => {
+                f32s(c.n_embd)
+            }
+            Tensor::Act => f32s(c.n_ff),
+            Tensor::Logits => f32s(c.vocab),
+            Tensor::Part => f32s(c.n_head * splits * (c.head_dim() + 2)),
+            // The product's rows: gate and up stacked, or Q, K and V.
+            Tensor::Raw => f32s(match node.op {
+                Op::Product { rows, .. } => rows,
+                Op::Swiglu => 2 * c.n_ff,
+                _ => c.n_embd + 2 * c.kv_dim(),
+            }),
+            // A byte per element, and a scale and a sum per block of 32.
+            Tensor::XqWords => rows * u64::from(cols),
+            Tensor::XqScales | Tensor::XqSums => f32s(cols / 32),
+        }
+    }
+}
