@@ -210,3 +210,124 @@ fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionF
         splits,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::builder::Builder;
+    use crate::model::Model;
+    use trine_gguf::synth::{synth_llama, SynthShape};
+    use trine_gguf::{Gguf, TensorType};
+
+    fn tiny() -> Model {
+        let shape = SynthShape {
+            n_embd: 64,
+            n_ff: 128,
+            n_layer: 2,
+            n_head: 4,
+            n_head_kv: 2,
+            vocab: 320,
+            matrices: TensorType::Q4_1,
+            embedding: TensorType::Q8_0,
+        };
+        let bytes = synth_llama(shape, 3).unwrap().to_bytes();
+        Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap()
+    }
+
+    const GPU: Offer = Offer {
+        gpu: true,
+        tiles: false,
+        flash_key_chunks: false,
+    };
+
+    /// A layer of `mode` rope as the Llama blocks build it, fused for a GPU's decode step.
+    fn decode_layer(m: &Model, mode: RopeMode) -> Vec<Node> {
+        let s = Step { tokens: 1, pos: 0 };
+        let mut b = Builder::new(&m.weights, s);
+        b.layer(Some(0));
+        b.attention_block(
+            Tensor::Resid(0),
+            Tensor::Resid(1),
+            &m.weights.layers[0],
+            mode,
+        );
+        fuse(&b.finish(), &m.config, &m.weights, s, GPU).unwrap()
+    }
+
+    /// On a GPU's decode step the attention block is three kernels: the QKV product with the
+    /// norm before it and rope with the cache store after it, split attention, and the output
+    /// projection combining the splits and adding the residual.
+    #[test]
+    fn a_gpu_decode_block_folds_into_its_products() {
+        let m = tiny();
+        let nodes = decode_layer(&m, RopeMode::Normal);
+        let ops: Vec<Op> = nodes.iter().map(|n| n.op).collect();
+        assert_eq!(ops.len(), 3, "{ops:#?}");
+        assert!(matches!(
+            ops[0],
+            Op::Product {
+                load: Load::Norm(_),
+                store: Store::Rope { layer: 0 },
+                y: Tensor::QRot,
+                form: Form::Float,
+                ..
+            }
+        ));
+        assert!(matches!(
+            ops[1],
+            Op::Attention {
+                form: AttentionForm::Split { splits: 8 },
+                ..
+            }
+        ));
+        assert!(matches!(
+            ops[2],
+            Op::Product {
+                load: Load::Combine { splits: 8 },
+                store: Store::Add(Tensor::Resid(0)),
+                y: Tensor::Resid(1),
+                ..
+            }
+        ));
+    }
+
+    /// NeoX rope, which the fused QKV product does not compute, stays a node of its own
+    /// after the product.
+    #[test]
+    fn neox_rope_stays_a_node() {
+        let m = tiny();
+        let nodes = decode_layer(&m, RopeMode::Neox);
+        let ops: Vec<Op> = nodes.iter().map(|n| n.op).collect();
+        assert!(matches!(
+            ops[0],
+            Op::Product {
+                store: Store::None,
+                y: Tensor::Raw,
+                ..
+            }
+        ));
+        assert!(matches!(
+            ops[1],
+            Op::RopeStore {
+                layer: 0,
+                mode: RopeMode::Neox
+            }
+        ));
+    }
+
+    /// An add that follows no product is refused with its name and layer, not run.
+    #[test]
+    fn an_add_without_its_product_is_a_typed_error() {
+        let m = tiny();
+        let s = Step { tokens: 1, pos: 0 };
+        let mut b = Builder::new(&m.weights, s);
+        b.layer(Some(1));
+        b.add(Tensor::Resid(0), Tensor::Resid(1), "stray");
+        match fuse(&b.finish(), &m.config, &m.weights, s, GPU) {
+            Err(ModelError::Unfused { node, layer }) => {
+                assert_eq!((node, layer), ("stray", Some(1)))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
