@@ -155,12 +155,15 @@ impl CpuBackend {
         };
         let mut notes: Vec<String> = note.into_iter().collect();
         if let Engine::Compiled { .. } = engine {
-            notes.push(match crate::cache::cache_dir() {
-                Some(d) => format!(
+            notes.push(match crate::cache::writable_dir() {
+                Ok(d) => format!(
                     "compiled kernels are cached in {}",
                     d.join("cpu-c").display()
                 ),
-                None => "no cache directory (HOME unset): kernels compile at every start".into(),
+                Err(e) => format!(
+                    "kernels compile again at every start: {e}; {}",
+                    crate::cache::Unusable::ADVICE
+                ),
             });
         }
         let ram = sysinfo::total_memory().unwrap_or(0);
