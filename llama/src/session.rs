@@ -9,6 +9,7 @@
 use super::engine::Engine;
 use super::error::ModelError;
 use super::graph::{AttentionForm, Node, Op, Step, Tensor};
+use super::sampler::argmax;
 use serde::Serialize;
 use trine_ops::compare::nmse;
 
@@ -21,7 +22,63 @@ pub struct StepCheck {
     pub tokens: u32,
     pub worst: NodeDiff,
     pub first_over_bound: Option<NodeDiff>,
+    /// Each backend's greedy token from its own logits for the step (its output head on the
+    /// same input); `None` where either's logits are all NaN.
+    pub choices: Option<Choices>,
 }
+
+/// The token each backend of a cross-check would pick greedily after a step, and how close
+/// each one's choice was. Nodes within their bounds can still pick differently where the two
+/// best logits nearly tie; from such a step on, the checked backend's text is not the
+/// checker's.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Choices {
+    pub main: u32,
+    pub checker: u32,
+    /// The main backend's largest logit less its second.
+    pub main_gap: f32,
+    /// The checker's largest logit less its second.
+    pub checker_gap: f32,
+}
+
+impl Choices {
+    fn of(main: &[f32], checker: &[f32]) -> Option<Choices> {
+        Some(Choices {
+            main: argmax(main)?,
+            checker: argmax(checker)?,
+            main_gap: top2_gap(main),
+            checker_gap: top2_gap(checker),
+        })
+    }
+
+    pub fn differ(&self) -> bool {
+        self.main != self.checker
+    }
+}
+
+/// The largest of `v` less the second largest, NaN ignored; 0 for fewer than two values.
+pub fn top2_gap(v: &[f32]) -> f32 {
+    let mut top = [f32::NEG_INFINITY; 2];
+    for &x in v.iter().filter(|x| !x.is_nan()) {
+        if x > top[0] {
+            top = [x, top[0]];
+        } else if x > top[1] {
+            top[1] = x;
+        }
+    }
+    if top[1] == f32::NEG_INFINITY {
+        0.0
+    } else {
+        top[0] - top[1]
+    }
+}
+
+/// The largest top-2 logit gap at which two backends may choose different tokens: with x
+/// quantized to 8 bits for the products (as llama.cpp computes), backends round x's blocks
+/// apart where a value sits on a rounding boundary, which moved SmolLM2's logits by up to
+/// 0.4 in llama.cpp (`tests/tests/llama_greedy.rs`). A parting at a larger gap is a real
+/// difference.
+pub const NEAR_TIE: f32 = 0.5;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NodeDiff {
@@ -124,6 +181,7 @@ impl Session {
         let batch = self.engine.options().max_batch as usize;
         let mut worst: Option<NodeDiff> = None;
         let mut first: Option<NodeDiff> = None;
+        let mut choices = None;
         for chunk in ids.chunks(batch) {
             let s = Step {
                 tokens: chunk.len() as u32,
@@ -156,6 +214,9 @@ impl Session {
                 let (t, range) = node.output(&self.engine.model().config, s);
                 let a = self.engine.read(t, range.clone())?;
                 let b = ch.read(t, range)?;
+                if t == Tensor::Logits {
+                    choices = Choices::of(&a, &b);
+                }
                 let diff = compare(node.label, node.layer, cross_check_bound(node), &a, &b);
                 if first.is_none() && diff.exceeds() {
                     first = Some(diff.clone());
@@ -175,6 +236,7 @@ impl Session {
                 tokens: ids.len() as u32,
                 worst,
                 first_over_bound: first,
+                choices,
             });
         }
         self.steps += 1;
