@@ -21,7 +21,7 @@ use trine::run::{engine_options, open_probed, place, session_on, Choice, RunErro
 use trine_backends::cache;
 use trine_backends::cpu::INTERPRETER_DRIVER;
 use trine_backends::probe::{timeout_from_env, ProbeError};
-use trine_backends::{BackendKind, DeviceInfo};
+use trine_backends::{BackendKind, DeviceInfo, Tier};
 use trine_llama::{
     generate_streaming, GenerateOptions, Interrupted, Model, ModelError, Report, Sampling, Stop,
     NEAR_TIE,
@@ -267,6 +267,14 @@ pub fn run(a: Args) -> Result<ExitCode, GenerateError> {
     );
     for line in &placed.others {
         eprintln!("  passed over {line}");
+    }
+    let info = placed.backend.info();
+    if plan.choice != Choice::Auto && Tier::of(placed.kind, info) == Tier::EmulatedDevice {
+        eprintln!(
+            "note: {} is the CPU behind a GPU driver (a software renderer): the cpu backend's \
+             compiled kernels are faster on the same cores (--backend cpu, or auto)",
+            info.name
+        );
     }
     if plan.checker == Some(placed.kind) {
         return Err(GenerateError::CheckAgainstItself {
