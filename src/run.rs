@@ -157,7 +157,9 @@ pub fn open_choice(
     Ok((placed.backend, placed.others))
 }
 
-/// A session on `backend`, cross-checked node by node on `checker` if given.
+/// A session on `backend`, cross-checked node by node on `checker` if given, with a run of
+/// the checker's own beside it that says where the greedy choices part
+/// ([`Session::with_reference`]).
 pub fn session_on(
     model: &Arc<Model>,
     backend: Arc<dyn Backend>,
@@ -165,11 +167,12 @@ pub fn session_on(
     engine: EngineOptions,
 ) -> Result<Session, RunError> {
     let main = Engine::new(model.clone(), backend, engine)?;
-    let check = match checker {
-        Some(b) => Some(main.checker(b)?),
-        None => None,
+    let Some(b) = checker else {
+        return Ok(Session::new(main, None));
     };
-    Ok(Session::new(main, check))
+    let check = main.checker(b.clone())?;
+    let reference = Engine::new(model.clone(), b, engine)?;
+    Ok(Session::new(main, Some(check)).with_reference(reference))
 }
 
 /// Generates after `prompt` on `backend`, cross-checked node by node on `checker` if given.

@@ -16,6 +16,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use trine_gguf::assets;
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{TensorType, Value as Meta};
 
@@ -507,6 +508,59 @@ fn a_cross_check_reports_the_greedy_choices() {
             || err.contains("but the backends parted at generated token"),
         "{err}"
     );
+}
+
+/// SmolLM2 on Vulkan, cross-checked against the CPU: where the report says the greedy choices
+/// parted is where a plain CPU run's tokens differ from the checked run's, and the CPU's
+/// choice there is the CPU run's token. Nodes within their bounds are no proof of the same
+/// text.
+#[test]
+fn a_cross_check_parts_where_a_run_on_the_checker_writes_another_token() {
+    let Some(model) = assets::for_test(assets::SMOLLM2) else {
+        return;
+    };
+    let args = ["--prompt", "The capital of France is", "-n", "20", "--json"];
+    let checked = run(generate(
+        &model,
+        &[&args[..], &["--backend", "vulkan", "--cross-check", "cpu"]].concat(),
+    ));
+    let err = stderr(&checked);
+    if checked.status.code() == Some(1) && err.contains("backend vulkan is not usable here") {
+        assert!(!required("vulkan"), "{err}");
+        println!("skipped: {err}");
+        return;
+    }
+    assert_eq!(checked.status.code(), Some(0), "{err}");
+    let cpu = run(generate(
+        &model,
+        &[&args[..], &["--backend", "cpu"]].concat(),
+    ));
+    assert_eq!(cpu.status.code(), Some(0), "{}", stderr(&cpu));
+    let tokens = |r: &Value| -> Vec<u64> {
+        let ids = r["generated_tokens"].as_array().unwrap();
+        ids.iter().map(|v| v.as_u64().unwrap()).collect()
+    };
+    let r = json(&checked);
+    let (main, reference) = (tokens(&r), tokens(&json(&cpu)));
+    let shared = main
+        .iter()
+        .zip(&reference)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let steps = r["cross_check"].as_array().unwrap();
+    let parted = steps.iter().position(|c| {
+        let choices = &c["choices"];
+        assert!(choices.is_object(), "a step without choices: {c}");
+        choices["main"] != choices["checker"]
+    });
+    match parted {
+        Some(step) => {
+            println!("parted at generated token {}: {}", step + 1, steps[step]);
+            assert_eq!(step, shared, "main {main:?}, cpu {reference:?}");
+            assert_eq!(steps[step]["choices"]["checker"], reference[step]);
+        }
+        None => assert_eq!(main, reference),
+    }
 }
 
 // 7. TRINE_PROBE_TIMEOUT.

@@ -22,15 +22,18 @@ pub struct StepCheck {
     pub tokens: u32,
     pub worst: NodeDiff,
     pub first_over_bound: Option<NodeDiff>,
-    /// Each backend's greedy token from its own logits for the step (its output head on the
-    /// same input); `None` where either's logits are all NaN.
+    /// Each backend's greedy token after the step, where the session has a run of the
+    /// checker's own ([`Session::with_reference`]); `None` without one, or where either's
+    /// logits are all NaN.
     pub choices: Option<Choices>,
 }
 
-/// The token each backend of a cross-check would pick greedily after a step, and how close
-/// each one's choice was. Nodes within their bounds can still pick differently where the two
-/// best logits nearly tie; from such a step on, the checked backend's text is not the
-/// checker's.
+/// The token each backend would pick greedily after a step, the checked one from its logits,
+/// the checker from a run of its own (its own activations and KV cache, fed the same tokens),
+/// and how close each one's choice was. Nodes within their bounds on the same inputs still
+/// drift apart over the layers and the steps, which is enough to pick differently where the
+/// two best logits nearly tie: the first step where the choices differ is where a run on the
+/// checker writes another text.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Choices {
     pub main: u32,
@@ -109,6 +112,8 @@ impl NodeDiff {
 pub struct Session {
     engine: Engine,
     checker: Option<Engine>,
+    /// A run on the checker's backend with its own state, fed the main run's tokens.
+    reference: Option<Engine>,
     pos: u32,
     steps: usize,
     pub checks: Vec<StepCheck>,
@@ -119,10 +124,19 @@ impl Session {
         Session {
             engine,
             checker,
+            reference: None,
             pos: 0,
             steps: 0,
             checks: vec![],
         }
+    }
+
+    /// With `reference`, an executor of its own on the checker's backend (made with
+    /// [`Engine::new`], not [`Engine::checker`]), fed the same tokens: each cross-checked step
+    /// then also records both runs' greedy choices ([`StepCheck::choices`]).
+    pub fn with_reference(mut self, reference: Engine) -> Session {
+        self.reference = Some(reference);
+        self
     }
 
     pub fn engine(&self) -> &Engine {
@@ -142,6 +156,9 @@ impl Session {
     /// allocated before the first step.
     pub fn prepare(&mut self) -> Result<(), ModelError> {
         self.engine.prepare()?;
+        if let Some(r) = self.reference.as_mut() {
+            r.prepare()?;
+        }
         self.checker.as_mut().map_or(Ok(()), Engine::prepare)
     }
 
@@ -181,7 +198,6 @@ impl Session {
         let batch = self.engine.options().max_batch as usize;
         let mut worst: Option<NodeDiff> = None;
         let mut first: Option<NodeDiff> = None;
-        let mut choices = None;
         for chunk in ids.chunks(batch) {
             let s = Step {
                 tokens: chunk.len() as u32,
@@ -214,9 +230,6 @@ impl Session {
                 let (t, range) = node.output(&self.engine.model().config, s);
                 let a = self.engine.read(t, range.clone())?;
                 let b = ch.read(t, range)?;
-                if t == Tensor::Logits {
-                    choices = Choices::of(&a, &b);
-                }
                 let diff = compare(node.label, node.layer, cross_check_bound(node), &a, &b);
                 if first.is_none() && diff.exceeds() {
                     first = Some(diff.clone());
@@ -228,8 +241,21 @@ impl Session {
                     worst = Some(diff);
                 }
             }
+            if let Some(r) = self.reference.as_mut() {
+                r.check_step(s)?;
+                r.set_ids(chunk, s.pos)?;
+                r.run_step(s)?;
+            }
             self.pos += s.tokens;
         }
+        let choices = match self.reference.as_mut() {
+            Some(r) if worst.is_some() => {
+                let vocab = self.engine.model().config.vocab as usize;
+                let main = self.engine.read(Tensor::Logits, 0..vocab)?;
+                Choices::of(&main, &r.read(Tensor::Logits, 0..vocab)?)
+            }
+            _ => None,
+        };
         if let Some(worst) = worst {
             self.checks.push(StepCheck {
                 step: self.steps,

@@ -60,8 +60,9 @@ pub struct Args {
     #[arg(long, default_value = "auto", value_parser = backends(true))]
     backend: String,
     /// Run this backend in lock-step, each node on the same inputs, and report per step the
-    /// first op whose output differs beyond its bound, and where the two backends' greedy
-    /// choices part. It must be another backend than the one that runs.
+    /// first op whose output differs beyond its bound; and, from a run of its own fed the
+    /// same tokens, where its greedy choice first differs. Another backend than the one that
+    /// runs.
     #[arg(long, value_parser = backends(false))]
     cross_check: Option<String>,
     /// Stop the run at the first step that diverges.
