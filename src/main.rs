@@ -106,8 +106,55 @@ fn doctor(json: bool) -> Result<ExitCode, DoctorError> {
             Err(DoctorError::Output(e))
         };
     }
-    if reports.iter().all(|r| !r.outcome.is_ok()) {
-        return Err(DoctorError::NothingWorks);
-    }
+    anything_works(&reports)?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn anything_works(reports: &[trine::doctor::Report]) -> Result<(), DoctorError> {
+    if reports.iter().any(|r| r.outcome.is_ok()) {
+        Ok(())
+    } else {
+        Err(DoctorError::NothingWorks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trine::doctor::Report;
+    use trine_backends::probe::{ProbeOutcome, Step};
+
+    fn report(kind: BackendKind, outcome: ProbeOutcome) -> Report {
+        Report {
+            kind,
+            outcome,
+            runtime: vec![],
+            advice: vec![],
+        }
+    }
+
+    /// A timeout too short for any probe reports every backend hung: doctor fails then.
+    #[test]
+    fn doctor_fails_where_every_probe_failed() {
+        let hung = |kind| {
+            let outcome = ProbeOutcome::Hung {
+                step: Step::Spawn,
+                device: None,
+            };
+            report(kind, outcome)
+        };
+        let all_hung: Vec<Report> = BackendKind::ALL.into_iter().map(hung).collect();
+        let e = anything_works(&all_hung).unwrap_err();
+        assert_eq!(cmd::Failure::status(&e), 1);
+        assert!(e.to_string().starts_with("no backend works here"), "{e}");
+
+        let cpu = trine_backends::cpu::CpuBackend::interpreter();
+        let cpu = trine_backends::Backend::info(&cpu);
+        let mut some = all_hung;
+        some.push(report(
+            BackendKind::Cpu,
+            ProbeOutcome::Ok(Box::new(cpu.clone())),
+        ));
+        assert!(anything_works(&some).is_ok());
+    }
 }

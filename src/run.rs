@@ -133,8 +133,9 @@ pub fn place(exe: &Path, choice: Choice, timeout: Duration) -> Result<Placed, Ru
              GPU driver running on the CPU"
         }
         Tier::EmulatedDevice => {
-            "auto: no GPU works here, and the cpu backend has no C compiler: a GPU driver \
-             running on the CPU is faster than its interpreter"
+            "auto: no GPU works here, and the cpu backend has no C compiler (gcc or clang, or \
+             TRINE_CC naming one, would make it the fastest): a GPU driver running on the CPU \
+             is faster than its interpreter"
         }
         Tier::Interpreter => "auto: nothing else works here",
     };

@@ -250,7 +250,7 @@ fn a_prompt_longer_than_the_context_is_refused_before_any_work() {
             .env("TRINE_PROBE_TIMEOUT", "30"),
     );
     let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
         err.contains(&format!(
             "error: the prompt is {} tokens, more than the model's context of {CONTEXT}",

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use thiserror::Error;
 use trine::run::{engine_options, open_probed, place, session_on, Choice, RunError};
 use trine_backends::cache;
-use trine_backends::cpu::INTERPRETER_DRIVER;
+use trine_backends::cpu::{INTERPRETED, INTERPRETER_DRIVER};
 use trine_backends::probe::{timeout_from_env, ProbeError};
 use trine_backends::{BackendKind, DeviceInfo, Tier};
 use trine_llama::{
@@ -148,6 +148,7 @@ impl Failure for GenerateError {
         match self {
             GenerateError::ProbeTimeout(_)
             | GenerateError::ModelIsDirectory(_)
+            | GenerateError::PromptTooLong { .. }
             | GenerateError::CheckAgainstItself { .. } => 2,
             _ => 1,
         }
@@ -376,10 +377,14 @@ fn warnings(kind: BackendKind, info: &DeviceInfo) -> Vec<String> {
     let mut w = vec![];
     let interpreted = kind == BackendKind::Cpu && info.driver == INTERPRETER_DRIVER;
     if interpreted {
-        let why = info.notes.first().map_or("", String::as_str);
+        let why = info
+            .notes
+            .iter()
+            .find_map(|n| n.strip_prefix(INTERPRETED))
+            .map_or_else(String::new, |why| format!(":{why}"));
         w.push(format!(
             "the cpu backend interprets its kernels, hundreds of times slower than compiling \
-             them ({why}): install a C compiler (gcc or clang), or set TRINE_CC to one"
+             them{why}; install a C compiler (gcc or clang), or set TRINE_CC to one"
         ));
     }
     let compiles = match kind {

@@ -46,6 +46,9 @@ pub const CPU_SUBGROUP_SIZE: u32 = 8;
 /// having found no working C compiler (or been asked to).
 pub const INTERPRETER_DRIVER: &str = "trine reference interpreter";
 
+/// How the note of a CPU backend that found no working C compiler begins; the reason follows.
+pub const INTERPRETED: &str = "kernels are interpreted (slow):";
+
 /// Bindings a compiled dispatch passes from the stack; kernels with more use the heap.
 const INLINE_BINDINGS: usize = 16;
 
@@ -128,9 +131,7 @@ impl CpuBackend {
             Ok(engine) => CpuBackend::with_engine(engine, None),
             Err(why) => CpuBackend::with_engine(
                 Engine::interpreter(),
-                Some(format!(
-                    "kernels are interpreted (slow): no working C compiler ({why})"
-                )),
+                Some(format!("{INTERPRETED} no working C compiler ({why})")),
             ),
         }
     }
