@@ -211,11 +211,15 @@ fn device_rows(i: &DeviceInfo) -> Vec<(&'static str, String)> {
         (
             "limits",
             format!(
-                "{} shared bytes, {} invocations, {:?} workgroups, {} per binding",
+                "{} shared bytes, {} invocations, {:?} workgroups, {}",
                 i.max_shared_bytes,
                 i.max_invocations,
                 i.max_workgroups,
-                bytes(i.max_binding_bytes.min(1 << 50))
+                match i.max_binding_bytes {
+                    // What a backend without a limit of its own reports (the CPU's).
+                    u64::MAX => "no limit per binding".to_string(),
+                    n => format!("{} per binding", bytes(n)),
+                }
             ),
         ),
         ("timestamps", i.timestamps.to_string()),
@@ -296,6 +300,25 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("vulkan: unavailable: no loader"), "{t}");
+    }
+
+    #[test]
+    fn a_binding_without_a_limit_says_so() {
+        let mut info =
+            trine_backends::Backend::info(&trine_backends::cpu::CpuBackend::interpreter()).clone();
+        info.max_binding_bytes = u64::MAX;
+        let limits = |i: &DeviceInfo| {
+            device_rows(i)
+                .into_iter()
+                .find(|(k, _)| *k == "limits")
+                .map(|(_, v)| v)
+                .unwrap()
+        };
+        let l = limits(&info);
+        assert!(l.ends_with(", no limit per binding"), "{l}");
+        info.max_binding_bytes = 128 << 20;
+        let l = limits(&info);
+        assert!(l.ends_with(", 128 MiB per binding"), "{l}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ mod cmd;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use trine_backends::hip;
-use trine_backends::probe::{self, timeout_from_env};
+use trine_backends::probe::{self, timeout_from_env, ProbeError, TIMEOUT_ENV};
 use trine_backends::BackendKind;
 
 #[derive(Parser)]
@@ -46,9 +46,9 @@ fn main() -> ExitCode {
     #[cfg(unix)]
     trine_backends::vulkan::ensure_runtime_dir();
     match Cli::parse().command {
-        Command::Doctor { json } => doctor(json),
-        Command::Generate(a) => report(cmd::generate::run(a)),
-        Command::SynthModel(a) => report(cmd::synth::run(a)),
+        Command::Doctor { json } => cmd::finish(doctor(json)),
+        Command::Generate(a) => cmd::finish(cmd::generate::run(a)),
+        Command::SynthModel(a) => cmd::finish(cmd::synth::run(a)),
         Command::Probe { backend } => match BackendKind::parse(&backend) {
             Some(kind) => probe::child_main(kind),
             None => {
@@ -60,37 +60,101 @@ fn main() -> ExitCode {
     }
 }
 
-fn report(r: Result<ExitCode, String>) -> ExitCode {
-    r.unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        ExitCode::FAILURE
-    })
+#[derive(Debug, thiserror::Error)]
+enum DoctorError {
+    #[error("cannot find this program's own path to probe with: {0}")]
+    OwnPath(std::io::Error),
+    #[error(transparent)]
+    ProbeTimeout(#[from] ProbeError),
+    #[error("writing to stdout: {0}")]
+    Output(std::io::Error),
+    #[error(
+        "no backend works here: every probe failed (each one's reason is in the report); with \
+         {TIMEOUT_ENV} set, a probe may need longer than it allows"
+    )]
+    NothingWorks,
 }
 
-fn doctor(json: bool) -> ExitCode {
-    let exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: cannot find this program's own path to probe with: {e}");
-            return ExitCode::FAILURE;
+impl cmd::Failure for DoctorError {
+    fn status(&self) -> u8 {
+        match self {
+            DoctorError::ProbeTimeout(_) => 2,
+            _ => 1,
         }
-    };
-    let timeout = match timeout_from_env() {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let reports = trine::doctor::diagnose(&exe, timeout);
-    if json {
-        let v = trine::doctor::to_json(&reports);
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&v).unwrap_or_else(|e| e.to_string())
-        );
-    } else {
-        print!("{}", trine::doctor::to_text(&reports));
     }
-    ExitCode::SUCCESS
+}
+
+/// Probes every backend and prints what it found; fails where no backend works, which a
+/// script running `trine doctor` first can test.
+fn doctor(json: bool) -> Result<ExitCode, DoctorError> {
+    let exe = std::env::current_exe().map_err(DoctorError::OwnPath)?;
+    let timeout = timeout_from_env()?;
+    let reports = trine::doctor::diagnose(&exe, timeout);
+    let text = if json {
+        let v = trine::doctor::to_json(&reports);
+        format!(
+            "{}\n",
+            serde_json::to_string_pretty(&v).unwrap_or_else(|e| e.to_string())
+        )
+    } else {
+        trine::doctor::to_text(&reports)
+    };
+    if let Err(e) = cmd::out::write(&text) {
+        return if cmd::out::closed(&e) {
+            Ok(ExitCode::SUCCESS)
+        } else {
+            Err(DoctorError::Output(e))
+        };
+    }
+    anything_works(&reports)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn anything_works(reports: &[trine::doctor::Report]) -> Result<(), DoctorError> {
+    if reports.iter().any(|r| r.outcome.is_ok()) {
+        Ok(())
+    } else {
+        Err(DoctorError::NothingWorks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trine::doctor::Report;
+    use trine_backends::probe::{ProbeOutcome, Step};
+
+    fn report(kind: BackendKind, outcome: ProbeOutcome) -> Report {
+        Report {
+            kind,
+            outcome,
+            runtime: vec![],
+            advice: vec![],
+        }
+    }
+
+    /// A timeout too short for any probe reports every backend hung: doctor fails then.
+    #[test]
+    fn doctor_fails_where_every_probe_failed() {
+        let hung = |kind| {
+            let outcome = ProbeOutcome::Hung {
+                step: Step::Spawn,
+                device: None,
+            };
+            report(kind, outcome)
+        };
+        let all_hung: Vec<Report> = BackendKind::ALL.into_iter().map(hung).collect();
+        let e = anything_works(&all_hung).unwrap_err();
+        assert_eq!(cmd::Failure::status(&e), 1);
+        assert!(e.to_string().starts_with("no backend works here"), "{e}");
+
+        let cpu = trine_backends::cpu::CpuBackend::interpreter();
+        let cpu = trine_backends::Backend::info(&cpu);
+        let mut some = all_hung;
+        some.push(report(
+            BackendKind::Cpu,
+            ProbeOutcome::Ok(Box::new(cpu.clone())),
+        ));
+        assert!(anything_works(&some).is_ok());
+    }
 }

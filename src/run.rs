@@ -7,21 +7,31 @@ use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 use trine_backends::probe::{probe, ProbeOutcome};
-use trine_backends::{open_best, Backend, BackendKind};
+use trine_backends::{open_best, Backend, BackendKind, Tier};
 use trine_llama::{
     generate, Engine, EngineOptions, GenerateOptions, Model, ModelError, Report, Session,
 };
 
 #[derive(Debug, Error)]
 pub enum RunError {
-    #[error("unknown backend {0:?} (expected auto, cpu, vulkan, hip or cuda)")]
-    UnknownBackend(String),
+    #[error("unknown backend {name:?} (expected auto, {})", names())]
+    UnknownBackend { name: String },
     #[error("backend {kind} is not usable here: {why}")]
     Unusable { kind: BackendKind, why: String },
     #[error(transparent)]
     Placement(#[from] trine_backends::PlacementError),
     #[error(transparent)]
     Model(#[from] ModelError),
+}
+
+/// Every backend's name, in placement order, as a list in words: "cuda, hip, vulkan, wgpu or
+/// cpu".
+pub fn names() -> String {
+    let names: Vec<&str> = BackendKind::ALL.iter().map(|k| k.name()).collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.join(""),
+    }
 }
 
 /// `auto` (the best backend that works, in placement order) or one backend.
@@ -38,7 +48,9 @@ impl Choice {
         }
         BackendKind::parse(s)
             .map(Choice::Kind)
-            .ok_or_else(|| RunError::UnknownBackend(s.to_string()))
+            .ok_or_else(|| RunError::UnknownBackend {
+                name: s.to_string(),
+            })
     }
 }
 
@@ -69,6 +81,72 @@ pub fn probe_and_open(
     trine_backends::open(kind).map_err(|e| e.to_string())
 }
 
+/// The backend a choice opened, and why.
+pub struct Placed {
+    pub backend: Arc<dyn Backend>,
+    pub kind: BackendKind,
+    /// Why this one: "--backend asked for it", or what `auto` prefers.
+    pub why: String,
+    /// For `auto`, one line per other backend: why it was not chosen.
+    pub others: Vec<String>,
+}
+
+/// Opens the backend `choice` names, saying why it was chosen and, for `auto`, why each other
+/// one was not.
+pub fn place(exe: &Path, choice: Choice, timeout: Duration) -> Result<Placed, RunError> {
+    let kind = match choice {
+        Choice::Kind(kind) => {
+            return Ok(Placed {
+                backend: open_probed(exe, kind, timeout)?,
+                kind,
+                why: "as --backend asked".into(),
+                others: vec![],
+            })
+        }
+        Choice::Auto => BackendKind::ALL,
+    };
+    let (backend, probes) = open_best(exe, &kind, timeout)?;
+    let chosen = probes
+        .iter()
+        .find(|(k, _)| k.name() == backend.name())
+        .map(|(k, _)| *k)
+        .unwrap_or(BackendKind::Cpu);
+    let tier = Tier::of(chosen, backend.info());
+    let others = probes
+        .iter()
+        .filter(|(k, _)| *k != chosen)
+        .map(|(k, o)| match o {
+            ProbeOutcome::Ok(info) => {
+                let why = match Tier::of(*k, info) {
+                    t if t == tier => Tier::Device.why_later(),
+                    t => t.why_later(),
+                };
+                format!("{k} ({}) works, but comes after {chosen}: {why}", info.name)
+            }
+            other => format!("{k}: {other}"),
+        })
+        .collect();
+    let why = match tier {
+        Tier::Device => "auto: the first GPU in placement order that works here",
+        Tier::Cpu => {
+            "auto: no GPU works here, and the cpu backend's compiled kernels are faster than a \
+             GPU driver running on the CPU"
+        }
+        Tier::EmulatedDevice => {
+            "auto: no GPU works here, and the cpu backend has no C compiler (gcc or clang, or \
+             TRINE_CC naming one, would make it the fastest): a GPU driver running on the CPU \
+             is faster than its interpreter"
+        }
+        Tier::Interpreter => "auto: nothing else works here",
+    };
+    Ok(Placed {
+        backend,
+        kind: chosen,
+        why: why.into(),
+        others,
+    })
+}
+
 /// Opens the backend `choice` names; for `auto`, also one line per backend that was passed
 /// over, saying why.
 pub fn open_choice(
@@ -76,18 +154,26 @@ pub fn open_choice(
     choice: Choice,
     timeout: Duration,
 ) -> Result<(Arc<dyn Backend>, Vec<String>), RunError> {
-    match choice {
-        Choice::Kind(kind) => Ok((open_probed(exe, kind, timeout)?, vec![])),
-        Choice::Auto => {
-            let (backend, probes) = open_best(exe, &BackendKind::ALL, timeout)?;
-            let skipped = probes
-                .iter()
-                .take_while(|(k, _)| k.name() != backend.name())
-                .map(|(k, o)| format!("{k}: {o}"))
-                .collect();
-            Ok((backend, skipped))
-        }
-    }
+    let placed = place(exe, choice, timeout)?;
+    Ok((placed.backend, placed.others))
+}
+
+/// A session on `backend`, cross-checked node by node on `checker` if given, with a run of
+/// the checker's own beside it that says where the greedy choices part
+/// ([`Session::with_reference`]).
+pub fn session_on(
+    model: &Arc<Model>,
+    backend: Arc<dyn Backend>,
+    checker: Option<Arc<dyn Backend>>,
+    engine: EngineOptions,
+) -> Result<Session, RunError> {
+    let main = Engine::new(model.clone(), backend, engine)?;
+    let Some(b) = checker else {
+        return Ok(Session::new(main, None));
+    };
+    let check = main.checker(b.clone())?;
+    let reference = Engine::new(model.clone(), b, engine)?;
+    Ok(Session::new(main, Some(check)).with_reference(reference))
 }
 
 /// Generates after `prompt` on `backend`, cross-checked node by node on `checker` if given.
@@ -100,12 +186,7 @@ pub fn generate_on(
     opts: GenerateOptions,
     on_text: impl FnMut(&str),
 ) -> Result<Report, RunError> {
-    let main = Engine::new(model.clone(), backend, engine)?;
-    let check = match checker {
-        Some(b) => Some(main.checker(b)?),
-        None => None,
-    };
-    let mut session = Session::new(main, check);
+    let mut session = session_on(model, backend, checker, engine)?;
     Ok(generate(&mut session, prompt, opts, on_text)?)
 }
 

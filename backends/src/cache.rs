@@ -10,6 +10,7 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use thiserror::Error;
 
 /// Overrides the cache directory.
 pub const CACHE_DIR_ENV: &str = "TRINE_CACHE_DIR";
@@ -34,6 +35,48 @@ fn cache_dir_from(
         .or_else(|| absolute(xdg).map(|x| x.join("trine")))
         .or_else(|| absolute(home).map(|h| h.join(".cache").join("trine")))
 }
+
+/// Why the cache cannot keep what is compiled: every run then compiles its kernels again.
+#[derive(Debug, Error)]
+pub enum Unusable {
+    #[error(
+        "there is no cache directory (none of {CACHE_DIR_ENV}, XDG_CACHE_HOME and HOME is an \
+         absolute path)"
+    )]
+    NoDirectory,
+    #[error("the cache directory {} cannot be written: {source}", .dir.display())]
+    NotWritable { dir: PathBuf, source: io::Error },
+}
+
+impl Unusable {
+    /// What a user does about it.
+    pub const ADVICE: &'static str = "set TRINE_CACHE_DIR to a writable directory";
+}
+
+/// [`cache_dir`], after checking that a file can be written there (creating the directory
+/// where it is missing): the cache fails silently by design, so this is what says so.
+pub fn writable_dir() -> Result<PathBuf, Unusable> {
+    let dir = cache_dir().ok_or(Unusable::NoDirectory)?;
+    check_writable(&dir).map_err(|source| Unusable::NotWritable {
+        dir: dir.clone(),
+        source,
+    })?;
+    Ok(dir)
+}
+
+fn check_writable(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let probe = dir.join(format!(
+        ".writable.{}.{}.tmp",
+        std::process::id(),
+        SERIAL.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::File::create(&probe)?;
+    std::fs::remove_file(&probe)
+}
+
+/// Unique per process and per use, so concurrent writers never share a temporary file.
+static SERIAL: AtomicU64 = AtomicU64::new(0);
 
 /// The bytes stored under `key` in namespace `ns`, if there are any.
 pub fn load(ns: &str, key: &str) -> Option<Vec<u8>> {
@@ -63,8 +106,6 @@ fn store_in(dir: &Path, ns: &str, key: &str, bytes: &[u8]) -> io::Result<()> {
     let path = entry(dir, ns, key)?;
     let parent = dir.join(ns);
     std::fs::create_dir_all(&parent)?;
-    // Unique per process and per store, so concurrent stores never share a temporary file.
-    static SERIAL: AtomicU64 = AtomicU64::new(0);
     let tmp = parent.join(format!(
         ".{key}.{}.{}.tmp",
         std::process::id(),
@@ -143,6 +184,20 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["k1"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_made_is_unwritable_and_says_why() {
+        let dir = scratch("unwritable");
+        std::fs::create_dir_all(&dir).unwrap();
+        // A path under a plain file: no one can create it, not even root.
+        let file = dir.join("file");
+        std::fs::write(&file, b"").unwrap();
+        let e = check_writable(&file.join("trine")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotADirectory, "{e}");
+        check_writable(&dir.join("fresh")).unwrap();
+        assert_eq!(std::fs::read_dir(dir.join("fresh")).unwrap().count(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -24,4 +24,7 @@ pub use backend::{Backend, Binding, BufferHandle, Dispatch, ProgramId};
 pub use error::BackendError;
 pub use info::{DeviceInfo, DeviceType, MemoryInfo, Tuning};
 pub use recording::{RecordedDispatch, Recording};
-pub use registry::{open, open_all, open_best, probe_all, BackendKind, Opened, PlacementError};
+pub use registry::{
+    open, open_all, open_best, placement_order, probe_all, BackendKind, Opened, PlacementError,
+    Tier,
+};

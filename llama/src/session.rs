@@ -9,6 +9,7 @@
 use super::engine::Engine;
 use super::error::ModelError;
 use super::graph::{AttentionForm, Node, Op, Step, Tensor};
+use super::sampler::argmax;
 use serde::Serialize;
 use trine_ops::compare::nmse;
 
@@ -21,7 +22,66 @@ pub struct StepCheck {
     pub tokens: u32,
     pub worst: NodeDiff,
     pub first_over_bound: Option<NodeDiff>,
+    /// Each backend's greedy token after the step, where the session has a run of the
+    /// checker's own ([`Session::with_reference`]); `None` without one, or where either's
+    /// logits are all NaN.
+    pub choices: Option<Choices>,
 }
+
+/// The token each backend would pick greedily after a step, the checked one from its logits,
+/// the checker from a run of its own (its own activations and KV cache, fed the same tokens),
+/// and how close each one's choice was. Nodes within their bounds on the same inputs still
+/// drift apart over the layers and the steps, which is enough to pick differently where the
+/// two best logits nearly tie: the first step where the choices differ is where a run on the
+/// checker writes another text.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Choices {
+    pub main: u32,
+    pub checker: u32,
+    /// The main backend's largest logit less its second.
+    pub main_gap: f32,
+    /// The checker's largest logit less its second.
+    pub checker_gap: f32,
+}
+
+impl Choices {
+    fn of(main: &[f32], checker: &[f32]) -> Option<Choices> {
+        Some(Choices {
+            main: argmax(main)?,
+            checker: argmax(checker)?,
+            main_gap: top2_gap(main),
+            checker_gap: top2_gap(checker),
+        })
+    }
+
+    pub fn differ(&self) -> bool {
+        self.main != self.checker
+    }
+}
+
+/// The largest of `v` less the second largest, NaN ignored; 0 for fewer than two values.
+pub fn top2_gap(v: &[f32]) -> f32 {
+    let mut top = [f32::NEG_INFINITY; 2];
+    for &x in v.iter().filter(|x| !x.is_nan()) {
+        if x > top[0] {
+            top = [x, top[0]];
+        } else if x > top[1] {
+            top[1] = x;
+        }
+    }
+    if top[1] == f32::NEG_INFINITY {
+        0.0
+    } else {
+        top[0] - top[1]
+    }
+}
+
+/// The largest top-2 logit gap at which two backends may choose different tokens: with x
+/// quantized to 8 bits for the products (as llama.cpp computes), backends round x's blocks
+/// apart where a value sits on a rounding boundary, which moved SmolLM2's logits by up to
+/// 0.4 in llama.cpp (`tests/tests/llama_greedy.rs`). A parting at a larger gap is a real
+/// difference.
+pub const NEAR_TIE: f32 = 0.5;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NodeDiff {
@@ -52,6 +112,8 @@ impl NodeDiff {
 pub struct Session {
     engine: Engine,
     checker: Option<Engine>,
+    /// A run on the checker's backend with its own state, fed the main run's tokens.
+    reference: Option<Engine>,
     pos: u32,
     steps: usize,
     pub checks: Vec<StepCheck>,
@@ -62,10 +124,19 @@ impl Session {
         Session {
             engine,
             checker,
+            reference: None,
             pos: 0,
             steps: 0,
             checks: vec![],
         }
+    }
+
+    /// With `reference`, an executor of its own on the checker's backend (made with
+    /// [`Engine::new`], not [`Engine::checker`]), fed the same tokens: each cross-checked step
+    /// then also records both runs' greedy choices ([`StepCheck::choices`]).
+    pub fn with_reference(mut self, reference: Engine) -> Session {
+        self.reference = Some(reference);
+        self
     }
 
     pub fn engine(&self) -> &Engine {
@@ -85,6 +156,9 @@ impl Session {
     /// allocated before the first step.
     pub fn prepare(&mut self) -> Result<(), ModelError> {
         self.engine.prepare()?;
+        if let Some(r) = self.reference.as_mut() {
+            r.prepare()?;
+        }
         self.checker.as_mut().map_or(Ok(()), Engine::prepare)
     }
 
@@ -167,14 +241,28 @@ impl Session {
                     worst = Some(diff);
                 }
             }
+            if let Some(r) = self.reference.as_mut() {
+                r.check_step(s)?;
+                r.set_ids(chunk, s.pos)?;
+                r.run_step(s)?;
+            }
             self.pos += s.tokens;
         }
+        let choices = match self.reference.as_mut() {
+            Some(r) if worst.is_some() => {
+                let vocab = self.engine.model().config.vocab as usize;
+                let main = self.engine.read(Tensor::Logits, 0..vocab)?;
+                Choices::of(&main, &r.read(Tensor::Logits, 0..vocab)?)
+            }
+            _ => None,
+        };
         if let Some(worst) = worst {
             self.checks.push(StepCheck {
                 step: self.steps,
                 tokens: ids.len() as u32,
                 worst,
                 first_over_bound: first,
+                choices,
             });
         }
         self.steps += 1;

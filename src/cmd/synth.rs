@@ -4,7 +4,7 @@
 use clap::Args as ClapArgs;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use trine_gguf::{synth, Gguf};
+use trine_gguf::{synth, Gguf, GgufError};
 
 /// The preset that needs no file.
 const SMOLLM2: &str = "smollm2-135m";
@@ -24,13 +24,13 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     let writer = if a.like == SMOLLM2 {
         synth::synth_smollm2_135m(a.seed)
     } else {
-        let src = Gguf::open(a.like.as_ref()).map_err(|e| format!("{}: {e}", a.like))?;
+        let src = Gguf::open(a.like.as_ref()).map_err(|e| with_path(&a.like, e))?;
         synth::synth_like(&src, a.seed)
     }
     .map_err(|e| e.to_string())?;
     writer
         .write(&a.output)
-        .map_err(|e| format!("{}: {e}", a.output.display()))?;
+        .map_err(|e| with_path(&a.output.display().to_string(), e))?;
     eprintln!(
         "wrote {} ({} tensors, like {})",
         a.output.display(),
@@ -38,4 +38,12 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         a.like
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `e` with the file it is about, once: a file system error names its path already.
+fn with_path(path: &str, e: GgufError) -> String {
+    match e {
+        GgufError::Io { .. } => e.to_string(),
+        e => format!("{path}: {e}"),
+    }
 }

@@ -46,6 +46,9 @@ pub const CPU_SUBGROUP_SIZE: u32 = 8;
 /// having found no working C compiler (or been asked to).
 pub const INTERPRETER_DRIVER: &str = "trine reference interpreter";
 
+/// How the note of a CPU backend that found no working C compiler begins; the reason follows.
+pub const INTERPRETED: &str = "kernels are interpreted (slow):";
+
 /// Bindings a compiled dispatch passes from the stack; kernels with more use the heap.
 const INLINE_BINDINGS: usize = 16;
 
@@ -128,9 +131,7 @@ impl CpuBackend {
             Ok(runner) => CpuBackend::with_runner(runner, None),
             Err(why) => CpuBackend::with_runner(
                 Runner::interpreter(),
-                Some(format!(
-                    "kernels are interpreted (slow): no working C compiler ({why})"
-                )),
+                Some(format!("{INTERPRETED} no working C compiler ({why})")),
             ),
         }
     }
@@ -155,12 +156,15 @@ impl CpuBackend {
         };
         let mut notes: Vec<String> = note.into_iter().collect();
         if let Runner::Compiled { .. } = runner {
-            notes.push(match crate::cache::cache_dir() {
-                Some(d) => format!(
+            notes.push(match crate::cache::writable_dir() {
+                Ok(d) => format!(
                     "compiled kernels are cached in {}",
                     d.join("cpu-c").display()
                 ),
-                None => "no cache directory (HOME unset): kernels compile at every start".into(),
+                Err(e) => format!(
+                    "kernels compile again at every start: {e}; {}",
+                    crate::cache::Unusable::ADVICE
+                ),
             });
         }
         let ram = sysinfo::total_memory().unwrap_or(0);

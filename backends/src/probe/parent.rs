@@ -28,13 +28,31 @@ const POLL: Duration = Duration::from_millis(20);
 /// Bytes of the child's stderr kept for a crash report.
 const STDERR_TAIL: usize = 4096;
 
+/// The shortest timeout [`TIMEOUT_ENV`] may set: below it no backend can start its runtime
+/// and run the probe's kernel, so every probe would be reported hung.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+/// The longest: a larger value is taken as this. A probe that has not answered in an hour
+/// is hung, and the timeout is also how long placement waits for it.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ProbeError {
-    #[error("{TIMEOUT_ENV}={value:?} is not a positive number of seconds")]
+    #[error(
+        "{TIMEOUT_ENV}={value:?} is not a positive number of seconds (such as 5 or 0.5; unset, \
+         it is {} s)",
+        DEFAULT_TIMEOUT.as_secs_f64()
+    )]
     BadTimeout { value: String },
+    #[error(
+        "{TIMEOUT_ENV}={value:?} is under the {} s floor: no backend starts and runs a kernel \
+         that fast, so every probe would be reported hung (unset, it is {} s)",
+        MIN_TIMEOUT.as_secs_f64(),
+        DEFAULT_TIMEOUT.as_secs_f64()
+    )]
+    TimeoutTooShort { value: String },
 }
 
-/// The timeout [`TIMEOUT_ENV`] sets, or [`DEFAULT_TIMEOUT`].
+/// The timeout [`TIMEOUT_ENV`] sets, or [`DEFAULT_TIMEOUT`]; at most [`MAX_TIMEOUT`].
 pub fn timeout_from_env() -> Result<Duration, ProbeError> {
     parse_timeout(std::env::var(TIMEOUT_ENV).ok().as_deref())
 }
@@ -43,15 +61,24 @@ fn parse_timeout(value: Option<&str>) -> Result<Duration, ProbeError> {
     let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
         return Ok(DEFAULT_TIMEOUT);
     };
-    value
+    let seconds = value
         .trim()
         .parse::<f64>()
         .ok()
         .filter(|s| *s > 0.0)
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .ok_or_else(|| ProbeError::BadTimeout {
             value: value.to_string(),
-        })
+        })?;
+    if seconds < MIN_TIMEOUT.as_secs_f64() {
+        return Err(ProbeError::TimeoutTooShort {
+            value: value.to_string(),
+        });
+    }
+    // Also infinity, which `parse` gives for "inf" and for numbers past f64's range.
+    if seconds >= MAX_TIMEOUT.as_secs_f64() {
+        return Ok(MAX_TIMEOUT);
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// What the child has reported so far.
@@ -251,13 +278,31 @@ mod tests {
         assert_eq!(parse_timeout(Some(" ")), Ok(DEFAULT_TIMEOUT));
         assert_eq!(parse_timeout(Some("2")), Ok(Duration::from_secs(2)));
         assert_eq!(parse_timeout(Some("0.5")), Ok(Duration::from_millis(500)));
-        for bad in ["0", "-1", "soon", "inf", "NaN", "1e400"] {
+        assert_eq!(parse_timeout(Some("0.1")), Ok(MIN_TIMEOUT));
+        for bad in ["0", "-1", "soon", "NaN", "-inf"] {
             assert_eq!(
                 parse_timeout(Some(bad)),
                 Err(ProbeError::BadTimeout { value: bad.into() }),
                 "{bad}"
             );
         }
+        for short in ["0.001", "1e-300", "0.09"] {
+            assert_eq!(
+                parse_timeout(Some(short)),
+                Err(ProbeError::TimeoutTooShort {
+                    value: short.into()
+                }),
+                "{short}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_huge_timeout_is_the_longest_one() {
+        for huge in ["3600", "1e300", "1e400", "inf"] {
+            assert_eq!(parse_timeout(Some(huge)), Ok(MAX_TIMEOUT), "{huge}");
+        }
+        assert_eq!(parse_timeout(Some("3599")), Ok(Duration::from_secs(3599)));
     }
 
     #[test]
