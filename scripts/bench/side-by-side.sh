@@ -39,6 +39,8 @@ case "$mode" in
     export LCPP_CUDA=OFF
     backends=cpu reps=3 ;;
 esac
+# llama.cpp with flash attention on, as it is compared everywhere.
+export LCPP_BENCH_ARGS="${LCPP_BENCH_ARGS:--fa 1}"
 bash "$here/llama-cpp-cuda.sh" "$3" "$work/llama.cpp" "$gguf" "$work/llama-cpp-first" >/dev/null
 "$bin/xtask" bench --model "$gguf" -p 512 -n 128 --reps "$reps" --backends "$backends" \
   --json "$out/trine.json" --markdown "$out/trine.md"
