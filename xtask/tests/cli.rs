@@ -68,3 +68,38 @@ fn conformance_progress_has_no_terminal_escapes_outside_a_terminal() {
         assert!(!s.contains('\r') && !s.contains('\x1b'), "{name}: {s:?}");
     }
 }
+
+#[test]
+fn bench_refuses_options_its_mode_ignores() {
+    for flag in [
+        &["--svg", "b.svg"][..],
+        &["--layers", "2"],
+        &["--models", "llama-7b"],
+    ] {
+        let mut args = vec!["bench", "--model", "absent.gguf"];
+        args.extend(flag);
+        assert_refused(&args, &[flag[0], "not to --model"]);
+    }
+    assert_refused(&["bench", "-n", "16"], &["-n/--n-gen", "only with --model"]);
+    assert_refused(&["bench", "-p", "1"], &["-p 1", "at least 2"]);
+}
+
+#[test]
+fn bench_refuses_to_measure_nothing() {
+    assert_refused(
+        &["bench", "--model", "absent.gguf", "-p", "0", "-n", "0"],
+        &["measures nothing"],
+    );
+    assert_refused(&["bench", "--reps", "0"], &["--reps"]);
+}
+
+#[test]
+fn bench_names_every_backend() {
+    let mut words = vec!["\"nosuch\""];
+    words.extend(BACKENDS);
+    assert_refused(&["bench", "--backends", "cpu,nosuch"], &words);
+    assert_refused(
+        &["bench", "--model", "absent.gguf", "--backends", "nosuch"],
+        &words,
+    );
+}
