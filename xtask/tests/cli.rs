@@ -103,3 +103,26 @@ fn bench_names_every_backend() {
         &words,
     );
 }
+
+/// Every kernel line says what the kernel reads, writes and needs, under a family with a
+/// description; one listed name is emitted here (the unit test of the listing checks them all).
+#[test]
+fn emit_list_describes_and_groups_its_kernels() {
+    let out = xtask(&["emit", "--list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("Foundation kernels"), "{text}");
+    assert!(text.contains("Op library"), "{text}");
+    assert!(text.contains("\nmatvec: "), "{text}");
+    let kernels: Vec<&str> = text.lines().filter(|l| l.starts_with("  ")).collect();
+    assert!(kernels.len() > 100, "{} kernels", kernels.len());
+    for line in &kernels {
+        assert!(line.contains("workgroup "), "undescribed: {line:?}");
+    }
+    let name = kernels[kernels.len() - 1]
+        .split_whitespace()
+        .next()
+        .unwrap();
+    let out = xtask(&["emit", name]);
+    assert!(out.status.success(), "{name}: {}", stderr(&out));
+}
