@@ -38,25 +38,91 @@ pub mod support;
 
 use crate::case::Case;
 
+/// A module of the library and its cases, with a line that says what its kernels compute:
+/// the kernels' names alone do not tell a reader which op a variant belongs to.
+pub struct Family {
+    /// The module.
+    pub name: &'static str,
+    /// One line, for listings.
+    pub about: &'static str,
+    pub cases: fn() -> Vec<Case>,
+}
+
+/// The op library's families, in the order of [`cases`].
+pub static FAMILIES: [Family; 14] = [
+    Family {
+        name: "matmul_tiles",
+        about: "prompt products y = x·Wᵀ on matrix units, W in f32, f16, Q8_0, Q4_0 or Q4_1",
+        cases: matmul_tiles::cases,
+    },
+    Family {
+        name: "matvec",
+        about: "decode's matrix-vector product y = W·x, W in f32, f16, Q8_0, Q4_0 or Q4_1",
+        cases: matvec::cases,
+    },
+    Family {
+        name: "matvec_fused",
+        about: "matvecs with the RMS norm before, the residual add after or SwiGLU fused in",
+        cases: matvec_fused::cases,
+    },
+    Family {
+        name: "matvec_q8",
+        about: "x quantized to 8 bits per block of 32 for the products with 8-bit activations",
+        cases: matvec_q8::cases,
+    },
+    Family {
+        name: "matvec_q8_rows",
+        about: "the 8-bit-activation product for CPUs: 16 interleaved rows per workgroup",
+        cases: matvec_q8_rows::cases,
+    },
+    Family {
+        name: "matvec_attn",
+        about: "the products either side of attention with what sits between them fused in",
+        cases: matvec_attn::cases,
+    },
+    Family {
+        name: "embedding",
+        about: "embedding lookup out[t] = table[ids[t]], dequantised to f32",
+        cases: embedding::cases,
+    },
+    Family {
+        name: "rms_norm",
+        about: "RMS normalisation with weight, per row: y = x / sqrt(mean(x²) + eps) · w",
+        cases: rms_norm::cases,
+    },
+    Family {
+        name: "attention_split",
+        about: "decode attention split over the keys (flash decoding), in two dispatches",
+        cases: attention_split::cases,
+    },
+    Family {
+        name: "attention_flash",
+        about: "flash attention for prompt steps: a block of query tokens per workgroup",
+        cases: attention_flash::cases,
+    },
+    Family {
+        name: "attention_flash_tiles",
+        about: "flash attention for prompt steps with scores and sums on matrix tiles",
+        cases: attention_flash_tiles::cases,
+    },
+    Family {
+        name: "rope_store",
+        about: "rope on the query and key heads and the KV cache store, in one dispatch",
+        cases: rope_store::cases,
+    },
+    Family {
+        name: "elementwise",
+        about: "one element per invocation: SwiGLU on paired rows, f32/f16 copies",
+        cases: elementwise::cases,
+    },
+    Family {
+        name: "argmax",
+        about: "index of the largest value of each row, for greedy decoding",
+        cases: argmax::cases,
+    },
+];
+
 /// Every conformance case of the op library.
 pub fn cases() -> Vec<Case> {
-    [
-        matmul_tiles::cases as fn() -> Vec<Case>,
-        matvec::cases,
-        matvec_fused::cases,
-        matvec_q8::cases,
-        matvec_q8_rows::cases,
-        matvec_attn::cases,
-        embedding::cases,
-        rms_norm::cases,
-        attention_split::cases,
-        attention_flash::cases,
-        attention_flash_tiles::cases,
-        rope_store::cases,
-        elementwise::cases,
-        argmax::cases,
-    ]
-    .iter()
-    .flat_map(|f| f())
-    .collect()
+    FAMILIES.iter().flat_map(|f| (f.cases)()).collect()
 }

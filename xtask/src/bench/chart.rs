@@ -1,5 +1,5 @@
 //! The SVG chart: two panels of grouped bars, one group per model × step × node and one bar
-//! per backend: the median time (log scale) above, the fraction of the copy roof below.
+//! per backend: the median time (log scale) above, the share of the copy roof (%) below.
 
 use super::report::Record;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
@@ -38,7 +38,7 @@ fn bars(records: &[Record]) -> Bars {
         let g = index_of(&mut b.groups, label);
         let k = index_of(&mut b.backends, r.backend.clone());
         b.time.push((g, k, t.median_us));
-        b.roof.push((g, k, t.roof_fraction));
+        b.roof.push((g, k, t.copy_roof_percent));
     }
     b
 }
@@ -127,11 +127,11 @@ pub fn svg(path: &Path, records: &[Record]) -> Result<(), String> {
         lo,
         &b.time,
     )?;
-    let top_roof = b.roof.iter().map(|v| v.2).fold(1.0f64, f64::max) * 1.05;
+    let top_roof = b.roof.iter().map(|v| v.2).fold(100.0f64, f64::max) * 1.05;
     draw_panel(
         &bottom,
         &b,
-        "fraction of the copy bandwidth",
+        "% of the copy bandwidth (over 100: from a cache)",
         0f64..top_roof,
         0.0,
         &b.roof,

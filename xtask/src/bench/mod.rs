@@ -49,37 +49,70 @@ pub struct Args {
         default_value = "cpu,vulkan,wgpu,hip,cuda"
     )]
     backends: Vec<String>,
-    /// Only these model layouts (default: all): smollm2-135m, llama-7b.
+    /// Only these model layouts (default: all): smollm2-135m, llama-7b. Not with --model.
     #[arg(long, value_delimiter = ',')]
     models: Option<Vec<String>>,
-    /// Layers of the synthetic models: the nodes of one kind in every layer are pooled into
-    /// one summary.
-    #[arg(long, default_value_t = 1)]
-    layers: u32,
+    /// Layers of the synthetic models (default 1): the nodes of one kind in every layer are
+    /// pooled into one summary. Not with --model.
+    #[arg(long)]
+    layers: Option<u32>,
     /// Write the records as a JSON array to this file.
     #[arg(long)]
     json: Option<PathBuf>,
     /// Write a Markdown page (date, devices, command, table) to this file.
     #[arg(long)]
     markdown: Option<PathBuf>,
-    /// Write an SVG chart (time and roof fraction per node and backend) to this file.
+    /// Write an SVG chart (time and share of the copy roof per node and backend) to this
+    /// file. Not with --model.
     #[arg(long)]
     svg: Option<PathBuf>,
     /// End to end instead of node by node: this GGUF model's prompt processing and generation
     /// speed, as llama-bench measures them.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// The prompt step's tokens (with --model: the prompt length of the pp test, 0 leaves it
-    /// out).
+    /// The prompt step's tokens, at least 2 (with --model: the prompt length of the pp test,
+    /// 0 leaves it out).
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
     n_prompt: u32,
-    /// With --model: the tokens of the tg test (0 leaves it out).
-    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
-    n_gen: u32,
+    /// Only with --model: the tokens of the tg test (default 128, 0 leaves it out).
+    #[arg(short = 'n', long = "n-gen")]
+    n_gen: Option<u32>,
     /// Repetitions of each step after one warm-up (default: at least 10 and 0.2 s, at most
     /// 100 or 5 s, after two); with --model, of each test after a warm-up (default 3).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     reps: Option<usize>,
+}
+
+/// The tg test's tokens where `-n` is not given.
+const DEFAULT_GEN: u32 = 128;
+
+/// Refuses an option the chosen mode would ignore, and a run that would measure nothing: a
+/// table that silently leaves out what was asked for reads as if it had been measured.
+fn check(args: &Args) -> Result<(), BenchError> {
+    if args.model.is_some() {
+        let node_only = [
+            ("--models", args.models.is_some()),
+            ("--layers", args.layers.is_some()),
+            ("--svg", args.svg.is_some()),
+        ];
+        if let Some((flag, _)) = node_only.iter().find(|(_, given)| *given) {
+            return Err(BenchError::NotWithModel(flag));
+        }
+        if args.n_prompt == 0 && args.n_gen == Some(0) {
+            return Err(BenchError::NothingToMeasure);
+        }
+    } else {
+        if args.n_gen.is_some() {
+            return Err(BenchError::NeedsModel("-n/--n-gen"));
+        }
+        if args.n_prompt < 2 {
+            return Err(BenchError::PromptTooShort(args.n_prompt));
+        }
+        if args.layers == Some(0) {
+            return Err(BenchError::NoLayers);
+        }
+    }
+    Ok(())
 }
 
 /// The name the `gemm` crate's records carry as their backend.
@@ -106,6 +139,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
 }
 
 fn bench(args: Args) -> Result<(), BenchError> {
+    check(&args)?;
     if let Some(path) = &args.model {
         return bench_model(&args, path);
     }
@@ -135,10 +169,11 @@ fn bench(args: Args) -> Result<(), BenchError> {
         })
         .collect();
     let policies = Policies::new(args.reps);
+    let layers = args.layers.unwrap_or(1);
     let mut records = vec![];
     for layout in layouts {
-        eprintln!("{}: random weights, layers: {}", layout.name(), args.layers);
-        let model = layout.model(args.layers).map_err(BenchError::Model)?;
+        eprintln!("{}: random weights, layers: {layers}", layout.name());
+        let model = layout.model(layers).map_err(BenchError::Model)?;
         for col in &mut cols {
             let peers = Peers {
                 gemm: col.name == BackendKind::Cpu.name(),
@@ -157,6 +192,7 @@ fn bench(args: Args) -> Result<(), BenchError> {
     report::compare_with_peer(&mut records, GPU_PEER, &GPU_PEER_OF);
     report::compare_with_peer(&mut records, PORTABLE_PEER, &[PORTABLE]);
     print!("{}", report::table(&records));
+    println!("{}", report::ROOF_NOTE);
     for (name, why) in &absent {
         println!("{name}: absent: {why}");
     }
@@ -421,8 +457,9 @@ fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
     let mut backends: Vec<model::Named> = columns.into_iter().map(|(n, b)| (n, Ok(b))).collect();
     backends.extend(absent.into_iter().map(|(n, why)| (n, Err(why))));
     let reps = args.reps.unwrap_or(3);
+    let n_gen = args.n_gen.unwrap_or(DEFAULT_GEN);
     let rows =
-        model::run(path, &backends, args.n_prompt, args.n_gen, reps).map_err(BenchError::Model)?;
+        model::run(path, &backends, args.n_prompt, n_gen, reps).map_err(BenchError::Model)?;
     let table = model::table(path, &rows);
     print!("{table}");
     let write = |p: &PathBuf, text: String| {
@@ -470,10 +507,13 @@ type Opened = (Vec<(String, Arc<dyn Backend>)>, Vec<(String, String)>);
 fn open(names: &[String]) -> Result<Opened, BenchError> {
     let exe = std::env::current_exe().map_err(BenchError::Exe)?;
     let timeout = timeout_from_env().map_err(|e| BenchError::Probe(e.to_string()))?;
+    // Every name is checked before the first probe, so a typo fails at once.
+    let kinds = names
+        .iter()
+        .map(|n| BackendKind::parse(n).ok_or_else(|| BenchError::UnknownBackend(n.clone())))
+        .collect::<Result<Vec<_>, _>>()?;
     let (mut ok, mut absent) = (vec![], vec![]);
-    for name in names {
-        let kind =
-            BackendKind::parse(name).ok_or_else(|| BenchError::UnknownBackend(name.clone()))?;
+    for (name, kind) in names.iter().zip(kinds) {
         match probe_and_open(&exe, kind, timeout) {
             Ok(b) => ok.push((name.clone(), b)),
             Err(why) => absent.push((name.clone(), why)),

@@ -13,8 +13,10 @@ pub struct Timing {
     /// Bytes moved per second, 10⁹ bytes.
     pub gbps: f64,
     pub gflops: f64,
-    /// `gbps` over this backend's copy bandwidth.
-    pub roof_fraction: f64,
+    /// `gbps` as a percentage of this backend's copy bandwidth. A percentage rather than a
+    /// fraction because it exceeds 100 wherever a node's data came from a cache, and a
+    /// "fraction" of 3.30 reads as a mistake.
+    pub copy_roof_percent: f64,
     /// The peer's median time over this one (above 1: faster than the peer), where the peer
     /// ran the same node's work.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -37,7 +39,7 @@ impl Timing {
             stats: *s,
             gbps,
             gflops: flops as f64 / (s.median_us * 1e3),
-            roof_fraction: gbps / roof_gbps,
+            copy_roof_percent: 100.0 * gbps / roof_gbps,
             vs_peer: None,
         }
     }
@@ -62,7 +64,7 @@ pub struct Record {
     #[serde(flatten)]
     pub timing: Option<Timing>,
     /// The copy roof measured just before and just after this backend timed this model's
-    /// steps (GB/s): the roof fraction is taken against their mean.
+    /// steps (GB/s): the copy roof percentage is taken against their mean.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adjacent_roofs_gbps: Option<[f64; 2]>,
     /// Why there is no timing.
@@ -137,7 +139,7 @@ const HEADER: [&str; 13] = [
     "min–max µs",
     "GB/s",
     "GFLOP/s",
-    "roof",
+    "% copy roof",
     "vs peer",
     "reps",
 ];
@@ -160,7 +162,7 @@ fn cells(r: &Record) -> Vec<String> {
                 0 => String::new(),
                 _ => format!("{:.2}", t.gflops),
             },
-            format!("{:.2}", t.roof_fraction),
+            format!("{:.0}%", t.copy_roof_percent),
             t.vs_peer.map_or(String::new(), |v| format!("{v:.2}×")),
             t.reps.to_string(),
         ]),
@@ -171,6 +173,10 @@ fn cells(r: &Record) -> Vec<String> {
     }
     row
 }
+
+/// Below the terminal table: what its copy roof column means.
+pub const ROOF_NOTE: &str = "% copy roof: GB/s as a percentage of the backend's f32 copy \
+     bandwidth (the copy rows); over 100% means the node's data came from a cache, not memory";
 
 /// A plain-text table with aligned columns.
 pub fn table(records: &[Record]) -> String {
@@ -225,9 +231,9 @@ pub fn markdown(ctx: &Context, records: &[Record]) -> String {
          prompt step (ppN) on a synthetic model of one layer, timed as the executor \
          dispatches it, the step repeated; times are medians; GB/s counts each tensor the \
          node binds read or written once (weights whole, the KV cache up to the step's last \
-         position); roof is the fraction of the backend's f32 copy bandwidth, the mean of \
-         copies measured just before and just after the backend timed the model (the copy \
-         rows); step is the sum of a step's nodes. vs peer is the peer's time over this one \
+         position); % copy roof is GB/s as a percentage of the backend's f32 copy bandwidth, \
+         the mean of copies measured just before and just after the backend timed the model \
+         (the copy rows): over 100% means the node's data came from a cache, not memory; step is the sum of a step's nodes. vs peer is the peer's time over this one \
          (above 1: faster than the peer), each timed with the same kind of clock: the gemm \
          crate's f32 product for cpu's prompt products (host clock), cuBLAS's f16 product \
          for cuda's prompt products on matrix tiles (CUDA events on the same GPU), and for \
@@ -301,13 +307,13 @@ mod tests {
             "reps",
             "gbps",
             "gflops",
-            "roof_fraction",
+            "copy_roof_percent",
         ] {
             assert!(cpu.get(key).is_some(), "missing {key}");
         }
         // 2 MB in 200 µs is 10 GB/s, half of a 20 GB/s roof; 663,552 flops in 200 µs.
         assert_eq!(cpu["gbps"], 10.0);
-        assert_eq!(cpu["roof_fraction"], 0.5);
+        assert_eq!(cpu["copy_roof_percent"], 50.0);
         assert!((cpu["gflops"].as_f64().unwrap() - 3.31776).abs() < 1e-12);
         assert_eq!(cpu["vs_peer"], 0.5);
         assert_eq!(cpu["min_us"], 100.0);
@@ -332,6 +338,41 @@ mod tests {
         assert_eq!(ratio(1), Some(0.5));
         assert_eq!(ratio(2), None);
         assert_eq!(ratio(3), Some(0.5));
+    }
+
+    /// A node whose data stays in a cache runs above the copy roof: it reads as a percentage
+    /// over 100 in every output, not as a "fraction" of 3.30.
+    #[test]
+    fn the_copy_roof_is_a_percentage_everywhere() {
+        // 2 MB in 30.3 µs is 66 GB/s: 330% of a 20 GB/s roof.
+        let r = Record {
+            timing: Some(Timing::new(
+                &record("cpu", 30.303).timing.unwrap(),
+                2_000_000,
+                0,
+                20.0,
+            )),
+            ..record("cpu", 1.0)
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&json(std::slice::from_ref(&r)).unwrap()).unwrap();
+        assert!((v[0]["copy_roof_percent"].as_f64().unwrap() - 330.0).abs() < 0.01);
+        assert!(v[0].get("roof_fraction").is_none());
+        let t = table(std::slice::from_ref(&r));
+        assert!(t.starts_with("model") && t.contains("% copy roof"), "{t}");
+        assert!(t.contains(" 330% "), "{t}");
+        let ctx = Context {
+            date: String::new(),
+            command: String::new(),
+            backends: vec![],
+            absent: vec![],
+        };
+        let md = markdown(&ctx, &[r]);
+        assert!(
+            md.contains("| % copy roof |") && md.contains("| 330% |"),
+            "{md}"
+        );
+        assert!(md.contains("over 100% means"), "{md}");
     }
 
     #[test]
