@@ -50,10 +50,9 @@ pub const SMALL_ROWS: u32 = 2048;
 pub const LARGE_ROWS: u32 = 4096;
 /// See [`LARGE_ROWS`].
 pub const LARGE_TOKENS: u32 = 256;
-/// The most blocks of K a step of the tiled kernel takes. On an H200 (2026-11-26), pp512 of
-/// SmolLM2-135M's shapes went from 69,300–69,600 tokens/s on CUDA and 41,900–42,700 on
-/// Vulkan at one block a step to 76,300–76,500 and 48,800–48,900 at two; four (the Fetch's
-/// registers doubled again) gave 75,200–75,500 and 46,300–47,200.
+/// The most blocks of K a step of the tiled kernel takes. Two blocks a step measured faster
+/// than one on SmolLM2-135M's prompt (pp512, CUDA and Vulkan), and four (the Fetch's
+/// registers doubled again) slower than two (docs/bench/prefill.md).
 pub const MAX_DEPTH: u32 = 2;
 
 /// NMSE bound: products of f16 values are exact in f32, so only the f32 sums round, about
@@ -61,8 +60,8 @@ pub const MAX_DEPTH: u32 = 2;
 /// sum in another order or, as NVIDIA's tensor cores do, with fewer bits between steps.
 pub const NMSE: f64 = 1e-9;
 
-/// Stages of copied blocks: each step's copies start two steps ahead of its products. On an
-/// H100 (2026-11-26, the 512 × 4096 × 4096 f16 product), three stages took f16 x from
-/// 74.7–75.9 µs (two) to 71.1–73.1, with f32 x the same (97.6–99.7 against 98.4–99.5); four
-/// gained at most 2 µs more for half again the shared memory.
+/// Stages of copied blocks: each step's copies start two steps ahead of its products. On the
+/// 512 × 4096 × 4096 f16 product, three stages measured faster than two with f16 x (the same
+/// with f32 x), and four no faster than three for half again the shared memory
+/// (docs/bench/prefill.md).
 pub const COPY_STAGES: u32 = 3;

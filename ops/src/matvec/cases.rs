@@ -118,7 +118,7 @@ pub fn spec_case(
 /// model width, 1536 FFN), the shared fallback on two of them (every backend here has
 /// subgroups, so it would not run otherwise). Then SmolLM2's output head, 49152 × 576 in Q8_0
 /// as its GGUF stores it, and a 4096 × 4096 Q4_0 matrix (a 7B model's projection): the two
-/// largest cases, about 11 s and 4 s in the interpreter of a debug build.
+/// largest cases, the slowest in the interpreter of a debug build.
 pub fn cases() -> Vec<Case> {
     let listed = |spec, rows, cols, tokens, seed| {
         spec_case(spec, rows, cols, tokens, seed).expect("the listed shapes are valid")

@@ -44,7 +44,7 @@ pub(super) fn dot_quantized<'b>(
         // Every row's scales and codes are loaded before x: the weights come from memory, x
         // from a cache, and a GPU compiler keeps independent loads in the order they are
         // written, so the slower loads go first and both wait out one latency, not two in turn
-        // (on an H100, NVRTC issued the weights' loads only after x's first use).
+        // (NVRTC, given x's loads first, issued the weights' loads only after x's first use).
         let weights: Vec<(dequant::Scales, Vec<Val>)> = bases
             .iter()
             .map(|base| {

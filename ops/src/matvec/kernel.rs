@@ -275,7 +275,7 @@ fn prefetch_rows<'b>(
 /// dispatch writes them either, and they are read once a step, so the stream of a step's
 /// weights has pushed them out of L2 by the time the product needs them. Workgroup `i` takes
 /// line `i` only: every workgroup prefetching every line (the output head has 12,288
-/// workgroups) made decode 30% slower on an H200.
+/// workgroups) made decode measurably slower (docs/bench/decode.md).
 fn prefetch_norm<'b>(k: &'b KernelBuilder, g: trine_ir::BufferId, cols: Val<'b>) {
     const LINE: u32 = PREFETCH_LINE / 4;
     let lines = (cols + k.u32(LINE - 1)) / k.u32(LINE);

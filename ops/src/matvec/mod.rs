@@ -38,21 +38,21 @@ const OP: &str = "matvec";
 /// add, SwiGLU or the attention combine, and rope into f32 caches): 100 times the worst
 /// measured, 1.4e-11 (the interpreter against the f64 reference, `matvec/q4_1/14x96/shared/swiglu`,
 /// where SwiGLU multiplies two sums that cancellation left small: see [`super::matvec_fused`]).
-/// Measured over every case against the interpreter: on an H100 on 2026-11-25 cuda at most
-/// 3.2e-13, vulkan 4.9e-13, the cpu 1.6e-13 (`docs/conformance/suite-h100-2026-11-25*.json`
-/// at caca8aa); vulkan and wgpu on lavapipe at most 2.6e-12 (2026-11-25, the 2-core CI VM;
-/// 1.6e-13 over the cases of `suite-wgpu-lavapipe-2026-11-24.json`). The margin is for
-/// devices not yet measured that sum in another order.
+/// Measured over every case against the interpreter: cuda at most 3.1e-13, vulkan 7.8e-13
+/// on the GPUs, the cpu 1.6e-13 (the conformance records, docs/conformance/README.md); vulkan
+/// and wgpu on lavapipe at most 2.6e-12 (a run of CI's suite on the 2-core VM, which keeps
+/// no record). The margin is for devices not yet measured that sum in another order.
 pub const NMSE: f64 = 1.4e-9;
 
 /// NMSE bound of the QKV product whose rope epilogue stores k and v into f16 caches
-/// ([`super::matvec_attn::rope_case`]): 10 times the worst measured, 3.55e-9 (vulkan on an
-/// H100 against the interpreter, `matvec/q4_1/qkv9x3x64+576/t1+pos2047+ctx2048/…_f16kv`, in
-/// each H100 suite of 2026-11-25). The caches are compared with the reference rounded to f16,
-/// so what counts is a value that two devices' f32 results (there NVIDIA's sin and cos of an
-/// angle near 2047 radians) round to neighbouring halves, each such flip one f16 ulp, a
-/// relative error of 2^-11 to 2^-10. Elsewhere: the interpreter against the f64 reference
-/// 3.3e-10, cuda 3.3e-12, the cpu 1.4e-11, vulkan and wgpu on lavapipe 5.1e-11 (2026-11-25).
+/// ([`super::matvec_attn::rope_case`]): 10 times the worst measured, 3.55e-9 (vulkan on a GPU
+/// against the interpreter, `matvec/q4_1/qkv9x3x64+576/t1+pos2047+ctx2048/…_f16kv`, in the
+/// earlier GPU suites that docs/conformance/README.md points to in git history, caca8aa). The
+/// caches are compared with the reference rounded to f16, so what counts is a value that two
+/// devices' f32 results (there NVIDIA's sin and cos of an angle near 2047 radians) round to
+/// neighbouring halves, each such flip one f16 ulp, a relative error of 2^-11 to 2^-10.
+/// Elsewhere: the interpreter against the f64 reference 3.3e-10, cuda 3.3e-12, the cpu
+/// 1.4e-11, vulkan and wgpu on lavapipe 5.1e-11.
 /// The margin is 10, not 100: 100 times (3.6e-7) would pass caches converted toward zero
 /// instead of to nearest, half their values an ulp off (an NMSE of about 2e-7).
 pub const NMSE_F16_CACHE: f64 = 3.6e-8;
