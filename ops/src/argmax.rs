@@ -19,8 +19,8 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 const OP: &str = "argmax";
 
 /// Invocations per workgroup (one row each): a greedy step's one row of logits is scanned by
-/// a single workgroup, so a wide one (a vocabulary of 49152 took 15.8 µs with 256 invocations
-/// and 7.5 µs with 1024 on an H100).
+/// a single workgroup, so a wide one (on a GPU, 1024 invocations measured faster than 256 on
+/// a vocabulary of 49152).
 pub const WG: u32 = 1024;
 
 /// The index of a row with no value but NaN.
@@ -85,7 +85,8 @@ pub fn kernel(how: Reduction) -> Kernel {
     };
     // The whole chunks of WG columns in a loop whose bounds every invocation shares, which the
     // C lowering runs with the invocations as vector lanes (a loop from `lid` ran each
-    // invocation's columns in scalar code: 49152 logits took 240 µs on 2 EPYC cores); then the
+    // invocation's columns in scalar code, far slower on a CPU: argmax's decode time on the
+    // CPU backend is in docs/bench/cpu.md); then the
     // last, partial chunk, where an invocation past the row reads the row's last column: a
     // candidate with its own index, which the invocation that owns it holds too.
     let whole = cols / k.u32(WG) * k.u32(WG);

@@ -28,12 +28,12 @@ use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val, Var};
 const OP: &str = "attention";
 
 /// NMSE bound of attention, its split form and their combine: 100 times the worst measured,
-/// 2.1e-13 (attention_split on the interpreter against its f64 reference). Measured on
-/// 2026-11-25 over every case of the three kernels, f32 and f16 caches, positions up to 2047:
-/// cpu, vulkan and wgpu on lavapipe against the interpreter at most 1.2e-13, the interpreter
-/// against the f64 references at most 2.1e-13, cuda and vulkan on an H100 at most 2.3e-14
-/// (`docs/conformance/suite-h100-2026-11-25.json` at caca8aa). The margin is for devices not
-/// yet measured that sum in another order or round `exp` differently.
+/// 2.1e-13 (attention_split on the interpreter against its f64 reference). Measured over
+/// every case of the three kernels, f32 and f16 caches, positions up to 2047: cpu, vulkan and
+/// wgpu on lavapipe against the interpreter at most 1.2e-13, the interpreter against the f64
+/// references at most 2.1e-13, cuda and vulkan on the GPUs at most 2.3e-14 (the conformance
+/// records, docs/conformance/README.md). The margin is for devices not yet measured that sum
+/// in another order or round `exp` differently.
 pub const NMSE: f64 = 2.1e-11;
 
 /// Invocations per workgroup: keys per block, and output dimensions per pass.

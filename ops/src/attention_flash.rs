@@ -4,8 +4,9 @@
 //!
 //! [`super::attention_split`]'s kernel with one split gives every (query token, head) its own
 //! workgroup, which walks all the keys it sees one block at a time with two shared-memory tree
-//! reductions per block: on an H100 a 512-token SmolLM2 prompt spent 11.6 ms of its 26.7 in
-//! it (CUDA, 43%; Vulkan 61%), an order of magnitude more than its arithmetic needs. Here a
+//! reductions per block: a 512-token SmolLM2 prompt spent a large share of its GPU step in
+//! it, an order of magnitude more than its arithmetic needs (docs/bench/prefill.md has the
+//! prompt before and after this kernel). Here a
 //! workgroup takes [`QUERIES`] query tokens of one head and walks the keys in blocks of
 //! [`FlashAttention::keys_per_block`], staged in shared memory with the queries; each query row
 //! has [`LANES`] invocations, each computing a few of the block's scores and owning every

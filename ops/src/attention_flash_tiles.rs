@@ -40,8 +40,9 @@ const OP: &str = "attention_flash_tiles";
 
 /// NMSE bound against the f64 reference: rounding the scaled queries, keys, values and p to f16
 /// (relative 2⁻¹¹ each) gave 6.7e-8 and 1.3e-7 on the interpreter for the cases of head
-/// dimension 64 and 128; 1e-5 leaves two orders of magnitude, and stays far inside the 5e-4
-/// that ggml's test-backend-ops allows attention.
+/// dimension 64 and 128 (the conformance records, docs/conformance/README.md); 1e-5 leaves two
+/// orders of magnitude, and stays far inside the 5e-4 that ggml's test-backend-ops allows
+/// attention.
 pub const NMSE: f64 = 1e-5;
 
 /// The subgroup width the kernel is written for: two lanes per row of a 16-row tile.

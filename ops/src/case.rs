@@ -21,10 +21,9 @@ pub const NMSE_SOFTMAX: f64 = 1e-6;
 /// the worst measured over the matrix products, 5.0e-13 (the interpreter against the f64
 /// reference, `matmul/f32,f16/16x576x1536/bT`, a case of the op library's matmul since
 /// deleted: K = 1536 f32 roundings per output). Measured over every
-/// case, f32 and f16 inputs alike: on an H100 on 2026-11-25 cpu, cuda and vulkan bit for bit
-/// with the interpreter (`docs/conformance/suite-h100-2026-11-25*.json` at caca8aa); vulkan and
-/// wgpu on lavapipe at most 6.5e-14 (2026-11-24, `suite-wgpu-lavapipe-2026-11-24.json`,
-/// and again on 2026-11-25). f16 inputs need no bound of their own (at most 3.4e-14): their
+/// case, f32 and f16 inputs alike: cuda and vulkan on the GPUs, and the cpu, bit for bit with
+/// the interpreter; vulkan and wgpu on lavapipe at most 6.5e-14 (the conformance records,
+/// docs/conformance/README.md). f16 inputs need no bound of their own (at most 3.4e-14): their
 /// products are exact in f32. The margin is for devices not yet measured that sum in another
 /// order; a lost tile of K (16 of 1536 terms) still costs about 1e-2. Not ggml's 5e-4, which
 /// would pass an output 2% off everywhere.

@@ -7,8 +7,8 @@
 //!   side by side. The C lowering runs a workgroup's invocations, one key each, as the lanes of
 //!   one loop, and the scores' loop over `i` then reads consecutive keys, which GCC loads as
 //!   vectors; in rows they are `kv_heads · head_dim` elements apart, and x86 gathers them one
-//!   element at a time. On 2 EPYC cores (AVX2, SmolLM2-135M Q4_1, 2026-11-26) the attention
-//!   of a 512-token prompt took 1.75 s in rows and 0.59 s in columns.
+//!   element at a time. On an AVX2 CPU the attention of a 512-token SmolLM2-135M prompt
+//!   measured far faster in columns than in rows (docs/bench/cpu.md).
 //!
 //! A row of the columns layout holds `stride = context + KEY_PAD` positions: attention reads
 //! its last block of keys up to [`KEY_PAD`] − 1 positions past the last visible one without

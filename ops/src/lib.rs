@@ -2,8 +2,10 @@
 //! reference and its error bound.
 //!
 //! The transformer ops are the modules at the root: the kernels the Llama executor
-//! (`trine-llama`) runs, one file each with its kernel(s), its plain-Rust reference
+//! (`trine-llama`) runs, one module each with its kernel(s), its plain-Rust reference
 //! (accumulating in f64), its shape rules, its NMSE bound and its cases; [`cases`] lists them.
+//! A large op is a folder whose files each hold one of these concerns (`matvec/`: `spec.rs`,
+//! `kernel.rs`, `reference.rs`, `cases.rs`, …).
 //! [`rope`] and [`attention`] hold no kernel of their own: the references, shapes and the walk
 //! over the keys that the fused kernels share. The foundation kernels
 //! ([`kernels`]) exercise every part of the IR. [`case`] is what a kernel with its inputs,

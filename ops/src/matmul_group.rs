@@ -1,7 +1,7 @@
 //! [`super::matmul_tiles`]'s large block on warpgroup products ([`trine_ir::GroupOp`]):
 //! Hopper's `wgmma`, whose tensor cores read both operands from shared memory, where the
-//! subgroups' tiles load every operand into registers first (`ldmatrix`, the top stall of the
-//! tiled kernel on an H100) and multiply 16 × 16 at a time.
+//! subgroups' tiles load every operand into registers first (`ldmatrix`, the tiled kernel's
+//! top stall in a profile) and multiply 16 × 16 at a time.
 //!
 //! A step is 64 columns of K (one product's [`GROUP_K`]), staged into one of a few stages
 //! ([`stages`]) in the swizzled layout the products read ([`Layout::Swizzled`]): f16 blocks copied
@@ -13,10 +13,10 @@
 //! stage is written again. The accumulators go through shared memory to y, guarded at its
 //! edges (with the residual, or SwiGLU of the row pairs) as the tiled kernel's are.
 //!
-//! The medium block (64 × 64, one warpgroup) on these products was slower than on the
-//! subgroups' tiles where it serves (SmolLM2's gate/up over 512 tokens, Q4_1 put: 31.2 µs
-//! against 30.3 on an H100, 2026-11-27), as puts bound it and its stages leave room for
-//! fewer workgroups, so only the large block takes them.
+//! The medium block (64 × 64, one warpgroup) on these products measured slower than on the
+//! subgroups' tiles where it serves (SmolLM2's gate/up over 512 tokens, Q4_1 put; see
+//! docs/bench/prefill.md), as puts bound it and its stages leave room for fewer workgroups,
+//! so only the large block takes them.
 
 use super::matmul_stage::{Layout, BK};
 use super::matmul_tiles::{BlockSize, Io, Output, TilesSpec, OP};

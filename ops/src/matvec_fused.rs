@@ -23,8 +23,8 @@
 //! against the references at most 1.4e-11 (`q4_1/14x96/shared/swiglu`: without the norm, x
 //! in [-1, 1) leaves gate and up at a few units against Σ|w·x| ≈ 24, and its seven outputs
 //! are up to 9e-6 off), 1e-13 on SmolLM2's shapes; against the interpreter, the compiled-C
-//! CPU backend at most 9e-14, lavapipe 2.6e-12, an H100 through Vulkan and CUDA 2.7e-13 and
-//! 3.1e-13.
+//! CPU backend at most 9e-14, lavapipe 2.6e-12, a GPU through Vulkan and CUDA 2.7e-13 and
+//! 3.1e-13 (the conformance records, docs/conformance/README.md).
 
 use super::elementwise::{reference_add, reference_swiglu};
 use super::matvec::{reference as matvec_reference, spec_case, MatvecSpec, Reduce};

@@ -85,8 +85,8 @@ pub fn quantize_grid(blocks: u32) -> [u32; 3] {
 /// is an integer below 2^24 in magnitude, so its f32 sum is exact too), and the first 8
 /// invocations pack the codes into words. Consecutive invocations read consecutive x values,
 /// which the C lowering loads as vectors; one invocation per block read each block with a
-/// gather per element, which GCC then ran in scalar code (SmolLM2's quantize nodes took
-/// 17–19 µs each on 2 EPYC cores, 2026-11-26).
+/// gather per element, which GCC then ran in scalar code (measured slower on SmolLM2's
+/// quantize nodes on a CPU: docs/bench/cpu.md).
 pub fn quantize_kernel() -> Kernel {
     let k = KernelBuilder::new("quantize_q8", [QUANT_WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
@@ -209,7 +209,7 @@ pub fn reference(
 
 /// The quantizing kernel against [`quantize_x`]: the codes exactly, the scales to within an
 /// ulp or so, since Vulkan lets a division be 2.5 ulp off (NVIDIA's driver moved one scale of
-/// 128 by an ulp on an H100, NMSE 3e-17, and no code).
+/// 128 by an ulp, NMSE 3e-17, and no code).
 fn quantize_case(cols: u32) -> Case {
     let mut rng = Rng::new(u64::from(cols));
     let mut x = rng.f32s(cols as usize, -3.0, 3.0);

@@ -25,11 +25,11 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 /// Rows per workgroup, one per invocation.
 pub const LANES: u32 = 16;
 
-/// How far ahead of the block being multiplied its weights are prefetched, in bytes.
+/// How far ahead of the block being multiplied its weights are prefetched, in bytes. On
 /// SmolLM2's output head (49152 × 576 Q8_0, 32 MB, read from memory at every token), the C
-/// function alone on one core of the AVX2-only EPYC (2026-11-25, 23:34 UTC, a shared
-/// machine, two alternating runs): 4.3-4.8 ms without a prefetch, 3.3-4.0 at 1152 bytes
-/// ahead, 3.1-3.5 at 2304, 3.5-4.0 at 4608.
+/// function alone on one core of an AVX2 CPU was faster with a prefetch than without, and
+/// fastest at 2304 of the 1152, 2304 and 4608 bytes ahead tried (docs/bench/cpu.md records
+/// the build that took 2 KiB).
 const PREFETCH_BYTES: u32 = 2048;
 
 /// Code words per block of `ty` (four codes a word; Q4 bytes hold two).

@@ -19,7 +19,8 @@
 //! tokens by its y axis, without a division by the row length.
 //!
 //! Bound: the default 1e-7, rope's (4e-10 measured against the f64 reference at position
-//! 2047, from the f32 angle's rounding; lavapipe within 1e-15 of the interpreter). The key
+//! 2047, from the f32 angle's rounding; lavapipe within 1e-15 of the interpreter: the
+//! conformance records, docs/conformance/README.md). The key
 //! cache in f16 is compared with the reference rounded to f16 (the rope output rounded once,
 //! as `copy` rounds it), so only a rare one-ulp rounding flip counts; the value copy is exact.
 

@@ -61,11 +61,10 @@ impl Float {
     }
 }
 
-/// Loads element `i` of a buffer of `t` as an f32 value.
 /// `(cos θ, sin θ)` of an f32 angle, taken of θ less the nearest multiple of 2π, which keeps
 /// the argument within [−π, π]. NVIDIA's Vulkan `sin`/`cos` lose accuracy with the argument's
-/// size: rope at positions up to 1,319 differed from the CPU's by 1.5e-9 NMSE (H200,
-/// 2026-11-26), five times the cross-check's bound. 2π is taken off in four parts (Cody–Waite):
+/// size: rope at positions up to 1,319 differed from the CPU's by 1.5e-9 NMSE, five times the
+/// cross-check's bound. 2π is taken off in four parts (Cody–Waite):
 /// the first three have few enough bits that their products with the turn count are exact
 /// below 8192 turns, and the fourth's product is too small to round, so every device reduces
 /// θ to the same argument whether or not it fuses a multiply into the subtraction (lavapipe
@@ -83,6 +82,7 @@ pub(crate) fn cos_sin<'b>(k: &'b KernelBuilder, theta: Val<'b>) -> (Val<'b>, Val
     (r.cos(), r.sin())
 }
 
+/// Loads element `i` of a buffer of `t` as an f32 value.
 pub(crate) fn load_f32<'b>(
     k: &'b KernelBuilder,
     t: Float,

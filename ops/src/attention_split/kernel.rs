@@ -1,0 +1,213 @@
+//! Builds the two dispatches' IR: the per-split kernel ([`split_kernel`]), with the walk over a
+//! split's keys and the partials' buffers it shares with the flash kernels, and the combine
+//! ([`combine_kernel`]).
+
+use super::shape::check_head_dim;
+use super::OP;
+use crate::attention::{attend, for_owned, stage_query, Attended, Keys, WG};
+use crate::key_layout::{KeyIndex, KeyLayout};
+use crate::shape::ShapeError;
+use crate::support::{nonzero, Float, Reduction, PREFETCH_LINE};
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, Scalar, Val};
+
+/// The per-split kernel for one head dimension (a compile-time constant), KV cache storage
+/// type and reduction of each block's scores (`how`; the shared tree runs everywhere).
+/// Buffers: `q` f32, `step` u32, `k` and `v` of `kv`, `part` f32. Params: tokens, heads,
+/// kv_heads, splits, scale. Grid [`SplitAttention::grid`]: `[splits, heads, tokens]`.
+///
+/// [`SplitAttention::grid`]: super::SplitAttention::grid
+pub fn split_kernel(
+    head_dim: u32,
+    kv: Float,
+    how: Reduction,
+    keys: KeyLayout,
+) -> Result<Kernel, ShapeError> {
+    check_head_dim(head_dim)?;
+    let k = KernelBuilder::new(
+        &format!(
+            "attention_split_{}_d{head_dim}_{}kv{}",
+            how.name(),
+            kv.name(),
+            keys.suffix()
+        ),
+        [WG, 1, 1],
+    );
+    let PartsIo {
+        q,
+        step,
+        k: kc,
+        v: vc,
+        part,
+        tokens,
+        heads,
+        kv_heads,
+    } = PartsIo::declare(&k, kv);
+    let splits = k.param("splits", Scalar::U32);
+    let scale = k.param("scale", Scalar::F32);
+    let index = KeyIndex::declare(&k, keys, kv_heads, head_dim);
+    k.settled(step);
+    let s = k.workgroup_id(0);
+    let h = k.workgroup_id(1);
+    let t = k.workgroup_id(2);
+    let one = k.u32(1);
+    let row = t * heads + h;
+    let d = k.u32(head_dim);
+    let pos = k.load(step, k.u32(0));
+    let (start, stop) = split_keys(&k, (pos, tokens, splits), s);
+    let end = stop.min(pos + t + one);
+    let keys = Keys {
+        kv,
+        k: kc,
+        v: vc,
+        kv_heads,
+        heads,
+        scale,
+        index,
+    };
+    prefetch_chunk(&k, &keys, head_dim, h, (start, end));
+    let q_sh = stage_query(&k, head_dim, q, row * d);
+    k.barrier();
+    let Attended { m, l, acc } = attend(&k, (head_dim, how), q_sh, h, keys, (start, end));
+    let lid = k.local_index();
+
+    let base = (row * splits + s) * k.u32(head_dim + 2);
+    for_owned(&k, head_dim, lid, &acc, |i, a| {
+        k.store(part, base + i, a.get())
+    });
+    k.if_(lid.eq(k.u32(0)), || {
+        k.store(part, base + d, m.get());
+        k.store(part, base + d + one, l.get());
+    });
+    Ok(k.finish())
+}
+
+/// Prefetches the rows of K and V this workgroup's keys `start..end` hold for head `h`
+/// ([`trine_ir::Stmt::Prefetch`]), a cache line at a time, one key per invocation. The kernel
+/// reads the position from the settled `step` buffer, so on CUDA this runs before the wait for
+/// the QKV product ahead: every key but the newest was written by an earlier step, and a decode
+/// step's stream of weights has pushed them out of L2 since, so that the scores would otherwise
+/// wait on memory twice, once for K and once for V. Caches in rows only: the columns layout is
+/// the CPUs', where prefetches are dropped.
+/// Split `s`'s keys of a step over `pos + tokens` keys cut into `splits` chunks, `start..stop`:
+/// `[s·C, (s+1)·C)` with `C = ceil((pos + tokens) / splits)`, which each caller then clamps to
+/// the keys its rows see. The chunk follows the position, so every split has work once the
+/// cache holds `splits` keys.
+pub(crate) fn split_keys<'b>(
+    k: &'b KernelBuilder,
+    (pos, tokens, splits): (Val<'b>, Val<'b>, Val<'b>),
+    s: Val<'b>,
+) -> (Val<'b>, Val<'b>) {
+    let chunk = (pos + tokens + splits - k.u32(1)) / splits;
+    let start = s * chunk;
+    (start, start + chunk)
+}
+
+fn prefetch_chunk<'b>(
+    k: &'b KernelBuilder,
+    keys: &Keys<'b>,
+    head_dim: u32,
+    h: Val<'b>,
+    (start, end): (Val<'b>, Val<'b>),
+) {
+    if keys.index.layout() != KeyLayout::Rows {
+        return;
+    }
+    let line = PREFETCH_LINE / keys.kv.scalar().size() as u32;
+    let kv_head = keys.kv_head(k, h, head_dim);
+    k.for_range(start + k.local_index(), end, WG, |j| {
+        for e in (0..head_dim).step_by(line as usize) {
+            let e = kv_head + k.u32(e);
+            k.prefetch(keys.k, keys.index.at(k, e, j));
+            k.prefetch(keys.v, keys.v_at(k, head_dim, e, j));
+        }
+    });
+}
+
+/// The buffers of a kernel that writes split partials (this one, and
+/// [`crate::attention_flash`]'s): the rotated queries, the step buffer, the caches, `part`;
+/// and its first parameters: tokens, heads, kv_heads.
+pub(crate) struct PartsIo<'b> {
+    pub q: BufferId,
+    pub step: BufferId,
+    pub k: BufferId,
+    pub v: BufferId,
+    pub part: BufferId,
+    pub tokens: Val<'b>,
+    pub heads: Val<'b>,
+    pub kv_heads: Val<'b>,
+}
+
+impl<'b> PartsIo<'b> {
+    pub(crate) fn declare(k: &'b KernelBuilder, kv: Float) -> PartsIo<'b> {
+        Self::declare_out(k, kv, "part")
+    }
+
+    /// [`PartsIo::declare`] with the output buffer (`part`'s place) named `out`.
+    pub(crate) fn declare_out(k: &'b KernelBuilder, kv: Float, out: &str) -> PartsIo<'b> {
+        PartsIo {
+            q: k.buffer("q", Scalar::F32, Access::Read),
+            step: k.buffer("step", Scalar::U32, Access::Read),
+            k: k.buffer("k", kv.scalar(), Access::Read),
+            v: k.buffer("v", kv.scalar(), Access::Read),
+            part: k.buffer(out, Scalar::F32, Access::Write),
+            tokens: k.param("tokens", Scalar::U32),
+            heads: k.param("heads", Scalar::U32),
+            kv_heads: k.param("kv_heads", Scalar::U32),
+        }
+    }
+}
+
+/// The combine kernel for one head dimension and split count (compile-time constants: the
+/// loops over the splits have a constant trip count, so the compiler unrolls them and issues
+/// their loads together instead of one round trip to memory per split, where a runtime count
+/// measured far slower on a GPU). Buffers: `part` f32, `out` f32. Params:
+/// heads. Grid [`SplitAttention::combine_grid`]: `[heads, tokens, 1]`.
+///
+/// [`SplitAttention::combine_grid`]: super::SplitAttention::combine_grid
+pub fn combine_kernel(head_dim: u32, splits: u32) -> Result<Kernel, ShapeError> {
+    check_head_dim(head_dim)?;
+    nonzero(OP, "splits", splits)?;
+    let k = KernelBuilder::new(
+        &format!("attention_combine_d{head_dim}_s{splits}"),
+        [WG, 1, 1],
+    );
+    let part = k.buffer("part", Scalar::F32, Access::Read);
+    let out = k.buffer("out", Scalar::F32, Access::Write);
+    let heads = k.param("heads", Scalar::U32);
+    let splits = k.u32(splits);
+    let lid = k.local_index();
+    let h = k.workgroup_id(0);
+    let t = k.workgroup_id(1);
+    let d = k.u32(head_dim);
+    let one = k.u32(1);
+    let zero = k.u32(0);
+    let row = t * heads + h;
+    let first = row * splits;
+    let width = k.u32(head_dim + 2);
+
+    // Every invocation folds the few (m, l) pairs itself: no shared memory, no barrier.
+    let max = k.var("max", Scalar::F32);
+    max.set(k.f32(f32::NEG_INFINITY));
+    k.for_range(zero, splits, 1, |s| {
+        max.set(max.get().max(k.load(part, (first + s) * width + d)))
+    });
+    let big_m = max.get();
+    let sum = k.var("sum", Scalar::F32);
+    k.for_range(zero, splits, 1, |s| {
+        let at = (first + s) * width + d;
+        let w = (k.load(part, at) - big_m).exp();
+        sum.set(k.load(part, at + one).fma(w, sum.get()));
+    });
+    let inv = k.f32(1.0) / sum.get();
+    let o = k.var("o", Scalar::F32);
+    k.for_range(lid, d, WG, |i| {
+        o.set(k.f32(0.0));
+        k.for_range(zero, splits, 1, |s| {
+            let at = (first + s) * width;
+            let w = (k.load(part, at + d) - big_m).exp();
+            o.set(k.load(part, at + i).fma(w, o.get()));
+        });
+        k.store(out, row * d + i, o.get() * inv);
+    });
+    Ok(k.finish())
+}

@@ -1,0 +1,304 @@
+//! The tiled product's conformance cases: random weights and inputs for each way of staging
+//! the blocks, with the fallback each runs where a device lacks a feature.
+
+use super::{check, kernel, reference, BlockSize, TilesSpec, NMSE, OP};
+use crate::case::*;
+use crate::dequant;
+use crate::matmul_stage::weights_elem;
+use crate::shape::ShapeError;
+use crate::support::Float;
+use half::f16;
+use trine_gguf::quant::{quantize, WeightType};
+use trine_ir::Scalar;
+
+/// The subgroup width of the cases' tiled kernels: NVIDIA's, the only matrix units measured.
+/// A device of another width runs their scalar fallback.
+const CASE_SUBGROUP: u32 = 32;
+
+/// A conformance case: W of `ty` with values in [-1, 1), x in [-1, 1), a residual in [-2, 2)
+/// with `add`; the tiled kernel with the block the executor would pick, with the scalar
+/// variant as its fallback.
+pub fn case(
+    ty: WeightType,
+    (rows, cols, tokens): (u32, u32, u32),
+    add: bool,
+) -> Result<Case, ShapeError> {
+    let block = BlockSize::for_product(rows, tokens, false);
+    case_in(
+        ty,
+        (rows, cols, tokens),
+        add,
+        (block, Staging::Put, Float::F32),
+    )
+}
+
+/// How a case's kernel stages its blocks and multiplies them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staging {
+    /// Loaded and put by the invocations; the scalar variant is the fallback.
+    Put,
+    /// f16 blocks copied asynchronously ([`TilesSpec::copied`]); the fallback is the tiled
+    /// kernel without copies, where a device lacks them (a device without tiles skips the
+    /// case).
+    Copies,
+    /// Multiplied by warpgroup products ([`TilesSpec::grouped`]), f16 weights (and f16 x)
+    /// copied; the fallback is the tiled kernel without copies. Only where the spec has such
+    /// a variant.
+    Group,
+}
+
+impl Staging {
+    /// How the executor would stage a product of W of `ty`, `cols` wide, on `block` with x
+    /// stored as `xf`, on a device with every feature: on warpgroup products where the block
+    /// allows, else copying f16 weights, else putting.
+    pub fn best(ty: WeightType, cols: u32, block: BlockSize, xf: Float) -> Staging {
+        let spec = case_spec(ty, cols, (false, false), (block, xf));
+        if spec.copied().grouped().group {
+            Staging::Group
+        } else if spec.copied().copies {
+            Staging::Copies
+        } else {
+            Staging::Put
+        }
+    }
+}
+
+/// The tiled kernel a case of W of `ty`, `cols` wide, runs before its staging is chosen.
+fn case_spec(
+    ty: WeightType,
+    cols: u32,
+    (add, swiglu): (bool, bool),
+    (block, xf): (BlockSize, Float),
+) -> TilesSpec {
+    TilesSpec {
+        weights: ty,
+        add,
+        tiles: Some(CASE_SUBGROUP),
+        block,
+        depth: TilesSpec::depth_for(cols),
+        copies: false,
+        half_x: xf == Float::F16,
+        group: false,
+        swiglu,
+    }
+}
+
+/// [`case`] with the tiled kernel on `block`, whatever the shape, staged as `staging` says,
+/// and x stored as `xf`.
+pub fn case_in(
+    ty: WeightType,
+    (rows, cols, tokens): (u32, u32, u32),
+    add: bool,
+    (block, staging, xf): (BlockSize, Staging, Float),
+) -> Result<Case, ShapeError> {
+    build_case(ty, (rows, cols, tokens), (add, false), (block, staging, xf))
+}
+
+/// [`case`] with SwiGLU of the row pairs as the output ([`TilesSpec::swiglu`]), against
+/// [`reference`] followed by SwiGLU in f64.
+pub fn swiglu_case(
+    ty: WeightType,
+    (rows, cols, tokens): (u32, u32, u32),
+) -> Result<Case, ShapeError> {
+    let block = BlockSize::for_product(rows, tokens, false);
+    build_case(
+        ty,
+        (rows, cols, tokens),
+        (false, true),
+        (block, Staging::Put, Float::F32),
+    )
+}
+
+fn build_case(
+    ty: WeightType,
+    (rows, cols, tokens): (u32, u32, u32),
+    (add, swiglu): (bool, bool),
+    (block, staging, xf): (BlockSize, Staging, Float),
+) -> Result<Case, ShapeError> {
+    check(rows, cols, tokens)?;
+    if swiglu && !rows.is_multiple_of(2) {
+        return Err(ShapeError::NotMultiple {
+            op: OP,
+            what: "rows of gate and up",
+            value: rows as usize,
+            multiple: 2,
+        });
+    }
+    let name = format!(
+        "{OP}/{}{}/{rows}x{cols}/t{tokens}{}{}{}{}",
+        if xf == Float::F16 { "f16x" } else { "" },
+        ty.name(),
+        if add { "+add" } else { "" },
+        if swiglu { "+swiglu" } else { "" },
+        if block == BlockSize::Large {
+            "/large"
+        } else {
+            ""
+        },
+        match staging {
+            Staging::Put => "",
+            Staging::Copies => "/copies",
+            Staging::Group => "/group",
+        }
+    );
+    let mut rng = Rng::new(crate::support::seed(&name));
+    let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
+    let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
+    let x = rng.f32s(t * c, -1.0, 1.0);
+    let residual = add.then(|| rng.f32s(t * r, -2.0, 2.0));
+    let mut want = reference(ty, &w, &x, residual.as_deref(), (rows, cols, tokens))?;
+    if swiglu {
+        want = want
+            .chunks(2)
+            .map(|p| crate::elementwise::silu(p[0]) * p[1])
+            .collect();
+    }
+    let spec = case_spec(ty, cols, (add, swiglu), (block, xf));
+    let x_bytes = match xf {
+        Float::F32 => f32_bytes(&x),
+        Float::F16 => f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()),
+    };
+    let (fallback, spec) = match staging {
+        Staging::Put => (spec.scalar(), spec),
+        Staging::Copies => (spec, spec.copied()),
+        Staging::Group => {
+            let grouped = spec.copied().grouped();
+            if !grouped.group {
+                return Err(ShapeError::Unsupported {
+                    op: OP,
+                    what: format!("warpgroup products for {}", spec.name()),
+                });
+            }
+            (spec, grouped)
+        }
+    };
+    let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
+        .input("w", weights_elem(ty), dequant::pad_to_words(w))
+        .input("x", xf.scalar(), x_bytes);
+    if let Some(res) = &residual {
+        case = case.input("add", Scalar::F32, f32_bytes(res));
+    }
+    let y_rows = if swiglu { r / 2 } else { r };
+    Ok(case
+        .output("y", Scalar::F32, vec![0; t * y_rows * 4], want)
+        .params(spec.params(rows, cols, tokens))
+        .bound(NMSE)
+        .fallback_on(kernel(fallback)?, fallback.grid(rows, tokens)))
+}
+
+/// Every weight type at a shape of one block and a partial one (tokens and rows past a
+/// block), with and without the residual, in steps of one block of K and of two; SmolLM2's
+/// QKV product over a 70-token prompt; SwiGLU of the row pairs.
+pub fn cases() -> Vec<Case> {
+    let mut out = vec![];
+    for ty in WeightType::ALL {
+        out.push(case(ty, (64, 64, 20), false));
+        out.push(case(ty, (72, 96, 70), ty == WeightType::Q4_1));
+    }
+    out.push(case(WeightType::Q4_1, (960, 576, 70), false));
+    // SwiGLU of the row pairs: rows and tokens past a block, and SmolLM2's gate/up (the
+    // medium block).
+    out.push(swiglu_case(WeightType::Q4_1, (72, 96, 70)));
+    out.push(swiglu_case(WeightType::F16, (64, 64, 20)));
+    out.push(swiglu_case(WeightType::Q4_1, (3072, 576, 40)));
+    // Steps of two blocks, two of them, rows past a block.
+    out.push(case(WeightType::F16, (80, 128, 24), false));
+    out.push(case(WeightType::Q8_0, (576, 1536, 33), true));
+    // The medium block.
+    out.push(case(WeightType::Q4_0, (2048, 64, 65), true));
+    let (large, medium) = (BlockSize::Large, BlockSize::Medium);
+    let (half, single) = (Float::F16, Float::F32);
+    for (ty, shape, add, how) in [
+        // The large block, with rows and tokens past one.
+        (
+            WeightType::F16,
+            (136, 64, 140),
+            false,
+            (large, Staging::Put, single),
+        ),
+        (
+            WeightType::Q4_1,
+            (256, 128, 128),
+            true,
+            (large, Staging::Put, single),
+        ),
+        // f16 weights copied asynchronously: the large block (steps of one block of K, rows
+        // and tokens past one) and the medium one (steps of two, three of them).
+        (
+            WeightType::F16,
+            (136, 96, 140),
+            true,
+            (large, Staging::Copies, single),
+        ),
+        (
+            WeightType::F16,
+            (72, 192, 40),
+            false,
+            (medium, Staging::Copies, single),
+        ),
+        // x in f16 too: copied with W, and put where copies are not.
+        (
+            WeightType::F16,
+            (136, 128, 140),
+            true,
+            (large, Staging::Copies, half),
+        ),
+        (
+            WeightType::F16,
+            (72, 96, 40),
+            false,
+            (medium, Staging::Put, half),
+        ),
+        // Warpgroup products: f16 x and W copied, with rows and tokens past a block, the
+        // residual and three steps (more than the copies run ahead), and in one step; f32 x
+        // put while W is copied; quantized and f32 W put.
+        (
+            WeightType::F16,
+            (136, 192, 140),
+            true,
+            (large, Staging::Group, half),
+        ),
+        (
+            WeightType::F16,
+            (128, 64, 128),
+            false,
+            (large, Staging::Group, half),
+        ),
+        (
+            WeightType::F16,
+            (136, 128, 140),
+            true,
+            (large, Staging::Group, single),
+        ),
+        (
+            WeightType::Q8_0,
+            (136, 192, 140),
+            true,
+            (large, Staging::Group, single),
+        ),
+        (
+            WeightType::Q4_0,
+            (136, 64, 140),
+            false,
+            (large, Staging::Group, single),
+        ),
+        (
+            WeightType::F32,
+            (128, 128, 130),
+            false,
+            (large, Staging::Group, single),
+        ),
+    ] {
+        out.push(case_in(ty, shape, add, how));
+    }
+    // SwiGLU on warpgroup products, rows and tokens past a block.
+    out.push(build_case(
+        WeightType::Q4_1,
+        (272, 192, 140),
+        (false, true),
+        (large, Staging::Group, single),
+    ));
+    out.into_iter()
+        .collect::<Result<_, _>>()
+        .expect("the fixed shapes are valid")
+}

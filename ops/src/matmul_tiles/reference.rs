@@ -1,0 +1,43 @@
+//! The f64 reference of the tiled product, from x and W rounded to f16 as the kernel stages
+//! them.
+
+use super::check;
+use crate::shape::ShapeError;
+use half::f16;
+use trine_gguf::quant::{dequantize, WeightType};
+
+/// `y` in f64 from x and W's dequantised values, each rounded to f16 as the kernel stages
+/// them, plus `add`.
+pub fn reference(
+    ty: WeightType,
+    w: &[u8],
+    x: &[f32],
+    add: Option<&[f32]>,
+    (rows, cols, tokens): (u32, u32, u32),
+) -> Result<Vec<f64>, ShapeError> {
+    check(rows, cols, tokens)?;
+    let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
+    let wd: Vec<f64> = dequantize(ty, w, r * c)?
+        .into_iter()
+        .map(|v| f16::from_f64(v).to_f64())
+        .collect();
+    let xd: Vec<f64> = x.iter().map(|&v| f16::from_f32(v).to_f64()).collect();
+    let mut y = vec![0f64; t * r];
+    // Tokens spread over the host's threads: the bench's products reach 4096 × 4096 × 512.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = t.div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        for (chunk, ys) in y.chunks_mut(per * r).enumerate() {
+            let (xd, wd) = (&xd, &wd);
+            s.spawn(move || {
+                for (i, out) in ys.iter_mut().enumerate() {
+                    let (tok, row) = (chunk * per + i / r, i % r);
+                    let xs = &xd[tok * c..][..c];
+                    let sum: f64 = xs.iter().zip(&wd[row * c..][..c]).map(|(a, b)| a * b).sum();
+                    *out = sum + add.map_or(0.0, |a| a[tok * r + row] as f64);
+                }
+            });
+        }
+    });
+    Ok(y)
+}

@@ -1,0 +1,243 @@
+//! The tiled product's compile-time choices: the block a workgroup computes ([`BlockSize`]),
+//! the kernel's spec ([`TilesSpec`]) with its variants, name, grid and parameters, and the
+//! shape rules of a product.
+
+use super::{BK, LARGE_ROWS, LARGE_TOKENS, MAX_DEPTH, OP, SMALL_ROWS};
+use crate::shape::ShapeError;
+use crate::support::{elements, nonzero};
+use trine_gguf::quant::WeightType;
+use trine_ir::ParamValue;
+
+/// The block of tokens by rows a workgroup computes ([`BlockSize::for_product`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockSize {
+    /// 32 × 32 on 128 invocations: products of fewer than [`SMALL_ROWS`] rows, whose bigger
+    /// blocks would leave most of a GPU idle, and every product where the executor finds the
+    /// device faster so.
+    Small,
+    /// 64 × 64 on 128 invocations.
+    Medium,
+    /// 128 × 128 on 256 invocations, tiled only (its scalar variant takes the medium
+    /// block): products of at least [`LARGE_ROWS`] rows and [`LARGE_TOKENS`] tokens, which
+    /// fill a GPU with these blocks. Each element of x and W staged serves twice the products
+    /// it serves in a medium block, so the step's loads from memory (x in f32 above all) are
+    /// half as many for the same work.
+    Large,
+}
+
+impl BlockSize {
+    /// The block for a product of `rows` rows over `tokens` tokens; `small_always` where
+    /// the device runs every product faster with small blocks.
+    pub fn for_product(rows: u32, tokens: u32, small_always: bool) -> BlockSize {
+        if small_always || rows < SMALL_ROWS {
+            BlockSize::Small
+        } else if rows >= LARGE_ROWS && tokens >= LARGE_TOKENS {
+            BlockSize::Large
+        } else {
+            BlockSize::Medium
+        }
+    }
+
+    /// Tokens and rows.
+    pub fn dims(self) -> (u32, u32) {
+        match self {
+            BlockSize::Small => (32, 32),
+            BlockSize::Medium => (64, 64),
+            BlockSize::Large => (128, 128),
+        }
+    }
+
+    /// Invocations per workgroup.
+    pub fn invocations(self) -> u32 {
+        match self {
+            BlockSize::Large => 256,
+            _ => 128,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            BlockSize::Small => "_small",
+            BlockSize::Medium => "",
+            BlockSize::Large => "_large",
+        }
+    }
+}
+
+/// Compile-time choices of the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TilesSpec {
+    pub weights: WeightType,
+    /// Adds `add[t, r]` to each output (a residual).
+    pub add: bool,
+    /// Matrix tiles for subgroups of this width (needs the device's matrix units); `None`,
+    /// the scalar variant.
+    pub tiles: Option<u32>,
+    pub block: BlockSize,
+    /// Blocks of K ([`BK`] columns) per step; K must be whole steps ([`TilesSpec::depth_for`]).
+    pub depth: u32,
+    /// F16 weights (and f16 x) copied into shared memory asynchronously
+    /// ([`trine_ir::CopyOp`]) in [`COPY_STAGES`] stages, an f32 x put in two, so that the next
+    /// steps' blocks move while the subgroups multiply the current ones, copied ones without
+    /// passing through the invocations' registers, with one barrier a step
+    /// ([`TilesSpec::copied`]).
+    ///
+    /// [`COPY_STAGES`]: super::COPY_STAGES
+    pub copies: bool,
+    /// x stored as f16 (as cuBLAS's f16 products take it), copied as W is where W is; else
+    /// f32, rounded to f16 as it is staged.
+    pub half_x: bool,
+    /// y is SwiGLU of each pair of rows `(2i, 2i + 1)`, `silu(y[2i])·y[2i + 1]`, `rows / 2`
+    /// wide: gate and up interleaved, as the executor lays out an FFN's, with no pass of
+    /// their own after the product. Not with [`TilesSpec::add`].
+    pub swiglu: bool,
+    /// Warpgroup products ([`crate::matmul_group`]) instead of the subgroups' tiles, where
+    /// the rest of the spec allows them ([`TilesSpec::grouped`]: the large block).
+    pub group: bool,
+}
+
+impl TilesSpec {
+    /// The blocks of K per step for a product of `cols` columns on tiles: the most, up to
+    /// [`MAX_DEPTH`], that K is whole steps of.
+    pub fn depth_for(cols: u32) -> u32 {
+        let mut depth = MAX_DEPTH;
+        while depth > 1 && !cols.is_multiple_of(BK * depth) {
+            depth /= 2;
+        }
+        depth
+    }
+
+    /// This product with its f16 weights (and f16 x) copied asynchronously, where it has
+    /// tiles and f16 weights.
+    pub fn copied(self) -> Self {
+        TilesSpec {
+            copies: self.weights == WeightType::F16 && self.tiles.is_some(),
+            ..self
+        }
+    }
+
+    /// This product on warpgroup products, where it has a variant on them
+    /// ([`crate::matmul_group::eligible`]).
+    pub fn grouped(self) -> Self {
+        TilesSpec {
+            group: crate::matmul_group::eligible(&self),
+            ..self
+        }
+    }
+
+    /// The scalar variant of this product (no matrix units), which steps a block at a time,
+    /// the large block as a medium one ([`TilesSpec::grid`] follows), its shared memory
+    /// within the smallest device's 32 KiB.
+    pub fn scalar(self) -> Self {
+        TilesSpec {
+            tiles: None,
+            depth: 1,
+            copies: false,
+            group: false,
+            block: match self.block {
+                BlockSize::Large => BlockSize::Medium,
+                b => b,
+            },
+            ..self
+        }
+    }
+
+    /// The kernels to try for this product, best first: its own; on warpgroup products, the
+    /// same on tiles (for a device without them); with copies, the same without them (for a
+    /// device that has none); on tiles, the large block then the medium one (for a device
+    /// with less than the large block's 48 KiB of shared memory); then the scalar variant.
+    pub fn variants(self) -> Vec<TilesSpec> {
+        let mut out = vec![];
+        if self.group {
+            out.push(self);
+        }
+        let on_tiles = TilesSpec {
+            group: false,
+            ..self
+        };
+        if self.copies {
+            out.push(on_tiles);
+        }
+        let this = TilesSpec {
+            copies: false,
+            ..on_tiles
+        };
+        if this.tiles.is_some() {
+            out.push(this);
+            if self.block == BlockSize::Large {
+                out.push(TilesSpec {
+                    block: BlockSize::Medium,
+                    ..this
+                });
+            }
+        }
+        out.push(self.scalar());
+        out
+    }
+
+    /// The kernel's name: x (where f16) and weights, residual or SwiGLU, block, subgroup
+    /// width (or scalar), copies and depth.
+    pub fn name(&self) -> String {
+        format!(
+            "matmul_tiles_{}{}{}{}{}{}{}{}_d{}",
+            if self.half_x { "f16x" } else { "" },
+            self.weights.name(),
+            if self.add { "_add" } else { "" },
+            if self.swiglu { "_swiglu" } else { "" },
+            self.block.name(),
+            match self.tiles {
+                Some(w) => format!("_sg{w}"),
+                None => "_scalar".into(),
+            },
+            if self.copies { "_cp" } else { "" },
+            if self.group { "_wg" } else { "" },
+            self.depth
+        )
+    }
+
+    /// Tokens and rows per workgroup.
+    pub fn block(&self) -> (u32, u32) {
+        self.block.dims()
+    }
+
+    /// `[row blocks, token blocks, 1]`.
+    pub fn grid(&self, rows: u32, tokens: u32) -> [u32; 3] {
+        let (bm, bn) = self.block();
+        [rows.div_ceil(bn), tokens.div_ceil(bm), 1]
+    }
+
+    /// Parameters: rows, cols, tokens.
+    pub fn params(&self, rows: u32, cols: u32, tokens: u32) -> Vec<ParamValue> {
+        vec![
+            ParamValue::U32(rows),
+            ParamValue::U32(cols),
+            ParamValue::U32(tokens),
+        ]
+    }
+}
+
+/// Checks a product's shape: K whole blocks of [`BK`], and every index within u32.
+pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
+    nonzero(OP, "rows", rows)?;
+    nonzero(OP, "cols", cols)?;
+    nonzero(OP, "tokens", tokens)?;
+    if !cols.is_multiple_of(BK) {
+        return Err(ShapeError::NotMultiple {
+            op: OP,
+            what: "cols",
+            value: cols as usize,
+            multiple: BK as usize,
+        });
+    }
+    elements(OP, "x", &[tokens, cols])?;
+    elements(OP, "y", &[tokens, rows])?;
+    // The staging walks float blocks by adding whole rows to an index, which may pass a
+    // matrix's last row by up to a block (the large one's at most) before it is clamped.
+    let (bm, bn) = BlockSize::Large.dims();
+    let past = |n: u32| n.saturating_add(bm.max(bn));
+    elements(OP, "x and a block", &[past(tokens), cols])?;
+    elements(OP, "w and a block", &[past(rows), cols])?;
+    // A quantized row's bytes: at most 34 per 32 elements.
+    elements(OP, "w", &[rows, cols / BK, 34])?;
+    Ok(())
+}

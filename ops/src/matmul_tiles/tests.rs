@@ -1,0 +1,174 @@
+//! Unit tests of the tiled product: shape errors, shared memory per block, the variants'
+//! fallbacks, the block and depth a product takes.
+
+use crate::shape::ShapeError;
+use trine_gguf::quant::WeightType;
+
+use super::*;
+
+#[test]
+fn shapes_are_checked() {
+    assert!(matches!(
+        check(64, 48, 1),
+        Err(ShapeError::NotMultiple { what: "cols", .. })
+    ));
+    assert!(matches!(check(0, 32, 1), Err(ShapeError::Zero { .. })));
+    assert!(matches!(
+        check(u32::MAX, 64, 2),
+        Err(ShapeError::TooLarge { .. })
+    ));
+}
+
+/// Every variant the executor picks (steps up to [`MAX_DEPTH`] blocks) fits the smallest
+/// device's 32 KiB of shared memory (lavapipe's), but the large block, which only
+/// devices with tiles run, 48 KiB (NVIDIA's); steps of four blocks of the others, 48 KiB.
+#[test]
+fn blocks_fit_shared_memory() {
+    for block in [BlockSize::Small, BlockSize::Medium, BlockSize::Large] {
+        let spec = TilesSpec {
+            weights: WeightType::Q4_1,
+            add: true,
+            tiles: None,
+            block,
+            depth: MAX_DEPTH,
+            copies: false,
+            half_x: false,
+            group: false,
+            swiglu: false,
+        };
+        let k = kernel(spec.scalar()).unwrap();
+        assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
+        let limits: &[(u32, u64)] = if block == BlockSize::Large {
+            &[(1, 48), (MAX_DEPTH, 48)]
+        } else {
+            &[(1, 32), (MAX_DEPTH, 32), (4, 48)]
+        };
+        for width in [32, 64] {
+            for &(depth, limit) in limits {
+                let spec = TilesSpec {
+                    tiles: Some(width),
+                    depth,
+                    copies: false,
+                    half_x: false,
+                    group: false,
+                    ..spec
+                };
+                let k = kernel(spec).unwrap();
+                assert!(
+                    k.shared_bytes() <= limit * 1024,
+                    "{block:?} {}",
+                    k.shared_bytes()
+                );
+            }
+        }
+    }
+}
+
+/// The large block falls back to the medium one on tiles, then to the scalar variant,
+/// each with the grid of its own block.
+#[test]
+fn large_blocks_fall_back_to_medium_ones() {
+    let spec = TilesSpec {
+        weights: WeightType::Q4_1,
+        add: true,
+        tiles: Some(32),
+        block: BlockSize::Large,
+        depth: 2,
+        copies: false,
+        half_x: false,
+        group: false,
+        swiglu: false,
+    };
+    let variants = spec.variants();
+    let blocks: Vec<_> = variants.iter().map(|v| (v.block, v.tiles)).collect();
+    assert_eq!(
+        blocks,
+        [
+            (BlockSize::Large, Some(32)),
+            (BlockSize::Medium, Some(32)),
+            (BlockSize::Medium, None)
+        ]
+    );
+    let grids: Vec<_> = variants.iter().map(|v| v.grid(4096, 512)).collect();
+    assert_eq!(grids, [[32, 4, 1], [64, 8, 1], [64, 8, 1]]);
+    for v in &variants {
+        assert_eq!(kernel(*v).unwrap().name, v.name());
+    }
+    let untiled = TilesSpec {
+        tiles: None,
+        ..spec
+    };
+    assert_eq!(untiled.variants(), [spec.scalar()]);
+}
+
+/// Big products take the large block, small ones the small block, and devices that want
+/// small blocks always get them.
+#[test]
+fn blocks_follow_the_product() {
+    assert_eq!(BlockSize::for_product(576, 512, false), BlockSize::Small);
+    assert_eq!(BlockSize::for_product(3072, 512, false), BlockSize::Medium);
+    assert_eq!(BlockSize::for_product(4096, 512, false), BlockSize::Large);
+    assert_eq!(BlockSize::for_product(4096, 100, false), BlockSize::Medium);
+    assert_eq!(BlockSize::for_product(4096, 512, true), BlockSize::Small);
+    let spec = TilesSpec {
+        weights: WeightType::F16,
+        add: false,
+        tiles: None,
+        block: BlockSize::Large,
+        depth: 1,
+        copies: false,
+        half_x: false,
+        group: false,
+        swiglu: false,
+    };
+    assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
+    assert_eq!(spec.scalar().grid(4096, 512), [64, 8, 1]);
+    let tiled = TilesSpec {
+        tiles: Some(32),
+        ..spec
+    };
+    assert_eq!(tiled.grid(4096, 512), [32, 4, 1]);
+}
+
+/// Steps are as deep as K allows, and a depth the kernel has no staging for is refused.
+#[test]
+fn depth_divides_k() {
+    assert_eq!(TilesSpec::depth_for(576), 2);
+    assert_eq!(TilesSpec::depth_for(1536), MAX_DEPTH);
+    assert_eq!(TilesSpec::depth_for(96), 1);
+    assert_eq!(TilesSpec::depth_for(32), 1);
+    let spec = TilesSpec {
+        weights: WeightType::F16,
+        add: false,
+        tiles: Some(32),
+        block: BlockSize::Medium,
+        depth: 3,
+        copies: false,
+        half_x: false,
+        group: false,
+        swiglu: false,
+    };
+    assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
+}
+
+/// A width that cannot divide the block's tiles evenly is refused, not miscomputed.
+#[test]
+fn widths_that_do_not_divide_the_tiles_are_refused() {
+    let spec = TilesSpec {
+        weights: WeightType::F16,
+        add: false,
+        tiles: Some(8),
+        block: BlockSize::Small,
+        depth: 1,
+        copies: false,
+        half_x: false,
+        group: false,
+        swiglu: false,
+    };
+    assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
+    assert!(kernel(TilesSpec {
+        block: BlockSize::Medium,
+        ..spec
+    })
+    .is_ok());
+}
