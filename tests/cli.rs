@@ -18,20 +18,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use trine_gguf::assets;
 use trine_gguf::synth::{synth_llama, SynthShape};
-use trine_gguf::{TensorType, Value as Meta};
-
-/// Two layers of width 64 over SmolLM2's 17 special and 256 byte tokens, and a few more:
-/// every prompt character is one token.
-const TINY: SynthShape = SynthShape {
-    n_embd: 64,
-    n_ff: 128,
-    n_layer: 2,
-    n_head: 4,
-    n_head_kv: 2,
-    vocab: 320,
-    matrices: TensorType::Q4_1,
-    embedding: TensorType::Q8_0,
-};
+use trine_gguf::Value as Meta;
 
 /// The tiny model's context.
 const CONTEXT: usize = 32;
@@ -51,7 +38,7 @@ fn tiny_model(test: &str) -> PathBuf {
 }
 
 fn tiny_model_with_context(test: &str, context: usize) -> PathBuf {
-    let mut w = synth_llama(TINY, 7).unwrap();
+    let mut w = synth_llama(SynthShape::TINY, 7).unwrap();
     w.add("llama.context_length", Meta::U32(context as u32))
         .unwrap();
     let path = scratch(test).join("tiny.gguf");

@@ -81,6 +81,21 @@ impl SynthShape {
         matrices: TensorType::Q4_1,
         embedding: TensorType::Q8_0,
     };
+
+    /// The smallest Llama the tests run whole: two layers of width 64 with grouped-query
+    /// attention (4 heads, 2 of keys and values), Q4_1 projections and a Q8_0 embedding tied
+    /// to the output head, over SmolLM2's 17 special and 256 byte tokens and a few more, so
+    /// that every prompt character is one token.
+    pub const TINY: SynthShape = SynthShape {
+        n_embd: 64,
+        n_ff: 128,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        vocab: 320,
+        matrices: TensorType::Q4_1,
+        embedding: TensorType::Q8_0,
+    };
 }
 
 /// SmolLM2-135M-Instruct (Q4_1) without the file: its architecture metadata and exactly its

@@ -217,19 +217,10 @@ mod tests {
     use crate::graph::builder::Builder;
     use crate::model::Model;
     use trine_gguf::synth::{synth_llama, SynthShape};
-    use trine_gguf::{Gguf, TensorType};
+    use trine_gguf::Gguf;
 
     fn tiny() -> Model {
-        let shape = SynthShape {
-            n_embd: 64,
-            n_ff: 128,
-            n_layer: 2,
-            n_head: 4,
-            n_head_kv: 2,
-            vocab: 320,
-            matrices: TensorType::Q4_1,
-            embedding: TensorType::Q8_0,
-        };
+        let shape = SynthShape::TINY;
         let bytes = synth_llama(shape, 3).unwrap().to_bytes();
         Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap()
     }

@@ -10,21 +10,9 @@ use trine_backends::{
     Backend, BackendError, BackendKind, BufferHandle, DeviceType, Dispatch, ProgramId,
 };
 use trine_gguf::synth::{synth_llama, SynthShape};
-use trine_gguf::{Gguf, TensorType};
+use trine_gguf::Gguf;
 use trine_ir::Kernel;
 use trine_llama::{EngineOptions, Model, Session};
-
-/// 2 layers, 64 wide, GQA 4/2, Q4_1 projections, a Q8_0 tied embedding.
-pub const TINY: SynthShape = SynthShape {
-    n_embd: 64,
-    n_ff: 128,
-    n_layer: 2,
-    n_head: 4,
-    n_head_kv: 2,
-    vocab: 320,
-    matrices: TensorType::Q4_1,
-    embedding: TensorType::Q8_0,
-};
 
 pub const SIZES: EngineOptions = EngineOptions {
     context: 32,
@@ -33,7 +21,7 @@ pub const SIZES: EngineOptions = EngineOptions {
 };
 
 pub fn tiny() -> Arc<Model> {
-    let bytes = synth_llama(TINY, 5).unwrap().to_bytes();
+    let bytes = synth_llama(SynthShape::TINY, 5).unwrap().to_bytes();
     Arc::new(Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap())
 }
 
@@ -226,7 +214,7 @@ pub fn decode(session: &mut Session) -> (Vec<Vec<f32>>, Vec<(u32, u32)>) {
 /// after an rms_norm and before rope-store or SwiGLU, the output projection after the
 /// attention combine) and five more (the head's rms_norm and quantizing dispatch).
 pub fn decode_dispatches(backend: &dyn Backend) -> usize {
-    let layers = TINY.n_layer as usize;
+    let layers = SynthShape::TINY.n_layer as usize;
     if backend.info().device_type == DeviceType::Cpu {
         14 * layers + 5
     } else {

@@ -4,6 +4,7 @@
 use crate::common::*;
 use std::sync::Arc;
 use trine_backends::Backend;
+use trine_gguf::synth::SynthShape;
 use trine_llama::graph::{Form, Op, Step};
 use trine_llama::{Engine, ModelError, Session};
 use trine_ops::support::Float;
@@ -100,7 +101,7 @@ fn a_gpus_prompts_take_quantized_x_and_its_decode_steps_do_not() {
             .count()
     };
     // Four products per layer and the head.
-    assert_eq!(q8(5), 4 * TINY.n_layer as usize + 1);
+    assert_eq!(q8(5), 4 * SynthShape::TINY.n_layer as usize + 1);
     assert_eq!(q8(1), 0);
     let checker = main.checker(cpu()).unwrap();
     let mut session = Session::new(main, Some(checker));
@@ -135,7 +136,7 @@ fn a_cpu_checks_a_gpus_prompts_on_matrix_tiles() {
             .count()
     };
     // Four products per layer; the head multiplies one token.
-    assert_eq!(count(5, true), 4 * TINY.n_layer as usize);
+    assert_eq!(count(5, true), 4 * SynthShape::TINY.n_layer as usize);
     assert_eq!(count(5, false), 2);
     assert_eq!(count(1, true), 0);
     let checker = main.checker(cpu()).unwrap();

@@ -3,6 +3,7 @@
 
 use crate::common::*;
 use trine_gguf::synth::synth_llama;
+use trine_gguf::synth::SynthShape;
 use trine_gguf::{Gguf, GgufWriter, Value};
 use trine_llama::{
     generate, Engine, EngineOptions, GenerateOptions, Model, ModelError, Sampling, Session,
@@ -78,7 +79,7 @@ fn all_nan_logits_are_a_typed_error() {
 
 /// The tiny model's file, rebuilt with `edit` applied to its metadata and tensors.
 fn edited(edit: impl Fn(&str, &mut Option<Value>) -> bool) -> Result<Model, ModelError> {
-    let g = Gguf::from_bytes(synth_llama(TINY, 5).unwrap().to_bytes()).unwrap();
+    let g = Gguf::from_bytes(synth_llama(SynthShape::TINY, 5).unwrap().to_bytes()).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in g.metadata() {
         let mut v = Some(v.clone());
@@ -122,7 +123,7 @@ fn bad_models_and_steps_are_typed_errors() {
     let model = tiny();
     let mut s = Session::new(Engine::new(model, cpu(), SIZES).unwrap(), None);
     assert!(matches!(
-        s.feed(&[TINY.vocab]),
+        s.feed(&[SynthShape::TINY.vocab]),
         Err(ModelError::TokenOutOfRange {
             id: 320,
             vocab: 320

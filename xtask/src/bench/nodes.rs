@@ -132,7 +132,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use trine_gguf::synth::{synth_llama, SynthShape};
-    use trine_gguf::{Gguf, TensorType};
+    use trine_gguf::Gguf;
     use trine_llama::Model;
 
     /// On a tiny model on the CPU, a decode step's output projection and attention move and
@@ -140,14 +140,8 @@ mod tests {
     #[test]
     fn a_decode_steps_bytes_and_flops_by_hand() {
         let shape = SynthShape {
-            n_embd: 64,
-            n_ff: 128,
             n_layer: 1,
-            n_head: 4,
-            n_head_kv: 2,
-            vocab: 320,
-            matrices: TensorType::Q4_1,
-            embedding: TensorType::Q8_0,
+            ..SynthShape::TINY
         };
         let bytes = synth_llama(shape, 1).unwrap().to_bytes();
         let model = Arc::new(Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap());
