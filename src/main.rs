@@ -4,9 +4,7 @@ mod cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
-use trine_backends::hip;
-use trine_backends::probe::{self, timeout_from_env, ProbeError, TIMEOUT_ENV};
-use trine_backends::BackendKind;
+use trine_backends::probe::{timeout_from_env, ProbeError, TIMEOUT_ENV};
 
 #[derive(Parser)]
 #[command(
@@ -31,32 +29,18 @@ enum Command {
     Generate(cmd::generate::Args),
     /// Write a random-weight GGUF with a real model's layout.
     SynthModel(cmd::synth::Args),
-    /// Probe one backend in this process, reporting each step on stdout (what `doctor` and
-    /// placement run in a child process).
-    #[command(name = probe::SUBCOMMAND, hide = true)]
-    Probe { backend: String },
-    /// Compile one HIP kernel in this process, request on stdin (what the HIP backend runs in
-    /// a child process when the compiler may abort).
-    #[command(name = hip::CHILD_ARG, hide = true)]
-    HipCompile,
 }
 
 fn main() -> ExitCode {
-    // Before any thread starts: Mesa's Vulkan drivers warn on every run without it.
-    #[cfg(unix)]
-    trine_backends::vulkan::ensure_runtime_dir();
+    // The probe and HIP-compile children this program is re-run as, and the Vulkan runtime
+    // directory, before any thread starts.
+    if let Some(code) = trine::start() {
+        return code;
+    }
     match Cli::parse().command {
         Command::Doctor { json } => cmd::finish(doctor(json)),
         Command::Generate(a) => cmd::finish(cmd::generate::run(a)),
         Command::SynthModel(a) => cmd::finish(cmd::synth::run(a)),
-        Command::Probe { backend } => match BackendKind::parse(&backend) {
-            Some(kind) => probe::child_main(kind),
-            None => {
-                eprintln!("unknown backend {backend:?}");
-                ExitCode::from(2)
-            }
-        },
-        Command::HipCompile => hip::compile_child_main(),
     }
 }
 
@@ -123,6 +107,7 @@ mod tests {
     use super::*;
     use trine::doctor::Report;
     use trine_backends::probe::{ProbeOutcome, Step};
+    use trine_backends::BackendKind;
 
     fn report(kind: BackendKind, outcome: ProbeOutcome) -> Report {
         Report {

@@ -25,28 +25,19 @@ enum Command {
     Demo(demo::Args),
     /// Print what a kernel lowers to.
     Emit(emit::Args),
-    /// Probe one backend in this process, step by step (run in a child by `conformance`).
-    #[command(name = trine_backends::probe::SUBCOMMAND, hide = true)]
-    Probe { backend: String },
-    /// Compile one HIP kernel in this process (the HIP backend's compile child).
-    #[command(name = trine_backends::hip::CHILD_ARG, hide = true)]
-    HipCompile,
 }
 
 fn main() -> ExitCode {
-    // Before any thread starts: Mesa's Vulkan drivers warn on every run without it.
-    #[cfg(unix)]
-    trine_backends::vulkan::ensure_runtime_dir();
+    // The probe and HIP-compile children this program is re-run as, and the Vulkan runtime
+    // directory, before any thread starts.
+    if let Some(code) = trine::start() {
+        return code;
+    }
     let result = match Cli::parse().command {
         Command::Bench(a) => bench::run(a),
         Command::Conformance(a) => conformance::run(a),
         Command::Emit(a) => emit::run(a),
         Command::Demo(a) => demo::run(a),
-        Command::Probe { backend } => match trine_backends::BackendKind::parse(&backend) {
-            Some(kind) => return trine_backends::probe::child_main(kind),
-            None => Err(format!("unknown backend {backend:?}")),
-        },
-        Command::HipCompile => trine_backends::hip::compile_child_main(),
     };
     match result {
         Ok(code) => code,
