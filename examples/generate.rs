@@ -10,8 +10,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use trine::backends::probe::timeout_from_env;
 use trine::gguf::assets;
-use trine::llama::{GenerateOptions, Model, Sampling};
-use trine::run::{engine_options, generate_on, open_choice, Choice};
+use trine::llama::{EngineOptions, GenerateOptions, Model, Sampling};
+use trine::run::{generate_on, open_choice, Choice};
 
 const TOKENS: usize = 32;
 
@@ -54,7 +54,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         eprintln!("skipped {why}");
     }
     eprintln!("{} on {}", backend.name(), backend.info().name);
-    let sizes = engine_options(&model, prompt.len(), TOKENS);
+    let sizes = EngineOptions::for_generation(&model.config, prompt.len(), TOKENS);
     let options = GenerateOptions {
         max_tokens: TOKENS,
         sampling: Sampling::default(), // temperature 0: greedy

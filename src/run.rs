@@ -189,8 +189,3 @@ pub fn generate_on(
     let mut session = session_on(model, backend, checker, engine)?;
     Ok(generate(&mut session, prompt, opts, on_text)?)
 }
-
-/// The executor's sizes for a prompt and a token budget ([`EngineOptions::for_generation`]).
-pub fn engine_options(model: &Model, prompt: usize, max_tokens: usize) -> EngineOptions {
-    EngineOptions::for_generation(&model.config, prompt, max_tokens)
-}

@@ -17,14 +17,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use thiserror::Error;
-use trine::run::{engine_options, open_probed, place, session_on, Choice, RunError};
+use trine::run::{open_probed, place, session_on, Choice, RunError};
 use trine_backends::cache;
 use trine_backends::cpu::{INTERPRETED, INTERPRETER_DRIVER};
 use trine_backends::probe::{timeout_from_env, ProbeError};
 use trine_backends::{BackendKind, DeviceInfo, Tier};
 use trine_llama::{
-    generate_streaming, GenerateOptions, Interrupted, Model, ModelError, Report, Sampling, Stop,
-    NEAR_TIE,
+    generate_streaming, EngineOptions, GenerateOptions, Interrupted, Model, ModelError, Report,
+    Sampling, Stop, NEAR_TIE,
 };
 
 #[derive(ClapArgs)]
@@ -308,7 +308,7 @@ pub fn run(a: Args) -> Result<ExitCode, GenerateError> {
         stop_at_end: true,
         stop_on_divergence: a.stop_on_divergence,
     };
-    let sizes = engine_options(&model, prompt.len(), a.n.min(fits));
+    let sizes = EngineOptions::for_generation(&model.config, prompt.len(), a.n.min(fits));
     let mut session = session_on(&model, placed.backend, checker, sizes)?;
     let json = a.json;
     let mut write_failed = None;

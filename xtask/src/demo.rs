@@ -8,11 +8,11 @@ use clap::Args as ClapArgs;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
-use trine::run::{engine_options, generate_on};
+use trine::run::generate_on;
 use trine_backends::probe::{timeout_from_env, ProbeOutcome};
 use trine_backends::{probe_all, Backend, BackendKind};
 use trine_gguf::assets;
-use trine_llama::{Engine, GenerateOptions, Model, Report, Sampling, Session};
+use trine_llama::{Engine, EngineOptions, GenerateOptions, Model, Report, Sampling, Session};
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -97,7 +97,8 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         };
         eprintln!("{kind}: {}", backend.info().name);
         let device = backend.info().name.clone();
-        let sizes = engine_options(&model, prompt.len(), a.n.max(a.check_tokens));
+        let sizes =
+            EngineOptions::for_generation(&model.config, prompt.len(), a.n.max(a.check_tokens));
         let run = generate_on(
             &model,
             backend.clone(),
@@ -190,7 +191,7 @@ fn cpu_gap(
     shared: &[u32],
 ) -> Result<f32, String> {
     let ids: Vec<u32> = prompt.iter().chain(shared).copied().collect();
-    let sizes = engine_options(model, ids.len(), 1);
+    let sizes = EngineOptions::for_generation(&model.config, ids.len(), 1);
     let engine = Engine::new(model.clone(), cpu.clone(), sizes).map_err(|e| e.to_string())?;
     let logits = Session::new(engine, None)
         .feed(&ids)

@@ -12,7 +12,8 @@ use trine_backends::{
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::Gguf;
 use trine_ir::Kernel;
-use trine_llama::{EngineOptions, Model, Session};
+use trine_llama::graph::{Op, Step};
+use trine_llama::{Engine, EngineOptions, Model, Session, StepCheck};
 
 pub const SIZES: EngineOptions = EngineOptions {
     context: 32,
@@ -240,4 +241,22 @@ pub fn on_each(names: &[&str], mut f: impl FnMut(&str, Arc<dyn Backend>)) -> usi
         }
     }
     ran
+}
+
+/// [`run`] on `main`, checked node by node by `checker`: each of its three steps checked and
+/// no node beyond its bound (`what` names the run in failures). The checks, for more.
+pub fn agree(what: &str, main: Engine, checker: Engine) -> Vec<StepCheck> {
+    let mut session = Session::new(main, Some(checker));
+    run(&mut session);
+    assert_eq!(session.checks.len(), 3, "{what}");
+    for c in &session.checks {
+        assert!(c.first_over_bound.is_none(), "{what}: {c:?}");
+    }
+    session.checks
+}
+
+/// The nodes of `engine`'s `tokens`-token step whose op `which` takes.
+pub fn count_nodes(engine: &Engine, tokens: u32, which: impl Fn(&Op) -> bool) -> usize {
+    let nodes = engine.graph(Step { tokens, pos: 0 }).unwrap();
+    nodes.iter().filter(|n| which(&n.op)).count()
 }

@@ -5,7 +5,7 @@ use crate::common::*;
 use std::sync::Arc;
 use trine_backends::Backend;
 use trine_gguf::synth::SynthShape;
-use trine_llama::graph::{Form, Op, Step};
+use trine_llama::graph::{Form, Op};
 use trine_llama::{Engine, ModelError, Session};
 use trine_ops::support::Float;
 
@@ -71,12 +71,7 @@ fn a_gpu_checks_a_cpu_that_quantizes_x() {
     let model = tiny();
     let main = Engine::new(model, cpu(), SIZES).unwrap();
     let checker = main.checker(gpu()).unwrap();
-    let mut session = Session::new(main, Some(checker));
-    run(&mut session);
-    assert_eq!(session.checks.len(), 3);
-    for c in &session.checks {
-        assert!(c.first_over_bound.is_none(), "{c:?}");
-    }
+    agree("gpu checking cpu", main, checker);
 }
 
 /// A GPU's prompt steps take quantized x and its decode steps the fused float products; a
@@ -86,29 +81,22 @@ fn a_gpus_prompts_take_quantized_x_and_its_decode_steps_do_not() {
     let model = tiny();
     let main = Engine::new(model, gpu(), SIZES).unwrap();
     let q8 = |tokens| {
-        main.graph(Step { tokens, pos: 0 })
-            .unwrap()
-            .iter()
-            .filter(|n| {
-                matches!(
-                    n.op,
-                    Op::Product {
-                        form: Form::QuantizedX,
-                        ..
-                    }
-                )
-            })
-            .count()
+        let quantized = |op: &Op| {
+            matches!(
+                op,
+                Op::Product {
+                    form: Form::QuantizedX,
+                    ..
+                }
+            )
+        };
+        count_nodes(&main, tokens, quantized)
     };
     // Four products per layer and the head.
     assert_eq!(q8(5), 4 * SynthShape::TINY.n_layer as usize + 1);
     assert_eq!(q8(1), 0);
     let checker = main.checker(cpu()).unwrap();
-    let mut session = Session::new(main, Some(checker));
-    run(&mut session);
-    for c in &session.checks {
-        assert!(c.first_over_bound.is_none(), "{c:?}");
-    }
+    agree("cpu checking a gpu", main, checker);
 }
 
 /// A GPU with matrix tiles multiplies its prompts' products on float x through them, and a
@@ -119,33 +107,25 @@ fn a_cpu_checks_a_gpus_prompts_on_matrix_tiles() {
     let model = tiny();
     let main = Engine::new(model, gpu_with(true), SIZES).unwrap();
     let count = |tokens, tiled: bool| {
-        main.graph(Step { tokens, pos: 0 })
-            .unwrap()
-            .iter()
-            .filter(|n| match n.op {
-                Op::Product {
-                    form: Form::Tiles, ..
-                } => tiled,
-                Op::Product {
-                    form: Form::QuantizedX,
-                    ..
-                }
-                | Op::Quantize { .. } => !tiled,
-                _ => false,
-            })
-            .count()
+        let which = |op: &Op| match op {
+            Op::Product {
+                form: Form::Tiles, ..
+            } => tiled,
+            Op::Product {
+                form: Form::QuantizedX,
+                ..
+            }
+            | Op::Quantize { .. } => !tiled,
+            _ => false,
+        };
+        count_nodes(&main, tokens, which)
     };
     // Four products per layer; the head multiplies one token.
     assert_eq!(count(5, true), 4 * SynthShape::TINY.n_layer as usize);
     assert_eq!(count(5, false), 2);
     assert_eq!(count(1, true), 0);
     let checker = main.checker(cpu()).unwrap();
-    let mut session = Session::new(main, Some(checker));
-    run(&mut session);
-    assert_eq!(session.checks.len(), 3);
-    for c in &session.checks {
-        assert!(c.first_over_bound.is_none(), "{c:?}");
-    }
+    agree("cpu checking a gpu with tiles", main, checker);
 }
 
 /// Each GPU backend present, and the GPU-typed stand-in (a CPU taking the GPUs' kernel shapes
@@ -159,11 +139,7 @@ fn backends_agree_node_by_node() {
     let mut check = |name: &str, backend: Arc<dyn Backend>| {
         let main = Engine::new(model.clone(), backend, SIZES).unwrap();
         let checker = main.checker(cpu()).unwrap();
-        let mut session = Session::new(main, Some(checker));
-        run(&mut session);
-        assert_eq!(session.checks.len(), 3, "{name}");
-        for c in &session.checks {
-            assert!(c.first_over_bound.is_none(), "{name}: {c:?}");
+        for c in agree(name, main, checker) {
             assert!(c.worst.nmse.is_some_and(|e| e < 1e-9), "{name}: {c:?}");
         }
         compared.push(name.to_string());
@@ -195,9 +171,5 @@ fn a_checker_keeps_the_checked_engines_cache_type() {
     let checker = main.checker(cpu()).unwrap();
     assert_eq!(checker.kv_type(), Float::F16);
     assert_eq!(checker.cache_form(), "f16");
-    let mut session = Session::new(main, Some(checker));
-    run(&mut session);
-    for c in &session.checks {
-        assert!(c.first_over_bound.is_none(), "{c:?}");
-    }
+    agree("a checker with the gpu's cache", main, checker);
 }
