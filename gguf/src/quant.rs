@@ -12,7 +12,8 @@
 //!
 //! Here: the plain-Rust quantizers (ggml's reference ones, to build test data the way GGUF
 //! files are made) and dequantizers (exact, in f64), the reference every kernel that decodes
-//! blocks is checked against. The kernels' own decoding is in `trine_ops::dequant`.
+//! blocks is checked against. The kernels decode blocks by their description in
+//! `trine_ops::blocks`.
 
 use half::f16;
 

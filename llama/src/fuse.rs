@@ -13,7 +13,6 @@ use super::graph::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
 use super::tuning;
 use super::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
-use trine_gguf::quant::WeightType;
 use trine_ops::attention_flash::FlashOut;
 use trine_ops::rope::RopeMode;
 use trine_ops::{attention_flash, attention_flash_tiles, matmul_tiles, matvec_q8_rows};
@@ -167,19 +166,13 @@ fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -
     let t = &w.tensors[id];
     if offer.tiles && tokens > 1 && matmul_tiles::check(t.rows, t.cols, 1).is_ok() {
         Form::Tiles
-    } else if offer.quantizes_x(s.tokens) && takes_q8(t.ty, t.rows, t.cols) {
+    } else if offer.quantizes_x(s.tokens)
+        && matvec_q8_rows::takes(t.ty, t.rows as usize, t.cols as usize)
+    {
         Form::QuantizedX
     } else {
         Form::Float
     }
-}
-
-/// Whether a product on quantized x takes weights of this type and shape: the types
-/// [`matvec_q8_rows`] decodes, in whole groups of its rows.
-fn takes_q8(ty: WeightType, rows: u32, cols: u32) -> bool {
-    matches!(ty, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_1)
-        && rows.is_multiple_of(matvec_q8_rows::LANES)
-        && cols.is_multiple_of(32)
 }
 
 /// A step's attention: flash attention for a GPU's prompt steps (for heads it takes), on

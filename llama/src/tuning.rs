@@ -5,6 +5,7 @@
 
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_gguf::quant::WeightType;
+use trine_ops::blocks::BlockFormat;
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::matvec::{MatvecSpec, Reduce};
 use trine_ops::support::Float;
@@ -193,20 +194,16 @@ pub fn q8_tokens_per_workgroup(tokens: u32) -> u32 {
 }
 
 /// Whether a device holds a weight of type `ty` in pairs of blocks
-/// ([`trine_ops::dequant::pair_blocks`]): CPUs do for the Q4 weights only products read
+/// ([`trine_ops::blocks::pair_blocks`]): CPUs do for the Q4 weights only products read
 /// (`pairable`); an embedding table is read row by row in the file's layout.
 pub fn holds_pairs(info: &DeviceInfo, ty: WeightType, pairable: bool) -> bool {
-    info.device_type == DeviceType::Cpu && pairable && trine_ops::dequant::pairs_apply(ty)
+    info.device_type == DeviceType::Cpu && pairable && trine_ops::blocks::pairs_apply(ty)
 }
 
 /// Invocations of a CPU product ([`MatvecSpec::blocked`]): the C compiler vectorises a loop
 /// over invocations that loads bytes with vectors of as many bytes as the loop has
-/// iterations; 32 lanes give Q8_0 256-bit float vectors, while Q4's 16 code bytes per block
-/// allow at most 16.
+/// iterations; a block's bytes of codes, up to 32 (256-bit float vectors), bound them. Plain
+/// floats take 8.
 fn cpu_matvec_lanes(ty: WeightType) -> u32 {
-    match ty {
-        WeightType::Q8_0 => 32,
-        WeightType::Q4_0 | WeightType::Q4_1 => 16,
-        _ => 8,
-    }
+    BlockFormat::of(ty).map_or(8, |f| f.code_bytes().min(32))
 }

@@ -211,7 +211,7 @@ impl Loader<'_> {
             ty,
             rows: total,
             cols,
-            source: Source::Owned(trine_ops::dequant::pad_to_words(bytes)),
+            source: Source::Owned(trine_ops::blocks::pad_to_words(bytes)),
         }))
     }
 
@@ -248,7 +248,7 @@ fn file_or_padded(t: &TensorInfo, data: &[u8]) -> Source {
     if data.len().is_multiple_of(4) {
         Source::File(t.clone())
     } else {
-        Source::Owned(trine_ops::dequant::pad_to_words(data.to_vec()))
+        Source::Owned(trine_ops::blocks::pad_to_words(data.to_vec()))
     }
 }
 

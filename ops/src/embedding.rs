@@ -9,9 +9,9 @@
 //! about 1/(elements compared), at least 2e-4 in these cases.
 
 use super::shape::ShapeError;
+use crate::blocks::{self, BlockFormat};
 use crate::case::*;
-use crate::dequant;
-use trine_gguf::quant::{dequantize, quantize, WeightType, QK};
+use trine_gguf::quant::{dequantize, quantize, WeightType};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 
 const OP: &str = "embedding";
@@ -97,7 +97,7 @@ pub fn reference(
 pub fn kernel(ty: WeightType) -> Kernel {
     let k = KernelBuilder::new(&format!("embedding_{ty}"), [WG, 1, 1]);
     let ids = k.buffer("ids", Scalar::U32, Access::Read);
-    let table = k.buffer("table", dequant::buffer_elem(ty), Access::Read);
+    let table = k.buffer("table", blocks::buffer_elem(ty), Access::Read);
     let out = k.buffer("out", Scalar::F32, Access::Write);
     let n_ids = k.param("n_ids", Scalar::U32);
     let dim = k.param("dim", Scalar::U32);
@@ -109,11 +109,11 @@ pub fn kernel(ty: WeightType) -> Kernel {
         let v = k.var("v", Scalar::F32);
         v.set(k.f32(f32::NAN));
         k.if_(id.lt(vocab), || {
-            if ty.is_quantized() {
-                let qk = k.u32(QK as u32);
+            if let Some(f) = BlockFormat::of(ty) {
+                let qk = k.u32(f.elems);
                 let block = id * (dim / qk) + c / qk;
-                let base = block * k.u32(ty.block_bytes() as u32);
-                v.set(dequant::dequant_element(&k, ty, table, base, c % qk));
+                let base = block * k.u32(f.bytes);
+                v.set(f.element(&k, table, base, c % qk));
             } else {
                 v.set(k.load(table, id * dim + c).cast(Scalar::F32));
             }
@@ -159,8 +159,8 @@ pub fn case(
         .input("ids", Scalar::U32, u32_bytes(ids))
         .input(
             "table",
-            dequant::buffer_elem(ty),
-            dequant::pad_to_words(table),
+            blocks::buffer_elem(ty),
+            blocks::pad_to_words(table),
         )
         .output("out", Scalar::F32, vec![0; ids.len() * d * 4], want)
         .params(vec![

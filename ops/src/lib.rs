@@ -10,16 +10,16 @@
 //! over the keys that the fused kernels share. The foundation kernels
 //! ([`kernels`]) exercise every part of the IR. [`case`] is what a kernel with its inputs,
 //! references and bound is, [`compare`] how an output is judged against a bound, and
-//! [`dequant`] the IR helpers that decode GGUF's quantized blocks inside a kernel.
+//! [`blocks`] the one description of GGUF's quantized blocks that every kernel decodes them by.
 
 pub mod argmax;
 pub mod attention;
 pub mod attention_flash;
 pub mod attention_flash_tiles;
 pub mod attention_split;
+pub mod blocks;
 pub mod case;
 pub mod compare;
-pub mod dequant;
 pub mod elementwise;
 pub mod embedding;
 pub mod kernels;

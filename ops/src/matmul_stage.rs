@@ -12,7 +12,7 @@
 //! Every value is the one the kernel staged before, computed the same way, so results do not
 //! change.
 
-use super::dequant::{self, codes_offset, f16_bits_to_f32, q4_nibbles, q8_value};
+use super::blocks::{f16_bits_to_f32, BlockFormat, Codes, Offset, Scales};
 use super::support::Float;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val, Var};
@@ -38,7 +38,7 @@ pub enum Layout {
 }
 
 /// The element type W's buffer is bound as: its floats, or a quantized type's bytes as
-/// words, padded to whole words ([`dequant::pad_to_words`]).
+/// words, padded to whole words ([`crate::blocks::pad_to_words`]).
 pub fn weights_elem(ty: WeightType) -> Scalar {
     match ty {
         WeightType::F32 => Scalar::F32,
@@ -69,7 +69,7 @@ enum Share<'b> {
     /// half `e = h·invocations + lid` of the block: consecutive invocations, consecutive
     /// halves along a row ([`Fetch::half_at`]).
     Halves {
-        ty: WeightType,
+        f: BlockFormat,
         halves: Vec<Half<'b>>,
     },
     /// 16-byte lines of an f16 block, `lines` per invocation, copied straight into shared
@@ -172,11 +172,12 @@ impl<'b> RowWalk<'b> {
 /// one load moves four bytes, where loading a byte at a time took four times the loads on
 /// CUDA and, on Vulkan, a word load and a shift for every byte.
 struct Half<'b> {
-    /// The words from the one holding the half's first code byte (Q4: the bytes holding its
-    /// nibbles, shared with the other half): four, and a fifth where the codes may start in
-    /// the middle of a word (Q4_0 and Q8_0, whose blocks are 18 and 34 bytes).
+    /// The words from the one holding the half's first code byte (nibbles: the bytes holding
+    /// its nibbles, shared with the other half): four, and a fifth where the codes may start
+    /// in the middle of a word (blocks not a whole number of words long).
     words: Vec<Var<'b>>,
-    /// The word holding the block's d (Q4_1: d in the low half, m in the high half).
+    /// The word holding the block's d (word-aligned blocks: d in the low half, a minimum in
+    /// the high half).
     scale: Var<'b>,
     /// The block's first byte modulo 4 (0 or 2), where blocks are not all word-aligned.
     skew: Option<Var<'b>>,
@@ -224,16 +225,13 @@ impl<'b> Fetch<'b> {
             walk: RowWalk::new(k, block, (invocations, depth), (LINE, layout)),
             lines: (block.n * width / LINE / invocations) as usize,
         };
-        let w_share = match ty {
-            WeightType::F16 if copied => lines(&wb),
-            WeightType::F32 => rows("w", Float::F32, &wb),
-            WeightType::F16 => rows("w", Float::F16, &wb),
-            _ => {
-                let aligned = ty == WeightType::Q4_1;
+        let w_share = match (ty, BlockFormat::of(ty)) {
+            (_, Some(f)) => {
+                let aligned = word_aligned(f);
                 let words = if aligned { 4 } else { 5 };
                 let halves = (2 * wb.n * depth).div_ceil(invocations);
                 Share::Halves {
-                    ty,
+                    f,
                     halves: (0..halves)
                         .map(|h| Half {
                             words: (0..words)
@@ -245,6 +243,9 @@ impl<'b> Fetch<'b> {
                         .collect(),
                 }
             }
+            (WeightType::F16, None) if copied => lines(&wb),
+            (WeightType::F16, None) => rows("w", Float::F16, &wb),
+            _ => rows("w", Float::F32, &wb),
         };
         let x_share = match xf {
             Float::F16 if copied => lines(&xb),
@@ -292,8 +293,8 @@ impl<'b> Fetch<'b> {
                         v.set(k.load(*buf, walk.index(k, j, k0)));
                     }
                 }
-                Share::Halves { ty, halves } => {
-                    let bytes = k.u32(ty.block_bytes() as u32);
+                Share::Halves { f, halves } => {
+                    let bytes = k.u32(f.bytes);
                     // The buffer's last word: a fifth word past a block's codes may lie
                     // beyond it, where the codes start on a word (and it goes unused).
                     let blocks = block.rows * (block.cols / k.u32(BK));
@@ -306,11 +307,12 @@ impl<'b> Fetch<'b> {
                         let at = self.half_at(k, e);
                         let start = self.half_block(k, block, &at, k0) * bytes;
                         half.scale.set(k.load(*buf, start / k.u32(4)));
-                        let first = match ty {
-                            // A Q8_0 half is its own 16 bytes; a Q4 half's nibbles share the
-                            // block's 16 bytes with the other half.
-                            WeightType::Q8_0 => start + k.u32(2) + at.half * k.u32(BK / 2),
-                            _ => start + k.u32(codes_offset(*ty)),
+                        // A half of one code a byte is its own 16 bytes; a half of nibbles
+                        // shares the block's 16 bytes with the other half.
+                        let first = if f.nibbles() {
+                            start + k.u32(f.codes_at)
+                        } else {
+                            start + k.u32(f.codes_at) + at.half * k.u32(BK / 2)
                         } / k.u32(4);
                         for (i, word) in half.words.iter().enumerate() {
                             word.set(k.load(*buf, (first + k.u32(i as u32)).min(last)));
@@ -345,13 +347,13 @@ impl<'b> Fetch<'b> {
                         k.store_shared(dst, at, value.cast(Scalar::F16));
                     }
                 }
-                Share::Halves { ty, halves } => {
+                Share::Halves { f, halves } => {
                     for (h, half) in halves.iter().enumerate() {
                         let e = self.half_index(k, h);
                         k.if_(e.lt(k.u32(2 * block.n * self.depth)), || {
                             let at = self.half_at(k, e);
                             let inside = (block.r0 + at.row).lt(block.rows);
-                            let (s, codes) = half.decode(k);
+                            let (s, codes) = half.decode(k, *f);
                             let column = at.block * k.u32(BK) + at.half * k.u32(BK / 2);
                             // The half's two lines of 8.
                             let lines: Vec<Val<'b>> = (0..2)
@@ -369,7 +371,7 @@ impl<'b> Fetch<'b> {
                                 })
                                 .collect();
                             for (i, byte) in codes.iter().enumerate() {
-                                let code = code_of(k, *ty, *byte, at.half);
+                                let code = code_of(k, *f, *byte, at.half);
                                 let v = k.select(inside, s.value(code), k.f32(0.0));
                                 let j = lines[i / 8] + k.u32(i as u32 % 8);
                                 k.store_shared(dst, j, v.cast(Scalar::F16));
@@ -415,16 +417,17 @@ impl<'b> Fetch<'b> {
 
 impl<'b> Half<'b> {
     /// The block's scales and the half's 16 code bytes (each a `U32`), from the words.
-    fn decode(&self, k: &'b KernelBuilder) -> (dequant::Scales<'b>, Vec<Val<'b>>) {
+    fn decode(&self, k: &'b KernelBuilder, f: BlockFormat) -> (Scales<'b>, Vec<Val<'b>>) {
         let low = |w: Val<'b>| w & k.u32(0xffff);
         let scale = self.scale.get();
         let words: Vec<Val<'b>> = self.words.iter().map(|w| w.get()).collect();
         let (scales, codes) = match &self.skew {
-            // Q4_1: d and m share the block's first word, the codes the next four.
+            // Word-aligned blocks: d and a minimum share the block's first word, the codes the
+            // next four.
             None => (
-                dequant::Scales {
+                Scales {
                     d: f16_bits_to_f32(k, low(scale)),
-                    m: Some(f16_bits_to_f32(k, scale >> k.u32(16))),
+                    m: f.has_min().then(|| f16_bits_to_f32(k, scale >> k.u32(16))),
                 },
                 words,
             ),
@@ -441,7 +444,7 @@ impl<'b> Half<'b> {
                     })
                     .collect();
                 (
-                    dequant::Scales {
+                    Scales {
                         d: f16_bits_to_f32(k, d),
                         m: None,
                     },
@@ -456,14 +459,35 @@ impl<'b> Half<'b> {
     }
 }
 
-/// The code, as `F32`, of element `i` of `half` from its byte: Q8_0's signed byte, a Q4
-/// byte's low nibble (half 0) or high nibble (half 1), as [`dequant`] decodes them.
-fn code_of<'b>(k: &'b KernelBuilder, ty: WeightType, byte: Val<'b>, half: Val<'b>) -> Val<'b> {
-    match ty {
-        WeightType::Q8_0 => q8_value(k, byte),
-        _ => {
-            let (lo, hi) = q4_nibbles(k, ty, byte);
-            k.select(half.eq(k.u32(0)), lo, hi)
-        }
+/// Whether `f`'s blocks and codes start on words (then d and any minimum share the first
+/// word), rather than on even bytes.
+fn word_aligned(f: BlockFormat) -> bool {
+    f.bytes.is_multiple_of(4) && f.codes_at.is_multiple_of(4)
+}
+
+/// Whether the staging decodes `f`'s blocks: blocks of a step's columns, codes in halves of
+/// 16 bytes (one a byte) or in 16 bytes of nibbles a half apart, d at byte 0 and a minimum,
+/// where the format has one, in the same word.
+pub fn stages(f: BlockFormat) -> bool {
+    let halves = match f.codes {
+        Codes::Bytes => f.code_bytes() == BK,
+        Codes::Nibbles { span } => span == BK / 2 && f.code_bytes() == BK / 2,
+    };
+    let min = match f.offset {
+        Offset::Min { at } => word_aligned(f) && at == 2,
+        _ => true,
+    };
+    let even = f.codes_at.is_multiple_of(2) && f.bytes.is_multiple_of(2);
+    f.elems == BK && even && halves && min
+}
+
+/// The code, as `F32`, of element `i` of `half` from its byte: a signed byte, or a byte's
+/// low nibble (half 0) or high nibble (half 1), as [`BlockFormat`] decodes them.
+fn code_of<'b>(k: &'b KernelBuilder, f: BlockFormat, byte: Val<'b>, half: Val<'b>) -> Val<'b> {
+    if f.nibbles() {
+        let (lo, hi) = f.nibble_codes(k, byte);
+        k.select(half.eq(k.u32(0)), lo, hi)
+    } else {
+        BlockFormat::signed_code(k, byte)
     }
 }

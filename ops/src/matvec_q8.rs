@@ -16,6 +16,7 @@
 //! are exact); against unquantized x the error is x's quantization, which is the caller's
 //! trade (about 4e-6 NMSE for uniform random x), not a kernel's.
 
+use crate::blocks::BlockFormat;
 use crate::case::*;
 use crate::shape::ShapeError;
 use crate::support::{Combine, Reducer, Reduction};
@@ -24,8 +25,11 @@ use trine_ir::{Access, Kernel, KernelBuilder, Scalar, Val};
 
 pub(crate) const OP: &str = "matvec_q8";
 
+/// Elements of a block of x: Q8_0's.
+pub const X_BLOCK: u32 = QK as u32;
+
 /// Invocations of the quantizing kernel's workgroups: one block, one invocation per element.
-const QUANT_WG: u32 = QK as u32;
+const QUANT_WG: u32 = X_BLOCK;
 
 /// x quantized per block: code words (8 per block), scales, and `d·Σq` per block.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,7 +47,7 @@ pub fn quantize_x(x: &[f32]) -> Q8Activations {
         scales: vec![],
         sums: vec![],
     };
-    for block in x.chunks(QK) {
+    for block in x.chunks(X_BLOCK as usize) {
         let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
         let q: Vec<i32> = block
@@ -126,59 +130,69 @@ pub fn quantize_kernel() -> Kernel {
     k.finish()
 }
 
-/// Bytes of a block and the byte of its codes within it.
-pub(crate) fn layout(ty: WeightType) -> Result<(u32, u32), ShapeError> {
-    match ty {
-        WeightType::Q8_0 => Ok((34, 2)),
-        WeightType::Q4_0 => Ok((18, 2)),
-        WeightType::Q4_1 => Ok((20, 4)),
-        _ => Err(ShapeError::Unsupported {
+/// The format of `ty`'s blocks, which this product takes where its blocks are as long as x's
+/// (the integer dot of a block pairs the weights' codes with one block of x).
+pub(crate) fn weight_format(ty: WeightType) -> Result<BlockFormat, ShapeError> {
+    let f = BlockFormat::require(OP, ty)?;
+    if f.elems != X_BLOCK {
+        return Err(ShapeError::Unsupported {
             op: OP,
-            what: format!("{ty} weights (it takes Q8_0, Q4_0 and Q4_1)"),
-        }),
+            what: format!(
+                "{ty} weights (blocks of {} elements, x's of {X_BLOCK})",
+                f.elems
+            ),
+        });
     }
+    Ok(f)
 }
 
-/// A block's dot product of its code words with x's 8 words, exact in integers, as F32.
-/// Byte j of a Q4 block holds elements j (low nibble) and j + 16 (high), so its word j pairs
-/// with x's words j and j + 4.
+/// A block's dot product of its code words with x's words, exact in integers, as F32. A
+/// byte of nibbles holds elements j (low nibble) and j + span (high), so its word j pairs
+/// with x's words j and j + span/4.
 pub(crate) fn block_dot<'b>(
     k: &'b KernelBuilder,
-    ty: WeightType,
+    f: BlockFormat,
     codes: &[Val<'b>],
     x: &[Val<'b>],
 ) -> Val<'b> {
-    let dot = if ty == WeightType::Q8_0 {
+    let dot = if f.nibbles() {
+        let nibbles = k.u32(0x0f0f_0f0f);
+        let high = (f.span() / 4) as usize;
+        codes
+            .iter()
+            .enumerate()
+            .map(|(j, &c)| {
+                (c & nibbles).dot4_i8(x[j]) + ((c >> k.u32(4)) & nibbles).dot4_i8(x[high + j])
+            })
+            .reduce(|a, b| a + b)
+    } else {
         codes
             .iter()
             .zip(x)
             .map(|(&c, &v)| c.dot4_i8(v))
             .reduce(|a, b| a + b)
-    } else {
-        let nibbles = k.u32(0x0f0f_0f0f);
-        codes
-            .iter()
-            .enumerate()
-            .map(|(j, &c)| {
-                (c & nibbles).dot4_i8(x[j]) + ((c >> k.u32(4)) & nibbles).dot4_i8(x[4 + j])
-            })
-            .reduce(|a, b| a + b)
     };
     dot.map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32))
 }
 
-/// A block's contribution from its integer `dot`: the weights' scale `d` (and Q4_1's minimum
-/// `m`), x's scale `dx` (and `sx = dx·Σq` for the Q4 types, whose offset of 8 or minimum
-/// multiplies the sum of x).
+/// Whether a block's contribution needs x's `dx·Σq`: the format's centre or minimum
+/// multiplies the sum of x.
+pub(crate) fn needs_x_sum(f: BlockFormat) -> bool {
+    f.has_min() || f.centre().is_some()
+}
+
+/// A block's contribution from its integer `dot`: the weights' scale `d` (and minimum `m`
+/// where the format has one), x's scale `dx` (and `sx = dx·Σq` where [`needs_x_sum`]).
 pub(crate) fn block_sum<'b>(
     k: &'b KernelBuilder,
+    f: BlockFormat,
     (d, m): (Val<'b>, Option<Val<'b>>),
     (dx, sx): (Val<'b>, Option<Val<'b>>),
     dot: Val<'b>,
 ) -> Val<'b> {
-    match (m, sx) {
-        (Some(m), Some(sx)) => (d * dx).fma(dot, m * sx),
-        (None, Some(sx)) => d * (dx * dot - k.f32(8.0) * sx),
+    match (m, sx, f.centre()) {
+        (Some(m), Some(sx), _) => (d * dx).fma(dot, m * sx),
+        (None, Some(sx), Some(c)) => d * (dx * dot - k.f32(c) * sx),
         _ => d * dx * dot,
     }
 }
@@ -217,7 +231,7 @@ fn quantize_case(cols: u32) -> Case {
     x[32..64].fill(0.0);
     x[64] = 100.0;
     let q = quantize_x(&x);
-    let blocks = cols / QK as u32;
+    let blocks = cols / X_BLOCK;
     Case::new(
         format!("quantize_q8/{cols}"),
         quantize_kernel(),

@@ -15,11 +15,14 @@
 //!
 //! Bound: as [`matvec_q8`](crate::matvec_q8)'s, f32 rounding over exact integer dots.
 
+use crate::blocks::{f16_finite_bits_to_f32, BlockFormat, Offset};
 use crate::case::*;
-use crate::dequant::f16_finite_bits_to_f32;
-use crate::matvec_q8::{block_dot, block_sum, layout, quantize_x, reference, Q8Activations, OP};
+use crate::matvec_q8::{
+    block_dot, block_sum, needs_x_sum, quantize_x, reference, weight_format, Q8Activations, OP,
+    X_BLOCK,
+};
 use crate::shape::ShapeError;
-use trine_gguf::quant::{quantize, WeightType, QK};
+use trine_gguf::quant::{quantize, WeightType};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 
 /// Rows per workgroup, one per invocation.
@@ -32,22 +35,21 @@ pub const LANES: u32 = 16;
 /// the build that took 2 KiB).
 const PREFETCH_BYTES: u32 = 2048;
 
-/// Code words per block of `ty` (four codes a word; Q4 bytes hold two).
-fn code_words(ty: WeightType) -> u32 {
-    if ty == WeightType::Q8_0 {
-        8
-    } else {
-        4
-    }
+/// Bytes a block of `f` takes in [`interleave`]'s layout: its code words and a word of scales.
+fn interleaved_block_bytes(f: BlockFormat) -> usize {
+    4 * (f.code_words() as usize + 1)
 }
 
-/// Bytes a block of `ty` takes in [`interleave`]'s layout: its code words and a word of scales.
-pub fn interleaved_block_bytes(ty: WeightType) -> usize {
-    4 * (code_words(ty) as usize + 1)
+/// Bytes of `rows` × `cols` weights of `ty` in [`interleave`]'s layout; 0 for a type without
+/// blocks, which it does not take.
+pub fn interleaved_bytes(ty: WeightType, rows: usize, cols: usize) -> usize {
+    BlockFormat::of(ty).map_or(0, |f| {
+        rows * (cols / f.elems as usize) * interleaved_block_bytes(f)
+    })
 }
 
-fn check_shape(ty: WeightType, rows: usize, cols: usize) -> Result<(), ShapeError> {
-    layout(ty)?;
+fn check_shape(ty: WeightType, rows: usize, cols: usize) -> Result<BlockFormat, ShapeError> {
+    let f = weight_format(ty)?;
     let multiple = |what, value: usize, multiple: usize| {
         if value == 0 || !value.is_multiple_of(multiple) {
             Err(ShapeError::NotMultiple {
@@ -61,7 +63,14 @@ fn check_shape(ty: WeightType, rows: usize, cols: usize) -> Result<(), ShapeErro
         }
     };
     multiple("rows of the interleaved product", rows, LANES as usize)?;
-    multiple("cols", cols, QK)
+    multiple("cols", cols, f.elems as usize)?;
+    Ok(f)
+}
+
+/// Whether the product takes `rows` × `cols` weights of `ty`: a format whose blocks are as
+/// long as x's, whole groups of rows and whole blocks.
+pub fn takes(ty: WeightType, rows: usize, cols: usize) -> bool {
+    check_shape(ty, rows, cols).is_ok()
 }
 
 /// `w` (`rows` × `cols` weights of `ty` as GGUF blocks) in the kernel's interleaved layout.
@@ -71,10 +80,9 @@ pub fn interleave(
     rows: usize,
     cols: usize,
 ) -> Result<Vec<u8>, ShapeError> {
-    check_shape(ty, rows, cols)?;
-    let (block_bytes, codes_at) = layout(ty)?;
-    let (block_bytes, codes_at) = (block_bytes as usize, codes_at as usize);
-    let blocks = cols / QK;
+    let f = check_shape(ty, rows, cols)?;
+    let (block_bytes, codes_at) = (f.bytes as usize, f.codes_at as usize);
+    let blocks = cols / f.elems as usize;
     let expected = rows * blocks * block_bytes;
     if w.len() != expected {
         return Err(ShapeError::Mismatch {
@@ -85,8 +93,8 @@ pub fn interleave(
         });
     }
     let lanes = LANES as usize;
-    let words = code_words(ty) as usize;
-    let mut out = Vec::with_capacity(rows * blocks * interleaved_block_bytes(ty));
+    let words = f.code_words() as usize;
+    let mut out = Vec::with_capacity(rows * blocks * interleaved_block_bytes(f));
     for group in 0..rows / lanes {
         for b in 0..blocks {
             let block = |l: usize| {
@@ -101,10 +109,9 @@ pub fn interleave(
             }
             for l in 0..lanes {
                 let bl = block(l);
-                let min = if ty == WeightType::Q4_1 {
-                    [bl[2], bl[3]]
-                } else {
-                    [0, 0]
+                let min = match f.offset {
+                    Offset::Min { at } => [bl[at as usize], bl[at as usize + 1]],
+                    _ => [0, 0],
                 };
                 out.extend_from_slice(&[bl[0], bl[1], min[0], min[1]]);
             }
@@ -119,10 +126,10 @@ pub fn interleave(
 /// `r` (F32 `[tokens × rows]`, added to the product: a residual connection), then `y` (F32
 /// `[tokens × rows]`); parameters `rows`, `cols`, `tokens`; grid [`grid`].
 pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Kernel, ShapeError> {
-    layout(ty)?;
+    let f = weight_format(ty)?;
     let tpw = tokens_per_workgroup;
     crate::support::nonzero(OP, "tokens per workgroup", tpw)?;
-    let words = code_words(ty);
+    let words = f.code_words();
     let mut name = format!("matvec_q8_{ty}_rows{LANES}");
     if tpw > 1 {
         name.push_str(&format!("_t{tpw}"));
@@ -142,7 +149,7 @@ pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Ke
     let tokens = k.param("tokens", Scalar::U32);
     let lid = k.local_index();
     let group = k.workgroup_id(0);
-    let blocks = cols / k.u32(QK as u32);
+    let blocks = cols / k.u32(f.elems);
     // Token j of the workgroup; the last token stands in for those past the end, whose sums
     // are not stored.
     let token = |j: u32| k.workgroup_id(1) * k.u32(tpw) + k.u32(j);
@@ -155,16 +162,19 @@ pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Ke
             .collect();
         let scales = k.load(w, base + k.u32(words * LANES));
         let d = f16_finite_bits_to_f32(&k, scales & k.u32(0xffff));
-        let m = (ty == WeightType::Q4_1).then(|| f16_finite_bits_to_f32(&k, scales >> k.u32(16)));
+        let m = f
+            .has_min()
+            .then(|| f16_finite_bits_to_f32(&k, scales >> k.u32(16)));
         for (j, acc) in accs.iter().enumerate() {
             let xb = read_token(j as u32) * blocks + b;
-            let x: Vec<_> = (0..8)
-                .map(|i| k.load(xq, xb * k.u32(8) + k.u32(i)))
+            let x_words = X_BLOCK / 4;
+            let x: Vec<_> = (0..x_words)
+                .map(|i| k.load(xq, xb * k.u32(x_words) + k.u32(i)))
                 .collect();
-            let dot = block_dot(&k, ty, &codes, &x);
+            let dot = block_dot(&k, f, &codes, &x);
             let dx = k.load(xd, xb);
-            let sx = (ty != WeightType::Q8_0).then(|| k.load(xs, xb));
-            acc.set(acc.get() + block_sum(&k, (d, m), (dx, sx), dot));
+            let sx = needs_x_sum(f).then(|| k.load(xs, xb));
+            acc.set(acc.get() + block_sum(&k, f, (d, m), (dx, sx), dot));
         }
         // The workgroup's blocks are consecutive, and the next workgroup's follow them: the
         // hardware's prefetcher alone left the output head at a third of the copy's bandwidth.
@@ -256,7 +266,7 @@ pub fn case_with(
 /// the residual's variant.
 pub fn cases() -> Vec<Case> {
     let mut out = vec![];
-    for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1] {
+    for ty in BlockFormat::ALL.map(|f| f.ty) {
         for (rows, cols) in [(16, 32), (576, 576), (32, 4096)] {
             out.push(case(ty, rows, cols).expect("valid shapes"));
         }

@@ -10,11 +10,11 @@ use crate::tuning::{self, holds_pairs};
 use std::borrow::Cow;
 use std::collections::HashSet;
 use trine_backends::{Binding, BufferHandle};
-use trine_ops::dequant::pair_blocks;
+use trine_ops::blocks::pair_blocks;
 use trine_ops::key_layout::KeyLayout;
-use trine_ops::matvec_q8_rows;
 use trine_ops::rope::RopeMode;
 use trine_ops::support::Float;
+use trine_ops::{matvec_q8, matvec_q8_rows};
 
 impl Engine {
     /// Every tensor the largest prompt step and a decode step bind, with the device of the
@@ -121,15 +121,16 @@ impl Engine {
             }
             Tensor::Interleaved(id) => {
                 let t = &self.model.weights.tensors[id];
-                let blocks = t.rows as u64 * t.cols as u64 / 32;
-                blocks * matvec_q8_rows::interleaved_block_bytes(t.ty) as u64
+                matvec_q8_rows::interleaved_bytes(t.ty, t.rows as usize, t.cols as usize) as u64
             }
             Tensor::Normed | Tensor::Combined => f32s(b * c.n_embd as u64),
             // Gate and up stacked, or the stacked QKV rows, whichever is wider.
             Tensor::Raw => f32s(b * (2 * c.n_ff).max(c.n_embd + 2 * c.kv_dim()) as u64),
             // The widest product input: the residual stream or the FFN's activation.
             Tensor::XqWords => f32s(b * c.n_embd.max(c.n_ff) as u64 / 4),
-            Tensor::XqScales | Tensor::XqSums => f32s(b * c.n_embd.max(c.n_ff) as u64 / 32),
+            Tensor::XqScales | Tensor::XqSums => {
+                f32s(b * c.n_embd.max(c.n_ff) as u64 / u64::from(matvec_q8::X_BLOCK))
+            }
         }
     }
 

@@ -2,8 +2,8 @@
 //! the blocks, with the fallback each runs where a device lacks a feature.
 
 use super::{check, kernel, reference, BlockSize, TilesSpec, NMSE, OP};
+use crate::blocks;
 use crate::case::*;
-use crate::dequant;
 use crate::matmul_stage::weights_elem;
 use crate::shape::ShapeError;
 use crate::support::Float;
@@ -173,7 +173,7 @@ fn build_case(
         }
     };
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
-        .input("w", weights_elem(ty), dequant::pad_to_words(w))
+        .input("w", weights_elem(ty), blocks::pad_to_words(w))
         .input("x", xf.scalar(), x_bytes);
     if let Some(res) = &residual {
         case = case.input("add", Scalar::F32, f32_bytes(res));

@@ -4,7 +4,8 @@
 use super::compute::Compute;
 use super::io::Io;
 use super::{BlockSize, TilesSpec, BK, COPY_STAGES, OP};
-use crate::matmul_stage::{stage, Fetch, Layout};
+use crate::blocks::BlockFormat;
+use crate::matmul_stage::{stage, stages, Fetch, Layout};
 use crate::shape::ShapeError;
 use trine_ir::{Kernel, KernelBuilder, Scalar, SharedId, Val};
 
@@ -13,7 +14,7 @@ use trine_ir::{Kernel, KernelBuilder, Scalar, SharedId, Val};
 /// with [`TilesSpec::swiglu`]). Params: rows, cols, tokens. Grid [`TilesSpec::grid`]; K must
 /// be whole steps of [`TilesSpec::depth`] blocks. Errors: a subgroup width that does not
 /// divide the block's tiles evenly among the workgroup's subgroups; a depth other than 1, 2
-/// or 4; a residual with SwiGLU.
+/// or 4; a residual with SwiGLU; a weight format the staging does not decode.
 pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let (bm, bn) = spec.block();
     let depth = spec.depth;
@@ -27,6 +28,12 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         return Err(ShapeError::Unsupported {
             op: OP,
             what: "a residual added to SwiGLU's output".into(),
+        });
+    }
+    if BlockFormat::of(spec.weights).is_some_and(|f| !stages(f)) {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: format!("{} weights (blocks it cannot stage)", spec.weights),
         });
     }
     if spec.group {

@@ -3,97 +3,90 @@
 //! ([`super::MatvecSpec::pairs`]), and the codes read as words.
 
 use super::kernel::Token;
-use crate::dequant;
+use crate::blocks::{pair_scale_bytes, BlockFormat, Scales};
 use crate::matvec_attn::Input;
 use crate::matvec_fused::Norm;
-use trine_gguf::quant::{WeightType, QK};
 use trine_ir::{KernelBuilder, Scalar, Val, Var};
 
 /// Accumulates the quantized rows' dot products: each step takes one segment of a block, loads
 /// its x values once, and for every row multiplies the codes by x and scales the segment's sum
-/// by d (adding m·Σx for Q4_1), so that the scales cost one multiply per segment. With the
-/// norm, x is multiplied by g as it is loaded. With `words`, `w` is a `U32` view.
+/// by d (adding m·Σx where the format has a minimum), so that the scales cost one multiply
+/// per segment. With the norm, x is multiplied by g as it is loaded. With `words`, `w` is a
+/// `U32` view.
 pub(super) fn dot_quantized<'b>(
     k: &'b KernelBuilder,
-    ty: WeightType,
+    f: BlockFormat,
     (w, w16, words): (trine_ir::BufferId, Option<trine_ir::BufferId>, bool),
     (input, norm): (&Input<'b>, Option<&Norm<'b>>),
     cols: Val<'b>,
     rows_accs: &[(Val<'b>, Var<'b>)],
     (wg, segment): (u32, u32),
 ) {
-    let block_bytes = k.u32(ty.block_bytes() as u32);
-    let row_bytes = (cols / k.u32(QK as u32)) * block_bytes;
+    let block_bytes = k.u32(f.bytes);
+    let row_bytes = (cols / k.u32(f.elems)) * block_bytes;
     let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * row_bytes).collect();
     let segments = cols / k.u32(segment);
     let lid = k.local_index();
+    // A segment's codes: one byte each, or bytes whose two codes lie `span` elements apart,
+    // the high nibbles' elements after the low ones'.
+    let (bytes, span) = if f.nibbles() {
+        (segment / 2, f.span())
+    } else {
+        (segment, 0)
+    };
     k.for_range(lid, segments, wg, |s| {
-        let per_block = k.u32(QK as u32 / segment);
+        let per_block = k.u32(f.elems / segment);
         let block = s / per_block;
         let part = s % per_block;
-        let xb = block * k.u32(QK as u32);
-        // Element offsets (within the block) of this segment, paired with their x values.
-        let offsets: Vec<Val> = match ty {
-            WeightType::Q8_0 => (0..segment)
-                .map(|i| part * k.u32(segment) + k.u32(i))
-                .collect(),
-            _ => (0..segment / 2)
-                .map(|i| part * k.u32(segment / 2) + k.u32(i))
-                .collect(),
-        };
+        let xb = block * k.u32(f.elems);
+        // Element offsets (within the block) of this segment's code bytes.
+        let offsets: Vec<Val> = (0..bytes).map(|i| part * k.u32(bytes) + k.u32(i)).collect();
         // Every row's scales and codes are loaded before x: the weights come from memory, x
         // from a cache, and a GPU compiler keeps independent loads in the order they are
         // written, so the slower loads go first and both wait out one latency, not two in turn
         // (NVRTC, given x's loads first, issued the weights' loads only after x's first use).
-        let weights: Vec<(dequant::Scales, Vec<Val>)> = bases
+        let weights: Vec<(Scales, Vec<Val>)> = bases
             .iter()
             .map(|base| {
                 let blk = *base + block * block_bytes;
-                let scales = dequant::load_scales(k, ty, (w, w16), blk);
-                let codes: Vec<Val> = match ty {
-                    _ if words => word_codes(k, (ty, w), blk, part, segment),
-                    WeightType::Q8_0 => offsets
+                let scales = f.scales(k, (w, w16), blk);
+                let codes: Vec<Val> = if words {
+                    word_codes(k, (f, w), blk, part, segment)
+                } else if f.nibbles() {
+                    let pairs: Vec<_> = offsets
                         .iter()
-                        .map(|&o| dequant::q8_code(k, w, blk, o))
-                        .collect(),
-                    _ => {
-                        let pairs: Vec<_> = offsets
-                            .iter()
-                            .map(|&o| dequant::q4_codes(k, ty, w, blk, o))
-                            .collect();
-                        pairs
-                            .iter()
-                            .map(|p| p.0)
-                            .chain(pairs.iter().map(|p| p.1))
-                            .collect()
-                    }
+                        .map(|&o| f.byte_nibbles(k, w, blk, o))
+                        .collect();
+                    pairs
+                        .iter()
+                        .map(|p| p.0)
+                        .chain(pairs.iter().map(|p| p.1))
+                        .collect()
+                } else {
+                    offsets.iter().map(|&o| f.byte_code(k, w, blk, o)).collect()
                 };
                 (scales, codes)
             })
             .collect();
-        let xs: Vec<Val> = match ty {
-            WeightType::Q8_0 => offsets.iter().map(|&o| input.load(k, xb + o)).collect(),
-            _ => offsets
+        let xs: Vec<Val> = if f.nibbles() {
+            offsets
                 .iter()
                 .map(|&o| input.load(k, xb + o))
-                .chain(
-                    offsets
-                        .iter()
-                        .map(|&o| input.load(k, xb + o + k.u32(QK as u32 / 2))),
-                )
-                .collect(),
+                .chain(offsets.iter().map(|&o| input.load(k, xb + o + k.u32(span))))
+                .collect()
+        } else {
+            offsets.iter().map(|&o| input.load(k, xb + o)).collect()
         };
         let xs: Vec<Val> = match norm {
             None => xs,
             Some(n) => {
-                let first = block * k.u32(QK as u32);
-                let at: Vec<Val> = match ty {
-                    WeightType::Q8_0 => offsets.clone(),
-                    _ => {
-                        let half = k.u32(QK as u32 / 2);
-                        let high = offsets.iter().map(|&o| o + half);
-                        offsets.iter().copied().chain(high).collect()
-                    }
+                let first = block * k.u32(f.elems);
+                let at: Vec<Val> = if f.nibbles() {
+                    let half = k.u32(span);
+                    let high = offsets.iter().map(|&o| o + half);
+                    offsets.iter().copied().chain(high).collect()
+                } else {
+                    offsets.clone()
                 };
                 xs.iter()
                     .zip(at)
@@ -101,7 +94,9 @@ pub(super) fn dot_quantized<'b>(
                     .collect()
             }
         };
-        let xsum = (ty == WeightType::Q4_1).then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
+        let xsum = f
+            .has_min()
+            .then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
         for ((_, acc), (scales, codes)) in rows_accs.iter().zip(weights) {
             accumulate(*acc, scales, (&codes, &xs), xsum);
         }
@@ -109,10 +104,11 @@ pub(super) fn dot_quantized<'b>(
 }
 
 /// Adds a block's share to a row's sum: the codes' dot product with their x values, scaled by
-/// d, and m·Σx for Q4_1 (`xsum`), so that the scales cost one multiply per block or segment.
+/// d, and m·Σx where the format has a minimum (`xsum`), so that the scales cost one multiply
+/// per block or segment.
 fn accumulate<'b>(
     acc: Var<'b>,
-    scales: dequant::Scales<'b>,
+    scales: Scales<'b>,
     (codes, xs): (&[Val<'b>], &[Val<'b>]),
     xsum: Option<Val<'b>>,
 ) {
@@ -130,31 +126,30 @@ fn accumulate<'b>(
 
 /// [`MatvecSpec::blocked`]'s walk: a loop over the row's blocks with uniform bounds, in which
 /// invocation `lid` takes elements `lid + j·wg` of each block, loading their x values once for
-/// all rows; each row's codes come byte by byte (a Q4 byte holds elements `i` and `i + 16`),
-/// its scales from the f16 view where there is one.
+/// all rows; each row's codes come byte by byte (a byte of nibbles holds elements `i` and
+/// `i + span`), its scales from the f16 view where there is one.
 pub(super) fn dot_blocked<'b>(
     k: &'b KernelBuilder,
-    ty: WeightType,
+    f: BlockFormat,
     (w, w16): (trine_ir::BufferId, Option<trine_ir::BufferId>),
     (input, norm): (&Input<'b>, Option<&Norm<'b>>),
     cols: Val<'b>,
     rows_accs: &[(Val<'b>, Var<'b>)],
     wg: u32,
 ) {
-    let qk = QK as u32;
-    let block_bytes = k.u32(ty.block_bytes() as u32);
+    let qk = f.elems;
+    let block_bytes = k.u32(f.bytes);
     let row_bytes = (cols / k.u32(qk)) * block_bytes;
     let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * row_bytes).collect();
     let lid = k.local_index();
-    // Element offsets within a block: for Q4, the low nibbles' first, then the same bytes'
-    // high nibbles (16 further on), so that codes and x values pair up in order.
-    let offsets: Vec<Val> = match ty {
-        WeightType::Q8_0 => (0..qk / wg).map(|j| lid + k.u32(j * wg)).collect(),
-        _ => {
-            let low: Vec<Val> = (0..qk / 2 / wg).map(|j| lid + k.u32(j * wg)).collect();
-            let high: Vec<Val> = low.iter().map(|&o| o + k.u32(qk / 2)).collect();
-            low.into_iter().chain(high).collect()
-        }
+    // Element offsets within a block: for nibbles, the low nibbles' first, then the same
+    // bytes' high nibbles (`span` further on), so that codes and x values pair up in order.
+    let offsets: Vec<Val> = if f.nibbles() {
+        let low: Vec<Val> = (0..qk / 2 / wg).map(|j| lid + k.u32(j * wg)).collect();
+        let high: Vec<Val> = low.iter().map(|&o| o + k.u32(f.span())).collect();
+        low.into_iter().chain(high).collect()
+    } else {
+        (0..qk / wg).map(|j| lid + k.u32(j * wg)).collect()
     };
     k.for_range(k.u32(0), cols / k.u32(qk), 1, |block| {
         let xb = block * k.u32(qk);
@@ -165,35 +160,29 @@ pub(super) fn dot_blocked<'b>(
                 norm.map_or(v, |n| n.scale(k, v, xb + o))
             })
             .collect();
-        let xsum = (ty == WeightType::Q4_1).then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
+        let xsum = f
+            .has_min()
+            .then(|| xs[1..].iter().fold(xs[0], |a, &v| a + v));
         for (base, (_, acc)) in bases.iter().zip(rows_accs) {
             let blk = *base + block * block_bytes;
-            let scales = dequant::load_scales(k, ty, (w, w16), blk);
-            let codes: Vec<Val> = match ty {
-                WeightType::Q8_0 => offsets
+            let scales = f.scales(k, (w, w16), blk);
+            let codes: Vec<Val> = if f.nibbles() {
+                // Codes convert through I32: x86 vectors convert signed integers to floats
+                // natively (AVX2 has no unsigned conversion), and a code is at most 15.
+                let first = blk + k.u32(f.codes_at);
+                let bytes: Vec<Val> = offsets[..offsets.len() / 2]
                     .iter()
-                    .map(|&o| dequant::q8_code(k, w, blk, o))
-                    .collect(),
-                _ => {
-                    // Codes convert through I32: x86 vectors convert signed integers to floats
-                    // natively (AVX2 has no unsigned conversion), and a code is at most 15.
-                    let first = blk + k.u32(dequant::codes_offset(ty));
-                    let bytes: Vec<Val> = offsets[..offsets.len() / 2]
-                        .iter()
-                        .map(|&o| k.load(w, first + o))
-                        .collect();
-                    let code = |v: Val<'b>| {
-                        let q = v.cast(Scalar::I32).cast(Scalar::F32);
-                        if ty == WeightType::Q4_0 {
-                            q - k.f32(8.0)
-                        } else {
-                            q
-                        }
-                    };
-                    let low = bytes.iter().map(|&b| code(b & k.u32(15)));
-                    low.chain(bytes.iter().map(|&b| code(b >> k.u32(4))))
-                        .collect()
-                }
+                    .map(|&o| k.load(w, first + o))
+                    .collect();
+                let code = |v: Val<'b>| {
+                    let q = v.cast(Scalar::I32).cast(Scalar::F32);
+                    f.centre().map_or(q, |c| q - k.f32(c))
+                };
+                let low = bytes.iter().map(|&b| code(b & k.u32(15)));
+                low.chain(bytes.iter().map(|&b| code(b >> k.u32(4))))
+                    .collect()
+            } else {
+                offsets.iter().map(|&o| f.byte_code(k, w, blk, o)).collect()
             };
             accumulate(*acc, scales, (&codes, &xs), xsum);
         }
@@ -202,17 +191,16 @@ pub(super) fn dot_blocked<'b>(
 
 /// [`MatvecSpec::pairs`]' walk over a row's pairs of blocks, 32 invocations, invocation `lid`
 /// taking element `lid` of both blocks of each pair; then an odd last block, in its own
-/// layout, on the first 16 invocations (elements `lid` and `lid + 16`).
+/// layout, on the first `span` invocations (elements `lid` and `lid + span`).
 pub(super) fn dot_pairs<'b>(
     k: &'b KernelBuilder,
-    ty: WeightType,
+    f: BlockFormat,
     (w, w16): (trine_ir::BufferId, Option<trine_ir::BufferId>),
     tokens: &[Token<'b>],
     cols: Val<'b>,
     rows: &[Val<'b>],
 ) {
-    let qk = QK as u32;
-    let bb = ty.block_bytes() as u32;
+    let (qk, bb) = (f.elems, f.bytes);
     let blocks = cols / k.u32(qk);
     let row_bytes = blocks * k.u32(bb);
     let bases: Vec<Val> = rows.iter().map(|&r| r * row_bytes).collect();
@@ -227,22 +215,17 @@ pub(super) fn dot_pairs<'b>(
             })
             .collect()
     };
-    // The f16 scale `i` (0..4) of the pair or block at byte `at`.
-    let scale = |at: Val<'b>, i: u32| dequant::load_f16(k, w, w16, at + k.u32(2 * i));
-    // Each weight is dequantised with one fma, d·q + m, m = -8·d for Q4_0 (exactly d·(q - 8)),
-    // then multiplied into the sum with another: two vector operations per 8 weights, where
-    // scaling a dot product by d and adding m·Σx takes three.
+    // Each weight is dequantised with one fma, d·q + m, m = −centre·d for a centred format
+    // (exactly d·(q − centre)), then multiplied into the sum with another: two vector
+    // operations per 8 weights, where scaling a dot product by d and adding m·Σx takes three.
     let code = |byte: Val<'b>| byte.cast(Scalar::I32).cast(Scalar::F32);
-    let q4_1 = ty == WeightType::Q4_1;
-    // The scales of block `block` (0 or 1) of the pair, or of the lone block, at byte `at`.
+    // The scales of block `block` (0 or 1) of the pair, or of the lone block, at byte `at`:
+    // a pair's scales are its blocks' one after the other.
     let scales = |at: Val<'b>, block: u32| {
-        let d = scale(at, if q4_1 { 2 * block } else { block });
-        let m = if q4_1 {
-            scale(at, 2 * block + 1)
-        } else {
-            d * k.f32(-8.0)
-        };
-        (d, m)
+        let s = f.scales_after(k, (w, w16), at, block * f.codes_at);
+        let m =
+            s.m.unwrap_or_else(|| s.d * k.f32(-f.centre().unwrap_or(0.0)));
+        (s.d, m)
     };
     k.for_range(k.u32(0), blocks / k.u32(2), 1, |p| {
         let c0 = p * k.u32(2 * qk);
@@ -252,7 +235,7 @@ pub(super) fn dot_pairs<'b>(
             let at = *base + p * k.u32(2 * bb);
             let (d0, m0) = scales(at, 0);
             let (d1, m1) = scales(at, 1);
-            let byte = k.load(w, at + k.u32(dequant::pair_scale_bytes(ty)) + lid);
+            let byte = k.load(w, at + k.u32(pair_scale_bytes(f)) + lid);
             let w0 = d0.fma(code(byte & k.u32(15)), m0);
             let w1 = d1.fma(code(byte >> k.u32(4)), m1);
             for (t, token) in tokens.iter().enumerate() {
@@ -263,14 +246,14 @@ pub(super) fn dot_pairs<'b>(
     });
     let last = blocks - k.u32(1);
     k.if_((blocks % k.u32(2)).eq(k.u32(1)), || {
-        k.if_(lid.lt(k.u32(qk / 2)), || {
+        k.if_(lid.lt(k.u32(f.span())), || {
             let c0 = last * k.u32(qk);
             let x0 = x_at(c0, lid);
-            let x1 = x_at(c0, lid + k.u32(qk / 2));
+            let x1 = x_at(c0, lid + k.u32(f.span()));
             for (r, base) in bases.iter().enumerate() {
                 let at = *base + last * k.u32(bb);
                 let (d, m) = scales(at, 0);
-                let byte = k.load(w, at + k.u32(dequant::codes_offset(ty)) + lid);
+                let byte = k.load(w, at + k.u32(f.codes_at) + lid);
                 let w0 = d.fma(code(byte & k.u32(15)), m);
                 let w1 = d.fma(code(byte >> k.u32(4)), m);
                 for (t, token) in tokens.iter().enumerate() {
@@ -282,25 +265,33 @@ pub(super) fn dot_pairs<'b>(
     });
 }
 
-/// The codes of segment `part` of the Q4_1 or Q8_0 block at byte `blk`, from a `U32` view,
-/// as [`dequant::q4_codes`] and [`dequant::q8_code`] give them byte by byte. Bytes are
-/// little-endian in their word, as the GGUF file and every target store them.
+/// Whether [`word_codes`] reads `f`'s codes: two a byte where blocks and their codes start
+/// on words, one a byte where they start on even bytes.
+pub(super) fn words_apply(f: BlockFormat) -> bool {
+    let align = if f.nibbles() { 4 } else { 2 };
+    f.bytes.is_multiple_of(align) && f.codes_at.is_multiple_of(align)
+}
+
+/// The codes of segment `part` of the block at byte `blk`, from a `U32` view, as
+/// [`BlockFormat::byte_nibbles`] and [`BlockFormat::byte_code`] give them byte by byte. Bytes
+/// are little-endian in their word, as the GGUF file and every target store them.
 ///
-/// Q4_1: `segment / 8` aligned words; the low nibbles of their bytes in order, then the high
-/// ones. Q8_0: the codes start at an even byte, at a word (`shift` 0) or in its middle (`shift`
-/// 16), where each word of codes is the high half of one word and the low half of the next.
+/// Nibbles (of a format whose blocks and codes start on words): `segment / 8` aligned words;
+/// the low nibbles of their bytes in order, then the high ones. One code a byte: the codes
+/// start at an even byte, at a word (`shift` 0) or in its middle (`shift` 16), where each word
+/// of codes is the high half of one word and the low half of the next.
 /// The word after the segment's last is loaded only where the codes reach into it; an aligned
 /// segment loads its last word again instead, which keeps the last block of the buffer from
 /// reading past its end.
 fn word_codes<'b>(
     k: &'b KernelBuilder,
-    (ty, w): (WeightType, trine_ir::BufferId),
+    (f, w): (BlockFormat, trine_ir::BufferId),
     blk: Val<'b>,
     part: Val<'b>,
     segment: u32,
 ) -> Vec<Val<'b>> {
-    let offset = dequant::codes_offset(ty);
-    if ty != WeightType::Q8_0 {
+    let offset = f.codes_at;
+    if f.nibbles() {
         let first = blk / k.u32(4) + k.u32(offset / 4);
         let words: Vec<Val> = (0..segment / 8)
             .map(|j| k.load(w, first + part * k.u32(segment / 8) + k.u32(j)))

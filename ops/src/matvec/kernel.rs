@@ -5,11 +5,11 @@
 use super::dot::{dot_blocked, dot_pairs, dot_quantized};
 use super::reduce::{reduce_shared, reduce_subgroup};
 use super::{Epilogue, MatvecSpec, Prologue, Reduce, SEGMENT};
+use crate::blocks::BlockFormat;
 use crate::matvec_attn::{Combined, Input, RopeOut};
 use crate::matvec_fused::{self as fused, Norm};
 use crate::shape::ShapeError;
 use crate::support::PREFETCH_LINE;
-use trine_gguf::quant::QK;
 use trine_ir::{Access, Kernel, KernelBuilder, Scalar, Val, Var};
 
 /// The matvec kernel for `spec`. Buffers: `w` (the weights: bytes if quantized, words with
@@ -20,6 +20,7 @@ use trine_ir::{Access, Kernel, KernelBuilder, Scalar, Val, Var};
 pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     spec.check()?;
     let (ty, nrows, wg) = (spec.weights, spec.rows_per_workgroup, spec.workgroup);
+    let format = BlockFormat::of(ty);
     let mut name = format!("matvec_{ty}_{}_r{nrows}_w{wg}", spec.reduce.name());
     if spec.reads_pairs() {
         name.push_str("_p");
@@ -75,8 +76,14 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     // past the end of the prompt likewise.
     let last = rows - k.u32(1);
     let rows_at: Vec<Val> = (0..nrows).map(|r| (row0 + k.u32(r)).min(last)).collect();
-    if ty.is_quantized() && !spec.blocked {
-        prefetch_rows(&k, &spec, w, cols, (rows_at[0], rows_at[rows_at.len() - 1]));
+    if let (Some(f), false) = (format, spec.blocked) {
+        prefetch_rows(
+            &k,
+            (&spec, f),
+            w,
+            cols,
+            (rows_at[0], rows_at[rows_at.len() - 1]),
+        );
         if let Some(g) = g {
             prefetch_norm(&k, g, cols);
         }
@@ -118,12 +125,12 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         .zip(tokens[0].accs.clone())
         .collect();
     let (input, norm) = (&tokens[0].input, &tokens[0].norm);
-    if spec.reads_pairs() {
-        dot_pairs(&k, ty, (w, w16), &tokens, cols, &rows_at);
-    } else if spec.blocked && ty.is_quantized() {
+    if let (true, Some(f)) = (spec.reads_pairs(), format) {
+        dot_pairs(&k, f, (w, w16), &tokens, cols, &rows_at);
+    } else if let (true, Some(f)) = (spec.blocked, format) {
         dot_blocked(
             &k,
-            ty,
+            f,
             (w, w16),
             (input, norm.as_ref()),
             cols,
@@ -159,10 +166,10 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
                 Some(inside),
             );
         });
-    } else if ty.is_quantized() {
+    } else if let Some(f) = format {
         dot_quantized(
             &k,
-            ty,
+            f,
             (w, w16, spec.reads_words()),
             (input, norm.as_ref()),
             cols,
@@ -254,13 +261,13 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
 /// x, and would then wait for its weights from memory too.
 fn prefetch_rows<'b>(
     k: &'b KernelBuilder,
-    spec: &MatvecSpec,
+    (spec, f): (&MatvecSpec, BlockFormat),
     w: trine_ir::BufferId,
     cols: Val<'b>,
     (first, last): (Val<'b>, Val<'b>),
 ) {
     const LINE: u32 = PREFETCH_LINE;
-    let row_bytes = (cols / k.u32(QK as u32)) * k.u32(spec.weights.block_bytes() as u32);
+    let row_bytes = (cols / k.u32(f.elems)) * k.u32(f.bytes);
     let start = first * row_bytes;
     let end = (last + k.u32(1)) * row_bytes;
     let lines = (end - start + k.u32(LINE - 1)) / k.u32(LINE);

@@ -2,8 +2,8 @@
 //! parameters, and the shape rules of a product.
 
 use super::{Epilogue, Prologue, OP, SEGMENT};
+use crate::blocks::{self, BlockFormat};
 use crate::case::Case;
-use crate::dequant;
 use crate::shape::ShapeError;
 use trine_gguf::quant::WeightType;
 use trine_ir::{ParamValue, Scalar};
@@ -60,13 +60,13 @@ pub struct MatvecSpec {
     /// the shape for CPUs, whose C lowering turns a loop with workgroup-uniform bounds into
     /// one around the loop over invocations, which GCC then vectorises (consecutive
     /// invocations read consecutive codes and x values). Quantized weights need a workgroup of
-    /// 8 or 16 (Q8_0 also 32), a divisor of a Q4 block's 16 bytes of codes; `segment` and
-    /// `word_codes` do not apply.
+    /// 8, 16 or 32 that divides a block's bytes of codes; `segment` and `word_codes` do not
+    /// apply.
     pub blocked: bool,
-    /// Q4_0 and Q4_1 with `blocked` only, on 32 invocations: the weights are in
-    /// [`dequant::pair_blocks`]' layout, and the walk takes a pair of blocks per step,
-    /// invocation `l` reading byte `l` of the pair's 32 code bytes (elements `l` of both
-    /// blocks). Consecutive invocations then read 32 consecutive bytes, which GCC loads and
+    /// Formats with two codes a byte, with `blocked` only, on a block's elements as
+    /// invocations: the weights are in [`blocks::pair_blocks`]' layout, and the walk takes a
+    /// pair of blocks per step, invocation `l` reading byte `l` of the pair's code bytes
+    /// (elements `l` of both blocks). Consecutive invocations then read 32 consecutive bytes, which GCC loads and
     /// converts in 256-bit vectors, where a block's own 16 bytes of codes allow only 128.
     pub pairs: bool,
     /// Tokens of a prompt a workgroup multiplies at once (1 but with `pairs`): each pair of
@@ -104,7 +104,7 @@ impl MatvecSpec {
         self.word_codes
             && !self.blocked
             && self.f16_scales
-            && matches!(self.weights, WeightType::Q4_1 | WeightType::Q8_0)
+            && BlockFormat::of(self.weights).is_some_and(super::dot::words_apply)
     }
 
     /// How case names show the shape: `r2w128s8h` (rows, invocations, segment, `h` for f16
@@ -136,13 +136,13 @@ impl MatvecSpec {
         if self.reads_words() {
             Scalar::U32
         } else {
-            dequant::buffer_elem(self.weights)
+            blocks::buffer_elem(self.weights)
         }
     }
 
-    /// Whether the kernel reads [`dequant::pair_blocks`]' layout ([`MatvecSpec::pairs`]).
+    /// Whether the kernel reads [`blocks::pair_blocks`]' layout ([`MatvecSpec::pairs`]).
     pub fn reads_pairs(&self) -> bool {
-        self.pairs && self.blocked && dequant::pairs_apply(self.weights)
+        self.pairs && self.blocked && blocks::pairs_apply(self.weights)
     }
 
     /// Adds to `case` the weight buffers this spec's kernel reads, all over the same bytes
@@ -150,11 +150,11 @@ impl MatvecSpec {
     /// scales, its f16 view `w16`.
     pub fn weight_inputs(&self, case: Case, w: Vec<u8>, cols: u32) -> Case {
         let w = if self.reads_pairs() {
-            dequant::pair_blocks(self.weights, &w, cols as usize)
+            blocks::pair_blocks(self.weights, &w, cols as usize)
         } else {
             w
         };
-        let w = dequant::pad_to_words(w);
+        let w = blocks::pad_to_words(w);
         if self.weights.is_quantized() && self.f16_scales {
             case.input("w", self.weights_elem(), w.clone())
                 .input("w16", Scalar::F16, w)
@@ -186,16 +186,19 @@ impl MatvecSpec {
                 limit: wg,
             });
         }
-        let blocked_sizes: &[u32] = match self.weights {
-            _ if self.reads_pairs() => &[32],
-            WeightType::Q8_0 => &[8, 16, 32],
-            _ => &[8, 16],
+        let fits = |f: BlockFormat| {
+            if self.reads_pairs() {
+                self.workgroup == f.elems
+            } else {
+                [8, 16, 32].contains(&self.workgroup)
+                    && f.code_bytes().is_multiple_of(self.workgroup)
+            }
         };
-        if self.blocked && self.weights.is_quantized() && !blocked_sizes.contains(&self.workgroup) {
+        if self.blocked && BlockFormat::of(self.weights).is_some_and(|f| !fits(f)) {
             return Err(ShapeError::NotPowerOfTwo {
                 op: OP,
-                what: "workgroup size of a blocked quantized product (8 or 16; Q8_0 also \
-                       32; in pairs 32)",
+                what: "workgroup size of a blocked quantized product (8, 16 or 32 dividing a \
+                       block's bytes of codes; in pairs a block's elements)",
                 value: wg,
             });
         }
