@@ -159,12 +159,16 @@ fn store(form: Form, y: Tensor, next: Option<&Node>) -> (Store, Tensor, bool) {
     }
 }
 
-/// A product's form: on tiles for a GPU's prompt products whose weights take them (rows of
-/// whole blocks of [`matmul_tiles::BK`]), on quantized x where the step quantizes it and the
-/// weights allow ([`takes_q8`]), else on float x.
+/// A product's form: on tiles for a GPU's prompt products whose weights take them (a format
+/// the staging decodes, rows of whole blocks of [`matmul_tiles::BK`]), on quantized x where
+/// the step quantizes it and the weights allow ([`matvec_q8_rows::takes`]), else on float x.
 fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -> Form {
     let t = &w.tensors[id];
-    if offer.tiles && tokens > 1 && matmul_tiles::check(t.rows, t.cols, 1).is_ok() {
+    if offer.tiles
+        && tokens > 1
+        && matmul_tiles::takes(t.ty)
+        && matmul_tiles::check(t.rows, t.cols, 1).is_ok()
+    {
         Form::Tiles
     } else if offer.quantizes_x(s.tokens)
         && matvec_q8_rows::takes(t.ty, t.rows as usize, t.cols as usize)

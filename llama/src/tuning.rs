@@ -202,8 +202,12 @@ pub fn holds_pairs(info: &DeviceInfo, ty: WeightType, pairable: bool) -> bool {
 
 /// Invocations of a CPU product ([`MatvecSpec::blocked`]): the C compiler vectorises a loop
 /// over invocations that loads bytes with vectors of as many bytes as the loop has
-/// iterations; a block's bytes of codes, up to 32 (256-bit float vectors), bound them. Plain
-/// floats take 8.
+/// iterations; a block's bytes of codes (a packed format's sub-block), up to 32 (256-bit
+/// float vectors), bound them. Plain floats take 8.
 fn cpu_matvec_lanes(ty: WeightType) -> u32 {
-    BlockFormat::of(ty).map_or(8, |f| f.code_bytes().min(32))
+    match BlockFormat::of(ty) {
+        Some(BlockFormat::Flat(f)) => f.code_bytes().min(32),
+        Some(BlockFormat::Packed(p)) => p.sub.min(32),
+        None => 8,
+    }
 }

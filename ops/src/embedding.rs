@@ -110,9 +110,9 @@ pub fn kernel(ty: WeightType) -> Kernel {
         v.set(k.f32(f32::NAN));
         k.if_(id.lt(vocab), || {
             if let Some(f) = BlockFormat::of(ty) {
-                let qk = k.u32(f.elems);
+                let qk = k.u32(f.elems());
                 let block = id * (dim / qk) + c / qk;
-                let base = block * k.u32(f.bytes);
+                let base = block * k.u32(f.bytes());
                 v.set(f.element(&k, table, base, c % qk));
             } else {
                 v.set(k.load(table, id * dim + c).cast(Scalar::F32));

@@ -12,7 +12,7 @@
 //! Every value is the one the kernel staged before, computed the same way, so results do not
 //! change.
 
-use super::blocks::{f16_bits_to_f32, BlockFormat, Codes, Offset, Scales};
+use super::blocks::{f16_bits_to_f32, BlockFormat, Codes, Flat, Offset, Scales};
 use super::support::Float;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val, Var};
@@ -69,7 +69,7 @@ enum Share<'b> {
     /// half `e = h·invocations + lid` of the block: consecutive invocations, consecutive
     /// halves along a row ([`Fetch::half_at`]).
     Halves {
-        f: BlockFormat,
+        f: Flat,
         halves: Vec<Half<'b>>,
     },
     /// 16-byte lines of an f16 block, `lines` per invocation, copied straight into shared
@@ -225,7 +225,7 @@ impl<'b> Fetch<'b> {
             walk: RowWalk::new(k, block, (invocations, depth), (LINE, layout)),
             lines: (block.n * width / LINE / invocations) as usize,
         };
-        let w_share = match (ty, BlockFormat::of(ty)) {
+        let w_share = match (ty, BlockFormat::flat_of(ty)) {
             (_, Some(f)) => {
                 let aligned = word_aligned(f);
                 let words = if aligned { 4 } else { 5 };
@@ -417,7 +417,7 @@ impl<'b> Fetch<'b> {
 
 impl<'b> Half<'b> {
     /// The block's scales and the half's 16 code bytes (each a `U32`), from the words.
-    fn decode(&self, k: &'b KernelBuilder, f: BlockFormat) -> (Scales<'b>, Vec<Val<'b>>) {
+    fn decode(&self, k: &'b KernelBuilder, f: Flat) -> (Scales<'b>, Vec<Val<'b>>) {
         let low = |w: Val<'b>| w & k.u32(0xffff);
         let scale = self.scale.get();
         let words: Vec<Val<'b>> = self.words.iter().map(|w| w.get()).collect();
@@ -461,14 +461,14 @@ impl<'b> Half<'b> {
 
 /// Whether `f`'s blocks and codes start on words (then d and any minimum share the first
 /// word), rather than on even bytes.
-fn word_aligned(f: BlockFormat) -> bool {
+fn word_aligned(f: Flat) -> bool {
     f.bytes.is_multiple_of(4) && f.codes_at.is_multiple_of(4)
 }
 
 /// Whether the staging decodes `f`'s blocks: blocks of a step's columns, codes in halves of
 /// 16 bytes (one a byte) or in 16 bytes of nibbles a half apart, d at byte 0 and a minimum,
 /// where the format has one, in the same word.
-pub fn stages(f: BlockFormat) -> bool {
+pub fn stages(f: Flat) -> bool {
     let halves = match f.codes {
         Codes::Bytes => f.code_bytes() == BK,
         Codes::Nibbles { span } => span == BK / 2 && f.code_bytes() == BK / 2,
@@ -482,12 +482,12 @@ pub fn stages(f: BlockFormat) -> bool {
 }
 
 /// The code, as `F32`, of element `i` of `half` from its byte: a signed byte, or a byte's
-/// low nibble (half 0) or high nibble (half 1), as [`BlockFormat`] decodes them.
-fn code_of<'b>(k: &'b KernelBuilder, f: BlockFormat, byte: Val<'b>, half: Val<'b>) -> Val<'b> {
+/// low nibble (half 0) or high nibble (half 1), as [`Flat`] decodes them.
+fn code_of<'b>(k: &'b KernelBuilder, f: Flat, byte: Val<'b>, half: Val<'b>) -> Val<'b> {
     if f.nibbles() {
         let (lo, hi) = f.nibble_codes(k, byte);
         k.select(half.eq(k.u32(0)), lo, hi)
     } else {
-        BlockFormat::signed_code(k, byte)
+        Flat::signed_code(k, byte)
     }
 }

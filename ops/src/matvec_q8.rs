@@ -16,7 +16,7 @@
 //! are exact); against unquantized x the error is x's quantization, which is the caller's
 //! trade (about 4e-6 NMSE for uniform random x), not a kernel's.
 
-use crate::blocks::BlockFormat;
+use crate::blocks::{BlockFormat, Flat};
 use crate::case::*;
 use crate::shape::ShapeError;
 use crate::support::{Combine, Reducer, Reduction};
@@ -130,20 +130,18 @@ pub fn quantize_kernel() -> Kernel {
     k.finish()
 }
 
-/// The format of `ty`'s blocks, which this product takes where its blocks are as long as x's
-/// (the integer dot of a block pairs the weights' codes with one block of x).
-pub(crate) fn weight_format(ty: WeightType) -> Result<BlockFormat, ShapeError> {
-    let f = BlockFormat::require(OP, ty)?;
-    if f.elems != X_BLOCK {
-        return Err(ShapeError::Unsupported {
+/// The format of `ty`'s blocks, which this product takes where it is flat and its blocks are
+/// as long as x's (the integer dot of a block pairs the weights' codes with one block of x).
+pub(crate) fn weight_format(ty: WeightType) -> Result<Flat, ShapeError> {
+    match BlockFormat::require(OP, ty)? {
+        BlockFormat::Flat(f) if f.elems == X_BLOCK => Ok(f),
+        _ => Err(ShapeError::Unsupported {
             op: OP,
             what: format!(
-                "{ty} weights (blocks of {} elements, x's of {X_BLOCK})",
-                f.elems
+                "{ty} weights (it takes blocks of {X_BLOCK} elements with one step, as x's)"
             ),
-        });
+        }),
     }
-    Ok(f)
 }
 
 /// A block's dot product of its code words with x's words, exact in integers, as F32. A
@@ -151,7 +149,7 @@ pub(crate) fn weight_format(ty: WeightType) -> Result<BlockFormat, ShapeError> {
 /// with x's words j and j + span/4.
 pub(crate) fn block_dot<'b>(
     k: &'b KernelBuilder,
-    f: BlockFormat,
+    f: Flat,
     codes: &[Val<'b>],
     x: &[Val<'b>],
 ) -> Val<'b> {
@@ -177,7 +175,7 @@ pub(crate) fn block_dot<'b>(
 
 /// Whether a block's contribution needs x's `dx·Σq`: the format's centre or minimum
 /// multiplies the sum of x.
-pub(crate) fn needs_x_sum(f: BlockFormat) -> bool {
+pub(crate) fn needs_x_sum(f: Flat) -> bool {
     f.has_min() || f.centre().is_some()
 }
 
@@ -185,7 +183,7 @@ pub(crate) fn needs_x_sum(f: BlockFormat) -> bool {
 /// where the format has one), x's scale `dx` (and `sx = dx·Σq` where [`needs_x_sum`]).
 pub(crate) fn block_sum<'b>(
     k: &'b KernelBuilder,
-    f: BlockFormat,
+    f: Flat,
     (d, m): (Val<'b>, Option<Val<'b>>),
     (dx, sx): (Val<'b>, Option<Val<'b>>),
     dot: Val<'b>,

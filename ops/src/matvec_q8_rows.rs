@@ -15,7 +15,7 @@
 //!
 //! Bound: as [`matvec_q8`](crate::matvec_q8)'s, f32 rounding over exact integer dots.
 
-use crate::blocks::{f16_finite_bits_to_f32, BlockFormat, Offset};
+use crate::blocks::{f16_finite_bits_to_f32, BlockFormat, Flat, Offset};
 use crate::case::*;
 use crate::matvec_q8::{
     block_dot, block_sum, needs_x_sum, quantize_x, reference, weight_format, Q8Activations, OP,
@@ -36,19 +36,19 @@ pub const LANES: u32 = 16;
 const PREFETCH_BYTES: u32 = 2048;
 
 /// Bytes a block of `f` takes in [`interleave`]'s layout: its code words and a word of scales.
-fn interleaved_block_bytes(f: BlockFormat) -> usize {
+fn interleaved_block_bytes(f: Flat) -> usize {
     4 * (f.code_words() as usize + 1)
 }
 
 /// Bytes of `rows` × `cols` weights of `ty` in [`interleave`]'s layout; 0 for a type without
 /// blocks, which it does not take.
 pub fn interleaved_bytes(ty: WeightType, rows: usize, cols: usize) -> usize {
-    BlockFormat::of(ty).map_or(0, |f| {
+    weight_format(ty).map_or(0, |f| {
         rows * (cols / f.elems as usize) * interleaved_block_bytes(f)
     })
 }
 
-fn check_shape(ty: WeightType, rows: usize, cols: usize) -> Result<BlockFormat, ShapeError> {
+fn check_shape(ty: WeightType, rows: usize, cols: usize) -> Result<Flat, ShapeError> {
     let f = weight_format(ty)?;
     let multiple = |what, value: usize, multiple: usize| {
         if value == 0 || !value.is_multiple_of(multiple) {
@@ -266,7 +266,7 @@ pub fn case_with(
 /// the residual's variant.
 pub fn cases() -> Vec<Case> {
     let mut out = vec![];
-    for ty in BlockFormat::ALL.map(|f| f.ty) {
+    for ty in BlockFormat::ALL.map(BlockFormat::ty) {
         for (rows, cols) in [(16, 32), (576, 576), (32, 4096)] {
             out.push(case(ty, rows, cols).expect("valid shapes"));
         }

@@ -2,21 +2,29 @@
 //! kernel that reads quantized weights takes: the decode products' walks (`matvec`), the
 //! 8-bit-activation product and its interleaved layout (`matvec_q8`, `matvec_q8_rows`), the
 //! tiled products' staging (`matmul_stage`) and embedding rows. A kernel asks the description
-//! how many elements and bytes a block holds, where its codes start, how its bytes hold codes
-//! and what turns a code into a weight; it never names a type. Each format is one file
-//! (`q8_0.rs`, `q4_0.rs`, `q4_1.rs`); the layouts themselves, and the plain-Rust decoding every
-//! kernel is checked against, are [`trine_gguf::quant`]'s.
+//! how many elements and bytes a block holds and how its scales and codes decode; it never
+//! names a type. Each format is one file; the layouts themselves, and the plain-Rust decoding
+//! every kernel is checked against, are [`trine_gguf::quant`]'s.
 //!
-//! Also here: the f16 conversions the scales need ([`f16`]) and the CPU's pairing of Q4
-//! blocks ([`pairs`]).
+//! A format is [`Flat`] (one step per block, codes a walk reads in bulk: Q8_0, Q4_0, Q4_1),
+//! which every product reads with its fast walks, or [`Packed`] (sub-blocks with scales of
+//! their own, bits spread over several arrays: the K-quants, Q5_0, Q5_1, IQ4), which the
+//! products read through its decoder of one run of a sub-block.
+//!
+//! Also here: the f16 conversions the scales need (`f16.rs`) and the CPU's pairing of blocks
+//! of nibbles (`pairs.rs`).
 
 mod f16;
+mod flat;
+mod packed;
 mod pairs;
 mod q4_0;
 mod q4_1;
 mod q8_0;
 
 pub use f16::{f16_bits_to_f32, f16_finite_bits_to_f32, load_f16, load_u16};
+pub use flat::{Codes, Flat, Offset};
+pub use packed::Packed;
 pub use pairs::{pair_blocks, pair_scale_bytes, pairs_apply};
 
 use crate::shape::ShapeError;
@@ -25,46 +33,17 @@ use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
 
 /// How a quantized weight type's blocks hold their weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BlockFormat {
-    pub ty: WeightType,
-    /// Elements a block holds.
-    pub elems: u32,
-    /// Bytes a block takes.
-    pub bytes: u32,
-    /// The byte of a block at which its codes start, after its scales. The step d is the
-    /// f16 at byte 0.
-    pub codes_at: u32,
-    pub codes: Codes,
-    pub offset: Offset,
+pub enum BlockFormat {
+    Flat(Flat),
+    Packed(Packed),
 }
 
-/// How a block's bytes hold its codes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Codes {
-    /// One signed byte per element, in order.
-    Bytes,
-    /// Two unsigned 4-bit codes per byte: byte `i` holds element `i` in its low nibble and
-    /// element `i + span` in its high one (`span` a power of two).
-    Nibbles { span: u32 },
-}
-
-/// What a weight is besides the step times its code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Offset {
-    /// `d·code`.
-    None,
-    /// `d·(code − centre)`.
-    Centre(u32),
-    /// `d·code + m`, m the f16 at byte `at` of the block.
-    Min { at: u32 },
-}
-
-/// The scales of one quantized block.
+/// The scales of one block or sub-block.
 #[derive(Clone, Copy)]
 pub struct Scales<'b> {
     /// The step d.
     pub d: Val<'b>,
-    /// The minimum m, for formats with [`Offset::Min`].
+    /// What a weight adds besides d·code (a minimum), where the format has it.
     pub m: Option<Val<'b>>,
 }
 
@@ -80,17 +59,21 @@ impl<'b> Scales<'b> {
 
 impl BlockFormat {
     /// The formats the kernels decode.
-    pub const ALL: [BlockFormat; 3] = [q8_0::FORMAT, q4_0::FORMAT, q4_1::FORMAT];
+    pub const ALL: [BlockFormat; 3] = [
+        BlockFormat::Flat(q8_0::FORMAT),
+        BlockFormat::Flat(q4_0::FORMAT),
+        BlockFormat::Flat(q4_1::FORMAT),
+    ];
 
     /// The format of `ty`'s blocks; `None` for plain floats.
     pub fn of(ty: WeightType) -> Option<BlockFormat> {
-        BlockFormat::ALL.into_iter().find(|f| f.ty == ty)
+        BlockFormat::ALL.into_iter().find(|f| f.ty() == ty)
     }
 
     /// [`BlockFormat::of`], or `op`'s typed refusal naming `ty` and the types it takes.
     pub fn require(op: &'static str, ty: WeightType) -> Result<BlockFormat, ShapeError> {
         BlockFormat::of(ty).ok_or_else(|| {
-            let names: Vec<&str> = BlockFormat::ALL.iter().map(|f| f.ty.name()).collect();
+            let names: Vec<&str> = BlockFormat::ALL.iter().map(|f| f.ty().name()).collect();
             ShapeError::Unsupported {
                 op,
                 what: format!("{ty} weights (it takes {})", names.join(", ")),
@@ -98,125 +81,39 @@ impl BlockFormat {
         })
     }
 
-    /// Bytes of a block's codes.
-    pub fn code_bytes(self) -> u32 {
-        self.bytes - self.codes_at
-    }
-
-    /// 32-bit words of a block's codes.
-    pub fn code_words(self) -> u32 {
-        self.code_bytes() / 4
-    }
-
-    /// Whether a byte holds two codes.
-    pub fn nibbles(self) -> bool {
-        matches!(self.codes, Codes::Nibbles { .. })
-    }
-
-    /// The element distance between a byte's two codes ([`Codes::Nibbles`]); 0 for one code
-    /// a byte.
-    pub fn span(self) -> u32 {
-        match self.codes {
-            Codes::Bytes => 0,
-            Codes::Nibbles { span } => span,
-        }
-    }
-
-    /// Whether weights add a minimum ([`Offset::Min`]): a product then adds m·Σx per block.
-    pub fn has_min(self) -> bool {
-        matches!(self.offset, Offset::Min { .. })
-    }
-
-    /// The centre codes are taken from ([`Offset::Centre`]), as `F32`; `None` otherwise.
-    pub fn centre(self) -> Option<f32> {
-        match self.offset {
-            Offset::Centre(c) => Some(c as f32),
+    /// The flat format of `ty`, where it has one.
+    pub fn flat_of(ty: WeightType) -> Option<Flat> {
+        match BlockFormat::of(ty) {
+            Some(BlockFormat::Flat(f)) => Some(f),
             _ => None,
         }
     }
 
-    /// Bytes of a row of `cols` elements.
-    pub fn row_bytes<'b>(self, k: &'b KernelBuilder, cols: Val<'b>) -> Val<'b> {
-        (cols / k.u32(self.elems)) * k.u32(self.bytes)
-    }
-
-    /// Loads the scales of the block at byte `base` of a `U8` buffer, through its `F16` view
-    /// where there is one ([`load_f16`]).
-    pub fn scales<'b>(
-        self,
-        k: &'b KernelBuilder,
-        (buf, view): (BufferId, Option<BufferId>),
-        base: Val<'b>,
-    ) -> Scales<'b> {
-        let d = load_f16(k, buf, view, base);
-        let m = match self.offset {
-            Offset::Min { at } => Some(load_f16(k, buf, view, base + k.u32(at))),
-            _ => None,
-        };
-        Scales { d, m }
-    }
-
-    /// [`BlockFormat::scales`] of a block whose scales start `first` bytes after byte `at`
-    /// (as a pair's second block's do, [`pair_blocks`]), each at one constant offset from `at`.
-    pub fn scales_after<'b>(
-        self,
-        k: &'b KernelBuilder,
-        (buf, view): (BufferId, Option<BufferId>),
-        at: Val<'b>,
-        first: u32,
-    ) -> Scales<'b> {
-        let d = load_f16(k, buf, view, at + k.u32(first));
-        let m = match self.offset {
-            Offset::Min { at: m } => Some(load_f16(k, buf, view, at + k.u32(first + m))),
-            _ => None,
-        };
-        Scales { d, m }
-    }
-
-    /// The code of a signed byte as loaded (`U32`, 0..=255), as `F32` ([`Codes::Bytes`]).
-    pub fn signed_code<'b>(k: &'b KernelBuilder, byte: Val<'b>) -> Val<'b> {
-        // Flipping the sign bit and subtracting its weight maps 0..=255 to the two's
-        // complement value.
-        let byte = byte.cast(Scalar::I32);
-        ((byte ^ k.i32(0x80)) - k.i32(0x80)).cast(Scalar::F32)
-    }
-
-    /// The two codes of a byte as loaded (`U32`) of [`Codes::Nibbles`]: low nibble, high
-    /// nibble, as `F32`, centred where the format centres them.
-    pub fn nibble_codes<'b>(self, k: &'b KernelBuilder, byte: Val<'b>) -> (Val<'b>, Val<'b>) {
-        let lo = (byte & k.u32(15)).cast(Scalar::F32);
-        let hi = (byte >> k.u32(4)).cast(Scalar::F32);
-        match self.centre() {
-            Some(c) => (lo - k.f32(c), hi - k.f32(c)),
-            None => (lo, hi),
+    pub fn ty(self) -> WeightType {
+        match self {
+            BlockFormat::Flat(f) => f.ty,
+            BlockFormat::Packed(p) => p.ty,
         }
     }
 
-    /// Code byte `i` of the block at byte `base`: its code as `F32` ([`Codes::Bytes`]).
-    pub fn byte_code<'b>(
-        self,
-        k: &'b KernelBuilder,
-        buf: BufferId,
-        base: Val<'b>,
-        i: Val<'b>,
-    ) -> Val<'b> {
-        Self::signed_code(k, k.load(buf, base + k.u32(self.codes_at) + i))
+    /// Elements a block holds.
+    pub fn elems(self) -> u32 {
+        match self {
+            BlockFormat::Flat(f) => f.elems,
+            BlockFormat::Packed(p) => p.elems,
+        }
     }
 
-    /// The two codes of code byte `i` of the block at byte `base` ([`Codes::Nibbles`]):
-    /// elements `i` and `i + span`.
-    pub fn byte_nibbles<'b>(
-        self,
-        k: &'b KernelBuilder,
-        buf: BufferId,
-        base: Val<'b>,
-        i: Val<'b>,
-    ) -> (Val<'b>, Val<'b>) {
-        self.nibble_codes(k, k.load(buf, base + k.u32(self.codes_at) + i))
+    /// Bytes a block takes.
+    pub fn bytes(self) -> u32 {
+        match self {
+            BlockFormat::Flat(f) => f.bytes,
+            BlockFormat::Packed(p) => p.bytes,
+        }
     }
 
     /// Element `j` of the block at byte `base` of a `U8` buffer, dequantised to `F32`: equal
-    /// to [`trine_gguf::quant::dequantize`]'s value rounded once to f32 (d·q is exact).
+    /// to [`trine_gguf::quant::dequantize`]'s value rounded once to f32.
     pub fn element<'b>(
         self,
         k: &'b KernelBuilder,
@@ -224,15 +121,13 @@ impl BlockFormat {
         base: Val<'b>,
         j: Val<'b>,
     ) -> Val<'b> {
-        let s = self.scales(k, (buf, None), base);
-        let code = match self.codes {
-            Codes::Bytes => self.byte_code(k, buf, base, j),
-            Codes::Nibbles { span } => {
-                let (lo, hi) = self.byte_nibbles(k, buf, base, j & k.u32(span - 1));
-                k.select(j.lt(k.u32(span)), lo, hi)
+        match self {
+            BlockFormat::Flat(f) => f.element(k, buf, base, j),
+            BlockFormat::Packed(p) => {
+                let s = (p.scales)(k, (buf, None), base, j / k.u32(p.sub));
+                s.value((p.codes)(k, buf, base, j, 1)[0])
             }
-        };
-        s.value(code)
+        }
     }
 }
 

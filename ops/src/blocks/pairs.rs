@@ -1,17 +1,17 @@
 //! The CPU's pairing of blocks with two codes a byte ([`pair_blocks`]), for
 //! [`crate::matvec::MatvecSpec::pairs`].
 
-use super::BlockFormat;
+use super::{BlockFormat, Flat};
 use trine_gguf::quant::WeightType;
 
 /// Whether [`pair_blocks`] applies to weights of type `ty`: formats with two codes a byte.
 pub fn pairs_apply(ty: WeightType) -> bool {
-    BlockFormat::of(ty).is_some_and(BlockFormat::nibbles)
+    BlockFormat::flat_of(ty).is_some_and(Flat::nibbles)
 }
 
 /// Bytes of a pair's scales in [`pair_blocks`]' layout: both blocks' scales, one after the
 /// other.
-pub fn pair_scale_bytes(f: BlockFormat) -> u32 {
+pub fn pair_scale_bytes(f: Flat) -> u32 {
     2 * f.codes_at
 }
 
@@ -25,7 +25,7 @@ pub fn pair_scale_bytes(f: BlockFormat) -> u32 {
 /// copied as they are. Other types are returned unchanged.
 pub fn pair_blocks(ty: WeightType, w: &[u8], cols: usize) -> Vec<u8> {
     let mut out = w.to_vec();
-    let Some(f) = BlockFormat::of(ty).filter(|f| f.nibbles()) else {
+    let Some(f) = BlockFormat::flat_of(ty).filter(|f| f.nibbles()) else {
         return out;
     };
     if cols == 0 {

@@ -1,10 +1,10 @@
 //! Q4_0: an f16 step d, then 16 bytes of nibbles; element j is d·(n(j) − 8), n(j) the low
 //! nibble of byte j below 16 and the high nibble of byte j − 16 from 16 on.
 
-use super::{BlockFormat, Codes, Offset};
+use super::{Codes, Flat, Offset};
 use trine_gguf::quant::WeightType;
 
-pub(super) const FORMAT: BlockFormat = BlockFormat {
+pub(super) const FORMAT: Flat = Flat {
     ty: WeightType::Q4_0,
     elems: 32,
     bytes: 18,

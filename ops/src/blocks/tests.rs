@@ -60,17 +60,16 @@ fn select_free_f16_conversion_is_exact_for_finite_patterns() {
 #[test]
 fn formats_agree_with_the_gguf_reader() {
     for f in BlockFormat::ALL {
-        assert_eq!(f.elems as usize, f.ty.block_elems(), "{}", f.ty);
-        assert_eq!(f.bytes as usize, f.ty.block_bytes(), "{}", f.ty);
-        assert_eq!(f.elems, f.code_bytes() * if f.nibbles() { 2 } else { 1 });
+        assert_eq!(f.elems() as usize, f.ty().block_elems(), "{}", f.ty());
+        assert_eq!(f.bytes() as usize, f.ty().block_bytes(), "{}", f.ty());
+        if let BlockFormat::Flat(f) = f {
+            assert_eq!(f.elems, f.code_bytes() * if f.nibbles() { 2 } else { 1 });
+        }
     }
     for ty in [WeightType::F32, WeightType::F16] {
         assert_eq!(BlockFormat::of(ty), None);
         let e = BlockFormat::require("op", ty).unwrap_err().to_string();
-        assert!(
-            e.contains(ty.name()) && e.contains("q8_0, q4_0, q4_1"),
-            "{e}"
-        );
+        assert!(e.contains(ty.name()) && e.contains("q8_0"), "{e}");
     }
 }
 
@@ -78,28 +77,30 @@ fn formats_agree_with_the_gguf_reader() {
 /// `dequantize`, rounded to f32 once.
 #[test]
 fn kernel_dequantisation_matches_plain_rust() {
-    let mut r = Rng::new(9);
-    let blocks = 24;
-    let mut x = r.f32s(32 * blocks, -2.0, 2.0);
-    // Tiny blocks give subnormal f16 scales, a zero block gives d = 0.
-    x[32..64].iter_mut().for_each(|v| *v *= 1e-6);
-    x[64..96].iter_mut().for_each(|v| *v = 0.0);
     for f in BlockFormat::ALL {
-        let k = KernelBuilder::new("dequant", [f.elems, 1, 1]);
+        let (elems, ty) = (f.elems(), f.ty());
+        let blocks = 24;
+        let mut r = Rng::new(9);
+        let mut x = r.f32s(elems as usize * blocks, -2.0, 2.0);
+        // A tiny block gives subnormal f16 scales, a zero block d = 0.
+        let e = elems as usize;
+        x[e..2 * e].iter_mut().for_each(|v| *v *= 1e-6);
+        x[2 * e..3 * e].iter_mut().for_each(|v| *v = 0.0);
+        let k = KernelBuilder::new("dequant", [elems.min(64), 1, 1]);
         let w = k.buffer("w", Scalar::U8, Access::Read);
         let out = k.buffer("out", Scalar::F32, Access::Write);
-        let (b, j) = (k.workgroup_id(0), k.local_id(0));
-        let base = b * k.u32(f.bytes);
-        k.store(out, k.global_id(0), f.element(&k, w, base, j));
+        let i = k.global_id(0);
+        let base = (i / k.u32(elems)) * k.u32(f.bytes());
+        k.store(out, i, f.element(&k, w, base, i % k.u32(elems)));
         let kernel = k.finish();
-        let q = quantize(f.ty, &x).unwrap();
-        let want = dequantize(f.ty, &q, x.len()).unwrap();
+        let q = quantize(ty, &x).unwrap();
+        let want = dequantize(ty, &q, x.len()).unwrap();
         let mut bufs = vec![pad_to_words(q), vec![0u8; x.len() * 4]];
-        let groups = (x.len() as u32).div_ceil(f.elems);
+        let groups = (x.len() as u32).div_ceil(elems.min(64));
         interpret(&kernel, [groups, 1, 1], &mut bufs, &[], 16).unwrap();
         let got: &[f32] = bytemuck::cast_slice(&bufs[1]);
         for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g, w as f32, "{} element {i}", f.ty);
+            assert_eq!(g, w as f32, "{ty} element {i}");
         }
     }
 }

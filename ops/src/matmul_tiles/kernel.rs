@@ -4,8 +4,7 @@
 use super::compute::Compute;
 use super::io::Io;
 use super::{BlockSize, TilesSpec, BK, COPY_STAGES, OP};
-use crate::blocks::BlockFormat;
-use crate::matmul_stage::{stage, stages, Fetch, Layout};
+use crate::matmul_stage::{stage, Fetch, Layout};
 use crate::shape::ShapeError;
 use trine_ir::{Kernel, KernelBuilder, Scalar, SharedId, Val};
 
@@ -30,7 +29,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             what: "a residual added to SwiGLU's output".into(),
         });
     }
-    if BlockFormat::of(spec.weights).is_some_and(|f| !stages(f)) {
+    if !super::takes(spec.weights) {
         return Err(ShapeError::Unsupported {
             op: OP,
             what: format!("{} weights (blocks it cannot stage)", spec.weights),

@@ -42,6 +42,16 @@ pub use spec::{check, BlockSize, TilesSpec};
 
 pub(crate) const OP: &str = "matmul_tiles";
 
+/// Whether the tiled product takes weights of `ty`: plain floats, and the flat formats its
+/// staging decodes ([`crate::matmul_stage::stages`]).
+pub fn takes(ty: trine_gguf::quant::WeightType) -> bool {
+    match crate::blocks::BlockFormat::of(ty) {
+        None => true,
+        Some(crate::blocks::BlockFormat::Flat(f)) => crate::matmul_stage::stages(f),
+        Some(crate::blocks::BlockFormat::Packed(_)) => false,
+    }
+}
+
 /// Columns of K per step: one quantized block.
 pub use crate::matmul_stage::BK;
 /// Products with fewer rows take the small block.

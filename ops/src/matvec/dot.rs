@@ -3,7 +3,7 @@
 //! ([`super::MatvecSpec::pairs`]), and the codes read as words.
 
 use super::kernel::Token;
-use crate::blocks::{pair_scale_bytes, BlockFormat, Scales};
+use crate::blocks::{pair_scale_bytes, Flat, Scales};
 use crate::matvec_attn::Input;
 use crate::matvec_fused::Norm;
 use trine_ir::{KernelBuilder, Scalar, Val, Var};
@@ -15,7 +15,7 @@ use trine_ir::{KernelBuilder, Scalar, Val, Var};
 /// `U32` view.
 pub(super) fn dot_quantized<'b>(
     k: &'b KernelBuilder,
-    f: BlockFormat,
+    f: Flat,
     (w, w16, words): (trine_ir::BufferId, Option<trine_ir::BufferId>, bool),
     (input, norm): (&Input<'b>, Option<&Norm<'b>>),
     cols: Val<'b>,
@@ -106,7 +106,7 @@ pub(super) fn dot_quantized<'b>(
 /// Adds a block's share to a row's sum: the codes' dot product with their x values, scaled by
 /// d, and m·Σx where the format has a minimum (`xsum`), so that the scales cost one multiply
 /// per block or segment.
-fn accumulate<'b>(
+pub(super) fn accumulate<'b>(
     acc: Var<'b>,
     scales: Scales<'b>,
     (codes, xs): (&[Val<'b>], &[Val<'b>]),
@@ -130,7 +130,7 @@ fn accumulate<'b>(
 /// `i + span`), its scales from the f16 view where there is one.
 pub(super) fn dot_blocked<'b>(
     k: &'b KernelBuilder,
-    f: BlockFormat,
+    f: Flat,
     (w, w16): (trine_ir::BufferId, Option<trine_ir::BufferId>),
     (input, norm): (&Input<'b>, Option<&Norm<'b>>),
     cols: Val<'b>,
@@ -194,7 +194,7 @@ pub(super) fn dot_blocked<'b>(
 /// layout, on the first `span` invocations (elements `lid` and `lid + span`).
 pub(super) fn dot_pairs<'b>(
     k: &'b KernelBuilder,
-    f: BlockFormat,
+    f: Flat,
     (w, w16): (trine_ir::BufferId, Option<trine_ir::BufferId>),
     tokens: &[Token<'b>],
     cols: Val<'b>,
@@ -267,13 +267,13 @@ pub(super) fn dot_pairs<'b>(
 
 /// Whether [`word_codes`] reads `f`'s codes: two a byte where blocks and their codes start
 /// on words, one a byte where they start on even bytes.
-pub(super) fn words_apply(f: BlockFormat) -> bool {
+pub(super) fn words_apply(f: Flat) -> bool {
     let align = if f.nibbles() { 4 } else { 2 };
     f.bytes.is_multiple_of(align) && f.codes_at.is_multiple_of(align)
 }
 
 /// The codes of segment `part` of the block at byte `blk`, from a `U32` view, as
-/// [`BlockFormat::byte_nibbles`] and [`BlockFormat::byte_code`] give them byte by byte. Bytes
+/// [`Flat::byte_nibbles`] and [`Flat::byte_code`] give them byte by byte. Bytes
 /// are little-endian in their word, as the GGUF file and every target store them.
 ///
 /// Nibbles (of a format whose blocks and codes start on words): `segment / 8` aligned words;
@@ -285,7 +285,7 @@ pub(super) fn words_apply(f: BlockFormat) -> bool {
 /// reading past its end.
 fn word_codes<'b>(
     k: &'b KernelBuilder,
-    (f, w): (BlockFormat, trine_ir::BufferId),
+    (f, w): (Flat, trine_ir::BufferId),
     blk: Val<'b>,
     part: Val<'b>,
     segment: u32,

@@ -3,6 +3,7 @@
 //! stores.
 
 use super::dot::{dot_blocked, dot_pairs, dot_quantized};
+use super::packed::{dot_packed, dot_packed_blocked};
 use super::reduce::{reduce_shared, reduce_subgroup};
 use super::{Epilogue, MatvecSpec, Prologue, Reduce, SEGMENT};
 use crate::blocks::BlockFormat;
@@ -125,9 +126,29 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
         .zip(tokens[0].accs.clone())
         .collect();
     let (input, norm) = (&tokens[0].input, &tokens[0].norm);
-    if let (true, Some(f)) = (spec.reads_pairs(), format) {
+    if let (true, Some(BlockFormat::Flat(f))) = (spec.reads_pairs(), format) {
         dot_pairs(&k, f, (w, w16), &tokens, cols, &rows_at);
-    } else if let (true, Some(f)) = (spec.blocked, format) {
+    } else if let (true, Some(BlockFormat::Packed(p))) = (spec.blocked, format) {
+        dot_packed_blocked(
+            &k,
+            p,
+            (w, w16),
+            (input, norm.as_ref()),
+            cols,
+            &rows_accs,
+            wg,
+        );
+    } else if let Some(BlockFormat::Packed(p)) = format {
+        dot_packed(
+            &k,
+            p,
+            (w, w16),
+            (input, norm.as_ref()),
+            cols,
+            &rows_accs,
+            (wg, spec.segment),
+        );
+    } else if let (true, Some(BlockFormat::Flat(f))) = (spec.blocked, format) {
         dot_blocked(
             &k,
             f,
@@ -166,7 +187,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
                 Some(inside),
             );
         });
-    } else if let Some(f) = format {
+    } else if let Some(BlockFormat::Flat(f)) = format {
         dot_quantized(
             &k,
             f,
@@ -267,7 +288,7 @@ fn prefetch_rows<'b>(
     (first, last): (Val<'b>, Val<'b>),
 ) {
     const LINE: u32 = PREFETCH_LINE;
-    let row_bytes = (cols / k.u32(f.elems)) * k.u32(f.bytes);
+    let row_bytes = (cols / k.u32(f.elems())) * k.u32(f.bytes());
     let start = first * row_bytes;
     let end = (last + k.u32(1)) * row_bytes;
     let lines = (end - start + k.u32(LINE - 1)) / k.u32(LINE);

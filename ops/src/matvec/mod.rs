@@ -20,6 +20,7 @@
 mod cases;
 mod dot;
 mod kernel;
+mod packed;
 mod reduce;
 mod reference;
 mod spec;

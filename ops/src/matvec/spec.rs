@@ -104,7 +104,7 @@ impl MatvecSpec {
         self.word_codes
             && !self.blocked
             && self.f16_scales
-            && BlockFormat::of(self.weights).is_some_and(super::dot::words_apply)
+            && BlockFormat::flat_of(self.weights).is_some_and(super::dot::words_apply)
     }
 
     /// How case names show the shape: `r2w128s8h` (rows, invocations, segment, `h` for f16
@@ -186,19 +186,21 @@ impl MatvecSpec {
                 limit: wg,
             });
         }
+        // Invocations share a block's bytes of codes, or a packed format's sub-block.
         let fits = |f: BlockFormat| {
-            if self.reads_pairs() {
-                self.workgroup == f.elems
-            } else {
-                [8, 16, 32].contains(&self.workgroup)
-                    && f.code_bytes().is_multiple_of(self.workgroup)
-            }
+            let across = match f {
+                _ if self.reads_pairs() => return self.workgroup == f.elems(),
+                BlockFormat::Flat(f) => f.code_bytes(),
+                BlockFormat::Packed(p) => p.sub,
+            };
+            [8, 16, 32].contains(&self.workgroup) && across.is_multiple_of(self.workgroup)
         };
         if self.blocked && BlockFormat::of(self.weights).is_some_and(|f| !fits(f)) {
             return Err(ShapeError::NotPowerOfTwo {
                 op: OP,
                 what: "workgroup size of a blocked quantized product (8, 16 or 32 dividing a \
-                       block's bytes of codes; in pairs a block's elements)",
+                       block's bytes of codes or a packed format's sub-block; in pairs a \
+                       block's elements)",
                 value: wg,
             });
         }
