@@ -49,7 +49,7 @@ pub enum ModelError {
     TensorType {
         name: String,
         ty: TensorType,
-        role: &'static str,
+        role: String,
     },
     #[error("token id {id} is outside the vocabulary of {vocab}")]
     TokenOutOfRange { id: u32, vocab: u32 },

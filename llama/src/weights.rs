@@ -9,6 +9,7 @@ use super::error::ModelError;
 use half::{bf16, f16};
 use trine_gguf::quant::WeightType;
 use trine_gguf::{Gguf, TensorInfo, TensorType};
+use trine_ops::blocks::{weight_types, BlockFormat};
 
 /// Index of a tensor in [`Weights::tensors`].
 pub type WeightId = usize;
@@ -148,6 +149,14 @@ impl Loader<'_> {
         let t = self.find(name, &[cols as u64, rows as u64])?;
         let data = self.g.tensor_data(t);
         let (ty, source) = match t.ty.weight_type() {
+            Some(ty) if ty.is_quantized() && BlockFormat::of(ty).is_none() => {
+                let runs: Vec<String> = weight_types().map(|t| t.to_string()).collect();
+                return Err(ModelError::TensorType {
+                    name: name.to_string(),
+                    ty: t.ty,
+                    role: format!("a matrix (trine runs bf16, {})", runs.join(", ")),
+                });
+            }
             Some(ty) => (ty, file_or_padded(t, data)),
             // BF16, which the op library has no kernels for: widened to f32 once, here.
             None => (WeightType::F32, Source::Owned(bf16_to_f32(data))),
@@ -230,7 +239,7 @@ impl Loader<'_> {
                 return Err(ModelError::TensorType {
                     name: name.to_string(),
                     ty,
-                    role: "a norm weight (f32, f16 or bf16)",
+                    role: "a norm weight (f32, f16 or bf16)".into(),
                 })
             }
         };

@@ -177,9 +177,13 @@ pub fn case(
 /// suite's memory small.
 pub fn cases() -> Vec<Case> {
     let mut v = vec![];
-    for (i, ty) in WeightType::ALL.into_iter().enumerate() {
+    for (i, ty) in blocks::weight_types().enumerate() {
         let seed = 3000 + 10 * i as u64;
-        let dim = if ty.is_quantized() { 96 } else { 37 };
+        let dim = if ty.is_quantized() {
+            blocks::whole_blocks(ty, 96)
+        } else {
+            37
+        };
         v.push(case(ty, 11, dim, &[3, 0, 10, 11, 3], 1.0, seed));
         v.push(case(ty, 5, dim, &[4, 1, 2], 1e-4, seed + 1));
         let vocab = match ty {
@@ -187,7 +191,7 @@ pub fn cases() -> Vec<Case> {
             _ => 4096,
         };
         let ids = [1, 0, vocab - 1, 9906 % vocab, 1722, 30000 % vocab, 2];
-        v.push(case(ty, vocab, 576, &ids, 1.0, seed + 2));
+        v.push(case(ty, vocab, blocks::whole_blocks(ty, 576), &ids, 1.0, seed + 2));
     }
     v.into_iter()
         .map(|c| c.expect("the listed shapes are valid"))

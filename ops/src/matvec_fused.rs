@@ -233,8 +233,12 @@ pub fn cases() -> Vec<Case> {
         (fused(Q4_1, Subgroup, P::None, E::Add), 576, 1536, 1),
         (fused(Q8_0, Subgroup, P::RmsNorm, E::None), 1000, 576, 1),
     ];
-    for ty in WeightType::ALL {
-        let odd = if ty.is_quantized() { 96 } else { 45 };
+    for ty in crate::blocks::weight_types() {
+        let odd = if ty.is_quantized() {
+            crate::blocks::whole_blocks(ty, 96)
+        } else {
+            45
+        };
         for (prologue, epilogue, rows) in [
             (P::RmsNorm, E::None, 7),
             (P::None, E::Add, 7),

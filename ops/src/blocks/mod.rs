@@ -131,6 +131,18 @@ impl BlockFormat {
     }
 }
 
+/// The weight types the kernels take: plain floats and every format.
+pub fn weight_types() -> impl Iterator<Item = WeightType> {
+    WeightType::ALL
+        .into_iter()
+        .filter(|&t| !t.is_quantized() || BlockFormat::of(t).is_some())
+}
+
+/// `cols` rounded up to whole blocks of `ty`: a case's width for every type.
+pub fn whole_blocks(ty: WeightType, cols: u32) -> u32 {
+    cols.next_multiple_of(ty.block_elems() as u32)
+}
+
 /// The element type a kernel binds weights of `ty` as: quantized blocks are bytes.
 pub fn buffer_elem(ty: WeightType) -> Scalar {
     match ty {

@@ -4,7 +4,7 @@
 
 use super::Scales;
 use trine_gguf::quant::WeightType;
-use trine_ir::{BufferId, KernelBuilder, Val};
+use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
 
 /// The scales of sub-block `sub` of the block at byte `base` of a `U8` buffer (read through
 /// its `F16` view where one is bound).
@@ -52,4 +52,90 @@ impl std::fmt::Debug for Packed {
             .field("min", &self.min)
             .finish()
     }
+}
+
+/// Byte `at` of a `U8` buffer, as `U32`.
+pub(super) fn byte<'b>(k: &'b KernelBuilder, buf: BufferId, at: Val<'b>) -> Val<'b> {
+    k.load(buf, at)
+}
+
+/// An unsigned code (`U32`) less `centre`, as `F32`, through `I32`: x86 vectors convert
+/// signed integers to floats natively (AVX2 has no unsigned conversion).
+pub(super) fn centred<'b>(k: &'b KernelBuilder, code: Val<'b>, centre: i32) -> Val<'b> {
+    let q = code.cast(Scalar::I32);
+    let q = if centre == 0 { q } else { q - k.i32(centre) };
+    q.cast(Scalar::F32)
+}
+
+/// A signed byte as loaded (`U32`, 0..=255), as `F32`.
+pub(super) fn signed<'b>(k: &'b KernelBuilder, byte: Val<'b>) -> Val<'b> {
+    let b = byte.cast(Scalar::I32);
+    ((b ^ k.i32(0x80)) - k.i32(0x80)).cast(Scalar::F32)
+}
+
+/// The codes of `n` consecutive elements whose nibbles are the low (`high` 0) or high
+/// (`high` 1) halves of the `n` bytes from byte `at`, as `U32`.
+pub(super) fn nibbles<'b>(
+    k: &'b KernelBuilder,
+    buf: BufferId,
+    at: Val<'b>,
+    high: Val<'b>,
+    n: u32,
+) -> Vec<Val<'b>> {
+    let shift = high * k.u32(4);
+    (0..n)
+        .map(|i| (byte(k, buf, at + k.u32(i)) >> shift) & k.u32(15))
+        .collect()
+}
+
+/// The little-endian u32 at byte `at`, assembled from bytes (a block's word need not be
+/// aligned).
+pub(super) fn u32_at<'b>(k: &'b KernelBuilder, buf: BufferId, at: Val<'b>) -> Val<'b> {
+    (0..4).fold(k.u32(0), |w, i| {
+        w | (byte(k, buf, at + k.u32(i)) << k.u32(8 * i))
+    })
+}
+
+/// The 6-bit scale and minimum of sub-block `j` (0..8) from the 12 bytes at `at`, as Q4_K and
+/// Q5_K pack them: sub-blocks 0..4 in the low six bits of bytes `j` and `j + 4`, sub-blocks
+/// 4..8 in the nibbles of byte `j + 4` with their top two bits in the spare bits of bytes
+/// `j − 4` and `j`.
+pub(super) fn k_scale_min<'b>(
+    k: &'b KernelBuilder,
+    buf: BufferId,
+    at: Val<'b>,
+    j: Val<'b>,
+) -> (Val<'b>, Val<'b>) {
+    let a = byte(k, buf, at + j);
+    let b = byte(k, buf, at + j + k.u32(4));
+    // Byte j − 4 for the high sub-blocks; for the low ones a valid byte that goes unused.
+    let c = byte(k, buf, at + (j ^ k.u32(4)));
+    let low = j.lt(k.u32(4));
+    let six = k.u32(63);
+    let top = |v: Val<'b>| (v >> k.u32(6)) << k.u32(4);
+    let sc = k.select(low, a & six, (b & k.u32(15)) | top(c));
+    let mn = k.select(low, b & six, (b >> k.u32(4)) | top(a));
+    (sc.cast(Scalar::F32), mn.cast(Scalar::F32))
+}
+
+/// IQ4's 16 code values, as 4 words of signed bytes.
+const IQ4_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// The IQ4 value of a 4-bit code (`U32`), as `F32`: the table has no array in the IR, so the
+/// code's top two bits select one of four words of its bytes.
+pub(super) fn iq4_value<'b>(k: &'b KernelBuilder, code: Val<'b>) -> Val<'b> {
+    let word = |i: usize| {
+        let w = IQ4_VALUES[4 * i..4 * i + 4]
+            .iter()
+            .enumerate()
+            .fold(0u32, |w, (b, &v)| w | (u32::from(v as u8) << (8 * b)));
+        k.u32(w)
+    };
+    let quarter = code >> k.u32(2);
+    let low = k.select(quarter.eq(k.u32(0)), word(0), word(1));
+    let high = k.select(quarter.eq(k.u32(2)), word(2), word(3));
+    let w = k.select(quarter.lt(k.u32(2)), low, high);
+    signed(k, (w >> ((code & k.u32(3)) * k.u32(8))) & k.u32(255))
 }

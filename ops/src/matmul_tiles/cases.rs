@@ -191,7 +191,7 @@ fn build_case(
 /// QKV product over a 70-token prompt; SwiGLU of the row pairs.
 pub fn cases() -> Vec<Case> {
     let mut out = vec![];
-    for ty in WeightType::ALL {
+    for ty in blocks::weight_types().filter(|&t| super::takes(t)) {
         out.push(case(ty, (64, 64, 20), false));
         out.push(case(ty, (72, 96, 70), ty == WeightType::Q4_1));
     }

@@ -2,6 +2,7 @@
 //! where a spec fuses them, against the f64 reference.
 
 use super::{check_shapes, kernel, Epilogue, MatvecSpec, Prologue, Reduce, NMSE, OP};
+use crate::blocks::{self, BlockFormat};
 use crate::case::*;
 use crate::matvec_fused::{self as fused, Fused};
 use crate::shape::ShapeError;
@@ -124,9 +125,14 @@ pub fn cases() -> Vec<Case> {
         spec_case(spec, rows, cols, tokens, seed).expect("the listed shapes are valid")
     };
     let mut shapes: Vec<(WeightType, u32, u32, Reduce)> = vec![];
-    for ty in WeightType::ALL {
-        let odd = if ty.is_quantized() { 96 } else { 45 };
-        for (rows, cols) in [(7, odd), (1, odd), (576, 576), (1536, 576), (576, 1536)] {
+    for ty in blocks::weight_types() {
+        let odd = if ty.is_quantized() {
+            blocks::whole_blocks(ty, 96)
+        } else {
+            45
+        };
+        let w = |cols| blocks::whole_blocks(ty, cols);
+        for (rows, cols) in [(7, odd), (1, odd), (576, w(576)), (1536, w(576)), (576, 1536)] {
             shapes.push((ty, rows, cols, Reduce::Subgroup));
         }
         shapes.push((ty, 7, odd, Reduce::Shared));
@@ -173,6 +179,32 @@ pub fn cases() -> Vec<Case> {
                 ..MatvecSpec::new(ty, reduce)
             };
             v.push(listed(spec, rows, cols, tokens, 3000 + rows as u64));
+        }
+    }
+    // Packed formats in the walks the executor gives them: the GPUs' segments of 8, 16 and
+    // 32 elements (two runs of a 16-element sub-block) with scales through the f16 view or
+    // from bytes, and the CPUs' blocked walk on each sub-block, on 8 invocations and on as
+    // many as a sub-block's elements; rows past the last workgroup's end.
+    for (i, p) in BlockFormat::ALL.iter().enumerate() {
+        let BlockFormat::Packed(p) = *p else {
+            continue;
+        };
+        for (workgroup, segment, f16_scales, blocked) in [
+            (128, 8, true, false),
+            (32, 16, false, false),
+            (64, 32, true, false),
+            (8, 8, true, true),
+            (p.sub.min(32), 8, false, true),
+        ] {
+            let spec = MatvecSpec {
+                rows_per_workgroup: 4,
+                workgroup,
+                segment,
+                f16_scales,
+                blocked,
+                ..MatvecSpec::new(p.ty, Reduce::Subgroup)
+            };
+            v.push(listed(spec, 13, 2 * p.elems, 1, 3400 + i as u64));
         }
     }
     // Codes read as words, in the GPUs' shapes: Q4_1's aligned words, Q8_0's put together

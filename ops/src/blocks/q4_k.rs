@@ -1,0 +1,53 @@
+//! Q4_K: super-blocks of 256 elements in eight sub-blocks of 32. An f16 step d and an f16
+//! minimum step dmin, twelve bytes of 6-bit scales and minimums ([`k_scale_min`]), then 128
+//! bytes of nibbles: chunk c of 64 elements is bytes 32c..32c+32, sub-block 2c in their low
+//! nibbles and 2c + 1 in their high ones. Element value d·sc·q − dmin·mn.
+
+use super::packed::{centred, k_scale_min, nibbles, Packed};
+use super::{load_f16, Scales};
+use trine_gguf::quant::WeightType;
+use trine_ir::{BufferId, KernelBuilder, Val};
+
+pub(super) const FORMAT: Packed = Packed {
+    ty: WeightType::Q4_K,
+    elems: 256,
+    bytes: 144,
+    sub: 32,
+    min: true,
+    scales,
+    codes,
+};
+
+const SCALES_AT: u32 = 4;
+const CODES_AT: u32 = 16;
+
+fn scales<'b>(
+    k: &'b KernelBuilder,
+    (buf, view): (BufferId, Option<BufferId>),
+    base: Val<'b>,
+    sub: Val<'b>,
+) -> Scales<'b> {
+    let d = load_f16(k, buf, view, base);
+    let dmin = load_f16(k, buf, view, base + k.u32(2));
+    let (sc, mn) = k_scale_min(k, buf, base + k.u32(SCALES_AT), sub);
+    Scales {
+        d: d * sc,
+        m: Some(-(dmin * mn)),
+    }
+}
+
+fn codes<'b>(
+    k: &'b KernelBuilder,
+    buf: BufferId,
+    base: Val<'b>,
+    first: Val<'b>,
+    n: u32,
+) -> Vec<Val<'b>> {
+    let chunk = first / k.u32(64);
+    let at = base + k.u32(CODES_AT) + chunk * k.u32(32) + first % k.u32(32);
+    let high = (first / k.u32(32)) & k.u32(1);
+    nibbles(k, buf, at, high, n)
+        .into_iter()
+        .map(|q| centred(k, q, 0))
+        .collect()
+}

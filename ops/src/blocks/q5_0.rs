@@ -1,0 +1,64 @@
+//! Q5_0: an f16 step d, a little-endian u32 of high bits, then 16 bytes of nibbles; element
+//! j's code is nibble j/16 of byte j%16 with bit j of the u32 as its 16, and its value
+//! d·(code − 16).
+
+use super::packed::{centred, nibbles, u32_at, Packed};
+use super::{load_f16, Scales};
+use trine_gguf::quant::WeightType;
+use trine_ir::{BufferId, KernelBuilder, Val};
+
+pub(super) const FORMAT: Packed = Packed {
+    ty: WeightType::Q5_0,
+    elems: 32,
+    bytes: 22,
+    sub: 32,
+    min: false,
+    scales,
+    codes,
+};
+
+fn scales<'b>(
+    k: &'b KernelBuilder,
+    (buf, view): (BufferId, Option<BufferId>),
+    base: Val<'b>,
+    _sub: Val<'b>,
+) -> Scales<'b> {
+    Scales {
+        d: load_f16(k, buf, view, base),
+        m: None,
+    }
+}
+
+fn codes<'b>(
+    k: &'b KernelBuilder,
+    buf: BufferId,
+    base: Val<'b>,
+    first: Val<'b>,
+    n: u32,
+) -> Vec<Val<'b>> {
+    five_bit(k, buf, (base + k.u32(2), base + k.u32(6)), first, n)
+        .into_iter()
+        .map(|q| centred(k, q, 16))
+        .collect()
+}
+
+/// The 5-bit codes (`U32`) of elements `first..first + n` of a block whose high bits are the
+/// u32 at byte `high` and whose nibbles start at byte `low` (Q5_0's and Q5_1's arrangement).
+pub(super) fn five_bit<'b>(
+    k: &'b KernelBuilder,
+    buf: BufferId,
+    (high, low): (Val<'b>, Val<'b>),
+    first: Val<'b>,
+    n: u32,
+) -> Vec<Val<'b>> {
+    let bits = u32_at(k, buf, high);
+    let at = low + (first & k.u32(15));
+    nibbles(k, buf, at, first >> k.u32(4), n)
+        .into_iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let j = first + k.u32(i as u32);
+            q | (((bits >> j) & k.u32(1)) << k.u32(4))
+        })
+        .collect()
+}

@@ -1,0 +1,43 @@
+//! Q5_1: an f16 step d and an f16 minimum m, a little-endian u32 of high bits, then 16 bytes
+//! of nibbles, arranged as Q5_0's; element value d·code + m.
+
+use super::packed::{centred, Packed};
+use super::q5_0::five_bit;
+use super::{load_f16, Scales};
+use trine_gguf::quant::WeightType;
+use trine_ir::{BufferId, KernelBuilder, Val};
+
+pub(super) const FORMAT: Packed = Packed {
+    ty: WeightType::Q5_1,
+    elems: 32,
+    bytes: 24,
+    sub: 32,
+    min: true,
+    scales,
+    codes,
+};
+
+fn scales<'b>(
+    k: &'b KernelBuilder,
+    (buf, view): (BufferId, Option<BufferId>),
+    base: Val<'b>,
+    _sub: Val<'b>,
+) -> Scales<'b> {
+    Scales {
+        d: load_f16(k, buf, view, base),
+        m: Some(load_f16(k, buf, view, base + k.u32(2))),
+    }
+}
+
+fn codes<'b>(
+    k: &'b KernelBuilder,
+    buf: BufferId,
+    base: Val<'b>,
+    first: Val<'b>,
+    n: u32,
+) -> Vec<Val<'b>> {
+    five_bit(k, buf, (base + k.u32(4), base + k.u32(8)), first, n)
+        .into_iter()
+        .map(|q| centred(k, q, 0))
+        .collect()
+}

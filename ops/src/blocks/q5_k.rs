@@ -1,0 +1,58 @@
+//! Q5_K: Q4_K's layout with a fifth bit per code. An f16 d and dmin, twelve bytes of 6-bit
+//! scales and minimums ([`k_scale_min`]), 32 bytes of high bits, then 128 bytes of nibbles as
+//! Q4_K's: element l of sub-block s (chunk c = s/2) takes bit s of high-bit byte l as its
+//! code's 16. Element value d·sc·q − dmin·mn.
+
+use super::packed::{byte, centred, k_scale_min, nibbles, Packed};
+use super::{load_f16, Scales};
+use trine_gguf::quant::WeightType;
+use trine_ir::{BufferId, KernelBuilder, Val};
+
+pub(super) const FORMAT: Packed = Packed {
+    ty: WeightType::Q5_K,
+    elems: 256,
+    bytes: 176,
+    sub: 32,
+    min: true,
+    scales,
+    codes,
+};
+
+const SCALES_AT: u32 = 4;
+const HIGH_AT: u32 = 16;
+const CODES_AT: u32 = 48;
+
+fn scales<'b>(
+    k: &'b KernelBuilder,
+    (buf, view): (BufferId, Option<BufferId>),
+    base: Val<'b>,
+    sub: Val<'b>,
+) -> Scales<'b> {
+    let d = load_f16(k, buf, view, base);
+    let dmin = load_f16(k, buf, view, base + k.u32(2));
+    let (sc, mn) = k_scale_min(k, buf, base + k.u32(SCALES_AT), sub);
+    Scales {
+        d: d * sc,
+        m: Some(-(dmin * mn)),
+    }
+}
+
+fn codes<'b>(
+    k: &'b KernelBuilder,
+    buf: BufferId,
+    base: Val<'b>,
+    first: Val<'b>,
+    n: u32,
+) -> Vec<Val<'b>> {
+    let sub = first / k.u32(32);
+    let l = first % k.u32(32);
+    let at = base + k.u32(CODES_AT) + (sub / k.u32(2)) * k.u32(32) + l;
+    let low = nibbles(k, buf, at, sub & k.u32(1), n);
+    low.into_iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let h = byte(k, buf, base + k.u32(HIGH_AT) + l + k.u32(i as u32));
+            centred(k, q | (((h >> sub) & k.u32(1)) << k.u32(4)), 0)
+        })
+        .collect()
+}
