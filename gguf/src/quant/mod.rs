@@ -1,26 +1,80 @@
-//! Weight formats: f32, f16 and GGUF's Q8_0, Q4_0 and Q4_1 blocks, checked against ggml's
-//! `ggml-common.h` and `ggml-quants.c`. Every quantized block holds 32 elements:
+//! Weight formats: f32, f16 and GGUF's quantized blocks, laid out as ggml's `ggml-common.h`
+//! declares them and decoded bit for bit as the `gguf` Python package decodes them
+//! (`tests/dequant_reference.rs`, fixtures in `tests/fixtures/dequant/`). Multi-byte fields are
+//! little-endian; f16 is IEEE half precision.
 //!
-//! | format | bytes | layout                              | element j                         |
-//! | ------ | ----- | ----------------------------------- | --------------------------------- |
-//! | Q8_0   | 34    | f16 d, 32 × i8 q                    | d·q[j]                            |
-//! | Q4_0   | 18    | f16 d, 16 bytes of nibbles          | d·(n(j) − 8)                      |
-//! | Q4_1   | 20    | f16 d, f16 m, 16 bytes of nibbles   | d·n(j) + m                        |
+//! The legacy types and IQ4_NL hold 32 elements a block ([`QK`]). n(j) is the low nibble of
+//! qs[j] for j < 16 and the high nibble of qs[j − 16] otherwise; h(j) is bit j of qh:
 //!
-//! where n(j) is the low nibble of byte j for j < 16 and the high nibble of byte j − 16
-//! otherwise. f16 values are little-endian.
+//! | type   | bytes | layout                          | element j (0..32)          |
+//! | ------ | ----- | ------------------------------- | -------------------------- |
+//! | Q8_0   | 34    | f16 d, i8 q[32]                 | d·q[j]                     |
+//! | Q4_0   | 18    | f16 d, qs[16]                   | d·(n(j) − 8)               |
+//! | Q4_1   | 20    | f16 d, f16 m, qs[16]            | d·n(j) + m                 |
+//! | Q5_0   | 22    | f16 d, u32 qh, qs[16]           | d·(n(j) + 16·h(j) − 16)    |
+//! | Q5_1   | 24    | f16 d, f16 m, u32 qh, qs[16]    | d·(n(j) + 16·h(j)) + m     |
+//! | IQ4_NL | 18    | f16 d, qs[16]                   | d·kv[n(j)]                 |
 //!
-//! Here: the plain-Rust quantizers (ggml's reference ones, to build test data the way GGUF
-//! files are made) and dequantizers (exact, in f64), the reference every kernel that decodes
-//! blocks is checked against. The kernels decode blocks by their description in
-//! `trine_ops::blocks`.
+//! where kv = [−127, −104, −83, −65, −49, −35, −22, −10, 1, 13, 25, 38, 53, 69, 89, 113], a
+//! grid denser near zero, where most weights lie.
+//!
+//! The K-quants and IQ4_XS hold 256 elements a super-block ([`QK_K`]), cut in sub-blocks of 16
+//! or 32 that each have a scale s (and a min m) of a few bits, which scale the super-block's
+//! f16 d (and dmin). Element e (0..256) of sub-block i:
+//!
+//! | type   | bytes | layout                                         | sub-blocks    | element e               |
+//! | ------ | ----- | ---------------------------------------------- | ------------- | ----------------------- |
+//! | Q2_K   | 84    | scales[16], qs[64], f16 d, f16 dmin            | 16 × 16, 4-bit s, m | d·s·c2(e) − dmin·m |
+//! | Q3_K   | 110   | hmask[32], qs[64], scales[12], f16 d           | 16 × 16, 6-bit s − 32 | d·s·(c2(e) + 4·hm(e) − 4) |
+//! | Q4_K   | 144   | f16 d, f16 dmin, scales[12], qs[128]           | 8 × 32, 6-bit s, m | d·s·c4(e) − dmin·m  |
+//! | Q5_K   | 176   | f16 d, f16 dmin, scales[12], qh[32], qs[128]   | 8 × 32, 6-bit s, m | d·s·(c4(e) + 16·h5(e)) − dmin·m |
+//! | Q6_K   | 210   | ql[128], qh[64], i8 scales[16], f16 d          | 16 × 16, i8 s | d·s·(c6(e) − 32)        |
+//! | Q8_K   | 292   | f32 d, i8 q[256], i16 bsums[16]                | (none)        | d·q[e]                  |
+//! | IQ4_XS | 136   | f16 d, u16 scales_h, scales_l[4], qs[128]      | 8 × 32, 6-bit s − 32 | d·s·kv[c4x(e)]   |
+//!
+//! - Q2_K, Q3_K: e = 128h + 32j + l (l < 32), i = e/16. c2(e) = bits 2j..2j+2 of qs[32h + l];
+//!   hm(e) = bit 4h + j of hmask[l]. Q2_K's scales[i] holds s in its low nibble, m in its high.
+//!   Q3_K's 6-bit s of sub-block i: its low 4 bits are the low nibble of scales[i] for i < 8 and
+//!   the high nibble of scales[i − 8] otherwise, its high 2 bits are bits 2(i/4)..2(i/4)+2 of
+//!   scales[8 + i%4].
+//! - Q4_K, Q5_K: e = 64c + 32k + l (l < 32), i = e/32. c4(e) = nibble k (0 low, 1 high) of
+//!   qs[32c + l]; h5(e) = bit i of qh[l]. The 12 bytes of scales hold 8 6-bit s and m: for i < 4,
+//!   s = scales[i] & 63 and m = scales[i + 4] & 63; for i ≥ 4, their low 4 bits are the low
+//!   (s) and high (m) nibble of scales[i + 4], their high 2 bits the top 2 bits of scales[i − 4]
+//!   (s) and scales[i] (m).
+//! - Q6_K: e = 128h + 32k + l (l < 32), i = e/16. c6(e)'s low 4 bits are nibble k/2 of
+//!   ql[64h + 32(k%2) + l], its high 2 bits are bits 2k..2k+2 of qh[32h + l].
+//! - Q8_K: bsums[i] is the sum of q[16i..16i + 16], which ggml's dot products with K-quants use;
+//!   dequantizing ignores it.
+//! - IQ4_XS: e = 32i + 16k + j (j < 16). c4x(e) = nibble k of qs[16i + j]; the 6-bit s of
+//!   sub-block i has nibble i%2 of scales_l[i/2] as its low 4 bits and bits 2i..2i+2 of
+//!   scales_h as its high 2.
+//!
+//! Here: the plain-Rust quantizers, which build test data and synthetic models, and the
+//! dequantizers (exact, in f64), the reference every kernel that decodes blocks is checked
+//! against. The legacy types' quantizers are ggml's reference ones (`legacy.rs`), so test data
+//! looks like a GGUF file's; the K-quants' and IQ4's are simple ones of this crate (`k.rs`,
+//! `iq4.rs` say how they choose scales), not ggml's search for the least error. The kernels
+//! decode blocks by their description in `trine_ops::blocks`.
+
+mod iq4;
+mod k;
+mod legacy;
+#[cfg(test)]
+mod tests;
 
 use half::f16;
 
-/// Elements per quantized block (ggml's QK8_0, QK4_0, QK4_1).
+/// Elements per block of the legacy 32-element types (ggml's QK4_0, QK4_1, QK5_0, QK5_1,
+/// QK8_0) and IQ4_NL, for code that names the legacy block itself; a type's own block is
+/// [`WeightType::block_elems`].
 pub const QK: usize = 32;
 
+/// Elements per super-block of the K-quants and IQ4_XS (ggml's QK_K).
+pub const QK_K: usize = 256;
+
 /// How a weight matrix is stored.
+#[allow(non_camel_case_types)] // ggml's names, as every GGUF tool spells them
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WeightType {
     F32,
@@ -28,15 +82,35 @@ pub enum WeightType {
     Q8_0,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q8_K,
+    IQ4_NL,
+    IQ4_XS,
 }
 
 impl WeightType {
-    pub const ALL: [WeightType; 5] = [
+    pub const ALL: [WeightType; 15] = [
         WeightType::F32,
         WeightType::F16,
         WeightType::Q8_0,
         WeightType::Q4_0,
         WeightType::Q4_1,
+        WeightType::Q5_0,
+        WeightType::Q5_1,
+        WeightType::Q2_K,
+        WeightType::Q3_K,
+        WeightType::Q4_K,
+        WeightType::Q5_K,
+        WeightType::Q6_K,
+        WeightType::Q8_K,
+        WeightType::IQ4_NL,
+        WeightType::IQ4_XS,
     ];
 
     /// The name used in case and kernel names (GGUF's spelling, lower case).
@@ -47,23 +121,44 @@ impl WeightType {
             WeightType::Q8_0 => "q8_0",
             WeightType::Q4_0 => "q4_0",
             WeightType::Q4_1 => "q4_1",
+            WeightType::Q5_0 => "q5_0",
+            WeightType::Q5_1 => "q5_1",
+            WeightType::Q2_K => "q2_k",
+            WeightType::Q3_K => "q3_k",
+            WeightType::Q4_K => "q4_k",
+            WeightType::Q5_K => "q5_k",
+            WeightType::Q6_K => "q6_k",
+            WeightType::Q8_K => "q8_k",
+            WeightType::IQ4_NL => "iq4_nl",
+            WeightType::IQ4_XS => "iq4_xs",
         }
     }
 
     pub fn is_quantized(self) -> bool {
-        matches!(self, WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_1)
+        !matches!(self, WeightType::F32 | WeightType::F16)
     }
 
     /// Elements per block: 1 for plain floats.
     pub fn block_elems(self) -> usize {
-        if self.is_quantized() {
-            QK
-        } else {
-            1
+        match self {
+            WeightType::F32 | WeightType::F16 => 1,
+            WeightType::Q8_0
+            | WeightType::Q4_0
+            | WeightType::Q4_1
+            | WeightType::Q5_0
+            | WeightType::Q5_1
+            | WeightType::IQ4_NL => QK,
+            WeightType::Q2_K
+            | WeightType::Q3_K
+            | WeightType::Q4_K
+            | WeightType::Q5_K
+            | WeightType::Q6_K
+            | WeightType::Q8_K
+            | WeightType::IQ4_XS => QK_K,
         }
     }
 
-    /// Bytes per block.
+    /// Bytes per block (ggml's `type_size`), the sum of the fields the module's tables list.
     pub fn block_bytes(self) -> usize {
         match self {
             WeightType::F32 => 4,
@@ -71,6 +166,16 @@ impl WeightType {
             WeightType::Q8_0 => 2 + QK,
             WeightType::Q4_0 => 2 + QK / 2,
             WeightType::Q4_1 => 4 + QK / 2,
+            WeightType::Q5_0 => 2 + 4 + QK / 2,
+            WeightType::Q5_1 => 4 + 4 + QK / 2,
+            WeightType::IQ4_NL => 2 + QK / 2,
+            WeightType::Q2_K => QK_K / 16 + QK_K / 4 + 4,
+            WeightType::Q3_K => QK_K / 8 + QK_K / 4 + 12 + 2,
+            WeightType::Q4_K => 4 + 12 + QK_K / 2,
+            WeightType::Q5_K => 4 + 12 + QK_K / 8 + QK_K / 2,
+            WeightType::Q6_K => QK_K / 2 + QK_K / 4 + QK_K / 16 + 2,
+            WeightType::Q8_K => 4 + QK_K + 2 * (QK_K / 16),
+            WeightType::IQ4_XS => 4 + QK_K / 64 + QK_K / 2,
         }
     }
 
@@ -136,68 +241,39 @@ impl std::fmt::Display for WeightType {
     }
 }
 
-/// Encodes `x` in format `ty`. Quantized formats use ggml's reference quantizers
-/// (`quantize_row_*_ref`), so test data looks like a GGUF file's: `x.len()` must be whole
-/// blocks. Values are expected to be finite (a NaN gives an arbitrary block, never a panic).
+/// Encodes `x` in format `ty`; `x.len()` must be whole blocks. The legacy types use ggml's
+/// reference quantizers (`quantize_row_*_ref`), so test data looks like a GGUF file's; the
+/// K-quants and IQ4 types use this crate's simpler ones. Values are expected to be finite and
+/// within f16's range times the largest code (a NaN gives an arbitrary block, never a panic).
 pub fn quantize(ty: WeightType, x: &[f32]) -> Result<Vec<u8>, BlockError> {
     let mut out = Vec::with_capacity(ty.bytes("quantize", "element count", x.len())?);
-    match ty {
-        WeightType::F32 => x.iter().for_each(|v| out.extend(v.to_le_bytes())),
-        WeightType::F16 => x
-            .iter()
-            .for_each(|&v| out.extend(f16::from_f32(v).to_le_bytes())),
-        WeightType::Q8_0 => x.chunks_exact(QK).for_each(|b| quantize_q8_0(b, &mut out)),
-        WeightType::Q4_0 => x.chunks_exact(QK).for_each(|b| quantize_q4_0(b, &mut out)),
-        WeightType::Q4_1 => x.chunks_exact(QK).for_each(|b| quantize_q4_1(b, &mut out)),
-    }
+    let encode: fn(&[f32], &mut Vec<u8>) = match ty {
+        WeightType::F32 => |x, out| out.extend(x[0].to_le_bytes()),
+        WeightType::F16 => |x, out| out.extend(f16::from_f32(x[0]).to_le_bytes()),
+        WeightType::Q8_0 => legacy::quantize_q8_0,
+        WeightType::Q4_0 => legacy::quantize_q4_0,
+        WeightType::Q4_1 => legacy::quantize_q4_1,
+        WeightType::Q5_0 => legacy::quantize_q5_0,
+        WeightType::Q5_1 => legacy::quantize_q5_1,
+        WeightType::Q2_K => k::quantize_q2_k,
+        WeightType::Q3_K => k::quantize_q3_k,
+        WeightType::Q4_K => k::quantize_q4_k,
+        WeightType::Q5_K => k::quantize_q5_k,
+        WeightType::Q6_K => k::quantize_q6_k,
+        WeightType::Q8_K => k::quantize_q8_k,
+        WeightType::IQ4_NL => iq4::quantize_iq4_nl,
+        WeightType::IQ4_XS => iq4::quantize_iq4_xs,
+    };
+    x.chunks_exact(ty.block_elems())
+        .for_each(|b| encode(b, &mut out));
     Ok(out)
 }
 
-/// ggml's `quantize_row_q8_0_ref` for one block: d = amax/127, q = round(x/d).
-fn quantize_q8_0(x: &[f32], out: &mut Vec<u8>) {
-    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
-    let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    out.extend(f16::from_f32(d).to_le_bytes());
-    // C's roundf rounds halves away from zero, as f32::round does.
-    out.extend(x.iter().map(|v| (v * id).round() as i8 as u8));
-}
-
-/// ggml's `quantize_row_q4_0_ref` for one block: d = −(signed absolute max)/8, so the extreme
-/// value maps to code 0 and the other side reaches at most 15.
-fn quantize_q4_0(x: &[f32], out: &mut Vec<u8>) {
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in x {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    let d = max / -8.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    out.extend(f16::from_f32(d).to_le_bytes());
-    // `(int8_t)(v + 8.5f)` truncates toward zero, as `as i8` does.
-    let code = |v: f32| ((v * id + 8.5) as i8).min(15) as u8;
-    out.extend((0..QK / 2).map(|j| code(x[j]) | (code(x[j + QK / 2]) << 4)));
-}
-
-/// ggml's `quantize_row_q4_1_ref` for one block: d = (max − min)/15, m = min.
-fn quantize_q4_1(x: &[f32], out: &mut Vec<u8>) {
-    let (mut min, mut max) = (f32::MAX, -f32::MAX);
-    for &v in x {
-        min = if v < min { v } else { min };
-        max = if v > max { v } else { max };
-    }
-    let d = (max - min) / 15.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    out.extend(f16::from_f32(d).to_le_bytes());
-    out.extend(f16::from_f32(min).to_le_bytes());
-    let code = |v: f32| (((v - min) * id + 0.5) as i8).min(15) as u8;
-    out.extend((0..QK / 2).map(|j| code(x[j]) | (code(x[j + QK / 2]) << 4)));
-}
-
-/// The values of the first `n` elements of `bytes` in format `ty`, exactly: every product
-/// d·q and sum d·q + m of f16 values is representable in f64.
+/// The values of the first `n` elements of `bytes` in format `ty`, exactly. Every value is a
+/// product of an f16 (or Q8_K's f32) scale and integers of at most 14 bits, less such a product
+/// for the types with a min: the products need at most 11 + 14 significant bits (24 + 8 for
+/// Q8_K), and a sum of two multiples of 2^-24 (f16's smallest step) below 2^27 each needs at
+/// most 52, so f64 holds each one exactly.
 pub fn dequantize(ty: WeightType, bytes: &[u8], n: usize) -> Result<Vec<f64>, BlockError> {
     let needed = ty.bytes("dequantize", "element count", n)?;
     if bytes.len() < needed {
@@ -208,128 +284,87 @@ pub fn dequantize(ty: WeightType, bytes: &[u8], n: usize) -> Result<Vec<f64>, Bl
             found: bytes.len(),
         });
     }
-    let bytes = &bytes[..needed];
-    let half_at = |b: &[u8], at: usize| f16::from_le_bytes([b[at], b[at + 1]]).to_f64();
-    let nibble = |qs: &[u8], j: usize| f64::from((qs[j % 16] >> (4 * (j / 16))) & 15);
-    let mut out = Vec::with_capacity(n);
-    for b in bytes.chunks_exact(ty.block_bytes()) {
-        match ty {
-            WeightType::F32 => out.push(f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
-            WeightType::F16 => out.push(half_at(b, 0)),
-            WeightType::Q8_0 => {
-                let d = half_at(b, 0);
-                out.extend(b[2..].iter().map(|&q| d * f64::from(q as i8)));
-            }
-            WeightType::Q4_0 => {
-                let d = half_at(b, 0);
-                out.extend((0..QK).map(|j| d * (nibble(&b[2..], j) - 8.0)));
-            }
-            WeightType::Q4_1 => {
-                let (d, m) = (half_at(b, 0), half_at(b, 2));
-                out.extend((0..QK).map(|j| d * nibble(&b[4..], j) + m));
-            }
+    let decode: fn(&[u8], &mut Vec<f64>) = match ty {
+        WeightType::F32 => {
+            |b, out| out.push(f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
         }
-    }
+        WeightType::F16 => |b, out| out.push(f16_at(b, 0)),
+        WeightType::Q8_0 => legacy::dequantize_q8_0,
+        WeightType::Q4_0 => legacy::dequantize_q4_0,
+        WeightType::Q4_1 => legacy::dequantize_q4_1,
+        WeightType::Q5_0 => legacy::dequantize_q5_0,
+        WeightType::Q5_1 => legacy::dequantize_q5_1,
+        WeightType::Q2_K => k::dequantize_q2_k,
+        WeightType::Q3_K => k::dequantize_q3_k,
+        WeightType::Q4_K => k::dequantize_q4_k,
+        WeightType::Q5_K => k::dequantize_q5_k,
+        WeightType::Q6_K => k::dequantize_q6_k,
+        WeightType::Q8_K => k::dequantize_q8_k,
+        WeightType::IQ4_NL => iq4::dequantize_iq4_nl,
+        WeightType::IQ4_XS => iq4::dequantize_iq4_xs,
+    };
+    let mut out = Vec::with_capacity(n);
+    bytes[..needed]
+        .chunks_exact(ty.block_bytes())
+        .for_each(|b| decode(b, &mut out));
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The f16 at byte `at` of `b`, widened.
+fn f16_at(b: &[u8], at: usize) -> f64 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f64()
+}
 
-    /// splitmix64's uniform f32s in [lo, hi), as the synthetic models draw them.
-    fn uniform(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        let mut rng = crate::synth::Rng::new(seed);
-        (0..n).map(|_| rng.f32(lo, hi)).collect()
+/// The integer nearest `v` (halves up), clamped to `lo..=hi`, for `lo ≤ 0`. It truncates
+/// `v − lo + ½`, which is never negative in range, because `f32::round` is a libm call on
+/// baseline x86-64 and this runs once per element; a NaN gives `lo`.
+fn nearest(v: f32, lo: i32, hi: i32) -> i32 {
+    ((v - lo as f32 + 0.5) as i32)
+        .saturating_add(lo)
+        .clamp(lo, hi)
+}
+
+/// 1/d, or 0 where d is 0 (a block of zeros, whose codes are then all the zero code).
+fn inverse(d: f32) -> f32 {
+    if d != 0.0 {
+        1.0 / d
+    } else {
+        0.0
     }
+}
 
-    #[test]
-    fn block_sizes_match_ggml() {
-        let sizes: Vec<_> = WeightType::ALL.iter().map(|t| t.block_bytes()).collect();
-        assert_eq!(sizes, [4, 2, 34, 18, 20]);
-        assert_eq!(WeightType::Q4_1.bytes("t", "n", 64), Ok(40));
-        assert_eq!(
-            WeightType::Q8_0.bytes("t", "n", 33),
-            Err(BlockError::NotMultiple {
-                op: "t",
-                what: "n",
-                value: 33,
-                multiple: 32
-            })
-        );
-    }
-
-    #[test]
-    fn quantizers_reproduce_ggml_blocks() {
-        // A block whose values are exact multiples of its step quantizes losslessly.
-        let x: Vec<f32> = (0..32).map(|i| (i as f32 - 16.0) * 0.5).collect();
-        let q8 = quantize(WeightType::Q8_0, &x).unwrap();
-        assert_eq!(q8.len(), 34);
-        // amax = 8, d = 8/127.
-        assert_eq!(&q8[..2], &f16::from_f32(8.0 / 127.0).to_le_bytes());
-        assert_eq!(q8[2] as i8, -127);
-        assert_eq!(q8[2 + 16] as i8, 0);
-        let q4 = quantize(WeightType::Q4_0, &x).unwrap();
-        // The value of largest magnitude is −8, so d = −8/−8 = 1: x = −8 gets code 0 and
-        // x = 7.5 gets trunc(16) clamped to 15.
-        assert_eq!(&q4[..2], &f16::from_f32(1.0).to_le_bytes());
-        assert_eq!(q4[2] & 15, 0);
-        assert_eq!(q4[2 + 15] >> 4, 15);
-        let q41 = quantize(WeightType::Q4_1, &x).unwrap();
-        let back = dequantize(WeightType::Q4_1, &q41, 32).unwrap();
-        // d = 15.5/15 rounds to f16; every value is within half a step of the input.
-        let d = f16::from_f32(15.5 / 15.0).to_f64();
-        for (a, b) in x.iter().zip(&back) {
-            assert!((*a as f64 - b).abs() <= d / 2.0 + 1e-3, "{a} vs {b}");
-        }
-        assert_eq!(back[0], -8.0);
-    }
-
-    #[test]
-    fn dequantize_decodes_nibble_order_and_signs() {
-        // Q4_0 with d = 2: byte j holds element j (low) and j + 16 (high).
-        let mut block = f16::from_f32(2.0).to_le_bytes().to_vec();
-        block.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
-        let v = dequantize(WeightType::Q4_0, &block, 32).unwrap();
-        assert_eq!(v[0], -16.0);
-        assert_eq!(v[15], 14.0);
-        assert_eq!(v[16], 14.0);
-        assert_eq!(v[31], -16.0);
-        // Q8_0: bytes are two's complement.
-        let mut block = f16::from_f32(0.5).to_le_bytes().to_vec();
-        block.extend((0..32u8).map(|j| j.wrapping_mul(9)));
-        let v = dequantize(WeightType::Q8_0, &block, 32).unwrap();
-        assert_eq!(v[15], 0.5 * f64::from((15u8 * 9) as i8));
-        assert_eq!(v[31], 0.5 * f64::from((31u8.wrapping_mul(9)) as i8));
-        assert!(matches!(
-            dequantize(WeightType::Q4_1, &[0; 19], 32),
-            Err(BlockError::TooSmall { needed: 20, .. })
-        ));
-    }
-
-    #[test]
-    fn quantization_error_is_within_half_a_step() {
-        let x = uniform(3, 32 * 64, -3.0, 3.0);
-        for ty in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1] {
-            let q = quantize(ty, &x).unwrap();
-            let back = dequantize(ty, &q, x.len()).unwrap();
-            for (blk, (xs, bs)) in x.chunks(32).zip(back.chunks(32)).enumerate() {
-                let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
-                let (lo, hi) = xs
-                    .iter()
-                    .fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
-                // Rounding costs half a step, except Q4_0's clamp of code 16 to 15, which
-                // costs a whole one at the end opposite the extreme value; the f16 scales add
-                // a few units of 2^-11 of amax.
-                let tol = match ty {
-                    WeightType::Q8_0 => amax / 127.0 / 2.0,
-                    WeightType::Q4_0 => amax / 8.0,
-                    _ => f64::from(hi - lo) / 15.0 / 2.0,
-                } + amax * 2f64.powi(-8);
-                for (a, b) in xs.iter().zip(bs) {
-                    assert!((*a as f64 - b).abs() <= tol, "{ty} block {blk}: {a} vs {b}");
-                }
-            }
+/// The first value of largest magnitude, sign kept: the symmetric quantizers map it to their
+/// most negative code, which is the one with no positive twin.
+fn signed_absmax(x: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
         }
     }
+    max
+}
+
+/// n(j) of 16 bytes of nibbles: element j < 16 is the low nibble of byte j, element j + 16 its
+/// high nibble.
+fn nibble(qs: &[u8], j: usize) -> u8 {
+    (qs[j % 16] >> (4 * (j / 16))) & 15
+}
+
+/// 32 codes of 4 bits (or the low 4 bits of wider ones) as the 16 bytes [`nibble`] reads.
+fn pack_nibbles(codes: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    (0..16).map(|j| (codes[j] & 15) | ((codes[j + 16] & 15) << 4))
+}
+
+/// Scales for the `S` equal sub-blocks of `x` that each map the sub-block's value of largest
+/// magnitude to `extreme` (the most negative code, or grid value), stored as signed integers of
+/// magnitude at most `smax` times an f16 d that the largest of them reaches. The range is kept
+/// symmetric (no −smax − 1) so that no scale is clamped.
+fn symmetric_scales<const S: usize>(x: &[f32], extreme: f32, smax: i32) -> (f16, [i8; S]) {
+    let len = x.len() / S;
+    let scale: [f32; S] = std::array::from_fn(|i| signed_absmax(&x[i * len..][..len]) / extreme);
+    let d = f16::from_f32(scale.iter().fold(0f32, |a, s| a.max(s.abs())) / smax as f32);
+    let id = inverse(d.to_f32());
+    (d, scale.map(|s| nearest(s * id, -smax, smax) as i8))
 }
