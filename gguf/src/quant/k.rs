@@ -242,7 +242,7 @@ pub(super) fn dequantize_q3_k(b: &[u8], out: &mut Vec<f64>) {
     out.extend((0..QK_K).map(|e| {
         let high = (hmask[e % 32] >> (4 * (e / 128) + (e % 128) / 32)) & 1;
         let code = i32::from(crumb(qs, e) | (high << 2)) - 4;
-        d * f64::from(q3_scale(scales, e / 16) * code)
+        d * f64::from(q3_scale(scales, e / 16)) * f64::from(code)
     }));
 }
 
@@ -273,7 +273,7 @@ pub(super) fn dequantize_q6_k(b: &[u8], out: &mut Vec<f64>) {
         let low = (ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
         let high = (qh[32 * h + l] >> (2 * k)) & 3;
         let code = i32::from(low | (high << 4)) - 32;
-        d * f64::from(i32::from(scales[e / 16] as i8) * code)
+        d * f64::from(scales[e / 16] as i8) * f64::from(code)
     }));
 }
 

@@ -273,7 +273,8 @@ pub fn quantize(ty: WeightType, x: &[f32]) -> Result<Vec<u8>, BlockError> {
 /// product of an f16 (or Q8_K's f32) scale and integers of at most 14 bits, less such a product
 /// for the types with a min: the products need at most 11 + 14 significant bits (24 + 8 for
 /// Q8_K), and a sum of two multiples of 2^-24 (f16's smallest step) below 2^27 each needs at
-/// most 52, so f64 holds each one exactly.
+/// most 52, so f64 holds each one exactly. Products are taken in ggml's order, (d·s)·q, so
+/// that a zero carries the sign ggml's (and gguf-py's) gives it.
 pub fn dequantize(ty: WeightType, bytes: &[u8], n: usize) -> Result<Vec<f64>, BlockError> {
     let needed = ty.bytes("dequantize", "element count", n)?;
     if bytes.len() < needed {
