@@ -12,7 +12,8 @@ One file per type, <name>.bin: the blocks, then their elements' values as little
 gguf-py does not decode Q8_K (ggml's activation type for K-quant products, never a weight in a
 file); its values here come from ggml-common.h's struct (f32 d, i8 qs[256], i16 bsums[16]) read
 with numpy, d·qs in f32: an independent decoding, not gguf-py's. README.md in the folder says so
-and records the versions used.
+and records the versions used; dequant_fixtures_ggml.c beside this checks every file, Q8_K's
+included, against ggml's own C dequantizers.
 
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install gguf numpy
     /tmp/venv/bin/python scripts/reference/dequant_fixtures.py
