@@ -38,7 +38,7 @@ fn every_quantized_type_decodes_as_gguf_py_does() {
             assert_eq!(
                 (*ours as f32).to_bits(),
                 theirs.to_bits(),
-                "{ty}: block {}, element {}: ours {ours} ({}), gguf-py {theirs}",
+                "{ty}: block {}, element {}: ours {ours} ({}), the reference's {theirs}",
                 e / ty.block_elems(),
                 e % ty.block_elems(),
                 *ours as f32,

@@ -1,6 +1,7 @@
 //! Weight formats: f32, f16 and GGUF's quantized blocks, laid out as ggml's `ggml-common.h`
 //! declares them and decoded bit for bit as the `gguf` Python package decodes them
-//! (`tests/dequant_reference.rs`, fixtures in `tests/fixtures/dequant/`). Multi-byte fields are
+//! (`tests/dequant_reference.rs`, fixtures in `tests/fixtures/dequant/`, which ggml's C
+//! dequantizers also give: `scripts/reference/dequant_fixtures_ggml.c`). Multi-byte fields are
 //! little-endian; f16 is IEEE half precision.
 //!
 //! The legacy types and IQ4_NL hold 32 elements a block ([`QK`]). n(j) is the low nibble of
@@ -22,15 +23,15 @@
 //! or 32 that each have a scale s (and a min m) of a few bits, which scale the super-block's
 //! f16 d (and dmin). Element e (0..256) of sub-block i:
 //!
-//! | type   | bytes | layout                                         | sub-blocks    | element e               |
-//! | ------ | ----- | ---------------------------------------------- | ------------- | ----------------------- |
-//! | Q2_K   | 84    | scales[16], qs[64], f16 d, f16 dmin            | 16 × 16, 4-bit s, m | d·s·c2(e) − dmin·m |
-//! | Q3_K   | 110   | hmask[32], qs[64], scales[12], f16 d           | 16 × 16, 6-bit s − 32 | d·s·(c2(e) + 4·hm(e) − 4) |
-//! | Q4_K   | 144   | f16 d, f16 dmin, scales[12], qs[128]           | 8 × 32, 6-bit s, m | d·s·c4(e) − dmin·m  |
-//! | Q5_K   | 176   | f16 d, f16 dmin, scales[12], qh[32], qs[128]   | 8 × 32, 6-bit s, m | d·s·(c4(e) + 16·h5(e)) − dmin·m |
-//! | Q6_K   | 210   | ql[128], qh[64], i8 scales[16], f16 d          | 16 × 16, i8 s | d·s·(c6(e) − 32)        |
-//! | Q8_K   | 292   | f32 d, i8 q[256], i16 bsums[16]                | (none)        | d·q[e]                  |
-//! | IQ4_XS | 136   | f16 d, u16 scales_h, scales_l[4], qs[128]      | 8 × 32, 6-bit s − 32 | d·s·kv[c4x(e)]   |
+//! | type   | bytes | layout                                       | sub-blocks: s (m)     | element e                       |
+//! | ------ | ----- | -------------------------------------------- | --------------------- | ------------------------------- |
+//! | Q2_K   | 84    | scales[16], qs[64], f16 d, f16 dmin          | 16 × 16: 4-bit s, m   | d·s·c2(e) − dmin·m              |
+//! | Q3_K   | 110   | hmask[32], qs[64], scales[12], f16 d         | 16 × 16: 6-bit s − 32 | d·s·(c2(e) + 4·hm(e) − 4)       |
+//! | Q4_K   | 144   | f16 d, f16 dmin, scales[12], qs[128]         | 8 × 32: 6-bit s, m    | d·s·c4(e) − dmin·m              |
+//! | Q5_K   | 176   | f16 d, f16 dmin, scales[12], qh[32], qs[128] | 8 × 32: 6-bit s, m    | d·s·(c4(e) + 16·h5(e)) − dmin·m |
+//! | Q6_K   | 210   | ql[128], qh[64], i8 scales[16], f16 d        | 16 × 16: i8 s         | d·s·(c6(e) − 32)                |
+//! | Q8_K   | 292   | f32 d, i8 q[256], i16 bsums[16]              | none                  | d·q[e]                          |
+//! | IQ4_XS | 136   | f16 d, u16 scales_h, scales_l[4], qs[128]    | 8 × 32: 6-bit s − 32  | d·s·kv[c4x(e)]                  |
 //!
 //! - Q2_K, Q3_K: e = 128h + 32j + l (l < 32), i = e/16. c2(e) = bits 2j..2j+2 of qs[32h + l];
 //!   hm(e) = bit 4h + j of hmask[l]. Q2_K's scales[i] holds s in its low nibble, m in its high.
@@ -55,7 +56,7 @@
 //! against. The legacy types' quantizers are ggml's reference ones (`legacy.rs`), so test data
 //! looks like a GGUF file's; the K-quants' and IQ4's are simple ones of this crate (`k.rs`,
 //! `iq4.rs` say how they choose scales), not ggml's search for the least error. The kernels
-//! decode blocks by their description in `trine_ops::blocks`.
+//! decode the types they run by their description in `trine_ops::blocks`.
 
 mod iq4;
 mod k;
@@ -244,7 +245,8 @@ impl std::fmt::Display for WeightType {
 /// Encodes `x` in format `ty`; `x.len()` must be whole blocks. The legacy types use ggml's
 /// reference quantizers (`quantize_row_*_ref`), so test data looks like a GGUF file's; the
 /// K-quants and IQ4 types use this crate's simpler ones. Values are expected to be finite and
-/// within f16's range times the largest code (a NaN gives an arbitrary block, never a panic).
+/// small enough for their scales to fit in f16 (a scale is about the block's largest magnitude
+/// over its largest code); a NaN or an overflow gives an arbitrary block, never a panic.
 pub fn quantize(ty: WeightType, x: &[f32]) -> Result<Vec<u8>, BlockError> {
     let mut out = Vec::with_capacity(ty.bytes("quantize", "element count", x.len())?);
     let encode: fn(&[f32], &mut Vec<u8>) = match ty {
