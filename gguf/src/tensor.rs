@@ -4,8 +4,10 @@
 use super::error::GgufError;
 use crate::quant::WeightType;
 
-/// The ggml storage types trine can run. ggml's other types (k-quants, i-quants, …) are
-/// rejected at open with [`GgufError::UnknownTensorType`].
+/// The ggml storage types trine reads: every [`WeightType`] and BF16. ggml's other types
+/// (Q8_1, the 1- to 3-bit i-quants, the integer types, …) are rejected at open with
+/// [`GgufError::UnknownTensorType`].
+#[allow(non_camel_case_types)] // ggml's names, as every GGUF tool spells them
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TensorType {
     F32,
@@ -14,29 +16,59 @@ pub enum TensorType {
     Q8_0,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q8_K,
+    IQ4_NL,
+    IQ4_XS,
 }
 
 impl TensorType {
-    pub const ALL: [TensorType; 6] = [
+    pub const ALL: [TensorType; 16] = [
         TensorType::F32,
         TensorType::F16,
         TensorType::BF16,
         TensorType::Q8_0,
         TensorType::Q4_0,
         TensorType::Q4_1,
+        TensorType::Q5_0,
+        TensorType::Q5_1,
+        TensorType::Q2_K,
+        TensorType::Q3_K,
+        TensorType::Q4_K,
+        TensorType::Q5_K,
+        TensorType::Q6_K,
+        TensorType::Q8_K,
+        TensorType::IQ4_NL,
+        TensorType::IQ4_XS,
     ];
 
     /// The [`WeightType`] of tensors of this type, which the kernels take as stored.
     /// BF16 has none (no kernel takes bf16 weights).
     pub fn weight_type(self) -> Option<WeightType> {
-        match self {
-            TensorType::F32 => Some(WeightType::F32),
-            TensorType::F16 => Some(WeightType::F16),
-            TensorType::Q8_0 => Some(WeightType::Q8_0),
-            TensorType::Q4_0 => Some(WeightType::Q4_0),
-            TensorType::Q4_1 => Some(WeightType::Q4_1),
-            TensorType::BF16 => None,
-        }
+        Some(match self {
+            TensorType::F32 => WeightType::F32,
+            TensorType::F16 => WeightType::F16,
+            TensorType::Q8_0 => WeightType::Q8_0,
+            TensorType::Q4_0 => WeightType::Q4_0,
+            TensorType::Q4_1 => WeightType::Q4_1,
+            TensorType::Q5_0 => WeightType::Q5_0,
+            TensorType::Q5_1 => WeightType::Q5_1,
+            TensorType::Q2_K => WeightType::Q2_K,
+            TensorType::Q3_K => WeightType::Q3_K,
+            TensorType::Q4_K => WeightType::Q4_K,
+            TensorType::Q5_K => WeightType::Q5_K,
+            TensorType::Q6_K => WeightType::Q6_K,
+            TensorType::Q8_K => WeightType::Q8_K,
+            TensorType::IQ4_NL => WeightType::IQ4_NL,
+            TensorType::IQ4_XS => WeightType::IQ4_XS,
+            TensorType::BF16 => return None,
+        })
     }
 
     /// The id ggml's `enum ggml_type` gives this type, as stored in the file.
@@ -46,7 +78,17 @@ impl TensorType {
             TensorType::F16 => 1,
             TensorType::Q4_0 => 2,
             TensorType::Q4_1 => 3,
+            TensorType::Q5_0 => 6,
+            TensorType::Q5_1 => 7,
             TensorType::Q8_0 => 8,
+            TensorType::Q2_K => 10,
+            TensorType::Q3_K => 11,
+            TensorType::Q4_K => 12,
+            TensorType::Q5_K => 13,
+            TensorType::Q6_K => 14,
+            TensorType::Q8_K => 15,
+            TensorType::IQ4_NL => 20,
+            TensorType::IQ4_XS => 23,
             TensorType::BF16 => 30,
         }
     }
@@ -55,35 +97,19 @@ impl TensorType {
         TensorType::ALL.into_iter().find(|t| t.ggml_id() == id)
     }
 
-    /// ggml's name of the type.
+    /// ggml's name of the type, in lower case.
     pub fn name(self) -> &'static str {
-        match self {
-            TensorType::F32 => "f32",
-            TensorType::F16 => "f16",
-            TensorType::BF16 => "bf16",
-            TensorType::Q8_0 => "q8_0",
-            TensorType::Q4_0 => "q4_0",
-            TensorType::Q4_1 => "q4_1",
-        }
+        self.weight_type().map_or("bf16", WeightType::name)
     }
 
-    /// Elements per block: 1 for plain floats, 32 for the quantized types.
+    /// Elements per block: 1 for plain floats, the [`WeightType`]'s block for the others.
     pub fn block_elems(self) -> u64 {
-        match self {
-            TensorType::F32 | TensorType::F16 | TensorType::BF16 => 1,
-            TensorType::Q8_0 | TensorType::Q4_0 | TensorType::Q4_1 => 32,
-        }
+        self.weight_type().map_or(1, |w| w.block_elems() as u64)
     }
 
     /// Bytes per block.
     pub fn block_bytes(self) -> u64 {
-        match self {
-            TensorType::F32 => 4,
-            TensorType::F16 | TensorType::BF16 => 2,
-            TensorType::Q8_0 => 34,
-            TensorType::Q4_0 => 18,
-            TensorType::Q4_1 => 20,
-        }
+        self.weight_type().map_or(2, |w| w.block_bytes() as u64)
     }
 }
 
@@ -167,17 +193,32 @@ mod tests {
             (TensorType::F16, 1, 1, 2),
             (TensorType::Q4_0, 2, 32, 18),
             (TensorType::Q4_1, 3, 32, 20),
+            (TensorType::Q5_0, 6, 32, 22),
+            (TensorType::Q5_1, 7, 32, 24),
             (TensorType::Q8_0, 8, 32, 34),
+            (TensorType::Q2_K, 10, 256, 84),
+            (TensorType::Q3_K, 11, 256, 110),
+            (TensorType::Q4_K, 12, 256, 144),
+            (TensorType::Q5_K, 13, 256, 176),
+            (TensorType::Q6_K, 14, 256, 210),
+            (TensorType::Q8_K, 15, 256, 292),
+            (TensorType::IQ4_NL, 20, 32, 18),
+            (TensorType::IQ4_XS, 23, 256, 136),
             (TensorType::BF16, 30, 1, 2),
         ];
+        assert_eq!(expected.len(), TensorType::ALL.len());
         for (ty, id, elems, bytes) in expected {
             assert_eq!(
                 (ty.ggml_id(), ty.block_elems(), ty.block_bytes()),
-                (id, elems, bytes)
+                (id, elems, bytes),
+                "{ty}"
             );
             assert_eq!(TensorType::from_ggml_id(id), Some(ty));
         }
-        assert_eq!(TensorType::from_ggml_id(14), None); // Q6_K
+        // Q8_1, IQ2_XXS, IQ3_S, I8 and TQ1_0, which trine does not read.
+        for id in [9, 16, 21, 24, 34] {
+            assert_eq!(TensorType::from_ggml_id(id), None, "id {id}");
+        }
     }
 
     #[test]

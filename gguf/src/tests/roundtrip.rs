@@ -1,6 +1,7 @@
 //! The writer's output, byte for byte and read back through the reader.
 
 use super::{small_file, small_writer};
+use crate::quant::quantize;
 use crate::{Gguf, GgufError, GgufWriter, TensorType, Value};
 
 #[test]
@@ -232,4 +233,26 @@ fn a_foreign_tensor_record_gives_no_bytes() {
     let mut t = g.tensor("a").unwrap().clone();
     t.offset = u64::MAX - 4;
     assert!(g.tensor_data(&t).is_empty());
+}
+
+#[test]
+fn every_weight_type_is_written_and_read_back() {
+    let mut w = GgufWriter::new();
+    let x: Vec<f32> = (0..512)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+        .collect();
+    for ty in TensorType::ALL {
+        let Some(wt) = ty.weight_type() else {
+            continue;
+        };
+        let bytes = quantize(wt, &x).unwrap();
+        w.add_tensor(ty.name(), &[256, 2], ty, bytes).unwrap();
+    }
+    let g = Gguf::from_bytes(w.to_bytes()).unwrap();
+    for t in g.tensors() {
+        let wt = t.ty.weight_type().unwrap();
+        assert_eq!(t.name, wt.name());
+        assert_eq!(g.tensor_data(t), quantize(wt, &x).unwrap(), "{wt}");
+    }
+    assert_eq!(g.tensors().len(), TensorType::ALL.len() - 1);
 }

@@ -50,8 +50,9 @@ fn reread(w: &GgufWriter) -> Gguf {
 fn every_type() -> Gguf {
     let mut w = small_writer();
     for ty in TensorType::ALL {
-        let dims = [64u64, 80];
-        let bytes = vec![0; (64 * 80 / ty.block_elems() * ty.block_bytes()) as usize];
+        // Rows of one 256-element super-block, a whole number of every type's blocks.
+        let dims = [256u64, 20];
+        let bytes = vec![0; (256 * 20 / ty.block_elems() * ty.block_bytes()) as usize];
         w.add_tensor(format!("m.{ty}"), &dims, ty, bytes).unwrap();
     }
     w.add_tensor("out_norm.weight", &[64], TensorType::F32, vec![0; 256])
