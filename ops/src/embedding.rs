@@ -191,7 +191,14 @@ pub fn cases() -> Vec<Case> {
             _ => 4096,
         };
         let ids = [1, 0, vocab - 1, 9906 % vocab, 1722, 30000 % vocab, 2];
-        v.push(case(ty, vocab, blocks::whole_blocks(ty, 576), &ids, 1.0, seed + 2));
+        v.push(case(
+            ty,
+            vocab,
+            blocks::whole_blocks(ty, 576),
+            &ids,
+            1.0,
+            seed + 2,
+        ));
     }
     v.into_iter()
         .map(|c| c.expect("the listed shapes are valid"))

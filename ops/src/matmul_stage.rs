@@ -68,10 +68,7 @@ enum Share<'b> {
     /// Halves of quantized blocks (16 elements each), half `h` of the invocation's being
     /// half `e = h·invocations + lid` of the block: consecutive invocations, consecutive
     /// halves along a row ([`Fetch::half_at`]).
-    Halves {
-        f: Flat,
-        halves: Vec<Half<'b>>,
-    },
+    Halves { f: Flat, halves: Vec<Half<'b>> },
     /// 16-byte lines of an f16 block, `lines` per invocation, copied straight into shared
     /// memory ([`Fetch::copy`]) without passing through the invocation's registers: the
     /// walk's items are lines of [`LINE`] elements.

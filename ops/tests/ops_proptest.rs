@@ -10,7 +10,6 @@
 //! suite's fixed cases keep single-row products (`matvec/*/1x45`, `1x96`).
 
 use proptest::prelude::*;
-use trine_gguf::quant::WeightType;
 use trine_ops::case::Case;
 use trine_ops::matvec::{self, Reduce};
 
@@ -26,14 +25,15 @@ proptest! {
 
     #[test]
     fn matvec_matches_reference(
-        ty in prop::sample::select(WeightType::ALL.to_vec()),
+        ty in prop::sample::select(trine_ops::blocks::weight_types().collect::<Vec<_>>()),
         rows in 2u32..40,
         width in 1u32..200,
         shared in any::<bool>(),
         seed in any::<u64>(),
     ) {
         // Quantized rows are whole blocks: 1 to 6 of them.
-        let cols = if ty.is_quantized() { 32 * (1 + width % 6) } else { width };
+        let block = ty.block_elems() as u32;
+        let cols = if ty.is_quantized() { block * (1 + width % 6) } else { width };
         let reduce = if shared { Reduce::Shared } else { Reduce::Subgroup };
         agrees(&matvec::case(ty, rows, cols, reduce, seed).unwrap())?;
     }

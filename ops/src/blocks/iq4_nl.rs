@@ -1,7 +1,7 @@
 //! IQ4_NL: an f16 step d, then 16 bytes of nibbles arranged as Q4_0's; a code indexes a
 //! fixed table of 16 values ([`iq4_value`]). Element value d·table[code].
 
-use super::packed::{iq4_value, nibbles, Packed};
+use super::packed::{iq4_value, split_nibbles, Packed};
 use super::{load_f16, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
@@ -35,8 +35,7 @@ fn codes<'b>(
     first: Val<'b>,
     n: u32,
 ) -> Vec<Val<'b>> {
-    let at = base + k.u32(2) + (first & k.u32(15));
-    nibbles(k, buf, at, first >> k.u32(4), n)
+    split_nibbles(k, buf, base + k.u32(2), first, n)
         .into_iter()
         .map(|q| iq4_value(k, q))
         .collect()

@@ -4,7 +4,7 @@
 //! is nibble s%2 of byte s/2 with bits 2s..2s+2 of the u16 above it, less 32. Element value
 //! d·sc·table[code] ([`iq4_value`]).
 
-use super::packed::{byte, iq4_value, nibbles, Packed};
+use super::packed::{byte, iq4_value, split_nibbles, Packed};
 use super::{load_f16, load_u16, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
@@ -45,9 +45,8 @@ fn codes<'b>(
     first: Val<'b>,
     n: u32,
 ) -> Vec<Val<'b>> {
-    let w = first % k.u32(32);
-    let at = base + k.u32(CODES_AT) + (first / k.u32(32)) * k.u32(16) + (w & k.u32(15));
-    nibbles(k, buf, at, w >> k.u32(4), n)
+    let at = base + k.u32(CODES_AT) + (first / k.u32(32)) * k.u32(16);
+    split_nibbles(k, buf, at, first % k.u32(32), n)
         .into_iter()
         .map(|q| iq4_value(k, q))
         .collect()

@@ -16,10 +16,19 @@
 
 mod f16;
 mod flat;
+mod iq4_nl;
+mod iq4_xs;
 mod packed;
 mod pairs;
+mod q2_k;
+mod q3_k;
 mod q4_0;
 mod q4_1;
+mod q4_k;
+mod q5_0;
+mod q5_1;
+mod q5_k;
+mod q6_k;
 mod q8_0;
 
 pub use f16::{f16_bits_to_f32, f16_finite_bits_to_f32, load_f16, load_u16};
@@ -59,10 +68,19 @@ impl<'b> Scales<'b> {
 
 impl BlockFormat {
     /// The formats the kernels decode.
-    pub const ALL: [BlockFormat; 3] = [
+    pub const ALL: [BlockFormat; 12] = [
         BlockFormat::Flat(q8_0::FORMAT),
         BlockFormat::Flat(q4_0::FORMAT),
         BlockFormat::Flat(q4_1::FORMAT),
+        BlockFormat::Packed(q5_0::FORMAT),
+        BlockFormat::Packed(q5_1::FORMAT),
+        BlockFormat::Packed(iq4_nl::FORMAT),
+        BlockFormat::Packed(q2_k::FORMAT),
+        BlockFormat::Packed(q3_k::FORMAT),
+        BlockFormat::Packed(q4_k::FORMAT),
+        BlockFormat::Packed(q5_k::FORMAT),
+        BlockFormat::Packed(q6_k::FORMAT),
+        BlockFormat::Packed(iq4_xs::FORMAT),
     ];
 
     /// The format of `ty`'s blocks; `None` for plain floats.

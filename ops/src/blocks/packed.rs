@@ -14,8 +14,7 @@ pub type SubScales =
 /// The codes, as `F32` and with every offset but the sub-block's [`Scales::m`] applied, of
 /// elements `first..first + n` of the block at byte `base`: `n` a power of two no larger than
 /// a sub-block, `first` a multiple of `n`.
-pub type RunCodes =
-    for<'b> fn(&'b KernelBuilder, BufferId, Val<'b>, Val<'b>, u32) -> Vec<Val<'b>>;
+pub type RunCodes = for<'b> fn(&'b KernelBuilder, BufferId, Val<'b>, Val<'b>, u32) -> Vec<Val<'b>>;
 
 /// A format read through its decoder.
 #[derive(Clone, Copy)]
@@ -85,6 +84,24 @@ pub(super) fn nibbles<'b>(
     let shift = high * k.u32(4);
     (0..n)
         .map(|i| (byte(k, buf, at + k.u32(i)) >> shift) & k.u32(15))
+        .collect()
+}
+
+/// The codes (`U32`) of elements `first..first + n` (`first` below 32) of 32 elements held
+/// as Q4_0 holds them in the 16 bytes at `at`: element j in nibble j/16 of byte j%16, so that
+/// a run of 32 is the bytes' low nibbles, then their high ones.
+pub(super) fn split_nibbles<'b>(
+    k: &'b KernelBuilder,
+    buf: BufferId,
+    at: Val<'b>,
+    first: Val<'b>,
+    n: u32,
+) -> Vec<Val<'b>> {
+    (0..n.div_ceil(16))
+        .flat_map(|half| {
+            let e = first + k.u32(16 * half);
+            nibbles(k, buf, at + (e & k.u32(15)), e >> k.u32(4), n.min(16))
+        })
         .collect()
 }
 

@@ -59,8 +59,5 @@ fn codes<'b>(
 pub(super) fn crumbs<'b>(k: &'b KernelBuilder, at: Val<'b>, first: Val<'b>) -> (Val<'b>, Val<'b>) {
     let half = first / k.u32(128);
     let pair = (first / k.u32(32)) & k.u32(3);
-    (
-        at + half * k.u32(32) + first % k.u32(32),
-        pair * k.u32(2),
-    )
+    (at + half * k.u32(32) + first % k.u32(32), pair * k.u32(2))
 }

@@ -2,7 +2,7 @@
 //! j's code is nibble j/16 of byte j%16 with bit j of the u32 as its 16, and its value
 //! d·(code − 16).
 
-use super::packed::{centred, nibbles, u32_at, Packed};
+use super::packed::{centred, split_nibbles, u32_at, Packed};
 use super::{load_f16, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
@@ -52,8 +52,7 @@ pub(super) fn five_bit<'b>(
     n: u32,
 ) -> Vec<Val<'b>> {
     let bits = u32_at(k, buf, high);
-    let at = low + (first & k.u32(15));
-    nibbles(k, buf, at, first >> k.u32(4), n)
+    split_nibbles(k, buf, low, first, n)
         .into_iter()
         .enumerate()
         .map(|(i, q)| {

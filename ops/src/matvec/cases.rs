@@ -132,7 +132,13 @@ pub fn cases() -> Vec<Case> {
             45
         };
         let w = |cols| blocks::whole_blocks(ty, cols);
-        for (rows, cols) in [(7, odd), (1, odd), (576, w(576)), (1536, w(576)), (576, 1536)] {
+        for (rows, cols) in [
+            (7, odd),
+            (1, odd),
+            (576, w(576)),
+            (1536, w(576)),
+            (576, 1536),
+        ] {
             shapes.push((ty, rows, cols, Reduce::Subgroup));
         }
         shapes.push((ty, 7, odd, Reduce::Shared));
