@@ -87,7 +87,7 @@ impl Engine {
                         params.extend(spec.tokens_params(tokens));
                         // A variant reading the scales through an f16 view binds the weights
                         // twice.
-                        let views = if spec.f16_scales { 2 } else { 1 };
+                        let views = if spec.binds_f16_view() { 2 } else { 1 };
                         let mut all = vec![Tensor::Weight(wid); views];
                         all.extend(inputs);
                         plan(all, &outputs, params, spec.grid(rows, tokens))

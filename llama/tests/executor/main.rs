@@ -3,5 +3,6 @@
 
 mod common;
 mod cross_check;
+mod formats;
 mod placement;
 mod steps;

@@ -30,7 +30,7 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
     } else if ty.is_quantized() && spec.segment != SEGMENT {
         name.push_str(&format!("_s{}", spec.segment));
     }
-    let f16_scales = ty.is_quantized() && spec.f16_scales;
+    let f16_scales = spec.binds_f16_view();
     if f16_scales {
         name.push_str("_h");
     }

@@ -99,6 +99,12 @@ impl MatvecSpec {
         }
     }
 
+    /// Whether the kernel binds an f16 view of the weights (`w16`) to read their scales:
+    /// quantized weights with `f16_scales` (plain floats have no scales to read).
+    pub fn binds_f16_view(&self) -> bool {
+        self.f16_scales && self.weights.is_quantized()
+    }
+
     /// Whether the kernel reads the codes as words ([`MatvecSpec::word_codes`]).
     pub(super) fn reads_words(&self) -> bool {
         self.word_codes
@@ -155,7 +161,7 @@ impl MatvecSpec {
             w
         };
         let w = blocks::pad_to_words(w);
-        if self.weights.is_quantized() && self.f16_scales {
+        if self.binds_f16_view() {
             case.input("w", self.weights_elem(), w.clone())
                 .input("w16", Scalar::F16, w)
         } else {
