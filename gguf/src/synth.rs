@@ -66,8 +66,82 @@ pub struct SynthShape {
     pub vocab: u32,
     /// The projections' type.
     pub matrices: TensorType,
-    /// The embedding's type (also the tied output head).
+    /// The embedding's type (also the output head, where it is tied).
     pub embedding: TensorType,
+    /// The type of an untied output head (`output.weight`); `None` ties it to the embedding.
+    pub output: Option<TensorType>,
+    /// How tensors get their types: as the fields above say, or by a recipe of llama.cpp's.
+    pub mix: Mix,
+}
+
+/// How a synthetic model's tensors get their types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mix {
+    /// The shape's `matrices`, `embedding` and `output` types.
+    AsGiven,
+    /// llama.cpp's Q4_K_M: Q4_K throughout, but Q6_K for the output head and for the value
+    /// and FFN-down projections of the layers that get more bits (the first and last eighth,
+    /// and every third one between); a row that is not whole 256-element blocks falls back
+    /// to Q5_0 (Q8_0 for Q6_K).
+    Q4KM,
+}
+
+impl Mix {
+    /// The type of tensor `name` (`blk.L.attn_v.weight`, `output.weight`, …) whose rows are
+    /// `row` elements long, in a model of `layers` layers.
+    fn type_of(self, s: &SynthShape, name: &str, row: u64) -> TensorType {
+        let given = if name == "token_embd.weight" {
+            s.embedding
+        } else if name == "output.weight" {
+            s.output.unwrap_or(s.embedding)
+        } else {
+            s.matrices
+        };
+        let ty = match self {
+            Mix::AsGiven => return given,
+            Mix::Q4KM => {
+                let layer = name
+                    .strip_prefix("blk.")
+                    .and_then(|r| r.split('.').next())
+                    .and_then(|l| l.parse::<u64>().ok());
+                let more = |i: u64| {
+                    let n = s.n_layer;
+                    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+                };
+                let wide = name.contains("attn_v") || name.contains("ffn_down");
+                match layer {
+                    _ if name == "output.weight" => TensorType::Q6_K,
+                    Some(i) if wide && more(i) => TensorType::Q6_K,
+                    _ => TensorType::Q4_K,
+                }
+            }
+        };
+        if row.is_multiple_of(256) {
+            ty
+        } else if ty == TensorType::Q6_K {
+            TensorType::Q8_0
+        } else {
+            TensorType::Q5_0
+        }
+    }
+
+    /// llama.cpp's `general.file_type` for the mix, where it has one.
+    fn file_type(self, s: &SynthShape) -> Option<u32> {
+        match self {
+            Mix::Q4KM => Some(15),
+            Mix::AsGiven => match s.matrices {
+                TensorType::F32 => Some(0),
+                TensorType::F16 => Some(1),
+                TensorType::Q4_0 => Some(2),
+                TensorType::Q4_1 => Some(3),
+                TensorType::Q8_0 => Some(7),
+                TensorType::Q5_0 => Some(8),
+                TensorType::Q5_1 => Some(9),
+                TensorType::Q6_K => Some(18),
+                _ => None,
+            },
+        }
+    }
 }
 
 impl SynthShape {
@@ -80,7 +154,55 @@ impl SynthShape {
         vocab: 49152,
         matrices: TensorType::Q4_1,
         embedding: TensorType::Q8_0,
+        output: None,
+        mix: Mix::AsGiven,
     };
+
+    /// Llama 3.2 1B's layout (its embedding tied to the output head), in Q4_K_M.
+    pub const LLAMA_3_2_1B: SynthShape = SynthShape {
+        n_embd: 2048,
+        n_ff: 8192,
+        n_layer: 16,
+        n_head: 32,
+        n_head_kv: 8,
+        vocab: 128_256,
+        matrices: TensorType::Q4_K,
+        embedding: TensorType::Q4_K,
+        output: None,
+        mix: Mix::Q4KM,
+    };
+
+    /// Llama 3 8B's layout, in Q4_K_M.
+    pub const LLAMA_3_8B: SynthShape = SynthShape {
+        n_embd: 4096,
+        n_ff: 14336,
+        n_layer: 32,
+        n_head: 32,
+        n_head_kv: 8,
+        vocab: 128_256,
+        matrices: TensorType::Q4_K,
+        embedding: TensorType::Q4_K,
+        output: Some(TensorType::Q6_K),
+        mix: Mix::Q4KM,
+    };
+
+    /// Llama 3 70B's layout, in Q4_K_M.
+    pub const LLAMA_3_70B: SynthShape = SynthShape {
+        n_embd: 8192,
+        n_ff: 28672,
+        n_layer: 80,
+        n_head: 64,
+        n_head_kv: 8,
+        ..SynthShape::LLAMA_3_8B
+    };
+
+    /// The presets by the names `trine synth-model --like` takes.
+    pub const PRESETS: [(&'static str, SynthShape); 4] = [
+        ("smollm2-135m", SynthShape::SMOLLM2_135M),
+        ("llama-3.2-1b", SynthShape::LLAMA_3_2_1B),
+        ("llama-3-8b", SynthShape::LLAMA_3_8B),
+        ("llama-3-70b", SynthShape::LLAMA_3_70B),
+    ];
 
     /// The smallest Llama the tests run whole: two layers of width 64 with grouped-query
     /// attention (4 heads, 2 of keys and values), Q4_1 projections and a Q8_0 embedding tied
@@ -95,6 +217,8 @@ impl SynthShape {
         vocab: 320,
         matrices: TensorType::Q4_1,
         embedding: TensorType::Q8_0,
+        output: None,
+        mix: Mix::AsGiven,
     };
 }
 
@@ -105,16 +229,54 @@ pub fn synth_smollm2_135m(seed: u64) -> Result<GgufWriter, GgufError> {
 }
 
 /// A Llama of any [`SynthShape`] laid out as SmolLM2's file is, with its tokenizer: small
-/// ones make fast tests of the whole graph.
+/// ones make fast tests of the whole graph. Each tensor draws from its own generator (the
+/// seed and its index), so that tensors are made on every core at once and a file of billions
+/// of weights takes seconds, the same on every machine.
 pub fn synth_llama(shape: SynthShape, seed: u64) -> Result<GgufWriter, GgufError> {
     let mut w = GgufWriter::new();
     for (key, value) in smollm2::metadata(&shape) {
         w.add(key, value)?;
     }
-    let mut rng = Rng::new(seed);
-    for (name, dims, ty) in smollm2::tensors(&shape) {
-        let n = dims.iter().product();
-        let bytes = random_tensor(&mut rng, &name, n, ty)?;
+    if let Some(ty) = shape.mix.file_type(&shape) {
+        w.add("general.file_type", Value::U32(ty))?;
+    }
+    let tensors: Vec<(String, Vec<u64>, TensorType)> = smollm2::tensors(&shape)
+        .into_iter()
+        .map(|(name, dims, ty)| {
+            let ty = if ty == TensorType::F32 {
+                ty
+            } else {
+                shape.mix.type_of(&shape, &name, dims[0])
+            };
+            (name, dims, ty)
+        })
+        .collect();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut made: Vec<Option<Result<Vec<u8>, GgufError>>> = Vec::new();
+    made.resize_with(tensors.len(), || None);
+    let made = std::sync::Mutex::new(made);
+    std::thread::scope(|s| {
+        for _ in 0..cores.min(tensors.len()) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((name, dims, ty)) = tensors.get(i) else {
+                    break;
+                };
+                let mut rng = Rng::new(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let bytes = random_tensor(&mut rng, name, dims.iter().product(), *ty);
+                if let Ok(mut m) = made.lock() {
+                    m[i] = Some(bytes);
+                }
+            });
+        }
+    });
+    let made = made.into_inner().unwrap_or_else(|e| e.into_inner());
+    for ((name, dims, ty), bytes) in tensors.into_iter().zip(made) {
+        let bytes = bytes.ok_or_else(|| GgufError::Encode {
+            tensor: name.clone(),
+            reason: "its worker stopped".into(),
+        })??;
         w.add_tensor(name, &dims, ty, bytes)?;
     }
     Ok(w)
@@ -188,6 +350,13 @@ mod smollm2 {
             vec![s.n_embd],
             TensorType::F32,
         ));
+        if let Some(ty) = s.output {
+            out.push((
+                "output.weight".to_string(),
+                vec![s.n_embd, u64::from(s.vocab)],
+                ty,
+            ));
+        }
         out
     }
 
@@ -272,8 +441,6 @@ mod smollm2 {
             ("llama.attention.head_count_kv", Value::U32(shape.n_head_kv)),
             ("llama.rope.freq_base", Value::F32(100_000.0)),
             ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
-            // LLAMA_FTYPE_MOSTLY_Q4_1.
-            ("general.file_type", Value::U32(3)),
             ("llama.vocab_size", Value::U32(shape.vocab)),
             ("llama.rope.dimension_count", Value::U32(head_dim as u32)),
             ("tokenizer.ggml.add_space_prefix", Value::Bool(false)),

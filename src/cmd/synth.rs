@@ -4,16 +4,22 @@
 use clap::Args as ClapArgs;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use trine_gguf::{synth, Gguf, GgufError};
-
-/// The preset that needs no file.
-const SMOLLM2: &str = "smollm2-135m";
+use trine_gguf::synth::{Mix, SynthShape};
+use trine_gguf::{synth, Gguf, GgufError, TensorType};
 
 #[derive(ClapArgs)]
 pub struct Args {
-    /// A GGUF file to imitate, or `smollm2-135m` for SmolLM2-135M-Instruct Q4_1's layout.
+    /// A GGUF file to imitate, or a layout: smollm2-135m (SmolLM2-135M-Instruct Q4_1's),
+    /// llama-3.2-1b, llama-3-8b, llama-3-70b (Q4_K_M unless --type or --mix says otherwise).
     #[arg(long)]
     like: String,
+    /// Every matrix, the embedding and the output head in this type (q4_k, q8_0, …), for a
+    /// layout.
+    #[arg(long = "type", conflicts_with = "mix")]
+    ty: Option<String>,
+    /// The types llama.cpp's quantizer would give: q4_k_m, for a layout.
+    #[arg(long)]
+    mix: Option<String>,
     #[arg(short = 'o', long)]
     output: PathBuf,
     #[arg(long, default_value_t = 0)]
@@ -21,11 +27,19 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<ExitCode, String> {
-    let writer = if a.like == SMOLLM2 {
-        synth::synth_smollm2_135m(a.seed)
-    } else {
-        let src = Gguf::open(a.like.as_ref()).map_err(|e| with_path(&a.like, e))?;
-        synth::synth_like(&src, a.seed)
+    let preset = SynthShape::PRESETS.iter().find(|(name, _)| *name == a.like);
+    let writer = match preset {
+        Some(&(_, shape)) => synth::synth_llama(typed(shape, &a)?, a.seed),
+        None if a.ty.is_some() || a.mix.is_some() => {
+            return Err(format!(
+                "--type and --mix apply to a layout ({}), not to a file",
+                names()
+            ))
+        }
+        None => {
+            let src = Gguf::open(a.like.as_ref()).map_err(|e| with_path(&a.like, e))?;
+            synth::synth_like(&src, a.seed)
+        }
     }
     .map_err(|e| e.to_string())?;
     writer
@@ -38,6 +52,39 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         a.like
     );
     Ok(ExitCode::SUCCESS)
+}
+
+fn names() -> String {
+    let names: Vec<&str> = SynthShape::PRESETS.iter().map(|(n, _)| *n).collect();
+    names.join(", ")
+}
+
+/// `shape` with the types `--type` or `--mix` asks for.
+fn typed(shape: SynthShape, a: &Args) -> Result<SynthShape, String> {
+    if let Some(name) = &a.ty {
+        let ty = TensorType::ALL
+            .into_iter()
+            .find(|t| t.name() == name.to_lowercase())
+            .ok_or_else(|| {
+                let all: Vec<&str> = TensorType::ALL.iter().map(|t| t.name()).collect();
+                format!("--type {name}: not a type ({})", all.join(", "))
+            })?;
+        return Ok(SynthShape {
+            matrices: ty,
+            embedding: ty,
+            output: shape.output.map(|_| ty),
+            mix: Mix::AsGiven,
+            ..shape
+        });
+    }
+    match a.mix.as_deref() {
+        None => Ok(shape),
+        Some("q4_k_m") => Ok(SynthShape {
+            mix: Mix::Q4KM,
+            ..shape
+        }),
+        Some(other) => Err(format!("--mix {other}: the mixes are q4_k_m")),
+    }
 }
 
 /// `e` with the file it is about, once: a file system error names its path already.

@@ -169,3 +169,53 @@ fn synth_like_refuses_nothing_a_valid_file_holds() {
     let g = reread(&synth_like(&src, 0).unwrap());
     assert_eq!(g.metadata(), src.metadata());
 }
+
+/// Q4_K_M as llama.cpp lays it out: Q6_K for the output head and for the value and FFN-down
+/// projections of the first and last eighth of the layers and every third between, Q4_K for
+/// the rest; rows that are not whole 256-element blocks fall back to Q5_0 and Q8_0.
+#[test]
+fn the_q4_k_m_mix_gives_llama_cpps_types() {
+    use crate::synth::{synth_llama, Mix, SynthShape};
+    let shape = SynthShape {
+        n_embd: 256,
+        n_ff: 96,
+        n_layer: 8,
+        output: Some(TensorType::Q8_0),
+        mix: Mix::Q4KM,
+        ..SynthShape::TINY
+    };
+    let g = reread(&synth_llama(shape, 3).unwrap());
+    let ty = |name: &str| g.tensors().iter().find(|t| t.name == name).unwrap().ty;
+    assert_eq!(ty("output.weight"), TensorType::Q6_K);
+    assert_eq!(ty("token_embd.weight"), TensorType::Q4_K);
+    for (layer, more) in [
+        (0, true),
+        (1, false),
+        (2, false),
+        (3, true),
+        (6, true),
+        (7, true),
+    ] {
+        let v = ty(&format!("blk.{layer}.attn_v.weight"));
+        assert_eq!(v == TensorType::Q6_K, more, "layer {layer}");
+        assert_eq!(ty(&format!("blk.{layer}.attn_q.weight")), TensorType::Q4_K);
+        // The FFN's 96-element rows are not whole blocks.
+        let down = if more {
+            TensorType::Q8_0
+        } else {
+            TensorType::Q5_0
+        };
+        assert_eq!(
+            ty(&format!("blk.{layer}.ffn_down.weight")),
+            down,
+            "layer {layer}"
+        );
+    }
+    assert_eq!(
+        g.metadata()
+            .iter()
+            .find(|(k, _)| k == "general.file_type")
+            .map(|(_, v)| v.clone()),
+        Some(crate::Value::U32(15))
+    );
+}
