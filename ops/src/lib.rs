@@ -59,7 +59,7 @@ pub static FAMILIES: [Family; 14] = [
     },
     Family {
         name: "matvec",
-        about: "decode's matrix-vector product y = W·x, W in f32, f16, Q8_0, Q4_0 or Q4_1",
+        about: "decode's matrix-vector product y = W·x, W in f32, f16 or any block format",
         cases: matvec::cases,
     },
     Family {
