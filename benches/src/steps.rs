@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 use trine_backends::Backend;
-use trine_gguf::synth::{synth_llama, SynthShape};
+use trine_gguf::synth::{synth_llama, Mix, SynthShape};
 use trine_gguf::{Gguf, TensorType};
 use trine_llama::graph::{Node, Step};
 use trine_llama::{Engine, EngineOptions, Model, ModelError};
@@ -56,6 +56,8 @@ impl Layout {
                 vocab: 32000,
                 matrices: TensorType::Q4_0,
                 embedding: TensorType::Q4_0,
+                output: None,
+                mix: Mix::AsGiven,
             },
         }
     }

@@ -4,8 +4,8 @@
 //! is nibble s%2 of byte s/2 with bits 2s..2s+2 of the u16 above it, less 32. Element value
 //! d·sc·table[code] ([`iq4_value`]).
 
-use super::packed::{byte, iq4_value, split_nibbles, Packed};
-use super::{load_f16, load_u16, Scales};
+use super::packed::{byte, half, iq4_value, split_nibbles, u16_at, Bytes, Packed};
+use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
 
@@ -23,14 +23,14 @@ const CODES_AT: u32 = 8;
 
 fn scales<'b>(
     k: &'b KernelBuilder,
-    (buf, view): (BufferId, Option<BufferId>),
+    (src, view): (Bytes, Option<BufferId>),
     base: Val<'b>,
     sub: Val<'b>,
 ) -> Scales<'b> {
-    let d = load_f16(k, buf, view, base);
-    let low = (byte(k, buf, base + k.u32(4) + (sub >> k.u32(1))) >> ((sub & k.u32(1)) * k.u32(4)))
+    let d = half(k, (src, view), base);
+    let low = (byte(k, src, base + k.u32(4) + (sub >> k.u32(1))) >> ((sub & k.u32(1)) * k.u32(4)))
         & k.u32(15);
-    let top = (load_u16(k, buf, base + k.u32(2)) >> (sub * k.u32(2))) & k.u32(3);
+    let top = (u16_at(k, src, base + k.u32(2)) >> (sub * k.u32(2))) & k.u32(3);
     let ls = (low | (top << k.u32(4))).cast(Scalar::I32) - k.i32(32);
     Scales {
         d: d * ls.cast(Scalar::F32),
@@ -40,13 +40,13 @@ fn scales<'b>(
 
 fn codes<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     base: Val<'b>,
     first: Val<'b>,
     n: u32,
 ) -> Vec<Val<'b>> {
     let at = base + k.u32(CODES_AT) + (first / k.u32(32)) * k.u32(16);
-    split_nibbles(k, buf, at, first % k.u32(32), n)
+    split_nibbles(k, src, at, first % k.u32(32), n)
         .into_iter()
         .map(|q| iq4_value(k, q))
         .collect()

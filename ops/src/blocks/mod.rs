@@ -33,7 +33,7 @@ mod q8_0;
 
 pub use f16::{f16_bits_to_f32, f16_finite_bits_to_f32, load_f16, load_u16};
 pub use flat::{Codes, Flat, Offset};
-pub use packed::Packed;
+pub use packed::{Bytes, Packed};
 pub use pairs::{pair_blocks, pair_scale_bytes, pairs_apply};
 
 use crate::shape::ShapeError;
@@ -142,8 +142,9 @@ impl BlockFormat {
         match self {
             BlockFormat::Flat(f) => f.element(k, buf, base, j),
             BlockFormat::Packed(p) => {
-                let s = (p.scales)(k, (buf, None), base, j / k.u32(p.sub));
-                s.value((p.codes)(k, buf, base, j, 1)[0])
+                let src = Bytes::U8(buf);
+                let s = (p.scales)(k, (src, None), base, j / k.u32(p.sub));
+                s.value((p.codes)(k, src, base, j, 1)[0])
             }
         }
     }

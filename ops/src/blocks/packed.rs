@@ -2,19 +2,28 @@
 //! lie in several arrays ([`Packed`]). A product reads them through the format's decoder of
 //! one run of consecutive elements within a sub-block: its scales, then its codes.
 
-use super::Scales;
+use super::{f16_bits_to_f32, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
 
-/// The scales of sub-block `sub` of the block at byte `base` of a `U8` buffer (read through
-/// its `F16` view where one is bound).
+/// How a kernel binds a packed format's bytes: as bytes, or as 32-bit words, from which a run
+/// of bytes comes a word at a time (GPUs load a word where they would load a byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bytes {
+    U8(BufferId),
+    Words(BufferId),
+}
+
+/// The scales of sub-block `sub` of the block at byte `base` (the f16 ones read through the
+/// weights' `F16` view where one is bound).
 pub type SubScales =
-    for<'b> fn(&'b KernelBuilder, (BufferId, Option<BufferId>), Val<'b>, Val<'b>) -> Scales<'b>;
+    for<'b> fn(&'b KernelBuilder, (Bytes, Option<BufferId>), Val<'b>, Val<'b>) -> Scales<'b>;
 
 /// The codes, as `F32` and with every offset but the sub-block's [`Scales::m`] applied, of
 /// elements `first..first + n` of the block at byte `base`: `n` a power of two no larger than
-/// a sub-block, `first` a multiple of `n`.
-pub type RunCodes = for<'b> fn(&'b KernelBuilder, BufferId, Val<'b>, Val<'b>, u32) -> Vec<Val<'b>>;
+/// a sub-block, `first` a multiple of `n`. Every format's runs of 4 or more start on an even
+/// byte (its blocks are an even number of bytes long), as [`bytes`] needs.
+pub type RunCodes = for<'b> fn(&'b KernelBuilder, Bytes, Val<'b>, Val<'b>, u32) -> Vec<Val<'b>>;
 
 /// A format read through its decoder.
 #[derive(Clone, Copy)]
@@ -53,9 +62,53 @@ impl std::fmt::Debug for Packed {
     }
 }
 
-/// Byte `at` of a `U8` buffer, as `U32`.
-pub(super) fn byte<'b>(k: &'b KernelBuilder, buf: BufferId, at: Val<'b>) -> Val<'b> {
-    k.load(buf, at)
+/// Byte `at` of the weights, as `U32`.
+pub(super) fn byte<'b>(k: &'b KernelBuilder, src: Bytes, at: Val<'b>) -> Val<'b> {
+    match src {
+        Bytes::U8(buf) => k.load(buf, at),
+        Bytes::Words(w) => (k.load(w, at >> k.u32(2)) >> ((at & k.u32(3)) * k.u32(8))) & k.u32(255),
+    }
+}
+
+/// The `n` bytes from byte `at`, as `U32`. From words, a run of 4 or more (`at` even) is
+/// loaded a word at a time: starting mid-word (`shift` 16), each word of the run is the high
+/// half of one word and the low half of the next; the word after the run's last is loaded
+/// only where the run reaches into it (a run on a word loads its last word again instead, so
+/// that the buffer's last block reads nothing past its end).
+pub(super) fn bytes<'b>(k: &'b KernelBuilder, src: Bytes, at: Val<'b>, n: u32) -> Vec<Val<'b>> {
+    let Bytes::Words(w) = src else {
+        return (0..n).map(|i| byte(k, src, at + k.u32(i))).collect();
+    };
+    if n < 4 {
+        return (0..n).map(|i| byte(k, src, at + k.u32(i))).collect();
+    }
+    let words = n / 4;
+    let first = at >> k.u32(2);
+    let shift = (at & k.u32(2)) * k.u32(8);
+    let mut loaded: Vec<Val> = (0..words).map(|j| k.load(w, first + k.u32(j))).collect();
+    loaded.push(k.load(w, first + k.u32(words - 1) + (shift >> k.u32(4))));
+    loaded
+        .windows(2)
+        .map(|p| (p[0] >> shift) | ((p[1] << k.u32(16)) << (k.u32(16) - shift)))
+        .flat_map(|word| (0..4).map(move |b| (word >> k.u32(8 * b)) & k.u32(255)))
+        .collect()
+}
+
+/// The f16 at byte `at` (even), as `F32`: through the weights' `F16` view where one is bound.
+pub(super) fn half<'b>(
+    k: &'b KernelBuilder,
+    (src, view): (Bytes, Option<BufferId>),
+    at: Val<'b>,
+) -> Val<'b> {
+    match view {
+        Some(h) => k.load(h, at >> k.u32(1)).cast(Scalar::F32),
+        None => f16_bits_to_f32(k, u16_at(k, src, at)),
+    }
+}
+
+/// The little-endian u16 at byte `at`, as `U32`.
+pub(super) fn u16_at<'b>(k: &'b KernelBuilder, src: Bytes, at: Val<'b>) -> Val<'b> {
+    byte(k, src, at) | (byte(k, src, at + k.u32(1)) << k.u32(8))
 }
 
 /// An unsigned code (`U32`) less `centre`, as `F32`, through `I32`: x86 vectors convert
@@ -76,14 +129,15 @@ pub(super) fn signed<'b>(k: &'b KernelBuilder, byte: Val<'b>) -> Val<'b> {
 /// (`high` 1) halves of the `n` bytes from byte `at`, as `U32`.
 pub(super) fn nibbles<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     at: Val<'b>,
     high: Val<'b>,
     n: u32,
 ) -> Vec<Val<'b>> {
     let shift = high * k.u32(4);
-    (0..n)
-        .map(|i| (byte(k, buf, at + k.u32(i)) >> shift) & k.u32(15))
+    bytes(k, src, at, n)
+        .into_iter()
+        .map(|b| (b >> shift) & k.u32(15))
         .collect()
 }
 
@@ -92,7 +146,7 @@ pub(super) fn nibbles<'b>(
 /// a run of 32 is the bytes' low nibbles, then their high ones.
 pub(super) fn split_nibbles<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     at: Val<'b>,
     first: Val<'b>,
     n: u32,
@@ -100,17 +154,15 @@ pub(super) fn split_nibbles<'b>(
     (0..n.div_ceil(16))
         .flat_map(|half| {
             let e = first + k.u32(16 * half);
-            nibbles(k, buf, at + (e & k.u32(15)), e >> k.u32(4), n.min(16))
+            nibbles(k, src, at + (e & k.u32(15)), e >> k.u32(4), n.min(16))
         })
         .collect()
 }
 
 /// The little-endian u32 at byte `at`, assembled from bytes (a block's word need not be
 /// aligned).
-pub(super) fn u32_at<'b>(k: &'b KernelBuilder, buf: BufferId, at: Val<'b>) -> Val<'b> {
-    (0..4).fold(k.u32(0), |w, i| {
-        w | (byte(k, buf, at + k.u32(i)) << k.u32(8 * i))
-    })
+pub(super) fn u32_at<'b>(k: &'b KernelBuilder, src: Bytes, at: Val<'b>) -> Val<'b> {
+    u16_at(k, src, at) | (u16_at(k, src, at + k.u32(2)) << k.u32(16))
 }
 
 /// The 6-bit scale and minimum of sub-block `j` (0..8) from the 12 bytes at `at`, as Q4_K and
@@ -119,14 +171,14 @@ pub(super) fn u32_at<'b>(k: &'b KernelBuilder, buf: BufferId, at: Val<'b>) -> Va
 /// `j − 4` and `j`.
 pub(super) fn k_scale_min<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     at: Val<'b>,
     j: Val<'b>,
 ) -> (Val<'b>, Val<'b>) {
-    let a = byte(k, buf, at + j);
-    let b = byte(k, buf, at + j + k.u32(4));
+    let a = byte(k, src, at + j);
+    let b = byte(k, src, at + j + k.u32(4));
     // Byte j − 4 for the high sub-blocks; for the low ones a valid byte that goes unused.
-    let c = byte(k, buf, at + (j ^ k.u32(4)));
+    let c = byte(k, src, at + (j ^ k.u32(4)));
     let low = j.lt(k.u32(4));
     let six = k.u32(63);
     let top = |v: Val<'b>| (v >> k.u32(6)) << k.u32(4);

@@ -3,8 +3,8 @@
 //! and an f16 minimum step dmin. In each half h of 128 elements, element 32j + r takes bits
 //! 2j..2j+2 of code byte 32h + r. Element value d·sc·q − dmin·mn.
 
-use super::packed::{byte, centred, Packed};
-use super::{load_f16, Scales};
+use super::packed::{byte, centred, half, Bytes, Packed};
+use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
 
@@ -23,13 +23,13 @@ const D_AT: u32 = 80;
 
 fn scales<'b>(
     k: &'b KernelBuilder,
-    (buf, view): (BufferId, Option<BufferId>),
+    (src, view): (Bytes, Option<BufferId>),
     base: Val<'b>,
     sub: Val<'b>,
 ) -> Scales<'b> {
-    let d = load_f16(k, buf, view, base + k.u32(D_AT));
-    let dmin = load_f16(k, buf, view, base + k.u32(D_AT + 2));
-    let s = byte(k, buf, base + sub);
+    let d = half(k, (src, view), base + k.u32(D_AT));
+    let dmin = half(k, (src, view), base + k.u32(D_AT + 2));
+    let s = byte(k, src, base + sub);
     let sc = (s & k.u32(15)).cast(Scalar::F32);
     let mn = (s >> k.u32(4)).cast(Scalar::F32);
     Scales {
@@ -40,7 +40,7 @@ fn scales<'b>(
 
 fn codes<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     base: Val<'b>,
     first: Val<'b>,
     n: u32,
@@ -48,7 +48,7 @@ fn codes<'b>(
     let (at, shift) = crumbs(k, base + k.u32(CODES_AT), first);
     (0..n)
         .map(|i| {
-            let q = (byte(k, buf, at + k.u32(i)) >> shift) & k.u32(3);
+            let q = (byte(k, src, at + k.u32(i)) >> shift) & k.u32(3);
             centred(k, q, 0)
         })
         .collect()

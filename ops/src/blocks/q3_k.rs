@@ -5,9 +5,9 @@
 //! byte i%8, its top two bits 2(i/4)..2(i/4)+2 of byte 8 + i%4; its value less 32. Element
 //! value d·sc·code.
 
-use super::packed::{byte, Packed};
+use super::packed::{byte, half, Bytes, Packed};
 use super::q2_k::crumbs;
-use super::{load_f16, Scales};
+use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
 
@@ -27,14 +27,14 @@ const D_AT: u32 = 108;
 
 fn scales<'b>(
     k: &'b KernelBuilder,
-    (buf, view): (BufferId, Option<BufferId>),
+    (src, view): (Bytes, Option<BufferId>),
     base: Val<'b>,
     sub: Val<'b>,
 ) -> Scales<'b> {
-    let d = load_f16(k, buf, view, base + k.u32(D_AT));
+    let d = half(k, (src, view), base + k.u32(D_AT));
     let at = base + k.u32(SCALES_AT);
-    let low = (byte(k, buf, at + (sub & k.u32(7))) >> ((sub >> k.u32(3)) * k.u32(4))) & k.u32(15);
-    let top = (byte(k, buf, at + k.u32(8) + (sub & k.u32(3))) >> ((sub >> k.u32(2)) * k.u32(2)))
+    let low = (byte(k, src, at + (sub & k.u32(7))) >> ((sub >> k.u32(3)) * k.u32(4))) & k.u32(15);
+    let top = (byte(k, src, at + k.u32(8) + (sub & k.u32(3))) >> ((sub >> k.u32(2)) * k.u32(2)))
         & k.u32(3);
     let sc = (low | (top << k.u32(4))).cast(Scalar::I32) - k.i32(32);
     Scales {
@@ -45,7 +45,7 @@ fn scales<'b>(
 
 fn codes<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     base: Val<'b>,
     first: Val<'b>,
     n: u32,
@@ -55,8 +55,8 @@ fn codes<'b>(
     let r = first % k.u32(32);
     (0..n)
         .map(|i| {
-            let q = (byte(k, buf, at + k.u32(i)) >> shift) & k.u32(3);
-            let h = (byte(k, buf, base + r + k.u32(i)) >> bit) & k.u32(1);
+            let q = (byte(k, src, at + k.u32(i)) >> shift) & k.u32(3);
+            let h = (byte(k, src, base + r + k.u32(i)) >> bit) & k.u32(1);
             // Clear, the code is 4 below its two bits.
             let code = (q | (h << k.u32(2))).cast(Scalar::I32) - k.i32(4);
             code.cast(Scalar::F32)

@@ -3,8 +3,8 @@
 //! bytes of nibbles: chunk c of 64 elements is bytes 32c..32c+32, sub-block 2c in their low
 //! nibbles and 2c + 1 in their high ones. Element value d·sc·q − dmin·mn.
 
-use super::packed::{centred, k_scale_min, nibbles, Packed};
-use super::{load_f16, Scales};
+use super::packed::{centred, half, k_scale_min, nibbles, Bytes, Packed};
+use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
 
@@ -23,13 +23,13 @@ const CODES_AT: u32 = 16;
 
 fn scales<'b>(
     k: &'b KernelBuilder,
-    (buf, view): (BufferId, Option<BufferId>),
+    (src, view): (Bytes, Option<BufferId>),
     base: Val<'b>,
     sub: Val<'b>,
 ) -> Scales<'b> {
-    let d = load_f16(k, buf, view, base);
-    let dmin = load_f16(k, buf, view, base + k.u32(2));
-    let (sc, mn) = k_scale_min(k, buf, base + k.u32(SCALES_AT), sub);
+    let d = half(k, (src, view), base);
+    let dmin = half(k, (src, view), base + k.u32(2));
+    let (sc, mn) = k_scale_min(k, src, base + k.u32(SCALES_AT), sub);
     Scales {
         d: d * sc,
         m: Some(-(dmin * mn)),
@@ -38,7 +38,7 @@ fn scales<'b>(
 
 fn codes<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     base: Val<'b>,
     first: Val<'b>,
     n: u32,
@@ -46,7 +46,7 @@ fn codes<'b>(
     let chunk = first / k.u32(64);
     let at = base + k.u32(CODES_AT) + chunk * k.u32(32) + first % k.u32(32);
     let high = (first / k.u32(32)) & k.u32(1);
-    nibbles(k, buf, at, high, n)
+    nibbles(k, src, at, high, n)
         .into_iter()
         .map(|q| centred(k, q, 0))
         .collect()

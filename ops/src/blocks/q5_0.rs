@@ -2,8 +2,8 @@
 //! j's code is nibble j/16 of byte j%16 with bit j of the u32 as its 16, and its value
 //! d·(code − 16).
 
-use super::packed::{centred, split_nibbles, u32_at, Packed};
-use super::{load_f16, Scales};
+use super::packed::{centred, half, split_nibbles, u32_at, Bytes, Packed};
+use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
 
@@ -19,24 +19,24 @@ pub(super) const FORMAT: Packed = Packed {
 
 fn scales<'b>(
     k: &'b KernelBuilder,
-    (buf, view): (BufferId, Option<BufferId>),
+    (src, view): (Bytes, Option<BufferId>),
     base: Val<'b>,
     _sub: Val<'b>,
 ) -> Scales<'b> {
     Scales {
-        d: load_f16(k, buf, view, base),
+        d: half(k, (src, view), base),
         m: None,
     }
 }
 
 fn codes<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     base: Val<'b>,
     first: Val<'b>,
     n: u32,
 ) -> Vec<Val<'b>> {
-    five_bit(k, buf, (base + k.u32(2), base + k.u32(6)), first, n)
+    five_bit(k, src, (base + k.u32(2), base + k.u32(6)), first, n)
         .into_iter()
         .map(|q| centred(k, q, 16))
         .collect()
@@ -46,13 +46,13 @@ fn codes<'b>(
 /// u32 at byte `high` and whose nibbles start at byte `low` (Q5_0's and Q5_1's arrangement).
 pub(super) fn five_bit<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     (high, low): (Val<'b>, Val<'b>),
     first: Val<'b>,
     n: u32,
 ) -> Vec<Val<'b>> {
-    let bits = u32_at(k, buf, high);
-    split_nibbles(k, buf, low, first, n)
+    let bits = u32_at(k, src, high);
+    split_nibbles(k, src, low, first, n)
         .into_iter()
         .enumerate()
         .map(|(i, q)| {

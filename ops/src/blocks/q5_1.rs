@@ -1,9 +1,9 @@
 //! Q5_1: an f16 step d and an f16 minimum m, a little-endian u32 of high bits, then 16 bytes
 //! of nibbles, arranged as Q5_0's; element value d·code + m.
 
-use super::packed::{centred, Packed};
+use super::packed::{centred, half, Bytes, Packed};
 use super::q5_0::five_bit;
-use super::{load_f16, Scales};
+use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
 
@@ -19,24 +19,24 @@ pub(super) const FORMAT: Packed = Packed {
 
 fn scales<'b>(
     k: &'b KernelBuilder,
-    (buf, view): (BufferId, Option<BufferId>),
+    (src, view): (Bytes, Option<BufferId>),
     base: Val<'b>,
     _sub: Val<'b>,
 ) -> Scales<'b> {
     Scales {
-        d: load_f16(k, buf, view, base),
-        m: Some(load_f16(k, buf, view, base + k.u32(2))),
+        d: half(k, (src, view), base),
+        m: Some(half(k, (src, view), base + k.u32(2))),
     }
 }
 
 fn codes<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     base: Val<'b>,
     first: Val<'b>,
     n: u32,
 ) -> Vec<Val<'b>> {
-    five_bit(k, buf, (base + k.u32(4), base + k.u32(8)), first, n)
+    five_bit(k, src, (base + k.u32(4), base + k.u32(8)), first, n)
         .into_iter()
         .map(|q| centred(k, q, 0))
         .collect()

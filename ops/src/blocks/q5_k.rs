@@ -3,8 +3,8 @@
 //! Q4_K's: element l of sub-block s (chunk c = s/2) takes bit s of high-bit byte l as its
 //! code's 16. Element value d·sc·q − dmin·mn.
 
-use super::packed::{byte, centred, k_scale_min, nibbles, Packed};
-use super::{load_f16, Scales};
+use super::packed::{byte, centred, half, k_scale_min, nibbles, Bytes, Packed};
+use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
 
@@ -24,13 +24,13 @@ const CODES_AT: u32 = 48;
 
 fn scales<'b>(
     k: &'b KernelBuilder,
-    (buf, view): (BufferId, Option<BufferId>),
+    (src, view): (Bytes, Option<BufferId>),
     base: Val<'b>,
     sub: Val<'b>,
 ) -> Scales<'b> {
-    let d = load_f16(k, buf, view, base);
-    let dmin = load_f16(k, buf, view, base + k.u32(2));
-    let (sc, mn) = k_scale_min(k, buf, base + k.u32(SCALES_AT), sub);
+    let d = half(k, (src, view), base);
+    let dmin = half(k, (src, view), base + k.u32(2));
+    let (sc, mn) = k_scale_min(k, src, base + k.u32(SCALES_AT), sub);
     Scales {
         d: d * sc,
         m: Some(-(dmin * mn)),
@@ -39,7 +39,7 @@ fn scales<'b>(
 
 fn codes<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     base: Val<'b>,
     first: Val<'b>,
     n: u32,
@@ -47,11 +47,11 @@ fn codes<'b>(
     let sub = first / k.u32(32);
     let l = first % k.u32(32);
     let at = base + k.u32(CODES_AT) + (sub / k.u32(2)) * k.u32(32) + l;
-    let low = nibbles(k, buf, at, sub & k.u32(1), n);
+    let low = nibbles(k, src, at, sub & k.u32(1), n);
     low.into_iter()
         .enumerate()
         .map(|(i, q)| {
-            let h = byte(k, buf, base + k.u32(HIGH_AT) + l + k.u32(i as u32));
+            let h = byte(k, src, base + k.u32(HIGH_AT) + l + k.u32(i as u32));
             centred(k, q | (((h >> sub) & k.u32(1)) << k.u32(4)), 0)
         })
         .collect()

@@ -3,8 +3,8 @@
 //! of 128 elements, quarter q's element l (0..32) takes nibble q/2 of low byte 64h + 32(q%2) + l
 //! and bits 2q..2q+2 of high byte 32h + l. Element value d·sc·(q − 32).
 
-use super::packed::{byte, centred, nibbles, signed, Packed};
-use super::{load_f16, Scales};
+use super::packed::{byte, centred, half, nibbles, signed, Bytes, Packed};
+use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
 
@@ -24,18 +24,18 @@ const D_AT: u32 = 208;
 
 fn scales<'b>(
     k: &'b KernelBuilder,
-    (buf, view): (BufferId, Option<BufferId>),
+    (src, view): (Bytes, Option<BufferId>),
     base: Val<'b>,
     sub: Val<'b>,
 ) -> Scales<'b> {
-    let d = load_f16(k, buf, view, base + k.u32(D_AT));
-    let sc = signed(k, byte(k, buf, base + k.u32(SCALES_AT) + sub));
+    let d = half(k, (src, view), base + k.u32(D_AT));
+    let sc = signed(k, byte(k, src, base + k.u32(SCALES_AT) + sub));
     Scales { d: d * sc, m: None }
 }
 
 fn codes<'b>(
     k: &'b KernelBuilder,
-    buf: BufferId,
+    src: Bytes,
     base: Val<'b>,
     first: Val<'b>,
     n: u32,
@@ -46,11 +46,11 @@ fn codes<'b>(
     let low_at = base + half * k.u32(64) + (quarter & k.u32(1)) * k.u32(32) + l;
     let high_at = base + k.u32(HIGH_AT) + half * k.u32(32) + l;
     let shift = quarter * k.u32(2);
-    nibbles(k, buf, low_at, quarter >> k.u32(1), n)
+    nibbles(k, src, low_at, quarter >> k.u32(1), n)
         .into_iter()
         .enumerate()
         .map(|(i, q)| {
-            let h = (byte(k, buf, high_at + k.u32(i as u32)) >> shift) & k.u32(3);
+            let h = (byte(k, src, high_at + k.u32(i as u32)) >> shift) & k.u32(3);
             centred(k, q | (h << k.u32(4)), 32)
         })
         .collect()

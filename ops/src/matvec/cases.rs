@@ -188,25 +188,28 @@ pub fn cases() -> Vec<Case> {
         }
     }
     // Packed formats in the walks the executor gives them: the GPUs' segments of 8, 16 and
-    // 32 elements (two runs of a 16-element sub-block) with scales through the f16 view or
-    // from bytes, and the CPUs' blocked walk on each sub-block, on 8 invocations and on as
-    // many as a sub-block's elements; rows past the last workgroup's end.
+    // 32 elements (two runs of a 16-element sub-block), codes read as words or as bytes,
+    // scales through the f16 view or from bytes, and the CPUs' blocked walk on each sub-block,
+    // on 8 invocations and on as many as a sub-block's elements; rows past the last
+    // workgroup's end. Odd rows of the formats whose blocks are not whole words start mid-word.
     for (i, p) in BlockFormat::ALL.iter().enumerate() {
         let BlockFormat::Packed(p) = *p else {
             continue;
         };
-        for (workgroup, segment, f16_scales, blocked) in [
-            (128, 8, true, false),
-            (32, 16, false, false),
-            (64, 32, true, false),
-            (8, 8, true, true),
-            (p.sub.min(32), 8, false, true),
+        for (workgroup, segment, (f16_scales, word_codes), blocked) in [
+            (128, 8, (true, true), false),
+            (32, 16, (false, false), false),
+            (64, 32, (true, true), false),
+            (32, 32, (true, false), false),
+            (8, 8, (true, false), true),
+            (p.sub.min(32), 8, (false, false), true),
         ] {
             let spec = MatvecSpec {
                 rows_per_workgroup: 4,
                 workgroup,
                 segment,
                 f16_scales,
+                word_codes,
                 blocked,
                 ..MatvecSpec::new(p.ty, Reduce::Subgroup)
             };

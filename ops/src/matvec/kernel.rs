@@ -6,7 +6,7 @@ use super::dot::{dot_blocked, dot_pairs, dot_quantized};
 use super::packed::{dot_packed, dot_packed_blocked};
 use super::reduce::{reduce_shared, reduce_subgroup};
 use super::{Epilogue, MatvecSpec, Prologue, Reduce, SEGMENT};
-use crate::blocks::BlockFormat;
+use crate::blocks::{BlockFormat, Bytes};
 use crate::matvec_attn::{Combined, Input, RopeOut};
 use crate::matvec_fused::{self as fused, Norm};
 use crate::shape::ShapeError;
@@ -139,10 +139,15 @@ pub fn kernel(spec: MatvecSpec) -> Result<Kernel, ShapeError> {
             wg,
         );
     } else if let Some(BlockFormat::Packed(p)) = format {
+        let bytes = if spec.reads_words() {
+            Bytes::Words(w)
+        } else {
+            Bytes::U8(w)
+        };
         dot_packed(
             &k,
             p,
-            (w, w16),
+            (bytes, w16),
             (input, norm.as_ref()),
             cols,
             &rows_accs,

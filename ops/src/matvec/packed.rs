@@ -3,18 +3,18 @@
 //! once per run and row, and adds `d·Σ code·x` (plus `m·Σx`) to the row's sum.
 
 use super::dot::accumulate;
-use crate::blocks::Packed;
+use crate::blocks::{Bytes, Packed};
 use crate::matvec_attn::Input;
 use crate::matvec_fused::Norm;
 use trine_ir::{BufferId, KernelBuilder, Val, Var};
 
 /// The segments walk ([`super::MatvecSpec::segment`]) of a packed format: each invocation
 /// takes segments `lid`, `lid + wg`, … of the row, a segment being runs of at most a
-/// sub-block.
+/// sub-block. `w` is bound as bytes or as words ([`super::MatvecSpec::word_codes`]).
 pub(super) fn dot_packed<'b>(
     k: &'b KernelBuilder,
     p: Packed,
-    (w, w16): (BufferId, Option<BufferId>),
+    (w, w16): (Bytes, Option<BufferId>),
     (input, norm): (&Input<'b>, Option<&Norm<'b>>),
     cols: Val<'b>,
     rows_accs: &[(Val<'b>, Var<'b>)],
@@ -79,6 +79,7 @@ pub(super) fn dot_packed_blocked<'b>(
     let row_bytes = (cols / k.u32(p.elems)) * block_bytes;
     let bases: Vec<Val> = rows_accs.iter().map(|&(r, _)| r * row_bytes).collect();
     let lid = k.local_index();
+    let w = Bytes::U8(w);
     let offsets: Vec<Val> = (0..p.sub / wg).map(|j| lid + k.u32(j * wg)).collect();
     let per_block = p.elems / p.sub;
     k.for_range(k.u32(0), cols / k.u32(p.sub), 1, |g| {

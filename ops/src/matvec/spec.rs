@@ -110,7 +110,12 @@ impl MatvecSpec {
         self.word_codes
             && !self.blocked
             && self.f16_scales
-            && BlockFormat::flat_of(self.weights).is_some_and(super::dot::words_apply)
+            && match BlockFormat::of(self.weights) {
+                Some(BlockFormat::Flat(f)) => super::dot::words_apply(f),
+                // Packed formats' runs start on even bytes (`blocks::Bytes`).
+                Some(BlockFormat::Packed(p)) => p.bytes.is_multiple_of(2),
+                None => false,
+            }
     }
 
     /// How case names show the shape: `r2w128s8h` (rows, invocations, segment, `h` for f16
