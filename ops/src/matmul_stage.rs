@@ -12,7 +12,7 @@
 //! Every value is the one the kernel staged before, computed the same way, so results do not
 //! change.
 
-use super::blocks::{f16_bits_to_f32, BlockFormat, Codes, Flat, Offset, Scales};
+use super::blocks::{f16_bits_to_f32, BlockFormat, Bytes, Codes, Flat, Offset, Packed, Scales};
 use super::support::Float;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val, Var};
@@ -69,6 +69,13 @@ enum Share<'b> {
     /// half `e = h·invocations + lid` of the block: consecutive invocations, consecutive
     /// halves along a row ([`Fetch::half_at`]).
     Halves { f: Flat, halves: Vec<Half<'b>> },
+    /// Halves of a step's blocks of a packed format, as [`Share::Halves`] divides them: each
+    /// a run of 16 elements of one sub-block, decoded through the format's decoder when it is
+    /// put. The load only finds each run: its block's first byte and its first element.
+    Runs {
+        p: Packed,
+        runs: Vec<(Var<'b>, Var<'b>)>,
+    },
     /// 16-byte lines of an f16 block, `lines` per invocation, copied straight into shared
     /// memory ([`Fetch::copy`]) without passing through the invocation's registers: the
     /// walk's items are lines of [`LINE`] elements.
@@ -222,8 +229,17 @@ impl<'b> Fetch<'b> {
             walk: RowWalk::new(k, block, (invocations, depth), (LINE, layout)),
             lines: (block.n * width / LINE / invocations) as usize,
         };
-        let w_share = match (ty, BlockFormat::flat_of(ty)) {
-            (_, Some(f)) => {
+        let w_share = match (ty, BlockFormat::of(ty)) {
+            (_, Some(BlockFormat::Packed(p))) => Share::Runs {
+                p,
+                runs: (0..(2 * wb.n * depth).div_ceil(invocations))
+                    .map(|h| {
+                        let base = k.var(&format!("run_block{h}"), Scalar::U32);
+                        (base, k.var(&format!("run_first{h}"), Scalar::U32))
+                    })
+                    .collect(),
+            },
+            (_, Some(BlockFormat::Flat(f))) => {
                 let aligned = word_aligned(f);
                 let words = if aligned { 4 } else { 5 };
                 let halves = (2 * wb.n * depth).div_ceil(invocations);
@@ -290,6 +306,18 @@ impl<'b> Fetch<'b> {
                         v.set(k.load(*buf, walk.index(k, j, k0)));
                     }
                 }
+                Share::Runs { p, runs } => {
+                    for (h, (base, first)) in runs.iter().enumerate() {
+                        let e = self.half_index(k, h);
+                        let e = e.min(k.u32(2 * block.n * self.depth - 1));
+                        let at = self.half_at(k, e);
+                        let row = (block.r0 + at.row).min(block.rows - k.u32(1));
+                        let column = k0 + at.block * k.u32(BK) + at.half * k.u32(BK / 2);
+                        let (elems, bytes) = (k.u32(p.elems), k.u32(p.bytes));
+                        base.set((row * (block.cols / elems) + column / elems) * bytes);
+                        first.set(column % elems);
+                    }
+                }
                 Share::Halves { f, halves } => {
                     let bytes = k.u32(f.bytes);
                     // The buffer's last word: a fifth word past a block's codes may lie
@@ -351,22 +379,7 @@ impl<'b> Fetch<'b> {
                             let at = self.half_at(k, e);
                             let inside = (block.r0 + at.row).lt(block.rows);
                             let (s, codes) = half.decode(k, *f);
-                            let column = at.block * k.u32(BK) + at.half * k.u32(BK / 2);
-                            // The half's two lines of 8.
-                            let lines: Vec<Val<'b>> = (0..2)
-                                .map(|l| match self.layout {
-                                    Layout::Padded => {
-                                        base + at.row * k.u32(stage(self.depth))
-                                            + column
-                                            + k.u32(8 * l)
-                                    }
-                                    Layout::Swizzled => {
-                                        let line =
-                                            (column / k.u32(8) + k.u32(l)) ^ (at.row % k.u32(8));
-                                        base + at.row * k.u32(trine_ir::GROUP_K) + line * k.u32(8)
-                                    }
-                                })
-                                .collect();
+                            let lines = self.half_lines(k, base, &at);
                             for (i, byte) in codes.iter().enumerate() {
                                 let code = code_of(k, *f, *byte, at.half);
                                 let v = k.select(inside, s.value(code), k.f32(0.0));
@@ -376,8 +389,40 @@ impl<'b> Fetch<'b> {
                         });
                     }
                 }
+                Share::Runs { p, runs } => {
+                    let (_, buf, _) = &self.w;
+                    let src = Bytes::Words(*buf);
+                    for (h, (at_block, first)) in runs.iter().enumerate() {
+                        let e = self.half_index(k, h);
+                        k.if_(e.lt(k.u32(2 * block.n * self.depth)), || {
+                            let at = self.half_at(k, e);
+                            let inside = (block.r0 + at.row).lt(block.rows);
+                            let (blk, first) = (at_block.get(), first.get());
+                            let s = (p.scales)(k, (src, None), blk, first / k.u32(p.sub));
+                            let codes = (p.codes)(k, src, blk, first, BK / 2);
+                            let lines = self.half_lines(k, base, &at);
+                            for (i, code) in codes.iter().enumerate() {
+                                let v = k.select(inside, s.value(*code), k.f32(0.0));
+                                let j = lines[i / 8] + k.u32(i as u32 % 8);
+                                k.store_shared(dst, j, v.cast(Scalar::F16));
+                            }
+                        });
+                    }
+                }
             }
         }
+    }
+
+    /// Where half `at`'s two lines of 8 elements go in the staged block at `base`.
+    fn half_lines(&self, k: &'b KernelBuilder, base: Val<'b>, at: &HalfAt<'b>) -> [Val<'b>; 2] {
+        let column = at.block * k.u32(BK) + at.half * k.u32(BK / 2);
+        [0, 1].map(|l| match self.layout {
+            Layout::Padded => base + at.row * k.u32(stage(self.depth)) + column + k.u32(8 * l),
+            Layout::Swizzled => {
+                let line = (column / k.u32(8) + k.u32(l)) ^ (at.row % k.u32(8));
+                base + at.row * k.u32(trine_ir::GROUP_K) + line * k.u32(8)
+            }
+        })
     }
 
     /// The index within the step of this invocation's half `h`.

@@ -1,7 +1,8 @@
 //! Models in every block format run whole: a model whose matrices are K-quants, IQ4 or the
 //! 5-bit formats gives the logits of its twin whose matrices are the same weights decoded
 //! to f32 by the GGUF reader's reference (no kernel in that decoding), on the CPU and on the
-//! GPU-shaped stand-in; and a GPU checking the CPU agrees node by node.
+//! GPU-shaped stand-ins (prompts on tiles, and not); and a GPU checking the CPU agrees node
+//! by node.
 
 use crate::common::*;
 use std::sync::Arc;
@@ -95,10 +96,15 @@ fn every_block_format_runs_as_its_decoded_twin() {
         // Each backend against the twin on itself: the KV cache's type and the attention's
         // form are the backend's, the same for both. Bounds: the CPU's f32 cache leaves only
         // the order of f32 sums (worst measured 1.6e-13 over these models); the GPU-shaped
-        // stand-in's f16 cache rounds keys and values that differ in their last f32 bits to
+        // stand-ins' f16 cache rounds keys and values that differ in their last f32 bits to
         // neighbouring halves now and then, a step of up to 2⁻¹¹ in that element (worst
         // measured 7.9e-9, under the 2.4e-7 of every element so moved).
-        for (name, backend, bound) in [("cpu", cpu(), 1e-11), ("gpu", gpu(), 1e-7)] {
+        let backends = [
+            ("cpu", cpu(), 1e-11),
+            ("gpu", gpu(), 1e-7),
+            ("gpu with tiles", gpu_with(true), 1e-7),
+        ];
+        for (name, backend, bound) in backends {
             let want = logits(twin.clone(), backend.clone(), &ids);
             let got = logits(model.clone(), backend, &ids);
             for (step, (g, w)) in got.iter().zip(&want).enumerate() {

@@ -192,8 +192,9 @@ fn build_case(
 pub fn cases() -> Vec<Case> {
     let mut out = vec![];
     for ty in blocks::weight_types().filter(|&t| super::takes(t)) {
-        out.push(case(ty, (64, 64, 20), false));
-        out.push(case(ty, (72, 96, 70), ty == WeightType::Q4_1));
+        let w = |cols| blocks::whole_blocks(ty, cols);
+        out.push(case(ty, (64, w(64), 20), false));
+        out.push(case(ty, (72, w(96), 70), ty == WeightType::Q4_1));
     }
     out.push(case(WeightType::Q4_1, (960, 576, 70), false));
     // SwiGLU of the row pairs: rows and tokens past a block, and SmolLM2's gate/up (the
@@ -221,6 +222,19 @@ pub fn cases() -> Vec<Case> {
             (256, 128, 128),
             true,
             (large, Staging::Put, single),
+        ),
+        // Packed formats' runs in the large block and on warpgroup products: Q4_K_M's two.
+        (
+            WeightType::Q4_K,
+            (136, 512, 140),
+            true,
+            (large, Staging::Put, single),
+        ),
+        (
+            WeightType::Q6_K,
+            (136, 256, 140),
+            false,
+            (large, Staging::Group, single),
         ),
         // f16 weights copied asynchronously: the large block (steps of one block of K, rows
         // and tokens past one) and the medium one (steps of two, three of them).

@@ -42,13 +42,14 @@ pub use spec::{check, BlockSize, TilesSpec};
 
 pub(crate) const OP: &str = "matmul_tiles";
 
-/// Whether the tiled product takes weights of `ty`: plain floats, and the flat formats its
-/// staging decodes ([`crate::matmul_stage::stages`]).
+/// Whether the tiled product takes weights of `ty`: plain floats, the flat formats its
+/// staging decodes ([`crate::matmul_stage::stages`]), and every packed format (staged in runs
+/// of 16 elements, which lie in one sub-block of any of them).
 pub fn takes(ty: trine_gguf::quant::WeightType) -> bool {
     match crate::blocks::BlockFormat::of(ty) {
         None => true,
         Some(crate::blocks::BlockFormat::Flat(f)) => crate::matmul_stage::stages(f),
-        Some(crate::blocks::BlockFormat::Packed(_)) => false,
+        Some(crate::blocks::BlockFormat::Packed(p)) => p.sub >= BK / 2,
     }
 }
 
