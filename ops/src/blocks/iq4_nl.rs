@@ -1,7 +1,7 @@
 //! IQ4_NL: an f16 step d, then 16 bytes of nibbles arranged as Q4_0's; a code indexes a
 //! fixed table of 16 values ([`iq4_value`]). Element value d·table[code].
 
-use super::packed::{half, iq4_value, split_nibbles, Bytes, Packed};
+use super::packed::{half, iq4_value, on_words, split_nibbles, Bytes, Packed};
 use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
@@ -35,7 +35,7 @@ fn codes<'b>(
     first: Val<'b>,
     n: u32,
 ) -> Vec<Val<'b>> {
-    split_nibbles(k, src, base + k.u32(2), first, n)
+    split_nibbles(k, src, base + k.u32(2), (first, n), on_words(FORMAT.bytes))
         .into_iter()
         .map(|q| iq4_value(k, q))
         .collect()

@@ -4,7 +4,7 @@
 //! is nibble s%2 of byte s/2 with bits 2s..2s+2 of the u16 above it, less 32. Element value
 //! d·sc·table[code] ([`iq4_value`]).
 
-use super::packed::{byte, half, iq4_value, split_nibbles, u16_at, Bytes, Packed};
+use super::packed::{byte, half, iq4_value, on_words, split_nibbles, u16_at, Bytes, Packed};
 use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
@@ -46,7 +46,7 @@ fn codes<'b>(
     n: u32,
 ) -> Vec<Val<'b>> {
     let at = base + k.u32(CODES_AT) + (first / k.u32(32)) * k.u32(16);
-    split_nibbles(k, src, at, first % k.u32(32), n)
+    split_nibbles(k, src, at, (first % k.u32(32), n), on_words(FORMAT.bytes))
         .into_iter()
         .map(|q| iq4_value(k, q))
         .collect()

@@ -70,27 +70,53 @@ pub(super) fn byte<'b>(k: &'b KernelBuilder, src: Bytes, at: Val<'b>) -> Val<'b>
     }
 }
 
-/// The `n` bytes from byte `at`, as `U32`. From words, a run of 4 or more (`at` even) is
-/// loaded a word at a time: starting mid-word (`shift` 16), each word of the run is the high
-/// half of one word and the low half of the next; the word after the run's last is loaded
-/// only where the run reaches into it (a run on a word loads its last word again instead, so
-/// that the buffer's last block reads nothing past its end).
-pub(super) fn bytes<'b>(k: &'b KernelBuilder, src: Bytes, at: Val<'b>, n: u32) -> Vec<Val<'b>> {
-    let Bytes::Words(w) = src else {
-        return (0..n).map(|i| byte(k, src, at + k.u32(i))).collect();
-    };
-    if n < 4 {
-        return (0..n).map(|i| byte(k, src, at + k.u32(i))).collect();
+/// Whether a format whose blocks are `bytes` long has its runs of 4 or more bytes on words:
+/// its blocks are whole words (every such format's runs start at multiples of 4 in a block).
+pub(super) const fn on_words(bytes: u32) -> bool {
+    bytes.is_multiple_of(4)
+}
+
+/// The `n` bytes from byte `at`, as `U32`; `aligned` where the run starts on a word
+/// ([`on_words`]).
+pub(super) fn bytes<'b>(
+    k: &'b KernelBuilder,
+    src: Bytes,
+    at: Val<'b>,
+    n: u32,
+    aligned: bool,
+) -> Vec<Val<'b>> {
+    match src {
+        Bytes::Words(w) if n >= 4 => run_words(k, w, at, n, aligned)
+            .into_iter()
+            .flat_map(|word| (0..4).map(move |b| (word >> k.u32(8 * b)) & k.u32(255)))
+            .collect(),
+        _ => (0..n).map(|i| byte(k, src, at + k.u32(i))).collect(),
     }
+}
+
+/// The words holding the `n` bytes (4 or more) from byte `at` (even) of words `w`, byte `i`
+/// of the run in byte `i % 4` of word `i / 4`. A run on a word (`aligned`) is its words; one
+/// that may start mid-word (`shift` 16) joins the high half of each word to the low half of
+/// the next, the word after the run's last loaded only where the run reaches into it (else its
+/// last word again, so that the buffer's last block reads nothing past its end).
+fn run_words<'b>(
+    k: &'b KernelBuilder,
+    w: BufferId,
+    at: Val<'b>,
+    n: u32,
+    aligned: bool,
+) -> Vec<Val<'b>> {
     let words = n / 4;
     let first = at >> k.u32(2);
-    let shift = (at & k.u32(2)) * k.u32(8);
     let mut loaded: Vec<Val> = (0..words).map(|j| k.load(w, first + k.u32(j))).collect();
+    if aligned {
+        return loaded;
+    }
+    let shift = (at & k.u32(2)) * k.u32(8);
     loaded.push(k.load(w, first + k.u32(words - 1) + (shift >> k.u32(4))));
     loaded
         .windows(2)
         .map(|p| (p[0] >> shift) | ((p[1] << k.u32(16)) << (k.u32(16) - shift)))
-        .flat_map(|word| (0..4).map(move |b| (word >> k.u32(8 * b)) & k.u32(255)))
         .collect()
 }
 
@@ -131,14 +157,21 @@ pub(super) fn nibbles<'b>(
     k: &'b KernelBuilder,
     src: Bytes,
     at: Val<'b>,
-    high: Val<'b>,
-    n: u32,
+    (high, n): (Val<'b>, u32),
+    aligned: bool,
 ) -> Vec<Val<'b>> {
     let shift = high * k.u32(4);
-    bytes(k, src, at, n)
-        .into_iter()
-        .map(|b| (b >> shift) & k.u32(15))
-        .collect()
+    match src {
+        // Each code straight from its word: one shift and one mask.
+        Bytes::Words(w) if n >= 4 => run_words(k, w, at, n, aligned)
+            .into_iter()
+            .flat_map(|word| (0..4).map(move |b| (word >> (k.u32(8 * b) + shift)) & k.u32(15)))
+            .collect(),
+        _ => bytes(k, src, at, n, aligned)
+            .into_iter()
+            .map(|b| (b >> shift) & k.u32(15))
+            .collect(),
+    }
 }
 
 /// The codes (`U32`) of elements `first..first + n` (`first` below 32) of 32 elements held
@@ -148,13 +181,19 @@ pub(super) fn split_nibbles<'b>(
     k: &'b KernelBuilder,
     src: Bytes,
     at: Val<'b>,
-    first: Val<'b>,
-    n: u32,
+    (first, n): (Val<'b>, u32),
+    aligned: bool,
 ) -> Vec<Val<'b>> {
     (0..n.div_ceil(16))
         .flat_map(|half| {
             let e = first + k.u32(16 * half);
-            nibbles(k, src, at + (e & k.u32(15)), e >> k.u32(4), n.min(16))
+            nibbles(
+                k,
+                src,
+                at + (e & k.u32(15)),
+                (e >> k.u32(4), n.min(16)),
+                aligned,
+            )
         })
         .collect()
 }

@@ -3,7 +3,7 @@
 //! bytes of nibbles: chunk c of 64 elements is bytes 32c..32c+32, sub-block 2c in their low
 //! nibbles and 2c + 1 in their high ones. Element value d·sc·q − dmin·mn.
 
-use super::packed::{centred, half, k_scale_min, nibbles, Bytes, Packed};
+use super::packed::{centred, half, k_scale_min, nibbles, on_words, Bytes, Packed};
 use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
@@ -46,7 +46,7 @@ fn codes<'b>(
     let chunk = first / k.u32(64);
     let at = base + k.u32(CODES_AT) + chunk * k.u32(32) + first % k.u32(32);
     let high = (first / k.u32(32)) & k.u32(1);
-    nibbles(k, src, at, high, n)
+    nibbles(k, src, at, (high, n), on_words(FORMAT.bytes))
         .into_iter()
         .map(|q| centred(k, q, 0))
         .collect()

@@ -2,7 +2,7 @@
 //! j's code is nibble j/16 of byte j%16 with bit j of the u32 as its 16, and its value
 //! d·(code − 16).
 
-use super::packed::{centred, half, split_nibbles, u32_at, Bytes, Packed};
+use super::packed::{centred, half, on_words, split_nibbles, u32_at, Bytes, Packed};
 use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
@@ -36,23 +36,30 @@ fn codes<'b>(
     first: Val<'b>,
     n: u32,
 ) -> Vec<Val<'b>> {
-    five_bit(k, src, (base + k.u32(2), base + k.u32(6)), first, n)
-        .into_iter()
-        .map(|q| centred(k, q, 16))
-        .collect()
+    five_bit(
+        k,
+        src,
+        (base + k.u32(2), base + k.u32(6)),
+        (first, n),
+        on_words(FORMAT.bytes),
+    )
+    .into_iter()
+    .map(|q| centred(k, q, 16))
+    .collect()
 }
 
 /// The 5-bit codes (`U32`) of elements `first..first + n` of a block whose high bits are the
-/// u32 at byte `high` and whose nibbles start at byte `low` (Q5_0's and Q5_1's arrangement).
+/// u32 at byte `high` and whose nibbles start at byte `low` (Q5_0's and Q5_1's arrangement),
+/// on words where `aligned`.
 pub(super) fn five_bit<'b>(
     k: &'b KernelBuilder,
     src: Bytes,
     (high, low): (Val<'b>, Val<'b>),
-    first: Val<'b>,
-    n: u32,
+    (first, n): (Val<'b>, u32),
+    aligned: bool,
 ) -> Vec<Val<'b>> {
     let bits = u32_at(k, src, high);
-    split_nibbles(k, src, low, first, n)
+    split_nibbles(k, src, low, (first, n), aligned)
         .into_iter()
         .enumerate()
         .map(|(i, q)| {

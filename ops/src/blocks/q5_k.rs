@@ -3,7 +3,7 @@
 //! Q4_K's: element l of sub-block s (chunk c = s/2) takes bit s of high-bit byte l as its
 //! code's 16. Element value d·sc·q − dmin·mn.
 
-use super::packed::{byte, centred, half, k_scale_min, nibbles, Bytes, Packed};
+use super::packed::{byte, centred, half, k_scale_min, nibbles, on_words, Bytes, Packed};
 use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
@@ -47,7 +47,7 @@ fn codes<'b>(
     let sub = first / k.u32(32);
     let l = first % k.u32(32);
     let at = base + k.u32(CODES_AT) + (sub / k.u32(2)) * k.u32(32) + l;
-    let low = nibbles(k, src, at, sub & k.u32(1), n);
+    let low = nibbles(k, src, at, (sub & k.u32(1), n), on_words(FORMAT.bytes));
     low.into_iter()
         .enumerate()
         .map(|(i, q)| {

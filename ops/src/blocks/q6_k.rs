@@ -3,7 +3,7 @@
 //! of 128 elements, quarter q's element l (0..32) takes nibble q/2 of low byte 64h + 32(q%2) + l
 //! and bits 2q..2q+2 of high byte 32h + l. Element value d·sc·(q − 32).
 
-use super::packed::{byte, centred, half, nibbles, signed, Bytes, Packed};
+use super::packed::{byte, centred, half, nibbles, on_words, signed, Bytes, Packed};
 use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
@@ -46,12 +46,18 @@ fn codes<'b>(
     let low_at = base + half * k.u32(64) + (quarter & k.u32(1)) * k.u32(32) + l;
     let high_at = base + k.u32(HIGH_AT) + half * k.u32(32) + l;
     let shift = quarter * k.u32(2);
-    nibbles(k, src, low_at, quarter >> k.u32(1), n)
-        .into_iter()
-        .enumerate()
-        .map(|(i, q)| {
-            let h = (byte(k, src, high_at + k.u32(i as u32)) >> shift) & k.u32(3);
-            centred(k, q | (h << k.u32(4)), 32)
-        })
-        .collect()
+    nibbles(
+        k,
+        src,
+        low_at,
+        (quarter >> k.u32(1), n),
+        on_words(FORMAT.bytes),
+    )
+    .into_iter()
+    .enumerate()
+    .map(|(i, q)| {
+        let h = (byte(k, src, high_at + k.u32(i as u32)) >> shift) & k.u32(3);
+        centred(k, q | (h << k.u32(4)), 32)
+    })
+    .collect()
 }
