@@ -120,3 +120,21 @@ fn every_block_format_runs_as_its_decoded_twin() {
         agree(&format!("{matrices}/{embedding}"), main, checker);
     }
 }
+
+/// A matrix in a type the file format has but no kernel decodes (Q8_K, ggml's activation
+/// type) is refused at load with an error naming the tensor, its type and the types trine
+/// runs, not widened or run wrong.
+#[test]
+fn a_matrix_no_kernel_decodes_is_refused_by_name() {
+    let bytes = synth_llama(shape(TensorType::Q8_K, TensorType::Q4_K), 7)
+        .unwrap()
+        .to_bytes();
+    let Err(err) = Model::from_gguf(Gguf::from_bytes(bytes).unwrap()) else {
+        panic!("a Q8_K model loaded");
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("blk.0.") && text.contains("q8_k") && text.contains("q4_k, q5_k, q6_k"),
+        "{text}"
+    );
+}
