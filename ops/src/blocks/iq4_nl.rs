@@ -1,10 +1,9 @@
 //! IQ4_NL: an f16 step d, then 16 bytes of nibbles arranged as Q4_0's; a code indexes a
 //! fixed table of 16 values ([`iq4_value`]). Element value d·table[code].
 
-use super::packed::{half, iq4_value, on_words, split_nibbles, Bytes, Packed};
-use super::Scales;
+use super::packed::{iq4_value, on_words, split_nibbles, step_at_0, Bytes, Packed};
 use trine_gguf::quant::WeightType;
-use trine_ir::{BufferId, KernelBuilder, Val};
+use trine_ir::{KernelBuilder, Val};
 
 pub(super) const FORMAT: Packed = Packed {
     ty: WeightType::IQ4_NL,
@@ -12,21 +11,9 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 18,
     sub: 32,
     min: false,
-    scales,
+    scales: step_at_0,
     codes,
 };
-
-fn scales<'b>(
-    k: &'b KernelBuilder,
-    (src, view): (Bytes, Option<BufferId>),
-    base: Val<'b>,
-    _sub: Val<'b>,
-) -> Scales<'b> {
-    Scales {
-        d: half(k, (src, view), base),
-        m: None,
-    }
-}
 
 fn codes<'b>(
     k: &'b KernelBuilder,

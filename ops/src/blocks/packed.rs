@@ -208,7 +208,7 @@ pub(super) fn u32_at<'b>(k: &'b KernelBuilder, src: Bytes, at: Val<'b>) -> Val<'
 /// Q5_K pack them: sub-blocks 0..4 in the low six bits of bytes `j` and `j + 4`, sub-blocks
 /// 4..8 in the nibbles of byte `j + 4` with their top two bits in the spare bits of bytes
 /// `j − 4` and `j`.
-pub(super) fn k_scale_min<'b>(
+fn k_scale_min<'b>(
     k: &'b KernelBuilder,
     src: Bytes,
     at: Val<'b>,
@@ -224,6 +224,38 @@ pub(super) fn k_scale_min<'b>(
     let sc = k.select(low, a & six, (b & k.u32(15)) | top(c));
     let mn = k.select(low, b & six, (b >> k.u32(4)) | top(a));
     (sc.cast(Scalar::F32), mn.cast(Scalar::F32))
+}
+
+/// The scales of sub-block `sub` of a Q4_K or Q5_K block at `base`: its f16 d and dmin (bytes
+/// 0 and 2) times the sub-block's 6-bit scale and minimum ([`k_scale_min`], from byte 4):
+/// `d·sc` and `−dmin·mn`.
+pub(super) fn k_scales<'b>(
+    k: &'b KernelBuilder,
+    (src, view): (Bytes, Option<BufferId>),
+    base: Val<'b>,
+    sub: Val<'b>,
+) -> Scales<'b> {
+    let d = half(k, (src, view), base);
+    let dmin = half(k, (src, view), base + k.u32(2));
+    let (sc, mn) = k_scale_min(k, src, base + k.u32(4), sub);
+    Scales {
+        d: d * sc,
+        m: Some(-(dmin * mn)),
+    }
+}
+
+/// The scales of a block with one f16 step at byte 0 and no minimum (Q5_0, IQ4_NL): every
+/// sub-block's.
+pub(super) fn step_at_0<'b>(
+    k: &'b KernelBuilder,
+    (src, view): (Bytes, Option<BufferId>),
+    base: Val<'b>,
+    _sub: Val<'b>,
+) -> Scales<'b> {
+    Scales {
+        d: half(k, (src, view), base),
+        m: None,
+    }
 }
 
 /// IQ4's 16 code values, as 4 words of signed bytes.

@@ -1,12 +1,11 @@
 //! Q4_K: super-blocks of 256 elements in eight sub-blocks of 32. An f16 step d and an f16
-//! minimum step dmin, twelve bytes of 6-bit scales and minimums ([`k_scale_min`]), then 128
+//! minimum step dmin, twelve bytes of 6-bit scales and minimums ([`k_scales`]), then 128
 //! bytes of nibbles: chunk c of 64 elements is bytes 32c..32c+32, sub-block 2c in their low
 //! nibbles and 2c + 1 in their high ones. Element value d·sc·q − dmin·mn.
 
-use super::packed::{centred, half, k_scale_min, nibbles, on_words, Bytes, Packed};
-use super::Scales;
+use super::packed::{centred, k_scales, nibbles, on_words, Bytes, Packed};
 use trine_gguf::quant::WeightType;
-use trine_ir::{BufferId, KernelBuilder, Val};
+use trine_ir::{KernelBuilder, Val};
 
 pub(super) const FORMAT: Packed = Packed {
     ty: WeightType::Q4_K,
@@ -14,27 +13,11 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 144,
     sub: 32,
     min: true,
-    scales,
+    scales: k_scales,
     codes,
 };
 
-const SCALES_AT: u32 = 4;
 const CODES_AT: u32 = 16;
-
-fn scales<'b>(
-    k: &'b KernelBuilder,
-    (src, view): (Bytes, Option<BufferId>),
-    base: Val<'b>,
-    sub: Val<'b>,
-) -> Scales<'b> {
-    let d = half(k, (src, view), base);
-    let dmin = half(k, (src, view), base + k.u32(2));
-    let (sc, mn) = k_scale_min(k, src, base + k.u32(SCALES_AT), sub);
-    Scales {
-        d: d * sc,
-        m: Some(-(dmin * mn)),
-    }
-}
 
 fn codes<'b>(
     k: &'b KernelBuilder,

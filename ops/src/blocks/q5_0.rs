@@ -2,10 +2,9 @@
 //! j's code is nibble j/16 of byte j%16 with bit j of the u32 as its 16, and its value
 //! d·(code − 16).
 
-use super::packed::{centred, half, on_words, split_nibbles, u32_at, Bytes, Packed};
-use super::Scales;
+use super::packed::{centred, on_words, split_nibbles, step_at_0, u32_at, Bytes, Packed};
 use trine_gguf::quant::WeightType;
-use trine_ir::{BufferId, KernelBuilder, Val};
+use trine_ir::{KernelBuilder, Val};
 
 pub(super) const FORMAT: Packed = Packed {
     ty: WeightType::Q5_0,
@@ -13,21 +12,9 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 22,
     sub: 32,
     min: false,
-    scales,
+    scales: step_at_0,
     codes,
 };
-
-fn scales<'b>(
-    k: &'b KernelBuilder,
-    (src, view): (Bytes, Option<BufferId>),
-    base: Val<'b>,
-    _sub: Val<'b>,
-) -> Scales<'b> {
-    Scales {
-        d: half(k, (src, view), base),
-        m: None,
-    }
-}
 
 fn codes<'b>(
     k: &'b KernelBuilder,

@@ -1,12 +1,11 @@
 //! Q5_K: Q4_K's layout with a fifth bit per code. An f16 d and dmin, twelve bytes of 6-bit
-//! scales and minimums ([`k_scale_min`]), 32 bytes of high bits, then 128 bytes of nibbles as
+//! scales and minimums ([`k_scales`]), 32 bytes of high bits, then 128 bytes of nibbles as
 //! Q4_K's: element l of sub-block s (chunk c = s/2) takes bit s of high-bit byte l as its
 //! code's 16. Element value d·sc·q − dmin·mn.
 
-use super::packed::{byte, centred, half, k_scale_min, nibbles, on_words, Bytes, Packed};
-use super::Scales;
+use super::packed::{byte, centred, k_scales, nibbles, on_words, Bytes, Packed};
 use trine_gguf::quant::WeightType;
-use trine_ir::{BufferId, KernelBuilder, Val};
+use trine_ir::{KernelBuilder, Val};
 
 pub(super) const FORMAT: Packed = Packed {
     ty: WeightType::Q5_K,
@@ -14,28 +13,12 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 176,
     sub: 32,
     min: true,
-    scales,
+    scales: k_scales,
     codes,
 };
 
-const SCALES_AT: u32 = 4;
 const HIGH_AT: u32 = 16;
 const CODES_AT: u32 = 48;
-
-fn scales<'b>(
-    k: &'b KernelBuilder,
-    (src, view): (Bytes, Option<BufferId>),
-    base: Val<'b>,
-    sub: Val<'b>,
-) -> Scales<'b> {
-    let d = half(k, (src, view), base);
-    let dmin = half(k, (src, view), base + k.u32(2));
-    let (sc, mn) = k_scale_min(k, src, base + k.u32(SCALES_AT), sub);
-    Scales {
-        d: d * sc,
-        m: Some(-(dmin * mn)),
-    }
-}
 
 fn codes<'b>(
     k: &'b KernelBuilder,
