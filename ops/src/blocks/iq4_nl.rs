@@ -1,7 +1,8 @@
 //! IQ4_NL: an f16 step d, then 16 bytes of nibbles arranged as Q4_0's; a code indexes a
 //! fixed table of 16 values ([`iq4_value`]). Element value d·table[code].
 
-use super::packed::{iq4_value, on_words, split_nibbles, step_at_0, Bytes, Packed};
+use super::packed::{iq4_value, step_at_0, Bytes, Packed};
+use super::read::{on_words, split_nibbles};
 use trine_gguf::quant::WeightType;
 use trine_ir::{KernelBuilder, Val};
 

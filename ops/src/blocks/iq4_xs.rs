@@ -4,7 +4,8 @@
 //! is nibble s%2 of byte s/2 with bits 2s..2s+2 of the u16 above it, less 32. Element value
 //! d·sc·table[code] ([`iq4_value`]).
 
-use super::packed::{byte, half, iq4_value, on_words, split_nibbles, u16_at, Bytes, Packed};
+use super::packed::{iq4_value, Bytes, Packed};
+use super::read::{byte, half, on_words, split_nibbles, u16_at};
 use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};

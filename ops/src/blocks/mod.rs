@@ -30,6 +30,7 @@ mod q5_1;
 mod q5_k;
 mod q6_k;
 mod q8_0;
+mod read;
 
 pub use f16::{f16_bits_to_f32, f16_finite_bits_to_f32, load_f16, load_u16};
 pub use flat::{Codes, Flat, Offset};

@@ -3,7 +3,8 @@
 //! and an f16 minimum step dmin. In each half h of 128 elements, element 32j + r takes bits
 //! 2j..2j+2 of code byte 32h + r. Element value d·sc·q − dmin·mn.
 
-use super::packed::{byte, centred, half, Bytes, Packed};
+use super::packed::{centred, Bytes, Packed};
+use super::read::{byte, half};
 use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};

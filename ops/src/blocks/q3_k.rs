@@ -5,8 +5,9 @@
 //! byte i%8, its top two bits 2(i/4)..2(i/4)+2 of byte 8 + i%4; its value less 32. Element
 //! value d·sc·code.
 
-use super::packed::{byte, half, Bytes, Packed};
+use super::packed::{Bytes, Packed};
 use super::q2_k::crumbs;
+use super::read::{byte, half};
 use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};

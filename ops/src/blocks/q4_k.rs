@@ -3,7 +3,8 @@
 //! bytes of nibbles: chunk c of 64 elements is bytes 32c..32c+32, sub-block 2c in their low
 //! nibbles and 2c + 1 in their high ones. Element value d·sc·q − dmin·mn.
 
-use super::packed::{centred, k_scales, nibbles, on_words, Bytes, Packed};
+use super::packed::{centred, k_scales, Bytes, Packed};
+use super::read::{nibbles, on_words};
 use trine_gguf::quant::WeightType;
 use trine_ir::{KernelBuilder, Val};
 

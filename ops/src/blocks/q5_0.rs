@@ -2,7 +2,8 @@
 //! j's code is nibble j/16 of byte j%16 with bit j of the u32 as its 16, and its value
 //! d·(code − 16).
 
-use super::packed::{centred, on_words, split_nibbles, step_at_0, u32_at, Bytes, Packed};
+use super::packed::{centred, step_at_0, Bytes, Packed};
+use super::read::{on_words, split_nibbles, u32_at};
 use trine_gguf::quant::WeightType;
 use trine_ir::{KernelBuilder, Val};
 

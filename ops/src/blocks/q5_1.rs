@@ -1,8 +1,9 @@
 //! Q5_1: an f16 step d and an f16 minimum m, a little-endian u32 of high bits, then 16 bytes
 //! of nibbles, arranged as Q5_0's; element value d·code + m.
 
-use super::packed::{centred, half, on_words, Bytes, Packed};
+use super::packed::{centred, Bytes, Packed};
 use super::q5_0::five_bit;
+use super::read::{half, on_words};
 use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};

@@ -3,7 +3,8 @@
 //! Q4_K's: element l of sub-block s (chunk c = s/2) takes bit s of high-bit byte l as its
 //! code's 16. Element value d·sc·q − dmin·mn.
 
-use super::packed::{byte, centred, k_scales, nibbles, on_words, Bytes, Packed};
+use super::packed::{centred, k_scales, Bytes, Packed};
+use super::read::{byte, nibbles, on_words};
 use trine_gguf::quant::WeightType;
 use trine_ir::{KernelBuilder, Val};
 

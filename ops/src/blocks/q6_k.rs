@@ -3,7 +3,8 @@
 //! of 128 elements, quarter q's element l (0..32) takes nibble q/2 of low byte 64h + 32(q%2) + l
 //! and bits 2q..2q+2 of high byte 32h + l. Element value d·sc·(q − 32).
 
-use super::packed::{byte, centred, half, nibbles, on_words, signed, Bytes, Packed};
+use super::packed::{centred, signed, Bytes, Packed};
+use super::read::{byte, half, nibbles, on_words};
 use super::Scales;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
