@@ -156,11 +156,6 @@ pub fn matvec_spec(
         };
         spec.f16_scales = info.f16;
         spec.word_codes = true;
-        // A packed format's segment is a sub-block (32 at most), so that its scales are
-        // decoded once for all of its elements.
-        if let Some(BlockFormat::Packed(p)) = BlockFormat::of(ty) {
-            spec.segment = p.sub.min(32);
-        }
     }
     spec
 }
