@@ -86,18 +86,18 @@ pub enum Mix {
     Q4KM,
 }
 
-impl Mix {
+impl SynthShape {
     /// The type of tensor `name` (`blk.L.attn_v.weight`, `output.weight`, …) whose rows are
-    /// `row` elements long, in a model of `layers` layers.
-    fn type_of(self, s: &SynthShape, name: &str, row: u64) -> TensorType {
+    /// `row` elements long, as the shape's mix gives it.
+    fn type_of(&self, name: &str, row: u64) -> TensorType {
         let given = if name == "token_embd.weight" {
-            s.embedding
+            self.embedding
         } else if name == "output.weight" {
-            s.output.unwrap_or(s.embedding)
+            self.output.unwrap_or(self.embedding)
         } else {
-            s.matrices
+            self.matrices
         };
-        let ty = match self {
+        let ty = match self.mix {
             Mix::AsGiven => return given,
             Mix::Q4KM => {
                 let layer = name
@@ -105,7 +105,7 @@ impl Mix {
                     .and_then(|r| r.split('.').next())
                     .and_then(|l| l.parse::<u64>().ok());
                 let more = |i: u64| {
-                    let n = s.n_layer;
+                    let n = self.n_layer;
                     i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
                 };
                 let wide = name.contains("attn_v") || name.contains("ffn_down");
@@ -125,11 +125,11 @@ impl Mix {
         }
     }
 
-    /// llama.cpp's `general.file_type` for the mix, where it has one.
-    fn file_type(self, s: &SynthShape) -> Option<u32> {
-        match self {
+    /// llama.cpp's `general.file_type` for the shape's types, where it has one.
+    fn file_type(&self) -> Option<u32> {
+        match self.mix {
             Mix::Q4KM => Some(15),
-            Mix::AsGiven => match s.matrices {
+            Mix::AsGiven => match self.matrices {
                 TensorType::F32 => Some(0),
                 TensorType::F16 => Some(1),
                 TensorType::Q4_0 => Some(2),
@@ -237,7 +237,7 @@ pub fn synth_llama(shape: SynthShape, seed: u64) -> Result<GgufWriter, GgufError
     for (key, value) in smollm2::metadata(&shape) {
         w.add(key, value)?;
     }
-    if let Some(ty) = shape.mix.file_type(&shape) {
+    if let Some(ty) = shape.file_type() {
         w.add("general.file_type", Value::U32(ty))?;
     }
     let tensors: Vec<(String, Vec<u64>, TensorType)> = smollm2::tensors(&shape)
@@ -246,7 +246,7 @@ pub fn synth_llama(shape: SynthShape, seed: u64) -> Result<GgufWriter, GgufError
             let ty = if ty == TensorType::F32 {
                 ty
             } else {
-                shape.mix.type_of(&shape, &name, dims[0])
+                shape.type_of(&name, dims[0])
             };
             (name, dims, ty)
         })

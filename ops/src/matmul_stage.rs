@@ -12,7 +12,9 @@
 //! Every value is the one the kernel staged before, computed the same way, so results do not
 //! change.
 
-use super::blocks::{f16_bits_to_f32, BlockFormat, Bytes, Codes, Flat, Offset, Packed, Scales};
+use super::blocks::{
+    f16_bits_to_f32, signed_byte, BlockFormat, Bytes, Codes, Flat, Offset, Packed, Scales,
+};
 use super::support::Float;
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val, Var};
@@ -530,6 +532,6 @@ fn code_of<'b>(k: &'b KernelBuilder, f: Flat, byte: Val<'b>, half: Val<'b>) -> V
         let (lo, hi) = f.nibble_codes(k, byte);
         k.select(half.eq(k.u32(0)), lo, hi)
     } else {
-        Flat::signed_code(k, byte)
+        signed_byte(k, byte)
     }
 }

@@ -133,14 +133,22 @@ pub fn quantize_kernel() -> Kernel {
 /// The format of `ty`'s blocks, which this product takes where it is flat and its blocks are
 /// as long as x's (the integer dot of a block pairs the weights' codes with one block of x).
 pub(crate) fn weight_format(ty: WeightType) -> Result<Flat, ShapeError> {
-    match BlockFormat::require(OP, ty)? {
-        BlockFormat::Flat(f) if f.elems == X_BLOCK => Ok(f),
-        _ => Err(ShapeError::Unsupported {
-            op: OP,
-            what: format!(
-                "{ty} weights (it takes blocks of {X_BLOCK} elements with one step, as x's)"
-            ),
-        }),
+    let takes = |f: &Flat| f.elems == X_BLOCK;
+    match BlockFormat::flat_of(ty) {
+        Some(f) if takes(&f) => Ok(f),
+        _ => {
+            let names: Vec<&str> = BlockFormat::ALL
+                .iter()
+                .filter_map(|f| match f {
+                    BlockFormat::Flat(f) if takes(f) => Some(f.ty.name()),
+                    _ => None,
+                })
+                .collect();
+            Err(ShapeError::Unsupported {
+                op: OP,
+                what: format!("{ty} weights (it takes {})", names.join(", ")),
+            })
+        }
     }
 }
 

@@ -280,3 +280,20 @@ pub fn cases() -> Vec<Case> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A type the product does not take is refused naming it and exactly the types it takes:
+    /// the flat formats whose blocks are as long as x's.
+    #[test]
+    fn a_type_it_does_not_take_is_refused_with_what_it_takes() {
+        for ty in [WeightType::F32, WeightType::Q4_K, WeightType::Q5_0] {
+            let e = kernel(ty, false, 1).unwrap_err().to_string();
+            assert!(e.contains(ty.name()), "{e}");
+            assert!(e.contains("(it takes q8_0, q4_0, q4_1)"), "{e}");
+        }
+        assert!(takes(WeightType::Q4_1, 16, 64) && !takes(WeightType::Q4_K, 16, 256));
+    }
+}

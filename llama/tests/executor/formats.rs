@@ -10,6 +10,7 @@ use trine_gguf::quant::dequantize;
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType};
 use trine_llama::{Engine, Model, Session};
+use trine_ops::compare::nmse;
 
 /// A Llama as small as [`SynthShape::TINY`] but as wide as a 256-element block.
 fn shape(matrices: TensorType, embedding: TensorType) -> SynthShape {
@@ -47,15 +48,6 @@ fn decoded(g: &Gguf) -> Gguf {
         }
     }
     Gguf::from_bytes(w.to_bytes()).unwrap()
-}
-
-fn nmse(a: &[f32], b: &[f32]) -> f64 {
-    let (mut num, mut den) = (0.0, 0.0);
-    for (&x, &y) in a.iter().zip(b) {
-        num += (f64::from(x) - f64::from(y)).powi(2);
-        den += f64::from(y).powi(2);
-    }
-    num / den
 }
 
 /// Logits of a 5-token prompt, then of one step per further id.
@@ -108,7 +100,8 @@ fn every_block_format_runs_as_its_decoded_twin() {
             let want = logits(twin.clone(), backend.clone(), &ids);
             let got = logits(model.clone(), backend, &ids);
             for (step, (g, w)) in got.iter().zip(&want).enumerate() {
-                let e = nmse(g, w);
+                let widen = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+                let e = nmse(&widen(w), &widen(g)).unwrap();
                 assert!(
                     e < bound,
                     "{matrices}/{embedding} on {name}, step {step}: NMSE {e}"

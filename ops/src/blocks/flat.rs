@@ -2,7 +2,7 @@
 //! fast walks of every product read in bulk (bytes or words of codes, pairs of blocks,
 //! interleaved rows, staged halves).
 
-use super::{load_f16, Scales};
+use super::{load_f16, signed_byte, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
 
@@ -119,14 +119,6 @@ impl Flat {
         Scales { d, m }
     }
 
-    /// The code of a signed byte as loaded (`U32`, 0..=255), as `F32` ([`Codes::Bytes`]).
-    pub fn signed_code<'b>(k: &'b KernelBuilder, byte: Val<'b>) -> Val<'b> {
-        // Flipping the sign bit and subtracting its weight maps 0..=255 to the two's
-        // complement value.
-        let byte = byte.cast(Scalar::I32);
-        ((byte ^ k.i32(0x80)) - k.i32(0x80)).cast(Scalar::F32)
-    }
-
     /// The two codes of a byte as loaded (`U32`) of [`Codes::Nibbles`]: low nibble, high
     /// nibble, as `F32`, centred where the format centres them.
     pub fn nibble_codes<'b>(self, k: &'b KernelBuilder, byte: Val<'b>) -> (Val<'b>, Val<'b>) {
@@ -146,7 +138,7 @@ impl Flat {
         base: Val<'b>,
         i: Val<'b>,
     ) -> Val<'b> {
-        Self::signed_code(k, k.load(buf, base + k.u32(self.codes_at) + i))
+        signed_byte(k, k.load(buf, base + k.u32(self.codes_at) + i))
     }
 
     /// The two codes of code byte `i` of the block at byte `base` ([`Codes::Nibbles`]):

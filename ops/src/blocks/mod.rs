@@ -151,6 +151,15 @@ impl BlockFormat {
     }
 }
 
+/// A signed byte as loaded (`U32`, 0..=255), as `F32`: Q8_0's codes, Q6_K's scales, IQ4's
+/// table entries.
+pub fn signed_byte<'b>(k: &'b KernelBuilder, byte: Val<'b>) -> Val<'b> {
+    // Flipping the sign bit and subtracting its weight maps 0..=255 to the two's complement
+    // value.
+    let byte = byte.cast(Scalar::I32);
+    ((byte ^ k.i32(0x80)) - k.i32(0x80)).cast(Scalar::F32)
+}
+
 /// The weight types the kernels take: plain floats and every format.
 pub fn weight_types() -> impl Iterator<Item = WeightType> {
     WeightType::ALL

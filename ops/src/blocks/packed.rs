@@ -3,7 +3,7 @@
 //! one run of consecutive elements within a sub-block: its scales, then its codes.
 
 use super::read::{byte, half};
-use super::Scales;
+use super::{signed_byte, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
 
@@ -69,12 +69,6 @@ pub(super) fn centred<'b>(k: &'b KernelBuilder, code: Val<'b>, centre: i32) -> V
     let q = code.cast(Scalar::I32);
     let q = if centre == 0 { q } else { q - k.i32(centre) };
     q.cast(Scalar::F32)
-}
-
-/// A signed byte as loaded (`U32`, 0..=255), as `F32`.
-pub(super) fn signed<'b>(k: &'b KernelBuilder, byte: Val<'b>) -> Val<'b> {
-    let b = byte.cast(Scalar::I32);
-    ((b ^ k.i32(0x80)) - k.i32(0x80)).cast(Scalar::F32)
 }
 
 /// The 6-bit scale and minimum of sub-block `j` (0..8) from the 12 bytes at `at`, as Q4_K and
@@ -150,5 +144,5 @@ pub(super) fn iq4_value<'b>(k: &'b KernelBuilder, code: Val<'b>) -> Val<'b> {
     let low = k.select(quarter.eq(k.u32(0)), word(0), word(1));
     let high = k.select(quarter.eq(k.u32(2)), word(2), word(3));
     let w = k.select(quarter.lt(k.u32(2)), low, high);
-    signed(k, (w >> ((code & k.u32(3)) * k.u32(8))) & k.u32(255))
+    signed_byte(k, (w >> ((code & k.u32(3)) * k.u32(8))) & k.u32(255))
 }

@@ -24,27 +24,19 @@ fn codes<'b>(
     first: Val<'b>,
     n: u32,
 ) -> Vec<Val<'b>> {
-    five_bit(
-        k,
-        src,
-        (base + k.u32(2), base + k.u32(6)),
-        (first, n),
-        on_words(FORMAT.bytes),
-    )
-    .into_iter()
-    .map(|q| centred(k, q, 16))
-    .collect()
+    let at = (base + k.u32(2), base + k.u32(6));
+    five_bit(k, src, at, (first, n), (on_words(FORMAT.bytes), 16))
 }
 
-/// The 5-bit codes (`U32`) of elements `first..first + n` of a block whose high bits are the
-/// u32 at byte `high` and whose nibbles start at byte `low` (Q5_0's and Q5_1's arrangement),
-/// on words where `aligned`.
+/// The 5-bit codes, less `centre`, as `F32`, of elements `first..first + n` of a block whose
+/// high bits are the u32 at byte `high` and whose nibbles start at byte `low` (Q5_0's and
+/// Q5_1's arrangement), on words where `aligned`.
 pub(super) fn five_bit<'b>(
     k: &'b KernelBuilder,
     src: Bytes,
     (high, low): (Val<'b>, Val<'b>),
     (first, n): (Val<'b>, u32),
-    aligned: bool,
+    (aligned, centre): (bool, i32),
 ) -> Vec<Val<'b>> {
     let bits = u32_at(k, src, high);
     split_nibbles(k, src, low, (first, n), aligned)
@@ -52,7 +44,7 @@ pub(super) fn five_bit<'b>(
         .enumerate()
         .map(|(i, q)| {
             let j = first + k.u32(i as u32);
-            q | (((bits >> j) & k.u32(1)) << k.u32(4))
+            centred(k, q | (((bits >> j) & k.u32(1)) << k.u32(4)), centre)
         })
         .collect()
 }

@@ -1,7 +1,7 @@
 //! Q5_1: an f16 step d and an f16 minimum m, a little-endian u32 of high bits, then 16 bytes
 //! of nibbles, arranged as Q5_0's; element value d·code + m.
 
-use super::packed::{centred, Bytes, Packed};
+use super::packed::{Bytes, Packed};
 use super::q5_0::five_bit;
 use super::read::{half, on_words};
 use super::Scales;
@@ -37,14 +37,6 @@ fn codes<'b>(
     first: Val<'b>,
     n: u32,
 ) -> Vec<Val<'b>> {
-    five_bit(
-        k,
-        src,
-        (base + k.u32(4), base + k.u32(8)),
-        (first, n),
-        on_words(FORMAT.bytes),
-    )
-    .into_iter()
-    .map(|q| centred(k, q, 0))
-    .collect()
+    let at = (base + k.u32(4), base + k.u32(8));
+    five_bit(k, src, at, (first, n), (on_words(FORMAT.bytes), 0))
 }

@@ -3,9 +3,9 @@
 //! of 128 elements, quarter q's element l (0..32) takes nibble q/2 of low byte 64h + 32(q%2) + l
 //! and bits 2q..2q+2 of high byte 32h + l. Element value d·sc·(q − 32).
 
-use super::packed::{centred, signed, Bytes, Packed};
+use super::packed::{centred, Bytes, Packed};
 use super::read::{byte, half, nibbles, on_words};
-use super::Scales;
+use super::{signed_byte, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
 
@@ -30,7 +30,7 @@ fn scales<'b>(
     sub: Val<'b>,
 ) -> Scales<'b> {
     let d = half(k, (src, view), base + k.u32(D_AT));
-    let sc = signed(k, byte(k, src, base + k.u32(SCALES_AT) + sub));
+    let sc = signed_byte(k, byte(k, src, base + k.u32(SCALES_AT) + sub));
     Scales { d: d * sc, m: None }
 }
 

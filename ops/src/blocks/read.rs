@@ -2,9 +2,9 @@
 //! time from words), nibbles, and the f16 and integer fields of a block, from weights bound as
 //! bytes or as words ([`Bytes`]).
 
-use super::f16_bits_to_f32;
 use super::packed::Bytes;
-use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
+use super::{f16_bits_to_f32, load_f16};
+use trine_ir::{BufferId, KernelBuilder, Val};
 
 /// Byte `at` of the weights, as `U32`.
 pub(super) fn byte<'b>(k: &'b KernelBuilder, src: Bytes, at: Val<'b>) -> Val<'b> {
@@ -70,9 +70,10 @@ pub(super) fn half<'b>(
     (src, view): (Bytes, Option<BufferId>),
     at: Val<'b>,
 ) -> Val<'b> {
-    match view {
-        Some(h) => k.load(h, at >> k.u32(1)).cast(Scalar::F32),
-        None => f16_bits_to_f32(k, u16_at(k, src, at)),
+    match (src, view) {
+        (Bytes::Words(_), None) => f16_bits_to_f32(k, u16_at(k, src, at)),
+        // Through the view where there is one (the words then go unread), else from bytes.
+        (Bytes::U8(buf) | Bytes::Words(buf), view) => load_f16(k, buf, view, at),
     }
 }
 
