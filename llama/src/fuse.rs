@@ -1,7 +1,7 @@
 //! The fusion pass: turns an architecture's generic graph into the nodes an executor runs,
 //! driven by what the device offers ([`Offer`]). It picks each product's form (float x with
 //! its neighbours folded in, quantized x, or matrix tiles) and each attention's, then folds
-//! what the chosen kernels take: an rms_norm into the float product after it, attention's
+//! what the chosen kernels take: an rms_norm into the float products that read it, attention's
 //! combine into the float product that reads it, rope with the KV-cache store and SwiGLU into
 //! the product before them, and every residual add into the product that writes its input.
 //! What a form does not take stays a node of its own, and a product on quantized x gets the
@@ -65,6 +65,8 @@ pub fn fuse(
     let mut out: Vec<Node> = Vec::with_capacity(nodes.len() * 2);
     // A load the next product takes, with the x it then reads.
     let mut pending: Option<(Load, Tensor)> = None;
+    // A norm folded into the products that read its output, with the x they then read.
+    let mut norm: Option<(Load, Tensor)> = None;
     let mut i = 0;
     while i < nodes.len() {
         let node = nodes[i];
@@ -72,8 +74,30 @@ pub fn fuse(
         let next_form = next.and_then(|n| form(&n.op));
         i += 1;
         match node.op {
-            Op::Norm { x, weight, .. } if next_form == Some(Form::Float) => {
-                pending = Some((Load::Norm(weight), x));
+            Op::Norm { x, weight, .. } => {
+                // Folded where every product reading it (the products up to the next norm:
+                // a layer's QKV may be several) takes float x; each then normalises x itself.
+                let readers: Vec<Option<Form>> = nodes[i..]
+                    .iter()
+                    .take_while(|n| !matches!(n.op, Op::Norm { .. }))
+                    .filter(|n| {
+                        matches!(
+                            n.op,
+                            Op::Product {
+                                x: Tensor::Normed,
+                                ..
+                            }
+                        )
+                    })
+                    .map(|n| form(&n.op))
+                    .collect();
+                if next_form == Some(Form::Float) && readers.iter().all(|&f| f == Some(Form::Float))
+                {
+                    norm = Some((Load::Norm(weight), x));
+                } else {
+                    norm = None;
+                    out.push(node);
+                }
             }
             Op::Attention { layer, .. } => {
                 let reader = next_form.unwrap_or(Form::Float);
@@ -102,7 +126,8 @@ pub fn fuse(
                 ..
             } => {
                 let form = product_form(w, id, tokens, s, offer);
-                let (load, x) = pending.take().unwrap_or((Load::None, x));
+                let folded_norm = norm.filter(|_| x == Tensor::Normed);
+                let (load, x) = pending.take().or(folded_norm).unwrap_or((Load::None, x));
                 let (store, y, folded) = store(form, y, next);
                 if folded {
                     i += 1;
@@ -152,7 +177,8 @@ fn store(form: Form, y: Tensor, next: Option<&Node>) -> (Store, Tensor, bool) {
         Some(Op::RopeStore {
             layer,
             mode: RopeMode::Normal,
-        }) if form == Form::Float => (Store::Rope { layer }, Tensor::QRot, true),
+            heads,
+        }) if form == Form::Float => (Store::Rope { layer, heads }, Tensor::QRot, true),
         Some(Op::Swiglu) if form != Form::QuantizedX => (Store::Swiglu, Tensor::Act, true),
         Some(Op::Add { x, r, out }) if x == y => (Store::Add(r), out, true),
         _ => (Store::None, y, false),
@@ -255,7 +281,7 @@ mod tests {
             ops[0],
             Op::Product {
                 load: Load::Norm(_),
-                store: Store::Rope { layer: 0 },
+                store: Store::Rope { layer: 0, .. },
                 y: Tensor::QRot,
                 form: Form::Float,
                 ..
@@ -298,7 +324,8 @@ mod tests {
             ops[1],
             Op::RopeStore {
                 layer: 0,
-                mode: RopeMode::Neox
+                mode: RopeMode::Neox,
+                ..
             }
         ));
     }

@@ -10,6 +10,7 @@ use half::{bf16, f16};
 use trine_gguf::quant::WeightType;
 use trine_gguf::{Gguf, TensorInfo, TensorType};
 use trine_ops::blocks::{weight_types, BlockFormat};
+use trine_ops::rope_store::HeadSpan;
 
 /// Index of a tensor in [`Weights::tensors`].
 pub type WeightId = usize;
@@ -33,14 +34,24 @@ pub struct Weight {
     pub source: Source,
 }
 
-#[derive(Clone, Copy, Debug)]
+/// One product of a layer's Q, K and V projections: consecutive projections of one weight
+/// type, stacked where there are several (rows of wq, then wk, then wv), and the heads of a
+/// token's q, k, v row that its rows are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QkvPart {
+    pub w: WeightId,
+    pub heads: HeadSpan,
+}
+
+#[derive(Clone, Debug)]
 pub struct Layer {
     pub attn_norm: WeightId,
     pub wo: WeightId,
     pub ffn_norm: WeightId,
     pub w_down: WeightId,
-    /// Q, K and V stacked (rows of wq, then wk, then wv): one matvec for the three.
-    pub wqkv: WeightId,
+    /// Q, K and V in as few products as their weight types allow: one where the three share
+    /// a type, else one per run of a type, each tensor in its own type.
+    pub qkv: Vec<QkvPart>,
     /// Gate and up interleaved (gate row i at row 2i, up row i at 2i + 1): one matvec whose
     /// workgroups hold both rows that SwiGLU combines.
     pub w_gate_up: WeightId,
@@ -72,9 +83,9 @@ impl Weights {
             .map(|l| {
                 let n = |s: &str| format!("blk.{l}.{s}.weight");
                 let qkv = [
-                    w.weight(&n("attn_q"), d, d)?,
-                    w.weight(&n("attn_k"), kv, d)?,
-                    w.weight(&n("attn_v"), kv, d)?,
+                    ('q', w.weight(&n("attn_q"), d, d)?),
+                    ('k', w.weight(&n("attn_k"), kv, d)?),
+                    ('v', w.weight(&n("attn_v"), kv, d)?),
                 ];
                 let gate_up = [
                     w.weight(&n("ffn_gate"), ff, d)?,
@@ -85,7 +96,7 @@ impl Weights {
                     wo: w.matrix(&n("attn_output"), d, d)?,
                     ffn_norm: w.norm(&n("ffn_norm"), d)?,
                     w_down: w.matrix(&n("ffn_down"), d, ff)?,
-                    wqkv: w.stack(&n("attn_qkv"), &qkv, false)?,
+                    qkv: w.qkv(l, qkv, c.head_dim())?,
                     w_gate_up: w.stack(&n("ffn_gate_up"), &gate_up, true)?,
                 })
             })
@@ -170,9 +181,42 @@ impl Loader<'_> {
         })
     }
 
+    /// Layer `l`'s Q, K and V (`parts`, each with its letter) as [`QkvPart`]s: each run of
+    /// one weight type one product, stacked where the run has several projections, else
+    /// the file's tensor as it is.
+    fn qkv(
+        &mut self,
+        l: u32,
+        parts: [(char, Weight); 3],
+        head_dim: u32,
+    ) -> Result<Vec<QkvPart>, ModelError> {
+        let mut out = vec![];
+        let mut first = 0;
+        for run in parts.chunk_by(|a, b| a.1.ty == b.1.ty) {
+            let rows: u32 = run.iter().map(|(_, w)| w.rows).sum();
+            let w = match run {
+                [(_, one)] => self.push(one.clone()),
+                _ => {
+                    let letters: String = run.iter().map(|(c, _)| c).collect();
+                    let weights: Vec<Weight> = run.iter().map(|(_, w)| w.clone()).collect();
+                    self.stack(&format!("blk.{l}.attn_{letters}.weight"), &weights, false)?
+                }
+            };
+            let heads = HeadSpan {
+                first,
+                count: rows / head_dim,
+            };
+            first += heads.count;
+            out.push(QkvPart { w, heads });
+        }
+        Ok(out)
+    }
+
     /// A matrix made of the rows of `parts` (same column count): one after another, or with
     /// `interleave` row i of each part in turn. Parts of one type keep it (quantized rows are
-    /// self-contained blocks, so rows move as bytes); mixed types are widened to f32.
+    /// self-contained blocks, so rows move as bytes); mixed types are widened to f32, which
+    /// only a gate and up of different types need (llama.cpp's recipes for the types trine
+    /// runs give the two one type; Q, K and V never come here mixed, [`Loader::qkv`]).
     fn stack(
         &mut self,
         name: &str,

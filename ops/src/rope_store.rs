@@ -50,6 +50,17 @@ pub struct RopeStore {
     pub mode: RopeMode,
     /// The K cache's layout.
     pub keys: KeyLayout,
+    /// The heads of a token's q, k, v row that `qkv` holds: `None`, all of them (one stacked
+    /// QKV product); a span where the projections differ in weight type and each group of
+    /// them is its own product, whose rows are those heads.
+    pub part: Option<HeadSpan>,
+}
+
+/// Heads `first..first + count` of a token's row of query, key and value heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HeadSpan {
+    pub first: u32,
+    pub count: u32,
 }
 
 impl RopeStore {
@@ -69,7 +80,26 @@ impl RopeStore {
             });
         }
         elements(OP, "cache", &[self.context, self.kv_heads, self.head_dim])?;
-        elements(OP, "qkv", &[self.tokens, self.row_heads()?, self.head_dim])
+        let row = self.row_heads()?;
+        let span = self.span()?;
+        nonzero(OP, "heads of the part", span.count)?;
+        if span.first as u64 + span.count as u64 > row as u64 {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "first + count heads of the part",
+                value: span.first as usize + span.count as usize,
+                limit: row as usize,
+            });
+        }
+        elements(OP, "qkv", &[self.tokens, span.count, self.head_dim])
+    }
+
+    /// The heads `qkv` holds: [`RopeStore::part`], or the whole row.
+    pub fn span(&self) -> Result<HeadSpan, ShapeError> {
+        Ok(self.part.unwrap_or(HeadSpan {
+            first: 0,
+            count: self.row_heads()?,
+        }))
     }
 
     /// Heads in one token's `qkv` row.
@@ -85,14 +115,26 @@ impl RopeStore {
 
     /// `[pairs per token / WG, tokens, 1]` (meaningful once [`RopeStore::check`] passed).
     pub fn grid(&self) -> [u32; 3] {
-        let pairs = (self.heads as u64 + 2 * self.kv_heads as u64) * (self.head_dim / 2) as u64;
+        let heads = self.span().map_or(0, |s| s.count);
+        let pairs = heads as u64 * (self.head_dim / 2) as u64;
         [pairs.div_ceil(WG as u64) as u32, self.tokens, 1]
     }
 
-    /// The kernel's parameters, in declaration order.
+    /// The kernel's parameters, in declaration order: those a product's rope epilogue takes
+    /// ([`RopeStore::epilogue_params`]), then the heads `qkv` holds per token.
     pub fn params(&self) -> Vec<ParamValue> {
+        let mut p = self.epilogue_params();
+        p.push(ParamValue::U32(self.span().map_or(0, |s| s.count)));
+        p
+    }
+
+    /// The parameters of a product's rope epilogue ([`crate::matvec_fused::Epilogue::RopeStore`]),
+    /// whose rows are the heads it holds: the head counts, the K cache's layout, the first
+    /// head.
+    pub fn epilogue_params(&self) -> Vec<ParamValue> {
         let mut p = vec![ParamValue::U32(self.heads), ParamValue::U32(self.kv_heads)];
         p.extend(self.keys.params(self.context));
+        p.push(ParamValue::U32(self.span().map_or(0, |s| s.first)));
         p
     }
 
@@ -131,7 +173,8 @@ fn check_head_dim(d: u32) -> Result<(), ShapeError> {
 /// division by a constant), rope layout and cache storage type.
 /// Buffers: `qkv` f32, `step` u32, `freq` f32 [head_dim/2] (see [`RopeStore::frequencies`]),
 /// `q` f32, `k_cache` and `v_cache` of `kv`, the K cache in `keys`' layout. Params: heads,
-/// kv_heads (and `k_stride` for columns). Grid: [`RopeStore::grid`].
+/// kv_heads (and `k_stride` for columns), `first` and `count`, the heads `qkv` holds
+/// ([`RopeStore::part`]). Grid: [`RopeStore::grid`].
 pub fn kernel(
     head_dim: u32,
     mode: RopeMode,
@@ -157,19 +200,21 @@ pub fn kernel(
     let heads = k.param("heads", Scalar::U32);
     let kv_heads = k.param("kv_heads", Scalar::U32);
     let index = KeyIndex::declare(&k, keys, kv_heads, head_dim);
+    let first = k.param("first", Scalar::U32);
+    let count = k.param("count", Scalar::U32);
     let u = k.global_id(0);
     let t = k.workgroup_id(1);
     let (d, half) = (k.u32(head_dim), k.u32(head_dim / 2));
     let rotated_heads = heads + kv_heads;
-    let row_heads = rotated_heads + kv_heads;
-    k.if_(u.lt(row_heads * half), || {
-        let head = u / half;
+    k.if_(u.lt(count * half), || {
+        let held = u / half;
+        let head = first + held;
         let i = u % half;
         let (i0, i1) = match mode {
             RopeMode::Normal => (i + i, i + i + k.u32(1)),
             RopeMode::Neox => (i, i + half),
         };
-        let src = (t * row_heads + head) * d;
+        let src = (t * count + held) * d;
         let a = k.load(qkv, src + i0);
         let b = k.load(qkv, src + i1);
         let pos = k.load(step, k.u32(0)) + t;
@@ -205,8 +250,8 @@ pub fn kernel(
     Ok(k.finish())
 }
 
-/// What [`reference`] computes: `q`, and the caches after the store, in f64 and not rounded to
-/// the cache type.
+/// What [`reference`] computes: `q` (NaN in the heads a part does not hold, which the kernel
+/// does not write), and the caches after the store, in f64 and not rounded to the cache type.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeStoreOut {
     pub q: Vec<f64>,
@@ -240,31 +285,57 @@ pub fn reference(
     let cache = shape.context as usize * kv_dim;
     expect_len(OP, "k_cache", cache, k_cache.len())?;
     expect_len(OP, "v_cache", cache, v_cache.len())?;
-    let rows = || qkv.chunks(q_dim + 2 * kv_dim);
+    // The held heads in place in whole rows, the others zero: rotated too, but not kept.
+    let span = shape.span()?;
+    let held = (span.first as usize * d)..((span.first + span.count) as usize * d);
+    let row = q_dim + 2 * kv_dim;
+    let mut whole = vec![0f32; shape.tokens as usize * row];
+    for (dst, src) in whole.chunks_mut(row).zip(qkv.chunks(held.len())) {
+        dst[held.clone()].copy_from_slice(src);
+    }
+    let rows = || whole.chunks(row);
     let q_in: Vec<f32> = rows().flat_map(|r| &r[..q_dim]).copied().collect();
     let k_in: Vec<f32> = rows()
         .flat_map(|r| &r[q_dim..][..kv_dim])
         .copied()
         .collect();
-    let v_in = rows().flat_map(|r| &r[q_dim + kv_dim..]).map(|&v| v as f64);
+    let v_in: Vec<f64> = rows()
+        .flat_map(|r| &r[q_dim + kv_dim..])
+        .map(|&v| v as f64)
+        .collect();
     let q = rope::reference(&shape.rope(shape.heads, pos), &q_in)?;
     let k_new = rope::reference(&shape.rope(shape.kv_heads, pos), &k_in)?;
+    // Whether element `e` of a token's `width`-wide slice starting at row element `at` is held.
+    let mask = |at: usize, width: usize| {
+        let held = held.clone();
+        move |e: usize| held.contains(&(at + e % width))
+    };
     let rows_at = pos as usize * kv_dim..end * kv_dim;
+    let q_held = mask(0, q_dim);
     Ok(RopeStoreOut {
-        q,
-        k_cache: overwrite(k_cache, rows_at.clone(), k_new),
-        v_cache: overwrite(v_cache, rows_at, v_in),
+        q: q.into_iter()
+            .enumerate()
+            .map(|(e, v)| if q_held(e) { v } else { f64::NAN })
+            .collect(),
+        k_cache: overwrite(k_cache, rows_at.clone(), k_new, mask(q_dim, kv_dim)),
+        v_cache: overwrite(v_cache, rows_at, v_in, mask(q_dim + kv_dim, kv_dim)),
     })
 }
 
-/// `cache` in f64 with the elements `at` replaced by `new`.
+/// `cache` in f64 with the elements `at` replaced by those of `new` that `held` (by index in
+/// `new`) keeps.
 fn overwrite(
     cache: &[f32],
     at: std::ops::Range<usize>,
-    new: impl IntoIterator<Item = f64>,
+    new: Vec<f64>,
+    held: impl Fn(usize) -> bool,
 ) -> Vec<f64> {
     let mut out: Vec<f64> = cache.iter().map(|&v| v as f64).collect();
-    out.splice(at, new);
+    for (e, v) in new.into_iter().enumerate() {
+        if held(e) {
+            out[at.start + e] = v;
+        }
+    }
     out
 }
 
@@ -274,7 +345,7 @@ fn overwrite(
 pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
     let n = shape.check()?;
     let name = format!(
-        "{OP}/{}/f32+{}kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}{}",
+        "{OP}/{}/f32+{}kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}{}{}",
         shape.mode.name(),
         kv.name(),
         shape.tokens,
@@ -283,7 +354,12 @@ pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
         shape.head_dim,
         shape.context,
         shape.base,
-        shape.keys.suffix()
+        shape.keys.suffix(),
+        shape.part.map_or(String::new(), |p| format!(
+            "+heads{}..{}",
+            p.first,
+            p.first + p.count
+        ))
     );
     let mut r = Rng::new(seed(&name));
     let qkv = r.f32s(n as usize, -2.0, 2.0);
@@ -320,6 +396,7 @@ pub fn cases() -> Vec<Case> {
         base: 100_000.0,
         mode,
         keys: KeyLayout::Rows,
+        part: None,
     };
     let small = |tokens, heads, kv_heads, head_dim, context, mode| RopeStore {
         tokens,
@@ -330,9 +407,16 @@ pub fn cases() -> Vec<Case> {
         base: 10_000.0,
         mode,
         keys: KeyLayout::Rows,
+        part: None,
     };
     let columns = |shape| RopeStore {
         keys: KeyLayout::Columns,
+        ..shape
+    };
+    // Projections of two weight types: Q and K in one product, V in another (SmolLM2's 9 + 3
+    // heads, then its 3), or K alone.
+    let part = |shape, first, count| RopeStore {
+        part: Some(HeadSpan { first, count }),
         ..shape
     };
     use Float::{F16, F32};
@@ -352,6 +436,9 @@ pub fn cases() -> Vec<Case> {
         (columns(smol(1, 64, Normal)), 63, F32),
         (columns(smol(7, 32, Normal)), 13, F32),
         (columns(small(3, 4, 2, 10, 100, Neox)), 77, F16),
+        (part(smol(1, 2048, Normal), 0, 12), 2047, F16),
+        (part(smol(7, 32, Normal), 12, 3), 13, F32),
+        (part(columns(small(3, 4, 2, 10, 100, Neox)), 4, 2), 77, F16),
     ];
     shapes
         .into_iter()
@@ -376,6 +463,7 @@ mod tests {
             base: 10_000.0,
             mode: RopeMode::Normal,
             keys: KeyLayout::Rows,
+            part: None,
         };
         let (s, c) = 1f64.sin_cos();
         let out = reference(
@@ -393,6 +481,15 @@ mod tests {
             "{out:?}"
         );
         assert_eq!(out.v_cache, vec![8.0, 8.0, 5.0, 6.0, 8.0, 8.0]);
+        // The value head alone: q and the K cache are left as they were.
+        let v_only = RopeStore {
+            part: Some(HeadSpan { first: 2, count: 1 }),
+            ..shape
+        };
+        let out = reference(&v_only, 1, &[5.0, 6.0], &[9.0; 6], &[8.0; 6]).unwrap();
+        assert!(out.q.iter().all(|v| v.is_nan()), "{out:?}");
+        assert_eq!(out.k_cache, vec![9.0; 6]);
+        assert_eq!(out.v_cache, vec![8.0, 8.0, 5.0, 6.0, 8.0, 8.0]);
     }
 
     #[test]
@@ -406,6 +503,7 @@ mod tests {
             base: 10_000.0,
             mode: RopeMode::Normal,
             keys: KeyLayout::Rows,
+            part: None,
         };
         assert!(matches!(
             RopeStore { head_dim: 5, ..s }.check(),
@@ -427,6 +525,19 @@ mod tests {
             }
             .check(),
             Err(ShapeError::TooLarge { .. })
+        ));
+        let span = |first, count| RopeStore {
+            part: Some(HeadSpan { first, count }),
+            ..s
+        };
+        assert!(matches!(span(1, 0).check(), Err(ShapeError::Zero { .. })));
+        assert!(matches!(
+            span(2, 3).check(),
+            Err(ShapeError::TooLarge {
+                value: 5,
+                limit: 4,
+                ..
+            })
         ));
         assert!(matches!(
             kernel(3, RopeMode::Normal, Float::F16, KeyLayout::Rows),

@@ -15,7 +15,7 @@ use trine_ops::elementwise;
 use trine_ops::embedding;
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
-use trine_ops::rope_store::RopeStore;
+use trine_ops::rope_store::{HeadSpan, RopeStore};
 use trine_ops::{matvec_q8, matvec_q8_rows};
 
 /// A node's dispatch before buffers are bound: the tensors it reads and writes, in the
@@ -78,10 +78,11 @@ impl Engine {
                         match store {
                             Store::None | Store::Swiglu => {}
                             Store::Add(r) => inputs.push(r),
-                            Store::Rope { layer } => {
+                            Store::Rope { layer, heads } => {
                                 inputs.extend([Tensor::Step, Tensor::Freq]);
                                 outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
-                                params.extend(self.rope_store(t, RopeMode::Normal).params());
+                                let r = self.rope_store(t, RopeMode::Normal, Some(heads));
+                                params.extend(r.epilogue_params());
                             }
                         }
                         params.extend(spec.tokens_params(tokens));
@@ -189,8 +190,8 @@ impl Engine {
                 vec![u(t * c.n_ff)],
                 elementwise::grid(t * c.n_ff).unwrap_or([1, 1, 1]),
             ),
-            Op::RopeStore { layer, mode } => {
-                let r = self.rope_store(t, mode);
+            Op::RopeStore { layer, mode, heads } => {
+                let r = self.rope_store(t, mode, Some(heads));
                 plan(
                     vec![Tensor::Raw, Tensor::Step, Tensor::Freq],
                     &[Tensor::QRot, Tensor::KCache(layer), Tensor::VCache(layer)],
@@ -224,7 +225,14 @@ impl Engine {
         }
     }
 
-    pub(super) fn rope_store(&self, tokens: u32, mode: RopeMode) -> RopeStore {
+    /// The rope and cache store of `tokens` tokens over the QKV product of `part`'s heads
+    /// (`None`: all of them).
+    pub(super) fn rope_store(
+        &self,
+        tokens: u32,
+        mode: RopeMode,
+        part: Option<HeadSpan>,
+    ) -> RopeStore {
         let c = &self.model.config;
         RopeStore {
             tokens,
@@ -235,6 +243,7 @@ impl Engine {
             base: c.rope_base,
             mode,
             keys: self.shape.keys,
+            part,
         }
     }
 

@@ -163,7 +163,7 @@ impl Engine {
                 Some(Cow::Owned(laid))
             }
             Tensor::Freq => {
-                let f = self.rope_store(1, RopeMode::Normal).frequencies();
+                let f = self.rope_store(1, RopeMode::Normal, None).frequencies();
                 Some(Cow::Owned(bytemuck::cast_slice(&f).to_vec()))
             }
             _ => None,

@@ -78,14 +78,18 @@ impl<'a> Builder<'a> {
         self.push(op, label);
     }
 
-    /// A pre-norm attention block over residual stream `x` into `out`: rms_norm, the
-    /// stacked QKV product, rope (`mode`) with the KV-cache store, attention, the output
-    /// projection and the residual add.
+    /// A pre-norm attention block over residual stream `x` into `out`: rms_norm, the QKV
+    /// products (one where Q, K and V share a weight type), each followed by rope (`mode`)
+    /// and the KV-cache store of its heads, attention, the output projection and the
+    /// residual add.
     pub fn attention_block(&mut self, x: Tensor, out: Tensor, l: &Layer, mode: RopeMode) {
         let (t, layer) = (self.step.tokens, self.layer.unwrap_or(0));
         self.norm(x, l.attn_norm, t, "attn_norm");
-        self.product(l.wqkv, Tensor::Normed, t, "attn_qkv");
-        self.push(Op::RopeStore { layer, mode }, "rope_store");
+        for part in &l.qkv {
+            self.product(part.w, Tensor::Normed, t, "attn_qkv");
+            let heads = part.heads;
+            self.push(Op::RopeStore { layer, mode, heads }, "rope_store");
+        }
         let form = AttentionForm::Split { splits: 1 };
         self.push(Op::Attention { layer, form }, "attention");
         self.product(l.wo, Tensor::Combined, t, "attn_output");

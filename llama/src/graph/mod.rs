@@ -14,6 +14,7 @@ use super::config::Config;
 use super::weights::WeightId;
 use trine_ops::attention_flash::FlashOut;
 use trine_ops::rope::RopeMode;
+use trine_ops::rope_store::HeadSpan;
 
 /// A tensor the graph reads or writes. Activations are sized for the largest step the
 /// executor was built for; the residual stream alternates between two buffers so that no
@@ -89,10 +90,12 @@ pub enum Store {
     Add(Tensor),
     /// W's rows are gate/up pairs; stores silu(gate) · up, half as many rows.
     Swiglu,
-    /// W is the stacked Q/K/V: rope on q (into y, [`Tensor::QRot`]) and k, and k and v
-    /// stored in the layer's caches at the step's position.
+    /// W is the Q/K/V projections of `heads` (all of them where they are stacked): rope on
+    /// q (into y, [`Tensor::QRot`]) and k, and k and v stored in the layer's caches at the
+    /// step's position.
     Rope {
         layer: u32,
+        heads: HeadSpan,
     },
 }
 
@@ -169,9 +172,13 @@ pub enum Op {
         store: Store,
         form: Form,
     },
-    /// Rope (`mode`) on the q and k heads of [`Tensor::Raw`] (the stacked QKV product) into
-    /// [`Tensor::QRot`], k and v stored in the layer's caches.
-    RopeStore { layer: u32, mode: RopeMode },
+    /// Rope (`mode`) on the q and k heads of [`Tensor::Raw`] (the QKV product of `heads`)
+    /// into [`Tensor::QRot`], k and v stored in the layer's caches.
+    RopeStore {
+        layer: u32,
+        mode: RopeMode,
+        heads: HeadSpan,
+    },
     /// Attention of [`Tensor::QRot`] against the layer's caches, into [`AttentionForm::output`].
     Attention { layer: u32, form: AttentionForm },
     /// Attention's partials over `splits` chunks combined into [`Tensor::Combined`].

@@ -2,13 +2,15 @@
 //! 5-bit formats gives the logits of its twin whose matrices are the same weights decoded
 //! to f32 by the GGUF reader's reference (no kernel in that decoding), on the CPU and on the
 //! GPU-shaped stand-ins (prompts on tiles, and not); and a GPU checking the CPU agrees node
-//! by node.
+//! by node. So does a model whose layers mix types within their Q, K and V, as llama.cpp's
+//! recipes lay them out, with every matrix in its own type.
 
 use crate::common::*;
 use std::sync::Arc;
-use trine_gguf::quant::dequantize;
+use trine_gguf::quant::{dequantize, quantize};
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType};
+use trine_llama::weights::Source;
 use trine_llama::{Engine, Model, Session};
 use trine_ops::compare::nmse;
 
@@ -23,31 +25,40 @@ fn shape(matrices: TensorType, embedding: TensorType) -> SynthShape {
     }
 }
 
-/// `g` with every quantized tensor decoded to f32.
-fn decoded(g: &Gguf) -> Gguf {
+/// `g` with each quantized tensor that `to` gives a type for decoded and stored in it.
+fn retyped(g: &Gguf, to: impl Fn(&str) -> Option<TensorType>) -> Gguf {
     let mut w = GgufWriter::new();
     for (key, value) in g.metadata() {
         w.add(key.clone(), value.clone()).unwrap();
     }
     for t in g.tensors() {
         let data = g.tensor_data(t);
-        match t.ty.weight_type().filter(|ty| ty.is_quantized()) {
-            Some(ty) => {
+        let from = t.ty.weight_type().filter(|ty| ty.is_quantized());
+        match (from, to(&t.name)) {
+            (Some(ty), Some(new)) => {
                 let n = t.dims.iter().product::<u64>() as usize;
-                let values = dequantize(ty, data, n).unwrap();
-                let bytes: Vec<u8> = values
+                let values: Vec<f32> = dequantize(ty, data, n)
+                    .unwrap()
                     .iter()
-                    .flat_map(|&v| (v as f32).to_le_bytes())
+                    .map(|&v| v as f32)
                     .collect();
-                w.add_tensor(t.name.clone(), &t.dims, TensorType::F32, bytes)
-                    .unwrap();
+                let bytes = match new.weight_type().filter(|ty| ty.is_quantized()) {
+                    Some(q) => quantize(q, &values).unwrap(),
+                    None => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                };
+                w.add_tensor(t.name.clone(), &t.dims, new, bytes).unwrap();
             }
-            None => w
+            _ => w
                 .add_tensor(t.name.clone(), &t.dims, t.ty, data.to_vec())
                 .unwrap(),
         }
     }
     Gguf::from_bytes(w.to_bytes()).unwrap()
+}
+
+/// `g` with every quantized tensor decoded to f32.
+fn decoded(g: &Gguf) -> Gguf {
+    retyped(g, |_| Some(TensorType::F32))
 }
 
 /// Logits of a 5-token prompt, then of one step per further id.
@@ -64,6 +75,41 @@ fn logits(
     out
 }
 
+/// Runs `g` and its decoded twin on the CPU and the GPU-shaped stand-ins and checks their
+/// logits agree, then a GPU checking the CPU node by node.
+fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
+    let twin = Arc::new(Model::from_gguf(decoded(&g)).unwrap());
+    let model = Arc::new(Model::from_gguf(g).unwrap());
+    let mut ids = vec![17, 90, 200, 3, 45];
+    for _ in 0..2 {
+        let last = logits(twin.clone(), cpu(), &ids).pop().unwrap();
+        ids.push(trine_llama::sampler::argmax(&last).unwrap());
+    }
+    // Each backend against the twin on itself: the KV cache's type and the attention's
+    // form are the backend's, the same for both. Bounds: the CPU's f32 cache leaves only
+    // the order of f32 sums (worst measured 1.6e-13 over these models); the GPU-shaped
+    // stand-ins' f16 cache rounds keys and values that differ in their last f32 bits to
+    // neighbouring halves now and then, a step of up to 2⁻¹¹ in that element (worst
+    // measured 7.9e-9, under the 2.4e-7 of every element so moved).
+    let backends = [
+        ("cpu", cpu(), 1e-11),
+        ("gpu", gpu(), 1e-7),
+        ("gpu with tiles", gpu_with(true), 1e-7),
+    ];
+    for (backend_name, backend, bound) in backends {
+        let want = logits(twin.clone(), backend.clone(), &ids);
+        let got = logits(model.clone(), backend, &ids);
+        for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+            let widen = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+            let e = nmse(&widen(w), &widen(g)).unwrap();
+            assert!(e < bound, "{name} on {backend_name}, step {step}: NMSE {e}");
+        }
+    }
+    let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
+    let checker = main.checker(gpu()).unwrap();
+    agree(name, main, checker);
+}
+
 #[test]
 fn every_block_format_runs_as_its_decoded_twin() {
     let pairs = [
@@ -78,40 +124,54 @@ fn every_block_format_runs_as_its_decoded_twin() {
             .unwrap()
             .to_bytes();
         let g = Gguf::from_bytes(bytes).unwrap();
-        let twin = Arc::new(Model::from_gguf(decoded(&g)).unwrap());
-        let model = Arc::new(Model::from_gguf(g).unwrap());
-        let mut ids = vec![17, 90, 200, 3, 45];
-        for _ in 0..2 {
-            let last = logits(twin.clone(), cpu(), &ids).pop().unwrap();
-            ids.push(trine_llama::sampler::argmax(&last).unwrap());
-        }
-        // Each backend against the twin on itself: the KV cache's type and the attention's
-        // form are the backend's, the same for both. Bounds: the CPU's f32 cache leaves only
-        // the order of f32 sums (worst measured 1.6e-13 over these models); the GPU-shaped
-        // stand-ins' f16 cache rounds keys and values that differ in their last f32 bits to
-        // neighbouring halves now and then, a step of up to 2⁻¹¹ in that element (worst
-        // measured 7.9e-9, under the 2.4e-7 of every element so moved).
-        let backends = [
-            ("cpu", cpu(), 1e-11),
-            ("gpu", gpu(), 1e-7),
-            ("gpu with tiles", gpu_with(true), 1e-7),
-        ];
-        for (name, backend, bound) in backends {
-            let want = logits(twin.clone(), backend.clone(), &ids);
-            let got = logits(model.clone(), backend, &ids);
-            for (step, (g, w)) in got.iter().zip(&want).enumerate() {
-                let widen = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
-                let e = nmse(&widen(w), &widen(g)).unwrap();
-                assert!(
-                    e < bound,
-                    "{matrices}/{embedding} on {name}, step {step}: NMSE {e}"
-                );
-            }
-        }
-        let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
-        let checker = main.checker(gpu()).unwrap();
-        agree(&format!("{matrices}/{embedding}"), main, checker);
+        runs_as_its_decoded_twin(&format!("{matrices}/{embedding}"), g);
     }
+}
+
+/// Layer 0 as Q4_K_M lays out a layer that gets more bits (V in Q6_K), layer 1 with three
+/// types (Q in Q6_K, K in Q4_K, V in Q5_0): Q, K and V run as products of their own types,
+/// the heads of each in their place, none widened to f32 nor copied where it stands alone.
+#[test]
+fn layers_mixing_types_in_their_qkv_run_each_matrix_in_its_type() {
+    let bytes = synth_llama(shape(TensorType::Q4_K, TensorType::Q6_K), 7)
+        .unwrap()
+        .to_bytes();
+    let base = Gguf::from_bytes(bytes).unwrap();
+    let mixed = || {
+        retyped(&base, |name| match name {
+            "blk.0.attn_v.weight" | "blk.1.attn_q.weight" => Some(TensorType::Q6_K),
+            "blk.1.attn_v.weight" => Some(TensorType::Q5_0),
+            _ => None,
+        })
+    };
+    let model = Model::from_gguf(mixed()).unwrap();
+    let w = &model.weights;
+    let parts = |l: usize| {
+        w.layers[l]
+            .qkv
+            .iter()
+            .map(|p| (w.tensors[p.w].ty.to_string(), p.heads.first, p.heads.count))
+            .collect::<Vec<_>>()
+    };
+    let c = &model.config;
+    let (h, kv) = (c.n_head, c.n_head_kv);
+    let part = |ty: &str, first, count| (ty.to_string(), first, count);
+    assert_eq!(
+        parts(0),
+        [part("q4_k", 0, h + kv), part("q6_k", h + kv, kv)]
+    );
+    assert_eq!(
+        parts(1),
+        [
+            part("q6_k", 0, h),
+            part("q4_k", h, kv),
+            part("q5_0", h + kv, kv)
+        ]
+    );
+    // The parts that stand alone are the file's tensors, not copies.
+    let alone = w.layers[1].qkv.iter().map(|p| &w.tensors[p.w].source);
+    assert!(alone.into_iter().all(|s| matches!(s, Source::File(_))));
+    runs_as_its_decoded_twin("mixed qkv", mixed());
 }
 
 /// A matrix in a type the file format has but no kernel decodes (Q8_K, ggml's activation

@@ -8,7 +8,7 @@ use crate::key_layout::KeyLayout;
 use crate::matvec::{MatvecSpec, Reduce};
 use crate::matvec_fused::{self as fused, Epilogue, Prologue};
 use crate::rope::RopeMode;
-use crate::rope_store::RopeStore;
+use crate::rope_store::{HeadSpan, RopeStore};
 use crate::shape::ShapeError;
 use crate::support::{seed, Float};
 use trine_gguf::quant::{quantize, WeightType};
@@ -36,10 +36,15 @@ pub fn rope_case(
     };
     let (ty, rows, cols, tokens) = (spec.weights, shape.rows(), shape.cols, shape.store.tokens);
     let name = format!(
-        "{OP}/{ty}/qkv{}x{}x{}+{cols}/t{tokens}+pos{pos}+ctx{}/{}/norm+{}",
+        "{OP}/{ty}/qkv{}x{}x{}{}+{cols}/t{tokens}+pos{pos}+ctx{}/{}/norm+{}",
         shape.store.heads,
         shape.store.kv_heads,
         shape.store.head_dim,
+        shape.store.part.map_or(String::new(), |p| format!(
+            "[{}..{}]",
+            p.first,
+            p.first + p.count
+        )),
         shape.store.context,
         spec.shape_name(),
         rope.name()
@@ -189,6 +194,7 @@ pub fn cases() -> Vec<Case> {
         base: 100_000.0,
         mode: RopeMode::Normal,
         keys: KeyLayout::Rows,
+        part: None,
     };
     let small = |tokens, heads, kv_heads, head_dim| RopeStore {
         tokens,
@@ -199,9 +205,18 @@ pub fn cases() -> Vec<Case> {
         base: 10_000.0,
         mode: RopeMode::Normal,
         keys: KeyLayout::Rows,
+        part: None,
     };
     let columns = |store| RopeStore {
         keys: KeyLayout::Columns,
+        ..store
+    };
+    // A layer whose V is of another weight type: its own product, SmolLM2's last 3 heads.
+    let v_part = |store| RopeStore {
+        part: Some(HeadSpan {
+            first: 12,
+            count: 3,
+        }),
         ..store
     };
     let qkv = |weights, cols, store| QkvRope {
@@ -224,6 +239,19 @@ pub fn cases() -> Vec<Case> {
         (cpu(Q4_0), qkv(Q4_0, 64, small(2, 5, 5, 4)), 10, Float::F32),
         (gpu_q4, qkv(Q4_1, 576, smol(7, 32)), 13, Float::F16),
         (gpu_q4, qkv(Q4_1, 576, smol(1, 64)), 30, Float::F32),
+        (gpu_q4, qkv(Q4_1, 576, v_part(smol(1, 64))), 30, Float::F16),
+        (
+            spec(Q6_K, gpu, Reduce::Subgroup),
+            qkv(Q6_K, 256, v_part(small(2, 9, 3, 8))),
+            7,
+            Float::F32,
+        ),
+        (
+            cpu(Q4_1),
+            qkv(Q4_1, 576, v_part(smol(7, 32))),
+            13,
+            Float::F16,
+        ),
         // The K cache in columns, as an executor led by a CPU keeps it.
         (gpu_q4, qkv(Q4_1, 576, columns(smol(7, 32))), 13, Float::F32),
         (

@@ -136,6 +136,8 @@ pub(crate) struct RopeOut<'b> {
     heads: Val<'b>,
     kv_heads: Val<'b>,
     index: KeyIndex<'b>,
+    /// The row of a token's q, k, v row that the product's row 0 is: its first head's.
+    first_row: Val<'b>,
     shape: RopeShape,
 }
 
@@ -154,7 +156,8 @@ impl<'b> RopeOut<'b> {
     }
 
     /// Declares `q`, `k_cache`, `v_cache` and the parameters `heads`, `kv_heads` (and
-    /// `k_stride` for a K cache in columns) after the product's own.
+    /// `k_stride` for a K cache in columns) and `first`, the head the product's rows start at
+    /// ([`crate::rope_store::RopeStore::part`]), after the product's own.
     pub(crate) fn declare_outputs(
         k: &'b KernelBuilder,
         shape: RopeShape,
@@ -166,6 +169,8 @@ impl<'b> RopeOut<'b> {
         let v_cache = k.buffer("v_cache", kv, Access::Write);
         let heads = k.param("heads", Scalar::U32);
         let kv_heads = k.param("kv_heads", Scalar::U32);
+        let index = KeyIndex::declare(k, shape.keys, kv_heads, shape.head_dim);
+        let first = k.param("first", Scalar::U32);
         RopeOut {
             step,
             freq,
@@ -174,15 +179,17 @@ impl<'b> RopeOut<'b> {
             v_cache,
             heads,
             kv_heads,
-            index: KeyIndex::declare(k, shape.keys, kv_heads, shape.head_dim),
+            index,
+            first_row: first * k.u32(shape.head_dim),
             shape,
         }
     }
 
-    /// The position of token `t` and the rotation of the pair of rows `r`, `r + 1` (r even),
-    /// from the settled buffers only: a kernel that computes it first does so before it waits
-    /// for the kernel ahead (on CUDA), and its epilogue then waits on no load of its own. Rows
-    /// of V get a rotation they do not use.
+    /// The position of token `t` and the rotation of the product's pair of rows `r`, `r + 1`
+    /// (r even), from the settled buffers only: a kernel that computes it first does so before
+    /// it waits for the kernel ahead (on CUDA), and its epilogue then waits on no load of its
+    /// own. Rows of V get a rotation they do not use. The product's first row is a head's
+    /// first, so a pair's place in its head is `r`'s.
     pub(crate) fn turn(&self, k: &'b KernelBuilder, t: Val<'b>, r: Val<'b>) -> Turn<'b> {
         let d = k.u32(self.shape.head_dim);
         let pos = k.load(self.step, k.u32(0)) + t;
@@ -192,8 +199,8 @@ impl<'b> RopeOut<'b> {
         Turn { pos, cos, sin }
     }
 
-    /// Rotates or copies the pair of rows `r`, `r + 1` (r even) of token `t`, whose sums are
-    /// `a` and `b`, by `turn` ([`RopeOut::turn`] of the same pair), and stores it:
+    /// Rotates or copies the product's pair of rows `r`, `r + 1` (r even) of token `t`, whose
+    /// sums are `a` and `b`, by `turn` ([`RopeOut::turn`] of the same pair), and stores it:
     /// [`crate::rope_store::kernel`]'s arithmetic for one pair.
     pub(crate) fn store_pair(
         &self,
@@ -204,6 +211,7 @@ impl<'b> RopeOut<'b> {
     ) {
         let d = k.u32(self.shape.head_dim);
         let one = k.u32(1);
+        let r = self.first_row + r;
         let q_rows = self.heads * d;
         let kv_rows = self.kv_heads * d;
         let Turn { pos, cos, sin } = *turn;

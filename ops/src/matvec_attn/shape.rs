@@ -101,12 +101,13 @@ pub struct QkvRope {
 }
 
 impl QkvRope {
+    /// The product's rows: the heads it holds ([`RopeStore::span`]).
     pub fn rows(&self) -> u32 {
-        (self.store.heads + 2 * self.store.kv_heads) * self.store.head_dim
+        self.store.span().map_or(0, |s| s.count) * self.store.head_dim
     }
 
     /// The kernel's parameters after the product's (`rows`, `cols`, `eps`).
     pub fn params(&self) -> Vec<ParamValue> {
-        self.store.params()
+        self.store.epilogue_params()
     }
 }

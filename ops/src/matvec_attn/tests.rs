@@ -61,6 +61,7 @@ fn rope_epilogue_equals_product_then_rope_store() {
             base: 10_000.0,
             mode: RopeMode::Normal,
             keys: KeyLayout::Rows,
+            part: None,
         },
     };
     let case = rope_case(spec, shape, 6, Float::F16).unwrap();
@@ -168,6 +169,7 @@ fn wrong_inputs_fail() {
         base: 10_000.0,
         mode: RopeMode::Normal,
         keys: KeyLayout::Rows,
+        part: None,
     };
     let shape = QkvRope {
         weights: WeightType::Q4_1,
