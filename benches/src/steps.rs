@@ -103,6 +103,7 @@ pub fn prepare(
         context: prompt + 1,
         max_batch: prompt,
         record: false,
+        cache: None,
     };
     let vocab = model.config.vocab;
     let mut engine = Engine::new(model, backend, options)?;

@@ -26,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         context: pos + tokens,
         max_batch: pos.max(tokens),
         record: false,
+        cache: None,
     };
     let mut session = Session::new(Engine::new(model.clone(), backend, sizes)?, None);
     if pos > 0 {

@@ -81,6 +81,8 @@ pub enum ModelError {
         main: &'static str,
         checker: &'static str,
     },
+    #[error("a {ty} KV cache cannot hold this model's heads: {why}")]
+    CacheType { ty: &'static str, why: String },
     #[error("the prompt is empty (no tokens to start from)")]
     EmptyPrompt,
     #[error("no backend could run kernel {kernel}: {reasons}")]

@@ -14,6 +14,7 @@ use super::tuning;
 use super::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_ops::attention_flash::FlashOut;
+use trine_ops::kv_type::KvType;
 use trine_ops::rope::RopeMode;
 use trine_ops::{attention_flash, attention_flash_tiles, matmul_tiles, matvec_q8_rows};
 
@@ -30,15 +31,20 @@ pub struct Offer {
     pub tiles: bool,
     /// Prompt flash attention cuts the keys into chunks ([`trine_backends::Tuning`]).
     pub flash_key_chunks: bool,
+    /// The KV cache stores floats, one element at a time: rope with the cache store folds
+    /// into the QKV product, and prompt attention may run on tiles. A q8_0 cache quantizes
+    /// a head's blocks together, which a product's rows, spread over workgroups, cannot.
+    pub float_cache: bool,
 }
 
 impl Offer {
-    pub fn of(info: &DeviceInfo) -> Offer {
+    pub fn of(info: &DeviceInfo, kv: KvType) -> Offer {
         let gpu = info.device_type != DeviceType::Cpu;
         Offer {
             gpu,
             tiles: gpu && info.tiles,
             flash_key_chunks: info.tuning.flash_key_chunks,
+            float_cache: kv.float().is_some(),
         }
     }
 
@@ -128,7 +134,7 @@ pub fn fuse(
                 let form = product_form(w, id, tokens, s, offer);
                 let folded_norm = norm.filter(|_| x == Tensor::Normed);
                 let (load, x) = pending.take().or(folded_norm).unwrap_or((Load::None, x));
-                let (store, y, folded) = store(form, y, next);
+                let (store, y, folded) = store(form, y, next, offer);
                 if folded {
                     i += 1;
                 }
@@ -172,13 +178,15 @@ pub fn fuse(
 /// What a product of `form` writing `y` folds from the node after it: rope with the cache
 /// store (float x, the normal rope the fused kernel computes), SwiGLU (float x and tiles), a
 /// residual add of `y` (every form); with the tensor it then writes and whether it folded.
-fn store(form: Form, y: Tensor, next: Option<&Node>) -> (Store, Tensor, bool) {
+fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Tensor, bool) {
     match next.map(|n| n.op) {
         Some(Op::RopeStore {
             layer,
             mode: RopeMode::Normal,
             heads,
-        }) if form == Form::Float => (Store::Rope { layer, heads }, Tensor::QRot, true),
+        }) if form == Form::Float && offer.float_cache => {
+            (Store::Rope { layer, heads }, Tensor::QRot, true)
+        }
         Some(Op::Swiglu) if form != Form::QuantizedX => (Store::Swiglu, Tensor::Act, true),
         Some(Op::Add { x, r, out }) if x == y => (Store::Add(r), out, true),
         _ => (Store::None, y, false),
@@ -228,7 +236,7 @@ fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionF
         FlashOut::Part.for_splits(splits)
     };
     AttentionForm::Flash {
-        tiles: offer.tiles && attention_flash_tiles::supports(d),
+        tiles: offer.tiles && offer.float_cache && attention_flash_tiles::supports(d),
         out,
         splits,
     }
@@ -250,6 +258,7 @@ mod tests {
 
     const GPU: Offer = Offer {
         gpu: true,
+        float_cache: true,
         tiles: false,
         flash_key_chunks: false,
     };

@@ -60,6 +60,8 @@ pub struct Report {
     /// KV cache positions the executor had: the prompt and the generated tokens but the last
     /// fit in them.
     pub context: usize,
+    /// How the KV cache was kept ([`crate::Engine::cache_form`]).
+    pub kv_cache: String,
     pub stopped: Stop,
     /// What stopped the run, where it was an error.
     pub error: Option<String>,
@@ -241,6 +243,7 @@ impl Run {
             prefill_tps: rate(prompt.len(), self.prefill),
             decode_tps: rate(decode_steps, decode),
             context: engine.options().context as usize,
+            kv_cache: engine.cache_form().to_string(),
             stopped,
             error: error.map(|e| e.to_string()),
             diverged: checks.iter().any(|c| c.first_over_bound.is_some()),

@@ -13,6 +13,7 @@ use trine_ir::Kernel;
 use trine_ops::attention_flash::FlashOut;
 use trine_ops::elementwise::{copy_kernel, swiglu_pairs_kernel};
 use trine_ops::key_layout::KeyLayout;
+use trine_ops::kv_type::KvType;
 use trine_ops::matvec::{
     Epilogue as MatvecEpilogue, MatvecSpec, Prologue as MatvecPrologue, Reduce,
 };
@@ -30,7 +31,7 @@ use trine_ops::{
 /// ([`trine_backends::Tuning::small_tile_blocks`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {
-    pub kv: Float,
+    pub kv: KvType,
     pub keys: KeyLayout,
     pub head_dim: u32,
     pub small_tiles: bool,
@@ -227,7 +228,9 @@ impl KernelKey {
                             Store::Swiglu => MatvecEpilogue::Swiglu,
                             Store::Rope { .. } => MatvecEpilogue::RopeStore(RopeShape {
                                 head_dim: s.head_dim,
-                                kv: s.kv,
+                                kv: s.kv.float().unwrap_or_else(|| {
+                                    unreachable!("rope folds into a product over a float cache")
+                                }),
                                 keys: s.keys,
                             }),
                         },
@@ -332,15 +335,19 @@ impl KernelKey {
             KernelKey::AttnFlash { tiles, out } => {
                 let mut variants = vec![];
                 // The tiled kernel reads the K cache in rows, with subgroups of its width.
-                if tiles
-                    && info.tiles
-                    && info.runs_subgroup_width(attention_flash_tiles::WIDTH)
-                    && s.keys == KeyLayout::Rows
-                {
-                    variants.push(Variant {
-                        kernel: attention_flash_tiles::kernel(s.head_dim, s.kv, out)?,
-                        launch: Launch::FlashTiles,
-                    });
+                match s.kv.float() {
+                    Some(kv)
+                        if tiles
+                            && info.tiles
+                            && info.runs_subgroup_width(attention_flash_tiles::WIDTH)
+                            && s.keys == KeyLayout::Rows =>
+                    {
+                        variants.push(Variant {
+                            kernel: attention_flash_tiles::kernel(s.head_dim, kv, out)?,
+                            launch: Launch::FlashTiles,
+                        });
+                    }
+                    _ => {}
                 }
                 variants.push(plain(attention_flash::kernel(
                     s.head_dim, s.kv, s.keys, out,
@@ -356,7 +363,10 @@ impl KernelKey {
             }
             KernelKey::SwigluPairs => vec![plain(swiglu_pairs_kernel())],
             KernelKey::RopeStore { mode } => {
-                vec![plain(rope_store::kernel(s.head_dim, mode, s.kv, s.keys)?)]
+                vec![plain(match s.kv.float() {
+                    Some(kv) => rope_store::kernel(s.head_dim, mode, kv, s.keys)?,
+                    None => rope_store::kernel_q8(s.head_dim, mode)?,
+                })]
             }
             KernelKey::Quantize => vec![plain(matvec_q8::quantize_kernel())],
             KernelKey::PickLast => vec![plain(copy_kernel(Float::F32, Float::F32))],
@@ -425,7 +435,7 @@ mod tests {
         let cpu = trine_backends::open(trine_backends::BackendKind::Cpu).unwrap();
         let mut info = cpu.info().clone();
         let shape = KernelShape {
-            kv: Float::F16,
+            kv: KvType::F16,
             keys: KeyLayout::Rows,
             head_dim: 64,
             small_tiles: false,

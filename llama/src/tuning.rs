@@ -7,26 +7,27 @@ use trine_backends::{DeviceInfo, DeviceType};
 use trine_gguf::quant::WeightType;
 use trine_ops::blocks::BlockFormat;
 use trine_ops::key_layout::KeyLayout;
+use trine_ops::kv_type::KvType;
 use trine_ops::matvec::{MatvecSpec, Reduce};
-use trine_ops::support::Float;
 
-/// The KV cache type of an executor whose primary device is described by `info`: f16 halves
-/// the cache and matches llama.cpp's default cache type; f32 where the device has no 16-bit
-/// storage, and on CPUs, whose attention loads keys at a stride (one position per
-/// invocation), which x86 gathers only in 32-bit elements.
-pub fn kv_type(info: &DeviceInfo) -> Float {
+/// The KV cache type of an executor whose primary device is described by `info`, where none
+/// is asked for: f16 halves the cache and matches llama.cpp's default cache type; f32 where
+/// the device has no 16-bit storage, and on CPUs, whose attention loads keys at a stride (one
+/// position per invocation), which x86 gathers only in 32-bit elements.
+pub fn kv_type(info: &DeviceInfo) -> KvType {
     if info.f16 && info.device_type != DeviceType::Cpu {
-        Float::F16
+        KvType::F16
     } else {
-        Float::F32
+        KvType::F32
     }
 }
 
-/// The K cache layout of an executor whose primary device is described by `info`: columns on
-/// CPUs, whose attention then loads consecutive keys as vectors instead of gathering them
-/// ([`trine_ops::key_layout`]); rows on GPUs, whose kernels read a key's elements together.
-pub fn key_layout(info: &DeviceInfo) -> KeyLayout {
-    if info.device_type == DeviceType::Cpu {
+/// The K cache layout of an executor whose primary device is described by `info` and whose
+/// cache is `kv`: columns on CPUs, whose attention then loads consecutive keys as vectors
+/// instead of gathering them ([`trine_ops::key_layout`]); rows on GPUs, whose kernels read a
+/// key's elements together, and for q8_0, whose blocks lie along a key.
+pub fn key_layout(info: &DeviceInfo, kv: KvType) -> KeyLayout {
+    if info.device_type == DeviceType::Cpu && kv != KvType::Q8_0 {
         KeyLayout::Columns
     } else {
         KeyLayout::Rows

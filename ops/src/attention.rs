@@ -21,8 +21,9 @@
 //! would pass an output that is 2% off everywhere.
 
 use super::key_layout::{KeyIndex, KeyLayout};
+use super::kv_type::KvType;
 use super::shape::ShapeError;
-use super::support::{elements, expect_len, load_f32, nonzero, Combine, Float, Reducer, Reduction};
+use super::support::{elements, expect_len, nonzero, Combine, Reducer, Reduction};
 use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val, Var};
 
 const OP: &str = "attention";
@@ -107,7 +108,7 @@ fn check_head_dim(d: u32) -> Result<(), ShapeError> {
 
 /// The KV cache a workgroup attends to, and how query heads map onto its heads.
 pub(super) struct Keys<'b> {
-    pub kv: Float,
+    pub kv: KvType,
     pub k: BufferId,
     pub v: BufferId,
     pub kv_heads: Val<'b>,
@@ -201,7 +202,7 @@ pub(super) fn attend<'b>(
         };
         dot.set(k.f32(0.0));
         k.for_range(k.u32(0), d, 1, |i| {
-            let kv_val = load_f32(k, keys.kv, keys.k, keys.index.at(k, kv_head + i, key));
+            let kv_val = keys.kv.load(k, keys.k, keys.index.at(k, kv_head + i, key));
             dot.set(k.load_shared(q_sh, i).fma(kv_val, dot.get()));
         });
         score.set(k.select(visible, dot.get() * keys.scale, k.f32(f32::NEG_INFINITY)));
@@ -228,7 +229,8 @@ pub(super) fn attend<'b>(
                 let vs: Vec<Val> = (0..V_RUN)
                     .map(|u| {
                         let row = (first + j0 + k.u32(u)).min(last);
-                        load_f32(k, keys.kv, keys.v, keys.v_at(k, head_dim, kv_head + i, row))
+                        keys.kv
+                            .load(k, keys.v, keys.v_at(k, head_dim, kv_head + i, row))
                     })
                     .collect();
                 for (u, v_val) in vs.into_iter().enumerate() {

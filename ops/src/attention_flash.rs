@@ -37,8 +37,9 @@
 use super::attention;
 use super::attention_split::{reference_split, split_keys, PartsIo, SplitAttention};
 use super::key_layout::{KeyIndex, KeyLayout};
+use super::kv_type::KvType;
 use super::shape::ShapeError;
-use super::support::{elements, load_f32, nonzero, seed, Float};
+use super::support::{elements, nonzero, seed};
 use crate::case::*;
 use trine_ir::{Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
 
@@ -210,11 +211,12 @@ pub fn supports(head_dim: u32) -> bool {
 /// With [`KeyLayout::Columns`] the K cache is in columns and the parameter `k_stride` follows.
 pub fn kernel(
     head_dim: u32,
-    kv: Float,
+    kv: KvType,
     keys: KeyLayout,
     out: FlashOut,
 ) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
+    kv.check(OP, keys, head_dim)?;
     let bk = FlashAttention::keys_per_block(head_dim);
     let wg = QUERIES * LANES;
     let k = KernelBuilder::new(
@@ -281,16 +283,8 @@ pub fn kernel(
             let seen = key.lt(end);
             let key = key.min(end - one);
             let zero = k.f32(0.0);
-            let kv_k = k.select(
-                seen,
-                load_f32(&k, kv, kc, index.at(&k, kv_head + i, key)),
-                zero,
-            );
-            let kv_v = k.select(
-                seen,
-                load_f32(&k, kv, vc, key * kv_stride + kv_head + i),
-                zero,
-            );
+            let kv_k = k.select(seen, kv.load(&k, kc, index.at(&k, kv_head + i, key)), zero);
+            let kv_v = k.select(seen, kv.load(&k, vc, key * kv_stride + kv_head + i), zero);
             k.store_shared(k_sh, j * k.u32(row) + i, kv_k);
             k.store_shared(v_sh, j * k.u32(d) + i, kv_v);
         });
@@ -378,7 +372,7 @@ pub fn kernel(
 /// [`KeyLayout::Columns`]).
 pub(super) fn declare_io<'b>(
     k: &'b KernelBuilder,
-    kv: Float,
+    kv: KvType,
     (keys, out): (KeyLayout, FlashOut),
     head_dim: u32,
 ) -> (FlashIo<'b>, Val<'b>, KeyIndex<'b>) {
@@ -489,14 +483,15 @@ const PAST_END: u32 = 3;
 pub fn case(
     shape: FlashAttention,
     pos: u32,
-    kv: Float,
+    kv: KvType,
     (keys, out): (KeyLayout, FlashOut),
 ) -> Result<Case, ShapeError> {
     let out = out.for_splits(shape.splits);
     let n = out.len(&shape)?;
     let dtype = match kv {
-        Float::F32 => "f32",
-        Float::F16 => "f32+f16kv",
+        KvType::F32 => "f32",
+        KvType::F16 => "f32+f16kv",
+        KvType::Q8_0 => "f32+q8_0kv",
     };
     let name = format!(
         "{OP}/{dtype}/{}x{}x{}x{}+pos{pos}{}{}{}",
@@ -581,7 +576,7 @@ pub(super) fn smollm2_split(tokens: u32, splits: u32) -> FlashAttention {
 }
 
 pub fn cases() -> Vec<Case> {
-    use Float::{F16, F32};
+    use KvType::{F16, F32, Q8_0};
     let smol = smollm2;
     let shapes = [
         (smol(16), 0, F32),  // one full block of queries into an empty cache
@@ -616,6 +611,16 @@ pub fn cases() -> Vec<Case> {
             13,
             F16,
         ),
+        // A q8_0 cache (rows only): a later chunk, and head dimension 128 in chunks.
+        (smol(33), 70, Q8_0),
+        (
+            FlashAttention {
+                splits: 3,
+                ..MULTI_QUERY_128
+            },
+            13,
+            Q8_0,
+        ),
     ];
     // Two of them with the K cache in columns, as an executor led by a CPU keeps it.
     let columns = [(smol(40), 0, F32), (smol(33), 70, F16)];
@@ -646,7 +651,7 @@ mod tests {
     #[test]
     fn blocks_fit_32_kib() {
         for head_dim in [1, 17, 64, 65, 128] {
-            let k = kernel(head_dim, Float::F32, KeyLayout::Rows, FlashOut::Part).unwrap();
+            let k = kernel(head_dim, KvType::F32, KeyLayout::Rows, FlashOut::Part).unwrap();
             assert!(
                 k.shared_bytes() <= 32 * 1024,
                 "d{head_dim}: {}",
@@ -660,14 +665,14 @@ mod tests {
         assert!(matches!(
             kernel(
                 MAX_FLASH_HEAD_DIM + 1,
-                Float::F32,
+                KvType::F32,
                 KeyLayout::Rows,
                 FlashOut::Part
             ),
             Err(ShapeError::TooLarge { .. })
         ));
         assert!(matches!(
-            kernel(0, Float::F16, KeyLayout::Rows, FlashOut::Part),
+            kernel(0, KvType::F16, KeyLayout::Rows, FlashOut::Part),
             Err(ShapeError::Zero { .. })
         ));
         let s = FlashAttention {

@@ -112,7 +112,7 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
     );
     k.require_subgroup_width(WIDTH);
     // Keys in rows, as values are: a key's element and its value's share one index.
-    let (io, scale, _) = declare_io(&k, kv, (KeyLayout::Rows, out), d);
+    let (io, scale, _) = declare_io(&k, kv.into(), (KeyLayout::Rows, out), d);
     let parts = &io.parts;
     let (q, step, kc, vc, part) = (parts.q, parts.step, parts.k, parts.v, parts.part);
     let (tokens, heads, kv_heads) = (parts.tokens, parts.heads, parts.kv_heads);
@@ -361,7 +361,7 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
 /// kernel with the scalar one (and its grid) as the fallback of devices without tiles.
 pub fn case(shape: FlashAttention, pos: u32, kv: Float, out: FlashOut) -> Result<Case, ShapeError> {
     let out = out.for_splits(shape.splits);
-    let scalar = super::attention_flash::case(shape, pos, kv, (KeyLayout::Rows, out))?;
+    let scalar = super::attention_flash::case(shape, pos, kv.into(), (KeyLayout::Rows, out))?;
     let name = scalar.name.replacen("attention_flash", OP, 1);
     let mut case = Case::new(name, kernel(shape.head_dim, kv, out)?, grid(&shape))
         .fallback_on(scalar.kernel, scalar.grid)

@@ -24,6 +24,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod kernels;
 pub mod key_layout;
+pub mod kv_type;
 mod matmul_group;
 mod matmul_stage;
 pub mod matmul_tiles;

@@ -25,6 +25,7 @@
 //! as `copy` rounds it), so only a rare one-ulp rounding flip counts; the value copy is exact.
 
 use super::key_layout::{KeyIndex, KeyLayout};
+use super::kv_type::{store_q8_block, KvType, Q8_BLOCK, Q8_WORDS};
 use super::rope::{self, Rope, RopeMode};
 use super::shape::ShapeError;
 use super::support::{cos_sin, elements, expect_len, nonzero, seed, store_f32, Float};
@@ -118,6 +119,11 @@ impl RopeStore {
         let heads = self.span().map_or(0, |s| s.count);
         let pairs = heads as u64 * (self.head_dim / 2) as u64;
         [pairs.div_ceil(WG as u64) as u32, self.tokens, 1]
+    }
+
+    /// `[heads held, tokens, 1]`: [`kernel_q8`]'s grid, a workgroup per head of a token.
+    pub fn grid_q8(&self) -> [u32; 3] {
+        [self.span().map_or(0, |s| s.count), self.tokens, 1]
     }
 
     /// The kernel's parameters, in declaration order: those a product's rope epilogue takes
@@ -246,6 +252,82 @@ pub fn kernel(
                 store_f32(&k, kv, vc, dst + i1, b);
             },
         );
+    });
+    Ok(k.finish())
+}
+
+/// The kernel for a q8_0 cache ([`KvType::Q8_0`], keys in rows): one workgroup per head of a
+/// token, one invocation per pair of it, rope as [`kernel`] computes it; the head's values meet
+/// in shared memory, where the invocations of its blocks of 32 quantize one block each. Buffers
+/// and parameters as [`kernel`]'s, the caches `U32`; the head size a multiple of 32. Grid:
+/// [`RopeStore::grid_q8`].
+pub fn kernel_q8(head_dim: u32, mode: RopeMode) -> Result<Kernel, ShapeError> {
+    check_head_dim(head_dim)?;
+    KvType::Q8_0.check(OP, KeyLayout::Rows, head_dim)?;
+    if head_dim > 2048 {
+        return Err(ShapeError::TooLarge {
+            op: OP,
+            what: "head_dim of a q8_0 cache (a workgroup holds a head's pairs)",
+            value: head_dim as usize,
+            limit: 2048,
+        });
+    }
+    let half = head_dim / 2;
+    let k = KernelBuilder::new(
+        &format!("rope_store_{}_d{head_dim}_q8_0kv", mode.name()),
+        [half, 1, 1],
+    );
+    let qkv = k.buffer("qkv", Scalar::F32, Access::Read);
+    let step = k.buffer("step", Scalar::U32, Access::Read);
+    let freq = k.buffer("freq", Scalar::F32, Access::Read);
+    let q = k.buffer("q", Scalar::F32, Access::Write);
+    let kc = k.buffer("k_cache", Scalar::U32, Access::Write);
+    let vc = k.buffer("v_cache", Scalar::U32, Access::Write);
+    let heads = k.param("heads", Scalar::U32);
+    let kv_heads = k.param("kv_heads", Scalar::U32);
+    let first = k.param("first", Scalar::U32);
+    let count = k.param("count", Scalar::U32);
+    let vals = k.shared("head", Scalar::F32, head_dim);
+    let i = k.local_index();
+    let held = k.workgroup_id(0);
+    let t = k.workgroup_id(1);
+    let head = first + held;
+    let d = k.u32(head_dim);
+    let (i0, i1) = match mode {
+        RopeMode::Normal => (i + i, i + i + k.u32(1)),
+        RopeMode::Neox => (i, i + k.u32(half)),
+    };
+    let src = (t * count + held) * d;
+    let a = k.load(qkv, src + i0);
+    let b = k.load(qkv, src + i1);
+    let pos = k.load(step, k.u32(0)) + t;
+    let rotated_heads = heads + kv_heads;
+    let theta = pos.cast(Scalar::F32) * k.load(freq, i);
+    let (cos, sin) = cos_sin(&k, theta);
+    let turn = head.lt(rotated_heads);
+    let ra = k.select(turn, a * cos - b * sin, a);
+    let rb = k.select(turn, a * sin + b * cos, b);
+    k.if_(head.lt(heads), || {
+        let dst = (t * heads + head) * d;
+        k.store(q, dst + i0, ra);
+        k.store(q, dst + i1, rb);
+    });
+    k.store_shared(vals, i0, ra);
+    k.store_shared(vals, i1, rb);
+    k.barrier();
+    // Block `i` of the head, by its first invocations: its words in the position's row.
+    let blocks = head_dim / Q8_BLOCK;
+    let row_words = kv_heads * k.u32(blocks * Q8_WORDS);
+    let word = |kv_head| pos * row_words + (kv_head * k.u32(blocks) + i) * k.u32(Q8_WORDS);
+    let at = i * k.u32(Q8_BLOCK);
+    k.if_(head.ge(heads), || {
+        k.if_(i.lt(k.u32(blocks)), || {
+            k.if_else(
+                turn,
+                || store_q8_block(&k, (vals, at), kc, word(head - heads)),
+                || store_q8_block(&k, (vals, at), vc, word(head - rotated_heads)),
+            );
+        });
     });
     Ok(k.finish())
 }
@@ -385,6 +467,67 @@ pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
         .params(shape.params()))
 }
 
+/// A conformance case of [`kernel_q8`] for `shape` (keys in rows) at position `pos`: `q`
+/// against [`reference`], the caches' words exactly: those of the rows the step writes as
+/// [`KvType::Q8_0`] stores the reference's values, the others as they were.
+pub fn case_q8(shape: RopeStore, pos: u32) -> Result<Case, ShapeError> {
+    let n = shape.check()?;
+    let span = shape.span()?;
+    let kv = KvType::Q8_0;
+    let name = format!(
+        "{OP}/{}/f32+q8_0kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}+heads{}..{}",
+        shape.mode.name(),
+        shape.tokens,
+        shape.heads,
+        shape.kv_heads,
+        shape.head_dim,
+        shape.context,
+        shape.base,
+        span.first,
+        span.first + span.count
+    );
+    let mut r = Rng::new(seed(&name));
+    let qkv = r.f32s(n as usize, -2.0, 2.0);
+    let cache = (shape.context * shape.kv_heads * shape.head_dim) as usize;
+    let k0 = kv.stored(&r.f32s(cache, -3.0, 3.0));
+    let v0 = kv.stored(&r.f32s(cache, -3.0, 3.0));
+    let want = reference(&shape, pos, &qkv, &k0, &v0)?;
+    // Each written head of a row stored anew, block by block; the rest keeps its words.
+    let d = shape.head_dim as usize;
+    let stored_words = |before: &[f32], after: Vec<f64>, first_head: u32| {
+        let mut words = kv.bytes(before);
+        for p in pos..pos + shape.tokens {
+            for j in 0..shape.kv_heads {
+                if !(span.first..span.first + span.count).contains(&(first_head + j)) {
+                    continue;
+                }
+                let at = (p * shape.kv_heads + j) as usize * d;
+                let head: Vec<f32> = after[at..at + d].iter().map(|&v| v as f32).collect();
+                let bytes = kv.bytes(&head);
+                let start = kv.bytes_for(at as u64) as usize;
+                words[start..start + bytes.len()].copy_from_slice(&bytes);
+            }
+        }
+        words
+    };
+    let k_words = stored_words(&k0, want.k_cache, shape.heads);
+    let v_words = stored_words(&v0, want.v_cache, shape.heads + shape.kv_heads);
+    let words = |b: &[u8]| decode(Scalar::U32, b);
+    let q0 = vec![f32::NAN; want.q.len()];
+    Ok(Case::new(
+        name,
+        kernel_q8(shape.head_dim, shape.mode)?,
+        shape.grid_q8(),
+    )
+    .input("qkv", Scalar::F32, f32_bytes(&qkv))
+    .input("step", Scalar::U32, u32_bytes(&[pos]))
+    .input("freq", Scalar::F32, f32_bytes(&shape.frequencies()))
+    .output("q", Scalar::F32, f32_bytes(&q0), want.q)
+    .output_exact("k_cache", Scalar::U32, kv.bytes(&k0), words(&k_words))
+    .output_exact("v_cache", Scalar::U32, kv.bytes(&v0), words(&v_words))
+    .params(shape.params()))
+}
+
 pub fn cases() -> Vec<Case> {
     // SmolLM2-135M: 9 query heads, 3 KV heads, head_dim 64, base 100000.
     let smol = |tokens, context, mode| RopeStore {
@@ -440,9 +583,17 @@ pub fn cases() -> Vec<Case> {
         (part(smol(7, 32, Normal), 12, 3), 13, F32),
         (part(columns(small(3, 4, 2, 10, 100, Neox)), 4, 2), 77, F16),
     ];
+    let q8 = [
+        (smol(1, 64, Normal), 63),
+        (smol(7, 32, Normal), 13),
+        (smol(3, 16, Neox), 2),
+        (part(smol(1, 64, Normal), 12, 3), 40),
+        (small(2, 4, 2, 128, 8, Normal), 5),
+    ];
     shapes
         .into_iter()
         .map(|(shape, pos, kv)| case(shape, pos, kv))
+        .chain(q8.into_iter().map(|(shape, pos)| case_q8(shape, pos)))
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
 }

@@ -82,20 +82,6 @@ pub(crate) fn cos_sin<'b>(k: &'b KernelBuilder, theta: Val<'b>) -> (Val<'b>, Val
     (r.cos(), r.sin())
 }
 
-/// Loads element `i` of a buffer of `t` as an f32 value.
-pub(crate) fn load_f32<'b>(
-    k: &'b KernelBuilder,
-    t: Float,
-    buf: trine_ir::BufferId,
-    i: Val<'b>,
-) -> Val<'b> {
-    let v = k.load(buf, i);
-    match t {
-        Float::F32 => v,
-        Float::F16 => v.cast(Scalar::F32),
-    }
-}
-
 /// Stores the f32 value `v` into a buffer of `t` (rounding to nearest even for f16).
 pub(crate) fn store_f32<'b>(
     k: &'b KernelBuilder,

@@ -5,7 +5,6 @@ use super::Engine;
 use crate::graph::{Load, Node, Op, Step, Tensor};
 use crate::planner::KernelKey;
 use std::collections::HashSet;
-use trine_ops::support::Float;
 
 impl Engine {
     /// The backend that runs `node` and the name of the kernel it compiled for it (the
@@ -79,8 +78,9 @@ impl Engine {
             Tensor::Ids | Tensor::Token => rows * 4,
             Tensor::KCache(_) | Tensor::VCache(_) => {
                 let positions = if read { s.pos + s.tokens } else { s.tokens };
-                let elem = if self.shape.kv == Float::F16 { 2 } else { 4 };
-                u64::from(positions) * u64::from(c.kv_dim()) * elem
+                self.shape
+                    .kv
+                    .bytes_for(u64::from(positions) * u64::from(c.kv_dim()))
             }
             Tensor::Resid(_) | Tensor::QRot | Tensor::Last | Tensor::Normed | Tensor::Combined => {
                 f32s(c.n_embd)

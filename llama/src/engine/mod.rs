@@ -19,13 +19,12 @@ use super::model::Model;
 use super::placement::Placement;
 use super::planner::{KernelKey, KernelShape};
 use super::tuning;
-use half::f16;
 use std::collections::HashMap;
 use std::sync::Arc;
 use trine_backends::{Backend, Binding, BufferHandle, Dispatch, ProgramId, Recording};
 use trine_ir::ParamValue;
 use trine_ops::key_layout::KeyLayout;
-use trine_ops::support::Float;
+use trine_ops::kv_type::KvType;
 
 /// Sizes an executor is built for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +36,9 @@ pub struct EngineOptions {
     /// Record decode steps and replay them (where every node runs on one device); off, each
     /// node is dispatched on its own, as cross-checks do.
     pub record: bool,
+    /// The KV cache's type (llama.cpp's `-ctk`/`-ctv`); `None`, the device's
+    /// ([`tuning::kv_type`]).
+    pub cache: Option<KvType>,
 }
 
 impl EngineOptions {
@@ -52,6 +54,7 @@ impl EngineOptions {
             context,
             max_batch: context.min(512),
             record: true,
+            cache: None,
         }
     }
 }
@@ -92,13 +95,21 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Engine, ModelError> {
         let info = backend.info();
+        let kv = options.cache.unwrap_or_else(|| tuning::kv_type(info));
+        let keys = tuning::key_layout(info, kv);
+        let head_dim = model.config.head_dim();
+        kv.check("kv cache", keys, head_dim)
+            .map_err(|e| ModelError::CacheType {
+                ty: kv.name(),
+                why: e.to_string(),
+            })?;
         let shape = KernelShape {
-            kv: tuning::kv_type(info),
-            keys: tuning::key_layout(info),
-            head_dim: model.config.head_dim(),
+            kv,
+            keys,
+            head_dim,
             small_tiles: info.tuning.small_tile_blocks,
         };
-        let offer = Offer::of(info);
+        let offer = Offer::of(info, kv);
         Engine::build(model, backend, options, shape, offer)
     }
 
@@ -167,7 +178,7 @@ impl Engine {
         &self.placement.notes
     }
 
-    pub fn kv_type(&self) -> Float {
+    pub fn kv_type(&self) -> KvType {
         self.shape.kv
     }
 
@@ -175,10 +186,12 @@ impl Engine {
     /// in rows. A checker must keep it the same way ([`Engine::checker`]).
     pub fn cache_form(&self) -> &'static str {
         match (self.shape.kv, self.shape.keys) {
-            (Float::F16, KeyLayout::Rows) => "f16",
-            (Float::F32, KeyLayout::Rows) => "f32",
-            (Float::F16, KeyLayout::Columns) => "f16 with the keys in columns",
-            (Float::F32, KeyLayout::Columns) => "f32 with the keys in columns",
+            (KvType::F16, KeyLayout::Rows) => "f16",
+            (KvType::F32, KeyLayout::Rows) => "f32",
+            (KvType::Q8_0, KeyLayout::Rows) => "q8_0",
+            (KvType::F16, KeyLayout::Columns) => "f16 with the keys in columns",
+            (KvType::F32, KeyLayout::Columns) => "f32 with the keys in columns",
+            (KvType::Q8_0, KeyLayout::Columns) => "q8_0 with the keys in columns",
         }
     }
 
@@ -360,19 +373,24 @@ impl Engine {
         t: Tensor,
         range: std::ops::Range<usize>,
     ) -> Result<Vec<f32>, ModelError> {
-        let f16_elems =
-            matches!(t, Tensor::KCache(_) | Tensor::VCache(_)) && self.shape.kv == Float::F16;
-        let size = if f16_elems { 2 } else { 4 };
-        let at = (range.start * size) as u64;
-        let Some(bytes) = self.current_bytes(t, at, range.len() * size)? else {
+        if matches!(t, Tensor::KCache(_) | Tensor::VCache(_)) {
+            // Whole blocks of the cache's type, decoded, then the range cut out of them.
+            let kv = self.shape.kv;
+            let block = kv.block() as usize;
+            let first = range.start / block * block;
+            let end = range.end.next_multiple_of(block);
+            let at = kv.bytes_for(first as u64);
+            let len = kv.bytes_for((end - first) as u64) as usize;
+            let Some(bytes) = self.current_bytes(t, at, len)? else {
+                return Ok(vec![]);
+            };
+            return Ok(kv.decode(&bytes)[range.start - first..range.end - first].to_vec());
+        }
+        let at = (range.start * 4) as u64;
+        let Some(bytes) = self.current_bytes(t, at, range.len() * 4)? else {
             return Ok(vec![]);
         };
-        Ok(if f16_elems {
-            bytes
-                .chunks_exact(2)
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect()
-        } else if matches!(t, Tensor::Ids | Tensor::Step | Tensor::Token) {
+        Ok(if matches!(t, Tensor::Ids | Tensor::Step | Tensor::Token) {
             bytes
                 .chunks_exact(4)
                 .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)

@@ -13,6 +13,7 @@ use trine_ops::attention_flash_tiles;
 use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise;
 use trine_ops::embedding;
+use trine_ops::kv_type::KvType;
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::{HeadSpan, RopeStore};
@@ -192,11 +193,16 @@ impl Engine {
             ),
             Op::RopeStore { layer, mode, heads } => {
                 let r = self.rope_store(t, mode, Some(heads));
+                // A q8_0 cache's kernel takes a workgroup per head (`rope_store::kernel_q8`).
+                let grid = match self.shape.kv {
+                    KvType::Q8_0 => r.grid_q8(),
+                    KvType::F16 | KvType::F32 => r.grid(),
+                };
                 plan(
                     vec![Tensor::Raw, Tensor::Step, Tensor::Freq],
                     &[Tensor::QRot, Tensor::KCache(layer), Tensor::VCache(layer)],
                     r.params(),
-                    r.grid(),
+                    grid,
                 )
             }
             Op::Quantize { x, cols, tokens } => {

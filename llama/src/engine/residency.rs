@@ -13,7 +13,6 @@ use trine_backends::{Binding, BufferHandle};
 use trine_ops::blocks::pair_blocks;
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::rope::RopeMode;
-use trine_ops::support::Float;
 use trine_ops::{matvec_q8, matvec_q8_rows};
 
 impl Engine {
@@ -106,14 +105,13 @@ impl Engine {
             Tensor::Last => f32s(c.n_embd as u64),
             Tensor::Logits => f32s(c.vocab as u64),
             Tensor::KCache(_) | Tensor::VCache(_) => {
-                let elem = if self.shape.kv == Float::F16 { 2 } else { 4 };
                 // Keys in columns hold a block of positions past the context.
                 let keys = match t {
                     Tensor::KCache(_) => self.shape.keys,
                     _ => KeyLayout::Rows,
                 };
                 let elements = keys.k_elements(ctx as u32, c.n_head_kv, c.head_dim());
-                (elements * elem).next_multiple_of(4)
+                self.shape.kv.bytes_for(elements).next_multiple_of(4)
             }
             Tensor::Freq => f32s(c.head_dim() as u64 / 2),
             Tensor::Weight(id) | Tensor::Plain(id) => {

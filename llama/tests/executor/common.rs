@@ -19,7 +19,23 @@ pub const SIZES: EngineOptions = EngineOptions {
     context: 32,
     max_batch: 8,
     record: true,
+    cache: None,
 };
+
+/// Logits of a 5-token prompt, then of one step per further id.
+pub fn logits(
+    model: Arc<Model>,
+    backend: Arc<dyn Backend>,
+    options: EngineOptions,
+    ids: &[u32],
+) -> Vec<Vec<f32>> {
+    let mut session = Session::new(Engine::new(model, backend, options).unwrap(), None);
+    let mut out = vec![session.feed(&ids[..5]).unwrap()];
+    for &id in &ids[5..] {
+        out.push(session.feed(&[id]).unwrap());
+    }
+    out
+}
 
 pub fn tiny() -> Arc<Model> {
     let bytes = synth_llama(SynthShape::TINY, 5).unwrap().to_bytes();

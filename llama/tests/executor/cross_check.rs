@@ -7,7 +7,7 @@ use trine_backends::Backend;
 use trine_gguf::synth::SynthShape;
 use trine_llama::graph::{Form, Op};
 use trine_llama::{Engine, ModelError, Session};
-use trine_ops::support::Float;
+use trine_ops::kv_type::KvType;
 
 #[test]
 fn the_cross_check_names_the_first_op_that_goes_wrong() {
@@ -157,9 +157,9 @@ fn backends_agree_node_by_node() {
 fn a_checker_keeps_the_checked_engines_cache_type() {
     let model = tiny();
     let main = Engine::new(model.clone(), gpu(), SIZES).unwrap();
-    assert_eq!(main.kv_type(), Float::F16);
+    assert_eq!(main.kv_type(), KvType::F16);
     let own = Engine::new(model.clone(), cpu(), SIZES).unwrap();
-    assert_eq!(own.kv_type(), Float::F32);
+    assert_eq!(own.kv_type(), KvType::F32);
     let mut session = Session::new(main, Some(own));
     match session.feed(&[17, 90]) {
         Err(ModelError::CheckerKv { main, checker }) => {
@@ -169,7 +169,7 @@ fn a_checker_keeps_the_checked_engines_cache_type() {
     }
     let main = Engine::new(model, gpu(), SIZES).unwrap();
     let checker = main.checker(cpu()).unwrap();
-    assert_eq!(checker.kv_type(), Float::F16);
+    assert_eq!(checker.kv_type(), KvType::F16);
     assert_eq!(checker.cache_form(), "f16");
     agree("a checker with the gpu's cache", main, checker);
 }

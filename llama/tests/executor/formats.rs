@@ -11,7 +11,7 @@ use trine_gguf::quant::{dequantize, quantize};
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType};
 use trine_llama::weights::Source;
-use trine_llama::{Engine, Model, Session};
+use trine_llama::{Engine, Model};
 use trine_ops::compare::nmse;
 
 /// A Llama as small as [`SynthShape::TINY`] but as wide as a 256-element block.
@@ -61,20 +61,6 @@ fn decoded(g: &Gguf) -> Gguf {
     retyped(g, |_| Some(TensorType::F32))
 }
 
-/// Logits of a 5-token prompt, then of one step per further id.
-fn logits(
-    model: Arc<Model>,
-    backend: Arc<dyn trine_backends::Backend>,
-    ids: &[u32],
-) -> Vec<Vec<f32>> {
-    let mut session = Session::new(Engine::new(model, backend, SIZES).unwrap(), None);
-    let mut out = vec![session.feed(&ids[..5]).unwrap()];
-    for &id in &ids[5..] {
-        out.push(session.feed(&[id]).unwrap());
-    }
-    out
-}
-
 /// Runs `g` and its decoded twin on the CPU and the GPU-shaped stand-ins and checks their
 /// logits agree, then a GPU checking the CPU node by node.
 fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
@@ -82,7 +68,7 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
     let model = Arc::new(Model::from_gguf(g).unwrap());
     let mut ids = vec![17, 90, 200, 3, 45];
     for _ in 0..2 {
-        let last = logits(twin.clone(), cpu(), &ids).pop().unwrap();
+        let last = logits(twin.clone(), cpu(), SIZES, &ids).pop().unwrap();
         ids.push(trine_llama::sampler::argmax(&last).unwrap());
     }
     // Each backend against the twin on itself: the KV cache's type and the attention's
@@ -97,8 +83,8 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
         ("gpu with tiles", gpu_with(true), 1e-7),
     ];
     for (backend_name, backend, bound) in backends {
-        let want = logits(twin.clone(), backend.clone(), &ids);
-        let got = logits(model.clone(), backend, &ids);
+        let want = logits(twin.clone(), backend.clone(), SIZES, &ids);
+        let got = logits(model.clone(), backend, SIZES, &ids);
         for (step, (g, w)) in got.iter().zip(&want).enumerate() {
             let widen = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
             let e = nmse(&widen(w), &widen(g)).unwrap();

@@ -4,5 +4,6 @@
 mod common;
 mod cross_check;
 mod formats;
+mod kv_cache;
 mod placement;
 mod steps;

@@ -5,8 +5,9 @@ use super::{combine_kernel, reference_split, split_kernel, SplitAttention};
 use crate::attention;
 use crate::case::*;
 use crate::key_layout::KeyLayout;
+use crate::kv_type::KvType;
 use crate::shape::ShapeError;
-use crate::support::{seed, Float, Reduction};
+use crate::support::{seed, Reduction};
 use trine_ir::Scalar;
 
 /// Positions past the step's last token in a case's caches. They hold NaN, so a kernel that
@@ -23,7 +24,7 @@ pub(super) struct Inputs {
 }
 
 /// Deterministic inputs for `shape` at `pos`, the same for the split and the combine case.
-pub(super) fn inputs(shape: &SplitAttention, pos: u32, kv: Float) -> Result<Inputs, ShapeError> {
+pub(super) fn inputs(shape: &SplitAttention, pos: u32, kv: KvType) -> Result<Inputs, ShapeError> {
     shape.check()?;
     let kind = if shape.tokens == 1 {
         "decode"
@@ -31,8 +32,9 @@ pub(super) fn inputs(shape: &SplitAttention, pos: u32, kv: Float) -> Result<Inpu
         "prefill"
     };
     let dtype = match kv {
-        Float::F32 => "f32",
-        Float::F16 => "f32+f16kv",
+        KvType::F32 => "f32",
+        KvType::F16 => "f32+f16kv",
+        KvType::Q8_0 => "f32+q8_0kv",
     };
     let shape_name = format!(
         "{kind}/{dtype}/{}x{}x{}x{}+pos{pos}+s{}",
@@ -69,7 +71,7 @@ pub(super) fn inputs(shape: &SplitAttention, pos: u32, kv: Float) -> Result<Inpu
 pub fn split_case(
     shape: SplitAttention,
     pos: u32,
-    kv: Float,
+    kv: KvType,
     (how, keys): (Reduction, KeyLayout),
 ) -> Result<Case, ShapeError> {
     let x = inputs(&shape, pos, kv)?;
@@ -101,7 +103,7 @@ pub fn split_case(
 
 /// A conformance case of [`combine_kernel`]: the partials of [`split_case`]'s inputs (from
 /// [`reference_split`], rounded to f32) against the unsplit [`attention::reference`].
-pub fn combine_case(shape: SplitAttention, pos: u32, kv: Float) -> Result<Case, ShapeError> {
+pub fn combine_case(shape: SplitAttention, pos: u32, kv: KvType) -> Result<Case, ShapeError> {
     let x = inputs(&shape, pos, kv)?;
     let part: Vec<f32> = reference_split(&shape, x.kv_len, pos, &x.q, &x.k, &x.v)?
         .into_iter()
@@ -121,7 +123,7 @@ pub fn combine_case(shape: SplitAttention, pos: u32, kv: Float) -> Result<Case, 
 }
 
 pub fn cases() -> Vec<Case> {
-    use Float::{F16, F32};
+    use KvType::{F16, F32, Q8_0};
     // SmolLM2-135M: 9 query heads, 3 KV heads, head_dim 64.
     let smol = |tokens, splits| SplitAttention {
         tokens,
@@ -171,16 +173,36 @@ pub fn cases() -> Vec<Case> {
             F16,
         ),
     ];
+    // A q8_0 cache, in rows only: decode, a prompt, head_dim 128.
+    let q8 = [
+        (smol(1, 8), 97, Q8_0),
+        (smol(5, 2), 3, Q8_0),
+        (
+            SplitAttention {
+                tokens: 1,
+                heads: 4,
+                kv_heads: 1,
+                head_dim: 128,
+                splits: 4,
+            },
+            300,
+            Q8_0,
+        ),
+    ];
+    let rows = |(shape, pos, kv)| {
+        [
+            split_case(shape, pos, kv, (Reduction::Shared, KeyLayout::Rows)),
+            split_case(shape, pos, kv, (Reduction::Subgroup, KeyLayout::Rows)),
+            combine_case(shape, pos, kv),
+        ]
+    };
     shapes
         .into_iter()
         .flat_map(|(shape, pos, kv)| {
-            [
-                split_case(shape, pos, kv, (Reduction::Shared, KeyLayout::Rows)),
-                split_case(shape, pos, kv, (Reduction::Subgroup, KeyLayout::Rows)),
-                split_case(shape, pos, kv, (Reduction::Subgroup, KeyLayout::Columns)),
-                combine_case(shape, pos, kv),
-            ]
+            let columns = split_case(shape, pos, kv, (Reduction::Subgroup, KeyLayout::Columns));
+            rows((shape, pos, kv)).into_iter().chain([columns])
         })
+        .chain(q8.into_iter().flat_map(rows))
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
 }

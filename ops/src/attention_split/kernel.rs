@@ -6,8 +6,9 @@ use super::shape::check_head_dim;
 use super::OP;
 use crate::attention::{attend, for_owned, stage_query, Attended, Keys, WG};
 use crate::key_layout::{KeyIndex, KeyLayout};
+use crate::kv_type::KvType;
 use crate::shape::ShapeError;
-use crate::support::{nonzero, Float, Reduction, PREFETCH_LINE};
+use crate::support::{nonzero, Reduction, PREFETCH_LINE};
 use trine_ir::{Access, BufferId, Kernel, KernelBuilder, Scalar, Val};
 
 /// The per-split kernel for one head dimension (a compile-time constant), KV cache storage
@@ -18,11 +19,12 @@ use trine_ir::{Access, BufferId, Kernel, KernelBuilder, Scalar, Val};
 /// [`SplitAttention::grid`]: super::SplitAttention::grid
 pub fn split_kernel(
     head_dim: u32,
-    kv: Float,
+    kv: KvType,
     how: Reduction,
     keys: KeyLayout,
 ) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
+    kv.check(super::OP, keys, head_dim)?;
     let k = KernelBuilder::new(
         &format!(
             "attention_split_{}_d{head_dim}_{}kv{}",
@@ -112,13 +114,13 @@ fn prefetch_chunk<'b>(
     if keys.index.layout() != KeyLayout::Rows {
         return;
     }
-    let line = PREFETCH_LINE / keys.kv.scalar().size() as u32;
+    let line = keys.kv.per_line(PREFETCH_LINE);
     let kv_head = keys.kv_head(k, h, head_dim);
     k.for_range(start + k.local_index(), end, WG, |j| {
         for e in (0..head_dim).step_by(line as usize) {
             let e = kv_head + k.u32(e);
-            k.prefetch(keys.k, keys.index.at(k, e, j));
-            k.prefetch(keys.v, keys.v_at(k, head_dim, e, j));
+            k.prefetch(keys.k, keys.kv.held_at(k, keys.index.at(k, e, j)));
+            k.prefetch(keys.v, keys.kv.held_at(k, keys.v_at(k, head_dim, e, j)));
         }
     });
 }
@@ -138,12 +140,12 @@ pub(crate) struct PartsIo<'b> {
 }
 
 impl<'b> PartsIo<'b> {
-    pub(crate) fn declare(k: &'b KernelBuilder, kv: Float) -> PartsIo<'b> {
+    pub(crate) fn declare(k: &'b KernelBuilder, kv: KvType) -> PartsIo<'b> {
         Self::declare_out(k, kv, "part")
     }
 
     /// [`PartsIo::declare`] with the output buffer (`part`'s place) named `out`.
-    pub(crate) fn declare_out(k: &'b KernelBuilder, kv: Float, out: &str) -> PartsIo<'b> {
+    pub(crate) fn declare_out(k: &'b KernelBuilder, kv: KvType, out: &str) -> PartsIo<'b> {
         PartsIo {
             q: k.buffer("q", Scalar::F32, Access::Read),
             step: k.buffer("step", Scalar::U32, Access::Read),

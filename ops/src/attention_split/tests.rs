@@ -7,15 +7,16 @@ use crate::attention;
 use crate::case::{f32_bytes, u32_bytes};
 use crate::compare::nmse;
 use crate::key_layout::KeyLayout;
+use crate::kv_type::KvType;
 use crate::shape::ShapeError;
-use crate::support::{Float, Reduction};
+use crate::support::Reduction;
 use trine_backends::{Backend, BackendKind, Binding, Dispatch};
 use trine_ir::interp::interpret;
 use trine_ir::{Kernel, ParamValue};
 
 /// Shapes for the chained runs: decode and prefill, more splits than keys, one split, a
 /// head dimension above the workgroup.
-fn chained_shapes() -> Vec<(SplitAttention, u32, Float)> {
+fn chained_shapes() -> Vec<(SplitAttention, u32, KvType)> {
     let s = |tokens, head_dim, splits| SplitAttention {
         tokens,
         heads: 4,
@@ -24,12 +25,12 @@ fn chained_shapes() -> Vec<(SplitAttention, u32, Float)> {
         splits,
     };
     vec![
-        (s(1, 16, 1), 0, Float::F32),
-        (s(1, 16, 8), 2, Float::F16),
-        (s(1, 16, 3), 70, Float::F32),
-        (s(1, 80, 4), 41, Float::F16),
-        (s(4, 16, 1), 5, Float::F32),
-        (s(4, 16, 3), 5, Float::F16),
+        (s(1, 16, 1), 0, KvType::F32),
+        (s(1, 16, 8), 2, KvType::F16),
+        (s(1, 16, 3), 70, KvType::F32),
+        (s(1, 80, 4), 41, KvType::F16),
+        (s(4, 16, 1), 5, KvType::F32),
+        (s(4, 16, 3), 5, KvType::F16),
     ]
 }
 
@@ -38,7 +39,7 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
 }
 
 /// Split then combine, on the interpreter.
-fn interpreted(shape: &SplitAttention, pos: u32, kv: Float, x: &Inputs) -> Vec<f32> {
+fn interpreted(shape: &SplitAttention, pos: u32, kv: KvType, x: &Inputs) -> Vec<f32> {
     let part_len = shape.check().unwrap() as usize;
     let mut b = vec![
         f32_bytes(&x.q),
@@ -67,7 +68,7 @@ fn on_backend(
     backend: &dyn Backend,
     shape: &SplitAttention,
     pos: u32,
-    kv: Float,
+    kv: KvType,
     x: &Inputs,
 ) -> Vec<f32> {
     let part_len = shape.check().unwrap() as u64 * 4;
@@ -210,7 +211,7 @@ fn bad_shapes_are_typed_errors() {
     assert!(matches!(
         split_kernel(
             attention::MAX_HEAD_DIM + 1,
-            Float::F32,
+            KvType::F32,
             Reduction::Shared,
             KeyLayout::Rows
         ),

@@ -39,6 +39,7 @@ use trine_backends::probe::timeout_from_env;
 use trine_backends::{Backend, BackendKind};
 use trine_benches::steps::{self, Layout};
 use trine_llama::Model;
+use trine_ops::kv_type::KvType;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -81,6 +82,10 @@ pub struct Args {
     /// 100 or 5 s, after two); with --model, of each test after a warm-up (default 3).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     reps: Option<usize>,
+    /// Only with --model: the KV cache's type, f32, f16 or q8_0 (llama-bench's `-ctk`/`-ctv`;
+    /// default: each device's, f16 on GPUs).
+    #[arg(long)]
+    cache_type: Option<KvType>,
 }
 
 /// The tg test's tokens where `-n` is not given.
@@ -104,6 +109,9 @@ fn check(args: &Args) -> Result<(), BenchError> {
     } else {
         if args.n_gen.is_some() {
             return Err(BenchError::NeedsModel("-n/--n-gen"));
+        }
+        if args.cache_type.is_some() {
+            return Err(BenchError::NeedsModel("--cache-type"));
         }
         if args.n_prompt < 2 {
             return Err(BenchError::PromptTooShort(args.n_prompt));
@@ -458,8 +466,13 @@ fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
     backends.extend(absent.into_iter().map(|(n, why)| (n, Err(why))));
     let reps = args.reps.unwrap_or(3);
     let n_gen = args.n_gen.unwrap_or(DEFAULT_GEN);
-    let rows =
-        model::run(path, &backends, args.n_prompt, n_gen, reps).map_err(BenchError::Model)?;
+    let rows = model::run(
+        path,
+        &backends,
+        (args.n_prompt, n_gen, reps),
+        args.cache_type,
+    )
+    .map_err(BenchError::Model)?;
     let table = model::table(path, &rows);
     print!("{table}");
     let write = |p: &PathBuf, text: String| {

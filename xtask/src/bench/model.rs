@@ -6,6 +6,7 @@ use std::sync::Arc;
 use trine_backends::Backend;
 use trine_llama::speed::{measure, Speed, Test};
 use trine_llama::{Engine, EngineOptions, Model};
+use trine_ops::kv_type::KvType;
 
 /// A backend by name: opened, or why not.
 pub type Named = (String, Result<Arc<dyn Backend>, String>);
@@ -20,13 +21,13 @@ pub struct ModelRow {
     pub layers: u32,
 }
 
-/// Runs pp`pp` and tg`tg` (a test of 0 tokens is left out), `reps` times each, on each backend.
+/// Runs pp`pp` and tg`tg` (a test of 0 tokens is left out), `reps` times each, on each backend,
+/// with the KV cache in `cache` (`None`: each device's type).
 pub fn run(
     path: &Path,
     backends: &[Named],
-    pp: u32,
-    tg: u32,
-    reps: usize,
+    (pp, tg, reps): (u32, u32, usize),
+    cache: Option<KvType>,
 ) -> Result<Vec<ModelRow>, String> {
     let model = Arc::new(Model::open(path).map_err(|e| format!("{}: {e}", path.display()))?);
     let context = pp.max(tg).max(1).min(model.config.context_length);
@@ -34,6 +35,7 @@ pub fn run(
         context,
         max_batch: pp.clamp(1, context),
         record: true,
+        cache,
     };
     let mut rows = vec![];
     for (name, backend) in backends {
@@ -51,11 +53,12 @@ pub fn run(
             }
         };
         eprintln!("{name}: pp{pp} and tg{tg}, {reps} repetitions after a warm-up");
-        let device = backend.info().name.clone();
+        let mut device = backend.info().name.clone();
         let mut dispatches = None;
         let speeds = (|| {
             let mut engine =
                 Engine::new(model.clone(), backend, sizes).map_err(|e| e.to_string())?;
+            device = format!("{device}, {} KV cache", engine.cache_form());
             let mut out = vec![];
             for (test, n) in [(Test::Pp, pp), (Test::Tg, tg)] {
                 if n == 0 {
