@@ -13,6 +13,14 @@
 //! minimum in the high half (0 for the others). Q4_1's 20-byte blocks keep their size; Q4_0
 //! grows from 18 to 20 bytes and Q8_0 from 34 to 36.
 //!
+//! The packed formats (the K-quants, IQ4, the 5-bit ones) are laid out by their runs of
+//! elements that share a scale ([`trine_gguf::quant::runs`]): for each block of x (32
+//! elements), the 16 rows' codes as signed bytes (8 words), then per run of 16 or 32 an f32
+//! scale word per row and, for the formats with a minimum, an f32 minimum word. Every run's
+//! integer dot with x's codes is exact, as a flat block's is; a format of 4.5 bits a weight
+//! takes 10 to 11 in this layout, the trade for decoding nothing per token (llama.cpp's CPU
+//! repacking keeps the nibbles, which this kernel's walk does not yet take).
+//!
 //! Bound: as [`matvec_q8`](crate::matvec_q8)'s, f32 rounding over exact integer dots.
 
 use crate::blocks::{f16_finite_bits_to_f32, BlockFormat, Flat, Offset};
@@ -22,8 +30,8 @@ use crate::matvec_q8::{
     X_BLOCK,
 };
 use crate::shape::ShapeError;
-use trine_gguf::quant::{quantize, WeightType};
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+use trine_gguf::quant::{quantize, runs as quant_runs, Run, WeightType};
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 /// Rows per workgroup, one per invocation.
 pub const LANES: u32 = 16;
@@ -35,21 +43,92 @@ pub const LANES: u32 = 16;
 /// the build that took 2 KiB).
 const PREFETCH_BYTES: u32 = 2048;
 
-/// Bytes a block of `f` takes in [`interleave`]'s layout: its code words and a word of scales.
-fn interleaved_block_bytes(f: Flat) -> usize {
-    4 * (f.code_words() as usize + 1)
+/// How the product holds a format's weights.
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    /// A flat format's blocks as long as x's: its code words and a word of f16 scales.
+    Flat(Flat),
+    /// A packed format by runs of `run` elements, with an f32 minimum per run where `min`.
+    Runs { run: u32, min: bool, block: u32 },
 }
 
-/// Bytes of `rows` × `cols` weights of `ty` in [`interleave`]'s layout; 0 for a type without
-/// blocks, which it does not take.
+impl Layout {
+    fn of(ty: WeightType) -> Result<Layout, ShapeError> {
+        match BlockFormat::of(ty) {
+            Some(BlockFormat::Packed(p)) if X_BLOCK.is_multiple_of(p.sub) => Ok(Layout::Runs {
+                run: p.sub,
+                min: p.min,
+                block: p.elems,
+            }),
+            _ => weight_format(ty).map(Layout::Flat).map_err(|_| {
+                let names: Vec<&str> = BlockFormat::ALL
+                    .iter()
+                    .map(|f| f.ty())
+                    .filter(|&t| Layout::of(t).is_ok())
+                    .map(|t| t.name())
+                    .collect();
+                ShapeError::Unsupported {
+                    op: OP,
+                    what: format!("{ty} weights (it takes {})", names.join(", ")),
+                }
+            }),
+        }
+    }
+
+    /// Elements of a row that one step of the walk takes: a flat block, or x's block.
+    fn elems(self) -> u32 {
+        match self {
+            Layout::Flat(f) => f.elems,
+            Layout::Runs { .. } => X_BLOCK,
+        }
+    }
+
+    /// Elements of the format's own block, which the row must hold whole.
+    fn block(self) -> u32 {
+        match self {
+            Layout::Flat(f) => f.elems,
+            Layout::Runs { block, .. } => block,
+        }
+    }
+
+    fn code_words(self) -> u32 {
+        match self {
+            Layout::Flat(f) => f.code_words(),
+            Layout::Runs { .. } => X_BLOCK / 4,
+        }
+    }
+
+    /// Runs in a step, and words of scales per run.
+    fn runs(self) -> (u32, u32) {
+        match self {
+            Layout::Flat(_) => (1, 1),
+            Layout::Runs { run, min, .. } => (X_BLOCK / run, 1 + u32::from(min)),
+        }
+    }
+
+    /// Words a row takes per step: its codes' and its scales'.
+    fn words(self) -> u32 {
+        let (runs, per) = self.runs();
+        self.code_words() + runs * per
+    }
+}
+
+/// Whether [`interleave`]'s layout of `ty` takes about twice the file's bytes or more: the
+/// packed formats, whose codes it widens to bytes.
+pub fn widens(ty: WeightType) -> bool {
+    matches!(Layout::of(ty), Ok(Layout::Runs { .. }))
+}
+
+/// Bytes of `rows` × `cols` weights of `ty` in [`interleave`]'s layout; 0 for a type it does
+/// not take.
 pub fn interleaved_bytes(ty: WeightType, rows: usize, cols: usize) -> usize {
-    weight_format(ty).map_or(0, |f| {
-        rows * (cols / f.elems as usize) * interleaved_block_bytes(f)
+    Layout::of(ty).map_or(0, |l| {
+        rows * (cols / l.elems() as usize) * 4 * l.words() as usize
     })
 }
 
-fn check_shape(ty: WeightType, rows: usize, cols: usize) -> Result<Flat, ShapeError> {
-    let f = weight_format(ty)?;
+fn check_shape(ty: WeightType, rows: usize, cols: usize) -> Result<Layout, ShapeError> {
+    let f = Layout::of(ty)?;
     let multiple = |what, value: usize, multiple: usize| {
         if value == 0 || !value.is_multiple_of(multiple) {
             Err(ShapeError::NotMultiple {
@@ -63,12 +142,13 @@ fn check_shape(ty: WeightType, rows: usize, cols: usize) -> Result<Flat, ShapeEr
         }
     };
     multiple("rows of the interleaved product", rows, LANES as usize)?;
-    multiple("cols", cols, f.elems as usize)?;
+    multiple("cols", cols, f.block() as usize)?;
     Ok(f)
 }
 
-/// Whether the product takes `rows` × `cols` weights of `ty`: a format whose blocks are as
-/// long as x's, whole groups of rows and whole blocks.
+/// Whether the product takes `rows` × `cols` weights of `ty`: a flat format whose blocks are
+/// as long as x's or a packed one whose runs divide x's blocks, whole groups of rows and
+/// whole blocks.
 pub fn takes(ty: WeightType, rows: usize, cols: usize) -> bool {
     check_shape(ty, rows, cols).is_ok()
 }
@@ -80,10 +160,8 @@ pub fn interleave(
     rows: usize,
     cols: usize,
 ) -> Result<Vec<u8>, ShapeError> {
-    let f = check_shape(ty, rows, cols)?;
-    let (block_bytes, codes_at) = (f.bytes as usize, f.codes_at as usize);
-    let blocks = cols / f.elems as usize;
-    let expected = rows * blocks * block_bytes;
+    let layout = check_shape(ty, rows, cols)?;
+    let expected = rows * ty.bytes("interleave", "cols", cols).unwrap_or(0);
     if w.len() != expected {
         return Err(ShapeError::Mismatch {
             op: OP,
@@ -92,9 +170,15 @@ pub fn interleave(
             found: w.len(),
         });
     }
+    let f = match layout {
+        Layout::Flat(f) => f,
+        Layout::Runs { .. } => return Ok(interleave_runs(ty, layout, w, (rows, cols))),
+    };
+    let (block_bytes, codes_at) = (f.bytes as usize, f.codes_at as usize);
+    let blocks = cols / f.elems as usize;
     let lanes = LANES as usize;
     let words = f.code_words() as usize;
-    let mut out = Vec::with_capacity(rows * blocks * interleaved_block_bytes(f));
+    let mut out = Vec::with_capacity(interleaved_bytes(ty, rows, cols));
     for group in 0..rows / lanes {
         for b in 0..blocks {
             let block = |l: usize| {
@@ -120,16 +204,67 @@ pub fn interleave(
     Ok(out)
 }
 
+/// [`interleave`] for a packed format: each row's runs, then per group of rows and block of x
+/// the codes' words and the runs' scale (and minimum) words, lane by lane.
+fn interleave_runs(
+    ty: WeightType,
+    layout: Layout,
+    w: &[u8],
+    (rows, cols): (usize, usize),
+) -> Vec<u8> {
+    let row_bytes = w.len() / rows;
+    let (runs, per) = layout.runs();
+    let lanes = LANES as usize;
+    let steps = cols / X_BLOCK as usize;
+    let mut out = Vec::with_capacity(interleaved_bytes(ty, rows, cols));
+    for group in 0..rows / lanes {
+        let decoded: Vec<Vec<Run>> = (0..lanes)
+            .map(|l| {
+                let row = &w[(group * lanes + l) * row_bytes..][..row_bytes];
+                row.chunks(ty.block_bytes())
+                    .flat_map(|b| quant_runs(ty, b).unwrap_or_default())
+                    .collect()
+            })
+            .collect();
+        for step in 0..steps {
+            let mine = |l: usize| &decoded[l][step * runs as usize..][..runs as usize];
+            let codes = |l: usize| -> Vec<u8> {
+                mine(l)
+                    .iter()
+                    .flat_map(|r| r.codes.iter().map(|&c| c as u8))
+                    .collect()
+            };
+            let all: Vec<Vec<u8>> = (0..lanes).map(codes).collect();
+            for j in 0..(X_BLOCK / 4) as usize {
+                for c in &all {
+                    out.extend_from_slice(&c[4 * j..4 * j + 4]);
+                }
+            }
+            for r in 0..runs as usize {
+                for l in 0..lanes {
+                    out.extend_from_slice(&mine(l)[r].scale.to_le_bytes());
+                }
+                if per == 2 {
+                    for l in 0..lanes {
+                        out.extend_from_slice(&mine(l)[r].min.to_le_bytes());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The product for `ty` weights in [`interleave`]'s layout, for `tokens_per_workgroup` tokens
 /// of x at once (a prompt's: each block's codes are loaded once for all of them). Buffers `w`
 /// (U32), `xq`, `xd`, `xs` (as [`quantize_x`] makes them, token after token), with `add` also
 /// `r` (F32 `[tokens × rows]`, added to the product: a residual connection), then `y` (F32
 /// `[tokens × rows]`); parameters `rows`, `cols`, `tokens`; grid [`grid`].
 pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Kernel, ShapeError> {
-    let f = weight_format(ty)?;
+    let layout = Layout::of(ty)?;
     let tpw = tokens_per_workgroup;
     crate::support::nonzero(OP, "tokens per workgroup", tpw)?;
-    let words = f.code_words();
+    let (words, step_words) = (layout.code_words(), layout.words());
     let mut name = format!("matvec_q8_{ty}_rows{LANES}");
     if tpw > 1 {
         name.push_str(&format!("_t{tpw}"));
@@ -149,40 +284,44 @@ pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Ke
     let tokens = k.param("tokens", Scalar::U32);
     let lid = k.local_index();
     let group = k.workgroup_id(0);
-    let blocks = cols / k.u32(f.elems);
+    let blocks = cols / k.u32(layout.elems());
     // Token j of the workgroup; the last token stands in for those past the end, whose sums
     // are not stored.
     let token = |j: u32| k.workgroup_id(1) * k.u32(tpw) + k.u32(j);
     let read_token = |j: u32| token(j).min(tokens - k.u32(1));
     let accs: Vec<_> = (0..tpw).map(|_| k.var("acc", Scalar::F32)).collect();
     k.for_range(k.u32(0), blocks, 1, |b| {
-        let base = (group * blocks + b) * k.u32((words + 1) * LANES) + lid;
-        let codes: Vec<_> = (0..words)
-            .map(|j| k.load(w, base + k.u32(j * LANES)))
-            .collect();
-        let scales = k.load(w, base + k.u32(words * LANES));
-        let d = f16_finite_bits_to_f32(&k, scales & k.u32(0xffff));
-        let m = f
-            .has_min()
-            .then(|| f16_finite_bits_to_f32(&k, scales >> k.u32(16)));
+        let base = (group * blocks + b) * k.u32(step_words * LANES) + lid;
+        let word = |j: u32| k.load(w, base + k.u32(j * LANES));
+        let codes: Vec<_> = (0..words).map(word).collect();
+        let scales = Scales::load(&k, layout, word);
         for (j, acc) in accs.iter().enumerate() {
             let xb = read_token(j as u32) * blocks + b;
             let x_words = X_BLOCK / 4;
             let x: Vec<_> = (0..x_words)
                 .map(|i| k.load(xq, xb * k.u32(x_words) + k.u32(i)))
                 .collect();
-            let dot = block_dot(&k, f, &codes, &x);
             let dx = k.load(xd, xb);
-            let sx = needs_x_sum(f).then(|| k.load(xs, xb));
-            acc.set(acc.get() + block_sum(&k, f, (d, m), (dx, sx), dot));
+            let sum = match (layout, &scales) {
+                (Layout::Flat(f), Scales::Flat(d, m)) => {
+                    let dot = block_dot(&k, f, &codes, &x);
+                    let sx = needs_x_sum(f).then(|| k.load(xs, xb));
+                    block_sum(&k, f, (*d, *m), (dx, sx), dot)
+                }
+                (_, Scales::Runs(runs)) => {
+                    runs_sum(&k, runs, (&codes, &x), (dx, || k.load(xs, xb)))
+                }
+                _ => unreachable!("a layout's scales are its own"),
+            };
+            acc.set(acc.get() + sum);
         }
         // The workgroup's blocks are consecutive, and the next workgroup's follow them: the
         // hardware's prefetcher alone left the output head at a third of the copy's bandwidth.
         // One hint per cache line of a block of 16 rows, clamped to the buffer's last word.
-        let block_words = (words + 1) * LANES;
+        let block_words = step_words * LANES;
         let ahead = PREFETCH_BYTES.div_ceil(4 * block_words);
         let next = (group * blocks + b + k.u32(ahead)) * k.u32(block_words);
-        let last = rows * blocks * k.u32(words + 1) - k.u32(1);
+        let last = rows * blocks * k.u32(step_words) - k.u32(1);
         for line in (0..block_words).step_by(16) {
             k.prefetch(w, (next + k.u32(line)).min(last));
         }
@@ -197,6 +336,76 @@ pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Ke
         });
     }
     Ok(k.finish())
+}
+
+/// A step's scales, loaded once for every token of the workgroup.
+enum Scales<'b> {
+    /// A flat block's f16 scale and minimum.
+    Flat(Val<'b>, Option<Val<'b>>),
+    /// Each run's f32 scale and minimum.
+    Runs(Vec<(Val<'b>, Option<Val<'b>>)>),
+}
+
+impl<'b> Scales<'b> {
+    /// The scales after the step's code words, `word(j)` loading the row's word `j`.
+    fn load(k: &'b KernelBuilder, layout: Layout, word: impl Fn(u32) -> Val<'b>) -> Scales<'b> {
+        let at = layout.code_words();
+        match layout {
+            Layout::Flat(f) => {
+                let scales = word(at);
+                let d = f16_finite_bits_to_f32(k, scales & k.u32(0xffff));
+                let m = f
+                    .has_min()
+                    .then(|| f16_finite_bits_to_f32(k, scales >> k.u32(16)));
+                Scales::Flat(d, m)
+            }
+            Layout::Runs { min, .. } => {
+                let (runs, per) = layout.runs();
+                Scales::Runs(
+                    (0..runs)
+                        .map(|r| {
+                            let f32_at = |i: u32| word(at + r * per + i).bitcast(Scalar::F32);
+                            (f32_at(0), min.then(|| f32_at(1)))
+                        })
+                        .collect(),
+                )
+            }
+        }
+    }
+}
+
+/// A step of runs against x's block: each run's integer dot with x's codes times its scale,
+/// and its minimum times the run's sum of x (`dx·Σq` from `xs` for a run as long as the
+/// block, else its codes summed by a dot with ones), all times x's scale `dx`.
+fn runs_sum<'b>(
+    k: &'b KernelBuilder,
+    runs: &[(Val<'b>, Option<Val<'b>>)],
+    (codes, x): (&[Val<'b>], &[Val<'b>]),
+    (dx, xs): (Val<'b>, impl Fn() -> Val<'b>),
+) -> Val<'b> {
+    let per = codes.len() / runs.len();
+    let ones = k.u32(0x0101_0101);
+    let mut dots = k.f32(0.0);
+    let mut mins = k.f32(0.0);
+    for (r, &(scale, min)) in runs.iter().enumerate() {
+        let span = r * per..(r + 1) * per;
+        let dot = span
+            .clone()
+            .map(|j| codes[j].dot4_i8(x[j]))
+            .reduce(|a, b| a + b)
+            .map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32));
+        dots = scale.fma(dot, dots);
+        if let Some(m) = min {
+            let sum_x = if runs.len() == 1 {
+                xs()
+            } else {
+                let q = span.map(|j| x[j].dot4_i8(ones)).reduce(|a, b| a + b);
+                dx * q.map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32))
+            };
+            mins = m.fma(sum_x, mins);
+        }
+    }
+    dx.fma(dots, mins)
 }
 
 /// The grid of [`kernel`]: a workgroup per 16 rows and `tokens_per_workgroup` tokens.
@@ -269,14 +478,17 @@ pub fn cases() -> Vec<Case> {
     for ty in BlockFormat::ALL
         .map(BlockFormat::ty)
         .into_iter()
-        .filter(|&t| weight_format(t).is_ok())
+        .filter(|&t| Layout::of(t).is_ok())
     {
-        for (rows, cols) in [(16, 32), (576, 576), (32, 4096)] {
+        // Rows of whole blocks: SmolLM2's 576 is not one of 256-element super-blocks.
+        let block = Layout::of(ty).map_or(32, |l| l.block());
+        let wide = 576u32.next_multiple_of(block);
+        for (rows, cols) in [(16, block), (576, wide), (32, 4096)] {
             out.push(case(ty, rows, cols).expect("valid shapes"));
         }
         out.push(case_with(ty, 64, 1536, true, (1, 1)).expect("valid shapes"));
         // A prompt of 11 tokens, 8 to a workgroup: a full workgroup and a partial one.
-        out.push(case_with(ty, 32, 576, true, (11, 8)).expect("valid shapes"));
+        out.push(case_with(ty, 32, wide, true, (11, 8)).expect("valid shapes"));
     }
     out
 }
@@ -286,14 +498,19 @@ mod tests {
     use super::*;
 
     /// A type the product does not take is refused naming it and exactly the types it takes:
-    /// the flat formats whose blocks are as long as x's.
+    /// every block format (the float types have no codes to multiply).
     #[test]
     fn a_type_it_does_not_take_is_refused_with_what_it_takes() {
-        for ty in [WeightType::F32, WeightType::Q4_K, WeightType::Q5_0] {
+        for ty in [WeightType::F32, WeightType::F16] {
             let e = kernel(ty, false, 1).unwrap_err().to_string();
             assert!(e.contains(ty.name()), "{e}");
-            assert!(e.contains("(it takes q8_0, q4_0, q4_1)"), "{e}");
+            assert!(
+                e.contains("(it takes q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k"),
+                "{e}"
+            );
         }
-        assert!(takes(WeightType::Q4_1, 16, 64) && !takes(WeightType::Q4_K, 16, 256));
+        assert!(takes(WeightType::Q4_1, 16, 64) && takes(WeightType::Q4_K, 16, 256));
+        // A row of Q4_K must be whole super-blocks.
+        assert!(!takes(WeightType::Q4_K, 16, 96));
     }
 }

@@ -7,7 +7,9 @@
 //! other end is 113), IQ4_XS's sub-block scales are quantized against a d that the largest
 //! reaches (see `symmetric_scales`), and each element takes the grid value nearest to it.
 
-use super::{f16_at, inverse, nibble, pack_nibbles, signed_absmax, symmetric_scales, QK, QK_K};
+use super::{
+    f16_at, inverse, nibble, pack_nibbles, signed_absmax, symmetric_scales, Run, QK, QK_K,
+};
 use half::f16;
 
 /// ggml's `kvalues_iq4nl`: the grid both types' codes index.
@@ -54,6 +56,35 @@ pub(super) fn quantize_iq4_xs(x: &[f32], out: &mut Vec<u8>) {
 pub(super) fn dequantize_iq4_nl(b: &[u8], out: &mut Vec<f64>) {
     let d = f16_at(b, 0);
     out.extend((0..QK).map(|j| d * grid(nibble(&b[2..], j))));
+}
+
+pub(super) fn runs_iq4_nl(b: &[u8]) -> Vec<Run> {
+    vec![Run {
+        scale: f16_at(b, 0) as f32,
+        min: 0.0,
+        codes: (0..QK)
+            .map(|j| KVALUES[usize::from(nibble(&b[2..], j))])
+            .collect(),
+    }]
+}
+
+pub(super) fn runs_iq4_xs(b: &[u8]) -> Vec<Run> {
+    let d = f16_at(b, 0);
+    let scales_h = u16::from_le_bytes([b[2], b[3]]);
+    let (scales_l, qs) = (&b[4..8], &b[8..136]);
+    (0..QK_K / 32)
+        .map(|i| {
+            let low = (scales_l[i / 2] >> (4 * (i % 2))) & 15;
+            let high = ((scales_h >> (2 * i)) & 3) as u8;
+            Run {
+                scale: (d * f64::from(i32::from(low | (high << 4)) - 32)) as f32,
+                min: 0.0,
+                codes: (0..32)
+                    .map(|j| KVALUES[usize::from(nibble(&qs[16 * i..], j))])
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 pub(super) fn dequantize_iq4_xs(b: &[u8], out: &mut Vec<f64>) {

@@ -18,7 +18,7 @@
 //!   that the largest reaches (see `symmetric_scales`).
 //! - Q8_K: d = amax/127 (an f32), codes rounded to nearest; bsums as ggml defines them.
 
-use super::{f16_at, inverse, nearest, symmetric_scales, QK_K};
+use super::{f16_at, inverse, nearest, symmetric_scales, Run, QK_K};
 use half::f16;
 
 pub(super) fn quantize_q2_k(x: &[f32], out: &mut Vec<u8>) {
@@ -290,6 +290,81 @@ pub(super) fn dequantize_q6_k(b: &[u8], out: &mut Vec<f64>) {
         let code = i32::from(low | (high << 4)) - 32;
         d * f64::from(scales[e / 16] as i8) * f64::from(code)
     }));
+}
+
+pub(super) fn runs_q2_k(b: &[u8]) -> Vec<Run> {
+    let (scales, qs) = (&b[..16], &b[16..80]);
+    let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+    (0..16)
+        .map(|r| Run {
+            scale: (d * f64::from(scales[r] & 15)) as f32,
+            min: (-(dmin * f64::from(scales[r] >> 4))) as f32,
+            codes: (16 * r..16 * r + 16).map(|e| crumb(qs, e) as i8).collect(),
+        })
+        .collect()
+}
+
+pub(super) fn runs_q3_k(b: &[u8]) -> Vec<Run> {
+    let (hmask, qs, scales) = (&b[..32], &b[32..96], &b[96..108]);
+    let d = f16_at(b, 108);
+    (0..16)
+        .map(|r| Run {
+            scale: (d * f64::from(q3_scale(scales, r))) as f32,
+            min: 0.0,
+            codes: (16 * r..16 * r + 16)
+                .map(|e| {
+                    let high = (hmask[e % 32] >> (4 * (e / 128) + (e % 128) / 32)) & 1;
+                    (crumb(qs, e) | (high << 2)) as i8 - 4
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Q4_K's and Q5_K's runs: each 32-element sub-block's `d·sc` and `−dmin·m`, its codes from
+/// `code(e)`.
+fn k_runs(b: &[u8], code: impl Fn(usize) -> u8) -> Vec<Run> {
+    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+    (0..8)
+        .map(|r| {
+            let (s, m) = k_scale_min(&b[4..16], r);
+            Run {
+                scale: (d * s) as f32,
+                min: (-(dmin * m)) as f32,
+                codes: (32 * r..32 * r + 32).map(|e| code(e) as i8).collect(),
+            }
+        })
+        .collect()
+}
+
+pub(super) fn runs_q4_k(b: &[u8]) -> Vec<Run> {
+    k_runs(b, |e| k_nibble(&b[16..144], e))
+}
+
+pub(super) fn runs_q5_k(b: &[u8]) -> Vec<Run> {
+    let (qh, qs) = (&b[16..48], &b[48..176]);
+    k_runs(b, |e| {
+        k_nibble(qs, e) | (((qh[e % 32] >> (e / 32)) & 1) << 4)
+    })
+}
+
+pub(super) fn runs_q6_k(b: &[u8]) -> Vec<Run> {
+    let (ql, qh, scales) = (&b[..128], &b[128..192], &b[192..208]);
+    let d = f16_at(b, 208);
+    (0..16)
+        .map(|r| Run {
+            scale: (d * f64::from(scales[r] as i8)) as f32,
+            min: 0.0,
+            codes: (16 * r..16 * r + 16)
+                .map(|e| {
+                    let (h, k, l) = (e / 128, (e % 128) / 32, e % 32);
+                    let low = (ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
+                    let high = (qh[32 * h + l] >> (2 * k)) & 3;
+                    (low | (high << 4)) as i8 - 32
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 pub(super) fn dequantize_q8_k(b: &[u8], out: &mut Vec<f64>) {

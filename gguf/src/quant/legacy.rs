@@ -2,7 +2,7 @@
 //! Q4_1, Q5_1 an f16 min) per block. The quantizers are ggml's reference ones
 //! (`quantize_row_*_ref` in `ggml-quants.c`), so test data looks like a GGUF file's.
 
-use super::{f16_at, inverse, nibble, pack_nibbles, signed_absmax, QK};
+use super::{f16_at, inverse, nibble, pack_nibbles, signed_absmax, Run, QK};
 use half::f16;
 
 /// `quantize_row_q8_0_ref`: d = amax/127, q = round(x/d).
@@ -102,6 +102,24 @@ pub(super) fn dequantize_q5_0(b: &[u8], out: &mut Vec<f64>) {
     let d = f16_at(b, 0);
     let code = |j| nibble(&b[6..], j) | fifth_bit(b, 2, j);
     out.extend((0..QK).map(|j| d * (f64::from(code(j)) - 16.0)));
+}
+
+pub(super) fn runs_q5_0(b: &[u8]) -> Vec<Run> {
+    let code = |j| nibble(&b[6..], j) | fifth_bit(b, 2, j);
+    vec![Run {
+        scale: f16_at(b, 0) as f32,
+        min: 0.0,
+        codes: (0..QK).map(|j| code(j) as i8 - 16).collect(),
+    }]
+}
+
+pub(super) fn runs_q5_1(b: &[u8]) -> Vec<Run> {
+    let code = |j| nibble(&b[8..], j) | fifth_bit(b, 4, j);
+    vec![Run {
+        scale: f16_at(b, 0) as f32,
+        min: f16_at(b, 2) as f32,
+        codes: (0..QK).map(|j| code(j) as i8).collect(),
+    }]
 }
 
 pub(super) fn dequantize_q5_1(b: &[u8], out: &mut Vec<f64>) {

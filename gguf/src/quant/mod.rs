@@ -313,6 +313,37 @@ pub fn dequantize(ty: WeightType, bytes: &[u8], n: usize) -> Result<Vec<f64>, Bl
     Ok(out)
 }
 
+/// Consecutive elements of a block that share a scale (and a minimum): element `i` of the
+/// run is `scale · codes[i] + min`, exactly [`dequantize`]'s value, as a product with integer
+/// activations takes it (the integer dot of the codes, then the scales).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    /// Exact in f32: an f16 times an integer of at most 7 bits.
+    pub scale: f32,
+    /// 0 for the formats without a minimum.
+    pub min: f32,
+    pub codes: Vec<i8>,
+}
+
+/// The runs of one block of `ty` (`block` its bytes) for the formats whose sub-blocks carry
+/// their own scales or whose codes lie in several bit arrays: Q5_0, Q5_1, IQ4_NL (one run a
+/// block) and the K-quants and IQ4_XS (runs of 16 or 32); `None` for the others.
+pub fn runs(ty: WeightType, block: &[u8]) -> Option<Vec<Run>> {
+    let decode: fn(&[u8]) -> Vec<Run> = match ty {
+        WeightType::Q5_0 => legacy::runs_q5_0,
+        WeightType::Q5_1 => legacy::runs_q5_1,
+        WeightType::IQ4_NL => iq4::runs_iq4_nl,
+        WeightType::IQ4_XS => iq4::runs_iq4_xs,
+        WeightType::Q2_K => k::runs_q2_k,
+        WeightType::Q3_K => k::runs_q3_k,
+        WeightType::Q4_K => k::runs_q4_k,
+        WeightType::Q5_K => k::runs_q5_k,
+        WeightType::Q6_K => k::runs_q6_k,
+        _ => return None,
+    };
+    (block.len() == ty.block_bytes()).then(|| decode(block))
+}
+
 /// The f16 at byte `at` of `b`, widened.
 fn f16_at(b: &[u8], at: usize) -> f64 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f64()

@@ -154,3 +154,45 @@ fn round_trip_error_is_within_each_types_bound() {
         );
     }
 }
+
+/// A block's runs give exactly [`dequantize`]'s values, for every format that has them, over
+/// random blocks (their scales, minimums and codes all drawn, not only what the quantizers
+/// write) and quantized ones.
+#[test]
+fn runs_are_the_dequantized_values() {
+    let x = uniform(5, 256 * 8, -3.0, 3.0);
+    let mut with_runs = 0;
+    for ty in WeightType::ALL {
+        let random: Vec<u8> = (0..8 * ty.block_bytes())
+            .map(|i| (uniform(i as u64, 1, 0.0, 256.0)[0] as u32 & 255) as u8)
+            .collect();
+        for bytes in [quantize(ty, &x).unwrap(), random] {
+            let n = bytes.len() / ty.block_bytes() * ty.block_elems();
+            let want = dequantize(ty, &bytes, n).unwrap();
+            let Some(runs) = bytes
+                .chunks(ty.block_bytes())
+                .map(|b| runs(ty, b))
+                .collect::<Option<Vec<_>>>()
+            else {
+                continue;
+            };
+            with_runs += 1;
+            let got: Vec<f64> = runs
+                .iter()
+                .flatten()
+                .flat_map(|r| {
+                    r.codes
+                        .iter()
+                        .map(|&c| f64::from(r.scale) * f64::from(c) + f64::from(r.min))
+                })
+                .collect();
+            // Random f16 scales may be infinite or NaN, on both sides alike.
+            let same = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
+            assert!(
+                got.len() == want.len() && got.iter().zip(&want).all(|(&a, &b)| same(a, b)),
+                "{ty}"
+            );
+        }
+    }
+    assert_eq!(with_runs, 2 * 9);
+}

@@ -72,13 +72,16 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
         ids.push(trine_llama::sampler::argmax(&last).unwrap());
     }
     // Each backend against the twin on itself: the KV cache's type and the attention's
-    // form are the backend's, the same for both. Bounds: the CPU's f32 cache leaves only
-    // the order of f32 sums (worst measured 1.6e-13 over these models); the GPU-shaped
-    // stand-ins' f16 cache rounds keys and values that differ in their last f32 bits to
-    // neighbouring halves now and then, a step of up to 2⁻¹¹ in that element (worst
-    // measured 7.9e-9, under the 2.4e-7 of every element so moved).
+    // form are the backend's, the same for both. Bounds: the CPU multiplies these formats
+    // with x quantized to 8 bits (as llama.cpp does) where the twin's f32 matrices take
+    // float x, so x's rounding shows (worst measured 1.8e-4 over these models; the products
+    // themselves are held to their f64 references by the conformance cases, and the node by
+    // node check below runs the same forms on both sides); the GPU-shaped stand-ins' f16
+    // cache rounds keys and values that differ in their last f32 bits to neighbouring halves
+    // now and then, a step of up to 2⁻¹¹ in that element (worst measured 7.9e-9, under the
+    // 2.4e-7 of every element so moved).
     let backends = [
-        ("cpu", cpu(), 1e-11),
+        ("cpu", cpu(), 1e-3),
         ("gpu", gpu(), 1e-7),
         ("gpu with tiles", gpu_with(true), 1e-7),
     ];
