@@ -196,8 +196,8 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
 /// A product's form: on tiles for a GPU's prompt products whose weights take them (a format
 /// the staging decodes, rows of whole blocks of [`matmul_tiles::BK`]), on quantized x where
 /// the step quantizes it and the weights allow ([`matvec_q8_rows::takes`]; on a GPU, which
-/// keeps the file's layout for its decode products beside it, only where that copy is about
-/// the file's size, [`matvec_q8_rows::widens`]), else on float x.
+/// keeps the file's layout for its decode products beside it, only where that copy is not
+/// much larger, [`matvec_q8_rows::widens`]), else on float x.
 fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -> Form {
     let t = &w.tensors[id];
     if offer.tiles

@@ -15,11 +15,13 @@
 //!
 //! The packed formats (the K-quants, IQ4, the 5-bit ones) are laid out by their runs of
 //! elements that share a scale ([`trine_gguf::quant::runs`]): for each block of x (32
-//! elements), the 16 rows' codes as signed bytes (8 words), then per run of 16 or 32 an f32
-//! scale word per row and, for the formats with a minimum, an f32 minimum word. Every run's
-//! integer dot with x's codes is exact, as a flat block's is; a format of 4.5 bits a weight
-//! takes 10 to 11 in this layout, the trade for decoding nothing per token (llama.cpp's CPU
-//! repacking keeps the nibbles, which this kernel's walk does not yet take).
+//! elements), the 16 rows' codes (8 words of signed bytes; 4 words of nibbles where the codes
+//! are 0..=15, element j in the low nibble of byte j and element 16 + j in its high one),
+//! then per run of 16 or 32 an f32 scale word per row and, for the formats with a minimum, an
+//! f32 minimum word. Every run's integer dot with x's codes is exact, as a flat block's is;
+//! the trade for decoding nothing per token is size: bits a weight in the file and here, Q4_K
+//! 4.5 and 6, Q6_K 6.6 and 10, Q5_K 5.5 and 10, IQ4_XS 4.25 and 9, Q3_K 3.4 and 10, Q2_K 2.6
+//! and 8.
 //!
 //! Bound: as [`matvec_q8`](crate::matvec_q8)'s, f32 rounding over exact integer dots.
 
@@ -48,8 +50,14 @@ const PREFETCH_BYTES: u32 = 2048;
 enum Layout {
     /// A flat format's blocks as long as x's: its code words and a word of f16 scales.
     Flat(Flat),
-    /// A packed format by runs of `run` elements, with an f32 minimum per run where `min`.
-    Runs { run: u32, min: bool, block: u32 },
+    /// A packed format by runs of `run` elements, with an f32 minimum per run where `min`,
+    /// its codes as nibbles where they fit ([`crate::blocks::Packed::nibbles`]), else bytes.
+    Runs {
+        run: u32,
+        min: bool,
+        block: u32,
+        nibbles: bool,
+    },
 }
 
 impl Layout {
@@ -59,6 +67,7 @@ impl Layout {
                 run: p.sub,
                 min: p.min,
                 block: p.elems,
+                nibbles: p.nibbles,
             }),
             _ => weight_format(ty).map(Layout::Flat).map_err(|_| {
                 let names: Vec<&str> = BlockFormat::ALL
@@ -94,7 +103,7 @@ impl Layout {
     fn code_words(self) -> u32 {
         match self {
             Layout::Flat(f) => f.code_words(),
-            Layout::Runs { .. } => X_BLOCK / 4,
+            Layout::Runs { nibbles, .. } => X_BLOCK / if nibbles { 8 } else { 4 },
         }
     }
 
@@ -113,8 +122,8 @@ impl Layout {
     }
 }
 
-/// Whether [`interleave`]'s layout of `ty` takes about twice the file's bytes or more: the
-/// packed formats, whose codes it widens to bytes.
+/// Whether [`interleave`]'s layout of `ty` takes a third more than the file's bytes or more:
+/// the packed formats, whose runs it gives f32 scales and, but for 4-bit codes, byte codes.
 pub fn widens(ty: WeightType) -> bool {
     matches!(Layout::of(ty), Ok(Layout::Runs { .. }))
 }
@@ -234,8 +243,18 @@ fn interleave_runs(
                     .flat_map(|r| r.codes.iter().map(|&c| c as u8))
                     .collect()
             };
-            let all: Vec<Vec<u8>> = (0..lanes).map(codes).collect();
-            for j in 0..(X_BLOCK / 4) as usize {
+            let all: Vec<Vec<u8>> = (0..lanes)
+                .map(|l| {
+                    let c = codes(l);
+                    match layout {
+                        Layout::Runs { nibbles: true, .. } => {
+                            (0..16).map(|j| c[j] | (c[16 + j] << 4)).collect()
+                        }
+                        _ => c,
+                    }
+                })
+                .collect();
+            for j in 0..layout.code_words() as usize {
                 for c in &all {
                     out.extend_from_slice(&c[4 * j..4 * j + 4]);
                 }
@@ -309,7 +328,8 @@ pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Ke
                     block_sum(&k, f, (*d, *m), (dx, sx), dot)
                 }
                 (_, Scales::Runs(runs)) => {
-                    runs_sum(&k, runs, (&codes, &x), (dx, || k.load(xs, xb)))
+                    let dots = run_dots(&k, layout, &codes, &x);
+                    runs_sum(&k, runs, (&dots, &x), (dx, || k.load(xs, xb)))
                 }
                 _ => unreachable!("a layout's scales are its own"),
             };
@@ -374,27 +394,64 @@ impl<'b> Scales<'b> {
     }
 }
 
-/// A step of runs against x's block: each run's integer dot with x's codes times its scale,
-/// and its minimum times the run's sum of x (`dx·Σq` from `xs` for a run as long as the
-/// block, else its codes summed by a dot with ones), all times x's scale `dx`.
+/// Each run's integer dot of the step's codes with x's (as F32): a run of 16 is x's words
+/// 0..4 or 4..8, which nibbles hold in the low or the high halves of their bytes.
+fn run_dots<'b>(
+    k: &'b KernelBuilder,
+    layout: Layout,
+    codes: &[Val<'b>],
+    x: &[Val<'b>],
+) -> Vec<Val<'b>> {
+    let (runs, _) = layout.runs();
+    let sum = |parts: Vec<Val<'b>>| {
+        parts
+            .into_iter()
+            .reduce(|a, b| a + b)
+            .map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32))
+    };
+    match layout {
+        Layout::Runs { nibbles: true, .. } => {
+            let mask = k.u32(0x0f0f_0f0f);
+            let low: Vec<_> = (0..4).map(|j| (codes[j] & mask).dot4_i8(x[j])).collect();
+            let high: Vec<_> = (0..4)
+                .map(|j| ((codes[j] >> k.u32(4)) & mask).dot4_i8(x[4 + j]))
+                .collect();
+            if runs == 1 {
+                vec![sum(low.into_iter().chain(high).collect())]
+            } else {
+                vec![sum(low), sum(high)]
+            }
+        }
+        _ => {
+            let per = codes.len() / runs as usize;
+            (0..runs as usize)
+                .map(|r| {
+                    sum((r * per..(r + 1) * per)
+                        .map(|j| codes[j].dot4_i8(x[j]))
+                        .collect())
+                })
+                .collect()
+        }
+    }
+}
+
+/// A step of runs against x's block: each run's integer dot with x's codes (`dots_of`) times
+/// its scale, and its minimum times the run's sum of x (`dx·Σq` from `xs` for a run as long
+/// as the block, else x's codes of the run summed by a dot with ones), all times x's scale
+/// `dx`.
 fn runs_sum<'b>(
     k: &'b KernelBuilder,
     runs: &[(Val<'b>, Option<Val<'b>>)],
-    (codes, x): (&[Val<'b>], &[Val<'b>]),
+    (dots_of, x): (&[Val<'b>], &[Val<'b>]),
     (dx, xs): (Val<'b>, impl Fn() -> Val<'b>),
 ) -> Val<'b> {
-    let per = codes.len() / runs.len();
+    let per = x.len() / runs.len();
     let ones = k.u32(0x0101_0101);
     let mut dots = k.f32(0.0);
     let mut mins = k.f32(0.0);
     for (r, &(scale, min)) in runs.iter().enumerate() {
         let span = r * per..(r + 1) * per;
-        let dot = span
-            .clone()
-            .map(|j| codes[j].dot4_i8(x[j]))
-            .reduce(|a, b| a + b)
-            .map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32));
-        dots = scale.fma(dot, dots);
+        dots = scale.fma(dots_of[r], dots);
         if let Some(m) = min {
             let sum_x = if runs.len() == 1 {
                 xs()

@@ -12,6 +12,7 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 18,
     sub: 32,
     min: false,
+    nibbles: false,
     scales: step_at_0,
     codes,
 };

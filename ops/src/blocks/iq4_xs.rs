@@ -16,6 +16,7 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 136,
     sub: 32,
     min: false,
+    nibbles: false,
     scales,
     codes,
 };

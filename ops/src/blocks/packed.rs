@@ -38,6 +38,9 @@ pub struct Packed {
     pub sub: u32,
     /// Whether its scales carry a minimum ([`Scales::m`]): a product then adds m·Σx.
     pub min: bool,
+    /// Whether its runs' integer codes ([`trine_gguf::quant::Run`]) are all in 0..=15, so
+    /// that a product with integer x may hold them as nibbles.
+    pub nibbles: bool,
     pub scales: SubScales,
     pub codes: RunCodes,
 }
@@ -59,6 +62,7 @@ impl std::fmt::Debug for Packed {
             .field("bytes", &self.bytes)
             .field("sub", &self.sub)
             .field("min", &self.min)
+            .field("nibbles", &self.nibbles)
             .finish()
     }
 }

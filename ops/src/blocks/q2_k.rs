@@ -15,6 +15,7 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 84,
     sub: 16,
     min: true,
+    nibbles: true,
     scales,
     codes,
 };

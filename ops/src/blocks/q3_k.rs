@@ -18,6 +18,7 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 110,
     sub: 16,
     min: false,
+    nibbles: false,
     scales,
     codes,
 };

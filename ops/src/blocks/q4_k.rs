@@ -14,6 +14,7 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 144,
     sub: 32,
     min: true,
+    nibbles: true,
     scales: k_scales,
     codes,
 };

@@ -13,6 +13,7 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 22,
     sub: 32,
     min: false,
+    nibbles: false,
     scales: step_at_0,
     codes,
 };

@@ -14,6 +14,7 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 24,
     sub: 32,
     min: true,
+    nibbles: false,
     scales,
     codes,
 };

@@ -15,6 +15,7 @@ pub(super) const FORMAT: Packed = Packed {
     bytes: 210,
     sub: 16,
     min: false,
+    nibbles: false,
     scales,
     codes,
 };
