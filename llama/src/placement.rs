@@ -1,7 +1,7 @@
 //! Where each kernel of the graph runs: on the chosen backend when it compiles there (its best
-//! variant for the device, then the fallbacks), otherwise on the CPU, which runs every kernel
-//! of the IR. The executor then moves tensors only where consecutive ops sit on different
-//! devices.
+//! variant for the device, then the fallbacks) and the device can bind its weights whole,
+//! otherwise on the CPU, which runs every kernel of the IR. The executor then moves tensors
+//! only where consecutive ops sit on different devices.
 
 use super::error::ModelError;
 use super::planner::{KernelKey, KernelShape, Launch};
@@ -30,10 +30,12 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Places `keys`, whose kernels bind weights of up to `binds[key]` bytes.
     pub fn new(
         primary: Arc<dyn Backend>,
         keys: &[KernelKey],
         shape: KernelShape,
+        binds: &HashMap<KernelKey, u64>,
     ) -> Result<Placement, ModelError> {
         let mut p = Placement {
             devices: vec![primary],
@@ -45,7 +47,14 @@ impl Placement {
             if p.programs.contains_key(&key) {
                 continue;
             }
-            let placed = p.compile_on(0, key, shape)?;
+            let limit = p.devices[0].info().max_binding_bytes;
+            let placed = match binds.get(&key) {
+                Some(&n) if n > limit => Err(format!(
+                    "it binds a weight of {n} bytes, more than the device's largest binding of \
+                     {limit}"
+                )),
+                _ => p.compile_on(0, key, shape)?,
+            };
             let placed = match placed {
                 Ok(placed) => placed,
                 Err(reasons) => {

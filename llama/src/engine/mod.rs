@@ -138,16 +138,24 @@ impl Engine {
             });
         }
         let mut keys: Vec<KernelKey> = vec![];
+        // The largest weight each key's kernels bind, which a device may not bind whole.
+        let mut binds: HashMap<KernelKey, u64> = HashMap::new();
         for tokens in std::iter::once(1).chain(tuning::prompt_sizes(options.max_batch)) {
             let step = Step { tokens, pos: 0 };
-            let nodes = graph(&model, step, offer)?;
-            keys.extend(
-                nodes
-                    .iter()
-                    .map(|n| KernelKey::of(&n.op, &model.weights, shape)),
-            );
+            for n in graph(&model, step, offer)? {
+                let key = KernelKey::of(&n.op, &model.weights, shape);
+                let weight = match n.op {
+                    Op::Product { w, .. } | Op::Embed { table: w } => {
+                        model.weights.bytes(&model.gguf, w).len() as u64
+                    }
+                    _ => 0,
+                };
+                let largest = binds.entry(key).or_default();
+                *largest = (*largest).max(weight);
+                keys.push(key);
+            }
         }
-        let placement = Placement::new(backend, &keys, shape)?;
+        let placement = Placement::new(backend, &keys, shape, &binds)?;
         let engine = Engine {
             model,
             placement,

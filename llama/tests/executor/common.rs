@@ -113,6 +113,16 @@ pub fn faulty(
 /// which the CPU beneath runs as their scalar variant), refusing the kernels whose names start
 /// with `refuse`: an executor on it keeps its KV cache in f16 and takes the GPUs' graph and
 /// kernel shapes.
+/// A GPU-typed CPU that binds at most `limit` bytes in one binding (lavapipe binds 128 MiB).
+pub fn gpu_binding(limit: u64) -> Arc<dyn Backend> {
+    let describe = move |info: &mut trine_backends::DeviceInfo| {
+        info.device_type = DeviceType::Discrete;
+        info.f16 = true;
+        info.max_binding_bytes = limit;
+    };
+    Arc::new(Proxy::new(cpu(), "narrow", describe, faults("", &[], 1.0)))
+}
+
 fn stand_in(tiles: bool, refuse: &'static str) -> Arc<dyn Backend> {
     let describe = |info: &mut trine_backends::DeviceInfo| {
         info.device_type = DeviceType::Discrete;

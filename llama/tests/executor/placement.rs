@@ -34,6 +34,40 @@ fn a_kernel_the_device_lacks_runs_on_the_cpu() {
     }
 }
 
+/// A device that cannot bind the embedding table whole (lavapipe binds 128 MiB, a 1B layout's
+/// table is 148 MB) leaves the kernels that read it, the embedding and the output head tied
+/// to it, to the CPU, saying why, and the logits are the device's own within rounding.
+#[test]
+fn a_weight_larger_than_the_devices_largest_binding_is_read_on_the_cpu() {
+    let model = tiny();
+    let table = model
+        .weights
+        .bytes(&model.gguf, model.weights.token_embd)
+        .len() as u64;
+    let reference = run(&mut Session::new(
+        Engine::new(model.clone(), gpu(), SIZES).unwrap(),
+        None,
+    ));
+    let engine = Engine::new(model, gpu_binding(table - 1), SIZES).unwrap();
+    let devices: Vec<&str> = engine.devices().map(|d| d.name()).collect();
+    assert_eq!(devices, ["narrow", "cpu"]);
+    let notes = engine.placement_notes().join("\n");
+    let why = format!(
+        "runs on the cpu: narrow could not run it (it binds a weight of {table} bytes, more \
+         than the device's largest binding of {})",
+        table - 1
+    );
+    assert!(notes.contains(&format!("embedding q8_0 {why}")), "{notes}");
+    assert!(notes.lines().count() >= 2, "the tied output head: {notes}");
+    let got = run(&mut Session::new(engine, None));
+    for (step, (a, b)) in got.iter().zip(&reference).enumerate() {
+        let a: Vec<f64> = a.iter().map(|&v| f64::from(v)).collect();
+        let b: Vec<f64> = b.iter().map(|&v| f64::from(v)).collect();
+        let e = trine_ops::compare::nmse(&a, &b).unwrap();
+        assert!(e < 1e-9, "step {step}: NMSE {e:e}");
+    }
+}
+
 /// After `Session::prepare` (which `trine generate` runs before starting its clocks) a
 /// prompt step and a decode step allocate nothing and write only their ids and position, so
 /// the prefill's time is the prompt's work, not the model's upload; without it the first step
