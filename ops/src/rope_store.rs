@@ -421,27 +421,33 @@ fn overwrite(
     out
 }
 
-/// A conformance case for `shape` at position `pos` with the caches stored as `kv`, with
-/// deterministic inputs. The cache rows the step does not write hold values too, so that a
-/// write to the wrong row shows.
-pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
-    let n = shape.check()?;
-    let name = format!(
-        "{OP}/{}/f32+{}kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}{}{}",
+/// A case's name: the op, rope's layout, the cache type, the shape and position, `extra`.
+fn case_name(shape: &RopeStore, kv: &str, pos: u32, extra: &str) -> String {
+    format!(
+        "{OP}/{}/f32+{kv}kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}{extra}",
         shape.mode.name(),
-        kv.name(),
         shape.tokens,
         shape.heads,
         shape.kv_heads,
         shape.head_dim,
         shape.context,
-        shape.base,
-        shape.keys.suffix(),
-        shape.part.map_or(String::new(), |p| format!(
-            "+heads{}..{}",
-            p.first,
-            p.first + p.count
-        ))
+        shape.base
+    )
+}
+
+/// A conformance case for `shape` at position `pos` with the caches stored as `kv`, with
+/// deterministic inputs. The cache rows the step does not write hold values too, so that a
+/// write to the wrong row shows.
+pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
+    let n = shape.check()?;
+    let part = shape.part.map_or(String::new(), |p| {
+        format!("+heads{}..{}", p.first, p.first + p.count)
+    });
+    let name = case_name(
+        &shape,
+        kv.name(),
+        pos,
+        &format!("{}{part}", shape.keys.suffix()),
     );
     let mut r = Rng::new(seed(&name));
     let qkv = r.f32s(n as usize, -2.0, 2.0);
@@ -475,18 +481,8 @@ pub fn case_q8(shape: RopeStore, pos: u32, amplitude: f32) -> Result<Case, Shape
     let n = shape.check()?;
     let span = shape.span()?;
     let kv = KvType::Q8_0;
-    let name = format!(
-        "{OP}/{}/f32+q8_0kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}+heads{}..{}+amp{amplitude}",
-        shape.mode.name(),
-        shape.tokens,
-        shape.heads,
-        shape.kv_heads,
-        shape.head_dim,
-        shape.context,
-        shape.base,
-        span.first,
-        span.first + span.count
-    );
+    let heads = format!("+heads{}..{}", span.first, span.first + span.count);
+    let name = case_name(&shape, kv.name(), pos, &format!("{heads}+amp{amplitude}"));
     let mut r = Rng::new(seed(&name));
     let qkv = r.f32s(n as usize, -amplitude, amplitude);
     let cache = (shape.context * shape.kv_heads * shape.head_dim) as usize;
