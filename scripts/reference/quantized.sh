@@ -3,9 +3,10 @@
 # quantized again by llama.cpp's own llama-quantize into Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K,
 # Q2_K --pure and IQ4_XS; on each, trine's greedy ids on its cpu, vulkan and wgpu backends
 # against llama.cpp's CPU build, vulkan and wgpu cross-checked node by node against the cpu
-# backend. Writes docs/models/quantized.md (quantized_check.py makes it) and, from the same
-# files, gguf/tests/fixtures/dequant/real/ (dequant_fixtures.py --real). Exits nonzero if any
-# comparison fails; the page says which.
+# backend; and llama.cpp on an F32 copy of each file, to tell at a parting which token the
+# weights choose without 8-bit activations. Writes docs/models/quantized.md (quantized_check.py
+# makes it) and, from the same files, gguf/tests/fixtures/dequant/real/ (dequant_fixtures.py
+# --real). Exits nonzero if any comparison fails; the page says which.
 #
 #   scripts/reference/quantized.sh [LLAMA_CPP_SOURCE_DIR]
 #
@@ -112,6 +113,12 @@ for label in "${TYPES[@]}"; do
   # As run.sh: llama.cpp's CPU defaults, flash attention on and an f16 KV cache.
   "$build/llama_reference" --model "$out" --cases "$quant/greedy_cases.txt" --threads "$THREADS" \
     --check-threads 1 --n-ctx 512 --flash-attn on --kv-type f16 >"$quant/$label.reference.json"
+  # The same weights without 8-bit activations (as run.sh's F32 check): llama.cpp on an F32 copy,
+  # which says at each parting which token the weights themselves choose.
+  "$venv/bin/python" "$here/dequantize_gguf.py" "$out" "$quant/f32-copy.gguf"
+  "$build/llama_reference" --model "$quant/f32-copy.gguf" --cases "$quant/greedy_cases.txt" \
+    --threads "$THREADS" --n-ctx 512 --flash-attn off --kv-type f32 >"$quant/$label.f32.json"
+  rm "$quant/f32-copy.gguf"
   files+=("$out")
 done
 echo "quantized.sh: quantized and decoded by llama.cpp in $(( $(date +%s) - started )) s" >&2

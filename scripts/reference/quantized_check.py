@@ -10,8 +10,9 @@ whose two runs part outside a near tie, or a run that fails.
 
     quantized_check.py --trine BIN --work DIR --page OUT.md --started EPOCH LABEL... [--info K V]...
 
-Reads DIR/SmolLM2-135M-Instruct.LABEL.gguf, DIR/LABEL.reference.json and DIR/LABEL.log (the
-output of llama-quantize); writes each trine run's report and stderr to DIR/trine/.
+Reads DIR/SmolLM2-135M-Instruct.LABEL.gguf, DIR/LABEL.reference.json, DIR/LABEL.f32.json
+(llama_reference on an F32 copy of the file, which only explains partings) and DIR/LABEL.log
+(the output of llama-quantize); writes each trine run's report and stderr to DIR/trine/.
 """
 
 import argparse
@@ -75,12 +76,17 @@ def model(args, label):
     return args.work / f"SmolLM2-135M-Instruct.{label}.gguf"
 
 
-def parting(got, want, top2):
-    """Where trine's ids `got` part from llama.cpp's `want`: None where they do not, else the
-    step and llama.cpp's top-2 gap there (None where one run stopped and the other went on)."""
+def shared(a, b):
     k = 0
-    while k < min(len(got), len(want)) and got[k] == want[k]:
+    while k < min(len(a), len(b)) and a[k] == b[k]:
         k += 1
+    return k
+
+
+def parting(got, want, top2):
+    """Where ids `got` part from `want`: None where they do not, else the step and want's top-2
+    gap there (None where one run stopped and the other went on)."""
+    k = shared(got, want)
     if k == len(got) == len(want):
         return None
     if k in (len(got), len(want)):
@@ -88,15 +94,28 @@ def parting(got, want, top2):
     return (k, top2[k][0] - top2[k][1])
 
 
-def ids_cell(results):
-    """The ids verdict over a backend's prompts: (text, ok)."""
+def f32_choice(step, got, want, f32):
+    """Which of the two tokens at a parting the F32 copy chose, where it had the same ids."""
+    ids = f32["ids"]
+    if shared(ids, want) < step:
+        return f"the F32 copy had parted from llama.cpp at step {shared(ids, want)}"
+    if len(ids) == step:
+        return "the F32 copy had stopped"
+    gap = f32["top2"][step][0] - f32["top2"][step][1]
+    whose = {got[step]: "trine's", want[step]: "llama.cpp's"}.get(ids[step], "a third")
+    return f"the F32 copy chose {whose} token, gap {gap:.3f}"
+
+
+def ids_cell(results, who="llama.cpp", f32=True):
+    """The ids verdict over a backend's prompts against `who`'s: (text, ok)."""
     n = sum(len(r["ids"]) for r in results)
-    parted = [(i, p) for i, r in enumerate(results) if (p := r["parting"])]
+    parted = [(i, r) for i, r in enumerate(results) if r["parting"]]
     if not parted:
         return f"equal ({len(results)} prompts, {n} ids)", True
     ok = True
     words = []
-    for i, (step, gap) in parted:
+    for i, r in parted:
+        step, gap = r["parting"]
         if gap is None:
             ok = False
             words.append(f"prompt {i + 1}: one run stopped at step {step}, the other went on, FAILED")
@@ -104,9 +123,10 @@ def ids_cell(results):
         tie = gap < NEAR_TIE
         ok &= tie
         kind = "near tie" if tie else "NOT a near tie, FAILED"
-        words.append(f"prompt {i + 1} parted at step {step}, {kind}: llama.cpp's gap {gap:.3f}")
+        why = f" ({f32_choice(step, r['ids'], r['want'], r['f32'])})" if f32 else ""
+        words.append(f"prompt {i + 1} at step {step}, {kind}: {who}'s gap {gap:.3f}{why}")
     same = len(results) - len(parted)
-    return f"{same} of {len(results)} prompts equal; " + "; ".join(words), ok
+    return f"{same} of {len(results)} prompts equal; parted on " + "; ".join(words), ok
 
 
 def check_cell(reports):
@@ -180,6 +200,7 @@ def main():
     seconds = collections.Counter()
     for label in args.labels:
         ref = json.loads((args.work / f"{label}.reference.json").read_text())
+        f32 = json.loads((args.work / f"{label}.f32.json").read_text())
         cells, checks = [], []
         for backend in BACKENDS:
             check = backend in CHECKED
@@ -198,9 +219,9 @@ def main():
                 continue
             device[backend] = ", ".join(reports[0]["devices"])
             seconds[backend] += sum(r["seconds"] for r in reports)
-            results = [{"ids": r["generated_tokens"],
+            results = [{"ids": r["generated_tokens"], "want": out["ids"], "f32": f32_out,
                         "parting": parting(r["generated_tokens"], out["ids"], out["top2"])}
-                       for r, out in zip(reports, ref["greedy"])]
+                       for r, out, f32_out in zip(reports, ref["greedy"], f32["greedy"])]
             text, ok = ids_cell(results)
             cells.append(text)
             if not ok:
@@ -211,6 +232,10 @@ def main():
                 if not ok:
                     failures.append(f"{label} {backend} cross-check: {text}")
             print(f"{label} {backend}: {cells[-1]}", file=sys.stderr, flush=True)
+        # llama.cpp's own partings from its F32 copy, for scale; they fail nothing.
+        own = [{"ids": out["ids"], "parting": parting(out["ids"], f32_out["ids"], f32_out["top2"])}
+               for out, f32_out in zip(ref["greedy"], f32["greedy"])]
+        cells.append(ids_cell(own, who="the F32 copy", f32=False)[0])
         ids_rows.append(f"| {label} | " + " | ".join(cells) + " |")
         check_rows.append(f"| {label} | " + " | ".join(checks) + " |")
         size = model(args, label).stat().st_size / 2**20
@@ -239,6 +264,13 @@ must be under {NEAR_TIE} (`NEAR_TIE` in `llama/src/session.rs`, the rule of `car
 llama.cpp multiplies with activations rounded to 8 bits, which moves logits by tenths, so a
 choice that close can fall either way. A step is a generated token, counted from 0.
 
+Which way such a choice falls without 8-bit activations is told by llama.cpp on an F32 copy of
+the same file (every weight decoded by gguf-py, flash attention off, f32 KV cache: no
+reduced-precision arithmetic, as `scripts/reference/run.sh`'s F32 check): each parting below
+says which token it chose there, where its ids up to that step were llama.cpp's. The last
+column compares llama.cpp's quantized run with its F32 copy the same way, for scale; it fails
+nothing.
+
 - date: {info['date']}
 - machine: {info['machine']}; vulkan and wgpu on {device.get('vulkan', '?')} (Mesa's lavapipe)
 - llama.cpp: {info['llama_cpp']}
@@ -248,8 +280,8 @@ choice that close can fall either way. A step is a generated token, counted from
 
 ## Greedy ids against llama.cpp
 
-| file | cpu | vulkan | wgpu |
-| --- | --- | --- | --- |
+| file | trine cpu | trine vulkan | trine wgpu | llama.cpp against its F32 copy |
+| --- | --- | --- | --- | --- |
 {chr(10).join(ids_rows)}
 
 ## Node-by-node cross-check against the cpu backend
