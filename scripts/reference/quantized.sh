@@ -10,8 +10,8 @@
 #
 #   scripts/reference/quantized.sh [LLAMA_CPP_SOURCE_DIR]
 #
-# Takes about 70 min on 2 shared cores once llama.cpp is built (building it, with llama-quantize,
-# ≈ 20 min more): lavapipe is most of it, the 98-token prompt two minutes a run there.
+# Takes about an hour on 2 shared cores once llama.cpp is built (≈ 10 min more to build it with
+# llama-quantize): lavapipe is most of it, where the 98-token prompt takes two minutes a run.
 #
 # Sources, folders and tools as run.sh: without a source dir it fetches the pinned
 # llama-cpp-python sdist (which vendors llama.cpp) from PyPI, checking its sha256; llama.cpp
@@ -134,8 +134,8 @@ command="scripts/reference/quantized.sh $*"
 [ -n "${LCPP_BUILD_DIR:-}" ] && command="LCPP_BUILD_DIR=$LCPP_BUILD_DIR $command"
 [ -n "${REF_WORK_DIR:-}" ] && command="REF_WORK_DIR=$REF_WORK_DIR $command"
 cpu="$(sed -n 's/^Model name: *//p' <(lscpu) | head -n1)"
-nice -n 10 "$venv/bin/python" "$here/quantized_check.py" --trine "$trine" --work "$quant" --page "$page" \
-  --started "$started" \
+nice -n 10 "$venv/bin/python" "$here/quantized_check.py" run --trine "$trine" --work "$quant" "${TYPES[@]}"
+"$venv/bin/python" "$here/quantized_check.py" page --work "$quant" --page "$page" --started "$started" \
   --info date "$(date -u +%Y-%m-%d)" \
   --info machine "$(nproc) cores of $cpu, $(uname -sr)" \
   --info llama_cpp "$lcpp" \
