@@ -294,9 +294,11 @@ On each file, llama.cpp's CPU build (`scripts/reference/llama_reference.cpp`, fl
 and f16 KV cache as llama.cpp's defaults, {info['threads']} threads) and trine's cpu, vulkan and
 wgpu backends decode the greedy prompts of `scripts/reference/cases.txt`. Where trine's ids
 part from llama.cpp's, llama.cpp's top-2 logit gap at that step must be under {NEAR_TIE}
-(`NEAR_TIE` in `llama/src/session.rs`, the rule of `cargo xtask demo`): llama.cpp multiplies
-with activations rounded to 8 bits, as trine's cpu backend does in every product and its GPU
-backends in the prompt's, which moves logits by tenths, so a choice that close can fall either
+(`NEAR_TIE` in `llama/src/session.rs`, the rule of `cargo xtask demo`). llama.cpp multiplies
+every quantized weight with activations rounded to 8 bits (in blocks of Q8_0, Q8_1 or Q8_K, by
+the weight's type); trine rounds them so only in its Q8_0, Q4_0 and Q4_1 products (all of them
+on the cpu backend, a prompt's on GPUs: `llama/src/fuse.rs`) and multiplies the other types with
+f32 activations. The rounding moves logits by tenths, so a choice that close can fall either
 way. A step is a generated token, counted from 0.
 
 Which way such a choice falls without 8-bit activations is told by llama.cpp on an F32 copy of
