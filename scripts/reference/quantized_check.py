@@ -184,8 +184,9 @@ class Page:
             self.ids_rows.append("| " + " | ".join(row) + " |")
         self.f32_rows.append(f"| {label} | " + " | ".join(f32_cells) + " |")
         size = model(work, label).stat().st_size / 2**20
-        self.mix_rows.append(f"| {label} | {size:.1f} | {fallbacks(work / f'{label}.log')} | "
-                             f"{type_mix(model(work, label))} |")
+        mix, mixed_qkv = type_mix(model(work, label))
+        self.mix_rows.append(f"| {label} | {size:.1f} | {fallbacks(work / f'{label}.log')} | {mix} | "
+                             f"{mixed_qkv} |")
         thread = json.loads((work / f"{label}.reference.json").read_text())["thread_check"]
         if not thread["ids_equal"]:
             self.fail(f"{label}: llama.cpp's ids differ between {thread['threads']} threads")
@@ -367,8 +368,12 @@ holds a K-quant or IQ4_XS: the requested type, or the one the mix's rules give i
 Q3_K to every `ffn_down`). `token_embd`, which SmolLM2 ties to the output, follows the output's
 rule, which gives Q8_0 to rows that do not fit the type's blocks; `--pure` skips the rules.
 
-| file | MiB | tensors that fell back | tensor types |
-| --- | --- | --- | --- |
+trine stacks a layer's Q, K and V into one matrix at load, widened to f32 where their types
+differ (`stack` in `llama/src/weights.rs`); the last column counts those layers, whose Q, K and V
+products then run on f32 weights with f32 activations.
+
+| file | MiB | tensors that fell back | tensor types | layers with Q, K, V widened to f32 |
+| --- | --- | --- | --- | --- |
 {chr(10).join(self.mix_rows)}
 """
         if self.failures:
@@ -380,11 +385,15 @@ rule, which gives Q8_0 to rows that do not fit the type's blocks; `--pure` skips
 
 
 def type_mix(path):
-    """The file's tensors by type, each with the roles (names less blk.N.) that have it."""
+    """The file's tensors by type, each with the roles (names less blk.N.) that have it; and
+    how many layers' attn_q, attn_k and attn_v differ in type."""
     mix = collections.defaultdict(collections.Counter)
+    qkv = collections.defaultdict(set)
     for t in GGUFReader(path).tensors:
         role = re.sub(r"^blk\.\d+\.", "", t.name).removesuffix(".weight")
         mix[t.tensor_type.name.lower()][role] += 1
+        if role in ("attn_q", "attn_k", "attn_v"):
+            qkv[t.name.split(".")[1]].add(t.tensor_type)
     words = []
     for ty, roles in sorted(mix.items(), key=lambda kv: -sum(kv[1].values())):
         if ty == "f32":
@@ -392,7 +401,7 @@ def type_mix(path):
             continue
         listed = ", ".join(f"{r} ×{n}" if n > 1 else r for r, n in sorted(roles.items()))
         words.append(f"{ty}: {listed}")
-    return "; ".join(words)
+    return "; ".join(words), sum(len(types) > 1 for types in qkv.values())
 
 
 def fallbacks(log):
