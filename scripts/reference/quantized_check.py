@@ -297,10 +297,11 @@ wgpu backends decode the greedy prompts of `scripts/reference/cases.txt`. Where 
 part from llama.cpp's, llama.cpp's top-2 logit gap at that step must be under {NEAR_TIE}
 (`NEAR_TIE` in `llama/src/session.rs`, the rule of `cargo xtask demo`). llama.cpp multiplies
 every quantized weight with activations rounded to 8 bits (in blocks of Q8_0, Q8_1 or Q8_K, by
-the weight's type); trine rounds them so only in its Q8_0, Q4_0 and Q4_1 products (all of them
-on the cpu backend, a prompt's on GPUs: `llama/src/fuse.rs`) and multiplies the other types with
-f32 activations. The rounding moves logits by tenths, so a choice that close can fall either
-way. A step is a generated token, counted from 0.
+the weight's type); trine rounds them in blocks of 32 in every quantized product on CPU-type
+devices (its cpu backend, and lavapipe, which vulkan and wgpu run on here) and in a GPU's
+prompt products of Q8_0, Q4_0 and Q4_1 without matrix tiles (`llama/src/fuse.rs`), and
+multiplies with f32 activations elsewhere. The rounding moves logits by tenths, so a choice
+that close can fall either way. A step is a generated token, counted from 0.
 
 Which way such a choice falls without 8-bit activations is told by llama.cpp on an F32 copy of
 the same file (every weight decoded by gguf-py, flash attention off, f32 KV cache: no
@@ -368,11 +369,11 @@ holds a K-quant or IQ4_XS: the requested type, or the one the mix's rules give i
 Q3_K to every `ffn_down`). `token_embd`, which SmolLM2 ties to the output, follows the output's
 rule, which gives Q8_0 to rows that do not fit the type's blocks; `--pure` skips the rules.
 
-trine stacks a layer's Q, K and V into one matrix at load, widened to f32 where their types
-differ (`stack` in `llama/src/weights.rs`); the last column counts those layers, whose Q, K and V
-products then run on f32 weights with f32 activations.
+trine stacks a layer's Q, K and V into one matrix at load where they share a type; where they
+differ, each run of a type is a product of its own, in that type (`Loader::qkv` in
+`llama/src/weights.rs`). The last column counts those layers.
 
-| file | MiB | tensors that fell back | tensor types | layers with Q, K, V widened to f32 |
+| file | MiB | tensors that fell back | tensor types | layers whose Q, K, V differ in type |
 | --- | --- | --- | --- | --- |
 {chr(10).join(self.mix_rows)}
 """
