@@ -26,6 +26,9 @@ LCPP_PY_VERSION=0.3.36
 THREADS=2
 TYPES=(Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K Q2_K-pure IQ4_XS)
 here="$(cd "$(dirname "$0")" && pwd)"
+name=quantized.sh
+# shellcheck source=scripts/reference/lcpp.sh
+. "$here/lcpp.sh"
 repo="$(cd "$here/../.." && pwd)"
 build="${LCPP_BUILD_DIR:-/tmp/lcpp-build-tools}"
 work="${REF_WORK_DIR:-/tmp/trine-reference}"
@@ -37,30 +40,7 @@ started=$(date +%s)
 
 [ -s "$model" ] || "$repo/.ci/fetch-assets" --model-only
 
-if [ $# -ge 1 ]; then
-  src="$(cd "$1" && pwd)"
-else
-  mkdir -p "$work"
-  pkg="$work/llama_cpp_python-$LCPP_PY_VERSION"
-  if [ ! -d "$pkg/vendor/llama.cpp" ]; then
-    python3 - "$LCPP_PY_VERSION" "$work/lcpp.tar.gz" <<'EOF'
-import hashlib, re, sys, urllib.request
-ver, out = sys.argv[1], sys.argv[2]
-index = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/").read().decode()
-m = re.search(r'href="([^"]*/llama_cpp_python-' + re.escape(ver) + r'\.tar\.gz)#sha256=([0-9a-f]{64})"', index)
-if not m:
-    sys.exit(f"quantized.sh: llama-cpp-python {ver} has no sdist on PyPI's simple index")
-urllib.request.urlretrieve(m.group(1), out)
-digest = hashlib.sha256(open(out, "rb").read()).hexdigest()
-if digest != m.group(2):
-    sys.exit(f"quantized.sh: sha256 of {m.group(1)} is {digest}, the index says {m.group(2)}")
-EOF
-    tar -xzf "$work/lcpp.tar.gz" -C "$work"
-    rm "$work/lcpp.tar.gz"
-  fi
-  src="$pkg/vendor/llama.cpp"
-fi
-[ -f "$src/include/llama.h" ] || { echo "quantized.sh: $src is not a llama.cpp source tree" >&2; exit 1; }
+lcpp_source "$work" "$@"
 
 # Which llama.cpp: a git checkout's commit, else the one the sdist's CHANGELOG names, else the
 # PROVENANCE file of a tree scripts/bench/pack-llama-cpp.sh trimmed.
@@ -76,13 +56,7 @@ else
   lcpp="unknown commit, from $src"
 fi
 
-if [ -f "$build/CMakeCache.txt" ]; then
-  configured="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")"
-  if [ "$configured" != "$src" ]; then
-    echo "quantized.sh: $build was configured for $configured; set LCPP_BUILD_DIR to another folder" >&2
-    exit 1
-  fi
-fi
+lcpp_check_build "$build"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
   -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >/dev/null
@@ -93,12 +67,8 @@ c++ -std=c++17 -O2 -Wall -Wextra -I"$src/include" -I"$src/ggml/include" "$here/l
 trine="${CARGO_TARGET_DIR:-$repo/target}/release/trine"
 echo "quantized.sh: llama.cpp, llama_reference and trine built in $(( $(date +%s) - started )) s" >&2
 
-venv="$work/venv"
+ref_venv "$work"
 mkdir -p "$quant"
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q numpy==2.4.6 gguf==0.19.0
-fi
 f32_model="$work/$(basename "$model" .gguf).f32.gguf"
 [ -s "$f32_model" ] || "$venv/bin/python" "$here/dequantize_gguf.py" "$model" "$f32_model"
 

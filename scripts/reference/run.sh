@@ -17,6 +17,9 @@ set -euo pipefail
 LCPP_PY_VERSION=0.3.36
 THREADS=2
 here="$(cd "$(dirname "$0")" && pwd)"
+name=run.sh
+# shellcheck source=scripts/reference/lcpp.sh
+. "$here/lcpp.sh"
 repo="$(cd "$here/../.." && pwd)"
 build="${LCPP_BUILD_DIR:-/tmp/lcpp-build}"
 work="${REF_WORK_DIR:-/tmp/trine-reference}"
@@ -27,30 +30,7 @@ out_f64="$repo/llama/tests/fixtures/smollm2_reference_f64.json"
 
 [ -s "$model" ] || { echo "run.sh: $model is missing; run .ci/fetch-assets" >&2; exit 1; }
 
-if [ $# -ge 1 ]; then
-  src="$(cd "$1" && pwd)"
-else
-  mkdir -p "$work"
-  pkg="$work/llama_cpp_python-$LCPP_PY_VERSION"
-  if [ ! -d "$pkg/vendor/llama.cpp" ]; then
-    python3 - "$LCPP_PY_VERSION" "$work/lcpp.tar.gz" <<'EOF'
-import hashlib, re, sys, urllib.request
-ver, out = sys.argv[1], sys.argv[2]
-index = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/").read().decode()
-m = re.search(r'href="([^"]*/llama_cpp_python-' + re.escape(ver) + r'\.tar\.gz)#sha256=([0-9a-f]{64})"', index)
-if not m:
-    sys.exit(f"run.sh: llama-cpp-python {ver} has no sdist on PyPI's simple index")
-urllib.request.urlretrieve(m.group(1), out)
-digest = hashlib.sha256(open(out, "rb").read()).hexdigest()
-if digest != m.group(2):
-    sys.exit(f"run.sh: sha256 of {m.group(1)} is {digest}, the index says {m.group(2)}")
-EOF
-    tar -xzf "$work/lcpp.tar.gz" -C "$work"
-    rm "$work/lcpp.tar.gz"
-  fi
-  src="$pkg/vendor/llama.cpp"
-fi
-[ -f "$src/include/llama.h" ] || { echo "run.sh: $src is not a llama.cpp source tree" >&2; exit 1; }
+lcpp_source "$work" "$@"
 
 # Provenance. The sdist carries a shallow git checkout of llama.cpp (so its commit count, which
 # llama.cpp uses as build number, is meaningless) and names the commit in its CHANGELOG.
@@ -74,13 +54,7 @@ if [ -f "$pkg_root/CHANGELOG.md" ]; then
   changelog_commit="$(grep -m1 -o 'llama.cpp@[0-9a-f]*' "$pkg_root/CHANGELOG.md" | cut -d@ -f2 || echo none)"
 fi
 
-if [ -f "$build/CMakeCache.txt" ]; then
-  configured="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")"
-  if [ "$configured" != "$src" ]; then
-    echo "run.sh: $build was configured for $configured; set LCPP_BUILD_DIR to another folder" >&2
-    exit 1
-  fi
-fi
+lcpp_check_build "$build"
 start=$(date +%s)
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
   -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
@@ -115,12 +89,7 @@ chmod 644 "$tmp"
 mv "$tmp" "$out"
 echo "run.sh: wrote $out" >&2
 
-venv="$work/venv"
-mkdir -p "$work"
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q numpy==2.4.6 gguf==0.19.0
-fi
+ref_venv "$work"
 # The f64 reference checks itself against llama.cpp on an F32 copy of the weights, where llama.cpp
 # does no reduced-precision arithmetic either.
 f32_model="$work/$(basename "$model" .gguf).f32.gguf"
