@@ -109,9 +109,7 @@ impl KvType {
     pub(crate) fn held_at<'b>(self, k: &'b KernelBuilder, i: Val<'b>) -> Val<'b> {
         match self {
             KvType::F32 | KvType::F16 => i,
-            KvType::Q8_0 => {
-                (i / k.u32(Q8_BLOCK)) * k.u32(Q8_WORDS) + (i % k.u32(Q8_BLOCK)) / k.u32(4)
-            }
+            KvType::Q8_0 => q8_words(k, i).1,
         }
     }
 
@@ -130,8 +128,8 @@ impl KvType {
             KvType::F32 => k.load(buf, i),
             KvType::F16 => k.load(buf, i).cast(Scalar::F32),
             KvType::Q8_0 => {
-                let block = (i / k.u32(Q8_BLOCK)) * k.u32(Q8_WORDS);
-                let word = k.load(buf, self.held_at(k, i));
+                let (block, code_word) = q8_words(k, i);
+                let word = k.load(buf, code_word);
                 let shift = (i % k.u32(4)) * k.u32(8);
                 // The byte moved to the top and shifted back arithmetically: its sign extended.
                 let code = (word << (k.u32(24) - shift)).bitcast(Scalar::I32) >> k.u32(24);
@@ -218,6 +216,12 @@ impl std::str::FromStr for KvType {
             )
         })
     }
+}
+
+/// The first word of element `i`'s q8_0 block and the word of its code.
+fn q8_words<'b>(k: &'b KernelBuilder, i: Val<'b>) -> (Val<'b>, Val<'b>) {
+    let block = (i / k.u32(Q8_BLOCK)) * k.u32(Q8_WORDS);
+    (block, block + (i % k.u32(Q8_BLOCK)) / k.u32(4))
 }
 
 /// One block's codes and scale as ggml's `quantize_row_q8_0` computes them: the reciprocal of
