@@ -15,6 +15,7 @@ use super::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_ops::attention_flash::FlashOut;
 use trine_ops::kv_type::KvType;
+use trine_ops::matvec_q8::XBlocks;
 use trine_ops::rope::RopeMode;
 use trine_ops::{attention_flash, attention_flash_tiles, matmul_tiles, matvec_q8_rows};
 
@@ -144,6 +145,7 @@ pub fn fuse(
                             x,
                             cols: w.tensors[id].cols,
                             tokens,
+                            blocks: XBlocks::for_weights(w.tensors[id].ty),
                         },
                         label: "quantize",
                         layer: node.layer,

@@ -18,6 +18,7 @@ use trine_ops::matvec::{
     Epilogue as MatvecEpilogue, MatvecSpec, Prologue as MatvecPrologue, Reduce,
 };
 use trine_ops::matvec_fused::{CombineShape, RopeShape};
+use trine_ops::matvec_q8::XBlocks;
 use trine_ops::rope::RopeMode;
 use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
@@ -76,7 +77,8 @@ pub enum KernelKey {
     RopeStore {
         mode: RopeMode,
     },
-    Quantize,
+    /// x quantized in the blocks a product's weights take.
+    Quantize(XBlocks),
     PickLast,
     Argmax,
 }
@@ -185,7 +187,7 @@ impl std::fmt::Display for KernelKey {
             KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
             KernelKey::SwigluPairs => f.write_str("swiglu"),
             KernelKey::RopeStore { mode } => write!(f, "rope ({mode:?}), kv cache store"),
-            KernelKey::Quantize => f.write_str("x quantized to q8"),
+            KernelKey::Quantize(b) => write!(f, "x quantized to {}", b.name()),
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
         }
@@ -258,7 +260,7 @@ impl KernelKey {
             Op::Combine { splits } => KernelKey::Combine { splits },
             Op::Swiglu => KernelKey::SwigluPairs,
             Op::RopeStore { mode, .. } => KernelKey::RopeStore { mode },
-            Op::Quantize { .. } => KernelKey::Quantize,
+            Op::Quantize { blocks, .. } => KernelKey::Quantize(blocks),
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
             Op::Add { .. } => unreachable!("the fusion pass folds every add into a product"),
@@ -368,7 +370,7 @@ impl KernelKey {
                     None => rope_store::kernel_q8(s.head_dim, mode)?,
                 })]
             }
-            KernelKey::Quantize => vec![plain(matvec_q8::quantize_kernel())],
+            KernelKey::Quantize(b) => vec![plain(matvec_q8::quantize_kernel(b))],
             KernelKey::PickLast => vec![plain(copy_kernel(Float::F32, Float::F32))],
             KernelKey::Argmax => reductions
                 .iter()

@@ -257,28 +257,8 @@ pub(crate) fn store_q8_block<'b>(
         });
         k.store(buf, word + k.u32(w as u32), packed);
     }
-    let scale = round_to_f16(k, d);
+    let scale = crate::blocks::round_to_f16(k, d);
     k.store(buf, word + k.u32(8), scale.bitcast(Scalar::U32));
-}
-
-/// `d` (not negative, below f16's largest value) rounded to the nearest f16 value, ties to
-/// even, as f32: with integer and exact float operations, since a compiler may take an
-/// f32 → f16 → f32 round trip for a no-op (NVIDIA's Vulkan driver kept f32 bits).
-fn round_to_f16<'b>(k: &'b KernelBuilder, d: Val<'b>) -> Val<'b> {
-    // From 2⁻¹⁴ up, f16 keeps 10 of f32's 23 mantissa bits: drop 13, rounding to even.
-    let bits = d.bitcast(Scalar::U32);
-    let lsb = (bits >> k.u32(13)) & k.u32(1);
-    let normal = ((bits + k.u32(0xFFF) + lsb) & k.u32(0xFFFF_E000)).bitcast(Scalar::F32);
-    // Below, its subnormals are the multiples of 2⁻²⁴ (scaling by a power of two is exact).
-    let y = d * k.f32(16_777_216.0);
-    let r = y.floor();
-    let frac = y - r;
-    let odd = r.cast(Scalar::U32) & k.u32(1);
-    let half = k.f32(0.5);
-    let tie = k.select(frac.eq(half), odd, k.u32(0));
-    let up = k.select(frac.gt(half), k.u32(1), tie);
-    let sub = (r + up.cast(Scalar::F32)) * k.f32(1.0 / 16_777_216.0);
-    k.select(d.lt(k.f32(1.0 / 16_384.0)), sub, normal)
 }
 
 #[cfg(test)]

@@ -1,37 +1,85 @@
-//! x quantized to 8 bits per block of 32 for the products with 8-bit activations
-//! ([`super::matvec_q8_rows`]), and what those products share: a block is quantized like a
-//! Q8_0 block (signed bytes `q` and a scale `d`, `x ≈ d·q`), and a block of weights' codes,
-//! read as whole 32-bit words, is multiplied with x's four at a time
-//! ([`BinaryOp::Dot4I8`](trine_ir::BinaryOp::Dot4I8)): the integer sum of a block is exact, and
-//! one float multiply-add per block applies both scales, as llama.cpp multiplies quantized
-//! weights on hardware with packed dot products.
+//! x quantized to 8 bits for the products with 8-bit activations
+//! ([`super::matvec_q8_rows`]), and what those products share: x is quantized as llama.cpp's
+//! CPU backend quantizes it for the weights' type ([`XBlocks`]: signed bytes `q` and a scale
+//! `d`, `x ≈ d·q`), and a block of weights' codes, read as whole 32-bit words, is multiplied
+//! with x's four at a time ([`BinaryOp::Dot4I8`](trine_ir::BinaryOp::Dot4I8)): the integer sum
+//! of a block is exact, and one float multiply-add per block applies both scales, as llama.cpp
+//! multiplies quantized weights on hardware with packed dot products.
 //!
-//! [`quantize_kernel`] makes the activations' blocks: words of codes `xq`, scales `xd` and,
-//! for the Q4 types, `xs = d·Σq` (Q4_0's offset of 8 and Q4_1's minimum multiply the block's
-//! sum of x).
+//! [`quantize_kernel`] makes the activations' blocks: words of codes `xq`, and per 32
+//! elements the scale `xd` and `xs = d·Σq` (the term a format's centre or minimum multiplies),
+//! whatever the length of the block the scale was taken over.
 //!
-//! Bound: the quantizer's codes exactly, its scales to within an ulp or so (`quantize_case`).
-//! The products are held to [`reference()`], the product of the dequantized weights and the
-//! dequantized activations, from which they differ only by f32 rounding (the integer dots
-//! are exact); against unquantized x the error is x's quantization, which is the caller's
-//! trade (about 4e-6 NMSE for uniform random x), not a kernel's.
+//! Bound: the quantizer's codes and scales exactly (`quantize_case`). The products are held to
+//! [`reference()`], the product of the dequantized weights and the dequantized activations,
+//! from which they differ only by f32 rounding (the integer dots are exact); against
+//! unquantized x the error is x's quantization, the trade llama.cpp makes too (about 4e-6
+//! NMSE for uniform random x in blocks of 32), not a kernel's.
 
-use crate::blocks::{BlockFormat, Flat};
+use crate::blocks::{round_to_f16, BlockFormat, Flat};
 use crate::case::*;
 use crate::shape::ShapeError;
 use crate::support::{Combine, Reducer, Reduction};
-use trine_gguf::quant::{dequantize, WeightType, QK};
+use half::f16;
+use trine_gguf::quant::{dequantize, WeightType, QK, QK_K};
 use trine_ir::{Access, Kernel, KernelBuilder, Scalar, Val};
 
 pub(crate) const OP: &str = "matvec_q8";
 
-/// Elements of a block of x: Q8_0's.
+/// Elements per scale of x as the products read it ([`Q8Activations::scales`]): Q8_0's block.
 pub const X_BLOCK: u32 = QK as u32;
 
-/// Invocations of the quantizing kernel's workgroups: one block, one invocation per element.
-const QUANT_WG: u32 = X_BLOCK;
+/// How x is quantized for a weight type's product: as llama.cpp's CPU backend does it for
+/// that type's dot product (ggml's `vec_dot_type`, in its x86 form), so that both round x
+/// alike. Rounding x differently parted greedy tokens beyond a near tie on real models (a
+/// Q2_K and an IQ4_XS file, whose dots llama.cpp takes on blocks of 256).
+#[allow(non_camel_case_types)] // ggml's names
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum XBlocks {
+    /// Blocks of 32: scale `d = max|x|/127` stored as f16, codes `x·(127/max|x|)` rounded
+    /// to nearest, ties to even. For Q8_0, Q4_0, Q5_0 and IQ4_NL weights.
+    Q8_0,
+    /// Q8_0's blocks, with the block's `d·Σq` (unrounded `d`) stored as f16 too: the term
+    /// Q4_1's and Q5_1's minimum multiplies. For Q4_1 and Q5_1 weights.
+    Q8_1,
+    /// Blocks of 256: codes as Q8_0's, the f32 scale `1/(127/max|x|)`. For the K-quants and
+    /// IQ4_XS.
+    Q8_K,
+}
 
-/// x quantized per block: code words (8 per block), scales, and `d·Σq` per block.
+impl XBlocks {
+    /// The blocks llama.cpp quantizes x into for `ty` weights.
+    pub fn for_weights(ty: WeightType) -> XBlocks {
+        match ty {
+            WeightType::Q4_1 | WeightType::Q5_1 => XBlocks::Q8_1,
+            WeightType::Q2_K
+            | WeightType::Q3_K
+            | WeightType::Q4_K
+            | WeightType::Q5_K
+            | WeightType::Q6_K
+            | WeightType::IQ4_XS => XBlocks::Q8_K,
+            _ => XBlocks::Q8_0,
+        }
+    }
+
+    /// Elements of a block: those one scale is taken over.
+    pub fn elems(self) -> u32 {
+        match self {
+            XBlocks::Q8_0 | XBlocks::Q8_1 => X_BLOCK,
+            XBlocks::Q8_K => QK_K as u32,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            XBlocks::Q8_0 => "q8_0",
+            XBlocks::Q8_1 => "q8_1",
+            XBlocks::Q8_K => "q8_k",
+        }
+    }
+}
+
+/// x quantized: code words (8 per 32 elements), and per 32 elements the scale and `d·Σq`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Q8Activations {
     pub words: Vec<u32>,
@@ -39,93 +87,118 @@ pub struct Q8Activations {
     pub sums: Vec<f32>,
 }
 
-/// The host's quantization of `x` (a multiple of 32 long), the operations of
-/// [`quantize_kernel`] in the same order: `d = max|x| / 127`, `q = sign(x)·⌊|x|/d + ½⌋`.
-pub fn quantize_x(x: &[f32]) -> Q8Activations {
+/// `v` rounded to the nearest integer, ties to even, as ggml's `nearest_int` does it: the
+/// sum with 1.5·2²³ keeps the integer in its low mantissa bits (for |v| < 2²²).
+fn nearest_int(v: f32) -> i32 {
+    let bits = (v + 12_582_912.0).to_bits();
+    (bits & 0x007f_ffff) as i32 - 0x0040_0000
+}
+
+/// The host's quantization of `x` (a multiple of `blocks.elems()` long), the operations of
+/// [`quantize_kernel`].
+pub fn quantize_x(x: &[f32], blocks: XBlocks) -> Q8Activations {
     let mut out = Q8Activations {
         words: vec![],
         scales: vec![],
         sums: vec![],
     };
-    for block in x.chunks(X_BLOCK as usize) {
+    for block in x.chunks(blocks.elems() as usize) {
         let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+        let q: Vec<i32> = block.iter().map(|&v| nearest_int(v * id)).collect();
+        let round = |v: f32| f16::from_f32(v).to_f32();
         let d = amax / 127.0;
-        let q: Vec<i32> = block
-            .iter()
-            .map(|&v| {
-                let m = if d > 0.0 {
-                    (v.abs() / d + 0.5).floor()
-                } else {
-                    0.0
-                };
-                if v < 0.0 {
-                    -(m as i32)
-                } else {
-                    m as i32
-                }
-            })
-            .collect();
-        for four in q.chunks(4) {
-            let w = four
-                .iter()
-                .enumerate()
-                .fold(0u32, |w, (k, &c)| w | ((c as u32 & 255) << (8 * k)));
-            out.words.push(w);
+        let scale = match blocks {
+            XBlocks::Q8_0 | XBlocks::Q8_1 => round(d),
+            XBlocks::Q8_K if amax > 0.0 => 1.0 / id,
+            XBlocks::Q8_K => 0.0,
+        };
+        for part in q.chunks(X_BLOCK as usize) {
+            for four in part.chunks(4) {
+                let w = four
+                    .iter()
+                    .enumerate()
+                    .fold(0u32, |w, (k, &c)| w | ((c as u32 & 255) << (8 * k)));
+                out.words.push(w);
+            }
+            let sum = part.iter().sum::<i32>() as f32;
+            out.scales.push(scale);
+            out.sums.push(match blocks {
+                XBlocks::Q8_1 => round(d * sum),
+                XBlocks::Q8_0 | XBlocks::Q8_K => scale * sum,
+            });
         }
-        out.scales.push(d);
-        out.sums.push(d * q.iter().sum::<i32>() as f32);
     }
     out
 }
 
-/// The grid of [`quantize_kernel`] for `blocks` blocks: a workgroup each.
-pub fn quantize_grid(blocks: u32) -> [u32; 3] {
-    [blocks, 1, 1]
+/// The grid of [`quantize_kernel`] for `elements` of x: a workgroup per block.
+pub fn quantize_grid(blocks: XBlocks, elements: u32) -> [u32; 3] {
+    [elements / blocks.elems(), 1, 1]
 }
 
-/// Quantizes x (f32 `[cols]`) into `xq` (U32 `[cols/4]`), `xd` and `xs` (f32 `[cols/32]`):
-/// a workgroup per block, an invocation per element. The block's maximum |x| and sum of codes
-/// are workgroup reductions (shared-memory trees), exact whatever their order (the codes' sum
-/// is an integer below 2^24 in magnitude, so its f32 sum is exact too), and the first 8
-/// invocations pack the codes into words. Consecutive invocations read consecutive x values,
+/// Quantizes x (f32 `[cols]`) into `xq` (U32 `[cols/4]`), `xd` and `xs` (f32 `[cols/32]`) as
+/// [`XBlocks`] says: a workgroup per block, an invocation per element. The block's maximum
+/// |x| is a workgroup reduction (a shared-memory tree, exact whatever its order); an
+/// invocation per 32 elements sums their codes (an integer below 2^24 in magnitude, exact in
+/// f32) and one per word packs four. Consecutive invocations read consecutive x values,
 /// which the C lowering loads as vectors; one invocation per block read each block with a
 /// gather per element, which GCC then ran in scalar code (measured slower on SmolLM2's
 /// quantize nodes on a CPU: docs/bench/cpu.md).
-pub fn quantize_kernel() -> Kernel {
-    let k = KernelBuilder::new("quantize_q8", [QUANT_WG, 1, 1]);
+pub fn quantize_kernel(blocks: XBlocks) -> Kernel {
+    let n = blocks.elems();
+    let k = KernelBuilder::new(&format!("quantize_{}", blocks.name()), [n, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let xq = k.buffer("xq", Scalar::U32, Access::Write);
     let xd = k.buffer("xd", Scalar::F32, Access::Write);
     let xs = k.buffer("xs", Scalar::F32, Access::Write);
     let lid = k.local_index();
     let b = k.workgroup_id(0);
-    let v = k.load(x, b * k.u32(QUANT_WG) + lid);
+    let v = k.load(x, b * k.u32(n) + lid);
     let reducer = Reducer::new(&k, Reduction::Shared);
-    // Starting from 0 as the host's fold does: a block of NaN only gives d = 0.
+    // Starting from 0 as the host's fold does: a block of NaN only gives a scale of 0.
     let amax = reducer
         .reduce(&k, lid, v.abs(), Combine::Max)
         .max(k.f32(0.0));
-    let d = amax / k.f32(127.0);
-    // ⌊|x|/d + ½⌋ by the cast's truncation, the same for this non-negative value: GCC does
-    // not vectorise `floorf` (it may raise the inexact exception).
-    let m = k.select(d.gt(k.f32(0.0)), v.abs() / d + k.f32(0.5), k.f32(0.0));
-    let m = m.cast(Scalar::I32);
-    let q = k.select(v.lt(k.f32(0.0)), -m, m);
-    let codes = k.shared("codes", Scalar::I32, QUANT_WG);
+    let some = amax.gt(k.f32(0.0));
+    let id = k.select(some, k.f32(127.0) / amax, k.f32(0.0));
+    // ggml's nearest_int: the integer sits in the low mantissa bits of v·id + 1.5·2²³.
+    let rounded = (v * id + k.f32(12_582_912.0)).bitcast(Scalar::U32) & k.u32(0x007f_ffff);
+    let q = rounded.bitcast(Scalar::I32) - k.i32(0x0040_0000);
+    let codes = k.shared("codes", Scalar::I32, n);
     k.store_shared(codes, lid, q);
-    let sum = reducer.reduce(&k, lid, q.cast(Scalar::F32), Combine::Sum);
-    k.if_(lid.lt(k.u32(QUANT_WG / 4)), || {
+    k.barrier();
+    let d = amax / k.f32(127.0);
+    let scale = match blocks {
+        XBlocks::Q8_0 | XBlocks::Q8_1 => round_to_f16(&k, d),
+        XBlocks::Q8_K => k.select(some, k.f32(1.0) / id, k.f32(0.0)),
+    };
+    k.if_(lid.lt(k.u32(n / 4)), || {
         let word = (0..4u32).fold(k.u32(0), |w, byte| {
             let c = k
                 .load_shared(codes, lid * k.u32(4) + k.u32(byte))
                 .bitcast(Scalar::U32);
             w | ((c & k.u32(255)) << k.u32(8 * byte))
         });
-        k.store(xq, b * k.u32(QUANT_WG / 4) + lid, word);
+        k.store(xq, b * k.u32(n / 4) + lid, word);
     });
-    k.if_(lid.eq(k.u32(0)), || {
-        k.store(xd, b, d);
-        k.store(xs, b, d * sum);
+    k.if_(lid.lt(k.u32(n / X_BLOCK)), || {
+        let first = lid * k.u32(X_BLOCK);
+        let sum = (0..X_BLOCK)
+            .map(|e| k.load_shared(codes, first + k.u32(e)))
+            .reduce(|a, c| a + c)
+            .expect("a block has elements")
+            .cast(Scalar::F32);
+        let at = b * k.u32(n / X_BLOCK) + lid;
+        k.store(xd, at, scale);
+        k.store(
+            xs,
+            at,
+            match blocks {
+                XBlocks::Q8_1 => round_to_f16(&k, d * sum),
+                XBlocks::Q8_0 | XBlocks::Q8_K => scale * sum,
+            },
+        );
     });
     k.finish()
 }
@@ -203,7 +276,9 @@ pub(crate) fn block_sum<'b>(
     }
 }
 
-/// The product of the dequantized weights and the dequantized activations, in f64.
+/// The product of the dequantized weights and the dequantized activations, in f64. Where x
+/// is in Q8_1 blocks, a block's minimum multiplies the f16-rounded `d·Σq` the product reads,
+/// as llama.cpp's does, not the exact sum of the dequantized block.
 pub fn reference(
     ty: WeightType,
     w: &[u8],
@@ -212,36 +287,65 @@ pub fn reference(
     x: &Q8Activations,
 ) -> Result<Vec<f64>, ShapeError> {
     let wf = dequantize(ty, w, rows * cols)?;
-    let xf: Vec<f64> = x
+    let codes: Vec<f64> = x
         .words
         .iter()
-        .enumerate()
-        .flat_map(|(i, word)| {
-            let d = f64::from(x.scales[i / 8]);
-            word.to_le_bytes().map(|b| d * f64::from(b as i8))
-        })
+        .flat_map(|word| word.to_le_bytes().map(|b| f64::from(b as i8)))
         .collect();
+    let xf: Vec<f64> = codes
+        .iter()
+        .enumerate()
+        .map(|(i, &q)| f64::from(x.scales[i / QK]) * q)
+        .collect();
+    // Per x block of 32, what the weights' minimum multiplies beyond the dequantized sum.
+    let sum_gap: Vec<f64> = match XBlocks::for_weights(ty) {
+        XBlocks::Q8_1 => codes
+            .chunks(QK)
+            .zip(x.scales.iter().zip(&x.sums))
+            .map(|(q, (&d, &s))| f64::from(s) - f64::from(d) * q.iter().sum::<f64>())
+            .collect(),
+        XBlocks::Q8_0 | XBlocks::Q8_K => vec![0.0; cols / QK],
+    };
+    // Q4_1's and Q5_1's blocks (the Q8_1 formats, 32 elements) lead with f16 d, then f16 m.
+    let block_bytes = ty.block_bytes();
+    let min = |row: usize, b: usize| {
+        let at = (row * cols / QK + b) * block_bytes + 2;
+        f64::from(f16::from_le_bytes([w[at], w[at + 1]]))
+    };
     Ok(wf
         .chunks(cols)
-        .map(|row| row.iter().zip(&xf).map(|(&a, &b)| a * b).sum())
+        .enumerate()
+        .map(|(r, row)| {
+            let dot: f64 = row.iter().zip(&xf).map(|(&a, &b)| a * b).sum();
+            let gap: f64 = sum_gap
+                .iter()
+                .enumerate()
+                .filter(|(_, &g)| g != 0.0)
+                .map(|(b, &g)| min(r, b) * g)
+                .sum();
+            dot + gap
+        })
         .collect())
 }
 
-/// The quantizing kernel against [`quantize_x`]: the codes exactly, the scales to within an
-/// ulp or so, since Vulkan lets a division be 2.5 ulp off (NVIDIA's driver moved one scale of
-/// 128 by an ulp, NMSE 3e-17, and no code).
-fn quantize_case(cols: u32) -> Case {
+/// The quantizing kernel against [`quantize_x`], exactly: its operations are exact or
+/// correctly rounded (a division is to within 2.5 ulp on Vulkan, where a scale could move by
+/// an ulp; none has on the devices the record names).
+fn quantize_case(blocks: XBlocks, cols: u32) -> Case {
     let mut rng = Rng::new(u64::from(cols));
     let mut x = rng.f32s(cols as usize, -3.0, 3.0);
-    // A block of zeros (scale 0) and one with a single large value.
-    x[32..64].fill(0.0);
-    x[64] = 100.0;
-    let q = quantize_x(&x);
-    let blocks = cols / X_BLOCK;
+    // A block of zeros (scale 0), one with a single large value, and values v·id (here v, as
+    // id is 1) that fall on a half (ties go to even: 0.5 → 0, 1.5 → 2, -2.5 → -2).
+    let n = blocks.elems() as usize;
+    x[n..2 * n].fill(0.0);
+    x[2 * n] = 100.0;
+    x[3 * n..4 * n].fill(0.0);
+    x[3 * n..3 * n + 4].copy_from_slice(&[127.0, 0.5, 1.5, -2.5]);
+    let q = quantize_x(&x, blocks);
     Case::new(
-        format!("quantize_q8/{cols}"),
-        quantize_kernel(),
-        quantize_grid(blocks),
+        format!("quantize_{}/{cols}", blocks.name()),
+        quantize_kernel(blocks),
+        quantize_grid(blocks, cols),
     )
     .input("x", Scalar::F32, f32_bytes(&x))
     .output_exact(
@@ -250,22 +354,57 @@ fn quantize_case(cols: u32) -> Case {
         vec![0; q.words.len() * 4],
         q.words.iter().map(|&v| f64::from(v)).collect(),
     )
-    .output(
+    .output_exact(
         "xd",
         Scalar::F32,
         vec![0; q.scales.len() * 4],
         q.scales.iter().map(|&v| f64::from(v)).collect(),
     )
-    .output(
+    .output_exact(
         "xs",
         Scalar::F32,
         vec![0; q.sums.len() * 4],
         q.sums.iter().map(|&v| f64::from(v)).collect(),
     )
-    .bound(1e-12)
 }
 
-/// The quantizer, at 4096 columns and at 96.
+/// Each quantizer at 4096 columns, and at 1024 (Q8_K's four blocks of 256, the fewest the
+/// case's special blocks need).
 pub fn cases() -> Vec<Case> {
-    vec![quantize_case(4096), quantize_case(96)]
+    [XBlocks::Q8_0, XBlocks::Q8_1, XBlocks::Q8_K]
+        .into_iter()
+        .flat_map(|b| [quantize_case(b, 4096), quantize_case(b, 1024)])
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host quantizer is ggml's: Q8_0's f16 scale and ties to even, Q8_1's f16 `d·Σq`,
+    /// Q8_K's one scale over 256 elements.
+    #[test]
+    fn x_is_quantized_as_ggml_quantizes_it() {
+        let mut x = vec![0f32; 256];
+        // max |x| = 127 makes the first block's id 1, so its codes are x rounded.
+        x[..4].copy_from_slice(&[127.0, 2.5, -0.5, -3.5]);
+        x[40] = 1.0;
+        x[41] = 0.3;
+        let q = quantize_x(&x, XBlocks::Q8_0);
+        assert_eq!(q.words[0].to_le_bytes(), [127, 2, 0, (-4i8) as u8]);
+        assert_eq!((q.scales[0], q.sums[0]), (1.0, 125.0));
+        // The second block's largest value alone sets its scale, rounded to f16.
+        let d = 1.0f32 / 127.0;
+        assert_eq!(q.words[10].to_le_bytes()[..2], [127, 38]);
+        assert_eq!(q.scales[1], f16::from_f32(d).to_f32());
+        assert_ne!(q.scales[1], d);
+        let q1 = quantize_x(&x, XBlocks::Q8_1);
+        assert_eq!(q1.words, q.words);
+        assert_eq!(q1.sums[1], f16::from_f32(d * 165.0).to_f32());
+        assert_ne!(q1.sums[1], d * 165.0);
+        // One block of 256: 127 sets every scale, and 1.0 is code 1.
+        let k = quantize_x(&x, XBlocks::Q8_K);
+        assert_eq!(k.words[10].to_le_bytes()[..2], [1, 0]);
+        assert_eq!(k.scales, vec![1.0; 8]);
+    }
 }

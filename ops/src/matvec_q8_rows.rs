@@ -28,8 +28,8 @@
 use crate::blocks::{f16_finite_bits_to_f32, BlockFormat, Flat, Offset};
 use crate::case::*;
 use crate::matvec_q8::{
-    block_dot, block_sum, needs_x_sum, quantize_x, reference, weight_format, Q8Activations, OP,
-    X_BLOCK,
+    block_dot, block_sum, needs_x_sum, quantize_x, reference, weight_format, Q8Activations,
+    XBlocks, OP, X_BLOCK,
 };
 use crate::shape::ShapeError;
 use trine_gguf::quant::{quantize, runs as quant_runs, Run, WeightType};
@@ -276,7 +276,7 @@ fn interleave_runs(
 
 /// The product for `ty` weights in [`interleave`]'s layout, for `tokens_per_workgroup` tokens
 /// of x at once (a prompt's: each block's codes are loaded once for all of them). Buffers `w`
-/// (U32), `xq`, `xd`, `xs` (as [`quantize_x`] makes them, token after token), with `add` also
+/// (U32), `xq`, `xd`, `xs` (as [`quantize_x`] makes them for `ty`, token after token), with `add` also
 /// `r` (F32 `[tokens × rows]`, added to the product: a residual connection), then `y` (F32
 /// `[tokens × rows]`); parameters `rows`, `cols`, `tokens`; grid [`grid`].
 pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Kernel, ShapeError> {
@@ -495,7 +495,7 @@ pub fn case_with(
     let mut rng = Rng::new(u64::from(rows) * 37 + u64::from(cols) + u64::from(tokens));
     let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
     let xs: Vec<_> = (0..t)
-        .map(|_| quantize_x(&rng.f32s(c, -1.0, 1.0)))
+        .map(|_| quantize_x(&rng.f32s(c, -1.0, 1.0), XBlocks::for_weights(ty)))
         .collect();
     let resid = rng.f32s(r * t, -1.0, 1.0);
     let mut want = vec![];

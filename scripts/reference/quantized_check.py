@@ -297,11 +297,14 @@ wgpu backends decode the greedy prompts of `scripts/reference/cases.txt`. Where 
 part from llama.cpp's, llama.cpp's top-2 logit gap at that step must be under {NEAR_TIE}
 (`NEAR_TIE` in `llama/src/session.rs`, the rule of `cargo xtask demo`). llama.cpp multiplies
 every quantized weight with activations rounded to 8 bits (in blocks of Q8_0, Q8_1 or Q8_K, by
-the weight's type); trine rounds them in blocks of 32 in every quantized product on CPU-type
-devices (its cpu backend, and lavapipe, which vulkan and wgpu run on here) and in a GPU's
-prompt products of Q8_0, Q4_0 and Q4_1 without matrix tiles (`llama/src/fuse.rs`), and
-multiplies with f32 activations elsewhere. The rounding moves logits by tenths, so a choice
-that close can fall either way. A step is a generated token, counted from 0.
+the weight's type); trine rounds them as llama.cpp does, in the same blocks for each type
+(`trine_ops::matvec_q8::XBlocks`), in every quantized product on CPU-type devices (its cpu
+backend, and lavapipe, which vulkan and wgpu run on here) and in a GPU's prompt products of
+Q8_0, Q4_0 and Q4_1 without matrix tiles (`llama/src/fuse.rs`), and multiplies with f32
+activations elsewhere. The two still sum in other orders, with another KV cache (f16 in
+llama.cpp, f32 in trine on CPU-type devices) and other attention, and 8-bit activations move
+logits by tenths, so a choice that close can fall either way. A step is a generated token,
+counted from 0.
 
 Which way such a choice falls without 8-bit activations is told by llama.cpp on an F32 copy of
 the same file (every weight decoded by gguf-py, flash attention off, f32 KV cache: no

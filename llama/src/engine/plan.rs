@@ -205,15 +205,17 @@ impl Engine {
                     grid,
                 )
             }
-            Op::Quantize { x, cols, tokens } => {
-                let blocks = tokens * cols / 32;
-                plan(
-                    vec![x],
-                    &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
-                    vec![],
-                    matvec_q8::quantize_grid(blocks),
-                )
-            }
+            Op::Quantize {
+                x,
+                cols,
+                tokens,
+                blocks,
+            } => plan(
+                vec![x],
+                &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
+                vec![],
+                matvec_q8::quantize_grid(blocks, tokens * cols),
+            ),
             Op::PickLast => plan(
                 vec![Tensor::Resid(0)],
                 &[Tensor::Last],

@@ -13,6 +13,7 @@ pub mod builder;
 use super::config::Config;
 use super::weights::WeightId;
 use trine_ops::attention_flash::FlashOut;
+use trine_ops::matvec_q8::XBlocks;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::HeadSpan;
 
@@ -188,9 +189,14 @@ pub enum Op {
     /// `out = x + r`, elementwise; the fusion pass folds every one into the product that
     /// writes `x`.
     Add { x: Tensor, r: Tensor, out: Tensor },
-    /// `tokens` rows of `x` (`cols` wide) quantized into [`Tensor::XqWords`], `XqScales`,
-    /// `XqSums`.
-    Quantize { x: Tensor, cols: u32, tokens: u32 },
+    /// `tokens` rows of `x` (`cols` wide) quantized in `blocks` (those the product after it
+    /// takes) into [`Tensor::XqWords`], `XqScales`, `XqSums`.
+    Quantize {
+        x: Tensor,
+        cols: u32,
+        tokens: u32,
+        blocks: XBlocks,
+    },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
     /// The logits' argmax into [`Tensor::Token`].

@@ -64,3 +64,27 @@ pub fn load_f16<'b>(
         None => f16_bits_to_f32(k, load_u16(k, buf, at)),
     }
 }
+
+/// `v` rounded to the nearest f16 value, ties to even, as f32 (what ggml's f32 → f16 store of a
+/// scale keeps): with integer and exact float operations, since a compiler may take an
+/// f32 → f16 → f32 round trip for a no-op (NVIDIA's Vulkan driver kept the f32 bits). Beyond
+/// f16's largest value the result keeps f16's precision instead of becoming infinite.
+pub(crate) fn round_to_f16<'b>(k: &'b KernelBuilder, v: Val<'b>) -> Val<'b> {
+    let bits = v.bitcast(Scalar::U32);
+    let sign = bits & k.u32(0x8000_0000);
+    let abs = bits & k.u32(0x7fff_ffff);
+    // From 2⁻¹⁴ up, f16 keeps 10 of f32's 23 mantissa bits: drop 13, rounding to even.
+    let lsb = (abs >> k.u32(13)) & k.u32(1);
+    let normal = (abs + k.u32(0xFFF) + lsb) & k.u32(0xFFFF_E000);
+    // Below, its subnormals are the multiples of 2⁻²⁴ (scaling by a power of two is exact).
+    let y = abs.bitcast(Scalar::F32) * k.f32(16_777_216.0);
+    let r = y.floor();
+    let frac = y - r;
+    let odd = r.cast(Scalar::U32) & k.u32(1);
+    let half = k.f32(0.5);
+    let tie = k.select(frac.eq(half), odd, k.u32(0));
+    let up = k.select(frac.gt(half), k.u32(1), tie);
+    let sub = ((r + up.cast(Scalar::F32)) * k.f32(1.0 / 16_777_216.0)).bitcast(Scalar::U32);
+    let small = abs.lt(k.u32(0x3880_0000));
+    (k.select(small, sub, normal) | sign).bitcast(Scalar::F32)
+}

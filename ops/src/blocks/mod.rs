@@ -32,6 +32,7 @@ mod q6_k;
 mod q8_0;
 mod read;
 
+pub(crate) use f16::round_to_f16;
 pub use f16::{f16_bits_to_f32, f16_finite_bits_to_f32, load_f16, load_u16};
 pub use flat::{Codes, Flat, Offset};
 pub use packed::{Bytes, Packed};
