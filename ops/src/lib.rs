@@ -32,6 +32,7 @@ pub mod matvec;
 pub mod matvec_attn;
 pub mod matvec_fused;
 pub mod matvec_q8;
+pub mod matvec_q8_blocks;
 pub mod matvec_q8_rows;
 pub mod rms_norm;
 pub mod rope;
@@ -52,7 +53,7 @@ pub struct Family {
 }
 
 /// The op library's families, in the order of [`cases`].
-pub static FAMILIES: [Family; 14] = [
+pub static FAMILIES: [Family; 15] = [
     Family {
         name: "matmul_tiles",
         about: "prompt products y = x·Wᵀ on matrix units, W in f32, f16, Q8_0, Q4_0 or Q4_1",
@@ -70,13 +71,18 @@ pub static FAMILIES: [Family; 14] = [
     },
     Family {
         name: "matvec_q8",
-        about: "x quantized to 8 bits per block of 32 for the products with 8-bit activations",
+        about: "x quantized to 8 bits (Q8_0, Q8_1 or Q8_K blocks) for the products with 8-bit activations",
         cases: matvec_q8::cases,
     },
     Family {
         name: "matvec_q8_rows",
         about: "the 8-bit-activation product for CPUs: 16 interleaved rows per workgroup",
         cases: matvec_q8_rows::cases,
+    },
+    Family {
+        name: "matvec_q8_blocks",
+        about: "the 8-bit-activation product for GPUs: the file's K-quant blocks, packed dots",
+        cases: matvec_q8_blocks::cases,
     },
     Family {
         name: "matvec_attn",

@@ -15,6 +15,7 @@ pub(super) const FORMAT: Packed = Packed {
     nibbles: false,
     scales: step_at_0,
     codes,
+    units: None,
 };
 
 fn codes<'b>(

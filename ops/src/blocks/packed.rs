@@ -43,6 +43,40 @@ pub struct Packed {
     pub nibbles: bool,
     pub scales: SubScales,
     pub codes: RunCodes,
+    /// Its codes as words of bytes for a product with 8-bit x, where the format has them.
+    pub units: Option<IntUnits>,
+}
+
+/// Elements of a unit ([`IntUnits`]): two runs of 16.
+pub const UNIT: u32 = 32;
+
+/// A unit of [`UNIT`] codes of a block, for a product with 8-bit x on the block's own bytes:
+/// two runs of 16 consecutive elements, each within one sub-block, as words of four unsigned
+/// byte codes, element `first + 4j + i` of a run in byte `i` of its word `j`. The codes'
+/// value is the byte less the format's `centre`.
+pub struct UnitCodes<'b> {
+    /// Each run's first element in the block, and its four words.
+    pub runs: [(Val<'b>, [Val<'b>; 4]); 2],
+}
+
+/// Unit `unit` (`0..elems / UNIT`) of the block at byte `base` of the weights bound as words.
+pub type UnitWords = for<'b> fn(&'b KernelBuilder, BufferId, Val<'b>, Val<'b>) -> UnitCodes<'b>;
+
+/// How a format's codes come as words of byte codes: the unit's words, and the value every
+/// code is less (Q6_K's 32; 0 for codes that are their value).
+#[derive(Clone, Copy)]
+pub struct IntUnits {
+    pub words: UnitWords,
+    pub centre: i32,
+}
+
+/// The codes of nibble words in a unit: the low nibbles of `words`' bytes, or the high ones.
+pub(super) fn nibble_words<'b>(k: &'b KernelBuilder, words: &[Val<'b>], high: bool) -> [Val<'b>; 4] {
+    let mask = k.u32(0x0f0f_0f0f);
+    std::array::from_fn(|j| {
+        let w = if high { words[j] >> k.u32(4) } else { words[j] };
+        w & mask
+    })
 }
 
 /// Formats are told apart by their type: two descriptions of one type are one format.
@@ -63,6 +97,7 @@ impl std::fmt::Debug for Packed {
             .field("sub", &self.sub)
             .field("min", &self.min)
             .field("nibbles", &self.nibbles)
+            .field("units", &self.units.is_some())
             .finish()
     }
 }

@@ -18,6 +18,7 @@ pub(super) const FORMAT: Packed = Packed {
     nibbles: true,
     scales,
     codes,
+    units: None,
 };
 
 const CODES_AT: u32 = 16;

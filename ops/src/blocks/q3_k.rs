@@ -21,6 +21,7 @@ pub(super) const FORMAT: Packed = Packed {
     nibbles: false,
     scales,
     codes,
+    units: None,
 };
 
 const CODES_AT: u32 = 32;

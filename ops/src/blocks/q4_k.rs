@@ -3,10 +3,10 @@
 //! bytes of nibbles: chunk c of 64 elements is bytes 32c..32c+32, sub-block 2c in their low
 //! nibbles and 2c + 1 in their high ones. Element value d·sc·q − dmin·mn.
 
-use super::packed::{centred, k_scales, Bytes, Packed};
-use super::read::{nibbles, on_words};
+use super::packed::{centred, k_scales, nibble_words, Bytes, IntUnits, Packed, UnitCodes};
+use super::read::{nibbles, on_words, run_words};
 use trine_gguf::quant::WeightType;
-use trine_ir::{KernelBuilder, Val};
+use trine_ir::{BufferId, KernelBuilder, Val};
 
 pub(super) const FORMAT: Packed = Packed {
     ty: WeightType::Q4_K,
@@ -17,6 +17,10 @@ pub(super) const FORMAT: Packed = Packed {
     nibbles: true,
     scales: k_scales,
     codes,
+    units: Some(IntUnits {
+        words: units,
+        centre: 0,
+    }),
 };
 
 const CODES_AT: u32 = 16;
@@ -35,4 +39,19 @@ fn codes<'b>(
         .into_iter()
         .map(|q| centred(k, q, 0))
         .collect()
+}
+
+/// Unit u: 16 bytes of chunk u/2's codes (its half u%2), elements 16·(u%2).. of sub-block
+/// 2·(u/2) in their low nibbles and of the next sub-block in their high ones.
+fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) -> UnitCodes<'b> {
+    let (chunk, half) = (unit >> k.u32(1), unit & k.u32(1));
+    let at = base + k.u32(CODES_AT) + chunk * k.u32(32) + half * k.u32(16);
+    let words = run_words(k, w, at, 16, on_words(FORMAT.bytes));
+    let first = chunk * k.u32(64) + half * k.u32(16);
+    UnitCodes {
+        runs: [
+            (first, nibble_words(k, &words, false)),
+            (first + k.u32(32), nibble_words(k, &words, true)),
+        ],
+    }
 }

@@ -17,6 +17,7 @@ pub(super) const FORMAT: Packed = Packed {
     nibbles: false,
     scales,
     codes,
+    units: None,
 };
 
 fn scales<'b>(

@@ -3,10 +3,10 @@
 //! Q4_K's: element l of sub-block s (chunk c = s/2) takes bit s of high-bit byte l as its
 //! code's 16. Element value d·sc·q − dmin·mn.
 
-use super::packed::{centred, k_scales, Bytes, Packed};
-use super::read::{byte, nibbles, on_words};
+use super::packed::{centred, k_scales, nibble_words, Bytes, IntUnits, Packed, UnitCodes};
+use super::read::{byte, nibbles, on_words, run_words};
 use trine_gguf::quant::WeightType;
-use trine_ir::{KernelBuilder, Val};
+use trine_ir::{BufferId, KernelBuilder, Val};
 
 pub(super) const FORMAT: Packed = Packed {
     ty: WeightType::Q5_K,
@@ -17,6 +17,10 @@ pub(super) const FORMAT: Packed = Packed {
     nibbles: false,
     scales: k_scales,
     codes,
+    units: Some(IntUnits {
+        words: units,
+        centre: 0,
+    }),
 };
 
 const HIGH_AT: u32 = 16;
@@ -40,4 +44,29 @@ fn codes<'b>(
             centred(k, q | (((h >> sub) & k.u32(1)) << k.u32(4)), 0)
         })
         .collect()
+}
+
+/// Unit u: Q4_K's nibbles of unit u, each code's fifth bit from the high-bit bytes of its
+/// elements (16·(u%2)..), bit 2·(u/2) for the low nibbles' sub-block and the next for the
+/// high ones'.
+fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) -> UnitCodes<'b> {
+    let (chunk, half) = (unit >> k.u32(1), unit & k.u32(1));
+    let aligned = on_words(FORMAT.bytes);
+    let at = base + k.u32(CODES_AT) + chunk * k.u32(32) + half * k.u32(16);
+    let low = run_words(k, w, at, 16, aligned);
+    let high = run_words(k, w, base + k.u32(HIGH_AT) + half * k.u32(16), 16, aligned);
+    let first = chunk * k.u32(64) + half * k.u32(16);
+    let run = |nibbles: [Val<'b>; 4], bit: Val<'b>| -> [Val<'b>; 4] {
+        std::array::from_fn(|j| nibbles[j] | (((high[j] >> bit) & k.u32(0x0101_0101)) << k.u32(4)))
+    };
+    let sub = chunk * k.u32(2);
+    UnitCodes {
+        runs: [
+            (first, run(nibble_words(k, &low, false), sub)),
+            (
+                first + k.u32(32),
+                run(nibble_words(k, &low, true), sub + k.u32(1)),
+            ),
+        ],
+    }
 }

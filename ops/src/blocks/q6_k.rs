@@ -3,8 +3,8 @@
 //! of 128 elements, quarter q's element l (0..32) takes nibble q/2 of low byte 64h + 32(q%2) + l
 //! and bits 2q..2q+2 of high byte 32h + l. Element value d·sc·(q − 32).
 
-use super::packed::{centred, Bytes, Packed};
-use super::read::{byte, half, nibbles, on_words};
+use super::packed::{centred, nibble_words, Bytes, IntUnits, Packed, UnitCodes};
+use super::read::{byte, half, nibbles, on_words, run_words};
 use super::{signed_byte, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
@@ -18,6 +18,10 @@ pub(super) const FORMAT: Packed = Packed {
     nibbles: false,
     scales,
     codes,
+    units: Some(IntUnits {
+        words: units,
+        centre: 32,
+    }),
 };
 
 const HIGH_AT: u32 = 128;
@@ -62,4 +66,31 @@ fn codes<'b>(
         centred(k, q | (h << k.u32(4)), 32)
     })
     .collect()
+}
+
+/// Unit u of half h = u/4: 16 low-nibble bytes (quarter pair p = (u/2)%2, elements
+/// 16·(u%2).. of a quarter), quarter p in their low nibbles and quarter p + 2 in their high
+/// ones, each code's top two bits from the high-bit bytes of the same elements (bits 2p and
+/// 2p + 4). A block is 210 bytes, so every other block's words start mid-word.
+fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) -> UnitCodes<'b> {
+    let h = unit >> k.u32(2);
+    let pair = (unit >> k.u32(1)) & k.u32(1);
+    let l = (unit & k.u32(1)) * k.u32(16);
+    let aligned = on_words(FORMAT.bytes);
+    let low = run_words(k, w, base + h * k.u32(64) + pair * k.u32(32) + l, 16, aligned);
+    let high = run_words(k, w, base + k.u32(HIGH_AT) + h * k.u32(32) + l, 16, aligned);
+    let run = |nibbles: [Val<'b>; 4], shift: Val<'b>| -> [Val<'b>; 4] {
+        std::array::from_fn(|j| nibbles[j] | (((high[j] >> shift) & k.u32(0x0303_0303)) << k.u32(4)))
+    };
+    let first = h * k.u32(128) + pair * k.u32(32) + l;
+    let shift = pair * k.u32(2);
+    UnitCodes {
+        runs: [
+            (first, run(nibble_words(k, &low, false), shift)),
+            (
+                first + k.u32(64),
+                run(nibble_words(k, &low, true), shift + k.u32(4)),
+            ),
+        ],
+    }
 }

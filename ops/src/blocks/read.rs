@@ -43,7 +43,7 @@ pub(super) fn bytes<'b>(
 /// that may start mid-word (`shift` 16) joins the high half of each word to the low half of
 /// the next, the word after the run's last loaded only where the run reaches into it (else its
 /// last word again, so that the buffer's last block reads nothing past its end).
-fn run_words<'b>(
+pub(super) fn run_words<'b>(
     k: &'b KernelBuilder,
     w: BufferId,
     at: Val<'b>,

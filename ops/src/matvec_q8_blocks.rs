@@ -1,0 +1,242 @@
+//! [`matvec_q8`](crate::matvec_q8)'s product for GPUs, on the file's own blocks of the
+//! formats whose codes come as words of bytes ([`IntUnits`]: Q4_K, Q5_K, Q6_K). A decode
+//! step's product reads every weight once; with f32 x, a GPU spent more instructions per byte
+//! of weights (a run's codes decoded to floats, eight f32 values of x per word of nibbles)
+//! than it has while the memory streams them. Here a unit of 32 codes is four words of each
+//! of its two runs, multiplied with x's codes by packed integer dot products
+//! ([`BinaryOp::Dot4I8`](trine_ir::BinaryOp::Dot4I8)), and each run's scales apply once.
+//!
+//! A workgroup takes `rows_per_workgroup` rows; invocation `l` takes units `l`, `l + 128`, …
+//! of each, so that neighbouring invocations read neighbouring 16-byte runs of codes, and x's
+//! words for a unit are loaded once for all the rows. x comes in blocks of 32 with one scale
+//! each ([`XBlocks::Q8_0`](crate::matvec_q8::XBlocks), as llama.cpp's CUDA backend
+//! quantizes it for every type): a run of 16 lies in one of them.
+//!
+//! Bound: as [`matvec_q8`](crate::matvec_q8)'s, f32 rounding over exact integer dots.
+
+use crate::blocks::{BlockFormat, Bytes, IntUnits, Packed, UNIT};
+use crate::case::*;
+use crate::matvec_q8::{quantize_x, reference, XBlocks, OP, X_BLOCK};
+use crate::shape::ShapeError;
+use crate::support::{Combine, Reducer, Reduction};
+use trine_gguf::quant::{quantize, WeightType};
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
+
+/// Invocations of a workgroup. A row of 4096 is 128 units of Q4_K: one each.
+pub const WORKGROUP: u32 = 128;
+
+/// How x is quantized for this product: blocks of 32, one per run of 16 (a run never
+/// straddles two).
+pub const X_BLOCKS: XBlocks = XBlocks::Q8_0;
+
+/// The format of `ty` where it has units of byte codes.
+fn format(ty: WeightType) -> Result<(Packed, IntUnits), ShapeError> {
+    match BlockFormat::of(ty) {
+        Some(BlockFormat::Packed(p)) => p.units.map(|u| (p, u)),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        let names: Vec<&str> = BlockFormat::ALL
+            .iter()
+            .filter_map(|f| match f {
+                BlockFormat::Packed(p) if p.units.is_some() => Some(p.ty.name()),
+                _ => None,
+            })
+            .collect();
+        ShapeError::Unsupported {
+            op: OP,
+            what: format!("{ty} weights on their own blocks (it takes {})", names.join(", ")),
+        }
+    })
+}
+
+/// Whether the product takes `ty` weights in rows of `cols`: a format with units, and rows of
+/// whole blocks.
+pub fn takes(ty: WeightType, cols: u32) -> bool {
+    format(ty).is_ok_and(|(p, _)| cols > 0 && cols.is_multiple_of(p.elems))
+}
+
+/// The product of `ty` weights (the file's bytes, bound as `U32` words) and x quantized in
+/// [`X_BLOCKS`]. Buffers `w`, `xq`, `xd`, with `add` also `r` (F32 `[rows]`, added: a
+/// residual connection), then `y` (F32 `[rows]`); parameters `rows`, `cols`; grid [`grid`].
+pub fn kernel(
+    ty: WeightType,
+    reduce: Reduction,
+    rows_per_workgroup: u32,
+    add: bool,
+) -> Result<Kernel, ShapeError> {
+    let (p, units) = format(ty)?;
+    let nrows = crate::support::nonzero(OP, "rows per workgroup", rows_per_workgroup)?;
+    let mut name = format!("matvec_q8_{ty}_blocks_{}_r{nrows}", reduce.name());
+    if add {
+        name.push_str("_add");
+    }
+    let k = KernelBuilder::new(&name, [WORKGROUP, 1, 1]);
+    let w = k.buffer("w", Scalar::U32, Access::Read);
+    let xq = k.buffer("xq", Scalar::U32, Access::Read);
+    let xd = k.buffer("xd", Scalar::F32, Access::Read);
+    let r = add.then(|| k.buffer("r", Scalar::F32, Access::Read));
+    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let rows = k.param("rows", Scalar::U32);
+    let cols = k.param("cols", Scalar::U32);
+    let lid = k.local_index();
+    let row0 = k.workgroup_id(0) * k.u32(nrows);
+    // Rows past the end read the last row again, so that every invocation reaches the
+    // reductions; their sums are not stored.
+    let rows_at: Vec<Val> = (0..nrows)
+        .map(|i| (row0 + k.u32(i)).min(rows - k.u32(1)))
+        .collect();
+    let blocks = cols / k.u32(p.elems);
+    let per_block = p.elems / UNIT;
+    let accs: Vec<_> = (0..nrows).map(|_| k.var("acc", Scalar::F32)).collect();
+    let ones = k.u32(0x0101_0101);
+    let x_words = X_BLOCK / 4;
+    k.for_range(lid, blocks * k.u32(per_block), WORKGROUP, |u| {
+        let (b, unit) = (u / k.u32(per_block), u % k.u32(per_block));
+        let codes: Vec<_> = rows_at
+            .iter()
+            .map(|&row| {
+                let base = (row * blocks + b) * k.u32(p.bytes);
+                (base, (units.words)(&k, w, base, unit))
+            })
+            .collect();
+        // Each run's x: its four words, its block's scale, and the sum of its codes. The
+        // runs' first elements depend on the unit alone, the same for every row.
+        let xs: Vec<_> = codes[0]
+            .1
+            .runs
+            .iter()
+            .map(|&(first, _)| {
+                let e = b * k.u32(p.elems) + first;
+                let xb = e / k.u32(X_BLOCK);
+                let at = xb * k.u32(x_words) + (e % k.u32(X_BLOCK)) / k.u32(4);
+                let words: Vec<Val> = (0..4).map(|j| k.load(xq, at + k.u32(j))).collect();
+                let sum = words
+                    .iter()
+                    .map(|&v| v.dot4_i8(ones))
+                    .reduce(|a, c| a + c)
+                    .expect("four words");
+                (first, words, k.load(xd, xb), sum)
+            })
+            .collect();
+        for ((base, unit_codes), acc) in codes.iter().zip(&accs) {
+            let mut sum = acc.get();
+            for (&(_, words), (first, x, dx, xsum)) in unit_codes.runs.iter().zip(&xs) {
+                let dot = words
+                    .iter()
+                    .zip(x)
+                    .map(|(&c, &v)| c.dot4_i8(v))
+                    .reduce(|a, c| a + c)
+                    .expect("four words");
+                let dot = if units.centre == 0 {
+                    dot
+                } else {
+                    dot - k.i32(units.centre) * *xsum
+                };
+                let scales = (p.scales)(&k, (Bytes::Words(w), None), *base, *first / k.u32(p.sub));
+                sum = (scales.d * *dx).fma(dot.cast(Scalar::F32), sum);
+                if let Some(m) = scales.m {
+                    sum = (m * *dx).fma(xsum.cast(Scalar::F32), sum);
+                }
+            }
+            acc.set(sum);
+        }
+    });
+    let reducer = Reducer::new(&k, reduce);
+    for (i, acc) in accs.iter().enumerate() {
+        let total = reducer.reduce(&k, lid, acc.get(), Combine::Sum);
+        let row = row0 + k.u32(i as u32);
+        k.if_(lid.eq(k.u32(0)) & row.lt(rows), || {
+            let v = r.map_or(total, |r| total + k.load(r, row));
+            k.store(y, row, v);
+        });
+    }
+    Ok(k.finish())
+}
+
+/// The grid of [`kernel`]: a workgroup per `rows_per_workgroup` rows.
+pub fn grid(rows: u32, rows_per_workgroup: u32) -> [u32; 3] {
+    [rows.div_ceil(rows_per_workgroup.max(1)), 1, 1]
+}
+
+/// A conformance (and bench) case: random weights of `ty`, random x quantized on the host.
+pub fn case(
+    ty: WeightType,
+    (rows, cols): (u32, u32),
+    reduce: Reduction,
+    rows_per_workgroup: u32,
+    add: bool,
+) -> Result<Case, ShapeError> {
+    let (p, _) = format(ty)?;
+    if cols == 0 || !cols.is_multiple_of(p.elems) {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: format!("rows of {cols} {ty} weights (whole blocks of {} only)", p.elems),
+        });
+    }
+    let (r, c) = (rows as usize, cols as usize);
+    let mut rng = Rng::new(u64::from(rows) * 31 + u64::from(cols));
+    let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
+    let x = quantize_x(&rng.f32s(c, -1.0, 1.0), X_BLOCKS);
+    let mut want = reference(ty, &w, r, c, &x)?;
+    let resid = rng.f32s(r, -1.0, 1.0);
+    let suffix = if add { "_add" } else { "" };
+    let mut case = Case::new(
+        format!(
+            "{OP}/{ty}/{rows}x{cols}/blocks_{}_r{rows_per_workgroup}{suffix}",
+            reduce.name()
+        ),
+        kernel(ty, reduce, rows_per_workgroup, add)?,
+        grid(rows, rows_per_workgroup),
+    )
+    .input("w", Scalar::U32, crate::blocks::pad_to_words(w))
+    .input("xq", Scalar::U32, bytemuck::cast_slice(&x.words).to_vec())
+    .input("xd", Scalar::F32, bytemuck::cast_slice(&x.scales).to_vec());
+    if add {
+        want.iter_mut()
+            .zip(&resid)
+            .for_each(|(y, &v)| *y += f64::from(v));
+        case = case.input("r", Scalar::F32, f32_bytes(&resid));
+    }
+    Ok(case
+        .output("y", Scalar::F32, vec![0; r * 4], want)
+        .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)]))
+}
+
+/// Every format with units: a row of one block, rows of three blocks (every other Q6_K block
+/// then starts mid-word) in a count the workgroups' rows do not divide, a row longer than a
+/// workgroup's units, both reductions and the residual's variant.
+pub fn cases() -> Vec<Case> {
+    let mut out = vec![];
+    for ty in BlockFormat::ALL
+        .map(BlockFormat::ty)
+        .into_iter()
+        .filter(|&t| format(t).is_ok())
+    {
+        let mut push = |shape, reduce, per, add| {
+            out.push(case(ty, shape, reduce, per, add).expect("valid shapes"));
+        };
+        push((4, 256), Reduction::Shared, 1, false);
+        push((7, 768), Reduction::Subgroup, 2, false);
+        push((9, 4608), Reduction::Subgroup, 1, true);
+        push((5, 768), Reduction::Shared, 2, true);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A format without units, and rows that are not whole blocks, are refused by name.
+    #[test]
+    fn what_it_does_not_take_is_refused() {
+        let e = kernel(WeightType::Q4_0, Reduction::Shared, 1, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("q4_0") && e.contains("(it takes q4_k, q5_k, q6_k)"), "{e}");
+        assert!(takes(WeightType::Q6_K, 512) && !takes(WeightType::Q6_K, 96));
+        let e = case(WeightType::Q4_K, (1, 96), Reduction::Shared, 1, false).unwrap_err();
+        assert!(e.to_string().contains("96"), "{e}");
+    }
+}
