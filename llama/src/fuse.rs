@@ -17,7 +17,9 @@ use trine_ops::attention_flash::FlashOut;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec_q8::XBlocks;
 use trine_ops::rope::RopeMode;
-use trine_ops::{attention_flash, attention_flash_tiles, matmul_tiles, matvec_q8_rows};
+use trine_ops::{
+    attention_flash, attention_flash_tiles, matmul_tiles, matvec_q8_blocks, matvec_q8_rows,
+};
 
 /// What a device offers the fusion pass. A checker takes the checked executor's, so that both
 /// run the same nodes.
@@ -139,13 +141,17 @@ pub fn fuse(
                 if folded {
                     i += 1;
                 }
-                if form == Form::QuantizedX {
+                if form.quantizes_x() {
+                    let ty = w.tensors[id].ty;
                     out.push(Node {
                         op: Op::Quantize {
                             x,
                             cols: w.tensors[id].cols,
                             tokens,
-                            blocks: XBlocks::for_weights(w.tensors[id].ty),
+                            blocks: match form {
+                                Form::QuantizedBlocks => matvec_q8_blocks::X_BLOCKS,
+                                _ => XBlocks::for_weights(ty),
+                            },
                         },
                         label: "quantize",
                         layer: node.layer,
@@ -189,7 +195,7 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
         }) if form == Form::Float && offer.float_cache => {
             (Store::Rope { layer, heads }, Tensor::QRot, true)
         }
-        Some(Op::Swiglu) if form != Form::QuantizedX => (Store::Swiglu, Tensor::Act, true),
+        Some(Op::Swiglu) if !form.quantizes_x() => (Store::Swiglu, Tensor::Act, true),
         Some(Op::Add { x, r, out }) if x == y => (Store::Add(r), out, true),
         _ => (Store::None, y, false),
     }
@@ -208,6 +214,8 @@ fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -
         && matmul_tiles::check(t.rows, t.cols, 1).is_ok()
     {
         Form::Tiles
+    } else if offer.gpu && tokens == 1 && matvec_q8_blocks::takes(t.ty, t.cols) {
+        Form::QuantizedBlocks
     } else if offer.quantizes_x(s.tokens)
         && matvec_q8_rows::takes(t.ty, t.rows as usize, t.cols as usize)
         && !(offer.gpu && matvec_q8_rows::widens(t.ty))

@@ -24,7 +24,7 @@ use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
     argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
-    matvec, matvec_q8, matvec_q8_rows, rms_norm, rope_store,
+    matvec, matvec_q8, matvec_q8_blocks, matvec_q8_rows, rms_norm, rope_store,
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
@@ -60,6 +60,13 @@ pub enum KernelKey {
         add: bool,
         /// Tokens each workgroup takes ([`tuning::q8_tokens_per_workgroup`]).
         tokens: u32,
+    },
+    /// A GPU's decode product on quantized x and the file's blocks ([`Form::QuantizedBlocks`]).
+    MatvecQ8Blocks {
+        weights: WeightType,
+        add: bool,
+        /// Rows each workgroup takes ([`tuning::q8_blocks_rows_per_workgroup`]).
+        rows: u32,
     },
     /// A prompt's product on matrix tiles ([`Form::Tiles`]).
     MatmulTiles(TilesKey),
@@ -159,6 +166,10 @@ impl std::fmt::Display for KernelKey {
                 let add = if *add { ", add" } else { "" };
                 write!(f, "matvec {weights} × q8 ({tokens} tokens{add})")
             }
+            KernelKey::MatvecQ8Blocks { weights, add, rows } => {
+                let add = if *add { ", add" } else { "" };
+                write!(f, "matvec {weights} blocks × q8 ({rows} rows a workgroup{add})")
+            }
             KernelKey::MatmulTiles(t) => {
                 let out = match (t.add, t.swiglu) {
                     (true, _) => ", add",
@@ -243,6 +254,11 @@ impl KernelKey {
                         add: matches!(store, Store::Add(_)),
                         tokens: tuning::q8_tokens_per_workgroup(tokens),
                     },
+                    Form::QuantizedBlocks => KernelKey::MatvecQ8Blocks {
+                        weights: t.ty,
+                        add: matches!(store, Store::Add(_)),
+                        rows: tuning::q8_blocks_rows_per_workgroup(rows),
+                    },
                     Form::Tiles => KernelKey::MatmulTiles(TilesKey {
                         weights: t.ty,
                         add: matches!(store, Store::Add(_)),
@@ -313,6 +329,10 @@ impl KernelKey {
                 add,
                 tokens,
             } => vec![plain(matvec_q8_rows::kernel(weights, add, tokens)?)],
+            KernelKey::MatvecQ8Blocks { weights, add, rows } => reductions
+                .iter()
+                .map(|&how| matvec_q8_blocks::kernel(weights, how, rows, add).map(plain))
+                .collect::<Result<_, ShapeError>>()?,
             KernelKey::MatmulTiles(key) => {
                 let mut variants = vec![];
                 for spec in tiles_spec(key, info).variants() {

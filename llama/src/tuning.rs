@@ -194,6 +194,14 @@ pub fn q8_tokens_per_workgroup(tokens: u32) -> u32 {
     }
 }
 
+/// Rows a workgroup of a GPU's decode product on the file's blocks takes
+/// ([`trine_ops::matvec_q8_blocks`]) for `rows` rows: one, which gives a product of 4096 rows
+/// 4096 workgroups, but for the rows past the 65,535 workgroups a grid's first dimension
+/// is guaranteed to reach on Vulkan (a 128k-vocabulary output head).
+pub fn q8_blocks_rows_per_workgroup(rows: u32) -> u32 {
+    rows.div_ceil(65_535).next_power_of_two()
+}
+
 /// Whether a device holds a weight of type `ty` in pairs of blocks
 /// ([`trine_ops::blocks::pair_blocks`]): CPUs do for the Q4 weights only products read
 /// (`pairable`); an embedding table is read row by row in the file's layout.

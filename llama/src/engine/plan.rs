@@ -17,7 +17,7 @@ use trine_ops::kv_type::KvType;
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::{HeadSpan, RopeStore};
-use trine_ops::{matvec_q8, matvec_q8_rows};
+use trine_ops::{matvec_q8, matvec_q8_blocks, matvec_q8_rows};
 
 /// A node's dispatch before buffers are bound: the tensors it reads and writes, in the
 /// kernel's buffer order (reads first), its parameters and its grid.
@@ -108,6 +108,18 @@ impl Engine {
                             &[y],
                             vec![u(rows), u(wt.cols), u(tokens)],
                             matvec_q8_rows::grid(rows, tokens, per),
+                        )
+                    }
+                    (Form::QuantizedBlocks, _) => {
+                        let mut inputs =
+                            vec![Tensor::Weight(wid), Tensor::XqWords, Tensor::XqScales];
+                        inputs.extend(add);
+                        let per = tuning::q8_blocks_rows_per_workgroup(rows);
+                        plan(
+                            inputs,
+                            &[y],
+                            vec![u(rows), u(wt.cols)],
+                            matvec_q8_blocks::grid(rows, per),
                         )
                     }
                     (Form::Tiles, Launch::Tiles(spec)) => {

@@ -110,9 +110,20 @@ pub enum Form {
     /// packed 8-bit dot products ([`trine_ops::matvec_q8_rows`]); only a residual add is
     /// folded in.
     QuantizedX,
+    /// x quantized to 8 bits by an [`Op::Quantize`] before it, against W as stored
+    /// ([`trine_ops::matvec_q8_blocks`]): a GPU's decode products on the formats it takes;
+    /// only a residual add is folded in.
+    QuantizedBlocks,
     /// A prompt's product on matrix tiles ([`trine_ops::matmul_tiles`]): float x rounded to
     /// f16; a residual add or SwiGLU folded in.
     Tiles,
+}
+
+impl Form {
+    /// Whether x is quantized for the product by an [`Op::Quantize`] before it.
+    pub fn quantizes_x(self) -> bool {
+        matches!(self, Form::QuantizedX | Form::QuantizedBlocks)
+    }
 }
 
 /// How a step's attention runs, chosen by the fusion pass.
