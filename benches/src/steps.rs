@@ -23,20 +23,29 @@ pub enum Layout {
     /// and a Q4_0 embedding tied to the output head (as a Q8_0 one it would pass lavapipe's
     /// 128 MiB binding limit).
     Llama7b,
+    /// Llama 3 8B's layout in llama.cpp's Q4_K_M ([`SynthShape::LLAMA_3_8B`]): Q4_K
+    /// projections, Q6_K for the value and FFN-down projections of the layers that get more
+    /// bits (the first, with one layer) and for the 128,256-row output head.
+    Llama3_8b,
 }
 
 impl Layout {
+    /// The layouts a bench takes by default.
     pub const ALL: [Layout; 2] = [Layout::SmolLm2, Layout::Llama7b];
+    /// Every layout, by name: the K-quant one only when asked for (its output head alone is
+    /// 431 MB, long to multiply on a CPU).
+    pub const NAMED: [Layout; 3] = [Layout::SmolLm2, Layout::Llama7b, Layout::Llama3_8b];
 
     pub fn name(self) -> &'static str {
         match self {
             Layout::SmolLm2 => "smollm2-135m",
             Layout::Llama7b => "llama-7b",
+            Layout::Llama3_8b => "llama-3-8b",
         }
     }
 
     pub fn parse(name: &str) -> Option<Layout> {
-        Layout::ALL.into_iter().find(|l| l.name() == name)
+        Layout::NAMED.into_iter().find(|l| l.name() == name)
     }
 
     /// Its dimensions with `layers` layers.
@@ -58,6 +67,10 @@ impl Layout {
                 embedding: TensorType::Q4_0,
                 output: None,
                 mix: Mix::AsGiven,
+            },
+            Layout::Llama3_8b => SynthShape {
+                n_layer,
+                ..SynthShape::LLAMA_3_8B
             },
         }
     }

@@ -168,7 +168,10 @@ impl std::fmt::Display for KernelKey {
             }
             KernelKey::MatvecQ8Blocks { weights, add, rows } => {
                 let add = if *add { ", add" } else { "" };
-                write!(f, "matvec {weights} blocks × q8 ({rows} rows a workgroup{add})")
+                write!(
+                    f,
+                    "matvec {weights} blocks × q8 ({rows} rows a workgroup{add})"
+                )
             }
             KernelKey::MatmulTiles(t) => {
                 let out = match (t.add, t.swiglu) {

@@ -45,7 +45,10 @@ fn format(ty: WeightType) -> Result<(Packed, IntUnits), ShapeError> {
             .collect();
         ShapeError::Unsupported {
             op: OP,
-            what: format!("{ty} weights on their own blocks (it takes {})", names.join(", ")),
+            what: format!(
+                "{ty} weights on their own blocks (it takes {})",
+                names.join(", ")
+            ),
         }
     })
 }
@@ -171,7 +174,10 @@ pub fn case(
     if cols == 0 || !cols.is_multiple_of(p.elems) {
         return Err(ShapeError::Unsupported {
             op: OP,
-            what: format!("rows of {cols} {ty} weights (whole blocks of {} only)", p.elems),
+            what: format!(
+                "rows of {cols} {ty} weights (whole blocks of {} only)",
+                p.elems
+            ),
         });
     }
     let (r, c) = (rows as usize, cols as usize);
@@ -234,7 +240,10 @@ mod tests {
         let e = kernel(WeightType::Q4_0, Reduction::Shared, 1, false)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("q4_0") && e.contains("(it takes q4_k, q5_k, q6_k)"), "{e}");
+        assert!(
+            e.contains("q4_0") && e.contains("(it takes q4_k, q5_k, q6_k)"),
+            "{e}"
+        );
         assert!(takes(WeightType::Q6_K, 512) && !takes(WeightType::Q6_K, 96));
         let e = case(WeightType::Q4_K, (1, 96), Reduction::Shared, 1, false).unwrap_err();
         assert!(e.to_string().contains("96"), "{e}");

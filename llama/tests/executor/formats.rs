@@ -123,7 +123,11 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
     };
     // A prompt's products take the prompt's tokens; only its output head multiplies one.
     assert!(count_nodes(&main, 5, on_blocks) <= 1, "{name}: prompts");
-    assert_eq!(count_nodes(&main, 1, on_blocks) > 0, blocks, "{name}: decode");
+    assert_eq!(
+        count_nodes(&main, 1, on_blocks) > 0,
+        blocks,
+        "{name}: decode"
+    );
     let checker = main.checker(cpu()).unwrap();
     agree(name, main, checker);
 }

@@ -71,7 +71,11 @@ pub struct IntUnits {
 }
 
 /// The codes of nibble words in a unit: the low nibbles of `words`' bytes, or the high ones.
-pub(super) fn nibble_words<'b>(k: &'b KernelBuilder, words: &[Val<'b>], high: bool) -> [Val<'b>; 4] {
+pub(super) fn nibble_words<'b>(
+    k: &'b KernelBuilder,
+    words: &[Val<'b>],
+    high: bool,
+) -> [Val<'b>; 4] {
     let mask = k.u32(0x0f0f_0f0f);
     std::array::from_fn(|j| {
         let w = if high { words[j] >> k.u32(4) } else { words[j] };

@@ -77,10 +77,18 @@ fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) ->
     let pair = (unit >> k.u32(1)) & k.u32(1);
     let l = (unit & k.u32(1)) * k.u32(16);
     let aligned = on_words(FORMAT.bytes);
-    let low = run_words(k, w, base + h * k.u32(64) + pair * k.u32(32) + l, 16, aligned);
+    let low = run_words(
+        k,
+        w,
+        base + h * k.u32(64) + pair * k.u32(32) + l,
+        16,
+        aligned,
+    );
     let high = run_words(k, w, base + k.u32(HIGH_AT) + h * k.u32(32) + l, 16, aligned);
     let run = |nibbles: [Val<'b>; 4], shift: Val<'b>| -> [Val<'b>; 4] {
-        std::array::from_fn(|j| nibbles[j] | (((high[j] >> shift) & k.u32(0x0303_0303)) << k.u32(4)))
+        std::array::from_fn(|j| {
+            nibbles[j] | (((high[j] >> shift) & k.u32(0x0303_0303)) << k.u32(4))
+        })
     };
     let first = h * k.u32(128) + pair * k.u32(32) + l;
     let shift = pair * k.u32(2);
