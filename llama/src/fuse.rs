@@ -27,7 +27,9 @@ use trine_ops::{
 pub struct Offer {
     /// A GPU: decode attention splits the keys over workgroups, decode products take float x
     /// with their neighbours folded in (a decode step there is a chain of launches, which the
-    /// fusions keep short), prompt attention is flash attention. A CPU's products all take
+    /// fusions keep short) but for the K-quants they read whole, which take quantized x
+    /// ([`Form::QuantizedBlocks`]: their codes decoded to floats cost more than the memory
+    /// streaming them), prompt attention is flash attention. A CPU's products all take
     /// quantized x, as its packed 8-bit dot products are its fastest.
     pub gpu: bool,
     /// Matrix tiles: a GPU's prompt products run on them.
@@ -51,9 +53,9 @@ impl Offer {
         }
     }
 
-    /// Whether a step of `tokens` takes x quantized to 8 bits per block of 32 for the
-    /// products whose weights allow it, as llama.cpp multiplies: every step on a CPU, prompt
-    /// steps on a GPU.
+    /// Whether a step of `tokens` takes x quantized to 8 bits for the products on
+    /// interleaved weights whose types allow it, as llama.cpp multiplies: every step on a
+    /// CPU, prompt steps on a GPU.
     fn quantizes_x(self, tokens: u32) -> bool {
         !self.gpu || tokens > 1
     }
@@ -202,8 +204,9 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
 }
 
 /// A product's form: on tiles for a GPU's prompt products whose weights take them (a format
-/// the staging decodes, rows of whole blocks of [`matmul_tiles::BK`]), on quantized x where
-/// the step quantizes it and the weights allow ([`matvec_q8_rows::takes`]; on a GPU, which
+/// the staging decodes, rows of whole blocks of [`matmul_tiles::BK`]), on quantized x and
+/// the file's blocks for a GPU's one-token products whose format has byte-code units
+/// ([`matvec_q8_blocks::takes`]), on quantized x where the step quantizes it and the weights allow ([`matvec_q8_rows::takes`]; on a GPU, which
 /// keeps the file's layout for its decode products beside it, only where that copy is not
 /// much larger, [`matvec_q8_rows::widens`]), else on float x.
 fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -> Form {

@@ -195,11 +195,12 @@ pub fn q8_tokens_per_workgroup(tokens: u32) -> u32 {
 }
 
 /// Rows a workgroup of a GPU's decode product on the file's blocks takes
-/// ([`trine_ops::matvec_q8_blocks`]) for `rows` rows: one, which gives a product of 4096 rows
-/// 4096 workgroups, but for the rows past the 65,535 workgroups a grid's first dimension
-/// is guaranteed to reach on Vulkan (a 128k-vocabulary output head).
+/// ([`trine_ops::matvec_q8_blocks`]) for `rows` rows: two, which share their loads of x, or
+/// more where the rows would need more than the 65,535 workgroups a grid's first dimension
+/// is guaranteed to reach on Vulkan. Two decoded an 8B Q4_K_M layout fastest of one, two and
+/// four (docs/bench/scale.md).
 pub fn q8_blocks_rows_per_workgroup(rows: u32) -> u32 {
-    rows.div_ceil(65_535).next_power_of_two()
+    rows.div_ceil(65_535).next_power_of_two().max(2)
 }
 
 /// Whether a device holds a weight of type `ty` in pairs of blocks
