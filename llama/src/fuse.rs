@@ -102,8 +102,13 @@ pub fn fuse(
                     })
                     .map(|n| form(&n.op))
                     .collect();
-                if next_form == Some(Form::Float) && readers.iter().all(|&f| f == Some(Form::Float))
-                {
+                let float = next_form == Some(Form::Float)
+                    && readers.iter().all(|&f| f == Some(Form::Float));
+                // On a GPU also where every reader quantizes x: its quantizers normalise it.
+                let quantized = offer.gpu
+                    && !readers.is_empty()
+                    && readers.iter().all(|f| f.is_some_and(Form::quantizes_x));
+                if float || quantized {
                     norm = Some((Load::Norm(weight), x));
                 } else {
                     norm = None;
@@ -139,6 +144,11 @@ pub fn fuse(
                 let form = product_form(w, id, tokens, s, offer);
                 let folded_norm = norm.filter(|_| x == Tensor::Normed);
                 let (load, x) = pending.take().or(folded_norm).unwrap_or((Load::None, x));
+                // A quantized product reads x through its quantizer, which takes the norm.
+                let (load, norm_of_x) = match (form.quantizes_x(), load) {
+                    (true, Load::Norm(g)) => (Load::None, Some(g)),
+                    (_, load) => (load, None),
+                };
                 let (store, y, folded) = store(form, y, next, offer);
                 if folded {
                     i += 1;
@@ -154,6 +164,7 @@ pub fn fuse(
                                 Form::QuantizedBlocks => matvec_q8_blocks::X_BLOCKS,
                                 _ => XBlocks::for_weights(ty),
                             },
+                            norm: norm_of_x,
                         },
                         label: "quantize",
                         layer: node.layer,

@@ -84,8 +84,11 @@ pub enum KernelKey {
     RopeStore {
         mode: RopeMode,
     },
-    /// x quantized in the blocks a product's weights take.
-    Quantize(XBlocks),
+    /// x quantized in the blocks a product's weights take, RMS-normalised first with `norm`.
+    Quantize {
+        blocks: XBlocks,
+        norm: bool,
+    },
     PickLast,
     Argmax,
 }
@@ -201,7 +204,10 @@ impl std::fmt::Display for KernelKey {
             KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
             KernelKey::SwigluPairs => f.write_str("swiglu"),
             KernelKey::RopeStore { mode } => write!(f, "rope ({mode:?}), kv cache store"),
-            KernelKey::Quantize(b) => write!(f, "x quantized to {}", b.name()),
+            KernelKey::Quantize { blocks, norm } => {
+                let norm = if *norm { ", rms_norm first" } else { "" };
+                write!(f, "x quantized to {}{norm}", blocks.name())
+            }
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
         }
@@ -279,7 +285,10 @@ impl KernelKey {
             Op::Combine { splits } => KernelKey::Combine { splits },
             Op::Swiglu => KernelKey::SwigluPairs,
             Op::RopeStore { mode, .. } => KernelKey::RopeStore { mode },
-            Op::Quantize { blocks, .. } => KernelKey::Quantize(blocks),
+            Op::Quantize { blocks, norm, .. } => KernelKey::Quantize {
+                blocks,
+                norm: norm.is_some(),
+            },
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
             Op::Add { .. } => unreachable!("the fusion pass folds every add into a product"),
@@ -393,7 +402,9 @@ impl KernelKey {
                     None => rope_store::kernel_q8(s.head_dim, mode)?,
                 })]
             }
-            KernelKey::Quantize(b) => vec![plain(matvec_q8::quantize_kernel(b))],
+            KernelKey::Quantize { blocks, norm } => {
+                vec![plain(matvec_q8::quantize_kernel(blocks, norm))]
+            }
             KernelKey::PickLast => vec![plain(copy_kernel(Float::F32, Float::F32))],
             KernelKey::Argmax => reductions
                 .iter()

@@ -22,7 +22,7 @@ use crate::shape::ShapeError;
 use crate::support::{Combine, Reducer, Reduction};
 use half::f16;
 use trine_gguf::quant::{dequantize, WeightType, QK, QK_K};
-use trine_ir::{Access, Kernel, KernelBuilder, Scalar, Val};
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 pub(crate) const OP: &str = "matvec_q8";
 
@@ -137,25 +137,51 @@ pub fn quantize_grid(blocks: XBlocks, elements: u32) -> [u32; 3] {
     [elements / blocks.elems(), 1, 1]
 }
 
-/// Quantizes x (f32 `[cols]`) into `xq` (U32 `[cols/4]`), `xd` and `xs` (f32 `[cols/32]`) as
-/// [`XBlocks`] says: a workgroup per block, an invocation per element. The block's maximum
-/// |x| is a workgroup reduction (a shared-memory tree, exact whatever its order); an
-/// invocation per 32 elements sums their codes (an integer below 2^24 in magnitude, exact in
-/// f32) and one per word packs four. Consecutive invocations read consecutive x values,
-/// which the C lowering loads as vectors; one invocation per block read each block with a
-/// gather per element, which GCC then ran in scalar code (measured slower on SmolLM2's
-/// quantize nodes on a CPU: docs/bench/cpu.md).
-pub fn quantize_kernel(blocks: XBlocks) -> Kernel {
+/// Quantizes x (f32 `[tokens × cols]`) into `xq` (U32, a word per 4 elements), `xd` and
+/// `xs` (f32, one per 32 elements) as [`XBlocks`] says: a workgroup per block, an invocation
+/// per element. With `norm`, x is first RMS-normalised per row as
+/// [`rms_norm`](crate::rms_norm) does it (`x / sqrt(mean(x²) + eps) · g`, buffer `g`
+/// `[cols]`, parameters `cols` and `eps`): every workgroup sums its row's squares itself,
+/// which saves a GPU's decode step the norm's dispatch. The block's maximum |x| is a
+/// workgroup reduction (a shared-memory tree, exact whatever its order); an invocation per
+/// 32 elements sums their codes (an integer below 2^24 in magnitude, exact in f32) and one
+/// per word packs four. Consecutive invocations read consecutive x values, which the C
+/// lowering loads as vectors; one invocation per block read each block with a gather per
+/// element, which GCC then ran in scalar code (measured slower on SmolLM2's quantize nodes
+/// on a CPU: docs/bench/cpu.md).
+pub fn quantize_kernel(blocks: XBlocks, norm: bool) -> Kernel {
     let n = blocks.elems();
-    let k = KernelBuilder::new(&format!("quantize_{}", blocks.name()), [n, 1, 1]);
+    let name = format!(
+        "quantize_{}{}",
+        blocks.name(),
+        if norm { "_norm" } else { "" }
+    );
+    let k = KernelBuilder::new(&name, [n, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
+    let g = norm.then(|| k.buffer("g", Scalar::F32, Access::Read));
     let xq = k.buffer("xq", Scalar::U32, Access::Write);
     let xd = k.buffer("xd", Scalar::F32, Access::Write);
     let xs = k.buffer("xs", Scalar::F32, Access::Write);
     let lid = k.local_index();
     let b = k.workgroup_id(0);
-    let v = k.load(x, b * k.u32(n) + lid);
+    let at = b * k.u32(n) + lid;
     let reducer = Reducer::new(&k, Reduction::Shared);
+    let v = match g {
+        None => k.load(x, at),
+        Some(g) => {
+            let cols = k.param("cols", Scalar::U32);
+            let eps = k.param("eps", Scalar::F32);
+            let row = (b * k.u32(n)) / cols * cols;
+            let ss = k.var("sum_sq", Scalar::F32);
+            k.for_range(lid, cols, n, |c| {
+                let v = k.load(x, row + c);
+                ss.set(v.fma(v, ss.get()));
+            });
+            let total = reducer.reduce(&k, lid, ss.get(), Combine::Sum);
+            let scale = (total / cols.cast(Scalar::F32) + eps).rsqrt();
+            k.load(x, at) * scale * k.load(g, at - row)
+        }
+    };
     // Starting from 0 as the host's fold does: a block of NaN only gives a scale of 0.
     let amax = reducer
         .reduce(&k, lid, v.abs(), Combine::Max)
@@ -346,7 +372,7 @@ fn quantize_case(blocks: XBlocks, cols: u32) -> Case {
     let q = quantize_x(&x, blocks);
     Case::new(
         format!("quantize_{}/{cols}", blocks.name()),
-        quantize_kernel(blocks),
+        quantize_kernel(blocks, false),
         quantize_grid(blocks, cols),
     )
     .input("x", Scalar::F32, f32_bytes(&x))
@@ -374,12 +400,89 @@ fn quantize_case(blocks: XBlocks, cols: u32) -> Case {
 /// [`quantize_case`]'s bound on scales and sums.
 const ONE_F16_STEP: f64 = 1.0 / (1024.0 * 1024.0 * 32.0);
 
+/// The quantizer with the norm folded in, on `tokens` rows of `cols`, against x normalised in
+/// f64 and quantized by [`quantize_x`]: the scales and sums to within [`ONE_F16_STEP`], the
+/// codes exactly. A device's norm is f32 (its sum of squares in its own order, its `rsqrt` a
+/// few ulp off), so the inputs keep every scaled value v·id at least 0.02 from a half, where
+/// no such difference can move a code: an element that falls closer is scaled by 1.01 and
+/// the rows normalised again.
+fn quantize_norm_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
+    let eps = 1e-5f32;
+    let mut rng = Rng::new(u64::from(cols) + 7);
+    let c = cols as usize;
+    let mut x = rng.f32s(c * tokens as usize, -3.0, 3.0);
+    let g = rng.f32s(c, 0.5, 1.5);
+    let normalised = |x: &[f32]| -> Vec<f32> {
+        x.chunks(c)
+            .flat_map(|row| {
+                let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / c as f64;
+                let scale = 1.0 / (ms + f64::from(eps)).sqrt();
+                row.iter()
+                    .zip(&g)
+                    .map(move |(&v, &w)| (f64::from(v) * scale * f64::from(w)) as f32)
+            })
+            .collect()
+    };
+    let n = blocks.elems() as usize;
+    let v = loop {
+        let v = normalised(&x);
+        let mut moved = false;
+        for (i, block) in v.chunks(n).enumerate() {
+            let amax = block.iter().fold(0f32, |m, e| m.max(e.abs()));
+            for (j, &e) in block.iter().enumerate() {
+                let t = (e * (127.0 / amax)).abs();
+                if (t - t.floor() - 0.5).abs() < 0.02 {
+                    x[i * n + j] *= 1.01;
+                    moved = true;
+                }
+            }
+        }
+        if !moved {
+            break v;
+        }
+    };
+    let q = quantize_x(&v, blocks);
+    Case::new(
+        format!("quantize_{}_norm/{tokens}x{cols}", blocks.name()),
+        quantize_kernel(blocks, true),
+        quantize_grid(blocks, tokens * cols),
+    )
+    .input("x", Scalar::F32, f32_bytes(&x))
+    .input("g", Scalar::F32, f32_bytes(&g))
+    .output_exact(
+        "xq",
+        Scalar::U32,
+        vec![0; q.words.len() * 4],
+        q.words.iter().map(|&v| f64::from(v)).collect(),
+    )
+    .output(
+        "xd",
+        Scalar::F32,
+        vec![0; q.scales.len() * 4],
+        q.scales.iter().map(|&v| f64::from(v)).collect(),
+    )
+    .output(
+        "xs",
+        Scalar::F32,
+        vec![0; q.sums.len() * 4],
+        q.sums.iter().map(|&v| f64::from(v)).collect(),
+    )
+    .bound(ONE_F16_STEP)
+    .params(vec![ParamValue::U32(cols), ParamValue::F32(eps)])
+}
+
 /// Each quantizer at 4096 columns, and at 1024 (Q8_K's four blocks of 256, the fewest the
-/// case's special blocks need).
+/// case's special blocks need); and with the norm folded in, on three rows of 1024.
 pub fn cases() -> Vec<Case> {
     [XBlocks::Q8_0, XBlocks::Q8_1, XBlocks::Q8_K]
         .into_iter()
-        .flat_map(|b| [quantize_case(b, 4096), quantize_case(b, 1024)])
+        .flat_map(|b| {
+            [
+                quantize_case(b, 4096),
+                quantize_case(b, 1024),
+                quantize_norm_case(b, 3, 1024),
+            ]
+        })
         .collect()
 }
 

@@ -222,12 +222,22 @@ impl Engine {
                 cols,
                 tokens,
                 blocks,
-            } => plan(
-                vec![x],
-                &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
-                vec![],
-                matvec_q8::quantize_grid(blocks, tokens * cols),
-            ),
+                norm,
+            } => {
+                let (inputs, params) = match norm {
+                    None => (vec![x], vec![]),
+                    Some(g) => (
+                        vec![x, Tensor::Weight(g)],
+                        vec![u(cols), ParamValue::F32(c.rms_eps)],
+                    ),
+                };
+                plan(
+                    inputs,
+                    &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
+                    params,
+                    matvec_q8::quantize_grid(blocks, tokens * cols),
+                )
+            }
             Op::PickLast => plan(
                 vec![Tensor::Resid(0)],
                 &[Tensor::Last],

@@ -201,12 +201,15 @@ pub enum Op {
     /// writes `x`.
     Add { x: Tensor, r: Tensor, out: Tensor },
     /// `tokens` rows of `x` (`cols` wide) quantized in `blocks` (those the product after it
-    /// takes) into [`Tensor::XqWords`], `XqScales`, `XqSums`.
+    /// takes) into [`Tensor::XqWords`], `XqScales`, `XqSums`; with `norm`, RMS-normalised
+    /// with that weight first (the fusion pass folds a GPU's norm into the quantizers that
+    /// read it).
     Quantize {
         x: Tensor,
         cols: u32,
         tokens: u32,
         blocks: XBlocks,
+        norm: Option<WeightId>,
     },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
