@@ -9,7 +9,7 @@
 
 use super::config::Config;
 use super::error::ModelError;
-use super::graph::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
+use super::graph::{AttentionForm, Form, Load, Node, Op, QuantizeLoad, Step, Store, Tensor};
 use super::tuning;
 use super::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
@@ -78,6 +78,8 @@ pub fn fuse(
     let mut pending: Option<(Load, Tensor)> = None;
     // A norm folded into the products that read its output, with the x they then read.
     let mut norm: Option<(Load, Tensor)> = None;
+    // SwiGLU folded into the quantizer of the product after it, with the tensor it writes.
+    let mut swiglu: Option<Tensor> = None;
     let mut i = 0;
     while i < nodes.len() {
         let node = nodes[i];
@@ -144,10 +146,17 @@ pub fn fuse(
                 let form = product_form(w, id, tokens, s, offer);
                 let folded_norm = norm.filter(|_| x == Tensor::Normed);
                 let (load, x) = pending.take().or(folded_norm).unwrap_or((Load::None, x));
-                // A quantized product reads x through its quantizer, which takes the norm.
-                let (load, norm_of_x) = match (form.quantizes_x(), load) {
-                    (true, Load::Norm(g)) => (Load::None, Some(g)),
-                    (_, load) => (load, None),
+                // A quantized product reads x through its quantizer, which takes the norm, or
+                // SwiGLU where it was folded.
+                let (load, x_load) = match (form.quantizes_x(), load) {
+                    (true, Load::Norm(g)) => (Load::None, QuantizeLoad::Norm(g)),
+                    (true, _) if swiglu.take() == Some(x) => (load, QuantizeLoad::Swiglu),
+                    (_, load) => (load, QuantizeLoad::Plain),
+                };
+                let x = if x_load == QuantizeLoad::Swiglu {
+                    Tensor::Raw
+                } else {
+                    x
                 };
                 let (store, y, folded) = store(form, y, next, offer);
                 if folded {
@@ -164,7 +173,7 @@ pub fn fuse(
                                 Form::QuantizedBlocks => matvec_q8_blocks::X_BLOCKS,
                                 _ => XBlocks::for_weights(ty),
                             },
-                            norm: norm_of_x,
+                            load: x_load,
                         },
                         label: "quantize",
                         layer: node.layer,
@@ -183,6 +192,15 @@ pub fn fuse(
                     },
                     ..node
                 });
+            }
+            // Unfolded by the product before it (which takes quantized x), SwiGLU folds into
+            // the quantizer of the product after it where that one takes quantized x: the
+            // quantizer computes it from the gate/up pairs, the same arithmetic.
+            Op::Swiglu
+                if next_form.is_some_and(Form::quantizes_x)
+                    && next.is_some_and(|n| matches!(n.op, Op::Product { x: Tensor::Act, .. })) =>
+            {
+                swiglu = Some(Tensor::Act);
             }
             Op::Add { .. } => {
                 return Err(ModelError::Unfused {

@@ -4,7 +4,7 @@
 //! from the fastest block the device runs down to the scalar one). The shapes come from the
 //! tuning table ([`crate::tuning`]).
 
-use super::graph::{AttentionForm, Form, Load, Op, Store};
+use super::graph::{AttentionForm, Form, Load, Op, QuantizeLoad, Store};
 use super::tuning::{self, MatvecSize};
 use super::weights::Weights;
 use trine_backends::DeviceInfo;
@@ -18,7 +18,7 @@ use trine_ops::matvec::{
     Epilogue as MatvecEpilogue, MatvecSpec, Prologue as MatvecPrologue, Reduce,
 };
 use trine_ops::matvec_fused::{CombineShape, RopeShape};
-use trine_ops::matvec_q8::XBlocks;
+use trine_ops::matvec_q8::{XBlocks, XLoad};
 use trine_ops::rope::RopeMode;
 use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
@@ -84,10 +84,10 @@ pub enum KernelKey {
     RopeStore {
         mode: RopeMode,
     },
-    /// x quantized in the blocks a product's weights take, RMS-normalised first with `norm`.
+    /// x quantized in the blocks a product's weights take, computed as `load` says.
     Quantize {
         blocks: XBlocks,
-        norm: bool,
+        load: XLoad,
     },
     PickLast,
     Argmax,
@@ -204,9 +204,13 @@ impl std::fmt::Display for KernelKey {
             KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
             KernelKey::SwigluPairs => f.write_str("swiglu"),
             KernelKey::RopeStore { mode } => write!(f, "rope ({mode:?}), kv cache store"),
-            KernelKey::Quantize { blocks, norm } => {
-                let norm = if *norm { ", rms_norm first" } else { "" };
-                write!(f, "x quantized to {}{norm}", blocks.name())
+            KernelKey::Quantize { blocks, load } => {
+                let load = match load {
+                    XLoad::None => "",
+                    XLoad::Norm => ", rms_norm first",
+                    XLoad::Swiglu => ", swiglu first",
+                };
+                write!(f, "x quantized to {}{load}", blocks.name())
             }
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
@@ -285,9 +289,13 @@ impl KernelKey {
             Op::Combine { splits } => KernelKey::Combine { splits },
             Op::Swiglu => KernelKey::SwigluPairs,
             Op::RopeStore { mode, .. } => KernelKey::RopeStore { mode },
-            Op::Quantize { blocks, norm, .. } => KernelKey::Quantize {
+            Op::Quantize { blocks, load, .. } => KernelKey::Quantize {
                 blocks,
-                norm: norm.is_some(),
+                load: match load {
+                    QuantizeLoad::Plain => XLoad::None,
+                    QuantizeLoad::Norm(_) => XLoad::Norm,
+                    QuantizeLoad::Swiglu => XLoad::Swiglu,
+                },
             },
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
@@ -402,8 +410,8 @@ impl KernelKey {
                     None => rope_store::kernel_q8(s.head_dim, mode)?,
                 })]
             }
-            KernelKey::Quantize { blocks, norm } => {
-                vec![plain(matvec_q8::quantize_kernel(blocks, norm))]
+            KernelKey::Quantize { blocks, load } => {
+                vec![plain(matvec_q8::quantize_kernel(blocks, load))]
             }
             KernelKey::PickLast => vec![plain(copy_kernel(Float::F32, Float::F32))],
             KernelKey::Argmax => reductions

@@ -24,7 +24,7 @@ pub fn grid(n: u32) -> Result<[u32; 3], ShapeError> {
 
 /// `x / (1 + e^-x)`: the silu every kernel emits (the fused SwiGLU of the matvec too), so that
 /// fused and unfused ops round alike.
-pub(super) fn silu_ir<'b>(k: &'b KernelBuilder, x: Val<'b>) -> Val<'b> {
+pub(crate) fn silu_ir<'b>(k: &'b KernelBuilder, x: Val<'b>) -> Val<'b> {
     x / (k.f32(1.0) + (-x).exp())
 }
 

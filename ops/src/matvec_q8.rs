@@ -79,6 +79,31 @@ impl XBlocks {
     }
 }
 
+/// What the quantizer computes x from: x itself, or what a node before it would have written,
+/// saving a GPU's decode step that node's dispatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum XLoad {
+    /// x as it is.
+    None,
+    /// x RMS-normalised per row as [`rms_norm`](crate::rms_norm) does it
+    /// (`x / sqrt(mean(x²) + eps) · g`; buffer `g` `[cols]`, parameters `cols` and `eps`).
+    Norm,
+    /// SwiGLU of x's interleaved gate/up pairs, as
+    /// [`swiglu_pairs_kernel`](crate::elementwise::swiglu_pairs_kernel) computes it: element
+    /// `i` is `silu(x[2i])·x[2i + 1]`.
+    Swiglu,
+}
+
+impl XLoad {
+    fn suffix(self) -> &'static str {
+        match self {
+            XLoad::None => "",
+            XLoad::Norm => "_norm",
+            XLoad::Swiglu => "_swiglu",
+        }
+    }
+}
+
 /// x quantized: code words (8 per 32 elements), and per 32 elements the scale and `d·Σq`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Q8Activations {
@@ -138,27 +163,21 @@ pub fn quantize_grid(blocks: XBlocks, elements: u32) -> [u32; 3] {
 }
 
 /// Quantizes x (f32 `[tokens × cols]`) into `xq` (U32, a word per 4 elements), `xd` and
-/// `xs` (f32, one per 32 elements) as [`XBlocks`] says: a workgroup per block, an invocation
-/// per element. With `norm`, x is first RMS-normalised per row as
-/// [`rms_norm`](crate::rms_norm) does it (`x / sqrt(mean(x²) + eps) · g`, buffer `g`
-/// `[cols]`, parameters `cols` and `eps`): every workgroup sums its row's squares itself,
-/// which saves a GPU's decode step the norm's dispatch. The block's maximum |x| is a
+/// `xs` (f32, one per 32 elements) as [`XBlocks`] says, from x as `load` says: a workgroup
+/// per block, an invocation per element. With the norm, every workgroup sums its row's
+/// squares itself. The block's maximum |x| is a
 /// workgroup reduction (a shared-memory tree, exact whatever its order); an invocation per
 /// 32 elements sums their codes (an integer below 2^24 in magnitude, exact in f32) and one
 /// per word packs four. Consecutive invocations read consecutive x values, which the C
 /// lowering loads as vectors; one invocation per block read each block with a gather per
 /// element, which GCC then ran in scalar code (measured slower on SmolLM2's quantize nodes
 /// on a CPU: docs/bench/cpu.md).
-pub fn quantize_kernel(blocks: XBlocks, norm: bool) -> Kernel {
+pub fn quantize_kernel(blocks: XBlocks, load: XLoad) -> Kernel {
     let n = blocks.elems();
-    let name = format!(
-        "quantize_{}{}",
-        blocks.name(),
-        if norm { "_norm" } else { "" }
-    );
+    let name = format!("quantize_{}{}", blocks.name(), load.suffix());
     let k = KernelBuilder::new(&name, [n, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
-    let g = norm.then(|| k.buffer("g", Scalar::F32, Access::Read));
+    let g = (load == XLoad::Norm).then(|| k.buffer("g", Scalar::F32, Access::Read));
     let xq = k.buffer("xq", Scalar::U32, Access::Write);
     let xd = k.buffer("xd", Scalar::F32, Access::Write);
     let xs = k.buffer("xs", Scalar::F32, Access::Write);
@@ -167,6 +186,10 @@ pub fn quantize_kernel(blocks: XBlocks, norm: bool) -> Kernel {
     let at = b * k.u32(n) + lid;
     let reducer = Reducer::new(&k, Reduction::Shared);
     let v = match g {
+        None if load == XLoad::Swiglu => {
+            let gate = k.load(x, at * k.u32(2));
+            crate::elementwise::silu_ir(&k, gate) * k.load(x, at * k.u32(2) + k.u32(1))
+        }
         None => k.load(x, at),
         Some(g) => {
             let cols = k.param("cols", Scalar::U32);
@@ -372,7 +395,7 @@ fn quantize_case(blocks: XBlocks, cols: u32) -> Case {
     let q = quantize_x(&x, blocks);
     Case::new(
         format!("quantize_{}/{cols}", blocks.name()),
-        quantize_kernel(blocks, false),
+        quantize_kernel(blocks, XLoad::None),
         quantize_grid(blocks, cols),
     )
     .input("x", Scalar::F32, f32_bytes(&x))
@@ -400,39 +423,52 @@ fn quantize_case(blocks: XBlocks, cols: u32) -> Case {
 /// [`quantize_case`]'s bound on scales and sums.
 const ONE_F16_STEP: f64 = 1.0 / (1024.0 * 1024.0 * 32.0);
 
-/// The quantizer with the norm folded in, on `tokens` rows of `cols`, against x normalised in
-/// f64 and quantized by [`quantize_x`]: the scales and sums to within [`ONE_F16_STEP`], the
-/// codes exactly. A device's norm is f32 (its sum of squares in its own order, its `rsqrt` a
-/// few ulp off), so the inputs keep every scaled value v·id at least 0.02 from a half, where
-/// no such difference can move a code: an element that falls closer is scaled by 1.01 and
-/// the rows normalised again.
-fn quantize_norm_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
+/// The quantizer with what `load` folds in, on `tokens` rows of `cols`, against its input
+/// computed in f64 and quantized by [`quantize_x`]: the scales and sums to within
+/// [`ONE_F16_STEP`], the codes exactly. A device computes the norm and SwiGLU in f32 (the sum
+/// of squares in its own order, `rsqrt` and `exp` a few ulp off), so the inputs keep every
+/// scaled value v·id at least 0.02 from a half, where no such difference can move a code: an
+/// input that falls closer is scaled by 1.01 and all computed again.
+fn quantize_load_case(blocks: XBlocks, load: XLoad, tokens: u32, cols: u32) -> Case {
     let eps = 1e-5f32;
     let mut rng = Rng::new(u64::from(cols) + 7);
     let c = cols as usize;
-    let mut x = rng.f32s(c * tokens as usize, -3.0, 3.0);
+    let per = if load == XLoad::Swiglu { 2 } else { 1 };
+    let mut x = rng.f32s(per * c * tokens as usize, -3.0, 3.0);
     let g = rng.f32s(c, 0.5, 1.5);
-    let normalised = |x: &[f32]| -> Vec<f32> {
-        x.chunks(c)
-            .flat_map(|row| {
-                let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / c as f64;
-                let scale = 1.0 / (ms + f64::from(eps)).sqrt();
-                row.iter()
-                    .zip(&g)
-                    .map(move |(&v, &w)| (f64::from(v) * scale * f64::from(w)) as f32)
-            })
-            .collect()
+    let computed = |x: &[f32]| -> Vec<f32> {
+        match load {
+            XLoad::None => x.to_vec(),
+            XLoad::Swiglu => x
+                .chunks(2)
+                .map(|p| {
+                    let (gate, up) = (f64::from(p[0]), f64::from(p[1]));
+                    (gate / (1.0 + (-gate).exp()) * up) as f32
+                })
+                .collect(),
+            XLoad::Norm => x
+                .chunks(c)
+                .flat_map(|row| {
+                    let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / c as f64;
+                    let scale = 1.0 / (ms + f64::from(eps)).sqrt();
+                    row.iter()
+                        .zip(&g)
+                        .map(move |(&v, &w)| (f64::from(v) * scale * f64::from(w)) as f32)
+                })
+                .collect(),
+        }
     };
     let n = blocks.elems() as usize;
     let v = loop {
-        let v = normalised(&x);
+        let v = computed(&x);
         let mut moved = false;
         for (i, block) in v.chunks(n).enumerate() {
             let amax = block.iter().fold(0f32, |m, e| m.max(e.abs()));
             for (j, &e) in block.iter().enumerate() {
                 let t = (e * (127.0 / amax)).abs();
                 if (t - t.floor() - 0.5).abs() < 0.02 {
-                    x[i * n + j] *= 1.01;
+                    // The element's input (for SwiGLU, its up value).
+                    x[(i * n + j) * per + per - 1] *= 1.01;
                     moved = true;
                 }
             }
@@ -442,14 +478,22 @@ fn quantize_norm_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
         }
     };
     let q = quantize_x(&v, blocks);
-    Case::new(
-        format!("quantize_{}_norm/{tokens}x{cols}", blocks.name()),
-        quantize_kernel(blocks, true),
+    let mut case = Case::new(
+        format!(
+            "quantize_{}{}/{tokens}x{cols}",
+            blocks.name(),
+            load.suffix()
+        ),
+        quantize_kernel(blocks, load),
         quantize_grid(blocks, tokens * cols),
     )
-    .input("x", Scalar::F32, f32_bytes(&x))
-    .input("g", Scalar::F32, f32_bytes(&g))
-    .output_exact(
+    .input("x", Scalar::F32, f32_bytes(&x));
+    if load == XLoad::Norm {
+        case = case
+            .input("g", Scalar::F32, f32_bytes(&g))
+            .params(vec![ParamValue::U32(cols), ParamValue::F32(eps)]);
+    }
+    case.output_exact(
         "xq",
         Scalar::U32,
         vec![0; q.words.len() * 4],
@@ -468,11 +512,10 @@ fn quantize_norm_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
         q.sums.iter().map(|&v| f64::from(v)).collect(),
     )
     .bound(ONE_F16_STEP)
-    .params(vec![ParamValue::U32(cols), ParamValue::F32(eps)])
 }
 
 /// Each quantizer at 4096 columns, and at 1024 (Q8_K's four blocks of 256, the fewest the
-/// case's special blocks need); and with the norm folded in, on three rows of 1024.
+/// case's special blocks need); and with the norm or SwiGLU folded in, on three rows of 1024.
 pub fn cases() -> Vec<Case> {
     [XBlocks::Q8_0, XBlocks::Q8_1, XBlocks::Q8_K]
         .into_iter()
@@ -480,7 +523,8 @@ pub fn cases() -> Vec<Case> {
             [
                 quantize_case(b, 4096),
                 quantize_case(b, 1024),
-                quantize_norm_case(b, 3, 1024),
+                quantize_load_case(b, XLoad::Norm, 3, 1024),
+                quantize_load_case(b, XLoad::Swiglu, 3, 1024),
             ]
         })
         .collect()

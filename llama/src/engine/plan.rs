@@ -3,7 +3,7 @@
 //! decode step's dispatches can be recorded once and replayed at every position.
 
 use super::Engine;
-use crate::graph::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
+use crate::graph::{AttentionForm, Form, Load, Node, Op, QuantizeLoad, Step, Store, Tensor};
 use crate::planner::{KernelKey, Launch};
 use crate::tuning::{self, holds_pairs};
 use trine_ir::ParamValue;
@@ -222,11 +222,11 @@ impl Engine {
                 cols,
                 tokens,
                 blocks,
-                norm,
+                load,
             } => {
-                let (inputs, params) = match norm {
-                    None => (vec![x], vec![]),
-                    Some(g) => (
+                let (inputs, params) = match load {
+                    QuantizeLoad::Plain | QuantizeLoad::Swiglu => (vec![x], vec![]),
+                    QuantizeLoad::Norm(g) => (
                         vec![x, Tensor::Weight(g)],
                         vec![u(cols), ParamValue::F32(c.rms_eps)],
                     ),

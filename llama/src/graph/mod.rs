@@ -119,6 +119,17 @@ pub enum Form {
     Tiles,
 }
 
+/// What a quantizer computes its x from: the fusion pass folds a GPU's norm (where every
+/// product reading it quantizes x) and SwiGLU (before a product on quantized x) into it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantizeLoad {
+    Plain,
+    /// x RMS-normalised with this weight.
+    Norm(WeightId),
+    /// SwiGLU of x's gate/up pairs ([`Tensor::Raw`]).
+    Swiglu,
+}
+
 impl Form {
     /// Whether x is quantized for the product by an [`Op::Quantize`] before it.
     pub fn quantizes_x(self) -> bool {
@@ -201,15 +212,14 @@ pub enum Op {
     /// writes `x`.
     Add { x: Tensor, r: Tensor, out: Tensor },
     /// `tokens` rows of `x` (`cols` wide) quantized in `blocks` (those the product after it
-    /// takes) into [`Tensor::XqWords`], `XqScales`, `XqSums`; with `norm`, RMS-normalised
-    /// with that weight first (the fusion pass folds a GPU's norm into the quantizers that
-    /// read it).
+    /// takes) into [`Tensor::XqWords`], `XqScales`, `XqSums`, computed from `x` as `load`
+    /// says.
     Quantize {
         x: Tensor,
         cols: u32,
         tokens: u32,
         blocks: XBlocks,
-        norm: Option<WeightId>,
+        load: QuantizeLoad,
     },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,

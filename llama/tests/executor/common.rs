@@ -236,14 +236,15 @@ pub fn decode(session: &mut Session) -> (Vec<Vec<f32>>, Vec<(u32, u32)>) {
 }
 
 /// Dispatches of a decode step of the tiny model on `backend`: five per layer and three more;
-/// on a CPU, whose products take quantized x, fourteen per layer
+/// on a CPU, whose products take quantized x, thirteen per layer
 /// (each of the four products after a quantizing dispatch; the QKV and gate/up products
-/// after an rms_norm and before rope-store or SwiGLU, the output projection after the
-/// attention combine) and five more (the head's rms_norm and quantizing dispatch).
+/// after an rms_norm, QKV before rope-store, the down projection's quantizer computing
+/// SwiGLU itself, the output projection after the attention combine) and five more (the
+/// head's rms_norm and quantizing dispatch).
 pub fn decode_dispatches(backend: &dyn Backend) -> usize {
     let layers = SynthShape::TINY.n_layer as usize;
     if backend.info().device_type == DeviceType::Cpu {
-        14 * layers + 5
+        13 * layers + 5
     } else {
         5 * layers + 3
     }

@@ -11,7 +11,7 @@ use trine_llama::{
 
 /// A decode step replayed from its recording computes what its nodes dispatched one by one
 /// compute, bit for bit, at every position; its greedy token is the host's argmax of its
-/// logits; and it launches five kernels per layer (fourteen on a CPU, see
+/// logits; and it launches five kernels per layer (thirteen on a CPU, see
 /// [`decode_dispatches`]).
 #[test]
 fn recorded_decode_steps_equal_node_by_node_ones() {
