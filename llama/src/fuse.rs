@@ -104,13 +104,8 @@ pub fn fuse(
                     })
                     .map(|n| form(&n.op))
                     .collect();
-                let float = next_form == Some(Form::Float)
-                    && readers.iter().all(|&f| f == Some(Form::Float));
-                // On a GPU also where every reader quantizes x: its quantizers normalise it.
-                let quantized = offer.gpu
-                    && !readers.is_empty()
-                    && readers.iter().all(|f| f.is_some_and(Form::quantizes_x));
-                if float || quantized {
+                if next_form == Some(Form::Float) && readers.iter().all(|&f| f == Some(Form::Float))
+                {
                     norm = Some((Load::Norm(weight), x));
                 } else {
                     norm = None;
@@ -146,12 +141,12 @@ pub fn fuse(
                 let form = product_form(w, id, tokens, s, offer);
                 let folded_norm = norm.filter(|_| x == Tensor::Normed);
                 let (load, x) = pending.take().or(folded_norm).unwrap_or((Load::None, x));
-                // A quantized product reads x through its quantizer, which takes the norm, or
-                // SwiGLU where it was folded.
-                let (load, x_load) = match (form.quantizes_x(), load) {
-                    (true, Load::Norm(g)) => (Load::None, QuantizeLoad::Norm(g)),
-                    (true, _) if swiglu.take() == Some(x) => (load, QuantizeLoad::Swiglu),
-                    (_, load) => (load, QuantizeLoad::Plain),
+                // A quantized product reads x through its quantizer, which computes SwiGLU
+                // where it was folded.
+                let x_load = if form.quantizes_x() && swiglu.take() == Some(x) {
+                    QuantizeLoad::Swiglu
+                } else {
+                    QuantizeLoad::Plain
                 };
                 let x = if x_load == QuantizeLoad::Swiglu {
                     Tensor::Raw

@@ -207,7 +207,6 @@ impl std::fmt::Display for KernelKey {
             KernelKey::Quantize { blocks, load } => {
                 let load = match load {
                     XLoad::None => "",
-                    XLoad::Norm => ", rms_norm first",
                     XLoad::Swiglu => ", swiglu first",
                 };
                 write!(f, "x quantized to {}{load}", blocks.name())
@@ -293,7 +292,6 @@ impl KernelKey {
                 blocks,
                 load: match load {
                     QuantizeLoad::Plain => XLoad::None,
-                    QuantizeLoad::Norm(_) => XLoad::Norm,
                     QuantizeLoad::Swiglu => XLoad::Swiglu,
                 },
             },

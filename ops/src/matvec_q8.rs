@@ -22,7 +22,7 @@ use crate::shape::ShapeError;
 use crate::support::{Combine, Reducer, Reduction};
 use half::f16;
 use trine_gguf::quant::{dequantize, WeightType, QK, QK_K};
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
+use trine_ir::{Access, Kernel, KernelBuilder, Scalar, Val};
 
 pub(crate) const OP: &str = "matvec_q8";
 
@@ -85,9 +85,6 @@ impl XBlocks {
 pub enum XLoad {
     /// x as it is.
     None,
-    /// x RMS-normalised per row as [`rms_norm`](crate::rms_norm) does it
-    /// (`x / sqrt(mean(x²) + eps) · g`; buffer `g` `[cols]`, parameters `cols` and `eps`).
-    Norm,
     /// SwiGLU of x's interleaved gate/up pairs, as
     /// [`swiglu_pairs_kernel`](crate::elementwise::swiglu_pairs_kernel) computes it: element
     /// `i` is `silu(x[2i])·x[2i + 1]`.
@@ -98,7 +95,6 @@ impl XLoad {
     fn suffix(self) -> &'static str {
         match self {
             XLoad::None => "",
-            XLoad::Norm => "_norm",
             XLoad::Swiglu => "_swiglu",
         }
     }
@@ -164,8 +160,7 @@ pub fn quantize_grid(blocks: XBlocks, elements: u32) -> [u32; 3] {
 
 /// Quantizes x (f32 `[tokens × cols]`) into `xq` (U32, a word per 4 elements), `xd` and
 /// `xs` (f32, one per 32 elements) as [`XBlocks`] says, from x as `load` says: a workgroup
-/// per block, an invocation per element. With the norm, every workgroup sums its row's
-/// squares itself. The block's maximum |x| is a
+/// per block, an invocation per element. The block's maximum |x| is a
 /// workgroup reduction (a shared-memory tree, exact whatever its order); an invocation per
 /// 32 elements sums their codes (an integer below 2^24 in magnitude, exact in f32) and one
 /// per word packs four. Consecutive invocations read consecutive x values, which the C
@@ -177,7 +172,6 @@ pub fn quantize_kernel(blocks: XBlocks, load: XLoad) -> Kernel {
     let name = format!("quantize_{}{}", blocks.name(), load.suffix());
     let k = KernelBuilder::new(&name, [n, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
-    let g = (load == XLoad::Norm).then(|| k.buffer("g", Scalar::F32, Access::Read));
     let xq = k.buffer("xq", Scalar::U32, Access::Write);
     let xd = k.buffer("xd", Scalar::F32, Access::Write);
     let xs = k.buffer("xs", Scalar::F32, Access::Write);
@@ -185,25 +179,12 @@ pub fn quantize_kernel(blocks: XBlocks, load: XLoad) -> Kernel {
     let b = k.workgroup_id(0);
     let at = b * k.u32(n) + lid;
     let reducer = Reducer::new(&k, Reduction::Shared);
-    let v = match g {
-        None if load == XLoad::Swiglu => {
+    let v = match load {
+        XLoad::Swiglu => {
             let gate = k.load(x, at * k.u32(2));
             crate::elementwise::silu_ir(&k, gate) * k.load(x, at * k.u32(2) + k.u32(1))
         }
-        None => k.load(x, at),
-        Some(g) => {
-            let cols = k.param("cols", Scalar::U32);
-            let eps = k.param("eps", Scalar::F32);
-            let row = (b * k.u32(n)) / cols * cols;
-            let ss = k.var("sum_sq", Scalar::F32);
-            k.for_range(lid, cols, n, |c| {
-                let v = k.load(x, row + c);
-                ss.set(v.fma(v, ss.get()));
-            });
-            let total = reducer.reduce(&k, lid, ss.get(), Combine::Sum);
-            let scale = (total / cols.cast(Scalar::F32) + eps).rsqrt();
-            k.load(x, at) * scale * k.load(g, at - row)
-        }
+        XLoad::None => k.load(x, at),
     };
     // Starting from 0 as the host's fold does: a block of NaN only gives a scale of 0.
     let amax = reducer
@@ -423,40 +404,21 @@ fn quantize_case(blocks: XBlocks, cols: u32) -> Case {
 /// [`quantize_case`]'s bound on scales and sums.
 const ONE_F16_STEP: f64 = 1.0 / (1024.0 * 1024.0 * 32.0);
 
-/// The quantizer with what `load` folds in, on `tokens` rows of `cols`, against its input
+/// The quantizer with SwiGLU folded in, on `tokens` rows of `cols` outputs, against SwiGLU
 /// computed in f64 and quantized by [`quantize_x`]: the scales and sums to within
-/// [`ONE_F16_STEP`], the codes exactly. A device computes the norm and SwiGLU in f32 (the sum
-/// of squares in its own order, `rsqrt` and `exp` a few ulp off), so the inputs keep every
-/// scaled value v·id at least 0.02 from a half, where no such difference can move a code: an
-/// input that falls closer is scaled by 1.01 and all computed again.
-fn quantize_load_case(blocks: XBlocks, load: XLoad, tokens: u32, cols: u32) -> Case {
-    let eps = 1e-5f32;
+/// [`ONE_F16_STEP`], the codes exactly. A device computes SwiGLU in f32 (`exp` a few ulp
+/// off), so the inputs keep every scaled value v·id at least 0.02 from a half, where no such
+/// difference can move a code: a pair that falls closer has its up value scaled by 1.01.
+fn quantize_swiglu_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
     let mut rng = Rng::new(u64::from(cols) + 7);
-    let c = cols as usize;
-    let per = if load == XLoad::Swiglu { 2 } else { 1 };
-    let mut x = rng.f32s(per * c * tokens as usize, -3.0, 3.0);
-    let g = rng.f32s(c, 0.5, 1.5);
+    let mut x = rng.f32s(2 * (cols * tokens) as usize, -3.0, 3.0);
     let computed = |x: &[f32]| -> Vec<f32> {
-        match load {
-            XLoad::None => x.to_vec(),
-            XLoad::Swiglu => x
-                .chunks(2)
-                .map(|p| {
-                    let (gate, up) = (f64::from(p[0]), f64::from(p[1]));
-                    (gate / (1.0 + (-gate).exp()) * up) as f32
-                })
-                .collect(),
-            XLoad::Norm => x
-                .chunks(c)
-                .flat_map(|row| {
-                    let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / c as f64;
-                    let scale = 1.0 / (ms + f64::from(eps)).sqrt();
-                    row.iter()
-                        .zip(&g)
-                        .map(move |(&v, &w)| (f64::from(v) * scale * f64::from(w)) as f32)
-                })
-                .collect(),
-        }
+        x.chunks(2)
+            .map(|p| {
+                let (gate, up) = (f64::from(p[0]), f64::from(p[1]));
+                (gate / (1.0 + (-gate).exp()) * up) as f32
+            })
+            .collect()
     };
     let n = blocks.elems() as usize;
     let v = loop {
@@ -467,8 +429,7 @@ fn quantize_load_case(blocks: XBlocks, load: XLoad, tokens: u32, cols: u32) -> C
             for (j, &e) in block.iter().enumerate() {
                 let t = (e * (127.0 / amax)).abs();
                 if (t - t.floor() - 0.5).abs() < 0.02 {
-                    // The element's input (for SwiGLU, its up value).
-                    x[(i * n + j) * per + per - 1] *= 1.01;
+                    x[(i * n + j) * 2 + 1] *= 1.01;
                     moved = true;
                 }
             }
@@ -478,22 +439,13 @@ fn quantize_load_case(blocks: XBlocks, load: XLoad, tokens: u32, cols: u32) -> C
         }
     };
     let q = quantize_x(&v, blocks);
-    let mut case = Case::new(
-        format!(
-            "quantize_{}{}/{tokens}x{cols}",
-            blocks.name(),
-            load.suffix()
-        ),
-        quantize_kernel(blocks, load),
+    Case::new(
+        format!("quantize_{}_swiglu/{tokens}x{cols}", blocks.name()),
+        quantize_kernel(blocks, XLoad::Swiglu),
         quantize_grid(blocks, tokens * cols),
     )
-    .input("x", Scalar::F32, f32_bytes(&x));
-    if load == XLoad::Norm {
-        case = case
-            .input("g", Scalar::F32, f32_bytes(&g))
-            .params(vec![ParamValue::U32(cols), ParamValue::F32(eps)]);
-    }
-    case.output_exact(
+    .input("x", Scalar::F32, f32_bytes(&x))
+    .output_exact(
         "xq",
         Scalar::U32,
         vec![0; q.words.len() * 4],
@@ -515,7 +467,7 @@ fn quantize_load_case(blocks: XBlocks, load: XLoad, tokens: u32, cols: u32) -> C
 }
 
 /// Each quantizer at 4096 columns, and at 1024 (Q8_K's four blocks of 256, the fewest the
-/// case's special blocks need); and with the norm or SwiGLU folded in, on three rows of 1024.
+/// case's special blocks need); and with SwiGLU folded in, on three rows of 1024.
 pub fn cases() -> Vec<Case> {
     [XBlocks::Q8_0, XBlocks::Q8_1, XBlocks::Q8_K]
         .into_iter()
@@ -523,8 +475,7 @@ pub fn cases() -> Vec<Case> {
             [
                 quantize_case(b, 4096),
                 quantize_case(b, 1024),
-                quantize_load_case(b, XLoad::Norm, 3, 1024),
-                quantize_load_case(b, XLoad::Swiglu, 3, 1024),
+                quantize_swiglu_case(b, 3, 1024),
             ]
         })
         .collect()

@@ -224,17 +224,12 @@ impl Engine {
                 blocks,
                 load,
             } => {
-                let (inputs, params) = match load {
-                    QuantizeLoad::Plain | QuantizeLoad::Swiglu => (vec![x], vec![]),
-                    QuantizeLoad::Norm(g) => (
-                        vec![x, Tensor::Weight(g)],
-                        vec![u(cols), ParamValue::F32(c.rms_eps)],
-                    ),
-                };
+                // With SwiGLU, x is the gate/up pairs, two values an element.
+                debug_assert_eq!(load == QuantizeLoad::Swiglu, x == Tensor::Raw);
                 plan(
-                    inputs,
+                    vec![x],
                     &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
-                    params,
+                    vec![],
                     matvec_q8::quantize_grid(blocks, tokens * cols),
                 )
             }

@@ -119,13 +119,11 @@ pub enum Form {
     Tiles,
 }
 
-/// What a quantizer computes its x from: the fusion pass folds a GPU's norm (where every
-/// product reading it quantizes x) and SwiGLU (before a product on quantized x) into it.
+/// What a quantizer computes its x from: the fusion pass folds SwiGLU into the quantizer of
+/// the product on quantized x after it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QuantizeLoad {
     Plain,
-    /// x RMS-normalised with this weight.
-    Norm(WeightId),
     /// SwiGLU of x's gate/up pairs ([`Tensor::Raw`]).
     Swiglu,
 }
