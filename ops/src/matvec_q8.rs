@@ -374,13 +374,21 @@ fn quantize_case(blocks: XBlocks, cols: u32) -> Case {
     x[3 * n..4 * n].fill(0.0);
     x[3 * n..3 * n + 4].copy_from_slice(&[127.0, 0.5, 1.5, -2.5]);
     let q = quantize_x(&x, blocks);
-    Case::new(
+    let case = Case::new(
         format!("quantize_{}/{cols}", blocks.name()),
         quantize_kernel(blocks, XLoad::None),
         quantize_grid(blocks, cols),
     )
-    .input("x", Scalar::F32, f32_bytes(&x))
-    .output_exact(
+    .input("x", Scalar::F32, f32_bytes(&x));
+    expect(case, &q)
+}
+
+/// [`quantize_case`]'s bound on scales and sums.
+const ONE_F16_STEP: f64 = 1.0 / (1024.0 * 1024.0 * 32.0);
+
+/// A quantizer case's outputs: `q`'s codes exactly, its scales and sums to [`ONE_F16_STEP`].
+fn expect(case: Case, q: &Q8Activations) -> Case {
+    case.output_exact(
         "xq",
         Scalar::U32,
         vec![0; q.words.len() * 4],
@@ -400,9 +408,6 @@ fn quantize_case(blocks: XBlocks, cols: u32) -> Case {
     )
     .bound(ONE_F16_STEP)
 }
-
-/// [`quantize_case`]'s bound on scales and sums.
-const ONE_F16_STEP: f64 = 1.0 / (1024.0 * 1024.0 * 32.0);
 
 /// The quantizer with SwiGLU folded in, on `tokens` rows of `cols` outputs, against SwiGLU
 /// computed in f64 and quantized by [`quantize_x`]: the scales and sums to within
@@ -439,31 +444,13 @@ fn quantize_swiglu_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
         }
     };
     let q = quantize_x(&v, blocks);
-    Case::new(
+    let case = Case::new(
         format!("quantize_{}_swiglu/{tokens}x{cols}", blocks.name()),
         quantize_kernel(blocks, XLoad::Swiglu),
         quantize_grid(blocks, tokens * cols),
     )
-    .input("x", Scalar::F32, f32_bytes(&x))
-    .output_exact(
-        "xq",
-        Scalar::U32,
-        vec![0; q.words.len() * 4],
-        q.words.iter().map(|&v| f64::from(v)).collect(),
-    )
-    .output(
-        "xd",
-        Scalar::F32,
-        vec![0; q.scales.len() * 4],
-        q.scales.iter().map(|&v| f64::from(v)).collect(),
-    )
-    .output(
-        "xs",
-        Scalar::F32,
-        vec![0; q.sums.len() * 4],
-        q.sums.iter().map(|&v| f64::from(v)).collect(),
-    )
-    .bound(ONE_F16_STEP)
+    .input("x", Scalar::F32, f32_bytes(&x));
+    expect(case, &q)
 }
 
 /// Each quantizer at 4096 columns, and at 1024 (Q8_K's four blocks of 256, the fewest the
