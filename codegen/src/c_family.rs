@@ -707,6 +707,32 @@ impl<'a, S: Spelling> Printer<'a, S> {
         }
     }
 
+    /// The packed dots summed by the I32 additions rooted at `id`, where every term is a
+    /// [`BinaryOp::Dot4I8`] with one operand of small bytes (see [`Self::unsigned_first`]):
+    /// their unsigned and signed operands, in order. A dialect with [`Spelling::mixed_dot4`]
+    /// takes four at a time as one `trine_dot16u8i8` (x86's `vpdpbusd` accumulates, where
+    /// four calls of the 16-lane `trine_dot4u8i8` GCC does not inline cost four calls; the
+    /// regrouping is exact, the sums being wrapping integer ones).
+    fn mixed_dots(&self, id: ExprId) -> Option<Vec<(ExprId, ExprId)>> {
+        match *self.kernel.expr(id) {
+            Expr::Binary {
+                op: BinaryOp::Add,
+                lhs,
+                rhs,
+            } if self.info.ty(lhs) == Scalar::I32 => {
+                let mut dots = self.mixed_dots(lhs)?;
+                dots.extend(self.mixed_dots(rhs)?);
+                Some(dots)
+            }
+            Expr::Binary {
+                op: BinaryOp::Dot4I8,
+                lhs,
+                rhs,
+            } => self.unsigned_first(lhs, rhs).map(|d| vec![d]),
+            _ => None,
+        }
+    }
+
     /// The right-hand side that computes expression `id`.
     fn expr(&self, id: ExprId) -> String {
         let (k, s, info) = (self.kernel, self.spelling, self.info);
@@ -736,9 +762,31 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 let mixed = (op == BinaryOp::Dot4I8 && s.mixed_dot4())
                     .then(|| self.unsigned_first(lhs, rhs))
                     .flatten();
-                match mixed {
-                    Some((u, v)) => format!("trine_dot4u8i8({}, {})", e(u), e(v)),
-                    None => binary(s, op, info.ty(lhs), &e(lhs), &e(rhs)),
+                let dots = (op == BinaryOp::Add && s.mixed_dot4())
+                    .then(|| self.mixed_dots(id))
+                    .flatten()
+                    .filter(|d| d.len() >= 4);
+                match (mixed, dots) {
+                    (Some((u, v)), _) => format!("trine_dot4u8i8({}, {})", e(u), e(v)),
+                    (None, Some(dots)) => dots
+                        .chunks(4)
+                        .map(|c| {
+                            let args: Vec<String> = c
+                                .iter()
+                                .map(|&(u, v)| format!("{}, {}", e(u), e(v)))
+                                .collect();
+                            match c.len() {
+                                4 => format!("trine_dot16u8i8({})", args.join(", ")),
+                                _ => args
+                                    .iter()
+                                    .map(|a| format!("trine_dot4u8i8({a})"))
+                                    .collect::<Vec<_>>()
+                                    .join(" + "),
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" + "),
+                    (None, None) => binary(s, op, info.ty(lhs), &e(lhs), &e(rhs)),
                 }
             }
             Expr::Fma { a, b, c } => {

@@ -33,6 +33,8 @@ pub(super) const HELPERS: &[&str] = &[
     "trine_dot4u8_one",
     "trine_dot4u8i8",
     "trine_dot4u8i8_one",
+    "trine_dot16u8i8",
+    "trine_dot16u8i8_one",
 ];
 
 const BASE: &str = r#"#include <math.h>
@@ -106,6 +108,10 @@ fn dot4(out: &mut String) {
     let bytes_u8i8 = bytes(ByteSigns::UnsignedBySigned);
     // The declarations to the vectoriser for `lanes` lanes, and the one-lane versions (a
     // loop's remainder) as the byte products under the same names.
+    let dot16_params = (0..4)
+        .map(|i| format!("uint32_t a{i}, uint32_t b{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let declared = |lanes: u32| {
         format!(
             r#"#include <immintrin.h>
@@ -122,6 +128,12 @@ TRINE_HIDDEN uint32_t trine_dot4u8_one(uint32_t a, uint32_t b) __asm__("trine_do
 TRINE_HIDDEN uint32_t trine_dot4u8_one(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
 TRINE_HIDDEN int trine_dot4u8i8_one(uint32_t a, uint32_t b) __asm__("trine_dot4u8i8");
 TRINE_HIDDEN int trine_dot4u8i8_one(uint32_t a, uint32_t b) {{ return {bytes_u8i8}; }}
+#pragma omp declare simd notinbranch simdlen({lanes})
+TRINE_HIDDEN __attribute__((const)) int trine_dot16u8i8({dot16_params});
+TRINE_HIDDEN int trine_dot16u8i8_one({dot16_params}) __asm__("trine_dot16u8i8");
+TRINE_HIDDEN int trine_dot16u8i8_one({dot16_params}) {{
+    return trine_dot4u8i8_one(a0, b0) + trine_dot4u8i8_one(a1, b1) + trine_dot4u8i8_one(a2, b2) + trine_dot4u8i8_one(a3, b3);
+}}
 "#
         )
     };
@@ -140,6 +152,13 @@ TRINE_HIDDEN __m512i _ZGVeN16vv_trine_dot4u8(__m512i a, __m512i b) {{
 }}
 TRINE_HIDDEN __m512i _ZGVeN16vv_trine_dot4u8i8(__m512i a, __m512i b) {{
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b);
+}}
+/* Four words' products accumulated in one register, `vpdpbusd` after `vpdpbusd`. */
+TRINE_HIDDEN __m512i _ZGVeN16vvvvvvvv_trine_dot16u8i8(__m512i a0, __m512i b0, __m512i a1, __m512i b1, __m512i a2, __m512i b2, __m512i a3, __m512i b3) {{
+    __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a0, b0);
+    acc = _mm512_dpbusd_epi32(acc, a1, b1);
+    acc = _mm512_dpbusd_epi32(acc, a2, b2);
+    return _mm512_dpbusd_epi32(acc, a3, b3);
 }}
 #elif defined(__AVX2__)
 {avx2}/* GCC's names for the 8-lane AVX2 versions of two-argument functions, each word's four byte
@@ -162,8 +181,15 @@ TRINE_HIDDEN __m256i _ZGVdN8vv_trine_dot4u8(__m256i a, __m256i b) {{
 TRINE_HIDDEN __m256i _ZGVdN8vv_trine_dot4u8i8(__m256i a, __m256i b) {{
     return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
 }}
+TRINE_HIDDEN __m256i _ZGVdN8vvvvvvvv_trine_dot16u8i8(__m256i a0, __m256i b0, __m256i a1, __m256i b1, __m256i a2, __m256i b2, __m256i a3, __m256i b3) {{
+    return _mm256_add_epi32(_mm256_add_epi32(_ZGVdN8vv_trine_dot4u8i8(a0, b0), _ZGVdN8vv_trine_dot4u8i8(a1, b1)),
+                            _mm256_add_epi32(_ZGVdN8vv_trine_dot4u8i8(a2, b2), _ZGVdN8vv_trine_dot4u8i8(a3, b3)));
+}}
 #else
 TRINE_FN int trine_dot4u8i8(uint32_t a, uint32_t b) {{ return {bytes_u8i8}; }}
+TRINE_FN int trine_dot16u8i8({dot16_params}) {{
+    return trine_dot4u8i8(a0, b0) + trine_dot4u8i8(a1, b1) + trine_dot4u8i8(a2, b2) + trine_dot4u8i8(a3, b3);
+}}
 TRINE_FN int trine_dot4i8(uint32_t a, uint32_t b) {{ return {bytes_i8}; }}
 TRINE_FN uint32_t trine_dot4u8(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
 #endif

@@ -35,9 +35,11 @@ pub fn kernel() -> Kernel {
     k.finish()
 }
 
-/// `si[i] = dot4i8(a[i], b[i])`, `su[i] = dot4u8(a[i], b[i])` and `sm[i] = dot4i8(a[i] &
-/// 0x7f7f7f7f, b[i])` over whole workgroups: the last has one side's bytes below 128, which
-/// the C lowering multiplies as unsigned by signed bytes (`vpdpbusd` alone, on AVX512-VNNI).
+/// `si[i] = dot4i8(a[i], b[i])`, `su[i] = dot4u8(a[i], b[i])`, `sm[i] = dot4i8(a[i] &
+/// 0x7f7f7f7f, b[i])` and `s4[i] = Σ_{j<4} dot4i8(rotl(a[i], 8j) & 0x7f7f7f7f, b[i])` over
+/// whole workgroups: the last two have one side's bytes below 128, which the C lowering
+/// multiplies as unsigned by signed bytes (`vpdpbusd` alone, on AVX512-VNNI), and a sum of
+/// four such products it takes as one call accumulating them (`trine_dot16u8i8`).
 pub fn lanes_kernel() -> Kernel {
     let k = KernelBuilder::new("dot4_lanes", [WG, 1, 1]);
     let a = k.buffer("a", Scalar::U32, Access::Read);
@@ -45,11 +47,22 @@ pub fn lanes_kernel() -> Kernel {
     let si = k.buffer("si", Scalar::I32, Access::Write);
     let su = k.buffer("su", Scalar::U32, Access::Write);
     let sm = k.buffer("sm", Scalar::I32, Access::Write);
+    let s4 = k.buffer("s4", Scalar::I32, Access::Write);
     let i = k.global_id(0);
     let (x, y) = (k.load(a, i), k.load(b, i));
+    let small = k.u32(0x7f7f_7f7f);
     k.store(si, i, x.dot4_i8(y));
     k.store(su, i, x.dot4_u8(y));
-    k.store(sm, i, (x & k.u32(0x7f7f_7f7f)).dot4_i8(y));
+    k.store(sm, i, (x & small).dot4_i8(y));
+    let rotated = |j: u32| match j {
+        0 => x,
+        _ => (x << k.u32(8 * j)) | (x >> k.u32(32 - 8 * j)),
+    };
+    let sum = (0..4)
+        .map(|j| (rotated(j) & small).dot4_i8(y))
+        .reduce(|p, q| p + q)
+        .expect("four products");
+    k.store(s4, i, sum);
     k.finish()
 }
 
@@ -103,6 +116,19 @@ pub fn cases() -> Vec<Case> {
                 .iter()
                 .zip(&b[..lanes])
                 .map(|(x, y)| reference(&[x & 0x7f7f_7f7f], &[*y]).0 as f64)
+                .collect(),
+        )
+        .output(
+            "s4",
+            Scalar::I32,
+            vec![0; lanes * 4],
+            a[..lanes]
+                .iter()
+                .zip(&b[..lanes])
+                .map(|(x, y)| {
+                    let xs: Vec<u32> = (0..4).map(|j| x.rotate_left(8 * j) & 0x7f7f_7f7f).collect();
+                    reference(&xs, &[*y; 4]).0 as f64
+                })
                 .collect(),
         )
         .bound(NMSE_EXACT);
