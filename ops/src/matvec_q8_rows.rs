@@ -3,7 +3,8 @@
 //! lie side by side. The C lowering turns the workgroup's invocations into the lanes of one
 //! loop, so each load of codes is one vector load across 16 rows, x's words (the same for
 //! every row) are scalars, and a packed dot product is one call of its 16-lane version
-//! (`vpdpbusd` where the CPU has AVX512-VNNI), with no reduction across invocations at all.
+//! (`vpdpbusd` where the CPU has AVX512-VNNI; four of a run's, one call accumulating four),
+//! with no reduction across invocations at all.
 //! This is the layout llama.cpp's CPU backend repacks quantized weights into for the same
 //! reason.
 //!
