@@ -277,9 +277,9 @@ fn interleave_runs(
 
 /// The product for `ty` weights in [`interleave`]'s layout, for `tokens_per_workgroup` tokens
 /// of x at once (a prompt's: each block's codes are loaded once for all of them). Buffers `w`
-/// (U32), `xq`, `xd`, `xs` (as [`quantize_x`] makes them for `ty`, token after token), with `add` also
-/// `r` (F32 `[tokens × rows]`, added to the product: a residual connection), then `y` (F32
-/// `[tokens × rows]`); parameters `rows`, `cols`, `tokens`; grid [`grid`].
+/// (U32), `xq`, `xd`, `xs` (as [`quantize_x`] makes them for `ty`, token after token), with
+/// `add` also `r` (F32 `[tokens × rows]`, added to the product: a residual connection), then
+/// `y` (F32 `[tokens × rows]`); parameters `rows`, `cols`, `tokens`; grid [`grid`].
 pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Kernel, ShapeError> {
     let layout = Layout::of(ty)?;
     let tpw = tokens_per_workgroup;
