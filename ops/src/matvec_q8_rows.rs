@@ -33,7 +33,7 @@ use crate::matvec_q8::{
     XBlocks, OP, X_BLOCK,
 };
 use crate::shape::ShapeError;
-use trine_gguf::quant::{quantize, runs as quant_runs, Run, WeightType};
+use trine_gguf::quant::{quantize, runs as quant_runs, WeightType};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 /// Rows per workgroup, one per invocation.
@@ -215,64 +215,90 @@ pub fn interleave(
 }
 
 /// [`interleave`] for a packed format: each row's runs, then per group of rows and block of x
-/// the codes' words and the runs' scale (and minimum) words, lane by lane.
+/// the codes' words and the runs' scale (and minimum) words, lane by lane. Groups of rows are
+/// laid out apart, on every core: a model's upload spent seconds here.
 fn interleave_runs(
     ty: WeightType,
     layout: Layout,
     w: &[u8],
     (rows, cols): (usize, usize),
 ) -> Vec<u8> {
-    let row_bytes = w.len() / rows;
-    let (runs, per) = layout.runs();
     let lanes = LANES as usize;
-    let steps = cols / X_BLOCK as usize;
-    let mut out = Vec::with_capacity(interleaved_bytes(ty, rows, cols));
-    for group in 0..rows / lanes {
-        let decoded: Vec<Vec<Run>> = (0..lanes)
-            .map(|l| {
-                let row = &w[(group * lanes + l) * row_bytes..][..row_bytes];
-                row.chunks(ty.block_bytes())
-                    .flat_map(|b| quant_runs(ty, b).unwrap_or_default())
-                    .collect()
-            })
-            .collect();
-        for step in 0..steps {
-            let mine = |l: usize| &decoded[l][step * runs as usize..][..runs as usize];
-            let codes = |l: usize| -> Vec<u8> {
-                mine(l)
-                    .iter()
-                    .flat_map(|r| r.codes.iter().map(|&c| c as u8))
-                    .collect()
-            };
-            let all: Vec<Vec<u8>> = (0..lanes)
-                .map(|l| {
-                    let c = codes(l);
-                    match layout {
-                        Layout::Runs { nibbles: true, .. } => {
-                            (0..16).map(|j| c[j] | (c[16 + j] << 4)).collect()
-                        }
-                        _ => c,
-                    }
-                })
-                .collect();
-            for j in 0..layout.code_words() as usize {
-                for c in &all {
-                    out.extend_from_slice(&c[4 * j..4 * j + 4]);
+    let groups = rows / lanes;
+    let group_in = w.len() / groups;
+    let group_out = interleaved_bytes(ty, rows, cols) / groups;
+    let mut out = vec![0u8; group_out * groups];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_thread = groups.div_ceil(threads.clamp(1, groups.max(1)));
+    std::thread::scope(|s| {
+        for (t, chunk) in out.chunks_mut(per_thread * group_out).enumerate() {
+            let first = t * per_thread;
+            s.spawn(move || {
+                for (g, dst) in chunk.chunks_mut(group_out).enumerate() {
+                    let src = &w[(first + g) * group_in..][..group_in];
+                    interleave_group(ty, layout, src, cols, dst);
                 }
+            });
+        }
+    });
+    out
+}
+
+/// One group of [`LANES`] rows (`src`, the file's blocks) into `dst`, its part of
+/// [`interleave_runs`]' layout.
+fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst: &mut [u8]) {
+    let (runs, per) = layout.runs();
+    let (runs, lanes) = (runs as usize, LANES as usize);
+    let run_len = X_BLOCK as usize / runs;
+    let row_runs = cols / run_len;
+    // Each lane's codes as bytes, and its runs' scales and minimums, in element order.
+    let mut codes = vec![0u8; lanes * cols];
+    let mut scales = vec![0f32; lanes * row_runs];
+    let mut mins = vec![0f32; lanes * row_runs];
+    for (l, row) in src.chunks(src.len() / lanes).enumerate() {
+        let decoded = row
+            .chunks(ty.block_bytes())
+            .flat_map(|b| quant_runs(ty, b).unwrap_or_default());
+        for (i, run) in decoded.enumerate() {
+            let at = l * cols + i * run_len;
+            for (c, &q) in codes[at..at + run_len].iter_mut().zip(&run.codes) {
+                *c = q as u8;
             }
-            for r in 0..runs as usize {
-                for l in 0..lanes {
-                    out.extend_from_slice(&mine(l)[r].scale.to_le_bytes());
-                }
-                if per == 2 {
-                    for l in 0..lanes {
-                        out.extend_from_slice(&mine(l)[r].min.to_le_bytes());
+            scales[l * row_runs + i] = run.scale;
+            mins[l * row_runs + i] = run.min;
+        }
+    }
+    let mut out = dst.chunks_exact_mut(4);
+    let mut put = |word: [u8; 4]| {
+        out.next()
+            .expect("a group's layout holds its words")
+            .copy_from_slice(&word)
+    };
+    let block = X_BLOCK as usize;
+    for step in 0..cols / block {
+        for j in 0..layout.code_words() as usize {
+            for l in 0..lanes {
+                let c = &codes[l * cols + step * block..][..block];
+                put(match layout {
+                    Layout::Runs { nibbles: true, .. } => {
+                        std::array::from_fn(|i| c[4 * j + i] | (c[16 + 4 * j + i] << 4))
                     }
+                    _ => [c[4 * j], c[4 * j + 1], c[4 * j + 2], c[4 * j + 3]],
+                });
+            }
+        }
+        for r in 0..runs {
+            let at = |l: usize| l * row_runs + step * runs + r;
+            for l in 0..lanes {
+                put(scales[at(l)].to_le_bytes());
+            }
+            if per == 2 {
+                for l in 0..lanes {
+                    put(mins[at(l)].to_le_bytes());
                 }
             }
         }
     }
-    out
 }
 
 /// The product for `ty` weights in [`interleave`]'s layout, for `tokens_per_workgroup` tokens
