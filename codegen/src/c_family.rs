@@ -708,27 +708,34 @@ impl<'a, S: Spelling> Printer<'a, S> {
     }
 
     /// The packed dots summed by the I32 additions rooted at `id`, where every term is a
-    /// [`BinaryOp::Dot4I8`] with one operand of small bytes (see [`Self::unsigned_first`]):
-    /// their unsigned and signed operands, in order. A dialect with [`Spelling::mixed_dot4`]
-    /// takes four at a time as one `trine_dot16u8i8` (x86's `vpdpbusd` accumulates, where
-    /// four calls of the 16-lane `trine_dot4u8i8` GCC does not inline cost four calls; the
-    /// regrouping is exact, the sums being wrapping integer ones).
-    fn mixed_dots(&self, id: ExprId) -> Option<Vec<(ExprId, ExprId)>> {
+    /// [`BinaryOp::Dot4I8`] and either all have one operand of small bytes (see
+    /// [`Self::unsigned_first`]; `true`, their unsigned and signed operands) or none does
+    /// (`false`). A dialect with [`Spelling::mixed_dot4`] takes four at a time as one call,
+    /// `trine_dot16u8i8` or `trine_dot16i8` (x86's `vpdpbusd` accumulates, where four calls of
+    /// the 16-lane product GCC does not inline cost four calls; the regrouping is exact, the
+    /// sums being wrapping integer ones).
+    fn dot_sum(&self, id: ExprId) -> Option<(Vec<(ExprId, ExprId)>, bool)> {
         match *self.kernel.expr(id) {
             Expr::Binary {
                 op: BinaryOp::Add,
                 lhs,
                 rhs,
             } if self.info.ty(lhs) == Scalar::I32 => {
-                let mut dots = self.mixed_dots(lhs)?;
-                dots.extend(self.mixed_dots(rhs)?);
-                Some(dots)
+                let (mut dots, small) = self.dot_sum(lhs)?;
+                let (more, also) = self.dot_sum(rhs)?;
+                (small == also).then(|| {
+                    dots.extend(more);
+                    (dots, small)
+                })
             }
             Expr::Binary {
                 op: BinaryOp::Dot4I8,
                 lhs,
                 rhs,
-            } => self.unsigned_first(lhs, rhs).map(|d| vec![d]),
+            } => Some(match self.unsigned_first(lhs, rhs) {
+                Some(d) => (vec![d], true),
+                None => (vec![(lhs, rhs)], false),
+            }),
             _ => None,
         }
     }
@@ -763,29 +770,35 @@ impl<'a, S: Spelling> Printer<'a, S> {
                     .then(|| self.unsigned_first(lhs, rhs))
                     .flatten();
                 let dots = (op == BinaryOp::Add && s.mixed_dot4())
-                    .then(|| self.mixed_dots(id))
+                    .then(|| self.dot_sum(id))
                     .flatten()
-                    .filter(|d| d.len() >= 4);
+                    .filter(|(d, _)| d.len() >= 4);
                 match (mixed, dots) {
                     (Some((u, v)), _) => format!("trine_dot4u8i8({}, {})", e(u), e(v)),
-                    (None, Some(dots)) => dots
-                        .chunks(4)
-                        .map(|c| {
-                            let args: Vec<String> = c
-                                .iter()
-                                .map(|&(u, v)| format!("{}, {}", e(u), e(v)))
-                                .collect();
-                            match c.len() {
-                                4 => format!("trine_dot16u8i8({})", args.join(", ")),
-                                _ => args
+                    (None, Some((dots, small))) => {
+                        let (four, one) = if small {
+                            ("trine_dot16u8i8", "trine_dot4u8i8")
+                        } else {
+                            ("trine_dot16i8", "trine_dot4i8")
+                        };
+                        dots.chunks(4)
+                            .map(|c| {
+                                let args: Vec<String> = c
                                     .iter()
-                                    .map(|a| format!("trine_dot4u8i8({a})"))
-                                    .collect::<Vec<_>>()
-                                    .join(" + "),
-                            }
-                        })
-                        .collect::<Vec<_>>()
-                        .join(" + "),
+                                    .map(|&(u, v)| format!("{}, {}", e(u), e(v)))
+                                    .collect();
+                                match c.len() {
+                                    4 => format!("{four}({})", args.join(", ")),
+                                    _ => args
+                                        .iter()
+                                        .map(|a| format!("{one}({a})"))
+                                        .collect::<Vec<_>>()
+                                        .join(" + "),
+                                }
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" + ")
+                    }
                     (None, None) => binary(s, op, info.ty(lhs), &e(lhs), &e(rhs)),
                 }
             }

@@ -35,6 +35,8 @@ pub(super) const HELPERS: &[&str] = &[
     "trine_dot4u8i8_one",
     "trine_dot16u8i8",
     "trine_dot16u8i8_one",
+    "trine_dot16i8",
+    "trine_dot16i8_one",
 ];
 
 const BASE: &str = r#"#include <math.h>
@@ -134,6 +136,12 @@ TRINE_HIDDEN int trine_dot16u8i8_one({dot16_params}) __asm__("trine_dot16u8i8");
 TRINE_HIDDEN int trine_dot16u8i8_one({dot16_params}) {{
     return trine_dot4u8i8_one(a0, b0) + trine_dot4u8i8_one(a1, b1) + trine_dot4u8i8_one(a2, b2) + trine_dot4u8i8_one(a3, b3);
 }}
+#pragma omp declare simd notinbranch simdlen({lanes})
+TRINE_HIDDEN __attribute__((const)) int trine_dot16i8({dot16_params});
+TRINE_HIDDEN int trine_dot16i8_one({dot16_params}) __asm__("trine_dot16i8");
+TRINE_HIDDEN int trine_dot16i8_one({dot16_params}) {{
+    return trine_dot4i8_one(a0, b0) + trine_dot4i8_one(a1, b1) + trine_dot4i8_one(a2, b2) + trine_dot4i8_one(a3, b3);
+}}
 "#
         )
     };
@@ -160,6 +168,19 @@ TRINE_HIDDEN __m512i _ZGVeN16vvvvvvvv_trine_dot16u8i8(__m512i a0, __m512i b0, __
     acc = _mm512_dpbusd_epi32(acc, a2, b2);
     return _mm512_dpbusd_epi32(acc, a3, b3);
 }}
+/* The signed products as `trine_dot4i8`'s: the a side moved by 128 into unsigned bytes, and
+   128 times the b side's bytes taken back out, four words each in one register. */
+TRINE_HIDDEN __m512i _ZGVeN16vvvvvvvv_trine_dot16i8(__m512i a0, __m512i b0, __m512i a1, __m512i b1, __m512i a2, __m512i b2, __m512i a3, __m512i b3) {{
+    const __m512i m = _mm512_set1_epi32((int)0x80808080u);
+    __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(a0, m), b0);
+    acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(a1, m), b1);
+    acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(a2, m), b2);
+    acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(a3, m), b3);
+    __m512i off = _mm512_dpbusd_epi32(_mm512_setzero_si512(), m, b0);
+    off = _mm512_dpbusd_epi32(off, m, b1);
+    off = _mm512_dpbusd_epi32(off, m, b2);
+    return _mm512_sub_epi32(acc, _mm512_dpbusd_epi32(off, m, b3));
+}}
 #elif defined(__AVX2__)
 {avx2}/* GCC's names for the 8-lane AVX2 versions of two-argument functions, each word's four byte
    products in its own lane (nothing crosses lanes). `vpmaddwd` multiplies 16-bit halves and
@@ -185,10 +206,17 @@ TRINE_HIDDEN __m256i _ZGVdN8vvvvvvvv_trine_dot16u8i8(__m256i a0, __m256i b0, __m
     return _mm256_add_epi32(_mm256_add_epi32(_ZGVdN8vv_trine_dot4u8i8(a0, b0), _ZGVdN8vv_trine_dot4u8i8(a1, b1)),
                             _mm256_add_epi32(_ZGVdN8vv_trine_dot4u8i8(a2, b2), _ZGVdN8vv_trine_dot4u8i8(a3, b3)));
 }}
+TRINE_HIDDEN __m256i _ZGVdN8vvvvvvvv_trine_dot16i8(__m256i a0, __m256i b0, __m256i a1, __m256i b1, __m256i a2, __m256i b2, __m256i a3, __m256i b3) {{
+    return _mm256_add_epi32(_mm256_add_epi32(_ZGVdN8vv_trine_dot4i8(a0, b0), _ZGVdN8vv_trine_dot4i8(a1, b1)),
+                            _mm256_add_epi32(_ZGVdN8vv_trine_dot4i8(a2, b2), _ZGVdN8vv_trine_dot4i8(a3, b3)));
+}}
 #else
 TRINE_FN int trine_dot4u8i8(uint32_t a, uint32_t b) {{ return {bytes_u8i8}; }}
 TRINE_FN int trine_dot16u8i8({dot16_params}) {{
     return trine_dot4u8i8(a0, b0) + trine_dot4u8i8(a1, b1) + trine_dot4u8i8(a2, b2) + trine_dot4u8i8(a3, b3);
+}}
+TRINE_FN int trine_dot16i8({dot16_params}) {{
+    return trine_dot4i8(a0, b0) + trine_dot4i8(a1, b1) + trine_dot4i8(a2, b2) + trine_dot4i8(a3, b3);
 }}
 TRINE_FN int trine_dot4i8(uint32_t a, uint32_t b) {{ return {bytes_i8}; }}
 TRINE_FN uint32_t trine_dot4u8(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}

@@ -36,10 +36,11 @@ pub fn kernel() -> Kernel {
 }
 
 /// `si[i] = dot4i8(a[i], b[i])`, `su[i] = dot4u8(a[i], b[i])`, `sm[i] = dot4i8(a[i] &
-/// 0x7f7f7f7f, b[i])` and `s4[i] = Σ_{j<4} dot4i8(rotl(a[i], 8j) & 0x7f7f7f7f, b[i])` over
-/// whole workgroups: the last two have one side's bytes below 128, which the C lowering
-/// multiplies as unsigned by signed bytes (`vpdpbusd` alone, on AVX512-VNNI), and a sum of
-/// four such products it takes as one call accumulating them (`trine_dot16u8i8`).
+/// 0x7f7f7f7f, b[i])`, `s4[i] = Σ_{j<4} dot4i8(rotl(a[i], 8j) & 0x7f7f7f7f, b[i])` and
+/// `t4[i]` the same sum unmasked, over whole workgroups: `sm` and `s4` have one side's bytes
+/// below 128, which the C lowering multiplies as unsigned by signed bytes (`vpdpbusd` alone,
+/// on AVX512-VNNI), and a sum of four packed products it takes as one call accumulating them
+/// (`trine_dot16u8i8`, `trine_dot16i8`).
 pub fn lanes_kernel() -> Kernel {
     let k = KernelBuilder::new("dot4_lanes", [WG, 1, 1]);
     let a = k.buffer("a", Scalar::U32, Access::Read);
@@ -48,6 +49,7 @@ pub fn lanes_kernel() -> Kernel {
     let su = k.buffer("su", Scalar::U32, Access::Write);
     let sm = k.buffer("sm", Scalar::I32, Access::Write);
     let s4 = k.buffer("s4", Scalar::I32, Access::Write);
+    let t4 = k.buffer("t4", Scalar::I32, Access::Write);
     let i = k.global_id(0);
     let (x, y) = (k.load(a, i), k.load(b, i));
     let small = k.u32(0x7f7f_7f7f);
@@ -58,11 +60,17 @@ pub fn lanes_kernel() -> Kernel {
         0 => x,
         _ => (x << k.u32(8 * j)) | (x >> k.u32(32 - 8 * j)),
     };
-    let sum = (0..4)
-        .map(|j| (rotated(j) & small).dot4_i8(y))
-        .reduce(|p, q| p + q)
-        .expect("four products");
-    k.store(s4, i, sum);
+    let sum = |mask: Option<u32>| {
+        (0..4)
+            .map(|j| {
+                mask.map_or(rotated(j), |m| rotated(j) & k.u32(m))
+                    .dot4_i8(y)
+            })
+            .reduce(|p, q| p + q)
+            .expect("four products")
+    };
+    k.store(s4, i, sum(Some(0x7f7f_7f7f)));
+    k.store(t4, i, sum(None));
     k.finish()
 }
 
@@ -127,6 +135,19 @@ pub fn cases() -> Vec<Case> {
                 .zip(&b[..lanes])
                 .map(|(x, y)| {
                     let xs: Vec<u32> = (0..4).map(|j| x.rotate_left(8 * j) & 0x7f7f_7f7f).collect();
+                    reference(&xs, &[*y; 4]).0 as f64
+                })
+                .collect(),
+        )
+        .output(
+            "t4",
+            Scalar::I32,
+            vec![0; lanes * 4],
+            a[..lanes]
+                .iter()
+                .zip(&b[..lanes])
+                .map(|(x, y)| {
+                    let xs: Vec<u32> = (0..4).map(|j| x.rotate_left(8 * j)).collect();
                     reference(&xs, &[*y; 4]).0 as f64
                 })
                 .collect(),
