@@ -101,6 +101,17 @@ pub fn cases() -> Vec<Case> {
         .zip(&b[..lanes])
         .map(|(x, y)| reference(&[*x], &[*y]))
         .collect();
+    // Each lane's four rotations of a, masked, against b: `s4` and `t4`.
+    let four = |mask: u32| -> Vec<f64> {
+        a[..lanes]
+            .iter()
+            .zip(&b[..lanes])
+            .map(|(x, y)| {
+                let xs: Vec<u32> = (0..4).map(|j| x.rotate_left(8 * j) & mask).collect();
+                reference(&xs, &[*y; 4]).0 as f64
+            })
+            .collect()
+    };
     let lanes_case = Case::new(format!("dot4/lanes/n={lanes}"), lanes_kernel(), [4, 1, 1])
         .input("a", Scalar::U32, u32_bytes(&a[..lanes]))
         .input("b", Scalar::U32, u32_bytes(&b[..lanes]))
@@ -126,32 +137,8 @@ pub fn cases() -> Vec<Case> {
                 .map(|(x, y)| reference(&[x & 0x7f7f_7f7f], &[*y]).0 as f64)
                 .collect(),
         )
-        .output(
-            "s4",
-            Scalar::I32,
-            vec![0; lanes * 4],
-            a[..lanes]
-                .iter()
-                .zip(&b[..lanes])
-                .map(|(x, y)| {
-                    let xs: Vec<u32> = (0..4).map(|j| x.rotate_left(8 * j) & 0x7f7f_7f7f).collect();
-                    reference(&xs, &[*y; 4]).0 as f64
-                })
-                .collect(),
-        )
-        .output(
-            "t4",
-            Scalar::I32,
-            vec![0; lanes * 4],
-            a[..lanes]
-                .iter()
-                .zip(&b[..lanes])
-                .map(|(x, y)| {
-                    let xs: Vec<u32> = (0..4).map(|j| x.rotate_left(8 * j)).collect();
-                    reference(&xs, &[*y; 4]).0 as f64
-                })
-                .collect(),
-        )
+        .output("s4", Scalar::I32, vec![0; lanes * 4], four(0x7f7f_7f7f))
+        .output("t4", Scalar::I32, vec![0; lanes * 4], four(u32::MAX))
         .bound(NMSE_EXACT);
     let rows: Vec<(i64, u64)> = a
         .chunks(WORDS as usize)
