@@ -9,13 +9,13 @@
 
 use super::config::Config;
 use super::error::ModelError;
-use super::graph::{AttentionForm, Form, Load, Node, Op, QuantizeLoad, Step, Store, Tensor};
+use super::graph::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
 use super::tuning;
 use super::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_ops::attention_flash::FlashOut;
 use trine_ops::kv_type::KvType;
-use trine_ops::matvec_q8::XBlocks;
+use trine_ops::matvec_q8::{XBlocks, XLoad};
 use trine_ops::rope::RopeMode;
 use trine_ops::{
     attention_flash, attention_flash_tiles, matmul_tiles, matvec_q8_blocks, matvec_q8_rows,
@@ -142,16 +142,11 @@ pub fn fuse(
                 let folded_norm = norm.filter(|_| x == Tensor::Normed);
                 let (load, x) = pending.take().or(folded_norm).unwrap_or((Load::None, x));
                 // A quantized product reads x through its quantizer, which computes SwiGLU
-                // where it was folded.
-                let x_load = if form.quantizes_x() && swiglu.take() == Some(x) {
-                    QuantizeLoad::Swiglu
+                // from the gate/up pairs where it was folded.
+                let (x_load, quantized) = if form.quantizes_x() && swiglu.take() == Some(x) {
+                    (XLoad::Swiglu, Tensor::Raw)
                 } else {
-                    QuantizeLoad::Plain
-                };
-                let x = if x_load == QuantizeLoad::Swiglu {
-                    Tensor::Raw
-                } else {
-                    x
+                    (XLoad::None, x)
                 };
                 let (store, y, folded) = store(form, y, next, offer);
                 if folded {
@@ -161,7 +156,7 @@ pub fn fuse(
                     let ty = w.tensors[id].ty;
                     out.push(Node {
                         op: Op::Quantize {
-                            x,
+                            x: quantized,
                             cols: w.tensors[id].cols,
                             tokens,
                             blocks: match form {

@@ -4,7 +4,7 @@
 //! from the fastest block the device runs down to the scalar one). The shapes come from the
 //! tuning table ([`crate::tuning`]).
 
-use super::graph::{AttentionForm, Form, Load, Op, QuantizeLoad, Store};
+use super::graph::{AttentionForm, Form, Load, Op, Store};
 use super::tuning::{self, MatvecSize};
 use super::weights::Weights;
 use trine_backends::DeviceInfo;
@@ -288,13 +288,7 @@ impl KernelKey {
             Op::Combine { splits } => KernelKey::Combine { splits },
             Op::Swiglu => KernelKey::SwigluPairs,
             Op::RopeStore { mode, .. } => KernelKey::RopeStore { mode },
-            Op::Quantize { blocks, load, .. } => KernelKey::Quantize {
-                blocks,
-                load: match load {
-                    QuantizeLoad::Plain => XLoad::None,
-                    QuantizeLoad::Swiglu => XLoad::Swiglu,
-                },
-            },
+            Op::Quantize { blocks, load, .. } => KernelKey::Quantize { blocks, load },
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
             Op::Add { .. } => unreachable!("the fusion pass folds every add into a product"),

@@ -3,7 +3,7 @@
 //! decode step's dispatches can be recorded once and replayed at every position.
 
 use super::Engine;
-use crate::graph::{AttentionForm, Form, Load, Node, Op, QuantizeLoad, Step, Store, Tensor};
+use crate::graph::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
 use crate::planner::{KernelKey, Launch};
 use crate::tuning::{self, holds_pairs};
 use trine_ir::ParamValue;
@@ -14,6 +14,7 @@ use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise;
 use trine_ops::embedding;
 use trine_ops::kv_type::KvType;
+use trine_ops::matvec_q8::XLoad;
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::{HeadSpan, RopeStore};
@@ -225,7 +226,7 @@ impl Engine {
                 load,
             } => {
                 // With SwiGLU, x is the gate/up pairs, two values an element.
-                debug_assert_eq!(load == QuantizeLoad::Swiglu, x == Tensor::Raw);
+                debug_assert_eq!(load == XLoad::Swiglu, x == Tensor::Raw);
                 plan(
                     vec![x],
                     &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],

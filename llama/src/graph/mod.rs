@@ -13,7 +13,7 @@ pub mod builder;
 use super::config::Config;
 use super::weights::WeightId;
 use trine_ops::attention_flash::FlashOut;
-use trine_ops::matvec_q8::XBlocks;
+use trine_ops::matvec_q8::{XBlocks, XLoad};
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::HeadSpan;
 
@@ -119,15 +119,6 @@ pub enum Form {
     Tiles,
 }
 
-/// What a quantizer computes its x from: the fusion pass folds SwiGLU into the quantizer of
-/// the product on quantized x after it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum QuantizeLoad {
-    Plain,
-    /// SwiGLU of x's gate/up pairs ([`Tensor::Raw`]).
-    Swiglu,
-}
-
 impl Form {
     /// Whether x is quantized for the product by an [`Op::Quantize`] before it.
     pub fn quantizes_x(self) -> bool {
@@ -211,13 +202,14 @@ pub enum Op {
     Add { x: Tensor, r: Tensor, out: Tensor },
     /// `tokens` rows of `x` (`cols` wide) quantized in `blocks` (those the product after it
     /// takes) into [`Tensor::XqWords`], `XqScales`, `XqSums`, computed from `x` as `load`
-    /// says.
+    /// says: with [`XLoad::Swiglu`] (the fusion pass folds SwiGLU into the quantizer of the
+    /// product on quantized x after it), `x` is [`Tensor::Raw`]'s gate/up pairs.
     Quantize {
         x: Tensor,
         cols: u32,
         tokens: u32,
         blocks: XBlocks,
-        load: QuantizeLoad,
+        load: XLoad,
     },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
