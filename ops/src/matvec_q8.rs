@@ -284,6 +284,16 @@ pub(crate) fn block_dot<'b>(
     dot.map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32))
 }
 
+/// The sum of the byte codes in x's `words`, exact (I32): a packed dot with ones.
+pub(crate) fn code_sum<'b>(k: &'b KernelBuilder, words: &[Val<'b>]) -> Val<'b> {
+    let ones = k.u32(0x0101_0101);
+    words
+        .iter()
+        .map(|&w| w.dot4_i8(ones))
+        .reduce(|a, b| a + b)
+        .unwrap_or_else(|| k.i32(0))
+}
+
 /// Whether a block's contribution needs x's `dx·Σq`: the format's centre or minimum
 /// multiplies the sum of x.
 pub(crate) fn needs_x_sum(f: Flat) -> bool {

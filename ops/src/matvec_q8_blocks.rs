@@ -16,7 +16,7 @@
 
 use crate::blocks::{BlockFormat, Bytes, IntUnits, Packed, UNIT};
 use crate::case::*;
-use crate::matvec_q8::{quantize_x, reference, XBlocks, OP, X_BLOCK};
+use crate::matvec_q8::{code_sum, quantize_x, reference, XBlocks, OP, X_BLOCK};
 use crate::shape::ShapeError;
 use crate::support::{Combine, Reducer, Reduction};
 use trine_gguf::quant::{quantize, WeightType};
@@ -92,7 +92,6 @@ pub fn kernel(
     let blocks = cols / k.u32(p.elems);
     let per_block = p.elems / UNIT;
     let accs: Vec<_> = (0..nrows).map(|_| k.var("acc", Scalar::F32)).collect();
-    let ones = k.u32(0x0101_0101);
     let x_words = X_BLOCK / 4;
     k.for_range(lid, blocks * k.u32(per_block), WORKGROUP, |u| {
         let (b, unit) = (u / k.u32(per_block), u % k.u32(per_block));
@@ -114,11 +113,7 @@ pub fn kernel(
                 let xb = e / k.u32(X_BLOCK);
                 let at = xb * k.u32(x_words) + (e % k.u32(X_BLOCK)) / k.u32(4);
                 let words: Vec<Val> = (0..4).map(|j| k.load(xq, at + k.u32(j))).collect();
-                let sum = words
-                    .iter()
-                    .map(|&v| v.dot4_i8(ones))
-                    .reduce(|a, c| a + c)
-                    .expect("four words");
+                let sum = code_sum(&k, &words);
                 (first, words, k.load(xd, xb), sum)
             })
             .collect();
@@ -171,7 +166,7 @@ pub fn case(
     add: bool,
 ) -> Result<Case, ShapeError> {
     let (p, _) = format(ty)?;
-    if cols == 0 || !cols.is_multiple_of(p.elems) {
+    if !takes(ty, cols) {
         return Err(ShapeError::Unsupported {
             op: OP,
             what: format!(

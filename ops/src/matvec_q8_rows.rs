@@ -29,8 +29,8 @@
 use crate::blocks::{f16_finite_bits_to_f32, BlockFormat, Flat, Offset};
 use crate::case::*;
 use crate::matvec_q8::{
-    block_dot, block_sum, needs_x_sum, quantize_x, reference, weight_format, Q8Activations,
-    XBlocks, OP, X_BLOCK,
+    block_dot, block_sum, code_sum, needs_x_sum, quantize_x, reference, weight_format,
+    Q8Activations, XBlocks, OP, X_BLOCK,
 };
 use crate::shape::ShapeError;
 use trine_gguf::quant::{quantize, runs as quant_runs, WeightType};
@@ -473,7 +473,6 @@ fn runs_sum<'b>(
     (dx, xs): (Val<'b>, impl Fn() -> Val<'b>),
 ) -> Val<'b> {
     let per = x.len() / runs.len();
-    let ones = k.u32(0x0101_0101);
     let mut dots = k.f32(0.0);
     let mut mins = k.f32(0.0);
     for (r, &(scale, min)) in runs.iter().enumerate() {
@@ -483,8 +482,7 @@ fn runs_sum<'b>(
             let sum_x = if runs.len() == 1 {
                 xs()
             } else {
-                let q = span.map(|j| x[j].dot4_i8(ones)).reduce(|a, b| a + b);
-                dx * q.map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32))
+                dx * code_sum(k, &x[span]).cast(Scalar::F32)
             };
             mins = m.fma(sum_x, mins);
         }

@@ -83,6 +83,28 @@ pub(super) fn nibble_words<'b>(
     })
 }
 
+/// A unit whose codes are nibbles (`low`, four words of nibble pairs: the first run in the
+/// low nibbles, the second in the high ones) with bits above them in `high` (four words of
+/// the same elements' bytes): run `r` starts at element `runs[r].0` and takes the `mask` bits
+/// of each `high` byte at `runs[r].1`, moved above its nibble.
+pub(super) fn nibbles_with_high_bits<'b>(
+    k: &'b KernelBuilder,
+    (low, high): (&[Val<'b>], &[Val<'b>]),
+    mask: u32,
+    runs: [(Val<'b>, Val<'b>); 2],
+) -> UnitCodes<'b> {
+    let run = |r: usize| {
+        let (first, shift) = runs[r];
+        let nibbles = nibble_words(k, low, r == 1);
+        let words =
+            std::array::from_fn(|j| nibbles[j] | (((high[j] >> shift) & k.u32(mask)) << k.u32(4)));
+        (first, words)
+    };
+    UnitCodes {
+        runs: [run(0), run(1)],
+    }
+}
+
 /// Formats are told apart by their type: two descriptions of one type are one format.
 impl PartialEq for Packed {
     fn eq(&self, other: &Packed) -> bool {

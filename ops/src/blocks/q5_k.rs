@@ -3,7 +3,9 @@
 //! Q4_K's: element l of sub-block s (chunk c = s/2) takes bit s of high-bit byte l as its
 //! code's 16. Element value d·sc·q − dmin·mn.
 
-use super::packed::{centred, k_scales, nibble_words, Bytes, IntUnits, Packed, UnitCodes};
+use super::packed::{
+    centred, k_scales, nibbles_with_high_bits, Bytes, IntUnits, Packed, UnitCodes,
+};
 use super::read::{byte, nibbles, on_words, run_words};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
@@ -56,17 +58,11 @@ fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) ->
     let low = run_words(k, w, at, 16, aligned);
     let high = run_words(k, w, base + k.u32(HIGH_AT) + half * k.u32(16), 16, aligned);
     let first = chunk * k.u32(64) + half * k.u32(16);
-    let run = |nibbles: [Val<'b>; 4], bit: Val<'b>| -> [Val<'b>; 4] {
-        std::array::from_fn(|j| nibbles[j] | (((high[j] >> bit) & k.u32(0x0101_0101)) << k.u32(4)))
-    };
     let sub = chunk * k.u32(2);
-    UnitCodes {
-        runs: [
-            (first, run(nibble_words(k, &low, false), sub)),
-            (
-                first + k.u32(32),
-                run(nibble_words(k, &low, true), sub + k.u32(1)),
-            ),
-        ],
-    }
+    nibbles_with_high_bits(
+        k,
+        (&low, &high),
+        0x0101_0101,
+        [(first, sub), (first + k.u32(32), sub + k.u32(1))],
+    )
 }

@@ -3,7 +3,7 @@
 //! of 128 elements, quarter q's element l (0..32) takes nibble q/2 of low byte 64h + 32(q%2) + l
 //! and bits 2q..2q+2 of high byte 32h + l. Element value d·sc·(q − 32).
 
-use super::packed::{centred, nibble_words, Bytes, IntUnits, Packed, UnitCodes};
+use super::packed::{centred, nibbles_with_high_bits, Bytes, IntUnits, Packed, UnitCodes};
 use super::read::{byte, half, nibbles, on_words, run_words};
 use super::{signed_byte, Scales};
 use trine_gguf::quant::WeightType;
@@ -85,20 +85,12 @@ fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) ->
         aligned,
     );
     let high = run_words(k, w, base + k.u32(HIGH_AT) + h * k.u32(32) + l, 16, aligned);
-    let run = |nibbles: [Val<'b>; 4], shift: Val<'b>| -> [Val<'b>; 4] {
-        std::array::from_fn(|j| {
-            nibbles[j] | (((high[j] >> shift) & k.u32(0x0303_0303)) << k.u32(4))
-        })
-    };
     let first = h * k.u32(128) + pair * k.u32(32) + l;
     let shift = pair * k.u32(2);
-    UnitCodes {
-        runs: [
-            (first, run(nibble_words(k, &low, false), shift)),
-            (
-                first + k.u32(64),
-                run(nibble_words(k, &low, true), shift + k.u32(4)),
-            ),
-        ],
-    }
+    nibbles_with_high_bits(
+        k,
+        (&low, &high),
+        0x0303_0303,
+        [(first, shift), (first + k.u32(64), shift + k.u32(4))],
+    )
 }
