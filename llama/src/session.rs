@@ -229,11 +229,11 @@ impl Session {
                 }
                 self.engine.run(node, s)?;
                 ch.run(node, s)?;
-                let (t, range) = node.output(&self.engine.model().config, s);
+                let model = self.engine.model();
+                let (t, range) = node.output(&model.config, s);
+                let bound = cross_check_bound(node, reduction(node, &model.config, &model.weights));
                 let a = self.engine.read(t, range.clone())?;
                 let b = ch.read(t, range)?;
-                let model = self.engine.model();
-                let bound = cross_check_bound(node, reduction(node, &model.config, &model.weights));
                 let diff = compare(node.label, node.layer, bound, &a, &b);
                 if first.is_none() && diff.exceeds() {
                     first = Some(diff.clone());

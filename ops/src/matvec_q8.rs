@@ -1,5 +1,5 @@
 //! x quantized to 8 bits for the products with 8-bit activations
-//! ([`super::matvec_q8_rows`]), and what those products share: x is quantized as llama.cpp's
+//! ([`super::matvec_q8_rows`], [`super::matvec_q8_blocks`]), and what those products share: x is quantized as llama.cpp's
 //! CPU backend quantizes it for the weights' type ([`XBlocks`]: signed bytes `q` and a scale
 //! `d`, `x ≈ d·q`), and a block of weights' codes, read as whole 32-bit words, is multiplied
 //! with x's four at a time ([`BinaryOp::Dot4I8`](trine_ir::BinaryOp::Dot4I8)): the integer sum
@@ -10,7 +10,8 @@
 //! elements the scale `xd` and `xs = d·Σq` (the term a format's centre or minimum multiplies),
 //! whatever the length of the block the scale was taken over.
 //!
-//! Bound: the quantizer's codes and scales exactly (`quantize_case`). The products are held to
+//! Bound: the quantizer's codes exactly, its scales and sums to one f16 step (`quantize_case`:
+//! Vulkan may round a division differently). The products are held to
 //! [`reference()`], the product of the dequantized weights and the dequantized activations,
 //! from which they differ only by f32 rounding (the integer dots are exact); against
 //! unquantized x the error is x's quantization, the trade llama.cpp makes too (about 4e-6
@@ -80,7 +81,7 @@ impl XBlocks {
 }
 
 /// What the quantizer computes x from: x itself, or what a node before it would have written,
-/// saving a GPU's decode step that node's dispatch.
+/// saving a step that node's dispatch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum XLoad {
     /// x as it is.
