@@ -64,6 +64,23 @@ pub trait Backend: Send + Sync {
         self.synchronize()?;
         Ok(t.elapsed())
     }
+    /// Copies the first `bytes` of `src` into `dst` with the runtime's own copy
+    /// (`cuMemcpyDtoDAsync`, `vkCmdCopyBuffer`), alone, and returns its duration on the
+    /// device's clock: the bandwidth the device's memory gives without any kernel of ours,
+    /// which a bench measures kernels against. [`BackendError::Unsupported`] where the backend
+    /// has no such copy.
+    fn copy_timed(
+        &self,
+        src: BufferHandle,
+        dst: BufferHandle,
+        bytes: u64,
+    ) -> Result<Duration, BackendError> {
+        let _ = (src, dst, bytes);
+        Err(BackendError::Unsupported {
+            kernel: "buffer copy".into(),
+            what: format!("{} has no timed copy of its runtime's own", self.name()),
+        })
+    }
     /// Checks `list` as `dispatch` would and records it for [`Backend::replay`]. Its bindings
     /// and parameters are frozen: what changes between replays goes in a buffer the kernels
     /// read. The default keeps the list and replays it dispatch by dispatch.

@@ -110,6 +110,11 @@ pub(crate) trait Spelling {
     fn prefetch(&self, _pointer: &str) -> Option<String> {
         None
     }
+    /// [`Expr::LoadLane`]: word `lane` of quad `quad` of the `unsigned int` buffer `buffer`,
+    /// where the dialect reads a quad at once; `None` to load the word on its own.
+    fn quad_lane(&self, _buffer: &str, _quad: &str, _lane: u8) -> Option<String> {
+        None
+    }
     /// [`BinaryOp::Dot4I8`] (`signed`) or [`BinaryOp::Dot4U8`] of two `unsigned int`
     /// expressions: a call of the prelude's `trine_dot4i8` or `trine_dot4u8`, which each
     /// dialect defines its own way (on [`dot4_bytes`] where it has nothing better).
@@ -760,6 +765,11 @@ impl<'a, S: Spelling> Printer<'a, S> {
                     Scalar::I8 => format!("(int){x}"),
                     _ => x,
                 }
+            }
+            Expr::LoadLane { buffer, quad, lane } => {
+                let (b, q) = (buffer_name(k, buffer), self.index(quad));
+                s.quad_lane(&b, &q, lane)
+                    .unwrap_or_else(|| format!("{b}[4u * {q} + {lane}u]"))
             }
             Expr::LoadShared { array, index } => {
                 format!("{}[{}]", shared_name(k, array), self.index(index))

@@ -264,6 +264,16 @@ impl KernelBuilder {
             index: index.id,
         })
     }
+    /// The four words of quad `quad` of a `U32` buffer ([`Expr::LoadLane`]).
+    pub fn load_quad(&self, buffer: BufferId, quad: Val<'_>) -> [Val<'_>; 4] {
+        std::array::from_fn(|lane| {
+            self.emit(Expr::LoadLane {
+                buffer,
+                quad: quad.id,
+                lane: lane as u8,
+            })
+        })
+    }
     pub fn store(&self, buffer: BufferId, index: Val<'_>, value: Val<'_>) {
         self.stmt(Stmt::Store {
             buffer,

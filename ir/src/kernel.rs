@@ -446,6 +446,17 @@ pub enum Expr {
         buffer: BufferId,
         index: ExprId,
     },
+    /// `buffer[4·quad + lane]` of a `U32` buffer: word `lane` (0..4) of its `quad`-th group of
+    /// four words, which starts 16 bytes into the binding times `quad` (every backend aligns a
+    /// binding to 16 bytes). CUDA/HIP read a quad with one 16-byte load however many of its
+    /// lanes are used (`((const uint4*)buffer)[quad].x`…, which the compilers merge), where
+    /// four `Load`s of the words would each be a load of its own: a product that streams
+    /// weights issues a quarter of the loads. SPIR-V and C load the word.
+    LoadLane {
+        buffer: BufferId,
+        quad: ExprId,
+        lane: u8,
+    },
     /// `shared[index]`, index U32.
     LoadShared {
         array: SharedId,
@@ -496,6 +507,7 @@ impl Expr {
         match *self {
             Expr::Literal(_) | Expr::Param(_) | Expr::Builtin(_) | Expr::Var(_) => vec![],
             Expr::Load { index, .. } | Expr::LoadShared { index, .. } => vec![index],
+            Expr::LoadLane { quad, .. } => vec![quad],
             Expr::Unary { arg, .. } | Expr::Cast { arg, .. } | Expr::Bitcast { arg, .. } => {
                 vec![arg]
             }
@@ -674,7 +686,9 @@ impl Kernel {
     fn reads_memory(&self, e: ExprId) -> bool {
         let expr = self.expr(e);
         let reads = match expr {
-            Expr::Load { buffer, .. } => !self.settled.contains(buffer),
+            Expr::Load { buffer, .. } | Expr::LoadLane { buffer, .. } => {
+                !self.settled.contains(buffer)
+            }
             Expr::LoadShared { .. } | Expr::Subgroup { .. } => true,
             _ => false,
         };

@@ -259,6 +259,10 @@ fn expr(k: &Kernel, x: &Expr) -> String {
             let name = k.buffers.get(buffer.0 as usize).map_or("?", |b| &b.name);
             format!("{name}[{}]", e(index))
         }
+        Expr::LoadLane { buffer, quad, lane } => {
+            let name = k.buffers.get(buffer.0 as usize).map_or("?", |b| &b.name);
+            format!("{name}.quad[{}].{lane}", e(quad))
+        }
         Expr::LoadShared { array, index } => {
             let name = k.shared.get(array.0 as usize).map_or("?", |s| &s.name);
             format!("{name}[{}]", e(index))

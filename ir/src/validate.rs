@@ -690,6 +690,20 @@ impl Validator<'_> {
                 self.expect(index, "load index", U32)?;
                 b.elem.loaded()
             }
+            Expr::LoadLane { buffer, quad, lane } => {
+                let b = self.buffer_for(buffer, false)?;
+                self.expect(quad, "quad index", U32)?;
+                if b.elem != U32 {
+                    return Err(mismatch(id, "LoadLane's buffer", "U32", b.elem));
+                }
+                if lane >= 4 {
+                    return Err(ValidationError::UnknownDecl {
+                        what: "quad lane",
+                        index: u32::from(lane),
+                    });
+                }
+                U32
+            }
             Expr::LoadShared { array, index } => {
                 let elem = self.shared(array)?.elem;
                 self.expect(index, "shared load index", U32)?;

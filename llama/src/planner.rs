@@ -115,6 +115,9 @@ pub enum Launch {
     Tiles(matmul_tiles::TilesSpec),
     /// Prompt attention on matrix tiles (a block of queries per workgroup of its own).
     FlashTiles,
+    /// A decode product on the file's blocks (which binds the weights a second time as an f16
+    /// view where `f16_view`).
+    Blocks { f16_view: bool },
     /// Everything else: the grid follows from the op alone.
     Plain,
 }
@@ -341,10 +344,21 @@ impl KernelKey {
                 add,
                 tokens,
             } => vec![plain(matvec_q8_rows::kernel(weights, add, tokens)?)],
-            KernelKey::MatvecQ8Blocks { weights, add, rows } => reductions
-                .iter()
-                .map(|&how| matvec_q8_blocks::kernel(weights, how, rows, add).map(plain))
-                .collect::<Result<_, ShapeError>>()?,
+            KernelKey::MatvecQ8Blocks { weights, add, rows } => {
+                // Each reduction with the scales read through an f16 view where the device
+                // stores f16, then without.
+                let views: &[bool] = if info.f16 { &[true, false] } else { &[false] };
+                let mut variants = vec![];
+                for &how in reductions {
+                    for &f16_view in views {
+                        variants.push(Variant {
+                            kernel: matvec_q8_blocks::kernel(weights, how, rows, add, f16_view)?,
+                            launch: Launch::Blocks { f16_view },
+                        });
+                    }
+                }
+                variants
+            }
             KernelKey::MatmulTiles(key) => {
                 let mut variants = vec![];
                 for spec in tiles_spec(key, info).variants() {

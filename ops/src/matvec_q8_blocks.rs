@@ -18,7 +18,7 @@ use crate::blocks::{BlockFormat, Bytes, IntUnits, Packed, UNIT};
 use crate::case::*;
 use crate::matvec_q8::{code_sum, quantize_x, reference, XBlocks, OP, X_BLOCK};
 use crate::shape::ShapeError;
-use crate::support::{Combine, Reducer, Reduction};
+use crate::support::{prefetch_bytes, Combine, Reducer, Reduction};
 use trine_gguf::quant::{quantize, WeightType};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
@@ -60,22 +60,30 @@ pub fn takes(ty: WeightType, cols: u32) -> bool {
 }
 
 /// The product of `ty` weights (the file's bytes, bound as `U32` words) and x quantized in
-/// [`X_BLOCKS`]. Buffers `w`, `xq`, `xd`, with `add` also `r` (F32 `[rows]`, added: a
-/// residual connection), then `y` (F32 `[rows]`); parameters `rows`, `cols`; grid [`grid`].
+/// [`X_BLOCKS`]. Buffers `w`, with `f16_view` also `w16` (the same bytes bound as `F16`: the
+/// blocks' f16 scales converted natively, where assembling one from bytes costs some twenty
+/// integer operations, per run and row), `xq`, `xd`, with `add` also `r` (F32 `[rows]`,
+/// added: a residual connection), then `y` (F32 `[rows]`); parameters `rows`, `cols`; grid
+/// [`grid`].
 pub fn kernel(
     ty: WeightType,
     reduce: Reduction,
     rows_per_workgroup: u32,
     add: bool,
+    f16_view: bool,
 ) -> Result<Kernel, ShapeError> {
     let (p, units) = format(ty)?;
     let nrows = crate::support::nonzero(OP, "rows per workgroup", rows_per_workgroup)?;
     let mut name = format!("matvec_q8_{ty}_blocks_{}_r{nrows}", reduce.name());
+    if f16_view {
+        name.push_str("_h");
+    }
     if add {
         name.push_str("_add");
     }
     let k = KernelBuilder::new(&name, [WORKGROUP, 1, 1]);
     let w = k.buffer("w", Scalar::U32, Access::Read);
+    let w16 = f16_view.then(|| k.buffer("w16", Scalar::F16, Access::Read));
     let xq = k.buffer("xq", Scalar::U32, Access::Read);
     let xd = k.buffer("xd", Scalar::F32, Access::Read);
     let r = add.then(|| k.buffer("r", Scalar::F32, Access::Read));
@@ -90,9 +98,12 @@ pub fn kernel(
         .map(|i| (row0 + k.u32(i)).min(rows - k.u32(1)))
         .collect();
     let blocks = cols / k.u32(p.elems);
+    // The workgroup's rows stream into L2 while the dispatch before it (x's quantizer) runs.
+    let row_bytes = blocks * k.u32(p.bytes);
+    let end = (rows_at[rows_at.len() - 1] + k.u32(1)) * row_bytes;
+    prefetch_bytes(&k, (w, 4), (rows_at[0] * row_bytes, end), WORKGROUP);
     let per_block = p.elems / UNIT;
     let accs: Vec<_> = (0..nrows).map(|_| k.var("acc", Scalar::F32)).collect();
-    let x_words = X_BLOCK / 4;
     k.for_range(lid, blocks * k.u32(per_block), WORKGROUP, |u| {
         let (b, unit) = (u / k.u32(per_block), u % k.u32(per_block));
         let codes: Vec<_> = rows_at
@@ -111,8 +122,9 @@ pub fn kernel(
             .map(|&(first, _)| {
                 let e = b * k.u32(p.elems) + first;
                 let xb = e / k.u32(X_BLOCK);
-                let at = xb * k.u32(x_words) + (e % k.u32(X_BLOCK)) / k.u32(4);
-                let words: Vec<Val> = (0..4).map(|j| k.load(xq, at + k.u32(j))).collect();
+                // A run's 16 bytes of x are a quad: its block's first or second half.
+                let quad = xb * k.u32(X_BLOCK / 16) + (e % k.u32(X_BLOCK)) / k.u32(16);
+                let words = k.load_quad(xq, quad);
                 let sum = code_sum(&k, &words);
                 (first, words, k.load(xd, xb), sum)
             })
@@ -131,7 +143,7 @@ pub fn kernel(
                 } else {
                     dot - k.i32(units.centre) * *xsum
                 };
-                let scales = (p.scales)(&k, (Bytes::Words(w), None), *base, *first / k.u32(p.sub));
+                let scales = (p.scales)(&k, (Bytes::Words(w), w16), *base, *first / k.u32(p.sub));
                 sum = (scales.d * *dx).fma(dot.cast(Scalar::F32), sum);
                 if let Some(m) = scales.m {
                     sum = (m * *dx).fma(xsum.cast(Scalar::F32), sum);
@@ -163,7 +175,7 @@ pub fn case(
     (rows, cols): (u32, u32),
     reduce: Reduction,
     rows_per_workgroup: u32,
-    add: bool,
+    (add, f16_view): (bool, bool),
 ) -> Result<Case, ShapeError> {
     let (p, _) = format(ty)?;
     if !takes(ty, cols) {
@@ -181,18 +193,24 @@ pub fn case(
     let x = quantize_x(&rng.f32s(c, -1.0, 1.0), X_BLOCKS);
     let mut want = reference(ty, &w, r, c, &x)?;
     let resid = rng.f32s(r, -1.0, 1.0);
+    let view = if f16_view { "_h" } else { "" };
     let suffix = if add { "_add" } else { "" };
+    let w = crate::blocks::pad_to_words(w);
     let mut case = Case::new(
         format!(
-            "{OP}/{ty}/{rows}x{cols}/blocks_{}_r{rows_per_workgroup}{suffix}",
+            "{OP}/{ty}/{rows}x{cols}/blocks_{}_r{rows_per_workgroup}{view}{suffix}",
             reduce.name()
         ),
-        kernel(ty, reduce, rows_per_workgroup, add)?,
+        kernel(ty, reduce, rows_per_workgroup, add, f16_view)?,
         grid(rows, rows_per_workgroup),
     )
-    .input("w", Scalar::U32, crate::blocks::pad_to_words(w))
-    .input("xq", Scalar::U32, bytemuck::cast_slice(&x.words).to_vec())
-    .input("xd", Scalar::F32, bytemuck::cast_slice(&x.scales).to_vec());
+    .input("w", Scalar::U32, w.clone());
+    if f16_view {
+        case = case.input("w16", Scalar::F16, w);
+    }
+    case = case
+        .input("xq", Scalar::U32, bytemuck::cast_slice(&x.words).to_vec())
+        .input("xd", Scalar::F32, bytemuck::cast_slice(&x.scales).to_vec());
     if add {
         want.iter_mut()
             .zip(&resid)
@@ -206,7 +224,7 @@ pub fn case(
 
 /// Every format with units: a row of one block, rows of three blocks (every other Q6_K block
 /// then starts mid-word) in a count the workgroups' rows do not divide, a row longer than a
-/// workgroup's units, both reductions and the residual's variant.
+/// workgroup's units, both reductions, the residual's variant and scales read both ways.
 pub fn cases() -> Vec<Case> {
     let mut out = vec![];
     for ty in BlockFormat::ALL
@@ -214,13 +232,13 @@ pub fn cases() -> Vec<Case> {
         .into_iter()
         .filter(|&t| format(t).is_ok())
     {
-        let mut push = |shape, reduce, per, add| {
-            out.push(case(ty, shape, reduce, per, add).expect("valid shapes"));
+        let mut push = |shape, reduce, per, how| {
+            out.push(case(ty, shape, reduce, per, how).expect("valid shapes"));
         };
-        push((4, 256), Reduction::Shared, 1, false);
-        push((7, 768), Reduction::Subgroup, 2, false);
-        push((9, 4608), Reduction::Subgroup, 1, true);
-        push((5, 768), Reduction::Shared, 2, true);
+        push((4, 256), Reduction::Shared, 1, (false, false));
+        push((7, 768), Reduction::Subgroup, 2, (false, true));
+        push((9, 4608), Reduction::Subgroup, 1, (true, true));
+        push((5, 768), Reduction::Shared, 2, (true, false));
     }
     out
 }
@@ -232,7 +250,7 @@ mod tests {
     /// A format without units, and rows that are not whole blocks, are refused by name.
     #[test]
     fn what_it_does_not_take_is_refused() {
-        let e = kernel(WeightType::Q4_0, Reduction::Shared, 1, false)
+        let e = kernel(WeightType::Q4_0, Reduction::Shared, 1, false, false)
             .unwrap_err()
             .to_string();
         assert!(
@@ -240,7 +258,14 @@ mod tests {
             "{e}"
         );
         assert!(takes(WeightType::Q6_K, 512) && !takes(WeightType::Q6_K, 96));
-        let e = case(WeightType::Q4_K, (1, 96), Reduction::Shared, 1, false).unwrap_err();
+        let e = case(
+            WeightType::Q4_K,
+            (1, 96),
+            Reduction::Shared,
+            1,
+            (false, false),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("96"), "{e}");
     }
 }

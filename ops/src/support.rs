@@ -3,7 +3,7 @@
 
 use super::shape::ShapeError;
 use half::f16;
-use trine_ir::{KernelBuilder, Scalar, SharedId, Val};
+use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val};
 
 /// Most elements one buffer of these ops may hold. Kernels index with u32 and their strided
 /// loops add a workgroup size past the end, so the limit leaves headroom below `u32::MAX`.
@@ -12,6 +12,24 @@ pub const MAX_ELEMENTS: usize = 1 << 31;
 /// Bytes a prefetch ([`trine_ir::Stmt::Prefetch`]) brings in: one line of NVIDIA's L2, the
 /// only target that keeps prefetches.
 pub const PREFETCH_LINE: u32 = 128;
+
+/// Prefetches bytes `start..end` of `buf` (elements of `elem` bytes), a line of
+/// [`PREFETCH_LINE`] bytes per invocation and step of a workgroup of `workgroup`. As a
+/// kernel's first statement it runs before a CUDA kernel waits for the dispatch before it
+/// ([`trine_ir::Kernel::prefetch_prologue`]): weights no dispatch writes stream into L2 while
+/// that dispatch still runs.
+pub fn prefetch_bytes<'b>(
+    k: &'b KernelBuilder,
+    (buf, elem): (BufferId, u32),
+    (start, end): (Val<'b>, Val<'b>),
+    workgroup: u32,
+) {
+    let lines = (end - start + k.u32(PREFETCH_LINE - 1)) / k.u32(PREFETCH_LINE);
+    k.for_range(k.local_index(), lines, workgroup, |i| {
+        let byte = (start + i * k.u32(PREFETCH_LINE)).min(end - k.u32(1));
+        k.prefetch(buf, byte / k.u32(elem));
+    });
+}
 
 /// The float type an op stores its activations in; arithmetic is always f32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -155,6 +155,7 @@ driver_api! {
     memset_d8_async = b"cuMemsetD8Async\0": fn(CuDevicePtr, u8, usize, CuStream);
     memcpy_htod_async = b"cuMemcpyHtoDAsync_v2\0": fn(CuDevicePtr, *const c_void, usize, CuStream);
     memcpy_dtoh_async = b"cuMemcpyDtoHAsync_v2\0": fn(*mut c_void, CuDevicePtr, usize, CuStream);
+    memcpy_dtod_async = b"cuMemcpyDtoDAsync_v2\0": fn(CuDevicePtr, CuDevicePtr, usize, CuStream);
     module_load_data = b"cuModuleLoadData\0": fn(*mut CuModule, *const c_void);
     module_unload = b"cuModuleUnload\0": fn(CuModule);
     module_get_function = b"cuModuleGetFunction\0": fn(*mut CuFunction, CuModule, *const c_char);

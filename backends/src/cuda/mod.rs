@@ -476,6 +476,26 @@ impl Backend for CudaBackend {
         self.timed(|| self.launch(&state, d))
     }
 
+    fn copy_timed(
+        &self,
+        src: BufferHandle,
+        dst: BufferHandle,
+        bytes: u64,
+    ) -> Result<Duration, BackendError> {
+        let state = self.enter()?;
+        let (s, d) = (state.buffers.get(src)?, state.buffers.get(dst)?);
+        check_range(0, bytes, s.size)?;
+        check_range(0, bytes, d.size)?;
+        let (from, to) = (s.ptr, d.ptr);
+        self.timed(|| {
+            // SAFETY: both pointers start live allocations of this context holding at least
+            // `bytes` (checked above), queued on the backend's stream.
+            self.driver.check("cuMemcpyDtoDAsync", unsafe {
+                (self.driver.memcpy_dtod_async)(to, from, bytes as usize, self.handles.stream)
+            })
+        })
+    }
+
     fn record(&self, list: &[Dispatch<'_>]) -> Result<Recording, BackendError> {
         let mut state = self.enter()?;
         // SAFETY: the stream is live and only used under the lock held here, so nothing else

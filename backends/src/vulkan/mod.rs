@@ -506,7 +506,45 @@ impl Backend for VulkanBackend {
         }
         self.record(&mut state, d, true)?;
         state.submit.finish(dev)?;
-        let [start, end] = state.submit.timestamps(dev)?;
+        self.elapsed(&state)
+    }
+
+    fn copy_timed(
+        &self,
+        src: BufferHandle,
+        dst: BufferHandle,
+        bytes: u64,
+    ) -> Result<Duration, BackendError> {
+        if !self.info.timestamps {
+            return Err(BackendError::Unsupported {
+                kernel: "buffer copy".into(),
+                what: "timestamps on this device".into(),
+            });
+        }
+        let mut state = self.lock();
+        let dev = self.dev();
+        state.submit.finish(dev)?;
+        let (s, d) = (state.buffers.get(src)?, state.buffers.get(dst)?);
+        check_range(0, bytes, s.size)?;
+        check_range(0, bytes, d.size)?;
+        let (from, to) = (s.buffer, d.buffer);
+        let region = vk::BufferCopy {
+            src_offset: 0,
+            dst_offset: 0,
+            size: bytes,
+        };
+        // SAFETY: both buffers are live and hold `bytes` (checked above); the device has
+        // timestamps.
+        unsafe { state.submit.record_copy_timed(dev, from, to, region)? };
+        state.submit.finish(dev)?;
+        self.elapsed(&state)
+    }
+}
+
+impl VulkanBackend {
+    /// The time between the two timestamps of the last timed command, which has completed.
+    fn elapsed(&self, state: &State) -> Result<Duration, BackendError> {
+        let [start, end] = state.submit.timestamps(self.dev())?;
         let bits = self.timestamp_bits;
         let mask = if bits >= 64 {
             u64::MAX

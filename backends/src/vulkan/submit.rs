@@ -321,6 +321,35 @@ impl Submitter {
         Ok(())
     }
 
+    /// Records a copy between buffers into the open batch, after a barrier on earlier work,
+    /// bracketed by the two timestamps `timestamps` reads.
+    ///
+    /// # Safety
+    /// As [`Submitter::record_copy`], on a device with timestamps.
+    pub unsafe fn record_copy_timed(
+        &mut self,
+        device: &ash::Device,
+        src: vk::Buffer,
+        dst: vk::Buffer,
+        region: vk::BufferCopy,
+    ) -> Result<(), BackendError> {
+        let cmd = self.begin_after_work(device)?;
+        // SAFETY: `cmd` is recording; the buffers and region are valid and the query pool
+        // exists (the caller's contract).
+        unsafe {
+            device.cmd_reset_query_pool(cmd, self.queries, 0, 2);
+            device.cmd_write_timestamp(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, self.queries, 0);
+            device.cmd_copy_buffer(cmd, src, dst, &[region]);
+            device.cmd_write_timestamp(
+                cmd,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                self.queries,
+                1,
+            );
+        }
+        Ok(())
+    }
+
     /// Records zeroing the whole of `dst` (buffers are word-sized) into the open batch, after a
     /// barrier on earlier work.
     ///

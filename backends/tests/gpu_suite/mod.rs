@@ -12,7 +12,7 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 /// tests of an optional capability take whether `TRINE_REQUIRE_BACKENDS` names the backend.
 macro_rules! shared_tests {
     ($open:path, $done:path) => {
-        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, bad_dispatches_are_rejected, invalid_kernels_are_rejected, recordings_replay_with_a_step_buffer, long_recordings_stay_ordered);
+        $crate::gpu_suite::shared_tests!(@each $open, $done; buffers_round_trip, saxpy_matches_the_host_with_offset_bindings, many_dispatches_are_ordered_across_batches, wide_grids_are_folded, u8_buffers_with_unaligned_sizes, shared_memory_reduction, dispatch_timed_is_positive, copy_timed_copies, bad_dispatches_are_rejected, invalid_kernels_are_rejected, recordings_replay_with_a_step_buffer, long_recordings_stay_ordered);
         $crate::gpu_suite::shared_tests!(@required $open, $done; subgroup_sum, f16_buffers, declared_subgroup_widths_hold);
     };
     (@each $open:path, $done:path; $($name:ident),*) => {$(
@@ -480,6 +480,35 @@ pub fn dispatch_timed_is_positive(b: &dyn Backend) {
     );
     assert!(!t.is_zero());
     assert_eq!(download::<f32>(b, hy, 4), [5.0; 4]);
+}
+
+/// The runtime's own copy, where the backend has one: exactly the bytes asked for, a positive
+/// time, and a range past either buffer refused.
+pub fn copy_timed_copies(b: &dyn Backend) {
+    let n = 1 << 18;
+    let src: Vec<u32> = (0..n as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761))
+        .collect();
+    let hs = upload(b, &src);
+    let hd = upload(b, &vec![7u32; n]);
+    let bytes = 4 * (n as u64 - 1);
+    let t = match b.copy_timed(hs, hd, bytes) {
+        Ok(t) => t,
+        Err(BackendError::Unsupported { what, .. }) => {
+            eprintln!("skipping: {}: {what}", b.name());
+            return;
+        }
+        Err(e) => panic!("copy_timed: {e}"),
+    };
+    eprintln!("copy of {bytes} bytes: {t:?}");
+    assert!(!t.is_zero());
+    let got = download::<u32>(b, hd, n);
+    assert!(got[..n - 1] == src[..n - 1], "the copied words differ");
+    assert_eq!(got[n - 1], 7, "the copy wrote past the bytes asked for");
+    assert!(matches!(
+        b.copy_timed(hs, hd, 4 * n as u64 + 4),
+        Err(BackendError::OutOfRange { .. })
+    ));
 }
 
 pub fn bad_dispatches_are_rejected(b: &dyn Backend) {

@@ -225,7 +225,10 @@ fn recomputable(k: &Kernel, vars: &[VarClass], e: ExprId, memo: &mut Vec<Option<
         // does not change: `first + lid` is then computed again where used, and GCC sees an
         // index contiguous in `lid` instead of loading it from an array (a gather).
         Expr::Var(v) => vars[v.0 as usize] == VarClass::Uniform,
-        Expr::Load { .. } | Expr::LoadShared { .. } | Expr::Subgroup { .. } => false,
+        Expr::Load { .. }
+        | Expr::LoadLane { .. }
+        | Expr::LoadShared { .. }
+        | Expr::Subgroup { .. } => false,
     };
     let r = own
         && expr

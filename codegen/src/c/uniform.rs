@@ -95,6 +95,9 @@ impl Uniformity {
             Expr::Load { buffer, index } => {
                 !k.buffers[buffer.0 as usize].access.can_write() && u(index)
             }
+            Expr::LoadLane { buffer, quad, .. } => {
+                !k.buffers[buffer.0 as usize].access.can_write() && u(quad)
+            }
             Expr::LoadShared { index, .. } => u(index),
             Expr::Unary { arg, .. } | Expr::Cast { arg, .. } | Expr::Bitcast { arg, .. } => u(arg),
             Expr::Binary { lhs, rhs, .. } => u(lhs) && u(rhs),

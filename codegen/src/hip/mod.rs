@@ -264,6 +264,14 @@ impl Spelling for Gpu {
         Some(format!("trine_prefetch({pointer})"))
     }
 
+    /// Each lane reads its member of the quad as a `uint4`: the compilers merge the four
+    /// reads of one quad into one 16-byte load, and keep the read-only path of the buffer's
+    /// `const __restrict__` pointer.
+    fn quad_lane(&self, buffer: &str, quad: &str, lane: u8) -> Option<String> {
+        let member = ["x", "y", "z", "w"][usize::from(lane)];
+        Some(format!("((const uint4*){buffer})[{quad}].{member}"))
+    }
+
     fn intrinsic(&self, f: Intrinsic) -> &'static str {
         match f {
             Intrinsic::Rsqrt => "rsqrtf",

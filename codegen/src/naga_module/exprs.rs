@@ -17,6 +17,12 @@ impl Lowerer<'_> {
                 pointer: self.vars[v.0 as usize],
             }),
             Expr::Load { buffer, index } => self.load(buffer, self.value(index), block),
+            Expr::LoadLane { buffer, quad, lane } => {
+                let [four, lane] = [4, u32::from(lane)].map(|v| self.u32(v, block));
+                let first = self.binary(Bo::Multiply, self.value(quad), four);
+                let index = self.binary(Bo::Add, first, lane);
+                self.element(buffer, index)
+            }
             Expr::LoadShared { array, index } => {
                 let base = self.shared[array.0 as usize];
                 let pointer = self.emit(Expression::Access {

@@ -369,6 +369,22 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     out[lane] = ops::widen(elem, bits);
                 }
             }
+            Expr::LoadLane {
+                buffer,
+                quad,
+                lane: word,
+            } => {
+                for lane in Self::active(mask) {
+                    let index = self
+                        .val(quad, lane)
+                        .checked_mul(4)
+                        .and_then(|i| i.checked_add(u32::from(word)))
+                        .unwrap_or(u32::MAX);
+                    let addr = self.address(buffer, index, lane, "load")?;
+                    let view = &self.l.buffers[buffer.0 as usize];
+                    out[lane] = view.words.load_bits(addr, 4);
+                }
+            }
             Expr::LoadShared { array, index } => {
                 for lane in Self::active(mask) {
                     let i = self.val(index, lane);

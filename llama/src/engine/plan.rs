@@ -111,9 +111,10 @@ impl Engine {
                             matvec_q8_rows::grid(rows, tokens, per),
                         )
                     }
-                    (Form::QuantizedBlocks, _) => {
-                        let mut inputs =
-                            vec![Tensor::Weight(wid), Tensor::XqWords, Tensor::XqScales];
+                    (Form::QuantizedBlocks, Launch::Blocks { f16_view }) => {
+                        let views = if f16_view { 2 } else { 1 };
+                        let mut inputs = vec![Tensor::Weight(wid); views];
+                        inputs.extend([Tensor::XqWords, Tensor::XqScales]);
                         inputs.extend(add);
                         let per = tuning::q8_blocks_rows_per_workgroup(rows);
                         plan(

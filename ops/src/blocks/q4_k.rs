@@ -4,7 +4,7 @@
 //! nibbles and 2c + 1 in their high ones. Element value d·sc·q − dmin·mn.
 
 use super::packed::{centred, k_scales, nibble_words, Bytes, IntUnits, Packed, UnitCodes};
-use super::read::{nibbles, on_words, run_words};
+use super::read::{nibbles, on_words, quad_words};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
 
@@ -46,7 +46,8 @@ fn codes<'b>(
 fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) -> UnitCodes<'b> {
     let (chunk, half) = (unit >> k.u32(1), unit & k.u32(1));
     let at = base + k.u32(CODES_AT) + chunk * k.u32(32) + half * k.u32(16);
-    let words = run_words(k, w, at, 16, on_words(FORMAT.bytes));
+    // Blocks of 144 bytes keep every unit on 16 bytes.
+    let words = quad_words(k, w, at);
     let first = chunk * k.u32(64) + half * k.u32(16);
     UnitCodes {
         runs: [

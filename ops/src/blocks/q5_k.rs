@@ -6,7 +6,7 @@
 use super::packed::{
     centred, k_scales, nibbles_with_high_bits, Bytes, IntUnits, Packed, UnitCodes,
 };
-use super::read::{byte, nibbles, on_words, run_words};
+use super::read::{byte, nibbles, on_words, quad_words};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
 
@@ -53,10 +53,10 @@ fn codes<'b>(
 /// high ones'.
 fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) -> UnitCodes<'b> {
     let (chunk, half) = (unit >> k.u32(1), unit & k.u32(1));
-    let aligned = on_words(FORMAT.bytes);
+    // Blocks of 176 bytes keep every unit's codes and high bits on 16 bytes.
     let at = base + k.u32(CODES_AT) + chunk * k.u32(32) + half * k.u32(16);
-    let low = run_words(k, w, at, 16, aligned);
-    let high = run_words(k, w, base + k.u32(HIGH_AT) + half * k.u32(16), 16, aligned);
+    let low = quad_words(k, w, at);
+    let high = quad_words(k, w, base + k.u32(HIGH_AT) + half * k.u32(16));
     let first = chunk * k.u32(64) + half * k.u32(16);
     let sub = chunk * k.u32(2);
     nibbles_with_high_bits(

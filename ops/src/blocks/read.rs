@@ -38,6 +38,12 @@ pub(super) fn bytes<'b>(
     }
 }
 
+/// The four words of the 16 bytes from byte `at` of words `w`, `at` a multiple of 16: one
+/// quad ([`KernelBuilder::load_quad`]), which a GPU reads with one load.
+pub(super) fn quad_words<'b>(k: &'b KernelBuilder, w: BufferId, at: Val<'b>) -> [Val<'b>; 4] {
+    k.load_quad(w, at >> k.u32(4))
+}
+
 /// The words holding the `n` bytes (4 or more) from byte `at` (even) of words `w`, byte `i`
 /// of the run in byte `i % 4` of word `i / 4`. A run on a word (`aligned`) is its words; one
 /// that may start mid-word (`shift` 16) joins the high half of each word to the low half of

@@ -13,6 +13,7 @@ pub mod half_axpy;
 pub mod math;
 pub mod matmul;
 pub mod prefix_sum;
+pub mod quads;
 pub mod reduce;
 pub mod saxpy;
 pub mod softmax;
@@ -29,7 +30,7 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// The foundation kernels' families, in the order of [`cases`].
-pub static FAMILIES: [Family; 17] = [
+pub static FAMILIES: [Family; 18] = [
     Family {
         name: "saxpy",
         about: "y = a·x + y, one invocation per element; large sizes exercise grid limits",
@@ -54,6 +55,11 @@ pub static FAMILIES: [Family; 17] = [
         name: "unpack",
         about: "loads of storage-only types: u8 and i8 bytes and bf16, widened",
         cases: unpack::cases,
+    },
+    Family {
+        name: "quads",
+        about: "words read a quad (16 bytes) at a time, every lane and a subset",
+        cases: quads::cases,
     },
     Family {
         name: "half_axpy",

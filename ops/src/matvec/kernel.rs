@@ -10,7 +10,7 @@ use crate::blocks::{BlockFormat, Bytes};
 use crate::matvec_attn::{Combined, Input, RopeOut};
 use crate::matvec_fused::{self as fused, Norm};
 use crate::shape::ShapeError;
-use crate::support::PREFETCH_LINE;
+use crate::support::{prefetch_bytes, PREFETCH_LINE};
 use trine_ir::{Access, Kernel, KernelBuilder, Scalar, Val, Var};
 
 /// The matvec kernel for `spec`. Buffers: `w` (the weights: bytes if quantized, words with
@@ -292,16 +292,10 @@ fn prefetch_rows<'b>(
     cols: Val<'b>,
     (first, last): (Val<'b>, Val<'b>),
 ) {
-    const LINE: u32 = PREFETCH_LINE;
     let row_bytes = (cols / k.u32(f.elems())) * k.u32(f.bytes());
-    let start = first * row_bytes;
-    let end = (last + k.u32(1)) * row_bytes;
-    let lines = (end - start + k.u32(LINE - 1)) / k.u32(LINE);
-    let elem = k.u32(spec.weights_elem().size() as u32);
-    k.for_range(k.local_index(), lines, spec.workgroup, |i| {
-        let byte = (start + i * k.u32(LINE)).min(end - k.u32(1));
-        k.prefetch(w, byte / elem);
-    });
+    let bytes = (first * row_bytes, (last + k.u32(1)) * row_bytes);
+    let elem = spec.weights_elem().size() as u32;
+    prefetch_bytes(k, (w, elem), bytes, spec.workgroup);
 }
 
 /// Prefetches the norm's weights `g` (`cols` f32) beside the rows ([`prefetch_rows`]): no

@@ -1,6 +1,6 @@
-//! Timing one kernel on one backend, for the copy roof: buffers uploaded once, compiled
-//! outside the timing, then `dispatch_timed` under the measurement policy, and every buffer
-//! freed whatever happened.
+//! Timing one kernel on one backend, or the runtime's own buffer copy, for the copy roof:
+//! buffers uploaded once, compiled outside the timing, then `dispatch_timed` (`copy_timed`)
+//! under the measurement policy, and every buffer freed whatever happened.
 
 use super::measure::{measure, Policy, Stats};
 use trine_backends::{Backend, BackendError, Binding, BufferHandle, Dispatch};
@@ -77,4 +77,19 @@ pub fn time(backend: &dyn Backend, work: &Work<'_>, policy: &Policy) -> Result<S
         params: work.params,
     };
     Ok(measure(policy, || backend.dispatch_timed(&d))?)
+}
+
+/// The runtime's own copy of `bytes` between two buffers of the device, timed under `policy`.
+pub fn time_copy(backend: &dyn Backend, bytes: u64, policy: &Policy) -> Result<Stats, Skip> {
+    let mut held = Buffers {
+        backend,
+        handles: vec![],
+    };
+    for fill in [0x3fu8, 0] {
+        let h = backend.alloc(bytes)?;
+        held.handles.push(h);
+        backend.write(h, 0, &vec![fill; bytes as usize])?;
+    }
+    let (src, dst) = (held.handles[0], held.handles[1]);
+    Ok(measure(policy, || backend.copy_timed(src, dst, bytes))?)
 }

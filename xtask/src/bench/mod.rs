@@ -280,7 +280,10 @@ fn bench_column(col: &mut Column, run: &Run<'_>, peers: &Peers<'_>) -> Vec<Recor
     let backend = col.backend.clone();
     let device = backend.info().name.clone();
     let roof = || match roof::measure(backend.as_ref(), &run.policies.single) {
-        Ok(r) => Some(r),
+        Ok(copies) => {
+            let gbps = copies.iter().map(|c| c.gbps).fold(f64::NAN, f64::max);
+            Some((copies, gbps))
+        }
         Err(e) => {
             eprintln!("{}: no copy roof: {e}", col.name);
             None
@@ -290,8 +293,8 @@ fn bench_column(col: &mut Column, run: &Run<'_>, peers: &Peers<'_>) -> Vec<Recor
     let timed = time_model(run, backend.clone());
     let after = roof();
     let gbps = match (&before, &after) {
-        (Some(b), Some(a)) => Some((b.gbps + a.gbps) / 2.0),
-        (Some(r), None) | (None, Some(r)) => Some(r.gbps),
+        (Some(b), Some(a)) => Some((b.1 + a.1) / 2.0),
+        (Some(r), None) | (None, Some(r)) => Some(r.1),
         (None, None) => None,
     };
     col.roof = gbps.ok_or_else(|| "no copy roof".to_string());
@@ -306,25 +309,21 @@ fn bench_column(col: &mut Column, run: &Run<'_>, peers: &Peers<'_>) -> Vec<Recor
         bytes: 0,
         flops: 0,
         timing: None,
-        adjacent_roofs_gbps: before
-            .as_ref()
-            .zip(after.as_ref())
-            .map(|(b, a)| [b.gbps, a.gbps]),
+        adjacent_roofs_gbps: before.as_ref().zip(after.as_ref()).map(|(b, a)| [b.1, a.1]),
         skipped: None,
     };
     let roof_gbps = gbps.unwrap_or(f64::NAN);
     let mut out = vec![];
-    if let Some(r) = before.as_ref().or(after.as_ref()) {
+    for r in before
+        .as_ref()
+        .or(after.as_ref())
+        .map_or(&[][..], |(c, _)| c)
+    {
         let copy = Record {
             bytes: 2 * r.bytes,
-            ..base(
-                "-",
-                "copy",
-                "copy_f32".into(),
-                format!("{} MiB", r.bytes >> 20),
-            )
+            ..base("-", "copy", r.how.clone(), format!("{} MiB", r.bytes >> 20))
         };
-        eprintln!("{}: copy {:.2} GB/s", col.name, roof_gbps);
+        eprintln!("{}: {} {:.2} GB/s", col.name, r.how, r.gbps);
         out.push(with_timing(copy, &r.stats, roof_gbps));
     }
     let timed = match timed {

@@ -1,9 +1,11 @@
-//! The bandwidth roof of a backend: an f32 copy kernel over the largest buffer the device binds
-//! (up to 256 MiB), timed like every op. Bandwidth counts the bytes read plus those written.
+//! The bandwidth roof of a backend: the faster of the runtime's own buffer copy
+//! (`cuMemcpyDtoDAsync`, `vkCmdCopyBuffer`, where the backend times one) and an f32 copy
+//! kernel, over the largest buffer the device binds (up to 256 MiB), timed like every op.
+//! Bandwidth counts the bytes read plus those written.
 
 use super::exec::{self, Skip, Work};
 use super::measure::{Policy, Stats};
-use trine_backends::Backend;
+use trine_backends::{Backend, BackendError};
 use trine_ir::ParamValue;
 use trine_ops::elementwise::{self, copy_kernel, WG};
 use trine_ops::support::Float;
@@ -23,13 +25,28 @@ pub fn copy_gbps(bytes: u64, us: f64) -> f64 {
 }
 
 pub struct Roof {
+    /// What copied: "driver copy" or the copy kernel's name.
+    pub how: String,
     pub bytes: u64,
     pub stats: Stats,
     pub gbps: f64,
 }
 
-pub fn measure(backend: &dyn Backend, policy: &Policy) -> Result<Roof, Skip> {
+/// The runtime's own copy where the backend has one, then the copy kernel.
+pub fn measure(backend: &dyn Backend, policy: &Policy) -> Result<Vec<Roof>, Skip> {
     let bytes = buffer_bytes(backend.info().max_binding_bytes);
+    let roof = |how: String, stats: Stats| Roof {
+        how,
+        bytes,
+        gbps: copy_gbps(bytes, stats.median_us),
+        stats,
+    };
+    let mut out = vec![];
+    match exec::time_copy(backend, bytes, policy) {
+        Ok(stats) => out.push(roof("driver copy".into(), stats)),
+        Err(Skip::Failed(BackendError::Unsupported { .. })) => {}
+        Err(e) => return Err(e),
+    }
     let n = (bytes / 4) as u32;
     let grid = elementwise::grid(n).map_err(|e| Skip::NoKernel(e.to_string()))?;
     let x = vec![0x3fu8; bytes as usize];
@@ -43,11 +60,8 @@ pub fn measure(backend: &dyn Backend, policy: &Policy) -> Result<Roof, Skip> {
         buffers: vec![("x", x.as_slice()), ("y", y.as_slice())],
     };
     let stats = exec::time(backend, &work, policy)?;
-    Ok(Roof {
-        bytes,
-        gbps: copy_gbps(bytes, stats.median_us),
-        stats,
-    })
+    out.push(roof(kernel.name.clone(), stats));
+    Ok(out)
 }
 
 #[cfg(test)]
