@@ -82,7 +82,7 @@ impl ChatTemplate {
             eos_token: eos_token.to_string(),
             now: None,
         };
-        let env = t.environment();
+        let env = t.environment().map_err(|e| t.error(e))?;
         env.template_from_named_str(&t.origin, &t.source)
             .map_err(|e| t.error(e))?;
         Ok(t)
@@ -117,7 +117,7 @@ impl ChatTemplate {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        let env = self.environment();
+        let env = self.environment().map_err(|e| self.error(e))?;
         let tmpl = env
             .template_from_named_str(&self.origin, &self.source)
             .map_err(|e| self.error(e))?;
@@ -135,11 +135,11 @@ impl ChatTemplate {
         tmpl.render(ctx).map_err(|e| self.error(e))
     }
 
-    fn environment(&self) -> Environment<'static> {
+    fn environment(&self) -> Result<Environment<'static>, Error> {
         let mut env = Environment::new();
         let mut syntax = minijinja::syntax::SyntaxConfig::builder();
         syntax.trim_blocks(true).lstrip_blocks(true);
-        env.set_syntax(syntax.build().expect("the default delimiters are valid"));
+        env.set_syntax(syntax.build()?);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         let now = self.now;
@@ -152,7 +152,7 @@ impl ChatTemplate {
             crate::strftime::format(fmt, secs)
                 .map_err(|e| Error::new(ErrorKind::InvalidOperation, e))
         });
-        env
+        Ok(env)
     }
 
     /// minijinja's message names the construct, and the template and line it failed at.
