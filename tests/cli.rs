@@ -366,13 +366,22 @@ fn values_are_checked_with_messages_that_name_them() {
     refused(&["--prompt", "x", "-n", "0"], "generate at least 1 token");
     refused(&["--prompt", "x", "-n", "-3"], "generate at least 1 token");
     refused(&["--prompt", "x", "--top-p", "0"], "top-p is a probability");
-    refused(&["--prompt", "x", "--min-p", "1.5"], "min-p is a fraction from 0 to 1");
+    refused(
+        &["--prompt", "x", "--min-p", "1.5"],
+        "min-p is a fraction from 0 to 1",
+    );
     refused(
         &["--prompt", "x", "--repeat-penalty", "0"],
         "the repeat penalty is finite and above 0",
     );
-    refused(&["--prompt", "x", "--presence-penalty", "inf"], "a penalty is a finite number");
-    refused(&["--prompt", "x", "--repeat-last-n", "-1"], "--repeat-last-n");
+    refused(
+        &["--prompt", "x", "--presence-penalty", "inf"],
+        "a penalty is a finite number",
+    );
+    refused(
+        &["--prompt", "x", "--repeat-last-n", "-1"],
+        "the penalties' window is 0 tokens (off) or more",
+    );
     let dir = scratch("values");
     let dir = dir.to_str().unwrap();
     let o = run(trine().args(["generate", "--prompt", "x", "--model", dir]));
@@ -646,7 +655,14 @@ fn chat_keeps_the_history_and_prefills_only_the_new_tokens() {
     let template = template.to_str().unwrap();
     let o = chat(
         &model,
-        &["--chat-template", template, "-n", "4", "--system", "Be brief."],
+        &[
+            "--chat-template",
+            template,
+            "-n",
+            "4",
+            "--system",
+            "Be brief.",
+        ],
         "hello there\n\nwhat next\n",
     );
     let err = stderr(&o);
@@ -655,12 +671,18 @@ fn chat_keeps_the_history_and_prefills_only_the_new_tokens() {
     assert_eq!(t.len(), 2, "the empty line is no turn: {err}");
     assert_eq!(t[0].1, 0, "{err}");
     assert!(t[1].1 >= t[0].0, "turn 2 reuses turn 1's prompt: {err}");
-    assert!(t[1].0 < t[1].1, "turn 2 prefills less than it reuses: {err}");
+    assert!(
+        t[1].0 < t[1].1,
+        "turn 2 prefills less than it reuses: {err}"
+    );
 }
 
 #[test]
 fn chat_without_a_template_or_with_a_broken_one_is_refused_before_any_work() {
-    let model = tiny_model("chat-refused");
+    let mut w = synth_llama(SynthShape::TINY, 7).unwrap();
+    assert!(w.remove("tokenizer.chat_template").is_some());
+    let model = scratch("chat-refused").join("untemplated.gguf");
+    w.write(&model).unwrap();
     let o = run(generate(&model, &["--chat", "--prompt", "hi"]));
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -668,29 +690,50 @@ fn chat_without_a_template_or_with_a_broken_one_is_refused_before_any_work() {
         err.contains("the file has no chat template (tokenizer.chat_template): give one with --chat-template FILE"),
         "{err}"
     );
-    assert!(!err.contains("backend cpu on"), "refused before placement: {err}");
+    assert!(
+        !err.contains("backend cpu on"),
+        "refused before placement: {err}"
+    );
 
     let broken = scratch("chat-refused").join("broken.jinja");
-    std::fs::write(&broken, "{% for m in messages %}\n{{ m.content }\n{% endfor %}").unwrap();
+    std::fs::write(
+        &broken,
+        "{% for m in messages %}\n{{ m.content }\n{% endfor %}",
+    )
+    .unwrap();
     let broken = broken.to_str().unwrap();
     let o = chat(&model, &["--chat-template", broken], "hi\n");
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains(&format!("chat template {broken}: syntax error")), "{err}");
+    assert!(
+        err.contains(&format!("chat template {broken}: syntax error")),
+        "{err}"
+    );
     assert!(err.contains(&format!("(in {broken}:2)")), "{err}");
 
-    let o = run(generate(&model, &["--prompt", "hi", "--no-special", "--chat"]));
+    let o = run(generate(
+        &model,
+        &["--prompt", "hi", "--no-special", "--chat"],
+    ));
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
 fn ids(r: &Value, key: &str) -> Vec<u64> {
-    r[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect()
+    r[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
 }
 
 /// jinja2's rendering of SmolLM2's template for `conversation`, with the generation prompt
 /// (`tokenizer/tests/fixtures/chat/rendered.json`).
 fn smollm2_rendered(conversation: &str) -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tokenizer/tests/fixtures/chat/rendered.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tokenizer/tests/fixtures/chat/rendered.json"
+    );
     let r: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let case = r["cases"]
         .as_array()
@@ -715,18 +758,39 @@ fn generate_chat_is_a_plain_generate_of_the_rendered_conversation() {
     };
     let cases = [
         (&["--prompt", "Hello!"][..], "one_user"),
-        (&["--prompt", "What is 2+2?", "--system", "You are terse."][..], "system_user"),
+        (
+            &["--prompt", "What is 2+2?", "--system", "You are terse."][..],
+            "system_user",
+        ),
     ];
     for (args, conversation) in cases {
-        let chatted = run(generate(&model, &[args, &["--chat", "-n", "12", "--json"]].concat()));
+        let chatted = run(generate(
+            &model,
+            &[args, &["--chat", "-n", "12", "--json"]].concat(),
+        ));
         assert_eq!(chatted.status.code(), Some(0), "{}", stderr(&chatted));
         let rendered = smollm2_rendered(conversation);
-        let plain = run(generate(&model, &["--prompt", &rendered, "-n", "12", "--json"]));
+        let plain = run(generate(
+            &model,
+            &["--prompt", &rendered, "-n", "12", "--json"],
+        ));
         assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
         let (c, p) = (json(&chatted), json(&plain));
-        assert_eq!(ids(&c, "prompt_ids"), ids(&p, "prompt_ids"), "{conversation}");
-        assert_eq!(ids(&c, "prompt_ids")[0], 1, "<|im_start|> is parsed as a special token");
-        assert_eq!(ids(&c, "generated_tokens"), ids(&p, "generated_tokens"), "{conversation}");
+        assert_eq!(
+            ids(&c, "prompt_ids"),
+            ids(&p, "prompt_ids"),
+            "{conversation}"
+        );
+        assert_eq!(
+            ids(&c, "prompt_ids")[0],
+            1,
+            "<|im_start|> is parsed as a special token"
+        );
+        assert_eq!(
+            ids(&c, "generated_tokens"),
+            ids(&p, "generated_tokens"),
+            "{conversation}"
+        );
     }
 }
 
@@ -747,14 +811,20 @@ fn chat_on_smollm2_answers_each_turn_as_a_fresh_run_of_the_conversation_would() 
     let r2 = r2.strip_suffix('\n').unwrap();
     let t = turns(&err);
     assert_eq!(t.len(), 2, "{err}");
-    assert!(t[1].1 > t[0].0, "turn 2 reuses turn 1's prompt and reply: {err}");
+    assert!(
+        t[1].1 > t[0].0,
+        "turn 2 reuses turn 1's prompt and reply: {err}"
+    );
     let system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
     let rendered = format!(
         "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{q1}<|im_end|>\n\
          <|im_start|>assistant\n{r1}<|im_end|>\n<|im_start|>user\n{q2}<|im_end|>\n\
          <|im_start|>assistant\n"
     );
-    let plain = run(generate(&model, &["--prompt", &rendered, "-n", "16", "--json"]));
+    let plain = run(generate(
+        &model,
+        &["--prompt", &rendered, "-n", "16", "--json"],
+    ));
     assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
     let p = json(&plain);
     assert_eq!(p["text"].as_str().unwrap(), r2, "{err}");

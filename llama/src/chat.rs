@@ -100,8 +100,7 @@ impl Chat {
         // Every generated token but the last was fed back.
         let fed = report.generated_tokens.len().saturating_sub(1);
         self.held = ids;
-        self.held
-            .extend_from_slice(&report.generated_tokens[..fed]);
+        self.held.extend_from_slice(&report.generated_tokens[..fed]);
         let reply = report.text.clone();
         messages.push(Message::new("assistant", &reply));
         self.messages = messages;

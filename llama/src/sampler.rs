@@ -168,7 +168,10 @@ impl Sampler {
 /// The probabilities of candidates sorted most likely first, at temperature `t`.
 fn softmax(cand: &[(u32, f32)], t: f64) -> Vec<f64> {
     let max = cand[0].1 as f64;
-    let exps: Vec<f64> = cand.iter().map(|c| ((c.1 as f64 - max) / t).exp()).collect();
+    let exps: Vec<f64> = cand
+        .iter()
+        .map(|c| ((c.1 as f64 - max) / t).exp())
+        .collect();
     let total: f64 = exps.iter().sum();
     exps.into_iter().map(|e| e / total).collect()
 }
@@ -274,14 +277,20 @@ mod tests {
         };
         let l = halves();
         // top-k 2: 1/2 and 1/4, renormalised.
-        assert_probs(&chain(at(2, 1.0, 0.0, 1.0), &l), &[(0, 2.0 / 3.0), (1, 1.0 / 3.0)]);
+        assert_probs(
+            &chain(at(2, 1.0, 0.0, 1.0), &l),
+            &[(0, 2.0 / 3.0), (1, 1.0 / 3.0)],
+        );
         // top-p 0.8: 1/2 + 1/4 < 0.8 ≤ 1/2 + 1/4 + 1/8, so three stay: 4/7, 2/7, 1/7.
         assert_probs(
             &chain(at(0, 0.8, 0.0, 1.0), &l),
             &[(0, 4.0 / 7.0), (1, 2.0 / 7.0), (2, 1.0 / 7.0)],
         );
         // min-p 0.3: 0.3 · 1/2 = 0.15 keeps 1/2 and 1/4.
-        assert_probs(&chain(at(0, 1.0, 0.3, 1.0), &l), &[(0, 2.0 / 3.0), (1, 1.0 / 3.0)]);
+        assert_probs(
+            &chain(at(0, 1.0, 0.3, 1.0), &l),
+            &[(0, 2.0 / 3.0), (1, 1.0 / 3.0)],
+        );
         // Temperature 0.5 squares the probabilities: 1/4 : 1/16 is 0.8 : 0.2.
         assert_probs(&chain(at(0, 1.0, 0.3, 0.5), &l), &[(0, 0.8), (1, 0.2)]);
         // min-p judges the probabilities before the temperature, as llama.cpp's chain does:
@@ -336,7 +345,10 @@ mod tests {
         let n = 20_000;
         let firsts = (0..n).filter(|_| s.sample(&l).unwrap() == 0).count();
         let share = firsts as f64 / n as f64;
-        assert!((share - 0.8).abs() < 4.0 * (0.8f64 * 0.2 / n as f64).sqrt(), "{share}");
+        assert!(
+            (share - 0.8).abs() < 4.0 * (0.8f64 * 0.2 / n as f64).sqrt(),
+            "{share}"
+        );
     }
 
     #[test]

@@ -26,10 +26,10 @@ pub struct Args {
     #[arg(long)]
     model: PathBuf,
     /// A system message that opens the conversation.
-    #[arg(long, allow_hyphen_values = true)]
+    #[arg(long, allow_hyphen_values = true, value_name = "TEXT")]
     system: Option<String>,
     /// Format with this Jinja chat template instead of the model's own.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     chat_template: Option<PathBuf>,
     /// Tokens per reply at most (1 or more); a reply ends earlier at the model's end of turn.
     #[arg(short = 'n', long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]

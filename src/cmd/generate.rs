@@ -24,11 +24,11 @@ use trine_backends::cpu::{INTERPRETED, INTERPRETER_DRIVER};
 use trine_backends::probe::{timeout_from_env, ProbeError};
 use trine_backends::{BackendKind, DeviceInfo, Tier};
 use trine_llama::{
-    generate_streaming, prompt_ids, EngineOptions, GenerateOptions, Interrupted, Model,
-    ModelError, Report, Sampling, Stop, NEAR_TIE,
+    generate_streaming, prompt_ids, EngineOptions, GenerateOptions, Interrupted, Model, ModelError,
+    Report, Sampling, Stop, NEAR_TIE,
 };
-use trine_tokenizer::Message;
 use trine_ops::kv_type::KvType;
+use trine_tokenizer::Message;
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -69,10 +69,15 @@ pub struct Args {
     #[arg(long)]
     chat: bool,
     /// With --chat: a system message before the prompt.
-    #[arg(long, requires = "chat", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        requires = "chat",
+        allow_hyphen_values = true,
+        value_name = "TEXT"
+    )]
     system: Option<String>,
     /// With --chat: format with this Jinja chat template instead of the model's own.
-    #[arg(long, requires = "chat")]
+    #[arg(long, requires = "chat", value_name = "FILE")]
     chat_template: Option<PathBuf>,
     /// The KV cache's type: f32, f16 or q8_0 (llama.cpp's `-ctk`/`-ctv`; q8_0 takes 56% of
     /// f16's memory). Default: the device's, f16 on GPUs, f32 on CPUs.
@@ -210,11 +215,8 @@ pub fn run(a: Args) -> Result<ExitCode, GenerateError> {
     let model = Arc::new(open_model(&a.model)?);
     let prompt = if a.chat {
         let template = chat_template(&model, &a.model, a.chat_template.as_deref())?;
-        let mut messages: Vec<Message> = a
-            .system
-            .iter()
-            .map(|s| Message::new("system", s))
-            .collect();
+        let mut messages: Vec<Message> =
+            a.system.iter().map(|s| Message::new("system", s)).collect();
         messages.push(Message::new("user", &a.prompt));
         prompt_ids(&model.tokenizer, &template, &messages, true).map_err(GenerateError::Prompt)?
     } else {

@@ -20,21 +20,21 @@ pub struct SamplingArgs {
     top_p: f32,
     /// With --temp above 0: draw only from tokens at least P times as likely as the most
     /// likely one, in [0, 1] (0: all of them).
-    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true, value_parser = min_p)]
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true, value_parser = min_p, value_name = "P")]
     min_p: f32,
     /// Divide the logit of each token seen in the last --repeat-last-n tokens by this
     /// (multiply it where it is negative); 1 is off.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = repeat_penalty)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = repeat_penalty, value_name = "R")]
     repeat_penalty: f32,
     /// How many of the context's last tokens (prompt and generated) the penalties look at;
     /// 0 turns them off.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true, value_parser = window, value_name = "N")]
     repeat_last_n: usize,
     /// Subtract this from the logit of each token seen in the window, once; 0 is off.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = finite)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = finite, value_name = "P")]
     presence_penalty: f32,
     /// Subtract this times its count in the window from each token's logit; 0 is off.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = finite)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = finite, value_name = "F")]
     frequency_penalty: f32,
     /// With --temp above 0: the seed of the draws; the same seed repeats a run. Without it,
     /// one is drawn and printed.
@@ -116,6 +116,14 @@ fn repeat_penalty(s: &str) -> Result<f32, String> {
         Ok(p)
     } else {
         Err("the repeat penalty is finite and above 0 (1 is off)".into())
+    }
+}
+
+fn window(s: &str) -> Result<usize, String> {
+    match s.parse::<i64>() {
+        Ok(n) if n >= 0 => usize::try_from(n).map_err(|e| e.to_string()),
+        Ok(_) => Err("the penalties' window is 0 tokens (off) or more".into()),
+        Err(e) => Err(e.to_string()),
     }
 }
 

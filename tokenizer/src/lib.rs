@@ -212,7 +212,8 @@ impl Tokenizer {
     /// The text of the BOS and EOS tokens, as chat templates print them; empty where the
     /// vocab has none.
     pub fn bos_eos_text(&self) -> (String, String) {
-        let text = |id: Option<u32>| id.map_or_else(String::new, |id| self.vocab.text(id).to_string());
+        let text =
+            |id: Option<u32>| id.map_or_else(String::new, |id| self.vocab.text(id).to_string());
         (text(self.ids.bos), text(self.ids.eos))
     }
 

@@ -119,12 +119,19 @@ mod tests {
     fn dates_match_gnu_date() {
         // 2024-03-05 07:08:09 UTC, a Tuesday.
         assert_eq!(
-            format("%Y-%m-%d %H:%M:%S %a %A %b %B %y %e %I%p %F %%", 1_709_622_489).unwrap(),
+            format(
+                "%Y-%m-%d %H:%M:%S %a %A %b %B %y %e %I%p %F %%",
+                1_709_622_489
+            )
+            .unwrap(),
             "2024-03-05 07:08:09 Tue Tuesday Mar March 24  5 07AM 2024-03-05 %"
         );
         // A leap day, and the epoch.
         assert_eq!(format("%d %b %Y", 1_709_164_800).unwrap(), "29 Feb 2024");
-        assert_eq!(format("%A %d %B %Y %H", 0).unwrap(), "Thursday 01 January 1970 00");
+        assert_eq!(
+            format("%A %d %B %Y %H", 0).unwrap(),
+            "Thursday 01 January 1970 00"
+        );
         // 1969-12-31 23:59:59, before the epoch.
         assert_eq!(format("%F %H:%M:%S", -1).unwrap(), "1969-12-31 23:59:59");
     }

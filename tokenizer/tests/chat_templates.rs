@@ -81,7 +81,10 @@ fn every_template_renders_what_jinja2_renders() {
                 // minijinja names the line of the template that raised.
                 assert!(detail.contains(&format!("(in {}:", c.template)), "{detail}");
             }
-            (_, _, got) => panic!("{what}: jinja2 gave {:?} / {:?}, trine {got:?}", c.rendered, c.error),
+            (_, _, got) => panic!(
+                "{what}: jinja2 gave {:?} / {:?}, trine {got:?}",
+                c.rendered, c.error
+            ),
         }
     }
 }
@@ -96,7 +99,10 @@ fn a_template_that_cannot_parse_is_refused_naming_the_line() {
     )
     .unwrap_err();
     let text = e.to_string();
-    assert!(text.starts_with("chat template broken.jinja: syntax error"), "{text}");
+    assert!(
+        text.starts_with("chat template broken.jinja: syntax error"),
+        "{text}"
+    );
     assert!(text.contains("(in broken.jinja:2)"), "{text}");
 
     let unknown = ChatTemplate::new("{{ messages | frobnicate }}".into(), "f.jinja", "", "")
@@ -120,5 +126,11 @@ fn smollm2_fixture_is_the_gguf_template() {
     assert_eq!(tmpl.source(), source("smollm2"));
     let r = reference();
     let (bos, eos) = tok.bos_eos_text();
-    assert_eq!((bos.as_str(), eos.as_str()), (r.tokens["smollm2"].bos.as_str(), r.tokens["smollm2"].eos.as_str()));
+    assert_eq!(
+        (bos.as_str(), eos.as_str()),
+        (
+            r.tokens["smollm2"].bos.as_str(),
+            r.tokens["smollm2"].eos.as_str()
+        )
+    );
 }
