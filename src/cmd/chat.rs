@@ -53,8 +53,9 @@ pub enum ChatError {
     OwnPath(io::Error),
     #[error(transparent)]
     ProbeTimeout(#[from] ProbeError),
+    /// Boxed: generate's error is large, and this one is every result of the command.
     #[error(transparent)]
-    Open(#[from] GenerateError),
+    Open(Box<GenerateError>),
     #[error(transparent)]
     Template(#[from] TemplateError),
     #[error(transparent)]
@@ -76,6 +77,12 @@ pub enum ChatError {
     },
     #[error("turn {turn}: {source}")]
     Turn { turn: usize, source: ModelError },
+}
+
+impl From<GenerateError> for ChatError {
+    fn from(e: GenerateError) -> ChatError {
+        ChatError::Open(Box::new(e))
+    }
 }
 
 impl Failure for ChatError {
@@ -150,7 +157,7 @@ pub fn run(a: Args) -> Result<ExitCode, ChatError> {
             }
         });
         if let Some(e) = write_failed {
-            return output_failed(e).map_err(ChatError::Open);
+            return output_failed(e).map_err(ChatError::from);
         }
         let t = result.map_err(|e| match e {
             ModelError::ContextFull { needed, max } => ChatError::ContextFull {
@@ -162,7 +169,7 @@ pub fn run(a: Args) -> Result<ExitCode, ChatError> {
             source => ChatError::Turn { turn, source },
         })?;
         if let Err(e) = out::write("\n") {
-            return output_failed(e).map_err(ChatError::Open);
+            return output_failed(e).map_err(ChatError::from);
         }
         eprintln!("{}", summary(turn, &t, opts.max_tokens));
     }
