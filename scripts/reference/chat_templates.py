@@ -9,9 +9,10 @@ renderer (tokenizer/src/chat.rs) must produce the same bytes.
     /tmp/jinja/bin/python scripts/reference/chat_templates.py
 
 Templates (tokenizer/tests/fixtures/chat/*.jinja): smollm2 is `tokenizer.chat_template` of
-SmolLM2-135M-Instruct's GGUF; llama-3.1, llama-3.2, qwen-2.5, phi-3.5 and mistral-nemo are
-llama.cpp's models/templates copies of the Hugging Face models' templates; gemma-3 is
-google/gemma-3-*-it's. strftime_now formats a fixed instant (FIXED_NOW) so the fixture does not
+SmolLM2-135M-Instruct's GGUF; llama-3.1, llama-3.2, qwen-2.5, phi-3.5, mistral-nemo and
+deepseek-r1-distill-qwen are llama.cpp's models/templates copies of the Hugging Face models'
+templates; gemma-3 is google/gemma-3-*-it's and qwen-3 Qwen3's (its `.startswith()`,
+`.split()`, `.strip()` calls exercise the Python methods). strftime_now formats a fixed instant (FIXED_NOW) so the fixture does not
 depend on the day it was made; the test gives trine's renderer the same instant.
 """
 
@@ -38,6 +39,8 @@ TOKENS = {
     "gemma-3": ("<bos>", "<eos>"),
     "phi-3.5": ("<s>", "<|endoftext|>"),
     "mistral-nemo": ("<s>", "</s>"),
+    "qwen-3": ("", "<|im_end|>"),
+    "deepseek-r1-distill-qwen": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
 }
 
 CONVERSATIONS = {
@@ -56,6 +59,16 @@ CONVERSATIONS = {
         {"role": "user", "content": "Name a colour."},
         {"role": "assistant", "content": "Blue."},
         {"role": "user", "content": "Another, with <|im_end|> in it."},
+    ],
+    "reasoning_then_question": [
+        {"role": "user", "content": "Name a colour."},
+        {"role": "assistant", "content": "<think>\nPick one.\n</think>\n\nBlue."},
+        {"role": "user", "content": "Why?"},
+    ],
+    "ends_with_reasoning_reply": [
+        {"role": "system", "content": "Think first."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "<think>\nGreet back.\n\n</think>\n\nHello!\n"},
     ],
     "roles_out_of_turn": [
         {"role": "user", "content": "first"},
