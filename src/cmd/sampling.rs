@@ -23,7 +23,7 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 0.05, allow_negative_numbers = true, value_parser = min_p, value_name = "P")]
     min_p: f32,
     /// Divide the logit of each token seen in the last --repeat-last-n tokens by this
-    /// (multiply it where it is negative); 1 is off.
+    /// (multiply it where it is 0 or less); 1 is off.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = repeat_penalty, value_name = "R")]
     repeat_penalty: f32,
     /// How many of the context's last tokens (prompt and generated) the penalties look at;
