@@ -305,6 +305,63 @@ mod tests {
         assert_probs(&chain(at(0, 1.0, 0.0, 0.0), &l), &[(0, 1.0)]);
     }
 
+    /// llama.cpp's own chain (`scripts/reference/sampler_chain.cpp` against its libllama)
+    /// keeps the same tokens with the same probabilities, penalties and greedy included.
+    #[test]
+    fn the_chain_keeps_what_llama_cpps_keeps() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/sampler_llama_cpp.json"
+        );
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let f = |v: &serde_json::Value| v.as_f64().unwrap() as f32;
+        let logits: Vec<f32> = r["logits"].as_array().unwrap().iter().map(f).collect();
+        let cases = r["cases"].as_array().unwrap();
+        assert_eq!(cases.len(), 7);
+        for c in cases {
+            let mut s = Sampler::new(Sampling {
+                temperature: f(&c["temp"]),
+                top_k: c["top_k"].as_u64().unwrap() as usize,
+                top_p: f(&c["top_p"]),
+                min_p: f(&c["min_p"]),
+                penalties: Penalties {
+                    last_n: c["last_n"].as_u64().unwrap() as usize,
+                    repeat: f(&c["repeat"]),
+                    frequency: f(&c["frequency"]),
+                    presence: f(&c["presence"]),
+                },
+                seed: 0,
+            })
+            .unwrap();
+            for id in c["history"].as_array().unwrap() {
+                s.accept(id.as_u64().unwrap() as u32);
+            }
+            let mut want: Vec<(u32, f64)> = c["kept"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| (k[0].as_u64().unwrap() as u32, k[1].as_f64().unwrap()))
+                .collect();
+            want.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let got = s.candidates(&logits).unwrap();
+            assert_eq!(
+                got.len(),
+                want.len(),
+                "{}: {got:?} against {want:?}",
+                c["name"]
+            );
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.0, w.0, "{}: {got:?} against {want:?}", c["name"]);
+                assert!(
+                    (g.1 - w.1).abs() < 1e-6,
+                    "{}: {got:?} against {want:?}",
+                    c["name"]
+                );
+            }
+        }
+    }
+
     #[test]
     fn penalties_come_first_and_apply_to_greedy_choice_too() {
         let cfg = Sampling {
