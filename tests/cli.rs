@@ -626,7 +626,10 @@ fn chat(model: &Path, args: &[&str], input: &str) -> Output {
         .stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    std::io::Write::write_all(&mut stdin, input.as_bytes()).unwrap();
+    // A command that refuses its arguments exits without reading its input.
+    if let Err(e) = std::io::Write::write_all(&mut stdin, input.as_bytes()) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    }
     drop(stdin);
     child.wait_with_output().unwrap()
 }
@@ -710,6 +713,22 @@ fn chat_without_a_template_or_with_a_broken_one_is_refused_before_any_work() {
         "{err}"
     );
     assert!(err.contains(&format!("(in {broken}:2)")), "{err}");
+
+    let raises = scratch("chat-refused").join("raises.jinja");
+    std::fs::write(&raises, "{{ raise_exception('only tools here') }}").unwrap();
+    let raises = raises.to_str().unwrap();
+    let o = run(generate(
+        &model,
+        &["--chat", "--prompt", "hi", "--chat-template", raises],
+    ));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "chat template {raises}: invalid operation: only tools here (in {raises}:1)"
+        )),
+        "{err}"
+    );
 
     let o = run(generate(
         &model,

@@ -28,7 +28,7 @@ use trine_llama::{
     Report, Sampling, Stop, NEAR_TIE,
 };
 use trine_ops::kv_type::KvType;
-use trine_tokenizer::Message;
+use trine_tokenizer::{Message, TokenizerError};
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -218,7 +218,12 @@ pub fn run(a: Args) -> Result<ExitCode, GenerateError> {
         let mut messages: Vec<Message> =
             a.system.iter().map(|s| Message::new("system", s)).collect();
         messages.push(Message::new("user", &a.prompt));
-        prompt_ids(&model.tokenizer, &template, &messages, true).map_err(GenerateError::Prompt)?
+        prompt_ids(&model.tokenizer, &template, &messages, true).map_err(|e| match e {
+            ModelError::Tokenizer(t @ TokenizerError::ChatTemplate { .. }) => {
+                GenerateError::Template(t.into())
+            }
+            e => GenerateError::Prompt(e),
+        })?
     } else {
         model
             .tokenizer
