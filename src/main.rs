@@ -27,6 +27,8 @@ enum Command {
     },
     /// Generate text from a Llama-family GGUF model.
     Generate(cmd::generate::Args),
+    /// Talk with a model through its chat template: each line of stdin is a message.
+    Chat(cmd::chat::Args),
     /// Write a random-weight GGUF with a real model's layout.
     SynthModel(cmd::synth::Args),
 }
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Doctor { json } => cmd::finish(doctor(json)),
         Command::Generate(a) => cmd::finish(cmd::generate::run(a)),
+        Command::Chat(a) => cmd::finish(cmd::chat::run(a)),
         Command::SynthModel(a) => cmd::finish(cmd::synth::run(a)),
     }
 }

@@ -366,6 +366,22 @@ fn values_are_checked_with_messages_that_name_them() {
     refused(&["--prompt", "x", "-n", "0"], "generate at least 1 token");
     refused(&["--prompt", "x", "-n", "-3"], "generate at least 1 token");
     refused(&["--prompt", "x", "--top-p", "0"], "top-p is a probability");
+    refused(
+        &["--prompt", "x", "--min-p", "1.5"],
+        "min-p is a fraction from 0 to 1",
+    );
+    refused(
+        &["--prompt", "x", "--repeat-penalty", "0"],
+        "the repeat penalty is finite and above 0",
+    );
+    refused(
+        &["--prompt", "x", "--presence-penalty", "inf"],
+        "a penalty is a finite number",
+    );
+    refused(
+        &["--prompt", "x", "--repeat-last-n", "-1"],
+        "the penalties' window is 0 tokens (off) or more",
+    );
     let dir = scratch("values");
     let dir = dir.to_str().unwrap();
     let o = run(trine().args(["generate", "--prompt", "x", "--model", dir]));
@@ -589,4 +605,247 @@ fn doctor_says_no_limit_where_there_is_none() {
     let cpu = &out[out.find("cpu: ok").expect("the cpu backend works")..];
     assert!(cpu.contains("workgroups, no limit per binding"), "{out}");
     assert!(!out.contains("1048576.0 GiB"), "{out}");
+}
+
+// 10. Chat.
+
+/// A template of the tiny model's own (the synthetic file has none).
+const PLAIN_TEMPLATE: &str = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n\
+                              {% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
+
+/// `trine chat` on `model` with `args`, on the CPU backend, `input` as its stdin.
+fn chat(model: &Path, args: &[&str], input: &str) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_trine"));
+    c.arg("chat")
+        .arg("--model")
+        .arg(model)
+        .args(args)
+        .args(["--backend", "cpu"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // A command that refuses its arguments exits without reading its input.
+    if let Err(e) = std::io::Write::write_all(&mut stdin, input.as_bytes()) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    }
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+/// The turns' lines on stderr: (tokens prefilled, tokens the cache held already).
+fn turns(err: &str) -> Vec<(usize, usize)> {
+    err.lines()
+        .filter_map(|l| l.strip_prefix("[turn "))
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let prefilled = words[1].parse().unwrap();
+            let held = words[4].trim_start_matches('(').parse().unwrap();
+            (prefilled, held)
+        })
+        .collect()
+}
+
+/// Two turns on the tiny model: the second prefills only what follows the first turn's
+/// tokens in the cache (its own message and the template's text around it), and the
+/// conversation's history is in the rendering (the second turn's prompt is longer).
+#[test]
+fn chat_keeps_the_history_and_prefills_only_the_new_tokens() {
+    let model = tiny_model_with_context("chat-tiny", 256);
+    let template = scratch("chat-tiny").join("plain.jinja");
+    std::fs::write(&template, PLAIN_TEMPLATE).unwrap();
+    let template = template.to_str().unwrap();
+    let o = chat(
+        &model,
+        &[
+            "--chat-template",
+            template,
+            "-n",
+            "4",
+            "--system",
+            "Be brief.",
+        ],
+        "hello there\n\nwhat next\n",
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let t = turns(&err);
+    assert_eq!(t.len(), 2, "the empty line is no turn: {err}");
+    assert_eq!(t[0].1, 0, "{err}");
+    assert!(t[1].1 >= t[0].0, "turn 2 reuses turn 1's prompt: {err}");
+    assert!(
+        t[1].0 < t[1].1,
+        "turn 2 prefills less than it reuses: {err}"
+    );
+}
+
+#[test]
+fn chat_without_a_template_or_with_a_broken_one_is_refused_before_any_work() {
+    let mut w = synth_llama(SynthShape::TINY, 7).unwrap();
+    assert!(w.remove("tokenizer.chat_template").is_some());
+    let model = scratch("chat-refused").join("untemplated.gguf");
+    w.write(&model).unwrap();
+    let o = run(generate(&model, &["--chat", "--prompt", "hi"]));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the file has no chat template (tokenizer.chat_template): give one with --chat-template FILE"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("backend cpu on"),
+        "refused before placement: {err}"
+    );
+
+    let broken = scratch("chat-refused").join("broken.jinja");
+    std::fs::write(
+        &broken,
+        "{% for m in messages %}\n{{ m.content }\n{% endfor %}",
+    )
+    .unwrap();
+    let broken = broken.to_str().unwrap();
+    let o = chat(&model, &["--chat-template", broken], "hi\n");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("chat template {broken}: syntax error")),
+        "{err}"
+    );
+    assert!(err.contains(&format!("(in {broken}:2)")), "{err}");
+
+    let raises = scratch("chat-refused").join("raises.jinja");
+    std::fs::write(&raises, "{{ raise_exception('only tools here') }}").unwrap();
+    let raises = raises.to_str().unwrap();
+    let o = run(generate(
+        &model,
+        &["--chat", "--prompt", "hi", "--chat-template", raises],
+    ));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "chat template {raises}: invalid operation: only tools here (in {raises}:1)"
+        )),
+        "{err}"
+    );
+
+    let o = run(generate(
+        &model,
+        &["--prompt", "hi", "--no-special", "--chat"],
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+fn ids(r: &Value, key: &str) -> Vec<u64> {
+    r[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+/// jinja2's rendering of SmolLM2's template for `conversation`, with the generation prompt
+/// (`tokenizer/tests/fixtures/chat/rendered.json`).
+fn smollm2_rendered(conversation: &str) -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tokenizer/tests/fixtures/chat/rendered.json"
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let case = r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            c["template"] == "smollm2"
+                && c["conversation"] == conversation
+                && c["add_generation_prompt"] == true
+        })
+        .unwrap();
+    case["rendered"].as_str().unwrap().to_string()
+}
+
+/// `generate --chat` on SmolLM2 is a plain generate of jinja2's rendering of the same
+/// conversation, special tokens parsed: the same prompt ids (`<|im_start|>` is id 1) and the
+/// same generated ids; `--system` takes the template's default system message's place.
+#[test]
+fn generate_chat_is_a_plain_generate_of_the_rendered_conversation() {
+    let Some(model) = assets::for_test(assets::SMOLLM2) else {
+        return;
+    };
+    let cases = [
+        (&["--prompt", "Hello!"][..], "one_user"),
+        (
+            &["--prompt", "What is 2+2?", "--system", "You are terse."][..],
+            "system_user",
+        ),
+    ];
+    for (args, conversation) in cases {
+        let chatted = run(generate(
+            &model,
+            &[args, &["--chat", "-n", "12", "--json"]].concat(),
+        ));
+        assert_eq!(chatted.status.code(), Some(0), "{}", stderr(&chatted));
+        let rendered = smollm2_rendered(conversation);
+        let plain = run(generate(
+            &model,
+            &["--prompt", &rendered, "-n", "12", "--json"],
+        ));
+        assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
+        let (c, p) = (json(&chatted), json(&plain));
+        assert_eq!(
+            ids(&c, "prompt_ids"),
+            ids(&p, "prompt_ids"),
+            "{conversation}"
+        );
+        assert_eq!(
+            ids(&c, "prompt_ids")[0],
+            1,
+            "<|im_start|> is parsed as a special token"
+        );
+        assert_eq!(
+            ids(&c, "generated_tokens"),
+            ids(&p, "generated_tokens"),
+            "{conversation}"
+        );
+    }
+}
+
+/// `trine chat` on SmolLM2 over a piped stdin, two turns: the second turn prefills only its
+/// own tokens, and its reply is what a plain generate of the whole conversation, rendered by
+/// hand from SmolLM2's template with the first reply in it, writes.
+#[test]
+fn chat_on_smollm2_answers_each_turn_as_a_fresh_run_of_the_conversation_would() {
+    let Some(model) = assets::for_test(assets::SMOLLM2) else {
+        return;
+    };
+    let (q1, q2) = ("What is the capital of France?", "And of Germany?");
+    let o = chat(&model, &["-n", "16"], &format!("{q1}\n{q2}\n"));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let out = stdout(&o);
+    let (r1, r2) = out.split_once('\n').unwrap();
+    let r2 = r2.strip_suffix('\n').unwrap();
+    let t = turns(&err);
+    assert_eq!(t.len(), 2, "{err}");
+    assert!(
+        t[1].1 > t[0].0,
+        "turn 2 reuses turn 1's prompt and reply: {err}"
+    );
+    let system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+    let rendered = format!(
+        "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{q1}<|im_end|>\n\
+         <|im_start|>assistant\n{r1}<|im_end|>\n<|im_start|>user\n{q2}<|im_end|>\n\
+         <|im_start|>assistant\n"
+    );
+    let plain = run(generate(
+        &model,
+        &["--prompt", &rendered, "-n", "16", "--json"],
+    ));
+    assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
+    let p = json(&plain);
+    assert_eq!(p["text"].as_str().unwrap(), r2, "{err}");
+    assert_eq!(ids(&p, "prompt_ids").len(), t[1].0 + t[1].1, "{err}");
 }

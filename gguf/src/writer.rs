@@ -37,6 +37,12 @@ impl GgufWriter {
         Ok(())
     }
 
+    /// Takes `key` out of the metadata (a file without it), returning its value.
+    pub fn remove(&mut self, key: &str) -> Option<Value> {
+        let at = self.metadata.iter().position(|(k, _)| k == key)?;
+        Some(self.metadata.remove(at).1)
+    }
+
     /// Adds a tensor whose `bytes` are its data in type `ty`: exactly as many as `dims` need.
     pub fn add_tensor(
         &mut self,

@@ -108,8 +108,33 @@ pub fn generate_streaming(
     opts: GenerateOptions,
     on_text: impl FnMut(&str) -> ControlFlow<()>,
 ) -> Result<Report, Box<Interrupted>> {
+    let mut sampler = match Sampler::new(opts.sampling) {
+        Ok(s) => s,
+        Err(error) => {
+            let report = Run::default().report(session, prompt, Stop::Error, Some(&error));
+            return Err(Box::new(Interrupted {
+                error,
+                report: Box::new(report),
+            }));
+        }
+    };
+    generate_with(session, &mut sampler, prompt, opts, on_text)
+}
+
+/// [`generate_streaming`] with the caller's sampler in place of one made from
+/// `opts.sampling`, so that a conversation keeps one: its generator goes on drawing, and its
+/// penalties' window holds the context of the earlier turns (the caller empties it with
+/// [`Sampler::forget`] where the context is rebuilt). `prompt` goes after the tokens the
+/// session holds already; the sampler takes it and every generated token into its window.
+pub fn generate_with(
+    session: &mut Session,
+    sampler: &mut Sampler,
+    prompt: &[u32],
+    opts: GenerateOptions,
+    on_text: impl FnMut(&str) -> ControlFlow<()>,
+) -> Result<Report, Box<Interrupted>> {
     let mut run = Run::default();
-    let outcome = run.steps(session, prompt, opts, on_text);
+    let outcome = run.steps(session, sampler, prompt, opts, on_text);
     let (stopped, error) = match outcome {
         Ok(stop) => (stop, None),
         Err(e) => (Stop::Error, Some(e)),
@@ -137,6 +162,7 @@ impl Run {
     fn steps(
         &mut self,
         session: &mut Session,
+        sampler: &mut Sampler,
         prompt: &[u32],
         opts: GenerateOptions,
         mut on_text: impl FnMut(&str) -> ControlFlow<()>,
@@ -150,16 +176,20 @@ impl Run {
                 max: context,
             });
         }
-        let mut sampler = Sampler::new(opts.sampling)?;
-        // Greedy decoding takes the device's argmax: 4 bytes read back per step, not the
-        // logits.
-        let greedy = opts.sampling.temperature == 0.0;
+        for &id in prompt {
+            sampler.accept(id);
+        }
+        // Greedy decoding without penalties takes the device's argmax: 4 bytes read back per
+        // step, not the logits.
+        let greedy = sampler.config().is_plain_greedy();
         let mut step = |session: &mut Session, ids: &[u32]| -> Result<u32, ModelError> {
-            if greedy {
-                session.feed_greedy(ids)
+            let id = if greedy {
+                session.feed_greedy(ids)?
             } else {
-                sampler.sample(&session.feed(ids)?)
-            }
+                sampler.sample(&session.feed(ids)?)?
+            };
+            sampler.accept(id);
+            Ok(id)
         };
         // The prefill's clock times the prompt's step, not the model's upload.
         session.prepare()?;

@@ -169,6 +169,13 @@ impl Session {
         self.pos
     }
 
+    /// Forgets the tokens from position `pos` on (a conversation whose text changed there):
+    /// the next step writes its keys and values over theirs, and attention never reads past
+    /// the step's own position. A `pos` past the current position changes nothing.
+    pub fn rewind(&mut self, pos: u32) {
+        self.pos = self.pos.min(pos);
+    }
+
     /// Appends `ids` to the context and returns the logits after the last of them. Prompts
     /// longer than the executor's batch go in chunks; a cross-check covers every chunk and
     /// counts as one step.

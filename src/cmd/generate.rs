@@ -6,27 +6,29 @@
 //! needs to be, before the first step.
 
 use super::out;
+use super::sampling::SamplingArgs;
+use super::template::{chat_template, TemplateError};
 use super::Failure;
 use clap::builder::PossibleValuesParser;
 use clap::Args as ClapArgs;
 use serde_json::json;
-use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use thiserror::Error;
-use trine::run::{open_probed, place, session_on, Choice, RunError};
+use trine::run::{open_probed, place, session_on, Choice, Placed, RunError};
 use trine_backends::cache;
 use trine_backends::cpu::{INTERPRETED, INTERPRETER_DRIVER};
 use trine_backends::probe::{timeout_from_env, ProbeError};
 use trine_backends::{BackendKind, DeviceInfo, Tier};
 use trine_llama::{
-    generate_streaming, EngineOptions, GenerateOptions, Interrupted, Model, ModelError, Report,
-    Sampling, Stop, NEAR_TIE,
+    generate_streaming, prompt_ids, EngineOptions, GenerateOptions, Interrupted, Model, ModelError,
+    Report, Sampling, Stop, NEAR_TIE,
 };
 use trine_ops::kv_type::KvType;
+use trine_tokenizer::{Message, TokenizerError};
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -41,21 +43,8 @@ pub struct Args {
     /// end-of-text token or its context is full first.
     #[arg(short = 'n', long, default_value_t = 64, allow_negative_numbers = true, value_parser = tokens)]
     n: usize,
-    /// Sampling temperature: 0 is greedy (the most likely token every time); above 0,
-    /// tokens are drawn, more varied as it grows.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = temperature)]
-    temp: f32,
-    /// With --temp above 0: draw from the K most likely tokens only (0: all of them).
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    /// With --temp above 0: draw from the most likely tokens whose probabilities add up to P,
-    /// in (0, 1] (1: all of them).
-    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true, value_parser = top_p)]
-    top_p: f32,
-    /// With --temp above 0: the seed of the draws; the same seed repeats a run. Without it,
-    /// one is drawn and printed.
-    #[arg(long)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// Where to run: auto (the fastest backend that works here: a GPU, else the cpu backend)
     /// or one backend.
     #[arg(long, default_value = "auto", value_parser = backends(true))]
@@ -73,8 +62,23 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Treat special-token text in the prompt (e.g. `<|im_start|>`) as plain text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "chat")]
     no_special: bool,
+    /// Send the prompt as one user message through the model's chat template, with the
+    /// assistant's turn opened after it.
+    #[arg(long)]
+    chat: bool,
+    /// With --chat: a system message before the prompt.
+    #[arg(
+        long,
+        requires = "chat",
+        allow_hyphen_values = true,
+        value_name = "TEXT"
+    )]
+    system: Option<String>,
+    /// With --chat: format with this Jinja chat template instead of the model's own.
+    #[arg(long, requires = "chat", value_name = "FILE")]
+    chat_template: Option<PathBuf>,
     /// The KV cache's type: f32, f16 or q8_0 (llama.cpp's `-ctk`/`-ctv`; q8_0 takes 56% of
     /// f16's memory). Default: the device's, f16 on GPUs, f32 on CPUs.
     #[arg(long)]
@@ -82,7 +86,7 @@ pub struct Args {
 }
 
 /// The backends' names, in placement order, after `auto` where it is allowed.
-fn backends(auto: bool) -> PossibleValuesParser {
+pub fn backends(auto: bool) -> PossibleValuesParser {
     let names = BackendKind::ALL.iter().map(|k| k.name());
     PossibleValuesParser::new(auto.then_some("auto").into_iter().chain(names))
 }
@@ -92,24 +96,6 @@ fn tokens(s: &str) -> Result<usize, String> {
         Ok(n) if n >= 1 => usize::try_from(n).map_err(|e| e.to_string()),
         Ok(_) => Err("generate at least 1 token".into()),
         Err(e) => Err(e.to_string()),
-    }
-}
-
-fn temperature(s: &str) -> Result<f32, String> {
-    let t: f32 = s.parse().map_err(|e| format!("{e}"))?;
-    if t.is_finite() && t >= 0.0 {
-        Ok(t)
-    } else {
-        Err("a temperature is 0 (greedy) or more".into())
-    }
-}
-
-fn top_p(s: &str) -> Result<f32, String> {
-    let p: f32 = s.parse().map_err(|e| format!("{e}"))?;
-    if p > 0.0 && p <= 1.0 {
-        Ok(p)
-    } else {
-        Err("top-p is a probability above 0 and at most 1".into())
     }
 }
 
@@ -127,6 +113,8 @@ pub enum GenerateError {
     Model { path: PathBuf, source: ModelError },
     #[error("the prompt cannot be tokenized: {0}")]
     Prompt(ModelError),
+    #[error(transparent)]
+    Template(#[from] TemplateError),
     #[error(
         "the prompt is {prompt} tokens, more than the model's context of {context}: shorten it \
          (nothing was run)"
@@ -154,6 +142,7 @@ impl Failure for GenerateError {
             GenerateError::ProbeTimeout(_)
             | GenerateError::ModelIsDirectory(_)
             | GenerateError::PromptTooLong { .. }
+            | GenerateError::Template(_)
             | GenerateError::CheckAgainstItself { .. } => 2,
             _ => 1,
         }
@@ -185,36 +174,16 @@ fn plan(a: &Args) -> Result<Plan, GenerateError> {
             });
         }
     }
-    let sampling = a.temp > 0.0;
-    let seed = a
-        .seed
-        .unwrap_or_else(|| if sampling { drawn_seed() } else { 0 });
+    let (sampling, seed_drawn) = a.sampling.sampling();
     Ok(Plan {
         choice,
         checker,
-        sampling: Sampling {
-            temperature: a.temp,
-            top_k: a.top_k,
-            top_p: a.top_p,
-            seed,
-        },
-        seed_drawn: sampling && a.seed.is_none(),
+        sampling,
+        seed_drawn,
     })
 }
 
-/// A seed no two runs share: the standard library's hasher keys come from the OS's random
-/// source, and the clock and process id separate runs on a system without one.
-fn drawn_seed() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    h.write_u128(now);
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
-fn open_model(path: &Path) -> Result<Model, GenerateError> {
+pub fn open_model(path: &Path) -> Result<Model, GenerateError> {
     // Mapping a directory fails with ENODEV, whose message ("No such device") names neither.
     if path.is_dir() {
         return Err(GenerateError::ModelIsDirectory(path.to_path_buf()));
@@ -244,10 +213,23 @@ pub fn run(a: Args) -> Result<ExitCode, GenerateError> {
     let timeout = timeout_from_env()?;
     let plan = plan(&a)?;
     let model = Arc::new(open_model(&a.model)?);
-    let prompt = model
-        .tokenizer
-        .encode(&a.prompt, true, !a.no_special)
-        .map_err(|e| GenerateError::Prompt(e.into()))?;
+    let prompt = if a.chat {
+        let template = chat_template(&model, &a.model, a.chat_template.as_deref())?;
+        let mut messages: Vec<Message> =
+            a.system.iter().map(|s| Message::new("system", s)).collect();
+        messages.push(Message::new("user", &a.prompt));
+        prompt_ids(&model.tokenizer, &template, &messages, true).map_err(|e| match e {
+            ModelError::Tokenizer(t @ TokenizerError::ChatTemplate { .. }) => {
+                GenerateError::Template(t.into())
+            }
+            e => GenerateError::Prompt(e),
+        })?
+    } else {
+        model
+            .tokenizer
+            .encode(&a.prompt, true, !a.no_special)
+            .map_err(|e| GenerateError::Prompt(e.into()))?
+    };
     let context = model.config.context_length as usize;
     if prompt.len() > context {
         return Err(GenerateError::PromptTooLong {
@@ -266,23 +248,7 @@ pub fn run(a: Args) -> Result<ExitCode, GenerateError> {
     }
 
     let placed = place(&exe, plan.choice, timeout)?;
-    eprintln!(
-        "backend {} on {} ({})",
-        placed.kind,
-        placed.backend.info().name,
-        placed.why
-    );
-    for line in &placed.others {
-        eprintln!("  passed over {line}");
-    }
-    let info = placed.backend.info();
-    if plan.choice != Choice::Auto && Tier::of(placed.kind, info) == Tier::EmulatedDevice {
-        eprintln!(
-            "note: {} is the CPU behind a GPU driver (a software renderer): the cpu backend's \
-             compiled kernels are faster on the same cores (--backend cpu, or auto)",
-            info.name
-        );
-    }
+    announce(&placed, plan.choice);
     if plan.checker == Some(placed.kind) {
         return Err(GenerateError::CheckAgainstItself {
             kind: placed.kind,
@@ -293,10 +259,8 @@ pub fn run(a: Args) -> Result<ExitCode, GenerateError> {
         Some(k) => Some(open_probed(&exe, k, timeout)?),
         None => None,
     };
-    for (kind, info) in std::iter::once((placed.kind, placed.backend.info()))
-        .chain(checker.iter().zip(plan.checker).map(|(b, k)| (k, b.info())))
-    {
-        for w in warnings(kind, info) {
+    for (kind, b) in checker.iter().zip(plan.checker).map(|(b, k)| (k, b)) {
+        for w in warnings(kind, b.info()) {
             eprintln!("warning: {w}");
         }
     }
@@ -341,7 +305,7 @@ pub fn run(a: Args) -> Result<ExitCode, GenerateError> {
     };
     let printed = if json {
         let mut v = serde_json::to_value(&report).unwrap_or_else(|e| json!(e.to_string()));
-        if a.temp > 0.0 {
+        if plan.sampling.temperature > 0.0 {
             v["seed"] = json!(plan.sampling.seed);
         }
         let text = serde_json::to_string_pretty(&v).unwrap_or_else(|e| e.to_string());
@@ -371,8 +335,32 @@ pub fn run(a: Args) -> Result<ExitCode, GenerateError> {
     })
 }
 
+/// Names the backend chosen and why, and why each other one was passed over, on stderr.
+pub fn announce(placed: &Placed, choice: Choice) {
+    eprintln!(
+        "backend {} on {} ({})",
+        placed.kind,
+        placed.backend.info().name,
+        placed.why
+    );
+    for line in &placed.others {
+        eprintln!("  passed over {line}");
+    }
+    let info = placed.backend.info();
+    if choice != Choice::Auto && Tier::of(placed.kind, info) == Tier::EmulatedDevice {
+        eprintln!(
+            "note: {} is the CPU behind a GPU driver (a software renderer): the cpu backend's \
+             compiled kernels are faster on the same cores (--backend cpu, or auto)",
+            info.name
+        );
+    }
+    for w in warnings(placed.kind, info) {
+        eprintln!("warning: {w}");
+    }
+}
+
 /// A reader that went away ends the run quietly; any other failure to write is an error.
-fn output_failed(e: io::Error) -> Result<ExitCode, GenerateError> {
+pub fn output_failed(e: io::Error) -> Result<ExitCode, GenerateError> {
     if out::closed(&e) {
         Ok(ExitCode::SUCCESS)
     } else {

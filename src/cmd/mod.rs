@@ -1,8 +1,11 @@
 //! The `trine` subcommands that run models, and what every subcommand shares: how a failure
 //! ends the process, and writing to a stdout whose reader may go away.
 
+pub mod chat;
 pub mod generate;
+pub mod sampling;
 pub mod synth;
+pub mod template;
 
 use std::fmt::Display;
 use std::process::ExitCode;

@@ -56,6 +56,11 @@ pub enum TokenizerError {
     TokenIdOutOfRange { id: u32, n_tokens: usize },
     #[error("the metadata asks to add {which} but names no {which} token")]
     MissingSpecialToken { which: &'static str },
+    /// A chat template that does not parse, or fails while rendering (its own
+    /// `raise_exception` included); `detail` is minijinja's message, which names the construct
+    /// and the line.
+    #[error("chat template {origin}: {detail}")]
+    ChatTemplate { origin: String, detail: String },
     #[error("byte 0x{byte:02X} has no token (neither <0x{byte:02X}> nor the byte itself)")]
     NoByteToken { byte: u8 },
 }

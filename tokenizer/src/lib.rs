@@ -7,12 +7,15 @@
 //! byte fallback. Encoding first cuts special tokens out of the text ([`special`]), then runs
 //! the model on each plain-text run.
 //!
+//! A model's chat template (`tokenizer.chat_template`) is rendered by [`ChatTemplate`].
+//!
 //! Any other model or pre-tokenizer name, and any inconsistent metadata (a merge naming a
 //! token that does not exist, a special id outside the vocab), is a [`TokenizerError`] at load.
 
 mod attr;
 mod bpe;
 mod byte_level;
+mod chat;
 mod error;
 mod metadata;
 mod piece;
@@ -21,9 +24,11 @@ mod special;
 mod special_ids;
 mod spm;
 mod stream;
+mod strftime;
 mod unicode;
 mod vocab;
 
+pub use chat::{ChatTemplate, Message, CHAT_TEMPLATE};
 pub use error::TokenizerError;
 pub use stream::TextStream;
 
@@ -192,6 +197,24 @@ impl Tokenizer {
 
     pub fn eos(&self) -> Option<u32> {
         self.ids.eos
+    }
+
+    /// Whether encoding with `add_special` puts BOS first.
+    pub fn adds_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// Whether encoding with `add_special` puts EOS last.
+    pub fn adds_eos(&self) -> bool {
+        self.add_eos
+    }
+
+    /// The text of the BOS and EOS tokens, as chat templates print them; empty where the
+    /// vocab has none.
+    pub fn bos_eos_text(&self) -> (String, String) {
+        let text =
+            |id: Option<u32>| id.map_or_else(String::new, |id| self.vocab.text(id).to_string());
+        (text(self.ids.bos), text(self.ids.eos))
     }
 
     /// EOS, EOT, and the other ids llama.cpp ends generation on (`<|im_end|>`, `<|eot_id|>`,

@@ -1,6 +1,8 @@
 //! The executor on a tiny synthetic Llama, on the CPU, the backends present and stand-in
-//! devices: placement and memory, the cross-check, and the steps themselves.
+//! devices: placement and memory, the cross-check, the steps themselves, and a conversation's
+//! rewinds.
 
+mod chat;
 mod common;
 mod cross_check;
 mod formats;
