@@ -6,6 +6,8 @@
 use super::{Gguf, GgufError, GgufWriter, TensorType, Value};
 use crate::quant::quantize;
 
+pub mod rope;
+
 /// The weights' deterministic generator: splitmix64, so every run and every machine draws
 /// the same file from a seed.
 pub(crate) struct Rng(u64);
@@ -197,10 +199,12 @@ impl SynthShape {
     };
 
     /// The presets by the names `trine synth-model --like` takes.
-    pub const PRESETS: [(&'static str, SynthShape); 4] = [
+    /// Those of Llama 3.1 and 3.2 also carry their rope scaling ([`rope::Llama3Rope::of_preset`]).
+    pub const PRESETS: [(&'static str, SynthShape); 5] = [
         ("smollm2-135m", SynthShape::SMOLLM2_135M),
         ("llama-3.2-1b", SynthShape::LLAMA_3_2_1B),
         ("llama-3-8b", SynthShape::LLAMA_3_8B),
+        ("llama-3.1-8b", SynthShape::LLAMA_3_8B),
         ("llama-3-70b", SynthShape::LLAMA_3_70B),
     ];
 

@@ -16,6 +16,7 @@ pub mod graph;
 pub mod model;
 pub mod placement;
 pub mod planner;
+pub mod rope;
 pub mod sampler;
 pub mod session;
 pub mod speed;
