@@ -3,9 +3,11 @@
 //! (`convert_hf_to_gguf.py`, `LlamaModel.generate_extra_tensors`) bakes it into the F32 tensor
 //! `rope_freqs.weight`, one factor per pair of a head, by which ggml divides that pair's
 //! angle. Synthetic Llama 3.1/3.2 layouts carry the same tensor, so that what trine runs on
-//! them is what it runs on the downloaded files.
+//! them is what it runs on the downloaded files; [`tiny`] makes the small models with each
+//! scaling that the tests check rope by.
 
-use crate::{GgufError, GgufWriter, TensorType, Value};
+use super::{synth_llama, SynthShape};
+use crate::{Gguf, GgufError, GgufWriter, TensorType, Value};
 
 /// The tensor's name (one for all layers).
 pub const ROPE_FREQS: &str = "rope_freqs.weight";
@@ -86,4 +88,77 @@ impl Llama3Rope {
             bytes,
         )
     }
+}
+
+/// The rope scalings of [`tiny`]'s models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TinyRope {
+    /// Llama 3.2's `rope_freqs.weight` and base.
+    Llama3,
+    /// `linear` by 4.
+    Linear,
+    /// `yarn` by 4 from a trained context of 64, with an attention factor of 0.8.
+    Yarn,
+}
+
+impl TinyRope {
+    pub const ALL: [TinyRope; 3] = [TinyRope::Llama3, TinyRope::Linear, TinyRope::Yarn];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TinyRope::Llama3 => "llama3",
+            TinyRope::Linear => "linear",
+            TinyRope::Yarn => "yarn",
+        }
+    }
+}
+
+/// A tiny Llama with rope scaling `r`, which the tests hold to llama.cpp and to a float64
+/// reference: [`SynthShape::TINY`]'s layout with F32 weights, so that a reference's arithmetic
+/// is exact, and heads of 16 values. The synthetic weights alone attend nearly uniformly and
+/// give nearly equal logits, where rope hardly shows and every choice is a near tie, so the
+/// attention norms are scaled by 4 and the output norm by 8.
+pub fn tiny(r: TinyRope, seed: u64) -> Result<GgufWriter, GgufError> {
+    let shape = SynthShape {
+        matrices: TensorType::F32,
+        embedding: TensorType::F32,
+        output: None,
+        ..SynthShape::TINY
+    };
+    let g = Gguf::from_bytes(synth_llama(shape, seed)?.to_bytes())?;
+    let mut w = GgufWriter::new();
+    for (key, value) in g.metadata() {
+        w.add(key.clone(), value.clone())?;
+    }
+    for t in g.tensors() {
+        let scale = if t.name.ends_with("attn_norm.weight") {
+            4.0
+        } else if t.name == "output_norm.weight" {
+            8.0
+        } else {
+            1.0
+        };
+        let bytes = g
+            .tensor_data(t)
+            .chunks_exact(4)
+            .flat_map(|b| (f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * scale).to_le_bytes())
+            .collect();
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, bytes)?;
+    }
+    let head_dim = (shape.n_embd / u64::from(shape.n_head)) as u32;
+    let s = |v: &str| Value::String(v.to_string());
+    match r {
+        TinyRope::Llama3 => Llama3Rope::LLAMA_3_2.apply(&mut w, head_dim)?,
+        TinyRope::Linear => {
+            w.add("llama.rope.scaling.type", s("linear"))?;
+            w.add("llama.rope.scaling.factor", Value::F32(4.0))?;
+        }
+        TinyRope::Yarn => {
+            w.add("llama.rope.scaling.type", s("yarn"))?;
+            w.add("llama.rope.scaling.factor", Value::F32(4.0))?;
+            w.add("llama.rope.scaling.original_context_length", Value::U32(64))?;
+            w.add("llama.rope.scaling.attn_factor", Value::F32(0.8))?;
+        }
+    }
+    Ok(w)
 }
