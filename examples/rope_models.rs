@@ -10,9 +10,7 @@ use trine_gguf::synth::rope::{tiny, TinyRope};
 const SEED: u64 = 5;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::env::args()
-        .nth(1)
-        .ok_or("usage: rope_models DIR")?;
+    let dir = std::env::args().nth(1).ok_or("usage: rope_models DIR")?;
     for r in TinyRope::ALL {
         let path = std::path::Path::new(&dir).join(format!("tiny-{}.gguf", r.name()));
         tiny(r, SEED)?.write(&path)?;
