@@ -106,8 +106,8 @@ pub fn reference(shape: &Rope, freqs: &RopeFreqs, x: &[f32]) -> Result<Vec<f64>,
     let mut y = vec![0f64; x.len()];
     for (row, (head_in, head_out)) in x.chunks(d).zip(y.chunks_mut(d)).enumerate() {
         let pos = (shape.offset as usize + row / shape.heads as usize) as f64;
-        for i in 0..half {
-            let theta = pos * angles[i];
+        for (i, angle) in angles.iter().enumerate() {
+            let theta = pos * angle;
             let (sin, cos) = theta.sin_cos();
             let (i0, i1) = match shape.mode {
                 RopeMode::Normal => (2 * i, 2 * i + 1),
