@@ -42,7 +42,8 @@ const WEIGHT_HALF_WIDTH: f32 = 0.02 * 1.732_050_8;
 const NORM_NOISE: f32 = 0.02;
 
 /// A model with all of `src`'s metadata (tokenizer included) and its tensor names, shapes and
-/// types, holding random weights drawn from `seed`.
+/// types, holding random weights drawn from `seed`. Rope's frequency factors
+/// ([`rope::ROPE_FREQS`]) are the model's rope scaling, not weights, and are copied.
 pub fn synth_like(src: &Gguf, seed: u64) -> Result<GgufWriter, GgufError> {
     let mut w = GgufWriter::new();
     for (key, value) in src.metadata() {
@@ -50,7 +51,11 @@ pub fn synth_like(src: &Gguf, seed: u64) -> Result<GgufWriter, GgufError> {
     }
     let mut rng = Rng::new(seed);
     for t in src.tensors() {
-        let bytes = random_tensor(&mut rng, &t.name, t.n_elements, t.ty)?;
+        let bytes = if t.name == rope::ROPE_FREQS {
+            src.tensor_data(t).to_vec()
+        } else {
+            random_tensor(&mut rng, &t.name, t.n_elements, t.ty)?
+        };
         w.add_tensor(t.name.clone(), &t.dims, t.ty, bytes)?;
     }
     Ok(w)

@@ -255,3 +255,22 @@ fn llama3_rope_is_written_as_rope_freqs() {
     assert_eq!(last, 32.0);
     assert_eq!(g.get_f32("llama.rope.freq_base").unwrap(), 500_000.0);
 }
+
+/// `synth_like` of a Llama 3.2 file keeps its rope scaling: `rope_freqs.weight` is copied, not
+/// drawn at random like the weights (random factors would be negative half the time).
+#[test]
+fn synth_like_copies_rope_freqs() {
+    use crate::synth::rope::{Llama3Rope, ROPE_FREQS};
+    use crate::synth::{synth_llama, SynthShape};
+    let mut w = synth_llama(SynthShape::TINY, 1).unwrap();
+    Llama3Rope::LLAMA_3_2.apply(&mut w, 16).unwrap();
+    let src = reread(&w);
+    let copy = reread(&synth_like(&src, 9).unwrap());
+    let data = |g: &Gguf| g.tensor_data(g.tensor(ROPE_FREQS).unwrap()).to_vec();
+    assert_eq!(data(&copy), data(&src));
+    let embd = |g: &Gguf| {
+        g.tensor_data(g.tensor("token_embd.weight").unwrap())
+            .to_vec()
+    };
+    assert_ne!(embd(&copy), embd(&src));
+}
