@@ -50,7 +50,7 @@ pub fn from_gguf(g: &Gguf, c: &Config) -> Result<RopeFreqs, ModelError> {
         return Err(bad(
             &factor_key,
             factor,
-            "must be finite and positive (0 or no key: no scaling)",
+            "must be finite and not negative (0 or no key: no scaling)",
         ));
     }
     let factor = if factor == 0.0 { 1.0 } else { factor };
