@@ -14,9 +14,9 @@
 //!
 //! One invocation per pair of a head (rope's pairing, see [`super::rope`]): a query or key pair
 //! is rotated exactly as the rope kernel rotates it (the same f32 angle and magnitude from the
-//! same `freq` table, [`super::rope_freqs`]), a value pair is copied. A head of `head_dim` values has `head_dim/2` pairs, so a
-//! token's row of `heads + 2·kv_heads` heads is covered by the x axis of the grid and the
-//! tokens by its y axis, without a division by the row length.
+//! same `freq` table, [`super::rope_freqs`]), a value pair is copied. A head of `head_dim`
+//! values has `head_dim/2` pairs, so a token's row of `heads + 2·kv_heads` heads is covered by
+//! the x axis of the grid and the tokens by its y axis, without a division by the row length.
 //!
 //! Bound: the default 1e-7, rope's (4e-10 measured against the f64 reference at position
 //! 2047, from the f32 angle's rounding; lavapipe within 1e-15 of the interpreter: the
@@ -575,7 +575,8 @@ pub fn cases() -> Vec<Case> {
         };
         (shape, f)
     };
-    // Scaled frequencies: every entry of the table differs, and the magnitude is not 1.
+    // Scaled frequencies: Llama 3.2's factors at the end of its trained context, YaRN (whose
+    // magnitude is not 1) past its trained context, linear.
     let scaled = |(shape, _): (RopeStore, RopeFreqs), freqs: RopeFreqs| (shape, freqs);
     use Float::{F16, F32};
     use RopeMode::{Neox, Normal};
