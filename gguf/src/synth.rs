@@ -6,6 +6,8 @@
 use super::{Gguf, GgufError, GgufWriter, TensorType, Value};
 use crate::quant::quantize;
 
+pub mod rope;
+
 /// The weights' deterministic generator: splitmix64, so every run and every machine draws
 /// the same file from a seed.
 pub(crate) struct Rng(u64);
@@ -40,7 +42,8 @@ const WEIGHT_HALF_WIDTH: f32 = 0.02 * 1.732_050_8;
 const NORM_NOISE: f32 = 0.02;
 
 /// A model with all of `src`'s metadata (tokenizer included) and its tensor names, shapes and
-/// types, holding random weights drawn from `seed`.
+/// types, holding random weights drawn from `seed`. Rope's frequency factors
+/// ([`rope::ROPE_FREQS`]) are the model's rope scaling, not weights, and are copied.
 pub fn synth_like(src: &Gguf, seed: u64) -> Result<GgufWriter, GgufError> {
     let mut w = GgufWriter::new();
     for (key, value) in src.metadata() {
@@ -48,7 +51,11 @@ pub fn synth_like(src: &Gguf, seed: u64) -> Result<GgufWriter, GgufError> {
     }
     let mut rng = Rng::new(seed);
     for t in src.tensors() {
-        let bytes = random_tensor(&mut rng, &t.name, t.n_elements, t.ty)?;
+        let bytes = if t.name == rope::ROPE_FREQS {
+            src.tensor_data(t).to_vec()
+        } else {
+            random_tensor(&mut rng, &t.name, t.n_elements, t.ty)?
+        };
         w.add_tensor(t.name.clone(), &t.dims, t.ty, bytes)?;
     }
     Ok(w)
@@ -197,10 +204,12 @@ impl SynthShape {
     };
 
     /// The presets by the names `trine synth-model --like` takes.
-    pub const PRESETS: [(&'static str, SynthShape); 4] = [
+    /// Those of Llama 3.1 and 3.2 also carry their rope scaling ([`rope::Llama3Rope::of_preset`]).
+    pub const PRESETS: [(&'static str, SynthShape); 5] = [
         ("smollm2-135m", SynthShape::SMOLLM2_135M),
         ("llama-3.2-1b", SynthShape::LLAMA_3_2_1B),
         ("llama-3-8b", SynthShape::LLAMA_3_8B),
+        ("llama-3.1-8b", SynthShape::LLAMA_3_8B),
         ("llama-3-70b", SynthShape::LLAMA_3_70B),
     ];
 

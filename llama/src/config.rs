@@ -130,7 +130,7 @@ impl Config {
     }
 }
 
-fn bad(key: &str, value: impl ToString, why: &'static str) -> ModelError {
+pub(crate) fn bad(key: &str, value: impl ToString, why: &'static str) -> ModelError {
     ModelError::Hyperparameter {
         key: key.to_string(),
         value: value.to_string(),
@@ -143,7 +143,7 @@ fn bounded(what: &str, v: u64) -> Result<u32, ModelError> {
 }
 
 /// A key's value, or `default` when the file does not have it (any other error stands).
-fn optional<T>(r: Result<T, GgufError>, default: T) -> Result<T, ModelError> {
+pub(crate) fn optional<T>(r: Result<T, GgufError>, default: T) -> Result<T, ModelError> {
     match r {
         Ok(v) => Ok(v),
         Err(GgufError::MissingKey { .. }) => Ok(default),

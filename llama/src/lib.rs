@@ -18,6 +18,7 @@ pub mod model;
 pub mod penalties;
 pub mod placement;
 pub mod planner;
+pub mod rope;
 pub mod sampler;
 pub mod session;
 pub mod speed;

@@ -6,6 +6,7 @@ use super::error::ModelError;
 use super::weights::Weights;
 use std::path::Path;
 use trine_gguf::Gguf;
+use trine_ops::rope_freqs::RopeFreqs;
 use trine_tokenizer::Tokenizer;
 
 pub struct Model {
@@ -13,6 +14,8 @@ pub struct Model {
     pub config: Config,
     pub weights: Weights,
     pub tokenizer: Tokenizer,
+    /// What rope turns each pair by ([`crate::rope`]).
+    pub rope: RopeFreqs,
 }
 
 impl Model {
@@ -23,12 +26,14 @@ impl Model {
     pub fn from_gguf(gguf: Gguf) -> Result<Model, ModelError> {
         let config = Config::from_gguf(&gguf)?;
         let weights = Weights::from_gguf(&gguf, &config)?;
+        let rope = crate::rope::from_gguf(&gguf, &config)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         Ok(Model {
             gguf,
             config,
             weights,
             tokenizer,
+            rope,
         })
     }
 

@@ -36,6 +36,7 @@ pub mod matvec_q8_blocks;
 pub mod matvec_q8_rows;
 pub mod rms_norm;
 pub mod rope;
+pub mod rope_freqs;
 pub mod rope_store;
 pub mod shape;
 pub mod support;

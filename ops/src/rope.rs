@@ -1,28 +1,27 @@
-//! Rotary position embedding on `[tokens × heads × head_dim]`, as ggml's `ggml_rope_ext` with
-//! no frequency scaling (freq_scale 1, ext_factor 0, attn_factor 1) over the whole head: its
-//! layouts, its frequency table and its plain-Rust reference, which the kernels that rotate
+//! Rotary position embedding on `[tokens × heads × head_dim]`, as ggml's `ggml_rope_ext` over
+//! the whole head: its layouts and its plain-Rust reference, which the kernels that rotate
 //! (rope with the KV-cache store, [`super::rope_store`], and in a QKV product's epilogue,
-//! [`super::matvec_attn`]) are held to.
+//! [`super::matvec_attn`]) are held to. What each pair turns by, for every frequency scaling,
+//! is [`super::rope_freqs`]'s table.
 //!
 //! Token `t` sits at position `p = offset + t` (the offset is the number of tokens already in
-//! the KV cache). Pair `i` of a head, `0 <= i < head_dim/2`, is rotated by
-//! `theta_i = p · base^(-2i/head_dim)`:
-//! `(a, b) → (a·cos θ − b·sin θ, a·sin θ + b·cos θ)`. The layouts differ in which two values
-//! form pair `i` (ggml-cpu `ops.cpp`, `rotate_pairs` as called from `ggml_compute_forward_rope`):
+//! the KV cache). Pair `i` of a head, `0 <= i < head_dim/2`, is rotated by `θ_i = p · f_i`
+//! (`f_i` the table's entry; `base^(-2i/head_dim)` without scaling) and scaled by the table's
+//! magnitude `m`: `(a, b) → (m·(a·cos θ − b·sin θ), m·(a·sin θ + b·cos θ))`. The layouts differ
+//! in which two values form pair `i` (ggml-cpu `ops.cpp`, `rotate_pairs` as called from
+//! `ggml_compute_forward_rope`):
 //! - [`RopeMode::Normal`] (`GGML_ROPE_TYPE_NORMAL`, llama.cpp's `LLAMA_ROPE_TYPE_NORM`, used by
 //!   the Llama architecture and so SmolLM2): `(x[2i], x[2i+1])`;
 //! - [`RopeMode::Neox`] (`GGML_ROPE_TYPE_NEOX`, Qwen, Gemma, Phi, GPT-NeoX): `(x[i], x[i + d/2])`.
 //!
-//! The frequencies `base^(-2i/head_dim)` come in as a small f32 table ([`Rope::frequencies`],
-//! computed in f64 and rounded once, like Hugging Face's `inv_freq` buffer) rather than from
-//! `pow` in a kernel (ggml builds them by repeated multiplication with `base^(-2/d)` in f32).
-//! A relative error in a frequency is multiplied by the position: with `pow` in the kernel,
-//! lavapipe's output at position 8191 differed from the interpreter's by an NMSE of 5e-8, half
-//! the bound; with the table both compute the same f32 angle (NMSE 2e-15).
-//! The angle `p·freq` is rounded to f32, an absolute error up to `|θ|·2^-24` radians, which is
-//! also the output's relative error; at position 8191 that makes an NMSE of 1e-9 against the
-//! f64 reference.
+//! The kernels take the table rather than calling `pow`: a relative error in a frequency is
+//! multiplied by the position, and with `pow` in the kernel lavapipe's output at position 8191
+//! differed from the interpreter's by an NMSE of 5e-8, half the bound; with the table both
+//! compute the same f32 angle (NMSE 2e-15). The angle `p·f_i` is rounded to f32, an absolute
+//! error up to `|θ|·2^-24` radians, which is also the output's relative error; at position
+//! 8191 that makes an NMSE of 1e-9 against the f64 reference.
 
+use super::rope_freqs::RopeFreqs;
 use super::shape::ShapeError;
 use super::support::{elements, expect_len, nonzero};
 
@@ -57,8 +56,6 @@ pub struct Rope {
     pub head_dim: u32,
     /// Position of the first token.
     pub offset: u32,
-    /// Frequency base (10000 for Llama 2, 100000 for SmolLM2).
-    pub base: f32,
     pub mode: RopeMode,
 }
 
@@ -91,37 +88,34 @@ impl Rope {
             &[self.tokens, self.heads, self.head_dim],
         )
     }
-
-    /// The `freq` input: `base^(-2i/head_dim)` for each pair `i`, computed in f64 and rounded
-    /// once to f32.
-    pub fn frequencies(&self) -> Vec<f32> {
-        let d = self.head_dim as f64;
-        (0..self.head_dim / 2)
-            .map(|i| (self.base as f64).powf(-2.0 * i as f64 / d) as f32)
-            .collect()
-    }
 }
 
 /// The plain-Rust reference in f64, on the values `x` holds (already rounded to the storage
-/// type); outputs are not rounded.
-pub fn reference(shape: &Rope, x: &[f32]) -> Result<Vec<f64>, ShapeError> {
+/// type), turning each pair by `freqs` (its f64 angles, not the table's f32 ones); outputs are
+/// not rounded.
+pub fn reference(shape: &Rope, freqs: &RopeFreqs, x: &[f32]) -> Result<Vec<f64>, ShapeError> {
     let n = shape.check()?;
     expect_len(OP, "x", n as usize, x.len())?;
+    freqs.check(shape.head_dim)?;
     let d = shape.head_dim as usize;
     let half = d / 2;
+    let angles: Vec<f64> = (0..half as u32)
+        .map(|i| freqs.pair(shape.head_dim, i))
+        .collect();
+    let m = freqs.magnitude();
     let mut y = vec![0f64; x.len()];
     for (row, (head_in, head_out)) in x.chunks(d).zip(y.chunks_mut(d)).enumerate() {
         let pos = (shape.offset as usize + row / shape.heads as usize) as f64;
-        for i in 0..half {
-            let theta = pos * (shape.base as f64).powf(-2.0 * i as f64 / d as f64);
+        for (i, angle) in angles.iter().enumerate() {
+            let theta = pos * angle;
             let (sin, cos) = theta.sin_cos();
             let (i0, i1) = match shape.mode {
                 RopeMode::Normal => (2 * i, 2 * i + 1),
                 RopeMode::Neox => (i, i + half),
             };
             let (a, b) = (head_in[i0] as f64, head_in[i1] as f64);
-            head_out[i0] = a * cos - b * sin;
-            head_out[i1] = a * sin + b * cos;
+            head_out[i0] = m * (a * cos - b * sin);
+            head_out[i1] = m * (a * sin + b * cos);
         }
     }
     Ok(y)
@@ -137,7 +131,6 @@ mod tests {
             heads: 1,
             head_dim: 4,
             offset,
-            base: 10_000.0,
             mode,
         }
     }
@@ -146,9 +139,10 @@ mod tests {
     fn layouts_pair_different_values() {
         // Position 1: pair 0 turns by 1 radian, pair 1 by 10000^(-1/2) = 0.01 radian.
         let x = [1.0, 2.0, 3.0, 4.0];
+        let plain = RopeFreqs::plain(10_000.0);
         let (s0, c0) = 1f64.sin_cos();
         let (s1, c1) = 0.01f64.sin_cos();
-        let normal = reference(&shape(RopeMode::Normal, 1), &x).unwrap();
+        let normal = reference(&shape(RopeMode::Normal, 1), &plain, &x).unwrap();
         let want = [
             c0 - 2.0 * s0,
             s0 + 2.0 * c0,
@@ -158,7 +152,7 @@ mod tests {
         for (a, b) in normal.iter().zip(want) {
             assert!((a - b).abs() < 1e-12, "{normal:?} vs {want:?}");
         }
-        let neox = reference(&shape(RopeMode::Neox, 1), &x).unwrap();
+        let neox = reference(&shape(RopeMode::Neox, 1), &plain, &x).unwrap();
         let want = [
             c0 - 3.0 * s0,
             2.0 * c1 - 4.0 * s1,
@@ -170,7 +164,7 @@ mod tests {
         }
         // Position 0 rotates nothing.
         assert_eq!(
-            reference(&shape(RopeMode::Neox, 0), &x).unwrap(),
+            reference(&shape(RopeMode::Neox, 0), &plain, &x).unwrap(),
             vec![1.0, 2.0, 3.0, 4.0]
         );
     }
@@ -185,7 +179,11 @@ mod tests {
         let far = shape(RopeMode::Normal, u32::MAX);
         assert!(matches!(far.check(), Err(ShapeError::TooLarge { .. })));
         assert!(matches!(
-            reference(&shape(RopeMode::Normal, 0), &[1.0; 3]),
+            reference(
+                &shape(RopeMode::Normal, 0),
+                &RopeFreqs::plain(10_000.0),
+                &[1.0; 3]
+            ),
             Err(ShapeError::Mismatch { .. })
         ));
     }

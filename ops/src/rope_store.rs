@@ -13,10 +13,10 @@
 //! step past the end of the cache instead of failing it.
 //!
 //! One invocation per pair of a head (rope's pairing, see [`super::rope`]): a query or key pair
-//! is rotated exactly as the rope kernel rotates it (the same f32 angle from the same `freq`
-//! table), a value pair is copied. A head of `head_dim` values has `head_dim/2` pairs, so a
-//! token's row of `heads + 2·kv_heads` heads is covered by the x axis of the grid and the
-//! tokens by its y axis, without a division by the row length.
+//! is rotated exactly as the rope kernel rotates it (the same f32 angle and magnitude from the
+//! same `freq` table, [`super::rope_freqs`]), a value pair is copied. A head of `head_dim`
+//! values has `head_dim/2` pairs, so a token's row of `heads + 2·kv_heads` heads is covered by
+//! the x axis of the grid and the tokens by its y axis, without a division by the row length.
 //!
 //! Bound: the default 1e-7, rope's (4e-10 measured against the f64 reference at position
 //! 2047, from the f32 angle's rounding; lavapipe within 1e-15 of the interpreter: the
@@ -27,8 +27,9 @@
 use super::key_layout::{KeyIndex, KeyLayout};
 use super::kv_type::{store_q8_block, KvType, Q8_BLOCK, Q8_WORDS};
 use super::rope::{self, Rope, RopeMode};
+use super::rope_freqs::{self, RopeFreqs, RopeScaling};
 use super::shape::ShapeError;
-use super::support::{cos_sin, elements, expect_len, nonzero, seed, store_f32, Float};
+use super::support::{elements, expect_len, nonzero, seed, store_f32, Float};
 use crate::case::*;
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 
@@ -46,8 +47,6 @@ pub struct RopeStore {
     pub head_dim: u32,
     /// Positions each cache holds.
     pub context: u32,
-    /// Frequency base (10000 for Llama 2, 100000 for SmolLM2).
-    pub base: f32,
     pub mode: RopeMode,
     /// The K cache's layout.
     pub keys: KeyLayout,
@@ -144,11 +143,6 @@ impl RopeStore {
         p
     }
 
-    /// The `freq` input, as [`Rope::frequencies`].
-    pub fn frequencies(&self) -> Vec<f32> {
-        self.rope(self.heads, 0).frequencies()
-    }
-
     /// The unfused rope over `heads` heads of every token, the first at position `pos`.
     fn rope(&self, heads: u32, pos: u32) -> Rope {
         Rope {
@@ -156,7 +150,6 @@ impl RopeStore {
             heads,
             head_dim: self.head_dim,
             offset: pos,
-            base: self.base,
             mode: self.mode,
         }
     }
@@ -177,7 +170,7 @@ fn check_head_dim(d: u32) -> Result<(), ShapeError> {
 
 /// The kernel for one head dimension (a compile-time constant, so that the pair index is a
 /// division by a constant), rope layout and cache storage type.
-/// Buffers: `qkv` f32, `step` u32, `freq` f32 [head_dim/2] (see [`RopeStore::frequencies`]),
+/// Buffers: `qkv` f32, `step` u32, `freq` f32 [head_dim/2 + 1] ([`RopeFreqs::table`]),
 /// `q` f32, `k_cache` and `v_cache` of `kv`, the K cache in `keys`' layout. Params: heads,
 /// kv_heads (and `k_stride` for columns), `first` and `count`, the heads `qkv` holds
 /// ([`RopeStore::part`]). Grid: [`RopeStore::grid`].
@@ -228,8 +221,7 @@ pub fn kernel(
         k.if_else(
             head.lt(rotated_heads),
             || {
-                let theta = pos.cast(Scalar::F32) * k.load(freq, i);
-                let (cos, sin) = cos_sin(&k, theta);
+                let (cos, sin) = rope_freqs::turn(&k, freq, pos, i, head_dim);
                 let ra = a * cos - b * sin;
                 let rb = a * sin + b * cos;
                 k.if_else(
@@ -302,8 +294,7 @@ pub fn kernel_q8(head_dim: u32, mode: RopeMode) -> Result<Kernel, ShapeError> {
     let b = k.load(qkv, src + i1);
     let pos = k.load(step, k.u32(0)) + t;
     let rotated_heads = heads + kv_heads;
-    let theta = pos.cast(Scalar::F32) * k.load(freq, i);
-    let (cos, sin) = cos_sin(&k, theta);
+    let (cos, sin) = rope_freqs::turn(&k, freq, pos, i, head_dim);
     let turn = head.lt(rotated_heads);
     let ra = k.select(turn, a * cos - b * sin, a);
     let rb = k.select(turn, a * sin + b * cos, b);
@@ -341,11 +332,12 @@ pub struct RopeStoreOut {
     pub v_cache: Vec<f64>,
 }
 
-/// The plain-Rust reference: [`rope::reference`] on the query and key heads of `qkv`, and the
-/// rotated keys and the values written over rows `pos..pos + tokens` of the caches, which hold
-/// the values their buffers hold (already rounded to the storage type).
+/// The plain-Rust reference: [`rope::reference`] by `freqs` on the query and key heads of
+/// `qkv`, and the rotated keys and the values written over rows `pos..pos + tokens` of the
+/// caches, which hold the values their buffers hold (already rounded to the storage type).
 pub fn reference(
     shape: &RopeStore,
+    freqs: &RopeFreqs,
     pos: u32,
     qkv: &[f32],
     k_cache: &[f32],
@@ -385,8 +377,8 @@ pub fn reference(
         .flat_map(|r| &r[q_dim + kv_dim..])
         .map(|&v| v as f64)
         .collect();
-    let q = rope::reference(&shape.rope(shape.heads, pos), &q_in)?;
-    let k_new = rope::reference(&shape.rope(shape.kv_heads, pos), &k_in)?;
+    let q = rope::reference(&shape.rope(shape.heads, pos), freqs, &q_in)?;
+    let k_new = rope::reference(&shape.rope(shape.kv_heads, pos), freqs, &k_in)?;
     // Whether element `e` of a token's `width`-wide slice starting at row element `at` is held.
     let mask = |at: usize, width: usize| {
         let held = held.clone();
@@ -421,30 +413,33 @@ fn overwrite(
     out
 }
 
-/// A case's name: the op, rope's layout, the cache type, the shape and position, `extra`.
-fn case_name(shape: &RopeStore, kv: &str, pos: u32, extra: &str) -> String {
+/// A case's name: the op, rope's layout, the cache type, the shape and position, the
+/// frequencies, `extra`.
+fn case_name(shape: &RopeStore, freqs: &RopeFreqs, kv: &str, pos: u32, extra: &str) -> String {
     format!(
-        "{OP}/{}/f32+{kv}kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}{extra}",
+        "{OP}/{}/f32+{kv}kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}{}{extra}",
         shape.mode.name(),
         shape.tokens,
         shape.heads,
         shape.kv_heads,
         shape.head_dim,
         shape.context,
-        shape.base
+        freqs.base,
+        freqs.label()
     )
 }
 
-/// A conformance case for `shape` at position `pos` with the caches stored as `kv`, with
-/// deterministic inputs. The cache rows the step does not write hold values too, so that a
-/// write to the wrong row shows.
-pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
+/// A conformance case for `shape` turned by `freqs` at position `pos` with the caches stored
+/// as `kv`, with deterministic inputs. The cache rows the step does not write hold values too,
+/// so that a write to the wrong row shows.
+pub fn case(shape: RopeStore, freqs: &RopeFreqs, pos: u32, kv: Float) -> Result<Case, ShapeError> {
     let n = shape.check()?;
     let part = shape.part.map_or(String::new(), |p| {
         format!("+heads{}..{}", p.first, p.first + p.count)
     });
     let name = case_name(
         &shape,
+        freqs,
         kv.name(),
         pos,
         &format!("{}{part}", shape.keys.suffix()),
@@ -454,7 +449,7 @@ pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
     let cache = (shape.context * shape.kv_heads * shape.head_dim) as usize;
     let k0 = kv.stored(&r.f32s(cache, -3.0, 3.0));
     let v0 = kv.stored(&r.f32s(cache, -3.0, 3.0));
-    let want = reference(&shape, pos, &qkv, &k0, &v0)?;
+    let want = reference(&shape, freqs, pos, &qkv, &k0, &v0)?;
     let rounded = |v: Vec<f64>| v.into_iter().map(|x| kv.round(x)).collect::<Vec<_>>();
     // NaN where the kernel must write: an element it skips fails the NaN pattern check.
     let q0 = vec![f32::NAN; want.q.len()];
@@ -466,29 +461,40 @@ pub fn case(shape: RopeStore, pos: u32, kv: Float) -> Result<Case, ShapeError> {
     Ok(Case::new(name, kernel, shape.grid())
         .input("qkv", Scalar::F32, f32_bytes(&qkv))
         .input("step", Scalar::U32, u32_bytes(&[pos]))
-        .input("freq", Scalar::F32, f32_bytes(&shape.frequencies()))
+        .input("freq", Scalar::F32, f32_bytes(&freqs.table(shape.head_dim)))
         .output("q", Scalar::F32, f32_bytes(&q0), want.q)
         .output("k_cache", kv.scalar(), kv.bytes(&k0), k_want)
         .output("v_cache", kv.scalar(), kv.bytes(&v0), rounded(want.v_cache))
         .params(shape.params()))
 }
 
-/// A conformance case of [`kernel_q8`] for `shape` (keys in rows) at position `pos`, `qkv`
-/// drawn from `[-amplitude, amplitude)`: `q` against [`reference`], the caches' words
-/// exactly: those of the rows the step writes as [`KvType::Q8_0`] stores the reference's
+/// A conformance case of [`kernel_q8`] for `shape` (keys in rows) turned by `freqs` at position
+/// `pos`, `qkv` drawn from `[-amplitude, amplitude)`: `q` against [`reference`], the caches'
+/// words exactly: those of the rows the step writes as [`KvType::Q8_0`] stores the reference's
 /// values, the others as they were.
-pub fn case_q8(shape: RopeStore, pos: u32, amplitude: f32) -> Result<Case, ShapeError> {
+pub fn case_q8(
+    shape: RopeStore,
+    freqs: &RopeFreqs,
+    pos: u32,
+    amplitude: f32,
+) -> Result<Case, ShapeError> {
     let n = shape.check()?;
     let span = shape.span()?;
     let kv = KvType::Q8_0;
     let heads = format!("+heads{}..{}", span.first, span.first + span.count);
-    let name = case_name(&shape, kv.name(), pos, &format!("{heads}+amp{amplitude}"));
+    let name = case_name(
+        &shape,
+        freqs,
+        kv.name(),
+        pos,
+        &format!("{heads}+amp{amplitude}"),
+    );
     let mut r = Rng::new(seed(&name));
     let qkv = r.f32s(n as usize, -amplitude, amplitude);
     let cache = (shape.context * shape.kv_heads * shape.head_dim) as usize;
     let k0 = kv.stored(&r.f32s(cache, -3.0, 3.0));
     let v0 = kv.stored(&r.f32s(cache, -3.0, 3.0));
-    let want = reference(&shape, pos, &qkv, &k0, &v0)?;
+    let want = reference(&shape, freqs, pos, &qkv, &k0, &v0)?;
     // Each written head of a row stored anew, block by block; the rest keeps its words.
     let d = shape.head_dim as usize;
     let stored_words = |before: &[f32], after: Vec<f64>, first_head: u32| {
@@ -518,7 +524,7 @@ pub fn case_q8(shape: RopeStore, pos: u32, amplitude: f32) -> Result<Case, Shape
     )
     .input("qkv", Scalar::F32, f32_bytes(&qkv))
     .input("step", Scalar::U32, u32_bytes(&[pos]))
-    .input("freq", Scalar::F32, f32_bytes(&shape.frequencies()))
+    .input("freq", Scalar::F32, f32_bytes(&freqs.table(shape.head_dim)))
     .output("q", Scalar::F32, f32_bytes(&q0), want.q)
     .output_exact("k_cache", Scalar::U32, kv.bytes(&k0), words(&k_words))
     .output_exact("v_cache", Scalar::U32, kv.bytes(&v0), words(&v_words))
@@ -527,38 +533,51 @@ pub fn case_q8(shape: RopeStore, pos: u32, amplitude: f32) -> Result<Case, Shape
 
 pub fn cases() -> Vec<Case> {
     // SmolLM2-135M: 9 query heads, 3 KV heads, head_dim 64, base 100000.
-    let smol = |tokens, context, mode| RopeStore {
-        tokens,
-        heads: 9,
-        kv_heads: 3,
-        head_dim: 64,
-        context,
-        base: 100_000.0,
-        mode,
-        keys: KeyLayout::Rows,
-        part: None,
+    let smol = |tokens, context, mode| {
+        let shape = RopeStore {
+            tokens,
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            context,
+            mode,
+            keys: KeyLayout::Rows,
+            part: None,
+        };
+        (shape, RopeFreqs::plain(100_000.0))
     };
-    let small = |tokens, heads, kv_heads, head_dim, context, mode| RopeStore {
-        tokens,
-        heads,
-        kv_heads,
-        head_dim,
-        context,
-        base: 10_000.0,
-        mode,
-        keys: KeyLayout::Rows,
-        part: None,
+    let small = |tokens, heads, kv_heads, head_dim, context, mode| {
+        let shape = RopeStore {
+            tokens,
+            heads,
+            kv_heads,
+            head_dim,
+            context,
+            mode,
+            keys: KeyLayout::Rows,
+            part: None,
+        };
+        (shape, RopeFreqs::plain(10_000.0))
     };
-    let columns = |shape| RopeStore {
-        keys: KeyLayout::Columns,
-        ..shape
+    let columns = |(shape, f): (RopeStore, RopeFreqs)| {
+        let shape = RopeStore {
+            keys: KeyLayout::Columns,
+            ..shape
+        };
+        (shape, f)
     };
     // Projections of two weight types: Q and K in one product, V in another (SmolLM2's 9 + 3
     // heads, then its 3), or K alone.
-    let part = |shape, first, count| RopeStore {
-        part: Some(HeadSpan { first, count }),
-        ..shape
+    let part = |(shape, f): (RopeStore, RopeFreqs), first, count| {
+        let shape = RopeStore {
+            part: Some(HeadSpan { first, count }),
+            ..shape
+        };
+        (shape, f)
     };
+    // Scaled frequencies: Llama 3.2's factors at the end of its trained context, YaRN (whose
+    // magnitude is not 1) past its trained context, linear.
+    let scaled = |(shape, _): (RopeStore, RopeFreqs), freqs: RopeFreqs| (shape, freqs);
     use Float::{F16, F32};
     use RopeMode::{Neox, Normal};
     let shapes = [
@@ -579,6 +598,10 @@ pub fn cases() -> Vec<Case> {
         (part(smol(1, 2048, Normal), 0, 12), 2047, F16),
         (part(smol(7, 32, Normal), 12, 3), 13, F32),
         (part(columns(small(3, 4, 2, 10, 100, Neox)), 4, 2), 77, F16),
+        (scaled(smol(1, 8192, Normal), llama3(64)), 8191, F16),
+        (scaled(smol(7, 32, Neox), yarn()), 13, F32),
+        (scaled(columns(smol(3, 600, Normal)), yarn()), 597, F16),
+        (scaled(small(3, 4, 2, 10, 100, Normal), linear()), 77, F32),
     ];
     // The last with scales in f16's subnormal range, which the kernel rounds by hand.
     let q8 = [
@@ -588,16 +611,49 @@ pub fn cases() -> Vec<Case> {
         (part(smol(1, 64, Normal), 12, 3), 40, 2.0),
         (small(2, 4, 2, 128, 8, Normal), 5, 2.0),
         (smol(2, 8, Normal), 3, 2e-4),
+        (scaled(smol(2, 600, Neox), yarn()), 598, 2.0),
     ];
     shapes
         .into_iter()
-        .map(|(shape, pos, kv)| case(shape, pos, kv))
+        .map(|((shape, freqs), pos, kv)| case(shape, &freqs, pos, kv))
         .chain(
             q8.into_iter()
-                .map(|(shape, pos, amp)| case_q8(shape, pos, amp)),
+                .map(|((shape, freqs), pos, amp)| case_q8(shape, &freqs, pos, amp)),
         )
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
+}
+
+/// Llama 3.2's frequencies for heads of `head_dim`: base 500000, the factors its converter
+/// writes as `rope_freqs.weight`.
+pub(crate) fn llama3(head_dim: u32) -> RopeFreqs {
+    RopeFreqs {
+        factors: trine_gguf::synth::rope::Llama3Rope::LLAMA_3_2.factors(head_dim),
+        ..RopeFreqs::plain(500_000.0)
+    }
+}
+
+/// YaRN by 4 from a trained context of 512, with an attention factor: positions past 512 are
+/// where it matters.
+pub(crate) fn yarn() -> RopeFreqs {
+    RopeFreqs {
+        scaling: RopeScaling::Yarn {
+            factor: 4.0,
+            original_context: 512,
+            beta_fast: rope_freqs::YARN_BETA_FAST,
+            beta_slow: rope_freqs::YARN_BETA_SLOW,
+        },
+        attn_factor: 0.9,
+        ..RopeFreqs::plain(100_000.0)
+    }
+}
+
+/// Linear scaling by 2.
+fn linear() -> RopeFreqs {
+    RopeFreqs {
+        scaling: RopeScaling::Linear { factor: 2.0 },
+        ..RopeFreqs::plain(10_000.0)
+    }
 }
 
 #[cfg(test)]
@@ -613,14 +669,15 @@ mod tests {
             kv_heads: 1,
             head_dim: 2,
             context: 3,
-            base: 10_000.0,
             mode: RopeMode::Normal,
             keys: KeyLayout::Rows,
             part: None,
         };
         let (s, c) = 1f64.sin_cos();
+        let plain = RopeFreqs::plain(10_000.0);
         let out = reference(
             &shape,
+            &plain,
             1,
             &[1.0, 0.0, 0.0, 2.0, 5.0, 6.0],
             &[9.0; 6],
@@ -639,7 +696,7 @@ mod tests {
             part: Some(HeadSpan { first: 2, count: 1 }),
             ..shape
         };
-        let out = reference(&v_only, 1, &[5.0, 6.0], &[9.0; 6], &[8.0; 6]).unwrap();
+        let out = reference(&v_only, &plain, 1, &[5.0, 6.0], &[9.0; 6], &[8.0; 6]).unwrap();
         assert!(out.q.iter().all(|v| v.is_nan()), "{out:?}");
         assert_eq!(out.k_cache, vec![9.0; 6]);
         assert_eq!(out.v_cache, vec![8.0, 8.0, 5.0, 6.0, 8.0, 8.0]);
@@ -653,7 +710,6 @@ mod tests {
             kv_heads: 1,
             head_dim: 4,
             context: 3,
-            base: 10_000.0,
             mode: RopeMode::Normal,
             keys: KeyLayout::Rows,
             part: None,
@@ -696,10 +752,11 @@ mod tests {
             kernel(3, RopeMode::Normal, Float::F16, KeyLayout::Rows),
             Err(ShapeError::NotMultiple { .. })
         ));
+        let plain = RopeFreqs::plain(10_000.0);
         let qkv = [0.0; 2 * 4 * 4];
         let cache = [0.0; 3 * 4];
         assert_eq!(
-            reference(&s, 2, &qkv, &cache, &cache),
+            reference(&s, &plain, 2, &qkv, &cache, &cache),
             Err(ShapeError::TooLarge {
                 op: OP,
                 what: "pos + tokens",
@@ -708,9 +765,9 @@ mod tests {
             })
         );
         assert!(matches!(
-            reference(&s, 1, &qkv, &cache[1..], &cache),
+            reference(&s, &plain, 1, &qkv, &cache[1..], &cache),
             Err(ShapeError::Mismatch { .. })
         ));
-        assert!(reference(&s, 1, &qkv, &cache, &cache).is_ok());
+        assert!(reference(&s, &plain, 1, &qkv, &cache, &cache).is_ok());
     }
 }

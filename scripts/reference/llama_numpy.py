@@ -11,7 +11,13 @@ With a third argument, the output of llama_reference on an F32 copy of the model
 off, f32 KV cache; see dequantize_gguf.py), it checks itself against that second exact-arithmetic
 implementation: the ids must be equal, and the largest top-1 logit difference is recorded.
 
-    python3 llama_numpy.py MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json] > F64_FIXTURE.json
+Rope is ggml's with the model's frequency scaling, read as llama.cpp reads it: rope_freqs.weight
+(each pair's angle divided by its factor), llama.rope.scaling.type none, linear (the default) or
+yarn with .factor (or the older rope.scale_linear), .original_context_length and .attn_factor.
+With --ignore-rope-scaling it turns as a model without them would: what an implementation that
+ignores them computes.
+
+    python3 llama_numpy.py [--ignore-rope-scaling] MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json] > F64_FIXTURE.json
 """
 
 import datetime
@@ -25,8 +31,18 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 
+def yarn_corr_dims(n_dims, n_ctx_orig, base, beta_fast=32.0, beta_slow=1.0):
+    """ggml's ggml_rope_yarn_corr_dims in its float32 arithmetic (floor and ceil decide whole pairs)."""
+    f = np.float32
+
+    def dim(n_rot):
+        return f(n_dims) * np.log(f(n_ctx_orig) / (f(n_rot) * f(2) * f(np.pi))) / (f(2) * np.log(f(base)))
+
+    return max(0.0, float(np.floor(dim(beta_fast)))), min(n_dims - 1.0, float(np.ceil(dim(beta_slow))))
+
+
 class Model:
-    def __init__(self, path):
+    def __init__(self, path, ignore_rope_scaling=False):
         reader = GGUFReader(path)
         arch = reader.fields["general.architecture"].contents()
         if arch != "llama":
@@ -44,6 +60,39 @@ class Model:
         # Tied embeddings: without output.weight the token embedding is the output projection.
         self.output = self.w.get("output.weight", self.w["token_embd.weight"])
         self.head_dim = self.w["token_embd.weight"].shape[1] // self.n_head
+        self.inv_freq, self.mscale = self.rope_scaling(reader, ignore_rope_scaling)
+
+    def rope_scaling(self, reader, ignore):
+        """Each pair's angle per position and the magnitude of the rotated values (ggml's rope_yarn)."""
+        d = self.head_dim
+        inv_freq = self.rope_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        if ignore:
+            return inv_freq, 1.0
+
+        def meta(key, default):
+            field = reader.fields.get(f"llama.{key}")
+            return default if field is None else field.contents()
+
+        if "rope_freqs.weight" in self.w:
+            inv_freq = inv_freq / self.w["rope_freqs.weight"]
+        kind = meta("rope.scaling.type", "linear")
+        factor = meta("rope.scaling.factor", None)
+        if factor is None:
+            factor = meta("rope.scale_linear", 0.0)
+        factor = 1.0 if factor == 0.0 else float(factor)
+        attn_factor = float(meta("rope.scaling.attn_factor", 1.0))
+        if kind == "none":
+            return inv_freq, attn_factor
+        if kind == "linear":
+            return inv_freq / factor, attn_factor
+        if kind != "yarn":
+            sys.exit(f"llama_numpy: rope scaling {kind!r} is not none, linear or yarn")
+        low, high = yarn_corr_dims(d, meta("rope.scaling.original_context_length", meta("context_length", 0)), self.rope_base)
+        pair = np.arange(d // 2, dtype=np.float64)
+        ramp = 1.0 - np.clip((pair - low) / max(0.001, high - low), 0.0, 1.0)
+        inv_freq = inv_freq * ((1.0 / factor) * (1.0 - ramp) + ramp)
+        mscale = attn_factor * (1.0 + 0.1 * np.log(factor) if factor > 1.0 else 1.0)
+        return inv_freq, mscale
 
     def rms_norm(self, x, weight):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * weight
@@ -51,10 +100,8 @@ class Model:
     def rope(self, x, positions):
         # llama.cpp's "normal" rope rotates adjacent pairs (2i, 2i+1) of each head; the GGUF
         # converter permuted the q/k rows so that this matches the original model.
-        d = self.head_dim
-        inv_freq = self.rope_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-        angle = positions[:, None].astype(np.float64) * inv_freq[None, :]
-        cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
+        angle = positions[:, None].astype(np.float64) * self.inv_freq[None, :]
+        cos, sin = self.mscale * np.cos(angle)[:, None, :], self.mscale * np.sin(angle)[:, None, :]
         even, odd = x[..., 0::2], x[..., 1::2]
         out = np.empty_like(x)
         out[..., 0::2] = even * cos - odd * sin
@@ -108,7 +155,8 @@ def greedy(model, prompt_ids, n_predict, eog_ids):
 
 
 def load_json(path):
-    with open(path, encoding="utf-8") as f:
+    # llama.cpp's completions of random models may end inside a multi-byte character.
+    with open(path, encoding="utf-8", errors="replace") as f:
         return json.load(f)
 
 
@@ -130,15 +178,17 @@ def check_against(results, path):
 
 
 def main():
-    if len(sys.argv) not in (3, 4):
-        sys.exit("usage: llama_numpy.py MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json]")
-    model_path, fixture_path = sys.argv[1], sys.argv[2]
+    ignore_rope_scaling = "--ignore-rope-scaling" in sys.argv
+    argv = [a for a in sys.argv if a != "--ignore-rope-scaling"]
+    if len(argv) not in (3, 4):
+        sys.exit("usage: llama_numpy.py [--ignore-rope-scaling] MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json]")
+    model_path, fixture_path = argv[1], argv[2]
     fixture = load_json(fixture_path)
     with open(model_path, "rb") as f:
         sha256 = hashlib.file_digest(f, "sha256").hexdigest()
     if sha256 != fixture["provenance"]["model_sha256"]:
         sys.exit(f"llama_numpy: {model_path} has sha256 {sha256}, the fixture was made from another model")
-    model = Model(model_path)
+    model = Model(model_path, ignore_rope_scaling)
     eog_ids = set(fixture["settings"]["eog_ids"])
     provenance = {
         "generator": "scripts/reference/llama_numpy.py",
@@ -147,7 +197,7 @@ def main():
         "numpy_version": np.__version__,
         "gguf_version": importlib.metadata.version("gguf"),
         "model_sha256": sha256,
-        "prompts_from": "smollm2_reference.json",
+        "prompts_from": fixture_path.rsplit("/", 1)[-1],
     }
     results = []
     for case in fixture["greedy"]:
@@ -168,8 +218,10 @@ def main():
                 "first_difference_from_llama_cpp": diff,
             }
         )
-    if len(sys.argv) == 4:
-        provenance["self_check"] = check_against(results, sys.argv[3])
+    if ignore_rope_scaling:
+        provenance["rope_scaling"] = "ignored"
+    if len(argv) == 4:
+        provenance["self_check"] = check_against(results, argv[3])
     entries = [
         "{" + ",\n ".join(f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False, separators=(',', ':'))}" for k, v in r.items()) + "}"
         for r in results

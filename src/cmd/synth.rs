@@ -4,13 +4,15 @@
 use clap::Args as ClapArgs;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use trine_gguf::synth::rope::Llama3Rope;
 use trine_gguf::synth::{Mix, SynthShape};
-use trine_gguf::{synth, Gguf, GgufError, TensorType};
+use trine_gguf::{synth, Gguf, GgufError, GgufWriter, TensorType};
 
 #[derive(ClapArgs)]
 pub struct Args {
     /// A GGUF file to imitate, or a layout: smollm2-135m (SmolLM2-135M-Instruct Q4_1's),
-    /// llama-3.2-1b, llama-3-8b, llama-3-70b (Q4_K_M unless --type or --mix says otherwise).
+    /// llama-3.2-1b, llama-3-8b, llama-3.1-8b, llama-3-70b (Q4_K_M unless --type or --mix says
+    /// otherwise; Llama 3.1 and 3.2 with their rope_freqs.weight).
     #[arg(long)]
     like: String,
     /// Every matrix, the embedding and the output head in this type (q4_k, q8_0, …), for a
@@ -29,7 +31,9 @@ pub struct Args {
 pub fn run(a: Args) -> Result<ExitCode, String> {
     let preset = SynthShape::PRESETS.iter().find(|(name, _)| *name == a.like);
     let writer = match preset {
-        Some(&(_, shape)) => synth::synth_llama(typed(shape, &a)?, a.seed),
+        Some(&(name, shape)) => {
+            with_rope(name, shape, synth::synth_llama(typed(shape, &a)?, a.seed))
+        }
         None if a.ty.is_some() || a.mix.is_some() => {
             return Err(format!(
                 "--type and --mix apply to a layout ({}), not to a file",
@@ -52,6 +56,19 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         a.like
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The preset's file with the rope scaling its model carries, where it has one.
+fn with_rope(
+    preset: &str,
+    shape: SynthShape,
+    w: Result<GgufWriter, GgufError>,
+) -> Result<GgufWriter, GgufError> {
+    let mut w = w?;
+    if let Some(rope) = Llama3Rope::of_preset(preset) {
+        rope.apply(&mut w, (shape.n_embd / u64::from(shape.n_head)) as u32)?;
+    }
+    Ok(w)
 }
 
 fn names() -> String {

@@ -219,3 +219,58 @@ fn the_q4_k_m_mix_gives_llama_cpps_types() {
         Some(crate::Value::U32(15))
     );
 }
+
+/// Llama 3.2 1B's `rope_freqs.weight` (heads of 64, θ 500000, factor 32, low 1, high 4, trained
+/// for 8192): 1 for the 15 pairs whose wavelength is under 2048, 32 for the 14 over 8192, and
+/// the three between as the converter's float32 arithmetic gives them (recomputed with numpy
+/// float32 from `convert_hf_to_gguf.py`'s formula: 1.6513293, 3.2922628, 9.666731).
+#[test]
+fn llama_3_2_rope_freqs_are_the_converters() {
+    use crate::synth::rope::Llama3Rope;
+    let f = Llama3Rope::LLAMA_3_2.factors(64);
+    assert_eq!(f.len(), 32);
+    assert!(f[..15].iter().all(|&v| v == 1.0), "{f:?}");
+    assert!(f[18..].iter().all(|&v| v == 32.0), "{f:?}");
+    for (got, want) in f[15..18].iter().zip([1.6513293f32, 3.2922628, 9.666731]) {
+        assert!((got / want - 1.0).abs() < 1e-6, "{f:?}");
+    }
+    // Llama 3.1's factor 8 leaves the same pairs alone and divides the same by 8.
+    let f = Llama3Rope::LLAMA_3_1.factors(64);
+    assert!(f[..15].iter().all(|&v| v == 1.0) && f[18..].iter().all(|&v| v == 8.0));
+}
+
+/// The Llama 3.2 preset's file carries the factors as an F32 tensor of head_dim/2 and its
+/// base of 500000.
+#[test]
+fn llama3_rope_is_written_as_rope_freqs() {
+    use crate::synth::rope::{Llama3Rope, ROPE_FREQS};
+    use crate::synth::{synth_llama, SynthShape};
+    let mut w = synth_llama(SynthShape::TINY, 1).unwrap();
+    Llama3Rope::LLAMA_3_2.apply(&mut w, 16).unwrap();
+    let g = reread(&w);
+    let t = g.tensor(ROPE_FREQS).unwrap();
+    assert_eq!((t.ty, t.dims.clone()), (TensorType::F32, vec![8]));
+    let bytes = g.tensor_data(t);
+    let last = f32::from_le_bytes(bytes[28..32].try_into().unwrap());
+    assert_eq!(last, 32.0);
+    assert_eq!(g.get_f32("llama.rope.freq_base").unwrap(), 500_000.0);
+}
+
+/// `synth_like` of a Llama 3.2 file keeps its rope scaling: `rope_freqs.weight` is copied, not
+/// drawn at random like the weights (random factors would be negative half the time).
+#[test]
+fn synth_like_copies_rope_freqs() {
+    use crate::synth::rope::{Llama3Rope, ROPE_FREQS};
+    use crate::synth::{synth_llama, SynthShape};
+    let mut w = synth_llama(SynthShape::TINY, 1).unwrap();
+    Llama3Rope::LLAMA_3_2.apply(&mut w, 16).unwrap();
+    let src = reread(&w);
+    let copy = reread(&synth_like(&src, 9).unwrap());
+    let data = |g: &Gguf| g.tensor_data(g.tensor(ROPE_FREQS).unwrap()).to_vec();
+    assert_eq!(data(&copy), data(&src));
+    let embd = |g: &Gguf| {
+        g.tensor_data(g.tensor("token_embd.weight").unwrap())
+            .to_vec()
+    };
+    assert_ne!(embd(&copy), embd(&src));
+}

@@ -267,7 +267,6 @@ impl Engine {
             kv_heads: c.n_head_kv,
             head_dim: c.head_dim(),
             context: self.options.context,
-            base: c.rope_base,
             mode,
             keys: self.shape.keys,
             part,

@@ -12,7 +12,6 @@ use std::collections::HashSet;
 use trine_backends::{Binding, BufferHandle};
 use trine_ops::blocks::pair_blocks;
 use trine_ops::key_layout::KeyLayout;
-use trine_ops::rope::RopeMode;
 use trine_ops::{matvec_q8, matvec_q8_rows};
 
 impl Engine {
@@ -113,7 +112,7 @@ impl Engine {
                 let elements = keys.k_elements(ctx as u32, c.n_head_kv, c.head_dim());
                 self.shape.kv.bytes_for(elements).next_multiple_of(4)
             }
-            Tensor::Freq => f32s(c.head_dim() as u64 / 2),
+            Tensor::Freq => f32s(c.head_dim() as u64 / 2 + 1),
             Tensor::Weight(id) | Tensor::Plain(id) => {
                 self.model.weights.bytes(&self.model.gguf, id).len() as u64
             }
@@ -161,7 +160,7 @@ impl Engine {
                 Some(Cow::Owned(laid))
             }
             Tensor::Freq => {
-                let f = self.rope_store(1, RopeMode::Normal, None).frequencies();
+                let f = self.model.rope.table(self.model.config.head_dim());
                 Some(Cow::Owned(bytemuck::cast_slice(&f).to_vec()))
             }
             _ => None,

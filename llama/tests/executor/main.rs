@@ -8,4 +8,5 @@ mod cross_check;
 mod formats;
 mod kv_cache;
 mod placement;
+mod rope_scaling;
 mod steps;

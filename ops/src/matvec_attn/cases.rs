@@ -8,18 +8,20 @@ use crate::key_layout::KeyLayout;
 use crate::matvec::{MatvecSpec, Reduce};
 use crate::matvec_fused::{self as fused, Epilogue, Prologue};
 use crate::rope::RopeMode;
-use crate::rope_store::{HeadSpan, RopeStore};
+use crate::rope_freqs::RopeFreqs;
+use crate::rope_store::{self, HeadSpan, RopeStore};
 use crate::shape::ShapeError;
 use crate::support::{seed, Float};
 use trine_gguf::quant::{quantize, WeightType};
 use trine_ir::{ParamValue, Scalar};
 
 /// A conformance case of the QKV product with the rope epilogue (and the norm, as the graph
-/// runs it), on `spec`'s shape: q against the reference, and both caches whole, so that a
-/// write to the wrong row or head shows.
+/// runs it) turning by `freqs`, on `spec`'s shape: q against the reference, and both caches
+/// whole, so that a write to the wrong row or head shows.
 pub fn rope_case(
     spec: MatvecSpec,
     shape: QkvRope,
+    freqs: &RopeFreqs,
     pos: u32,
     kv: Float,
 ) -> Result<Case, ShapeError> {
@@ -52,7 +54,7 @@ pub fn rope_case(
         "/shared"
     } else {
         ""
-    };
+    } + &freqs.label();
     let mut rng = Rng::new(seed(&name));
     let w = quantize(ty, &rng.f32s((rows * cols) as usize, -1.0, 1.0))?;
     let x = rng.f32s((tokens * cols) as usize, -1.0, 1.0);
@@ -60,7 +62,7 @@ pub fn rope_case(
     let cache = (shape.store.context * shape.store.kv_heads * shape.store.head_dim) as usize;
     let k0 = kv.stored(&rng.f32s(cache, -3.0, 3.0));
     let v0 = kv.stored(&rng.f32s(cache, -3.0, 3.0));
-    let want = reference_rope(&shape, &w, &x, &g, pos, (&k0, &v0))?;
+    let want = reference_rope(&shape, freqs, &w, &x, &g, pos, (&k0, &v0))?;
     let rounded = |v: Vec<f64>| v.into_iter().map(|x| kv.round(x)).collect::<Vec<_>>();
     // In columns, the positions past the context hold a value that must stay.
     let dims = (
@@ -87,7 +89,11 @@ pub fn rope_case(
         .input("x", Scalar::F32, f32_bytes(&x))
         .input("g", Scalar::F32, f32_bytes(&g))
         .input("step", Scalar::U32, u32_bytes(&[pos]))
-        .input("freq", Scalar::F32, f32_bytes(&shape.store.frequencies()))
+        .input(
+            "freq",
+            Scalar::F32,
+            f32_bytes(&freqs.table(shape.store.head_dim)),
+        )
         .output("q", Scalar::F32, f32_bytes(&q0), want.q)
         .output("k_cache", kv.scalar(), kv.bytes(&k0), k_want)
         .output("v_cache", kv.scalar(), kv.bytes(&v0), rounded(want.v_cache))
@@ -191,7 +197,6 @@ pub fn cases() -> Vec<Case> {
         kv_heads: 3,
         head_dim: 64,
         context,
-        base: 100_000.0,
         mode: RopeMode::Normal,
         keys: KeyLayout::Rows,
         part: None,
@@ -202,7 +207,6 @@ pub fn cases() -> Vec<Case> {
         kv_heads,
         head_dim,
         context: 12,
-        base: 10_000.0,
         mode: RopeMode::Normal,
         keys: KeyLayout::Rows,
         part: None,
@@ -279,7 +283,35 @@ pub fn cases() -> Vec<Case> {
             Float::F16,
         ),
     ] {
-        v.push(rope_case(s, shape, pos, kv).expect("the listed shapes are valid"));
+        let freqs = RopeFreqs::plain(100_000.0);
+        v.push(rope_case(s, shape, &freqs, pos, kv).expect("the listed shapes are valid"));
+    }
+    // Scaled frequencies: Llama 3.2's factors at the end of a context of 2048, YaRN past the
+    // context it was trained for.
+    for (s, shape, pos, kv, freqs) in [
+        (
+            gpu_q4,
+            qkv(Q4_1, 576, smol(1, 2048)),
+            2047,
+            Float::F16,
+            rope_store::llama3(64),
+        ),
+        (
+            cpu(Q4_1),
+            qkv(Q4_1, 576, columns(smol(3, 600))),
+            597,
+            Float::F32,
+            rope_store::yarn(),
+        ),
+        (
+            prompt(Q4_1),
+            qkv(Q4_1, 576, smol(7, 600)),
+            590,
+            Float::F16,
+            rope_store::yarn(),
+        ),
+    ] {
+        v.push(rope_case(s, shape, &freqs, pos, kv).expect("the listed shapes are valid"));
     }
     let smol = |splits| CombineShape {
         heads: 9,

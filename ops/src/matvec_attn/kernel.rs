@@ -3,7 +3,8 @@
 
 use super::{CombineShape, RopeShape};
 use crate::key_layout::KeyIndex;
-use crate::support::{cos_sin, store_f32};
+use crate::rope_freqs;
+use crate::support::store_f32;
 use trine_ir::{Access, BufferId, KernelBuilder, Scalar, SharedId, Val};
 
 /// Where a product's invocations get x from.
@@ -194,8 +195,7 @@ impl<'b> RopeOut<'b> {
         let d = k.u32(self.shape.head_dim);
         let pos = k.load(self.step, k.u32(0)) + t;
         let i = (r % d) / k.u32(2);
-        let theta = pos.cast(Scalar::F32) * k.load(self.freq, i);
-        let (cos, sin) = cos_sin(k, theta);
+        let (cos, sin) = rope_freqs::turn(k, self.freq, pos, i, self.shape.head_dim);
         Turn { pos, cos, sin }
     }
 

@@ -5,15 +5,17 @@ use super::{CombineShape, QkvRope, OP};
 use crate::attention_split;
 use crate::matvec::reference as matvec_reference;
 use crate::matvec_fused::{self as fused, Epilogue, Fused};
+use crate::rope_freqs::RopeFreqs;
 use crate::rope_store;
 use crate::shape::ShapeError;
 use crate::support::nonzero;
 use trine_gguf::quant::WeightType;
 
 /// The unfused composition in f64: the normed product ([`fused::reference`]) rounded to f32
-/// as the `qkv` buffer would hold it, then [`rope_store::reference`].
+/// as the `qkv` buffer would hold it, then [`rope_store::reference`] by `freqs`.
 pub fn reference_rope(
     shape: &QkvRope,
+    freqs: &RopeFreqs,
     w: &[u8],
     x: &[f32],
     g: &[f32],
@@ -28,7 +30,7 @@ pub fn reference_rope(
     let rows = shape.rows() as usize;
     let qkv = fused::reference(shape.weights, w, rows, shape.cols as usize, x, &fused)?;
     let qkv: Vec<f32> = qkv.iter().map(|&v| v as f32).collect();
-    rope_store::reference(&shape.store, pos, &qkv, caches.0, caches.1)
+    rope_store::reference(&shape.store, freqs, pos, &qkv, caches.0, caches.1)
 }
 
 /// The unfused composition in f64: [`attention_split::reference_combine`] rounded to f32 as

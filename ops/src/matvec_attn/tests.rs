@@ -8,6 +8,7 @@ use crate::key_layout::KeyLayout;
 use crate::matvec::{MatvecSpec, Reduce};
 use crate::matvec_fused::{Epilogue, Prologue};
 use crate::rope::RopeMode;
+use crate::rope_freqs::RopeFreqs;
 use crate::rope_store::{self, RopeStore};
 use crate::shape::ShapeError;
 use crate::support::Float;
@@ -58,13 +59,12 @@ fn rope_epilogue_equals_product_then_rope_store() {
             kv_heads: 2,
             head_dim: 8,
             context: 10,
-            base: 10_000.0,
             mode: RopeMode::Normal,
             keys: KeyLayout::Rows,
             part: None,
         },
     };
-    let case = rope_case(spec, shape, 6, Float::F16).unwrap();
+    let case = rope_case(spec, shape, &rope_store::yarn(), 6, Float::F16).unwrap();
     let bufs: Vec<Vec<u8>> = case.buffers.iter().map(|b| b.data.clone()).collect();
     let fused = run(&case.kernel, case.grid, bufs.clone(), &case.params);
 
@@ -166,7 +166,6 @@ fn wrong_inputs_fail() {
         kv_heads: 1,
         head_dim: 32,
         context: 8,
-        base: 10_000.0,
         mode: RopeMode::Normal,
         keys: KeyLayout::Rows,
         part: None,
@@ -176,7 +175,7 @@ fn wrong_inputs_fail() {
         cols: 64,
         store,
     };
-    let case = rope_case(spec, shape, 3, Float::F16).unwrap();
+    let case = rope_case(spec, shape, &RopeFreqs::plain(10_000.0), 3, Float::F16).unwrap();
     assert!(passes(&case));
     let mut moved = case.clone();
     *buffer(&mut moved, "step") = u32_bytes(&[4]);
