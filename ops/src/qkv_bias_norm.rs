@@ -247,7 +247,7 @@ pub fn case(s: QkvBiasNorm, how: Reduction) -> Result<Case, ShapeError> {
 }
 
 pub fn cases() -> Vec<Case> {
-    let whole = |heads, kv_heads| HeadSpan {
+    let whole = |heads: u32, kv_heads: u32| HeadSpan {
         first: 0,
         count: heads + 2 * kv_heads,
     };
