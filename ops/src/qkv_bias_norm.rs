@@ -184,7 +184,14 @@ pub fn reference(
         let v: Vec<f64> = head
             .iter()
             .enumerate()
-            .map(|(c, &v)| v as f64 + if s.apply.bias { bias[h * d + c] as f64 } else { 0.0 })
+            .map(|(c, &v)| {
+                v as f64
+                    + if s.apply.bias {
+                        bias[h * d + c] as f64
+                    } else {
+                        0.0
+                    }
+            })
             .collect();
         let kind = s.part.first as usize + h;
         let weight = if !s.apply.norm || kind >= (s.heads + s.kv_heads) as usize {
@@ -233,9 +240,11 @@ pub fn case(s: QkvBiasNorm, how: Reduction) -> Result<Case, ShapeError> {
         c = c.input("bias", Scalar::F32, f32_bytes(&bias));
     }
     if s.apply.norm {
-        c = c
-            .input("q_norm", Scalar::F32, f32_bytes(&q_norm))
-            .input("k_norm", Scalar::F32, f32_bytes(&k_norm));
+        c = c.input("q_norm", Scalar::F32, f32_bytes(&q_norm)).input(
+            "k_norm",
+            Scalar::F32,
+            f32_bytes(&k_norm),
+        );
     }
     c = c
         .output("x", Scalar::F32, f32_bytes(&x), want)
@@ -262,11 +271,23 @@ pub fn cases() -> Vec<Case> {
     };
     let shapes = [
         // Qwen2.5-0.5B's decode and a prompt: biases, 14 heads and 2 of keys and values.
-        (shape(1, 14, 2, 64, whole(14, 2), true, false), Reduction::Subgroup),
-        (shape(5, 14, 2, 64, whole(14, 2), true, false), Reduction::Shared),
+        (
+            shape(1, 14, 2, 64, whole(14, 2), true, false),
+            Reduction::Subgroup,
+        ),
+        (
+            shape(5, 14, 2, 64, whole(14, 2), true, false),
+            Reduction::Shared,
+        ),
         // Qwen3-0.6B's: norms, heads of 128 (two strides of the workgroup).
-        (shape(3, 16, 8, 128, whole(16, 8), false, true), Reduction::Subgroup),
-        (shape(2, 16, 8, 128, whole(16, 8), false, true), Reduction::Shared),
+        (
+            shape(3, 16, 8, 128, whole(16, 8), false, true),
+            Reduction::Subgroup,
+        ),
+        (
+            shape(2, 16, 8, 128, whole(16, 8), false, true),
+            Reduction::Shared,
+        ),
         // Both, over parts of a row: q with some keys, then the rest of the keys and values.
         (
             shape(3, 4, 2, 16, HeadSpan { first: 0, count: 5 }, true, true),
@@ -277,8 +298,14 @@ pub fn cases() -> Vec<Case> {
             Reduction::Subgroup,
         ),
         // A head shorter than a subgroup, and one that is not a whole number of strides.
-        (shape(2, 2, 1, 6, whole(2, 1), true, true), Reduction::Subgroup),
-        (shape(1, 2, 1, 100, whole(2, 1), false, true), Reduction::Shared),
+        (
+            shape(2, 2, 1, 6, whole(2, 1), true, true),
+            Reduction::Subgroup,
+        ),
+        (
+            shape(1, 2, 1, 100, whole(2, 1), false, true),
+            Reduction::Shared,
+        ),
     ];
     shapes
         .into_iter()

@@ -58,7 +58,11 @@ fn floats(v: &Value) -> Vec<f64> {
 
 fn nmse(want: &[f64], got: &[f32]) -> f64 {
     assert_eq!(want.len(), got.len());
-    let err: f64 = want.iter().zip(got).map(|(a, &b)| (a - b as f64).powi(2)).sum();
+    let err: f64 = want
+        .iter()
+        .zip(got)
+        .map(|(a, &b)| (a - b as f64).powi(2))
+        .sum();
     err / want.iter().map(|a| a * a).sum::<f64>()
 }
 
@@ -119,7 +123,10 @@ fn tiny_qwen_files_match_the_float64_graph_and_llama_cpp() {
                     logits = session.feed(&[forced[i]]).unwrap();
                 }
             }
-            println!("{run}: {} steps, logits within NMSE {worst:.2e} of float64", steps.len());
+            println!(
+                "{run}: {} steps, logits within NMSE {worst:.2e} of float64",
+                steps.len()
+            );
             // llama.cpp's greedy decoding of text prompts.
             for want in lcpp["greedy"].as_array().unwrap() {
                 let text = want["prompt"].as_str().unwrap();

@@ -56,7 +56,10 @@ fn qwen_backends_agree_node_by_node() {
 fn qwen3_takes_the_head_size_from_the_file() {
     let m = model(SynthShape::TINY_QWEN3);
     let c = &m.config;
-    assert_eq!((c.n_embd, c.head_dim(), c.q_dim(), c.kv_dim()), (64, 32, 128, 64));
+    assert_eq!(
+        (c.n_embd, c.head_dim(), c.q_dim(), c.kv_dim()),
+        (64, 32, 128, 64)
+    );
     let w = &m.weights;
     let layer = &w.layers[0];
     assert_eq!(w.tensors[layer.wo].cols, 128);
@@ -82,8 +85,13 @@ fn edited(shape: SynthShape, name: &str, dims: Option<&[u64]>, value: Option<Val
                 .unwrap();
         } else if let Some(dims) = dims {
             let n: u64 = dims.iter().product();
-            w.add_tensor(t.name.clone(), dims, TensorType::F32, vec![0; 4 * n as usize])
-                .unwrap();
+            w.add_tensor(
+                t.name.clone(),
+                dims,
+                TensorType::F32,
+                vec![0; 4 * n as usize],
+            )
+            .unwrap();
         }
     }
     match Model::from_gguf(Gguf::from_bytes(w.to_bytes()).unwrap()) {
@@ -145,13 +153,26 @@ fn malformed_qwen_files_are_typed_errors() {
         }
         other => panic!("{:?}", other.err()),
     }
-    match edited(q3, "qwen3.attention.value_length", None, Some(Value::U32(16))) {
+    match edited(
+        q3,
+        "qwen3.attention.value_length",
+        None,
+        Some(Value::U32(16)),
+    ) {
         ModelError::Hyperparameter { key, value, .. } => {
-            assert_eq!((key.as_str(), value.as_str()), ("qwen3.attention.value_length", "16"))
+            assert_eq!(
+                (key.as_str(), value.as_str()),
+                ("qwen3.attention.value_length", "16")
+            )
         }
         e => panic!("{e:?}"),
     }
-    match edited(q3, "general.architecture", None, Some(Value::String("qwen3moe".into()))) {
+    match edited(
+        q3,
+        "general.architecture",
+        None,
+        Some(Value::String("qwen3moe".into())),
+    ) {
         ModelError::Architecture { found, supported } => {
             assert_eq!(found, "qwen3moe");
             assert_eq!(supported, "llama, qwen2, qwen3");
