@@ -9,6 +9,7 @@ use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType, Value};
 use trine_llama::graph::Op;
 use trine_llama::{Engine, Model, ModelError};
+use trine_ops::rope::RopeMode;
 
 const FAMILIES: [(&str, SynthShape); 2] = [
     ("qwen2", SynthShape::TINY_QWEN2),
@@ -32,6 +33,22 @@ fn qwen_backends_agree_node_by_node() {
             let main = Engine::new(model.clone(), backend, SIZES).unwrap();
             let added = count_nodes(&main, 1, |op| matches!(op, Op::QkvBiasNorm { .. }));
             assert!(added >= shape.n_layer as usize, "{family} on {name}");
+            // Qwen rotates NeoX pairs, which only the rope-store node computes.
+            let neox = |op: &Op| {
+                matches!(
+                    op,
+                    Op::RopeStore {
+                        mode: RopeMode::Neox,
+                        ..
+                    }
+                )
+            };
+            for tokens in [1, 5] {
+                let ropes = count_nodes(&main, tokens, neox);
+                assert!(ropes >= shape.n_layer as usize, "{family} on {name}");
+                let all = count_nodes(&main, tokens, |op| matches!(op, Op::RopeStore { .. }));
+                assert_eq!(ropes, all, "{family} on {name}");
+            }
             let checker = main.checker(cpu()).unwrap();
             for c in agree(&format!("{family} on {name}"), main, checker) {
                 assert!(c.worst.nmse.is_some_and(|e| e < 1e-9), "{name}: {c:?}");
