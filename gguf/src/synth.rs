@@ -158,6 +158,12 @@ impl SynthShape {
         }
     }
 
+    /// Elements of a head.
+    pub fn head_dim(&self) -> u64 {
+        self.head_dim
+            .map_or(self.n_embd / u64::from(self.n_head), u64::from)
+    }
+
     /// llama.cpp's `general.file_type` for the shape's types, where it has one.
     fn file_type(&self) -> Option<u32> {
         match self.mix {
@@ -296,9 +302,7 @@ impl SynthShape {
         output: None,
         mix: Mix::AsGiven,
     };
-}
 
-impl SynthShape {
     /// [`SynthShape::TINY`] as Qwen2 lays it out: the biases on Q, K and V.
     pub const TINY_QWEN2: SynthShape = SynthShape {
         family: Family::Qwen2,
@@ -312,12 +316,6 @@ impl SynthShape {
         head_dim: Some(32),
         ..SynthShape::TINY
     };
-
-    /// Elements of a head.
-    pub fn head_dim(&self) -> u64 {
-        self.head_dim
-            .map_or(self.n_embd / u64::from(self.n_head), u64::from)
-    }
 }
 
 /// SmolLM2-135M-Instruct (Q4_1) without the file: its architecture metadata and exactly its
