@@ -38,6 +38,13 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
                 names()
             ))
         }
+        None if !std::path::Path::new(&a.like).exists() => {
+            return Err(format!(
+                "--like {}: neither a layout ({}) nor a file",
+                a.like,
+                names()
+            ))
+        }
         None => {
             let src = Gguf::open(a.like.as_ref()).map_err(|e| with_path(&a.like, e))?;
             synth::synth_like(&src, a.seed)
