@@ -1,8 +1,9 @@
 //! The model's tensors, found in the GGUF by name, checked against the hyperparameters, and
 //! held as the bytes the kernels take: matrices in their stored type (dequantised inside the
-//! kernels), norms as f32. Nothing is copied from the mapped file unless its type needs a
-//! conversion (BF16 matrices and non-f32 norms become f32, once, at load) or its length is not
-//! a whole number of 32-bit words (buffers are word-addressed).
+//! kernels), norms and biases as f32. Nothing is copied from the mapped file unless its type
+//! needs a conversion (BF16 matrices and non-f32 norms become f32, once, at load), its length
+//! is not a whole number of 32-bit words (buffers are word-addressed), or it is stacked with
+//! others into one product (Q, K and V, and their biases, as one; gate and up).
 
 use super::config::Config;
 use super::error::ModelError;
@@ -95,27 +96,25 @@ impl Weights {
                     ('k', w.weight(&n("attn_k"), kv, d)?),
                     ('v', w.weight(&n("attn_v"), kv, d)?),
                 ];
-                let biases = match extras.qkv_bias {
-                    true => Some([
+                let biases = if extras.qkv_bias {
+                    Some([
                         w.vector(&b("attn_q"), q)?,
                         w.vector(&b("attn_k"), kv)?,
                         w.vector(&b("attn_v"), kv)?,
-                    ]),
-                    false => {
-                        w.absent(c, &[b("attn_q"), b("attn_k"), b("attn_v")], "QKV biases")?;
-                        None
-                    }
+                    ])
+                } else {
+                    w.absent(c, &[b("attn_q"), b("attn_k"), b("attn_v")], "QKV biases")?;
+                    None
                 };
-                let qk_norm = match extras.qk_norm {
-                    true => Some((
+                let qk_norm = if extras.qk_norm {
+                    Some((
                         w.norm(&n("attn_q_norm"), c.head_dim())?,
                         w.norm(&n("attn_k_norm"), c.head_dim())?,
-                    )),
-                    false => {
-                        let names = [n("attn_q_norm"), n("attn_k_norm")];
-                        w.absent(c, &names, "per-head q and k norms")?;
-                        None
-                    }
+                    ))
+                } else {
+                    let names = [n("attn_q_norm"), n("attn_k_norm")];
+                    w.absent(c, &names, "per-head q and k norms")?;
+                    None
                 };
                 let gate_up = [
                     w.weight(&n("ffn_gate"), ff, d)?,
