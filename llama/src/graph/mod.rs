@@ -61,8 +61,8 @@ pub enum Tensor {
     Normed,
     /// f32 [tokens × q_dim]: the attention itself, its partials combined.
     Combined,
-    /// f32 [the widest product]: a product's output before what follows it (rope, SwiGLU, a
-    /// residual add) where that is not folded into it.
+    /// f32 [the widest product]: a product's output before what follows it (biases and q/k
+    /// norms, rope, SwiGLU, a residual add) where that is not folded into it.
     Raw,
     /// x quantized per block of 32 ([`trine_ops::matvec_q8::quantize_kernel`]): u32 words of
     /// four codes, f32 scales, f32 `scale · Σ codes`; sized for the widest input.
