@@ -849,3 +849,35 @@ fn chat_on_smollm2_answers_each_turn_as_a_fresh_run_of_the_conversation_would() 
     assert_eq!(p["text"].as_str().unwrap(), r2, "{err}");
     assert_eq!(ids(&p, "prompt_ids").len(), t[1].0 + t[1].1, "{err}");
 }
+
+/// `synth-model --like qwen2-tiny|qwen3-tiny` writes the family's file: its architecture and
+/// keys, the bytes the tests build in memory from the same seed, and a model `generate` runs;
+/// an unknown layout is refused with the names it takes.
+#[test]
+fn synth_model_writes_the_qwen_layouts() {
+    for (like, shape, arch) in [
+        ("qwen2-tiny", SynthShape::TINY_QWEN2, "qwen2"),
+        ("qwen3-tiny", SynthShape::TINY_QWEN3, "qwen3"),
+    ] {
+        let path = scratch("synth_qwen").join(format!("{like}.gguf"));
+        let o = run(trine()
+            .args(["synth-model", "--like", like, "--seed", "5", "-o"])
+            .arg(&path));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes, synth_llama(shape, 5).unwrap().to_bytes(), "{like}");
+        let g = trine_gguf::Gguf::from_bytes(bytes).unwrap();
+        assert_eq!(g.get_str("general.architecture").unwrap(), arch);
+        let o = run(generate(&path, &["--prompt", "Hi", "-n", "3", "--json"]));
+        assert!(o.status.success(), "{like}: {}", stderr(&o));
+        let report: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(
+            report["generated_tokens"].as_array().unwrap().len(),
+            3,
+            "{like}"
+        );
+    }
+    let o = run(trine().args(["synth-model", "--like", "qwen4", "-o", "x.gguf"]));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("qwen3-0.6b"), "{}", stderr(&o));
+}

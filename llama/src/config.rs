@@ -15,6 +15,9 @@ pub struct Config {
     pub n_head: u32,
     /// Key/value heads; fewer than `n_head` is grouped-query attention.
     pub n_head_kv: u32,
+    /// Elements of one attention head (`attention.key_length`, which `value_length` must
+    /// equal); `n_embd / n_head` where the file does not say, as llama.cpp defaults it.
+    pub n_embd_head: u32,
     pub n_ff: u32,
     pub vocab: u32,
     /// The context the model was trained for: the largest KV cache worth allocating.
@@ -39,12 +42,38 @@ impl Config {
             }
             None => return Err(ModelError::MissingTensor("token_embd.weight".into())),
         };
+        let n_embd = g.get_u32(&key("embedding_length"))?;
+        let n_embd_head = match (n_head, g.get_u32(&key("attention.key_length"))) {
+            (_, Ok(k)) => k,
+            (0, Err(GgufError::MissingKey { .. })) => 0,
+            (_, Err(GgufError::MissingKey { .. })) if n_embd.is_multiple_of(n_head) => {
+                n_embd / n_head
+            }
+            (_, Err(GgufError::MissingKey { .. })) => {
+                return Err(bad(
+                    &key("embedding_length"),
+                    n_embd,
+                    "must be a multiple of the head count where attention.key_length is absent",
+                ))
+            }
+            (_, Err(e)) => return Err(e.into()),
+        };
+        let value_key = key("attention.value_length");
+        let value_length = optional(g.get_u32(&value_key), n_embd_head)?;
+        if value_length != n_embd_head {
+            return Err(bad(
+                &value_key,
+                value_length,
+                "must equal attention.key_length (trine's attention has one head size)",
+            ));
+        }
         let c = Config {
             arch,
-            n_embd: g.get_u32(&key("embedding_length"))?,
+            n_embd,
             n_layer: g.get_u32(&key("block_count"))?,
             n_head,
             n_head_kv: optional(g.get_u32(&key("attention.head_count_kv")), n_head)?,
+            n_embd_head,
             n_ff: g.get_u32(&key("feed_forward_length"))?,
             vocab,
             context_length: g.get_u32(&key("context_length"))?,
@@ -66,7 +95,14 @@ impl Config {
     }
 
     pub fn head_dim(&self) -> u32 {
-        self.n_embd / self.n_head
+        self.n_embd_head
+    }
+
+    /// Width of a token's q row, and of attention's output: all query heads. It differs
+    /// from `n_embd` where the file gives the head size (Qwen3-0.6B: 16 heads of 128 over a
+    /// stream of 1024; Mistral Nemo).
+    pub fn q_dim(&self) -> u32 {
+        self.n_head * self.head_dim()
     }
 
     /// Width of a K or V row: all key/value heads of one position.
@@ -90,11 +126,11 @@ impl Config {
                 return Err(bad(&name, v, "must be positive"));
             }
         }
-        if !self.n_embd.is_multiple_of(self.n_head) {
+        if self.n_embd_head == 0 {
             return Err(bad(
-                &key("embedding_length"),
-                self.n_embd,
-                "must be a multiple of the head count",
+                &key("attention.key_length"),
+                self.n_embd_head,
+                "must be positive (without the key, embedding_length / head_count)",
             ));
         }
         if !self.n_head.is_multiple_of(self.n_head_kv) {
@@ -107,7 +143,7 @@ impl Config {
         let d = self.head_dim();
         if !d.is_multiple_of(2) || d > MAX_HEAD_DIM {
             return Err(bad(
-                "head dimension",
+                &key("attention.key_length"),
                 d,
                 "must be even and at most 512 (the attention kernel's limit)",
             ));

@@ -39,6 +39,12 @@ pub enum ModelError {
     },
     #[error("tensor {0} is missing")]
     MissingTensor(String),
+    #[error("tensor {name} is not part of trine's {arch} graph ({what}), so the file describes a model trine would run wrong")]
+    UnusedTensor {
+        name: String,
+        arch: &'static str,
+        what: &'static str,
+    },
     #[error("tensor {name} has dims {found:?}, expected {expected:?}")]
     TensorShape {
         name: String,

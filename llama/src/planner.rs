@@ -24,7 +24,7 @@ use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
     argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
-    matvec, matvec_q8, matvec_q8_blocks, matvec_q8_rows, rms_norm, rope_store,
+    matvec, matvec_q8, matvec_q8_blocks, matvec_q8_rows, qkv_bias_norm, rms_norm, rope_store,
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
@@ -81,6 +81,10 @@ pub enum KernelKey {
         splits: u32,
     },
     SwigluPairs,
+    /// A QKV product's biases and q/k head norms, in place ([`Op::QkvBiasNorm`]).
+    QkvBiasNorm {
+        apply: qkv_bias_norm::Apply,
+    },
     RopeStore {
         mode: RopeMode,
     },
@@ -206,6 +210,14 @@ impl std::fmt::Display for KernelKey {
             KernelKey::RmsNorm => f.write_str("rms_norm"),
             KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
             KernelKey::SwigluPairs => f.write_str("swiglu"),
+            KernelKey::QkvBiasNorm { apply } => {
+                let what = match (apply.bias, apply.norm) {
+                    (true, true) => "bias, q/k head norms",
+                    (true, false) => "bias",
+                    (false, _) => "q/k head norms",
+                };
+                write!(f, "qkv {what}")
+            }
             KernelKey::RopeStore { mode } => write!(f, "rope ({mode:?}), kv cache store"),
             KernelKey::Quantize { blocks, load } => {
                 let load = match load {
@@ -290,6 +302,12 @@ impl KernelKey {
             Op::Norm { .. } => KernelKey::RmsNorm,
             Op::Combine { splits } => KernelKey::Combine { splits },
             Op::Swiglu => KernelKey::SwigluPairs,
+            Op::QkvBiasNorm { bias, norm, .. } => KernelKey::QkvBiasNorm {
+                apply: qkv_bias_norm::Apply {
+                    bias: bias.is_some(),
+                    norm: norm.is_some(),
+                },
+            },
             Op::RopeStore { mode, .. } => KernelKey::RopeStore { mode },
             Op::Quantize { blocks, load, .. } => KernelKey::Quantize { blocks, load },
             Op::PickLast => KernelKey::PickLast,
@@ -410,6 +428,10 @@ impl KernelKey {
                 vec![plain(attention_split::combine_kernel(s.head_dim, splits)?)]
             }
             KernelKey::SwigluPairs => vec![plain(swiglu_pairs_kernel())],
+            KernelKey::QkvBiasNorm { apply } => reductions
+                .iter()
+                .map(|&r| plain(qkv_bias_norm::kernel(apply, r)))
+                .collect(),
             KernelKey::RopeStore { mode } => {
                 vec![plain(match s.kv.float() {
                     Some(kv) => rope_store::kernel(s.head_dim, mode, kv, s.keys)?,

@@ -327,6 +327,7 @@ fn measured_bound(node: &Node) -> f64 {
         | Op::Norm { .. }
         | Op::Combine { .. }
         | Op::Swiglu
+        | Op::QkvBiasNorm { .. }
         | Op::RopeStore { .. } => 2.9e-10,
         // The quantizer's scales, most rounded to f16 from a division that Vulkan lets be
         // 2.5 ulp off: a scale can land on the neighbouring f16, a step of at most 2⁻¹⁰ of it

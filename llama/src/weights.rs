@@ -1,8 +1,9 @@
 //! The model's tensors, found in the GGUF by name, checked against the hyperparameters, and
 //! held as the bytes the kernels take: matrices in their stored type (dequantised inside the
-//! kernels), norms as f32. Nothing is copied from the mapped file unless its type needs a
-//! conversion (BF16 matrices and non-f32 norms become f32, once, at load) or its length is not
-//! a whole number of 32-bit words (buffers are word-addressed).
+//! kernels), norms and biases as f32. Nothing is copied from the mapped file unless its type
+//! needs a conversion (BF16 matrices and non-f32 norms become f32, once, at load), its length
+//! is not a whole number of 32-bit words (buffers are word-addressed), or it is stacked with
+//! others into one product (Q, K and V, and their biases, as one; gate and up).
 
 use super::config::Config;
 use super::error::ModelError;
@@ -41,6 +42,9 @@ pub struct Weight {
 pub struct QkvPart {
     pub w: WeightId,
     pub heads: HeadSpan,
+    /// The part's rows of the Q, K and V biases (f32, stacked as the weights are), where the
+    /// architecture has them.
+    pub bias: Option<WeightId>,
 }
 
 #[derive(Clone, Debug)]
@@ -55,6 +59,9 @@ pub struct Layer {
     /// Gate and up interleaved (gate row i at row 2i, up row i at 2i + 1): one matvec whose
     /// workgroups hold both rows that SwiGLU combines.
     pub w_gate_up: WeightId,
+    /// The query and key heads' norm weights ([head_dim] each), where the architecture
+    /// normalises them before rope.
+    pub qk_norm: Option<(WeightId, WeightId)>,
 }
 
 #[derive(Clone, Debug)]
@@ -77,31 +84,55 @@ impl Weights {
 
     pub fn from_gguf(g: &Gguf, c: &Config) -> Result<Weights, ModelError> {
         let mut w = Loader { g, tensors: vec![] };
-        let (d, kv, ff, vocab) = (c.n_embd, c.kv_dim(), c.n_ff, c.vocab);
+        let (d, q, kv, ff, vocab) = (c.n_embd, c.q_dim(), c.kv_dim(), c.n_ff, c.vocab);
+        let extras = c.arch.extras();
         let token_embd = w.matrix("token_embd.weight", vocab, d)?;
         let layers = (0..c.n_layer)
             .map(|l| {
                 let n = |s: &str| format!("blk.{l}.{s}.weight");
+                let b = |s: &str| format!("blk.{l}.{s}.bias");
                 let qkv = [
-                    ('q', w.weight(&n("attn_q"), d, d)?),
+                    ('q', w.weight(&n("attn_q"), q, d)?),
                     ('k', w.weight(&n("attn_k"), kv, d)?),
                     ('v', w.weight(&n("attn_v"), kv, d)?),
                 ];
+                let biases = if extras.qkv_bias {
+                    Some([
+                        w.vector(&b("attn_q"), q)?,
+                        w.vector(&b("attn_k"), kv)?,
+                        w.vector(&b("attn_v"), kv)?,
+                    ])
+                } else {
+                    w.absent(c, &[b("attn_q"), b("attn_k"), b("attn_v")], "QKV biases")?;
+                    None
+                };
+                let qk_norm = if extras.qk_norm {
+                    Some((
+                        w.norm(&n("attn_q_norm"), c.head_dim())?,
+                        w.norm(&n("attn_k_norm"), c.head_dim())?,
+                    ))
+                } else {
+                    let names = [n("attn_q_norm"), n("attn_k_norm")];
+                    w.absent(c, &names, "per-head q and k norms")?;
+                    None
+                };
                 let gate_up = [
                     w.weight(&n("ffn_gate"), ff, d)?,
                     w.weight(&n("ffn_up"), ff, d)?,
                 ];
                 Ok(Layer {
                     attn_norm: w.norm(&n("attn_norm"), d)?,
-                    wo: w.matrix(&n("attn_output"), d, d)?,
+                    wo: w.matrix(&n("attn_output"), d, q)?,
                     ffn_norm: w.norm(&n("ffn_norm"), d)?,
                     w_down: w.matrix(&n("ffn_down"), d, ff)?,
-                    qkv: w.qkv(l, qkv, c.head_dim())?,
+                    qkv: w.qkv(l, qkv, biases, c.head_dim())?,
                     w_gate_up: w.stack(&n("ffn_gate_up"), &gate_up, true)?,
+                    qk_norm,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
         let output_norm = w.norm("output_norm.weight", d)?;
+        w.absent(c, &["output.bias".to_string()], "an output bias")?;
         let output = match g.tensor("output.weight") {
             Some(_) => w.matrix("output.weight", vocab, d)?,
             None => token_embd,
@@ -188,16 +219,29 @@ impl Loader<'_> {
         &mut self,
         l: u32,
         parts: [(char, Weight); 3],
+        biases: Option<[Vec<u8>; 3]>,
         head_dim: u32,
     ) -> Result<Vec<QkvPart>, ModelError> {
         let mut out = vec![];
         let mut first = 0;
+        let mut done = 0;
         for run in parts.chunk_by(|a, b| a.1.ty == b.1.ty) {
+            let letters: String = run.iter().map(|(c, _)| c).collect();
+            let bias = biases.as_ref().map(|b| {
+                let bytes: Vec<u8> = b[done..done + run.len()].concat();
+                self.push(Weight {
+                    name: format!("blk.{l}.attn_{letters}.bias"),
+                    ty: WeightType::F32,
+                    rows: 1,
+                    cols: (bytes.len() / 4) as u32,
+                    source: Source::Owned(bytes),
+                })
+            });
+            done += run.len();
             let rows: u32 = run.iter().map(|(_, w)| w.rows).sum();
             let w = match run {
                 [(_, one)] => self.push(one.clone()),
                 _ => {
-                    let letters: String = run.iter().map(|(c, _)| c).collect();
                     let weights: Vec<Weight> = run.iter().map(|(_, w)| w.clone()).collect();
                     self.stack(&format!("blk.{l}.attn_{letters}.weight"), &weights, false)?
                 }
@@ -207,7 +251,7 @@ impl Loader<'_> {
                 count: rows / head_dim,
             };
             first += heads.count;
-            out.push(QkvPart { w, heads });
+            out.push(QkvPart { w, heads, bias });
         }
         Ok(out)
     }
@@ -270,22 +314,9 @@ impl Loader<'_> {
 
     fn norm(&mut self, name: &str, len: u32) -> Result<WeightId, ModelError> {
         let t = self.find(name, &[len as u64])?;
-        let data = self.g.tensor_data(t);
         let source = match t.ty {
             TensorType::F32 => Source::File(t.clone()),
-            TensorType::F16 => Source::Owned(
-                data.chunks_exact(2)
-                    .flat_map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes())
-                    .collect(),
-            ),
-            TensorType::BF16 => Source::Owned(bf16_to_f32(data)),
-            ty => {
-                return Err(ModelError::TensorType {
-                    name: name.to_string(),
-                    ty,
-                    role: "a norm weight (f32, f16 or bf16)".into(),
-                })
-            }
+            _ => Source::Owned(self.vector(name, len)?),
         };
         Ok(self.push(Weight {
             name: name.to_string(),
@@ -294,6 +325,40 @@ impl Loader<'_> {
             cols: len,
             source,
         }))
+    }
+
+    /// A vector (a norm weight, a bias) of `len` elements as f32 bytes.
+    fn vector(&self, name: &str, len: u32) -> Result<Vec<u8>, ModelError> {
+        let t = self.find(name, &[len as u64])?;
+        let data = self.g.tensor_data(t);
+        Ok(match t.ty {
+            TensorType::F32 => data.to_vec(),
+            TensorType::F16 => data
+                .chunks_exact(2)
+                .flat_map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes())
+                .collect(),
+            TensorType::BF16 => bf16_to_f32(data),
+            ty => {
+                return Err(ModelError::TensorType {
+                    name: name.to_string(),
+                    ty,
+                    role: "a norm weight or bias (f32, f16 or bf16)".into(),
+                })
+            }
+        })
+    }
+
+    /// Refuses a file holding any of `names`, which `c`'s architecture does not read: its
+    /// graph would leave them out and compute another model.
+    fn absent(&self, c: &Config, names: &[String], what: &'static str) -> Result<(), ModelError> {
+        match names.iter().find(|n| self.g.tensor(n).is_some()) {
+            Some(name) => Err(ModelError::UnusedTensor {
+                name: name.clone(),
+                arch: c.arch.name(),
+                what,
+            }),
+            None => Ok(()),
+        }
     }
 }
 

@@ -34,6 +34,7 @@ pub mod matvec_fused;
 pub mod matvec_q8;
 pub mod matvec_q8_blocks;
 pub mod matvec_q8_rows;
+pub mod qkv_bias_norm;
 pub mod rms_norm;
 pub mod rope;
 pub mod rope_freqs;
@@ -54,7 +55,7 @@ pub struct Family {
 }
 
 /// The op library's families, in the order of [`cases`].
-pub static FAMILIES: [Family; 15] = [
+pub static FAMILIES: [Family; 16] = [
     Family {
         name: "matmul_tiles",
         about: "prompt products y = x·Wᵀ on matrix units, W in f32, f16, Q8_0, Q4_0 or Q4_1",
@@ -114,6 +115,11 @@ pub static FAMILIES: [Family; 15] = [
         name: "attention_flash_tiles",
         about: "flash attention for prompt steps with scores and sums on matrix tiles",
         cases: attention_flash_tiles::cases,
+    },
+    Family {
+        name: "qkv_bias_norm",
+        about: "a QKV product's biases added and its q and k heads rms-normalised, in place",
+        cases: qkv_bias_norm::cases,
     },
     Family {
         name: "rope_store",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Greedy decoding of a Llama-architecture GGUF in plain float64 numpy.
+"""Greedy decoding of a Llama-, Qwen2- or Qwen3-architecture GGUF in plain float64 numpy.
 
 An exact-arithmetic reference over the same dequantized weights as llama.cpp: it shows where
 llama.cpp's own shortcuts (activations quantized to Q8_1/Q8_0 before each matmul, an f16 KV
@@ -12,12 +12,23 @@ off, f32 KV cache; see dequantize_gguf.py), it checks itself against that second
 implementation: the ids must be equal, and the largest top-1 logit difference is recorded.
 
 Rope is ggml's with the model's frequency scaling, read as llama.cpp reads it: rope_freqs.weight
-(each pair's angle divided by its factor), llama.rope.scaling.type none, linear (the default) or
+(each pair's angle divided by its factor), {arch}.rope.scaling.type none, linear (the default) or
 yarn with .factor (or the older rope.scale_linear), .original_context_length and .attn_factor.
 With --ignore-rope-scaling it turns as a model without them would: what an implementation that
 ignores them computes.
 
     python3 llama_numpy.py [--ignore-rope-scaling] MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json] > F64_FIXTURE.json
+
+With --ids, it decodes the given prompt ids itself (a synthetic model has no llama.cpp fixture)
+and records every step's logits as well, for a test to hold trine's logits to:
+
+    python3 llama_numpy.py [--ignore-rope-scaling] --ids MODEL.gguf N_PREDICT ID,ID,... > F64_FIXTURE.json
+
+The families differ only where llama.cpp's graphs do (src/models/llama.cpp, qwen2.cpp,
+qwen3.cpp): Qwen2 adds the Q, K and V biases after the products; Qwen3 rms-normalises each
+query and key head (attn_q_norm, attn_k_norm) before rope and takes its head size from
+qwen3.attention.key_length; both rotate NeoX pairs (i, i + d/2) where Llama rotates adjacent
+ones (2i, 2i + 1).
 """
 
 import datetime
@@ -45,11 +56,17 @@ class Model:
     def __init__(self, path, ignore_rope_scaling=False):
         reader = GGUFReader(path)
         arch = reader.fields["general.architecture"].contents()
-        if arch != "llama":
-            sys.exit(f"llama_numpy: architecture {arch!r} is not llama")
+        if arch not in ("llama", "qwen2", "qwen3"):
+            sys.exit(f"llama_numpy: architecture {arch!r} is not llama, qwen2 or qwen3")
+        self.arch = arch
 
-        def meta(key):
-            return reader.fields[f"llama.{key}"].contents()
+        def meta(key, default=None):
+            field = reader.fields.get(f"{arch}.{key}")
+            if field is None:
+                if default is None:
+                    sys.exit(f"llama_numpy: {arch}.{key} is missing")
+                return default
+            return field.contents()
 
         self.n_layer = meta("block_count")
         self.n_head = meta("attention.head_count")
@@ -59,7 +76,8 @@ class Model:
         self.w = {t.name: dequantize(t.data, t.tensor_type).astype(np.float64) for t in reader.tensors}
         # Tied embeddings: without output.weight the token embedding is the output projection.
         self.output = self.w.get("output.weight", self.w["token_embd.weight"])
-        self.head_dim = self.w["token_embd.weight"].shape[1] // self.n_head
+        self.head_dim = meta("attention.key_length", self.w["token_embd.weight"].shape[1] // self.n_head)
+        self.neox = arch in ("qwen2", "qwen3")
         self.inv_freq, self.mscale = self.rope_scaling(reader, ignore_rope_scaling)
 
     def rope_scaling(self, reader, ignore):
@@ -70,7 +88,7 @@ class Model:
             return inv_freq, 1.0
 
         def meta(key, default):
-            field = reader.fields.get(f"llama.{key}")
+            field = reader.fields.get(f"{self.arch}.{key}")
             return default if field is None else field.contents()
 
         if "rope_freqs.weight" in self.w:
@@ -98,15 +116,28 @@ class Model:
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * weight
 
     def rope(self, x, positions):
-        # llama.cpp's "normal" rope rotates adjacent pairs (2i, 2i+1) of each head; the GGUF
-        # converter permuted the q/k rows so that this matches the original model.
+        # llama.cpp's "normal" rope rotates adjacent pairs (2i, 2i+1) of each head (the GGUF
+        # converter permuted Llama's q/k rows so that this matches the original model); NeoX
+        # rope, Qwen's, rotates (i, i + d/2) with the same angles.
+        d = self.head_dim
         angle = positions[:, None].astype(np.float64) * self.inv_freq[None, :]
         cos, sin = self.mscale * np.cos(angle)[:, None, :], self.mscale * np.sin(angle)[:, None, :]
-        even, odd = x[..., 0::2], x[..., 1::2]
+        first, second = (slice(0, d // 2), slice(d // 2, d)) if self.neox else (slice(0, d, 2), slice(1, d, 2))
+        a, b = x[..., first], x[..., second]
         out = np.empty_like(x)
-        out[..., 0::2] = even * cos - odd * sin
-        out[..., 1::2] = even * sin + odd * cos
+        out[..., first] = a * cos - b * sin
+        out[..., second] = a * sin + b * cos
         return out
+
+    def project(self, h, p, name, heads):
+        """h times the layer's projection `name`, plus its bias where the file has one, as heads."""
+        y = h @ self.w[p + name + ".weight"].T
+        bias = self.w.get(p + name + ".bias")
+        if bias is not None:
+            y = y + bias
+        y = y.reshape(len(h), heads, self.head_dim)
+        norm = self.w.get(p + name + "_norm.weight")
+        return y if norm is None else self.rms_norm(y, norm)
 
     def forward(self, ids, cache):
         """Runs `ids` after the tokens already in `cache` (one (k, v) list per layer) and returns
@@ -121,9 +152,9 @@ class Model:
         for layer in range(self.n_layer):
             p = f"blk.{layer}."
             h = self.rms_norm(x, w[p + "attn_norm.weight"])
-            q = self.rope((h @ w[p + "attn_q.weight"].T).reshape(n, self.n_head, d), positions)
-            k = self.rope((h @ w[p + "attn_k.weight"].T).reshape(n, self.n_head_kv, d), positions)
-            v = (h @ w[p + "attn_v.weight"].T).reshape(n, self.n_head_kv, d)
+            q = self.rope(self.project(h, p, "attn_q", self.n_head), positions)
+            k = self.rope(self.project(h, p, "attn_k", self.n_head_kv), positions)
+            v = self.project(h, p, "attn_v", self.n_head_kv)
             if cache[layer]:
                 k = np.concatenate([cache[layer][0], k])
                 v = np.concatenate([cache[layer][1], v])
@@ -140,11 +171,14 @@ class Model:
         return self.output @ self.rms_norm(x[-1], w["output_norm.weight"])
 
 
-def greedy(model, prompt_ids, n_predict, eog_ids):
+def greedy(model, prompt_ids, n_predict, eog_ids, steps=None):
+    """Greedy ids and each step's top two logits; each step's logits appended to `steps`."""
     cache = [None] * model.n_layer
     logits = model.forward(prompt_ids, cache)
     ids, top2 = [], []
     for _ in range(n_predict):
+        if steps is not None:
+            steps.append(logits)
         best, second = np.argsort(-logits, kind="stable")[:2]
         ids.append(int(best))
         top2.append([float(logits[best]), float(logits[second])])
@@ -152,6 +186,31 @@ def greedy(model, prompt_ids, n_predict, eog_ids):
             break
         logits = model.forward([ids[-1]], cache)
     return ids, top2
+
+
+def synthetic(model_path, n_predict, prompt, ignore_rope_scaling=False):
+    """The --ids mode: greedy decoding of `prompt` with every step's logits, as JSON."""
+    with open(model_path, "rb") as f:
+        sha256 = hashlib.file_digest(f, "sha256").hexdigest()
+    model = Model(model_path, ignore_rope_scaling)
+    steps = []
+    ids, top2 = greedy(model, prompt, n_predict, set(), steps)
+    doc = {
+        "provenance": {
+            "generator": "scripts/reference/llama_numpy.py --ids",
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "arithmetic": "float64 over weights dequantized by the gguf package",
+            "numpy_version": np.__version__,
+            "gguf_version": importlib.metadata.version("gguf"),
+            "model_sha256": sha256,
+            "architecture": model.arch,
+        },
+        "prompt_ids": prompt,
+        "ids": ids,
+        "top2": [[round(a, 9), round(b, 9)] for a, b in top2],
+        "logits": [[round(float(v), 9) for v in step] for step in steps],
+    }
+    sys.stdout.write(json.dumps(doc) + "\n")
 
 
 def load_json(path):
@@ -180,8 +239,14 @@ def check_against(results, path):
 def main():
     ignore_rope_scaling = "--ignore-rope-scaling" in sys.argv
     argv = [a for a in sys.argv if a != "--ignore-rope-scaling"]
+    if len(argv) == 5 and argv[1] == "--ids":
+        synthetic(argv[2], int(argv[3]), [int(i) for i in argv[4].split(",")], ignore_rope_scaling)
+        return
     if len(argv) not in (3, 4):
-        sys.exit("usage: llama_numpy.py [--ignore-rope-scaling] MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json]")
+        sys.exit(
+            "usage: llama_numpy.py [--ignore-rope-scaling] MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json]\n"
+            "       llama_numpy.py [--ignore-rope-scaling] --ids MODEL.gguf N_PREDICT ID,ID,..."
+        )
     model_path, fixture_path = argv[1], argv[2]
     fixture = load_json(fixture_path)
     with open(model_path, "rb") as f:

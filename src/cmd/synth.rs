@@ -1,5 +1,6 @@
 //! `trine synth-model`: a random-weight GGUF with a real model's architecture, metadata,
-//! shapes and tensor types, for benchmarks where the real file cannot be copied.
+//! shapes and tensor types, for benchmarks where the real file cannot be copied, and the tests'
+//! tiny layouts for the reference scripts.
 
 use clap::Args as ClapArgs;
 use std::path::PathBuf;
@@ -12,7 +13,8 @@ use trine_gguf::{synth, Gguf, GgufError, GgufWriter, TensorType};
 pub struct Args {
     /// A GGUF file to imitate, or a layout: smollm2-135m (SmolLM2-135M-Instruct Q4_1's),
     /// llama-3.2-1b, llama-3-8b, llama-3.1-8b, llama-3-70b (Q4_K_M unless --type or --mix says
-    /// otherwise; Llama 3.1 and 3.2 with their rope_freqs.weight).
+    /// otherwise; Llama 3.1 and 3.2 with their rope_freqs.weight), qwen2.5-0.5b, qwen3-0.6b
+    /// (Q8_0), or the tests' tiny, qwen2-tiny, qwen3-tiny.
     #[arg(long)]
     like: String,
     /// Every matrix, the embedding and the output head in this type (q4_k, q8_0, …), for a
@@ -37,6 +39,13 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
         None if a.ty.is_some() || a.mix.is_some() => {
             return Err(format!(
                 "--type and --mix apply to a layout ({}), not to a file",
+                names()
+            ))
+        }
+        None if !std::path::Path::new(&a.like).exists() => {
+            return Err(format!(
+                "--like {}: neither a layout ({}) nor a file",
+                a.like,
                 names()
             ))
         }

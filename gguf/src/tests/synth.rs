@@ -32,6 +32,10 @@ fn check_weights(g: &Gguf) {
             assert!(v.iter().all(|x| (x - 1.0).abs() <= 0.021), "{}", t.name);
             continue;
         }
+        if t.name.ends_with(".bias") {
+            assert!(v.iter().all(|x| x.abs() <= 0.5), "{}", t.name);
+            continue;
+        }
         assert!(v.iter().all(|x| x.abs() <= 0.04), "{}", t.name);
         let mean = v.iter().sum::<f64>() / v.len() as f64;
         let std = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
@@ -273,4 +277,44 @@ fn synth_like_copies_rope_freqs() {
             .to_vec()
     };
     assert_ne!(embd(&copy), embd(&src));
+}
+
+/// The Qwen layouts: the family's architecture and key prefix, the head size where the file
+/// gives it, the tensors llama.cpp's qwen2 and qwen3 loaders read (Q, K, V biases; per-head
+/// q and k norms) with their dims, Qwen's pre-tokenizer and ChatML template.
+#[test]
+fn qwen_layouts_carry_their_tensors_and_keys() {
+    use crate::synth::{synth_llama, SynthShape};
+    let dims = |g: &Gguf, name: &str| g.tensor(name).map(|t| t.dims.clone());
+    for (shape, arch) in [
+        (SynthShape::TINY_QWEN2, "qwen2"),
+        (SynthShape::TINY_QWEN3, "qwen3"),
+    ] {
+        let g = reread(&synth_llama(shape, 5).unwrap());
+        check_weights(&g);
+        assert_eq!(g.get_str("general.architecture").unwrap(), arch);
+        assert_eq!(g.get_u32(&format!("{arch}.embedding_length")).unwrap(), 64);
+        assert!(g.get("llama.embedding_length").is_none());
+        assert_eq!(g.get_str("tokenizer.ggml.pre").unwrap(), "qwen2");
+        let template = g.get_str("tokenizer.chat_template").unwrap();
+        assert!(template.contains("<|im_start|>assistant\\n"), "{arch}");
+        // 9 Llama tensors a layer, and the family's own.
+        let own = if arch == "qwen2" { 3 } else { 2 };
+        assert_eq!(g.tensors().len(), 2 + 2 * (9 + own), "{arch}");
+    }
+    let q2 = reread(&synth_llama(SynthShape::TINY_QWEN2, 5).unwrap());
+    assert_eq!(dims(&q2, "blk.1.attn_q.bias"), Some(vec![64]));
+    assert_eq!(dims(&q2, "blk.1.attn_k.bias"), Some(vec![32]));
+    assert_eq!(dims(&q2, "blk.1.attn_v.bias"), Some(vec![32]));
+    assert!(q2.get("qwen2.attention.key_length").is_none());
+    // Qwen3: 4 heads of 32 over a stream of 64, 2 of keys and values.
+    let q3 = reread(&synth_llama(SynthShape::TINY_QWEN3, 5).unwrap());
+    assert_eq!(q3.get_u32("qwen3.attention.key_length").unwrap(), 32);
+    assert_eq!(q3.get_u32("qwen3.attention.value_length").unwrap(), 32);
+    assert_eq!(dims(&q3, "blk.0.attn_q.weight"), Some(vec![64, 128]));
+    assert_eq!(dims(&q3, "blk.0.attn_k.weight"), Some(vec![64, 64]));
+    assert_eq!(dims(&q3, "blk.0.attn_output.weight"), Some(vec![128, 64]));
+    assert_eq!(dims(&q3, "blk.0.attn_q_norm.weight"), Some(vec![32]));
+    assert_eq!(dims(&q3, "blk.0.attn_k_norm.weight"), Some(vec![32]));
+    assert!(q3.tensor("blk.0.attn_q.bias").is_none());
 }

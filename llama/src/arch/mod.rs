@@ -1,9 +1,11 @@
 //! The model architectures, one file each, building a step's generic graph from the shared
 //! blocks of [`crate::graph::builder`]. Adding one is a file here, a variant of
 //! [`Architecture`] and its name; its hyperparameters are read under its name's GGUF prefix
-//! ([`crate::config`]).
+//! ([`crate::config`]), and the tensors it adds to Llama's are named by [`Architecture::extras`].
 
 mod llama;
+mod qwen2;
+mod qwen3;
 
 use super::error::ModelError;
 use super::graph::builder::Builder;
@@ -13,15 +15,33 @@ use super::weights::Weights;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Architecture {
     Llama,
+    Qwen2,
+    Qwen3,
+}
+
+/// The tensors an architecture's layers hold beside Llama's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extras {
+    /// `blk.N.attn_q.bias`, `attn_k.bias`, `attn_v.bias`, added after the products.
+    pub qkv_bias: bool,
+    /// `blk.N.attn_q_norm.weight`, `attn_k_norm.weight` [head_dim]: each query and key head
+    /// rms-normalised before rope.
+    pub qk_norm: bool,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 1] = [Architecture::Llama];
+    pub const ALL: [Architecture; 3] = [
+        Architecture::Llama,
+        Architecture::Qwen2,
+        Architecture::Qwen3,
+    ];
 
     /// `general.architecture` as GGUF files name it, and the prefix of its keys.
     pub fn name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
+            Architecture::Qwen2 => "qwen2",
+            Architecture::Qwen3 => "qwen3",
         }
     }
 
@@ -35,11 +55,21 @@ impl Architecture {
             })
     }
 
+    /// The layer tensors it reads beside Llama's, as llama.cpp's loader names them.
+    pub fn extras(self) -> Extras {
+        Extras {
+            qkv_bias: self == Architecture::Qwen2,
+            qk_norm: self == Architecture::Qwen3,
+        }
+    }
+
     /// The generic nodes of step `s`.
     pub fn graph(self, w: &Weights, s: Step) -> Vec<Node> {
         let mut b = Builder::new(w, s);
         match self {
             Architecture::Llama => llama::build(&mut b, w),
+            Architecture::Qwen2 => qwen2::build(&mut b, w),
+            Architecture::Qwen3 => qwen3::build(&mut b, w),
         }
         b.finish()
     }

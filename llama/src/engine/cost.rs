@@ -82,9 +82,8 @@ impl Engine {
                     .kv
                     .bytes_for(u64::from(positions) * u64::from(c.kv_dim()))
             }
-            Tensor::Resid(_) | Tensor::QRot | Tensor::Last | Tensor::Normed | Tensor::Combined => {
-                f32s(c.n_embd)
-            }
+            Tensor::Resid(_) | Tensor::Last | Tensor::Normed => f32s(c.n_embd),
+            Tensor::QRot | Tensor::Combined => f32s(c.q_dim()),
             Tensor::Act => f32s(c.n_ff),
             Tensor::Logits => f32s(c.vocab),
             Tensor::Part => f32s(c.n_head * splits * (c.head_dim() + 2)),
@@ -92,7 +91,7 @@ impl Engine {
             Tensor::Raw => f32s(match node.op {
                 Op::Product { rows, .. } => rows,
                 Op::Swiglu => 2 * c.n_ff,
-                _ => c.n_embd + 2 * c.kv_dim(),
+                _ => c.q_dim() + 2 * c.kv_dim(),
             }),
             // A byte per element, and a scale and a sum per block of 32.
             Tensor::XqWords => rows * u64::from(cols),

@@ -15,6 +15,7 @@ use trine_ops::elementwise;
 use trine_ops::embedding;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec_q8::XLoad;
+use trine_ops::qkv_bias_norm::{Apply, QkvBiasNorm};
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::{HeadSpan, RopeStore};
@@ -218,6 +219,28 @@ impl Engine {
                     r.params(),
                     grid,
                 )
+            }
+            Op::QkvBiasNorm { heads, bias, norm } => {
+                let a = QkvBiasNorm {
+                    tokens: t,
+                    heads: c.n_head,
+                    kv_heads: c.n_head_kv,
+                    head_dim: c.head_dim(),
+                    part: heads,
+                    eps: c.rms_eps,
+                    apply: Apply {
+                        bias: bias.is_some(),
+                        norm: norm.is_some(),
+                    },
+                };
+                let mut inputs: Vec<Tensor> = bias.map(Tensor::Weight).into_iter().collect();
+                if let Some((q, k)) = norm {
+                    inputs.extend([Tensor::Weight(q), Tensor::Weight(k)]);
+                }
+                Plan {
+                    updates: vec![Tensor::Raw],
+                    ..plan(inputs, &[Tensor::Raw], a.params(), a.grid())
+                }
             }
             Op::Quantize {
                 x,

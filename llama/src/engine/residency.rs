@@ -91,7 +91,8 @@ impl Engine {
             Tensor::Ids => f32s(b),
             Tensor::Step => f32s(4),
             Tensor::Token => f32s(1),
-            Tensor::Resid(_) | Tensor::QRot => f32s(b * c.n_embd as u64),
+            Tensor::Resid(_) => f32s(b * c.n_embd as u64),
+            Tensor::QRot => f32s(b * c.q_dim() as u64),
             Tensor::Part => {
                 // Prompt steps split up to MAX_FLASH_SPLITS times per token, decode steps on a
                 // GPU several times per head; a CPU checking a GPU's nodes runs them with the
@@ -120,13 +121,15 @@ impl Engine {
                 let t = &self.model.weights.tensors[id];
                 matvec_q8_rows::interleaved_bytes(t.ty, t.rows as usize, t.cols as usize) as u64
             }
-            Tensor::Normed | Tensor::Combined => f32s(b * c.n_embd as u64),
+            Tensor::Normed => f32s(b * c.n_embd as u64),
+            Tensor::Combined => f32s(b * c.q_dim() as u64),
             // Gate and up stacked, or the stacked QKV rows, whichever is wider.
-            Tensor::Raw => f32s(b * (2 * c.n_ff).max(c.n_embd + 2 * c.kv_dim()) as u64),
-            // The widest product input: the residual stream or the FFN's activation.
-            Tensor::XqWords => f32s(b * c.n_embd.max(c.n_ff) as u64 / 4),
+            Tensor::Raw => f32s(b * (2 * c.n_ff).max(c.q_dim() + 2 * c.kv_dim()) as u64),
+            // The widest product input: the residual stream, attention's output or the FFN's
+            // activation.
+            Tensor::XqWords => f32s(b * widest_input(c) / 4),
             Tensor::XqScales | Tensor::XqSums => {
-                f32s(b * c.n_embd.max(c.n_ff) as u64 / u64::from(matvec_q8::X_BLOCK))
+                f32s(b * widest_input(c) / u64::from(matvec_q8::X_BLOCK))
             }
         }
     }
@@ -245,4 +248,8 @@ impl Drop for Engine {
             }
         }
     }
+}
+
+fn widest_input(c: &crate::config::Config) -> u64 {
+    u64::from(c.n_embd.max(c.n_ff).max(c.q_dim()))
 }

@@ -79,15 +79,23 @@ impl<'a> Builder<'a> {
     }
 
     /// A pre-norm attention block over residual stream `x` into `out`: rms_norm, the QKV
-    /// products (one where Q, K and V share a weight type), each followed by rope (`mode`)
-    /// and the KV-cache store of its heads, attention, the output projection and the
-    /// residual add.
+    /// products (one where Q, K and V share a weight type), each followed by the layer's
+    /// biases and q/k head norms where it has them, then rope (`mode`) and the KV-cache store
+    /// of its heads, attention, the output projection and the residual add.
     pub fn attention_block(&mut self, x: Tensor, out: Tensor, l: &Layer, mode: RopeMode) {
         let (t, layer) = (self.step.tokens, self.layer.unwrap_or(0));
         self.norm(x, l.attn_norm, t, "attn_norm");
         for part in &l.qkv {
             self.product(part.w, Tensor::Normed, t, "attn_qkv");
             let heads = part.heads;
+            if part.bias.is_some() || l.qk_norm.is_some() {
+                let op = Op::QkvBiasNorm {
+                    heads,
+                    bias: part.bias,
+                    norm: l.qk_norm,
+                };
+                self.push(op, "attn_qkv_bias_norm");
+            }
             self.push(Op::RopeStore { layer, mode, heads }, "rope_store");
         }
         let form = AttentionForm::Split { splits: 1 };

@@ -30,7 +30,7 @@ pub enum Tensor {
     Step,
     /// f32 [tokens × n_embd].
     Resid(u8),
-    /// f32 [tokens × n_embd]: q after rope.
+    /// f32 [tokens × q_dim]: q after rope.
     QRot,
     /// f32 [tokens × heads × splits × (head_dim + 2)]: attention's partial results, combined
     /// by the product that reads them or by [`Op::Combine`].
@@ -59,10 +59,10 @@ pub enum Tensor {
     Plain(WeightId),
     /// f32 [tokens × n_embd]: rows after an rms_norm.
     Normed,
-    /// f32 [tokens × n_embd]: the attention itself, its partials combined.
+    /// f32 [tokens × q_dim]: the attention itself, its partials combined.
     Combined,
-    /// f32 [the widest product]: a product's output before what follows it (rope, SwiGLU, a
-    /// residual add) where that is not folded into it.
+    /// f32 [the widest product]: a product's output before what follows it (biases and q/k
+    /// norms, rope, SwiGLU, a residual add) where that is not folded into it.
     Raw,
     /// x quantized per block of 32 ([`trine_ops::matvec_q8::quantize_kernel`]): u32 words of
     /// four codes, f32 scales, f32 `scale · Σ codes`; sized for the widest input.
@@ -191,6 +191,14 @@ pub enum Op {
         mode: RopeMode,
         heads: HeadSpan,
     },
+    /// In place on [`Tensor::Raw`] (the QKV product of `heads`): the part's `bias` added,
+    /// and with `norm` (the q and k norm weights) each query and key head rms-normalised
+    /// ([`trine_ops::qkv_bias_norm`]).
+    QkvBiasNorm {
+        heads: HeadSpan,
+        bias: Option<WeightId>,
+        norm: Option<(WeightId, WeightId)>,
+    },
     /// Attention of [`Tensor::QRot`] against the layer's caches, into [`AttentionForm::output`].
     Attention { layer: u32, form: AttentionForm },
     /// Attention's partials over `splits` chunks combined into [`Tensor::Combined`].
@@ -251,19 +259,20 @@ impl Node {
             } => {
                 let n = match store {
                     Store::Swiglu => rows / 2,
-                    Store::Rope { .. } => c.n_embd,
+                    Store::Rope { .. } => c.q_dim(),
                     Store::None | Store::Add(_) => rows,
                 };
                 (y, 0..tokens as usize * n as usize)
             }
             Op::Attention { form, .. } => match form.output() {
-                Tensor::Combined => rows(Tensor::Combined, c.n_embd),
+                Tensor::Combined => rows(Tensor::Combined, c.q_dim()),
                 part_tensor => rows(part_tensor, part(form.splits())),
             },
             Op::Norm { tokens, .. } => (Tensor::Normed, 0..(tokens * c.n_embd) as usize),
-            Op::Combine { .. } => rows(Tensor::Combined, c.n_embd),
+            Op::Combine { .. } => rows(Tensor::Combined, c.q_dim()),
             Op::Swiglu => rows(Tensor::Act, c.n_ff),
-            Op::RopeStore { .. } => rows(Tensor::QRot, c.n_embd),
+            Op::RopeStore { .. } => rows(Tensor::QRot, c.q_dim()),
+            Op::QkvBiasNorm { heads, .. } => rows(Tensor::Raw, heads.count * c.head_dim()),
             Op::Add { out, .. } => rows(out, c.n_embd),
             // The scales stand for the codes, which are not floats.
             Op::Quantize { cols, tokens, .. } => {

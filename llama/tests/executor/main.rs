@@ -1,6 +1,6 @@
-//! The executor on a tiny synthetic Llama, on the CPU, the backends present and stand-in
-//! devices: placement and memory, the cross-check, the steps themselves, and a conversation's
-//! rewinds.
+//! The executor on a tiny synthetic Llama (and Qwen2, Qwen3), on the CPU, the backends present
+//! and stand-in devices: placement and memory, the cross-check, the steps themselves, and a
+//! conversation's rewinds.
 
 mod chat;
 mod common;
@@ -8,5 +8,6 @@ mod cross_check;
 mod formats;
 mod kv_cache;
 mod placement;
+mod qwen;
 mod rope_scaling;
 mod steps;
