@@ -64,16 +64,6 @@ pub fn flash_splits(tokens: u32) -> u32 {
     tokens.div_ceil(FLASH_SPLIT_KEYS).clamp(1, MAX_FLASH_SPLITS)
 }
 
-/// Prompt step sizes up to `max_batch` whose graphs hold between them every kernel a prompt
-/// step of up to `max_batch` tokens runs: the largest size of each chunk count, which decides
-/// the combine kernel (its chunks are a compile-time constant) and whether there is one.
-pub fn prompt_sizes(max_batch: u32) -> Vec<u32> {
-    (1..flash_splits(max_batch))
-        .map(|s| s * FLASH_SPLIT_KEYS)
-        .chain([max_batch])
-        .collect()
-}
-
 /// The subgroup width a device's kernels on tiles are written for: its one width, or 32 where
 /// it has several and pins a kernel to the width it declares (RDNA3's WMMA's native width,
 /// and the one the tiles' cases are measured at); `None` without tiles.

@@ -121,9 +121,10 @@ impl Engine {
         Engine::build(model, backend, self.options, self.shape, self.offer)
     }
 
-    /// An engine whose kernels are compiled for the nodes of a decode step and of every
-    /// prompt step size that decides a kernel ([`tuning::prompt_sizes`]), as `offer` fuses
-    /// them: what it will run, nothing more.
+    /// An engine whose kernels are compiled for the nodes of every step size it accepts, one
+    /// token to `max_batch`, as `offer` fuses them: what it will run, nothing more. Each size's
+    /// graph is built, since which sizes change a node's kernel (a product's form, the
+    /// attention's splits and combine) depends on the weights' types and the device.
     fn build(
         model: Arc<Model>,
         backend: Arc<dyn Backend>,
@@ -140,7 +141,7 @@ impl Engine {
         let mut keys: Vec<KernelKey> = vec![];
         // The largest weight each key's kernels bind, which a device may not bind whole.
         let mut binds: HashMap<KernelKey, u64> = HashMap::new();
-        for tokens in std::iter::once(1).chain(tuning::prompt_sizes(options.max_batch)) {
+        for tokens in 1..=options.max_batch {
             let step = Step { tokens, pos: 0 };
             for n in graph(&model, step, offer)? {
                 let key = KernelKey::of(&n.op, &model.weights, shape);
@@ -150,9 +151,11 @@ impl Engine {
                     }
                     _ => 0,
                 };
-                let largest = binds.entry(key).or_default();
+                let largest = binds.entry(key).or_insert_with(|| {
+                    keys.push(key);
+                    0
+                });
                 *largest = (*largest).max(weight);
-                keys.push(key);
             }
         }
         let placement = Placement::new(backend, &keys, shape, &binds)?;

@@ -139,3 +139,39 @@ fn bad_models_and_steps_are_typed_errors() {
         })
     ));
 }
+
+/// Every prompt step an engine accepts runs: a GPU prepares the kernels of each size up to its
+/// largest batch, in each weight type (an F32 model's products change form with the size, and
+/// a 26-token step once met an attention output product no prepared size had).
+#[test]
+fn every_prompt_size_up_to_the_largest_batch_runs() {
+    use trine_gguf::TensorType;
+    for matrices in [TensorType::F32, TensorType::Q4_1] {
+        let shape = SynthShape {
+            matrices,
+            embedding: matrices,
+            ..SynthShape::TINY
+        };
+        let bytes = synth_llama(shape, 5).unwrap().to_bytes();
+        let model =
+            std::sync::Arc::new(Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap());
+        let sizes = EngineOptions {
+            context: 96,
+            max_batch: 64,
+            ..SIZES
+        };
+        let engine = Engine::new(model, gpu(), sizes).unwrap();
+        let mut session = Session::new(engine, None);
+        for n in 1..=sizes.max_batch {
+            session.rewind(0);
+            let ids: Vec<u32> = (0..n).map(|i| 1 + i % 50).collect();
+            let logits = session
+                .feed(&ids)
+                .unwrap_or_else(|e| panic!("{matrices:?}, {n} tokens: {e}"));
+            assert!(
+                logits.iter().all(|v| v.is_finite()),
+                "{matrices:?}, {n} tokens"
+            );
+        }
+    }
+}
