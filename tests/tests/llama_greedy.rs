@@ -19,8 +19,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use trine_gguf::assets;
 use trine_llama::{generate, Engine, EngineOptions, GenerateOptions, Model, Sampling, Session};
-
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../llama/tests/fixtures");
+use trine_tests::{fixture, ids};
 
 /// (backend, prompts, tokens): the CPU decodes every prompt in full; lavapipe's decode steps
 /// take seconds a token in CI's debug build, so its backends run fewer.
@@ -31,20 +30,6 @@ const PLAN: [(&str, usize, usize); 5] = [
     ("cuda", usize::MAX, usize::MAX),
     ("hip", usize::MAX, usize::MAX),
 ];
-
-fn fixture(name: &str) -> Value {
-    let path = format!("{FIXTURES}/{name}");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("an array of ids")
-        .iter()
-        .map(|x| x.as_u64().expect("an id") as u32)
-        .collect()
-}
 
 /// The largest top-2 logit gap at which 8-bit activations may flip a choice: they move
 /// llama.cpp's logits by up to 0.4 on these prompts, and it leaves exact arithmetic at gaps

@@ -15,8 +15,7 @@ use std::sync::Arc;
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::Gguf;
 use trine_llama::{generate, Engine, EngineOptions, GenerateOptions, Model, Sampling, Session};
-
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../llama/tests/fixtures");
+use trine_tests::{fixture, ids};
 
 const FAMILIES: [(&str, SynthShape); 2] = [
     ("qwen2", SynthShape::TINY_QWEN2),
@@ -38,20 +37,6 @@ const LOGITS_NMSE: f64 = 5e-4;
 /// llama.cpp's 8-bit activations moved the top logit by at most 0.0029 from the float64
 /// graph's. llama.cpp's smallest gap on these prompts is 0.077, so every step counts.
 const FLIP_GAP: f64 = 0.02;
-
-fn fixture(name: &str) -> Value {
-    let path = format!("{FIXTURES}/{name}");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("an array of ids")
-        .iter()
-        .map(|x| x.as_u64().expect("an id") as u32)
-        .collect()
-}
 
 fn floats(v: &Value) -> Vec<f64> {
     v.as_array()

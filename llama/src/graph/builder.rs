@@ -116,6 +116,21 @@ impl<'a> Builder<'a> {
         self.add(x, out, "ffn_residual");
     }
 
+    /// The decoder stack Llama and its kin share: the embedding, then per layer a pre-norm
+    /// attention block with `mode` rope and a pre-norm SwiGLU block, then the output head. The
+    /// residual stream alternates: each block reads one buffer and adds into the other. What
+    /// a family adds to Llama's layer (biases, q/k norms) comes with its weights.
+    pub fn decoder(&mut self, w: &Weights, mode: RopeMode) {
+        let x = self.embed(w.token_embd);
+        let mid = Tensor::Resid(1);
+        for (l, layer) in w.layers.iter().enumerate() {
+            self.layer(Some(l as u32));
+            self.attention_block(x, mid, layer, mode);
+            self.swiglu_block(mid, x, layer);
+        }
+        self.head(x, w.output_norm, w.output);
+    }
+
     /// The output head over residual stream `x`: the last token's row (a prompt's is copied
     /// out), the final norm, the logits and their argmax.
     pub fn head(&mut self, x: Tensor, norm: WeightId, output: WeightId) {
