@@ -231,7 +231,7 @@ impl VulkanBackend {
             };
             // SAFETY: both buffers are live; the caller checked `offset + data.len()` against
             // the destination, and the staging buffer holds at least `piece.len()` bytes.
-            unsafe { submit.record_copy(dev, staging.buffer, dst, region)? };
+            unsafe { submit.record_copy(dev, (staging.buffer, dst), region, false)? };
             staging.last_use = submit.open_serial();
         }
         buffers.get_mut(h)?.last_use = submit.open_serial();
@@ -259,7 +259,7 @@ impl VulkanBackend {
                 size: piece.len() as u64,
             };
             // SAFETY: as in `write_staged`, with source and destination swapped.
-            unsafe { submit.record_copy(dev, src, staging.buffer, region)? };
+            unsafe { submit.record_copy(dev, (src, staging.buffer), region, false)? };
             staging.last_use = submit.open_serial();
             piece.copy_from_slice(staging.bytes(dev, submit, piece.len())?);
         }
@@ -535,7 +535,7 @@ impl Backend for VulkanBackend {
         };
         // SAFETY: both buffers are live and hold `bytes` (checked above); the device has
         // timestamps.
-        unsafe { state.submit.record_copy_timed(dev, from, to, region)? };
+        unsafe { state.submit.record_copy(dev, (from, to), region, true)? };
         state.submit.finish(dev)?;
         self.elapsed(&state)
     }

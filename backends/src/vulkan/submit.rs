@@ -304,48 +304,33 @@ impl Submitter {
         Ok(())
     }
 
-    /// Records a copy between buffers into the open batch, after a barrier on earlier work.
+    /// Records a copy between buffers into the open batch, after a barrier on earlier work;
+    /// with `timed`, bracketed by the two timestamps `timestamps` reads.
     ///
     /// # Safety
-    /// Both buffers are live buffers of this device and the region lies inside both.
+    /// Both buffers are live buffers of this device and the region lies inside both; `timed`
+    /// only where the device has timestamps.
     pub unsafe fn record_copy(
         &mut self,
         device: &ash::Device,
-        src: vk::Buffer,
-        dst: vk::Buffer,
+        (src, dst): (vk::Buffer, vk::Buffer),
         region: vk::BufferCopy,
+        timed: bool,
     ) -> Result<(), BackendError> {
         let cmd = self.begin_after_work(device)?;
+        let stamp = |stage, query| {
+            // SAFETY: `cmd` is recording and the query pool exists (`timed`'s contract).
+            unsafe { device.cmd_write_timestamp(cmd, stage, self.queries, query) }
+        };
+        if timed {
+            // SAFETY: as above.
+            unsafe { device.cmd_reset_query_pool(cmd, self.queries, 0, 2) };
+            stamp(vk::PipelineStageFlags::TOP_OF_PIPE, 0);
+        }
         // SAFETY: `cmd` is recording; the buffers and region are valid (the caller's contract).
         unsafe { device.cmd_copy_buffer(cmd, src, dst, &[region]) };
-        Ok(())
-    }
-
-    /// Records a copy between buffers into the open batch, after a barrier on earlier work,
-    /// bracketed by the two timestamps `timestamps` reads.
-    ///
-    /// # Safety
-    /// As [`Submitter::record_copy`], on a device with timestamps.
-    pub unsafe fn record_copy_timed(
-        &mut self,
-        device: &ash::Device,
-        src: vk::Buffer,
-        dst: vk::Buffer,
-        region: vk::BufferCopy,
-    ) -> Result<(), BackendError> {
-        let cmd = self.begin_after_work(device)?;
-        // SAFETY: `cmd` is recording; the buffers and region are valid and the query pool
-        // exists (the caller's contract).
-        unsafe {
-            device.cmd_reset_query_pool(cmd, self.queries, 0, 2);
-            device.cmd_write_timestamp(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, self.queries, 0);
-            device.cmd_copy_buffer(cmd, src, dst, &[region]);
-            device.cmd_write_timestamp(
-                cmd,
-                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
-                self.queries,
-                1,
-            );
+        if timed {
+            stamp(vk::PipelineStageFlags::BOTTOM_OF_PIPE, 1);
         }
         Ok(())
     }
