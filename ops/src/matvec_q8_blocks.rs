@@ -122,9 +122,9 @@ pub fn kernel(
             .map(|&(first, _)| {
                 let e = b * k.u32(p.elems) + first;
                 let xb = e / k.u32(X_BLOCK);
-                // A run's 16 bytes of x are a quad: its block's first or second half.
-                let quad = xb * k.u32(X_BLOCK / 16) + (e % k.u32(X_BLOCK)) / k.u32(16);
-                let words = k.load_quad(xq, quad);
+                // x's codes are a byte each and a run starts at a multiple of 16: its 16
+                // bytes are one quad.
+                let words = k.load_quad(xq, e / k.u32(16));
                 let sum = code_sum(&k, &words);
                 (first, words, k.load(xd, xb), sum)
             })

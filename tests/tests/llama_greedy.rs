@@ -18,8 +18,8 @@
 use serde_json::Value;
 use std::sync::Arc;
 use trine_gguf::assets;
-use trine_llama::{generate, Engine, EngineOptions, GenerateOptions, Model, Sampling, Session};
-use trine_tests::{fixture, ids};
+use trine_llama::Model;
+use trine_tests::{fixture, greedy, ids};
 
 /// (backend, prompts, tokens): the CPU decodes every prompt in full; lavapipe's decode steps
 /// take seconds a token in CI's debug build, so its backends run fewer.
@@ -36,34 +36,14 @@ const PLAN: [(&str, usize, usize); 5] = [
 /// of 0.02 to 0.36; trine with quantized x left them at gaps of 0.069 to 0.220 on a CPU.
 const FLIP_GAP: f64 = 0.5;
 
-/// Compares ids `got` with `who`'s (`want`, with `who`'s top two logits per step in `top2`):
-/// equal, or equal up to a step where `who`'s choice was a near tie. Returns what was found,
-/// or why it fails.
+/// [`trine_tests::equal_up_to_a_near_tie`] at [`FLIP_GAP`].
 fn equal_up_to_a_near_tie(
     who: &str,
     got: &[u32],
     want: &[u32],
     top2: &Value,
 ) -> Result<String, String> {
-    let Some(step) = got.iter().zip(want).position(|(a, b)| a != b) else {
-        return Ok(format!("{who}'s {} ids equal", got.len().min(want.len())));
-    };
-    let gap = top2
-        .as_array()
-        .and_then(|t| t.get(step))
-        .and_then(|pair| Some(pair[0].as_f64()? - pair[1].as_f64()?))
-        .ok_or_else(|| format!("ids differ at step {step}, and the fixture has no top-2 there"))?;
-    if gap < FLIP_GAP {
-        Ok(format!(
-            "{who}'s equal up to step {step}, where its top-2 gap is {gap:.3}"
-        ))
-    } else {
-        Err(format!(
-            "ids differ at step {step} ({} against {who}'s {}), where {who}'s top-2 gap is \
-             {gap:.3}: not a near tie 8-bit activations could flip",
-            got[step], want[step]
-        ))
-    }
+    trine_tests::equal_up_to_a_near_tie(who, (got, want), top2, FLIP_GAP)
 }
 
 #[test]
@@ -117,17 +97,7 @@ fn greedy_ids_match_the_references_on_every_backend() {
             // (a CPU's every product, a GPU's prompt products) or to f16 (a GPU's prompts on
             // matrix tiles), as llama.cpp rounds it: the ids are held to the float64 ones as
             // llama.cpp's are, equal up to a near tie.
-            let sizes = EngineOptions::for_generation(&model.config, prompt_ids.len(), n);
-            let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
-            let opts = GenerateOptions {
-                max_tokens: n,
-                sampling: Sampling::default(),
-                stop_at_end: true,
-                stop_on_divergence: false,
-            };
-            let got = generate(&mut Session::new(engine, None), &prompt_ids, opts, |_| {})
-                .unwrap()
-                .generated_tokens;
+            let got = greedy(&model, &backend, &prompt_ids, n);
             let run = &col.name;
             let mut failures = vec![];
             let reference = &exact_ids[..n];

@@ -14,8 +14,8 @@ use serde_json::Value;
 use std::sync::Arc;
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::Gguf;
-use trine_llama::{generate, Engine, EngineOptions, GenerateOptions, Model, Sampling, Session};
-use trine_tests::{fixture, ids};
+use trine_llama::{Engine, EngineOptions, Model, Session};
+use trine_tests::{equal_up_to_a_near_tie, fixture, greedy, ids};
 
 const FAMILIES: [(&str, SynthShape); 2] = [
     ("qwen2", SynthShape::TINY_QWEN2),
@@ -54,22 +54,6 @@ fn nmse(want: &[f64], got: &[f32]) -> f64 {
         .map(|(a, &b)| (a - b as f64).powi(2))
         .sum();
     err / want.iter().map(|a| a * a).sum::<f64>()
-}
-
-/// `got` against `want`, whose top-2 logits per step are `top2`: equal, or equal up to a step
-/// where `want`'s choice was a near tie.
-fn equal_up_to_a_near_tie(got: &[u32], want: &[u32], top2: &Value) -> Result<String, String> {
-    let Some(step) = got.iter().zip(want).position(|(a, b)| a != b) else {
-        return Ok(format!("{} ids equal", got.len().min(want.len())));
-    };
-    let pair = &top2[step];
-    let gap = pair[0].as_f64().unwrap() - pair[1].as_f64().unwrap();
-    let note = format!("equal up to step {step}, where llama.cpp's top-2 gap is {gap:.4}");
-    if gap < FLIP_GAP {
-        Ok(note)
-    } else {
-        Err(format!("{note}: ids {got:?} against {want:?}"))
-    }
 }
 
 fn model(shape: SynthShape) -> Arc<Model> {
@@ -124,19 +108,9 @@ fn tiny_qwen_files_match_the_float64_graph_and_llama_cpp() {
                 let prompt_ids = model.tokenizer.encode(text, true, special).unwrap();
                 assert_eq!(prompt_ids, ids(&want["prompt_ids"]), "{run}: {text:?}");
                 let theirs = ids(&want["ids"]);
-                let sizes =
-                    EngineOptions::for_generation(&model.config, prompt_ids.len(), theirs.len());
-                let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
-                let opts = GenerateOptions {
-                    max_tokens: theirs.len(),
-                    sampling: Sampling::default(),
-                    stop_at_end: true,
-                    stop_on_divergence: false,
-                };
-                let got = generate(&mut Session::new(engine, None), &prompt_ids, opts, |_| {})
-                    .unwrap()
-                    .generated_tokens;
-                match equal_up_to_a_near_tie(&got, &theirs, &want["top2"]) {
+                let got = greedy(&model, &backend, &prompt_ids, theirs.len());
+                let top2 = &want["top2"];
+                match equal_up_to_a_near_tie("llama.cpp", (&got, &theirs), top2, FLIP_GAP) {
                     Ok(note) => println!("{run}: {text:?}: {note}"),
                     Err(e) => panic!("{run}: {text:?}: {e}"),
                 }
