@@ -46,11 +46,11 @@ pub fn check_kernel(kernel: &Kernel, info: &DeviceInfo) -> Result<u64, BackendEr
     Ok(trine_ir::kernel_hash(kernel))
 }
 
-/// The bindings a kernel copies from asynchronously (`sources`, from
-/// `trine_ir::Kernel::copy_sources`) must start a whole copy ([`trine_ir::COPY_BYTES`]) from
-/// their buffer's start, which is aligned that much: else the copies' addresses would be
+/// The bindings a kernel reads in lines of [`trine_ir::COPY_BYTES`] (`sources`, from
+/// `trine_ir::Kernel::line_sources`: asynchronous copies, quad loads) must start a whole line
+/// from their buffer's start, which is aligned that much: else the lines' addresses would be
 /// misaligned, a fault on the device.
-pub fn check_copy_alignment(
+pub fn check_line_alignment(
     kernel: &str,
     sources: &[usize],
     d: &Dispatch<'_>,
@@ -65,7 +65,7 @@ pub fn check_copy_alignment(
             return Err(bad_dispatch(
                 kernel,
                 format!(
-                    "binding {i} is copied from in lines of {align} bytes: its offset {} is not a multiple of {align}",
+                    "binding {i} is read in lines of {align} bytes: its offset {} is not a multiple of {align}",
                     b.offset
                 ),
             ));
@@ -221,6 +221,42 @@ mod tests {
             })
         ));
         assert!(check_range(u64::MAX, 2, 16).is_err());
+    }
+
+    /// A binding read in 16-byte lines (here as quads) must start on one.
+    #[test]
+    fn lines_are_read_from_aligned_bindings_only() {
+        use trine_ir::{Access, KernelBuilder};
+        let k = KernelBuilder::new("quad_lanes", [1, 1, 1]);
+        let w = k.buffer("w", Scalar::U32, Access::Read);
+        let x = k.buffer("x", Scalar::U32, Access::Read);
+        let y = k.buffer("y", Scalar::U32, Access::Write);
+        let [a, ..] = k.load_quad(w, k.u32(0));
+        k.store(y, k.u32(0), a + k.load(x, k.u32(0)));
+        let sources: Vec<usize> = k
+            .finish()
+            .line_sources()
+            .iter()
+            .map(|b| b.0 as usize)
+            .collect();
+        assert_eq!(sources, [0], "the quads' buffer w only");
+        let at = |offset| {
+            let bindings = [0, 1, 2].map(|i| Binding {
+                buffer: BufferHandle(i),
+                offset: if i == 0 { offset } else { 4 },
+                size: 64,
+            });
+            let d = Dispatch {
+                program: ProgramId(0),
+                grid: [1, 1, 1],
+                bindings: &bindings,
+                params: &[],
+            };
+            check_line_alignment("quad_lanes", &sources, &d)
+        };
+        assert!(at(32).is_ok());
+        let e = at(4).unwrap_err().to_string();
+        assert!(e.contains("quad_lanes") && e.contains("offset 4"), "{e}");
     }
 
     #[test]

@@ -447,8 +447,9 @@ pub enum Expr {
         index: ExprId,
     },
     /// `buffer[4·quad + lane]` of a `U32` buffer: word `lane` (0..4) of its `quad`-th group of
-    /// four words, which starts 16 bytes into the binding times `quad` (every backend aligns a
-    /// binding to 16 bytes). CUDA/HIP read a quad with one 16-byte load however many of its
+    /// four words, which starts 16 bytes into the binding times `quad`; the binding's offset
+    /// must be a multiple of [`COPY_BYTES`] ([`Kernel::line_sources`], which CUDA and HIP check
+    /// at dispatch). CUDA/HIP read a quad with one 16-byte load however many of its
     /// lanes are used (`((const uint4*)buffer)[quad].x`…, which the compilers merge), where
     /// four `Load`s of the words would each be a load of its own: a product that streams
     /// weights issues a quarter of the loads. SPIR-V and C load the word.
@@ -695,9 +696,10 @@ impl Kernel {
         reads || expr.operands().into_iter().any(|o| self.reads_memory(o))
     }
 
-    /// The buffers the kernel's [`CopyOp::Start`]s read, whose binding offsets must be
-    /// multiples of [`COPY_BYTES`].
-    pub fn copy_sources(&self) -> Vec<BufferId> {
+    /// The buffers the kernel reads [`COPY_BYTES`] at a time, whose binding offsets must be
+    /// multiples of it: those its [`CopyOp::Start`]s copy from and those it loads as quads
+    /// ([`Expr::LoadLane`]).
+    pub fn line_sources(&self) -> Vec<BufferId> {
         fn walk(block: &[Stmt], out: &mut Vec<BufferId>) {
             for s in block {
                 match s {
@@ -717,6 +719,13 @@ impl Kernel {
         }
         let mut out = vec![];
         walk(&self.body, &mut out);
+        for e in &self.exprs {
+            if let Expr::LoadLane { buffer, .. } = *e {
+                if !out.contains(&buffer) {
+                    out.push(buffer);
+                }
+            }
+        }
         out
     }
 }

@@ -30,7 +30,7 @@ pub use nvrtc::CUDA_PATH_ENV;
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
 use crate::checks::{
-    bad_dispatch, check_binding, check_copy_alignment, check_range, check_signature,
+    bad_dispatch, check_binding, check_line_alignment, check_range, check_signature,
 };
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
@@ -226,7 +226,7 @@ impl CudaBackend {
             .ok_or(BackendError::UnknownProgram(d.program))?;
         let bad = |msg: String| bad_dispatch(&program.name, msg);
         check_signature(&program.name, program.buffers, &program.params, d)?;
-        check_copy_alignment(&program.name, &program.copy_sources, d)?;
+        check_line_alignment(&program.name, &program.line_sources, d)?;
         let align = self.info.min_binding_alignment;
         let mut pointers = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {

@@ -18,8 +18,9 @@ pub struct Program {
     pub function: CuFunction,
     pub buffers: usize,
     pub params: Vec<(String, Scalar)>,
-    /// The bindings its asynchronous copies read, whose offsets must be aligned to them.
-    pub copy_sources: Vec<usize>,
+    /// The bindings it reads in 16-byte lines (copies, quads), whose offsets must be aligned
+    /// to them.
+    pub line_sources: Vec<usize>,
     pub block: [u32; 3],
     /// Bytes of dynamic shared memory each launch takes (see
     /// `trine_codegen::cuda_dynamic_shared_bytes`).
@@ -182,7 +183,7 @@ pub fn load(
             .iter()
             .map(|p| (p.name.clone(), p.ty))
             .collect(),
-        copy_sources: kernel.copy_sources().iter().map(|b| b.0 as usize).collect(),
+        line_sources: kernel.line_sources().iter().map(|b| b.0 as usize).collect(),
         block: kernel.workgroup_size,
         dynamic_shared: dynamic as u32,
         overlap: target.arch() >= 90 && driver.launch_kernel_ex.is_some(),

@@ -30,7 +30,9 @@ pub use compile::{compile_for_arch, compile_options, is_amdgpu_code_object};
 pub use loader::{describe_runtime, Install, RuntimeInfo, ROCM_PATH_ENV};
 
 use crate::backend::{Backend, BufferHandle, Dispatch, ProgramId};
-use crate::checks::{bad_dispatch, check_binding, check_range, check_signature};
+use crate::checks::{
+    bad_dispatch, check_binding, check_line_alignment, check_range, check_signature,
+};
 use crate::error::BackendError;
 use crate::info::DeviceInfo;
 use crate::recording::Recording;
@@ -70,6 +72,8 @@ struct Program {
     function: Function,
     buffers: usize,
     params: Vec<(String, Scalar)>,
+    /// The bindings it reads as 16-byte quads, whose offsets must be aligned to them.
+    line_sources: Vec<usize>,
     workgroup: [u32; 3],
 }
 
@@ -203,6 +207,7 @@ impl HipBackend {
             .ok_or(BackendError::UnknownProgram(d.program))?;
         let bad = |msg: String| bad_dispatch(&program.name, msg);
         check_signature(&program.name, program.buffers, &program.params, d)?;
+        check_line_alignment(&program.name, &program.line_sources, d)?;
         let align = self.info.min_binding_alignment;
         let mut pointers: Vec<*mut c_void> = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
@@ -391,6 +396,7 @@ impl Backend for HipBackend {
                     .iter()
                     .map(|p| (p.name.clone(), p.ty))
                     .collect(),
+                line_sources: kernel.line_sources().iter().map(|b| b.0 as usize).collect(),
                 workgroup: kernel.workgroup_size,
             },
         );
