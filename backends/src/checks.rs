@@ -149,20 +149,33 @@ pub fn check_binding(
     Ok(())
 }
 
+/// What the SPIR-V backends (ash, wgpu) round a buffer's allocation up to: whole quads of
+/// [`trine_ir::COPY_BYTES`], because the SPIR-V of a kernel that loads quads of a buffer
+/// declares it as quads, and a binding must then hold every quad its words lie in.
+pub const SPIRV_BUFFER_GRANULE: u64 = trine_ir::COPY_BYTES as u64;
+
 /// Binding `i` as the SPIR-V backends (ash, wgpu) bind it, checked against its buffer and the
-/// device: `(offset, range)`. The range is word-rounded, since storage-only buffers are read as
-/// u32 words; buffers are allocated word-rounded and offsets are word-aligned, so the rounded
-/// range stays inside. An empty range cannot be bound, and its kernel reads nothing from it, so
-/// it binds the buffer's first word.
+/// device: `(offset, range)`. Storage-only buffers are read as u32 words, so the range is
+/// word-rounded; a binding at a whole quad from its buffer's start is rounded to whole quads
+/// where its allocation (`capacity` bytes, [`SPIRV_BUFFER_GRANULE`]-rounded unless imported)
+/// holds them, so that its last words are inside a kernel's quad view. An
+/// empty range cannot be bound, and its kernel reads nothing from it, so it binds the buffer's
+/// first word.
 pub fn storage_binding(
     kernel: &str,
     i: usize,
     b: &Binding,
     buffer_size: u64,
+    capacity: u64,
     info: &DeviceInfo,
 ) -> Result<(u64, u64), BackendError> {
     check_binding(kernel, i, b, buffer_size, info.min_binding_alignment)?;
-    let range = b.size.max(4).next_multiple_of(4);
+    let words = b.size.max(4).next_multiple_of(4);
+    let quads = b.size.max(4).next_multiple_of(SPIRV_BUFFER_GRANULE);
+    let whole_quads = b.offset.is_multiple_of(SPIRV_BUFFER_GRANULE)
+        && b.offset + quads <= capacity
+        && quads <= info.max_binding_bytes;
+    let range = if whole_quads { quads } else { words };
     if range > info.max_binding_bytes {
         return Err(bad_dispatch(
             kernel,

@@ -4,7 +4,7 @@
 use super::submit::Submitter;
 use super::vk_error;
 use crate::backend::BufferHandle;
-use crate::checks::check_range;
+use crate::checks::{check_range, SPIRV_BUFFER_GRANULE};
 use crate::error::BackendError;
 use ash::vk;
 use std::collections::HashMap;
@@ -131,6 +131,8 @@ pub struct Buffer {
     memory: vk::DeviceMemory,
     /// Bytes the caller asked for: the range reads, writes and bindings may use.
     pub size: u64,
+    /// Bytes allocated: `size` rounded up to [`SPIRV_BUFFER_GRANULE`].
+    pub capacity: u64,
     mapped: Option<Mapped>,
     /// Submission serial of the last work that used it.
     pub last_use: u64,
@@ -273,8 +275,10 @@ impl Buffers {
         bytes: u64,
     ) -> Result<BufferHandle, BackendError> {
         let oom = BackendError::OutOfMemory { bytes, free: None };
-        // Word-sized so that storage-only buffers, read as u32 words, never end mid-word.
-        let capacity = bytes.max(4).checked_next_multiple_of(4).ok_or(oom)?;
+        let capacity = bytes
+            .max(4)
+            .checked_next_multiple_of(SPIRV_BUFFER_GRANULE)
+            .ok_or(oom)?;
         let zero_copy = self.plan.zero_copy;
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
@@ -307,6 +311,7 @@ impl Buffers {
                 buffer,
                 memory,
                 size: bytes,
+                capacity,
                 mapped,
                 last_use: 0,
             },

@@ -170,7 +170,14 @@ impl VulkanBackend {
         let mut infos = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let buffer = buffers.get(b.buffer)?;
-            let (offset, range) = storage_binding(&program.name, i, b, buffer.size, &self.info)?;
+            let (offset, range) = storage_binding(
+                &program.name,
+                i,
+                b,
+                buffer.size,
+                buffer.capacity,
+                &self.info,
+            )?;
             infos.push(vk::DescriptorBufferInfo {
                 buffer: buffer.buffer,
                 offset,

@@ -1,12 +1,13 @@
 //! Buffers: trine's handles for wgpu buffers (its own, or a host application's), and copies
 //! between them and the host.
 //!
-//! wgpu copies whole 4-byte words at 4-byte offsets. Buffers are allocated word-rounded, so a
-//! read widens to whole words and keeps the bytes asked for; a write that starts or ends inside
+//! wgpu copies whole 4-byte words at 4-byte offsets. Buffers are allocated in whole quads
+//! ([`SPIRV_BUFFER_GRANULE`]), so whole words too: a read widens to whole words and keeps the bytes asked for; a write that starts or ends inside
 //! a word first reads that word back and writes it whole.
 
 use super::scope::{catch, scoped, Caught};
 use crate::backend::BufferHandle;
+use crate::checks::SPIRV_BUFFER_GRANULE;
 use crate::error::BackendError;
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -17,7 +18,7 @@ const WORD: u64 = wgpu::COPY_BUFFER_ALIGNMENT;
 
 pub struct Entry {
     pub buffer: wgpu::Buffer,
-    /// Bytes the user asked for (the wgpu buffer is this, word-rounded, or larger).
+    /// Bytes the user asked for (the wgpu buffer is this, quad-rounded, or larger).
     pub size: u64,
     /// A host application's buffer: forgotten, not destroyed, when freed.
     pub imported: bool,
@@ -56,7 +57,10 @@ impl Buffers {
         bytes: u64,
         max: u64,
     ) -> Result<BufferHandle, BackendError> {
-        let size = match bytes.max(WORD).checked_next_multiple_of(WORD) {
+        let size = match bytes
+            .max(WORD)
+            .checked_next_multiple_of(SPIRV_BUFFER_GRANULE)
+        {
             Some(size) if size <= max => size,
             _ => return Err(BackendError::OutOfMemory { bytes, free: None }),
         };

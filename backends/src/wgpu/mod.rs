@@ -156,7 +156,14 @@ impl WgpuBackend {
         let mut bound = Vec::with_capacity(d.bindings.len());
         for (i, b) in d.bindings.iter().enumerate() {
             let entry = buffers.get(b.buffer)?;
-            let (offset, size) = storage_binding(&program.name, i, b, entry.size, &self.info)?;
+            let (offset, size) = storage_binding(
+                &program.name,
+                i,
+                b,
+                entry.size,
+                entry.buffer.size(),
+                &self.info,
+            )?;
             bound.push(Bound {
                 handle: b.buffer.0,
                 offset,

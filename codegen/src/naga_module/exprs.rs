@@ -18,10 +18,18 @@ impl Lowerer<'_> {
             }),
             Expr::Load { buffer, index } => self.load(buffer, self.value(index), block),
             Expr::LoadLane { buffer, quad, lane } => {
-                let [four, lane] = [4, u32::from(lane)].map(|v| self.u32(v, block));
-                let first = self.binary(Bo::Multiply, self.value(quad), four);
-                let index = self.binary(Bo::Add, first, lane);
-                self.element(buffer, index)
+                // The whole quad, then its word: the driver merges the four lanes' identical
+                // loads into one.
+                let base = self.buffers[buffer.0 as usize];
+                let pointer = self.emit(Expression::Access {
+                    base,
+                    index: self.value(quad),
+                });
+                let quad = self.emit(Expression::Load { pointer });
+                self.emit(Expression::AccessIndex {
+                    base: quad,
+                    index: u32::from(lane),
+                })
             }
             Expr::LoadShared { array, index } => {
                 let base = self.shared[array.0 as usize];
@@ -92,14 +100,14 @@ impl Lowerer<'_> {
         let per_word_log2 = match elem {
             Scalar::U8 | Scalar::I8 => 2,
             Scalar::BF16 => 1,
-            _ => return self.element(buffer, index),
+            _ => return self.element(buffer, index, block),
         };
         // Element `index` is bits [lane * bits, (lane + 1) * bits) of word `index >> log2`.
         let bits_log2 = 5 - per_word_log2;
         let [log2, lane_mask, bits_log2] =
             [per_word_log2, (1 << per_word_log2) - 1, bits_log2].map(|v| self.u32(v, block));
         let word_index = self.binary(Bo::ShiftRight, index, log2);
-        let word = self.element(buffer, word_index);
+        let word = self.element(buffer, word_index, block);
         let lane = self.binary(Bo::And, index, lane_mask);
         let shift = self.binary(Bo::ShiftLeft, lane, bits_log2);
         match elem {
@@ -134,10 +142,26 @@ impl Lowerer<'_> {
         }
     }
 
-    /// Element `index` of `buffer` as declared.
-    fn element(&mut self, buffer: BufferId, index: Handle<Expression>) -> Handle<Expression> {
+    /// Element `index` of `buffer`: of its words where it is declared as quads.
+    fn element(
+        &mut self,
+        buffer: BufferId,
+        index: Handle<Expression>,
+        block: &mut Block,
+    ) -> Handle<Expression> {
         let base = self.buffers[buffer.0 as usize];
-        let pointer = self.emit(Expression::Access { base, index });
+        let pointer = if self.quads[buffer.0 as usize] {
+            let [two, three] = [2, 3].map(|v| self.u32(v, block));
+            let quad = self.binary(Bo::ShiftRight, index, two);
+            let lane = self.binary(Bo::And, index, three);
+            let quad = self.emit(Expression::Access { base, index: quad });
+            self.emit(Expression::Access {
+                base: quad,
+                index: lane,
+            })
+        } else {
+            self.emit(Expression::Access { base, index })
+        };
         self.emit(Expression::Load { pointer })
     }
 

@@ -24,6 +24,8 @@ pub(super) struct Lowerer<'a> {
     /// The naga value of each IR expression, set at its `Let`.
     values: Vec<Option<Handle<Expression>>>,
     pub buffers: Vec<Handle<Expression>>,
+    /// Whether each buffer is declared as quads ([`super::interface::Globals::quads`]).
+    pub quads: Vec<bool>,
     pub shared: Vec<Handle<Expression>>,
     pub vars: Vec<Handle<Expression>>,
     /// Each tile's `Function` variable and its cooperative-matrix type.
@@ -110,6 +112,7 @@ impl<'a> Lowerer<'a> {
             emit_start,
             values: vec![None; kernel.exprs.len()],
             buffers,
+            quads: globals.quads.clone(),
             shared,
             vars,
             tiles,

@@ -8,11 +8,15 @@ use naga::{
     ResourceBinding, Span, StorageAccess,
 };
 use std::num::NonZeroU32;
-use trine_ir::Kernel;
+use trine_ir::{BufferId, Expr, Kernel};
 
 /// Handles of the module's global variables, by IR index.
 pub(super) struct Globals {
     pub buffers: Vec<Handle<GlobalVariable>>,
+    /// By IR index, whether the buffer is declared as quads (`array<vec4<u32>>`) rather than
+    /// words: a read-only `U32` buffer the kernel loads quads of ([`Expr::LoadLane`]), so that
+    /// a quad is one 16-byte load. Its word loads index into a quad.
+    pub quads: Vec<bool>,
     pub shared: Vec<Handle<GlobalVariable>>,
     /// The push-constant block: the grid words, then the parameters.
     pub immediates: Handle<GlobalVariable>,
@@ -36,15 +40,30 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
     };
     let types = &mut module.types;
 
+    let quads: Vec<bool> = (0u32..)
+        .zip(&kernel.buffers)
+        .map(|(i, b)| {
+            !b.access.can_write()
+                && kernel
+                    .exprs
+                    .iter()
+                    .any(|e| matches!(*e, Expr::LoadLane { buffer, .. } if buffer == BufferId(i)))
+        })
+        .collect();
     let buffers = (0u32..)
         .zip(&kernel.buffers)
-        .map(|(binding, b)| {
+        .zip(&quads)
+        .map(|((binding, b), &quads)| {
             let access = if b.access.can_write() {
                 StorageAccess::LOAD | StorageAccess::STORE
             } else {
                 StorageAccess::LOAD
             };
-            let ty = types::array(types, types::storage_elem(b.elem), None);
+            let ty = if quads {
+                types::quad_array(types)
+            } else {
+                types::array(types, types::storage_elem(b.elem), None)
+            };
             let binding = ResourceBinding { group: 0, binding };
             global(&b.name, AddressSpace::Storage { access }, Some(binding), ty)
         })
@@ -75,6 +94,7 @@ pub(super) fn declare_globals(module: &mut naga::Module, kernel: &Kernel) -> Glo
 
     Globals {
         buffers,
+        quads,
         shared,
         immediates,
     }

@@ -57,6 +57,27 @@ pub(super) fn vec3_u32(types: &mut UniqueArena<Type>) -> Handle<Type> {
     )
 }
 
+/// `array<vec4<u32>>`, runtime-sized: a buffer of words seen a 16-byte quad at a time.
+pub(super) fn quad_array(types: &mut UniqueArena<Type>) -> Handle<Type> {
+    let base = insert(
+        types,
+        None,
+        TypeInner::Vector {
+            size: VectorSize::Quad,
+            scalar: naga::Scalar::U32,
+        },
+    );
+    insert(
+        types,
+        None,
+        TypeInner::Array {
+            base,
+            size: ArraySize::Dynamic,
+            stride: trine_ir::COPY_BYTES,
+        },
+    )
+}
+
 /// `array<s>` (runtime-sized) when `len` is `None`, else `array<s, len>`; tightly packed.
 pub(super) fn array(
     types: &mut UniqueArena<Type>,
