@@ -28,7 +28,7 @@ pub mod weights;
 pub use arch::Architecture;
 pub use chat::{prompt_ids, Chat, Turn};
 pub use config::Config;
-pub use engine::{Engine, EngineOptions};
+pub use engine::{Engine, EngineOptions, Footprint};
 pub use error::ModelError;
 pub use generate::{
     generate, generate_streaming, generate_with, GenerateOptions, Interrupted, Report, Stop,

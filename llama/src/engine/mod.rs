@@ -11,6 +11,8 @@ mod cost;
 mod plan;
 mod residency;
 
+pub use residency::Footprint;
+
 use super::config::Config;
 use super::error::ModelError;
 use super::fuse::{fuse, Offer};

@@ -14,6 +14,18 @@ use trine_ops::blocks::pair_blocks;
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::{matvec_q8, matvec_q8_rows};
 
+/// What an engine holds on its devices, in bytes ([`Engine::footprint`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Footprint {
+    /// The model's weight tensors as the devices hold them (quantized blocks stay blocks).
+    pub weights: u64,
+    /// Keys and values of every layer, for the engine's context.
+    pub kv_cache: u64,
+    /// Everything else: activations sized for the largest step, attention's partials, the
+    /// quantized x, logits, rope's table.
+    pub activations: u64,
+}
+
 impl Engine {
     /// Every tensor the largest prompt step and a decode step bind, with the device of the
     /// node that binds it, once each.
@@ -43,6 +55,22 @@ impl Engine {
             .filter(|&(_, on)| on == d)
             .map(|(t, _)| self.bytes(t))
             .sum())
+    }
+
+    /// Bytes of the buffers the engine's devices hold once the largest prompt step and a
+    /// decode step have run, by kind. A weight held twice (an output head tied to the
+    /// embedding table, a CPU checker's copy in the file's layout) counts twice.
+    pub fn footprint(&self) -> Result<Footprint, ModelError> {
+        let mut f = Footprint::default();
+        for (t, _) in self.bound_tensors()? {
+            let bytes = self.bytes(t);
+            match t {
+                Tensor::Weight(_) | Tensor::Interleaved(_) | Tensor::Plain(_) => f.weights += bytes,
+                Tensor::KCache(_) | Tensor::VCache(_) => f.kv_cache += bytes,
+                _ => f.activations += bytes,
+            }
+        }
+        Ok(f)
     }
 
     /// Allocates every buffer the largest prompt step and a decode step bind, uploads every

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use trine_backends::Backend;
 use trine_llama::speed::{measure, Speed, Test};
-use trine_llama::{Engine, EngineOptions, Model};
+use trine_llama::{Engine, EngineOptions, Footprint, Model};
 use trine_ops::kv_type::KvType;
 
 /// A backend by name: opened, or why not.
@@ -19,6 +19,45 @@ pub struct ModelRow {
     /// Kernel launches of one decode step (the recorded step replays them all at once).
     pub dispatches_per_token: Option<usize>,
     pub layers: u32,
+    pub memory: Option<Memory>,
+}
+
+/// Device memory of one backend's run.
+#[derive(Clone, Copy, serde::Serialize)]
+pub struct Memory {
+    /// What the engine's buffers hold.
+    #[serde(flatten)]
+    pub held: Footprint,
+    /// How far the device's free memory (as its runtime reports it) fell from before the
+    /// engine was made to after the tests: the buffers, the kernels' code, recorded steps and
+    /// the runtime's own. The engine allocates everything before the first step and frees
+    /// nothing until it drops, so this is its peak. `None` where the backend reports no free
+    /// memory.
+    pub device_used: Option<u64>,
+}
+
+impl Memory {
+    /// The line the bench prints: each part in GiB, and the device's use against weights and
+    /// KV cache.
+    pub fn line(&self) -> String {
+        let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+        let h = &self.held;
+        let mut s = format!(
+            "weights {:.3} GiB, KV cache {:.3} GiB, activations {:.3} GiB",
+            gib(h.weights),
+            gib(h.kv_cache),
+            gib(h.activations)
+        );
+        if let Some(used) = self.device_used {
+            let base = (h.weights + h.kv_cache) as f64;
+            s += &format!(
+                "; the device's free memory fell by {:.3} GiB, {:.3}× weights + KV cache",
+                gib(used),
+                used as f64 / base
+            );
+        }
+        s
+    }
 }
 
 /// Runs pp`pp` and tg`tg` (a test of 0 tokens is left out), `reps` times each, on each backend,
@@ -48,6 +87,7 @@ pub fn run(
                     speeds: Err(why.clone()),
                     dispatches_per_token: None,
                     layers: model.config.n_layer,
+                    memory: None,
                 });
                 continue;
             }
@@ -55,9 +95,11 @@ pub fn run(
         eprintln!("{name}: pp{pp} and tg{tg}, {reps} repetitions after a warm-up");
         let mut device = backend.info().name.clone();
         let mut dispatches = None;
+        let mut memory = None;
+        let free_before = backend.free_memory();
         let speeds = (|| {
             let mut engine =
-                Engine::new(model.clone(), backend, sizes).map_err(|e| e.to_string())?;
+                Engine::new(model.clone(), backend.clone(), sizes).map_err(|e| e.to_string())?;
             device = format!("{device}, {} KV cache", engine.cache_form());
             let mut out = vec![];
             for (test, n) in [(Test::Pp, pp), (Test::Tg, tg)] {
@@ -70,6 +112,11 @@ pub fn run(
             }
             // After the tests: the recorded step's count, fused where it was.
             dispatches = Some(engine.dispatches_per_token());
+            let held = engine.footprint().map_err(|e| e.to_string())?;
+            let device_used = free_before
+                .zip(backend.free_memory())
+                .map(|(before, after)| before.saturating_sub(after));
+            memory = Some(Memory { held, device_used });
             Ok(out)
         })();
         if let Some(n) = dispatches {
@@ -78,12 +125,16 @@ pub fn run(
                 n as f64 / f64::from(model.config.n_layer)
             );
         }
+        if let Some(m) = &memory {
+            eprintln!("{name}: {}", m.line());
+        }
         rows.push(ModelRow {
             backend: name.clone(),
             device,
             speeds,
             dispatches_per_token: dispatches,
             layers: model.config.n_layer,
+            memory,
         });
     }
     Ok(rows)
@@ -99,6 +150,8 @@ struct JsonRow<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     dispatches_per_token: Option<usize>,
     layers: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Option<Memory>,
 }
 
 /// The rows as a JSON array: backend, device, and each test's samples, mean and deviation.
@@ -112,6 +165,7 @@ pub fn json(rows: &[ModelRow]) -> Result<String, String> {
             tests: r.speeds.as_deref().unwrap_or(&[]),
             dispatches_per_token: r.dispatches_per_token,
             layers: r.layers,
+            memory: r.memory,
         })
         .collect();
     serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())
@@ -139,6 +193,11 @@ pub fn table(model: &Path, rows: &[ModelRow]) -> String {
                     );
                 }
             }
+        }
+    }
+    for r in rows {
+        if let Some(m) = &r.memory {
+            s += &format!("\n{} memory: {}\n", r.backend, m.line());
         }
     }
     s
