@@ -24,6 +24,9 @@ pub struct Footprint {
     /// Everything else: activations sized for the largest step, attention's partials, the
     /// quantized x, logits, rope's table.
     pub activations: u64,
+    /// The weights a decode step reads: every product's, the embedding table left out (a
+    /// step reads one row of it). A decode step streams at least this from memory.
+    pub decode_reads: u64,
 }
 
 impl Engine {
@@ -62,6 +65,19 @@ impl Engine {
     /// embedding table, a CPU checker's copy in the file's layout) counts twice.
     pub fn footprint(&self) -> Result<Footprint, ModelError> {
         let mut f = Footprint::default();
+        let decode = Step { tokens: 1, pos: 0 };
+        let mut read = HashSet::new();
+        for node in self.graph(decode)? {
+            // The embedding reads one row of its table per token, not the table.
+            if matches!(node.op, crate::graph::Op::Embed { .. }) {
+                continue;
+            }
+            for t in self.plan(&node, decode).inputs {
+                if matches!(t, Tensor::Weight(_) | Tensor::Interleaved(_)) && read.insert(t) {
+                    f.decode_reads += self.bytes(t);
+                }
+            }
+        }
         for (t, _) in self.bound_tensors()? {
             let bytes = self.bytes(t);
             match t {

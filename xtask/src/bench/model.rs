@@ -1,6 +1,8 @@
 //! `cargo xtask bench --model FILE -p 512 -n 128`: llama-bench's pp and tg tests on every
 //! working backend, so the numbers compare directly with llama.cpp's.
 
+use super::measure::Policy;
+use super::roof;
 use std::path::Path;
 use std::sync::Arc;
 use trine_backends::Backend;
@@ -20,6 +22,34 @@ pub struct ModelRow {
     pub dispatches_per_token: Option<usize>,
     pub layers: u32,
     pub memory: Option<Memory>,
+    /// The backend's copy rate before the tests ([`roof::measure`], the faster copy): what
+    /// the tg test's weight streaming is held against.
+    pub copy: Option<CopyRoof>,
+}
+
+/// A copy roof: how it copied and GB/s, reads plus writes.
+#[derive(Clone, serde::Serialize)]
+pub struct CopyRoof {
+    pub how: String,
+    pub gbps: f64,
+}
+
+impl ModelRow {
+    /// GB/s of weights the tg test streamed.
+    pub fn decode_read_gbps(&self) -> Option<f64> {
+        let tg = self
+            .speeds
+            .as_ref()
+            .ok()?
+            .iter()
+            .find(|s| s.test.starts_with("tg"))?;
+        Some(self.memory?.held.decode_reads as f64 * tg.mean_tps / 1e9)
+    }
+
+    /// [`Self::decode_read_gbps`] over the copy rate.
+    pub fn share_of_copy(&self) -> Option<f64> {
+        Some(self.decode_read_gbps()? / self.copy.as_ref()?.gbps)
+    }
 }
 
 /// Device memory of one backend's run.
@@ -88,6 +118,7 @@ pub fn run(
                     dispatches_per_token: None,
                     layers: model.config.n_layer,
                     memory: None,
+                    copy: None,
                 });
                 continue;
             }
@@ -96,6 +127,19 @@ pub fn run(
         let mut device = backend.info().name.clone();
         let mut dispatches = None;
         let mut memory = None;
+        let copy = match roof::measure(backend.as_ref(), &Policy::default()) {
+            Ok(roofs) => roofs
+                .into_iter()
+                .max_by(|a, b| a.gbps.total_cmp(&b.gbps))
+                .map(|r| CopyRoof {
+                    how: r.how,
+                    gbps: r.gbps,
+                }),
+            Err(e) => {
+                eprintln!("{name}: no copy roof: {e}");
+                None
+            }
+        };
         let free_before = backend.free_memory();
         let speeds = (|| {
             let mut engine =
@@ -135,6 +179,7 @@ pub fn run(
             dispatches_per_token: dispatches,
             layers: model.config.n_layer,
             memory,
+            copy,
         });
     }
     Ok(rows)
@@ -152,6 +197,14 @@ struct JsonRow<'a> {
     layers: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     memory: Option<Memory>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    copy: Option<&'a CopyRoof>,
+    /// GB/s of weights the tg test streamed (the decode step's weights times its tokens per
+    /// second), and that as a share of the copy rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decode_read_gbps: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    share_of_copy: Option<f64>,
 }
 
 /// The rows as a JSON array: backend, device, and each test's samples, mean and deviation.
@@ -166,6 +219,9 @@ pub fn json(rows: &[ModelRow]) -> Result<String, String> {
             dispatches_per_token: r.dispatches_per_token,
             layers: r.layers,
             memory: r.memory,
+            copy: r.copy.as_ref(),
+            decode_read_gbps: r.decode_read_gbps(),
+            share_of_copy: r.share_of_copy(),
         })
         .collect();
     serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())
@@ -198,6 +254,17 @@ pub fn table(model: &Path, rows: &[ModelRow]) -> String {
     for r in rows {
         if let Some(m) = &r.memory {
             s += &format!("\n{} memory: {}\n", r.backend, m.line());
+        }
+        if let (Some(gbps), Some(share), Some(copy)) =
+            (r.decode_read_gbps(), r.share_of_copy(), &r.copy)
+        {
+            s += &format!(
+                "\n{} decode: {:.2} GB of weights per token, streamed at {gbps:.0} GB/s, {share:.2} of the copy rate ({}, {:.0} GB/s)\n",
+                r.backend,
+                r.memory.map_or(0.0, |m| m.held.decode_reads as f64 / 1e9),
+                copy.how,
+                copy.gbps
+            );
         }
     }
     s
