@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The page of a scale sweep (scripts/bench/scale.sh): one row per model, llama.cpp's and
+trine's pp512 and tg128 (the mean over the repetitions for both tools, as llama-bench reports
+it), trine's ratio to llama.cpp, the share of the copy rate trine's decode streams weights at,
+and the device memory trine's run took against weights + KV cache.
+
+    scale_page.py OUT_DIR LAYOUT:TYPE ...
+"""
+import json
+import os
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def llama_cpp(out, name):
+    runs = load(os.path.join(out, f"llama-{name}.json")) or []
+    got = {}
+    for r in runs:
+        test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
+        got[test] = r["avg_ts"]
+    return got
+
+
+def trine(out, name):
+    rows = load(os.path.join(out, f"trine-{name}.json")) or []
+    got = {}
+    for r in rows:
+        speeds = {t["test"]: t["mean_tps"] for t in r.get("tests", [])}
+        got[r["backend"]] = {
+            "speeds": speeds,
+            "skipped": r.get("skipped"),
+            "share": r.get("share_of_copy"),
+            "read": r.get("decode_read_gbps"),
+            "copy": r.get("copy"),
+            "memory": r.get("memory"),
+        }
+    return got
+
+
+def fmt(v):
+    return "—" if v is None else f"{v:,.1f}"
+
+
+def ratio(a, b):
+    return "—" if a is None or not b else f"{a / b:.2f}×"
+
+
+def main():
+    out, sweep = sys.argv[1], sys.argv[2:]
+    backends = []
+    rows = []
+    for item in sweep:
+        name = item.replace(":", "-")
+        peer = llama_cpp(out, name)
+        ours = trine(out, name)
+        for b in ours:
+            if b not in backends:
+                backends.append(b)
+        rows.append((name, peer, ours))
+    with open(os.path.join(out, "machine.txt")) as f:
+        machine = f.read().strip().splitlines()
+    print("# Scale sweep: trine against llama.cpp CUDA\n")
+    for line in machine:
+        print(f"- {line}")
+    print(
+        "\nSynthetic GGUFs of each layout made on the machine by `trine synth-model`; both tools "
+        "read the same file. llama.cpp: `llama-bench -p 512 -n 128 -ngl 99 -fa 1`. trine: "
+        "`xtask bench --model F -p 512 -n 128`. Figures are tokens per second, the mean of the "
+        "repetitions for both. Ratios are trine over llama.cpp.\n"
+    )
+    head = "| model | llama.cpp pp512 | llama.cpp tg128 |"
+    rule = "| --- | --- | --- |"
+    for b in backends:
+        head += f" {b} pp512 | ratio | {b} tg128 | ratio |"
+        rule += " --- | --- | --- | --- |"
+    print(head)
+    print(rule)
+    for name, peer, ours in rows:
+        line = f"| {name} | {fmt(peer.get('pp512'))} | {fmt(peer.get('tg128'))} |"
+        for b in backends:
+            r = ours.get(b)
+            if r is None or r["skipped"]:
+                line += " not run | | | |"
+                continue
+            pp, tg = r["speeds"].get("pp512"), r["speeds"].get("tg128")
+            line += (
+                f" {fmt(pp)} | {ratio(pp, peer.get('pp512'))} |"
+                f" {fmt(tg)} | {ratio(tg, peer.get('tg128'))} |"
+            )
+        print(line)
+    print("\n## Decode against the copy rate, and device memory\n")
+    print(
+        "The weights a decode step reads (the embedding table left out) times tg128's tokens "
+        "per second, over the backend's faster copy (the driver's buffer copy or trine's copy "
+        "kernel, reads plus writes) measured in the same run; and how far the device's free "
+        "memory fell over trine's run, against weights + KV cache (512 tokens of context).\n"
+    )
+    print("| model | backend | weights read per token (GB) | streamed (GB/s) | copy (GB/s, how) | share of copy | device memory used (GiB) | over weights + KV |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, _, ours in rows:
+        for b, r in ours.items():
+            if r["skipped"]:
+                print(f"| {name} | {b} | not run: {r['skipped']} | | | | | |")
+                continue
+            m = r["memory"] or {}
+            copy = r["copy"] or {}
+            reads = m.get("decode_reads")
+            used = m.get("device_used")
+            base = (m.get("weights") or 0) + (m.get("kv_cache") or 0)
+            share = "—" if r["share"] is None else f"{r['share']:.2f}"
+            print(
+                f"| {name} | {b} | {fmt(reads / 1e9 if reads else None)} | {fmt(r['read'])} |"
+                f" {fmt(copy.get('gbps'))} ({copy.get('how', '—')}) |"
+                f" {share} |"
+                f" {'—' if used is None else f'{used / 2**30:.2f}'} |"
+                f" {'—' if used is None or not base else f'{used / base:.3f}×'} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
