@@ -116,7 +116,7 @@ def main():
             base = (m.get("weights") or 0) + (m.get("kv_cache") or 0)
             share = "—" if r["share"] is None else f"{r['share']:.2f}"
             print(
-                f"| {name} | {b} | {fmt(reads / 1e9 if reads else None)} | {fmt(r['read'])} |"
+                f"| {name} | {b} | {'—' if not reads else f'{reads / 1e9:.2f}'} | {fmt(r['read'])} |"
                 f" {fmt(copy.get('gbps'))} ({copy.get('how', '—')}) |"
                 f" {share} |"
                 f" {'—' if used is None else f'{used / 2**30:.2f}'} |"
