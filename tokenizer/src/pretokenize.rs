@@ -7,6 +7,8 @@
 //! readings of their corner cases (which characters `\s`, `\p{L}` and `\p{N}` cover, where
 //! `\s+(?!\S)` stops), since that is what the reference token ids were made with.
 
+mod case_split;
+
 use super::unicode::{class, Class};
 use std::ops::Range;
 
@@ -23,6 +25,17 @@ pub(crate) enum Stage {
     /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
     /// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
     Llama3 { max_digits: usize },
+    /// GPT-4o's pattern, which also cuts words where lower case turns to upper case
+    /// (`camelCase` → `camel`, `Case`); see [`case_split`] for how llama.cpp reads it. With
+    /// `contractions` and `max_digits` 3 (GPT-4o):
+    /// `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+    /// [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+    /// \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
+    /// without contractions and with single digits it is Mistral's Tekken.
+    CaseSplit {
+        max_digits: usize,
+        contractions: bool,
+    },
 }
 
 /// What a `tokenizer.ggml.pre` name selects.
@@ -40,6 +53,14 @@ const GPT2: &[Stage] = &[Stage::Gpt2];
 const DIGITS_GPT2: &[Stage] = &[Stage::Digits, Stage::Gpt2];
 const LLAMA3: &[Stage] = &[Stage::Llama3 { max_digits: 3 }];
 const QWEN2: &[Stage] = &[Stage::Llama3 { max_digits: 1 }];
+const GPT4O: &[Stage] = &[Stage::CaseSplit {
+    max_digits: 3,
+    contractions: true,
+}];
+const TEKKEN: &[Stage] = &[Stage::CaseSplit {
+    max_digits: 1,
+    contractions: false,
+}];
 
 impl PreTokenizer {
     /// The pre-tokenizer llama.cpp uses for `name`, for the names whose patterns are written
@@ -56,6 +77,8 @@ impl PreTokenizer {
             | "jais" | "trillion" | "granite-docling" => (GPT2, false, false),
             "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone"
             | "minerva-7b" | "mellum2" => (DIGITS_GPT2, false, false),
+            "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => (GPT4O, false, false),
+            "tekken" => (TEKKEN, true, true),
             _ => return None,
         };
         Some(PreTokenizer {
@@ -83,6 +106,10 @@ impl PreTokenizer {
                         Stage::Llama3 { max_digits } => {
                             llama3_end(&chars, pos, piece.end, max_digits)
                         }
+                        Stage::CaseSplit {
+                            max_digits,
+                            contractions,
+                        } => case_split::end(&chars, pos, piece.end, max_digits, contractions),
                     };
                     // Every matcher consumes at least one character; the guard keeps a
                     // mistake from looping forever.
@@ -163,6 +190,19 @@ impl Chars {
         }
     }
 
+    /// `\s*[\r\n]+|\s+(?!\S)|\s+` at `pos`: whitespace up to the last newline of the run, else
+    /// as [`Chars::spaces_end`].
+    fn whitespace_end(&self, pos: usize, end: usize) -> usize {
+        let run_end = self.run_end(pos, end, Class::Whitespace);
+        match (pos..run_end)
+            .rev()
+            .find(|&i| matches!(self.chars[i], '\r' | '\n'))
+        {
+            Some(last) => last + 1,
+            None => self.spaces_end(pos, end),
+        }
+    }
+
     /// `\s+(?!\S)|\s+` at `pos` (a whitespace char): a run followed by more text gives up its
     /// last char, so that char can lead the next word (" world" keeps its space).
     fn spaces_end(&self, pos: usize, end: usize) -> usize {
@@ -228,15 +268,7 @@ fn llama3_end(t: &Chars, pos: usize, end: usize, max_digits: usize) -> usize {
         }
         return p;
     }
-    // `\s*[\r\n]+`: whitespace up to the last newline of the run.
-    let run_end = t.run_end(pos, end, Class::Whitespace);
-    if let Some(last) = (pos..run_end)
-        .rev()
-        .find(|&i| matches!(t.chars[i], '\r' | '\n'))
-    {
-        return last + 1;
-    }
-    t.spaces_end(pos, end)
+    t.whitespace_end(pos, end)
 }
 
 #[cfg(test)]
@@ -290,7 +322,7 @@ mod tests {
     #[test]
     fn pieces_cover_the_text() {
         let text = "  \t\u{3000}Ünï 日本語\r\n\r\n  ok?! 'LL 🦀🦀 ٣٤ ";
-        for name in ["gpt-2", "llama-bpe", "qwen2", "smollm"] {
+        for name in ["gpt-2", "llama-bpe", "qwen2", "smollm", "gpt-4o", "tekken"] {
             assert_eq!(split(name, text).concat(), text, "{name}");
         }
     }
