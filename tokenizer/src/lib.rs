@@ -34,7 +34,7 @@ pub use stream::TextStream;
 
 use bpe::Bpe;
 use metadata::Metadata;
-use pretokenize::PreTokenizer;
+use pretokenize::{Bos, PreTokenizer};
 use special::{Fragment, SpecialTokens};
 use special_ids::SpecialIds;
 use spm::Spm;
@@ -75,9 +75,11 @@ impl Tokenizer {
                 Some(PreTokenizer::for_name(name).ok_or_else(|| {
                     TokenizerError::UnknownPreTokenizer {
                         name: name.to_string(),
+                        supported: PreTokenizer::names().collect::<Vec<_>>().join(", "),
                     }
                 })?)
             }
+            "gemma4" => Some(PreTokenizer::GEMMA4),
             "llama" => None,
             other => {
                 return Err(TokenizerError::UnknownModel {
@@ -92,26 +94,40 @@ impl Tokenizer {
         )?;
         check_byte_tokens(&vocab)?;
         // llama.cpp's fallbacks when the keys are absent.
-        let (model, default_ids, default_add_bos, default_prefix) = match pre {
+        let (model, default_ids, bos, default_prefix) = match pre {
             Some(pre) => {
-                let add_bos = pre.add_bos;
+                let ids = if meta.model == "gemma4" {
+                    (None, None)
+                } else {
+                    (Some(11), Some(11))
+                };
+                let bos = pre.bos;
                 (
                     Model::Bpe(Bpe::new(pre, &meta.merges, &vocab)?),
-                    (11, 11),
-                    add_bos,
+                    ids,
+                    bos,
                     false,
                 )
             }
-            None => (Model::Spm(Spm::new(&vocab)), (1, 2), true, true),
+            None => (
+                Model::Spm(Spm::new(&vocab)),
+                (Some(1), Some(2)),
+                Bos::Default(true),
+                true,
+            ),
         };
         let ids = SpecialIds::resolve(&meta, &mut vocab, default_ids)?;
         let specials = SpecialTokens::new(&vocab, meta.name.as_deref());
+        let add_bos = match bos {
+            Bos::Default(default) => meta.add_bos.unwrap_or(default),
+            Bos::Always => true,
+        };
         Ok(Tokenizer {
             vocab,
             model,
             specials,
             ids,
-            add_bos: meta.add_bos.unwrap_or(default_add_bos),
+            add_bos,
             add_eos: meta.add_eos.unwrap_or(false),
             add_space_prefix: meta.add_space_prefix.unwrap_or(default_prefix),
         })
@@ -171,11 +187,8 @@ impl Tokenizer {
     /// space, <0xXX> → the byte); control tokens → empty.
     pub fn token_bytes(&self, id: u32) -> Result<Vec<u8>, TokenizerError> {
         self.check(id)?;
-        Ok(piece::token_bytes(
-            &self.vocab,
-            id,
-            matches!(self.model, Model::Bpe(_)),
-        ))
+        let byte_level = matches!(&self.model, Model::Bpe(bpe) if bpe.pre().byte_level);
+        Ok(piece::token_bytes(&self.vocab, id, byte_level))
     }
 
     /// The lossy UTF-8 of the tokens' concatenated bytes.
@@ -238,7 +251,10 @@ impl Tokenizer {
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let model = match &self.model {
-            Model::Bpe(bpe) => format!("byte-level BPE {:?}", bpe.pre().stages),
+            Model::Bpe(bpe) if bpe.pre().byte_level => {
+                format!("byte-level BPE {:?}", bpe.pre().stages)
+            }
+            Model::Bpe(bpe) => format!("BPE on UTF-8 {:?}", bpe.pre().stages),
             Model::Spm(_) => "SentencePiece".to_string(),
         };
         f.debug_struct("Tokenizer")

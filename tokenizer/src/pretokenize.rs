@@ -1,4 +1,4 @@
-//! Pre-tokenizers: they cut text into words before byte-level BPE merges inside each word.
+//! Pre-tokenizers: they cut text into words before BPE merges inside each word.
 //!
 //! `tokenizer.ggml.pre` names a list of stages. Each stage cuts every piece the previous one
 //! left into smaller pieces, keeping all characters (text a pattern does not match becomes a
@@ -36,17 +36,40 @@ pub(crate) enum Stage {
         max_digits: usize,
         contractions: bool,
     },
+    /// `[^\n]+|[\n]+`: runs of newlines and runs of everything else.
+    Newlines,
 }
 
 /// What a `tokenizer.ggml.pre` name selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PreTokenizer {
     pub stages: &'static [Stage],
-    /// A word that is itself a token becomes that token without merging (Llama 3 relies on it:
-    /// some of its tokens cannot be reached through its merges).
-    pub ignore_merges: bool,
-    /// Whether BOS is added when the file has no `tokenizer.ggml.add_bos_token`.
-    pub add_bos: bool,
+    pub whole_words: WholeWords,
+    pub bos: Bos,
+    /// Words are spelled in GPT-2's byte-level alphabet, each byte a symbol to merge. Without
+    /// it (Gemma 4) words are raw UTF-8 with spaces spelled `▁`, each char a symbol, and a char
+    /// that is no token falls back to the `<0xXX>` tokens of its bytes.
+    pub byte_level: bool,
+}
+
+/// Which words become a token of the same text without merging.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WholeWords {
+    Never,
+    /// Any word that is a token (Llama 3 relies on it: some of its tokens cannot be reached
+    /// through its merges).
+    Always,
+    /// A word of newlines only (Gemma 4's merges do not build its newline-run tokens).
+    Newlines,
+}
+
+/// Whether encoding with special tokens adds BOS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bos {
+    /// As `tokenizer.ggml.add_bos_token` says, this when the file has no such key.
+    Default(bool),
+    /// Whatever the file says: llama.cpp overrides a Gemma 4 file that asks for none.
+    Always,
 }
 
 const GPT2: &[Stage] = &[Stage::Gpt2];
@@ -62,30 +85,119 @@ const TEKKEN: &[Stage] = &[Stage::CaseSplit {
     contractions: false,
 }];
 
+const fn byte_level(
+    stages: &'static [Stage],
+    whole_words: WholeWords,
+    add_bos: bool,
+) -> PreTokenizer {
+    PreTokenizer {
+        stages,
+        whole_words,
+        bos: Bos::Default(add_bos),
+        byte_level: true,
+    }
+}
+
+/// Every `tokenizer.ggml.pre` name trine runs, grouped by what llama.cpp selects for it.
+const NAMED: &[(&[&str], PreTokenizer)] = &[
+    (
+        &[
+            "llama3",
+            "llama-v3",
+            "llama-bpe",
+            "falcon3",
+            "falcon-h1",
+            "pixtral",
+            "midm-2.0",
+            "lfm2",
+            "jina-v5-nano",
+        ],
+        byte_level(LLAMA3, WholeWords::Always, true),
+    ),
+    (
+        &["dbrx", "smaug-bpe"],
+        byte_level(LLAMA3, WholeWords::Never, false),
+    ),
+    (
+        &[
+            "qwen2",
+            "deepseek-r1-qwen",
+            "kormo",
+            "f2llmv2",
+            "megrez",
+            "stablelm2",
+            "hunyuan",
+            "solar-open",
+        ],
+        byte_level(QWEN2, WholeWords::Never, false),
+    ),
+    (
+        &[
+            "gpt-2",
+            "phi-2",
+            "jina-es",
+            "jina-de",
+            "gigachat",
+            "jina-v2-es",
+            "jina-v2-de",
+            "a.x-4.0",
+            "mellum",
+            "modern-bert",
+            "exaone4",
+            "mpt",
+            "olmo",
+            "jais",
+            "trillion",
+            "granite-docling",
+        ],
+        byte_level(GPT2, WholeWords::Never, false),
+    ),
+    (
+        &[
+            "starcoder",
+            "refact",
+            "command-r",
+            "smollm",
+            "codeshell",
+            "exaone",
+            "minerva-7b",
+            "mellum2",
+        ],
+        byte_level(DIGITS_GPT2, WholeWords::Never, false),
+    ),
+    (
+        &["gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"],
+        byte_level(GPT4O, WholeWords::Never, false),
+    ),
+    (&["tekken"], byte_level(TEKKEN, WholeWords::Always, true)),
+    (
+        &["gemma4", "granite-embed-multi-311m"],
+        PreTokenizer::GEMMA4,
+    ),
+];
+
 impl PreTokenizer {
+    /// Gemma 4's: runs of newlines and runs of other text, merged as SentencePiece-style BPE.
+    /// `tokenizer.ggml.model = "gemma4"` selects it whatever `tokenizer.ggml.pre` says.
+    pub const GEMMA4: PreTokenizer = PreTokenizer {
+        stages: &[Stage::Newlines],
+        whole_words: WholeWords::Newlines,
+        bos: Bos::Always,
+        byte_level: false,
+    };
+
     /// The pre-tokenizer llama.cpp uses for `name`, for the names whose patterns are written
     /// here; `None` for every other name.
     pub fn for_name(name: &str) -> Option<PreTokenizer> {
-        let (stages, ignore_merges, add_bos) = match name {
-            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
-            | "midm-2.0" | "lfm2" | "jina-v5-nano" => (LLAMA3, true, true),
-            "dbrx" | "smaug-bpe" => (LLAMA3, false, false),
-            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" | "stablelm2"
-            | "hunyuan" | "solar-open" => (QWEN2, false, false),
-            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
-            | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "exaone4" | "mpt" | "olmo"
-            | "jais" | "trillion" | "granite-docling" => (GPT2, false, false),
-            "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone"
-            | "minerva-7b" | "mellum2" => (DIGITS_GPT2, false, false),
-            "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => (GPT4O, false, false),
-            "tekken" => (TEKKEN, true, true),
-            _ => return None,
-        };
-        Some(PreTokenizer {
-            stages,
-            ignore_merges,
-            add_bos,
-        })
+        NAMED
+            .iter()
+            .find(|(names, _)| names.contains(&name))
+            .map(|&(_, pre)| pre)
+    }
+
+    /// Every name [`PreTokenizer::for_name`] knows.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        NAMED.iter().flat_map(|(names, _)| names.iter().copied())
     }
 
     /// Cuts `text` into words; they concatenate back to `text`.
@@ -110,6 +222,7 @@ impl PreTokenizer {
                             max_digits,
                             contractions,
                         } => case_split::end(&chars, pos, piece.end, max_digits, contractions),
+                        Stage::Newlines => newlines_end(&chars, pos, piece.end),
                     };
                     // Every matcher consumes at least one character; the guard keeps a
                     // mistake from looping forever.
@@ -226,6 +339,15 @@ fn digits_end(t: &Chars, pos: usize, end: usize) -> usize {
     p
 }
 
+fn newlines_end(t: &Chars, pos: usize, end: usize) -> usize {
+    let newline = t.chars[pos] == '\n';
+    let mut p = pos + 1;
+    while p < end && (t.chars[p] == '\n') == newline {
+        p += 1;
+    }
+    p
+}
+
 fn gpt2_end(t: &Chars, pos: usize, end: usize) -> usize {
     if let Some(n) = t.contraction(pos, end, false) {
         return pos + n;
@@ -330,6 +452,6 @@ mod tests {
     #[test]
     fn unknown_names_are_none() {
         assert_eq!(PreTokenizer::for_name("default"), None);
-        assert_eq!(PreTokenizer::for_name("deepseek-llm"), None);
+        assert_eq!(PreTokenizer::for_name("bloom"), None);
     }
 }

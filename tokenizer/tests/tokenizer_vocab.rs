@@ -77,3 +77,8 @@ fn llama_spm() {
 fn phi_3() {
     check("phi-3", false);
 }
+
+#[test]
+fn gemma_4() {
+    check("gemma-4", true);
+}
