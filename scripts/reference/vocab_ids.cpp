@@ -2,7 +2,7 @@
 // `ggml-vocab-*.gguf.out` files: one line per text, the ids separated by spaces. Texts are cut
 // from the `.inp` file at each "\n__ggml_vocab_test__\n", as test-tokenizer-0 cuts them, and
 // tokenized as it tokenizes them: no BOS/EOS, special-token text left as text. Built and run by
-// pretokenizer_ids.sh.
+// vocab_ids.sh.
 //
 //   vocab_ids VOCAB.gguf TEXTS.inp > IDS.out
 

@@ -1,9 +1,9 @@
 //! Pre-tokenizers llama.cpp ships no vocab test for (gpt-4o, tekken), checked against ids
 //! llama.cpp itself gave: `ggml-vocab-llama-bpe.gguf` with `tokenizer.ggml.pre` renamed, the
 //! texts of `ggml-vocab-qwen35.gguf.inp` (llama.cpp's vocab test texts) and of
-//! `fixtures/pretokenizer/case_split.inp` (words whose case changes inside them, contractions
-//! in both cases, digit runs, paths). The ids are in `fixtures/pretokenizer/{pre}.{texts}.out`,
-//! made by `scripts/reference/pretokenizer_ids.sh`; the same renamed vocab is rebuilt here in
+//! `fixtures/llama_cpp_ids/case_split.inp` (words whose case changes inside them, contractions
+//! in both cases, digit runs, paths). The ids are in `fixtures/llama_cpp_ids/{pre}.{texts}.out`,
+//! made by `scripts/reference/vocab_ids.sh`; the same renamed vocab is rebuilt here in
 //! memory.
 
 mod vocab_files;
@@ -15,7 +15,7 @@ use trine_tokenizer::Tokenizer;
 const PRE_KEY: &str = "tokenizer.ggml.pre";
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pretokenizer")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama_cpp_ids")
 }
 
 /// `vocab` with its pre-tokenizer renamed to `pre`, every other key as it was.

@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
-# Regenerates tokenizer/tests/fixtures/pretokenizer/*.out: the ids llama.cpp gives for the texts
+# Regenerates tokenizer/tests/fixtures/llama_cpp_ids/*.out: the ids llama.cpp gives for the texts
 # of ggml-vocab-qwen35.gguf.inp (llama.cpp's vocab test texts, a superset of llama-bpe's) and of
-# case_split.inp, with ggml-vocab-llama-bpe.gguf rewritten to name another pre-tokenizer. llama.cpp
-# ships no vocab test for these pre-tokenizers (gpt-4o, tekken); trine's
-# tokenizer_pretokenizers.rs rebuilds the same rewritten vocab in memory and must give these ids.
+# case_split.inp, for vocabs llama.cpp ships no vocab test for:
+# - ggml-vocab-llama-bpe.gguf rewritten to name another pre-tokenizer (gpt-4o, tekken), which
+#   tokenizer_pretokenizers.rs rebuilds in memory;
+# - Gemma 3's SentencePiece vocab, read from the Gemma 3 270M file (tokenizer_gemma3.rs).
 #
 #   LCPP_BUILD_DIR=/tmp/lcpp/build GGUF_PYTHON=/work/venv-gguf/bin/python \
-#     scripts/reference/pretokenizer_ids.sh /tmp/lcpp/llama.cpp-0c1e570
+#     scripts/reference/vocab_ids.sh /tmp/lcpp/llama.cpp-0c1e570
 #
 # Arguments and the fetched sources are as in run.sh. A build folder that is already configured
 # is only built (target llama), never configured again. GGUF_PYTHON is a Python with the gguf
-# package; without it a virtual environment is made in REF_WORK_DIR/venv. Needs the vocab files in
-# trine's asset cache (.ci/fetch-assets). Takes seconds once libllama is built.
+# package; without it a virtual environment is made in REF_WORK_DIR/venv. Needs the vocab files
+# and the Gemma 3 file in trine's asset cache. Takes seconds once libllama is built.
 set -euo pipefail
 
 LCPP_PY_VERSION=0.3.36
 PRES=(gpt-4o tekken)
 here="$(cd "$(dirname "$0")" && pwd)"
-name=pretokenizer_ids.sh
+name=vocab_ids.sh
 # shellcheck source=scripts/reference/lcpp.sh
 . "$here/lcpp.sh"
 repo="$(cd "$here/../.." && pwd)"
@@ -25,10 +26,11 @@ build="${LCPP_BUILD_DIR:-/tmp/lcpp-build}"
 work="${REF_WORK_DIR:-/tmp/trine-reference}"
 assets="${TRINE_ASSET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trine/assets}"
 vocab="$assets/vocab/ggml-vocab-llama-bpe.gguf"
-fixtures="$repo/tokenizer/tests/fixtures/pretokenizer"
+fixtures="$repo/tokenizer/tests/fixtures/llama_cpp_ids"
+gemma3="$assets/gemma-3-270m-q4_k_m.gguf"
 texts=("$assets/vocab/ggml-vocab-qwen35.gguf.inp" "$fixtures/case_split.inp")
 
-for f in "$vocab" "${texts[@]}"; do
+for f in "$vocab" "$gemma3" "${texts[@]}"; do
   [ -s "$f" ] || { echo "$name: $f is missing; run .ci/fetch-assets" >&2; exit 1; }
 done
 
@@ -50,6 +52,17 @@ else
   ref_venv "$work"
   py="$venv/bin/python"
 fi
+
+# ids_for VOCAB NAME: NAME.STEM.out for each text file STEM.inp.
+ids_for() {
+  local inp stem
+  for inp in "${texts[@]}"; do
+    stem="$(basename "$inp" .inp)"
+    stem="${stem#ggml-vocab-}"
+    stem="${stem%.gguf}"
+    "$work/vocab_ids" "$1" "$inp" 2>/dev/null >"$fixtures/$2.$stem.out"
+  done
+}
 
 for pre in "${PRES[@]}"; do
   renamed="$work/ggml-vocab-llama-bpe-$pre.gguf"
@@ -73,12 +86,8 @@ writer.write_header_to_file()
 writer.write_kv_data_to_file()
 writer.close()
 PY
-  for inp in "${texts[@]}"; do
-    stem="$(basename "$inp" .inp)"
-    stem="${stem#ggml-vocab-}"
-    stem="${stem%.gguf}"
-    "$work/vocab_ids" "$renamed" "$inp" 2>/dev/null >"$fixtures/$pre.$stem.out"
-  done
+  ids_for "$renamed" "$pre"
   rm "$renamed"
 done
+ids_for "$gemma3" gemma-3
 echo "$name: wrote $(ls "$fixtures"/*.out | wc -l) files in $fixtures" >&2
