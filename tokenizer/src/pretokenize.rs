@@ -8,6 +8,7 @@
 //! `\s+(?!\S)` stops), since that is what the reference token ids were made with.
 
 mod case_split;
+mod llama3;
 
 use super::unicode::{class, Class};
 use std::ops::Range;
@@ -24,7 +25,9 @@ pub(crate) enum Stage {
     /// 1 for Qwen 2):
     /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
     /// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
-    Llama3 { max_digits: usize },
+    /// With `marks`, marks (`\p{M}`) join letters and leave the other run (Qwen 3.5):
+    /// `…|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|…`.
+    Llama3 { max_digits: usize, marks: bool },
     /// GPT-4o's pattern, which also cuts words where lower case turns to upper case
     /// (`camelCase` → `camel`, `Case`); see [`case_split`] for how llama.cpp reads it. With
     /// `contractions` and `max_digits` 3 (GPT-4o):
@@ -74,8 +77,18 @@ pub(crate) enum Bos {
 
 const GPT2: &[Stage] = &[Stage::Gpt2];
 const DIGITS_GPT2: &[Stage] = &[Stage::Digits, Stage::Gpt2];
-const LLAMA3: &[Stage] = &[Stage::Llama3 { max_digits: 3 }];
-const QWEN2: &[Stage] = &[Stage::Llama3 { max_digits: 1 }];
+const LLAMA3: &[Stage] = &[Stage::Llama3 {
+    max_digits: 3,
+    marks: false,
+}];
+const QWEN2: &[Stage] = &[Stage::Llama3 {
+    max_digits: 1,
+    marks: false,
+}];
+const QWEN35: &[Stage] = &[Stage::Llama3 {
+    max_digits: 1,
+    marks: true,
+}];
 const GPT4O: &[Stage] = &[Stage::CaseSplit {
     max_digits: 3,
     contractions: true,
@@ -131,6 +144,7 @@ const NAMED: &[(&[&str], PreTokenizer)] = &[
         ],
         byte_level(QWEN2, WholeWords::Never, false),
     ),
+    (&["qwen35"], byte_level(QWEN35, WholeWords::Never, false)),
     (
         &[
             "gpt-2",
@@ -215,8 +229,8 @@ impl PreTokenizer {
                     let end = match *stage {
                         Stage::Digits => digits_end(&chars, pos, piece.end),
                         Stage::Gpt2 => gpt2_end(&chars, pos, piece.end),
-                        Stage::Llama3 { max_digits } => {
-                            llama3_end(&chars, pos, piece.end, max_digits)
+                        Stage::Llama3 { max_digits, marks } => {
+                            llama3::end(&chars, pos, piece.end, max_digits, marks)
                         }
                         Stage::CaseSplit {
                             max_digits,
@@ -360,37 +374,6 @@ fn gpt2_end(t: &Chars, pos: usize, end: usize) -> usize {
         }
         _ => t.spaces_end(pos, end),
     }
-}
-
-fn llama3_end(t: &Chars, pos: usize, end: usize, max_digits: usize) -> usize {
-    if let Some(n) = t.contraction(pos, end, true) {
-        return pos + n;
-    }
-    let c = t.chars[pos];
-    let k = t.classes[pos];
-    // `[^\r\n\p{L}\p{N}]?\p{L}+`: one char that is no newline or number may lead letters.
-    let newline = c == '\r' || c == '\n';
-    if !newline
-        && k != Class::Number
-        && (k == Class::Letter || t.class(pos + 1, end) == Some(Class::Letter))
-    {
-        return t.run_end(pos + 1, end, Class::Letter);
-    }
-    if k == Class::Number {
-        let run = t.run_end(pos, end, Class::Number);
-        return run.min(pos + max_digits.max(1));
-    }
-    // ` ?[^\s\p{L}\p{N}]+[\r\n]*`; a space at the very end of the piece matches it alone, as in
-    // llama.cpp.
-    let lead_space = usize::from(c == ' ');
-    if matches!(t.class(pos + lead_space, end), Some(Class::Other) | None) {
-        let mut p = t.run_end(pos + lead_space, end, Class::Other);
-        while matches!(t.char(p, end), Some('\r' | '\n')) {
-            p += 1;
-        }
-        return p;
-    }
-    t.whitespace_end(pos, end)
 }
 
 #[cfg(test)]

@@ -82,3 +82,8 @@ fn phi_3() {
 fn gemma_4() {
     check("gemma-4", true);
 }
+
+#[test]
+fn qwen35() {
+    check("qwen35", true);
+}
