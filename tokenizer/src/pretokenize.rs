@@ -5,10 +5,14 @@
 //! piece of its own), so the pieces always concatenate back to the input. The stages are
 //! hand-written matchers of the regexes llama.cpp uses for each name, with llama.cpp's own
 //! readings of their corner cases (which characters `\s`, `\p{L}` and `\p{N}` cover, where
-//! `\s+(?!\S)` stops), since that is what the reference token ids were made with.
+//! `\s+(?!\S)` stops, how `std::regex` reads the patterns llama.cpp has no matcher for), since
+//! that is what the reference token ids were made with.
 
 mod case_split;
 mod llama3;
+mod search;
+
+use search::Pattern;
 
 use super::unicode::{class, Class};
 use std::ops::Range;
@@ -41,6 +45,8 @@ pub(crate) enum Stage {
     },
     /// `[^\n]+|[\n]+`: runs of newlines and runs of everything else.
     Newlines,
+    /// A pattern searched for, the text between its matches kept as pieces too.
+    Search(Pattern),
 }
 
 /// What a `tokenizer.ggml.pre` name selects.
@@ -89,6 +95,26 @@ const QWEN35: &[Stage] = &[Stage::Llama3 {
     max_digits: 1,
     marks: true,
 }];
+const DEEPSEEK_LLM: &[Stage] = &[
+    Stage::Search(Pattern::Newline),
+    Stage::Search(Pattern::SpaceCasedLetters),
+    Stage::Search(Pattern::SpaceSymbols),
+    Stage::Search(Pattern::TrailingSpaces),
+    Stage::Search(Pattern::Cjk),
+    Stage::Search(Pattern::Numbers),
+];
+const DEEPSEEK_CODER: &[Stage] = &[
+    Stage::Search(Pattern::Newline),
+    Stage::Search(Pattern::SpaceLetters),
+    Stage::Search(Pattern::SpacePunctuation),
+    Stage::Search(Pattern::Cjk),
+    Stage::Digits,
+];
+const FALCON: &[Stage] = &[
+    Stage::Search(Pattern::PunctuationAndMath),
+    Stage::Gpt2,
+    Stage::Search(Pattern::ThreeDigits),
+];
 const GPT4O: &[Stage] = &[Stage::CaseSplit {
     max_digits: 3,
     contractions: true,
@@ -185,6 +211,15 @@ const NAMED: &[(&[&str], PreTokenizer)] = &[
     ),
     (&["tekken"], byte_level(TEKKEN, WholeWords::Always, true)),
     (
+        &["deepseek-llm"],
+        byte_level(DEEPSEEK_LLM, WholeWords::Never, false),
+    ),
+    (
+        &["deepseek-coder"],
+        byte_level(DEEPSEEK_CODER, WholeWords::Never, false),
+    ),
+    (&["falcon"], byte_level(FALCON, WholeWords::Never, false)),
+    (
         &["gemma4", "granite-embed-multi-311m"],
         PreTokenizer::GEMMA4,
     ),
@@ -237,6 +272,7 @@ impl PreTokenizer {
                             contractions,
                         } => case_split::end(&chars, pos, piece.end, max_digits, contractions),
                         Stage::Newlines => newlines_end(&chars, pos, piece.end),
+                        Stage::Search(pattern) => search::end(&chars, pos, piece.end, pattern),
                     };
                     // Every matcher consumes at least one character; the guard keeps a
                     // mistake from looping forever.
@@ -427,7 +463,19 @@ mod tests {
     #[test]
     fn pieces_cover_the_text() {
         let text = "  \t\u{3000}Ünï 日本語\r\n\r\n  ok?! 'LL 🦀🦀 ٣٤ ";
-        for name in ["gpt-2", "llama-bpe", "qwen2", "smollm", "gpt-4o", "tekken"] {
+        for name in [
+            "gpt-2",
+            "llama-bpe",
+            "qwen2",
+            "qwen35",
+            "smollm",
+            "gpt-4o",
+            "tekken",
+            "gemma4",
+            "deepseek-llm",
+            "deepseek-coder",
+            "falcon",
+        ] {
             assert_eq!(split(name, text).concat(), text, "{name}");
         }
     }

@@ -38,6 +38,20 @@ pub(crate) fn is_mark(c: char) -> bool {
     )
 }
 
+/// `\p{P}`: any `P*` general category.
+pub(crate) fn is_punctuation(c: char) -> bool {
+    matches!(
+        get_general_category(c),
+        G::ConnectorPunctuation
+            | G::DashPunctuation
+            | G::OpenPunctuation
+            | G::ClosePunctuation
+            | G::InitialPunctuation
+            | G::FinalPunctuation
+            | G::OtherPunctuation
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -87,3 +87,18 @@ fn gemma_4() {
 fn qwen35() {
     check("qwen35", true);
 }
+
+#[test]
+fn deepseek_llm() {
+    check("deepseek-llm", true);
+}
+
+#[test]
+fn deepseek_coder() {
+    check("deepseek-coder", true);
+}
+
+#[test]
+fn falcon() {
+    check("falcon", true);
+}
