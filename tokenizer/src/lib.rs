@@ -1,11 +1,13 @@
 //! trine-tokenizer: the tokenizer of a GGUF model, read from its `tokenizer.*` metadata, producing the token
 //! ids llama.cpp's `llama_tokenize` produces.
 //!
-//! Two models are supported: byte-level BPE (`tokenizer.ggml.model = "gpt2"`, Llama 3, GPT-2,
-//! Qwen 2, SmolLM2, StarCoder …), whose pre-tokenizer `tokenizer.ggml.pre` must be one of
-//! those in [`pretokenize`]; and SentencePiece BPE (`"llama"`, Llama 2, Phi-3 …), with
-//! byte fallback. Encoding first cuts special tokens out of the text ([`special`]), then runs
-//! the model on each plain-text run.
+//! Three models are supported: byte-level BPE (`tokenizer.ggml.model = "gpt2"`, Llama 3,
+//! GPT-2, Qwen, SmolLM2, StarCoder, DeepSeek, Mistral's Tekken …), whose pre-tokenizer
+//! `tokenizer.ggml.pre` must be one of those in [`pretokenize`]; Gemma 4's BPE on UTF-8
+//! (`"gemma4"`), with byte fallback; and SentencePiece BPE (`"llama"`, Llama 2, Phi-3,
+//! Gemma 3 …), with byte fallback. `docs/tokenizer.md` lists the pre-tokenizer names.
+//! Encoding first cuts special tokens out of the text ([`special`]), then runs the model on
+//! each plain-text run.
 //!
 //! A model's chat template (`tokenizer.chat_template`) is rendered by [`ChatTemplate`].
 //!

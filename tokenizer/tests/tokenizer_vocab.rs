@@ -3,10 +3,12 @@
 //! the ids llama.cpp's `test-tokenizer-0` requires for each (no BOS/EOS, special tokens not
 //! parsed). Every text must give exactly those ids.
 //!
-//! Supported and passing: llama-bpe, gpt-2, qwen2, mpt, starcoder, refact, command-r
-//! (byte-level BPE) and llama-spm, phi-3 (SentencePiece). Not supported (their
-//! pre-tokenizers or models are not implemented): bert-bge, deepseek-coder, deepseek-llm,
-//! falcon, gemma-4, qwen35.
+//! Supported and passing: llama-bpe, gpt-2, qwen2, qwen35, mpt, starcoder, refact, command-r,
+//! deepseek-llm, deepseek-coder, falcon (byte-level BPE), gemma-4 (Gemma 4's BPE on UTF-8) and
+//! llama-spm, phi-3 (SentencePiece). Not supported: bert-bge (a WordPiece vocab). The
+//! pre-tokenizers llama.cpp ships no vocab test for (gpt-4o, tekken) and Gemma 3's
+//! SentencePiece vocab are checked against ids llama.cpp gave (`tokenizer_pretokenizers.rs`,
+//! `tokenizer_gemma3.rs`); `docs/tokenizer.md` lists every name trine runs.
 
 mod vocab_files;
 
