@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Regenerates tokenizer/tests/fixtures/llama_cpp_ids/*.out: the ids llama.cpp gives for the texts
 # of ggml-vocab-qwen35.gguf.inp (llama.cpp's vocab test texts, a superset of llama-bpe's) and of
-# case_split.inp, for vocabs llama.cpp ships no vocab test for:
-# - ggml-vocab-llama-bpe.gguf rewritten to name another pre-tokenizer (gpt-4o, tekken), which
-#   tokenizer_pretokenizers.rs rebuilds in memory;
-# - Gemma 3's SentencePiece vocab, read from the Gemma 3 270M file (tokenizer_gemma3.rs).
+# extra.inp (trine's own), for vocabs llama.cpp ships no such ids for:
+# - ggml-vocab-llama-bpe.gguf rewritten to name another pre-tokenizer (gpt-4o, tekken);
+# - Gemma 3's SentencePiece vocab, read from the Gemma 3 270M file;
+# - ggml-vocab-gemma-4.gguf, whose own test texts hold no long newline runs.
+# tokenizer/tests/tokenizer_llama_cpp_ids.rs checks them.
 #
 #   LCPP_BUILD_DIR=/tmp/lcpp/build GGUF_PYTHON=/work/venv-gguf/bin/python \
 #     scripts/reference/vocab_ids.sh /tmp/lcpp/llama.cpp-0c1e570
@@ -28,9 +29,10 @@ assets="${TRINE_ASSET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trine/assets}"
 vocab="$assets/vocab/ggml-vocab-llama-bpe.gguf"
 fixtures="$repo/tokenizer/tests/fixtures/llama_cpp_ids"
 gemma3="$assets/gemma-3-270m-q4_k_m.gguf"
-texts=("$assets/vocab/ggml-vocab-qwen35.gguf.inp" "$fixtures/case_split.inp")
+gemma4="$assets/vocab/ggml-vocab-gemma-4.gguf"
+texts=("$assets/vocab/ggml-vocab-qwen35.gguf.inp" "$fixtures/extra.inp")
 
-for f in "$vocab" "$gemma3" "${texts[@]}"; do
+for f in "$vocab" "$gemma3" "$gemma4" "${texts[@]}"; do
   [ -s "$f" ] || { echo "$name: $f is missing; run .ci/fetch-assets" >&2; exit 1; }
 done
 
@@ -90,4 +92,5 @@ PY
   rm "$renamed"
 done
 ids_for "$gemma3" gemma-3
+ids_for "$gemma4" gemma-4
 echo "$name: wrote $(ls "$fixtures"/*.out | wc -l) files in $fixtures" >&2

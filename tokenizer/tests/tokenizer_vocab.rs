@@ -7,8 +7,8 @@
 //! deepseek-llm, deepseek-coder, falcon (byte-level BPE), gemma-4 (Gemma 4's BPE on UTF-8) and
 //! llama-spm, phi-3 (SentencePiece). Not supported: bert-bge (a WordPiece vocab). The
 //! pre-tokenizers llama.cpp ships no vocab test for (gpt-4o, tekken) and Gemma 3's
-//! SentencePiece vocab are checked against ids llama.cpp gave (`tokenizer_pretokenizers.rs`,
-//! `tokenizer_gemma3.rs`); `docs/tokenizer.md` lists every name trine runs.
+//! SentencePiece vocab are checked against ids llama.cpp gave (`tokenizer_llama_cpp_ids.rs`);
+//! `docs/tokenizer.md` lists every name trine runs.
 
 mod vocab_files;
 
