@@ -4,7 +4,8 @@
 # extra.inp (trine's own), for vocabs llama.cpp ships no such ids for:
 # - ggml-vocab-llama-bpe.gguf rewritten to name another pre-tokenizer (gpt-4o, tekken);
 # - Gemma 3's SentencePiece vocab, read from the Gemma 3 270M file;
-# - ggml-vocab-gemma-4.gguf, whose own test texts hold no long newline runs.
+# - ggml-vocab-{gemma-4,deepseek-llm,deepseek-coder,falcon}.gguf, on more texts than their own
+#   tests have.
 # tokenizer/tests/tokenizer_llama_cpp_ids.rs checks them.
 #
 #   LCPP_BUILD_DIR=/tmp/lcpp/build GGUF_PYTHON=/work/venv-gguf/bin/python \
@@ -29,10 +30,12 @@ assets="${TRINE_ASSET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/trine/assets}"
 vocab="$assets/vocab/ggml-vocab-llama-bpe.gguf"
 fixtures="$repo/tokenizer/tests/fixtures/llama_cpp_ids"
 gemma3="$assets/gemma-3-270m-q4_k_m.gguf"
-gemma4="$assets/vocab/ggml-vocab-gemma-4.gguf"
+MORE=(gemma-4 deepseek-llm deepseek-coder falcon)
 texts=("$assets/vocab/ggml-vocab-qwen35.gguf.inp" "$fixtures/extra.inp")
 
-for f in "$vocab" "$gemma3" "$gemma4" "${texts[@]}"; do
+more_files=()
+for v in "${MORE[@]}"; do more_files+=("$assets/vocab/ggml-vocab-$v.gguf"); done
+for f in "$vocab" "$gemma3" "${more_files[@]}" "${texts[@]}"; do
   [ -s "$f" ] || { echo "$name: $f is missing; run .ci/fetch-assets" >&2; exit 1; }
 done
 
@@ -92,5 +95,7 @@ PY
   rm "$renamed"
 done
 ids_for "$gemma3" gemma-3
-ids_for "$gemma4" gemma-4
+for v in "${MORE[@]}"; do
+  ids_for "$assets/vocab/ggml-vocab-$v.gguf" "$v"
+done
 echo "$name: wrote $(ls "$fixtures"/*.out | wc -l) files in $fixtures" >&2

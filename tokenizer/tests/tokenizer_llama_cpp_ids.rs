@@ -8,7 +8,8 @@
 //!   (rebuilt here in memory): pre-tokenizers without a vocab test of their own;
 //! - Gemma 3 270M's SentencePiece vocab (`tokenizer.ggml.pre = "default"`, no space prefix,
 //!   byte fallback);
-//! - `ggml-vocab-gemma-4.gguf`, on more texts than its own test has.
+//! - `ggml-vocab-{gemma-4,deepseek-llm,deepseek-coder,falcon}.gguf`, on more texts than their
+//!   own tests have.
 //!
 //! Every text must give those ids and decode back to itself.
 
@@ -141,11 +142,31 @@ fn gemma_3() {
     check("gemma-3", &tok);
 }
 
-#[test]
-fn gemma_4() {
-    let Some(vocab) = assets::for_test(&format!("{}/ggml-vocab-gemma-4.gguf", assets::VOCAB_DIR))
+/// A vocab of llama.cpp's vocab tests, on the texts of the fixtures.
+fn check_vocab(name: &str) {
+    let Some(vocab) = assets::for_test(&format!("{}/ggml-vocab-{name}.gguf", assets::VOCAB_DIR))
     else {
         return;
     };
-    check("gemma-4", &Tokenizer::from_gguf(&open(&vocab)).unwrap());
+    check(name, &Tokenizer::from_gguf(&open(&vocab)).unwrap());
+}
+
+#[test]
+fn gemma_4() {
+    check_vocab("gemma-4");
+}
+
+#[test]
+fn deepseek_llm() {
+    check_vocab("deepseek-llm");
+}
+
+#[test]
+fn deepseek_coder() {
+    check_vocab("deepseek-coder");
+}
+
+#[test]
+fn falcon() {
+    check_vocab("falcon");
 }
