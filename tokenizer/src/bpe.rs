@@ -1,15 +1,19 @@
-//! Byte-level BPE (`tokenizer.ggml.model = "gpt2"`): each pre-tokenized word starts as one
-//! symbol per byte, and the adjacent pair with the best (lowest) merge rank is merged until no
-//! ranked pair remains; among equal ranks the leftmost goes first. Symbols are token ids, and
-//! merges are looked up by id pair.
+//! BPE with merge ranks (`tokenizer.ggml.model = "gpt2"`, and `"gemma4"`): each pre-tokenized
+//! word starts as one symbol per byte (byte-level vocabs) or per char (Gemma 4), and the
+//! adjacent pair with the best (lowest) merge rank is merged until no ranked pair remains; among
+//! equal ranks the leftmost goes first. Symbols are token ids, and merges are looked up by id
+//! pair.
 
 use super::byte_level::byte_to_char;
 use super::error::TokenizerError;
-use super::pretokenize::PreTokenizer;
+use super::piece::byte_token_text;
+use super::pretokenize::{PreTokenizer, WholeWords};
 use super::vocab::Vocab;
 use rustc_hash::FxHashMap;
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::ops::Range;
 
 #[derive(Clone, Copy)]
 struct Merge {
@@ -20,13 +24,15 @@ struct Merge {
 pub(crate) struct Bpe {
     pre: PreTokenizer,
     merges: FxHashMap<(u32, u32), Merge>,
-    /// The token of each single byte, if the vocab has it.
+    /// The token of each single byte, if the vocab has it: its byte-level char, or `<0xXX>`.
     byte_ids: [Option<u32>; 256],
 }
 
 /// A symbol of the word being merged: a token and its neighbours in a linked list.
 struct Symbol {
     id: Option<u32>,
+    /// The bytes of the word it started as, spelled by byte tokens while `id` is `None`.
+    bytes: Range<usize>,
     prev: Option<usize>,
     next: Option<usize>,
     alive: bool,
@@ -87,7 +93,11 @@ impl Bpe {
         }
         let mut byte_ids = [None; 256];
         for (b, slot) in (0..=255u8).zip(byte_ids.iter_mut()) {
-            *slot = vocab.id(byte_to_char(b).encode_utf8(&mut [0; 4]));
+            *slot = if pre.byte_level {
+                vocab.id(byte_to_char(b).encode_utf8(&mut [0; 4]))
+            } else {
+                vocab.id(&byte_token_text(b))
+            };
         }
         Ok(Bpe {
             pre,
@@ -102,25 +112,56 @@ impl Bpe {
 
     /// Appends the tokens of `text` (plain text, special tokens already cut out).
     pub fn encode(&self, text: &str, vocab: &Vocab, out: &mut Vec<u32>) {
-        for word in self.pre.split(text) {
-            if self.pre.ignore_merges {
-                let spelled: String = word.bytes().map(byte_to_char).collect();
-                if let Some(id) = vocab.id(&spelled) {
+        let text = if self.pre.byte_level {
+            Cow::Borrowed(text)
+        } else {
+            Cow::Owned(text.replace(' ', "\u{2581}"))
+        };
+        for word in self.pre.split(&text) {
+            let whole = match self.pre.whole_words {
+                WholeWords::Never => false,
+                WholeWords::Always => true,
+                WholeWords::Newlines => word.bytes().all(|b| b == b'\n'),
+            };
+            if whole {
+                if let Some(id) = vocab.id(&self.spelled(word)) {
                     out.push(id);
                     continue;
                 }
             }
-            self.merge_word(word.as_bytes(), out);
+            self.merge_word(word, vocab, out);
         }
     }
 
-    fn merge_word(&self, word: &[u8], out: &mut Vec<u32>) {
-        let n = word.len();
-        let mut symbols: Vec<Symbol> = word
-            .iter()
+    /// `word` as the vocab spells it.
+    fn spelled<'w>(&self, word: &'w str) -> Cow<'w, str> {
+        if self.pre.byte_level {
+            Cow::Owned(word.bytes().map(byte_to_char).collect())
+        } else {
+            Cow::Borrowed(word)
+        }
+    }
+
+    fn merge_word(&self, word: &str, vocab: &Vocab, out: &mut Vec<u32>) {
+        let units: Vec<(Option<u32>, Range<usize>)> = if self.pre.byte_level {
+            (0..word.len())
+                .map(|i| (self.byte_ids[usize::from(word.as_bytes()[i])], i..i + 1))
+                .collect()
+        } else {
+            word.char_indices()
+                .map(|(i, c)| {
+                    let r = i..i + c.len_utf8();
+                    (vocab.id(&word[r.clone()]), r)
+                })
+                .collect()
+        };
+        let n = units.len();
+        let mut symbols: Vec<Symbol> = units
+            .into_iter()
             .enumerate()
-            .map(|(i, &b)| Symbol {
-                id: self.byte_ids[usize::from(b)],
+            .map(|(i, (id, bytes))| Symbol {
+                id,
+                bytes,
                 prev: i.checked_sub(1),
                 next: (i + 1 < n).then_some(i + 1),
                 alive: true,
@@ -150,11 +191,20 @@ impl Bpe {
                 self.offer(&symbols, left, a, &mut heap);
             }
         }
-        // A byte the vocab lacks stays without a token and is dropped, as in llama.cpp.
+        // A symbol without a token is spelled by its bytes' tokens; a byte the vocab lacks is
+        // dropped, as in llama.cpp.
         let mut at = (n > 0).then_some(0);
         while let Some(i) = at {
-            out.extend(symbols[i].id);
-            at = symbols[i].next;
+            let s = &symbols[i];
+            match s.id {
+                Some(id) => out.push(id),
+                None => out.extend(
+                    word.as_bytes()[s.bytes.clone()]
+                        .iter()
+                        .filter_map(|&b| self.byte_ids[usize::from(b)]),
+                ),
+            }
+            at = s.next;
         }
     }
 

@@ -8,10 +8,13 @@ pub enum TokenizerError {
     /// A key that is missing or of the wrong type, as the GGUF reader reports it.
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    #[error("tokenizer.ggml.model = {name:?} is not supported (only \"gpt2\" and \"llama\")")]
+    #[error(
+        "tokenizer.ggml.model = {name:?} is not supported (only \"gpt2\", \"gemma4\" and \"llama\")"
+    )]
     UnknownModel { name: String },
-    #[error("tokenizer.ggml.pre = {name:?} is not a pre-tokenizer trine implements")]
-    UnknownPreTokenizer { name: String },
+    /// `supported` lists the names trine implements.
+    #[error("tokenizer.ggml.pre = {name:?} is not a pre-tokenizer trine implements ({supported})")]
+    UnknownPreTokenizer { name: String, supported: String },
     #[error("tokenizer.ggml.pre is missing: a byte-level BPE vocab needs its pre-tokenizer named")]
     MissingPreTokenizer,
     #[error("tokenizer.ggml.tokens is empty")]

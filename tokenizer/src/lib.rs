@@ -1,11 +1,13 @@
 //! trine-tokenizer: the tokenizer of a GGUF model, read from its `tokenizer.*` metadata, producing the token
 //! ids llama.cpp's `llama_tokenize` produces.
 //!
-//! Two models are supported: byte-level BPE (`tokenizer.ggml.model = "gpt2"`, Llama 3, GPT-2,
-//! Qwen 2, SmolLM2, StarCoder …), whose pre-tokenizer `tokenizer.ggml.pre` must be one of
-//! those in [`pretokenize`]; and SentencePiece BPE (`"llama"`, Llama 2, Phi-3 …), with
-//! byte fallback. Encoding first cuts special tokens out of the text ([`special`]), then runs
-//! the model on each plain-text run.
+//! Three models are supported: byte-level BPE (`tokenizer.ggml.model = "gpt2"`, Llama 3,
+//! GPT-2, Qwen, SmolLM2, StarCoder, DeepSeek, Mistral's Tekken …), whose pre-tokenizer
+//! `tokenizer.ggml.pre` must be one of those in [`pretokenize`]; Gemma 4's BPE on UTF-8
+//! (`"gemma4"`), with byte fallback; and SentencePiece BPE (`"llama"`, Llama 2, Phi-3,
+//! Gemma 3 …), with byte fallback. `docs/tokenizer.md` lists the pre-tokenizer names.
+//! Encoding first cuts special tokens out of the text ([`special`]), then runs the model on
+//! each plain-text run.
 //!
 //! A model's chat template (`tokenizer.chat_template`) is rendered by [`ChatTemplate`].
 //!
@@ -34,7 +36,7 @@ pub use stream::TextStream;
 
 use bpe::Bpe;
 use metadata::Metadata;
-use pretokenize::PreTokenizer;
+use pretokenize::{Bos, PreTokenizer};
 use special::{Fragment, SpecialTokens};
 use special_ids::SpecialIds;
 use spm::Spm;
@@ -75,9 +77,11 @@ impl Tokenizer {
                 Some(PreTokenizer::for_name(name).ok_or_else(|| {
                     TokenizerError::UnknownPreTokenizer {
                         name: name.to_string(),
+                        supported: PreTokenizer::names().collect::<Vec<_>>().join(", "),
                     }
                 })?)
             }
+            "gemma4" => Some(PreTokenizer::GEMMA4),
             "llama" => None,
             other => {
                 return Err(TokenizerError::UnknownModel {
@@ -92,26 +96,40 @@ impl Tokenizer {
         )?;
         check_byte_tokens(&vocab)?;
         // llama.cpp's fallbacks when the keys are absent.
-        let (model, default_ids, default_add_bos, default_prefix) = match pre {
+        let (model, default_ids, bos, default_prefix) = match pre {
             Some(pre) => {
-                let add_bos = pre.add_bos;
+                let ids = if meta.model == "gemma4" {
+                    (None, None)
+                } else {
+                    (Some(11), Some(11))
+                };
+                let bos = pre.bos;
                 (
                     Model::Bpe(Bpe::new(pre, &meta.merges, &vocab)?),
-                    (11, 11),
-                    add_bos,
+                    ids,
+                    bos,
                     false,
                 )
             }
-            None => (Model::Spm(Spm::new(&vocab)), (1, 2), true, true),
+            None => (
+                Model::Spm(Spm::new(&vocab)),
+                (Some(1), Some(2)),
+                Bos::Default(true),
+                true,
+            ),
         };
         let ids = SpecialIds::resolve(&meta, &mut vocab, default_ids)?;
         let specials = SpecialTokens::new(&vocab, meta.name.as_deref());
+        let add_bos = match bos {
+            Bos::Default(default) => meta.add_bos.unwrap_or(default),
+            Bos::Always => true,
+        };
         Ok(Tokenizer {
             vocab,
             model,
             specials,
             ids,
-            add_bos: meta.add_bos.unwrap_or(default_add_bos),
+            add_bos,
             add_eos: meta.add_eos.unwrap_or(false),
             add_space_prefix: meta.add_space_prefix.unwrap_or(default_prefix),
         })
@@ -171,11 +189,8 @@ impl Tokenizer {
     /// space, <0xXX> → the byte); control tokens → empty.
     pub fn token_bytes(&self, id: u32) -> Result<Vec<u8>, TokenizerError> {
         self.check(id)?;
-        Ok(piece::token_bytes(
-            &self.vocab,
-            id,
-            matches!(self.model, Model::Bpe(_)),
-        ))
+        let byte_level = matches!(&self.model, Model::Bpe(bpe) if bpe.pre().byte_level);
+        Ok(piece::token_bytes(&self.vocab, id, byte_level))
     }
 
     /// The lossy UTF-8 of the tokens' concatenated bytes.
@@ -238,7 +253,10 @@ impl Tokenizer {
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let model = match &self.model {
-            Model::Bpe(bpe) => format!("byte-level BPE {:?}", bpe.pre().stages),
+            Model::Bpe(bpe) if bpe.pre().byte_level => {
+                format!("byte-level BPE {:?}", bpe.pre().stages)
+            }
+            Model::Bpe(bpe) => format!("BPE on UTF-8 {:?}", bpe.pre().stages),
             Model::Spm(_) => "SentencePiece".to_string(),
         };
         f.debug_struct("Tokenizer")

@@ -41,7 +41,7 @@ pub(crate) struct Metadata<'g> {
     pub tokens: Vec<&'g str>,
     pub scores: Option<Vec<f32>>,
     pub token_types: Option<Vec<i32>>,
-    /// Empty unless the model is byte-level BPE, where the key is required.
+    /// Empty unless the model is BPE (`gpt2`, `gemma4`), where the key is required.
     pub merges: Vec<&'g str>,
     /// The special-id keys present, with their values.
     pub ids: Vec<(&'static str, u32)>,
@@ -53,7 +53,7 @@ pub(crate) struct Metadata<'g> {
 impl<'g> Metadata<'g> {
     pub fn from_gguf(g: &'g Gguf) -> Result<Metadata<'g>, TokenizerError> {
         let model = g.get_str(MODEL)?.to_string();
-        let merges = if model == "gpt2" {
+        let merges = if model == "gpt2" || model == "gemma4" {
             g.get_str_array(MERGES)?
         } else {
             Vec::new()

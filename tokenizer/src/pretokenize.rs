@@ -1,11 +1,19 @@
-//! Pre-tokenizers: they cut text into words before byte-level BPE merges inside each word.
+//! Pre-tokenizers: they cut text into words before BPE merges inside each word.
 //!
 //! `tokenizer.ggml.pre` names a list of stages. Each stage cuts every piece the previous one
 //! left into smaller pieces, keeping all characters (text a pattern does not match becomes a
 //! piece of its own), so the pieces always concatenate back to the input. The stages are
 //! hand-written matchers of the regexes llama.cpp uses for each name, with llama.cpp's own
 //! readings of their corner cases (which characters `\s`, `\p{L}` and `\p{N}` cover, where
-//! `\s+(?!\S)` stops), since that is what the reference token ids were made with.
+//! `\s+(?!\S)` stops, how `std::regex` reads the patterns llama.cpp has no matcher for), since
+//! that is what the reference token ids were made with.
+
+mod case_split;
+mod llama3;
+mod names;
+mod search;
+
+use search::Pattern;
 
 use super::unicode::{class, Class};
 use std::ops::Range;
@@ -22,49 +30,59 @@ pub(crate) enum Stage {
     /// 1 for Qwen 2):
     /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
     /// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
-    Llama3 { max_digits: usize },
+    /// With `marks`, marks (`\p{M}`) join letters and leave the other run (Qwen 3.5):
+    /// `…|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|…`.
+    Llama3 { max_digits: usize, marks: bool },
+    /// GPT-4o's pattern, which also cuts words where lower case turns to upper case
+    /// (`camelCase` → `camel`, `Case`); see [`case_split`] for how llama.cpp reads it. With
+    /// `contractions` and `max_digits` 3 (GPT-4o):
+    /// `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+    /// [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+    /// \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
+    /// without contractions and with single digits it is Mistral's Tekken.
+    CaseSplit {
+        max_digits: usize,
+        contractions: bool,
+    },
+    /// `[^\n]+|[\n]+`: runs of newlines and runs of everything else.
+    Newlines,
+    /// A pattern searched for, the text between its matches kept as pieces too.
+    Search(Pattern),
 }
 
 /// What a `tokenizer.ggml.pre` name selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PreTokenizer {
     pub stages: &'static [Stage],
-    /// A word that is itself a token becomes that token without merging (Llama 3 relies on it:
-    /// some of its tokens cannot be reached through its merges).
-    pub ignore_merges: bool,
-    /// Whether BOS is added when the file has no `tokenizer.ggml.add_bos_token`.
-    pub add_bos: bool,
+    pub whole_words: WholeWords,
+    pub bos: Bos,
+    /// Words are spelled in GPT-2's byte-level alphabet, each byte a symbol to merge. Without
+    /// it (Gemma 4) words are raw UTF-8 with spaces spelled `▁`, each char a symbol, and a char
+    /// that is no token falls back to the `<0xXX>` tokens of its bytes.
+    pub byte_level: bool,
 }
 
-const GPT2: &[Stage] = &[Stage::Gpt2];
-const DIGITS_GPT2: &[Stage] = &[Stage::Digits, Stage::Gpt2];
-const LLAMA3: &[Stage] = &[Stage::Llama3 { max_digits: 3 }];
-const QWEN2: &[Stage] = &[Stage::Llama3 { max_digits: 1 }];
+/// Which words become a token of the same text without merging.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WholeWords {
+    Never,
+    /// Any word that is a token (Llama 3 relies on it: some of its tokens cannot be reached
+    /// through its merges).
+    Always,
+    /// A word of newlines only (Gemma 4's merges do not build its newline-run tokens).
+    Newlines,
+}
+
+/// Whether encoding with special tokens adds BOS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bos {
+    /// As `tokenizer.ggml.add_bos_token` says, this when the file has no such key.
+    Default(bool),
+    /// Whatever the file says: llama.cpp overrides a Gemma 4 file that asks for none.
+    Always,
+}
 
 impl PreTokenizer {
-    /// The pre-tokenizer llama.cpp uses for `name`, for the names whose patterns are written
-    /// here; `None` for every other name.
-    pub fn for_name(name: &str) -> Option<PreTokenizer> {
-        let (stages, ignore_merges, add_bos) = match name {
-            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral"
-            | "midm-2.0" | "lfm2" | "jina-v5-nano" => (LLAMA3, true, true),
-            "dbrx" | "smaug-bpe" => (LLAMA3, false, false),
-            "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" | "stablelm2"
-            | "hunyuan" | "solar-open" => (QWEN2, false, false),
-            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
-            | "jina-v2-de" | "a.x-4.0" | "mellum" | "modern-bert" | "exaone4" | "mpt" | "olmo"
-            | "jais" | "trillion" | "granite-docling" => (GPT2, false, false),
-            "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone"
-            | "minerva-7b" | "mellum2" => (DIGITS_GPT2, false, false),
-            _ => return None,
-        };
-        Some(PreTokenizer {
-            stages,
-            ignore_merges,
-            add_bos,
-        })
-    }
-
     /// Cuts `text` into words; they concatenate back to `text`.
     pub fn split<'t>(&self, text: &'t str) -> Vec<&'t str> {
         let chars = Chars::new(text);
@@ -80,9 +98,15 @@ impl PreTokenizer {
                     let end = match *stage {
                         Stage::Digits => digits_end(&chars, pos, piece.end),
                         Stage::Gpt2 => gpt2_end(&chars, pos, piece.end),
-                        Stage::Llama3 { max_digits } => {
-                            llama3_end(&chars, pos, piece.end, max_digits)
+                        Stage::Llama3 { max_digits, marks } => {
+                            llama3::end(&chars, pos, piece.end, max_digits, marks)
                         }
+                        Stage::CaseSplit {
+                            max_digits,
+                            contractions,
+                        } => case_split::end(&chars, pos, piece.end, max_digits, contractions),
+                        Stage::Newlines => newlines_end(&chars, pos, piece.end),
+                        Stage::Search(pattern) => search::end(&chars, pos, piece.end, pattern),
                     };
                     // Every matcher consumes at least one character; the guard keeps a
                     // mistake from looping forever.
@@ -163,6 +187,19 @@ impl Chars {
         }
     }
 
+    /// `\s*[\r\n]+|\s+(?!\S)|\s+` at `pos`: whitespace up to the last newline of the run, else
+    /// as [`Chars::spaces_end`].
+    fn whitespace_end(&self, pos: usize, end: usize) -> usize {
+        let run_end = self.run_end(pos, end, Class::Whitespace);
+        match (pos..run_end)
+            .rev()
+            .find(|&i| matches!(self.chars[i], '\r' | '\n'))
+        {
+            Some(last) => last + 1,
+            None => self.spaces_end(pos, end),
+        }
+    }
+
     /// `\s+(?!\S)|\s+` at `pos` (a whitespace char): a run followed by more text gives up its
     /// last char, so that char can lead the next word (" world" keeps its space).
     fn spaces_end(&self, pos: usize, end: usize) -> usize {
@@ -186,6 +223,15 @@ fn digits_end(t: &Chars, pos: usize, end: usize) -> usize {
     p
 }
 
+fn newlines_end(t: &Chars, pos: usize, end: usize) -> usize {
+    let newline = t.chars[pos] == '\n';
+    let mut p = pos + 1;
+    while p < end && (t.chars[p] == '\n') == newline {
+        p += 1;
+    }
+    p
+}
+
 fn gpt2_end(t: &Chars, pos: usize, end: usize) -> usize {
     if let Some(n) = t.contraction(pos, end, false) {
         return pos + n;
@@ -198,45 +244,6 @@ fn gpt2_end(t: &Chars, pos: usize, end: usize) -> usize {
         }
         _ => t.spaces_end(pos, end),
     }
-}
-
-fn llama3_end(t: &Chars, pos: usize, end: usize, max_digits: usize) -> usize {
-    if let Some(n) = t.contraction(pos, end, true) {
-        return pos + n;
-    }
-    let c = t.chars[pos];
-    let k = t.classes[pos];
-    // `[^\r\n\p{L}\p{N}]?\p{L}+`: one char that is no newline or number may lead letters.
-    let newline = c == '\r' || c == '\n';
-    if !newline
-        && k != Class::Number
-        && (k == Class::Letter || t.class(pos + 1, end) == Some(Class::Letter))
-    {
-        return t.run_end(pos + 1, end, Class::Letter);
-    }
-    if k == Class::Number {
-        let run = t.run_end(pos, end, Class::Number);
-        return run.min(pos + max_digits.max(1));
-    }
-    // ` ?[^\s\p{L}\p{N}]+[\r\n]*`; a space at the very end of the piece matches it alone, as in
-    // llama.cpp.
-    let lead_space = usize::from(c == ' ');
-    if matches!(t.class(pos + lead_space, end), Some(Class::Other) | None) {
-        let mut p = t.run_end(pos + lead_space, end, Class::Other);
-        while matches!(t.char(p, end), Some('\r' | '\n')) {
-            p += 1;
-        }
-        return p;
-    }
-    // `\s*[\r\n]+`: whitespace up to the last newline of the run.
-    let run_end = t.run_end(pos, end, Class::Whitespace);
-    if let Some(last) = (pos..run_end)
-        .rev()
-        .find(|&i| matches!(t.chars[i], '\r' | '\n'))
-    {
-        return last + 1;
-    }
-    t.spaces_end(pos, end)
 }
 
 #[cfg(test)]
@@ -290,7 +297,19 @@ mod tests {
     #[test]
     fn pieces_cover_the_text() {
         let text = "  \t\u{3000}Ünï 日本語\r\n\r\n  ok?! 'LL 🦀🦀 ٣٤ ";
-        for name in ["gpt-2", "llama-bpe", "qwen2", "smollm"] {
+        for name in [
+            "gpt-2",
+            "llama-bpe",
+            "qwen2",
+            "qwen35",
+            "smollm",
+            "gpt-4o",
+            "tekken",
+            "gemma4",
+            "deepseek-llm",
+            "deepseek-coder",
+            "falcon",
+        ] {
             assert_eq!(split(name, text).concat(), text, "{name}");
         }
     }
@@ -298,6 +317,6 @@ mod tests {
     #[test]
     fn unknown_names_are_none() {
         assert_eq!(PreTokenizer::for_name("default"), None);
-        assert_eq!(PreTokenizer::for_name("deepseek-llm"), None);
+        assert_eq!(PreTokenizer::for_name("bloom"), None);
     }
 }

@@ -144,11 +144,12 @@ pub(crate) struct SpecialIds {
 
 impl SpecialIds {
     /// `default_bos_eos` is the model's fallback when the keys are absent (llama.cpp's: 1 and
-    /// 2 for SentencePiece, 11 for byte-level BPE); a fallback outside the vocab means none.
+    /// 2 for SentencePiece, 11 for byte-level BPE, none for Gemma 4); a fallback outside the
+    /// vocab means none.
     pub fn resolve(
         meta: &Metadata,
         vocab: &mut Vocab,
-        default_bos_eos: (u32, u32),
+        default_bos_eos: (Option<u32>, Option<u32>),
     ) -> Result<SpecialIds, TokenizerError> {
         let n_tokens = vocab.len();
         let in_vocab = |id: u32| (id as usize) < n_tokens;
@@ -160,8 +161,8 @@ impl SpecialIds {
                 id => Ok(id),
             }
         };
-        let bos = keyed(BOS_ID)?.or(Some(default_bos_eos.0).filter(|&id| in_vocab(id)));
-        let eos = keyed(EOS_ID)?.or(Some(default_bos_eos.1).filter(|&id| in_vocab(id)));
+        let bos = keyed(BOS_ID)?.or(default_bos_eos.0.filter(|&id| in_vocab(id)));
+        let eos = keyed(EOS_ID)?.or(default_bos_eos.1.filter(|&id| in_vocab(id)));
 
         let mut eog: Vec<u32> = eos.into_iter().collect();
         for role in &ROLES {

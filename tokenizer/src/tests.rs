@@ -200,6 +200,65 @@ fn spm_merges_best_score_first_with_byte_fallback() {
     assert_eq!(t.encode("hi", false, false).unwrap(), [11]);
 }
 
+/// Gemma 4's BPE: raw UTF-8 with "▁" for spaces, byte tokens <0xXX>. Ranks: a+b, ▁+a.
+fn gemma4_kvs() -> Vec<(&'static str, Value)> {
+    vec![
+        ("tokenizer.ggml.model", Value::String("gemma4".into())),
+        (
+            "tokenizer.ggml.tokens",
+            strings(&[
+                "<pad>",
+                "<eos>",
+                "<bos>",
+                "a",
+                "b",
+                "\u{2581}",
+                "ab",
+                "\u{2581}a",
+                "\n",
+                "\n\n",
+                "<0x63>",
+                "<0xC3>",
+                "<0xA9>",
+            ]),
+        ),
+        (
+            "tokenizer.ggml.token_type",
+            Value::Array(
+                [3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 6, 6, 6]
+                    .map(Value::I32)
+                    .to_vec(),
+            ),
+        ),
+        ("tokenizer.ggml.merges", strings(&["a b", "\u{2581} a"])),
+        ("tokenizer.ggml.bos_token_id", Value::U32(2)),
+        ("tokenizer.ggml.add_bos_token", Value::Bool(false)),
+    ]
+}
+
+#[test]
+fn gemma4_merges_chars_with_byte_fallback() {
+    let t = Tokenizer::from_gguf(&gguf(gemma4_kvs())).unwrap();
+    // llama.cpp adds BOS for Gemma 4 even where the file says not to.
+    assert!(t.adds_bos());
+    // "▁ab": a+b goes first, leaving ▁ and ab, which no merge joins.
+    assert_eq!(t.encode(" ab", true, false).unwrap(), [2, 5, 6]);
+    // "c" and "é" have no token: their bytes' <0xXX> tokens stand in.
+    assert_eq!(t.encode("cé", false, false).unwrap(), [10, 11, 12]);
+    // A run of newlines that is a token is taken whole, though no merge makes it.
+    assert_eq!(t.encode("a\n\nb", false, false).unwrap(), [3, 9, 4]);
+    assert_eq!(t.encode("\n\n\n", false, false).unwrap(), [8, 8, 8]);
+    assert_eq!(t.decode(&[2, 5, 6, 10, 11, 12, 9]).unwrap(), " abcé\n\n");
+    // tokenizer.ggml.pre does not matter to this model.
+    let t = Tokenizer::from_gguf(&with(
+        gemma4_kvs(),
+        "tokenizer.ggml.pre",
+        Value::String("bloom".into()),
+    ))
+    .unwrap();
+    assert_eq!(t.encode(" a", false, false).unwrap(), [7]);
+}
+
 fn error(g: Gguf) -> TokenizerError {
     Tokenizer::from_gguf(&g).unwrap_err()
 }
@@ -218,12 +277,14 @@ fn unknown_names_are_errors() {
     let e = error(with(
         bpe_kvs(),
         "tokenizer.ggml.pre",
-        Value::String("deepseek-llm".into()),
+        Value::String("bloom".into()),
     ));
     assert!(
-        matches!(&e, TokenizerError::UnknownPreTokenizer { name } if name == "deepseek-llm"),
+        matches!(&e, TokenizerError::UnknownPreTokenizer { name, .. } if name == "bloom"),
         "{e}"
     );
+    // The message says what would have worked.
+    assert!(e.to_string().contains("llama-bpe, "), "{e}");
     let e = error(without(bpe_kvs(), "tokenizer.ggml.pre"));
     assert!(matches!(e, TokenizerError::MissingPreTokenizer), "{e}");
 }

@@ -30,6 +30,28 @@ pub(crate) fn class(c: char) -> Class {
     }
 }
 
+/// `\p{M}`: any `M*` general category (a combining, spacing or enclosing mark).
+pub(crate) fn is_mark(c: char) -> bool {
+    matches!(
+        get_general_category(c),
+        G::NonspacingMark | G::SpacingMark | G::EnclosingMark
+    )
+}
+
+/// `\p{P}`: any `P*` general category.
+pub(crate) fn is_punctuation(c: char) -> bool {
+    matches!(
+        get_general_category(c),
+        G::ConnectorPunctuation
+            | G::DashPunctuation
+            | G::OpenPunctuation
+            | G::ClosePunctuation
+            | G::InitialPunctuation
+            | G::FinalPunctuation
+            | G::OtherPunctuation
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +75,9 @@ mod tests {
         assert_eq!(class('!'), Class::Other);
         assert_eq!(class('🦀'), Class::Other);
         assert_eq!(class('\u{200D}'), Class::Other);
+        // U+0301 COMBINING ACUTE ACCENT is Mn, U+0903 DEVANAGARI SIGN VISARGA Mc, U+20DD
+        // COMBINING ENCLOSING CIRCLE Me; U+0E31 above is Mn too.
+        assert!(is_mark('\u{0301}') && is_mark('\u{0903}') && is_mark('\u{20DD}'));
+        assert!(is_mark('\u{0E31}') && !is_mark('a') && !is_mark('\u{200D}'));
     }
 }
