@@ -59,7 +59,14 @@ reference() {
     --info llama_cpp_source "$(basename "$src")" \
     --info model "$label" \
     --info model_sha256 "$(sha256sum "$model" | cut -d' ' -f1)" >"$tmp" 2>"$work/llama_reference.log"
-  python3 -m json.tool "$tmp" >/dev/null
+  # A random model's completion may end inside a multi-byte character: the text is for
+  # people, so such bytes become U+FFFD and the file stays UTF-8 JSON.
+  python3 - "$tmp" <<'PY'
+import json, sys
+text = open(sys.argv[1], "rb").read().decode("utf-8", "replace")
+json.loads(text)
+open(sys.argv[1], "w", encoding="utf-8").write(text)
+PY
   chmod 644 "$tmp"
   mv "$tmp" "$out"
   echo "$name: wrote $out" >&2
