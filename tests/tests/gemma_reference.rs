@@ -20,9 +20,13 @@ use trine_gguf::{assets, Gguf};
 use trine_llama::{Engine, EngineOptions, Model, Session};
 use trine_tests::{equal_up_to_a_near_tie, fixture, greedy, ids};
 
-/// How far trine's logits may be from the float64 ones on the tiny file (NMSE): 5 times the
-/// most measured when the fixture was made (docs/models/gemma.md).
-const LOGITS_NMSE: f64 = 5e-4;
+/// How far trine's logits may be from the float64 ones on the tiny file (NMSE): 4.4 times the
+/// most measured when the fixture was made (3.4e-4 on vulkan and wgpu, 3.1e-4 on cpu: x
+/// quantized to 8 bits). In the float64 graph itself, leaving out the window moves a step's
+/// logits by 0.50 to 1.2, the post norms by 0.71 to 1.7, the embedding scale (with SiLU for
+/// GELU) by 0.016 to 0.089, and turning the local layer by the global rope by 1.0e-3 to
+/// 7.6e-2, above the bound at the first five of the eight steps.
+const LOGITS_NMSE: f64 = 1.5e-3;
 
 /// The top-2 gap under which 8-bit activations may flip a greedy choice on the tiny file, as
 /// for the tiny Qwen files (tests/tests/qwen_reference.rs).
@@ -142,13 +146,14 @@ fn gemma3_270m_tokenizes_and_decodes_as_llama_cpp() {
             "{text:?} (add {add}, special {special})"
         );
     }
+    // Lavapipe's steps over the 262,144-row head take most of the test's time: its backends
+    // decode the first prompt only.
     for (name, backend) in backends() {
-        greedy_cases(
-            &format!("gemma3 270m on {name}"),
-            &model,
-            &backend,
-            &lcpp,
-            REAL_FLIP_GAP,
-        );
+        let mut cases = lcpp.clone();
+        if name != "cpu" {
+            cases["greedy"].as_array_mut().unwrap().truncate(1);
+        }
+        let run = format!("gemma3 270m on {name}");
+        greedy_cases(&run, &model, &backend, &cases, REAL_FLIP_GAP);
     }
 }
