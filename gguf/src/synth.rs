@@ -76,6 +76,11 @@ pub enum Family {
     /// Qwen3's: `qwen3`, per-head q and k norms, the head size given by
     /// `qwen3.attention.key_length`.
     Qwen3,
+    /// Gemma 3's: `gemma3`, per-head q and k norms, post-attention and post-FFN norms, local
+    /// layers of sliding window `window` (`gemma3.attention.sliding_window`), one global
+    /// layer in every `pattern` (`attention.sliding_window_pattern`, written where given;
+    /// llama.cpp's default is 6).
+    Gemma3 { window: u32, pattern: Option<u32> },
 }
 
 impl Family {
@@ -85,6 +90,7 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Gemma3 { .. } => "gemma3",
         }
     }
 }
@@ -276,11 +282,28 @@ impl SynthShape {
         ..SynthShape::QWEN2_5_0_5B
     };
 
+    /// Gemma 3 1B's layout (tied embedding, 4 heads of 256 over 1 KV head, a stream of
+    /// 1152, 26 layers, sliding windows of 512 with every sixth layer global), in Q8_0.
+    pub const GEMMA_3_1B: SynthShape = SynthShape {
+        family: Family::Gemma3 {
+            window: 512,
+            pattern: None,
+        },
+        n_embd: 1152,
+        n_ff: 6912,
+        n_layer: 26,
+        n_head: 4,
+        n_head_kv: 1,
+        head_dim: Some(256),
+        vocab: 262_144,
+        ..SynthShape::QWEN2_5_0_5B
+    };
+
     /// The presets by the names `trine synth-model --like` takes; the tiny ones are the
-    /// tests' ([`SynthShape::TINY`], [`SynthShape::TINY_QWEN2`], [`SynthShape::TINY_QWEN3`]),
-    /// for the reference scripts to read the same files. Those of Llama 3.1 and 3.2 also carry
-    /// their rope scaling ([`rope::Llama3Rope::of_preset`]).
-    pub const PRESETS: [(&'static str, SynthShape); 10] = [
+    /// tests' ([`SynthShape::TINY`], [`SynthShape::TINY_QWEN2`], [`SynthShape::TINY_QWEN3`],
+    /// [`SynthShape::TINY_GEMMA3`]), for the reference scripts to read the same files. Those
+    /// of Llama 3.1 and 3.2 also carry their rope scaling ([`rope::Llama3Rope::of_preset`]).
+    pub const PRESETS: [(&'static str, SynthShape); 12] = [
         ("smollm2-135m", SynthShape::SMOLLM2_135M),
         ("llama-3.2-1b", SynthShape::LLAMA_3_2_1B),
         ("llama-3-8b", SynthShape::LLAMA_3_8B),
@@ -291,6 +314,8 @@ impl SynthShape {
         ("tiny", SynthShape::TINY),
         ("qwen2-tiny", SynthShape::TINY_QWEN2),
         ("qwen3-tiny", SynthShape::TINY_QWEN3),
+        ("gemma-3-1b", SynthShape::GEMMA_3_1B),
+        ("gemma3-tiny", SynthShape::TINY_GEMMA3),
     ];
 
     /// The smallest Llama the tests run whole: two layers of width 64 with grouped-query
@@ -322,6 +347,18 @@ impl SynthShape {
     /// twice the stream's 64, as Qwen3-0.6B's 2048 is twice its 1024.
     pub const TINY_QWEN3: SynthShape = SynthShape {
         family: Family::Qwen3,
+        head_dim: Some(32),
+        ..SynthShape::TINY
+    };
+
+    /// [`SynthShape::TINY`] as Gemma 3 lays it out, with heads of 32 and a sliding window of
+    /// 4 positions on layer 0 (a pattern of 2: layer 1 is global), so that a prompt of a few
+    /// tokens already leaves keys outside the window.
+    pub const TINY_GEMMA3: SynthShape = SynthShape {
+        family: Family::Gemma3 {
+            window: 4,
+            pattern: Some(2),
+        },
         head_dim: Some(32),
         ..SynthShape::TINY
     };
@@ -447,6 +484,12 @@ mod smollm2 {
                 ("attn_q_norm.weight", vec![hd], TensorType::F32),
                 ("attn_k_norm.weight", vec![hd], TensorType::F32),
             ]),
+            Family::Gemma3 { .. } => out.extend([
+                ("attn_q_norm.weight", vec![hd], TensorType::F32),
+                ("attn_k_norm.weight", vec![hd], TensorType::F32),
+                ("post_attention_norm.weight", vec![d], TensorType::F32),
+                ("post_ffw_norm.weight", vec![d], TensorType::F32),
+            ]),
         }
         out
     }
@@ -548,7 +591,10 @@ mod smollm2 {
     }
 
     /// The file's metadata: SmolLM2's for [`Family::Llama`], the Qwen release's
-    /// hyperparameters, pre-tokenizer, special token ids and chat template for the others.
+    /// hyperparameters, pre-tokenizer, special token ids and chat template for the Qwen ones;
+    /// Gemma 3's hyperparameters and sliding windows for [`Family::Gemma3`], over the same
+    /// byte vocabulary (Qwen's pre-tokenizer, SmolLM2's template): its real SentencePiece
+    /// vocabulary of 262,144 pieces is the real file's test.
     pub(super) fn metadata(shape: &SynthShape) -> Vec<(String, Value)> {
         let s = |v: &str| Value::String(v.to_string());
         let (tokens, types) = vocabulary(shape);
@@ -599,6 +645,19 @@ mod smollm2 {
                     0,
                     QWEN3_CHAT_TEMPLATE,
                 ),
+                Family::Gemma3 { .. } => (
+                    "Gemma 3 1B (synthetic weights)",
+                    "gemma-3",
+                    "1B",
+                    32_768,
+                    1_000_000.0,
+                    1e-6,
+                    "qwen2",
+                    1,
+                    2,
+                    0,
+                    CHAT_TEMPLATE,
+                ),
             };
         let mut out = vec![
             ("general.architecture".into(), s(arch)),
@@ -618,6 +677,12 @@ mod smollm2 {
         if let Some(d) = shape.head_dim {
             out.push((key("attention.key_length"), Value::U32(d)));
             out.push((key("attention.value_length"), Value::U32(d)));
+        }
+        if let Family::Gemma3 { window, pattern } = shape.family {
+            out.push((key("attention.sliding_window"), Value::U32(window)));
+            if let Some(p) = pattern {
+                out.push((key("attention.sliding_window_pattern"), Value::U32(p)));
+            }
         }
         if shape.family == Family::Llama {
             out.push((key("vocab_size"), Value::U32(shape.vocab)));

@@ -24,7 +24,25 @@ pub struct Config {
     pub context_length: u32,
     pub rope_base: f32,
     pub rms_eps: f32,
+    /// Sliding-window attention on some layers, where the file gives a window (Gemma 3).
+    pub swa: Option<Swa>,
 }
+
+/// Interleaved local and global layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`): a local layer's
+/// queries see the last `window` positions and turn by rope of base `base`; a global layer's
+/// see the whole cache and turn by the file's rope.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Swa {
+    pub window: u32,
+    /// Per layer, whether it is local.
+    pub local: Vec<bool>,
+    /// `{arch}.rope.freq_base_swa`, llama.cpp's default 10000 where absent.
+    pub base: f32,
+}
+
+/// llama.cpp's default for Gemma 3's `attention.sliding_window_pattern`: of every 6 layers
+/// the first 5 are local and the sixth global.
+const SWA_PATTERN: u32 = 6;
 
 impl Config {
     pub fn from_gguf(g: &Gguf) -> Result<Config, ModelError> {
@@ -79,6 +97,11 @@ impl Config {
             context_length: g.get_u32(&key("context_length"))?,
             rope_base: optional(g.get_f32(&key("rope.freq_base")), 10_000.0)?,
             rms_eps: optional(g.get_f32(&key("attention.layer_norm_rms_epsilon")), 1e-5)?,
+            swa: None,
+        };
+        let c = Config {
+            swa: swa(g, &c)?,
+            ..c
         };
         c.check()?;
         // Rope over part of a head (partial rotary) is not what the rope kernels do.
@@ -92,6 +115,12 @@ impl Config {
             ));
         }
         Ok(c)
+    }
+
+    /// The window of layer `l`'s attention, where it is a local layer.
+    pub fn window(&self, l: u32) -> Option<u32> {
+        let s = self.swa.as_ref()?;
+        s.local[l as usize].then_some(s.window)
     }
 
     pub fn head_dim(&self) -> u32 {
@@ -164,6 +193,53 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The sliding windows of an architecture that has them (Gemma 3), read as llama.cpp's
+/// `llama_model_gemma3::load_arch_hparams` reads them; what trine does not compute as
+/// llama.cpp does is refused: a final logit softcap, and a query scale other than
+/// `1/sqrt(head_dim)` (llama.cpp's 27B layout scales by `1/sqrt(n_embd / n_head)`).
+fn swa(g: &Gguf, c: &Config) -> Result<Option<Swa>, ModelError> {
+    if !c.arch.sliding_windows() {
+        return Ok(None);
+    }
+    let key = |k: &str| format!("{}.{k}", c.arch.name());
+    let cap_key = key("final_logit_softcapping");
+    let cap = optional(g.get_f32(&cap_key), 0.0)?;
+    if cap != 0.0 {
+        return Err(bad(
+            &cap_key,
+            cap,
+            "trine's output head has no logit softcap",
+        ));
+    }
+    // llama.cpp takes the 62-layer layout for Gemma 3 27B.
+    if c.n_layer == 62 && c.n_embd / c.n_head != c.head_dim() {
+        return Err(bad(
+            &key("block_count"),
+            c.n_layer,
+            "is Gemma 3 27B's, whose query scale 1/sqrt(n_embd / n_head) trine's attention does not take",
+        ));
+    }
+    let window = optional(g.get_u32(&key("attention.sliding_window")), 0)?;
+    if window == 0 {
+        return Ok(None);
+    }
+    let pattern_key = key("attention.sliding_window_pattern");
+    let pattern = optional(g.get_u32(&pattern_key), SWA_PATTERN)?;
+    let local = (0..c.n_layer)
+        .map(|l| pattern == 0 || l % pattern < pattern - 1)
+        .collect();
+    let base_key = key("rope.freq_base_swa");
+    let base = optional(g.get_f32(&base_key), 10_000.0)?;
+    if !(base.is_finite() && base > 1.0) {
+        return Err(bad(&base_key, base, "must be finite and > 1"));
+    }
+    Ok(Some(Swa {
+        window,
+        local,
+        base,
+    }))
 }
 
 pub(crate) fn bad(key: &str, value: impl ToString, why: &'static str) -> ModelError {

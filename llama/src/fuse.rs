@@ -4,8 +4,9 @@
 //! what the chosen kernels take: an rms_norm into the float products that read it, attention's
 //! combine into the float product that reads it, rope with the KV-cache store and SwiGLU into
 //! the product before them, and every residual add into the product that writes its input.
-//! What a form does not take stays a node of its own, and a product on quantized x gets the
-//! node that quantizes its x.
+//! What a form does not take stays a node of its own (GeGLU and a post-norm residual add
+//! always do), and a product on quantized x gets the node that quantizes its x. Attention
+//! through a sliding window is split attention in every step, the one kernel with a window.
 
 use super::config::Config;
 use super::error::ModelError;
@@ -112,11 +113,21 @@ pub fn fuse(
                     out.push(node);
                 }
             }
-            Op::Attention { layer, .. } => {
+            Op::Attention { layer, window, .. } => {
                 let reader = next_form.unwrap_or(Form::Float);
-                let form = attention_form(c, s, offer, reader);
+                // Only the split kernel takes a sliding window.
+                let form = match window {
+                    Some(_) => AttentionForm::Split {
+                        splits: tuning::attention_splits(s.tokens, offer.gpu),
+                    },
+                    None => attention_form(c, s, offer, reader),
+                };
                 out.push(Node {
-                    op: Op::Attention { layer, form },
+                    op: Op::Attention {
+                        layer,
+                        form,
+                        window,
+                    },
                     ..node
                 });
                 let splits = form.splits();
@@ -381,7 +392,7 @@ mod tests {
         let s = Step { tokens: 1, pos: 0 };
         let mut b = Builder::new(&m.weights, s);
         b.layer(Some(1));
-        b.add(Tensor::Resid(0), Tensor::Resid(1), "stray");
+        b.add(Tensor::Resid(0), Tensor::Resid(1), None, "stray");
         match fuse(&b.finish(), &m.config, &m.weights, s, GPU) {
             Err(ModelError::Unfused { node, layer }) => {
                 assert_eq!((node, layer), ("stray", Some(1)))

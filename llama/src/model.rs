@@ -16,6 +16,9 @@ pub struct Model {
     pub tokenizer: Tokenizer,
     /// What rope turns each pair by ([`crate::rope`]).
     pub rope: RopeFreqs,
+    /// What the sliding-window layers' rope turns each pair by, where the model has them
+    /// ([`crate::rope::local`]).
+    pub rope_local: Option<RopeFreqs>,
 }
 
 impl Model {
@@ -27,6 +30,7 @@ impl Model {
         let config = Config::from_gguf(&gguf)?;
         let weights = Weights::from_gguf(&gguf, &config)?;
         let rope = crate::rope::from_gguf(&gguf, &config)?;
+        let rope_local = crate::rope::local(&config, &rope);
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         Ok(Model {
             gguf,
@@ -34,6 +38,7 @@ impl Model {
             weights,
             tokenizer,
             rope,
+            rope_local,
         })
     }
 

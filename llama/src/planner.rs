@@ -11,7 +11,7 @@ use trine_backends::DeviceInfo;
 use trine_gguf::quant::WeightType;
 use trine_ir::Kernel;
 use trine_ops::attention_flash::FlashOut;
-use trine_ops::elementwise::{copy_kernel, swiglu_pairs_kernel};
+use trine_ops::elementwise::{copy_kernel, geglu_pairs_kernel, swiglu_pairs_kernel};
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec::{
@@ -24,7 +24,8 @@ use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
     argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
-    matvec, matvec_q8, matvec_q8_blocks, matvec_q8_rows, qkv_bias_norm, rms_norm, rope_store,
+    matvec, matvec_q8, matvec_q8_blocks, matvec_q8_rows, norm_add, qkv_bias_norm, rms_norm,
+    rope_store,
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
@@ -43,6 +44,8 @@ pub struct KernelShape {
 pub enum KernelKey {
     Embed {
         table: WeightType,
+        /// Rows multiplied by a scale ([`embedding::scaled_kernel`]).
+        scaled: bool,
     },
     /// A product on float x ([`Form::Float`]).
     Matvec {
@@ -70,7 +73,10 @@ pub enum KernelKey {
     },
     /// A prompt's product on matrix tiles ([`Form::Tiles`]).
     MatmulTiles(TilesKey),
-    AttnSplit,
+    /// Split attention, through a sliding window where `windowed`.
+    AttnSplit {
+        windowed: bool,
+    },
     AttnFlash {
         tiles: bool,
         out: FlashOut,
@@ -81,6 +87,9 @@ pub enum KernelKey {
         splits: u32,
     },
     SwigluPairs,
+    GegluPairs,
+    /// A post-norm residual connection ([`Op::NormAdd`]).
+    NormAdd,
     /// A QKV product's biases and q/k head norms, in place ([`Op::QkvBiasNorm`]).
     QkvBiasNorm {
         apply: qkv_bias_norm::Apply,
@@ -136,7 +145,10 @@ pub struct Variant {
 impl std::fmt::Display for KernelKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            KernelKey::Embed { table } => write!(f, "embedding {table}"),
+            KernelKey::Embed { table, scaled } => {
+                let scaled = if *scaled { ", scaled" } else { "" };
+                write!(f, "embedding {table}{scaled}")
+            }
             KernelKey::Matvec {
                 weights,
                 size,
@@ -197,7 +209,10 @@ impl std::fmt::Display for KernelKey {
                 let (ty, depth) = (t.weights, t.depth);
                 write!(f, "matmul {ty} on tiles{block}{out}, {depth} blocks a step")
             }
-            KernelKey::AttnSplit => f.write_str("attention (split)"),
+            KernelKey::AttnSplit { windowed: false } => f.write_str("attention (split)"),
+            KernelKey::AttnSplit { windowed: true } => {
+                f.write_str("attention (split, sliding window)")
+            }
             KernelKey::AttnFlash { tiles, out } => {
                 let tiles = if *tiles { ", on tiles" } else { "" };
                 let out = match out {
@@ -210,6 +225,8 @@ impl std::fmt::Display for KernelKey {
             KernelKey::RmsNorm => f.write_str("rms_norm"),
             KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
             KernelKey::SwigluPairs => f.write_str("swiglu"),
+            KernelKey::GegluPairs => f.write_str("geglu"),
+            KernelKey::NormAdd => f.write_str("rms_norm, residual add"),
             KernelKey::QkvBiasNorm { apply } => {
                 let what = match (apply.bias, apply.norm) {
                     (true, true) => "bias, q/k head norms",
@@ -236,8 +253,9 @@ impl KernelKey {
     /// The key of a fused graph's node ([`crate::fuse`] leaves no [`Op::Add`]).
     pub fn of(op: &Op, w: &Weights, s: KernelShape) -> KernelKey {
         match *op {
-            Op::Embed { table } => KernelKey::Embed {
+            Op::Embed { table, scale } => KernelKey::Embed {
                 table: w.tensors[table].ty,
+                scaled: scale.is_some(),
             },
             Op::Product {
                 w: id,
@@ -295,13 +313,17 @@ impl KernelKey {
                     }),
                 }
             }
-            Op::Attention { form, .. } => match form {
-                AttentionForm::Split { .. } => KernelKey::AttnSplit,
+            Op::Attention { form, window, .. } => match form {
+                AttentionForm::Split { .. } => KernelKey::AttnSplit {
+                    windowed: window.is_some(),
+                },
                 AttentionForm::Flash { tiles, out, .. } => KernelKey::AttnFlash { tiles, out },
             },
             Op::Norm { .. } => KernelKey::RmsNorm,
             Op::Combine { splits } => KernelKey::Combine { splits },
             Op::Swiglu => KernelKey::SwigluPairs,
+            Op::Geglu => KernelKey::GegluPairs,
+            Op::NormAdd { .. } => KernelKey::NormAdd,
             Op::QkvBiasNorm { bias, norm, .. } => KernelKey::QkvBiasNorm {
                 apply: qkv_bias_norm::Apply {
                     bias: bias.is_some(),
@@ -328,7 +350,11 @@ impl KernelKey {
             &[Reduction::Shared]
         };
         Ok(match self {
-            KernelKey::Embed { table } => vec![plain(embedding::kernel(table))],
+            KernelKey::Embed { table, scaled } => vec![plain(if scaled {
+                embedding::scaled_kernel(table)
+            } else {
+                embedding::kernel(table)
+            })],
             KernelKey::Matvec { .. } => {
                 let reduces: &[Reduce] = if info.subgroup_ops {
                     &[Reduce::Subgroup, Reduce::Shared]
@@ -394,10 +420,17 @@ impl KernelKey {
                 }
                 variants
             }
-            KernelKey::AttnSplit => reductions
-                .iter()
-                .map(|&how| attention_split::split_kernel(s.head_dim, s.kv, how, s.keys).map(plain))
-                .collect::<Result<_, _>>()?,
+            KernelKey::AttnSplit { windowed } => {
+                let kernel = if windowed {
+                    attention_split::split_kernel_windowed
+                } else {
+                    attention_split::split_kernel
+                };
+                reductions
+                    .iter()
+                    .map(|&how| kernel(s.head_dim, s.kv, how, s.keys).map(plain))
+                    .collect::<Result<_, _>>()?
+            }
             KernelKey::AttnFlash { tiles, out } => {
                 let mut variants = vec![];
                 // The tiled kernel reads the K cache in rows, with subgroups of its width.
@@ -428,6 +461,11 @@ impl KernelKey {
                 vec![plain(attention_split::combine_kernel(s.head_dim, splits)?)]
             }
             KernelKey::SwigluPairs => vec![plain(swiglu_pairs_kernel())],
+            KernelKey::GegluPairs => vec![plain(geglu_pairs_kernel())],
+            KernelKey::NormAdd => reductions
+                .iter()
+                .map(|&r| plain(norm_add::kernel(r)))
+                .collect(),
             KernelKey::QkvBiasNorm { apply } => reductions
                 .iter()
                 .map(|&r| plain(qkv_bias_norm::kernel(apply, r)))

@@ -92,6 +92,20 @@ pub fn from_gguf(g: &Gguf, c: &Config) -> Result<RopeFreqs, ModelError> {
     })
 }
 
+/// The sliding-window layers' rope, where the model has them: base
+/// [`crate::config::Swa::base`] with no scaling and no factors (llama.cpp turns them by
+/// `rope_freq_base_train_swa` and `rope_freq_scale_train_swa`, 1 for Gemma 3), the magnitude
+/// `attn_factor` as the file's rope has it.
+pub fn local(c: &Config, rope: &RopeFreqs) -> Option<RopeFreqs> {
+    let swa = c.swa.as_ref()?;
+    Some(RopeFreqs {
+        base: swa.base,
+        factors: vec![],
+        scaling: RopeScaling::None,
+        attn_factor: rope.attn_factor,
+    })
+}
+
 /// `rope_freqs.weight`'s factors, or none where the file has no such tensor.
 fn factors(g: &Gguf, head_dim: u32) -> Result<Vec<f32>, ModelError> {
     let Some(t) = g.tensor(ROPE_FREQS) else {

@@ -311,7 +311,7 @@ const MEASURED_REDUCTION: u32 = 1536;
 fn reduction(node: &Node, c: &Config, w: &Weights) -> u32 {
     match node.op {
         Op::Product { w: id, .. } => w.tensors[id].cols,
-        Op::Norm { .. } => c.n_embd,
+        Op::Norm { .. } | Op::NormAdd { .. } => c.n_embd,
         _ => 1,
     }
 }
@@ -327,6 +327,8 @@ fn measured_bound(node: &Node) -> f64 {
         | Op::Norm { .. }
         | Op::Combine { .. }
         | Op::Swiglu
+        | Op::Geglu
+        | Op::NormAdd { .. }
         | Op::QkvBiasNorm { .. }
         | Op::RopeStore { .. } => 2.9e-10,
         // The quantizer's scales, most rounded to f16 from a division that Vulkan lets be

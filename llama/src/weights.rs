@@ -62,6 +62,12 @@ pub struct Layer {
     /// The query and key heads' norm weights ([head_dim] each), where the architecture
     /// normalises them before rope.
     pub qk_norm: Option<(WeightId, WeightId)>,
+    /// The attention and FFN outputs' norm weights ([n_embd] each), where the architecture
+    /// normalises each block's output before its residual add.
+    pub post_norms: Option<(WeightId, WeightId)>,
+    /// The sliding window of its attention, where it is a local layer
+    /// ([`crate::config::Config::window`]).
+    pub window: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -72,6 +78,9 @@ pub struct Weights {
     pub output_norm: WeightId,
     /// `output.weight`, or the embedding table when the model ties them (no `output.weight`).
     pub output: WeightId,
+    /// What the embedding's rows are multiplied by, where the architecture scales them
+    /// ([`crate::arch::Architecture::embedding_scale`]).
+    pub embedding_scale: Option<f32>,
 }
 
 impl Weights {
@@ -116,6 +125,17 @@ impl Weights {
                     w.absent(c, &names, "per-head q and k norms")?;
                     None
                 };
+                let (post_attn, post_ffn) = (n("post_attention_norm"), n("post_ffw_norm"));
+                let post_norms = if extras.post_norms {
+                    Some((w.norm(&post_attn, d)?, w.norm(&post_ffn, d)?))
+                } else {
+                    w.absent(
+                        c,
+                        &[post_attn, post_ffn],
+                        "post-attention and post-FFN norms",
+                    )?;
+                    None
+                };
                 let gate_up = [
                     w.weight(&n("ffn_gate"), ff, d)?,
                     w.weight(&n("ffn_up"), ff, d)?,
@@ -128,6 +148,8 @@ impl Weights {
                     qkv: w.qkv(l, qkv, biases, c.head_dim())?,
                     w_gate_up: w.stack(&n("ffn_gate_up"), &gate_up, true)?,
                     qk_norm,
+                    post_norms,
+                    window: c.window(l),
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
@@ -143,6 +165,7 @@ impl Weights {
             layers,
             output_norm,
             output,
+            embedding_scale: c.arch.embedding_scale(c.n_embd),
         })
     }
 

@@ -1,11 +1,15 @@
 //! Element-wise kernels the executor runs, one element per invocation:
 //! - `swiglu_pairs`: `y[i] = silu(x[2i])·x[2i + 1]` with `silu(x) = x / (1 + e^-x)`
 //!   (llama.cpp's FFN, `ggml_swiglu_split`, on gate and up rows stacked in pairs);
+//! - `geglu_pairs`: `y[i] = gelu(x[2i])·x[2i + 1]` with GELU's tanh form
+//!   `gelu(x) = x/2·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))` (Gemma's FFN, `ggml_geglu_split`);
 //! - `copy`: f32 → f16, f16 → f32 and f32 → f32 (a conversion rounds to nearest even).
 //!
-//! Bounds: the copies are exact ([`NMSE_EXACT`]); SwiGLU uses the default 1e-7: its f32 error
-//! is a few ulp of `exp` plus three or four roundings, a relative error below 1e-6 per element
-//! and so an NMSE below 1e-12; the bound leaves a factor of 10^5.
+//! Bounds: the copies are exact ([`NMSE_EXACT`]); SwiGLU and GeGLU use the default 1e-7: their
+//! f32 error is a few ulp of `exp` or `tanh` plus a handful of roundings, a relative error below
+//! 1e-6 per element and so an NMSE below 1e-12; the bound leaves a factor of 10^5. llama.cpp's
+//! CPU GeGLU reads GELU from a table of f16 inputs and outputs (`GGML_GELU_FP16`), a relative
+//! error near 1e-3; trine computes the formula, as ggml's GPU backends do.
 
 use super::shape::ShapeError;
 use super::support::{elements, expect_len, nonzero, seed, Float};
@@ -43,6 +47,47 @@ pub fn swiglu_pairs_kernel() -> Kernel {
         k.store(y, i, silu_ir(&k, gate) * up);
     });
     k.finish()
+}
+
+/// `√(2/π)` and the cubic term's coefficient of GELU's tanh form, as ggml writes them.
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+const GELU_COEF_A: f32 = 0.044_715;
+
+/// GELU's tanh form in the IR: `x/2·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))`.
+fn gelu_ir<'b>(k: &'b KernelBuilder, x: Val<'b>) -> Val<'b> {
+    let inner = k.f32(SQRT_2_OVER_PI) * x * (k.f32(1.0) + k.f32(GELU_COEF_A) * x * x);
+    k.f32(0.5) * x * (k.f32(1.0) + inner.tanh())
+}
+
+/// GeGLU of interleaved pairs: `y[i] = gelu(x[2i])·x[2i + 1]` on a product over gate and up
+/// rows stacked in pairs, as [`swiglu_pairs_kernel`] with GELU for silu. Buffers: `x`, `y` f32.
+/// Params: n (outputs).
+pub fn geglu_pairs_kernel() -> Kernel {
+    let k = KernelBuilder::new("geglu_pairs_f32", [WG, 1, 1]);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let n = k.param("n", Scalar::U32);
+    let i = k.global_id(0);
+    k.if_(i.lt(n), || {
+        let gate = k.load(x, i * k.u32(2));
+        let up = k.load(x, i * k.u32(2) + k.u32(1));
+        k.store(y, i, gelu_ir(&k, gate) * up);
+    });
+    k.finish()
+}
+
+/// A [`geglu_pairs_kernel`] case of `n` outputs.
+pub fn geglu_pairs_case(n: u32) -> Result<Case, ShapeError> {
+    let grid = grid(n)?;
+    let name = format!("geglu_pairs/f32/{n}");
+    let mut r = Rng::new(seed(&name));
+    let x = activation_inputs(&mut r, 2 * n as usize);
+    let (gate, up): (Vec<f32>, Vec<f32>) = x.chunks(2).map(|p| (p[0], p[1])).unzip();
+    let want = reference_geglu(&gate, &up)?;
+    Ok(Case::new(name, geglu_pairs_kernel(), grid)
+        .input("x", Scalar::F32, f32_bytes(&x))
+        .output("y", Scalar::F32, vec![0; n as usize * 4], want)
+        .params(vec![ParamValue::U32(n)]))
 }
 
 /// A [`swiglu_pairs_kernel`] case of `n` outputs.
@@ -95,6 +140,22 @@ pub fn reference_swiglu(gate: &[f32], up: &[f32]) -> Result<Vec<f64>, ShapeError
         .iter()
         .zip(up)
         .map(|(&g, &u)| silu(f64::from(g)) * f64::from(u))
+        .collect())
+}
+
+/// GELU's tanh form in f64, with ggml's constants.
+pub fn gelu(x: f64) -> f64 {
+    let c = f64::from(SQRT_2_OVER_PI);
+    0.5 * x * (1.0 + (c * x * (1.0 + f64::from(GELU_COEF_A) * x * x)).tanh())
+}
+
+/// `gelu(gate)·up` element by element, in f64.
+pub fn reference_geglu(gate: &[f32], up: &[f32]) -> Result<Vec<f64>, ShapeError> {
+    expect_len("geglu", "up", gate.len(), up.len())?;
+    Ok(gate
+        .iter()
+        .zip(up)
+        .map(|(&g, &u)| gelu(f64::from(g)) * f64::from(u))
         .collect())
 }
 
@@ -166,6 +227,8 @@ pub fn cases() -> Vec<Case> {
     let mut v = vec![];
     // SmolLM2-135M's FFN width, and an odd count.
     v.extend([1536, 255].map(swiglu_pairs_case));
+    // Gemma 3 270M's FFN width, and an odd count.
+    v.extend([2048, 255].map(geglu_pairs_case));
     // Then SmolLM2-135M's graph: K rows (3 KV heads × 64) of 2 tokens written at position 5 of
     // a cache, and the last of 7 tokens' rows (576 wide) picked for the output head.
     for (from, to, n, x_at, at) in [
@@ -190,6 +253,14 @@ mod tests {
     #[test]
     fn silu_by_hand() {
         assert!((silu(1.0) - 0.731_058_578_630_004_9).abs() < 1e-15);
+    }
+
+    /// GELU's tanh form at 1 and -2, worked in Python's float64 with ggml's f32 constants
+    /// widened (`0.5*x*(1+math.tanh(c*x*(1+a*x*x)))`).
+    #[test]
+    fn gelu_by_hand() {
+        assert!((gelu(1.0) - 0.841_191_996_606_485_7).abs() < 1e-15);
+        assert!((gelu(-2.0) + 0.045_402_302_044_692_09).abs() < 1e-15);
     }
 
     #[test]

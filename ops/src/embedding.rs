@@ -95,13 +95,30 @@ pub fn reference(
 /// The lookup kernel for tables of type `ty`. Buffers `ids` (u32), `table`, `out` (f32);
 /// parameters n_ids, dim, vocab; grid [`grid`].
 pub fn kernel(ty: WeightType) -> Kernel {
-    let k = KernelBuilder::new(&format!("embedding_{ty}"), [WG, 1, 1]);
+    build(ty, false)
+}
+
+/// [`kernel`] with each row multiplied by a parameter after it (Gemma scales its embeddings
+/// by `sqrt(n_embd)`, llama.cpp's `ggml_scale` after the lookup): parameters n_ids, dim,
+/// vocab, scale.
+pub fn scaled_kernel(ty: WeightType) -> Kernel {
+    build(ty, true)
+}
+
+fn build(ty: WeightType, scaled: bool) -> Kernel {
+    let name = if scaled {
+        format!("embedding_scaled_{ty}")
+    } else {
+        format!("embedding_{ty}")
+    };
+    let k = KernelBuilder::new(&name, [WG, 1, 1]);
     let ids = k.buffer("ids", Scalar::U32, Access::Read);
     let table = k.buffer("table", blocks::buffer_elem(ty), Access::Read);
     let out = k.buffer("out", Scalar::F32, Access::Write);
     let n_ids = k.param("n_ids", Scalar::U32);
     let dim = k.param("dim", Scalar::U32);
     let vocab = k.param("vocab", Scalar::U32);
+    let scale = scaled.then(|| k.param("scale", Scalar::F32));
     let c = k.global_id(0);
     let t = k.global_id(1);
     k.if_(c.lt(dim) & t.lt(n_ids), || {
@@ -118,7 +135,11 @@ pub fn kernel(ty: WeightType) -> Kernel {
                 v.set(k.load(table, id * dim + c).cast(Scalar::F32));
             }
         });
-        k.store(out, t * dim + c, v.get());
+        let row = match scale {
+            Some(s) => v.get() * s,
+            None => v.get(),
+        };
+        k.store(out, t * dim + c, row);
     });
     k.finish()
 }
@@ -200,9 +221,44 @@ pub fn cases() -> Vec<Case> {
             seed + 2,
         ));
     }
+    v.push(scaled_case());
     v.into_iter()
         .map(|c| c.expect("the listed shapes are valid"))
         .collect()
+}
+
+/// [`scaled_kernel`] on Gemma 3 270M's table (Q8_0, 640 wide) scaled by `sqrt(640)`, its
+/// first and last ids among a few of a 4096-row table.
+pub fn scaled_case() -> Result<Case, ShapeError> {
+    let (ty, vocab, dim) = (WeightType::Q8_0, 4096u32, 640u32);
+    let ids = [2, 0, vocab - 1, 1722, 2];
+    let scale = (dim as f32).sqrt();
+    let plain = case(ty, vocab, dim, &ids, 1.0, 3999)?;
+    let table = plain.buffers[1].data.clone();
+    let want = reference(ty, &table, vocab as usize, dim as usize, &ids)?
+        .iter()
+        .map(|v| v * f64::from(scale))
+        .collect();
+    let n_ids = ids.len() as u32;
+    Ok(Case::new(
+        format!("{OP}/scaled/{ty}/{vocab}x{dim}/ids{n_ids}"),
+        scaled_kernel(ty),
+        grid(dim, n_ids),
+    )
+    .input("ids", Scalar::U32, u32_bytes(&ids))
+    .input("table", blocks::buffer_elem(ty), table)
+    .output(
+        "out",
+        Scalar::F32,
+        vec![0; ids.len() * dim as usize * 4],
+        want,
+    )
+    .params(vec![
+        ParamValue::U32(n_ids),
+        ParamValue::U32(dim),
+        ParamValue::U32(vocab),
+        ParamValue::F32(scale),
+    ]))
 }
 
 #[cfg(test)]

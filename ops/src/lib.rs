@@ -34,6 +34,7 @@ pub mod matvec_fused;
 pub mod matvec_q8;
 pub mod matvec_q8_blocks;
 pub mod matvec_q8_rows;
+pub mod norm_add;
 pub mod qkv_bias_norm;
 pub mod rms_norm;
 pub mod rope;
@@ -55,7 +56,7 @@ pub struct Family {
 }
 
 /// The op library's families, in the order of [`cases`].
-pub static FAMILIES: [Family; 16] = [
+pub static FAMILIES: [Family; 17] = [
     Family {
         name: "matmul_tiles",
         about: "prompt products y = x·Wᵀ on matrix units, W in f32, f16, Q8_0, Q4_0 or Q4_1",
@@ -93,13 +94,18 @@ pub static FAMILIES: [Family; 16] = [
     },
     Family {
         name: "embedding",
-        about: "embedding lookup out[t] = table[ids[t]], dequantised to f32",
+        about: "embedding lookup out[t] = table[ids[t]], dequantised to f32 (and scaled)",
         cases: embedding::cases,
     },
     Family {
         name: "rms_norm",
         about: "RMS normalisation with weight, per row: y = x / sqrt(mean(x²) + eps) · w",
         cases: rms_norm::cases,
+    },
+    Family {
+        name: "norm_add",
+        about: "a post-norm residual connection, per row: y = rms_norm(x) · w + r",
+        cases: norm_add::cases,
     },
     Family {
         name: "attention_split",
@@ -128,7 +134,7 @@ pub static FAMILIES: [Family; 16] = [
     },
     Family {
         name: "elementwise",
-        about: "one element per invocation: SwiGLU on paired rows, f32/f16 copies",
+        about: "one element per invocation: SwiGLU and GeGLU on paired rows, f32/f16 copies",
         cases: elementwise::cases,
     },
     Family {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Greedy decoding of a Llama-, Qwen2- or Qwen3-architecture GGUF in plain float64 numpy.
+"""Greedy decoding of a Llama-, Qwen2-, Qwen3- or Gemma3-architecture GGUF in plain float64 numpy.
 
 An exact-arithmetic reference over the same dequantized weights as llama.cpp: it shows where
 llama.cpp's own shortcuts (activations quantized to Q8_1/Q8_0 before each matmul, an f16 KV
@@ -25,10 +25,15 @@ and records every step's logits as well, for a test to hold trine's logits to:
     python3 llama_numpy.py [--ignore-rope-scaling] --ids MODEL.gguf N_PREDICT ID,ID,... > F64_FIXTURE.json
 
 The families differ only where llama.cpp's graphs do (src/models/llama.cpp, qwen2.cpp,
-qwen3.cpp): Qwen2 adds the Q, K and V biases after the products; Qwen3 rms-normalises each
+qwen3.cpp, gemma3.cpp): Qwen2 adds the Q, K and V biases after the products; Qwen3 rms-normalises each
 query and key head (attn_q_norm, attn_k_norm) before rope and takes its head size from
 qwen3.attention.key_length; both rotate NeoX pairs (i, i + d/2) where Llama rotates adjacent
-ones (2i, 2i + 1).
+ones (2i, 2i + 1). Gemma3 does as Qwen3 and also scales the embedding by sqrt(n_embd),
+rms-normalises each block's output (post_attention_norm, post_ffw_norm) before its residual
+add, gates its FFN with GELU's tanh form, scales queries by 1/sqrt(head_dim), and, where the
+file gives gemma3.attention.sliding_window, lets the local layers (all but every
+sliding_window_pattern-th, default 6) see only the last `window` positions and turn by rope of
+base rope.freq_base_swa (default 10000) without scaling.
 """
 
 import datetime
@@ -56,8 +61,8 @@ class Model:
     def __init__(self, path, ignore_rope_scaling=False):
         reader = GGUFReader(path)
         arch = reader.fields["general.architecture"].contents()
-        if arch not in ("llama", "qwen2", "qwen3"):
-            sys.exit(f"llama_numpy: architecture {arch!r} is not llama, qwen2 or qwen3")
+        if arch not in ("llama", "qwen2", "qwen3", "gemma3"):
+            sys.exit(f"llama_numpy: architecture {arch!r} is not llama, qwen2, qwen3 or gemma3")
         self.arch = arch
 
         def meta(key, default=None):
@@ -77,8 +82,20 @@ class Model:
         # Tied embeddings: without output.weight the token embedding is the output projection.
         self.output = self.w.get("output.weight", self.w["token_embd.weight"])
         self.head_dim = meta("attention.key_length", self.w["token_embd.weight"].shape[1] // self.n_head)
-        self.neox = arch in ("qwen2", "qwen3")
+        self.neox = arch in ("qwen2", "qwen3", "gemma3")
+        self.gemma = arch == "gemma3"
         self.inv_freq, self.mscale = self.rope_scaling(reader, ignore_rope_scaling)
+        # Per layer: its window (None: global) and its rope's angles and magnitude.
+        self.window = [None] * self.n_layer
+        self.layer_rope = [(self.inv_freq, self.mscale)] * self.n_layer
+        window = meta("attention.sliding_window", 0) if self.gemma else 0
+        if window:
+            pattern = meta("attention.sliding_window_pattern", 6)
+            local_freq = meta("rope.freq_base_swa", 10000.0) ** (-np.arange(0, self.head_dim, 2, dtype=np.float64) / self.head_dim)
+            for layer in range(self.n_layer):
+                if pattern == 0 or layer % pattern < pattern - 1:
+                    self.window[layer] = window
+                    self.layer_rope[layer] = (local_freq, self.mscale if ignore_rope_scaling else float(meta("rope.scaling.attn_factor", 1.0)))
 
     def rope_scaling(self, reader, ignore):
         """Each pair's angle per position and the magnitude of the rotated values (ggml's rope_yarn)."""
@@ -115,19 +132,30 @@ class Model:
     def rms_norm(self, x, weight):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * weight
 
-    def rope(self, x, positions):
+    def rope(self, x, positions, layer):
         # llama.cpp's "normal" rope rotates adjacent pairs (2i, 2i+1) of each head (the GGUF
         # converter permuted Llama's q/k rows so that this matches the original model); NeoX
-        # rope, Qwen's, rotates (i, i + d/2) with the same angles.
+        # rope, Qwen's and Gemma's, rotates (i, i + d/2) with the same angles.
         d = self.head_dim
-        angle = positions[:, None].astype(np.float64) * self.inv_freq[None, :]
-        cos, sin = self.mscale * np.cos(angle)[:, None, :], self.mscale * np.sin(angle)[:, None, :]
+        inv_freq, mscale = self.layer_rope[layer]
+        angle = positions[:, None].astype(np.float64) * inv_freq[None, :]
+        cos, sin = mscale * np.cos(angle)[:, None, :], mscale * np.sin(angle)[:, None, :]
         first, second = (slice(0, d // 2), slice(d // 2, d)) if self.neox else (slice(0, d, 2), slice(1, d, 2))
         a, b = x[..., first], x[..., second]
         out = np.empty_like(x)
         out[..., first] = a * cos - b * sin
         out[..., second] = a * sin + b * cos
         return out
+
+    def post_norm(self, y, name):
+        """A block's output before its residual add: rms-normalised where the file has the norm."""
+        return y if name not in self.w else self.rms_norm(y, self.w[name])
+
+    @staticmethod
+    def gelu(x):
+        """GELU's tanh form with ggml's constants (ggml_gelu_f32)."""
+        c, a = float(np.float32(0.79788456080286535587989211986876)), float(np.float32(0.044715))
+        return 0.5 * x * (1.0 + np.tanh(c * x * (1.0 + a * x * x)))
 
     def project(self, h, p, name, heads):
         """h times the layer's projection `name`, plus its bias where the file has one, as heads."""
@@ -145,15 +173,21 @@ class Model:
         w, n, d = self.w, len(ids), self.head_dim
         start = cache[0][0].shape[0] if cache[0] else 0
         positions = np.arange(start, start + n)
-        # Row i may see keys 0..start+i.
-        mask = np.where(np.arange(start + n)[None, :] > positions[:, None], -np.inf, 0.0)
+        # Row i may see keys 0..start+i; through a window, only the last `window` of them.
+        keys = np.arange(start + n)[None, :]
+        causal = keys > positions[:, None]
         group = self.n_head // self.n_head_kv
         x = w["token_embd.weight"][ids]
+        if self.gemma:
+            x = x * np.sqrt(x.shape[1])
         for layer in range(self.n_layer):
             p = f"blk.{layer}."
+            window = self.window[layer]
+            hidden = causal if window is None else causal | (positions[:, None] - keys >= window)
+            mask = np.where(hidden, -np.inf, 0.0)
             h = self.rms_norm(x, w[p + "attn_norm.weight"])
-            q = self.rope(self.project(h, p, "attn_q", self.n_head), positions)
-            k = self.rope(self.project(h, p, "attn_k", self.n_head_kv), positions)
+            q = self.rope(self.project(h, p, "attn_q", self.n_head), positions, layer)
+            k = self.rope(self.project(h, p, "attn_k", self.n_head_kv), positions, layer)
             v = self.project(h, p, "attn_v", self.n_head_kv)
             if cache[layer]:
                 k = np.concatenate([cache[layer][0], k])
@@ -163,11 +197,13 @@ class Model:
             scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(d) + mask
             scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
             scores /= scores.sum(axis=-1, keepdims=True)
-            x = x + np.einsum("hqk,khd->qhd", scores, v).reshape(n, -1) @ w[p + "attn_output.weight"].T
+            attn = np.einsum("hqk,khd->qhd", scores, v).reshape(n, -1) @ w[p + "attn_output.weight"].T
+            x = x + self.post_norm(attn, p + "post_attention_norm.weight")
             h = self.rms_norm(x, w[p + "ffn_norm.weight"])
             gate = h @ w[p + "ffn_gate.weight"].T
             up = h @ w[p + "ffn_up.weight"].T
-            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "ffn_down.weight"].T
+            act = self.gelu(gate) if self.gemma else gate / (1.0 + np.exp(-gate))
+            x = x + self.post_norm((act * up) @ w[p + "ffn_down.weight"].T, p + "post_ffw_norm.weight")
         return self.output @ self.rms_norm(x[-1], w["output_norm.weight"])
 
 

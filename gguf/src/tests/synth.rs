@@ -318,3 +318,44 @@ fn qwen_layouts_carry_their_tensors_and_keys() {
     assert_eq!(dims(&q3, "blk.0.attn_k_norm.weight"), Some(vec![32]));
     assert!(q3.tensor("blk.0.attn_q.bias").is_none());
 }
+
+/// The Gemma 3 layout holds what llama.cpp's converter wrote into the real Gemma 3 270M file:
+/// the same tensors in each block (q/k head norms, post-attention and post-FFN norms), the
+/// same global tensors, and the same `gemma3.*` keys, sliding window included.
+#[test]
+fn gemma3_layout_has_the_real_files_names() {
+    use crate::assets::GEMMA3_270M;
+    use crate::synth::{synth_llama, SynthShape};
+    use std::collections::BTreeSet;
+    let Some(path) = for_test(GEMMA3_270M) else {
+        return;
+    };
+    let real = Gguf::open(&path).unwrap();
+    let shape = SynthShape {
+        n_embd: 64,
+        n_ff: 128,
+        n_layer: 2,
+        head_dim: Some(32),
+        vocab: 320,
+        ..SynthShape::GEMMA_3_1B
+    };
+    let synth = reread(&synth_llama(shape, 1).unwrap());
+    let names = |g: &Gguf| -> BTreeSet<String> {
+        g.tensors()
+            .iter()
+            .filter(|t| !t.name.starts_with("blk.") || t.name.starts_with("blk.0."))
+            .map(|t| t.name.clone())
+            .collect()
+    };
+    assert_eq!(names(&synth), names(&real));
+    let keys = |g: &Gguf| -> BTreeSet<String> {
+        g.metadata()
+            .iter()
+            .map(|(k, _)| k.clone())
+            .filter(|k| k.starts_with("gemma3."))
+            .collect()
+    };
+    assert_eq!(keys(&synth), keys(&real));
+    let window = |g: &Gguf| g.get_u32("gemma3.attention.sliding_window").unwrap();
+    assert_eq!(window(&synth), window(&real));
+}

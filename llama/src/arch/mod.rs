@@ -3,6 +3,7 @@
 //! [`Architecture`] and its name; its hyperparameters are read under its name's GGUF prefix
 //! ([`crate::config`]), and the tensors it adds to Llama's are named by [`Architecture::extras`].
 
+mod gemma3;
 mod llama;
 mod qwen2;
 mod qwen3;
@@ -17,6 +18,7 @@ pub enum Architecture {
     Llama,
     Qwen2,
     Qwen3,
+    Gemma3,
 }
 
 /// The tensors an architecture's layers hold beside Llama's.
@@ -27,13 +29,17 @@ pub struct Extras {
     /// `blk.N.attn_q_norm.weight`, `attn_k_norm.weight` [head_dim]: each query and key head
     /// rms-normalised before rope.
     pub qk_norm: bool,
+    /// `blk.N.post_attention_norm.weight`, `post_ffw_norm.weight` [n_embd]: each block's
+    /// output rms-normalised before the residual add.
+    pub post_norms: bool,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 3] = [
+    pub const ALL: [Architecture; 4] = [
         Architecture::Llama,
         Architecture::Qwen2,
         Architecture::Qwen3,
+        Architecture::Gemma3,
     ];
 
     /// `general.architecture` as GGUF files name it, and the prefix of its keys.
@@ -42,6 +48,7 @@ impl Architecture {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Gemma3 => "gemma3",
         }
     }
 
@@ -59,8 +66,20 @@ impl Architecture {
     pub fn extras(self) -> Extras {
         Extras {
             qkv_bias: self == Architecture::Qwen2,
-            qk_norm: self == Architecture::Qwen3,
+            qk_norm: matches!(self, Architecture::Qwen3 | Architecture::Gemma3),
+            post_norms: self == Architecture::Gemma3,
         }
+    }
+
+    /// Whether its layers may attend through sliding windows (`{arch}.attention.sliding_window`,
+    /// [`crate::config::Swa`]).
+    pub fn sliding_windows(self) -> bool {
+        self == Architecture::Gemma3
+    }
+
+    /// What the embedding's rows are multiplied by: `sqrt(n_embd)` for Gemma.
+    pub fn embedding_scale(self, n_embd: u32) -> Option<f32> {
+        (self == Architecture::Gemma3).then(|| (n_embd as f32).sqrt())
     }
 
     /// The generic nodes of step `s`.
@@ -70,6 +89,7 @@ impl Architecture {
             Architecture::Llama => llama::build(&mut b, w),
             Architecture::Qwen2 => qwen2::build(&mut b, w),
             Architecture::Qwen3 => qwen3::build(&mut b, w),
+            Architecture::Gemma3 => gemma3::build(&mut b, w),
         }
         b.finish()
     }

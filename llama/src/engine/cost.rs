@@ -71,9 +71,11 @@ impl Engine {
             Tensor::Weight(_) if matches!(node.op, Op::Embed { .. }) => {
                 self.bytes(t) * rows / u64::from(c.vocab)
             }
-            Tensor::Weight(_) | Tensor::Interleaved(_) | Tensor::Plain(_) | Tensor::Freq => {
-                self.bytes(t)
-            }
+            Tensor::Weight(_)
+            | Tensor::Interleaved(_)
+            | Tensor::Plain(_)
+            | Tensor::Freq
+            | Tensor::FreqLocal => self.bytes(t),
             Tensor::Step => 16,
             Tensor::Ids | Tensor::Token => rows * 4,
             Tensor::KCache(_) | Tensor::VCache(_) => {
@@ -90,7 +92,7 @@ impl Engine {
             // The product's rows: gate and up stacked, or Q, K and V.
             Tensor::Raw => f32s(match node.op {
                 Op::Product { rows, .. } => rows,
-                Op::Swiglu => 2 * c.n_ff,
+                Op::Swiglu | Op::Geglu => 2 * c.n_ff,
                 _ => c.q_dim() + 2 * c.kv_dim(),
             }),
             // A byte per element, and a scale and a sum per block of 32.

@@ -148,7 +148,7 @@ impl Engine {
             for n in graph(&model, step, offer)? {
                 let key = KernelKey::of(&n.op, &model.weights, shape);
                 let weight = match n.op {
-                    Op::Product { w, .. } | Op::Embed { table: w } => {
+                    Op::Product { w, .. } | Op::Embed { table: w, .. } => {
                         model.weights.bytes(&model.gguf, w).len() as u64
                     }
                     _ => 0,
@@ -246,6 +246,7 @@ impl Engine {
         let key = KernelKey::of(
             &Op::Embed {
                 table: self.model.weights.token_embd,
+                scale: self.model.weights.embedding_scale,
             },
             &self.model.weights,
             self.shape,
@@ -431,6 +432,7 @@ impl Engine {
                         | Tensor::Interleaved(_)
                         | Tensor::Plain(_)
                         | Tensor::Freq
+                        | Tensor::FreqLocal
                         | Tensor::Step
                         | Tensor::KCache(_)
                         | Tensor::VCache(_)

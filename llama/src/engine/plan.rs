@@ -45,12 +45,16 @@ impl Engine {
             grid,
         };
         match node.op {
-            Op::Embed { table } => plan(
-                vec![Tensor::Ids, Tensor::Weight(table)],
-                &[Tensor::Resid(0)],
-                vec![u(t), u(c.n_embd), u(c.vocab)],
-                embedding::grid(c.n_embd, t),
-            ),
+            Op::Embed { table, scale } => {
+                let mut params = vec![u(t), u(c.n_embd), u(c.vocab)];
+                params.extend(scale.map(ParamValue::F32));
+                plan(
+                    vec![Tensor::Ids, Tensor::Weight(table)],
+                    &[Tensor::Resid(0)],
+                    params,
+                    embedding::grid(c.n_embd, t),
+                )
+            }
             Op::Product {
                 w: wid,
                 rows,
@@ -82,7 +86,7 @@ impl Engine {
                             Store::None | Store::Swiglu => {}
                             Store::Add(r) => inputs.push(r),
                             Store::Rope { layer, heads } => {
-                                inputs.extend([Tensor::Step, Tensor::Freq]);
+                                inputs.extend([Tensor::Step, self.freq(layer)]);
                                 outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
                                 let r = self.rope_store(t, RopeMode::Normal, Some(heads));
                                 params.extend(r.epilogue_params());
@@ -141,12 +145,18 @@ impl Engine {
             }
             // Both attention kernels read the rotated queries, the position and the layer's
             // caches, and write the split partials.
-            Op::Attention { layer, form } => {
+            Op::Attention {
+                layer,
+                form,
+                window,
+            } => {
                 let splits = form.splits();
                 let (mut params, grid) = match form {
                     AttentionForm::Split { .. } => {
                         let a = self.split_attention(t, splits);
-                        (a.params(), a.grid())
+                        let mut params = a.params();
+                        params.extend(window.map(u));
+                        (params, a.grid())
                     }
                     AttentionForm::Flash { .. } => {
                         let a = FlashAttention {
@@ -200,12 +210,25 @@ impl Engine {
                     a.combine_grid(),
                 )
             }
-            Op::Swiglu => plan(
+            Op::Swiglu | Op::Geglu => plan(
                 vec![Tensor::Raw],
                 &[Tensor::Act],
                 vec![u(t * c.n_ff)],
                 elementwise::grid(t * c.n_ff).unwrap_or([1, 1, 1]),
             ),
+            Op::NormAdd { weight, r, out } => {
+                let n = RmsNorm {
+                    rows: t,
+                    cols: c.n_embd,
+                    eps: c.rms_eps,
+                };
+                plan(
+                    vec![Tensor::Raw, Tensor::Weight(weight), r],
+                    &[out],
+                    n.params(),
+                    n.grid(),
+                )
+            }
             Op::RopeStore { layer, mode, heads } => {
                 let r = self.rope_store(t, mode, Some(heads));
                 // A q8_0 cache's kernel takes a workgroup per head (`rope_store::kernel_q8`).
@@ -214,7 +237,7 @@ impl Engine {
                     KvType::F16 | KvType::F32 => r.grid(),
                 };
                 plan(
-                    vec![Tensor::Raw, Tensor::Step, Tensor::Freq],
+                    vec![Tensor::Raw, Tensor::Step, self.freq(layer)],
                     &[Tensor::QRot, Tensor::KCache(layer), Tensor::VCache(layer)],
                     r.params(),
                     grid,
@@ -293,6 +316,14 @@ impl Engine {
             mode,
             keys: self.shape.keys,
             part,
+        }
+    }
+
+    /// The rope table layer `l` turns by: the sliding-window layers' where it is one of them.
+    fn freq(&self, l: u32) -> Tensor {
+        match self.model.config.window(l) {
+            Some(_) => Tensor::FreqLocal,
+            None => Tensor::Freq,
         }
     }
 

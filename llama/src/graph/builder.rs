@@ -1,11 +1,21 @@
 //! The blocks architectures share, written in generic nodes: a pre-norm attention block, a
-//! pre-norm SwiGLU feed-forward block and the output head. An architecture's file
+//! pre-norm gated feed-forward block (SwiGLU or GeGLU), each closed by a residual add or, where
+//! the layer has post norms, a post-norm residual add, and the output head. An architecture's file
 //! ([`crate::arch`]) strings them together; the fusion pass ([`crate::fuse`]) decides what
 //! runs in one kernel.
 
 use super::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
 use crate::weights::{Layer, WeightId, Weights};
 use trine_ops::rope::RopeMode;
+
+/// A gated feed-forward block's activation on the gate/up pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ffn {
+    /// `silu(gate)·up` (Llama, Qwen).
+    Swiglu,
+    /// `gelu(gate)·up`, GELU's tanh form (Gemma).
+    Geglu,
+}
 
 /// Builds the generic nodes of one step.
 pub struct Builder<'a> {
@@ -42,9 +52,10 @@ impl<'a> Builder<'a> {
         });
     }
 
-    /// The step's rows of the embedding table, into the first residual buffer.
-    pub fn embed(&mut self, table: WeightId) -> Tensor {
-        self.push(Op::Embed { table }, "token_embd");
+    /// The step's rows of the embedding table, multiplied by `scale` where given, into the
+    /// first residual buffer.
+    pub fn embed(&mut self, table: WeightId, scale: Option<f32>) -> Tensor {
+        self.push(Op::Embed { table, scale }, "token_embd");
         Tensor::Resid(0)
     }
 
@@ -68,12 +79,16 @@ impl<'a> Builder<'a> {
         self.push(op, label);
     }
 
-    /// `out = Raw + r`: the residual connection after a product.
-    pub fn add(&mut self, r: Tensor, out: Tensor, label: &'static str) {
-        let op = Op::Add {
-            x: Tensor::Raw,
-            r,
-            out,
+    /// `out = Raw + r`: the residual connection after a product; with a post norm `post`,
+    /// `out = rms_norm(Raw)·post + r`.
+    pub fn add(&mut self, r: Tensor, out: Tensor, post: Option<WeightId>, label: &'static str) {
+        let op = match post {
+            None => Op::Add {
+                x: Tensor::Raw,
+                r,
+                out,
+            },
+            Some(weight) => Op::NormAdd { weight, r, out },
         };
         self.push(op, label);
     }
@@ -81,7 +96,9 @@ impl<'a> Builder<'a> {
     /// A pre-norm attention block over residual stream `x` into `out`: rms_norm, the QKV
     /// products (one where Q, K and V share a weight type), each followed by the layer's
     /// biases and q/k head norms where it has them, then rope (`mode`) and the KV-cache store
-    /// of its heads, attention, the output projection and the residual add.
+    /// of its heads, attention (through the layer's sliding window where it has one), the
+    /// output projection and the residual add (after the layer's post norm where it has
+    /// one).
     pub fn attention_block(&mut self, x: Tensor, out: Tensor, l: &Layer, mode: RopeMode) {
         let (t, layer) = (self.step.tokens, self.layer.unwrap_or(0));
         self.norm(x, l.attn_norm, t, "attn_norm");
@@ -99,34 +116,53 @@ impl<'a> Builder<'a> {
             self.push(Op::RopeStore { layer, mode, heads }, "rope_store");
         }
         let form = AttentionForm::Split { splits: 1 };
-        self.push(Op::Attention { layer, form }, "attention");
+        let window = l.window;
+        self.push(
+            Op::Attention {
+                layer,
+                form,
+                window,
+            },
+            "attention",
+        );
         self.product(l.wo, Tensor::Combined, t, "attn_output");
-        self.add(x, out, "attn_residual");
+        let post = l.post_norms.map(|(attn, _)| attn);
+        self.add(x, out, post, "attn_residual");
     }
 
-    /// A pre-norm SwiGLU feed-forward block over residual stream `x` into `out`: rms_norm,
-    /// the gate/up product (rows interleaved in pairs), SwiGLU, the down projection and the
-    /// residual add.
-    pub fn swiglu_block(&mut self, x: Tensor, out: Tensor, l: &Layer) {
+    /// A pre-norm gated feed-forward block over residual stream `x` into `out`: rms_norm,
+    /// the gate/up product (rows interleaved in pairs), the activation `ffn`, the down
+    /// projection and the residual add (after the layer's post norm where it has one).
+    pub fn ffn_block(&mut self, x: Tensor, out: Tensor, l: &Layer, ffn: Ffn) {
         let t = self.step.tokens;
         self.norm(x, l.ffn_norm, t, "ffn_norm");
         self.product(l.w_gate_up, Tensor::Normed, t, "ffn_gate_up");
-        self.push(Op::Swiglu, "ffn_swiglu");
+        match ffn {
+            Ffn::Swiglu => self.push(Op::Swiglu, "ffn_swiglu"),
+            Ffn::Geglu => self.push(Op::Geglu, "ffn_geglu"),
+        }
         self.product(l.w_down, Tensor::Act, t, "ffn_down");
-        self.add(x, out, "ffn_residual");
+        let post = l.post_norms.map(|(_, ffn)| ffn);
+        self.add(x, out, post, "ffn_residual");
     }
 
     /// The decoder stack Llama and its kin share: the embedding, then per layer a pre-norm
-    /// attention block with `mode` rope and a pre-norm SwiGLU block, then the output head. The
-    /// residual stream alternates: each block reads one buffer and adds into the other. What
-    /// a family adds to Llama's layer (biases, q/k norms) comes with its weights.
+    /// attention block with `mode` rope and a pre-norm SwiGLU block, then the output head.
     pub fn decoder(&mut self, w: &Weights, mode: RopeMode) {
-        let x = self.embed(w.token_embd);
+        self.decoder_with(w, mode, Ffn::Swiglu);
+    }
+
+    /// [`Builder::decoder`] with the feed-forward activation `ffn`. The residual stream
+    /// alternates: each block reads one buffer and adds into the other. What a family adds
+    /// to Llama's layer (biases, q/k norms, post norms, sliding windows, an embedding scale)
+    /// comes with its weights.
+    pub fn decoder_with(&mut self, w: &Weights, mode: RopeMode, ffn: Ffn) {
+        let x = self.embed(w.token_embd, w.embedding_scale);
         let mid = Tensor::Resid(1);
         for (l, layer) in w.layers.iter().enumerate() {
             self.layer(Some(l as u32));
             self.attention_block(x, mid, layer, mode);
-            self.swiglu_block(mid, x, layer);
+            self.ffn_block(mid, x, layer, ffn);
         }
         self.head(x, w.output_norm, w.output);
     }

@@ -48,6 +48,9 @@ pub enum Tensor {
     VCache(u32),
     /// f32 [head_dim / 2]: rope's frequency table.
     Freq,
+    /// f32 [head_dim / 2]: the frequency table of the sliding-window layers' rope
+    /// ([`crate::config::Swa::base`]).
+    FreqLocal,
     Weight(WeightId),
     /// A weight in the CPU's interleaved layout for products with quantized x
     /// ([`trine_ops::matvec_q8_rows::interleave`]). An output head tied to the embedding table
@@ -164,8 +167,9 @@ impl AttentionForm {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Op {
-    /// Rows of the embedding table for the step's ids, into [`Tensor::Resid`]`(0)`.
-    Embed { table: WeightId },
+    /// Rows of the embedding table for the step's ids, multiplied by `scale` where given, into
+    /// [`Tensor::Resid`]`(0)`.
+    Embed { table: WeightId, scale: Option<f32> },
     /// rms_norm of `tokens` rows of `x` scaled by `weight`, into [`Tensor::Normed`].
     Norm {
         x: Tensor,
@@ -199,12 +203,26 @@ pub enum Op {
         bias: Option<WeightId>,
         norm: Option<(WeightId, WeightId)>,
     },
-    /// Attention of [`Tensor::QRot`] against the layer's caches, into [`AttentionForm::output`].
-    Attention { layer: u32, form: AttentionForm },
+    /// Attention of [`Tensor::QRot`] against the layer's caches, into [`AttentionForm::output`];
+    /// with a `window`, each query sees only the keys of the last `window` positions.
+    Attention {
+        layer: u32,
+        form: AttentionForm,
+        window: Option<u32>,
+    },
     /// Attention's partials over `splits` chunks combined into [`Tensor::Combined`].
     Combine { splits: u32 },
     /// SwiGLU of [`Tensor::Raw`]'s gate/up row pairs into [`Tensor::Act`].
     Swiglu,
+    /// GeGLU (GELU's tanh form) of [`Tensor::Raw`]'s gate/up row pairs into [`Tensor::Act`].
+    Geglu,
+    /// `out = rms_norm(Raw)·weight + r`: a post-norm residual connection
+    /// ([`trine_ops::norm_add`]), which the fusion pass leaves a node of its own.
+    NormAdd {
+        weight: WeightId,
+        r: Tensor,
+        out: Tensor,
+    },
     /// `out = x + r`, elementwise; the fusion pass folds every one into the product that
     /// writes `x`.
     Add { x: Tensor, r: Tensor, out: Tensor },
@@ -270,7 +288,8 @@ impl Node {
             },
             Op::Norm { tokens, .. } => (Tensor::Normed, 0..(tokens * c.n_embd) as usize),
             Op::Combine { .. } => rows(Tensor::Combined, c.q_dim()),
-            Op::Swiglu => rows(Tensor::Act, c.n_ff),
+            Op::Swiglu | Op::Geglu => rows(Tensor::Act, c.n_ff),
+            Op::NormAdd { out, .. } => rows(out, c.n_embd),
             Op::RopeStore { .. } => rows(Tensor::QRot, c.q_dim()),
             Op::QkvBiasNorm { heads, .. } => rows(Tensor::Raw, heads.count * c.head_dim()),
             Op::Add { out, .. } => rows(out, c.n_embd),

@@ -1,4 +1,4 @@
-//! The executor on a tiny synthetic Llama (and Qwen2, Qwen3), on the CPU, the backends present
+//! The executor on a tiny synthetic Llama (and Qwen2, Qwen3, Gemma 3), on the CPU, the backends present
 //! and stand-in devices: placement and memory, the cross-check, the steps themselves, and a
 //! conversation's rewinds.
 
@@ -6,6 +6,7 @@ mod chat;
 mod common;
 mod cross_check;
 mod formats;
+mod gemma;
 mod kv_cache;
 mod placement;
 mod qwen;

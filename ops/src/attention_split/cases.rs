@@ -1,7 +1,10 @@
 //! The conformance cases of both dispatches: random q and caches, NaN past the step's last
 //! token, against the references.
 
-use super::{combine_kernel, reference_split, split_kernel, SplitAttention};
+use super::{
+    combine_kernel, reference_split, reference_split_windowed, split_kernel, split_kernel_windowed,
+    SplitAttention,
+};
 use crate::attention;
 use crate::case::*;
 use crate::key_layout::KeyLayout;
@@ -101,6 +104,46 @@ pub fn split_case(
     .bound(attention::NMSE))
 }
 
+/// A conformance case of [`split_kernel_windowed`] for `shape` at position `pos`, each query
+/// seeing the last `window` positions, the caches in f32 (K in `keys`' layout): `part` against
+/// [`reference_split_windowed`]. The keys and values before the first query's window hold NaN,
+/// so a kernel that reads one fails the NaN pattern check.
+pub fn windowed_case(
+    shape: SplitAttention,
+    pos: u32,
+    window: u32,
+    (how, keys): (Reduction, KeyLayout),
+) -> Result<Case, ShapeError> {
+    let mut x = inputs(&shape, pos, KvType::F32)?;
+    let row = (shape.kv_heads * shape.head_dim) as usize;
+    let hidden = (pos + 1).saturating_sub(window) as usize * row;
+    x.k[..hidden].fill(f32::NAN);
+    x.v[..hidden].fill(f32::NAN);
+    let want = reference_split_windowed(&shape, x.kv_len, pos, Some(window), &x.q, &x.k, &x.v)?;
+    let part0 = vec![f32::NAN; want.len()];
+    let mut params = shape.params();
+    params.push(trine_ir::ParamValue::U32(window));
+    params.extend(keys.params(x.kv_len));
+    let k_cache = keys.arrange(&x.k, (x.kv_len, shape.kv_heads, shape.head_dim), f32::NAN);
+    Ok(Case::new(
+        format!(
+            "attention_split/window{window}/{}/{}{}",
+            x.shape_name,
+            how.name(),
+            keys.suffix()
+        ),
+        split_kernel_windowed(shape.head_dim, KvType::F32, how, keys)?,
+        shape.grid(),
+    )
+    .input("q", Scalar::F32, f32_bytes(&x.q))
+    .input("step", Scalar::U32, u32_bytes(&[pos]))
+    .input("k", Scalar::F32, f32_bytes(&k_cache))
+    .input("v", Scalar::F32, f32_bytes(&x.v))
+    .output("part", Scalar::F32, f32_bytes(&part0), want)
+    .params(params)
+    .bound(attention::NMSE))
+}
+
 /// A conformance case of [`combine_kernel`]: the partials of [`split_case`]'s inputs (from
 /// [`reference_split`], rounded to f32) against the unsplit [`attention::reference`].
 pub fn combine_case(shape: SplitAttention, pos: u32, kv: KvType) -> Result<Case, ShapeError> {
@@ -189,6 +232,33 @@ pub fn cases() -> Vec<Case> {
             Q8_0,
         ),
     ];
+    // Sliding windows: Gemma 3 270M's heads (4 over 1 KV head of 256) past its window of 512,
+    // decode steps whose window starts inside a split or leaves whole splits empty, and a
+    // prompt whose tokens' windows start at different keys.
+    let gemma = |tokens, splits| SplitAttention {
+        tokens,
+        heads: 4,
+        kv_heads: 1,
+        head_dim: 256,
+        splits,
+    };
+    let windowed = [
+        (gemma(1, 8), 600, 512),
+        (smol(1, 4), 9, 4),
+        (smol(1, 16), 40, 3),
+        (smol(5, 2), 6, 3),
+        (smol(5, 1), 6, 1),
+        (smol(3, 3), 1, 8),
+    ]
+    .into_iter()
+    .flat_map(|(shape, pos, window)| {
+        [
+            (Reduction::Shared, KeyLayout::Rows),
+            (Reduction::Subgroup, KeyLayout::Rows),
+            (Reduction::Subgroup, KeyLayout::Columns),
+        ]
+        .map(|how| windowed_case(shape, pos, window, how))
+    });
     let rows = |(shape, pos, kv)| {
         [
             split_case(shape, pos, kv, (Reduction::Shared, KeyLayout::Rows)),
@@ -203,6 +273,7 @@ pub fn cases() -> Vec<Case> {
             rows((shape, pos, kv)).into_iter().chain([columns])
         })
         .chain(q8.into_iter().flat_map(rows))
+        .chain(windowed)
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
 }

@@ -23,11 +23,36 @@ pub fn split_kernel(
     how: Reduction,
     keys: KeyLayout,
 ) -> Result<Kernel, ShapeError> {
+    build(head_dim, kv, how, keys, false)
+}
+
+/// [`split_kernel`] for a sliding-window layer: query token `t` (at position `q = pos + t`)
+/// sees only the keys of the last `window` positions, `q + 1 - window..=q` (llama.cpp's
+/// `LLAMA_SWA_TYPE_STANDARD` masks key `p` where `q - p >= window`). One more parameter,
+/// `window`, after `scale`; a split whose keys all fall before the window writes the empty
+/// partials `acc = 0, m = −inf, l = 0`, which the combine weighs as nothing.
+pub fn split_kernel_windowed(
+    head_dim: u32,
+    kv: KvType,
+    how: Reduction,
+    keys: KeyLayout,
+) -> Result<Kernel, ShapeError> {
+    build(head_dim, kv, how, keys, true)
+}
+
+fn build(
+    head_dim: u32,
+    kv: KvType,
+    how: Reduction,
+    keys: KeyLayout,
+    windowed: bool,
+) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
     kv.check(super::OP, keys, head_dim)?;
+    let window_name = if windowed { "_window" } else { "" };
     let k = KernelBuilder::new(
         &format!(
-            "attention_split_{}_d{head_dim}_{}kv{}",
+            "attention_split{window_name}_{}_d{head_dim}_{}kv{}",
             how.name(),
             kv.name(),
             keys.suffix()
@@ -46,6 +71,7 @@ pub fn split_kernel(
     } = PartsIo::declare(&k, kv);
     let splits = k.param("splits", Scalar::U32);
     let scale = k.param("scale", Scalar::F32);
+    let window = windowed.then(|| k.param("window", Scalar::U32));
     let index = KeyIndex::declare(&k, keys, kv_heads, head_dim);
     k.settled(step);
     let s = k.workgroup_id(0);
@@ -57,6 +83,11 @@ pub fn split_kernel(
     let pos = k.load(step, k.u32(0));
     let (start, stop) = split_keys(&k, (pos, tokens, splits), s);
     let end = stop.min(pos + t + one);
+    // `max(q + 1, window) - window`: the window's first key, 0 while it covers the cache.
+    let start = match window {
+        Some(w) => start.max((pos + t + one).max(w) - w),
+        None => start,
+    };
     let keys = Keys {
         kv,
         k: kc,

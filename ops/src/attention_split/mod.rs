@@ -36,10 +36,10 @@ mod shape;
 #[cfg(test)]
 mod tests;
 
-pub use cases::{cases, combine_case, split_case};
-pub use kernel::{combine_kernel, split_kernel};
+pub use cases::{cases, combine_case, split_case, windowed_case};
+pub use kernel::{combine_kernel, split_kernel, split_kernel_windowed};
 pub(crate) use kernel::{split_keys, PartsIo};
-pub use reference::{reference_combine, reference_split};
+pub use reference::{reference_combine, reference_split, reference_split_windowed};
 pub use shape::SplitAttention;
 
 const OP: &str = "attention_split";

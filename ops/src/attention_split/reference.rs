@@ -17,6 +17,22 @@ pub fn reference_split(
     k: &[f32],
     v: &[f32],
 ) -> Result<Vec<f64>, ShapeError> {
+    reference_split_windowed(shape, kv_len, pos, None, q, k, v)
+}
+
+/// [`reference_split`] where each query token sees only the keys of the last `window`
+/// positions, as [`split_kernel_windowed`] computes.
+///
+/// [`split_kernel_windowed`]: super::split_kernel_windowed
+pub fn reference_split_windowed(
+    shape: &SplitAttention,
+    kv_len: u32,
+    pos: u32,
+    window: Option<u32>,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+) -> Result<Vec<f64>, ShapeError> {
     let n = shape.check()?;
     let whole = shape.attention(kv_len, pos);
     let q_len = whole.check()?;
@@ -37,11 +53,12 @@ pub fn reference_split(
     for (row, out) in part.chunks_mut(splits * (d + 2)).enumerate() {
         let (t, h) = (row / h_n, row % h_n);
         let visible = pos as usize + t + 1;
+        let first = window.map_or(0, |w| visible.saturating_sub(w as usize));
         let kvh = h / (h_n / kv_n);
         let qr = &q[row * d..][..d];
         let at = |j: usize| (j * kv_n + kvh) * d;
         for (s, out) in out.chunks_mut(d + 2).enumerate() {
-            let keys = (s * chunk).min(visible)..((s + 1) * chunk).min(visible);
+            let keys = (s * chunk).clamp(first, visible)..((s + 1) * chunk).min(visible);
             let scores: Vec<f64> = keys
                 .clone()
                 .map(|j| {

@@ -1,5 +1,5 @@
 //! Unit tests of split attention: split then combine is attention, on the interpreter and the
-//! CPU backend; empty splits; bad shapes are typed errors.
+//! CPU backend; empty splits; the windowed reference; bad shapes are typed errors.
 
 use super::cases::{inputs, Inputs};
 use super::*;
@@ -237,4 +237,39 @@ fn bad_shapes_are_typed_errors() {
         reference_combine(&s, &[0.0; 5]),
         Err(ShapeError::Mismatch { .. })
     ));
+}
+
+/// Through a window of 1 each query sees its own key alone, so the combined attention is that
+/// position's value row, whatever the scores; a window covering the cache changes nothing.
+#[test]
+fn windowed_reference_by_hand() {
+    let shape = SplitAttention {
+        tokens: 3,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 4,
+        splits: 2,
+    };
+    let (pos, kv_len) = (2, 5);
+    let q: Vec<f32> = (0..24).map(|i| (i % 7) as f32 - 3.0).collect();
+    let k: Vec<f32> = (0..20).map(|i| (i % 5) as f32 * 0.5).collect();
+    let v: Vec<f32> = (0..20).map(|i| i as f32).collect();
+    let part = reference_split_windowed(&shape, kv_len, pos, Some(1), &q, &k, &v).unwrap();
+    let part: Vec<f32> = part.iter().map(|&x| x as f32).collect();
+    let out = reference_combine(&shape, &part).unwrap();
+    for t in 0..3 {
+        for h in 0..2 {
+            let row = &out[(t * 2 + h) * 4..][..4];
+            let own = &v[(pos as usize + t) * 4..][..4];
+            assert!(
+                row.iter().zip(own).all(|(&a, &b)| a == f64::from(b)),
+                "{t} {h}"
+            );
+        }
+    }
+    let wide = reference_split_windowed(&shape, kv_len, pos, Some(100), &q, &k, &v).unwrap();
+    assert_eq!(
+        wide,
+        reference_split(&shape, kv_len, pos, &q, &k, &v).unwrap()
+    );
 }
