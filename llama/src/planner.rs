@@ -11,7 +11,7 @@ use trine_backends::DeviceInfo;
 use trine_gguf::quant::WeightType;
 use trine_ir::Kernel;
 use trine_ops::attention_flash::FlashOut;
-use trine_ops::elementwise::{copy_kernel, swiglu_pairs_kernel};
+use trine_ops::elementwise::{copy_kernel, swiglu_halves_kernel, swiglu_pairs_kernel, GateUp};
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec::{
@@ -80,7 +80,7 @@ pub enum KernelKey {
     Combine {
         splits: u32,
     },
-    SwigluPairs,
+    Swiglu(GateUp),
     /// A QKV product's biases and q/k head norms, in place ([`Op::QkvBiasNorm`]).
     QkvBiasNorm {
         apply: qkv_bias_norm::Apply,
@@ -209,7 +209,8 @@ impl std::fmt::Display for KernelKey {
             }
             KernelKey::RmsNorm => f.write_str("rms_norm"),
             KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
-            KernelKey::SwigluPairs => f.write_str("swiglu"),
+            KernelKey::Swiglu(GateUp::Pairs) => f.write_str("swiglu"),
+            KernelKey::Swiglu(GateUp::Halves) => f.write_str("swiglu halves"),
             KernelKey::QkvBiasNorm { apply } => {
                 let what = match (apply.bias, apply.norm) {
                     (true, true) => "bias, q/k head norms",
@@ -301,7 +302,7 @@ impl KernelKey {
             },
             Op::Norm { .. } => KernelKey::RmsNorm,
             Op::Combine { splits } => KernelKey::Combine { splits },
-            Op::Swiglu => KernelKey::SwigluPairs,
+            Op::Swiglu(layout) => KernelKey::Swiglu(layout),
             Op::QkvBiasNorm { bias, norm, .. } => KernelKey::QkvBiasNorm {
                 apply: qkv_bias_norm::Apply {
                     bias: bias.is_some(),
@@ -427,7 +428,8 @@ impl KernelKey {
             KernelKey::Combine { splits } => {
                 vec![plain(attention_split::combine_kernel(s.head_dim, splits)?)]
             }
-            KernelKey::SwigluPairs => vec![plain(swiglu_pairs_kernel())],
+            KernelKey::Swiglu(GateUp::Pairs) => vec![plain(swiglu_pairs_kernel())],
+            KernelKey::Swiglu(GateUp::Halves) => vec![plain(swiglu_halves_kernel())],
             KernelKey::QkvBiasNorm { apply } => reductions
                 .iter()
                 .map(|&r| plain(qkv_bias_norm::kernel(apply, r)))

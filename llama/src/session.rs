@@ -326,7 +326,7 @@ fn measured_bound(node: &Node) -> f64 {
         Op::Product { .. }
         | Op::Norm { .. }
         | Op::Combine { .. }
-        | Op::Swiglu
+        | Op::Swiglu(_)
         | Op::QkvBiasNorm { .. }
         | Op::RopeStore { .. } => 2.9e-10,
         // The quantizer's scales, most rounded to f16 from a division that Vulkan lets be

@@ -11,7 +11,7 @@ use trine_ops::argmax::Argmax;
 use trine_ops::attention_flash::FlashAttention;
 use trine_ops::attention_flash_tiles;
 use trine_ops::attention_split::SplitAttention;
-use trine_ops::elementwise;
+use trine_ops::elementwise::{self, GateUp};
 use trine_ops::embedding;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec_q8::XLoad;
@@ -200,10 +200,13 @@ impl Engine {
                     a.combine_grid(),
                 )
             }
-            Op::Swiglu => plan(
+            Op::Swiglu(layout) => plan(
                 vec![Tensor::Raw],
                 &[Tensor::Act],
-                vec![u(t * c.n_ff)],
+                match layout {
+                    GateUp::Pairs => vec![u(t * c.n_ff)],
+                    GateUp::Halves => vec![u(t * c.n_ff), u(c.n_ff)],
+                },
                 elementwise::grid(t * c.n_ff).unwrap_or([1, 1, 1]),
             ),
             Op::RopeStore { layer, mode, heads } => {

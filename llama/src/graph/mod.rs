@@ -13,6 +13,7 @@ pub mod builder;
 use super::config::Config;
 use super::weights::WeightId;
 use trine_ops::attention_flash::FlashOut;
+use trine_ops::elementwise::GateUp;
 use trine_ops::matvec_q8::{XBlocks, XLoad};
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::HeadSpan;
@@ -203,8 +204,9 @@ pub enum Op {
     Attention { layer: u32, form: AttentionForm },
     /// Attention's partials over `splits` chunks combined into [`Tensor::Combined`].
     Combine { splits: u32 },
-    /// SwiGLU of [`Tensor::Raw`]'s gate/up row pairs into [`Tensor::Act`].
-    Swiglu,
+    /// SwiGLU of [`Tensor::Raw`]'s gate and up rows, laid out as the product's weight holds
+    /// them, into [`Tensor::Act`].
+    Swiglu(GateUp),
     /// `out = x + r`, elementwise; the fusion pass folds every one into the product that
     /// writes `x`.
     Add { x: Tensor, r: Tensor, out: Tensor },
@@ -270,7 +272,7 @@ impl Node {
             },
             Op::Norm { tokens, .. } => (Tensor::Normed, 0..(tokens * c.n_embd) as usize),
             Op::Combine { .. } => rows(Tensor::Combined, c.q_dim()),
-            Op::Swiglu => rows(Tensor::Act, c.n_ff),
+            Op::Swiglu(_) => rows(Tensor::Act, c.n_ff),
             Op::RopeStore { .. } => rows(Tensor::QRot, c.q_dim()),
             Op::QkvBiasNorm { heads, .. } => rows(Tensor::Raw, heads.count * c.head_dim()),
             Op::Add { out, .. } => rows(out, c.n_embd),
