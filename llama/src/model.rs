@@ -6,7 +6,6 @@ use super::error::ModelError;
 use super::weights::Weights;
 use std::path::Path;
 use trine_gguf::Gguf;
-use trine_ops::rope_freqs::RopeFreqs;
 use trine_tokenizer::Tokenizer;
 
 pub struct Model {
@@ -15,7 +14,7 @@ pub struct Model {
     pub weights: Weights,
     pub tokenizer: Tokenizer,
     /// What rope turns each pair by ([`crate::rope`]).
-    pub rope: RopeFreqs,
+    pub rope: crate::rope::Rope,
 }
 
 impl Model {

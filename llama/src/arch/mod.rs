@@ -4,6 +4,7 @@
 //! ([`crate::config`]), and the tensors it adds to Llama's are named by [`Architecture::extras`].
 
 mod llama;
+mod phi3;
 mod qwen2;
 mod qwen3;
 
@@ -17,6 +18,7 @@ pub enum Architecture {
     Llama,
     Qwen2,
     Qwen3,
+    Phi3,
 }
 
 /// The tensors an architecture's layers hold beside Llama's.
@@ -27,13 +29,18 @@ pub struct Extras {
     /// `blk.N.attn_q_norm.weight`, `attn_k_norm.weight` [head_dim]: each query and key head
     /// rms-normalised before rope.
     pub qk_norm: bool,
+    /// `blk.N.attn_qkv.weight` (Q, K and V rows) and `blk.N.ffn_up.weight` (gate rows,
+    /// then up rows) in place of the separate projections, each run as the file holds it;
+    /// `rope_factors_long.weight` and `rope_factors_short.weight` ([`crate::rope`]).
+    pub fused: bool,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 3] = [
+    pub const ALL: [Architecture; 4] = [
         Architecture::Llama,
         Architecture::Qwen2,
         Architecture::Qwen3,
+        Architecture::Phi3,
     ];
 
     /// `general.architecture` as GGUF files name it, and the prefix of its keys.
@@ -42,6 +49,7 @@ impl Architecture {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Phi3 => "phi3",
         }
     }
 
@@ -60,6 +68,7 @@ impl Architecture {
         Extras {
             qkv_bias: self == Architecture::Qwen2,
             qk_norm: self == Architecture::Qwen3,
+            fused: self == Architecture::Phi3,
         }
     }
 
@@ -70,6 +79,7 @@ impl Architecture {
             Architecture::Llama => llama::build(&mut b, w),
             Architecture::Qwen2 => qwen2::build(&mut b, w),
             Architecture::Qwen3 => qwen3::build(&mut b, w),
+            Architecture::Phi3 => phi3::build(&mut b, w),
         }
         b.finish()
     }

@@ -105,13 +105,13 @@ impl<'a> Builder<'a> {
     }
 
     /// A pre-norm SwiGLU feed-forward block over residual stream `x` into `out`: rms_norm,
-    /// the gate/up product (rows interleaved in pairs), SwiGLU, the down projection and the
-    /// residual add.
+    /// the gate/up product (rows as the layer's [`Layer::gate_up`] lays them), SwiGLU, the
+    /// down projection and the residual add.
     pub fn swiglu_block(&mut self, x: Tensor, out: Tensor, l: &Layer) {
         let t = self.step.tokens;
         self.norm(x, l.ffn_norm, t, "ffn_norm");
         self.product(l.w_gate_up, Tensor::Normed, t, "ffn_gate_up");
-        self.push(Op::Swiglu, "ffn_swiglu");
+        self.push(Op::Swiglu(l.gate_up), "ffn_swiglu");
         self.product(l.w_down, Tensor::Act, t, "ffn_down");
         self.add(x, out, "ffn_residual");
     }
