@@ -12,8 +12,8 @@ const CONTROL: i32 = 3;
 const NORMAL: i32 = 1;
 const BYTE: i32 = 6;
 
-/// Mistral v0.3's control tokens after `<unk>`, `<s>`, `</s>`; the full vocabulary numbers
-/// the rest `[control_N]` up to id 770, before the bytes.
+/// Mistral v0.3's control tokens after `<unk>`, `<s>`, `</s>`; the full vocabulary names
+/// the rest `[control_8]` (id 10) to `[control_768]` (id 770), before the bytes.
 const MISTRAL_CONTROLS: [&str; 7] = [
     "[INST]",
     "[/INST]",
@@ -80,7 +80,8 @@ fn vocabulary(family: Family, n: u32) -> (Vec<String>, Vec<f32>, Vec<i32>) {
         v.extend(MISTRAL_CONTROLS.map(|s| (s.to_string(), 0.0, CONTROL)));
         if n > MISTRAL_FIRST_BYTE {
             let next = v.len() as u32;
-            v.extend((next..MISTRAL_FIRST_BYTE).map(|i| (format!("[control_{i}]"), 0.0, CONTROL)));
+            let name = |i: u32| format!("[control_{}]", i - 2);
+            v.extend((next..MISTRAL_FIRST_BYTE).map(|i| (name(i), 0.0, CONTROL)));
         }
     }
     v.extend((0..=255u8).map(|b| (format!("<0x{b:02X}>"), 0.0, BYTE)));
@@ -116,15 +117,6 @@ fn vocabulary(family: Family, n: u32) -> (Vec<String>, Vec<f32>, Vec<i32>) {
 /// 32000 in the full one, else the last [`PHI3_ADDED`]`.len()` ids.
 fn phi3_endoftext(n: u32) -> u32 {
     PHI3_BASE.min(n.saturating_sub(PHI3_ADDED.len() as u32))
-}
-
-/// The smallest vocabulary [`vocabulary`] fills for `family`.
-pub fn min_vocab(family: Family) -> u32 {
-    let specials = match family {
-        Family::Mistral => 3 + MISTRAL_CONTROLS.len(),
-        _ => 3 + PHI3_ADDED.len(),
-    };
-    (specials + 256 + pieces().len()) as u32
 }
 
 /// The file's metadata for `shape` of [`Family::Mistral`] or [`Family::Phi3`].
@@ -227,3 +219,46 @@ pub(super) fn metadata(shape: &SynthShape) -> Vec<(String, Value)> {
 /// Phi-3.5-mini's `rope.scaling.attn_factor`: LongRoPE's `√(1 + ln(131072/4096)/ln 4096)`,
 /// as the converter writes it.
 pub const LONGROPE_ATTN_FACTOR: f32 = 1.190_238_1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(shape: &SynthShape) -> Vec<String> {
+        let meta = metadata(shape);
+        let Some((_, Value::Array(v))) = meta.iter().find(|(k, _)| k == "tokenizer.ggml.tokens")
+        else {
+            panic!("no tokens")
+        };
+        v.iter()
+            .map(|t| match t {
+                Value::String(s) => s.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// The special ids of the released files' vocabularies: Phi-3's chat markers after its
+    /// 32000 pieces (`<|assistant|>` 32001, `<|end|>` 32007, `<|user|>` 32010), Mistral
+    /// v0.3's `[INST]` 3 and `[/INST]` 4 and its bytes from 771.
+    #[test]
+    fn full_vocabularies_put_the_specials_where_the_files_do() {
+        let phi = tokens(&SynthShape::PHI_3_5_MINI);
+        assert_eq!(phi.len(), 32_064);
+        let at = |v: &[String], i: usize| v[i].clone();
+        assert_eq!(at(&phi, 32_000), "<|endoftext|>");
+        assert_eq!(at(&phi, 32_001), "<|assistant|>");
+        assert_eq!(at(&phi, 32_007), "<|end|>");
+        assert_eq!(at(&phi, 32_010), "<|user|>");
+        assert_eq!(at(&phi, 3), "<0x00>");
+        let mistral = tokens(&SynthShape::MISTRAL_7B);
+        assert_eq!(mistral.len(), 32_768);
+        assert_eq!(
+            (at(&mistral, 3), at(&mistral, 4)),
+            ("[INST]".into(), "[/INST]".into())
+        );
+        assert_eq!(at(&mistral, 10), "[control_8]");
+        assert_eq!(at(&mistral, 770), "[control_768]");
+        assert_eq!(at(&mistral, 771), "<0x00>");
+    }
+}
