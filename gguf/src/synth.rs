@@ -167,10 +167,12 @@ impl SynthShape {
                     let n = self.n_layer;
                     i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
                 };
-                let wide = name.contains("attn_v") || name.contains("ffn_down");
+                // llama.cpp 0c1e570's quantizer types a fused attn_qkv as it types attn_v.
+                let wide = ["attn_v", "attn_qkv", "ffn_down"]
+                    .iter()
+                    .any(|t| name.contains(t));
                 match layer {
                     _ if name == "output.weight" => TensorType::Q6_K,
-                    Some(_) if name.contains("attn_qkv") => TensorType::Q5_K,
                     Some(i) if wide && more(i) => TensorType::Q6_K,
                     _ => TensorType::Q4_K,
                 }
