@@ -7,6 +7,7 @@ use super::{Gguf, GgufError, GgufWriter, TensorType, Value};
 use crate::quant::quantize;
 
 pub mod rope;
+pub mod spm;
 
 /// The weights' deterministic generator: splitmix64, so every run and every machine draws
 /// the same file from a seed.
@@ -47,7 +48,8 @@ const BIAS_HALF_WIDTH: f32 = 0.5;
 
 /// A model with all of `src`'s metadata (tokenizer included) and its tensor names, shapes and
 /// types, holding random weights drawn from `seed`. Rope's frequency factors
-/// ([`rope::ROPE_FREQS`]) are the model's rope scaling, not weights, and are copied.
+/// ([`rope::ROPE_FREQS`], LongRoPE's [`rope::ROPE_FACTORS_LONG`] and
+/// [`rope::ROPE_FACTORS_SHORT`]) are the model's rope scaling, not weights, and are copied.
 pub fn synth_like(src: &Gguf, seed: u64) -> Result<GgufWriter, GgufError> {
     let mut w = GgufWriter::new();
     for (key, value) in src.metadata() {
@@ -55,7 +57,12 @@ pub fn synth_like(src: &Gguf, seed: u64) -> Result<GgufWriter, GgufError> {
     }
     let mut rng = Rng::new(seed);
     for t in src.tensors() {
-        let bytes = if t.name == rope::ROPE_FREQS {
+        let factors = [
+            rope::ROPE_FREQS,
+            rope::ROPE_FACTORS_LONG,
+            rope::ROPE_FACTORS_SHORT,
+        ];
+        let bytes = if factors.contains(&t.name.as_str()) {
             src.tensor_data(t).to_vec()
         } else {
             random_tensor(&mut rng, &t.name, t.n_elements, t.ty)?
@@ -81,17 +88,29 @@ pub enum Family {
     /// layer in every `pattern` (`attention.sliding_window_pattern`, written where given;
     /// llama.cpp's default is 6).
     Gemma3 { window: u32, pattern: Option<u32> },
+    /// Mistral 7B v0.3's: `llama`, rope base 10⁶, a SentencePiece vocabulary ([`spm`]).
+    Mistral,
+    /// Phi-3.5-mini's: `phi3`, Q, K and V fused in `attn_qkv`, gate and up in `ffn_up`,
+    /// LongRoPE's factors, a SentencePiece vocabulary ([`spm`]).
+    Phi3,
 }
 
 impl Family {
     /// `general.architecture`.
     pub fn arch(self) -> &'static str {
         match self {
-            Family::Llama => "llama",
+            Family::Llama | Family::Mistral => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
             Family::Gemma3 { .. } => "gemma3",
+            Family::Phi3 => "phi3",
         }
+    }
+
+    /// Whether its files carry a SentencePiece vocabulary ([`spm`]) rather than a byte-level
+    /// one.
+    fn spm(self) -> bool {
+        matches!(self, Family::Mistral | Family::Phi3)
     }
 }
 
@@ -154,7 +173,10 @@ impl SynthShape {
                     let n = self.n_layer;
                     i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
                 };
-                let wide = name.contains("attn_v") || name.contains("ffn_down");
+                // llama.cpp 0c1e570's quantizer types a fused attn_qkv as it types attn_v.
+                let wide = ["attn_v", "attn_qkv", "ffn_down"]
+                    .iter()
+                    .any(|t| name.contains(t));
                 match layer {
                     _ if name == "output.weight" => TensorType::Q6_K,
                     Some(i) if wide && more(i) => TensorType::Q6_K,
@@ -299,11 +321,32 @@ impl SynthShape {
         ..SynthShape::QWEN2_5_0_5B
     };
 
+    /// Mistral 7B Instruct v0.3's layout (32768 tokens, an untied output head), in Q4_K_M.
+    pub const MISTRAL_7B: SynthShape = SynthShape {
+        family: Family::Mistral,
+        vocab: 32_768,
+        ..SynthShape::LLAMA_3_8B
+    };
+
+    /// Phi-3.5-mini-instruct's layout (32 heads of 96, no grouped-query attention, an
+    /// untied output head), in Q4_K_M.
+    pub const PHI_3_5_MINI: SynthShape = SynthShape {
+        family: Family::Phi3,
+        n_embd: 3072,
+        n_ff: 8192,
+        n_layer: 32,
+        n_head: 32,
+        n_head_kv: 32,
+        vocab: 32_064,
+        ..SynthShape::LLAMA_3_8B
+    };
+
     /// The presets by the names `trine synth-model --like` takes; the tiny ones are the
     /// tests' ([`SynthShape::TINY`], [`SynthShape::TINY_QWEN2`], [`SynthShape::TINY_QWEN3`],
-    /// [`SynthShape::TINY_GEMMA3`]), for the reference scripts to read the same files. Those
-    /// of Llama 3.1 and 3.2 also carry their rope scaling ([`rope::Llama3Rope::of_preset`]).
-    pub const PRESETS: [(&'static str, SynthShape); 12] = [
+    /// [`SynthShape::TINY_GEMMA3`], [`SynthShape::TINY_MISTRAL`], [`SynthShape::TINY_PHI3`]),
+    /// for the reference scripts to read the same files. Those of Llama 3.1 and 3.2 also carry
+    /// their rope scaling ([`rope::Llama3Rope::of_preset`]).
+    pub const PRESETS: [(&'static str, SynthShape); 16] = [
         ("smollm2-135m", SynthShape::SMOLLM2_135M),
         ("llama-3.2-1b", SynthShape::LLAMA_3_2_1B),
         ("llama-3-8b", SynthShape::LLAMA_3_8B),
@@ -316,6 +359,10 @@ impl SynthShape {
         ("qwen3-tiny", SynthShape::TINY_QWEN3),
         ("gemma-3-1b", SynthShape::GEMMA_3_1B),
         ("gemma3-tiny", SynthShape::TINY_GEMMA3),
+        ("mistral-7b", SynthShape::MISTRAL_7B),
+        ("phi-3.5-mini", SynthShape::PHI_3_5_MINI),
+        ("mistral-tiny", SynthShape::TINY_MISTRAL),
+        ("phi3-tiny", SynthShape::TINY_PHI3),
     ];
 
     /// The smallest Llama the tests run whole: two layers of width 64 with grouped-query
@@ -335,6 +382,21 @@ impl SynthShape {
         embedding: TensorType::Q8_0,
         output: None,
         mix: Mix::AsGiven,
+    };
+
+    /// [`SynthShape::TINY`] as Mistral lays it out: its SentencePiece vocabulary, 512 tokens.
+    pub const TINY_MISTRAL: SynthShape = SynthShape {
+        family: Family::Mistral,
+        vocab: 512,
+        ..SynthShape::TINY
+    };
+
+    /// [`SynthShape::TINY`] as Phi-3 lays it out: fused QKV and gate/up tensors, LongRoPE's
+    /// factors (8, for heads of 16), a SentencePiece vocabulary of 512 tokens.
+    pub const TINY_PHI3: SynthShape = SynthShape {
+        family: Family::Phi3,
+        vocab: 512,
+        ..SynthShape::TINY
     };
 
     /// [`SynthShape::TINY`] as Qwen2 lays it out: the biases on Q, K and V.
@@ -377,7 +439,12 @@ pub fn synth_smollm2_135m(seed: u64) -> Result<GgufWriter, GgufError> {
 /// of weights takes seconds, the same on every machine.
 pub fn synth_llama(shape: SynthShape, seed: u64) -> Result<GgufWriter, GgufError> {
     let mut w = GgufWriter::new();
-    for (key, value) in smollm2::metadata(&shape) {
+    let metadata = if shape.family.spm() {
+        spm::metadata(&shape)
+    } else {
+        smollm2::metadata(&shape)
+    };
+    for (key, value) in metadata {
         w.add(key, value)?;
     }
     if let Some(ty) = shape.file_type() {
@@ -407,7 +474,10 @@ pub fn synth_llama(shape: SynthShape, seed: u64) -> Result<GgufWriter, GgufError
                     break;
                 };
                 let mut rng = Rng::new(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                let bytes = random_tensor(&mut rng, name, dims.iter().product(), *ty);
+                let bytes = match rope_factors(name, dims[0]) {
+                    Some(bytes) => Ok(bytes),
+                    None => random_tensor(&mut rng, name, dims.iter().product(), *ty),
+                };
                 if let Ok(mut m) = made.lock() {
                     m[i] = Some(bytes);
                 }
@@ -423,6 +493,18 @@ pub fn synth_llama(shape: SynthShape, seed: u64) -> Result<GgufWriter, GgufError
         w.add_tensor(name, &dims, ty, bytes)?;
     }
     Ok(w)
+}
+
+/// LongRoPE's factors where `name` is one of their tensors (of `pairs` entries): they are
+/// the model's rope scaling, and random ones would be refused.
+fn rope_factors(name: &str, pairs: u64) -> Option<Vec<u8>> {
+    let (long, short) = rope::longrope_factors(pairs as u32);
+    let factors = match name {
+        rope::ROPE_FACTORS_LONG => long,
+        rope::ROPE_FACTORS_SHORT => short,
+        _ => return None,
+    };
+    Some(factors.iter().flat_map(|f| f.to_le_bytes()).collect())
 }
 
 fn random_tensor(rng: &mut Rng, name: &str, n: u64, ty: TensorType) -> Result<Vec<u8>, GgufError> {
@@ -462,6 +544,16 @@ mod smollm2 {
     fn block(s: &SynthShape) -> Vec<(&'static str, Vec<u64>, TensorType)> {
         let (d, ff, m, hd) = (s.n_embd, s.n_ff, s.matrices, s.head_dim());
         let (q, kv) = (u64::from(s.n_head) * hd, u64::from(s.n_head_kv) * hd);
+        if s.family == Family::Phi3 {
+            return vec![
+                ("attn_norm.weight", vec![d], TensorType::F32),
+                ("ffn_down.weight", vec![ff, d], m),
+                ("ffn_up.weight", vec![d, 2 * ff], m),
+                ("ffn_norm.weight", vec![d], TensorType::F32),
+                ("attn_output.weight", vec![q, d], m),
+                ("attn_qkv.weight", vec![d, q + 2 * kv], m),
+            ];
+        }
         let mut out = vec![
             ("attn_norm.weight", vec![d], TensorType::F32),
             ("ffn_down.weight", vec![ff, d], m),
@@ -474,7 +566,7 @@ mod smollm2 {
             ("attn_v.weight", vec![d, kv], m),
         ];
         match s.family {
-            Family::Llama => {}
+            Family::Llama | Family::Mistral | Family::Phi3 => {}
             Family::Qwen2 => out.extend([
                 ("attn_q.bias", vec![q], TensorType::F32),
                 ("attn_k.bias", vec![kv], TensorType::F32),
@@ -504,6 +596,16 @@ mod smollm2 {
             vec![s.n_embd, u64::from(s.vocab)],
             s.embedding,
         )];
+        if s.family == Family::Phi3 {
+            let pairs = s.head_dim() / 2;
+            out.extend(
+                [
+                    super::rope::ROPE_FACTORS_LONG,
+                    super::rope::ROPE_FACTORS_SHORT,
+                ]
+                .map(|name| (name.to_string(), vec![pairs], TensorType::F32)),
+            );
+        }
         for b in &blocks {
             out.extend(
                 block(s)
@@ -606,7 +708,8 @@ mod smollm2 {
         // instruct models end a turn with `<|im_end|>`.
         let (name, basename, size, context, base, eps, pre, bos, eos, pad, template) =
             match shape.family {
-                Family::Llama => (
+                // The SentencePiece families' metadata is spm::metadata's.
+                Family::Llama | Family::Mistral | Family::Phi3 => (
                     "SmolLM2 135M Instruct (synthetic weights)",
                     "smollm2",
                     "135M",

@@ -15,6 +15,7 @@ use super::tuning;
 use super::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_ops::attention_flash::FlashOut;
+use trine_ops::elementwise::GateUp;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec_q8::{XBlocks, XLoad};
 use trine_ops::rope::RopeMode;
@@ -196,8 +197,9 @@ pub fn fuse(
             }
             // Unfolded by the product before it (which takes quantized x), SwiGLU folds into
             // the quantizer of the product after it where that one takes quantized x: the
-            // quantizer computes it from the gate/up pairs, the same arithmetic.
-            Op::Swiglu
+            // quantizer computes it from the gate/up pairs, the same arithmetic (a file's halves
+            // stay a node of their own).
+            Op::Swiglu(GateUp::Pairs)
                 if next_form.is_some_and(Form::quantizes_x)
                     && next.is_some_and(|n| matches!(n.op, Op::Product { x: Tensor::Act, .. })) =>
             {
@@ -216,7 +218,8 @@ pub fn fuse(
 }
 
 /// What a product of `form` writing `y` folds from the node after it: rope with the cache
-/// store (float x, the normal rope the fused kernel computes), SwiGLU (float x and tiles), a
+/// store (float x, the normal rope the fused kernel computes), SwiGLU of gate/up pairs (float
+/// x and tiles; a file's gate and up halves lie too far apart for an epilogue), a
 /// residual add of `y` (every form); with the tensor it then writes and whether it folded.
 fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Tensor, bool) {
     match next.map(|n| n.op) {
@@ -227,7 +230,9 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
         }) if form == Form::Float && offer.float_cache => {
             (Store::Rope { layer, heads }, Tensor::QRot, true)
         }
-        Some(Op::Swiglu) if !form.quantizes_x() => (Store::Swiglu, Tensor::Act, true),
+        Some(Op::Swiglu(GateUp::Pairs)) if !form.quantizes_x() => {
+            (Store::Swiglu, Tensor::Act, true)
+        }
         Some(Op::Add { x, r, out }) if x == y => (Store::Add(r), out, true),
         _ => (Store::None, y, false),
     }

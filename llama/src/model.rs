@@ -15,7 +15,7 @@ pub struct Model {
     pub weights: Weights,
     pub tokenizer: Tokenizer,
     /// What rope turns each pair by ([`crate::rope`]).
-    pub rope: RopeFreqs,
+    pub rope: crate::rope::Rope,
     /// What the sliding-window layers' rope turns each pair by, where the model has them
     /// ([`crate::rope::local`]).
     pub rope_local: Option<RopeFreqs>,
@@ -30,7 +30,7 @@ impl Model {
         let config = Config::from_gguf(&gguf)?;
         let weights = Weights::from_gguf(&gguf, &config)?;
         let rope = crate::rope::from_gguf(&gguf, &config)?;
-        let rope_local = crate::rope::local(&config, &rope);
+        let rope_local = crate::rope::local(&config, &rope.short);
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         Ok(Model {
             gguf,

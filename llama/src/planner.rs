@@ -11,7 +11,9 @@ use trine_backends::DeviceInfo;
 use trine_gguf::quant::WeightType;
 use trine_ir::Kernel;
 use trine_ops::attention_flash::FlashOut;
-use trine_ops::elementwise::{copy_kernel, geglu_pairs_kernel, swiglu_pairs_kernel};
+use trine_ops::elementwise::{
+    copy_kernel, geglu_pairs_kernel, swiglu_halves_kernel, swiglu_pairs_kernel, GateUp,
+};
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec::{
@@ -86,7 +88,7 @@ pub enum KernelKey {
     Combine {
         splits: u32,
     },
-    SwigluPairs,
+    Swiglu(GateUp),
     GegluPairs,
     /// A post-norm residual connection ([`Op::NormAdd`]).
     NormAdd,
@@ -224,7 +226,8 @@ impl std::fmt::Display for KernelKey {
             }
             KernelKey::RmsNorm => f.write_str("rms_norm"),
             KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
-            KernelKey::SwigluPairs => f.write_str("swiglu"),
+            KernelKey::Swiglu(GateUp::Pairs) => f.write_str("swiglu"),
+            KernelKey::Swiglu(GateUp::Halves) => f.write_str("swiglu halves"),
             KernelKey::GegluPairs => f.write_str("geglu"),
             KernelKey::NormAdd => f.write_str("rms_norm, residual add"),
             KernelKey::QkvBiasNorm { apply } => {
@@ -321,7 +324,7 @@ impl KernelKey {
             },
             Op::Norm { .. } => KernelKey::RmsNorm,
             Op::Combine { splits } => KernelKey::Combine { splits },
-            Op::Swiglu => KernelKey::SwigluPairs,
+            Op::Swiglu(layout) => KernelKey::Swiglu(layout),
             Op::Geglu => KernelKey::GegluPairs,
             Op::NormAdd { .. } => KernelKey::NormAdd,
             Op::QkvBiasNorm { bias, norm, .. } => KernelKey::QkvBiasNorm {
@@ -460,7 +463,8 @@ impl KernelKey {
             KernelKey::Combine { splits } => {
                 vec![plain(attention_split::combine_kernel(s.head_dim, splits)?)]
             }
-            KernelKey::SwigluPairs => vec![plain(swiglu_pairs_kernel())],
+            KernelKey::Swiglu(GateUp::Pairs) => vec![plain(swiglu_pairs_kernel())],
+            KernelKey::Swiglu(GateUp::Halves) => vec![plain(swiglu_halves_kernel())],
             KernelKey::GegluPairs => vec![plain(geglu_pairs_kernel())],
             KernelKey::NormAdd => reductions
                 .iter()

@@ -16,6 +16,14 @@
 //!   type: Llama 3.1 and 3.2 files carry their `llama3` scaling this way. A file that names
 //!   `llama3` as its type (llama.cpp refuses it) runs only with that tensor, as nothing else
 //!   would scale its positions.
+//! - LongRoPE (Phi-3's 128k files): `rope_factors_long.weight` and `rope_factors_short.weight`
+//!   (F32, one factor per pair) take `rope_freqs.weight`'s place, the long ones where the
+//!   context (llama.cpp's `n_ctx_seq`; trine's KV cache) exceeds
+//!   `rope.scaling.original_context_length`, else the short ones
+//!   (`llama_model::get_rope_factors`), either being none where the file lacks it. Their
+//!   magnitude is the file's `rope.scaling.attn_factor` under both (the converter writes
+//!   LongRoPE's `√(1 + ln(factor)/ln(original context))` there), and `rope_freqs.weight`
+//!   wins where a file has both. Only Phi-3 reads them, as in llama.cpp.
 
 use super::config::{bad, optional, Config};
 use super::error::ModelError;
@@ -24,14 +32,71 @@ use trine_ops::rope_freqs::{RopeFreqs, RopeScaling, YARN_BETA_FAST, YARN_BETA_SL
 
 /// The frequency factors' tensor.
 pub const ROPE_FREQS: &str = "rope_freqs.weight";
+/// LongRoPE's factors for contexts beyond the original one, and within it.
+pub const ROPE_FACTORS_LONG: &str = "rope_factors_long.weight";
+pub const ROPE_FACTORS_SHORT: &str = "rope_factors_short.weight";
+
+/// A model's rope: one table, or LongRoPE's two, chosen by the context.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rope {
+    /// The table of every context, or of those up to LongRoPE's original context.
+    pub short: RopeFreqs,
+    /// LongRoPE's original context and the table of the contexts beyond it.
+    pub long: Option<(u32, RopeFreqs)>,
+}
+
+impl Rope {
+    /// The table a KV cache of `context` positions turns by.
+    pub fn for_context(&self, context: u32) -> &RopeFreqs {
+        match &self.long {
+            Some((original, long)) if context > *original => long,
+            _ => &self.short,
+        }
+    }
+}
+
+/// The model's rope, from its metadata and its factor tensors.
+pub fn from_gguf(g: &Gguf, c: &Config) -> Result<Rope, ModelError> {
+    let freqs = freqs(g, c)?;
+    let names = [ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT];
+    if !c.arch.extras().fused {
+        if let Some(name) = names.into_iter().find(|n| g.tensor(n).is_some()) {
+            return Err(ModelError::UnusedTensor {
+                name: name.to_string(),
+                arch: c.arch.name(),
+                what: "LongRoPE's factors",
+            });
+        }
+    }
+    if !freqs.factors.is_empty() || names.iter().all(|n| g.tensor(n).is_none()) {
+        return Ok(Rope {
+            short: freqs,
+            long: None,
+        });
+    }
+    let ctx_key = format!("{}.rope.scaling.original_context_length", c.arch.name());
+    let original = optional(g.get_u32(&ctx_key), c.context_length)?;
+    let long = RopeFreqs {
+        factors: factors(g, ROPE_FACTORS_LONG, c.head_dim())?,
+        ..freqs.clone()
+    };
+    let short = RopeFreqs {
+        factors: factors(g, ROPE_FACTORS_SHORT, c.head_dim())?,
+        ..freqs
+    };
+    Ok(Rope {
+        short,
+        long: Some((original, long)),
+    })
+}
 
 /// The scaling types trine runs, for errors.
 const TYPES: &str = "trine runs none, linear, yarn, and llama3 with rope_freqs.weight";
 
-/// The model's rope frequencies, from its metadata and its `rope_freqs.weight`.
-pub fn from_gguf(g: &Gguf, c: &Config) -> Result<RopeFreqs, ModelError> {
+/// The rope frequencies the metadata and `rope_freqs.weight` give.
+fn freqs(g: &Gguf, c: &Config) -> Result<RopeFreqs, ModelError> {
     let key = |k: &str| format!("{}.{k}", c.arch.name());
-    let factors = factors(g, c.head_dim())?;
+    let factors = factors(g, ROPE_FREQS, c.head_dim())?;
     let type_key = key("rope.scaling.type");
     let kind = match g.get_str(&type_key) {
         Ok(s) => s.to_string(),
@@ -106,9 +171,9 @@ pub fn local(c: &Config, rope: &RopeFreqs) -> Option<RopeFreqs> {
     })
 }
 
-/// `rope_freqs.weight`'s factors, or none where the file has no such tensor.
-fn factors(g: &Gguf, head_dim: u32) -> Result<Vec<f32>, ModelError> {
-    let Some(t) = g.tensor(ROPE_FREQS) else {
+/// Frequency factors tensor `name`'s, or none where the file has no such tensor.
+fn factors(g: &Gguf, name: &str, head_dim: u32) -> Result<Vec<f32>, ModelError> {
+    let Some(t) = g.tensor(name) else {
         return Ok(vec![]);
     };
     let half = u64::from(head_dim / 2);
@@ -137,7 +202,7 @@ fn factors(g: &Gguf, head_dim: u32) -> Result<Vec<f32>, ModelError> {
         .find(|(_, f)| !(f.is_finite() && **f > 0.0))
     {
         return Err(bad(
-            &format!("{ROPE_FREQS}[{i}]"),
+            &format!("{name}[{i}]"),
             f,
             "must be finite and positive (each divides a pair's angle)",
         ));

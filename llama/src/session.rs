@@ -326,7 +326,7 @@ fn measured_bound(node: &Node) -> f64 {
         Op::Product { .. }
         | Op::Norm { .. }
         | Op::Combine { .. }
-        | Op::Swiglu
+        | Op::Swiglu(_)
         | Op::Geglu
         | Op::NormAdd { .. }
         | Op::QkvBiasNorm { .. }

@@ -3,7 +3,8 @@
 //! kernels), norms and biases as f32. Nothing is copied from the mapped file unless its type
 //! needs a conversion (BF16 matrices and non-f32 norms become f32, once, at load), its length
 //! is not a whole number of 32-bit words (buffers are word-addressed), or it is stacked with
-//! others into one product (Q, K and V, and their biases, as one; gate and up).
+//! others into one product (Q, K and V, and their biases, as one; gate and up). A file that
+//! fuses them itself (Phi-3's `attn_qkv` and `ffn_up`) is read as it is.
 
 use super::config::Config;
 use super::error::ModelError;
@@ -11,6 +12,7 @@ use half::{bf16, f16};
 use trine_gguf::quant::WeightType;
 use trine_gguf::{Gguf, TensorInfo, TensorType};
 use trine_ops::blocks::{weight_types, BlockFormat};
+use trine_ops::elementwise::GateUp;
 use trine_ops::rope_store::HeadSpan;
 
 /// Index of a tensor in [`Weights::tensors`].
@@ -56,9 +58,11 @@ pub struct Layer {
     /// Q, K and V in as few products as their weight types allow: one where the three share
     /// a type, else one per run of a type, each tensor in its own type.
     pub qkv: Vec<QkvPart>,
-    /// Gate and up interleaved (gate row i at row 2i, up row i at 2i + 1): one matvec whose
-    /// workgroups hold both rows that SwiGLU combines.
+    /// Gate and up as one matrix, its rows as `gate_up` says: interleaved where the file
+    /// holds them apart (gate row i at row 2i, up row i at 2i + 1: one matvec whose
+    /// workgroups hold both rows that SwiGLU combines), else the file's fused tensor.
     pub w_gate_up: WeightId,
+    pub gate_up: GateUp,
     /// The query and key heads' norm weights ([head_dim] each), where the architecture
     /// normalises them before rope.
     pub qk_norm: Option<(WeightId, WeightId)>,
@@ -100,11 +104,13 @@ impl Weights {
             .map(|l| {
                 let n = |s: &str| format!("blk.{l}.{s}.weight");
                 let b = |s: &str| format!("blk.{l}.{s}.bias");
-                let qkv = [
-                    ('q', w.weight(&n("attn_q"), q, d)?),
-                    ('k', w.weight(&n("attn_k"), kv, d)?),
-                    ('v', w.weight(&n("attn_v"), kv, d)?),
-                ];
+                if extras.fused {
+                    let separate = [n("attn_q"), n("attn_k"), n("attn_v"), n("ffn_gate")];
+                    w.absent(c, &separate, "separate Q, K, V or gate projections")?;
+                    w.absent(c, &[b("attn_qkv")], "a fused QKV bias")?;
+                } else {
+                    w.absent(c, &[n("attn_qkv")], "a fused QKV projection")?;
+                }
                 let biases = if extras.qkv_bias {
                     Some([
                         w.vector(&b("attn_q"), q)?,
@@ -136,17 +142,42 @@ impl Weights {
                     )?;
                     None
                 };
-                let gate_up = [
-                    w.weight(&n("ffn_gate"), ff, d)?,
-                    w.weight(&n("ffn_up"), ff, d)?,
-                ];
+                let (qkv, w_gate_up, gate_up) = if extras.fused {
+                    let rows = q + 2 * kv;
+                    let part = QkvPart {
+                        w: w.matrix(&n("attn_qkv"), rows, d)?,
+                        heads: HeadSpan {
+                            first: 0,
+                            count: rows / c.head_dim(),
+                        },
+                        bias: None,
+                    };
+                    let up = w.matrix(&n("ffn_up"), 2 * ff, d)?;
+                    (vec![part], up, GateUp::Halves)
+                } else {
+                    let qkv = [
+                        ('q', w.weight(&n("attn_q"), q, d)?),
+                        ('k', w.weight(&n("attn_k"), kv, d)?),
+                        ('v', w.weight(&n("attn_v"), kv, d)?),
+                    ];
+                    let gate_up = [
+                        w.weight(&n("ffn_gate"), ff, d)?,
+                        w.weight(&n("ffn_up"), ff, d)?,
+                    ];
+                    (
+                        w.qkv(l, qkv, biases, c.head_dim())?,
+                        w.stack(&n("ffn_gate_up"), &gate_up, true)?,
+                        GateUp::Pairs,
+                    )
+                };
                 Ok(Layer {
                     attn_norm: w.norm(&n("attn_norm"), d)?,
                     wo: w.matrix(&n("attn_output"), d, q)?,
                     ffn_norm: w.norm(&n("ffn_norm"), d)?,
                     w_down: w.matrix(&n("ffn_down"), d, ff)?,
-                    qkv: w.qkv(l, qkv, biases, c.head_dim())?,
-                    w_gate_up: w.stack(&n("ffn_gate_up"), &gate_up, true)?,
+                    qkv,
+                    w_gate_up,
+                    gate_up,
                     qk_norm,
                     post_norms,
                     window: c.window(l),

@@ -3,6 +3,8 @@
 //!   (llama.cpp's FFN, `ggml_swiglu_split`, on gate and up rows stacked in pairs);
 //! - `geglu_pairs`: `y[i] = gelu(x[2i])·x[2i + 1]` with GELU's tanh form
 //!   `gelu(x) = x/2·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))` (Gemma's FFN, `ggml_geglu_split`);
+//! - `swiglu_halves`: the same on a token's row of all gate values then all up values, what
+//!   a product over a file's fused gate/up tensor (Phi-3's `ffn_up.weight`) writes;
 //! - `copy`: f32 → f16, f16 → f32 and f32 → f32 (a conversion rounds to nearest even).
 //!
 //! Bounds: the copies are exact ([`NMSE_EXACT`]); SwiGLU and GeGLU use the default 1e-7: their
@@ -76,6 +78,36 @@ pub fn geglu_pairs_kernel() -> Kernel {
     k.finish()
 }
 
+/// How a product's gate and up rows lie, and so where SwiGLU finds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GateUp {
+    /// Row pairs (gate i, up i): the executor's stacking of separate gate and up tensors,
+    /// which a product's epilogue or the quantizer after it can combine.
+    Pairs,
+    /// All gate rows, then all up rows: a fused tensor as the file holds it, combined by
+    /// [`swiglu_halves_kernel`].
+    Halves,
+}
+
+/// SwiGLU of each token's row of `ff` gate values then `ff` up values:
+/// `y[t·ff + i] = silu(x[2t·ff + i])·x[2t·ff + ff + i]`. Buffers: `x`, `y` f32. Params: n
+/// (outputs, a multiple of ff), ff.
+pub fn swiglu_halves_kernel() -> Kernel {
+    let k = KernelBuilder::new("swiglu_halves_f32", [WG, 1, 1]);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let n = k.param("n", Scalar::U32);
+    let ff = k.param("ff", Scalar::U32);
+    let i = k.global_id(0);
+    k.if_(i.lt(n), || {
+        let gate_at = (i / ff) * ff * k.u32(2) + i % ff;
+        let gate = k.load(x, gate_at);
+        let up = k.load(x, gate_at + ff);
+        k.store(y, i, silu_ir(&k, gate) * up);
+    });
+    k.finish()
+}
+
 /// A [`geglu_pairs_kernel`] case of `n` outputs.
 pub fn geglu_pairs_case(n: u32) -> Result<Case, ShapeError> {
     let grid = grid(n)?;
@@ -88,6 +120,27 @@ pub fn geglu_pairs_case(n: u32) -> Result<Case, ShapeError> {
         .input("x", Scalar::F32, f32_bytes(&x))
         .output("y", Scalar::F32, vec![0; n as usize * 4], want)
         .params(vec![ParamValue::U32(n)]))
+}
+
+/// A [`swiglu_halves_kernel`] case of `tokens` rows of `ff` outputs.
+pub fn swiglu_halves_case(tokens: u32, ff: u32) -> Result<Case, ShapeError> {
+    nonzero("swiglu_halves", "ff", ff)?;
+    elements("swiglu_halves", "tokens × 2·ff", &[tokens, ff, 2])?;
+    let n = tokens * ff;
+    let grid = grid(n)?;
+    let name = format!("swiglu_halves/f32/{tokens}x{ff}");
+    let mut r = Rng::new(seed(&name));
+    let x = activation_inputs(&mut r, 2 * n as usize);
+    let (mut gate, mut up) = (vec![], vec![]);
+    for row in x.chunks(2 * ff as usize) {
+        gate.extend_from_slice(&row[..ff as usize]);
+        up.extend_from_slice(&row[ff as usize..]);
+    }
+    let want = reference_swiglu(&gate, &up)?;
+    Ok(Case::new(name, swiglu_halves_kernel(), grid)
+        .input("x", Scalar::F32, f32_bytes(&x))
+        .output("y", Scalar::F32, vec![0; n as usize * 4], want)
+        .params(vec![ParamValue::U32(n), ParamValue::U32(ff)]))
 }
 
 /// A [`swiglu_pairs_kernel`] case of `n` outputs.
@@ -229,6 +282,8 @@ pub fn cases() -> Vec<Case> {
     v.extend([1536, 255].map(swiglu_pairs_case));
     // Gemma 3 270M's FFN width, and an odd count.
     v.extend([2048, 255].map(geglu_pairs_case));
+    // Phi-3-mini's FFN width for one token, and three tokens of an odd width.
+    v.extend([(1, 8192), (3, 257)].map(|(t, ff)| swiglu_halves_case(t, ff)));
     // Then SmolLM2-135M's graph: K rows (3 KV heads × 64) of 2 tokens written at position 5 of
     // a cache, and the last of 7 tokens' rows (576 wide) picked for the output head.
     for (from, to, n, x_at, at) in [

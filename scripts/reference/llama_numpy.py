@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Greedy decoding of a Llama-, Qwen2-, Qwen3- or Gemma3-architecture GGUF in plain float64 numpy.
+"""Greedy decoding of a Llama-, Qwen2-, Qwen3-, Gemma3- or Phi3-architecture GGUF in plain float64 numpy.
 
 An exact-arithmetic reference over the same dequantized weights as llama.cpp: it shows where
 llama.cpp's own shortcuts (activations quantized to Q8_1/Q8_0 before each matmul, an f16 KV
@@ -22,10 +22,15 @@ ignores them computes.
 With --ids, it decodes the given prompt ids itself (a synthetic model has no llama.cpp fixture)
 and records every step's logits as well, for a test to hold trine's logits to:
 
-    python3 llama_numpy.py [--ignore-rope-scaling] --ids MODEL.gguf N_PREDICT ID,ID,... > F64_FIXTURE.json
+    python3 llama_numpy.py [--ignore-rope-scaling] [--n-ctx N] --ids MODEL.gguf N_PREDICT ID,ID,... > F64_FIXTURE.json
+
+--n-ctx is the context llama.cpp runs with (default: the model's context length), which picks
+Phi-3's LongRoPE factors: rope_factors_long.weight where it exceeds
+{arch}.rope.scaling.original_context_length, else rope_factors_short.weight (llama.cpp's
+get_rope_factors), turned with the file's rope.scaling.attn_factor.
 
 The families differ only where llama.cpp's graphs do (src/models/llama.cpp, qwen2.cpp,
-qwen3.cpp, gemma3.cpp): Qwen2 adds the Q, K and V biases after the products; Qwen3 rms-normalises each
+qwen3.cpp, gemma3.cpp, phi3.cpp): Qwen2 adds the Q, K and V biases after the products; Qwen3 rms-normalises each
 query and key head (attn_q_norm, attn_k_norm) before rope and takes its head size from
 qwen3.attention.key_length; both rotate NeoX pairs (i, i + d/2) where Llama rotates adjacent
 ones (2i, 2i + 1). Gemma3 does as Qwen3 and also scales the embedding by sqrt(n_embd),
@@ -33,7 +38,9 @@ rms-normalises each block's output (post_attention_norm, post_ffw_norm) before i
 add, gates its FFN with GELU's tanh form, scales queries by 1/sqrt(head_dim), and, where the
 file gives gemma3.attention.sliding_window, lets the local layers (all but every
 sliding_window_pattern-th, default 6) see only the last `window` positions and turn by rope of
-base rope.freq_base_swa (default 10000) without scaling.
+base rope.freq_base_swa (default 10000) without scaling. Phi3 (src/models/phi3.cpp) holds Q, K and V in one attn_qkv and gate then
+up in one ffn_up, which this reference splits by rows, and rotates NeoX pairs. Only the first
+{arch}.rope.dimension_count values of a head rotate (all of them where the key is absent).
 """
 
 import datetime
@@ -58,11 +65,11 @@ def yarn_corr_dims(n_dims, n_ctx_orig, base, beta_fast=32.0, beta_slow=1.0):
 
 
 class Model:
-    def __init__(self, path, ignore_rope_scaling=False):
+    def __init__(self, path, ignore_rope_scaling=False, n_ctx=None):
         reader = GGUFReader(path)
         arch = reader.fields["general.architecture"].contents()
-        if arch not in ("llama", "qwen2", "qwen3", "gemma3"):
-            sys.exit(f"llama_numpy: architecture {arch!r} is not llama, qwen2, qwen3 or gemma3")
+        if arch not in ("llama", "qwen2", "qwen3", "gemma3", "phi3"):
+            sys.exit(f"llama_numpy: architecture {arch!r} is not llama, qwen2, qwen3, gemma3 or phi3")
         self.arch = arch
 
         def meta(key, default=None):
@@ -82,8 +89,11 @@ class Model:
         # Tied embeddings: without output.weight the token embedding is the output projection.
         self.output = self.w.get("output.weight", self.w["token_embd.weight"])
         self.head_dim = meta("attention.key_length", self.w["token_embd.weight"].shape[1] // self.n_head)
-        self.neox = arch in ("qwen2", "qwen3", "gemma3")
+        self.n_rot = meta("rope.dimension_count", self.head_dim)
+        self.neox = arch in ("qwen2", "qwen3", "gemma3", "phi3")
         self.gemma = arch == "gemma3"
+        self.split_fused()
+        self.n_ctx = meta("context_length") if n_ctx is None else n_ctx
         self.inv_freq, self.mscale = self.rope_scaling(reader, ignore_rope_scaling)
         # Per layer: its window (None: global) and its rope's angles and magnitude.
         self.window = [None] * self.n_layer
@@ -97,9 +107,25 @@ class Model:
                     self.window[layer] = window
                     self.layer_rope[layer] = (local_freq, self.mscale if ignore_rope_scaling else float(meta("rope.scaling.attn_factor", 1.0)))
 
+    def split_fused(self):
+        """Phi3's fused tensors as the separate projections: attn_qkv's rows are Q's, K's, V's,
+        ffn_up's the gate's then the up projection's."""
+        q, kv = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+        for layer in range(self.n_layer):
+            p = f"blk.{layer}."
+            qkv = self.w.pop(p + "attn_qkv.weight", None)
+            if qkv is not None:
+                self.w[p + "attn_q.weight"] = qkv[:q]
+                self.w[p + "attn_k.weight"] = qkv[q : q + kv]
+                self.w[p + "attn_v.weight"] = qkv[q + kv :]
+            if p + "ffn_gate.weight" not in self.w:
+                gate_up = self.w[p + "ffn_up.weight"]
+                ff = gate_up.shape[0] // 2
+                self.w[p + "ffn_gate.weight"], self.w[p + "ffn_up.weight"] = gate_up[:ff], gate_up[ff:]
+
     def rope_scaling(self, reader, ignore):
         """Each pair's angle per position and the magnitude of the rotated values (ggml's rope_yarn)."""
-        d = self.head_dim
+        d = self.n_rot
         inv_freq = self.rope_base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
         if ignore:
             return inv_freq, 1.0
@@ -108,8 +134,12 @@ class Model:
             field = reader.fields.get(f"{self.arch}.{key}")
             return default if field is None else field.contents()
 
+        original = meta("rope.scaling.original_context_length", meta("context_length", 0))
+        longrope = "rope_factors_long.weight" if self.n_ctx > original else "rope_factors_short.weight"
         if "rope_freqs.weight" in self.w:
             inv_freq = inv_freq / self.w["rope_freqs.weight"]
+        elif self.arch == "phi3" and longrope in self.w:
+            inv_freq = inv_freq / self.w[longrope]
         kind = meta("rope.scaling.type", "linear")
         factor = meta("rope.scaling.factor", None)
         if factor is None:
@@ -135,14 +165,15 @@ class Model:
     def rope(self, x, positions, layer):
         # llama.cpp's "normal" rope rotates adjacent pairs (2i, 2i+1) of each head (the GGUF
         # converter permuted Llama's q/k rows so that this matches the original model); NeoX
-        # rope, Qwen's and Gemma's, rotates (i, i + d/2) with the same angles.
-        d = self.head_dim
+        # rope, Qwen's, Gemma's and Phi3's, rotates (i, i + d/2) with the same angles.
+        # Values past n_rot pass through (partial rotary).
+        d = self.n_rot
         inv_freq, mscale = self.layer_rope[layer]
         angle = positions[:, None].astype(np.float64) * inv_freq[None, :]
         cos, sin = mscale * np.cos(angle)[:, None, :], mscale * np.sin(angle)[:, None, :]
         first, second = (slice(0, d // 2), slice(d // 2, d)) if self.neox else (slice(0, d, 2), slice(1, d, 2))
         a, b = x[..., first], x[..., second]
-        out = np.empty_like(x)
+        out = x.copy()
         out[..., first] = a * cos - b * sin
         out[..., second] = a * sin + b * cos
         return out
@@ -224,11 +255,11 @@ def greedy(model, prompt_ids, n_predict, eog_ids, steps=None):
     return ids, top2
 
 
-def synthetic(model_path, n_predict, prompt, ignore_rope_scaling=False):
+def synthetic(model_path, n_predict, prompt, ignore_rope_scaling=False, n_ctx=None):
     """The --ids mode: greedy decoding of `prompt` with every step's logits, as JSON."""
     with open(model_path, "rb") as f:
         sha256 = hashlib.file_digest(f, "sha256").hexdigest()
-    model = Model(model_path, ignore_rope_scaling)
+    model = Model(model_path, ignore_rope_scaling, n_ctx)
     steps = []
     ids, top2 = greedy(model, prompt, n_predict, set(), steps)
     doc = {
@@ -240,6 +271,7 @@ def synthetic(model_path, n_predict, prompt, ignore_rope_scaling=False):
             "gguf_version": importlib.metadata.version("gguf"),
             "model_sha256": sha256,
             "architecture": model.arch,
+            "n_ctx": model.n_ctx,
         },
         "prompt_ids": prompt,
         "ids": ids,
@@ -275,8 +307,13 @@ def check_against(results, path):
 def main():
     ignore_rope_scaling = "--ignore-rope-scaling" in sys.argv
     argv = [a for a in sys.argv if a != "--ignore-rope-scaling"]
+    n_ctx = None
+    if "--n-ctx" in argv:
+        at = argv.index("--n-ctx")
+        n_ctx = int(argv[at + 1])
+        del argv[at : at + 2]
     if len(argv) == 5 and argv[1] == "--ids":
-        synthetic(argv[2], int(argv[3]), [int(i) for i in argv[4].split(",")], ignore_rope_scaling)
+        synthetic(argv[2], int(argv[3]), [int(i) for i in argv[4].split(",")], ignore_rope_scaling, n_ctx)
         return
     if len(argv) not in (3, 4):
         sys.exit(

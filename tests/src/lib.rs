@@ -84,6 +84,18 @@ pub fn greedy(
     n: usize,
 ) -> Vec<u32> {
     let sizes = EngineOptions::for_generation(&model.config, prompt.len(), n);
+    greedy_sized(model, backend, sizes, prompt, n)
+}
+
+/// [`greedy`] on an engine of the given sizes: a KV cache of another context (which picks
+/// LongRoPE's factors) than `trine generate` would allocate.
+pub fn greedy_sized(
+    model: &Arc<Model>,
+    backend: &Arc<dyn Backend>,
+    sizes: EngineOptions,
+    prompt: &[u32],
+    n: usize,
+) -> Vec<u32> {
     let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
     let opts = GenerateOptions {
         max_tokens: n,

@@ -12,6 +12,21 @@ use crate::{Gguf, GgufError, GgufWriter, TensorType, Value};
 /// The tensor's name (one for all layers).
 pub const ROPE_FREQS: &str = "rope_freqs.weight";
 
+/// LongRoPE's factors (Phi-3's 128k files), one per pair, for contexts beyond the original
+/// one and within it.
+pub const ROPE_FACTORS_LONG: &str = "rope_factors_long.weight";
+pub const ROPE_FACTORS_SHORT: &str = "rope_factors_short.weight";
+
+/// LongRoPE factors for `pairs` pairs shaped like Phi-3.5-mini's (not its values, which
+/// only its file has): the long ones rising from 1 to about 60 over the pairs, the short
+/// ones from 1 to 1.1, slowest pairs stretched most.
+pub fn longrope_factors(pairs: u32) -> (Vec<f32>, Vec<f32>) {
+    let at = |i: u32| i as f32 / (pairs.max(2) - 1) as f32;
+    let long = (0..pairs).map(|i| 1.0 + 59.0 * at(i).powi(2)).collect();
+    let short = (0..pairs).map(|i| 1.0 + 0.1 * at(i)).collect();
+    (long, short)
+}
+
 /// The `llama3` rope scaling parameters of a Hugging Face config.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Llama3Rope {

@@ -5,6 +5,7 @@
 
 mod gemma3;
 mod llama;
+mod phi3;
 mod qwen2;
 mod qwen3;
 
@@ -19,6 +20,7 @@ pub enum Architecture {
     Qwen2,
     Qwen3,
     Gemma3,
+    Phi3,
 }
 
 /// The tensors an architecture's layers hold beside Llama's.
@@ -32,14 +34,19 @@ pub struct Extras {
     /// `blk.N.post_attention_norm.weight`, `post_ffw_norm.weight` [n_embd]: each block's
     /// output rms-normalised before the residual add.
     pub post_norms: bool,
+    /// `blk.N.attn_qkv.weight` (Q, K and V rows) and `blk.N.ffn_up.weight` (gate rows,
+    /// then up rows) in place of the separate projections, each run as the file holds it;
+    /// `rope_factors_long.weight` and `rope_factors_short.weight` ([`crate::rope`]).
+    pub fused: bool,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 4] = [
+    pub const ALL: [Architecture; 5] = [
         Architecture::Llama,
         Architecture::Qwen2,
         Architecture::Qwen3,
         Architecture::Gemma3,
+        Architecture::Phi3,
     ];
 
     /// `general.architecture` as GGUF files name it, and the prefix of its keys.
@@ -49,6 +56,7 @@ impl Architecture {
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
             Architecture::Gemma3 => "gemma3",
+            Architecture::Phi3 => "phi3",
         }
     }
 
@@ -68,6 +76,7 @@ impl Architecture {
             qkv_bias: self == Architecture::Qwen2,
             qk_norm: matches!(self, Architecture::Qwen3 | Architecture::Gemma3),
             post_norms: self == Architecture::Gemma3,
+            fused: self == Architecture::Phi3,
         }
     }
 
@@ -90,6 +99,7 @@ impl Architecture {
             Architecture::Qwen2 => qwen2::build(&mut b, w),
             Architecture::Qwen3 => qwen3::build(&mut b, w),
             Architecture::Gemma3 => gemma3::build(&mut b, w),
+            Architecture::Phi3 => phi3::build(&mut b, w),
         }
         b.finish()
     }

@@ -92,7 +92,7 @@ impl Engine {
             // The product's rows: gate and up stacked, or Q, K and V.
             Tensor::Raw => f32s(match node.op {
                 Op::Product { rows, .. } => rows,
-                Op::Swiglu | Op::Geglu => 2 * c.n_ff,
+                Op::Swiglu(_) | Op::Geglu => 2 * c.n_ff,
                 _ => c.q_dim() + 2 * c.kv_dim(),
             }),
             // A byte per element, and a scale and a sum per block of 32.

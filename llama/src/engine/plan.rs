@@ -11,7 +11,7 @@ use trine_ops::argmax::Argmax;
 use trine_ops::attention_flash::FlashAttention;
 use trine_ops::attention_flash_tiles;
 use trine_ops::attention_split::SplitAttention;
-use trine_ops::elementwise;
+use trine_ops::elementwise::{self, GateUp};
 use trine_ops::embedding;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec_q8::XLoad;
@@ -210,10 +210,13 @@ impl Engine {
                     a.combine_grid(),
                 )
             }
-            Op::Swiglu | Op::Geglu => plan(
+            Op::Swiglu(_) | Op::Geglu => plan(
                 vec![Tensor::Raw],
                 &[Tensor::Act],
-                vec![u(t * c.n_ff)],
+                match node.op {
+                    Op::Swiglu(GateUp::Halves) => vec![u(t * c.n_ff), u(c.n_ff)],
+                    _ => vec![u(t * c.n_ff)],
+                },
                 elementwise::grid(t * c.n_ff).unwrap_or([1, 1, 1]),
             ),
             Op::NormAdd { weight, r, out } => {

@@ -207,7 +207,8 @@ impl Engine {
                 Some(Cow::Owned(laid))
             }
             Tensor::Freq => {
-                let f = self.model.rope.table(self.model.config.head_dim());
+                let rope = self.model.rope.for_context(self.options.context);
+                let f = rope.table(self.model.config.head_dim());
                 Some(Cow::Owned(bytemuck::cast_slice(&f).to_vec()))
             }
             Tensor::FreqLocal => {

@@ -131,14 +131,15 @@ impl<'a> Builder<'a> {
     }
 
     /// A pre-norm gated feed-forward block over residual stream `x` into `out`: rms_norm,
-    /// the gate/up product (rows interleaved in pairs), the activation `ffn`, the down
-    /// projection and the residual add (after the layer's post norm where it has one).
+    /// the gate/up product (rows as the layer's [`Layer::gate_up`] lays them), the activation
+    /// `ffn`, the down projection and the residual add (after the layer's post norm where it
+    /// has one).
     pub fn ffn_block(&mut self, x: Tensor, out: Tensor, l: &Layer, ffn: Ffn) {
         let t = self.step.tokens;
         self.norm(x, l.ffn_norm, t, "ffn_norm");
         self.product(l.w_gate_up, Tensor::Normed, t, "ffn_gate_up");
         match ffn {
-            Ffn::Swiglu => self.push(Op::Swiglu, "ffn_swiglu"),
+            Ffn::Swiglu => self.push(Op::Swiglu(l.gate_up), "ffn_swiglu"),
             Ffn::Geglu => self.push(Op::Geglu, "ffn_geglu"),
         }
         self.product(l.w_down, Tensor::Act, t, "ffn_down");

@@ -13,6 +13,7 @@ pub mod builder;
 use super::config::Config;
 use super::weights::WeightId;
 use trine_ops::attention_flash::FlashOut;
+use trine_ops::elementwise::GateUp;
 use trine_ops::matvec_q8::{XBlocks, XLoad};
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::HeadSpan;
@@ -212,8 +213,9 @@ pub enum Op {
     },
     /// Attention's partials over `splits` chunks combined into [`Tensor::Combined`].
     Combine { splits: u32 },
-    /// SwiGLU of [`Tensor::Raw`]'s gate/up row pairs into [`Tensor::Act`].
-    Swiglu,
+    /// SwiGLU of [`Tensor::Raw`]'s gate and up rows, laid out as the product's weight holds
+    /// them, into [`Tensor::Act`].
+    Swiglu(GateUp),
     /// GeGLU (GELU's tanh form) of [`Tensor::Raw`]'s gate/up row pairs into [`Tensor::Act`].
     Geglu,
     /// `out = rms_norm(Raw)·weight + r`: a post-norm residual connection
@@ -288,7 +290,7 @@ impl Node {
             },
             Op::Norm { tokens, .. } => (Tensor::Normed, 0..(tokens * c.n_embd) as usize),
             Op::Combine { .. } => rows(Tensor::Combined, c.q_dim()),
-            Op::Swiglu | Op::Geglu => rows(Tensor::Act, c.n_ff),
+            Op::Swiglu(_) | Op::Geglu => rows(Tensor::Act, c.n_ff),
             Op::NormAdd { out, .. } => rows(out, c.n_embd),
             Op::RopeStore { .. } => rows(Tensor::QRot, c.q_dim()),
             Op::QkvBiasNorm { heads, .. } => rows(Tensor::Raw, heads.count * c.head_dim()),

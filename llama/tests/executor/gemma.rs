@@ -81,7 +81,7 @@ fn gemma3_reads_its_windows_and_scales() {
         (4, vec![true, false], 10_000.0)
     );
     assert_eq!((c.window(0), c.window(1)), (Some(4), None));
-    assert_eq!(m.rope.base, 1_000_000.0);
+    assert_eq!(m.rope.short.base, 1_000_000.0);
     assert_eq!(m.rope_local.as_ref().unwrap().base, 10_000.0);
     assert_eq!(m.weights.embedding_scale, Some(8.0));
     assert!(m.weights.layers.iter().all(|l| l.post_norms.is_some()));

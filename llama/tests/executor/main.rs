@@ -1,4 +1,4 @@
-//! The executor on a tiny synthetic Llama (and Qwen2, Qwen3, Gemma 3), on the CPU, the backends present
+//! The executor on a tiny synthetic Llama (and Qwen2, Qwen3, Gemma 3, Phi-3, Mistral), on the CPU, the backends present
 //! and stand-in devices: placement and memory, the cross-check, the steps themselves, and a
 //! conversation's rewinds.
 
@@ -8,6 +8,7 @@ mod cross_check;
 mod formats;
 mod gemma;
 mod kv_cache;
+mod phi3;
 mod placement;
 mod qwen;
 mod rope_scaling;

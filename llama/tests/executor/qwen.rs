@@ -192,7 +192,7 @@ fn malformed_qwen_files_are_typed_errors() {
     ) {
         ModelError::Architecture { found, supported } => {
             assert_eq!(found, "qwen3moe");
-            assert_eq!(supported, "llama, qwen2, qwen3, gemma3");
+            assert_eq!(supported, "llama, qwen2, qwen3, gemma3, phi3");
         }
         e => panic!("{e:?}"),
     }

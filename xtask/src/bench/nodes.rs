@@ -81,7 +81,7 @@ pub fn flops(engine: &Engine, node: &Node, s: Step) -> u64 {
     match node.op {
         Op::Attention { .. } => 4 * u64::from(c.n_head) * hd * visible_keys(s),
         Op::Norm { tokens, .. } => 4 * u64::from(tokens) * d,
-        Op::Swiglu => 5 * u64::from(s.tokens * c.n_ff),
+        Op::Swiglu(_) => 5 * u64::from(s.tokens * c.n_ff),
         Op::RopeStore { .. } => rope(u64::from(s.tokens)),
         Op::QkvBiasNorm { heads, .. } => 4 * u64::from(s.tokens * heads.count) * hd,
         _ => 0,
