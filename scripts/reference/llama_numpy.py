@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Greedy decoding of a Llama-, Qwen2- or Qwen3-architecture GGUF in plain float64 numpy.
+"""Greedy decoding of a Llama-, Qwen2-, Qwen3- or Qwen3-MoE-architecture GGUF in plain float64 numpy.
 
 An exact-arithmetic reference over the same dequantized weights as llama.cpp: it shows where
 llama.cpp's own shortcuts (activations quantized to Q8_1/Q8_0 before each matmul, an f16 KV
@@ -28,7 +28,11 @@ The families differ only where llama.cpp's graphs do (src/models/llama.cpp, qwen
 qwen3.cpp): Qwen2 adds the Q, K and V biases after the products; Qwen3 rms-normalises each
 query and key head (attn_q_norm, attn_k_norm) before rope and takes its head size from
 qwen3.attention.key_length; both rotate NeoX pairs (i, i + d/2) where Llama rotates adjacent
-ones (2i, 2i + 1).
+ones (2i, 2i + 1). Qwen3-MoE (qwen3moe.cpp, llama-graph.cpp's build_moe_ffn) is Qwen3's attention
+with a mixture of experts for the feed-forward block: the router's softmax over expert_count
+experts, the expert_used_count most probable chosen, their probabilities divided by their sum,
+and the chosen SwiGLU experts' outputs (ffn_gate_exps, ffn_up_exps, ffn_down_exps) weighted and
+summed.
 """
 
 import datetime
@@ -56,8 +60,8 @@ class Model:
     def __init__(self, path, ignore_rope_scaling=False):
         reader = GGUFReader(path)
         arch = reader.fields["general.architecture"].contents()
-        if arch not in ("llama", "qwen2", "qwen3"):
-            sys.exit(f"llama_numpy: architecture {arch!r} is not llama, qwen2 or qwen3")
+        if arch not in ("llama", "qwen2", "qwen3", "qwen3moe"):
+            sys.exit(f"llama_numpy: architecture {arch!r} is not llama, qwen2, qwen3 or qwen3moe")
         self.arch = arch
 
         def meta(key, default=None):
@@ -77,7 +81,8 @@ class Model:
         # Tied embeddings: without output.weight the token embedding is the output projection.
         self.output = self.w.get("output.weight", self.w["token_embd.weight"])
         self.head_dim = meta("attention.key_length", self.w["token_embd.weight"].shape[1] // self.n_head)
-        self.neox = arch in ("qwen2", "qwen3")
+        self.neox = arch in ("qwen2", "qwen3", "qwen3moe")
+        self.experts_used = meta("expert_used_count") if arch == "qwen3moe" else 0
         self.inv_freq, self.mscale = self.rope_scaling(reader, ignore_rope_scaling)
 
     def rope_scaling(self, reader, ignore):
@@ -165,10 +170,34 @@ class Model:
             scores /= scores.sum(axis=-1, keepdims=True)
             x = x + np.einsum("hqk,khd->qhd", scores, v).reshape(n, -1) @ w[p + "attn_output.weight"].T
             h = self.rms_norm(x, w[p + "ffn_norm.weight"])
-            gate = h @ w[p + "ffn_gate.weight"].T
-            up = h @ w[p + "ffn_up.weight"].T
-            x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "ffn_down.weight"].T
+            x = x + (self.experts(h, p) if self.experts_used else self.swiglu(h, p, ""))
         return self.output @ self.rms_norm(x[-1], w["output_norm.weight"])
+
+
+    def swiglu(self, h, p, suffix, expert=None):
+        """The SwiGLU block of h, or of one expert's slice of the stacked `_exps` tensors."""
+
+        def weight(name):
+            m = self.w[p + name + suffix + ".weight"]
+            return m if expert is None else m[expert]
+
+        gate = h @ weight("ffn_gate").T
+        up = h @ weight("ffn_up").T
+        return (gate / (1.0 + np.exp(-gate)) * up) @ weight("ffn_down").T
+
+    def experts(self, h, p):
+        """The mixture of experts of each row of h: softmax routing, the top experts_used, their
+        probabilities normalised over the chosen (the sum clamped below as llama.cpp clamps it)."""
+        logits = h @ self.w[p + "ffn_gate_inp.weight"].T
+        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+        out = np.zeros_like(h)
+        for t in range(len(h)):
+            chosen = np.argsort(-probs[t], kind="stable")[: self.experts_used]
+            weights = probs[t, chosen] / max(probs[t, chosen].sum(), 6.103515625e-5)
+            for e, wt in zip(chosen, weights):
+                out[t] += wt * self.swiglu(h[t : t + 1], p, "_exps", e)[0]
+        return out
 
 
 def greedy(model, prompt_ids, n_predict, eog_ids, steps=None):

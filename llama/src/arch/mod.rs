@@ -6,6 +6,7 @@
 mod llama;
 mod qwen2;
 mod qwen3;
+mod qwen3moe;
 
 use super::error::ModelError;
 use super::graph::builder::Builder;
@@ -17,6 +18,7 @@ pub enum Architecture {
     Llama,
     Qwen2,
     Qwen3,
+    Qwen3Moe,
 }
 
 /// The tensors an architecture's layers hold beside Llama's.
@@ -27,13 +29,18 @@ pub struct Extras {
     /// `blk.N.attn_q_norm.weight`, `attn_k_norm.weight` [head_dim]: each query and key head
     /// rms-normalised before rope.
     pub qk_norm: bool,
+    /// A mixture of experts in place of the feed-forward block: `blk.N.ffn_gate_inp.weight`
+    /// (the router) and `ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps` (every expert's
+    /// matrix in one tensor) instead of `ffn_gate`, `ffn_up`, `ffn_down`.
+    pub experts: bool,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 3] = [
+    pub const ALL: [Architecture; 4] = [
         Architecture::Llama,
         Architecture::Qwen2,
         Architecture::Qwen3,
+        Architecture::Qwen3Moe,
     ];
 
     /// `general.architecture` as GGUF files name it, and the prefix of its keys.
@@ -42,6 +49,7 @@ impl Architecture {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Qwen3Moe => "qwen3moe",
         }
     }
 
@@ -59,7 +67,8 @@ impl Architecture {
     pub fn extras(self) -> Extras {
         Extras {
             qkv_bias: self == Architecture::Qwen2,
-            qk_norm: self == Architecture::Qwen3,
+            qk_norm: matches!(self, Architecture::Qwen3 | Architecture::Qwen3Moe),
+            experts: self == Architecture::Qwen3Moe,
         }
     }
 
@@ -70,6 +79,7 @@ impl Architecture {
             Architecture::Llama => llama::build(&mut b, w),
             Architecture::Qwen2 => qwen2::build(&mut b, w),
             Architecture::Qwen3 => qwen3::build(&mut b, w),
+            Architecture::Qwen3Moe => qwen3moe::build(&mut b, w),
         }
         b.finish()
     }

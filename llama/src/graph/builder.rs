@@ -1,10 +1,10 @@
 //! The blocks architectures share, written in generic nodes: a pre-norm attention block, a
-//! pre-norm SwiGLU feed-forward block and the output head. An architecture's file
+//! pre-norm SwiGLU feed-forward block or mixture of SwiGLU experts, and the output head. An architecture's file
 //! ([`crate::arch`]) strings them together; the fusion pass ([`crate::fuse`]) decides what
 //! runs in one kernel.
 
 use super::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
-use crate::weights::{Layer, WeightId, Weights};
+use crate::weights::{ExpertWeights, Ffn, Layer, WeightId, Weights};
 use trine_ops::rope::RopeMode;
 
 /// Builds the generic nodes of one step.
@@ -107,26 +107,51 @@ impl<'a> Builder<'a> {
     /// A pre-norm SwiGLU feed-forward block over residual stream `x` into `out`: rms_norm,
     /// the gate/up product (rows interleaved in pairs), SwiGLU, the down projection and the
     /// residual add.
-    pub fn swiglu_block(&mut self, x: Tensor, out: Tensor, l: &Layer) {
+    pub fn swiglu_block(
+        &mut self,
+        x: Tensor,
+        out: Tensor,
+        l: &Layer,
+        gate_up: WeightId,
+        down: WeightId,
+    ) {
         let t = self.step.tokens;
         self.norm(x, l.ffn_norm, t, "ffn_norm");
-        self.product(l.w_gate_up, Tensor::Normed, t, "ffn_gate_up");
+        self.product(gate_up, Tensor::Normed, t, "ffn_gate_up");
         self.push(Op::Swiglu, "ffn_swiglu");
-        self.product(l.w_down, Tensor::Act, t, "ffn_down");
+        self.product(down, Tensor::Act, t, "ffn_down");
         self.add(x, out, "ffn_residual");
     }
 
+    /// A pre-norm mixture-of-experts block over residual stream `x` into `out`: rms_norm, the
+    /// router's product and the routing, the chosen experts' gate/up products with SwiGLU,
+    /// and their down products weighted, summed and added to the residual.
+    pub fn experts_block(&mut self, x: Tensor, out: Tensor, l: &Layer, e: ExpertWeights) {
+        let t = self.step.tokens;
+        self.norm(x, l.ffn_norm, t, "ffn_norm");
+        self.product(e.router, Tensor::Normed, t, "ffn_gate_inp");
+        self.push(Op::MoeRoute, "ffn_moe_route");
+        let (gate, up) = (e.gate, e.up);
+        self.push(Op::ExpertsSwiglu { gate, up }, "ffn_moe_gate_up");
+        let down = e.down;
+        self.push(Op::ExpertsDown { down, r: x, out }, "ffn_moe_down");
+    }
+
     /// The decoder stack Llama and its kin share: the embedding, then per layer a pre-norm
-    /// attention block with `mode` rope and a pre-norm SwiGLU block, then the output head. The
+    /// attention block with `mode` rope and a pre-norm SwiGLU block (or mixture of SwiGLU
+    /// experts, where the layer has them), then the output head. The
     /// residual stream alternates: each block reads one buffer and adds into the other. What
-    /// a family adds to Llama's layer (biases, q/k norms) comes with its weights.
+    /// a family adds to Llama's layer (biases, q/k norms, experts) comes with its weights.
     pub fn decoder(&mut self, w: &Weights, mode: RopeMode) {
         let x = self.embed(w.token_embd);
         let mid = Tensor::Resid(1);
         for (l, layer) in w.layers.iter().enumerate() {
             self.layer(Some(l as u32));
             self.attention_block(x, mid, layer, mode);
-            self.swiglu_block(mid, x, layer);
+            match layer.ffn {
+                Ffn::Dense { gate_up, down } => self.swiglu_block(mid, x, layer, gate_up, down),
+                Ffn::Experts(e) => self.experts_block(mid, x, layer, e),
+            }
         }
         self.head(x, w.output_norm, w.output);
     }

@@ -1,6 +1,6 @@
-//! The executor on a tiny synthetic Llama (and Qwen2, Qwen3), on the CPU, the backends present
-//! and stand-in devices: placement and memory, the cross-check, the steps themselves, and a
-//! conversation's rewinds.
+//! The executor on a tiny synthetic Llama (and Qwen2, Qwen3, Qwen3-MoE), on the CPU, the
+//! backends present and stand-in devices: placement and memory, the cross-check, the steps
+//! themselves, and a conversation's rewinds.
 
 mod chat;
 mod common;
@@ -9,5 +9,6 @@ mod formats;
 mod kv_cache;
 mod placement;
 mod qwen;
+mod qwen3moe;
 mod rope_scaling;
 mod steps;
