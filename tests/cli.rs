@@ -850,7 +850,7 @@ fn chat_on_smollm2_answers_each_turn_as_a_fresh_run_of_the_conversation_would() 
     assert_eq!(ids(&p, "prompt_ids").len(), t[1].0 + t[1].1, "{err}");
 }
 
-/// `synth-model --like qwen2-tiny|qwen3-tiny` writes the family's file: its architecture and
+/// `synth-model --like qwen2-tiny|qwen3-tiny|qwen3moe-tiny` writes the family's file: its architecture and
 /// keys, the bytes the tests build in memory from the same seed, and a model `generate` runs;
 /// an unknown layout is refused with the names it takes.
 #[test]
@@ -858,6 +858,7 @@ fn synth_model_writes_the_qwen_layouts() {
     for (like, shape, arch) in [
         ("qwen2-tiny", SynthShape::TINY_QWEN2, "qwen2"),
         ("qwen3-tiny", SynthShape::TINY_QWEN3, "qwen3"),
+        ("qwen3moe-tiny", SynthShape::TINY_QWEN3_MOE, "qwen3moe"),
     ] {
         let path = scratch("synth_qwen").join(format!("{like}.gguf"));
         let o = run(trine()

@@ -175,6 +175,31 @@ impl SynthShape {
         }
     }
 
+    /// The file's metadata, `general.file_type` last where the types have one.
+    pub fn metadata(&self) -> Vec<(String, Value)> {
+        let mut out = smollm2::metadata(self);
+        if let Some(ty) = self.file_type() {
+            out.push(("general.file_type".into(), Value::U32(ty)));
+        }
+        out
+    }
+
+    /// The file's tensors in order: name, GGUF dims and type (f32 vectors and routers stay
+    /// f32; the matrices take the shape's types or mix).
+    pub fn tensor_table(&self) -> Vec<(String, Vec<u64>, TensorType)> {
+        smollm2::tensors(self)
+            .into_iter()
+            .map(|(name, dims, ty)| {
+                let ty = if ty == TensorType::F32 {
+                    ty
+                } else {
+                    self.type_of(&name, dims[0])
+                };
+                (name, dims, ty)
+            })
+            .collect()
+    }
+
     /// Elements of a head.
     pub fn head_dim(&self) -> u64 {
         self.head_dim
@@ -384,23 +409,10 @@ pub fn synth_smollm2_135m(seed: u64) -> Result<GgufWriter, GgufError> {
 /// of weights takes seconds, the same on every machine.
 pub fn synth_llama(shape: SynthShape, seed: u64) -> Result<GgufWriter, GgufError> {
     let mut w = GgufWriter::new();
-    for (key, value) in smollm2::metadata(&shape) {
+    for (key, value) in shape.metadata() {
         w.add(key, value)?;
     }
-    if let Some(ty) = shape.file_type() {
-        w.add("general.file_type", Value::U32(ty))?;
-    }
-    let tensors: Vec<(String, Vec<u64>, TensorType)> = smollm2::tensors(&shape)
-        .into_iter()
-        .map(|(name, dims, ty)| {
-            let ty = if ty == TensorType::F32 {
-                ty
-            } else {
-                shape.type_of(&name, dims[0])
-            };
-            (name, dims, ty)
-        })
-        .collect();
+    let tensors = shape.tensor_table();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut made: Vec<Option<Result<Vec<u8>, GgufError>>> = Vec::new();

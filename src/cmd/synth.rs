@@ -14,7 +14,8 @@ pub struct Args {
     /// A GGUF file to imitate, or a layout: smollm2-135m (SmolLM2-135M-Instruct Q4_1's),
     /// llama-3.2-1b, llama-3-8b, llama-3.1-8b, llama-3-70b (Q4_K_M unless --type or --mix says
     /// otherwise; Llama 3.1 and 3.2 with their rope_freqs.weight), qwen2.5-0.5b, qwen3-0.6b
-    /// (Q8_0), or the tests' tiny, qwen2-tiny, qwen3-tiny.
+    /// (Q8_0), qwen3-30b-a3b (Qwen3-MoE, Q4_K_M), or the tests' tiny, qwen2-tiny, qwen3-tiny,
+    /// qwen3moe-tiny.
     #[arg(long)]
     like: String,
     /// Every matrix, the embedding and the output head in this type (q4_k, q8_0, …), for a

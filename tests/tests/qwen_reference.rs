@@ -1,11 +1,12 @@
-//! The tiny synthetic Qwen2 and Qwen3 files (`trine synth-model --like qwen2-tiny|qwen3-tiny
-//! --seed 5`, built here in memory) on the CPU, Vulkan and wgpu backends, against references
+//! The tiny synthetic Qwen2, Qwen3 and Qwen3-MoE files (`trine synth-model --like
+//! qwen2-tiny|qwen3-tiny|qwen3moe-tiny --seed 5`, built here in memory) on the CPU, Vulkan and wgpu backends, against references
 //! committed in `llama/tests/fixtures/` by `scripts/reference/qwen.sh`:
 //!
 //! - `FAMILY_tiny_f64.json`: the family's graph in float64 (`scripts/reference/llama_numpy.py
 //!   --ids`), every step's logits. Fed the same ids, trine's logits must be within
 //!   [`LOGITS_NMSE`] of them at every step: a graph that dropped the biases or the q/k norms,
-//!   rotated the wrong pairs or took the wrong head size is off by far more.
+//!   rotated the wrong pairs, took the wrong head size or routed to the wrong experts is off
+//!   by far more.
 //! - `FAMILY_tiny_llama_cpp.json`: llama.cpp's CPU greedy ids for text prompts. trine's
 //!   prompt ids must be its, and trine's greedy ids its up to a step where its top two logits
 //!   nearly tie.
@@ -17,9 +18,10 @@ use trine_gguf::Gguf;
 use trine_llama::{Engine, EngineOptions, Model, Session};
 use trine_tests::{equal_up_to_a_near_tie, fixture, greedy, ids};
 
-const FAMILIES: [(&str, SynthShape); 2] = [
+const FAMILIES: [(&str, SynthShape); 3] = [
     ("qwen2", SynthShape::TINY_QWEN2),
     ("qwen3", SynthShape::TINY_QWEN3),
+    ("qwen3moe", SynthShape::TINY_QWEN3_MOE),
 ];
 
 /// How far trine's logits may be from the float64 ones (NMSE): 5 times the most measured

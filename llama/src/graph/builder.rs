@@ -1,7 +1,7 @@
 //! The blocks architectures share, written in generic nodes: a pre-norm attention block, a
-//! pre-norm SwiGLU feed-forward block or mixture of SwiGLU experts, and the output head. An architecture's file
-//! ([`crate::arch`]) strings them together; the fusion pass ([`crate::fuse`]) decides what
-//! runs in one kernel.
+//! pre-norm SwiGLU feed-forward block or mixture of SwiGLU experts, and the output head. An
+//! architecture's file ([`crate::arch`]) strings them together; the fusion pass
+//! ([`crate::fuse`]) decides what runs in one kernel.
 
 use super::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
 use crate::weights::{ExpertWeights, Ffn, Layer, WeightId, Weights};
