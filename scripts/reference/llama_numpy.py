@@ -83,6 +83,9 @@ class Model:
         self.head_dim = meta("attention.key_length", self.w["token_embd.weight"].shape[1] // self.n_head)
         self.neox = arch in ("qwen2", "qwen3", "qwen3moe")
         self.experts_used = meta("expert_used_count") if arch == "qwen3moe" else 0
+        # Per forward call, the smallest gap between the last chosen and the first unchosen
+        # router logit over its tokens and layers: how near a routing choice came to a tie.
+        self.route_gaps = []
         self.inv_freq, self.mscale = self.rope_scaling(reader, ignore_rope_scaling)
 
     def rope_scaling(self, reader, ignore):
@@ -148,6 +151,8 @@ class Model:
         """Runs `ids` after the tokens already in `cache` (one (k, v) list per layer) and returns
         the logits after the last of them."""
         w, n, d = self.w, len(ids), self.head_dim
+        if self.experts_used:
+            self.route_gaps.append(np.inf)
         start = cache[0][0].shape[0] if cache[0] else 0
         positions = np.arange(start, start + n)
         # Row i may see keys 0..start+i.
@@ -189,6 +194,9 @@ class Model:
         """The mixture of experts of each row of h: softmax routing, the top experts_used, their
         probabilities normalised over the chosen (the sum clamped below as llama.cpp clamps it)."""
         logits = h @ self.w[p + "ffn_gate_inp.weight"].T
+        ranked = -np.sort(-logits, axis=-1)
+        gap = (ranked[:, self.experts_used - 1] - ranked[:, self.experts_used]).min(initial=np.inf)
+        self.route_gaps[-1] = min(self.route_gaps[-1], float(gap))
         probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
         probs /= probs.sum(axis=-1, keepdims=True)
         out = np.zeros_like(h)
@@ -239,6 +247,10 @@ def synthetic(model_path, n_predict, prompt, ignore_rope_scaling=False):
         "top2": [[round(a, 9), round(b, 9)] for a, b in top2],
         "logits": [[round(float(v), 9) for v in step] for step in steps],
     }
+    if model.experts_used:
+        # Each step's routing: the smallest gap between a chosen and an unchosen expert's
+        # router logit (the last step's forward call computes logits no step records).
+        doc["route_gaps"] = [round(g, 9) for g in model.route_gaps[: len(steps)]]
     sys.stdout.write(json.dumps(doc) + "\n")
 
 

@@ -336,7 +336,10 @@ fn qwen3moe_layouts_carry_their_experts() {
     assert!(dims("blk.0.ffn_gate.weight").is_none() && dims("blk.0.ffn_down.weight").is_none());
     assert_eq!(g.get_u32("qwen3moe.expert_count").unwrap(), 8);
     assert_eq!(g.get_u32("qwen3moe.expert_used_count").unwrap(), 2);
-    assert_eq!(g.get_u32("qwen3moe.expert_feed_forward_length").unwrap(), 32);
+    assert_eq!(
+        g.get_u32("qwen3moe.expert_feed_forward_length").unwrap(),
+        32
+    );
 
     let big = SynthShape::QWEN3_30B_A3B;
     let keys: std::collections::HashMap<String, Value> = big.metadata().into_iter().collect();
@@ -366,12 +369,30 @@ fn qwen3moe_layouts_carry_their_experts() {
         let (_, dims, ty) = table.iter().find(|t| t.0 == name).unwrap();
         (dims.clone(), *ty)
     };
-    assert_eq!(find("token_embd.weight"), (vec![2048, 151_936], TensorType::Q4_K));
-    assert_eq!(find("output.weight"), (vec![2048, 151_936], TensorType::Q6_K));
-    assert_eq!(find("blk.47.ffn_gate_inp.weight"), (vec![2048, 128], TensorType::F32));
-    assert_eq!(find("blk.47.attn_q.weight"), (vec![2048, 4096], TensorType::Q4_K));
-    assert_eq!(find("blk.47.attn_k.weight"), (vec![2048, 512], TensorType::Q4_K));
-    assert_eq!(find("blk.47.attn_output.weight"), (vec![4096, 2048], TensorType::Q4_K));
+    assert_eq!(
+        find("token_embd.weight"),
+        (vec![2048, 151_936], TensorType::Q4_K)
+    );
+    assert_eq!(
+        find("output.weight"),
+        (vec![2048, 151_936], TensorType::Q6_K)
+    );
+    assert_eq!(
+        find("blk.47.ffn_gate_inp.weight"),
+        (vec![2048, 128], TensorType::F32)
+    );
+    assert_eq!(
+        find("blk.47.attn_q.weight"),
+        (vec![2048, 4096], TensorType::Q4_K)
+    );
+    assert_eq!(
+        find("blk.47.attn_k.weight"),
+        (vec![2048, 512], TensorType::Q4_K)
+    );
+    assert_eq!(
+        find("blk.47.attn_output.weight"),
+        (vec![4096, 2048], TensorType::Q4_K)
+    );
     let exps = |l: u32, p: &str| find(&format!("blk.{l}.ffn_{p}_exps.weight"));
     assert_eq!(exps(47, "gate"), (vec![2048, 768, 128], TensorType::Q4_K));
     assert_eq!(exps(47, "up"), (vec![2048, 768, 128], TensorType::Q4_K));
