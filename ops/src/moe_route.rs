@@ -18,8 +18,9 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 
 const OP: &str = "moe_route";
 
-/// What llama.cpp clamps the chosen probabilities' sum to from below.
-pub const MIN_SUM: f32 = 6.103_515_625e-5;
+/// What llama.cpp clamps the chosen probabilities' sum to from below: 2⁻¹⁴
+/// (6.103515625e-5), f16's smallest normal.
+pub const MIN_SUM: f32 = 1.0 / 16384.0;
 
 /// One dispatch's shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
