@@ -850,9 +850,10 @@ fn chat_on_smollm2_answers_each_turn_as_a_fresh_run_of_the_conversation_would() 
     assert_eq!(ids(&p, "prompt_ids").len(), t[1].0 + t[1].1, "{err}");
 }
 
-/// `synth-model --like qwen2-tiny|qwen3-tiny|gemma3-tiny|phi3-tiny|mistral-tiny` writes the
-/// family's file: its architecture and keys, the bytes the tests build in memory from the same
-/// seed, and a model `generate` runs; an unknown layout is refused with the names it takes.
+/// `synth-model --like qwen2-tiny|qwen3-tiny|gemma3-tiny|phi3-tiny|mistral-tiny|qwen3moe-tiny`
+/// writes the family's file: its architecture and keys, the bytes the tests build in memory
+/// from the same seed, and a model `generate` runs; an unknown layout is refused with the
+/// names it takes.
 #[test]
 fn synth_model_writes_the_family_layouts() {
     for (like, shape, arch) in [
@@ -861,6 +862,7 @@ fn synth_model_writes_the_family_layouts() {
         ("gemma3-tiny", SynthShape::TINY_GEMMA3, "gemma3"),
         ("phi3-tiny", SynthShape::TINY_PHI3, "phi3"),
         ("mistral-tiny", SynthShape::TINY_MISTRAL, "llama"),
+        ("qwen3moe-tiny", SynthShape::TINY_QWEN3_MOE, "qwen3moe"),
     ] {
         let path = scratch("synth_qwen").join(format!("{like}.gguf"));
         let o = run(trine()

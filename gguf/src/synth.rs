@@ -93,6 +93,15 @@ pub enum Family {
     /// Phi-3.5-mini's: `phi3`, Q, K and V fused in `attn_qkv`, gate and up in `ffn_up`,
     /// LongRoPE's factors, a SentencePiece vocabulary ([`spm`]).
     Phi3,
+    /// Qwen3-MoE's: `qwen3moe`, Qwen3's attention, and in place of each layer's feed-forward
+    /// block a router (`ffn_gate_inp`, f32 as llama.cpp's quantizer leaves it) over `experts`
+    /// SwiGLU experts of `expert_ff` rows (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`,
+    /// each one tensor of all experts), `used` of them run per token.
+    Qwen3Moe {
+        experts: u32,
+        used: u32,
+        expert_ff: u64,
+    },
 }
 
 impl Family {
@@ -104,6 +113,7 @@ impl Family {
             Family::Qwen3 => "qwen3",
             Family::Gemma3 { .. } => "gemma3",
             Family::Phi3 => "phi3",
+            Family::Qwen3Moe { .. } => "qwen3moe",
         }
     }
 
@@ -191,6 +201,35 @@ impl SynthShape {
         } else {
             TensorType::Q5_0
         }
+    }
+
+    /// The file's metadata, `general.file_type` last where the types have one.
+    pub fn metadata(&self) -> Vec<(String, Value)> {
+        let mut out = if self.family.spm() {
+            spm::metadata(self)
+        } else {
+            smollm2::metadata(self)
+        };
+        if let Some(ty) = self.file_type() {
+            out.push(("general.file_type".into(), Value::U32(ty)));
+        }
+        out
+    }
+
+    /// The file's tensors in order: name, GGUF dims and type (f32 vectors and routers stay
+    /// f32; the matrices take the shape's types or mix).
+    pub fn tensor_table(&self) -> Vec<(String, Vec<u64>, TensorType)> {
+        smollm2::tensors(self)
+            .into_iter()
+            .map(|(name, dims, ty)| {
+                let ty = if ty == TensorType::F32 {
+                    ty
+                } else {
+                    self.type_of(&name, dims[0])
+                };
+                (name, dims, ty)
+            })
+            .collect()
     }
 
     /// Elements of a head.
@@ -341,12 +380,33 @@ impl SynthShape {
         ..SynthShape::LLAMA_3_8B
     };
 
+    /// Qwen3-30B-A3B's layout (48 layers over a stream of 2048, 32 heads and 4 of keys and
+    /// values of 128, 128 experts of 768 rows, 8 used; an untied output head), in Q4_K_M.
+    pub const QWEN3_30B_A3B: SynthShape = SynthShape {
+        family: Family::Qwen3Moe {
+            experts: 128,
+            used: 8,
+            expert_ff: 768,
+        },
+        n_embd: 2048,
+        n_ff: 6144,
+        n_layer: 48,
+        n_head: 32,
+        n_head_kv: 4,
+        head_dim: Some(128),
+        vocab: 151_936,
+        matrices: TensorType::Q4_K,
+        embedding: TensorType::Q4_K,
+        output: Some(TensorType::Q6_K),
+        mix: Mix::Q4KM,
+    };
+
     /// The presets by the names `trine synth-model --like` takes; the tiny ones are the
     /// tests' ([`SynthShape::TINY`], [`SynthShape::TINY_QWEN2`], [`SynthShape::TINY_QWEN3`],
-    /// [`SynthShape::TINY_GEMMA3`], [`SynthShape::TINY_MISTRAL`], [`SynthShape::TINY_PHI3`]),
-    /// for the reference scripts to read the same files. Those of Llama 3.1 and 3.2 also carry
-    /// their rope scaling ([`rope::Llama3Rope::of_preset`]).
-    pub const PRESETS: [(&'static str, SynthShape); 16] = [
+    /// [`SynthShape::TINY_GEMMA3`], [`SynthShape::TINY_MISTRAL`], [`SynthShape::TINY_PHI3`],
+    /// [`SynthShape::TINY_QWEN3_MOE`]), for the reference scripts to read the same files. Those
+    /// of Llama 3.1 and 3.2 also carry their rope scaling ([`rope::Llama3Rope::of_preset`]).
+    pub const PRESETS: [(&'static str, SynthShape); 18] = [
         ("smollm2-135m", SynthShape::SMOLLM2_135M),
         ("llama-3.2-1b", SynthShape::LLAMA_3_2_1B),
         ("llama-3-8b", SynthShape::LLAMA_3_8B),
@@ -354,6 +414,7 @@ impl SynthShape {
         ("llama-3-70b", SynthShape::LLAMA_3_70B),
         ("qwen2.5-0.5b", SynthShape::QWEN2_5_0_5B),
         ("qwen3-0.6b", SynthShape::QWEN3_0_6B),
+        ("qwen3-30b-a3b", SynthShape::QWEN3_30B_A3B),
         ("tiny", SynthShape::TINY),
         ("qwen2-tiny", SynthShape::TINY_QWEN2),
         ("qwen3-tiny", SynthShape::TINY_QWEN3),
@@ -363,6 +424,7 @@ impl SynthShape {
         ("phi-3.5-mini", SynthShape::PHI_3_5_MINI),
         ("mistral-tiny", SynthShape::TINY_MISTRAL),
         ("phi3-tiny", SynthShape::TINY_PHI3),
+        ("qwen3moe-tiny", SynthShape::TINY_QWEN3_MOE),
     ];
 
     /// The smallest Llama the tests run whole: two layers of width 64 with grouped-query
@@ -424,6 +486,16 @@ impl SynthShape {
         head_dim: Some(32),
         ..SynthShape::TINY
     };
+
+    /// [`SynthShape::TINY_QWEN3`] with Qwen3-MoE's experts: 8 of 32 rows, 2 used per token.
+    pub const TINY_QWEN3_MOE: SynthShape = SynthShape {
+        family: Family::Qwen3Moe {
+            experts: 8,
+            used: 2,
+            expert_ff: 32,
+        },
+        ..SynthShape::TINY_QWEN3
+    };
 }
 
 /// SmolLM2-135M-Instruct (Q4_1) without the file: its architecture metadata and exactly its
@@ -439,28 +511,10 @@ pub fn synth_smollm2_135m(seed: u64) -> Result<GgufWriter, GgufError> {
 /// of weights takes seconds, the same on every machine.
 pub fn synth_llama(shape: SynthShape, seed: u64) -> Result<GgufWriter, GgufError> {
     let mut w = GgufWriter::new();
-    let metadata = if shape.family.spm() {
-        spm::metadata(&shape)
-    } else {
-        smollm2::metadata(&shape)
-    };
-    for (key, value) in metadata {
+    for (key, value) in shape.metadata() {
         w.add(key, value)?;
     }
-    if let Some(ty) = shape.file_type() {
-        w.add("general.file_type", Value::U32(ty))?;
-    }
-    let tensors: Vec<(String, Vec<u64>, TensorType)> = smollm2::tensors(&shape)
-        .into_iter()
-        .map(|(name, dims, ty)| {
-            let ty = if ty == TensorType::F32 {
-                ty
-            } else {
-                shape.type_of(&name, dims[0])
-            };
-            (name, dims, ty)
-        })
-        .collect();
+    let tensors = shape.tensor_table();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut made: Vec<Option<Result<Vec<u8>, GgufError>>> = Vec::new();
@@ -582,6 +636,20 @@ mod smollm2 {
                 ("post_attention_norm.weight", vec![d], TensorType::F32),
                 ("post_ffw_norm.weight", vec![d], TensorType::F32),
             ]),
+            Family::Qwen3Moe {
+                experts, expert_ff, ..
+            } => {
+                let n = u64::from(experts);
+                out.retain(|(name, _, _)| !name.starts_with("ffn_") || *name == "ffn_norm.weight");
+                out.extend([
+                    ("attn_q_norm.weight", vec![hd], TensorType::F32),
+                    ("attn_k_norm.weight", vec![hd], TensorType::F32),
+                    ("ffn_gate_inp.weight", vec![d, n], TensorType::F32),
+                    ("ffn_gate_exps.weight", vec![d, expert_ff, n], m),
+                    ("ffn_up_exps.weight", vec![d, expert_ff, n], m),
+                    ("ffn_down_exps.weight", vec![expert_ff, d, n], m),
+                ]);
+            }
         }
         out
     }
@@ -735,6 +803,19 @@ mod smollm2 {
                     0,
                     QWEN2_CHAT_TEMPLATE,
                 ),
+                Family::Qwen3Moe { .. } => (
+                    "Qwen3 30B A3B (synthetic weights)",
+                    "Qwen3",
+                    "30B-A3B",
+                    40_960,
+                    1_000_000.0,
+                    1e-6,
+                    "qwen2",
+                    0,
+                    2,
+                    0,
+                    QWEN3_CHAT_TEMPLATE,
+                ),
                 Family::Qwen3 => (
                     "Qwen3 0.6B (synthetic weights)",
                     "Qwen3",
@@ -777,6 +858,16 @@ mod smollm2 {
             (key("rope.freq_base"), Value::F32(base)),
             (key("attention.layer_norm_rms_epsilon"), Value::F32(eps)),
         ];
+        if let Family::Qwen3Moe {
+            experts,
+            used,
+            expert_ff,
+        } = shape.family
+        {
+            out.push((key("expert_count"), Value::U32(experts)));
+            out.push((key("expert_used_count"), Value::U32(used)));
+            out.push((key("expert_feed_forward_length"), u(expert_ff)));
+        }
         if let Some(d) = shape.head_dim {
             out.push((key("attention.key_length"), Value::U32(d)));
             out.push((key("attention.value_length"), Value::U32(d)));

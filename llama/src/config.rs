@@ -26,6 +26,20 @@ pub struct Config {
     pub rms_eps: f32,
     /// Sliding-window attention on some layers, where the file gives a window (Gemma 3).
     pub swa: Option<Swa>,
+    /// The experts of a mixture-of-experts architecture's feed-forward blocks.
+    pub experts: Option<Experts>,
+}
+
+/// A mixture-of-experts layer's shape (`{arch}.expert_count`, `expert_used_count`,
+/// `expert_feed_forward_length`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Experts {
+    pub count: u32,
+    /// Experts run per token.
+    pub used: u32,
+    /// Rows of one expert's gate and up projections; llama.cpp's default where the file does
+    /// not say: `feed_forward_length / used`.
+    pub ff: u32,
 }
 
 /// Interleaved local and global layers (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`): a local layer's
@@ -85,6 +99,18 @@ impl Config {
                 "must equal attention.key_length (trine's attention has one head size)",
             ));
         }
+        let n_ff = g.get_u32(&key("feed_forward_length"))?;
+        let experts = if arch.extras().experts {
+            let used = g.get_u32(&key("expert_used_count"))?;
+            let ff_key = key("expert_feed_forward_length");
+            Some(Experts {
+                count: g.get_u32(&key("expert_count"))?,
+                used,
+                ff: optional(g.get_u32(&ff_key), n_ff.checked_div(used).unwrap_or(0))?,
+            })
+        } else {
+            None
+        };
         let c = Config {
             arch,
             n_embd,
@@ -92,11 +118,12 @@ impl Config {
             n_head,
             n_head_kv: optional(g.get_u32(&key("attention.head_count_kv")), n_head)?,
             n_embd_head,
-            n_ff: g.get_u32(&key("feed_forward_length"))?,
+            n_ff,
             vocab,
             context_length: g.get_u32(&key("context_length"))?,
             rope_base: optional(g.get_f32(&key("rope.freq_base")), 10_000.0)?,
             rms_eps: optional(g.get_f32(&key("attention.layer_norm_rms_epsilon")), 1e-5)?,
+            experts,
             swa: None,
         };
         let c = Config {
@@ -134,6 +161,11 @@ impl Config {
         self.n_head * self.head_dim()
     }
 
+    /// Experts run per token (0 without experts).
+    pub fn experts_used(&self) -> u32 {
+        self.experts.map_or(0, |e| e.used)
+    }
+
     /// Width of a K or V row: all key/value heads of one position.
     pub fn kv_dim(&self) -> u32 {
         self.n_head_kv * self.head_dim()
@@ -168,6 +200,29 @@ impl Config {
                 self.n_head_kv,
                 "must divide the head count",
             ));
+        }
+        if let Some(e) = self.experts {
+            let checks = [
+                (key("expert_count"), e.count, "must be positive"),
+                (key("expert_used_count"), e.used, "must be positive"),
+                (
+                    key("expert_feed_forward_length"),
+                    e.ff,
+                    "must be positive (without the key, feed_forward_length / expert_used_count)",
+                ),
+            ];
+            for (name, v, why) in checks {
+                if v == 0 {
+                    return Err(bad(&name, v, why));
+                }
+            }
+            if e.used > e.count {
+                return Err(bad(
+                    &key("expert_used_count"),
+                    e.used,
+                    "must be at most expert_count",
+                ));
+            }
         }
         let d = self.head_dim();
         if !d.is_multiple_of(2) || d > MAX_HEAD_DIM {

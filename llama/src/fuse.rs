@@ -92,9 +92,14 @@ pub fn fuse(
             Op::Norm { x, weight, .. } => {
                 // Folded where every product reading it (the products up to the next norm:
                 // a layer's QKV may be several) takes float x; each then normalises x itself.
-                let readers: Vec<Option<Form>> = nodes[i..]
+                // The experts' products read it as it is.
+                let up_to_next = nodes[i..]
                     .iter()
-                    .take_while(|n| !matches!(n.op, Op::Norm { .. }))
+                    .take_while(|n| !matches!(n.op, Op::Norm { .. }));
+                let experts = up_to_next
+                    .clone()
+                    .any(|n| matches!(n.op, Op::ExpertsSwiglu { .. }));
+                let readers: Vec<Option<Form>> = up_to_next
                     .filter(|n| {
                         matches!(
                             n.op,
@@ -106,7 +111,9 @@ pub fn fuse(
                     })
                     .map(|n| form(&n.op))
                     .collect();
-                if next_form == Some(Form::Float) && readers.iter().all(|&f| f == Some(Form::Float))
+                if !experts
+                    && next_form == Some(Form::Float)
+                    && readers.iter().all(|&f| f == Some(Form::Float))
                 {
                     norm = Some((Load::Norm(weight), x));
                 } else {

@@ -26,8 +26,8 @@ use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
     argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
-    matvec, matvec_q8, matvec_q8_blocks, matvec_q8_rows, norm_add, qkv_bias_norm, rms_norm,
-    rope_store,
+    matvec, matvec_ids, matvec_q8, matvec_q8_blocks, matvec_q8_rows, moe_route, norm_add,
+    qkv_bias_norm, rms_norm, rope_store,
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
@@ -103,6 +103,13 @@ pub enum KernelKey {
     Quantize {
         blocks: XBlocks,
         load: XLoad,
+    },
+    /// A mixture-of-experts layer's routing ([`Op::MoeRoute`]).
+    MoeRoute,
+    /// The chosen experts' products ([`Op::ExpertsSwiglu`], [`Op::ExpertsDown`]).
+    MatvecIds {
+        weights: WeightType,
+        out: matvec_ids::Out,
     },
     PickLast,
     Argmax,
@@ -246,6 +253,14 @@ impl std::fmt::Display for KernelKey {
                 };
                 write!(f, "x quantized to {}{load}", blocks.name())
             }
+            KernelKey::MoeRoute => f.write_str("experts' routing"),
+            KernelKey::MatvecIds { weights, out } => {
+                let out = match out {
+                    matvec_ids::Out::Swiglu => "gate/up, swiglu",
+                    matvec_ids::Out::WeightedSum => "down, weighted sum, add",
+                };
+                write!(f, "matvec {weights} by expert ({out})")
+            }
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
         }
@@ -335,6 +350,15 @@ impl KernelKey {
             },
             Op::RopeStore { mode, .. } => KernelKey::RopeStore { mode },
             Op::Quantize { blocks, load, .. } => KernelKey::Quantize { blocks, load },
+            Op::MoeRoute => KernelKey::MoeRoute,
+            Op::ExpertsSwiglu { gate, .. } => KernelKey::MatvecIds {
+                weights: w.tensors[gate].ty,
+                out: matvec_ids::Out::Swiglu,
+            },
+            Op::ExpertsDown { down, .. } => KernelKey::MatvecIds {
+                weights: w.tensors[down].ty,
+                out: matvec_ids::Out::WeightedSum,
+            },
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
             Op::Add { .. } => unreachable!("the fusion pass folds every add into a product"),
@@ -483,6 +507,11 @@ impl KernelKey {
             KernelKey::Quantize { blocks, load } => {
                 vec![plain(matvec_q8::quantize_kernel(blocks, load))]
             }
+            KernelKey::MoeRoute => vec![plain(moe_route::kernel())],
+            KernelKey::MatvecIds { weights, out } => reductions
+                .iter()
+                .map(|&how| plain(matvec_ids::kernel(weights, out, how)))
+                .collect(),
             KernelKey::PickLast => vec![plain(copy_kernel(Float::F32, Float::F32))],
             KernelKey::Argmax => reductions
                 .iter()

@@ -311,7 +311,9 @@ const MEASURED_REDUCTION: u32 = 1536;
 fn reduction(node: &Node, c: &Config, w: &Weights) -> u32 {
     match node.op {
         Op::Product { w: id, .. } => w.tensors[id].cols,
-        Op::Norm { .. } | Op::NormAdd { .. } => c.n_embd,
+        Op::Norm { .. } | Op::NormAdd { .. } | Op::ExpertsSwiglu { .. } => c.n_embd,
+        // Each chosen expert's row, weighted and summed.
+        Op::ExpertsDown { .. } => c.experts.map_or(1, |e| e.ff * e.used),
         _ => 1,
     }
 }
@@ -330,7 +332,12 @@ fn measured_bound(node: &Node) -> f64 {
         | Op::Geglu
         | Op::NormAdd { .. }
         | Op::QkvBiasNorm { .. }
-        | Op::RopeStore { .. } => 2.9e-10,
+        | Op::RopeStore { .. }
+        | Op::ExpertsSwiglu { .. }
+        | Op::ExpertsDown { .. } => 2.9e-10,
+        // The chosen experts' weights: an exp of each logit and a division, the products'
+        // arithmetic; the experts chosen are the same ids on both where the logits agree.
+        Op::MoeRoute => 2.9e-10,
         // The quantizer's scales, most rounded to f16 from a division that Vulkan lets be
         // 2.5 ulp off: a scale can land on the neighbouring f16, a step of at most 2⁻¹⁰ of it
         // (NVIDIA's Vulkan driver moved some of an 8B layout's, NMSE 9.9e-10). The bound is

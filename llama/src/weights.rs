@@ -3,8 +3,10 @@
 //! kernels), norms and biases as f32. Nothing is copied from the mapped file unless its type
 //! needs a conversion (BF16 matrices and non-f32 norms become f32, once, at load), its length
 //! is not a whole number of 32-bit words (buffers are word-addressed), or it is stacked with
-//! others into one product (Q, K and V, and their biases, as one; gate and up). A file that
-//! fuses them itself (Phi-3's `attn_qkv` and `ffn_up`) is read as it is.
+//! others into one product (Q, K and V, and their biases, as one; a dense block's gate and
+//! up). A file that fuses them itself (Phi-3's `attn_qkv` and `ffn_up`) is read as it is. A
+//! mixture of experts' tensors (every expert's matrix in one) stay as stored: each product
+//! reads its chosen experts' slices by index.
 
 use super::config::Config;
 use super::error::ModelError;
@@ -49,20 +51,40 @@ pub struct QkvPart {
     pub bias: Option<WeightId>,
 }
 
+/// A layer's feed-forward block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ffn {
+    Dense {
+        /// Gate and up as one matrix, its rows as `layout` says: interleaved where the file
+        /// holds them apart (gate row i at row 2i, up row i at 2i + 1: one matvec whose
+        /// workgroups hold both rows that SwiGLU combines), else the file's fused tensor.
+        gate_up: WeightId,
+        down: WeightId,
+        layout: GateUp,
+    },
+    Experts(ExpertWeights),
+}
+
+/// A mixture of experts' tensors: the router (`ffn_gate_inp`, experts × n_embd) and each
+/// projection's experts stacked, expert e's rows at `e · rows` (a matrix of experts × rows
+/// rows, as the file holds it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertWeights {
+    pub router: WeightId,
+    pub gate: WeightId,
+    pub up: WeightId,
+    pub down: WeightId,
+}
+
 #[derive(Clone, Debug)]
 pub struct Layer {
     pub attn_norm: WeightId,
     pub wo: WeightId,
     pub ffn_norm: WeightId,
-    pub w_down: WeightId,
     /// Q, K and V in as few products as their weight types allow: one where the three share
     /// a type, else one per run of a type, each tensor in its own type.
     pub qkv: Vec<QkvPart>,
-    /// Gate and up as one matrix, its rows as `gate_up` says: interleaved where the file
-    /// holds them apart (gate row i at row 2i, up row i at 2i + 1: one matvec whose
-    /// workgroups hold both rows that SwiGLU combines), else the file's fused tensor.
-    pub w_gate_up: WeightId,
-    pub gate_up: GateUp,
+    pub ffn: Ffn,
     /// The query and key heads' norm weights ([head_dim] each), where the architecture
     /// normalises them before rope.
     pub qk_norm: Option<(WeightId, WeightId)>,
@@ -90,9 +112,14 @@ pub struct Weights {
 impl Weights {
     /// Whether only products read weight `id`, so that a device may hold it in another layout
     /// ([`crate::tuning::holds_pairs`]): every weight but the embedding table, which the
-    /// embedding lookup reads (an output head tied to it then reads the file's layout too).
+    /// embedding lookup reads (an output head tied to it then reads the file's layout too),
+    /// and the experts, which their products read by index in the file's layout.
     pub fn pairable(&self, id: WeightId) -> bool {
         id != self.token_embd
+            && !self.layers.iter().any(|l| match l.ffn {
+                Ffn::Experts(e) => [e.gate, e.up, e.down].contains(&id),
+                Ffn::Dense { .. } => false,
+            })
     }
 
     pub fn from_gguf(g: &Gguf, c: &Config) -> Result<Weights, ModelError> {
@@ -142,7 +169,14 @@ impl Weights {
                     )?;
                     None
                 };
-                let (qkv, w_gate_up, gate_up) = if extras.fused {
+                let dense = [n("ffn_gate"), n("ffn_up"), n("ffn_down")];
+                let moe = [
+                    n("ffn_gate_inp"),
+                    n("ffn_gate_exps"),
+                    n("ffn_up_exps"),
+                    n("ffn_down_exps"),
+                ];
+                let (qkv, ffn) = if extras.fused {
                     let rows = q + 2 * kv;
                     let part = QkvPart {
                         w: w.matrix(&n("attn_qkv"), rows, d)?,
@@ -152,32 +186,49 @@ impl Weights {
                         },
                         bias: None,
                     };
-                    let up = w.matrix(&n("ffn_up"), 2 * ff, d)?;
-                    (vec![part], up, GateUp::Halves)
+                    let ffn = Ffn::Dense {
+                        gate_up: w.matrix(&n("ffn_up"), 2 * ff, d)?,
+                        down: w.matrix(&n("ffn_down"), d, ff)?,
+                        layout: GateUp::Halves,
+                    };
+                    (vec![part], ffn)
                 } else {
                     let qkv = [
                         ('q', w.weight(&n("attn_q"), q, d)?),
                         ('k', w.weight(&n("attn_k"), kv, d)?),
                         ('v', w.weight(&n("attn_v"), kv, d)?),
                     ];
-                    let gate_up = [
-                        w.weight(&n("ffn_gate"), ff, d)?,
-                        w.weight(&n("ffn_up"), ff, d)?,
-                    ];
-                    (
-                        w.qkv(l, qkv, biases, c.head_dim())?,
-                        w.stack(&n("ffn_gate_up"), &gate_up, true)?,
-                        GateUp::Pairs,
-                    )
+                    let ffn = match c.experts {
+                        Some(e) => {
+                            w.absent(c, &dense, "a dense feed-forward block")?;
+                            Ffn::Experts(ExpertWeights {
+                                router: w.matrix(&n("ffn_gate_inp"), e.count, d)?,
+                                gate: w.experts(&n("ffn_gate_exps"), e.count, e.ff, d)?,
+                                up: w.experts(&n("ffn_up_exps"), e.count, e.ff, d)?,
+                                down: w.experts(&n("ffn_down_exps"), e.count, d, e.ff)?,
+                            })
+                        }
+                        None => {
+                            w.absent(c, &moe, "a mixture of experts")?;
+                            let gate_up = [
+                                w.weight(&n("ffn_gate"), ff, d)?,
+                                w.weight(&n("ffn_up"), ff, d)?,
+                            ];
+                            Ffn::Dense {
+                                gate_up: w.stack(&n("ffn_gate_up"), &gate_up, true)?,
+                                down: w.matrix(&n("ffn_down"), d, ff)?,
+                                layout: GateUp::Pairs,
+                            }
+                        }
+                    };
+                    (w.qkv(l, qkv, biases, c.head_dim())?, ffn)
                 };
                 Ok(Layer {
                     attn_norm: w.norm(&n("attn_norm"), d)?,
                     wo: w.matrix(&n("attn_output"), d, q)?,
                     ffn_norm: w.norm(&n("ffn_norm"), d)?,
-                    w_down: w.matrix(&n("ffn_down"), d, ff)?,
                     qkv,
-                    w_gate_up,
-                    gate_up,
+                    ffn,
                     qk_norm,
                     post_norms,
                     window: c.window(l),
@@ -240,9 +291,35 @@ impl Loader<'_> {
         Ok(self.push(w))
     }
 
+    /// The `count` experts' `rows × cols` matrices stacked in one tensor (GGUF dims
+    /// `[cols, rows, count]`), as a matrix of `count · rows` rows.
+    fn experts(
+        &mut self,
+        name: &str,
+        count: u32,
+        rows: u32,
+        cols: u32,
+    ) -> Result<WeightId, ModelError> {
+        let dims = [cols as u64, rows as u64, count as u64];
+        let all = rows as u64 * count as u64;
+        let rows = u32::try_from(all).map_err(|_| ModelError::TensorShape {
+            name: name.to_string(),
+            expected: vec![cols as u64, u32::MAX as u64 / count as u64, count as u64],
+            found: dims.to_vec(),
+        })?;
+        let w = self.typed(name, &dims, rows, cols)?;
+        Ok(self.push(w))
+    }
+
     /// A matrix as the kernels take it, not (yet) one of the model's tensors.
     fn weight(&self, name: &str, rows: u32, cols: u32) -> Result<Weight, ModelError> {
-        let t = self.find(name, &[cols as u64, rows as u64])?;
+        self.typed(name, &[cols as u64, rows as u64], rows, cols)
+    }
+
+    /// Tensor `name`, of GGUF dims `dims`, as a `rows × cols` matrix in a type the kernels
+    /// take.
+    fn typed(&self, name: &str, dims: &[u64], rows: u32, cols: u32) -> Result<Weight, ModelError> {
+        let t = self.find(name, dims)?;
         let data = self.g.tensor_data(t);
         let (ty, source) = match t.ty.weight_type() {
             Some(ty) if ty.is_quantized() && BlockFormat::of(ty).is_none() => {

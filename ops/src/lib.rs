@@ -31,9 +31,11 @@ pub mod matmul_tiles;
 pub mod matvec;
 pub mod matvec_attn;
 pub mod matvec_fused;
+pub mod matvec_ids;
 pub mod matvec_q8;
 pub mod matvec_q8_blocks;
 pub mod matvec_q8_rows;
+pub mod moe_route;
 pub mod norm_add;
 pub mod qkv_bias_norm;
 pub mod rms_norm;
@@ -56,7 +58,7 @@ pub struct Family {
 }
 
 /// The op library's families, in the order of [`cases`].
-pub static FAMILIES: [Family; 17] = [
+pub static FAMILIES: [Family; 19] = [
     Family {
         name: "matmul_tiles",
         about: "prompt products y = x·Wᵀ on matrix units, W in f32, f16, Q8_0, Q4_0 or Q4_1",
@@ -91,6 +93,16 @@ pub static FAMILIES: [Family; 17] = [
         name: "matvec_attn",
         about: "the products either side of attention with what sits between them fused in",
         cases: matvec_attn::cases,
+    },
+    Family {
+        name: "matvec_ids",
+        about: "mixture-of-experts products: each row reads its chosen expert's weights by index",
+        cases: matvec_ids::cases,
+    },
+    Family {
+        name: "moe_route",
+        about: "mixture-of-experts routing: softmax, the top k experts, their weights normalised",
+        cases: moe_route::cases,
     },
     Family {
         name: "embedding",

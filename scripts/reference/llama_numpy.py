@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Greedy decoding of a Llama-, Qwen2-, Qwen3-, Gemma3- or Phi3-architecture GGUF in plain float64 numpy.
+"""Greedy decoding of a Llama-, Qwen2-, Qwen3-, Qwen3-MoE-, Gemma3- or Phi3-architecture GGUF in plain float64 numpy.
 
 An exact-arithmetic reference over the same dequantized weights as llama.cpp: it shows where
 llama.cpp's own shortcuts (activations quantized to Q8_1/Q8_0 before each matmul, an f16 KV
@@ -41,6 +41,11 @@ sliding_window_pattern-th, default 6) see only the last `window` positions and t
 base rope.freq_base_swa (default 10000) without scaling. Phi3 (src/models/phi3.cpp) holds Q, K and V in one attn_qkv and gate then
 up in one ffn_up, which this reference splits by rows, and rotates NeoX pairs. Only the first
 {arch}.rope.dimension_count values of a head rotate (all of them where the key is absent).
+Qwen3-MoE (qwen3moe.cpp, llama-graph.cpp's build_moe_ffn) is Qwen3's attention
+with a mixture of experts for the feed-forward block: the router's softmax over expert_count
+experts, the expert_used_count most probable chosen, their probabilities divided by their sum,
+and the chosen SwiGLU experts' outputs (ffn_gate_exps, ffn_up_exps, ffn_down_exps) weighted and
+summed.
 """
 
 import datetime
@@ -68,8 +73,8 @@ class Model:
     def __init__(self, path, ignore_rope_scaling=False, n_ctx=None):
         reader = GGUFReader(path)
         arch = reader.fields["general.architecture"].contents()
-        if arch not in ("llama", "qwen2", "qwen3", "gemma3", "phi3"):
-            sys.exit(f"llama_numpy: architecture {arch!r} is not llama, qwen2, qwen3, gemma3 or phi3")
+        if arch not in ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"):
+            sys.exit(f"llama_numpy: architecture {arch!r} is not llama, qwen2, qwen3, qwen3moe, gemma3 or phi3")
         self.arch = arch
 
         def meta(key, default=None):
@@ -90,8 +95,12 @@ class Model:
         self.output = self.w.get("output.weight", self.w["token_embd.weight"])
         self.head_dim = meta("attention.key_length", self.w["token_embd.weight"].shape[1] // self.n_head)
         self.n_rot = meta("rope.dimension_count", self.head_dim)
-        self.neox = arch in ("qwen2", "qwen3", "gemma3", "phi3")
+        self.neox = arch in ("qwen2", "qwen3", "qwen3moe", "gemma3", "phi3")
         self.gemma = arch == "gemma3"
+        self.experts_used = meta("expert_used_count") if arch == "qwen3moe" else 0
+        # Per forward call, the smallest gap between the last chosen and the first unchosen
+        # router logit over its tokens and layers: how near a routing choice came to a tie.
+        self.route_gaps = []
         self.split_fused()
         self.n_ctx = meta("context_length") if n_ctx is None else n_ctx
         self.inv_freq, self.mscale = self.rope_scaling(reader, ignore_rope_scaling)
@@ -202,6 +211,8 @@ class Model:
         """Runs `ids` after the tokens already in `cache` (one (k, v) list per layer) and returns
         the logits after the last of them."""
         w, n, d = self.w, len(ids), self.head_dim
+        if self.experts_used:
+            self.route_gaps.append(np.inf)
         start = cache[0][0].shape[0] if cache[0] else 0
         positions = np.arange(start, start + n)
         # Row i may see keys 0..start+i; through a window, only the last `window` of them.
@@ -231,11 +242,43 @@ class Model:
             attn = np.einsum("hqk,khd->qhd", scores, v).reshape(n, -1) @ w[p + "attn_output.weight"].T
             x = x + self.post_norm(attn, p + "post_attention_norm.weight")
             h = self.rms_norm(x, w[p + "ffn_norm.weight"])
-            gate = h @ w[p + "ffn_gate.weight"].T
-            up = h @ w[p + "ffn_up.weight"].T
-            act = self.gelu(gate) if self.gemma else gate / (1.0 + np.exp(-gate))
-            x = x + self.post_norm((act * up) @ w[p + "ffn_down.weight"].T, p + "post_ffw_norm.weight")
+            if self.experts_used:
+                x = x + self.experts(h, p)
+            else:
+                gate = h @ w[p + "ffn_gate.weight"].T
+                up = h @ w[p + "ffn_up.weight"].T
+                act = self.gelu(gate) if self.gemma else gate / (1.0 + np.exp(-gate))
+                x = x + self.post_norm((act * up) @ w[p + "ffn_down.weight"].T, p + "post_ffw_norm.weight")
         return self.output @ self.rms_norm(x[-1], w["output_norm.weight"])
+
+
+    def swiglu(self, h, p, suffix, expert=None):
+        """The SwiGLU block of h, or of one expert's slice of the stacked `_exps` tensors."""
+
+        def weight(name):
+            m = self.w[p + name + suffix + ".weight"]
+            return m if expert is None else m[expert]
+
+        gate = h @ weight("ffn_gate").T
+        up = h @ weight("ffn_up").T
+        return (gate / (1.0 + np.exp(-gate)) * up) @ weight("ffn_down").T
+
+    def experts(self, h, p):
+        """The mixture of experts of each row of h: softmax routing, the top experts_used, their
+        probabilities normalised over the chosen (the sum clamped below as llama.cpp clamps it)."""
+        logits = h @ self.w[p + "ffn_gate_inp.weight"].T
+        ranked = -np.sort(-logits, axis=-1)
+        gap = (ranked[:, self.experts_used - 1] - ranked[:, self.experts_used]).min(initial=np.inf)
+        self.route_gaps[-1] = min(self.route_gaps[-1], float(gap))
+        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+        out = np.zeros_like(h)
+        for t in range(len(h)):
+            chosen = np.argsort(-probs[t], kind="stable")[: self.experts_used]
+            weights = probs[t, chosen] / max(probs[t, chosen].sum(), 6.103515625e-5)
+            for e, wt in zip(chosen, weights):
+                out[t] += wt * self.swiglu(h[t : t + 1], p, "_exps", e)[0]
+        return out
 
 
 def greedy(model, prompt_ids, n_predict, eog_ids, steps=None):
@@ -278,6 +321,10 @@ def synthetic(model_path, n_predict, prompt, ignore_rope_scaling=False, n_ctx=No
         "top2": [[round(a, 9), round(b, 9)] for a, b in top2],
         "logits": [[round(float(v), 9) for v in step] for step in steps],
     }
+    if model.experts_used:
+        # Each step's routing: the smallest gap between a chosen and an unchosen expert's
+        # router logit (the last step's forward call computes logits no step records).
+        doc["route_gaps"] = [round(g, 9) for g in model.route_gaps[: len(steps)]]
     sys.stdout.write(json.dumps(doc) + "\n")
 
 

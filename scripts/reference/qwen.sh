@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates the Qwen reference fixtures from the tiny synthetic Qwen2 and Qwen3 files
-# (`trine synth-model --like qwen2-tiny|qwen3-tiny --seed 5`, the files the tests build in
-# memory), for tests/tests/qwen_reference.rs:
+# Regenerates the Qwen reference fixtures from the tiny synthetic Qwen2, Qwen3 and Qwen3-MoE
+# files (`trine synth-model --like qwen2-tiny|qwen3-tiny|qwen3moe-tiny --seed 5`, the files the
+# tests build in memory), for tests/tests/qwen_reference.rs:
 #
 # - llama/tests/fixtures/FAMILY_tiny_llama_cpp.json: llama.cpp's CPU greedy ids and top-2
 #   logits for the prompts of qwen_cases.txt (llama_reference.cpp, flash attention on, f16 KV
@@ -9,7 +9,9 @@
 # - llama/tests/fixtures/FAMILY_tiny_f64.json: the same family's graph in float64
 #   (llama_numpy.py --ids), every step's logits, for a prompt of ids.
 #
-#   scripts/reference/qwen.sh LLAMA_CPP_SOURCE_DIR LLAMA_CPP_BUILD_DIR
+#   scripts/reference/qwen.sh LLAMA_CPP_SOURCE_DIR LLAMA_CPP_BUILD_DIR [FAMILY...]
+#
+# With FAMILY arguments (qwen2, qwen3, qwen3moe), only those families' fixtures.
 #
 # LLAMA_CPP_BUILD_DIR holds a CPU build of libllama (run.sh makes one in /tmp/lcpp-build).
 # Needs python3 with numpy and gguf (ref_venv makes one in REF_WORK_DIR, default
@@ -22,9 +24,12 @@ name=qwen.sh
 # shellcheck source=scripts/reference/lcpp.sh
 . "$here/lcpp.sh"
 repo="$(cd "$here/../.." && pwd)"
-[ $# -eq 2 ] || { echo "usage: $name LLAMA_CPP_SOURCE_DIR LLAMA_CPP_BUILD_DIR" >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: $name LLAMA_CPP_SOURCE_DIR LLAMA_CPP_BUILD_DIR [FAMILY...]" >&2; exit 2; }
 src="$(cd "$1" && pwd)"
 lib="$(cd "$2" && pwd)"
+shift 2
+families=("$@")
+[ ${#families[@]} -gt 0 ] || families=(qwen2 qwen3 qwen3moe)
 [ -f "$src/include/llama.h" ] || { echo "$name: $src is not a llama.cpp source tree" >&2; exit 1; }
 lib_dir="$lib"
 [ -f "$lib/bin/libllama.so" ] && lib_dir="$lib/bin"
@@ -39,7 +44,7 @@ ref_venv "$work"
 cd "$repo"
 cargo build -q -p trine
 trine="${CARGO_TARGET_DIR:-$repo/target}/debug/trine"
-for family in qwen2 qwen3; do
+for family in "${families[@]}"; do
   model="$work/$family-tiny.gguf"
   "$trine" synth-model --like "$family-tiny" --seed 5 -o "$model"
   sha="$(sha256sum "$model" | cut -d' ' -f1)"

@@ -1,11 +1,12 @@
-//! The tiny synthetic Qwen2 and Qwen3 files (`trine synth-model --like qwen2-tiny|qwen3-tiny
-//! --seed 5`, built here in memory) on the CPU, Vulkan and wgpu backends, against references
+//! The tiny synthetic Qwen2, Qwen3 and Qwen3-MoE files (`trine synth-model --like
+//! qwen2-tiny|qwen3-tiny|qwen3moe-tiny --seed 5`, built here in memory) on the CPU, Vulkan and wgpu backends, against references
 //! committed in `llama/tests/fixtures/` by `scripts/reference/qwen.sh`:
 //!
 //! - `FAMILY_tiny_f64.json`: the family's graph in float64 (`scripts/reference/llama_numpy.py
 //!   --ids`), every step's logits. Fed the same ids, trine's logits must be within
 //!   [`LOGITS_NMSE`] of them at every step: a graph that dropped the biases or the q/k norms,
-//!   rotated the wrong pairs or took the wrong head size is off by far more.
+//!   rotated the wrong pairs, took the wrong head size or routed to the wrong experts is off
+//!   by far more.
 //! - `FAMILY_tiny_llama_cpp.json`: llama.cpp's CPU greedy ids for text prompts. trine's
 //!   prompt ids must be its, and trine's greedy ids its up to a step where its top two logits
 //!   nearly tie.
@@ -17,9 +18,10 @@ use trine_gguf::Gguf;
 use trine_llama::{Engine, EngineOptions, Model, Session};
 use trine_tests::{equal_up_to_a_near_tie, fixture, greedy, ids};
 
-const FAMILIES: [(&str, SynthShape); 2] = [
+const FAMILIES: [(&str, SynthShape); 3] = [
     ("qwen2", SynthShape::TINY_QWEN2),
     ("qwen3", SynthShape::TINY_QWEN3),
+    ("qwen3moe", SynthShape::TINY_QWEN3_MOE),
 ];
 
 /// How far trine's logits may be from the float64 ones (NMSE): 5 times the most measured
@@ -35,8 +37,18 @@ const LOGITS_NMSE: f64 = 5e-4;
 /// The top-2 gap (in logits) under which 8-bit activations may flip a greedy choice on these
 /// files: their logits lie within ±0.54 (random weights of σ 0.02 over 64 columns), and
 /// llama.cpp's 8-bit activations moved the top logit by at most 0.0029 from the float64
-/// graph's. llama.cpp's smallest gap on these prompts is 0.077, so every step counts.
+/// graph's. llama.cpp's smallest gap on these prompts is 0.077 for qwen2 and qwen3, so every
+/// step counts; qwen3moe's is 0.008 (one step, where trine's ids equal llama.cpp's too).
 const FLIP_GAP: f64 = 0.02;
+
+/// The router-logit gap (between the last expert chosen and the first left out, the smallest
+/// over a step's tokens and layers, the f64 fixture's `route_gaps`) under which a step's
+/// routing may differ from the float64 graph's: the CPU's 8-bit activations move the router's
+/// inputs as they move the output head's. On qwen3moe-tiny the steps at gaps of 0.00096 and
+/// more stayed within [`LOGITS_NMSE`] (at most 1.1e-4); the one at 0.00019 took another
+/// expert and was 6.1e-4 off. Such a step's logits are not held to the bound; every other step
+/// is, and most must be.
+const ROUTE_GAP: f64 = 0.002;
 
 fn floats(v: &Value) -> Vec<f64> {
     v.as_array()
@@ -88,18 +100,29 @@ fn tiny_qwen_files_match_the_float64_graph_and_llama_cpp() {
             let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
             let mut session = Session::new(engine, None);
             let mut logits = session.feed(&prompt).unwrap();
+            let gaps = exact.get("route_gaps").map(floats);
             let mut worst: f64 = 0.0;
+            let mut excused = vec![];
             for (i, want) in steps.iter().enumerate() {
                 let e = nmse(&floats(want), &logits);
-                assert!(e < LOGITS_NMSE, "{run}: step {i}: logits NMSE {e:.3e}");
-                worst = worst.max(e);
+                match gaps.as_ref().map(|g| g[i]) {
+                    Some(gap) if gap < ROUTE_GAP => {
+                        excused.push(format!("step {i} (router gap {gap:.1e}): NMSE {e:.2e}"))
+                    }
+                    _ => {
+                        assert!(e < LOGITS_NMSE, "{run}: step {i}: logits NMSE {e:.3e}");
+                        worst = worst.max(e);
+                    }
+                }
                 if i + 1 < steps.len() {
                     logits = session.feed(&[forced[i]]).unwrap();
                 }
             }
+            assert!(2 * excused.len() < steps.len(), "{run}: {excused:?}");
             println!(
-                "{run}: {} steps, logits within NMSE {worst:.2e} of float64",
-                steps.len()
+                "{run}: {} steps, logits within NMSE {worst:.2e} of float64; near routing \
+                 ties, not held: {excused:?}",
+                steps.len() - excused.len()
             );
             // llama.cpp's greedy decoding of text prompts.
             for want in lcpp["greedy"].as_array().unwrap() {

@@ -359,3 +359,86 @@ fn gemma3_layout_has_the_real_files_names() {
     let window = |g: &Gguf| g.get_u32("gemma3.attention.sliding_window").unwrap();
     assert_eq!(window(&synth), window(&real));
 }
+
+/// Qwen3-MoE's layouts: the tiny file's router and stacked experts in place of the dense
+/// feed-forward tensors, with the expert keys; Qwen3-30B-A3B's table and keys as its Q4_K_M
+/// file has them (not written: 17 GB).
+#[test]
+fn qwen3moe_layouts_carry_their_experts() {
+    use crate::synth::{synth_llama, SynthShape};
+    let g = reread(&synth_llama(SynthShape::TINY_QWEN3_MOE, 5).unwrap());
+    check_weights(&g);
+    assert_eq!(g.get_str("general.architecture").unwrap(), "qwen3moe");
+    let dims = |name: &str| g.tensor(name).map(|t| t.dims.clone());
+    assert_eq!(dims("blk.1.ffn_gate_inp.weight"), Some(vec![64, 8]));
+    assert_eq!(dims("blk.1.ffn_gate_exps.weight"), Some(vec![64, 32, 8]));
+    assert_eq!(dims("blk.1.ffn_up_exps.weight"), Some(vec![64, 32, 8]));
+    assert_eq!(dims("blk.1.ffn_down_exps.weight"), Some(vec![32, 64, 8]));
+    assert!(dims("blk.0.ffn_gate.weight").is_none() && dims("blk.0.ffn_down.weight").is_none());
+    assert_eq!(g.get_u32("qwen3moe.expert_count").unwrap(), 8);
+    assert_eq!(g.get_u32("qwen3moe.expert_used_count").unwrap(), 2);
+    assert_eq!(
+        g.get_u32("qwen3moe.expert_feed_forward_length").unwrap(),
+        32
+    );
+
+    let big = SynthShape::QWEN3_30B_A3B;
+    let keys: std::collections::HashMap<String, Value> = big.metadata().into_iter().collect();
+    let u = |k: &str| match keys.get(&format!("qwen3moe.{k}")) {
+        Some(Value::U32(v)) => *v,
+        v => panic!("{k}: {v:?}"),
+    };
+    let got = [
+        "block_count",
+        "embedding_length",
+        "feed_forward_length",
+        "attention.head_count",
+        "attention.head_count_kv",
+        "attention.key_length",
+        "attention.value_length",
+        "expert_count",
+        "expert_used_count",
+        "expert_feed_forward_length",
+    ]
+    .map(u);
+    assert_eq!(got, [48, 2048, 6144, 32, 4, 128, 128, 128, 8, 768]);
+    let table = big.tensor_table();
+    // 12 tensors a layer (Q, K, V and the output projection, the q/k norms, two norms, the
+    // router and the three experts' tensors), the embedding, the final norm, the output head.
+    assert_eq!(table.len(), 3 + 48 * 12);
+    let find = |name: &str| {
+        let (_, dims, ty) = table.iter().find(|t| t.0 == name).unwrap();
+        (dims.clone(), *ty)
+    };
+    assert_eq!(
+        find("token_embd.weight"),
+        (vec![2048, 151_936], TensorType::Q4_K)
+    );
+    assert_eq!(
+        find("output.weight"),
+        (vec![2048, 151_936], TensorType::Q6_K)
+    );
+    assert_eq!(
+        find("blk.47.ffn_gate_inp.weight"),
+        (vec![2048, 128], TensorType::F32)
+    );
+    assert_eq!(
+        find("blk.47.attn_q.weight"),
+        (vec![2048, 4096], TensorType::Q4_K)
+    );
+    assert_eq!(
+        find("blk.47.attn_k.weight"),
+        (vec![2048, 512], TensorType::Q4_K)
+    );
+    assert_eq!(
+        find("blk.47.attn_output.weight"),
+        (vec![4096, 2048], TensorType::Q4_K)
+    );
+    let exps = |l: u32, p: &str| find(&format!("blk.{l}.ffn_{p}_exps.weight"));
+    assert_eq!(exps(47, "gate"), (vec![2048, 768, 128], TensorType::Q4_K));
+    assert_eq!(exps(47, "up"), (vec![2048, 768, 128], TensorType::Q4_K));
+    // The layers Q4_K_M gives more bits: the first and last eighth, every third between.
+    assert_eq!(exps(0, "down"), (vec![768, 2048, 128], TensorType::Q6_K));
+    assert_eq!(exps(6, "down").1, TensorType::Q4_K);
+    assert_eq!(exps(8, "down").1, TensorType::Q6_K);
+}

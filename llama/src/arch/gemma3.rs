@@ -8,10 +8,10 @@
 //! the 27B one, which the config refuses. The output head is tied to the embedding table
 //! where the file has no `output.weight`.
 
-use crate::graph::builder::{Builder, Ffn};
+use crate::graph::builder::{Builder, Glu};
 use crate::weights::Weights;
 use trine_ops::rope::RopeMode;
 
 pub fn build(b: &mut Builder, w: &Weights) {
-    b.decoder_with(w, RopeMode::Neox, Ffn::Geglu);
+    b.decoder_with(w, RopeMode::Neox, Glu::Geglu);
 }

@@ -8,6 +8,7 @@ mod llama;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod qwen3moe;
 
 use super::error::ModelError;
 use super::graph::builder::Builder;
@@ -21,6 +22,7 @@ pub enum Architecture {
     Qwen3,
     Gemma3,
     Phi3,
+    Qwen3Moe,
 }
 
 /// The tensors an architecture's layers hold beside Llama's.
@@ -38,15 +40,20 @@ pub struct Extras {
     /// then up rows) in place of the separate projections, each run as the file holds it;
     /// `rope_factors_long.weight` and `rope_factors_short.weight` ([`crate::rope`]).
     pub fused: bool,
+    /// A mixture of experts in place of the feed-forward block: `blk.N.ffn_gate_inp.weight`
+    /// (the router) and `ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps` (every expert's
+    /// matrix in one tensor) instead of `ffn_gate`, `ffn_up`, `ffn_down`.
+    pub experts: bool,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 5] = [
+    pub const ALL: [Architecture; 6] = [
         Architecture::Llama,
         Architecture::Qwen2,
         Architecture::Qwen3,
         Architecture::Gemma3,
         Architecture::Phi3,
+        Architecture::Qwen3Moe,
     ];
 
     /// `general.architecture` as GGUF files name it, and the prefix of its keys.
@@ -57,6 +64,7 @@ impl Architecture {
             Architecture::Qwen3 => "qwen3",
             Architecture::Gemma3 => "gemma3",
             Architecture::Phi3 => "phi3",
+            Architecture::Qwen3Moe => "qwen3moe",
         }
     }
 
@@ -74,9 +82,13 @@ impl Architecture {
     pub fn extras(self) -> Extras {
         Extras {
             qkv_bias: self == Architecture::Qwen2,
-            qk_norm: matches!(self, Architecture::Qwen3 | Architecture::Gemma3),
+            qk_norm: matches!(
+                self,
+                Architecture::Qwen3 | Architecture::Gemma3 | Architecture::Qwen3Moe
+            ),
             post_norms: self == Architecture::Gemma3,
             fused: self == Architecture::Phi3,
+            experts: self == Architecture::Qwen3Moe,
         }
     }
 
@@ -100,6 +112,7 @@ impl Architecture {
             Architecture::Qwen3 => qwen3::build(&mut b, w),
             Architecture::Gemma3 => gemma3::build(&mut b, w),
             Architecture::Phi3 => phi3::build(&mut b, w),
+            Architecture::Qwen3Moe => qwen3moe::build(&mut b, w),
         }
         b.finish()
     }

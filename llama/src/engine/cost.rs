@@ -71,6 +71,14 @@ impl Engine {
             Tensor::Weight(_) if matches!(node.op, Op::Embed { .. }) => {
                 self.bytes(t) * rows / u64::from(c.vocab)
             }
+            // The experts' products read the chosen experts' slices, at most all of them.
+            Tensor::Weight(_)
+                if matches!(node.op, Op::ExpertsSwiglu { .. } | Op::ExpertsDown { .. }) =>
+            {
+                let e = c.experts.map_or(1, |e| e.count);
+                let chosen = u64::from(c.experts_used()) * rows;
+                self.bytes(t) * chosen.min(u64::from(e)) / u64::from(e)
+            }
             Tensor::Weight(_)
             | Tensor::Interleaved(_)
             | Tensor::Plain(_)
@@ -87,6 +95,8 @@ impl Engine {
             Tensor::Resid(_) | Tensor::Last | Tensor::Normed => f32s(c.n_embd),
             Tensor::QRot | Tensor::Combined => f32s(c.q_dim()),
             Tensor::Act => f32s(c.n_ff),
+            Tensor::Route | Tensor::RouteWeights => f32s(c.experts_used()),
+            Tensor::ExpertAct => f32s(c.experts.map_or(0, |e| e.used * e.ff)),
             Tensor::Logits => f32s(c.vocab),
             Tensor::Part => f32s(c.n_head * splits * (c.head_dim() + 2)),
             // The product's rows: gate and up stacked, or Q, K and V.

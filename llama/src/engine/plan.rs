@@ -3,9 +3,11 @@
 //! decode step's dispatches can be recorded once and replayed at every position.
 
 use super::Engine;
+use crate::config::Experts;
 use crate::graph::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
 use crate::planner::{KernelKey, Launch};
 use crate::tuning::{self, holds_pairs};
+use crate::weights::WeightId;
 use trine_ir::ParamValue;
 use trine_ops::argmax::Argmax;
 use trine_ops::attention_flash::FlashAttention;
@@ -14,7 +16,9 @@ use trine_ops::attention_split::SplitAttention;
 use trine_ops::elementwise::{self, GateUp};
 use trine_ops::embedding;
 use trine_ops::kv_type::KvType;
+use trine_ops::matvec_ids::{self, MatvecIds};
 use trine_ops::matvec_q8::XLoad;
+use trine_ops::moe_route::MoeRoute;
 use trine_ops::qkv_bias_norm::{Apply, QkvBiasNorm};
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
@@ -284,6 +288,36 @@ impl Engine {
                     matvec_q8::quantize_grid(blocks, tokens * cols),
                 )
             }
+            Op::MoeRoute => {
+                let r = self.moe_route(t);
+                plan(
+                    vec![Tensor::Raw],
+                    &[Tensor::Route, Tensor::RouteWeights],
+                    r.params(),
+                    r.grid(),
+                )
+            }
+            Op::ExpertsSwiglu { gate, up } => {
+                let m = self.matvec_ids(t, gate, matvec_ids::Out::Swiglu);
+                let inputs = vec![
+                    Tensor::Weight(gate),
+                    Tensor::Weight(up),
+                    Tensor::Route,
+                    Tensor::Normed,
+                ];
+                plan(inputs, &[Tensor::ExpertAct], m.params(), m.grid())
+            }
+            Op::ExpertsDown { down, r, out } => {
+                let m = self.matvec_ids(t, down, matvec_ids::Out::WeightedSum);
+                let inputs = vec![
+                    Tensor::Weight(down),
+                    Tensor::Route,
+                    Tensor::RouteWeights,
+                    Tensor::ExpertAct,
+                    r,
+                ];
+                plan(inputs, &[out], m.params(), m.grid())
+            }
             Op::PickLast => plan(
                 vec![Tensor::Resid(0)],
                 &[Tensor::Last],
@@ -328,6 +362,37 @@ impl Engine {
             Some(_) => Tensor::FreqLocal,
             None => Tensor::Freq,
         }
+    }
+
+    fn moe_route(&self, tokens: u32) -> MoeRoute {
+        let e = self.experts();
+        MoeRoute {
+            tokens,
+            experts: e.count,
+            used: e.used,
+        }
+    }
+
+    /// The experts' product over weight `id` (all experts stacked) for `tokens` tokens.
+    fn matvec_ids(&self, tokens: u32, id: WeightId, out: matvec_ids::Out) -> MatvecIds {
+        let e = self.experts();
+        let wt = &self.model.weights.tensors[id];
+        MatvecIds {
+            weights: wt.ty,
+            out,
+            tokens,
+            experts: e.count,
+            used: e.used,
+            rows: wt.rows / e.count,
+            cols: wt.cols,
+        }
+    }
+
+    fn experts(&self) -> Experts {
+        self.model
+            .config
+            .experts
+            .unwrap_or_else(|| unreachable!("only a model with experts builds their nodes"))
     }
 
     fn split_attention(&self, tokens: u32, splits: u32) -> SplitAttention {

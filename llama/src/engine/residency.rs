@@ -146,6 +146,8 @@ impl Engine {
                 f32s(rows * c.n_head as u64 * (c.head_dim() as u64 + 2))
             }
             Tensor::Act => f32s(b * c.n_ff as u64),
+            Tensor::Route | Tensor::RouteWeights => f32s(b * c.experts_used() as u64),
+            Tensor::ExpertAct => f32s(b * c.experts.map_or(0, |e| e.used * e.ff) as u64),
             Tensor::Last => f32s(c.n_embd as u64),
             Tensor::Logits => f32s(c.vocab as u64),
             Tensor::KCache(_) | Tensor::VCache(_) => {
@@ -167,8 +169,13 @@ impl Engine {
             }
             Tensor::Normed => f32s(b * c.n_embd as u64),
             Tensor::Combined => f32s(b * c.q_dim() as u64),
-            // Gate and up stacked, or the stacked QKV rows, whichever is wider.
-            Tensor::Raw => f32s(b * (2 * c.n_ff).max(c.q_dim() + 2 * c.kv_dim()) as u64),
+            // Gate and up stacked, the stacked QKV rows or the router's logits, whichever is
+            // wider.
+            Tensor::Raw => {
+                let router = c.experts.map_or(0, |e| e.count);
+                let widest = (2 * c.n_ff).max(c.q_dim() + 2 * c.kv_dim()).max(router);
+                f32s(b * widest as u64)
+            }
             // The widest product input: the residual stream, attention's output or the FFN's
             // activation.
             Tensor::XqWords => f32s(b * widest_input(c) / 4),

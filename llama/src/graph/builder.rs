@@ -1,16 +1,17 @@
 //! The blocks architectures share, written in generic nodes: a pre-norm attention block, a
-//! pre-norm gated feed-forward block (SwiGLU or GeGLU), each closed by a residual add or, where
-//! the layer has post norms, a post-norm residual add, and the output head. An architecture's file
-//! ([`crate::arch`]) strings them together; the fusion pass ([`crate::fuse`]) decides what
-//! runs in one kernel.
+//! pre-norm gated feed-forward block (SwiGLU or GeGLU) or mixture of SwiGLU experts, each
+//! closed by a residual add or, where the layer has post norms, a post-norm residual add, and
+//! the output head. An architecture's file ([`crate::arch`]) strings them together; the
+//! fusion pass ([`crate::fuse`]) decides what runs in one kernel.
 
 use super::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
-use crate::weights::{Layer, WeightId, Weights};
+use crate::weights::{ExpertWeights, Ffn, Layer, WeightId, Weights};
+use trine_ops::elementwise::GateUp;
 use trine_ops::rope::RopeMode;
 
 /// A gated feed-forward block's activation on the gate/up pairs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ffn {
+pub enum Glu {
     /// `silu(gate)·up` (Llama, Qwen).
     Swiglu,
     /// `gelu(gate)·up`, GELU's tanh form (Gemma).
@@ -131,39 +132,66 @@ impl<'a> Builder<'a> {
     }
 
     /// A pre-norm gated feed-forward block over residual stream `x` into `out`: rms_norm,
-    /// the gate/up product (rows as the layer's [`Layer::gate_up`] lays them), the activation
-    /// `ffn`, the down projection and the residual add (after the layer's post norm where it
-    /// has one).
-    pub fn ffn_block(&mut self, x: Tensor, out: Tensor, l: &Layer, ffn: Ffn) {
+    /// the gate/up product (its rows as `layout` lays them), the activation `glu`, the down
+    /// projection and the residual add (after the layer's post norm where it has one).
+    pub fn ffn_block(
+        &mut self,
+        (x, out): (Tensor, Tensor),
+        l: &Layer,
+        (gate_up, down, layout): (WeightId, WeightId, GateUp),
+        glu: Glu,
+    ) {
         let t = self.step.tokens;
         self.norm(x, l.ffn_norm, t, "ffn_norm");
-        self.product(l.w_gate_up, Tensor::Normed, t, "ffn_gate_up");
-        match ffn {
-            Ffn::Swiglu => self.push(Op::Swiglu(l.gate_up), "ffn_swiglu"),
-            Ffn::Geglu => self.push(Op::Geglu, "ffn_geglu"),
+        self.product(gate_up, Tensor::Normed, t, "ffn_gate_up");
+        match glu {
+            Glu::Swiglu => self.push(Op::Swiglu(layout), "ffn_swiglu"),
+            Glu::Geglu => self.push(Op::Geglu, "ffn_geglu"),
         }
-        self.product(l.w_down, Tensor::Act, t, "ffn_down");
+        self.product(down, Tensor::Act, t, "ffn_down");
         let post = l.post_norms.map(|(_, ffn)| ffn);
         self.add(x, out, post, "ffn_residual");
     }
 
-    /// The decoder stack Llama and its kin share: the embedding, then per layer a pre-norm
-    /// attention block with `mode` rope and a pre-norm SwiGLU block, then the output head.
-    pub fn decoder(&mut self, w: &Weights, mode: RopeMode) {
-        self.decoder_with(w, mode, Ffn::Swiglu);
+    /// A pre-norm mixture-of-experts block over residual stream `x` into `out`: rms_norm, the
+    /// router's product and the routing, the chosen experts' gate/up products with SwiGLU,
+    /// and their down products weighted, summed and added to the residual.
+    pub fn experts_block(&mut self, x: Tensor, out: Tensor, l: &Layer, e: ExpertWeights) {
+        let t = self.step.tokens;
+        self.norm(x, l.ffn_norm, t, "ffn_norm");
+        self.product(e.router, Tensor::Normed, t, "ffn_gate_inp");
+        self.push(Op::MoeRoute, "ffn_moe_route");
+        let (gate, up) = (e.gate, e.up);
+        self.push(Op::ExpertsSwiglu { gate, up }, "ffn_moe_gate_up");
+        let down = e.down;
+        self.push(Op::ExpertsDown { down, r: x, out }, "ffn_moe_down");
     }
 
-    /// [`Builder::decoder`] with the feed-forward activation `ffn`. The residual stream
+    /// The decoder stack Llama and its kin share: the embedding, then per layer a pre-norm
+    /// attention block with `mode` rope and a pre-norm SwiGLU block (or mixture of SwiGLU
+    /// experts, where the layer has them), then the output head.
+    pub fn decoder(&mut self, w: &Weights, mode: RopeMode) {
+        self.decoder_with(w, mode, Glu::Swiglu);
+    }
+
+    /// [`Builder::decoder`] with the feed-forward activation `glu`. The residual stream
     /// alternates: each block reads one buffer and adds into the other. What a family adds
     /// to Llama's layer (biases, q/k norms, post norms, sliding windows, an embedding scale)
     /// comes with its weights.
-    pub fn decoder_with(&mut self, w: &Weights, mode: RopeMode, ffn: Ffn) {
+    pub fn decoder_with(&mut self, w: &Weights, mode: RopeMode, glu: Glu) {
         let x = self.embed(w.token_embd, w.embedding_scale);
         let mid = Tensor::Resid(1);
         for (l, layer) in w.layers.iter().enumerate() {
             self.layer(Some(l as u32));
             self.attention_block(x, mid, layer, mode);
-            self.ffn_block(mid, x, layer, ffn);
+            match layer.ffn {
+                Ffn::Dense {
+                    gate_up,
+                    down,
+                    layout,
+                } => self.ffn_block((mid, x), layer, (gate_up, down, layout), glu),
+                Ffn::Experts(e) => self.experts_block(mid, x, layer, e),
+            }
         }
         self.head(x, w.output_norm, w.output);
     }

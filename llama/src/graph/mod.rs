@@ -38,6 +38,12 @@ pub enum Tensor {
     Part,
     /// f32 [tokens × n_ff]: the FFN's activation.
     Act,
+    /// u32 [tokens × experts used]: the experts a mixture-of-experts layer chose per token.
+    Route,
+    /// f32 [tokens × experts used]: the chosen experts' weights.
+    RouteWeights,
+    /// f32 [tokens × experts used × expert ff]: each chosen expert's SwiGLU activation.
+    ExpertAct,
     /// f32 [n_embd]: the last token's row of the residual stream (prompt steps).
     Last,
     /// f32 [vocab].
@@ -239,6 +245,20 @@ pub enum Op {
         blocks: XBlocks,
         load: XLoad,
     },
+    /// A mixture-of-experts layer's routing ([`trine_ops::moe_route`]) from the router's
+    /// logits in [`Tensor::Raw`]: the chosen experts into [`Tensor::Route`], their weights
+    /// into [`Tensor::RouteWeights`].
+    MoeRoute,
+    /// The chosen experts' gate and up products on [`Tensor::Normed`], SwiGLU of each pair,
+    /// into [`Tensor::ExpertAct`] ([`trine_ops::matvec_ids`], one dispatch).
+    ExpertsSwiglu { gate: WeightId, up: WeightId },
+    /// The chosen experts' down products on [`Tensor::ExpertAct`], weighted by
+    /// [`Tensor::RouteWeights`], summed and added to residual `r` into `out`.
+    ExpertsDown {
+        down: WeightId,
+        r: Tensor,
+        out: Tensor,
+    },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
     /// The logits' argmax into [`Tensor::Token`].
@@ -299,6 +319,12 @@ impl Node {
             Op::Quantize { cols, tokens, .. } => {
                 (Tensor::XqScales, 0..(tokens * cols / 32) as usize)
             }
+            Op::MoeRoute => rows(Tensor::RouteWeights, c.experts_used()),
+            Op::ExpertsSwiglu { .. } => {
+                let e = c.experts.map_or(0, |e| e.used * e.ff);
+                rows(Tensor::ExpertAct, e)
+            }
+            Op::ExpertsDown { out, .. } => rows(out, c.n_embd),
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
             Op::Argmax => (Tensor::Token, 0..1),
         }

@@ -10,7 +10,7 @@ use trine_gguf::synth::rope::{ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT};
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType};
 use trine_llama::graph::Op;
-use trine_llama::weights::Source;
+use trine_llama::weights::{Ffn, Source};
 use trine_llama::{Architecture, Engine, Model, ModelError};
 use trine_ops::elementwise::GateUp;
 use trine_ops::rope::RopeMode;
@@ -33,9 +33,15 @@ fn phi3_runs_its_fused_tensors_as_stored() {
         assert_eq!(qkv.name, format!("blk.{l}.attn_qkv.weight"));
         // 4 query heads and 2 each of keys and values, of 16.
         assert_eq!((qkv.rows, qkv.cols, layer.qkv[0].heads.count), (128, 64, 8));
-        let up = &w.tensors[layer.w_gate_up];
+        let Ffn::Dense {
+            gate_up, layout, ..
+        } = layer.ffn
+        else {
+            panic!("layer {l}: Phi-3's feed-forward block is dense");
+        };
+        let up = &w.tensors[gate_up];
         assert_eq!(up.name, format!("blk.{l}.ffn_up.weight"));
-        assert_eq!((up.rows, up.cols, layer.gate_up), (256, 64, GateUp::Halves));
+        assert_eq!((up.rows, up.cols, layout), (256, 64, GateUp::Halves));
         for t in [qkv, up] {
             assert!(matches!(t.source, Source::File(_)), "{} copied", t.name);
             assert_eq!(t.ty, TensorType::Q4_1.weight_type().unwrap(), "{}", t.name);
@@ -119,7 +125,13 @@ fn phi3_backends_agree_node_by_node() {
 fn mistral_layout_runs_as_llama() {
     let m = model(SynthShape::TINY_MISTRAL);
     assert_eq!(m.config.arch, Architecture::Llama);
-    assert_eq!(m.weights.layers[0].gate_up, GateUp::Pairs);
+    assert!(matches!(
+        m.weights.layers[0].ffn,
+        Ffn::Dense {
+            layout: GateUp::Pairs,
+            ..
+        }
+    ));
     assert_eq!(m.tokenizer.encode("Hello", true, false).unwrap()[0], 1);
     let main = Engine::new(m.clone(), gpu(), SIZES).unwrap();
     let checker = main.checker(cpu()).unwrap();

@@ -188,11 +188,11 @@ fn malformed_qwen_files_are_typed_errors() {
         q3,
         "general.architecture",
         None,
-        Some(Value::String("qwen3moe".into())),
+        Some(Value::String("qwen2moe".into())),
     ) {
         ModelError::Architecture { found, supported } => {
-            assert_eq!(found, "qwen3moe");
-            assert_eq!(supported, "llama, qwen2, qwen3, gemma3, phi3");
+            assert_eq!(found, "qwen2moe");
+            assert_eq!(supported, "llama, qwen2, qwen3, gemma3, phi3, qwen3moe");
         }
         e => panic!("{e:?}"),
     }
