@@ -25,7 +25,8 @@ pub struct Footprint {
     /// quantized x, logits, rope's table.
     pub activations: u64,
     /// The weights a decode step reads: every product's, the embedding table left out (a
-    /// step reads one row of it). A decode step streams at least this from memory.
+    /// step reads one row of it), and of a mixture of experts the chosen experts' share. A
+    /// decode step streams at least this from memory.
     pub decode_reads: u64,
 }
 
@@ -72,9 +73,17 @@ impl Engine {
             if matches!(node.op, crate::graph::Op::Embed { .. }) {
                 continue;
             }
+            // The experts' products read a token's chosen experts' slices only.
+            let share = match (node.op, self.model.config.experts) {
+                (
+                    crate::graph::Op::ExpertsSwiglu { .. } | crate::graph::Op::ExpertsDown { .. },
+                    Some(e),
+                ) => (u64::from(e.used), u64::from(e.count)),
+                _ => (1, 1),
+            };
             for t in self.plan(&node, decode).inputs {
                 if matches!(t, Tensor::Weight(_) | Tensor::Interleaved(_)) && read.insert(t) {
-                    f.decode_reads += self.bytes(t);
+                    f.decode_reads += self.bytes(t) * share.0 / share.1;
                 }
             }
         }
