@@ -38,7 +38,13 @@ pub(crate) fn silu_ir<'b>(k: &'b KernelBuilder, x: Val<'b>) -> Val<'b> {
 /// up rows stacked in pairs produces (the executor's `w_gate_up`), for a product whose SwiGLU
 /// runs after it instead of in its epilogue. Buffers: `x`, `y` f32. Params: n (outputs).
 pub fn swiglu_pairs_kernel() -> Kernel {
-    let k = KernelBuilder::new("swiglu_pairs_f32", [WG, 1, 1]);
+    glu_pairs_kernel("swiglu_pairs_f32", silu_ir)
+}
+
+/// `y[i] = act(x[2i])·x[2i + 1]`, the gated unit of interleaved pairs that SwiGLU and GeGLU
+/// share.
+fn glu_pairs_kernel(name: &str, act: for<'b> fn(&'b KernelBuilder, Val<'b>) -> Val<'b>) -> Kernel {
+    let k = KernelBuilder::new(name, [WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let y = k.buffer("y", Scalar::F32, Access::Write);
     let n = k.param("n", Scalar::U32);
@@ -46,7 +52,7 @@ pub fn swiglu_pairs_kernel() -> Kernel {
     k.if_(i.lt(n), || {
         let gate = k.load(x, i * k.u32(2));
         let up = k.load(x, i * k.u32(2) + k.u32(1));
-        k.store(y, i, silu_ir(&k, gate) * up);
+        k.store(y, i, act(&k, gate) * up);
     });
     k.finish()
 }
@@ -65,17 +71,7 @@ fn gelu_ir<'b>(k: &'b KernelBuilder, x: Val<'b>) -> Val<'b> {
 /// rows stacked in pairs, as [`swiglu_pairs_kernel`] with GELU for silu. Buffers: `x`, `y` f32.
 /// Params: n (outputs).
 pub fn geglu_pairs_kernel() -> Kernel {
-    let k = KernelBuilder::new("geglu_pairs_f32", [WG, 1, 1]);
-    let x = k.buffer("x", Scalar::F32, Access::Read);
-    let y = k.buffer("y", Scalar::F32, Access::Write);
-    let n = k.param("n", Scalar::U32);
-    let i = k.global_id(0);
-    k.if_(i.lt(n), || {
-        let gate = k.load(x, i * k.u32(2));
-        let up = k.load(x, i * k.u32(2) + k.u32(1));
-        k.store(y, i, gelu_ir(&k, gate) * up);
-    });
-    k.finish()
+    glu_pairs_kernel("geglu_pairs_f32", gelu_ir)
 }
 
 /// How a product's gate and up rows lie, and so where SwiGLU finds them.

@@ -7,7 +7,7 @@
 
 use super::rms_norm::{self, RmsNorm};
 use super::shape::ShapeError;
-use super::support::{expect_len, seed, Combine, Reducer, Reduction};
+use super::support::{expect_len, seed, Reduction};
 use crate::case::*;
 use trine_ir::{Access, Kernel, KernelBuilder, Scalar};
 
@@ -23,17 +23,7 @@ pub fn kernel(how: Reduction) -> Kernel {
     let y = k.buffer("y", Scalar::F32, Access::Write);
     let cols = k.param("cols", Scalar::U32);
     let eps = k.param("eps", Scalar::F32);
-    let reducer = Reducer::new(&k, how);
-    let lid = k.local_index();
-    let base = k.workgroup_id(0) * cols;
-
-    let ss = k.var("sum_sq", Scalar::F32);
-    k.for_range(lid, cols, rms_norm::WG, |c| {
-        let v = k.load(x, base + c);
-        ss.set(v.fma(v, ss.get()));
-    });
-    let total = reducer.reduce(&k, lid, ss.get(), Combine::Sum);
-    let scale = (total / cols.cast(Scalar::F32) + eps).rsqrt();
+    let (lid, base, scale) = rms_norm::row_scale(&k, how, x, cols, eps);
     k.for_range(lid, cols, rms_norm::WG, |c| {
         let normed = k.load(x, base + c) * scale * k.load(w, c);
         k.store(y, base + c, normed + k.load(r, base + c));
@@ -56,14 +46,7 @@ pub fn reference(shape: &RmsNorm, x: &[f32], w: &[f32], r: &[f32]) -> Result<Vec
 /// shared one as its fallback.
 pub fn case(shape: RmsNorm, how: Reduction) -> Result<Case, ShapeError> {
     shape.check()?;
-    let label = match how {
-        Reduction::Subgroup => String::new(),
-        Reduction::Shared => "shared/".into(),
-    };
-    let name = format!(
-        "{OP}/{label}f32/{}x{}+eps{:e}",
-        shape.rows, shape.cols, shape.eps
-    );
+    let name = rms_norm::case_name(OP, &shape, how);
     let mut g = Rng::new(seed(&name));
     let n = (shape.rows * shape.cols) as usize;
     let x = g.f32s(n, -40.0, 40.0);

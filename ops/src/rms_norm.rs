@@ -10,7 +10,7 @@
 use super::shape::ShapeError;
 use super::support::{elements, expect_len, nonzero, seed, Combine, Reducer, Reduction};
 use crate::case::*;
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 const OP: &str = "rms_norm";
 
@@ -51,21 +51,45 @@ pub fn kernel(how: Reduction) -> Kernel {
     let y = k.buffer("y", Scalar::F32, Access::Write);
     let cols = k.param("cols", Scalar::U32);
     let eps = k.param("eps", Scalar::F32);
-    let reducer = Reducer::new(&k, how);
+    let (lid, base, scale) = row_scale(&k, how, x, cols, eps);
+    k.for_range(lid, cols, WG, |c| {
+        k.store(y, base + c, k.load(x, base + c) * scale * k.load(w, c));
+    });
+    k.finish()
+}
+
+/// The invocation's index in its workgroup, the start of the workgroup's row of `x`, and
+/// `1 / sqrt(mean(x²) + eps)` over that row: what every kernel normalising rows computes
+/// before its store.
+pub(crate) fn row_scale<'b>(
+    k: &'b KernelBuilder,
+    how: Reduction,
+    x: BufferId,
+    cols: Val<'b>,
+    eps: Val<'b>,
+) -> (Val<'b>, Val<'b>, Val<'b>) {
+    let reducer = Reducer::new(k, how);
     let lid = k.local_index();
     let base = k.workgroup_id(0) * cols;
-
     let ss = k.var("sum_sq", Scalar::F32);
     k.for_range(lid, cols, WG, |c| {
         let v = k.load(x, base + c);
         ss.set(v.fma(v, ss.get()));
     });
-    let total = reducer.reduce(&k, lid, ss.get(), Combine::Sum);
-    let scale = (total / cols.cast(Scalar::F32) + eps).rsqrt();
-    k.for_range(lid, cols, WG, |c| {
-        k.store(y, base + c, k.load(x, base + c) * scale * k.load(w, c));
-    });
-    k.finish()
+    let total = reducer.reduce(k, lid, ss.get(), Combine::Sum);
+    (lid, base, (total / cols.cast(Scalar::F32) + eps).rsqrt())
+}
+
+/// A case's name for `op` on `shape`: shared-memory reductions marked.
+pub(crate) fn case_name(op: &str, shape: &RmsNorm, how: Reduction) -> String {
+    let label = match how {
+        Reduction::Subgroup => "",
+        Reduction::Shared => "shared/",
+    };
+    format!(
+        "{op}/{label}f32/{}x{}+eps{:e}",
+        shape.rows, shape.cols, shape.eps
+    )
 }
 
 /// The plain-Rust reference, in f64.
@@ -88,14 +112,7 @@ pub fn reference(shape: &RmsNorm, x: &[f32], w: &[f32]) -> Result<Vec<f64>, Shap
 /// shared one as its fallback.
 pub fn case(shape: RmsNorm, how: Reduction) -> Result<Case, ShapeError> {
     shape.check()?;
-    let label = match how {
-        Reduction::Subgroup => String::new(),
-        Reduction::Shared => "shared/".into(),
-    };
-    let name = format!(
-        "{OP}/{label}f32/{}x{}+eps{:e}",
-        shape.rows, shape.cols, shape.eps
-    );
+    let name = case_name(OP, &shape, how);
     let mut r = Rng::new(seed(&name));
     let x = r.f32s((shape.rows * shape.cols) as usize, -2.0, 2.0);
     let w = r.f32s(shape.cols as usize, 0.5, 1.5);

@@ -1,4 +1,4 @@
-# Sourced by run.sh and quantized.sh: where llama.cpp's sources come from, the check that a
+# Sourced by the scripts here that run llama.cpp: where llama.cpp's sources come from, the check that a
 # build folder belongs to them, and the Python environment with gguf-py. The caller sets
 # LCPP_PY_VERSION and `name` (its own name, for messages).
 

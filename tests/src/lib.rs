@@ -1,6 +1,8 @@
 //! Integration tests of the trine facade live in `tests/`; this crate holds only what several
 //! of them share.
 
+pub mod reference;
+
 use serde_json::Value;
 use std::sync::Arc;
 use trine_backends::Backend;

@@ -13,12 +13,12 @@
 //!   every case, and the greedy ids must be llama.cpp's up to a step where its top two
 //!   logits nearly tie.
 
-use serde_json::Value;
 use std::sync::Arc;
-use trine_gguf::synth::{synth_llama, SynthShape};
-use trine_gguf::{assets, Gguf};
-use trine_llama::{Engine, EngineOptions, Model, Session};
-use trine_tests::{equal_up_to_a_near_tie, fixture, greedy, ids};
+use trine_gguf::assets;
+use trine_gguf::synth::SynthShape;
+use trine_llama::Model;
+use trine_tests::reference::{backends, follows_float64, greedy_cases, sizes_for, synth};
+use trine_tests::{fixture, ids};
 
 /// How far trine's logits may be from the float64 ones on the tiny file (NMSE): 4.4 times the
 /// most measured when the fixture was made (3.4e-4 on vulkan and wgpu, 3.1e-4 on cpu: x
@@ -37,94 +37,18 @@ const TINY_FLIP_GAP: f64 = 0.02;
 /// SmolLM2 (tests/tests/llama_greedy.rs).
 const REAL_FLIP_GAP: f64 = 0.5;
 
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("an array of numbers")
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
-}
-
-fn nmse(want: &[f64], got: &[f32]) -> f64 {
-    assert_eq!(want.len(), got.len());
-    let err: f64 = want
-        .iter()
-        .zip(got)
-        .map(|(a, &b)| (a - b as f64).powi(2))
-        .sum();
-    err / want.iter().map(|a| a * a).sum::<f64>()
-}
-
-/// Each backend the columns name, or a printed skip (a failure where it is required).
-fn backends() -> Vec<(String, Arc<dyn trine_backends::Backend>)> {
-    let names: Vec<String> = ["cpu", "vulkan", "wgpu"].map(String::from).to_vec();
-    let mut out = vec![];
-    for col in trine_conformance::columns(&names) {
-        match &col.backend {
-            Ok(b) => out.push((col.name.clone(), b.clone())),
-            Err(why) => {
-                assert!(!col.required, "{} is required but absent: {why}", col.name);
-                println!("{} skipped: {why}", col.name);
-            }
-        }
-    }
-    out
-}
-
-/// llama.cpp's greedy cases of fixture `lcpp`: trine's prompt ids its, and its greedy ids up
-/// to a near tie under `gap`.
-fn greedy_cases(
-    run: &str,
-    model: &Arc<Model>,
-    backend: &Arc<dyn trine_backends::Backend>,
-    lcpp: &Value,
-    gap: f64,
-) {
-    for want in lcpp["greedy"].as_array().unwrap() {
-        let text = want["prompt"].as_str().unwrap();
-        let special = want["parse_special"].as_bool().unwrap();
-        let prompt_ids = model.tokenizer.encode(text, true, special).unwrap();
-        assert_eq!(prompt_ids, ids(&want["prompt_ids"]), "{run}: {text:?}");
-        let theirs = ids(&want["ids"]);
-        let got = greedy(model, backend, &prompt_ids, theirs.len());
-        match equal_up_to_a_near_tie("llama.cpp", (&got, &theirs), &want["top2"], gap) {
-            Ok(note) => println!("{run}: {text:?}: {note}"),
-            Err(e) => panic!("{run}: {text:?}: {e}"),
-        }
-    }
-}
-
 #[test]
 fn tiny_gemma3_matches_the_float64_graph_and_llama_cpp() {
-    let bytes = synth_llama(SynthShape::TINY_GEMMA3, 5).unwrap().to_bytes();
-    let model = Arc::new(Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap());
+    let model = synth(SynthShape::TINY_GEMMA3);
     let exact = fixture("gemma3_tiny_f64.json");
     let lcpp = fixture("gemma3_tiny_llama_cpp.json");
-    let runs = backends();
+    let runs = backends("gemma3-tiny");
     assert!(!runs.is_empty(), "no backend ran");
     for (name, backend) in runs {
         let run = format!("gemma3-tiny on {name}");
-        let prompt = ids(&exact["prompt_ids"]);
-        let forced = ids(&exact["ids"]);
-        let steps = exact["logits"].as_array().unwrap();
-        let sizes = EngineOptions::for_generation(&model.config, prompt.len(), forced.len());
-        let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
-        let mut session = Session::new(engine, None);
-        let mut logits = session.feed(&prompt).unwrap();
-        let mut worst: f64 = 0.0;
-        for (i, want) in steps.iter().enumerate() {
-            let e = nmse(&floats(want), &logits);
-            assert!(e < LOGITS_NMSE, "{run}: step {i}: logits NMSE {e:.3e}");
-            worst = worst.max(e);
-            if i + 1 < steps.len() {
-                logits = session.feed(&[forced[i]]).unwrap();
-            }
-        }
-        println!(
-            "{run}: {} steps, logits within NMSE {worst:.2e} of float64",
-            steps.len()
-        );
-        greedy_cases(&run, &model, &backend, &lcpp, TINY_FLIP_GAP);
+        let on = (&model, &backend, sizes_for(&model, &exact));
+        follows_float64(&run, on, &exact, LOGITS_NMSE, None);
+        greedy_cases(&run, (&model, &backend, None), &lcpp, TINY_FLIP_GAP);
     }
 }
 
@@ -148,12 +72,12 @@ fn gemma3_270m_tokenizes_and_decodes_as_llama_cpp() {
     }
     // Lavapipe's steps over the 262,144-row head take most of the test's time: its backends
     // decode the first prompt only.
-    for (name, backend) in backends() {
+    for (name, backend) in backends("gemma3 270m") {
         let mut cases = lcpp.clone();
         if name != "cpu" {
             cases["greedy"].as_array_mut().unwrap().truncate(1);
         }
         let run = format!("gemma3 270m on {name}");
-        greedy_cases(&run, &model, &backend, &cases, REAL_FLIP_GAP);
+        greedy_cases(&run, (&model, &backend, None), &cases, REAL_FLIP_GAP);
     }
 }

@@ -11,12 +11,9 @@
 //!   prompt ids must be its, and trine's greedy ids its up to a step where its top two logits
 //!   nearly tie.
 
-use serde_json::Value;
-use std::sync::Arc;
-use trine_gguf::synth::{synth_llama, SynthShape};
-use trine_gguf::Gguf;
-use trine_llama::{Engine, EngineOptions, Model, Session};
-use trine_tests::{equal_up_to_a_near_tie, fixture, greedy, ids};
+use trine_gguf::synth::SynthShape;
+use trine_tests::fixture;
+use trine_tests::reference::{backends, follows_float64, greedy_cases, sizes_for, synth};
 
 const FAMILIES: [(&str, SynthShape); 3] = [
     ("qwen2", SynthShape::TINY_QWEN2),
@@ -50,96 +47,19 @@ const FLIP_GAP: f64 = 0.02;
 /// is, and most must be.
 const ROUTE_GAP: f64 = 0.002;
 
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("an array of numbers")
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
-}
-
-fn nmse(want: &[f64], got: &[f32]) -> f64 {
-    assert_eq!(want.len(), got.len());
-    let err: f64 = want
-        .iter()
-        .zip(got)
-        .map(|(a, &b)| (a - b as f64).powi(2))
-        .sum();
-    err / want.iter().map(|a| a * a).sum::<f64>()
-}
-
-fn model(shape: SynthShape) -> Arc<Model> {
-    let bytes = synth_llama(shape, 5).unwrap().to_bytes();
-    Arc::new(Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap())
-}
-
 #[test]
 fn tiny_qwen_files_match_the_float64_graph_and_llama_cpp() {
-    let names: Vec<String> = ["cpu", "vulkan", "wgpu"].map(String::from).to_vec();
-    let columns = trine_conformance::columns(&names);
     for (family, shape) in FAMILIES {
-        let model = model(shape);
+        let model = synth(shape);
         let exact = fixture(&format!("{family}_tiny_f64.json"));
         let lcpp = fixture(&format!("{family}_tiny_llama_cpp.json"));
-        let mut ran = 0;
-        for col in &columns {
-            let backend = match &col.backend {
-                Ok(b) => b.clone(),
-                Err(why) => {
-                    assert!(!col.required, "{} is required but absent: {why}", col.name);
-                    println!("{family}: {} skipped: {why}", col.name);
-                    continue;
-                }
-            };
-            let run = format!("{family} on {}", col.name);
-            // The float64 graph, fed the same ids: every step's logits.
-            let prompt = ids(&exact["prompt_ids"]);
-            let forced = ids(&exact["ids"]);
-            let steps = exact["logits"].as_array().unwrap();
-            let sizes = EngineOptions::for_generation(&model.config, prompt.len(), forced.len());
-            let engine = Engine::new(model.clone(), backend.clone(), sizes).unwrap();
-            let mut session = Session::new(engine, None);
-            let mut logits = session.feed(&prompt).unwrap();
-            let gaps = exact.get("route_gaps").map(floats);
-            let mut worst: f64 = 0.0;
-            let mut excused = vec![];
-            for (i, want) in steps.iter().enumerate() {
-                let e = nmse(&floats(want), &logits);
-                match gaps.as_ref().map(|g| g[i]) {
-                    Some(gap) if gap < ROUTE_GAP => {
-                        excused.push(format!("step {i} (router gap {gap:.1e}): NMSE {e:.2e}"))
-                    }
-                    _ => {
-                        assert!(e < LOGITS_NMSE, "{run}: step {i}: logits NMSE {e:.3e}");
-                        worst = worst.max(e);
-                    }
-                }
-                if i + 1 < steps.len() {
-                    logits = session.feed(&[forced[i]]).unwrap();
-                }
-            }
-            assert!(2 * excused.len() < steps.len(), "{run}: {excused:?}");
-            println!(
-                "{run}: {} steps, logits within NMSE {worst:.2e} of float64; near routing \
-                 ties, not held: {excused:?}",
-                steps.len() - excused.len()
-            );
-            // llama.cpp's greedy decoding of text prompts.
-            for want in lcpp["greedy"].as_array().unwrap() {
-                let text = want["prompt"].as_str().unwrap();
-                let special = want["parse_special"].as_bool().unwrap();
-                let prompt_ids = model.tokenizer.encode(text, true, special).unwrap();
-                assert_eq!(prompt_ids, ids(&want["prompt_ids"]), "{run}: {text:?}");
-                let theirs = ids(&want["ids"]);
-                let got = greedy(&model, &backend, &prompt_ids, theirs.len());
-                let top2 = &want["top2"];
-                match equal_up_to_a_near_tie("llama.cpp", (&got, &theirs), top2, FLIP_GAP) {
-                    Ok(note) => println!("{run}: {text:?}: {note}"),
-                    Err(e) => panic!("{run}: {text:?}: {e}"),
-                }
-            }
-            ran += 1;
+        let runs = backends(family);
+        assert!(!runs.is_empty(), "{family}: no backend ran");
+        for (name, backend) in runs {
+            let run = format!("{family} on {name}");
+            let on = (&model, &backend, sizes_for(&model, &exact));
+            follows_float64(&run, on, &exact, LOGITS_NMSE, Some(ROUTE_GAP));
+            greedy_cases(&run, (&model, &backend, None), &lcpp, FLIP_GAP);
         }
-        assert!(ran > 0, "{family}: no backend ran");
     }
 }

@@ -10,10 +10,10 @@ use trine_backends::{
     Backend, BackendError, BackendKind, BufferHandle, DeviceType, Dispatch, ProgramId,
 };
 use trine_gguf::synth::{synth_llama, SynthShape};
-use trine_gguf::Gguf;
+use trine_gguf::{Gguf, GgufWriter, TensorType, Value};
 use trine_ir::Kernel;
 use trine_llama::graph::{Op, Step};
-use trine_llama::{Engine, EngineOptions, Model, Session, StepCheck};
+use trine_llama::{Engine, EngineOptions, Model, ModelError, Session, StepCheck};
 
 pub const SIZES: EngineOptions = EngineOptions {
     context: 32,
@@ -38,7 +38,12 @@ pub fn logits(
 }
 
 pub fn tiny() -> Arc<Model> {
-    let bytes = synth_llama(SynthShape::TINY, 5).unwrap().to_bytes();
+    synth(SynthShape::TINY)
+}
+
+/// The synthetic file of `shape` (seed 5), loaded.
+pub fn synth(shape: SynthShape) -> Arc<Model> {
+    let bytes = synth_llama(shape, 5).unwrap().to_bytes();
     Arc::new(Model::from_gguf(Gguf::from_bytes(bytes).unwrap()).unwrap())
 }
 
@@ -286,4 +291,123 @@ pub fn agree(what: &str, main: Engine, checker: Engine) -> Vec<StepCheck> {
 pub fn count_nodes(engine: &Engine, tokens: u32, which: impl Fn(&Op) -> bool) -> usize {
     let nodes = engine.graph(Step { tokens, pos: 0 }).unwrap();
     nodes.iter().filter(|n| which(&n.op)).count()
+}
+
+/// `family`'s prompt and decode steps on the GPU stand-in (with and without matrix tiles), on
+/// each GPU backend present, and on the CPU checked by the stand-in: every node within its
+/// bound, the worst under 1e-9. `nodes(name, engine)` asserts the family's own nodes in each
+/// engine before it runs.
+pub fn backends_agree(family: &str, model: Arc<Model>, nodes: impl Fn(&str, &Engine)) {
+    let mut compared = vec![];
+    let mut check = |name: &str, backend: Arc<dyn Backend>| {
+        let main = Engine::new(model.clone(), backend, SIZES).unwrap();
+        nodes(name, &main);
+        let checker = main.checker(cpu()).unwrap();
+        for c in agree(&format!("{family} on {name}"), main, checker) {
+            assert!(c.worst.nmse.is_some_and(|e| e < 1e-9), "{name}: {c:?}");
+        }
+        compared.push(name.to_string());
+    };
+    check("gpu stand-in", gpu());
+    check("gpu stand-in with tiles", gpu_with(true));
+    let ran = on_each(&["vulkan", "wgpu", "cuda", "hip"], &mut check);
+    assert_eq!(compared.len(), ran + 2, "{compared:?}");
+    let main = Engine::new(model, cpu(), SIZES).unwrap();
+    let checker = main.checker(gpu()).unwrap();
+    agree(&format!("{family}: gpu checking cpu"), main, checker);
+    println!("{family}: checked against the cpu: {compared:?}");
+}
+
+/// The synthetic file of `shape`, rebuilt with tensor `name` replaced by a zeroed F32 one of
+/// `dims` (`None`: left out), or with metadata key `name` set to `value` (added where
+/// absent); the error loading it.
+pub fn edited(
+    shape: SynthShape,
+    name: &str,
+    dims: Option<&[u64]>,
+    value: Option<Value>,
+) -> ModelError {
+    let g = Gguf::from_bytes(synth_llama(shape, 5).unwrap().to_bytes()).unwrap();
+    let mut w = GgufWriter::new();
+    let mut set = false;
+    for (k, v) in g.metadata() {
+        let v = match &value {
+            Some(new) if k == name => {
+                set = true;
+                new.clone()
+            }
+            _ => v.clone(),
+        };
+        w.add(k.clone(), v).unwrap();
+    }
+    if let (Some(v), false) = (&value, set) {
+        w.add(name.to_string(), v.clone()).unwrap();
+    }
+    for t in g.tensors() {
+        if t.name != name {
+            w.add_tensor(t.name.clone(), &t.dims, t.ty, g.tensor_data(t).to_vec())
+                .unwrap();
+        } else if let Some(dims) = dims {
+            let n: u64 = dims.iter().product();
+            let zeros = vec![0; 4 * n as usize];
+            w.add_tensor(t.name.clone(), dims, TensorType::F32, zeros)
+                .unwrap();
+        }
+    }
+    match Model::from_gguf(Gguf::from_bytes(w.to_bytes()).unwrap()) {
+        Ok(_) => panic!("{name}: the edited file loaded"),
+        Err(e) => e,
+    }
+}
+
+/// The synthetic file of `shape` relabelled as architecture `arch` (its keys' `from.` prefix
+/// renamed `arch.`), tensors untouched: what loading it gives.
+pub fn relabelled(shape: SynthShape, from: &str, arch: &str) -> Result<Model, ModelError> {
+    let g = Gguf::from_bytes(synth_llama(shape, 5).unwrap().to_bytes()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in g.metadata() {
+        let k = k.replace(&format!("{from}."), &format!("{arch}."));
+        let v = match k.as_str() {
+            "general.architecture" => Value::String(arch.into()),
+            _ => v.clone(),
+        };
+        w.add(k, v).unwrap();
+    }
+    for t in g.tensors() {
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, g.tensor_data(t).to_vec())
+            .unwrap();
+    }
+    Model::from_gguf(Gguf::from_bytes(w.to_bytes()).unwrap())
+}
+
+/// Asserts `e` names tensor `name` as missing.
+pub fn assert_missing(e: ModelError, name: &str) {
+    match e {
+        ModelError::MissingTensor(t) => assert_eq!(t, name),
+        e => panic!("{name}: {e:?}"),
+    }
+}
+
+/// Asserts `e` names tensor `name` as of shape `found` where `expected` was.
+pub fn assert_shape(e: ModelError, name: &str, expected: &[u64], found: &[u64]) {
+    match e {
+        ModelError::TensorShape {
+            name: t,
+            expected: x,
+            found: f,
+        } => assert_eq!((t.as_str(), &x[..], &f[..]), (name, expected, found)),
+        e => panic!("{name}: {e:?}"),
+    }
+}
+
+/// Asserts `e` refuses key `key` for its value `value`.
+pub fn assert_hyperparameter(e: ModelError, key: &str, value: &str) {
+    match e {
+        ModelError::Hyperparameter {
+            key: k, value: v, ..
+        } => {
+            assert_eq!((k.as_str(), v.as_str()), (key, value))
+        }
+        e => panic!("{key} = {value}: {e:?}"),
+    }
 }
