@@ -54,15 +54,19 @@ pub struct QkvPart {
 /// A layer's feed-forward block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ffn {
-    Dense {
-        /// Gate and up as one matrix, its rows as `layout` says: interleaved where the file
-        /// holds them apart (gate row i at row 2i, up row i at 2i + 1: one matvec whose
-        /// workgroups hold both rows that SwiGLU combines), else the file's fused tensor.
-        gate_up: WeightId,
-        down: WeightId,
-        layout: GateUp,
-    },
+    Dense(DenseWeights),
     Experts(ExpertWeights),
+}
+
+/// A dense feed-forward block's tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DenseWeights {
+    /// Gate and up as one matrix, its rows as `layout` says: interleaved where the file holds
+    /// them apart (gate row i at row 2i, up row i at 2i + 1: one matvec whose workgroups hold
+    /// both rows that SwiGLU combines), else the file's fused tensor.
+    pub gate_up: WeightId,
+    pub down: WeightId,
+    pub layout: GateUp,
 }
 
 /// A mixture of experts' tensors: the router (`ffn_gate_inp`, experts × n_embd) and each
@@ -118,7 +122,7 @@ impl Weights {
         id != self.token_embd
             && !self.layers.iter().any(|l| match l.ffn {
                 Ffn::Experts(e) => [e.gate, e.up, e.down].contains(&id),
-                Ffn::Dense { .. } => false,
+                Ffn::Dense(_) => false,
             })
     }
 
@@ -186,11 +190,11 @@ impl Weights {
                         },
                         bias: None,
                     };
-                    let ffn = Ffn::Dense {
+                    let ffn = Ffn::Dense(DenseWeights {
                         gate_up: w.matrix(&n("ffn_up"), 2 * ff, d)?,
                         down: w.matrix(&n("ffn_down"), d, ff)?,
                         layout: GateUp::Halves,
-                    };
+                    });
                     (vec![part], ffn)
                 } else {
                     let qkv = [
@@ -214,11 +218,11 @@ impl Weights {
                                 w.weight(&n("ffn_gate"), ff, d)?,
                                 w.weight(&n("ffn_up"), ff, d)?,
                             ];
-                            Ffn::Dense {
+                            Ffn::Dense(DenseWeights {
                                 gate_up: w.stack(&n("ffn_gate_up"), &gate_up, true)?,
                                 down: w.matrix(&n("ffn_down"), d, ff)?,
                                 layout: GateUp::Pairs,
-                            }
+                            })
                         }
                     };
                     (w.qkv(l, qkv, biases, c.head_dim())?, ffn)

@@ -5,8 +5,7 @@
 //! fusion pass ([`crate::fuse`]) decides what runs in one kernel.
 
 use super::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
-use crate::weights::{ExpertWeights, Ffn, Layer, WeightId, Weights};
-use trine_ops::elementwise::GateUp;
+use crate::weights::{DenseWeights, ExpertWeights, Ffn, Layer, WeightId, Weights};
 use trine_ops::rope::RopeMode;
 
 /// A gated feed-forward block's activation on the gate/up pairs.
@@ -132,23 +131,17 @@ impl<'a> Builder<'a> {
     }
 
     /// A pre-norm gated feed-forward block over residual stream `x` into `out`: rms_norm,
-    /// the gate/up product (its rows as `layout` lays them), the activation `glu`, the down
+    /// the gate/up product (its rows as `f.layout` lays them), the activation `glu`, the down
     /// projection and the residual add (after the layer's post norm where it has one).
-    pub fn ffn_block(
-        &mut self,
-        (x, out): (Tensor, Tensor),
-        l: &Layer,
-        (gate_up, down, layout): (WeightId, WeightId, GateUp),
-        glu: Glu,
-    ) {
+    pub fn ffn_block(&mut self, x: Tensor, out: Tensor, l: &Layer, f: DenseWeights, glu: Glu) {
         let t = self.step.tokens;
         self.norm(x, l.ffn_norm, t, "ffn_norm");
-        self.product(gate_up, Tensor::Normed, t, "ffn_gate_up");
+        self.product(f.gate_up, Tensor::Normed, t, "ffn_gate_up");
         match glu {
-            Glu::Swiglu => self.push(Op::Swiglu(layout), "ffn_swiglu"),
+            Glu::Swiglu => self.push(Op::Swiglu(f.layout), "ffn_swiglu"),
             Glu::Geglu => self.push(Op::Geglu, "ffn_geglu"),
         }
-        self.product(down, Tensor::Act, t, "ffn_down");
+        self.product(f.down, Tensor::Act, t, "ffn_down");
         let post = l.post_norms.map(|(_, ffn)| ffn);
         self.add(x, out, post, "ffn_residual");
     }
@@ -185,11 +178,7 @@ impl<'a> Builder<'a> {
             self.layer(Some(l as u32));
             self.attention_block(x, mid, layer, mode);
             match layer.ffn {
-                Ffn::Dense {
-                    gate_up,
-                    down,
-                    layout,
-                } => self.ffn_block((mid, x), layer, (gate_up, down, layout), glu),
+                Ffn::Dense(f) => self.ffn_block(mid, x, layer, f, glu),
                 Ffn::Experts(e) => self.experts_block(mid, x, layer, e),
             }
         }

@@ -8,7 +8,7 @@ use trine_gguf::synth::rope::{ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT};
 use trine_gguf::synth::SynthShape;
 use trine_gguf::TensorType;
 use trine_llama::graph::Op;
-use trine_llama::weights::{Ffn, Source};
+use trine_llama::weights::{DenseWeights, Ffn, Source};
 use trine_llama::{Architecture, Engine, ModelError};
 use trine_ops::elementwise::GateUp;
 use trine_ops::rope::RopeMode;
@@ -28,15 +28,12 @@ fn phi3_runs_its_fused_tensors_as_stored() {
         assert_eq!(qkv.name, format!("blk.{l}.attn_qkv.weight"));
         // 4 query heads and 2 each of keys and values, of 16.
         assert_eq!((qkv.rows, qkv.cols, layer.qkv[0].heads.count), (128, 64, 8));
-        let Ffn::Dense {
-            gate_up, layout, ..
-        } = layer.ffn
-        else {
+        let Ffn::Dense(f) = layer.ffn else {
             panic!("layer {l}: Phi-3's feed-forward block is dense");
         };
-        let up = &w.tensors[gate_up];
+        let up = &w.tensors[f.gate_up];
         assert_eq!(up.name, format!("blk.{l}.ffn_up.weight"));
-        assert_eq!((up.rows, up.cols, layout), (256, 64, GateUp::Halves));
+        assert_eq!((up.rows, up.cols, f.layout), (256, 64, GateUp::Halves));
         for t in [qkv, up] {
             assert!(matches!(t.source, Source::File(_)), "{} copied", t.name);
             assert_eq!(t.ty, TensorType::Q4_1.weight_type().unwrap(), "{}", t.name);
@@ -104,10 +101,10 @@ fn mistral_layout_runs_as_llama() {
     assert_eq!(m.config.arch, Architecture::Llama);
     assert!(matches!(
         m.weights.layers[0].ffn,
-        Ffn::Dense {
+        Ffn::Dense(DenseWeights {
             layout: GateUp::Pairs,
             ..
-        }
+        })
     ));
     assert_eq!(m.tokenizer.encode("Hello", true, false).unwrap()[0], 1);
     let main = Engine::new(m.clone(), gpu(), SIZES).unwrap();
