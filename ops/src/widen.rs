@@ -6,8 +6,8 @@
 //! every workgroup that reads them. The tiled product computes the same values either way:
 //! x rounded to f16 times W's f16 values, exact in f32.
 //!
-//! One invocation writes a run of [`RUN`] elements of one row: a run lies in one block (one
-//! sub-block of a packed format), so its scales are decoded once.
+//! One invocation decodes a run of [`RUN`] elements of one row at a time: a run lies in one
+//! block (one sub-block of a packed format), so its scales are decoded once.
 //!
 //! Bound: exact. Each value is the format's decode in f32, as every kernel computes it, rounded
 //! once to f16.
@@ -20,18 +20,22 @@ use crate::shape::ShapeError;
 use crate::support::nonzero;
 use half::f16;
 use trine_gguf::quant::{dequantize, quantize, WeightType};
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 const OP: &str = "widen";
 
-/// Invocations per workgroup.
-pub const WG: u32 = 64;
+/// Invocations per workgroup: a row of 4096 is 256 runs, one each.
+pub const WG: u32 = 256;
 
-/// Elements an invocation writes.
+/// Elements an invocation decodes at a time.
 pub const RUN: u32 = 16;
 
-/// The most rows (workgroups along y) a dispatch takes on every backend: Vulkan guarantees
-/// 65,535 workgroups per dimension.
+/// Halves between two runs in shared memory: a run and two more, so that the invocations'
+/// runs start in different banks (9 words apart) as they put them.
+const STAGED_RUN: u32 = RUN + 2;
+
+/// The most rows (workgroups) a dispatch takes on every backend: Vulkan guarantees 65,535
+/// workgroups per dimension.
 pub const MAX_ROWS: u32 = 65_535;
 
 /// Checks a `rows × cols` matrix of `ty` for [`kernel`].
@@ -49,9 +53,12 @@ pub fn check(ty: WeightType, rows: u32, cols: u32) -> Result<BlockFormat, ShapeE
     Ok(f)
 }
 
-/// The kernel for W of `ty` (any block format). Buffers `w` (its bytes: words for a packed
-/// format's decoder, bytes for a flat one's), `out` (f16, `rows × cols`); parameters rows,
-/// cols; grid [`grid`].
+/// The kernel for W of `ty` (any block format): a workgroup per row, whose invocations take
+/// [`WG`] consecutive runs at a time, decode each into shared memory, then write the runs'
+/// elements out with consecutive invocations on consecutive elements (an invocation writing
+/// its own run touched a 32-byte span per element it stored). Buffers `w` (its bytes: words
+/// for a packed format's decoder, bytes for a flat one's), `out` (f16, `rows × cols`);
+/// parameters rows, cols; grid [`grid`].
 pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
     let f = BlockFormat::require(OP, ty)?;
     let k = KernelBuilder::new(&format!("{OP}_{ty}"), [WG, 1, 1]);
@@ -61,74 +68,102 @@ pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
     };
     let w = k.buffer("w", elem, Access::Read);
     let out = k.buffer("out", Scalar::F16, Access::Write);
+    let stage = k.shared("stage", Scalar::F16, WG * STAGED_RUN);
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
-    let run = k.global_id(0);
-    let row = k.global_id(1);
-    k.if_(run.lt(cols / k.u32(RUN)) & row.lt(rows), || {
-        let col = run * k.u32(RUN);
-        let qk = k.u32(f.elems());
-        let base = (row * (cols / qk) + col / qk) * k.u32(f.bytes());
-        let first = col % qk;
-        let values = match f {
-            BlockFormat::Flat(flat) => {
-                let s = flat.scales(&k, (w, None), base);
-                (0..RUN)
-                    .map(|i| {
-                        let j = first + k.u32(i);
-                        let code = match flat.codes {
-                            Codes::Bytes => flat.byte_code(&k, w, base, j),
-                            Codes::Nibbles { span } => {
-                                let (lo, hi) = flat.byte_nibbles(&k, w, base, j & k.u32(span - 1));
-                                k.select(j.lt(k.u32(span)), lo, hi)
-                            }
-                        };
-                        s.value(code)
-                    })
-                    .collect::<Vec<_>>()
+    let row = k.workgroup_id(0);
+    let lid = k.local_index();
+    let runs = cols / k.u32(RUN);
+    // Every invocation takes every step, so that the barriers are uniform.
+    k.for_range(k.u32(0), runs, WG, |first| {
+        let run = first + lid;
+        k.if_(run.lt(runs) & row.lt(rows), || {
+            let col = run * k.u32(RUN);
+            let qk = k.u32(f.elems());
+            let base = (row * (cols / qk) + col / qk) * k.u32(f.bytes());
+            for (i, v) in decode(&k, f, w, base, col % qk).into_iter().enumerate() {
+                let at = lid * k.u32(STAGED_RUN) + k.u32(i as u32);
+                k.store_shared(stage, at, v.cast(Scalar::F16));
             }
-            BlockFormat::Packed(p) => {
-                let src = Bytes::Words(w);
-                let s = (p.scales)(&k, (src, None), base, first / k.u32(p.sub));
-                (p.codes)(&k, src, base, first, RUN)
-                    .into_iter()
-                    .map(|c| s.value(c))
-                    .collect()
-            }
-        };
-        let at = row * cols + col;
-        for (i, v) in values.into_iter().enumerate() {
-            k.store(out, at + k.u32(i as u32), v.cast(Scalar::F16));
+        });
+        k.barrier();
+        let start = first * k.u32(RUN);
+        for j in 0..RUN {
+            let e = k.u32(j * WG) + lid;
+            let col = start + e;
+            k.if_(col.lt(cols) & row.lt(rows), || {
+                let at = (e / k.u32(RUN)) * k.u32(STAGED_RUN) + e % k.u32(RUN);
+                k.store(out, row * cols + col, k.load_shared(stage, at));
+            });
         }
+        k.barrier();
     });
     Ok(k.finish())
 }
 
-/// A workgroup per [`WG`] runs of a row, a row of workgroups per row.
-pub fn grid(rows: u32, cols: u32) -> [u32; 3] {
-    [(cols / RUN).div_ceil(WG), rows, 1]
+/// The [`RUN`] values from element `first` of the block at byte `base`, as `F32`.
+fn decode<'b>(
+    k: &'b KernelBuilder,
+    f: BlockFormat,
+    w: trine_ir::BufferId,
+    base: Val<'b>,
+    first: Val<'b>,
+) -> Vec<Val<'b>> {
+    match f {
+        BlockFormat::Flat(flat) => {
+            let s = flat.scales(k, (w, None), base);
+            (0..RUN)
+                .map(|i| {
+                    let j = first + k.u32(i);
+                    let code = match flat.codes {
+                        Codes::Bytes => flat.byte_code(k, w, base, j),
+                        Codes::Nibbles { span } => {
+                            let (lo, hi) = flat.byte_nibbles(k, w, base, j & k.u32(span - 1));
+                            k.select(j.lt(k.u32(span)), lo, hi)
+                        }
+                    };
+                    s.value(code)
+                })
+                .collect()
+        }
+        BlockFormat::Packed(p) => {
+            let src = Bytes::Words(w);
+            let s = (p.scales)(k, (src, None), base, first / k.u32(p.sub));
+            (p.codes)(k, src, base, first, RUN)
+                .into_iter()
+                .map(|c| s.value(c))
+                .collect()
+        }
+    }
 }
 
-/// The kernel rounding `tokens` rows of f32 x, `cols` wide, to f16. Buffers `x` (f32),
-/// `out` (f16); parameters tokens, cols; grid [`x_grid`].
+/// A workgroup per row.
+pub fn grid(rows: u32) -> [u32; 3] {
+    [rows, 1, 1]
+}
+
+/// The kernel rounding `tokens` rows of f32 x, `cols` wide, to f16: a workgroup per row,
+/// stepping along it. Buffers `x` (f32), `out` (f16); parameters tokens, cols; grid
+/// [`x_grid`].
 pub fn x_kernel() -> Kernel {
     let k = KernelBuilder::new("widen_x_f16", [WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let out = k.buffer("out", Scalar::F16, Access::Write);
     let tokens = k.param("tokens", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
-    let c = k.global_id(0);
-    let t = k.global_id(1);
-    k.if_(c.lt(cols) & t.lt(tokens), || {
-        let i = t * cols + c;
-        k.store(out, i, k.load(x, i).cast(Scalar::F16));
+    let t = k.workgroup_id(0);
+    k.if_(t.lt(tokens), || {
+        k.for_range(k.local_index(), cols, WG, |c| {
+            let i = t * cols + c;
+            k.store(out, i, k.load(x, i).cast(Scalar::F16));
+        });
     });
     k.finish()
 }
 
-/// A workgroup per [`WG`] elements of a row, a row of workgroups per token.
-pub fn x_grid(tokens: u32, cols: u32) -> [u32; 3] {
-    [cols.div_ceil(WG), tokens, 1]
+/// A workgroup per token.
+pub fn x_grid(tokens: u32) -> [u32; 3] {
+    [tokens, 1, 1]
 }
 
 /// What [`kernel`] writes: `ggml`'s dequantised values of `w` (`rows × cols` of `ty`), each
@@ -163,7 +198,7 @@ pub fn case(ty: WeightType, (rows, cols): (u32, u32), scale: f32) -> Result<Case
     if scale < 1.0 {
         name.push_str("/tiny");
     }
-    Ok(Case::new(name, kernel(ty)?, grid(rows, cols))
+    Ok(Case::new(name, kernel(ty)?, grid(rows))
         .input("w", elem, blocks::pad_to_words(w))
         .output("out", Scalar::F16, vec![0; want.len() * 2], want)
         .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)])
@@ -178,7 +213,7 @@ pub fn x_case(tokens: u32, cols: u32, scale: f32) -> Case {
     Case::new(
         format!("{OP}/x/{tokens}x{cols}"),
         x_kernel(),
-        x_grid(tokens, cols),
+        x_grid(tokens),
     )
     .input("x", Scalar::F32, f32_bytes(&x))
     .output("out", Scalar::F16, vec![0; x.len() * 2], want)
@@ -186,9 +221,9 @@ pub fn x_case(tokens: u32, cols: u32, scale: f32) -> Case {
     .bound(NMSE_EXACT)
 }
 
-/// Every block format at two widths (one block of a row more than the run count of a
-/// workgroup covers, so a row's last workgroup is partial), with values of every size and
-/// tiny ones (subnormal f16 scales); x at a width that is no multiple of a workgroup.
+/// Every block format at two widths (one block more than a workgroup's runs cover, so that
+/// a row's last step is partial), with values of every size and tiny ones (subnormal f16
+/// scales); x at a width that is no multiple of a workgroup.
 pub fn cases() -> Vec<Case> {
     let mut v = vec![];
     for f in BlockFormat::ALL {

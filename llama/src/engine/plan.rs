@@ -297,7 +297,7 @@ impl Engine {
                 vec![x],
                 &[Tensor::XHalf],
                 vec![u(tokens), u(cols)],
-                widen::x_grid(tokens, cols),
+                widen::x_grid(tokens),
             ),
             Op::Widen { w: wid, rows, cols } => {
                 let key = KernelKey::of(&node.op, w, self.shape);
@@ -307,7 +307,7 @@ impl Engine {
                     vec![file_layout(info, w, wid, ty)],
                     &[Tensor::Wide],
                     vec![u(rows), u(cols)],
-                    widen::grid(rows, cols),
+                    widen::grid(rows),
                 )
             }
             Op::MoeRoute => {
