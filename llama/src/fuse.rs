@@ -43,6 +43,9 @@ pub struct Offer {
     pub widen: bool,
     /// Prompt flash attention cuts the keys into chunks ([`trine_backends::Tuning`]).
     pub flash_key_chunks: bool,
+    /// Splits of the keys in a decode step's attention ([`tuning::gpu_splits`] of the
+    /// executor's context on a GPU, 1 on a CPU).
+    pub decode_splits: u32,
     /// The KV cache stores floats, one element at a time: rope with the cache store folds
     /// into the QKV product, and prompt attention may run on tiles. A q8_0 cache quantizes
     /// a head's blocks together, which a product's rows, spread over workgroups, cannot.
@@ -50,13 +53,14 @@ pub struct Offer {
 }
 
 impl Offer {
-    pub fn of(info: &DeviceInfo, kv: KvType) -> Offer {
+    pub fn of(info: &DeviceInfo, kv: KvType, context: u32) -> Offer {
         let gpu = info.device_type != DeviceType::Cpu;
         Offer {
             gpu,
             tiles: gpu && info.tiles,
             widen: gpu && info.tiles && info.async_copy,
             flash_key_chunks: info.tuning.flash_key_chunks,
+            decode_splits: if gpu { tuning::gpu_splits(context) } else { 1 },
             float_cache: kv.float().is_some(),
         }
     }
@@ -137,7 +141,7 @@ pub fn fuse(
                 // Only the split kernel takes a sliding window.
                 let form = match window {
                     Some(_) => AttentionForm::Split {
-                        splits: tuning::attention_splits(s.tokens, offer.gpu),
+                        splits: tuning::attention_splits(s.tokens, offer.decode_splits),
                     },
                     None => attention_form(c, s, offer, reader),
                 };
@@ -313,7 +317,7 @@ fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionF
     let d = c.head_dim();
     if !(offer.gpu && s.tokens > 1 && attention_flash::supports(d)) {
         return AttentionForm::Split {
-            splits: tuning::attention_splits(s.tokens, offer.gpu),
+            splits: tuning::attention_splits(s.tokens, offer.decode_splits),
         };
     }
     let splits = if offer.flash_key_chunks {
@@ -353,6 +357,7 @@ mod tests {
         tiles: false,
         widen: false,
         flash_key_chunks: false,
+        decode_splits: tuning::GPU_SPLITS,
     };
 
     /// A layer of `mode` rope as the Llama blocks build it, fused for a GPU's decode step.

@@ -111,7 +111,7 @@ impl Engine {
             head_dim,
             small_tiles: info.tuning.small_tile_blocks,
         };
-        let offer = Offer::of(info, kv);
+        let offer = Offer::of(info, kv, options.context);
         Engine::build(model, backend, options, shape, offer)
     }
 

@@ -151,7 +151,7 @@ impl Engine {
                 // GPU several times per head; a CPU checking a GPU's nodes runs them with the
                 // GPU's splits.
                 let prompt = u64::from(tuning::flash_splits(self.options.max_batch));
-                let rows = (b * prompt).max(u64::from(tuning::GPU_SPLITS));
+                let rows = (b * prompt).max(u64::from(tuning::gpu_splits(self.options.context)));
                 f32s(rows * c.n_head as u64 * (c.head_dim() as u64 + 2))
             }
             Tensor::Act => f32s(b * c.n_ff as u64),
