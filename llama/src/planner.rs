@@ -38,6 +38,8 @@ pub struct KernelShape {
     pub kv: KvType,
     pub keys: KeyLayout,
     pub head_dim: u32,
+    /// Query heads a KV head serves.
+    pub group: u32,
     pub small_tiles: bool,
 }
 
@@ -148,6 +150,9 @@ pub enum Launch {
     /// A decode product on the file's blocks (which binds the weights a second time as an f16
     /// view where `f16_view`).
     Blocks { f16_view: bool },
+    /// Decode attention's splits with a KV head's query heads in one workgroup
+    /// ([`attention_split::grouped_kernel`]).
+    GroupedSplits,
     /// Everything else: the grid follows from the op alone.
     Plain,
 }
@@ -476,10 +481,24 @@ impl KernelKey {
                 } else {
                     attention_split::split_kernel
                 };
-                reductions
-                    .iter()
-                    .map(|&how| kernel(s.head_dim, s.kv, how, s.keys).map(plain))
-                    .collect::<Result<_, _>>()?
+                // The query heads of a KV head together where the device runs the
+                // kernel's subgroups and the cache is in rows.
+                let grouped = !windowed
+                    && s.keys == KeyLayout::Rows
+                    && info.subgroup_ops
+                    && info.runs_subgroup_width(attention_split::grouped::WIDTH)
+                    && attention_split::grouped_supports(s.head_dim, s.group, s.kv);
+                let mut v = vec![];
+                if grouped {
+                    v.push(Variant {
+                        kernel: attention_split::grouped_kernel(s.head_dim, s.group, s.kv)?,
+                        launch: Launch::GroupedSplits,
+                    });
+                }
+                for &how in reductions {
+                    v.push(plain(kernel(s.head_dim, s.kv, how, s.keys)?));
+                }
+                v
             }
             KernelKey::AttnFlash { tiles, out } => {
                 let mut variants = vec![];
@@ -606,6 +625,7 @@ mod tests {
             kv: KvType::F16,
             keys: KeyLayout::Rows,
             head_dim: 64,
+            group: 1,
             small_tiles: false,
         };
         let fields = TilesKey {

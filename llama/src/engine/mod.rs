@@ -109,6 +109,7 @@ impl Engine {
             kv,
             keys,
             head_dim,
+            group: model.config.n_head / model.config.n_head_kv,
             small_tiles: info.tuning.small_tile_blocks,
         };
         let offer = Offer::of(info, kv, options.context);

@@ -165,7 +165,13 @@ impl Engine {
                         let a = self.split_attention(t, splits);
                         let mut params = a.params();
                         params.extend(window.map(u));
-                        (params, a.grid())
+                        // The variant the device compiled decides the workgroups.
+                        let key = KernelKey::of(&node.op, w, self.shape);
+                        let grid = match self.placement.programs[&key].launch {
+                            Launch::GroupedSplits => a.grouped_grid(),
+                            _ => a.grid(),
+                        };
+                        (params, grid)
                     }
                     AttentionForm::Flash { .. } => {
                         let a = FlashAttention {
