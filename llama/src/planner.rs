@@ -40,6 +40,9 @@ pub struct KernelShape {
     pub head_dim: u32,
     /// Query heads a KV head serves.
     pub group: u32,
+    /// Decode attention takes a KV head's query heads together where the device runs it
+    /// ([`tuning::grouped_attention`]).
+    pub grouped_attention: bool,
     pub small_tiles: bool,
 }
 
@@ -484,6 +487,7 @@ impl KernelKey {
                 // The query heads of a KV head together where the device runs the
                 // kernel's subgroups and the cache is in rows.
                 let grouped = !windowed
+                    && s.grouped_attention
                     && s.keys == KeyLayout::Rows
                     && info.subgroup_ops
                     && info.runs_subgroup_width(attention_split::grouped::WIDTH)
@@ -626,6 +630,7 @@ mod tests {
             keys: KeyLayout::Rows,
             head_dim: 64,
             group: 1,
+            grouped_attention: false,
             small_tiles: false,
         };
         let fields = TilesKey {

@@ -57,6 +57,16 @@ pub fn gpu_splits(context: u32) -> u32 {
         .clamp(GPU_SPLITS, MAX_GPU_SPLITS)
 }
 
+/// Whether a GPU's decode attention over a cache of `context` positions takes a KV head's
+/// query heads in one workgroup (`trine_ops::attention_split::grouped_kernel`): where the
+/// context takes more than [`GPU_SPLITS`] splits. Over long caches the reads of K and V
+/// dominate, which the grouped kernel shares between the query heads; over short ones it
+/// launches `group` times fewer workgroups, which lost on a 3-way group of 64-wide heads
+/// (docs/bench/decode.md).
+pub fn grouped_attention(context: u32) -> bool {
+    gpu_splits(context) > GPU_SPLITS
+}
+
 /// Splits of a step of `tokens`' split attention: `decode` (the executor's
 /// [`gpu_splits`], 1 on a CPU) for one token, one for prompts.
 pub fn attention_splits(tokens: u32, decode: u32) -> u32 {

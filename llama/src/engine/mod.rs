@@ -110,6 +110,7 @@ impl Engine {
             keys,
             head_dim,
             group: model.config.n_head / model.config.n_head_kv,
+            grouped_attention: tuning::grouped_attention(options.context),
             small_tiles: info.tuning.small_tile_blocks,
         };
         let offer = Offer::of(info, kv, options.context);
