@@ -62,7 +62,7 @@ pub fn gpu_splits(context: u32) -> u32 {
 /// context takes more than [`GPU_SPLITS`] splits. Over long caches the reads of K and V
 /// dominate, which the grouped kernel shares between the query heads; over short ones it
 /// launches `group` times fewer workgroups, which lost on a 3-way group of 64-wide heads
-/// (docs/bench/decode.md).
+/// (docs/bench/scale.md).
 pub fn grouped_attention(context: u32) -> bool {
     gpu_splits(context) > GPU_SPLITS
 }
