@@ -109,6 +109,7 @@ impl Engine {
             kv,
             keys,
             head_dim,
+            rot_dim: model.config.n_rot,
             small_tiles: info.tuning.small_tile_blocks,
         };
         let offer = Offer::of(info, kv);
