@@ -234,6 +234,13 @@ impl Config {
                 "must be even, positive and at most the head size (rope turns pairs of a head's first values)",
             ));
         }
+        if self.n_rot != d && !self.arch.partial_rotary() {
+            return Err(bad(
+                &key("rope.dimension_count"),
+                self.n_rot,
+                "must equal the head size: llama.cpp turns whole heads for this architecture",
+            ));
+        }
         if !(self.rope_base.is_finite() && self.rope_base > 1.0) {
             return Err(bad(
                 &key("rope.freq_base"),
