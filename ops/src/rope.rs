@@ -74,14 +74,13 @@ pub(crate) fn pair_in<'b>(
     (head_dim, rot_dim): (u32, u32),
     i: Val<'b>,
 ) -> (Val<'b>, Val<'b>, Option<Val<'b>>) {
-    let adjacent = (i + i, i + i + k.u32(1));
     let turned = (rot_dim < head_dim).then(|| i.lt(k.u32(rot_dim / 2)));
     let (i0, i1) = match (mode, turned) {
-        (RopeMode::Normal, _) => adjacent,
+        (RopeMode::Normal, _) => (i + i, i + i + k.u32(1)),
         (RopeMode::Neox, None) => (i, i + k.u32(rot_dim / 2)),
         (RopeMode::Neox, Some(turned)) => (
-            k.select(turned, i, adjacent.0),
-            k.select(turned, i + k.u32(rot_dim / 2), adjacent.1),
+            k.select(turned, i, i + i),
+            k.select(turned, i + k.u32(rot_dim / 2), i + i + k.u32(1)),
         ),
     };
     (i0, i1, turned)

@@ -3,7 +3,6 @@
 
 use super::{CombineShape, RopeShape};
 use crate::key_layout::KeyIndex;
-use crate::rope::{self, RopeMode};
 use crate::rope_freqs;
 use crate::support::store_f32;
 use trine_ir::{Access, BufferId, KernelBuilder, Scalar, SharedId, Val};
@@ -198,9 +197,9 @@ impl<'b> RopeOut<'b> {
         } = self.shape;
         let pos = k.load(self.step, k.u32(0)) + t;
         let i = (r % k.u32(head_dim)) / k.u32(2);
-        // Rope's pairing past `rot_dim` is adjacent too: the pairs there are copied, and read
-        // the table's first entry instead of past its end.
-        let (_, _, turned) = rope::pair_in(k, RopeMode::Normal, (head_dim, rot_dim), i);
+        // Rows come in adjacent pairs, rope's normal pairing; those past `rot_dim` are copied,
+        // and read the table's first entry instead of past its end.
+        let turned = (rot_dim < head_dim).then(|| i.lt(k.u32(rot_dim / 2)));
         let at = turned.map_or(i, |turned| k.select(turned, i, k.u32(0)));
         let (cos, sin) = rope_freqs::turn(k, self.freq, pos, at, rot_dim);
         Turn {
