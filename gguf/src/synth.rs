@@ -93,6 +93,11 @@ pub enum Family {
     /// Phi-3.5-mini's: `phi3`, Q, K and V fused in `attn_qkv`, gate and up in `ffn_up`,
     /// LongRoPE's factors, a SentencePiece vocabulary ([`spm`]).
     Phi3,
+    /// Phi-4-mini's: `phi3` as [`Family::Phi3`] lays it out, rope on the first three quarters
+    /// of each head only (`phi3.rope.dimension_count`, [`SynthShape::rot_dim`]; LongRoPE's
+    /// factors one per turned pair), and a byte-level vocabulary with the `gpt-4o`
+    /// pre-tokenizer.
+    Phi4Mini,
     /// Qwen3-MoE's: `qwen3moe`, Qwen3's attention, and in place of each layer's feed-forward
     /// block a router (`ffn_gate_inp`, f32 as llama.cpp's quantizer leaves it) over `experts`
     /// SwiGLU experts of `expert_ff` rows (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`,
@@ -112,7 +117,7 @@ impl Family {
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
             Family::Gemma3 { .. } => "gemma3",
-            Family::Phi3 => "phi3",
+            Family::Phi3 | Family::Phi4Mini => "phi3",
             Family::Qwen3Moe { .. } => "qwen3moe",
         }
     }
@@ -121,6 +126,12 @@ impl Family {
     /// one.
     fn spm(self) -> bool {
         matches!(self, Family::Mistral | Family::Phi3)
+    }
+
+    /// Whether Q, K and V are one tensor and gate and up another, with LongRoPE's factors
+    /// (Phi-3's layout).
+    fn fused(self) -> bool {
+        matches!(self, Family::Phi3 | Family::Phi4Mini)
     }
 }
 
@@ -236,6 +247,15 @@ impl SynthShape {
     pub fn head_dim(&self) -> u64 {
         self.head_dim
             .map_or(self.n_embd / u64::from(self.n_head), u64::from)
+    }
+
+    /// The values of each head rope turns (`rope.dimension_count`): Phi-4-mini's three
+    /// quarters (its `partial_rotary_factor` 0.75), the whole head for the others.
+    pub fn rot_dim(&self) -> u64 {
+        match self.family {
+            Family::Phi4Mini => self.head_dim() * 3 / 4,
+            _ => self.head_dim(),
+        }
     }
 
     /// llama.cpp's `general.file_type` for the shape's types, where it has one.
@@ -380,6 +400,23 @@ impl SynthShape {
         ..SynthShape::LLAMA_3_8B
     };
 
+    /// Phi-4-mini-instruct's layout (24 heads of 128 and 8 of keys and values, 96 values of
+    /// each turned by rope, 200064 tokens, the embedding tied to the output head), in Q4_K_M.
+    pub const PHI_4_MINI: SynthShape = SynthShape {
+        family: Family::Phi4Mini,
+        n_embd: 3072,
+        n_ff: 8192,
+        n_layer: 32,
+        n_head: 24,
+        n_head_kv: 8,
+        head_dim: None,
+        vocab: 200_064,
+        matrices: TensorType::Q4_K,
+        embedding: TensorType::Q4_K,
+        output: None,
+        mix: Mix::Q4KM,
+    };
+
     /// Qwen3-30B-A3B's layout (48 layers over a stream of 2048, 32 heads and 4 of keys and
     /// values of 128, 128 experts of 768 rows, 8 used; an untied output head), in Q4_K_M.
     pub const QWEN3_30B_A3B: SynthShape = SynthShape {
@@ -404,9 +441,9 @@ impl SynthShape {
     /// The presets by the names `trine synth-model --like` takes; the tiny ones are the
     /// tests' ([`SynthShape::TINY`], [`SynthShape::TINY_QWEN2`], [`SynthShape::TINY_QWEN3`],
     /// [`SynthShape::TINY_GEMMA3`], [`SynthShape::TINY_MISTRAL`], [`SynthShape::TINY_PHI3`],
-    /// [`SynthShape::TINY_QWEN3_MOE`]), for the reference scripts to read the same files. Those
+    /// [`SynthShape::TINY_PHI4`], [`SynthShape::TINY_QWEN3_MOE`]), for the reference scripts to read the same files. Those
     /// of Llama 3.1 and 3.2 also carry their rope scaling ([`rope::Llama3Rope::of_preset`]).
-    pub const PRESETS: [(&'static str, SynthShape); 18] = [
+    pub const PRESETS: [(&'static str, SynthShape); 20] = [
         ("smollm2-135m", SynthShape::SMOLLM2_135M),
         ("llama-3.2-1b", SynthShape::LLAMA_3_2_1B),
         ("llama-3-8b", SynthShape::LLAMA_3_8B),
@@ -425,6 +462,8 @@ impl SynthShape {
         ("mistral-tiny", SynthShape::TINY_MISTRAL),
         ("phi3-tiny", SynthShape::TINY_PHI3),
         ("qwen3moe-tiny", SynthShape::TINY_QWEN3_MOE),
+        ("phi-4-mini", SynthShape::PHI_4_MINI),
+        ("phi4-tiny", SynthShape::TINY_PHI4),
     ];
 
     /// The smallest Llama the tests run whole: two layers of width 64 with grouped-query
@@ -458,6 +497,13 @@ impl SynthShape {
     pub const TINY_PHI3: SynthShape = SynthShape {
         family: Family::Phi3,
         vocab: 512,
+        ..SynthShape::TINY
+    };
+
+    /// [`SynthShape::TINY`] as Phi-4-mini lays it out: Phi-3's tensors, rope on the first 12
+    /// values of each head of 16 (LongRoPE's factors: 6), the byte-level vocabulary.
+    pub const TINY_PHI4: SynthShape = SynthShape {
+        family: Family::Phi4Mini,
         ..SynthShape::TINY
     };
 
@@ -598,7 +644,7 @@ mod smollm2 {
     fn block(s: &SynthShape) -> Vec<(&'static str, Vec<u64>, TensorType)> {
         let (d, ff, m, hd) = (s.n_embd, s.n_ff, s.matrices, s.head_dim());
         let (q, kv) = (u64::from(s.n_head) * hd, u64::from(s.n_head_kv) * hd);
-        if s.family == Family::Phi3 {
+        if s.family.fused() {
             return vec![
                 ("attn_norm.weight", vec![d], TensorType::F32),
                 ("ffn_down.weight", vec![ff, d], m),
@@ -620,7 +666,7 @@ mod smollm2 {
             ("attn_v.weight", vec![d, kv], m),
         ];
         match s.family {
-            Family::Llama | Family::Mistral | Family::Phi3 => {}
+            Family::Llama | Family::Mistral | Family::Phi3 | Family::Phi4Mini => {}
             Family::Qwen2 => out.extend([
                 ("attn_q.bias", vec![q], TensorType::F32),
                 ("attn_k.bias", vec![kv], TensorType::F32),
@@ -664,8 +710,8 @@ mod smollm2 {
             vec![s.n_embd, u64::from(s.vocab)],
             s.embedding,
         )];
-        if s.family == Family::Phi3 {
-            let pairs = s.head_dim() / 2;
+        if s.family.fused() {
+            let pairs = s.rot_dim() / 2;
             out.extend(
                 [
                     super::rope::ROPE_FACTORS_LONG,
@@ -829,6 +875,21 @@ mod smollm2 {
                     0,
                     QWEN3_CHAT_TEMPLATE,
                 ),
+                // Phi-4-mini's context, base and epsilon and its `gpt-4o` pre-tokenizer over
+                // the byte vocabulary, with Qwen's special token ids.
+                Family::Phi4Mini => (
+                    "Phi 4 Mini Instruct (synthetic weights)",
+                    "Phi-4",
+                    "mini",
+                    131_072,
+                    10_000.0,
+                    1e-5,
+                    "gpt-4o",
+                    0,
+                    2,
+                    0,
+                    CHAT_TEMPLATE,
+                ),
                 Family::Gemma3 { .. } => (
                     "Gemma 3 1B (synthetic weights)",
                     "gemma-3",
@@ -877,6 +938,20 @@ mod smollm2 {
             if let Some(p) = pattern {
                 out.push((key("attention.sliding_window_pattern"), Value::U32(p)));
             }
+        }
+        if shape.family == Family::Phi4Mini {
+            out.extend([
+                (key("rope.dimension_count"), u(shape.rot_dim())),
+                (
+                    key("rope.scaling.attn_factor"),
+                    Value::F32(super::spm::LONGROPE_ATTN_FACTOR),
+                ),
+                (
+                    key("rope.scaling.original_context_length"),
+                    Value::U32(4096),
+                ),
+                (key("attention.sliding_window"), Value::U32(262_144)),
+            ]);
         }
         if shape.family == Family::Llama {
             out.push((key("vocab_size"), Value::U32(shape.vocab)));

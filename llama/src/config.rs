@@ -22,6 +22,10 @@ pub struct Config {
     pub vocab: u32,
     /// The context the model was trained for: the largest KV cache worth allocating.
     pub context_length: u32,
+    /// The values of each query and key head rope turns, from its first
+    /// (`rope.dimension_count`, llama.cpp's `n_rot`; the head size where the file does not
+    /// say): fewer than the head is partial rotary (Phi-4-mini turns 96 of 128).
+    pub n_rot: u32,
     pub rope_base: f32,
     pub rms_eps: f32,
     /// Sliding-window attention on some layers, where the file gives a window (Gemma 3).
@@ -121,6 +125,7 @@ impl Config {
             n_ff,
             vocab,
             context_length: g.get_u32(&key("context_length"))?,
+            n_rot: optional(g.get_u32(&key("rope.dimension_count")), n_embd_head)?,
             rope_base: optional(g.get_f32(&key("rope.freq_base")), 10_000.0)?,
             rms_eps: optional(g.get_f32(&key("attention.layer_norm_rms_epsilon")), 1e-5)?,
             experts,
@@ -131,16 +136,6 @@ impl Config {
             ..c
         };
         c.check()?;
-        // Rope over part of a head (partial rotary) is not what the rope kernels do.
-        let rope_key = key("rope.dimension_count");
-        let rope_dims = optional(g.get_u32(&rope_key), c.head_dim())?;
-        if rope_dims != c.head_dim() {
-            return Err(bad(
-                &rope_key,
-                rope_dims,
-                "must equal the head dimension (partial rotary embedding is not supported)",
-            ));
-        }
         Ok(c)
     }
 
@@ -230,6 +225,20 @@ impl Config {
                 &key("attention.key_length"),
                 d,
                 "must be even and at most 512 (the attention kernel's limit)",
+            ));
+        }
+        if self.n_rot == 0 || !self.n_rot.is_multiple_of(2) || self.n_rot > d {
+            return Err(bad(
+                &key("rope.dimension_count"),
+                self.n_rot,
+                "must be even, positive and at most the head size (rope turns pairs of a head's first values)",
+            ));
+        }
+        if self.n_rot != d && !self.arch.partial_rotary() {
+            return Err(bad(
+                &key("rope.dimension_count"),
+                self.n_rot,
+                "must equal the head size: llama.cpp turns whole heads for this architecture",
             ));
         }
         if !(self.rope_base.is_finite() && self.rope_base > 1.0) {

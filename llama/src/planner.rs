@@ -31,7 +31,7 @@ use trine_ops::{
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
-/// head dimension, and whether its prompt products on tiles all take the small block
+/// head dimension and the values of a head rope turns, and whether its prompt products on tiles all take the small block
 /// ([`trine_backends::Tuning::small_tile_blocks`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {
@@ -43,6 +43,7 @@ pub struct KernelShape {
     /// Decode attention takes a KV head's query heads together where the device runs it
     /// ([`tuning::grouped_attention`]).
     pub grouped_attention: bool,
+    pub rot_dim: u32,
     pub small_tiles: bool,
 }
 
@@ -326,6 +327,7 @@ impl KernelKey {
                             Store::Swiglu => MatvecEpilogue::Swiglu,
                             Store::Rope { .. } => MatvecEpilogue::RopeStore(RopeShape {
                                 head_dim: s.head_dim,
+                                rot_dim: s.rot_dim,
                                 kv: s.kv.float().unwrap_or_else(|| {
                                     unreachable!("rope folds into a product over a float cache")
                                 }),
@@ -546,8 +548,8 @@ impl KernelKey {
                 .collect(),
             KernelKey::RopeStore { mode } => {
                 vec![plain(match s.kv.float() {
-                    Some(kv) => rope_store::kernel(s.head_dim, mode, kv, s.keys)?,
-                    None => rope_store::kernel_q8(s.head_dim, mode)?,
+                    Some(kv) => rope_store::kernel((s.head_dim, s.rot_dim), mode, kv, s.keys)?,
+                    None => rope_store::kernel_q8((s.head_dim, s.rot_dim), mode)?,
                 })]
             }
             KernelKey::Quantize { blocks, load } => {
@@ -631,6 +633,7 @@ mod tests {
             head_dim: 64,
             group: 1,
             grouped_attention: false,
+            rot_dim: 64,
             small_tiles: false,
         };
         let fields = TilesKey {

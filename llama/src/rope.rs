@@ -12,7 +12,7 @@
 //!   llama.cpp uses for the Llama architecture, and scales the rotated values by
 //!   `1 + 0.1·ln(factor)`.
 //! - `rope.scaling.attn_factor` (default 1) scales the rotated values under every type.
-//! - `rope_freqs.weight` (F32, one factor per pair) divides each pair's angle, under every
+//! - `rope_freqs.weight` (F32, one factor per turned pair: `rope.dimension_count / 2`) divides each pair's angle, under every
 //!   type: Llama 3.1 and 3.2 files carry their `llama3` scaling this way. A file that names
 //!   `llama3` as its type (llama.cpp refuses it) runs only with that tensor, as nothing else
 //!   would scale its positions.
@@ -77,11 +77,11 @@ pub fn from_gguf(g: &Gguf, c: &Config) -> Result<Rope, ModelError> {
     let ctx_key = format!("{}.rope.scaling.original_context_length", c.arch.name());
     let original = optional(g.get_u32(&ctx_key), c.context_length)?;
     let long = RopeFreqs {
-        factors: factors(g, ROPE_FACTORS_LONG, c.head_dim())?,
+        factors: factors(g, ROPE_FACTORS_LONG, c.n_rot)?,
         ..freqs.clone()
     };
     let short = RopeFreqs {
-        factors: factors(g, ROPE_FACTORS_SHORT, c.head_dim())?,
+        factors: factors(g, ROPE_FACTORS_SHORT, c.n_rot)?,
         ..freqs
     };
     Ok(Rope {
@@ -96,7 +96,7 @@ const TYPES: &str = "trine runs none, linear, yarn, and llama3 with rope_freqs.w
 /// The rope frequencies the metadata and `rope_freqs.weight` give.
 fn freqs(g: &Gguf, c: &Config) -> Result<RopeFreqs, ModelError> {
     let key = |k: &str| format!("{}.{k}", c.arch.name());
-    let factors = factors(g, ROPE_FREQS, c.head_dim())?;
+    let factors = factors(g, ROPE_FREQS, c.n_rot)?;
     let type_key = key("rope.scaling.type");
     let kind = match g.get_str(&type_key) {
         Ok(s) => s.to_string(),
@@ -172,11 +172,11 @@ pub fn local(c: &Config, rope: &RopeFreqs) -> Option<RopeFreqs> {
 }
 
 /// Frequency factors tensor `name`'s, or none where the file has no such tensor.
-fn factors(g: &Gguf, name: &str, head_dim: u32) -> Result<Vec<f32>, ModelError> {
+fn factors(g: &Gguf, name: &str, n_rot: u32) -> Result<Vec<f32>, ModelError> {
     let Some(t) = g.tensor(name) else {
         return Ok(vec![]);
     };
-    let half = u64::from(head_dim / 2);
+    let half = u64::from(n_rot / 2);
     if t.ty != TensorType::F32 {
         return Err(ModelError::TensorType {
             name: t.name.clone(),

@@ -12,7 +12,9 @@
 //!   (`rope_yarn_ramp`, the dimensions from `ggml_rope_yarn_corr_dims`).
 //!
 //! Either way the angle is `p` times a number that depends on `i` alone: the table's entry
-//! `i`. Both cosine and sine are then multiplied by the magnitude `mscale`: llama.cpp's
+//! `i`. `d` is the values of a head rope turns (`rot_dim`, ggml's `n_dims`: the head but for
+//! partial rotary), for the angles, YaRN's correction dimensions and the factors' count. Both
+//! cosine and sine are then multiplied by the magnitude `mscale`: llama.cpp's
 //! `attn_factor` (the file's `rope.scaling.attn_factor`), times `1 + 0.1·ln(factor)` under YaRN
 //! with a factor above 1 (llama.cpp divides its YaRN attention factor by that term and ggml
 //! multiplies it back in, so it is what remains). The kernels read the table, `d/2` entries
@@ -100,13 +102,13 @@ impl RopeFreqs {
         }
     }
 
-    /// Checks the table against a head of `head_dim` values.
-    pub fn check(&self, head_dim: u32) -> Result<(), ShapeError> {
-        let half = head_dim as usize / 2;
+    /// Checks the table against the `rot_dim` values of a head rope turns.
+    pub fn check(&self, rot_dim: u32) -> Result<(), ShapeError> {
+        let half = rot_dim as usize / 2;
         if !self.factors.is_empty() && self.factors.len() != half {
             return Err(ShapeError::Mismatch {
                 op: OP,
-                what: "frequency factors (head_dim/2)",
+                what: "frequency factors (rot_dim/2)",
                 expected: half,
                 found: self.factors.len(),
             });
@@ -115,8 +117,8 @@ impl RopeFreqs {
     }
 
     /// Pair `i`'s angle per position, in f64.
-    pub fn pair(&self, head_dim: u32, i: u32) -> f64 {
-        let d = head_dim as f64;
+    pub fn pair(&self, rot_dim: u32, i: u32) -> f64 {
+        let d = rot_dim as f64;
         let ff = self.factors.get(i as usize).map_or(1.0, |&f| f as f64);
         let theta = (self.base as f64).powf(-2.0 * i as f64 / d) / ff;
         let s = self.scaling.freq_scale();
@@ -129,7 +131,7 @@ impl RopeFreqs {
                 ..
             } => {
                 let (low, high) =
-                    corr_dims(head_dim, original_context, self.base, beta_fast, beta_slow);
+                    corr_dims(rot_dim, original_context, self.base, beta_fast, beta_slow);
                 let y = (i as f32 - low) / (high - low).max(0.001);
                 let ramp = (1.0 - y.clamp(0.0, 1.0)) as f64;
                 theta * (s * (1.0 - ramp) + ramp)
@@ -149,10 +151,10 @@ impl RopeFreqs {
     }
 
     /// The `freq` input of the rope kernels: pair `i`'s angle per position at `i`, the
-    /// magnitude at `head_dim/2`.
-    pub fn table(&self, head_dim: u32) -> Vec<f32> {
-        (0..head_dim / 2)
-            .map(|i| self.pair(head_dim, i) as f32)
+    /// magnitude at `rot_dim/2`.
+    pub fn table(&self, rot_dim: u32) -> Vec<f32> {
+        (0..rot_dim / 2)
+            .map(|i| self.pair(rot_dim, i) as f32)
             .chain([self.magnitude() as f32])
             .collect()
     }
@@ -170,32 +172,32 @@ impl RopeFreqs {
     }
 }
 
-/// The cosine and sine pair `i` of a head of `head_dim` values is turned by at position `pos`
-/// (u32), from the `freq` table ([`RopeFreqs::table`]), both times the table's magnitude: what
-/// every rope kernel rotates a pair by.
+/// The cosine and sine pair `i` of the `rot_dim` values of a head rope turns is turned by at
+/// position `pos` (u32), from the `freq` table ([`RopeFreqs::table`]), both times the table's
+/// magnitude: what every rope kernel rotates a pair by.
 pub(crate) fn turn<'b>(
     k: &'b KernelBuilder,
     freq: BufferId,
     pos: Val<'b>,
     i: Val<'b>,
-    head_dim: u32,
+    rot_dim: u32,
 ) -> (Val<'b>, Val<'b>) {
     let theta = pos.cast(Scalar::F32) * k.load(freq, i);
     let (cos, sin) = cos_sin(k, theta);
-    let magnitude = k.load(freq, k.u32(head_dim / 2));
+    let magnitude = k.load(freq, k.u32(rot_dim / 2));
     (cos * magnitude, sin * magnitude)
 }
 
 /// ggml's `ggml_rope_yarn_corr_dims` in its f32 arithmetic: the first and last pair the ramp
 /// moves over, which it floors and ceils, so its rounding decides whole pairs.
-fn corr_dims(head_dim: u32, original_context: u32, base: f32, fast: f32, slow: f32) -> (f32, f32) {
+fn corr_dims(rot_dim: u32, original_context: u32, base: f32, fast: f32, slow: f32) -> (f32, f32) {
     let dim = |rot: f32| {
-        head_dim as f32 * (original_context as f32 / (rot * 2.0 * std::f32::consts::PI)).ln()
+        rot_dim as f32 * (original_context as f32 / (rot * 2.0 * std::f32::consts::PI)).ln()
             / (2.0 * base.ln())
     };
     let start = dim(fast).floor();
     let end = dim(slow).ceil();
-    (start.max(0.0), end.min(head_dim as f32 - 1.0))
+    (start.max(0.0), end.min(rot_dim as f32 - 1.0))
 }
 
 #[cfg(test)]

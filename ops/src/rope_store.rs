@@ -31,7 +31,7 @@ use super::rope_freqs::{self, RopeFreqs, RopeScaling};
 use super::shape::ShapeError;
 use super::support::{elements, expect_len, nonzero, seed, store_f32, Float};
 use crate::case::*;
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 const OP: &str = "rope_store";
 
@@ -45,6 +45,9 @@ pub struct RopeStore {
     pub heads: u32,
     pub kv_heads: u32,
     pub head_dim: u32,
+    /// The values of each query and key head rope turns, from its first
+    /// ([`rope::check_rot_dim`]).
+    pub rot_dim: u32,
     /// Positions each cache holds.
     pub context: u32,
     pub mode: RopeMode,
@@ -71,6 +74,7 @@ impl RopeStore {
         nonzero(OP, "kv_heads", self.kv_heads)?;
         nonzero(OP, "context", self.context)?;
         check_head_dim(self.head_dim)?;
+        rope::check_rot_dim(OP, self.head_dim, self.rot_dim)?;
         if self.tokens > self.context {
             return Err(ShapeError::TooLarge {
                 op: OP,
@@ -149,6 +153,7 @@ impl RopeStore {
             tokens: self.tokens,
             heads,
             head_dim: self.head_dim,
+            rot_dim: self.rot_dim,
             offset: pos,
             mode: self.mode,
         }
@@ -168,23 +173,25 @@ fn check_head_dim(d: u32) -> Result<(), ShapeError> {
     Ok(())
 }
 
-/// The kernel for one head dimension (a compile-time constant, so that the pair index is a
-/// division by a constant), rope layout and cache storage type.
-/// Buffers: `qkv` f32, `step` u32, `freq` f32 [head_dim/2 + 1] ([`RopeFreqs::table`]),
+/// The kernel for one head dimension and the values of it rope turns (compile-time constants,
+/// so that the pair index is a division by a constant), rope layout and cache storage type.
+/// Buffers: `qkv` f32, `step` u32, `freq` f32 [rot_dim/2 + 1] ([`RopeFreqs::table`]),
 /// `q` f32, `k_cache` and `v_cache` of `kv`, the K cache in `keys`' layout. Params: heads,
 /// kv_heads (and `k_stride` for columns), `first` and `count`, the heads `qkv` holds
 /// ([`RopeStore::part`]). Grid: [`RopeStore::grid`].
 pub fn kernel(
-    head_dim: u32,
+    (head_dim, rot_dim): (u32, u32),
     mode: RopeMode,
     kv: Float,
     keys: KeyLayout,
 ) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
+    rope::check_rot_dim(OP, head_dim, rot_dim)?;
     let k = KernelBuilder::new(
         &format!(
-            "rope_store_{}_d{head_dim}_{}kv{}",
+            "rope_store_{}_d{head_dim}{}_{}kv{}",
             mode.name(),
+            rope::rot_label(head_dim, rot_dim),
             kv.name(),
             keys.suffix()
         ),
@@ -209,10 +216,7 @@ pub fn kernel(
         let held = u / half;
         let head = first + held;
         let i = u % half;
-        let (i0, i1) = match mode {
-            RopeMode::Normal => (i + i, i + i + k.u32(1)),
-            RopeMode::Neox => (i, i + half),
-        };
+        let (i0, i1, turned) = rope::pair_in(&k, mode, (head_dim, rot_dim), i);
         let src = (t * count + held) * d;
         let a = k.load(qkv, src + i0);
         let b = k.load(qkv, src + i1);
@@ -221,9 +225,7 @@ pub fn kernel(
         k.if_else(
             head.lt(rotated_heads),
             || {
-                let (cos, sin) = rope_freqs::turn(&k, freq, pos, i, head_dim);
-                let ra = a * cos - b * sin;
-                let rb = a * sin + b * cos;
+                let (ra, rb) = rotate(&k, (freq, pos, i, rot_dim), turned, (a, b));
                 k.if_else(
                     head.lt(heads),
                     || {
@@ -248,13 +250,32 @@ pub fn kernel(
     Ok(k.finish())
 }
 
+/// `(a, b)`, pair `i`'s values, turned for position `pos` by the `freq` table of `rot_dim`
+/// values, or as they are where `turned` (from [`rope::pair_in`]) says the pair is past them.
+fn rotate<'b>(
+    k: &'b KernelBuilder,
+    (freq, pos, i, rot_dim): (BufferId, Val<'b>, Val<'b>, u32),
+    turned: Option<Val<'b>>,
+    (a, b): (Val<'b>, Val<'b>),
+) -> (Val<'b>, Val<'b>) {
+    // A pair past the table reads its first entry, whose turn it does not keep.
+    let at = turned.map_or(i, |t| k.select(t, i, k.u32(0)));
+    let (cos, sin) = rope_freqs::turn(k, freq, pos, at, rot_dim);
+    let (ra, rb) = (a * cos - b * sin, a * sin + b * cos);
+    match turned {
+        None => (ra, rb),
+        Some(t) => (k.select(t, ra, a), k.select(t, rb, b)),
+    }
+}
+
 /// The kernel for a q8_0 cache ([`KvType::Q8_0`], keys in rows): one workgroup per head of a
 /// token, one invocation per pair of it, rope as [`kernel`] computes it; the head's values meet
 /// in shared memory, where the invocations of its blocks of 32 quantize one block each. Buffers
 /// and parameters as [`kernel`]'s, the caches `U32`; the head size a multiple of 32. Grid:
 /// [`RopeStore::grid_q8`].
-pub fn kernel_q8(head_dim: u32, mode: RopeMode) -> Result<Kernel, ShapeError> {
+pub fn kernel_q8((head_dim, rot_dim): (u32, u32), mode: RopeMode) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
+    rope::check_rot_dim(OP, head_dim, rot_dim)?;
     KvType::Q8_0.check(OP, KeyLayout::Rows, head_dim)?;
     if head_dim > 2048 {
         return Err(ShapeError::TooLarge {
@@ -266,7 +287,11 @@ pub fn kernel_q8(head_dim: u32, mode: RopeMode) -> Result<Kernel, ShapeError> {
     }
     let half = head_dim / 2;
     let k = KernelBuilder::new(
-        &format!("rope_store_{}_d{head_dim}_q8_0kv", mode.name()),
+        &format!(
+            "rope_store_{}_d{head_dim}{}_q8_0kv",
+            mode.name(),
+            rope::rot_label(head_dim, rot_dim)
+        ),
         [half, 1, 1],
     );
     let qkv = k.buffer("qkv", Scalar::F32, Access::Read);
@@ -285,19 +310,16 @@ pub fn kernel_q8(head_dim: u32, mode: RopeMode) -> Result<Kernel, ShapeError> {
     let t = k.workgroup_id(1);
     let head = first + held;
     let d = k.u32(head_dim);
-    let (i0, i1) = match mode {
-        RopeMode::Normal => (i + i, i + i + k.u32(1)),
-        RopeMode::Neox => (i, i + k.u32(half)),
-    };
+    let (i0, i1, turned) = rope::pair_in(&k, mode, (head_dim, rot_dim), i);
     let src = (t * count + held) * d;
     let a = k.load(qkv, src + i0);
     let b = k.load(qkv, src + i1);
     let pos = k.load(step, k.u32(0)) + t;
     let rotated_heads = heads + kv_heads;
-    let (cos, sin) = rope_freqs::turn(&k, freq, pos, i, head_dim);
+    let (ta, tb) = rotate(&k, (freq, pos, i, rot_dim), turned, (a, b));
     let turn = head.lt(rotated_heads);
-    let ra = k.select(turn, a * cos - b * sin, a);
-    let rb = k.select(turn, a * sin + b * cos, b);
+    let ra = k.select(turn, ta, a);
+    let rb = k.select(turn, tb, b);
     k.if_(head.lt(heads), || {
         let dst = (t * heads + head) * d;
         k.store(q, dst + i0, ra);
@@ -417,12 +439,13 @@ fn overwrite(
 /// frequencies, `extra`.
 fn case_name(shape: &RopeStore, freqs: &RopeFreqs, kv: &str, pos: u32, extra: &str) -> String {
     format!(
-        "{OP}/{}/f32+{kv}kv/{}x{}x{}x{}+ctx{}+pos{pos}+base{}{}{extra}",
+        "{OP}/{}/f32+{kv}kv/{}x{}x{}x{}{}+ctx{}+pos{pos}+base{}{}{extra}",
         shape.mode.name(),
         shape.tokens,
         shape.heads,
         shape.kv_heads,
         shape.head_dim,
+        rope::rot_label(shape.head_dim, shape.rot_dim),
         shape.context,
         freqs.base,
         freqs.label()
@@ -457,11 +480,11 @@ pub fn case(shape: RopeStore, freqs: &RopeFreqs, pos: u32, kv: Float) -> Result<
     let dims = (shape.context, shape.kv_heads, shape.head_dim);
     let k0 = shape.keys.arrange(&k0, dims, 5.0);
     let k_want = shape.keys.arrange(&rounded(want.k_cache), dims, 5.0);
-    let kernel = kernel(shape.head_dim, shape.mode, kv, shape.keys)?;
+    let kernel = kernel((shape.head_dim, shape.rot_dim), shape.mode, kv, shape.keys)?;
     Ok(Case::new(name, kernel, shape.grid())
         .input("qkv", Scalar::F32, f32_bytes(&qkv))
         .input("step", Scalar::U32, u32_bytes(&[pos]))
-        .input("freq", Scalar::F32, f32_bytes(&freqs.table(shape.head_dim)))
+        .input("freq", Scalar::F32, f32_bytes(&freqs.table(shape.rot_dim)))
         .output("q", Scalar::F32, f32_bytes(&q0), want.q)
         .output("k_cache", kv.scalar(), kv.bytes(&k0), k_want)
         .output("v_cache", kv.scalar(), kv.bytes(&v0), rounded(want.v_cache))
@@ -519,12 +542,12 @@ pub fn case_q8(
     let q0 = vec![f32::NAN; want.q.len()];
     Ok(Case::new(
         name,
-        kernel_q8(shape.head_dim, shape.mode)?,
+        kernel_q8((shape.head_dim, shape.rot_dim), shape.mode)?,
         shape.grid_q8(),
     )
     .input("qkv", Scalar::F32, f32_bytes(&qkv))
     .input("step", Scalar::U32, u32_bytes(&[pos]))
-    .input("freq", Scalar::F32, f32_bytes(&freqs.table(shape.head_dim)))
+    .input("freq", Scalar::F32, f32_bytes(&freqs.table(shape.rot_dim)))
     .output("q", Scalar::F32, f32_bytes(&q0), want.q)
     .output_exact("k_cache", Scalar::U32, kv.bytes(&k0), words(&k_words))
     .output_exact("v_cache", Scalar::U32, kv.bytes(&v0), words(&v_words))
@@ -539,6 +562,7 @@ pub fn cases() -> Vec<Case> {
             heads: 9,
             kv_heads: 3,
             head_dim: 64,
+            rot_dim: 64,
             context,
             mode,
             keys: KeyLayout::Rows,
@@ -552,6 +576,7 @@ pub fn cases() -> Vec<Case> {
             heads,
             kv_heads,
             head_dim,
+            rot_dim: head_dim,
             context,
             mode,
             keys: KeyLayout::Rows,
@@ -578,6 +603,27 @@ pub fn cases() -> Vec<Case> {
     // Scaled frequencies: Llama 3.2's factors at the end of its trained context, YaRN (whose
     // magnitude is not 1) past its trained context, linear.
     let scaled = |(shape, _): (RopeStore, RopeFreqs), freqs: RopeFreqs| (shape, freqs);
+    // Partial rotary: the first `rot_dim` values of each head turned, the rest copied.
+    let partial = |(shape, f): (RopeStore, RopeFreqs), rot_dim| {
+        let shape = RopeStore { rot_dim, ..shape };
+        (shape, f)
+    };
+    // Phi-4-mini's heads: 24 query and 8 key/value heads of 128, the first 96 values turned
+    // by LongRoPE's long factors (48, one per turned pair) with its magnitude.
+    let phi4 = |tokens, context| {
+        let shape = RopeStore {
+            tokens,
+            heads: 24,
+            kv_heads: 8,
+            head_dim: 128,
+            rot_dim: 96,
+            context,
+            mode: RopeMode::Neox,
+            keys: KeyLayout::Rows,
+            part: None,
+        };
+        (shape, longrope(96))
+    };
     use Float::{F16, F32};
     use RopeMode::{Neox, Normal};
     let shapes = [
@@ -602,6 +648,13 @@ pub fn cases() -> Vec<Case> {
         (scaled(smol(7, 32, Neox), yarn()), 13, F32),
         (scaled(columns(smol(3, 600, Normal)), yarn()), 597, F16),
         (scaled(small(3, 4, 2, 10, 100, Normal), linear()), 77, F32),
+        (phi4(1, 4100), 4099, F16),
+        (phi4(5, 16), 9, F32),
+        (columns(phi4(2, 40)), 31, F16),
+        (part(phi4(1, 8), 24, 16), 7, F32),
+        (partial(smol(7, 32, Normal), 32), 13, F32),
+        (partial(columns(smol(3, 16, Normal)), 48), 11, F16),
+        (partial(small(3, 4, 2, 10, 100, Neox), 2), 77, F32),
     ];
     // The last with scales in f16's subnormal range, which the kernel rounds by hand.
     let q8 = [
@@ -612,6 +665,8 @@ pub fn cases() -> Vec<Case> {
         (small(2, 4, 2, 128, 8, Normal), 5, 2.0),
         (smol(2, 8, Normal), 3, 2e-4),
         (scaled(smol(2, 600, Neox), yarn()), 598, 2.0),
+        (phi4(3, 64), 40, 2.0),
+        (partial(smol(2, 8, Normal), 16), 5, 2.0),
     ];
     shapes
         .into_iter()
@@ -630,6 +685,17 @@ pub(crate) fn llama3(head_dim: u32) -> RopeFreqs {
     RopeFreqs {
         factors: trine_gguf::synth::rope::Llama3Rope::LLAMA_3_2.factors(head_dim),
         ..RopeFreqs::plain(500_000.0)
+    }
+}
+
+/// LongRoPE's long factors for `rot_dim` turned values (Phi-3's shape,
+/// [`trine_gguf::synth::rope::longrope_factors`]) with the magnitude Phi-4-mini's converter
+/// writes, `√(1 + ln(32)/ln(4096))`.
+pub(crate) fn longrope(rot_dim: u32) -> RopeFreqs {
+    RopeFreqs {
+        factors: trine_gguf::synth::rope::longrope_factors(rot_dim / 2).0,
+        attn_factor: (1.0 + 32f32.ln() / 4096f32.ln()).sqrt(),
+        ..RopeFreqs::plain(10_000.0)
     }
 }
 
@@ -668,6 +734,7 @@ mod tests {
             heads: 1,
             kv_heads: 1,
             head_dim: 2,
+            rot_dim: 2,
             context: 3,
             mode: RopeMode::Normal,
             keys: KeyLayout::Rows,
@@ -709,6 +776,7 @@ mod tests {
             heads: 2,
             kv_heads: 1,
             head_dim: 4,
+            rot_dim: 4,
             context: 3,
             mode: RopeMode::Normal,
             keys: KeyLayout::Rows,
@@ -749,7 +817,7 @@ mod tests {
             })
         ));
         assert!(matches!(
-            kernel(3, RopeMode::Normal, Float::F16, KeyLayout::Rows),
+            kernel((3, 2), RopeMode::Normal, Float::F16, KeyLayout::Rows),
             Err(ShapeError::NotMultiple { .. })
         ));
         let plain = RopeFreqs::plain(10_000.0);

@@ -15,16 +15,19 @@ Rope is ggml's with the model's frequency scaling, read as llama.cpp reads it: r
 (each pair's angle divided by its factor), {arch}.rope.scaling.type none, linear (the default) or
 yarn with .factor (or the older rope.scale_linear), .original_context_length and .attn_factor.
 With --ignore-rope-scaling it turns as a model without them would: what an implementation that
-ignores them computes.
+ignores them computes. With --whole-heads it turns every value of a head where
+{arch}.rope.dimension_count asks for the first ones only (partial rotary), each pair past the
+file's factors by a factor of 1: what an implementation that ignores partial rotary computes.
 
-    python3 llama_numpy.py [--ignore-rope-scaling] MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json] > F64_FIXTURE.json
+    python3 llama_numpy.py [--ignore-rope-scaling] [--whole-heads] MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json] > F64_FIXTURE.json
 
 With --ids, it decodes the given prompt ids itself (a synthetic model has no llama.cpp fixture)
 and records every step's logits as well, for a test to hold trine's logits to:
 
     python3 llama_numpy.py [--ignore-rope-scaling] [--n-ctx N] --ids MODEL.gguf N_PREDICT ID,ID,... > F64_FIXTURE.json
 
---n-ctx is the context llama.cpp runs with (default: the model's context length), which picks
+--n-ctx is the context llama.cpp runs with (default: the llama.cpp fixture's settings.n_ctx,
+and the model's context length with --ids), which picks
 Phi-3's LongRoPE factors: rope_factors_long.weight where it exceeds
 {arch}.rope.scaling.original_context_length, else rope_factors_short.weight (llama.cpp's
 get_rope_factors), turned with the file's rope.scaling.attn_factor.
@@ -70,7 +73,7 @@ def yarn_corr_dims(n_dims, n_ctx_orig, base, beta_fast=32.0, beta_slow=1.0):
 
 
 class Model:
-    def __init__(self, path, ignore_rope_scaling=False, n_ctx=None):
+    def __init__(self, path, ignore_rope_scaling=False, n_ctx=None, whole_heads=False):
         reader = GGUFReader(path)
         arch = reader.fields["general.architecture"].contents()
         if arch not in ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"):
@@ -94,7 +97,7 @@ class Model:
         # Tied embeddings: without output.weight the token embedding is the output projection.
         self.output = self.w.get("output.weight", self.w["token_embd.weight"])
         self.head_dim = meta("attention.key_length", self.w["token_embd.weight"].shape[1] // self.n_head)
-        self.n_rot = meta("rope.dimension_count", self.head_dim)
+        self.n_rot = self.head_dim if whole_heads else meta("rope.dimension_count", self.head_dim)
         self.neox = arch in ("qwen2", "qwen3", "qwen3moe", "gemma3", "phi3")
         self.gemma = arch == "gemma3"
         self.experts_used = meta("expert_used_count") if arch == "qwen3moe" else 0
@@ -145,10 +148,15 @@ class Model:
 
         original = meta("rope.scaling.original_context_length", meta("context_length", 0))
         longrope = "rope_factors_long.weight" if self.n_ctx > original else "rope_factors_short.weight"
+        def factors(name):
+            # Pairs past the file's n_rot/2 factors (under --whole-heads) divide by 1.
+            f = self.w[name]
+            return np.concatenate([f, np.ones(len(inv_freq) - len(f))])
+
         if "rope_freqs.weight" in self.w:
-            inv_freq = inv_freq / self.w["rope_freqs.weight"]
+            inv_freq = inv_freq / factors("rope_freqs.weight")
         elif self.arch == "phi3" and longrope in self.w:
-            inv_freq = inv_freq / self.w[longrope]
+            inv_freq = inv_freq / factors(longrope)
         kind = meta("rope.scaling.type", "linear")
         factor = meta("rope.scaling.factor", None)
         if factor is None:
@@ -298,11 +306,11 @@ def greedy(model, prompt_ids, n_predict, eog_ids, steps=None):
     return ids, top2
 
 
-def synthetic(model_path, n_predict, prompt, ignore_rope_scaling=False, n_ctx=None):
+def synthetic(model_path, n_predict, prompt, ignore_rope_scaling=False, n_ctx=None, whole_heads=False):
     """The --ids mode: greedy decoding of `prompt` with every step's logits, as JSON."""
     with open(model_path, "rb") as f:
         sha256 = hashlib.file_digest(f, "sha256").hexdigest()
-    model = Model(model_path, ignore_rope_scaling, n_ctx)
+    model = Model(model_path, ignore_rope_scaling, n_ctx, whole_heads)
     steps = []
     ids, top2 = greedy(model, prompt, n_predict, set(), steps)
     doc = {
@@ -353,18 +361,19 @@ def check_against(results, path):
 
 def main():
     ignore_rope_scaling = "--ignore-rope-scaling" in sys.argv
-    argv = [a for a in sys.argv if a != "--ignore-rope-scaling"]
+    whole_heads = "--whole-heads" in sys.argv
+    argv = [a for a in sys.argv if a not in ("--ignore-rope-scaling", "--whole-heads")]
     n_ctx = None
     if "--n-ctx" in argv:
         at = argv.index("--n-ctx")
         n_ctx = int(argv[at + 1])
         del argv[at : at + 2]
     if len(argv) == 5 and argv[1] == "--ids":
-        synthetic(argv[2], int(argv[3]), [int(i) for i in argv[4].split(",")], ignore_rope_scaling, n_ctx)
+        synthetic(argv[2], int(argv[3]), [int(i) for i in argv[4].split(",")], ignore_rope_scaling, n_ctx, whole_heads)
         return
     if len(argv) not in (3, 4):
         sys.exit(
-            "usage: llama_numpy.py [--ignore-rope-scaling] MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json]\n"
+            "usage: llama_numpy.py [--ignore-rope-scaling] [--whole-heads] MODEL.gguf LLAMA_FIXTURE.json [LLAMA_F32_WEIGHTS.json]\n"
             "       llama_numpy.py [--ignore-rope-scaling] --ids MODEL.gguf N_PREDICT ID,ID,..."
         )
     model_path, fixture_path = argv[1], argv[2]
@@ -373,7 +382,9 @@ def main():
         sha256 = hashlib.file_digest(f, "sha256").hexdigest()
     if sha256 != fixture["provenance"]["model_sha256"]:
         sys.exit(f"llama_numpy: {model_path} has sha256 {sha256}, the fixture was made from another model")
-    model = Model(model_path, ignore_rope_scaling)
+    # The context llama.cpp ran with, unless --n-ctx says otherwise: it picks LongRoPE's factors.
+    n_ctx = fixture["settings"].get("n_ctx") if n_ctx is None else n_ctx
+    model = Model(model_path, ignore_rope_scaling, n_ctx, whole_heads)
     eog_ids = set(fixture["settings"]["eog_ids"])
     provenance = {
         "generator": "scripts/reference/llama_numpy.py",

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The references of the rope scaling tests (llama/tests/executor/rope_scaling.rs): the tiny
-# models with Llama 3.2's rope_freqs.weight, linear and YaRN scaling (examples/rope_models.rs),
+# models with Llama 3.2's rope_freqs.weight, linear and YaRN scaling, and Phi-4-mini's partial
+# rotary (rope on 12 of each head's 16 values; examples/rope_models.rs),
 # llama.cpp's greedy ids and top-2 logits on them (llama_reference: CPU, F32 KV cache, flash
 # attention off, so its arithmetic is float32 throughout), and the float64 reference's
-# (llama_numpy.py), with the scaling and ignoring it, into llama/tests/fixtures/rope_reference.json.
+# (llama_numpy.py), with the scaling and ignoring it (for partial rotary: turning whole heads,
+# --whole-heads), into llama/tests/fixtures/rope_reference.json.
 #
 #   scripts/reference/rope.sh [LLAMA_CPP_SOURCE_DIR [LLAMA_CPP_BUILD_DIR]]
 #
@@ -33,13 +35,15 @@ prompt+="prompt reaches the positions where the scaled pairs have turned far fro
 printf '# Inputs of llama_reference for scripts/reference/rope.sh (format in cases.txt).\ngreedy 0 16 %s\n' \
   "$prompt" > "$work/cases.txt"
 
-for kind in llama3 linear yarn; do
+for kind in llama3 linear yarn partial; do
   model="$work/tiny-$kind.gguf"
   sha=$(sha256sum "$model" | cut -d' ' -f1)
   "$work/llama_reference" --model "$model" --cases "$work/cases.txt" --threads 2 --n-ctx 512 \
     --flash-attn off --kv-type f32 --info model_sha256 "$sha" > "$work/lcpp-$kind.json"
   python3 "$here/llama_numpy.py" "$model" "$work/lcpp-$kind.json" > "$work/f64-$kind.json"
-  python3 "$here/llama_numpy.py" --ignore-rope-scaling "$model" "$work/lcpp-$kind.json" \
+  ignoring=--ignore-rope-scaling
+  [ "$kind" = partial ] && ignoring=--whole-heads
+  python3 "$here/llama_numpy.py" "$ignoring" "$model" "$work/lcpp-$kind.json" \
     > "$work/f64-ignoring-$kind.json"
 done
 
@@ -58,7 +62,7 @@ out = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "models": "examples/rope_models.rs (trine_gguf::synth::rope::tiny, seed 5)",
         "llama_cpp": f"{src}, CPU, F32 KV cache, flash attention off",
-        "f64": "scripts/reference/llama_numpy.py; f64_ignoring_scaling with --ignore-rope-scaling",
+        "f64": "scripts/reference/llama_numpy.py; f64_ignoring_scaling with --ignore-rope-scaling (--whole-heads for partial)",
     },
     "models": {
         kind: {
@@ -66,7 +70,7 @@ out = {
             "f64": greedy(f"f64-{kind}"),
             "f64_ignoring_scaling": greedy(f"f64-ignoring-{kind}"),
         }
-        for kind in ("llama3", "linear", "yarn")
+        for kind in ("llama3", "linear", "yarn", "partial")
     },
 }
 print(json.dumps(out, separators=(",", ":")).replace('},"', '},\n"'))

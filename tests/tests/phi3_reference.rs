@@ -1,5 +1,5 @@
-//! The tiny synthetic Phi-3 and Mistral files (`trine synth-model --like phi3-tiny|mistral-tiny
-//! --seed 5`, built here in memory) on the CPU, Vulkan and wgpu backends, against references
+//! The tiny synthetic Phi-3, Phi-4-mini and Mistral files (`trine synth-model --like
+//! phi3-tiny|phi4-tiny|mistral-tiny --seed 5`, built here in memory) on the CPU, Vulkan and wgpu backends, against references
 //! committed in `llama/tests/fixtures/` by `scripts/reference/phi3.sh`:
 //!
 //! - `FAMILY_tiny_f64[_CTX].json`: the family's graph in float64 (`scripts/reference/
@@ -9,9 +9,10 @@
 //!   prompt ids must be its (a SentencePiece vocabulary with merges and control tokens), and
 //!   trine's greedy ids its up to a step where its top two logits nearly tie.
 //!
-//! Phi-3 runs with a KV cache of 512 positions and of 8192, on either side of its original
-//! context (4096): LongRoPE's short factors turn its rope in the first, the long ones in the
-//! second, in trine as in llama.cpp.
+//! Phi-3 and Phi-4-mini run with a KV cache of 512 positions and of 8192, on either side of
+//! their original context (4096): LongRoPE's short factors turn their rope in the first, the
+//! long ones in the second, in trine as in llama.cpp. Phi-4-mini's rope turns the first 12
+//! values of each head of 16 (partial rotary) and its vocabulary is byte-level.
 
 use trine_gguf::synth::SynthShape;
 use trine_llama::EngineOptions;
@@ -19,9 +20,11 @@ use trine_tests::fixture;
 use trine_tests::reference::{backends, follows_float64, greedy_cases, synth};
 
 /// (family, shape, KV cache positions, fixture suffix).
-const RUNS: [(&str, SynthShape, u32, &str); 3] = [
+const RUNS: [(&str, SynthShape, u32, &str); 5] = [
     ("phi3", SynthShape::TINY_PHI3, 512, "_512"),
     ("phi3", SynthShape::TINY_PHI3, 8192, "_8192"),
+    ("phi4", SynthShape::TINY_PHI4, 512, "_512"),
+    ("phi4", SynthShape::TINY_PHI4, 8192, "_8192"),
     ("mistral", SynthShape::TINY_MISTRAL, 512, ""),
 ];
 

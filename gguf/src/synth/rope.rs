@@ -114,31 +114,45 @@ pub enum TinyRope {
     Linear,
     /// `yarn` by 4 from a trained context of 64, with an attention factor of 0.8.
     Yarn,
+    /// Phi-4-mini's partial rotary: [`SynthShape::TINY_PHI4`]'s layout (`phi3`, rope on the
+    /// first 12 values of each head of 16), LongRoPE's short factors and attention factor.
+    Partial,
 }
 
 impl TinyRope {
-    pub const ALL: [TinyRope; 3] = [TinyRope::Llama3, TinyRope::Linear, TinyRope::Yarn];
+    pub const ALL: [TinyRope; 4] = [
+        TinyRope::Llama3,
+        TinyRope::Linear,
+        TinyRope::Yarn,
+        TinyRope::Partial,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             TinyRope::Llama3 => "llama3",
             TinyRope::Linear => "linear",
             TinyRope::Yarn => "yarn",
+            TinyRope::Partial => "partial",
         }
     }
 }
 
-/// A tiny Llama with rope scaling `r`, which the tests hold to llama.cpp and to a float64
-/// reference: [`SynthShape::TINY`]'s layout with F32 weights, so that a reference's arithmetic
+/// A tiny Llama with rope scaling `r` (a tiny Phi-4-mini for [`TinyRope::Partial`]), which
+/// the tests hold to llama.cpp and to a float64 reference: [`SynthShape::TINY`]'s layout with
+/// F32 weights, so that a reference's arithmetic
 /// is exact, and heads of 16 values. The synthetic weights alone attend nearly uniformly and
 /// give nearly equal logits, where rope hardly shows and every choice is a near tie, so the
 /// attention norms are scaled by 4 and the output norm by 8.
 pub fn tiny(r: TinyRope, seed: u64) -> Result<GgufWriter, GgufError> {
+    let layout = match r {
+        TinyRope::Partial => SynthShape::TINY_PHI4,
+        _ => SynthShape::TINY,
+    };
     let shape = SynthShape {
         matrices: TensorType::F32,
         embedding: TensorType::F32,
         output: None,
-        ..SynthShape::TINY
+        ..layout
     };
     let g = Gguf::from_bytes(synth_llama(shape, seed)?.to_bytes())?;
     let mut w = GgufWriter::new();
@@ -174,6 +188,7 @@ pub fn tiny(r: TinyRope, seed: u64) -> Result<GgufWriter, GgufError> {
             w.add("llama.rope.scaling.original_context_length", Value::U32(64))?;
             w.add("llama.rope.scaling.attn_factor", Value::F32(0.8))?;
         }
+        TinyRope::Partial => {}
     }
     Ok(w)
 }

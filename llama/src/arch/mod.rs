@@ -98,6 +98,14 @@ impl Architecture {
         self == Architecture::Gemma3
     }
 
+    /// Whether rope may turn part of a head (`{arch}.rope.dimension_count` below the head size):
+    /// Phi-3's, as llama.cpp's `phi3.cpp` runs it. llama.cpp refuses it for the others (its
+    /// Llama, Qwen2, Qwen3 and Qwen3-MoE graphs assert a whole head; Gemma 3's local layers
+    /// would turn by `rope.dimension_count_swa`, which trine does not read).
+    pub fn partial_rotary(self) -> bool {
+        self == Architecture::Phi3
+    }
+
     /// What the embedding's rows are multiplied by: `sqrt(n_embd)` for Gemma.
     pub fn embedding_scale(self, n_embd: u32) -> Option<f32> {
         (self == Architecture::Gemma3).then(|| (n_embd as f32).sqrt())

@@ -111,6 +111,7 @@ impl Engine {
             head_dim,
             group: model.config.n_head / model.config.n_head_kv,
             grouped_attention: tuning::grouped_attention(options.context),
+            rot_dim: model.config.n_rot,
             small_tiles: info.tuning.small_tile_blocks,
         };
         let offer = Offer::of(info, kv, options.context);

@@ -377,6 +377,7 @@ impl Engine {
             heads: c.n_head,
             kv_heads: c.n_head_kv,
             head_dim: c.head_dim(),
+            rot_dim: c.n_rot,
             context: self.options.context,
             mode,
             keys: self.shape.keys,

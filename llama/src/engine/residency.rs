@@ -168,7 +168,7 @@ impl Engine {
                 let elements = keys.k_elements(ctx as u32, c.n_head_kv, c.head_dim());
                 self.shape.kv.bytes_for(elements).next_multiple_of(4)
             }
-            Tensor::Freq | Tensor::FreqLocal => f32s(c.head_dim() as u64 / 2 + 1),
+            Tensor::Freq | Tensor::FreqLocal => f32s(c.n_rot as u64 / 2 + 1),
             Tensor::Weight(id) | Tensor::Plain(id) => {
                 self.model.weights.bytes(&self.model.gguf, id).len() as u64
             }
@@ -232,12 +232,12 @@ impl Engine {
             }
             Tensor::Freq => {
                 let rope = self.model.rope.for_context(self.options.context);
-                let f = rope.table(self.model.config.head_dim());
+                let f = rope.table(self.model.config.n_rot);
                 Some(Cow::Owned(bytemuck::cast_slice(&f).to_vec()))
             }
             Tensor::FreqLocal => {
                 let rope = self.model.rope_local.as_ref()?;
-                let f = rope.table(self.model.config.head_dim());
+                let f = rope.table(self.model.config.n_rot);
                 Some(Cow::Owned(bytemuck::cast_slice(&f).to_vec()))
             }
             _ => None,

@@ -53,9 +53,9 @@ pub enum Tensor {
     /// [context × kv_dim] of the cache type, per layer.
     KCache(u32),
     VCache(u32),
-    /// f32 [head_dim / 2]: rope's frequency table.
+    /// f32 [n_rot / 2 + 1]: rope's frequency table and magnitude.
     Freq,
-    /// f32 [head_dim / 2]: the frequency table of the sliding-window layers' rope
+    /// f32 [n_rot / 2 + 1]: the frequency table of the sliding-window layers' rope
     /// ([`crate::config::Swa::base`]).
     FreqLocal,
     Weight(WeightId),

@@ -1,12 +1,13 @@
 //! The Phi-3 graph on the tiny synthetic file, and Mistral's layout: Phi-3's fused tensors run
 //! as the file holds them, its SwiGLU over gate and up halves, its LongRoPE factors chosen by
-//! the KV cache's context; every backend present and the GPU-typed stand-ins checked node by
-//! node by the CPU; malformed files refused with the tensor at fault.
+//! the KV cache's context; Phi-4-mini's layout, rope on the first three quarters of each
+//! head; every backend present and the GPU-typed stand-ins checked node by node by the CPU;
+//! malformed files refused with the tensor or key at fault.
 
 use crate::common::*;
 use trine_gguf::synth::rope::{ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT};
 use trine_gguf::synth::SynthShape;
-use trine_gguf::TensorType;
+use trine_gguf::{TensorType, Value};
 use trine_llama::graph::Op;
 use trine_llama::weights::{DenseWeights, Ffn, Source};
 use trine_llama::{Architecture, Engine, ModelError};
@@ -14,6 +15,7 @@ use trine_ops::elementwise::GateUp;
 use trine_ops::rope::RopeMode;
 
 const SHAPE: SynthShape = SynthShape::TINY_PHI3;
+const PHI4: SynthShape = SynthShape::TINY_PHI4;
 
 /// Each layer's QKV and gate/up products read the file's `attn_qkv` and `ffn_up` in place:
 /// one product each, of the tensor's own name, type and rows, its bytes not copied.
@@ -136,5 +138,57 @@ fn malformed_phi3_files_are_typed_errors() {
     }
     for name in [ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT] {
         assert_shape(edited(SHAPE, name, Some(&[16]), None), name, &[8], &[16]);
+    }
+}
+
+/// Phi-4-mini's layout turns the first 12 values of each head of 16: the file's
+/// `rope.dimension_count`, its LongRoPE factors one per turned pair, its table of 6 angles.
+#[test]
+fn phi4_turns_part_of_each_head() {
+    let m = synth(PHI4);
+    assert_eq!(m.config.arch, Architecture::Phi3);
+    assert_eq!((m.config.head_dim(), m.config.n_rot), (16, 12));
+    for context in [512, 8192] {
+        let r = m.rope.for_context(context);
+        assert_eq!(r.factors.len(), 6, "{context}");
+        assert_eq!(r.table(m.config.n_rot).len(), 7, "{context}");
+    }
+    assert_eq!(m.tokenizer.encode("Hi", false, false).unwrap().len(), 2);
+}
+
+/// Every backend of [`backends_agree`] with partial rotary in every layer's rope node.
+#[test]
+fn phi4_backends_agree_node_by_node() {
+    backends_agree("phi4", synth(PHI4), |name, main| {
+        for tokens in [1, 5] {
+            let neox = |op: &Op| {
+                matches!(
+                    op,
+                    Op::RopeStore {
+                        mode: RopeMode::Neox,
+                        ..
+                    }
+                )
+            };
+            assert_eq!(
+                count_nodes(main, tokens, neox),
+                PHI4.n_layer as usize,
+                "{name}"
+            );
+        }
+    });
+}
+
+/// `rope.dimension_count` odd, zero or beyond the head is refused with its value; factors of
+/// a whole head's pairs where rope turns part of it are refused with their shape.
+#[test]
+fn malformed_partial_rotary_is_a_typed_error() {
+    let key = "phi3.rope.dimension_count";
+    for n in [11, 0, 18] {
+        let e = edited(PHI4, key, None, Some(Value::U32(n)));
+        assert_hyperparameter(e, key, &n.to_string());
+    }
+    for name in [ROPE_FACTORS_LONG, ROPE_FACTORS_SHORT] {
+        assert_shape(edited(PHI4, name, Some(&[8]), None), name, &[6], &[8]);
     }
 }

@@ -78,6 +78,9 @@ fn malformed_qwen_files_are_typed_errors() {
     }
     let key = "qwen3.attention.value_length";
     assert_hyperparameter(edited(q3, key, None, Some(Value::U32(16))), key, "16");
+    // Rope over part of a head, which llama.cpp's Qwen graphs assert against.
+    let key = "qwen3.rope.dimension_count";
+    assert_hyperparameter(edited(q3, key, None, Some(Value::U32(16))), key, "16");
     let arch = Value::String("qwen2moe".into());
     match edited(q3, "general.architecture", None, Some(arch)) {
         ModelError::Architecture { found, supported } => {

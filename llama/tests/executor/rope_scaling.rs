@@ -1,7 +1,8 @@
 //! Rope scaling on the tiny models with Llama 3.2's `rope_freqs.weight`, linear and YaRN
-//! scaling (`trine_gguf::synth::rope::tiny`), against `llama/tests/fixtures/rope_reference.json`
-//! (`scripts/reference/rope.sh`): llama.cpp's CPU greedy ids and top-2 logits over a prompt of
-//! 346 tokens, and a float64 reference's, with the scaling and ignoring it. Every backend
+//! scaling, and Phi-4-mini's partial rotary (`trine_gguf::synth::rope::tiny`), against
+//! `llama/tests/fixtures/rope_reference.json` (`scripts/reference/rope.sh`): llama.cpp's CPU
+//! greedy ids and top-2 logits over a prompt of 346 tokens, and a float64 reference's, with
+//! the scaling and ignoring it (turning whole heads, for partial rotary). Every backend
 //! present decodes them; the GPU stand-in and the GPUs are also checked node by node by the
 //! CPU. Files with scaling trine does not run, or with nonsense in it, are typed errors.
 
@@ -82,7 +83,7 @@ fn worst_top1(a: &[(f64, f64)], b: &[(f64, f64)]) -> f64 {
 }
 
 /// The fixture can tell right from wrong: the float64 reference agrees with llama.cpp, and
-/// ignoring the scaling moves its logits by many times the tolerance.
+/// ignoring the scaling (or partial rotary) moves its logits by many times the tolerance.
 #[test]
 fn the_reference_tells_scaled_rope_from_plain() {
     let f = fixture();

@@ -28,6 +28,7 @@ pub fn rope_case(
     shape.store.check()?;
     let rope = RopeShape {
         head_dim: shape.store.head_dim,
+        rot_dim: shape.store.rot_dim,
         kv,
         keys: shape.store.keys,
     };
@@ -92,7 +93,7 @@ pub fn rope_case(
         .input(
             "freq",
             Scalar::F32,
-            f32_bytes(&freqs.table(shape.store.head_dim)),
+            f32_bytes(&freqs.table(shape.store.rot_dim)),
         )
         .output("q", Scalar::F32, f32_bytes(&q0), want.q)
         .output("k_cache", kv.scalar(), kv.bytes(&k0), k_want)
@@ -196,6 +197,7 @@ pub fn cases() -> Vec<Case> {
         heads: 9,
         kv_heads: 3,
         head_dim: 64,
+        rot_dim: 64,
         context,
         mode: RopeMode::Normal,
         keys: KeyLayout::Rows,
@@ -206,6 +208,7 @@ pub fn cases() -> Vec<Case> {
         heads,
         kv_heads,
         head_dim,
+        rot_dim: head_dim,
         context: 12,
         mode: RopeMode::Normal,
         keys: KeyLayout::Rows,
@@ -223,6 +226,7 @@ pub fn cases() -> Vec<Case> {
         }),
         ..store
     };
+    let partial = |store, rot_dim| RopeStore { rot_dim, ..store };
     let qkv = |weights, cols, store| QkvRope {
         weights,
         cols,
@@ -309,6 +313,28 @@ pub fn cases() -> Vec<Case> {
             590,
             Float::F16,
             rope_store::yarn(),
+        ),
+        // Partial rotary: the first half of each head turned, by factors, the rest copied.
+        (
+            gpu_q4,
+            qkv(Q4_1, 576, partial(smol(1, 2048), 32)),
+            2047,
+            Float::F16,
+            rope_store::longrope(32),
+        ),
+        (
+            cpu(Q4_1),
+            qkv(Q4_1, 576, partial(columns(smol(3, 64)), 48)),
+            40,
+            Float::F32,
+            rope_store::longrope(48),
+        ),
+        (
+            prompt(Q4_1),
+            qkv(Q4_1, 576, partial(smol(7, 32), 16)),
+            13,
+            Float::F16,
+            rope_store::longrope(16),
         ),
     ] {
         v.push(rope_case(s, shape, &freqs, pos, kv).expect("the listed shapes are valid"));

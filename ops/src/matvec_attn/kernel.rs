@@ -192,11 +192,22 @@ impl<'b> RopeOut<'b> {
     /// own. Rows of V get a rotation they do not use. The product's first row is a head's
     /// first, so a pair's place in its head is `r`'s.
     pub(crate) fn turn(&self, k: &'b KernelBuilder, t: Val<'b>, r: Val<'b>) -> Turn<'b> {
-        let d = k.u32(self.shape.head_dim);
+        let RopeShape {
+            head_dim, rot_dim, ..
+        } = self.shape;
         let pos = k.load(self.step, k.u32(0)) + t;
-        let i = (r % d) / k.u32(2);
-        let (cos, sin) = rope_freqs::turn(k, self.freq, pos, i, self.shape.head_dim);
-        Turn { pos, cos, sin }
+        let i = (r % k.u32(head_dim)) / k.u32(2);
+        // Rows come in adjacent pairs, rope's normal pairing; those past `rot_dim` are copied,
+        // and read the table's first entry instead of past its end.
+        let turned = (rot_dim < head_dim).then(|| i.lt(k.u32(rot_dim / 2)));
+        let at = turned.map_or(i, |turned| k.select(turned, i, k.u32(0)));
+        let (cos, sin) = rope_freqs::turn(k, self.freq, pos, at, rot_dim);
+        Turn {
+            pos,
+            cos,
+            sin,
+            turned,
+        }
     }
 
     /// Rotates or copies the product's pair of rows `r`, `r + 1` (r even) of token `t`, whose
@@ -214,13 +225,21 @@ impl<'b> RopeOut<'b> {
         let r = self.first_row + r;
         let q_rows = self.heads * d;
         let kv_rows = self.kv_heads * d;
-        let Turn { pos, cos, sin } = *turn;
+        let Turn {
+            pos,
+            cos,
+            sin,
+            turned,
+        } = *turn;
         let kv = self.shape.kv;
         k.if_else(
             r.lt(q_rows + kv_rows),
             || {
-                let ra = a * cos - b * sin;
-                let rb = a * sin + b * cos;
+                let (ra, rb) = (a * cos - b * sin, a * sin + b * cos);
+                let (ra, rb) = match turned {
+                    None => (ra, rb),
+                    Some(turned) => (k.select(turned, ra, a), k.select(turned, rb, b)),
+                };
                 k.if_else(
                     r.lt(q_rows),
                     || {
@@ -250,4 +269,6 @@ pub(crate) struct Turn<'b> {
     pos: Val<'b>,
     cos: Val<'b>,
     sin: Val<'b>,
+    /// Whether the pair turns, where rope turns part of a head.
+    turned: Option<Val<'b>>,
 }

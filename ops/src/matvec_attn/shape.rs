@@ -58,11 +58,13 @@ impl CombineShape {
     }
 }
 
-/// The rope and cache store fused after a QKV product: the head dimension (a compile-time
-/// constant), the caches' storage type and the K cache's layout.
+/// The rope and cache store fused after a QKV product: the head dimension and the values of a
+/// head rope turns (compile-time constants), the caches' storage type and the K cache's
+/// layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RopeShape {
     pub head_dim: u32,
+    pub rot_dim: u32,
     pub kv: Float,
     pub keys: KeyLayout,
 }
@@ -78,13 +80,14 @@ impl RopeShape {
                 multiple: 2,
             });
         }
-        Ok(())
+        crate::rope::check_rot_dim(OP, self.head_dim, self.rot_dim)
     }
 
     pub(crate) fn name(&self) -> String {
         format!(
-            "rope_d{}_{}kv{}",
+            "rope_d{}{}_{}kv{}",
             self.head_dim,
+            crate::rope::rot_label(self.head_dim, self.rot_dim),
             self.kv.name(),
             self.keys.suffix()
         )

@@ -42,9 +42,15 @@ fn run(
 }
 
 /// The fused QKV product gives the bits of the normed product followed by the rope-store
-/// kernel, on the interpreter.
+/// kernel, on the interpreter, turning whole heads and their first half.
 #[test]
 fn rope_epilogue_equals_product_then_rope_store() {
+    for rot_dim in [8, 4] {
+        epilogue_equals_unfused(rot_dim);
+    }
+}
+
+fn epilogue_equals_unfused(rot_dim: u32) {
     let spec = MatvecSpec {
         rows_per_workgroup: 2,
         workgroup: 32,
@@ -58,6 +64,7 @@ fn rope_epilogue_equals_product_then_rope_store() {
             heads: 4,
             kv_heads: 2,
             head_dim: 8,
+            rot_dim,
             context: 10,
             mode: RopeMode::Normal,
             keys: KeyLayout::Rows,
@@ -89,7 +96,7 @@ fn rope_epilogue_equals_product_then_rope_store() {
     .unwrap();
     // qkv, step, freq, then q and the caches.
     let unfused = run(
-        &rope_store::kernel(8, RopeMode::Normal, Float::F16, KeyLayout::Rows).unwrap(),
+        &rope_store::kernel((8, rot_dim), RopeMode::Normal, Float::F16, KeyLayout::Rows).unwrap(),
         shape.store.grid(),
         vec![
             qkv,
@@ -165,6 +172,7 @@ fn wrong_inputs_fail() {
         heads: 2,
         kv_heads: 1,
         head_dim: 32,
+        rot_dim: 32,
         context: 8,
         mode: RopeMode::Normal,
         keys: KeyLayout::Rows,
@@ -204,6 +212,7 @@ fn bad_shapes_are_typed_errors() {
     let spec = MatvecSpec {
         epilogue: Epilogue::RopeStore(RopeShape {
             head_dim: 7,
+            rot_dim: 6,
             kv: Float::F16,
             keys: KeyLayout::Rows,
         }),
@@ -216,6 +225,7 @@ fn bad_shapes_are_typed_errors() {
     let spec = MatvecSpec {
         epilogue: Epilogue::RopeStore(RopeShape {
             head_dim: 8,
+            rot_dim: 8,
             kv: Float::F16,
             keys: KeyLayout::Rows,
         }),

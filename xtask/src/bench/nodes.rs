@@ -64,7 +64,7 @@ fn visible_keys(s: Step) -> u64 {
 pub fn flops(engine: &Engine, node: &Node, s: Step) -> u64 {
     let c = &engine.model().config;
     let (d, hd) = (u64::from(c.n_embd), u64::from(c.head_dim()));
-    let rope = |t: u64| 6 * t * u64::from(c.n_head + c.n_head_kv) * hd / 2;
+    let rope = |t: u64| 6 * t * u64::from(c.n_head + c.n_head_kv) * u64::from(c.n_rot) / 2;
     if let Some(p) = product(engine, node) {
         let fused = match node.op {
             Op::Product {
