@@ -1,5 +1,6 @@
-//! [`matvec_q8`](crate::matvec_q8)'s product for GPUs, on the file's own blocks of the
-//! formats whose codes come as words of bytes ([`IntUnits`]: Q4_K, Q5_K, Q6_K). A decode
+//! [`matvec_q8`](crate::matvec_q8)'s product for GPUs, on the blocks of the formats whose
+//! codes come as words of bytes ([`IntUnits`]: Q4_K, Q5_K, Q6_K as the file holds them, Q4_0,
+//! Q4_1 and Q8_0 in a GPU's groups of eight blocks, whose codes are signed for Q8_0). A decode
 //! step's product reads every weight once; with f32 x, a GPU spent more instructions per byte
 //! of weights (a run's codes decoded to floats, eight f32 values of x per word of nibbles)
 //! than it has while the memory streams them. Here a unit of 32 codes is four words of each
@@ -254,10 +255,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("q4_0") && e.contains("(it takes q4_k, q5_k, q6_k)"),
+            e.contains("q4_0 weights")
+                && e.contains("(it takes q4_k, q5_k, q6_k, q4_0x8, q4_1x8, q8_0x8)"),
             "{e}"
         );
         assert!(takes(WeightType::Q6_K, 512) && !takes(WeightType::Q6_K, 96));
+        assert!(takes(WeightType::Q8_0x8, 512) && !takes(WeightType::Q8_0x8, 96));
         let e = case(
             WeightType::Q4_K,
             (1, 96),

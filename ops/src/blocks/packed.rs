@@ -51,9 +51,11 @@ pub struct Packed {
 pub const UNIT: u32 = 32;
 
 /// A unit of [`UNIT`] codes of a block, for a product with 8-bit x on the block's own bytes:
-/// two runs of 16 consecutive elements, each within one sub-block, as words of four unsigned
-/// byte codes, element `first + 4j + i` of a run in byte `i` of its word `j`. The codes'
-/// value is the byte less the format's `centre`.
+/// two runs of 16 consecutive elements, each within one sub-block, as words of four byte
+/// codes, element `first + 4j + i` of a run in byte `i` of its word `j`. The codes' value is
+/// the byte, read as a signed byte, less the format's `centre`: unsigned codes are below 128
+/// (nibbles, Q6_K's six bits), and a signed format's bytes (grouped Q8_0's) are their value,
+/// as the products' signed packed dots ([`trine_ir::BinaryOp::Dot4I8`]) take them.
 pub struct UnitCodes<'b> {
     /// Each run's first element in the block, and its four words.
     pub runs: [(Val<'b>, [Val<'b>; 4]); 2],
