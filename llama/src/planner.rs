@@ -31,14 +31,17 @@ use trine_ops::{
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
-/// head dimension, and whether its prompt products on tiles all take the small block
-/// ([`trine_backends::Tuning::small_tile_blocks`]).
+/// head dimension, whether its prompt products on tiles all take the small block
+/// ([`trine_backends::Tuning::small_tile_blocks`]), and whether its products read Q4_0, Q4_1
+/// and Q8_0 weights in groups of blocks ([`tuning::product_type`]: a GPU's executor, whose
+/// nodes the fusion pass builds for a GPU, and its checkers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {
     pub kv: KvType,
     pub keys: KeyLayout,
     pub head_dim: u32,
     pub small_tiles: bool,
+    pub grouped: bool,
 }
 
 /// The kernel a node needs, up to its variants.
@@ -66,7 +69,7 @@ pub enum KernelKey {
         /// Tokens each workgroup takes ([`tuning::q8_tokens_per_workgroup`]).
         tokens: u32,
     },
-    /// A GPU's decode product on quantized x and the file's blocks ([`Form::QuantizedBlocks`]).
+    /// A GPU's decode product on quantized x and the weights' blocks ([`Form::QuantizedBlocks`]).
     MatvecQ8Blocks {
         weights: WeightType,
         add: bool,
@@ -285,9 +288,10 @@ impl KernelKey {
                 ..
             } => {
                 let t = &w.tensors[id];
+                let ty = tuning::product_type(w, id, s.grouped);
                 match form {
                     Form::Float => KernelKey::Matvec {
-                        weights: t.ty,
+                        weights: ty,
                         size: MatvecSize::of(t.rows, t.cols, tokens),
                         prologue: match load {
                             Load::None => MatvecPrologue::None,
@@ -318,12 +322,12 @@ impl KernelKey {
                         tokens: tuning::q8_tokens_per_workgroup(tokens),
                     },
                     Form::QuantizedBlocks => KernelKey::MatvecQ8Blocks {
-                        weights: t.ty,
+                        weights: ty,
                         add: matches!(store, Store::Add(_)),
                         rows: tuning::q8_blocks_rows_per_workgroup(rows),
                     },
                     Form::Tiles => KernelKey::MatmulTiles(TilesKey {
-                        weights: t.ty,
+                        weights: ty,
                         add: matches!(store, Store::Add(_)),
                         swiglu: store == Store::Swiglu,
                         block: matmul_tiles::BlockSize::for_product(rows, tokens, s.small_tiles),
@@ -582,6 +586,7 @@ mod tests {
             keys: KeyLayout::Rows,
             head_dim: 64,
             small_tiles: false,
+            grouped: false,
         };
         let fields = TilesKey {
             weights: WeightType::Q4_1,

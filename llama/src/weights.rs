@@ -327,7 +327,11 @@ impl Loader<'_> {
         let data = self.g.tensor_data(t);
         let (ty, source) = match t.ty.weight_type() {
             Some(ty) if ty.is_quantized() && BlockFormat::of(ty).is_none() => {
-                let runs: Vec<String> = weight_types().map(|t| t.to_string()).collect();
+                // A file holds no grouped layout.
+                let runs: Vec<String> = weight_types()
+                    .filter(|&t| t.file_type() == t)
+                    .map(|t| t.to_string())
+                    .collect();
                 return Err(ModelError::TensorType {
                     name: name.to_string(),
                     ty: t.ty,

@@ -81,6 +81,7 @@ impl Engine {
             }
             Tensor::Weight(_)
             | Tensor::Interleaved(_)
+            | Tensor::Grouped(_)
             | Tensor::Plain(_)
             | Tensor::Freq
             | Tensor::FreqLocal => self.bytes(t),

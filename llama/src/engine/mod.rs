@@ -105,13 +105,14 @@ impl Engine {
                 ty: kv.name(),
                 why: e.to_string(),
             })?;
+        let offer = Offer::of(info, kv);
         let shape = KernelShape {
             kv,
             keys,
             head_dim,
             small_tiles: info.tuning.small_tile_blocks,
+            grouped: offer.gpu,
         };
-        let offer = Offer::of(info, kv);
         Engine::build(model, backend, options, shape, offer)
     }
 
@@ -430,6 +431,7 @@ impl Engine {
                     t,
                     Tensor::Weight(_)
                         | Tensor::Interleaved(_)
+                        | Tensor::Grouped(_)
                         | Tensor::Plain(_)
                         | Tensor::Freq
                         | Tensor::FreqLocal

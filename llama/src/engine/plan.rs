@@ -100,7 +100,7 @@ impl Engine {
                         // A variant reading the scales through an f16 view binds the weights
                         // twice.
                         let views = if spec.binds_f16_view() { 2 } else { 1 };
-                        let mut all = vec![Tensor::Weight(wid); views];
+                        let mut all = vec![self.product_weights(wid); views];
                         all.extend(inputs);
                         plan(all, &outputs, params, spec.grid(rows, tokens))
                     }
@@ -122,7 +122,7 @@ impl Engine {
                     }
                     (Form::QuantizedBlocks, Launch::Blocks { f16_view }) => {
                         let views = if f16_view { 2 } else { 1 };
-                        let mut inputs = vec![Tensor::Weight(wid); views];
+                        let mut inputs = vec![self.product_weights(wid); views];
                         inputs.extend([Tensor::XqWords, Tensor::XqScales]);
                         inputs.extend(add);
                         let per = tuning::q8_blocks_rows_per_workgroup(rows);
@@ -134,8 +134,12 @@ impl Engine {
                         )
                     }
                     (Form::Tiles, Launch::Tiles(spec)) => {
-                        // The kernel stages the file's blocks.
-                        let mut inputs = vec![file_layout(info, w, wid, wt.ty), x];
+                        // The kernel stages the file's blocks, or the groups of them.
+                        let weights = match self.product_weights(wid) {
+                            Tensor::Grouped(id) => Tensor::Grouped(id),
+                            _ => file_layout(info, w, wid, wt.ty),
+                        };
+                        let mut inputs = vec![weights, x];
                         inputs.extend(add);
                         plan(
                             inputs,
@@ -353,6 +357,18 @@ impl Engine {
             mode,
             keys: self.shape.keys,
             part,
+        }
+    }
+
+    /// What a product on float x, on tiles or on units reads weight `id` from: its groups of
+    /// blocks where the executor groups it ([`tuning::product_type`]), else the weight as the
+    /// device holds it.
+    fn product_weights(&self, id: WeightId) -> Tensor {
+        let w = &self.model.weights;
+        if tuning::product_type(w, id, self.shape.grouped) == w.tensors[id].ty {
+            Tensor::Weight(id)
+        } else {
+            Tensor::Grouped(id)
         }
     }
 
