@@ -249,14 +249,14 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
 /// the staging decodes, rows of whole blocks of [`matmul_tiles::BK`]), on quantized x and
 /// the weights' blocks for a GPU's one-token products whose format as the GPU holds it has
 /// byte-code units ([`matvec_q8_blocks::takes`]: the K-quants, and Q4_0, Q4_1 and Q8_0 in
-/// groups, [`tuning::product_type`]), on quantized x where the step quantizes it and the
+/// groups, [`tuning::read_type`]), on quantized x where the step quantizes it and the
 /// file's weights allow ([`matvec_q8_rows::takes`]; on a GPU, which keeps its own layout for
 /// its decode products beside it, only where that copy is not much larger,
 /// [`matvec_q8_rows::widens`]), else on float x.
 fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -> Form {
     let t = &w.tensors[id];
     // A GPU's executor groups blocks ([`crate::planner::KernelShape::grouped`]).
-    let ty = tuning::product_type(w, id, offer.gpu);
+    let ty = tuning::read_type(w, id, offer.gpu);
     if offer.tiles
         && tokens > 1
         && matmul_tiles::takes(ty)

@@ -33,7 +33,7 @@ use trine_ops::{
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
 /// head dimension, whether its prompt products on tiles all take the small block
 /// ([`trine_backends::Tuning::small_tile_blocks`]), and whether its products read Q4_0, Q4_1
-/// and Q8_0 weights in groups of blocks ([`tuning::product_type`]: a GPU's executor, whose
+/// and Q8_0 weights in groups of blocks ([`tuning::read_type`]: a GPU's executor, whose
 /// nodes the fusion pass builds for a GPU, and its checkers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {
@@ -275,7 +275,7 @@ impl KernelKey {
     pub fn of(op: &Op, w: &Weights, s: KernelShape) -> KernelKey {
         match *op {
             Op::Embed { table, scale } => KernelKey::Embed {
-                table: w.tensors[table].ty,
+                table: tuning::read_type(w, table, s.grouped),
                 scaled: scale.is_some(),
             },
             Op::Product {
@@ -288,7 +288,7 @@ impl KernelKey {
                 ..
             } => {
                 let t = &w.tensors[id];
-                let ty = tuning::product_type(w, id, s.grouped);
+                let ty = tuning::read_type(w, id, s.grouped);
                 match form {
                     Form::Float => KernelKey::Matvec {
                         weights: ty,

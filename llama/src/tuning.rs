@@ -194,17 +194,17 @@ pub fn q8_blocks_rows_per_workgroup(rows: u32) -> u32 {
     rows.div_ceil(65_535).next_power_of_two().max(2)
 }
 
-/// The type a product reads weight `id` as. An executor that groups blocks (`grouped`, a
+/// The type an executor's kernels read weight `id` as. One that groups blocks (`grouped`, a
 /// GPU's and its checkers: [`crate::planner::KernelShape::grouped`]) holds the Q4_0, Q4_1
-/// and Q8_0 weights only products read ([`Weights::pairable`]) in rows of whole groups in
-/// groups of eight blocks ([`trine_gguf::quant::regroup`]), whose codes its decode products
-/// take as byte-code units (on the file's blocks they multiplied float x at a fraction of the
-/// rate memory streamed them: docs/bench/scale.md); every other weight as the file has it.
-pub fn product_type(w: &Weights, id: WeightId, grouped: bool) -> WeightType {
+/// and Q8_0 weights it may ([`Weights::groupable`]) in rows of whole groups in groups of
+/// eight blocks ([`trine_gguf::quant::regroup`]), whose codes its decode products take as
+/// byte-code units (on the file's blocks they multiplied float x at a fraction of the rate
+/// memory streamed them: docs/bench/scale.md); every other weight as the file has it.
+pub fn read_type(w: &Weights, id: WeightId, grouped: bool) -> WeightType {
     let t = &w.tensors[id];
     match t.ty.grouped() {
         Some(g)
-            if grouped && w.pairable(id) && (t.cols as usize).is_multiple_of(g.block_elems()) =>
+            if grouped && w.groupable(id) && (t.cols as usize).is_multiple_of(g.block_elems()) =>
         {
             g
         }

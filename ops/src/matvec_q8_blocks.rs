@@ -131,23 +131,40 @@ pub fn kernel(
             })
             .collect();
         for ((base, unit_codes), acc) in codes.iter().zip(&accs) {
+            let dots: Vec<Val> = unit_codes
+                .runs
+                .iter()
+                .zip(&xs)
+                .map(|(&(_, words), (_, x, _, _))| {
+                    words
+                        .iter()
+                        .zip(x)
+                        .map(|(&c, &v)| c.dot4_i8(v))
+                        .reduce(|a, c| a + c)
+                        .expect("four words")
+                })
+                .collect();
+            // Each run's dot, or the unit's where its runs share their scales and x's.
+            let terms: Vec<(Val, Val, Val, Val)> = if units.one_sub {
+                let (first, _, dx, _) = xs[0];
+                vec![(first, dots[0] + dots[1], dx, xs[0].3 + xs[1].3)]
+            } else {
+                dots.iter()
+                    .zip(&xs)
+                    .map(|(&dot, &(first, _, dx, xsum))| (first, dot, dx, xsum))
+                    .collect()
+            };
             let mut sum = acc.get();
-            for (&(_, words), (first, x, dx, xsum)) in unit_codes.runs.iter().zip(&xs) {
-                let dot = words
-                    .iter()
-                    .zip(x)
-                    .map(|(&c, &v)| c.dot4_i8(v))
-                    .reduce(|a, c| a + c)
-                    .expect("four words");
+            for (first, dot, dx, xsum) in terms {
                 let dot = if units.centre == 0 {
                     dot
                 } else {
-                    dot - k.i32(units.centre) * *xsum
+                    dot - k.i32(units.centre) * xsum
                 };
-                let scales = (p.scales)(&k, (Bytes::Words(w), w16), *base, *first / k.u32(p.sub));
-                sum = (scales.d * *dx).fma(dot.cast(Scalar::F32), sum);
+                let scales = (p.scales)(&k, (Bytes::Words(w), w16), *base, first / k.u32(p.sub));
+                sum = (scales.d * dx).fma(dot.cast(Scalar::F32), sum);
                 if let Some(m) = scales.m {
-                    sum = (m * *dx).fma(xsum.cast(Scalar::F32), sum);
+                    sum = (m * dx).fma(xsum.cast(Scalar::F32), sum);
                 }
             }
             acc.set(sum);

@@ -53,7 +53,7 @@ impl Engine {
                 let mut params = vec![u(t), u(c.n_embd), u(c.vocab)];
                 params.extend(scale.map(ParamValue::F32));
                 plan(
-                    vec![Tensor::Ids, Tensor::Weight(table)],
+                    vec![Tensor::Ids, self.read_weights(table)],
                     &[Tensor::Resid(0)],
                     params,
                     embedding::grid(c.n_embd, t),
@@ -100,7 +100,7 @@ impl Engine {
                         // A variant reading the scales through an f16 view binds the weights
                         // twice.
                         let views = if spec.binds_f16_view() { 2 } else { 1 };
-                        let mut all = vec![self.product_weights(wid); views];
+                        let mut all = vec![self.read_weights(wid); views];
                         all.extend(inputs);
                         plan(all, &outputs, params, spec.grid(rows, tokens))
                     }
@@ -122,7 +122,7 @@ impl Engine {
                     }
                     (Form::QuantizedBlocks, Launch::Blocks { f16_view }) => {
                         let views = if f16_view { 2 } else { 1 };
-                        let mut inputs = vec![self.product_weights(wid); views];
+                        let mut inputs = vec![self.read_weights(wid); views];
                         inputs.extend([Tensor::XqWords, Tensor::XqScales]);
                         inputs.extend(add);
                         let per = tuning::q8_blocks_rows_per_workgroup(rows);
@@ -135,7 +135,7 @@ impl Engine {
                     }
                     (Form::Tiles, Launch::Tiles(spec)) => {
                         // The kernel stages the file's blocks, or the groups of them.
-                        let weights = match self.product_weights(wid) {
+                        let weights = match self.read_weights(wid) {
                             Tensor::Grouped(id) => Tensor::Grouped(id),
                             _ => file_layout(info, w, wid, wt.ty),
                         };
@@ -360,12 +360,12 @@ impl Engine {
         }
     }
 
-    /// What a product on float x, on tiles or on units reads weight `id` from: its groups of
-    /// blocks where the executor groups it ([`tuning::product_type`]), else the weight as the
-    /// device holds it.
-    fn product_weights(&self, id: WeightId) -> Tensor {
+    /// What the embedding, or a product on float x, on tiles or on units, reads weight `id`
+    /// from: its groups of blocks where the executor groups it ([`tuning::read_type`]), else
+    /// the weight as the device holds it.
+    fn read_weights(&self, id: WeightId) -> Tensor {
         let w = &self.model.weights;
-        if tuning::product_type(w, id, self.shape.grouped) == w.tensors[id].ty {
+        if tuning::read_type(w, id, self.shape.grouped) == w.tensors[id].ty {
             Tensor::Weight(id)
         } else {
             Tensor::Grouped(id)

@@ -11,7 +11,7 @@ use trine_gguf::quant::{dequantize, quantize};
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType};
 use trine_llama::graph::{Form, Op};
-use trine_llama::tuning::product_type;
+use trine_llama::tuning::read_type;
 use trine_llama::weights::Source;
 use trine_llama::{Engine, Model};
 use trine_ops::compare::nmse;
@@ -90,7 +90,7 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
     // of every element so moved).
     let w = &model.weights;
     let blocks = (0..w.tensors.len())
-        .any(|id| matvec_q8_blocks::takes(product_type(w, id, true), w.tensors[id].cols));
+        .any(|id| matvec_q8_blocks::takes(read_type(w, id, true), w.tensors[id].cols));
     let gpu_bound = if blocks { X_ROUNDING } else { 1e-7 };
     let backends = [
         ("cpu", cpu(), X_ROUNDING),

@@ -26,6 +26,7 @@ pub(super) const Q4_0X8: Packed = Packed {
     units: Some(IntUnits {
         words: nibble_units::<{ codes_at(2) }>,
         centre: 8,
+        one_sub: true,
     }),
 };
 
@@ -43,6 +44,7 @@ pub(super) const Q4_1X8: Packed = Packed {
     units: Some(IntUnits {
         words: nibble_units::<{ codes_at(4) }>,
         centre: 0,
+        one_sub: true,
     }),
 };
 
@@ -60,6 +62,7 @@ pub(super) const Q8_0X8: Packed = Packed {
     units: Some(IntUnits {
         words: byte_units,
         centre: 0,
+        one_sub: true,
     }),
 };
 

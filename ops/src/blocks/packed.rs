@@ -64,12 +64,15 @@ pub struct UnitCodes<'b> {
 /// Unit `unit` (`0..elems / UNIT`) of the block at byte `base` of the weights bound as words.
 pub type UnitWords = for<'b> fn(&'b KernelBuilder, BufferId, Val<'b>, Val<'b>) -> UnitCodes<'b>;
 
-/// How a format's codes come as words of byte codes: the unit's words, and the value every
-/// code is less (Q6_K's 32; 0 for codes that are their value).
+/// How a format's codes come as words of byte codes: the unit's words, the value every code
+/// is less (Q6_K's 32; 0 for codes that are their value), and whether both runs of every
+/// unit lie in one sub-block, and so in one block of x (a grouped block's units are its
+/// blocks): a product then sums their dots before the scales apply, once.
 #[derive(Clone, Copy)]
 pub struct IntUnits {
     pub words: UnitWords,
     pub centre: i32,
+    pub one_sub: bool,
 }
 
 /// The codes of nibble words in a unit: the low nibbles of `words`' bytes, or the high ones.
