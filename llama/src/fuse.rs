@@ -29,9 +29,9 @@ use trine_ops::{
 pub struct Offer {
     /// A GPU: decode attention splits the keys over workgroups, decode products take float x
     /// with their neighbours folded in (a decode step there is a chain of launches, which the
-    /// fusions keep short) but for the K-quants they read whole, which take quantized x
-    /// ([`Form::QuantizedBlocks`]: their codes decoded to floats cost more than the memory
-    /// streaming them), prompt attention is flash attention. A CPU's products all take
+    /// fusions keep short) but for the K-quants and the grouped Q4_0, Q4_1 and Q8_0, which
+    /// take quantized x ([`Form::QuantizedBlocks`]: their codes decoded to floats cost more
+    /// than the memory streaming them), prompt attention is flash attention. A CPU's products all take
     /// quantized x, as its packed 8-bit dot products are its fastest.
     pub gpu: bool,
     /// Matrix tiles: a GPU's prompt products run on them.
@@ -284,19 +284,23 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
 
 /// A product's form: on tiles for a GPU's prompt products whose weights take them (a format
 /// the staging decodes, rows of whole blocks of [`matmul_tiles::BK`]), quantized weights
-/// widened to f16 first where the device copies f16 blocks ([`Offer::widen`]), on quantized x and
-/// the file's blocks for a GPU's one-token products whose format has byte-code units
-/// ([`matvec_q8_blocks::takes`]), on quantized x where the step quantizes it and the weights allow ([`matvec_q8_rows::takes`]; on a GPU, which
-/// keeps the file's layout for its decode products beside it, only where that copy is not
-/// much larger, [`matvec_q8_rows::widens`]), else on float x.
+/// widened to f16 first where the device copies f16 blocks ([`Offer::widen`]), on quantized x
+/// and the weights' blocks for a GPU's one-token products whose format as the GPU holds it has
+/// byte-code units ([`matvec_q8_blocks::takes`]: the K-quants, and Q4_0, Q4_1 and Q8_0 in
+/// groups, [`tuning::read_type`]), on quantized x where the step quantizes it and the
+/// file's weights allow ([`matvec_q8_rows::takes`]; on a GPU, which keeps its own layout for
+/// its decode products beside it, only where that copy is not much larger,
+/// [`matvec_q8_rows::widens`]), else on float x.
 fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -> Form {
     let t = &w.tensors[id];
+    // A GPU's executor groups blocks ([`crate::planner::KernelShape::grouped`]).
+    let ty = tuning::read_type(w, id, offer.gpu);
     let tiles = offer.tiles && tokens > 1 && matmul_tiles::check(t.rows, t.cols, 1).is_ok();
-    if tiles && offer.widen && t.ty.is_quantized() && widen::check(t.ty, t.rows, t.cols).is_ok() {
+    if tiles && offer.widen && ty.is_quantized() && widen::check(ty, t.rows, t.cols).is_ok() {
         Form::Widened
-    } else if tiles && matmul_tiles::takes(t.ty) {
+    } else if tiles && matmul_tiles::takes(ty) {
         Form::Tiles
-    } else if offer.gpu && tokens == 1 && matvec_q8_blocks::takes(t.ty, t.cols) {
+    } else if offer.gpu && tokens == 1 && matvec_q8_blocks::takes(ty, t.cols) {
         Form::QuantizedBlocks
     } else if offer.quantizes_x(s.tokens)
         && matvec_q8_rows::takes(t.ty, t.rows as usize, t.cols as usize)

@@ -31,8 +31,10 @@ use trine_ops::{
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
-/// head dimension and the values of a head rope turns, and whether its prompt products on tiles all take the small block
-/// ([`trine_backends::Tuning::small_tile_blocks`]).
+/// head dimension and the values of a head rope turns, whether its prompt products on tiles
+/// all take the small block ([`trine_backends::Tuning::small_tile_blocks`]), and whether its
+/// products read Q4_0, Q4_1 and Q8_0 weights in groups of blocks ([`tuning::read_type`]: a
+/// GPU's executor, whose nodes the fusion pass builds for a GPU, and its checkers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {
     pub kv: KvType,
@@ -45,6 +47,7 @@ pub struct KernelShape {
     pub grouped_attention: bool,
     pub rot_dim: u32,
     pub small_tiles: bool,
+    pub grouped: bool,
 }
 
 /// The kernel a node needs, up to its variants.
@@ -72,7 +75,7 @@ pub enum KernelKey {
         /// Tokens each workgroup takes ([`tuning::q8_tokens_per_workgroup`]).
         tokens: u32,
     },
-    /// A GPU's decode product on quantized x and the file's blocks ([`Form::QuantizedBlocks`]).
+    /// A GPU's decode product on quantized x and the weights' blocks ([`Form::QuantizedBlocks`]).
     MatvecQ8Blocks {
         weights: WeightType,
         add: bool,
@@ -295,7 +298,7 @@ impl KernelKey {
     pub fn of(op: &Op, w: &Weights, s: KernelShape) -> KernelKey {
         match *op {
             Op::Embed { table, scale } => KernelKey::Embed {
-                table: w.tensors[table].ty,
+                table: tuning::read_type(w, table, s.grouped),
                 scaled: scale.is_some(),
             },
             Op::Product {
@@ -308,9 +311,10 @@ impl KernelKey {
                 ..
             } => {
                 let t = &w.tensors[id];
+                let ty = tuning::read_type(w, id, s.grouped);
                 match form {
                     Form::Float => KernelKey::Matvec {
-                        weights: t.ty,
+                        weights: ty,
                         size: MatvecSize::of(t.rows, t.cols, tokens),
                         prologue: match load {
                             Load::None => MatvecPrologue::None,
@@ -342,7 +346,7 @@ impl KernelKey {
                         tokens: tuning::q8_tokens_per_workgroup(tokens),
                     },
                     Form::QuantizedBlocks => KernelKey::MatvecQ8Blocks {
-                        weights: t.ty,
+                        weights: ty,
                         add: matches!(store, Store::Add(_)),
                         rows: tuning::q8_blocks_rows_per_workgroup(rows),
                     },
@@ -350,7 +354,7 @@ impl KernelKey {
                         weights: if form == Form::Widened {
                             WeightType::F16
                         } else {
-                            t.ty
+                            ty
                         },
                         add: matches!(store, Store::Add(_)),
                         swiglu: store == Store::Swiglu,
@@ -381,7 +385,7 @@ impl KernelKey {
             Op::Quantize { blocks, load, .. } => KernelKey::Quantize { blocks, load },
             Op::HalfX { .. } => KernelKey::HalfX,
             Op::Widen { w: id, .. } => KernelKey::Widen {
-                weights: w.tensors[id].ty,
+                weights: tuning::read_type(w, id, s.grouped),
             },
             Op::MoeRoute => KernelKey::MoeRoute,
             Op::ExpertsSwiglu { gate, .. } => KernelKey::MatvecIds {
@@ -635,6 +639,7 @@ mod tests {
             grouped_attention: false,
             rot_dim: 64,
             small_tiles: false,
+            grouped: false,
         };
         let fields = TilesKey {
             weights: WeightType::Q4_1,

@@ -3,6 +3,7 @@
 //! backend's [`trine_backends::Tuning`]). Each figure was chosen by measuring the executor's
 //! own kernels; the measurements are in `docs/bench/`.
 
+use crate::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_gguf::quant::WeightType;
 use trine_ops::blocks::BlockFormat;
@@ -221,6 +222,24 @@ pub fn q8_tokens_per_workgroup(tokens: u32) -> u32 {
 /// four (docs/bench/scale.md).
 pub fn q8_blocks_rows_per_workgroup(rows: u32) -> u32 {
     rows.div_ceil(65_535).next_power_of_two().max(2)
+}
+
+/// The type an executor's kernels read weight `id` as. One that groups blocks (`grouped`, a
+/// GPU's and its checkers: [`crate::planner::KernelShape::grouped`]) holds the Q4_0, Q4_1
+/// and Q8_0 weights it may ([`Weights::groupable`]) in rows of whole groups in groups of
+/// eight blocks ([`trine_gguf::quant::regroup`]), whose codes its decode products take as
+/// byte-code units (on the file's blocks they multiplied float x at a fraction of the rate
+/// memory streamed them: docs/bench/scale.md); every other weight as the file has it.
+pub fn read_type(w: &Weights, id: WeightId, grouped: bool) -> WeightType {
+    let t = &w.tensors[id];
+    match t.ty.grouped() {
+        Some(g)
+            if grouped && w.groupable(id) && (t.cols as usize).is_multiple_of(g.block_elems()) =>
+        {
+            g
+        }
+        _ => t.ty,
+    }
 }
 
 /// Whether a device holds a weight of type `ty` in pairs of blocks

@@ -119,11 +119,18 @@ impl Weights {
     /// embedding lookup reads (an output head tied to it then reads the file's layout too),
     /// and the experts, which their products read by index in the file's layout.
     pub fn pairable(&self, id: WeightId) -> bool {
-        id != self.token_embd
-            && !self.layers.iter().any(|l| match l.ffn {
-                Ffn::Experts(e) => [e.gate, e.up, e.down].contains(&id),
-                Ffn::Dense(_) => false,
-            })
+        id != self.token_embd && self.groupable(id)
+    }
+
+    /// Whether a device may hold weight `id` in groups of blocks
+    /// ([`crate::tuning::read_type`]): every weight but the experts, which their products read
+    /// by index in the file's layout. The embedding lookup reads any format's rows, so a table
+    /// tied to the output head is held once, grouped, for both.
+    pub fn groupable(&self, id: WeightId) -> bool {
+        !self.layers.iter().any(|l| match l.ffn {
+            Ffn::Experts(e) => [e.gate, e.up, e.down].contains(&id),
+            Ffn::Dense(_) => false,
+        })
     }
 
     pub fn from_gguf(g: &Gguf, c: &Config) -> Result<Weights, ModelError> {
@@ -327,7 +334,11 @@ impl Loader<'_> {
         let data = self.g.tensor_data(t);
         let (ty, source) = match t.ty.weight_type() {
             Some(ty) if ty.is_quantized() && BlockFormat::of(ty).is_none() => {
-                let runs: Vec<String> = weight_types().map(|t| t.to_string()).collect();
+                // A file holds no grouped layout.
+                let runs: Vec<String> = weight_types()
+                    .filter(|&t| t.file_type() == t)
+                    .map(|t| t.to_string())
+                    .collect();
                 return Err(ModelError::TensorType {
                     name: name.to_string(),
                     ty: t.ty,

@@ -1,5 +1,6 @@
-//! [`matvec_q8`](crate::matvec_q8)'s product for GPUs, on the file's own blocks of the
-//! formats whose codes come as words of bytes ([`IntUnits`]: Q4_K, Q5_K, Q6_K). A decode
+//! [`matvec_q8`](crate::matvec_q8)'s product for GPUs, on the blocks of the formats whose
+//! codes come as words of bytes ([`IntUnits`]: Q4_K, Q5_K, Q6_K as the file holds them, Q4_0,
+//! Q4_1 and Q8_0 in a GPU's groups of eight blocks, whose codes are signed for Q8_0). A decode
 //! step's product reads every weight once; with f32 x, a GPU spent more instructions per byte
 //! of weights (a run's codes decoded to floats, eight f32 values of x per word of nibbles)
 //! than it has while the memory streams them. Here a unit of 32 codes is four words of each
@@ -130,23 +131,40 @@ pub fn kernel(
             })
             .collect();
         for ((base, unit_codes), acc) in codes.iter().zip(&accs) {
+            let dots: Vec<Val> = unit_codes
+                .runs
+                .iter()
+                .zip(&xs)
+                .map(|(&(_, words), (_, x, _, _))| {
+                    words
+                        .iter()
+                        .zip(x)
+                        .map(|(&c, &v)| c.dot4_i8(v))
+                        .reduce(|a, c| a + c)
+                        .expect("four words")
+                })
+                .collect();
+            // Each run's dot, or the unit's where its runs share their scales and x's.
+            let terms: Vec<(Val, Val, Val, Val)> = if units.one_sub {
+                let (first, _, dx, _) = xs[0];
+                vec![(first, dots[0] + dots[1], dx, xs[0].3 + xs[1].3)]
+            } else {
+                dots.iter()
+                    .zip(&xs)
+                    .map(|(&dot, &(first, _, dx, xsum))| (first, dot, dx, xsum))
+                    .collect()
+            };
             let mut sum = acc.get();
-            for (&(_, words), (first, x, dx, xsum)) in unit_codes.runs.iter().zip(&xs) {
-                let dot = words
-                    .iter()
-                    .zip(x)
-                    .map(|(&c, &v)| c.dot4_i8(v))
-                    .reduce(|a, c| a + c)
-                    .expect("four words");
+            for (first, dot, dx, xsum) in terms {
                 let dot = if units.centre == 0 {
                     dot
                 } else {
-                    dot - k.i32(units.centre) * *xsum
+                    dot - k.i32(units.centre) * xsum
                 };
-                let scales = (p.scales)(&k, (Bytes::Words(w), w16), *base, *first / k.u32(p.sub));
-                sum = (scales.d * *dx).fma(dot.cast(Scalar::F32), sum);
+                let scales = (p.scales)(&k, (Bytes::Words(w), w16), *base, first / k.u32(p.sub));
+                sum = (scales.d * dx).fma(dot.cast(Scalar::F32), sum);
                 if let Some(m) = scales.m {
-                    sum = (m * *dx).fma(xsum.cast(Scalar::F32), sum);
+                    sum = (m * dx).fma(xsum.cast(Scalar::F32), sum);
                 }
             }
             acc.set(sum);
@@ -254,10 +272,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("q4_0") && e.contains("(it takes q4_k, q5_k, q6_k)"),
+            e.contains("q4_0 weights")
+                && e.contains("(it takes q4_k, q5_k, q6_k, q4_0x8, q4_1x8, q8_0x8)"),
             "{e}"
         );
         assert!(takes(WeightType::Q6_K, 512) && !takes(WeightType::Q6_K, 96));
+        assert!(takes(WeightType::Q8_0x8, 512) && !takes(WeightType::Q8_0x8, 96));
         let e = case(
             WeightType::Q4_K,
             (1, 96),

@@ -101,6 +101,10 @@ impl From<BlockError> for ShapeError {
                 needed,
                 found,
             },
+            BlockError::NoGroups { ty } => ShapeError::Unsupported {
+                op: "regroup",
+                what: format!("{ty} weights (it takes q4_0, q4_1, q8_0)"),
+            },
         }
     }
 }

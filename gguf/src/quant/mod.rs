@@ -58,12 +58,14 @@
 //! `iq4.rs` say how they choose scales), not ggml's search for the least error. The kernels
 //! decode the types they run by their description in `trine_ops::blocks`.
 
+mod groups;
 mod iq4;
 mod k;
 mod legacy;
 #[cfg(test)]
 mod tests;
 
+pub use groups::{regroup, GROUP};
 use half::f16;
 
 /// Elements per block of the legacy 32-element types (ggml's QK4_0, QK4_1, QK5_0, QK5_1,
@@ -93,6 +95,11 @@ pub enum WeightType {
     Q8_K,
     IQ4_NL,
     IQ4_XS,
+    /// Q4_0, Q4_1 and Q8_0 in groups of eight blocks ([`regroup`]): a device's layout, not a
+    /// file's, and so not in [`WeightType::ALL`].
+    Q4_0x8,
+    Q4_1x8,
+    Q8_0x8,
 }
 
 impl WeightType {
@@ -132,6 +139,9 @@ impl WeightType {
             WeightType::Q8_K => "q8_k",
             WeightType::IQ4_NL => "iq4_nl",
             WeightType::IQ4_XS => "iq4_xs",
+            WeightType::Q4_0x8 => "q4_0x8",
+            WeightType::Q4_1x8 => "q4_1x8",
+            WeightType::Q8_0x8 => "q8_0x8",
         }
     }
 
@@ -156,6 +166,9 @@ impl WeightType {
             | WeightType::Q6_K
             | WeightType::Q8_K
             | WeightType::IQ4_XS => QK_K,
+            WeightType::Q4_0x8 | WeightType::Q4_1x8 | WeightType::Q8_0x8 => {
+                GROUP * self.file_type().block_elems()
+            }
         }
     }
 
@@ -177,6 +190,9 @@ impl WeightType {
             WeightType::Q6_K => QK_K / 2 + QK_K / 4 + QK_K / 16 + 2,
             WeightType::Q8_K => 4 + QK_K + 2 * (QK_K / 16),
             WeightType::IQ4_XS => 4 + QK_K / 64 + QK_K / 2,
+            WeightType::Q4_0x8 | WeightType::Q4_1x8 | WeightType::Q8_0x8 => {
+                GROUP * self.file_type().block_bytes()
+            }
         }
     }
 
@@ -226,6 +242,9 @@ pub enum BlockError {
         value: usize,
         limit: usize,
     },
+    /// A type without a grouped layout asked to regroup ([`regroup`]).
+    #[error("regroup: {ty} has no grouped layout (q4_0, q4_1 and q8_0 have)")]
+    NoGroups { ty: WeightType },
     /// Fewer bytes than the elements asked for need.
     #[error("{op}: {what} holds {found}, needs at least {needed}")]
     TooSmall {
@@ -265,6 +284,9 @@ pub fn quantize(ty: WeightType, x: &[f32]) -> Result<Vec<u8>, BlockError> {
         WeightType::Q8_K => k::quantize_q8_k,
         WeightType::IQ4_NL => iq4::quantize_iq4_nl,
         WeightType::IQ4_XS => iq4::quantize_iq4_xs,
+        WeightType::Q4_0x8 => |x, out| grouped(WeightType::Q4_0, x, out),
+        WeightType::Q4_1x8 => |x, out| grouped(WeightType::Q4_1, x, out),
+        WeightType::Q8_0x8 => |x, out| grouped(WeightType::Q8_0, x, out),
     };
     x.chunks_exact(ty.block_elems())
         .for_each(|b| encode(b, &mut out));
@@ -305,6 +327,9 @@ pub fn dequantize(ty: WeightType, bytes: &[u8], n: usize) -> Result<Vec<f64>, Bl
         WeightType::Q8_K => k::dequantize_q8_k,
         WeightType::IQ4_NL => iq4::dequantize_iq4_nl,
         WeightType::IQ4_XS => iq4::dequantize_iq4_xs,
+        WeightType::Q4_0x8 => |b, out| ungrouped(WeightType::Q4_0, b, out),
+        WeightType::Q4_1x8 => |b, out| ungrouped(WeightType::Q4_1, b, out),
+        WeightType::Q8_0x8 => |b, out| ungrouped(WeightType::Q8_0, b, out),
     };
     let mut out = Vec::with_capacity(n);
     bytes[..needed]
@@ -327,7 +352,8 @@ pub struct Run {
 
 /// The runs of one block of `ty` (`block` its bytes) for the formats whose sub-blocks carry
 /// their own scales or whose codes lie in several bit arrays: Q5_0, Q5_1, IQ4_NL (one run a
-/// block) and the K-quants and IQ4_XS (runs of 16 or 32); `None` for the others.
+/// block), the K-quants and IQ4_XS (runs of 16 or 32) and the grouped types (a run a block
+/// of the group); `None` for the others.
 pub fn runs(ty: WeightType, block: &[u8]) -> Option<Vec<Run>> {
     let decode: fn(&[u8]) -> Vec<Run> = match ty {
         WeightType::Q5_0 => legacy::runs_q5_0,
@@ -339,9 +365,25 @@ pub fn runs(ty: WeightType, block: &[u8]) -> Option<Vec<Run>> {
         WeightType::Q4_K => k::runs_q4_k,
         WeightType::Q5_K => k::runs_q5_k,
         WeightType::Q6_K => k::runs_q6_k,
+        WeightType::Q4_0x8 => |g| groups::runs(WeightType::Q4_0, g),
+        WeightType::Q4_1x8 => |g| groups::runs(WeightType::Q4_1, g),
+        WeightType::Q8_0x8 => |g| groups::runs(WeightType::Q8_0, g),
         _ => return None,
     };
     (block.len() == ty.block_bytes()).then(|| decode(block))
+}
+
+/// A group of `file`'s blocks quantized, regrouped.
+fn grouped(file: WeightType, x: &[f32], out: &mut Vec<u8>) {
+    let blocks = quantize(file, x).expect("a group is whole blocks");
+    out.extend(regroup(file, &blocks).expect("one whole group"));
+}
+
+/// A group of `file`'s blocks dequantized by the file type's decoder, block by block.
+fn ungrouped(file: WeightType, group: &[u8], out: &mut Vec<f64>) {
+    for block in groups::file_blocks(file, group) {
+        out.extend(dequantize(file, &block, QK).expect("one whole block"));
+    }
 }
 
 /// The f16 at byte `at` of `b`, widened.

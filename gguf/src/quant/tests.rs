@@ -130,12 +130,14 @@ fn nmse_bound(ty: WeightType) -> f64 {
     match ty {
         WeightType::F32 => 0.0,
         WeightType::F16 => 2f64.powi(-22),
-        WeightType::Q8_0 | WeightType::Q8_K => symmetric(8),
+        WeightType::Q8_0 | WeightType::Q8_K | WeightType::Q8_0x8 => symmetric(8),
         WeightType::Q6_K => symmetric(6),
         WeightType::Q5_0 => symmetric(5),
         WeightType::Q5_1 | WeightType::Q5_K => with_min(5),
-        WeightType::Q4_0 | WeightType::IQ4_NL | WeightType::IQ4_XS => symmetric(4),
-        WeightType::Q4_1 | WeightType::Q4_K => with_min(4),
+        WeightType::Q4_0 | WeightType::IQ4_NL | WeightType::IQ4_XS | WeightType::Q4_0x8 => {
+            symmetric(4)
+        }
+        WeightType::Q4_1 | WeightType::Q4_K | WeightType::Q4_1x8 => with_min(4),
         WeightType::Q3_K => symmetric(3),
         WeightType::Q2_K => with_min(2),
     }
@@ -162,7 +164,7 @@ fn round_trip_error_is_within_each_types_bound() {
 fn runs_are_the_dequantized_values() {
     let x = uniform(5, 256 * 8, -3.0, 3.0);
     let mut with_runs = 0;
-    for ty in WeightType::ALL {
+    for ty in WeightType::ALL.into_iter().chain(WeightType::GROUPED) {
         let random: Vec<u8> = (0..8 * ty.block_bytes())
             .map(|i| (uniform(i as u64, 1, 0.0, 256.0)[0] as u32 & 255) as u8)
             .collect();
@@ -194,5 +196,63 @@ fn runs_are_the_dequantized_values() {
             );
         }
     }
-    assert_eq!(with_runs, 2 * 9);
+    assert_eq!(with_runs, 2 * 12);
+}
+
+/// Regrouping moves each group's scales to its front and its codes after them, in block order
+/// (byte for byte where the file has them), gives the file type's values, and is what
+/// quantizing to the grouped type writes; other types and partial groups are refused.
+#[test]
+fn groups_hold_the_files_bytes_scales_first() {
+    let x = uniform(9, 512, -2.0, 2.0);
+    for file in [WeightType::Q4_0, WeightType::Q4_1, WeightType::Q8_0] {
+        let ty = file.grouped().unwrap();
+        assert_eq!((ty.file_type(), ty.block_elems()), (file, 256));
+        let bytes = quantize(file, &x).unwrap();
+        let grouped = regroup(file, &bytes).unwrap();
+        assert_eq!(grouped, quantize(ty, &x).unwrap(), "{ty}");
+        let (fb, scales) = (
+            file.block_bytes(),
+            if file == WeightType::Q4_1 { 4 } else { 2 },
+        );
+        let codes = fb - scales;
+        for g in 0..2 {
+            let (group, blocks) = (&grouped[g * 8 * fb..], &bytes[g * 8 * fb..]);
+            for b in 0..8 {
+                let block = &blocks[b * fb..][..fb];
+                assert_eq!(
+                    &group[b * scales..][..scales],
+                    &block[..scales],
+                    "{ty} {g} {b}"
+                );
+                let at = 8 * scales + b * codes;
+                assert_eq!(&group[at..][..codes], &block[scales..], "{ty} {g} {b}");
+            }
+        }
+        assert_eq!(
+            dequantize(ty, &grouped, 512).unwrap(),
+            dequantize(file, &bytes, 512).unwrap(),
+            "{ty}"
+        );
+        assert_eq!(
+            regroup(file, &bytes[..fb * 7]),
+            Err(BlockError::NotMultiple {
+                op: "regroup",
+                what: "bytes",
+                value: fb * 7,
+                multiple: 8 * fb
+            })
+        );
+    }
+    let q4k = quantize(WeightType::Q4_K, &x).unwrap();
+    assert_eq!(
+        regroup(WeightType::Q4_K, &q4k),
+        Err(BlockError::NoGroups {
+            ty: WeightType::Q4_K
+        })
+    );
+    assert_eq!(
+        [WeightType::Q4_0x8, WeightType::Q4_1x8, WeightType::Q8_0x8].map(WeightType::block_bytes),
+        [144, 160, 272]
+    );
 }

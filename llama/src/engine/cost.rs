@@ -69,7 +69,7 @@ impl Engine {
         };
         match t {
             // An embedding reads the table's rows of the step's ids.
-            Tensor::Weight(_) if matches!(node.op, Op::Embed { .. }) => {
+            Tensor::Weight(_) | Tensor::Grouped(_) if matches!(node.op, Op::Embed { .. }) => {
                 self.bytes(t) * rows / u64::from(c.vocab)
             }
             // The experts' products read the chosen experts' slices, at most all of them.
@@ -82,6 +82,7 @@ impl Engine {
             }
             Tensor::Weight(_)
             | Tensor::Interleaved(_)
+            | Tensor::Grouped(_)
             | Tensor::Plain(_)
             | Tensor::Freq
             | Tensor::FreqLocal => self.bytes(t),

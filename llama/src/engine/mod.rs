@@ -105,6 +105,7 @@ impl Engine {
                 ty: kv.name(),
                 why: e.to_string(),
             })?;
+        let offer = Offer::of(info, kv, options.context);
         let shape = KernelShape {
             kv,
             keys,
@@ -113,8 +114,8 @@ impl Engine {
             grouped_attention: tuning::grouped_attention(options.context),
             rot_dim: model.config.n_rot,
             small_tiles: info.tuning.small_tile_blocks,
+            grouped: offer.gpu,
         };
-        let offer = Offer::of(info, kv, options.context);
         Engine::build(model, backend, options, shape, offer)
     }
 
@@ -440,6 +441,7 @@ impl Engine {
                     t,
                     Tensor::Weight(_)
                         | Tensor::Interleaved(_)
+                        | Tensor::Grouped(_)
                         | Tensor::Plain(_)
                         | Tensor::Wide
                         | Tensor::Freq

@@ -53,7 +53,7 @@ impl Engine {
                 let mut params = vec![u(t), u(c.n_embd), u(c.vocab)];
                 params.extend(scale.map(ParamValue::F32));
                 plan(
-                    vec![Tensor::Ids, Tensor::Weight(table)],
+                    vec![Tensor::Ids, self.read_weights(table)],
                     &[Tensor::Resid(0)],
                     params,
                     embedding::grid(c.n_embd, t),
@@ -100,7 +100,7 @@ impl Engine {
                         // A variant reading the scales through an f16 view binds the weights
                         // twice.
                         let views = if spec.binds_f16_view() { 2 } else { 1 };
-                        let mut all = vec![Tensor::Weight(wid); views];
+                        let mut all = vec![self.read_weights(wid); views];
                         all.extend(inputs);
                         plan(all, &outputs, params, spec.grid(rows, tokens))
                     }
@@ -122,7 +122,7 @@ impl Engine {
                     }
                     (Form::QuantizedBlocks, Launch::Blocks { f16_view }) => {
                         let views = if f16_view { 2 } else { 1 };
-                        let mut inputs = vec![Tensor::Weight(wid); views];
+                        let mut inputs = vec![self.read_weights(wid); views];
                         inputs.extend([Tensor::XqWords, Tensor::XqScales]);
                         inputs.extend(add);
                         let per = tuning::q8_blocks_rows_per_workgroup(rows);
@@ -134,10 +134,11 @@ impl Engine {
                         )
                     }
                     (Form::Tiles | Form::Widened, Launch::Tiles(spec)) => {
-                        // The kernel stages the file's blocks, or the weight widened to f16
-                        // before it.
-                        let weights = match form {
-                            Form::Widened => Tensor::Wide,
+                        // The kernel stages the file's blocks or the groups of them, or the
+                        // weight widened to f16 before it.
+                        let weights = match (form, self.read_weights(wid)) {
+                            (Form::Widened, _) => Tensor::Wide,
+                            (_, Tensor::Grouped(id)) => Tensor::Grouped(id),
                             _ => file_layout(info, w, wid, wt.ty),
                         };
                         let mut inputs = vec![weights, x];
@@ -308,9 +309,14 @@ impl Engine {
             Op::Widen { w: wid, rows, cols } => {
                 let key = KernelKey::of(&node.op, w, self.shape);
                 let info = self.dev(self.placement.programs[&key].device).info();
-                let ty = w.tensors[wid].ty;
+                // The blocks as the device holds them for products: groups of them, or the
+                // file's.
+                let weights = match self.read_weights(wid) {
+                    Tensor::Grouped(id) => Tensor::Grouped(id),
+                    _ => file_layout(info, w, wid, w.tensors[wid].ty),
+                };
                 plan(
-                    vec![file_layout(info, w, wid, ty)],
+                    vec![weights],
                     &[Tensor::Wide],
                     vec![u(rows), u(cols)],
                     widen::grid(rows),
@@ -382,6 +388,18 @@ impl Engine {
             mode,
             keys: self.shape.keys,
             part,
+        }
+    }
+
+    /// What the embedding, or a product on float x, on tiles or on units, reads weight `id`
+    /// from: its groups of blocks where the executor groups it ([`tuning::read_type`]), else
+    /// the weight as the device holds it.
+    fn read_weights(&self, id: WeightId) -> Tensor {
+        let w = &self.model.weights;
+        if tuning::read_type(w, id, self.shape.grouped) == w.tensors[id].ty {
+            Tensor::Weight(id)
+        } else {
+            Tensor::Grouped(id)
         }
     }
 

@@ -10,6 +10,7 @@ use crate::tuning::{self, holds_pairs};
 use std::borrow::Cow;
 use std::collections::HashSet;
 use trine_backends::{Binding, BufferHandle};
+use trine_gguf::quant::regroup;
 use trine_ops::blocks::pair_blocks;
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::{matvec_q8, matvec_q8_rows};
@@ -82,7 +83,11 @@ impl Engine {
                 _ => (1, 1),
             };
             for t in self.plan(&node, decode).inputs {
-                if matches!(t, Tensor::Weight(_) | Tensor::Interleaved(_)) && read.insert(t) {
+                if matches!(
+                    t,
+                    Tensor::Weight(_) | Tensor::Interleaved(_) | Tensor::Grouped(_)
+                ) && read.insert(t)
+                {
                     f.decode_reads += self.bytes(t) * share.0 / share.1;
                 }
             }
@@ -90,7 +95,10 @@ impl Engine {
         for (t, _) in self.bound_tensors()? {
             let bytes = self.bytes(t);
             match t {
-                Tensor::Weight(_) | Tensor::Interleaved(_) | Tensor::Plain(_) => f.weights += bytes,
+                Tensor::Weight(_)
+                | Tensor::Interleaved(_)
+                | Tensor::Grouped(_)
+                | Tensor::Plain(_) => f.weights += bytes,
                 Tensor::KCache(_) | Tensor::VCache(_) => f.kv_cache += bytes,
                 _ => f.activations += bytes,
             }
@@ -169,7 +177,8 @@ impl Engine {
                 self.shape.kv.bytes_for(elements).next_multiple_of(4)
             }
             Tensor::Freq | Tensor::FreqLocal => f32s(c.n_rot as u64 / 2 + 1),
-            Tensor::Weight(id) | Tensor::Plain(id) => {
+            // Grouping moves the file's bytes, adding none.
+            Tensor::Weight(id) | Tensor::Plain(id) | Tensor::Grouped(id) => {
                 self.model.weights.bytes(&self.model.gguf, id).len() as u64
             }
             Tensor::Interleaved(id) => {
@@ -204,7 +213,8 @@ impl Engine {
 
     /// Contents device `d` gets for tensors that never change. Weights are borrowed from the
     /// mapped file (or the load-time copy), not copied again, unless the device holds them in
-    /// pairs of blocks ([`crate::tuning::holds_pairs`]).
+    /// pairs of blocks ([`crate::tuning::holds_pairs`]), in groups of blocks
+    /// ([`Tensor::Grouped`]) or interleaved.
     pub(super) fn constant(&self, t: Tensor, d: usize) -> Option<Cow<'_, [u8]>> {
         match t {
             Tensor::Weight(id) => {
@@ -229,6 +239,13 @@ impl Engine {
                 let laid = matvec_q8_rows::interleave(t.ty, bytes, rows, cols)
                     .expect("a product with quantized x on a weight it takes");
                 Some(Cow::Owned(laid))
+            }
+            Tensor::Grouped(id) => {
+                let w = &self.model.weights;
+                // The graph groups only weights of whole groups of a type that has them.
+                let grouped = regroup(w.tensors[id].ty, w.bytes(&self.model.gguf, id))
+                    .expect("a grouped product's weights are whole groups");
+                Some(Cow::Owned(grouped))
             }
             Tensor::Freq => {
                 let rope = self.model.rope.for_context(self.options.context);

@@ -1,8 +1,8 @@
-//! Models in every block format run whole: a model whose matrices are K-quants, IQ4 or the
-//! 5-bit formats gives the logits of its twin whose matrices are the same weights decoded
-//! to f32 by the GGUF reader's reference (no kernel in that decoding), on the CPU and on the
-//! GPU-shaped stand-ins (prompts on tiles, and not); and a GPU checking the CPU agrees node
-//! by node. So does a model whose layers mix types within their Q, K and V, as llama.cpp's
+//! Models in every block format run whole: a model whose matrices are K-quants, IQ4, the
+//! 5-bit formats or the legacy ones (which a GPU holds in groups of blocks) gives the logits of
+//! its twin whose matrices are the same weights decoded to f32 by the GGUF reader's reference
+//! (no kernel in that decoding), on the CPU and on the GPU-shaped stand-ins (prompts on
+//! tiles, and not); and a GPU checking the CPU agrees node by node. So does a model whose layers mix types within their Q, K and V, as llama.cpp's
 //! recipes lay them out, with every matrix in its own type.
 
 use crate::common::*;
@@ -11,6 +11,7 @@ use trine_gguf::quant::{dequantize, quantize};
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType};
 use trine_llama::graph::{Form, Op};
+use trine_llama::tuning::read_type;
 use trine_llama::weights::Source;
 use trine_llama::{Engine, Model};
 use trine_ops::compare::nmse;
@@ -87,11 +88,9 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
     // rounds keys and values that differ in their last f32 bits to neighbouring halves now
     // and then, a step of up to 2⁻¹¹ in that element (worst measured 7.9e-9, under the 2.4e-7
     // of every element so moved).
-    let blocks = model
-        .weights
-        .tensors
-        .iter()
-        .any(|t| matvec_q8_blocks::takes(t.ty, t.cols));
+    let w = &model.weights;
+    let blocks = (0..w.tensors.len())
+        .any(|id| matvec_q8_blocks::takes(read_type(w, id, true), w.tensors[id].cols));
     let gpu_bound = if blocks { X_ROUNDING } else { 1e-7 };
     let backends = [
         ("cpu", cpu(), X_ROUNDING),
@@ -111,7 +110,8 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
     let main = Engine::new(model.clone(), cpu(), SIZES).unwrap();
     let checker = main.checker(gpu()).unwrap();
     agree(name, main, checker);
-    // A GPU's decode products on the file's K-quant blocks, checked by the CPU running them.
+    // A GPU's decode products on the K-quants' and the groups' blocks, checked by the CPU
+    // running them.
     let main = Engine::new(model, gpu(), SIZES).unwrap();
     let on_blocks = |op: &Op| {
         matches!(
@@ -145,6 +145,9 @@ fn every_block_format_runs_as_its_decoded_twin() {
         (TensorType::Q2_K, TensorType::Q5_0),
         (TensorType::IQ4_XS, TensorType::IQ4_NL),
         (TensorType::Q5_1, TensorType::Q4_K),
+        (TensorType::Q4_0, TensorType::Q8_0),
+        (TensorType::Q8_0, TensorType::Q4_1),
+        (TensorType::Q4_1, TensorType::Q4_0),
     ];
     for (matrices, embedding) in pairs {
         let bytes = synth_llama(shape(matrices, embedding), 7)

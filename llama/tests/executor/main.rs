@@ -7,6 +7,7 @@ mod common;
 mod cross_check;
 mod formats;
 mod gemma;
+mod grouped;
 mod kv_cache;
 mod phi3;
 mod placement;

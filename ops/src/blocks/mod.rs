@@ -8,14 +8,16 @@
 //!
 //! A format is [`Flat`] (one step per block, codes a walk reads in bulk: Q8_0, Q4_0, Q4_1),
 //! which every product reads with its fast walks, or [`Packed`] (sub-blocks with scales of
-//! their own, bits spread over several arrays: the K-quants, Q5_0, Q5_1, IQ4), which the
-//! products read through its decoder of one run of a sub-block.
+//! their own, bits spread over several arrays: the K-quants, Q5_0, Q5_1, IQ4, and Q4_0, Q4_1
+//! and Q8_0 in a GPU's groups of eight blocks, `grouped.rs`), which the products read through
+//! its decoder of one run of a sub-block.
 //!
 //! Also here: the f16 conversions the scales need (`f16.rs`) and the CPU's pairing of blocks
 //! of nibbles (`pairs.rs`).
 
 mod f16;
 mod flat;
+mod grouped;
 mod iq4_nl;
 mod iq4_xs;
 mod packed;
@@ -70,7 +72,7 @@ impl<'b> Scales<'b> {
 
 impl BlockFormat {
     /// The formats the kernels decode.
-    pub const ALL: [BlockFormat; 12] = [
+    pub const ALL: [BlockFormat; 15] = [
         BlockFormat::Flat(q8_0::FORMAT),
         BlockFormat::Flat(q4_0::FORMAT),
         BlockFormat::Flat(q4_1::FORMAT),
@@ -83,6 +85,9 @@ impl BlockFormat {
         BlockFormat::Packed(q5_k::FORMAT),
         BlockFormat::Packed(q6_k::FORMAT),
         BlockFormat::Packed(iq4_xs::FORMAT),
+        BlockFormat::Packed(grouped::Q4_0X8),
+        BlockFormat::Packed(grouped::Q4_1X8),
+        BlockFormat::Packed(grouped::Q8_0X8),
     ];
 
     /// The format of `ty`'s blocks; `None` for plain floats.
@@ -161,10 +166,11 @@ pub fn signed_byte<'b>(k: &'b KernelBuilder, byte: Val<'b>) -> Val<'b> {
     ((byte ^ k.i32(0x80)) - k.i32(0x80)).cast(Scalar::F32)
 }
 
-/// The weight types the kernels take: plain floats and every format.
+/// The weight types the kernels take: plain floats and every format, the grouped ones last.
 pub fn weight_types() -> impl Iterator<Item = WeightType> {
     WeightType::ALL
         .into_iter()
+        .chain(WeightType::GROUPED)
         .filter(|&t| !t.is_quantized() || BlockFormat::of(t).is_some())
 }
 

@@ -51,9 +51,11 @@ pub struct Packed {
 pub const UNIT: u32 = 32;
 
 /// A unit of [`UNIT`] codes of a block, for a product with 8-bit x on the block's own bytes:
-/// two runs of 16 consecutive elements, each within one sub-block, as words of four unsigned
-/// byte codes, element `first + 4j + i` of a run in byte `i` of its word `j`. The codes'
-/// value is the byte less the format's `centre`.
+/// two runs of 16 consecutive elements, each within one sub-block, as words of four byte
+/// codes, element `first + 4j + i` of a run in byte `i` of its word `j`. The codes' value is
+/// the byte, read as a signed byte, less the format's `centre`: unsigned codes are below 128
+/// (nibbles, Q6_K's six bits), and a signed format's bytes (grouped Q8_0's) are their value,
+/// as the products' signed packed dots ([`trine_ir::BinaryOp::Dot4I8`]) take them.
 pub struct UnitCodes<'b> {
     /// Each run's first element in the block, and its four words.
     pub runs: [(Val<'b>, [Val<'b>; 4]); 2],
@@ -62,12 +64,15 @@ pub struct UnitCodes<'b> {
 /// Unit `unit` (`0..elems / UNIT`) of the block at byte `base` of the weights bound as words.
 pub type UnitWords = for<'b> fn(&'b KernelBuilder, BufferId, Val<'b>, Val<'b>) -> UnitCodes<'b>;
 
-/// How a format's codes come as words of byte codes: the unit's words, and the value every
-/// code is less (Q6_K's 32; 0 for codes that are their value).
+/// How a format's codes come as words of byte codes: the unit's words, the value every code
+/// is less (Q6_K's 32; 0 for codes that are their value), and whether both runs of every
+/// unit lie in one sub-block, and so in one block of x (a grouped block's units are its
+/// blocks): a product then sums their dots before the scales apply, once.
 #[derive(Clone, Copy)]
 pub struct IntUnits {
     pub words: UnitWords,
     pub centre: i32,
+    pub one_sub: bool,
 }
 
 /// The codes of nibble words in a unit: the low nibbles of `words`' bytes, or the high ones.

@@ -20,6 +20,7 @@ pub(super) const FORMAT: Packed = Packed {
     units: Some(IntUnits {
         words: units,
         centre: 0,
+        one_sub: false,
     }),
 };
 

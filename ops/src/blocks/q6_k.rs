@@ -21,6 +21,7 @@ pub(super) const FORMAT: Packed = Packed {
     units: Some(IntUnits {
         words: units,
         centre: 32,
+        one_sub: false,
     }),
 };
 
