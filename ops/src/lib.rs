@@ -32,6 +32,7 @@ pub mod matvec;
 pub mod matvec_attn;
 pub mod matvec_fused;
 pub mod matvec_ids;
+pub mod matvec_ids_blocks;
 pub mod matvec_q8;
 pub mod matvec_q8_blocks;
 pub mod matvec_q8_rows;
@@ -58,7 +59,7 @@ pub struct Family {
 }
 
 /// The op library's families, in the order of [`cases`].
-pub static FAMILIES: [Family; 19] = [
+pub static FAMILIES: [Family; 20] = [
     Family {
         name: "matmul_tiles",
         about: "prompt products y = x·Wᵀ on matrix units, W in f32, f16, Q8_0, Q4_0 or Q4_1",
@@ -98,6 +99,11 @@ pub static FAMILIES: [Family; 19] = [
         name: "matvec_ids",
         about: "mixture-of-experts products: each row reads its chosen expert's weights by index",
         cases: matvec_ids::cases,
+    },
+    Family {
+        name: "matvec_ids_blocks",
+        about: "mixture-of-experts products on 8-bit x and the experts' own K-quant blocks",
+        cases: matvec_ids_blocks::cases,
     },
     Family {
         name: "moe_route",
