@@ -17,6 +17,7 @@ use trine_ops::elementwise::{self, GateUp};
 use trine_ops::embedding;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec_ids::{self, MatvecIds};
+use trine_ops::matvec_ids_blocks;
 use trine_ops::matvec_q8::XLoad;
 use trine_ops::moe_route::MoeRoute;
 use trine_ops::qkv_bias_norm::{Apply, QkvBiasNorm};
@@ -297,26 +298,20 @@ impl Engine {
                     r.grid(),
                 )
             }
-            Op::ExpertsSwiglu { gate, up } => {
+            Op::ExpertsSwiglu { gate, up, form } => {
                 let m = self.matvec_ids(t, gate, matvec_ids::Out::Swiglu);
-                let inputs = vec![
-                    Tensor::Weight(gate),
-                    Tensor::Weight(up),
-                    Tensor::Route,
-                    Tensor::Normed,
-                ];
-                plan(inputs, &[Tensor::ExpertAct], m.params(), m.grid())
+                let (mut inputs, grid) = self.experts_weights(node, &[gate, up], &m, form);
+                inputs.push(Tensor::Route);
+                inputs.extend(experts_x(form, Tensor::Normed));
+                plan(inputs, &[Tensor::ExpertAct], m.params(), grid)
             }
-            Op::ExpertsDown { down, r, out } => {
+            Op::ExpertsDown { down, r, out, form } => {
                 let m = self.matvec_ids(t, down, matvec_ids::Out::WeightedSum);
-                let inputs = vec![
-                    Tensor::Weight(down),
-                    Tensor::Route,
-                    Tensor::RouteWeights,
-                    Tensor::ExpertAct,
-                    r,
-                ];
-                plan(inputs, &[out], m.params(), m.grid())
+                let (mut inputs, grid) = self.experts_weights(node, &[down], &m, form);
+                inputs.extend([Tensor::Route, Tensor::RouteWeights]);
+                inputs.extend(experts_x(form, Tensor::ExpertAct));
+                inputs.push(r);
+                plan(inputs, &[out], m.params(), grid)
             }
             Op::PickLast => plan(
                 vec![Tensor::Resid(0)],
@@ -388,6 +383,34 @@ impl Engine {
         }
     }
 
+    /// An experts' product's weights `ids` as its kernel binds them (each twice where the
+    /// blocks kernel reads the scales through an f16 view), and its grid.
+    fn experts_weights(
+        &self,
+        node: &Node,
+        ids: &[WeightId],
+        m: &MatvecIds,
+        form: Form,
+    ) -> (Vec<Tensor>, [u32; 3]) {
+        let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+        match (key, self.placement.programs[&key].launch) {
+            (
+                KernelKey::MatvecIds {
+                    blocks: Some(rows), ..
+                },
+                Launch::Blocks { f16_view },
+            ) if form == Form::QuantizedBlocks => {
+                let views = if f16_view { 2 } else { 1 };
+                let inputs = ids
+                    .iter()
+                    .flat_map(|&id| vec![Tensor::Weight(id); views])
+                    .collect();
+                (inputs, matvec_ids_blocks::grid(m, rows))
+            }
+            _ => (ids.iter().map(|&id| Tensor::Weight(id)).collect(), m.grid()),
+        }
+    }
+
     fn experts(&self) -> Experts {
         self.model
             .config
@@ -404,6 +427,15 @@ impl Engine {
             head_dim: c.head_dim(),
             splits,
         }
+    }
+}
+
+/// The x an experts' product in `form` reads: `x` itself, or its quantized words and scales.
+fn experts_x(form: Form, x: Tensor) -> Vec<Tensor> {
+    if form.quantizes_x() {
+        vec![Tensor::XqWords, Tensor::XqScales]
+    } else {
+        vec![x]
     }
 }
 

@@ -185,8 +185,8 @@ impl Engine {
                 let widest = (2 * c.n_ff).max(c.q_dim() + 2 * c.kv_dim()).max(router);
                 f32s(b * widest as u64)
             }
-            // The widest product input: the residual stream, attention's output or the FFN's
-            // activation.
+            // The widest product input: the residual stream, attention's output, the FFN's
+            // activation or the chosen experts' activations, a row each.
             Tensor::XqWords => f32s(b * widest_input(c) / 4),
             Tensor::XqScales | Tensor::XqSums => {
                 f32s(b * widest_input(c) / u64::from(matvec_q8::X_BLOCK))
@@ -317,5 +317,6 @@ impl Drop for Engine {
 }
 
 fn widest_input(c: &crate::config::Config) -> u64 {
-    u64::from(c.n_embd.max(c.n_ff).max(c.q_dim()))
+    let experts = c.experts.map_or(0, |e| e.used * e.ff);
+    u64::from(c.n_embd.max(c.n_ff).max(c.q_dim()).max(experts))
 }

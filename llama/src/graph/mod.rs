@@ -250,14 +250,22 @@ pub enum Op {
     /// into [`Tensor::RouteWeights`].
     MoeRoute,
     /// The chosen experts' gate and up products on [`Tensor::Normed`], SwiGLU of each pair,
-    /// into [`Tensor::ExpertAct`] ([`trine_ops::matvec_ids`], one dispatch).
-    ExpertsSwiglu { gate: WeightId, up: WeightId },
-    /// The chosen experts' down products on [`Tensor::ExpertAct`], weighted by
-    /// [`Tensor::RouteWeights`], summed and added to residual `r` into `out`.
+    /// into [`Tensor::ExpertAct`], one dispatch: on float x ([`Form::Float`],
+    /// [`trine_ops::matvec_ids`]) or on x quantized by an [`Op::Quantize`] before it and the
+    /// file's blocks ([`Form::QuantizedBlocks`], [`trine_ops::matvec_ids_blocks`]).
+    ExpertsSwiglu {
+        gate: WeightId,
+        up: WeightId,
+        form: Form,
+    },
+    /// The chosen experts' down products on [`Tensor::ExpertAct`] (in `form`, as
+    /// [`Op::ExpertsSwiglu`]'s), weighted by [`Tensor::RouteWeights`], summed and added to
+    /// residual `r` into `out`.
     ExpertsDown {
         down: WeightId,
         r: Tensor,
         out: Tensor,
+        form: Form,
     },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
