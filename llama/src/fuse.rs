@@ -220,7 +220,9 @@ pub fn fuse(
                 let op = Op::ExpertsSwiglu { gate, up, form };
                 out.push(Node { op, ..node });
             }
-            Op::ExpertsDown { down, r, out: y, .. } => {
+            Op::ExpertsDown {
+                down, r, out: y, ..
+            } => {
                 let form = experts_form(w, down);
                 // Each chosen expert's activation is a row of its own.
                 let x = (Tensor::ExpertAct, s.tokens * c.experts_used());

@@ -26,8 +26,8 @@ use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
     argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
-    matvec, matvec_ids, matvec_ids_blocks, matvec_q8, matvec_q8_blocks, matvec_q8_rows, moe_route, norm_add,
-    qkv_bias_norm, rms_norm, rope_store,
+    matvec, matvec_ids, matvec_ids_blocks, matvec_q8, matvec_q8_blocks, matvec_q8_rows, moe_route,
+    norm_add, qkv_bias_norm, rms_norm, rope_store,
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the

@@ -123,7 +123,11 @@ pub fn kernel(
             let mine = k.u32(i as u32).eq(rr);
             for (acc, &s) in row.iter().zip(&sums) {
                 let s = scale.map_or(s, |w| w * s);
-                let s = if nrows == 1 { s } else { k.select(mine, s, k.f32(0.0)) };
+                let s = if nrows == 1 {
+                    s
+                } else {
+                    k.select(mine, s, k.f32(0.0))
+                };
                 acc.set(acc.get() + s);
             }
         }

@@ -109,7 +109,14 @@ pub fn kernel(
         let (b, unit) = (u / k.u32(per_block), u % k.u32(per_block));
         let at: Vec<_> = rows_at.iter().map(|&row| ((w, w16), row)).collect();
         let start: Vec<_> = accs.iter().map(|a| a.get()).collect();
-        let sums = unit_sums(&k, (p, units), &at, (xq, xd, None), (blocks, b, unit), &start);
+        let sums = unit_sums(
+            &k,
+            (p, units),
+            &at,
+            (xq, xd, None),
+            (blocks, b, unit),
+            &start,
+        );
         accs.iter().zip(sums).for_each(|(acc, sum)| acc.set(sum));
     });
     let reducer = Reducer::new(&k, reduce);

@@ -158,7 +158,15 @@ impl<'a> Builder<'a> {
         let form = Form::Float;
         self.push(Op::ExpertsSwiglu { gate, up, form }, "ffn_moe_gate_up");
         let down = e.down;
-        self.push(Op::ExpertsDown { down, r: x, out, form }, "ffn_moe_down");
+        self.push(
+            Op::ExpertsDown {
+                down,
+                r: x,
+                out,
+                form,
+            },
+            "ffn_moe_down",
+        );
     }
 
     /// The decoder stack Llama and its kin share: the embedding, then per layer a pre-norm

@@ -53,7 +53,11 @@ fn qwen3moe_k_quant_experts_take_quantized_x() {
                 );
                 blocks += 1;
             }
-            assert_eq!(blocks, 2 * shape.n_layer as usize, "{name}, {tokens} tokens");
+            assert_eq!(
+                blocks,
+                2 * shape.n_layer as usize,
+                "{name}, {tokens} tokens"
+            );
         }
     });
 }
