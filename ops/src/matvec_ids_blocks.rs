@@ -120,14 +120,11 @@ pub fn kernel(
     // Adds `sums` (one per matrix) times `scale` into row `rr`'s accumulators.
     let add = |rr, sums: Vec<Val>, scale: Option<Val>| {
         for (i, row) in accs.iter().enumerate() {
-            let mine = k.u32(i as u32).eq(rr);
+            // A row keeps only its own units' sums: an invocation's units span rows.
+            let mine = (nrows > 1).then(|| k.u32(i as u32).eq(rr));
             for (acc, &s) in row.iter().zip(&sums) {
                 let s = scale.map_or(s, |w| w * s);
-                let s = if nrows == 1 {
-                    s
-                } else {
-                    k.select(mine, s, k.f32(0.0))
-                };
+                let s = mine.map_or(s, |m| k.select(m, s, k.f32(0.0)));
                 acc.set(acc.get() + s);
             }
         }
