@@ -267,16 +267,16 @@ pub fn reference(s: &MatvecIds, mats: &[&[u8]], a: &Inputs) -> Result<Vec<f64>, 
     Ok(y)
 }
 
-/// Each token's `used` experts, distinct, drawn from `rng`.
-pub(crate) fn draw_ids(rng: &mut Rng, s: &MatvecIds) -> Vec<u32> {
+/// Each of `tokens` tokens' `used` experts of `experts`, distinct, drawn from `rng`.
+pub(crate) fn draw_ids(rng: &mut Rng, tokens: u32, experts: u32, used: u32) -> Vec<u32> {
     let mut ids = vec![];
-    for _ in 0..s.tokens {
-        let mut all: Vec<u32> = (0..s.experts).collect();
-        for i in 0..s.used as usize {
+    for _ in 0..tokens {
+        let mut all: Vec<u32> = (0..experts).collect();
+        for i in 0..used as usize {
             let j = i + (rng.u32() as usize) % (all.len() - i);
             all.swap(i, j);
         }
-        ids.extend_from_slice(&all[..s.used as usize]);
+        ids.extend_from_slice(&all[..used as usize]);
     }
     ids
 }
@@ -311,7 +311,7 @@ pub fn case(s: MatvecIds, how: Reduction) -> Result<Case, ShapeError> {
     let mats: Vec<Vec<u8>> = (0..if s.out == Out::Swiglu { 2 } else { 1 })
         .map(|_| quantize(s.weights, &rng.f32s(n, -1.0, 1.0)))
         .collect::<Result<_, _>>()?;
-    let ids = draw_ids(&mut rng, &s);
+    let ids = draw_ids(&mut rng, s.tokens, s.experts, s.used);
     let (t, k) = (s.tokens as usize, s.used as usize);
     let x_len = match s.out {
         Out::Swiglu => t,

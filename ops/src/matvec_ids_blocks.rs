@@ -191,7 +191,7 @@ pub fn kernel(
 
 /// x as the kernel reads it after the host quantized it, in f32 (exact: an f16 scale times
 /// a byte).
-fn dequantized(words: &[u32], scales: &[f32]) -> Vec<f32> {
+pub(crate) fn dequantized(words: &[u32], scales: &[f32]) -> Vec<f32> {
     words
         .iter()
         .flat_map(|w| w.to_le_bytes())
@@ -237,7 +237,7 @@ pub fn case(
         .map(|_| quantize(s.weights, &rng.f32s(n, -1.0, 1.0)))
         .collect::<Result<_, _>>()?;
     let (t, k) = (s.tokens as usize, s.used as usize);
-    let ids = crate::matvec_ids::draw_ids(&mut rng, &s);
+    let ids = crate::matvec_ids::draw_ids(&mut rng, s.tokens, s.experts, s.used);
     let x_rows = match s.out {
         Out::Swiglu => t,
         Out::WeightedSum => t * k,
