@@ -217,7 +217,22 @@ pub fn fuse(
                 let form = experts_form(w, gate);
                 let x = (Tensor::Normed, s.tokens);
                 out.extend(experts_quantizer(w, gate, x, form, node.layer));
-                let op = Op::ExpertsSwiglu { gate, up, form };
+                // A prompt's pairs sorted by expert, so that an expert's rows serve its
+                // tokens together.
+                let by_expert = form == Form::QuantizedBlocks && s.tokens > 1;
+                if by_expert {
+                    out.push(Node {
+                        op: Op::MoeSort,
+                        label: "ffn_moe_sort",
+                        layer: node.layer,
+                    });
+                }
+                let op = Op::ExpertsSwiglu {
+                    gate,
+                    up,
+                    form,
+                    by_expert,
+                };
                 out.push(Node { op, ..node });
             }
             Op::ExpertsDown {

@@ -26,8 +26,8 @@ use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
     argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
-    matvec, matvec_ids, matvec_ids_blocks, matvec_q8, matvec_q8_blocks, matvec_q8_rows, moe_route,
-    norm_add, qkv_bias_norm, rms_norm, rope_store,
+    matvec, matvec_ids, matvec_ids_blocks, matvec_ids_sorted, matvec_q8, matvec_q8_blocks,
+    matvec_q8_rows, moe_route, moe_sort, norm_add, qkv_bias_norm, rms_norm, rope_store,
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
@@ -106,6 +106,15 @@ pub enum KernelKey {
     },
     /// A mixture-of-experts layer's routing ([`Op::MoeRoute`]).
     MoeRoute,
+    /// A prompt's routing by expert ([`Op::MoeSort`]).
+    MoeSort,
+    /// A prompt's experts' gate/up by expert ([`Op::ExpertsSwiglu`] `by_expert`): `rows` a
+    /// workgroup, the pairs in chunks of `chunk` tokens.
+    MatvecIdsSorted {
+        weights: WeightType,
+        rows: u32,
+        chunk: u32,
+    },
     /// The chosen experts' products ([`Op::ExpertsSwiglu`], [`Op::ExpertsDown`]): on float
     /// x, or with `blocks` (the rows each workgroup takes,
     /// [`matvec_ids_blocks::rows_per_workgroup`]) on quantized x and the file's blocks.
@@ -257,6 +266,16 @@ impl std::fmt::Display for KernelKey {
                 write!(f, "x quantized to {}{load}", blocks.name())
             }
             KernelKey::MoeRoute => f.write_str("experts' routing"),
+            KernelKey::MoeSort => f.write_str("experts' routing by expert"),
+            KernelKey::MatvecIdsSorted {
+                weights,
+                rows,
+                chunk,
+            } => write!(
+                f,
+                "matvec {weights} by expert (gate/up, swiglu, x quantized, {rows} rows a \
+                 workgroup, pairs in chunks of {chunk})"
+            ),
             KernelKey::MatvecIds {
                 weights,
                 out,
@@ -362,6 +381,23 @@ impl KernelKey {
             Op::RopeStore { mode, .. } => KernelKey::RopeStore { mode },
             Op::Quantize { blocks, load, .. } => KernelKey::Quantize { blocks, load },
             Op::MoeRoute => KernelKey::MoeRoute,
+            Op::MoeSort => KernelKey::MoeSort,
+            Op::ExpertsSwiglu {
+                gate,
+                by_expert: true,
+                ..
+            } => {
+                let t = &w.tensors[gate];
+                KernelKey::MatvecIdsSorted {
+                    weights: t.ty,
+                    rows: matvec_ids_blocks::rows_per_workgroup(
+                        t.ty,
+                        matvec_ids::Out::Swiglu,
+                        t.cols,
+                    ),
+                    chunk: tuning::EXPERT_TOKENS_PER_CHUNK,
+                }
+            }
             Op::ExpertsSwiglu { gate: id, form, .. } | Op::ExpertsDown { down: id, form, .. } => {
                 let out = match op {
                     Op::ExpertsSwiglu { .. } => matvec_ids::Out::Swiglu,
@@ -524,6 +560,30 @@ impl KernelKey {
                 vec![plain(matvec_q8::quantize_kernel(blocks, load))]
             }
             KernelKey::MoeRoute => vec![plain(moe_route::kernel())],
+            KernelKey::MoeSort => vec![plain(moe_sort::kernel())],
+            KernelKey::MatvecIdsSorted {
+                weights,
+                rows,
+                chunk,
+            } => {
+                // As the experts' products on the file's blocks.
+                let views: &[bool] = if info.f16 { &[true, false] } else { &[false] };
+                let mut variants = vec![];
+                for &how in reductions {
+                    for &f16_view in views {
+                        variants.push(Variant {
+                            kernel: matvec_ids_sorted::kernel(
+                                weights,
+                                how,
+                                (rows, chunk),
+                                f16_view,
+                            )?,
+                            launch: Launch::Blocks { f16_view },
+                        });
+                    }
+                }
+                variants
+            }
             KernelKey::MatvecIds {
                 weights,
                 out,

@@ -17,13 +17,14 @@ use trine_ops::elementwise::{self, GateUp};
 use trine_ops::embedding;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec_ids::{self, MatvecIds};
-use trine_ops::matvec_ids_blocks;
 use trine_ops::matvec_q8::XLoad;
 use trine_ops::moe_route::MoeRoute;
+use trine_ops::moe_sort::MoeSort;
 use trine_ops::qkv_bias_norm::{Apply, QkvBiasNorm};
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::{HeadSpan, RopeStore};
+use trine_ops::{matvec_ids_blocks, matvec_ids_sorted};
 use trine_ops::{matvec_q8, matvec_q8_blocks, matvec_q8_rows};
 
 /// A node's dispatch before buffers are bound: the tensors it reads and writes, in the
@@ -298,12 +299,37 @@ impl Engine {
                     r.grid(),
                 )
             }
-            Op::ExpertsSwiglu { gate, up, form } => {
+            Op::MoeSort => {
+                let e = self.experts();
+                let sort = MoeSort {
+                    tokens: t,
+                    experts: e.count,
+                    used: e.used,
+                };
+                plan(
+                    vec![Tensor::Route],
+                    &[Tensor::RouteCounts, Tensor::RouteLists],
+                    sort.params(),
+                    sort.grid(),
+                )
+            }
+            Op::ExpertsSwiglu {
+                gate,
+                up,
+                form,
+                by_expert,
+            } => {
                 let m = self.matvec_ids(t, gate, matvec_ids::Out::Swiglu);
                 let (mut inputs, grid) = self.experts_weights(node, &[gate, up], &m, form);
-                inputs.push(Tensor::Route);
+                let params = if by_expert {
+                    inputs.extend([Tensor::RouteCounts, Tensor::RouteLists]);
+                    matvec_ids_sorted::params(&m)
+                } else {
+                    inputs.push(Tensor::Route);
+                    m.params()
+                };
                 inputs.extend(experts_x(form, Tensor::Normed));
-                plan(inputs, &[Tensor::ExpertAct], m.params(), grid)
+                plan(inputs, &[Tensor::ExpertAct], params, grid)
             }
             Op::ExpertsDown { down, r, out, form } => {
                 let m = self.matvec_ids(t, down, matvec_ids::Out::WeightedSum);
@@ -393,22 +419,22 @@ impl Engine {
         form: Form,
     ) -> (Vec<Tensor>, [u32; 3]) {
         let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
-        match (key, self.placement.programs[&key].launch) {
-            (
-                KernelKey::MatvecIds {
-                    blocks: Some(rows), ..
-                },
-                Launch::Blocks { f16_view },
-            ) if form == Form::QuantizedBlocks => {
-                let views = if f16_view { 2 } else { 1 };
-                let inputs = ids
-                    .iter()
-                    .flat_map(|&id| vec![Tensor::Weight(id); views])
-                    .collect();
-                (inputs, matvec_ids_blocks::grid(m, rows))
-            }
-            _ => (ids.iter().map(|&id| Tensor::Weight(id)).collect(), m.grid()),
-        }
+        let grid = match key {
+            KernelKey::MatvecIds {
+                blocks: Some(rows), ..
+            } => matvec_ids_blocks::grid(m, rows),
+            KernelKey::MatvecIdsSorted { rows, .. } => matvec_ids_sorted::grid(m, rows),
+            _ => m.grid(),
+        };
+        let views = match self.placement.programs[&key].launch {
+            Launch::Blocks { f16_view: true } if form == Form::QuantizedBlocks => 2,
+            _ => 1,
+        };
+        let inputs = ids
+            .iter()
+            .flat_map(|&id| vec![Tensor::Weight(id); views])
+            .collect();
+        (inputs, grid)
     }
 
     fn experts(&self) -> Experts {

@@ -156,6 +156,8 @@ impl Engine {
             }
             Tensor::Act => f32s(b * c.n_ff as u64),
             Tensor::Route | Tensor::RouteWeights => f32s(b * c.experts_used() as u64),
+            Tensor::RouteCounts => f32s(c.experts.map_or(0, |e| e.count) as u64),
+            Tensor::RouteLists => f32s(b * c.experts.map_or(0, |e| e.count) as u64),
             Tensor::ExpertAct => f32s(b * c.experts.map_or(0, |e| e.used * e.ff) as u64),
             Tensor::Last => f32s(c.n_embd as u64),
             Tensor::Logits => f32s(c.vocab as u64),

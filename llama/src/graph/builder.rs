@@ -156,7 +156,14 @@ impl<'a> Builder<'a> {
         self.push(Op::MoeRoute, "ffn_moe_route");
         let (gate, up) = (e.gate, e.up);
         let form = Form::Float;
-        self.push(Op::ExpertsSwiglu { gate, up, form }, "ffn_moe_gate_up");
+        let by_expert = false;
+        let op = Op::ExpertsSwiglu {
+            gate,
+            up,
+            form,
+            by_expert,
+        };
+        self.push(op, "ffn_moe_gate_up");
         let down = e.down;
         self.push(
             Op::ExpertsDown {

@@ -31,7 +31,8 @@ fn qwen3moe_backends_agree_node_by_node() {
 
 /// Qwen3-30B-A3B's types at a test's size: both experts' products in every layer on
 /// quantized x and the file's Q4_K and Q6_K blocks, each after the node quantizing its x (the
-/// normed stream; the chosen experts' activations, a row each), on every backend.
+/// normed stream; the chosen experts' activations, a row each), on every backend; a prompt's
+/// gate/up by expert, after the routing's sort.
 #[test]
 fn qwen3moe_k_quant_experts_take_quantized_x() {
     let shape = SynthShape::TINY_QWEN3_30B_A3B;
@@ -40,16 +41,25 @@ fn qwen3moe_k_quant_experts_take_quantized_x() {
             let nodes = main.graph(Step { tokens, pos: 0 }).unwrap();
             let mut blocks = 0;
             for (i, n) in nodes.iter().enumerate() {
-                let (form, x, rows) = match n.op {
-                    Op::ExpertsSwiglu { form, .. } => (form, Tensor::Normed, tokens),
-                    Op::ExpertsDown { form, .. } => (form, Tensor::ExpertAct, 2 * tokens),
+                let (form, x, rows, sorted) = match n.op {
+                    Op::ExpertsSwiglu {
+                        form, by_expert, ..
+                    } => {
+                        assert_eq!(by_expert, tokens > 1, "{name}: {n:?}");
+                        (form, Tensor::Normed, tokens, by_expert)
+                    }
+                    Op::ExpertsDown { form, .. } => (form, Tensor::ExpertAct, 2 * tokens, false),
                     _ => continue,
                 };
                 assert_eq!(form, Form::QuantizedBlocks, "{name}: {n:?}");
+                let before = i - 1 - usize::from(sorted);
+                if sorted {
+                    assert_eq!(nodes[i - 1].op, Op::MoeSort, "{name}");
+                }
                 assert!(
-                    matches!(nodes[i - 1].op, Op::Quantize { x: q, tokens: t, .. } if q == x && t == rows),
+                    matches!(nodes[before].op, Op::Quantize { x: q, tokens: t, .. } if q == x && t == rows),
                     "{name}: {:?} before {n:?}",
-                    nodes[i - 1]
+                    nodes[before]
                 );
                 blocks += 1;
             }
