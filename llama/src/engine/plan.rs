@@ -25,7 +25,7 @@ use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::{HeadSpan, RopeStore};
 use trine_ops::{matvec_ids_blocks, matvec_ids_sorted};
-use trine_ops::{matvec_q8, matvec_q8_blocks, matvec_q8_rows};
+use trine_ops::{matvec_q8, matvec_q8_blocks, matvec_q8_rows, widen};
 
 /// A node's dispatch before buffers are bound: the tensors it reads and writes, in the
 /// kernel's buffer order (reads first), its parameters and its grid.
@@ -135,9 +135,14 @@ impl Engine {
                             matvec_q8_blocks::grid(rows, per),
                         )
                     }
-                    (Form::Tiles, Launch::Tiles(spec)) => {
-                        // The kernel stages the file's blocks.
-                        let mut inputs = vec![file_layout(info, w, wid, wt.ty), x];
+                    (Form::Tiles | Form::Widened, Launch::Tiles(spec)) => {
+                        // The kernel stages the file's blocks, or the weight widened to f16
+                        // before it.
+                        let weights = match form {
+                            Form::Widened => Tensor::Wide,
+                            _ => file_layout(info, w, wid, wt.ty),
+                        };
+                        let mut inputs = vec![weights, x];
                         inputs.extend(add);
                         plan(
                             inputs,
@@ -288,6 +293,23 @@ impl Engine {
                     &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
                     vec![],
                     matvec_q8::quantize_grid(blocks, tokens * cols),
+                )
+            }
+            Op::HalfX { x, cols, tokens } => plan(
+                vec![x],
+                &[Tensor::XHalf],
+                vec![u(tokens), u(cols)],
+                widen::x_grid(tokens),
+            ),
+            Op::Widen { w: wid, rows, cols } => {
+                let key = KernelKey::of(&node.op, w, self.shape);
+                let info = self.dev(self.placement.programs[&key].device).info();
+                let ty = w.tensors[wid].ty;
+                plan(
+                    vec![file_layout(info, w, wid, ty)],
+                    &[Tensor::Wide],
+                    vec![u(rows), u(cols)],
+                    widen::grid(rows),
                 )
             }
             Op::MoeRoute => {
