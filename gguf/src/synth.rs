@@ -441,9 +441,9 @@ impl SynthShape {
     /// The presets by the names `trine synth-model --like` takes; the tiny ones are the
     /// tests' ([`SynthShape::TINY`], [`SynthShape::TINY_QWEN2`], [`SynthShape::TINY_QWEN3`],
     /// [`SynthShape::TINY_GEMMA3`], [`SynthShape::TINY_MISTRAL`], [`SynthShape::TINY_PHI3`],
-    /// [`SynthShape::TINY_PHI4`], [`SynthShape::TINY_QWEN3_MOE`]), for the reference scripts to read the same files. Those
+    /// [`SynthShape::TINY_PHI4`], [`SynthShape::TINY_QWEN3_MOE`], [`SynthShape::TINY_QWEN3_30B_A3B`]), for the reference scripts to read the same files. Those
     /// of Llama 3.1 and 3.2 also carry their rope scaling ([`rope::Llama3Rope::of_preset`]).
-    pub const PRESETS: [(&'static str, SynthShape); 20] = [
+    pub const PRESETS: [(&'static str, SynthShape); 21] = [
         ("smollm2-135m", SynthShape::SMOLLM2_135M),
         ("llama-3.2-1b", SynthShape::LLAMA_3_2_1B),
         ("llama-3-8b", SynthShape::LLAMA_3_8B),
@@ -464,6 +464,7 @@ impl SynthShape {
         ("qwen3moe-tiny", SynthShape::TINY_QWEN3_MOE),
         ("phi-4-mini", SynthShape::PHI_4_MINI),
         ("phi4-tiny", SynthShape::TINY_PHI4),
+        ("qwen3-30b-a3b-tiny", SynthShape::TINY_QWEN3_30B_A3B),
     ];
 
     /// The smallest Llama the tests run whole: two layers of width 64 with grouped-query
@@ -540,6 +541,26 @@ impl SynthShape {
             used: 2,
             expert_ff: 32,
         },
+        ..SynthShape::TINY_QWEN3
+    };
+
+    /// [`SynthShape::QWEN3_30B_A3B`]'s types at a test's size: Q4_K_M over a stream of 256
+    /// (4 heads of 64, 2 of keys and values), two layers, 8 experts of 256 rows with 2 used,
+    /// so that the experts are whole K-quant blocks as the full layout's are: Q4_K gate and
+    /// up, `ffn_down_exps` Q4_K in layer 0 and Q6_K in layer 1.
+    pub const TINY_QWEN3_30B_A3B: SynthShape = SynthShape {
+        family: Family::Qwen3Moe {
+            experts: 8,
+            used: 2,
+            expert_ff: 256,
+        },
+        n_embd: 256,
+        n_ff: 512,
+        head_dim: Some(64),
+        matrices: TensorType::Q4_K,
+        embedding: TensorType::Q4_K,
+        output: Some(TensorType::Q6_K),
+        mix: Mix::Q4KM,
         ..SynthShape::TINY_QWEN3
     };
 }

@@ -20,7 +20,8 @@ use trine_ops::kv_type::KvType;
 use trine_ops::matvec_q8::{XBlocks, XLoad};
 use trine_ops::rope::RopeMode;
 use trine_ops::{
-    attention_flash, attention_flash_tiles, matmul_tiles, matvec_q8_blocks, matvec_q8_rows, widen,
+    attention_flash, attention_flash_tiles, matmul_tiles, matvec_ids_blocks, matvec_q8_blocks,
+    matvec_q8_rows, widen,
 };
 
 /// What a device offers the fusion pass. A checker takes the checked executor's, so that both
@@ -249,6 +250,43 @@ pub fn fuse(
             {
                 swiglu = Some(Tensor::Act);
             }
+            Op::ExpertsSwiglu { gate, up, .. } => {
+                let form = experts_form(w, gate);
+                let x = (Tensor::Normed, s.tokens);
+                out.extend(experts_quantizer(w, gate, x, form, node.layer));
+                // A prompt's pairs sorted by expert, so that an expert's rows serve its
+                // tokens together.
+                let by_expert = form == Form::QuantizedBlocks && s.tokens > 1;
+                if by_expert {
+                    out.push(Node {
+                        op: Op::MoeSort,
+                        label: "ffn_moe_sort",
+                        layer: node.layer,
+                    });
+                }
+                let op = Op::ExpertsSwiglu {
+                    gate,
+                    up,
+                    form,
+                    by_expert,
+                };
+                out.push(Node { op, ..node });
+            }
+            Op::ExpertsDown {
+                down, r, out: y, ..
+            } => {
+                let form = experts_form(w, down);
+                // Each chosen expert's activation is a row of its own.
+                let x = (Tensor::ExpertAct, s.tokens * c.experts_used());
+                out.extend(experts_quantizer(w, down, x, form, node.layer));
+                let op = Op::ExpertsDown {
+                    down,
+                    r,
+                    out: y,
+                    form,
+                };
+                out.push(Node { op, ..node });
+            }
             Op::Add { .. } => {
                 return Err(ModelError::Unfused {
                     node: node.label,
@@ -310,6 +348,41 @@ fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -
     } else {
         Form::Float
     }
+}
+
+/// The experts' products' form, on every device: on quantized x and the file's blocks where
+/// the experts' format has byte-code units ([`matvec_ids_blocks::takes`]), else on float x.
+/// The float kernel decodes each weight on its own, the blocks kernel a unit of 32 codes with
+/// packed integer dots; a CPU, whose dense products take quantized x too, gains as a GPU does.
+fn experts_form(w: &Weights, id: WeightId) -> Form {
+    let t = &w.tensors[id];
+    if matvec_ids_blocks::takes(t.ty, t.cols) {
+        Form::QuantizedBlocks
+    } else {
+        Form::Float
+    }
+}
+
+/// The node quantizing x (`tokens` rows) for an experts' product over `id` in `form`, where
+/// it takes quantized x.
+fn experts_quantizer(
+    w: &Weights,
+    id: WeightId,
+    (x, tokens): (Tensor, u32),
+    form: Form,
+    layer: Option<u32>,
+) -> Option<Node> {
+    form.quantizes_x().then(|| Node {
+        op: Op::Quantize {
+            x,
+            cols: w.tensors[id].cols,
+            tokens,
+            blocks: matvec_ids_blocks::X_BLOCKS,
+            load: XLoad::None,
+        },
+        label: "quantize",
+        layer,
+    })
 }
 
 /// A step's attention: flash attention for a GPU's prompt steps (for heads it takes), on

@@ -26,8 +26,8 @@ use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
     argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
-    matvec, matvec_ids, matvec_q8, matvec_q8_blocks, matvec_q8_rows, moe_route, norm_add,
-    qkv_bias_norm, rms_norm, rope_store, widen,
+    matvec, matvec_ids, matvec_ids_blocks, matvec_ids_sorted, matvec_q8, matvec_q8_blocks,
+    matvec_q8_rows, moe_route, moe_sort, norm_add, qkv_bias_norm, rms_norm, rope_store, widen,
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
@@ -121,10 +121,22 @@ pub enum KernelKey {
     },
     /// A mixture-of-experts layer's routing ([`Op::MoeRoute`]).
     MoeRoute,
-    /// The chosen experts' products ([`Op::ExpertsSwiglu`], [`Op::ExpertsDown`]).
+    /// A prompt's routing by expert ([`Op::MoeSort`]).
+    MoeSort,
+    /// A prompt's experts' gate/up by expert ([`Op::ExpertsSwiglu`] `by_expert`): `rows` a
+    /// workgroup, the pairs in chunks of `chunk` tokens.
+    MatvecIdsSorted {
+        weights: WeightType,
+        rows: u32,
+        chunk: u32,
+    },
+    /// The chosen experts' products ([`Op::ExpertsSwiglu`], [`Op::ExpertsDown`]): on float
+    /// x, or with `blocks` (the rows each workgroup takes,
+    /// [`matvec_ids_blocks::rows_per_workgroup`]) on quantized x and the file's blocks.
     MatvecIds {
         weights: WeightType,
         out: matvec_ids::Out,
+        blocks: Option<u32>,
     },
     PickLast,
     Argmax,
@@ -280,12 +292,30 @@ impl std::fmt::Display for KernelKey {
                 write!(f, "x quantized to {}{load}", blocks.name())
             }
             KernelKey::MoeRoute => f.write_str("experts' routing"),
-            KernelKey::MatvecIds { weights, out } => {
+            KernelKey::MoeSort => f.write_str("experts' routing by expert"),
+            KernelKey::MatvecIdsSorted {
+                weights,
+                rows,
+                chunk,
+            } => write!(
+                f,
+                "matvec {weights} by expert (gate/up, swiglu, x quantized, {rows} rows a \
+                 workgroup, pairs in chunks of {chunk})"
+            ),
+            KernelKey::MatvecIds {
+                weights,
+                out,
+                blocks,
+            } => {
                 let out = match out {
                     matvec_ids::Out::Swiglu => "gate/up, swiglu",
                     matvec_ids::Out::WeightedSum => "down, weighted sum, add",
                 };
-                write!(f, "matvec {weights} by expert ({out})")
+                let x = match blocks {
+                    Some(rows) => format!(", x quantized, {rows} rows a workgroup"),
+                    None => String::new(),
+                };
+                write!(f, "matvec {weights} by expert ({out}{x})")
             }
             KernelKey::PickLast => f.write_str("last-token copy"),
             KernelKey::Argmax => f.write_str("argmax"),
@@ -388,14 +418,36 @@ impl KernelKey {
                 weights: tuning::read_type(w, id, s.grouped),
             },
             Op::MoeRoute => KernelKey::MoeRoute,
-            Op::ExpertsSwiglu { gate, .. } => KernelKey::MatvecIds {
-                weights: w.tensors[gate].ty,
-                out: matvec_ids::Out::Swiglu,
-            },
-            Op::ExpertsDown { down, .. } => KernelKey::MatvecIds {
-                weights: w.tensors[down].ty,
-                out: matvec_ids::Out::WeightedSum,
-            },
+            Op::MoeSort => KernelKey::MoeSort,
+            Op::ExpertsSwiglu {
+                gate,
+                by_expert: true,
+                ..
+            } => {
+                let t = &w.tensors[gate];
+                KernelKey::MatvecIdsSorted {
+                    weights: t.ty,
+                    rows: matvec_ids_blocks::rows_per_workgroup(
+                        t.ty,
+                        matvec_ids::Out::Swiglu,
+                        t.cols,
+                    ),
+                    chunk: tuning::EXPERT_TOKENS_PER_CHUNK,
+                }
+            }
+            Op::ExpertsSwiglu { gate: id, form, .. } | Op::ExpertsDown { down: id, form, .. } => {
+                let out = match op {
+                    Op::ExpertsSwiglu { .. } => matvec_ids::Out::Swiglu,
+                    _ => matvec_ids::Out::WeightedSum,
+                };
+                let t = &w.tensors[id];
+                KernelKey::MatvecIds {
+                    weights: t.ty,
+                    out,
+                    blocks: (form == Form::QuantizedBlocks)
+                        .then(|| matvec_ids_blocks::rows_per_workgroup(t.ty, out, t.cols)),
+                }
+            }
             Op::PickLast => KernelKey::PickLast,
             Op::Argmax => KernelKey::Argmax,
             Op::Add { .. } => unreachable!("the fusion pass folds every add into a product"),
@@ -562,10 +614,57 @@ impl KernelKey {
             KernelKey::HalfX => vec![plain(widen::x_kernel())],
             KernelKey::Widen { weights } => vec![plain(widen::kernel(weights)?)],
             KernelKey::MoeRoute => vec![plain(moe_route::kernel())],
-            KernelKey::MatvecIds { weights, out } => reductions
+            KernelKey::MoeSort => vec![plain(moe_sort::kernel())],
+            KernelKey::MatvecIdsSorted {
+                weights,
+                rows,
+                chunk,
+            } => {
+                // As the experts' products on the file's blocks.
+                let views: &[bool] = if info.f16 { &[true, false] } else { &[false] };
+                let mut variants = vec![];
+                for &how in reductions {
+                    for &f16_view in views {
+                        variants.push(Variant {
+                            kernel: matvec_ids_sorted::kernel(
+                                weights,
+                                how,
+                                (rows, chunk),
+                                f16_view,
+                            )?,
+                            launch: Launch::Blocks { f16_view },
+                        });
+                    }
+                }
+                variants
+            }
+            KernelKey::MatvecIds {
+                weights,
+                out,
+                blocks: None,
+            } => reductions
                 .iter()
                 .map(|&how| plain(matvec_ids::kernel(weights, out, how)))
                 .collect(),
+            KernelKey::MatvecIds {
+                weights,
+                out,
+                blocks: Some(rows),
+            } => {
+                // As the dense products on the file's blocks: each reduction with the scales
+                // read through an f16 view where the device stores f16, then without.
+                let views: &[bool] = if info.f16 { &[true, false] } else { &[false] };
+                let mut variants = vec![];
+                for &how in reductions {
+                    for &f16_view in views {
+                        variants.push(Variant {
+                            kernel: matvec_ids_blocks::kernel(weights, out, how, rows, f16_view)?,
+                            launch: Launch::Blocks { f16_view },
+                        });
+                    }
+                }
+                variants
+            }
             KernelKey::PickLast => vec![plain(copy_kernel(Float::F32, Float::F32))],
             KernelKey::Argmax => reductions
                 .iter()

@@ -359,7 +359,8 @@ fn measured_bound(node: &Node) -> f64 {
         // kernel keeps f32: the tiled kernel's own bound against its reference.
         Op::Attention { .. } => trine_ops::attention_flash_tiles::NMSE,
         // An embedding row gather, a row copy and an argmax: exact everywhere measured.
-        Op::Embed { .. } | Op::PickLast | Op::Argmax | Op::Add { .. } => 0.0,
+        // The routing's counts by expert: integers.
+        Op::Embed { .. } | Op::PickLast | Op::Argmax | Op::Add { .. } | Op::MoeSort => 0.0,
     }
 }
 

@@ -242,6 +242,12 @@ pub fn read_type(w: &Weights, id: WeightId, grouped: bool) -> WeightType {
     }
 }
 
+/// Tokens a prompt's experts' gate/up product by expert takes a chunk
+/// ([`trine_ops::matvec_ids_sorted`]): an expert's rows are read from memory once per chunk,
+/// and a chunk ends with a reduction per (row, token, matrix), 16 at Qwen3-30B-A3B's two rows
+/// a workgroup. Not yet measured against other sizes.
+pub const EXPERT_TOKENS_PER_CHUNK: u32 = 4;
+
 /// Whether a device holds a weight of type `ty` in pairs of blocks
 /// ([`trine_ops::blocks::pair_blocks`]): CPUs do for the Q4 weights only products read
 /// (`pairable`); an embedding table is read row by row in the file's layout.

@@ -32,10 +32,13 @@ pub mod matvec;
 pub mod matvec_attn;
 pub mod matvec_fused;
 pub mod matvec_ids;
+pub mod matvec_ids_blocks;
+pub mod matvec_ids_sorted;
 pub mod matvec_q8;
 pub mod matvec_q8_blocks;
 pub mod matvec_q8_rows;
 pub mod moe_route;
+pub mod moe_sort;
 pub mod norm_add;
 pub mod qkv_bias_norm;
 pub mod rms_norm;
@@ -59,7 +62,7 @@ pub struct Family {
 }
 
 /// The op library's families, in the order of [`cases`].
-pub static FAMILIES: [Family; 20] = [
+pub static FAMILIES: [Family; 23] = [
     Family {
         name: "matmul_tiles",
         about: "prompt products y = x·Wᵀ on matrix units, W in f32, f16, Q8_0, Q4_0 or Q4_1",
@@ -106,9 +109,24 @@ pub static FAMILIES: [Family; 20] = [
         cases: matvec_ids::cases,
     },
     Family {
+        name: "matvec_ids_blocks",
+        about: "mixture-of-experts products on 8-bit x and the experts' own K-quant blocks",
+        cases: matvec_ids_blocks::cases,
+    },
+    Family {
+        name: "matvec_ids_sorted",
+        about: "a prompt's experts' gate/up products by expert, its tokens' pairs in chunks",
+        cases: matvec_ids_sorted::cases,
+    },
+    Family {
         name: "moe_route",
         about: "mixture-of-experts routing: softmax, the top k experts, their weights normalised",
         cases: moe_route::cases,
+    },
+    Family {
+        name: "moe_sort",
+        about: "mixture-of-experts routing by expert: each expert's count and (token, slot) pairs",
+        cases: moe_sort::cases,
     },
     Family {
         name: "embedding",

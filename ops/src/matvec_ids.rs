@@ -40,7 +40,7 @@ pub enum Out {
 }
 
 impl Out {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Out::Swiglu => "swiglu",
             Out::WeightedSum => "weighted_sum",
@@ -267,6 +267,30 @@ pub fn reference(s: &MatvecIds, mats: &[&[u8]], a: &Inputs) -> Result<Vec<f64>, 
     Ok(y)
 }
 
+/// Each of `tokens` tokens' `used` experts of `experts`, distinct, drawn from `rng`.
+pub(crate) fn draw_ids(rng: &mut Rng, tokens: u32, experts: u32, used: u32) -> Vec<u32> {
+    let mut ids = vec![];
+    for _ in 0..tokens {
+        let mut all: Vec<u32> = (0..experts).collect();
+        for i in 0..used as usize {
+            let j = i + (rng.u32() as usize) % (all.len() - i);
+            all.swap(i, j);
+        }
+        ids.extend_from_slice(&all[..used as usize]);
+    }
+    ids
+}
+
+/// Routing weights for `tokens` tokens of `used` experts, each token's summing to 1.
+pub(crate) fn draw_weights(rng: &mut Rng, tokens: usize, used: usize) -> Vec<f32> {
+    let mut weights = rng.f32s(tokens * used, 0.1, 1.0);
+    for w in weights.chunks_mut(used) {
+        let sum: f32 = w.iter().sum();
+        w.iter_mut().for_each(|v| *v /= sum);
+    }
+    weights
+}
+
 /// A conformance case: random experts, x and residual, each token's `used` experts distinct
 /// and its weights summing to 1; the subgroup kernel carries the shared one as its fallback.
 pub fn case(s: MatvecIds, how: Reduction) -> Result<Case, ShapeError> {
@@ -287,26 +311,14 @@ pub fn case(s: MatvecIds, how: Reduction) -> Result<Case, ShapeError> {
     let mats: Vec<Vec<u8>> = (0..if s.out == Out::Swiglu { 2 } else { 1 })
         .map(|_| quantize(s.weights, &rng.f32s(n, -1.0, 1.0)))
         .collect::<Result<_, _>>()?;
-    let mut ids = vec![];
-    for _ in 0..s.tokens {
-        let mut all: Vec<u32> = (0..s.experts).collect();
-        for i in 0..s.used as usize {
-            let j = i + (rng.u32() as usize) % (all.len() - i);
-            all.swap(i, j);
-        }
-        ids.extend_from_slice(&all[..s.used as usize]);
-    }
+    let ids = draw_ids(&mut rng, s.tokens, s.experts, s.used);
     let (t, k) = (s.tokens as usize, s.used as usize);
     let x_len = match s.out {
         Out::Swiglu => t,
         Out::WeightedSum => t * k,
     } * s.cols as usize;
     let x = rng.f32s(x_len, -1.0, 1.0);
-    let mut weights = rng.f32s(t * k, 0.1, 1.0);
-    for w in weights.chunks_mut(k) {
-        let sum: f32 = w.iter().sum();
-        w.iter_mut().for_each(|v| *v /= sum);
-    }
+    let weights = draw_weights(&mut rng, t, k);
     let r = rng.f32s(t * s.rows as usize, -2.0, 2.0);
     let refs: Vec<&[u8]> = mats.iter().map(Vec::as_slice).collect();
     let inputs = Inputs {

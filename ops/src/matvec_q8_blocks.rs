@@ -21,7 +21,7 @@ use crate::matvec_q8::{code_sum, quantize_x, reference, XBlocks, OP, X_BLOCK};
 use crate::shape::ShapeError;
 use crate::support::{prefetch_bytes, Combine, Reducer, Reduction};
 use trine_gguf::quant::{quantize, WeightType};
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 /// Invocations of a workgroup. A row of 4096 is 128 units of Q4_K: one each.
 pub const WORKGROUP: u32 = 128;
@@ -30,8 +30,9 @@ pub const WORKGROUP: u32 = 128;
 /// straddles two).
 pub const X_BLOCKS: XBlocks = XBlocks::Q8_0;
 
-/// The format of `ty` where it has units of byte codes.
-fn format(ty: WeightType) -> Result<(Packed, IntUnits), ShapeError> {
+/// The format of `ty` where it has units of byte codes; else `op`'s refusal, naming the
+/// formats that have them.
+pub(crate) fn format(op: &'static str, ty: WeightType) -> Result<(Packed, IntUnits), ShapeError> {
     match BlockFormat::of(ty) {
         Some(BlockFormat::Packed(p)) => p.units.map(|u| (p, u)),
         _ => None,
@@ -45,7 +46,7 @@ fn format(ty: WeightType) -> Result<(Packed, IntUnits), ShapeError> {
             })
             .collect();
         ShapeError::Unsupported {
-            op: OP,
+            op,
             what: format!(
                 "{ty} weights on their own blocks (it takes {})",
                 names.join(", ")
@@ -57,7 +58,7 @@ fn format(ty: WeightType) -> Result<(Packed, IntUnits), ShapeError> {
 /// Whether the product takes `ty` weights in rows of `cols`: a format with units, and rows of
 /// whole blocks.
 pub fn takes(ty: WeightType, cols: u32) -> bool {
-    format(ty).is_ok_and(|(p, _)| cols > 0 && cols.is_multiple_of(p.elems))
+    format(OP, ty).is_ok_and(|(p, _)| cols > 0 && cols.is_multiple_of(p.elems))
 }
 
 /// The product of `ty` weights (the file's bytes, bound as `U32` words) and x quantized in
@@ -73,7 +74,7 @@ pub fn kernel(
     add: bool,
     f16_view: bool,
 ) -> Result<Kernel, ShapeError> {
-    let (p, units) = format(ty)?;
+    let (p, units) = format(OP, ty)?;
     let nrows = crate::support::nonzero(OP, "rows per workgroup", rows_per_workgroup)?;
     let mut name = format!("matvec_q8_{ty}_blocks_{}_r{nrows}", reduce.name());
     if f16_view {
@@ -107,30 +108,74 @@ pub fn kernel(
     let accs: Vec<_> = (0..nrows).map(|_| k.var("acc", Scalar::F32)).collect();
     k.for_range(lid, blocks * k.u32(per_block), WORKGROUP, |u| {
         let (b, unit) = (u / k.u32(per_block), u % k.u32(per_block));
-        let codes: Vec<_> = rows_at
-            .iter()
-            .map(|&row| {
-                let base = (row * blocks + b) * k.u32(p.bytes);
-                (base, (units.words)(&k, w, base, unit))
-            })
-            .collect();
-        // Each run's x: its four words, its block's scale, and the sum of its codes. The
-        // runs' first elements depend on the unit alone, the same for every row.
-        let xs: Vec<_> = codes[0]
-            .1
-            .runs
-            .iter()
-            .map(|&(first, _)| {
-                let e = b * k.u32(p.elems) + first;
-                let xb = e / k.u32(X_BLOCK);
-                // x's codes are a byte each and a run starts at a multiple of 16: its 16
-                // bytes are one quad.
-                let words = k.load_quad(xq, e / k.u32(16));
-                let sum = code_sum(&k, &words);
-                (first, words, k.load(xd, xb), sum)
-            })
-            .collect();
-        for ((base, unit_codes), acc) in codes.iter().zip(&accs) {
+        let at: Vec<_> = rows_at.iter().map(|&row| ((w, w16), row)).collect();
+        let start: Vec<_> = accs.iter().map(|a| a.get()).collect();
+        let sums = unit_sums(
+            &k,
+            (p, units),
+            &at,
+            (xq, xd, None),
+            (blocks, b, unit),
+            &start,
+        );
+        accs.iter().zip(sums).for_each(|(acc, sum)| acc.set(sum));
+    });
+    let reducer = Reducer::new(&k, reduce);
+    for (i, acc) in accs.iter().enumerate() {
+        let total = reducer.reduce(&k, lid, acc.get(), Combine::Sum);
+        let row = row0 + k.u32(i as u32);
+        k.if_(lid.eq(k.u32(0)) & row.lt(rows), || {
+            let v = r.map_or(total, |r| total + k.load(r, row));
+            k.store(y, row, v);
+        });
+    }
+    Ok(k.finish())
+}
+
+/// The weights a unit's product reads: the buffer of the file's bytes as `U32` words, its
+/// `F16` view where bound, and the row.
+pub(crate) type UnitRow<'b> = ((BufferId, Option<BufferId>), Val<'b>);
+
+/// Unit `unit` of block `b` (of a row's `blocks`) of each of `rows` multiplied with x's
+/// codes (`xq`, scales `xd`; the row of x starting at element `x0`, else at 0), added to `start`: the
+/// new sums, one per row. The rows share x's loads, which depend on the unit alone.
+pub(crate) fn unit_sums<'b>(
+    k: &'b KernelBuilder,
+    (p, units): (Packed, IntUnits),
+    rows: &[UnitRow<'b>],
+    (xq, xd, x0): (BufferId, BufferId, Option<Val<'b>>),
+    (blocks, b, unit): (Val<'b>, Val<'b>, Val<'b>),
+    start: &[Val<'b>],
+) -> Vec<Val<'b>> {
+    let codes: Vec<_> = rows
+        .iter()
+        .map(|&((w, _), row)| {
+            let base = (row * blocks + b) * k.u32(p.bytes);
+            (base, (units.words)(k, w, base, unit))
+        })
+        .collect();
+    // Each run's x: its four words, its block's scale, and the sum of its codes. The
+    // runs' first elements depend on the unit alone, the same for every row.
+    let xs: Vec<_> = codes[0]
+        .1
+        .runs
+        .iter()
+        .map(|&(first, _)| {
+            let e = b * k.u32(p.elems) + first;
+            let e = x0.map_or(e, |x0| x0 + e);
+            let xb = e / k.u32(X_BLOCK);
+            // x's codes are a byte each and a run starts at a multiple of 16: its 16
+            // bytes are one quad.
+            let words = k.load_quad(xq, e / k.u32(16));
+            let sum = code_sum(k, &words);
+            (first, words, k.load(xd, xb), sum)
+        })
+        .collect();
+    codes
+        .iter()
+        .zip(rows)
+        .zip(start)
+        .map(|(((base, unit_codes), &((w, w16), _)), &sum)| {
             let dots: Vec<Val> = unit_codes
                 .runs
                 .iter()
@@ -154,32 +199,22 @@ pub fn kernel(
                     .map(|(&dot, &(first, _, dx, xsum))| (first, dot, dx, xsum))
                     .collect()
             };
-            let mut sum = acc.get();
+            let mut sum = sum;
             for (first, dot, dx, xsum) in terms {
                 let dot = if units.centre == 0 {
                     dot
                 } else {
                     dot - k.i32(units.centre) * xsum
                 };
-                let scales = (p.scales)(&k, (Bytes::Words(w), w16), *base, first / k.u32(p.sub));
+                let scales = (p.scales)(k, (Bytes::Words(w), w16), *base, first / k.u32(p.sub));
                 sum = (scales.d * dx).fma(dot.cast(Scalar::F32), sum);
                 if let Some(m) = scales.m {
                     sum = (m * dx).fma(xsum.cast(Scalar::F32), sum);
                 }
             }
-            acc.set(sum);
-        }
-    });
-    let reducer = Reducer::new(&k, reduce);
-    for (i, acc) in accs.iter().enumerate() {
-        let total = reducer.reduce(&k, lid, acc.get(), Combine::Sum);
-        let row = row0 + k.u32(i as u32);
-        k.if_(lid.eq(k.u32(0)) & row.lt(rows), || {
-            let v = r.map_or(total, |r| total + k.load(r, row));
-            k.store(y, row, v);
-        });
-    }
-    Ok(k.finish())
+            sum
+        })
+        .collect()
 }
 
 /// The grid of [`kernel`]: a workgroup per `rows_per_workgroup` rows.
@@ -195,7 +230,7 @@ pub fn case(
     rows_per_workgroup: u32,
     (add, f16_view): (bool, bool),
 ) -> Result<Case, ShapeError> {
-    let (p, _) = format(ty)?;
+    let (p, _) = format(OP, ty)?;
     if !takes(ty, cols) {
         return Err(ShapeError::Unsupported {
             op: OP,
@@ -248,7 +283,7 @@ pub fn cases() -> Vec<Case> {
     for ty in BlockFormat::ALL
         .map(BlockFormat::ty)
         .into_iter()
-        .filter(|&t| format(t).is_ok())
+        .filter(|&t| format(OP, t).is_ok())
     {
         let mut push = |shape, reduce, per, how| {
             out.push(case(ty, shape, reduce, per, how).expect("valid shapes"));

@@ -130,7 +130,8 @@ class Model:
                 self.w[p + "attn_q.weight"] = qkv[:q]
                 self.w[p + "attn_k.weight"] = qkv[q : q + kv]
                 self.w[p + "attn_v.weight"] = qkv[q + kv :]
-            if p + "ffn_gate.weight" not in self.w:
+            # A mixture-of-experts layer has neither.
+            if p + "ffn_gate.weight" not in self.w and p + "ffn_up.weight" in self.w:
                 gate_up = self.w[p + "ffn_up.weight"]
                 ff = gate_up.shape[0] // 2
                 self.w[p + "ffn_gate.weight"], self.w[p + "ffn_up.weight"] = gate_up[:ff], gate_up[ff:]

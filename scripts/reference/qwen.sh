@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the Qwen reference fixtures from the tiny synthetic Qwen2, Qwen3 and Qwen3-MoE
-# files (`trine synth-model --like qwen2-tiny|qwen3-tiny|qwen3moe-tiny --seed 5`, the files the
-# tests build in memory), for tests/tests/qwen_reference.rs:
+# files (`trine synth-model --like qwen2-tiny|qwen3-tiny|qwen3moe-tiny|qwen3-30b-a3b-tiny --seed 5`,
+# the files the tests build in memory), for tests/tests/qwen_reference.rs:
 #
 # - llama/tests/fixtures/FAMILY_tiny_llama_cpp.json: llama.cpp's CPU greedy ids and top-2
 #   logits for the prompts of qwen_cases.txt (llama_reference.cpp, flash attention on, f16 KV
@@ -11,7 +11,7 @@
 #
 #   scripts/reference/qwen.sh LLAMA_CPP_SOURCE_DIR LLAMA_CPP_BUILD_DIR [FAMILY...]
 #
-# With FAMILY arguments (qwen2, qwen3, qwen3moe), only those families' fixtures.
+# With FAMILY arguments (qwen2, qwen3, qwen3moe, qwen3-30b-a3b), only those families' fixtures.
 #
 # LLAMA_CPP_BUILD_DIR holds a CPU build of libllama (run.sh makes one in /tmp/lcpp-build).
 # Needs python3 with numpy and gguf (ref_venv makes one in REF_WORK_DIR, default
@@ -29,7 +29,7 @@ name=qwen.sh
 family_setup "$1" "$2"
 shift 2
 families=("$@")
-[ ${#families[@]} -gt 0 ] || families=(qwen2 qwen3 qwen3moe)
+[ ${#families[@]} -gt 0 ] || families=(qwen2 qwen3 qwen3moe qwen3-30b-a3b)
 
 for family in "${families[@]}"; do
   synth_model "$family"

@@ -1,5 +1,7 @@
 //! The tiny synthetic Qwen2, Qwen3 and Qwen3-MoE files (`trine synth-model --like
-//! qwen2-tiny|qwen3-tiny|qwen3moe-tiny --seed 5`, built here in memory) on the CPU, Vulkan and wgpu backends, against references
+//! qwen2-tiny|qwen3-tiny|qwen3moe-tiny|qwen3-30b-a3b-tiny --seed 5`, built here in memory; the
+//! last with Qwen3-30B-A3B's Q4_K_M types, whose experts take quantized x and the file's
+//! blocks) on the CPU, Vulkan and wgpu backends, against references
 //! committed in `llama/tests/fixtures/` by `scripts/reference/qwen.sh`:
 //!
 //! - `FAMILY_tiny_f64.json`: the family's graph in float64 (`scripts/reference/llama_numpy.py
@@ -15,15 +17,18 @@ use trine_gguf::synth::SynthShape;
 use trine_tests::fixture;
 use trine_tests::reference::{backends, follows_float64, greedy_cases, sizes_for, synth};
 
-const FAMILIES: [(&str, SynthShape); 3] = [
+const FAMILIES: [(&str, SynthShape); 4] = [
     ("qwen2", SynthShape::TINY_QWEN2),
     ("qwen3", SynthShape::TINY_QWEN3),
     ("qwen3moe", SynthShape::TINY_QWEN3_MOE),
+    ("qwen3-30b-a3b", SynthShape::TINY_QWEN3_30B_A3B),
 ];
 
 /// How far trine's logits may be from the float64 ones (NMSE): 5 times the most measured
 /// when the fixtures were made (9.3e-5 for qwen3, 8.4e-5 for qwen2, the same on cpu, vulkan and
-/// wgpu: lavapipe is a CPU-type device and runs the CPU's graph, x quantized to 8 bits). In
+/// wgpu: lavapipe is a CPU-type device and runs the CPU's graph, x quantized to 8 bits), and
+/// twice qwen3-30b-a3b's 2.3e-4 (K-quant weights over a stream of 256, every product on 8-bit
+/// x). In
 /// the float64 graph itself, leaving out Qwen2's biases moves the first step's logits by 1.5,
 /// Qwen3's q/k norms by 0.48, and rotating adjacent pairs instead of NeoX's by 0.14 on Qwen3
 /// (but 1.5e-4 on Qwen2, whose near-uniform attention hides it: its NeoX rope is held by
@@ -35,7 +40,8 @@ const LOGITS_NMSE: f64 = 5e-4;
 /// files: their logits lie within ±0.54 (random weights of σ 0.02 over 64 columns), and
 /// llama.cpp's 8-bit activations moved the top logit by at most 0.0029 from the float64
 /// graph's. llama.cpp's smallest gap on these prompts is 0.077 for qwen2 and qwen3, so every
-/// step counts; qwen3moe's is 0.008 (one step, where trine's ids equal llama.cpp's too).
+/// step counts; qwen3moe's is 0.008 (one step, where trine's ids equal llama.cpp's too), and
+/// qwen3-30b-a3b's 0.004 (step 10 of the first prompt, where trine's part from llama.cpp's).
 const FLIP_GAP: f64 = 0.02;
 
 /// The router-logit gap (between the last expert chosen and the first left out, the smallest

@@ -442,3 +442,24 @@ fn qwen3moe_layouts_carry_their_experts() {
     assert_eq!(exps(6, "down").1, TensorType::Q4_K);
     assert_eq!(exps(8, "down").1, TensorType::Q6_K);
 }
+
+/// The tiny Qwen3-30B-A3B keeps the full layout's experts' types: Q4_K gate and up, and
+/// `ffn_down_exps` Q4_K or Q6_K as Q4_K_M gives the layer bits.
+#[test]
+fn the_tiny_qwen3_30b_a3b_has_k_quant_experts() {
+    use crate::synth::{synth_llama, SynthShape};
+    let g = reread(&synth_llama(SynthShape::TINY_QWEN3_30B_A3B, 5).unwrap());
+    check_weights(&g);
+    let t = |name: &str| {
+        let t = g.tensor(name).unwrap();
+        (t.dims.clone(), t.ty)
+    };
+    assert_eq!(
+        t("blk.0.ffn_gate_exps.weight"),
+        (vec![256, 256, 8], TensorType::Q4_K)
+    );
+    assert_eq!(t("blk.1.ffn_up_exps.weight").1, TensorType::Q4_K);
+    assert_eq!(t("blk.0.ffn_down_exps.weight").1, TensorType::Q4_K);
+    assert_eq!(t("blk.1.ffn_down_exps.weight").1, TensorType::Q6_K);
+    assert_eq!(t("blk.1.ffn_gate_inp.weight").1, TensorType::F32);
+}

@@ -98,6 +98,8 @@ impl Engine {
             Tensor::QRot | Tensor::Combined => f32s(c.q_dim()),
             Tensor::Act => f32s(c.n_ff),
             Tensor::Route | Tensor::RouteWeights => f32s(c.experts_used()),
+            Tensor::RouteCounts => u64::from(c.experts.map_or(0, |e| e.count)) * 4,
+            Tensor::RouteLists => f32s(c.experts.map_or(0, |e| e.count)),
             Tensor::ExpertAct => f32s(c.experts.map_or(0, |e| e.used * e.ff)),
             Tensor::Logits => f32s(c.vocab),
             Tensor::Part => f32s(c.n_head * splits * (c.head_dim() + 2)),

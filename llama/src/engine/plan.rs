@@ -19,10 +19,12 @@ use trine_ops::kv_type::KvType;
 use trine_ops::matvec_ids::{self, MatvecIds};
 use trine_ops::matvec_q8::XLoad;
 use trine_ops::moe_route::MoeRoute;
+use trine_ops::moe_sort::MoeSort;
 use trine_ops::qkv_bias_norm::{Apply, QkvBiasNorm};
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::{HeadSpan, RopeStore};
+use trine_ops::{matvec_ids_blocks, matvec_ids_sorted};
 use trine_ops::{matvec_q8, matvec_q8_blocks, matvec_q8_rows, widen};
 
 /// A node's dispatch before buffers are bound: the tensors it reads and writes, in the
@@ -331,26 +333,45 @@ impl Engine {
                     r.grid(),
                 )
             }
-            Op::ExpertsSwiglu { gate, up } => {
-                let m = self.matvec_ids(t, gate, matvec_ids::Out::Swiglu);
-                let inputs = vec![
-                    Tensor::Weight(gate),
-                    Tensor::Weight(up),
-                    Tensor::Route,
-                    Tensor::Normed,
-                ];
-                plan(inputs, &[Tensor::ExpertAct], m.params(), m.grid())
+            Op::MoeSort => {
+                let e = self.experts();
+                let sort = MoeSort {
+                    tokens: t,
+                    experts: e.count,
+                    used: e.used,
+                };
+                plan(
+                    vec![Tensor::Route],
+                    &[Tensor::RouteCounts, Tensor::RouteLists],
+                    sort.params(),
+                    sort.grid(),
+                )
             }
-            Op::ExpertsDown { down, r, out } => {
+            Op::ExpertsSwiglu {
+                gate,
+                up,
+                form,
+                by_expert,
+            } => {
+                let m = self.matvec_ids(t, gate, matvec_ids::Out::Swiglu);
+                let (mut inputs, grid) = self.experts_weights(node, &[gate, up], &m, form);
+                let params = if by_expert {
+                    inputs.extend([Tensor::RouteCounts, Tensor::RouteLists]);
+                    matvec_ids_sorted::params(&m)
+                } else {
+                    inputs.push(Tensor::Route);
+                    m.params()
+                };
+                inputs.extend(experts_x(form, Tensor::Normed));
+                plan(inputs, &[Tensor::ExpertAct], params, grid)
+            }
+            Op::ExpertsDown { down, r, out, form } => {
                 let m = self.matvec_ids(t, down, matvec_ids::Out::WeightedSum);
-                let inputs = vec![
-                    Tensor::Weight(down),
-                    Tensor::Route,
-                    Tensor::RouteWeights,
-                    Tensor::ExpertAct,
-                    r,
-                ];
-                plan(inputs, &[out], m.params(), m.grid())
+                let (mut inputs, grid) = self.experts_weights(node, &[down], &m, form);
+                inputs.extend([Tensor::Route, Tensor::RouteWeights]);
+                inputs.extend(experts_x(form, Tensor::ExpertAct));
+                inputs.push(r);
+                plan(inputs, &[out], m.params(), grid)
             }
             Op::PickLast => plan(
                 vec![Tensor::Resid(0)],
@@ -435,6 +456,34 @@ impl Engine {
         }
     }
 
+    /// An experts' product's weights `ids` as its kernel binds them (each twice where the
+    /// blocks kernel reads the scales through an f16 view), and its grid.
+    fn experts_weights(
+        &self,
+        node: &Node,
+        ids: &[WeightId],
+        m: &MatvecIds,
+        form: Form,
+    ) -> (Vec<Tensor>, [u32; 3]) {
+        let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+        let grid = match key {
+            KernelKey::MatvecIds {
+                blocks: Some(rows), ..
+            } => matvec_ids_blocks::grid(m, rows),
+            KernelKey::MatvecIdsSorted { rows, .. } => matvec_ids_sorted::grid(m, rows),
+            _ => m.grid(),
+        };
+        let views = match self.placement.programs[&key].launch {
+            Launch::Blocks { f16_view: true } if form == Form::QuantizedBlocks => 2,
+            _ => 1,
+        };
+        let inputs = ids
+            .iter()
+            .flat_map(|&id| vec![Tensor::Weight(id); views])
+            .collect();
+        (inputs, grid)
+    }
+
     fn experts(&self) -> Experts {
         self.model
             .config
@@ -451,6 +500,15 @@ impl Engine {
             head_dim: c.head_dim(),
             splits,
         }
+    }
+}
+
+/// The x an experts' product in `form` reads: `x` itself, or its quantized words and scales.
+fn experts_x(form: Form, x: Tensor) -> Vec<Tensor> {
+    if form.quantizes_x() {
+        vec![Tensor::XqWords, Tensor::XqScales]
+    } else {
+        vec![x]
     }
 }
 

@@ -164,6 +164,8 @@ impl Engine {
             }
             Tensor::Act => f32s(b * c.n_ff as u64),
             Tensor::Route | Tensor::RouteWeights => f32s(b * c.experts_used() as u64),
+            Tensor::RouteCounts => f32s(c.experts.map_or(0, |e| e.count) as u64),
+            Tensor::RouteLists => f32s(b * c.experts.map_or(0, |e| e.count) as u64),
             Tensor::ExpertAct => f32s(b * c.experts.map_or(0, |e| e.used * e.ff) as u64),
             Tensor::Last => f32s(c.n_embd as u64),
             Tensor::Logits => f32s(c.vocab as u64),
@@ -194,8 +196,8 @@ impl Engine {
                 let widest = (2 * c.n_ff).max(c.q_dim() + 2 * c.kv_dim()).max(router);
                 f32s(b * widest as u64)
             }
-            // The widest product input: the residual stream, attention's output or the FFN's
-            // activation.
+            // The widest product input: the residual stream, attention's output, the FFN's
+            // activation or the chosen experts' activations, a row each.
             Tensor::XqWords => f32s(b * widest_input(c) / 4),
             Tensor::XqScales | Tensor::XqSums => {
                 f32s(b * widest_input(c) / u64::from(matvec_q8::X_BLOCK))
@@ -342,5 +344,6 @@ impl Drop for Engine {
 }
 
 fn widest_input(c: &crate::config::Config) -> u64 {
-    u64::from(c.n_embd.max(c.n_ff).max(c.q_dim()))
+    let experts = c.experts.map_or(0, |e| e.used * e.ff);
+    u64::from(c.n_embd.max(c.n_ff).max(c.q_dim()).max(experts))
 }

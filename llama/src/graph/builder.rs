@@ -155,9 +155,25 @@ impl<'a> Builder<'a> {
         self.product(e.router, Tensor::Normed, t, "ffn_gate_inp");
         self.push(Op::MoeRoute, "ffn_moe_route");
         let (gate, up) = (e.gate, e.up);
-        self.push(Op::ExpertsSwiglu { gate, up }, "ffn_moe_gate_up");
+        let form = Form::Float;
+        let by_expert = false;
+        let op = Op::ExpertsSwiglu {
+            gate,
+            up,
+            form,
+            by_expert,
+        };
+        self.push(op, "ffn_moe_gate_up");
         let down = e.down;
-        self.push(Op::ExpertsDown { down, r: x, out }, "ffn_moe_down");
+        self.push(
+            Op::ExpertsDown {
+                down,
+                r: x,
+                out,
+                form,
+            },
+            "ffn_moe_down",
+        );
     }
 
     /// The decoder stack Llama and its kin share: the embedding, then per layer a pre-norm

@@ -42,6 +42,10 @@ pub enum Tensor {
     Route,
     /// f32 [tokens × experts used]: the chosen experts' weights.
     RouteWeights,
+    /// u32 [experts]: how many (token, slot) pairs of the step chose each expert.
+    RouteCounts,
+    /// u32 [experts × tokens]: each expert's pairs (`token × used + slot`), in order.
+    RouteLists,
     /// f32 [tokens × experts used × expert ff]: each chosen expert's SwiGLU activation.
     ExpertAct,
     /// f32 [n_embd]: the last token's row of the residual stream (prompt steps).
@@ -276,15 +280,29 @@ pub enum Op {
     /// logits in [`Tensor::Raw`]: the chosen experts into [`Tensor::Route`], their weights
     /// into [`Tensor::RouteWeights`].
     MoeRoute,
+    /// A prompt's routing by expert ([`trine_ops::moe_sort`]): from [`Tensor::Route`], each
+    /// expert's count into [`Tensor::RouteCounts`] and its pairs into [`Tensor::RouteLists`].
+    MoeSort,
     /// The chosen experts' gate and up products on [`Tensor::Normed`], SwiGLU of each pair,
-    /// into [`Tensor::ExpertAct`] ([`trine_ops::matvec_ids`], one dispatch).
-    ExpertsSwiglu { gate: WeightId, up: WeightId },
-    /// The chosen experts' down products on [`Tensor::ExpertAct`], weighted by
-    /// [`Tensor::RouteWeights`], summed and added to residual `r` into `out`.
+    /// into [`Tensor::ExpertAct`], one dispatch: on float x ([`Form::Float`],
+    /// [`trine_ops::matvec_ids`]) or on x quantized by an [`Op::Quantize`] before it and the
+    /// file's blocks ([`Form::QuantizedBlocks`], [`trine_ops::matvec_ids_blocks`]); there,
+    /// `by_expert`, a workgroup per expert's rows over the pairs an [`Op::MoeSort`] before it
+    /// listed ([`trine_ops::matvec_ids_sorted`]).
+    ExpertsSwiglu {
+        gate: WeightId,
+        up: WeightId,
+        form: Form,
+        by_expert: bool,
+    },
+    /// The chosen experts' down products on [`Tensor::ExpertAct`] (in `form`, as
+    /// [`Op::ExpertsSwiglu`]'s), weighted by [`Tensor::RouteWeights`], summed and added to
+    /// residual `r` into `out`.
     ExpertsDown {
         down: WeightId,
         r: Tensor,
         out: Tensor,
+        form: Form,
     },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
@@ -349,6 +367,11 @@ impl Node {
             Op::HalfX { cols, tokens, .. } => (Tensor::XHalf, 0..(tokens * cols) as usize),
             Op::Widen { rows, cols, .. } => (Tensor::Wide, 0..rows as usize * cols as usize),
             Op::MoeRoute => rows(Tensor::RouteWeights, c.experts_used()),
+            // The lists' entries past each count are left as they were.
+            Op::MoeSort => (
+                Tensor::RouteCounts,
+                0..c.experts.map_or(0, |e| e.count) as usize,
+            ),
             Op::ExpertsSwiglu { .. } => {
                 let e = c.experts.map_or(0, |e| e.used * e.ff);
                 rows(Tensor::ExpertAct, e)

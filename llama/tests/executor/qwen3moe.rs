@@ -5,7 +5,7 @@
 use crate::common::*;
 use trine_gguf::synth::SynthShape;
 use trine_gguf::Value;
-use trine_llama::graph::Op;
+use trine_llama::graph::{Form, Op, Step, Tensor};
 
 const SHAPE: SynthShape = SynthShape::TINY_QWEN3_MOE;
 
@@ -25,6 +25,49 @@ fn qwen3moe_backends_agree_node_by_node() {
             assert_eq!(n, 3 * SHAPE.n_layer as usize, "{name}, {tokens} tokens");
             let dense = count_nodes(main, tokens, |op| matches!(op, Op::Swiglu(_)));
             assert_eq!(dense, 0, "{name}");
+        }
+    });
+}
+
+/// Qwen3-30B-A3B's types at a test's size: both experts' products in every layer on
+/// quantized x and the file's Q4_K and Q6_K blocks, each after the node quantizing its x (the
+/// normed stream; the chosen experts' activations, a row each), on every backend; a prompt's
+/// gate/up by expert, after the routing's sort.
+#[test]
+fn qwen3moe_k_quant_experts_take_quantized_x() {
+    let shape = SynthShape::TINY_QWEN3_30B_A3B;
+    backends_agree("qwen3-30b-a3b-tiny", synth(shape), |name, main| {
+        for tokens in [1, 5] {
+            let nodes = main.graph(Step { tokens, pos: 0 }).unwrap();
+            let mut blocks = 0;
+            for (i, n) in nodes.iter().enumerate() {
+                let (form, x, rows, sorted) = match n.op {
+                    Op::ExpertsSwiglu {
+                        form, by_expert, ..
+                    } => {
+                        assert_eq!(by_expert, tokens > 1, "{name}: {n:?}");
+                        (form, Tensor::Normed, tokens, by_expert)
+                    }
+                    Op::ExpertsDown { form, .. } => (form, Tensor::ExpertAct, 2 * tokens, false),
+                    _ => continue,
+                };
+                assert_eq!(form, Form::QuantizedBlocks, "{name}: {n:?}");
+                let before = i - 1 - usize::from(sorted);
+                if sorted {
+                    assert_eq!(nodes[i - 1].op, Op::MoeSort, "{name}");
+                }
+                assert!(
+                    matches!(nodes[before].op, Op::Quantize { x: q, tokens: t, .. } if q == x && t == rows),
+                    "{name}: {:?} before {n:?}",
+                    nodes[before]
+                );
+                blocks += 1;
+            }
+            assert_eq!(
+                blocks,
+                2 * shape.n_layer as usize,
+                "{name}, {tokens} tokens"
+            );
         }
     });
 }

@@ -1,0 +1,166 @@
+//! Each expert's share of a prompt's routing, for the experts' products that serve an expert's
+//! tokens together ([`crate::matvec_ids_sorted`]): from the chosen ids
+//! ([`crate::moe_route`]'s, `[tokens × used]`), per expert the count of (token, slot) pairs
+//! that chose it and their indices (`token × used + slot`) in order, as llama.cpp gathers them
+//! before its `mul_mat_id` on CUDA.
+//!
+//! A workgroup of one invocation per expert walks the ids in order: no atomics, so the lists'
+//! order is the ids' and every backend writes the same bytes. A prompt's ids are a few
+//! thousand (Qwen3-30B-A3B's pp512: 4096), each read by every expert's invocation at once.
+//!
+//! Exact: the outputs are integers, judged as such.
+
+use crate::case::*;
+use crate::shape::ShapeError;
+use crate::support::{elements, expect_len, nonzero, seed};
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+
+const OP: &str = "moe_sort";
+
+/// One dispatch's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeSort {
+    pub tokens: u32,
+    pub experts: u32,
+    /// Experts chosen per token.
+    pub used: u32,
+}
+
+impl MoeSort {
+    pub fn check(&self) -> Result<(), ShapeError> {
+        nonzero(OP, "tokens", self.tokens)?;
+        nonzero(OP, "experts", self.experts)?;
+        nonzero(OP, "experts used", self.used)?;
+        elements(OP, "ids", &[self.tokens, self.used])?;
+        elements(OP, "lists", &[self.experts, self.tokens])?;
+        Ok(())
+    }
+
+    /// A workgroup per expert.
+    pub fn grid(&self) -> [u32; 3] {
+        [self.experts, 1, 1]
+    }
+
+    /// tokens, used.
+    pub fn params(&self) -> Vec<ParamValue> {
+        vec![ParamValue::U32(self.tokens), ParamValue::U32(self.used)]
+    }
+}
+
+/// Buffers `ids` (U32 `[tokens × used]`), then `counts` (U32 `[experts]`) and `lists` (U32
+/// `[experts × tokens]`: expert e's pairs from `e × tokens` on; an expert is chosen at most
+/// once per token). Params: tokens, used.
+pub fn kernel() -> Kernel {
+    let k = KernelBuilder::new(OP, [1, 1, 1]);
+    let ids = k.buffer("ids", Scalar::U32, Access::Read);
+    let counts = k.buffer("counts", Scalar::U32, Access::Write);
+    let lists = k.buffer("lists", Scalar::U32, Access::Write);
+    let tokens = k.param("tokens", Scalar::U32);
+    let used = k.param("used", Scalar::U32);
+    let e = k.workgroup_id(0);
+    let n = k.var("n", Scalar::U32);
+    n.set(k.u32(0));
+    k.for_range(k.u32(0), tokens * used, 1, |i| {
+        k.if_(k.load(ids, i).eq(e), || {
+            k.store(lists, e * tokens + n.get(), i);
+            n.set(n.get() + k.u32(1));
+        });
+    });
+    k.store(counts, e, n.get());
+    k.finish()
+}
+
+/// The plain-Rust reference: each expert's count and its pairs in order, the rest of its list
+/// 0. An id past the experts is a typed error.
+pub fn reference(s: &MoeSort, ids: &[u32]) -> Result<(Vec<u32>, Vec<u32>), ShapeError> {
+    s.check()?;
+    let (t, e) = (s.tokens as usize, s.experts as usize);
+    expect_len(OP, "ids", t * s.used as usize, ids.len())?;
+    let mut counts = vec![0u32; e];
+    let mut lists = vec![0u32; e * t];
+    for (i, &id) in ids.iter().enumerate() {
+        let id = id as usize;
+        if id >= e {
+            return Err(ShapeError::OutOfRange {
+                op: OP,
+                what: "expert id",
+                value: id,
+                bound: e,
+            });
+        }
+        lists[id * t + counts[id] as usize] = i as u32;
+        counts[id] += 1;
+    }
+    Ok((counts, lists))
+}
+
+/// A conformance case: each token's `used` experts distinct, drawn as
+/// [`crate::matvec_ids::case`] draws them.
+pub fn case(s: MoeSort) -> Result<Case, ShapeError> {
+    s.check()?;
+    let name = format!("{OP}/t{}e{}k{}", s.tokens, s.experts, s.used);
+    let mut rng = Rng::new(seed(&name));
+    let ids = crate::matvec_ids::draw_ids(&mut rng, s.tokens, s.experts, s.used);
+    let (counts, lists) = reference(&s, &ids)?;
+    let as_f64 = |v: &[u32]| v.iter().map(|&x| f64::from(x)).collect();
+    Ok(Case::new(name, kernel(), s.grid())
+        .input("ids", Scalar::U32, u32_bytes(&ids))
+        .output_exact(
+            "counts",
+            Scalar::U32,
+            vec![0; counts.len() * 4],
+            as_f64(&counts),
+        )
+        .output_exact(
+            "lists",
+            Scalar::U32,
+            vec![0; lists.len() * 4],
+            as_f64(&lists),
+        )
+        .params(s.params()))
+}
+
+/// The tiny test model's prompt (8 experts, 2 used), one expert chosen by every token, and
+/// Qwen3-30B-A3B's routing (8 of 128) over a prompt of 64 tokens.
+pub fn cases() -> Vec<Case> {
+    let shape = |tokens, experts, used| MoeSort {
+        tokens,
+        experts,
+        used,
+    };
+    [shape(5, 8, 2), shape(7, 1, 1), shape(64, 128, 8)]
+        .into_iter()
+        .map(case)
+        .collect::<Result<_, _>>()
+        .expect("the fixed shapes are valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two tokens choosing experts [2, 0] and [0, 1]: expert 0 gets pairs 1 and 2, expert 1
+    /// pair 3, expert 2 pair 0.
+    #[test]
+    fn reference_matches_hand_computation() {
+        let s = MoeSort {
+            tokens: 2,
+            experts: 3,
+            used: 2,
+        };
+        let (counts, lists) = reference(&s, &[2, 0, 0, 1]).unwrap();
+        assert_eq!(counts, [2, 1, 1]);
+        assert_eq!(lists, [1, 2, 3, 0, 0, 0]);
+        let e = reference(&s, &[3, 0, 0, 1]);
+        assert!(matches!(e, Err(ShapeError::OutOfRange { value: 3, .. })));
+    }
+
+    #[test]
+    fn every_case_matches_its_reference_on_the_interpreter() {
+        for c in cases() {
+            if let Err(e) = c.check_reference() {
+                panic!("{}: {e}", c.name);
+            }
+        }
+    }
+}
