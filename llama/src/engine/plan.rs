@@ -23,7 +23,7 @@ use trine_ops::qkv_bias_norm::{Apply, QkvBiasNorm};
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::{HeadSpan, RopeStore};
-use trine_ops::{matvec_q8, matvec_q8_blocks, matvec_q8_rows};
+use trine_ops::{matvec_q8, matvec_q8_blocks, matvec_q8_rows, widen};
 
 /// A node's dispatch before buffers are bound: the tensors it reads and writes, in the
 /// kernel's buffer order (reads first), its parameters and its grid.
@@ -133,11 +133,12 @@ impl Engine {
                             matvec_q8_blocks::grid(rows, per),
                         )
                     }
-                    (Form::Tiles, Launch::Tiles(spec)) => {
-                        // The kernel stages the file's blocks, or the groups of them.
-                        let weights = match self.read_weights(wid) {
-                            Tensor::Grouped(id) => Tensor::Grouped(id),
-                            _ => file_layout(info, w, wid, wt.ty),
+                    (Form::Tiles | Form::Widened, Launch::Tiles(spec)) => {
+                        // The kernel stages the file's blocks (or the groups of them), or the
+                        // weight widened to f16 before it.
+                        let weights = match form {
+                            Form::Widened => Tensor::Wide,
+                            _ => self.staged_weights(info, wid),
                         };
                         let mut inputs = vec![weights, x];
                         inputs.extend(add);
@@ -164,7 +165,13 @@ impl Engine {
                         let a = self.split_attention(t, splits);
                         let mut params = a.params();
                         params.extend(window.map(u));
-                        (params, a.grid())
+                        // The variant the device compiled decides the workgroups.
+                        let key = KernelKey::of(&node.op, w, self.shape);
+                        let grid = match self.placement.programs[&key].launch {
+                            Launch::GroupedSplits => a.grouped_grid(),
+                            _ => a.grid(),
+                        };
+                        (params, grid)
                     }
                     AttentionForm::Flash { .. } => {
                         let a = FlashAttention {
@@ -292,6 +299,22 @@ impl Engine {
                     matvec_q8::quantize_grid(blocks, tokens * cols),
                 )
             }
+            Op::HalfX { x, cols, tokens } => plan(
+                vec![x],
+                &[Tensor::XHalf],
+                vec![u(tokens), u(cols)],
+                widen::x_grid(tokens),
+            ),
+            Op::Widen { w: wid, rows, cols } => {
+                let key = KernelKey::of(&node.op, w, self.shape);
+                let info = self.dev(self.placement.programs[&key].device).info();
+                plan(
+                    vec![self.staged_weights(info, wid)],
+                    &[Tensor::Wide],
+                    vec![u(rows), u(cols)],
+                    widen::grid(rows),
+                )
+            }
             Op::MoeRoute => {
                 let r = self.moe_route(t);
                 plan(
@@ -365,10 +388,21 @@ impl Engine {
     /// the weight as the device holds it.
     fn read_weights(&self, id: WeightId) -> Tensor {
         let w = &self.model.weights;
-        if tuning::read_type(w, id, self.shape.grouped) == w.tensors[id].ty {
+        if tuning::read_type(w, id, self.shape.grouped_blocks) == w.tensors[id].ty {
             Tensor::Weight(id)
         } else {
             Tensor::Grouped(id)
+        }
+    }
+
+    /// What a kernel staging the blocks of weight `id` on a device described by `info` reads
+    /// (the tiled product, the widening): their groups where the executor groups them, else
+    /// the file's layout.
+    fn staged_weights(&self, info: &trine_backends::DeviceInfo, id: WeightId) -> Tensor {
+        let w = &self.model.weights;
+        match self.read_weights(id) {
+            Tensor::Grouped(id) => Tensor::Grouped(id),
+            _ => file_layout(info, w, id, w.tensors[id].ty),
         }
     }
 
