@@ -82,6 +82,20 @@ fn grouped_q4_0_and_q8_0_agree_with_the_cpu_on_every_gpu() {
             .map(|id| w.bytes(&model.gguf, id).len() as u64)
             .sum();
         assert_eq!(tiles.footprint().unwrap().weights, file, "{name}");
+        // A stand-in that widens its prompts' weights to f16 widens the groups.
+        let copying = || Engine::new(model.clone(), gpu_copying(), SIZES).unwrap();
+        let widen = count_nodes(&copying(), 5, |op| matches!(op, Op::Widen { .. }));
+        assert_eq!(widen, 4 * SynthShape::TINY.n_layer as usize, "{name}");
+        agree(
+            &format!("{name}: cpu checking the widening stand-in"),
+            copying(),
+            { copying().checker(cpu()).unwrap() },
+        );
+        assert_eq!(
+            greedy(model.clone(), gpu_copying()),
+            want,
+            "{name} widening"
+        );
         let mut compared = vec![];
         let mut check = |backend_name: &str, backend: Arc<dyn Backend>| {
             let main = stand_in();
