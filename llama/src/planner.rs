@@ -31,10 +31,8 @@ use trine_ops::{
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
-/// head dimension and the values of a head rope turns, whether its prompt products on tiles
-/// all take the small block ([`trine_backends::Tuning::small_tile_blocks`]), and whether its
-/// products read Q4_0, Q4_1 and Q8_0 weights in groups of blocks ([`tuning::read_type`]: a
-/// GPU's executor, whose nodes the fusion pass builds for a GPU, and its checkers).
+/// head dimension and the values of a head rope turns, and whether its prompt products on
+/// tiles all take the small block ([`trine_backends::Tuning::small_tile_blocks`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {
     pub kv: KvType,
@@ -47,7 +45,10 @@ pub struct KernelShape {
     pub grouped_attention: bool,
     pub rot_dim: u32,
     pub small_tiles: bool,
-    pub grouped: bool,
+    /// Its kernels read Q4_0, Q4_1 and Q8_0 weights in groups of blocks
+    /// ([`tuning::read_type`]): a GPU's executor, whose nodes the fusion pass builds for a
+    /// GPU, and its checkers.
+    pub grouped_blocks: bool,
 }
 
 /// The kernel a node needs, up to its variants.
@@ -328,7 +329,7 @@ impl KernelKey {
     pub fn of(op: &Op, w: &Weights, s: KernelShape) -> KernelKey {
         match *op {
             Op::Embed { table, scale } => KernelKey::Embed {
-                table: tuning::read_type(w, table, s.grouped),
+                table: tuning::read_type(w, table, s.grouped_blocks),
                 scaled: scale.is_some(),
             },
             Op::Product {
@@ -341,7 +342,7 @@ impl KernelKey {
                 ..
             } => {
                 let t = &w.tensors[id];
-                let ty = tuning::read_type(w, id, s.grouped);
+                let ty = tuning::read_type(w, id, s.grouped_blocks);
                 match form {
                     Form::Float => KernelKey::Matvec {
                         weights: ty,
@@ -415,7 +416,7 @@ impl KernelKey {
             Op::Quantize { blocks, load, .. } => KernelKey::Quantize { blocks, load },
             Op::HalfX { .. } => KernelKey::HalfX,
             Op::Widen { w: id, .. } => KernelKey::Widen {
-                weights: tuning::read_type(w, id, s.grouped),
+                weights: tuning::read_type(w, id, s.grouped_blocks),
             },
             Op::MoeRoute => KernelKey::MoeRoute,
             Op::MoeSort => KernelKey::MoeSort,
@@ -738,7 +739,7 @@ mod tests {
             grouped_attention: false,
             rot_dim: 64,
             small_tiles: false,
-            grouped: false,
+            grouped_blocks: false,
         };
         let fields = TilesKey {
             weights: WeightType::Q4_1,

@@ -225,7 +225,7 @@ pub fn q8_blocks_rows_per_workgroup(rows: u32) -> u32 {
 }
 
 /// The type an executor's kernels read weight `id` as. One that groups blocks (`grouped`, a
-/// GPU's and its checkers: [`crate::planner::KernelShape::grouped`]) holds the Q4_0, Q4_1
+/// GPU's and its checkers: [`crate::planner::KernelShape::grouped_blocks`]) holds the Q4_0, Q4_1
 /// and Q8_0 weights it may ([`Weights::groupable`]) in rows of whole groups in groups of
 /// eight blocks ([`trine_gguf::quant::regroup`]), whose codes its decode products take as
 /// byte-code units (on the file's blocks they multiplied float x at a fraction of the rate

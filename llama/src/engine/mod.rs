@@ -114,7 +114,7 @@ impl Engine {
             grouped_attention: tuning::grouped_attention(options.context),
             rot_dim: model.config.n_rot,
             small_tiles: info.tuning.small_tile_blocks,
-            grouped: offer.gpu,
+            grouped_blocks: offer.gpu,
         };
         Engine::build(model, backend, options, shape, offer)
     }

@@ -136,12 +136,11 @@ impl Engine {
                         )
                     }
                     (Form::Tiles | Form::Widened, Launch::Tiles(spec)) => {
-                        // The kernel stages the file's blocks or the groups of them, or the
+                        // The kernel stages the file's blocks (or the groups of them), or the
                         // weight widened to f16 before it.
-                        let weights = match (form, self.read_weights(wid)) {
-                            (Form::Widened, _) => Tensor::Wide,
-                            (_, Tensor::Grouped(id)) => Tensor::Grouped(id),
-                            _ => file_layout(info, w, wid, wt.ty),
+                        let weights = match form {
+                            Form::Widened => Tensor::Wide,
+                            _ => self.staged_weights(info, wid),
                         };
                         let mut inputs = vec![weights, x];
                         inputs.extend(add);
@@ -311,14 +310,8 @@ impl Engine {
             Op::Widen { w: wid, rows, cols } => {
                 let key = KernelKey::of(&node.op, w, self.shape);
                 let info = self.dev(self.placement.programs[&key].device).info();
-                // The blocks as the device holds them for products: groups of them, or the
-                // file's.
-                let weights = match self.read_weights(wid) {
-                    Tensor::Grouped(id) => Tensor::Grouped(id),
-                    _ => file_layout(info, w, wid, w.tensors[wid].ty),
-                };
                 plan(
-                    vec![weights],
+                    vec![self.staged_weights(info, wid)],
                     &[Tensor::Wide],
                     vec![u(rows), u(cols)],
                     widen::grid(rows),
@@ -417,10 +410,21 @@ impl Engine {
     /// the weight as the device holds it.
     fn read_weights(&self, id: WeightId) -> Tensor {
         let w = &self.model.weights;
-        if tuning::read_type(w, id, self.shape.grouped) == w.tensors[id].ty {
+        if tuning::read_type(w, id, self.shape.grouped_blocks) == w.tensors[id].ty {
             Tensor::Weight(id)
         } else {
             Tensor::Grouped(id)
+        }
+    }
+
+    /// What a kernel staging the blocks of weight `id` on a device described by `info` reads
+    /// (the tiled product, the widening): their groups where the executor groups them, else
+    /// the file's layout.
+    fn staged_weights(&self, info: &trine_backends::DeviceInfo, id: WeightId) -> Tensor {
+        let w = &self.model.weights;
+        match self.read_weights(id) {
+            Tensor::Grouped(id) => Tensor::Grouped(id),
+            _ => file_layout(info, w, id, w.tensors[id].ty),
         }
     }
 

@@ -67,10 +67,10 @@ pub enum Tensor {
     /// ([`trine_ops::matvec_q8_rows::interleave`]). An output head tied to the embedding table
     /// is held twice: the embedding reads [`Tensor::Weight`] in the file's layout.
     Interleaved(WeightId),
-    /// A weight in groups of eight blocks ([`trine_gguf::quant::regroup`]): what the embedding
-    /// and every product but the interleaved one read of the Q4_0, Q4_1 and Q8_0 weights an
-    /// executor groups ([`crate::tuning::read_type`]), so that a device holds them once,
-    /// grouped (an embedding table tied to the output head included).
+    /// A weight in groups of eight blocks ([`trine_gguf::quant::regroup`]): what the embedding,
+    /// the widening and every product but the interleaved one read of the Q4_0, Q4_1 and Q8_0
+    /// weights an executor groups ([`crate::tuning::read_type`]), so that a device holds them
+    /// once, grouped (an embedding table tied to the output head included).
     Grouped(WeightId),
     /// A weight in the file's layout on a device that holds [`Tensor::Weight`] in pairs of
     /// blocks ([`crate::tuning::holds_pairs`]): what a CPU checking a GPU's products on

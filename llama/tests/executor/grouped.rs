@@ -69,10 +69,10 @@ fn grouped_q4_0_and_q8_0_agree_with_the_cpu_on_every_gpu() {
         let model = model(matrices, embedding, output);
         let want = greedy(model.clone(), cpu());
         let stand_in = || Engine::new(model.clone(), gpu(), SIZES).unwrap();
-        assert!(decode_on_units(&stand_in()), "{name}");
-        agree(&format!("{name}: cpu checking the stand-in"), stand_in(), {
-            stand_in().checker(cpu()).unwrap()
-        });
+        let main = stand_in();
+        assert!(decode_on_units(&main), "{name}");
+        let checker = main.checker(cpu()).unwrap();
+        agree(&format!("{name}: cpu checking the stand-in"), main, checker);
         assert_eq!(greedy(model.clone(), gpu()), want, "{name} on the stand-in");
         // With prompts on tiles, which read the groups too, a GPU holds each weight once (a tied
         // table too, read by the embedding and the head).
@@ -82,6 +82,21 @@ fn grouped_q4_0_and_q8_0_agree_with_the_cpu_on_every_gpu() {
             .map(|id| w.bytes(&model.gguf, id).len() as u64)
             .sum();
         assert_eq!(tiles.footprint().unwrap().weights, file, "{name}");
+        // A stand-in that widens its prompts' weights to f16 widens the groups.
+        let main = Engine::new(model.clone(), gpu_copying(), SIZES).unwrap();
+        let widen = count_nodes(&main, 5, |op| matches!(op, Op::Widen { .. }));
+        assert_eq!(widen, 4 * SynthShape::TINY.n_layer as usize, "{name}");
+        let checker = main.checker(cpu()).unwrap();
+        agree(
+            &format!("{name}: cpu checking the widening stand-in"),
+            main,
+            checker,
+        );
+        assert_eq!(
+            greedy(model.clone(), gpu_copying()),
+            want,
+            "{name} widening"
+        );
         let mut compared = vec![];
         let mut check = |backend_name: &str, backend: Arc<dyn Backend>| {
             let main = stand_in();
