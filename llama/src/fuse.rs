@@ -20,7 +20,7 @@ use trine_ops::kv_type::KvType;
 use trine_ops::matvec_q8::{XBlocks, XLoad};
 use trine_ops::rope::RopeMode;
 use trine_ops::{
-    attention_flash, attention_flash_tiles, matmul_tiles, matvec_q8_blocks, matvec_q8_rows,
+    attention_flash, attention_flash_tiles, matmul_tiles, matvec_q8_blocks, matvec_q8_rows, widen,
 };
 
 /// What a device offers the fusion pass. A checker takes the checked executor's, so that both
@@ -36,8 +36,16 @@ pub struct Offer {
     pub gpu: bool,
     /// Matrix tiles: a GPU's prompt products run on them.
     pub tiles: bool,
+    /// The device copies f16 blocks into shared memory asynchronously: its prompt products
+    /// on quantized weights take W dequantised to f16 and x rounded to f16 by nodes before
+    /// them ([`Form::Widened`]), which it copies as they are, where staging the quantized
+    /// blocks would decode them through the invocations' registers.
+    pub widen: bool,
     /// Prompt flash attention cuts the keys into chunks ([`trine_backends::Tuning`]).
     pub flash_key_chunks: bool,
+    /// Splits of the keys in a decode step's attention ([`tuning::gpu_splits`] of the
+    /// executor's context on a GPU, 1 on a CPU).
+    pub decode_splits: u32,
     /// The KV cache stores floats, one element at a time: rope with the cache store folds
     /// into the QKV product, and prompt attention may run on tiles. A q8_0 cache quantizes
     /// a head's blocks together, which a product's rows, spread over workgroups, cannot.
@@ -45,12 +53,14 @@ pub struct Offer {
 }
 
 impl Offer {
-    pub fn of(info: &DeviceInfo, kv: KvType) -> Offer {
+    pub fn of(info: &DeviceInfo, kv: KvType, context: u32) -> Offer {
         let gpu = info.device_type != DeviceType::Cpu;
         Offer {
             gpu,
             tiles: gpu && info.tiles,
+            widen: gpu && info.tiles && info.async_copy,
             flash_key_chunks: info.tuning.flash_key_chunks,
+            decode_splits: if gpu { tuning::gpu_splits(context) } else { 1 },
             float_cache: kv.float().is_some(),
         }
     }
@@ -82,12 +92,17 @@ pub fn fuse(
     let mut norm: Option<(Load, Tensor)> = None;
     // SwiGLU folded into the quantizer of the product after it, with the tensor it writes.
     let mut swiglu: Option<Tensor> = None;
+    // The tensor whose rows the last HalfX rounded, while nothing has written it since.
+    let mut halved: Option<Tensor> = None;
     let mut i = 0;
     while i < nodes.len() {
         let node = nodes[i];
         let next = nodes.get(i + 1);
         let next_form = next.and_then(|n| form(&n.op));
         i += 1;
+        if !matches!(node.op, Op::Product { .. }) {
+            halved = None;
+        }
         match node.op {
             Op::Norm { x, weight, .. } => {
                 // Folded where every product reading it (the products up to the next norm:
@@ -126,7 +141,7 @@ pub fn fuse(
                 // Only the split kernel takes a sliding window.
                 let form = match window {
                     Some(_) => AttentionForm::Split {
-                        splits: tuning::attention_splits(s.tokens, offer.gpu),
+                        splits: tuning::attention_splits(s.tokens, offer.decode_splits),
                     },
                     None => attention_form(c, s, offer, reader),
                 };
@@ -170,6 +185,28 @@ pub fn fuse(
                 let (store, y, folded) = store(form, y, next, offer);
                 if folded {
                     i += 1;
+                }
+                let x = if form == Form::Widened {
+                    let cols = w.tensors[id].cols;
+                    if halved != Some(x) {
+                        out.push(Node {
+                            op: Op::HalfX { x, cols, tokens },
+                            label: "x_f16",
+                            layer: node.layer,
+                        });
+                        halved = Some(x);
+                    }
+                    out.push(Node {
+                        op: Op::Widen { w: id, rows, cols },
+                        label: "widen",
+                        layer: node.layer,
+                    });
+                    Tensor::XHalf
+                } else {
+                    x
+                };
+                if halved == Some(y) {
+                    halved = None;
                 }
                 if form.quantizes_x() {
                     let ty = w.tensors[id].ty;
@@ -246,18 +283,18 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
 }
 
 /// A product's form: on tiles for a GPU's prompt products whose weights take them (a format
-/// the staging decodes, rows of whole blocks of [`matmul_tiles::BK`]), on quantized x and
+/// the staging decodes, rows of whole blocks of [`matmul_tiles::BK`]), quantized weights
+/// widened to f16 first where the device copies f16 blocks ([`Offer::widen`]), on quantized x and
 /// the file's blocks for a GPU's one-token products whose format has byte-code units
 /// ([`matvec_q8_blocks::takes`]), on quantized x where the step quantizes it and the weights allow ([`matvec_q8_rows::takes`]; on a GPU, which
 /// keeps the file's layout for its decode products beside it, only where that copy is not
 /// much larger, [`matvec_q8_rows::widens`]), else on float x.
 fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -> Form {
     let t = &w.tensors[id];
-    if offer.tiles
-        && tokens > 1
-        && matmul_tiles::takes(t.ty)
-        && matmul_tiles::check(t.rows, t.cols, 1).is_ok()
-    {
+    let tiles = offer.tiles && tokens > 1 && matmul_tiles::check(t.rows, t.cols, 1).is_ok();
+    if tiles && offer.widen && t.ty.is_quantized() && widen::check(t.ty, t.rows, t.cols).is_ok() {
+        Form::Widened
+    } else if tiles && matmul_tiles::takes(t.ty) {
         Form::Tiles
     } else if offer.gpu && tokens == 1 && matvec_q8_blocks::takes(t.ty, t.cols) {
         Form::QuantizedBlocks
@@ -280,7 +317,7 @@ fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionF
     let d = c.head_dim();
     if !(offer.gpu && s.tokens > 1 && attention_flash::supports(d)) {
         return AttentionForm::Split {
-            splits: tuning::attention_splits(s.tokens, offer.gpu),
+            splits: tuning::attention_splits(s.tokens, offer.decode_splits),
         };
     }
     let splits = if offer.flash_key_chunks {
@@ -318,7 +355,9 @@ mod tests {
         gpu: true,
         float_cache: true,
         tiles: false,
+        widen: false,
         flash_key_chunks: false,
+        decode_splits: tuning::GPU_SPLITS,
     };
 
     /// A layer of `mode` rope as the Llama blocks build it, fused for a GPU's decode step.

@@ -27,7 +27,7 @@ use trine_ops::support::{Float, Reduction};
 use trine_ops::{
     argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
     matvec, matvec_ids, matvec_q8, matvec_q8_blocks, matvec_q8_rows, moe_route, norm_add,
-    qkv_bias_norm, rms_norm, rope_store,
+    qkv_bias_norm, rms_norm, rope_store, widen,
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
@@ -38,6 +38,11 @@ pub struct KernelShape {
     pub kv: KvType,
     pub keys: KeyLayout,
     pub head_dim: u32,
+    /// Query heads a KV head serves.
+    pub group: u32,
+    /// Decode attention takes a KV head's query heads together where the device runs it
+    /// ([`tuning::grouped_attention`]).
+    pub grouped_attention: bool,
     pub rot_dim: u32,
     pub small_tiles: bool,
 }
@@ -74,8 +79,14 @@ pub enum KernelKey {
         /// Rows each workgroup takes ([`tuning::q8_blocks_rows_per_workgroup`]).
         rows: u32,
     },
-    /// A prompt's product on matrix tiles ([`Form::Tiles`]).
+    /// A prompt's product on matrix tiles ([`Form::Tiles`], [`Form::Widened`]).
     MatmulTiles(TilesKey),
+    /// x rounded to f16 for a product on f16 tiles ([`Op::HalfX`]).
+    HalfX,
+    /// A weight dequantised to f16 rows ([`Op::Widen`]).
+    Widen {
+        weights: WeightType,
+    },
     /// Split attention, through a sliding window where `windowed`.
     AttnSplit {
         windowed: bool,
@@ -126,6 +137,8 @@ pub struct TilesKey {
     pub block: matmul_tiles::BlockSize,
     /// Blocks of K per step ([`matmul_tiles::TilesSpec::depth_for`]).
     pub depth: u32,
+    /// x stored as f16 ([`matmul_tiles::TilesSpec::half_x`]).
+    pub half_x: bool,
 }
 
 /// How a compiled variant is launched: what its dispatch's grid, parameters and bindings
@@ -141,6 +154,9 @@ pub enum Launch {
     /// A decode product on the file's blocks (which binds the weights a second time as an f16
     /// view where `f16_view`).
     Blocks { f16_view: bool },
+    /// Decode attention's splits with a KV head's query heads in one workgroup
+    /// ([`attention_split::grouped_kernel`]).
+    GroupedSplits,
     /// Everything else: the grid follows from the op alone.
     Plain,
 }
@@ -217,8 +233,14 @@ impl std::fmt::Display for KernelKey {
                     matmul_tiles::BlockSize::Large => ", large",
                 };
                 let (ty, depth) = (t.weights, t.depth);
-                write!(f, "matmul {ty} on tiles{block}{out}, {depth} blocks a step")
+                let x = if t.half_x { "f16 × " } else { "" };
+                write!(
+                    f,
+                    "matmul {x}{ty} on tiles{block}{out}, {depth} blocks a step"
+                )
             }
+            KernelKey::HalfX => f.write_str("x rounded to f16"),
+            KernelKey::Widen { weights } => write!(f, "{weights} widened to f16"),
             KernelKey::AttnSplit { windowed: false } => f.write_str("attention (split)"),
             KernelKey::AttnSplit { windowed: true } => {
                 f.write_str("attention (split, sliding window)")
@@ -324,12 +346,17 @@ impl KernelKey {
                         add: matches!(store, Store::Add(_)),
                         rows: tuning::q8_blocks_rows_per_workgroup(rows),
                     },
-                    Form::Tiles => KernelKey::MatmulTiles(TilesKey {
-                        weights: t.ty,
+                    Form::Tiles | Form::Widened => KernelKey::MatmulTiles(TilesKey {
+                        weights: if form == Form::Widened {
+                            WeightType::F16
+                        } else {
+                            t.ty
+                        },
                         add: matches!(store, Store::Add(_)),
                         swiglu: store == Store::Swiglu,
                         block: matmul_tiles::BlockSize::for_product(rows, tokens, s.small_tiles),
                         depth: matmul_tiles::TilesSpec::depth_for(t.cols),
+                        half_x: form == Form::Widened,
                     }),
                 }
             }
@@ -352,6 +379,10 @@ impl KernelKey {
             },
             Op::RopeStore { mode, .. } => KernelKey::RopeStore { mode },
             Op::Quantize { blocks, load, .. } => KernelKey::Quantize { blocks, load },
+            Op::HalfX { .. } => KernelKey::HalfX,
+            Op::Widen { w: id, .. } => KernelKey::Widen {
+                weights: w.tensors[id].ty,
+            },
             Op::MoeRoute => KernelKey::MoeRoute,
             Op::ExpertsSwiglu { gate, .. } => KernelKey::MatvecIds {
                 weights: w.tensors[gate].ty,
@@ -455,10 +486,25 @@ impl KernelKey {
                 } else {
                     attention_split::split_kernel
                 };
-                reductions
-                    .iter()
-                    .map(|&how| kernel(s.head_dim, s.kv, how, s.keys).map(plain))
-                    .collect::<Result<_, _>>()?
+                // The query heads of a KV head together where the device runs the
+                // kernel's subgroups and the cache is in rows.
+                let grouped = !windowed
+                    && s.grouped_attention
+                    && s.keys == KeyLayout::Rows
+                    && info.subgroup_ops
+                    && info.runs_subgroup_width(attention_split::grouped::WIDTH)
+                    && attention_split::grouped_supports(s.head_dim, s.group, s.kv);
+                let mut v = vec![];
+                if grouped {
+                    v.push(Variant {
+                        kernel: attention_split::grouped_kernel(s.head_dim, s.group, s.kv)?,
+                        launch: Launch::GroupedSplits,
+                    });
+                }
+                for &how in reductions {
+                    v.push(plain(kernel(s.head_dim, s.kv, how, s.keys)?));
+                }
+                v
             }
             KernelKey::AttnFlash { tiles, out } => {
                 let mut variants = vec![];
@@ -509,6 +555,8 @@ impl KernelKey {
             KernelKey::Quantize { blocks, load } => {
                 vec![plain(matvec_q8::quantize_kernel(blocks, load))]
             }
+            KernelKey::HalfX => vec![plain(widen::x_kernel())],
+            KernelKey::Widen { weights } => vec![plain(widen::kernel(weights)?)],
             KernelKey::MoeRoute => vec![plain(moe_route::kernel())],
             KernelKey::MatvecIds { weights, out } => reductions
                 .iter()
@@ -556,7 +604,7 @@ pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
         block: key.block,
         depth: key.depth,
         copies: false,
-        half_x: false,
+        half_x: key.half_x,
         group: false,
         swiglu: key.swiglu,
     };
@@ -583,6 +631,8 @@ mod tests {
             kv: KvType::F16,
             keys: KeyLayout::Rows,
             head_dim: 64,
+            group: 1,
+            grouped_attention: false,
             rot_dim: 64,
             small_tiles: false,
         };
@@ -592,6 +642,7 @@ mod tests {
             swiglu: false,
             block: matmul_tiles::BlockSize::for_product(4096, 512, false),
             depth: 2,
+            half_x: false,
         };
         let key = KernelKey::MatmulTiles(fields);
         for (tiles, group, count) in [(true, true, 4), (true, false, 3), (false, false, 1)] {

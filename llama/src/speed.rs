@@ -33,21 +33,27 @@ pub struct Speed {
     pub stddev_tps: f64,
 }
 
-/// Runs `test` over `tokens` tokens `reps` times (after one warm-up) on `engine`, whose
-/// context must hold `tokens` positions. Returns the engine for the next test.
+/// Runs `test` over `tokens` tokens `reps` times (after one warm-up) on `engine`, each
+/// after `depth` tokens already in the KV cache (llama-bench's `-d`: a prompt fed before the
+/// test, not timed); the context must hold `depth + tokens` positions. Returns the engine for
+/// the next test.
 pub fn measure(
     engine: Engine,
     test: Test,
-    tokens: u32,
+    (tokens, depth): (u32, u32),
     reps: usize,
 ) -> Result<(Speed, Engine), ModelError> {
     let vocab = engine.model().config.vocab;
     let mut rng = Rng::new(u64::from(tokens));
     let prompt: Vec<u32> = (0..tokens).map(|_| rng.u32() % vocab).collect();
+    let before: Vec<u32> = (0..depth).map(|_| rng.u32() % vocab).collect();
     let mut engine = engine;
     let mut samples = Vec::with_capacity(reps);
     for rep in 0..=reps {
         let mut session = Session::new(engine, None);
+        if depth > 0 {
+            session.feed(&before)?;
+        }
         let t = Instant::now();
         match test {
             Test::Pp => {
@@ -73,9 +79,14 @@ pub fn measure(
         Test::Pp => "pp",
         Test::Tg => "tg",
     };
+    let at = if depth > 0 {
+        format!(" @ d{depth}")
+    } else {
+        String::new()
+    };
     Ok((
         Speed {
-            test: format!("{name}{tokens}"),
+            test: format!("{name}{tokens}{at}"),
             tokens,
             samples,
             mean_tps: mean,

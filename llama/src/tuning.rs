@@ -34,14 +34,44 @@ pub fn key_layout(info: &DeviceInfo, kv: KvType) -> KeyLayout {
     }
 }
 
-/// Splits of the keys in decode attention on a GPU, each a chunk of the cache in a workgroup
-/// of its own (more splits mean a longer combine). A CPU's cores are busy with the heads
-/// alone, and prompt steps have a workgroup per token and head already: they use one.
+/// The fewest splits of the keys in decode attention on a GPU, each a chunk of the cache in
+/// a workgroup of its own (more splits mean a longer combine). A CPU's cores are busy with the
+/// heads alone, and prompt steps have a workgroup per token and head already: they use one.
 pub const GPU_SPLITS: u32 = 8;
 
-pub fn attention_splits(tokens: u32, gpu: bool) -> u32 {
-    if tokens == 1 && gpu {
-        GPU_SPLITS
+/// Keys a decode split walks in a full cache: a split's workgroup walks its keys one block
+/// after another, so a long context with few splits leaves most of a GPU idle while a few
+/// workgroups walk thousands of keys each.
+pub const KEYS_PER_SPLIT: u32 = 128;
+
+/// The most splits of a GPU's decode attention: each adds a partial to the combine.
+pub const MAX_GPU_SPLITS: u32 = 64;
+
+/// Splits of a GPU's decode attention over a cache of `context` positions: enough that a full
+/// cache gives each about [`KEYS_PER_SPLIT`] keys, between [`GPU_SPLITS`] and
+/// [`MAX_GPU_SPLITS`]. The count is fixed for an executor, since a recorded step replays one
+/// grid; the chunks follow the position (`trine_ops::attention_split`).
+pub fn gpu_splits(context: u32) -> u32 {
+    context
+        .div_ceil(KEYS_PER_SPLIT)
+        .clamp(GPU_SPLITS, MAX_GPU_SPLITS)
+}
+
+/// Whether a GPU's decode attention over a cache of `context` positions takes a KV head's
+/// query heads in one workgroup (`trine_ops::attention_split::grouped_kernel`): where the
+/// context takes more than [`GPU_SPLITS`] splits. Over long caches the reads of K and V
+/// dominate, which the grouped kernel shares between the query heads; over short ones it
+/// launches `group` times fewer workgroups, which lost on a 3-way group of 64-wide heads
+/// (docs/bench/scale.md).
+pub fn grouped_attention(context: u32) -> bool {
+    gpu_splits(context) > GPU_SPLITS
+}
+
+/// Splits of a step of `tokens`' split attention: `decode` (the executor's
+/// [`gpu_splits`], 1 on a CPU) for one token, one for prompts.
+pub fn attention_splits(tokens: u32, decode: u32) -> u32 {
+    if tokens == 1 {
+        decode
     } else {
         1
     }

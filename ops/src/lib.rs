@@ -44,6 +44,7 @@ pub mod rope_freqs;
 pub mod rope_store;
 pub mod shape;
 pub mod support;
+pub mod widen;
 
 use crate::case::Case;
 
@@ -58,11 +59,16 @@ pub struct Family {
 }
 
 /// The op library's families, in the order of [`cases`].
-pub static FAMILIES: [Family; 19] = [
+pub static FAMILIES: [Family; 20] = [
     Family {
         name: "matmul_tiles",
         about: "prompt products y = x·Wᵀ on matrix units, W in f32, f16, Q8_0, Q4_0 or Q4_1",
         cases: matmul_tiles::cases,
+    },
+    Family {
+        name: "widen",
+        about: "a prompt product's operands in f16: quantized W dequantised to f16 rows, x rounded",
+        cases: widen::cases,
     },
     Family {
         name: "matvec",

@@ -17,7 +17,9 @@
 #   llama-3-8b:q4_0 llama-3-8b:q8_0 llama-3-8b:q4_k_m llama-3-70b:q4_0
 #
 # Environment: SCALE_REPS (default 3) repetitions of each test for both tools; SCALE_BACKENDS
-# (default cuda,vulkan) trine's backends; LCPP_BENCH (a llama-bench binary) skips the build.
+# (default cuda,vulkan) trine's backends; LCPP_BENCH (a llama-bench binary) skips the build;
+# SCALE_DEPTH (e.g. 4096) runs both tools' tests a second time with that many tokens already in
+# the KV cache (llama-bench's -d), on the layouts SCALE_DEPTH_ON names (default: every one).
 set -euo pipefail
 usage() { sed -n '7p' "$0" | sed 's/^# *//' >&2; exit 2; }
 [ $# -ge 4 ] || usage
@@ -32,6 +34,8 @@ sweep=("$@")
 [ ${#sweep[@]} -gt 0 ] || sweep=(smollm2-135m:q4_1 llama-3.2-1b:q4_0 llama-3.2-1b:q8_0
   llama-3.2-1b:q4_k_m llama-3-8b:q4_0 llama-3-8b:q8_0 llama-3-8b:q4_k_m llama-3-70b:q4_0)
 reps="${SCALE_REPS:-3}"
+depth="${SCALE_DEPTH:-}"
+depth_on="${SCALE_DEPTH_ON:-}"
 backends="${SCALE_BACKENDS:-cuda,vulkan}"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
@@ -65,6 +69,15 @@ for item in "${sweep[@]}"; do
   "$bin/xtask" bench --model "$f" -p 512 -n 128 --reps "$reps" --backends "$backends" \
     --json "$out/trine-$name.json" > "$out/trine-$name.log" 2>&1 \
     || echo "scale.sh: trine failed on $name" >&2
+  if [ -n "$depth" ] && { [ -z "$depth_on" ] || [[ ",$depth_on," == *",$item,"* ]]; }; then
+    "$lb" -m "$f" -p 512 -n 128 -d "$depth" -ngl 99 -fa 1 -r "$reps" -o json \
+      > "$out/llama-$name-d$depth.json" 2> "$out/llama-$name-d$depth.log" \
+      || echo "scale.sh: llama-bench failed on $name at depth $depth" >&2
+    "$bin/xtask" bench --model "$f" -p 512 -n 128 -d "$depth" --reps "$reps" \
+      --backends "$backends" --json "$out/trine-$name-d$depth.json" \
+      > "$out/trine-$name-d$depth.log" 2>&1 \
+      || echo "scale.sh: trine failed on $name at depth $depth" >&2
+  fi
   rm -f "$f"
 done
 

@@ -24,8 +24,20 @@ def llama_cpp(out, name):
     got = {}
     for r in runs:
         test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
+        if r.get("n_depth"):
+            test += f" @ d{r['n_depth']}"
         got[test] = r["avg_ts"]
     return got
+
+
+def depths(out, name):
+    """The depths the sweep ran `name` at besides 0, from its files' names."""
+    prefix = f"trine-{name}-d"
+    found = []
+    for f in sorted(os.listdir(out)):
+        if f.startswith(prefix) and f.endswith(".json") and f[len(prefix):-5].isdigit():
+            found.append(int(f[len(prefix):-5]))
+    return found
 
 
 def trine(out, name):
@@ -95,6 +107,36 @@ def main():
                 f" {fmt(tg)} | {ratio(tg, peer.get('tg128'))} |"
             )
         print(line)
+    deep = [(name, d) for name, _, _ in rows for d in depths(out, name)]
+    if deep:
+        print("\n## At depth\n")
+        print(
+            "The same tests with tokens already in the KV cache (llama-bench's `-d`, "
+            "trine's `xtask bench -d`), fed before each test and not timed.\n"
+        )
+        head = "| model | depth | llama.cpp pp512 | llama.cpp tg128 |"
+        rule = "| --- | --- | --- | --- |"
+        for b in backends:
+            head += f" {b} pp512 | ratio | {b} tg128 | ratio |"
+            rule += " --- | --- | --- | --- |"
+        print(head)
+        print(rule)
+        for name, d in deep:
+            peer = llama_cpp(out, f"{name}-d{d}")
+            ours = trine(out, f"{name}-d{d}")
+            pp_t, tg_t = f"pp512 @ d{d}", f"tg128 @ d{d}"
+            line = f"| {name} | {d} | {fmt(peer.get(pp_t))} | {fmt(peer.get(tg_t))} |"
+            for b in backends:
+                r = ours.get(b)
+                if r is None or r["skipped"]:
+                    line += " not run | | | |"
+                    continue
+                pp, tg = r["speeds"].get(pp_t), r["speeds"].get(tg_t)
+                line += (
+                    f" {fmt(pp)} | {ratio(pp, peer.get(pp_t))} |"
+                    f" {fmt(tg)} | {ratio(tg, peer.get(tg_t))} |"
+                )
+            print(line)
     print("\n## Decode against the copy rate, and device memory\n")
     print(
         "The weights a decode step reads (the embedding table left out) times tg128's tokens "

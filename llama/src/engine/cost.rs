@@ -45,9 +45,10 @@ impl Engine {
     fn tensor_traffic(&self, t: Tensor, node: &Node, s: Step, read: bool) -> u64 {
         let c = &self.model.config;
         let rows = u64::from(match node.op {
-            Op::Product { tokens, .. } | Op::Norm { tokens, .. } | Op::Quantize { tokens, .. } => {
-                tokens
-            }
+            Op::Product { tokens, .. }
+            | Op::Norm { tokens, .. }
+            | Op::Quantize { tokens, .. }
+            | Op::HalfX { tokens, .. } => tokens,
             Op::PickLast | Op::Argmax => 1,
             _ => s.tokens,
         });
@@ -62,7 +63,7 @@ impl Engine {
             _ => 1,
         };
         let cols = match node.op {
-            Op::Quantize { cols, .. } => cols,
+            Op::Quantize { cols, .. } | Op::HalfX { cols, .. } => cols,
             Op::Product { w, .. } => self.model.weights.tensors[w].cols,
             _ => c.n_embd,
         };
@@ -108,6 +109,16 @@ impl Engine {
             // A byte per element, and a scale and a sum per block of 32.
             Tensor::XqWords => rows * u64::from(cols),
             Tensor::XqScales | Tensor::XqSums => f32s(cols / 32),
+            Tensor::XHalf => rows * u64::from(cols) * 2,
+            // The weight's rows, widened.
+            Tensor::Wide => match node.op {
+                Op::Widen { rows, cols, .. } => u64::from(rows) * u64::from(cols) * 2,
+                Op::Product { w, .. } => {
+                    let t = &self.model.weights.tensors[w];
+                    u64::from(t.rows) * u64::from(t.cols) * 2
+                }
+                _ => 0,
+            },
         }
     }
 }

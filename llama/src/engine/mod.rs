@@ -109,10 +109,12 @@ impl Engine {
             kv,
             keys,
             head_dim,
+            group: model.config.n_head / model.config.n_head_kv,
+            grouped_attention: tuning::grouped_attention(options.context),
             rot_dim: model.config.n_rot,
             small_tiles: info.tuning.small_tile_blocks,
         };
-        let offer = Offer::of(info, kv);
+        let offer = Offer::of(info, kv, options.context);
         Engine::build(model, backend, options, shape, offer)
     }
 
@@ -401,11 +403,17 @@ impl Engine {
             };
             return Ok(kv.decode(&bytes)[range.start - first..range.end - first].to_vec());
         }
-        let at = (range.start * 4) as u64;
-        let Some(bytes) = self.current_bytes(t, at, range.len() * 4)? else {
+        let size = if t.is_half() { 2 } else { 4 };
+        let at = (range.start * size) as u64;
+        let Some(bytes) = self.current_bytes(t, at, range.len() * size)? else {
             return Ok(vec![]);
         };
-        Ok(if matches!(t, Tensor::Ids | Tensor::Step | Tensor::Token) {
+        Ok(if t.is_half() {
+            bytes
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect()
+        } else if matches!(t, Tensor::Ids | Tensor::Step | Tensor::Token) {
             bytes
                 .chunks_exact(4)
                 .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)
@@ -420,7 +428,8 @@ impl Engine {
 
     /// The activations node `node` reads: what a cross-check hands from one executor to the
     /// other so that each node is judged on the same inputs. Weights, the frequency table and
-    /// the caches are not among them: the caches are filled by the nodes before.
+    /// the caches are not among them: the caches are filled by the nodes before, as a weight
+    /// widened to f16 is (checked where it is made).
     pub fn activation_inputs(&self, node: &Node, s: Step) -> Vec<Tensor> {
         let plan = self.plan(node, s);
         plan.inputs
@@ -432,6 +441,7 @@ impl Engine {
                     Tensor::Weight(_)
                         | Tensor::Interleaved(_)
                         | Tensor::Plain(_)
+                        | Tensor::Wide
                         | Tensor::Freq
                         | Tensor::FreqLocal
                         | Tensor::Step

@@ -23,7 +23,7 @@ use trine_ops::qkv_bias_norm::{Apply, QkvBiasNorm};
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::{HeadSpan, RopeStore};
-use trine_ops::{matvec_q8, matvec_q8_blocks, matvec_q8_rows};
+use trine_ops::{matvec_q8, matvec_q8_blocks, matvec_q8_rows, widen};
 
 /// A node's dispatch before buffers are bound: the tensors it reads and writes, in the
 /// kernel's buffer order (reads first), its parameters and its grid.
@@ -133,9 +133,14 @@ impl Engine {
                             matvec_q8_blocks::grid(rows, per),
                         )
                     }
-                    (Form::Tiles, Launch::Tiles(spec)) => {
-                        // The kernel stages the file's blocks.
-                        let mut inputs = vec![file_layout(info, w, wid, wt.ty), x];
+                    (Form::Tiles | Form::Widened, Launch::Tiles(spec)) => {
+                        // The kernel stages the file's blocks, or the weight widened to f16
+                        // before it.
+                        let weights = match form {
+                            Form::Widened => Tensor::Wide,
+                            _ => file_layout(info, w, wid, wt.ty),
+                        };
+                        let mut inputs = vec![weights, x];
                         inputs.extend(add);
                         plan(
                             inputs,
@@ -160,7 +165,13 @@ impl Engine {
                         let a = self.split_attention(t, splits);
                         let mut params = a.params();
                         params.extend(window.map(u));
-                        (params, a.grid())
+                        // The variant the device compiled decides the workgroups.
+                        let key = KernelKey::of(&node.op, w, self.shape);
+                        let grid = match self.placement.programs[&key].launch {
+                            Launch::GroupedSplits => a.grouped_grid(),
+                            _ => a.grid(),
+                        };
+                        (params, grid)
                     }
                     AttentionForm::Flash { .. } => {
                         let a = FlashAttention {
@@ -286,6 +297,23 @@ impl Engine {
                     &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
                     vec![],
                     matvec_q8::quantize_grid(blocks, tokens * cols),
+                )
+            }
+            Op::HalfX { x, cols, tokens } => plan(
+                vec![x],
+                &[Tensor::XHalf],
+                vec![u(tokens), u(cols)],
+                widen::x_grid(tokens),
+            ),
+            Op::Widen { w: wid, rows, cols } => {
+                let key = KernelKey::of(&node.op, w, self.shape);
+                let info = self.dev(self.placement.programs[&key].device).info();
+                let ty = w.tensors[wid].ty;
+                plan(
+                    vec![file_layout(info, w, wid, ty)],
+                    &[Tensor::Wide],
+                    vec![u(rows), u(cols)],
+                    widen::grid(rows),
                 )
             }
             Op::MoeRoute => {

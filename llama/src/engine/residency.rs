@@ -151,7 +151,7 @@ impl Engine {
                 // GPU several times per head; a CPU checking a GPU's nodes runs them with the
                 // GPU's splits.
                 let prompt = u64::from(tuning::flash_splits(self.options.max_batch));
-                let rows = (b * prompt).max(u64::from(tuning::GPU_SPLITS));
+                let rows = (b * prompt).max(u64::from(tuning::gpu_splits(self.options.context)));
                 f32s(rows * c.n_head as u64 * (c.head_dim() as u64 + 2))
             }
             Tensor::Act => f32s(b * c.n_ff as u64),
@@ -190,6 +190,14 @@ impl Engine {
             Tensor::XqWords => f32s(b * widest_input(c) / 4),
             Tensor::XqScales | Tensor::XqSums => {
                 f32s(b * widest_input(c) / u64::from(matvec_q8::X_BLOCK))
+            }
+            Tensor::XHalf => (2 * b * widest_input(c)).next_multiple_of(4),
+            // The largest of a layer's products, in f16.
+            Tensor::Wide => {
+                let router = c.experts.map_or(0, |e| e.count);
+                let taller = (2 * c.n_ff).max(c.q_dim() + 2 * c.kv_dim()).max(router);
+                let wider = c.n_ff.max(c.q_dim());
+                2 * u64::from(taller.max(wider)) * u64::from(c.n_embd)
             }
         }
     }

@@ -79,6 +79,19 @@ pub enum Tensor {
     XqWords,
     XqScales,
     XqSums,
+    /// f16 [tokens × the widest input]: x rounded to f16 by an [`Op::HalfX`] for a product
+    /// on f16 tiles ([`Form::Widened`]).
+    XHalf,
+    /// f16 [rows × cols of the largest product]: a weight dequantised to f16 by an
+    /// [`Op::Widen`] for the product after it.
+    Wide,
+}
+
+impl Tensor {
+    /// Whether the tensor holds f16 values.
+    pub fn is_half(self) -> bool {
+        matches!(self, Tensor::XHalf | Tensor::Wide)
+    }
 }
 
 /// What a product does to x as it loads it.
@@ -127,6 +140,11 @@ pub enum Form {
     /// A prompt's product on matrix tiles ([`trine_ops::matmul_tiles`]): float x rounded to
     /// f16; a residual add or SwiGLU folded in.
     Tiles,
+    /// A prompt's product on matrix tiles of f16 operands made by nodes before it: x rounded
+    /// by an [`Op::HalfX`] into [`Tensor::XHalf`] (the product's x), W dequantised by an
+    /// [`Op::Widen`] into [`Tensor::Wide`] ([`trine_ops::widen`]); a residual add or SwiGLU
+    /// folded in, as on [`Form::Tiles`].
+    Widened,
 }
 
 impl Form {
@@ -245,6 +263,10 @@ pub enum Op {
         blocks: XBlocks,
         load: XLoad,
     },
+    /// `tokens` rows of `x` (`cols` wide) rounded to f16 into [`Tensor::XHalf`].
+    HalfX { x: Tensor, cols: u32, tokens: u32 },
+    /// Weight `w` (`rows × cols`) dequantised to f16 rows into [`Tensor::Wide`].
+    Widen { w: WeightId, rows: u32, cols: u32 },
     /// A mixture-of-experts layer's routing ([`trine_ops::moe_route`]) from the router's
     /// logits in [`Tensor::Raw`]: the chosen experts into [`Tensor::Route`], their weights
     /// into [`Tensor::RouteWeights`].
@@ -319,6 +341,8 @@ impl Node {
             Op::Quantize { cols, tokens, .. } => {
                 (Tensor::XqScales, 0..(tokens * cols / 32) as usize)
             }
+            Op::HalfX { cols, tokens, .. } => (Tensor::XHalf, 0..(tokens * cols) as usize),
+            Op::Widen { rows, cols, .. } => (Tensor::Wide, 0..rows as usize * cols as usize),
             Op::MoeRoute => rows(Tensor::RouteWeights, c.experts_used()),
             Op::ExpertsSwiglu { .. } => {
                 let e = c.experts.map_or(0, |e| e.used * e.ff);

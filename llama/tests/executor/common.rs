@@ -128,11 +128,12 @@ pub fn gpu_binding(limit: u64) -> Arc<dyn Backend> {
     Arc::new(Proxy::new(cpu(), "narrow", describe, faults("", &[], 1.0)))
 }
 
-fn stand_in(tiles: bool, refuse: &'static str) -> Arc<dyn Backend> {
-    let describe = |info: &mut trine_backends::DeviceInfo| {
+fn stand_in(tiles: bool, copies: bool, refuse: &'static str) -> Arc<dyn Backend> {
+    let describe = move |info: &mut trine_backends::DeviceInfo| {
         info.device_type = DeviceType::Discrete;
         info.f16 = true;
         info.tiles = tiles;
+        info.async_copy = copies;
     };
     Arc::new(Proxy::new(
         cpu(),
@@ -143,15 +144,21 @@ fn stand_in(tiles: bool, refuse: &'static str) -> Arc<dyn Backend> {
 }
 
 pub fn gpu() -> Arc<dyn Backend> {
-    stand_in(false, "")
+    stand_in(false, false, "")
 }
 
 pub fn gpu_refusing(refuse: &'static str) -> Arc<dyn Backend> {
-    stand_in(false, refuse)
+    stand_in(false, false, refuse)
 }
 
 pub fn gpu_with(tiles: bool) -> Arc<dyn Backend> {
-    stand_in(tiles, "")
+    stand_in(tiles, false, "")
+}
+
+/// A stand-in with tiles that copies blocks asynchronously: its prompts' products on
+/// quantized weights take them widened to f16 (`Form::Widened`).
+pub fn gpu_copying() -> Arc<dyn Backend> {
+    stand_in(true, true, "")
 }
 
 /// A device that reports `free` bytes free where that is `Some` (as CUDA, HIP and Vulkan with

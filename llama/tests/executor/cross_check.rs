@@ -5,7 +5,7 @@ use crate::common::*;
 use std::sync::Arc;
 use trine_backends::Backend;
 use trine_gguf::synth::SynthShape;
-use trine_llama::graph::{Form, Op};
+use trine_llama::graph::{Form, Op, Tensor};
 use trine_llama::{Engine, ModelError, Session};
 use trine_ops::kv_type::KvType;
 
@@ -126,6 +126,38 @@ fn a_cpu_checks_a_gpus_prompts_on_matrix_tiles() {
     assert_eq!(count(1, true), 0);
     let checker = main.checker(cpu()).unwrap();
     agree("cpu checking a gpu with tiles", main, checker);
+}
+
+/// A GPU that copies f16 blocks asynchronously multiplies its prompts' products on
+/// quantized weights widened to f16, x rounded to f16 once for the products that read it, and
+/// a CPU checks every node of it: the rounded x, each widened weight (exactly) and the
+/// products.
+#[test]
+fn a_cpu_checks_a_gpus_prompts_on_widened_weights() {
+    let model = tiny();
+    let main = Engine::new(model, gpu_copying(), SIZES).unwrap();
+    let count = |tokens, op: fn(&Op) -> bool| count_nodes(&main, tokens, op);
+    let widened = |op: &Op| {
+        matches!(
+            op,
+            Op::Product {
+                form: Form::Widened,
+                x: Tensor::XHalf,
+                ..
+            }
+        )
+    };
+    let widen = |op: &Op| matches!(op, Op::Widen { .. });
+    let half_x = |op: &Op| matches!(op, Op::HalfX { .. });
+    let layers = SynthShape::TINY.n_layer as usize;
+    // Four products per layer, each with its weight widened and its x rounded (each reads
+    // an x written since the product before it).
+    assert_eq!(count(5, widened), 4 * layers);
+    assert_eq!(count(5, widen), 4 * layers);
+    assert_eq!(count(5, half_x), 4 * layers);
+    assert_eq!(count(1, widen), 0);
+    let checker = main.checker(cpu()).unwrap();
+    agree("cpu checking a gpu widening its weights", main, checker);
 }
 
 /// Each GPU backend present, and the GPU-typed stand-in (a CPU taking the GPUs' kernel shapes

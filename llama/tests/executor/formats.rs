@@ -97,6 +97,7 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
         ("cpu", cpu(), X_ROUNDING),
         ("gpu", gpu(), gpu_bound),
         ("gpu with tiles", gpu_with(true), gpu_bound),
+        ("gpu copying f16 blocks", gpu_copying(), gpu_bound),
     ];
     for (backend_name, backend, bound) in backends {
         let want = logits(twin.clone(), backend.clone(), SIZES, &ids);

@@ -2,8 +2,8 @@
 //! token, against the references.
 
 use super::{
-    combine_kernel, reference_split, reference_split_windowed, split_kernel, split_kernel_windowed,
-    SplitAttention,
+    combine_kernel, grouped_kernel, reference_split, reference_split_windowed, split_kernel,
+    split_kernel_windowed, SplitAttention,
 };
 use crate::attention;
 use crate::case::*;
@@ -101,6 +101,32 @@ pub fn split_case(
     .input("v", kv.scalar(), kv.bytes(&x.v))
     .output("part", Scalar::F32, f32_bytes(&part0), want)
     .params(params)
+    .bound(attention::NMSE))
+}
+
+/// A conformance case of [`grouped_kernel`] for `shape` at position `pos` with the caches
+/// stored as `kv` (K in rows): `part` against [`reference_split`], with [`split_kernel`] as
+/// the fallback where a device cannot run subgroups of its width.
+pub fn grouped_case(shape: SplitAttention, pos: u32, kv: KvType) -> Result<Case, ShapeError> {
+    let x = inputs(&shape, pos, kv)?;
+    let want = reference_split(&shape, x.kv_len, pos, &x.q, &x.k, &x.v)?;
+    let part0 = vec![f32::NAN; want.len()];
+    let group = shape.heads / shape.kv_heads;
+    Ok(Case::new(
+        format!("attention_split/grouped/{}", x.shape_name),
+        grouped_kernel(shape.head_dim, group, kv)?,
+        shape.grouped_grid(),
+    )
+    .fallback_on(
+        split_kernel(shape.head_dim, kv, Reduction::Shared, KeyLayout::Rows)?,
+        shape.grid(),
+    )
+    .input("q", Scalar::F32, f32_bytes(&x.q))
+    .input("step", Scalar::U32, u32_bytes(&[pos]))
+    .input("k", kv.scalar(), kv.bytes(&x.k))
+    .input("v", kv.scalar(), kv.bytes(&x.v))
+    .output("part", Scalar::F32, f32_bytes(&part0), want)
+    .params(shape.params())
     .bound(attention::NMSE))
 }
 
@@ -259,6 +285,40 @@ pub fn cases() -> Vec<Case> {
         ]
         .map(|how| windowed_case(shape, pos, window, how))
     });
+    // The grouped kernel: SmolLM2's heads (3 a KV head, 64 wide), Llama 3 8B's (4 a KV head,
+    // 128 wide), Gemma 3 270M's (4 over one of 256), 8 a KV head; empty splits, uneven
+    // chunks, a prompt's tokens.
+    let llama8b = |splits| SplitAttention {
+        tokens: 1,
+        heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        splits,
+    };
+    let grouped = [
+        (smol(1, 1), 0, F32),
+        (smol(1, 16), 2, F32),
+        (smol(1, 4), 97, F32),
+        (smol(1, 16), 333, F16),
+        (smol(1, 32), 2047, F16),
+        (smol(5, 2), 3, F32),
+        (llama8b(8), 700, F16),
+        (llama8b(33), 4100, F16),
+        (gemma(1, 8), 600, F16),
+        (
+            SplitAttention {
+                tokens: 1,
+                heads: 8,
+                kv_heads: 1,
+                head_dim: 64,
+                splits: 3,
+            },
+            50,
+            F32,
+        ),
+    ]
+    .into_iter()
+    .map(|(shape, pos, kv)| grouped_case(shape, pos, kv));
     let rows = |(shape, pos, kv)| {
         [
             split_case(shape, pos, kv, (Reduction::Shared, KeyLayout::Rows)),
@@ -274,6 +334,7 @@ pub fn cases() -> Vec<Case> {
         })
         .chain(q8.into_iter().flat_map(rows))
         .chain(windowed)
+        .chain(grouped)
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
 }

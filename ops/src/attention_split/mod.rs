@@ -30,13 +30,15 @@
 //! [`attention::NMSE`]: crate::attention::NMSE
 
 mod cases;
+pub mod grouped;
 mod kernel;
 mod reference;
 mod shape;
 #[cfg(test)]
 mod tests;
 
-pub use cases::{cases, combine_case, split_case, windowed_case};
+pub use cases::{cases, combine_case, grouped_case, split_case, windowed_case};
+pub use grouped::{grouped_kernel, supports as grouped_supports};
 pub use kernel::{combine_kernel, split_kernel, split_kernel_windowed};
 pub(crate) use kernel::{split_keys, PartsIo};
 pub use reference::{reference_combine, reference_split, reference_split_windowed};

@@ -50,6 +50,11 @@ impl SplitAttention {
         [self.splits, self.heads, self.tokens]
     }
 
+    /// The grid of [`grouped_kernel`](super::grouped_kernel): a workgroup per KV head.
+    pub fn grouped_grid(&self) -> [u32; 3] {
+        [self.splits, self.kv_heads, self.tokens]
+    }
+
     /// The grid of [`combine_kernel`](super::combine_kernel).
     pub fn combine_grid(&self) -> [u32; 3] {
         [self.heads, self.tokens, 1]

@@ -79,6 +79,10 @@ pub struct Args {
     /// Only with --model: the tokens of the tg test (default 128, 0 leaves it out).
     #[arg(short = 'n', long = "n-gen")]
     n_gen: Option<u32>,
+    /// Only with --model: tokens already in the KV cache before each test (llama-bench's
+    /// `-d`), fed as a prompt that is not timed.
+    #[arg(short = 'd', long = "n-depth")]
+    n_depth: Option<u32>,
     /// Repetitions of each step after one warm-up (default: at least 10 and 0.2 s, at most
     /// 100 or 5 s, after two); with --model, of each test after a warm-up (default 3).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
@@ -110,6 +114,9 @@ fn check(args: &Args) -> Result<(), BenchError> {
     } else {
         if args.n_gen.is_some() {
             return Err(BenchError::NeedsModel("-n/--n-gen"));
+        }
+        if args.n_depth.is_some() {
+            return Err(BenchError::NeedsModel("-d/--n-depth"));
         }
         if args.cache_type.is_some() {
             return Err(BenchError::NeedsModel("--cache-type"));
@@ -469,7 +476,7 @@ fn bench_model(args: &Args, path: &std::path::Path) -> Result<(), BenchError> {
     let rows = model::run(
         path,
         &backends,
-        (args.n_prompt, n_gen, reps),
+        (args.n_prompt, n_gen, args.n_depth.unwrap_or(0), reps),
         args.cache_type,
     )
     .map_err(BenchError::Model)?;

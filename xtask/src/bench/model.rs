@@ -10,6 +10,10 @@ use trine_llama::speed::{measure, Speed, Test};
 use trine_llama::{Engine, EngineOptions, Footprint, Model};
 use trine_ops::kv_type::KvType;
 
+/// Tokens a step of a depth's prompt takes where the run has no pp test: llama-bench's
+/// default batch.
+const DEPTH_BATCH: u32 = 512;
+
 /// A backend by name: opened, or why not.
 pub type Named = (String, Result<Arc<dyn Backend>, String>);
 
@@ -91,18 +95,30 @@ impl Memory {
 }
 
 /// Runs pp`pp` and tg`tg` (a test of 0 tokens is left out), `reps` times each, on each backend,
-/// with the KV cache in `cache` (`None`: each device's type).
+/// each after `depth` tokens in the KV cache, with the KV cache in `cache` (`None`: each
+/// device's type).
 pub fn run(
     path: &Path,
     backends: &[Named],
-    (pp, tg, reps): (u32, u32, usize),
+    (pp, tg, depth, reps): (u32, u32, u32, usize),
     cache: Option<KvType>,
 ) -> Result<Vec<ModelRow>, String> {
     let model = Arc::new(Model::open(path).map_err(|e| format!("{}: {e}", path.display()))?);
-    let context = pp.max(tg).max(1).min(model.config.context_length);
+    let wanted = depth + pp.max(tg).max(1);
+    if wanted > model.config.context_length {
+        return Err(format!(
+            "{}: depth {depth} and the tests take {wanted} positions, past the model's context of {}",
+            path.display(),
+            model.config.context_length
+        ));
+    }
+    let context = wanted;
+    // A depth's prompt is fed in steps of the pp test's tokens, or of llama-bench's default
+    // batch where there is no pp test.
+    let batch = if pp > 0 { pp } else { DEPTH_BATCH };
     let sizes = EngineOptions {
         context,
-        max_batch: pp.clamp(1, context),
+        max_batch: batch.clamp(1, context),
         record: true,
         cache,
     };
@@ -150,7 +166,8 @@ pub fn run(
                 if n == 0 {
                     continue;
                 }
-                let (speed, e) = measure(engine, test, n, reps).map_err(|e| e.to_string())?;
+                let (speed, e) =
+                    measure(engine, test, (n, depth), reps).map_err(|e| e.to_string())?;
                 engine = e;
                 out.push(speed);
             }

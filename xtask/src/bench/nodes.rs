@@ -46,7 +46,10 @@ pub fn product(engine: &Engine, node: &Node) -> Option<Product> {
             tokens,
             form,
             ..
-        } => p((tokens, rows, w.tensors[id].cols), form == Form::Tiles),
+        } => p(
+            (tokens, rows, w.tensors[id].cols),
+            matches!(form, Form::Tiles | Form::Widened),
+        ),
         _ => None,
     }
 }

@@ -1,0 +1,239 @@
+//! A prompt's product as f16 × f16 tiles: quantized W dequantised to f16 rows ([`kernel`])
+//! and f32 x rounded to f16 ([`x_kernel`]) by dispatches of their own before it, so that the
+//! tiled product ([`crate::matmul_tiles`] with f16 weights and [`TilesSpec::half_x`]) copies
+//! both into shared memory asynchronously and multiplies them on warpgroup products, where
+//! staging quantized blocks decodes them through the invocations' registers every step of
+//! every workgroup that reads them. The tiled product computes the same values either way:
+//! x rounded to f16 times W's f16 values, exact in f32.
+//!
+//! One invocation decodes a run of [`RUN`] elements of one row at a time: a run lies in one
+//! block (one sub-block of a packed format), so its scales are decoded once.
+//!
+//! Bound: exact. Each value is the format's decode in f32, as every kernel computes it, rounded
+//! once to f16.
+//!
+//! [`TilesSpec::half_x`]: crate::matmul_tiles::TilesSpec::half_x
+
+use crate::blocks::{self, BlockFormat, Bytes, Codes};
+use crate::case::*;
+use crate::shape::ShapeError;
+use crate::support::nonzero;
+use half::f16;
+use trine_gguf::quant::{dequantize, quantize, WeightType};
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
+
+const OP: &str = "widen";
+
+/// Invocations per workgroup: a row of 4096 is 256 runs, one each.
+pub const WG: u32 = 256;
+
+/// Elements an invocation decodes at a time.
+pub const RUN: u32 = 16;
+
+/// Halves between two runs in shared memory: a run and two more, so that the invocations'
+/// runs start in different banks (9 words apart) as they put them.
+const STAGED_RUN: u32 = RUN + 2;
+
+/// The most rows (workgroups) a dispatch takes on every backend: Vulkan guarantees 65,535
+/// workgroups per dimension.
+pub const MAX_ROWS: u32 = 65_535;
+
+/// Checks a `rows × cols` matrix of `ty` for [`kernel`].
+pub fn check(ty: WeightType, rows: u32, cols: u32) -> Result<BlockFormat, ShapeError> {
+    let f = BlockFormat::require(OP, ty)?;
+    nonzero(OP, "rows", rows)?;
+    nonzero(OP, "cols", cols)?;
+    ty.bytes(OP, "cols", cols as usize)?;
+    if rows > MAX_ROWS {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: format!("{rows} rows (at most {MAX_ROWS})"),
+        });
+    }
+    Ok(f)
+}
+
+/// The kernel for W of `ty` (any block format): a workgroup per row, whose invocations take
+/// [`WG`] consecutive runs at a time, decode each into shared memory, then write the runs'
+/// elements out with consecutive invocations on consecutive elements (an invocation writing
+/// its own run touched a 32-byte span per element it stored). Buffers `w` (its bytes: words
+/// for a packed format's decoder, bytes for a flat one's), `out` (f16, `rows × cols`);
+/// parameters rows, cols; grid [`grid`].
+pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
+    let f = BlockFormat::require(OP, ty)?;
+    let k = KernelBuilder::new(&format!("{OP}_{ty}"), [WG, 1, 1]);
+    let elem = match f {
+        BlockFormat::Flat(_) => Scalar::U8,
+        BlockFormat::Packed(_) => Scalar::U32,
+    };
+    let w = k.buffer("w", elem, Access::Read);
+    let out = k.buffer("out", Scalar::F16, Access::Write);
+    let stage = k.shared("stage", Scalar::F16, WG * STAGED_RUN);
+    let rows = k.param("rows", Scalar::U32);
+    let cols = k.param("cols", Scalar::U32);
+    let row = k.workgroup_id(0);
+    let lid = k.local_index();
+    let runs = cols / k.u32(RUN);
+    // Every invocation takes every step, so that the barriers are uniform.
+    k.for_range(k.u32(0), runs, WG, |first| {
+        let run = first + lid;
+        k.if_(run.lt(runs) & row.lt(rows), || {
+            let col = run * k.u32(RUN);
+            let qk = k.u32(f.elems());
+            let base = (row * (cols / qk) + col / qk) * k.u32(f.bytes());
+            for (i, v) in decode(&k, f, w, base, col % qk).into_iter().enumerate() {
+                let at = lid * k.u32(STAGED_RUN) + k.u32(i as u32);
+                k.store_shared(stage, at, v.cast(Scalar::F16));
+            }
+        });
+        k.barrier();
+        let start = first * k.u32(RUN);
+        for j in 0..RUN {
+            let e = k.u32(j * WG) + lid;
+            let col = start + e;
+            k.if_(col.lt(cols) & row.lt(rows), || {
+                let at = (e / k.u32(RUN)) * k.u32(STAGED_RUN) + e % k.u32(RUN);
+                k.store(out, row * cols + col, k.load_shared(stage, at));
+            });
+        }
+        k.barrier();
+    });
+    Ok(k.finish())
+}
+
+/// The [`RUN`] values from element `first` of the block at byte `base`, as `F32`.
+fn decode<'b>(
+    k: &'b KernelBuilder,
+    f: BlockFormat,
+    w: trine_ir::BufferId,
+    base: Val<'b>,
+    first: Val<'b>,
+) -> Vec<Val<'b>> {
+    match f {
+        BlockFormat::Flat(flat) => {
+            let s = flat.scales(k, (w, None), base);
+            (0..RUN)
+                .map(|i| {
+                    let j = first + k.u32(i);
+                    let code = match flat.codes {
+                        Codes::Bytes => flat.byte_code(k, w, base, j),
+                        Codes::Nibbles { span } => {
+                            let (lo, hi) = flat.byte_nibbles(k, w, base, j & k.u32(span - 1));
+                            k.select(j.lt(k.u32(span)), lo, hi)
+                        }
+                    };
+                    s.value(code)
+                })
+                .collect()
+        }
+        BlockFormat::Packed(p) => {
+            let src = Bytes::Words(w);
+            let s = (p.scales)(k, (src, None), base, first / k.u32(p.sub));
+            (p.codes)(k, src, base, first, RUN)
+                .into_iter()
+                .map(|c| s.value(c))
+                .collect()
+        }
+    }
+}
+
+/// A workgroup per row.
+pub fn grid(rows: u32) -> [u32; 3] {
+    [rows, 1, 1]
+}
+
+/// The kernel rounding `tokens` rows of f32 x, `cols` wide, to f16: a workgroup per row,
+/// stepping along it. Buffers `x` (f32), `out` (f16); parameters tokens, cols; grid
+/// [`x_grid`].
+pub fn x_kernel() -> Kernel {
+    let k = KernelBuilder::new("widen_x_f16", [WG, 1, 1]);
+    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let out = k.buffer("out", Scalar::F16, Access::Write);
+    let tokens = k.param("tokens", Scalar::U32);
+    let cols = k.param("cols", Scalar::U32);
+    let t = k.workgroup_id(0);
+    k.if_(t.lt(tokens), || {
+        k.for_range(k.local_index(), cols, WG, |c| {
+            let i = t * cols + c;
+            k.store(out, i, k.load(x, i).cast(Scalar::F16));
+        });
+    });
+    k.finish()
+}
+
+/// A workgroup per token.
+pub fn x_grid(tokens: u32) -> [u32; 3] {
+    [tokens, 1, 1]
+}
+
+/// What [`kernel`] writes: `ggml`'s dequantised values of `w` (`rows × cols` of `ty`), each
+/// rounded to f32 as the kernels compute it, then to f16.
+pub fn reference(ty: WeightType, w: &[u8], rows: u32, cols: u32) -> Result<Vec<f64>, ShapeError> {
+    check(ty, rows, cols)?;
+    let n = rows as usize * cols as usize;
+    let v = dequantize(ty, w, n).map_err(|e| ShapeError::Unsupported {
+        op: OP,
+        what: e.to_string(),
+    })?;
+    Ok(v.into_iter()
+        .map(|v| f16::from_f32(v as f32).to_f64())
+        .collect())
+}
+
+/// A case: W of `ty` with values in ±`scale`, `rows × cols` (cols whole blocks).
+pub fn case(ty: WeightType, (rows, cols): (u32, u32), scale: f32) -> Result<Case, ShapeError> {
+    check(ty, rows, cols)?;
+    let mut rng = Rng::new(u64::from(rows * 31 + cols) + ty.name().len() as u64 * 977);
+    let x = rng.f32s(rows as usize * cols as usize, -scale, scale);
+    let w = quantize(ty, &x).map_err(|e| ShapeError::Unsupported {
+        op: OP,
+        what: e.to_string(),
+    })?;
+    let want = reference(ty, &w, rows, cols)?;
+    let elem = match BlockFormat::require(OP, ty)? {
+        BlockFormat::Flat(_) => Scalar::U8,
+        BlockFormat::Packed(_) => Scalar::U32,
+    };
+    let mut name = format!("{OP}/{ty}/{rows}x{cols}");
+    if scale < 1.0 {
+        name.push_str("/tiny");
+    }
+    Ok(Case::new(name, kernel(ty)?, grid(rows))
+        .input("w", elem, blocks::pad_to_words(w))
+        .output("out", Scalar::F16, vec![0; want.len() * 2], want)
+        .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)])
+        .bound(NMSE_EXACT))
+}
+
+/// A case of [`x_kernel`]: `tokens × cols` values in ±`scale`.
+pub fn x_case(tokens: u32, cols: u32, scale: f32) -> Case {
+    let mut rng = Rng::new(u64::from(tokens * 7 + cols));
+    let x = rng.f32s(tokens as usize * cols as usize, -scale, scale);
+    let want = x.iter().map(|&v| f16::from_f32(v).to_f64()).collect();
+    Case::new(
+        format!("{OP}/x/{tokens}x{cols}"),
+        x_kernel(),
+        x_grid(tokens),
+    )
+    .input("x", Scalar::F32, f32_bytes(&x))
+    .output("out", Scalar::F16, vec![0; x.len() * 2], want)
+    .params(vec![ParamValue::U32(tokens), ParamValue::U32(cols)])
+    .bound(NMSE_EXACT)
+}
+
+/// Every block format at two widths (one block more than a workgroup's runs cover, so that
+/// a row's last step is partial), with values of every size and tiny ones (subnormal f16
+/// scales); x at a width that is no multiple of a workgroup.
+pub fn cases() -> Vec<Case> {
+    let mut v = vec![];
+    for f in BlockFormat::ALL {
+        let ty = f.ty();
+        let wide = blocks::whole_blocks(ty, WG * RUN + 1);
+        v.push(case(ty, (3, wide), 1.0));
+        v.push(case(ty, (2, f.elems()), 1e-4));
+    }
+    v.into_iter()
+        .map(|c| c.expect("the listed shapes are valid"))
+        .chain([x_case(5, 1000, 60000.0), x_case(3, 64, 1.0)])
+        .collect()
+}
