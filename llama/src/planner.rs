@@ -506,19 +506,9 @@ impl KernelKey {
                 tokens,
             } => vec![plain(matvec_q8_rows::kernel(weights, add, tokens)?)],
             KernelKey::MatvecQ8Blocks { weights, add, rows } => {
-                // Each reduction with the scales read through an f16 view where the device
-                // stores f16, then without.
-                let views: &[bool] = if info.f16 { &[true, false] } else { &[false] };
-                let mut variants = vec![];
-                for &how in reductions {
-                    for &f16_view in views {
-                        variants.push(Variant {
-                            kernel: matvec_q8_blocks::kernel(weights, how, rows, add, f16_view)?,
-                            launch: Launch::Blocks { f16_view },
-                        });
-                    }
-                }
-                variants
+                on_blocks(info, reductions, |how, f16_view| {
+                    matvec_q8_blocks::kernel(weights, how, rows, add, f16_view)
+                })?
             }
             KernelKey::MatmulTiles(key) => {
                 let mut variants = vec![];
@@ -651,21 +641,9 @@ impl KernelKey {
                 weights,
                 out,
                 blocks: Some(rows),
-            } => {
-                // As the dense products on the file's blocks: each reduction with the scales
-                // read through an f16 view where the device stores f16, then without.
-                let views: &[bool] = if info.f16 { &[true, false] } else { &[false] };
-                let mut variants = vec![];
-                for &how in reductions {
-                    for &f16_view in views {
-                        variants.push(Variant {
-                            kernel: matvec_ids_blocks::kernel(weights, out, how, rows, f16_view)?,
-                            launch: Launch::Blocks { f16_view },
-                        });
-                    }
-                }
-                variants
-            }
+            } => on_blocks(info, reductions, |how, f16_view| {
+                matvec_ids_blocks::kernel(weights, out, how, rows, f16_view)
+            })?,
             KernelKey::PickLast => vec![plain(copy_kernel(Float::F32, Float::F32))],
             KernelKey::Argmax => reductions
                 .iter()
@@ -693,6 +671,26 @@ impl KernelKey {
             ..tuning::matvec_spec(weights, reduce, info, size, pairable)
         }
     }
+}
+
+/// The variants of a product on the weights' blocks: each reduction with the scales read
+/// through an f16 view where the device stores f16, then without.
+fn on_blocks(
+    info: &DeviceInfo,
+    reductions: &[Reduction],
+    kernel: impl Fn(Reduction, bool) -> Result<Kernel, ShapeError>,
+) -> Result<Vec<Variant>, ShapeError> {
+    let views: &[bool] = if info.f16 { &[true, false] } else { &[false] };
+    let mut variants = vec![];
+    for &how in reductions {
+        for &f16_view in views {
+            variants.push(Variant {
+                kernel: kernel(how, f16_view)?,
+                launch: Launch::Blocks { f16_view },
+            });
+        }
+    }
+    Ok(variants)
 }
 
 /// The tiled product of a [`KernelKey::MatmulTiles`] key on a device described by `info`:

@@ -14,7 +14,7 @@
 //!
 //! [`TilesSpec::half_x`]: crate::matmul_tiles::TilesSpec::half_x
 
-use crate::blocks::{self, BlockFormat, Bytes, Codes};
+use crate::blocks::{self, BlockFormat, Bytes};
 use crate::case::*;
 use crate::shape::ShapeError;
 use crate::support::nonzero;
@@ -113,17 +113,7 @@ fn decode<'b>(
         BlockFormat::Flat(flat) => {
             let s = flat.scales(k, (w, None), base);
             (0..RUN)
-                .map(|i| {
-                    let j = first + k.u32(i);
-                    let code = match flat.codes {
-                        Codes::Bytes => flat.byte_code(k, w, base, j),
-                        Codes::Nibbles { span } => {
-                            let (lo, hi) = flat.byte_nibbles(k, w, base, j & k.u32(span - 1));
-                            k.select(j.lt(k.u32(span)), lo, hi)
-                        }
-                    };
-                    s.value(code)
-                })
+                .map(|i| s.value(flat.code(k, w, base, first + k.u32(i))))
                 .collect()
         }
         BlockFormat::Packed(p) => {

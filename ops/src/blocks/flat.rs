@@ -153,6 +153,24 @@ impl Flat {
         self.nibble_codes(k, k.load(buf, base + k.u32(self.codes_at) + i))
     }
 
+    /// The code of element `j` of the block at byte `base` of a `U8` buffer, as `F32`,
+    /// centred where the format centres them.
+    pub fn code<'b>(
+        self,
+        k: &'b KernelBuilder,
+        buf: BufferId,
+        base: Val<'b>,
+        j: Val<'b>,
+    ) -> Val<'b> {
+        match self.codes {
+            Codes::Bytes => self.byte_code(k, buf, base, j),
+            Codes::Nibbles { span } => {
+                let (lo, hi) = self.byte_nibbles(k, buf, base, j & k.u32(span - 1));
+                k.select(j.lt(k.u32(span)), lo, hi)
+            }
+        }
+    }
+
     /// Element `j` of the block at byte `base` of a `U8` buffer, dequantised to `F32`: equal
     /// to [`trine_gguf::quant::dequantize`]'s value rounded once to f32 (d·q is exact).
     pub fn element<'b>(
@@ -163,13 +181,6 @@ impl Flat {
         j: Val<'b>,
     ) -> Val<'b> {
         let s = self.scales(k, (buf, None), base);
-        let code = match self.codes {
-            Codes::Bytes => self.byte_code(k, buf, base, j),
-            Codes::Nibbles { span } => {
-                let (lo, hi) = self.byte_nibbles(k, buf, base, j & k.u32(span - 1));
-                k.select(j.lt(k.u32(span)), lo, hi)
-            }
-        };
-        s.value(code)
+        s.value(self.code(k, buf, base, j))
     }
 }
