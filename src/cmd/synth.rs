@@ -7,14 +7,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use trine_gguf::synth::rope::Llama3Rope;
 use trine_gguf::synth::{Mix, SynthShape};
-use trine_gguf::{synth, Gguf, GgufError, GgufWriter, TensorType};
+use trine_gguf::{synth, Gguf, GgufError, GgufWriter, TensorType, Value};
 
 #[derive(ClapArgs)]
 pub struct Args {
     /// A GGUF file to imitate, or a layout: smollm2-135m (SmolLM2-135M-Instruct Q4_1's),
     /// llama-3.2-1b, llama-3-8b, llama-3.1-8b, llama-3-70b (Q4_K_M unless --type or --mix says
-    /// otherwise; Llama 3.1 and 3.2 with their rope_freqs.weight), qwen2.5-0.5b, qwen3-0.6b,
-    /// gemma-3-1b (Q8_0), mistral-7b (v0.3), phi-3.5-mini (Q4_K_M, with LongRoPE's factors),
+    /// otherwise; Llama 3.1 and 3.2 with their rope_freqs.weight and 131,072-token context),
+    /// qwen2.5-0.5b, qwen3-0.6b, gemma-3-1b (Q8_0), mistral-7b (v0.3), phi-3.5-mini (Q4_K_M,
+    /// with LongRoPE's factors),
     /// phi-4-mini (Q4_K_M, rope on 96 of each head's 128), qwen3-30b-a3b (Qwen3-MoE, Q4_K_M),
     /// or the tests' tiny, qwen2-tiny, qwen3-tiny, gemma3-tiny, mistral-tiny, phi3-tiny,
     /// phi4-tiny, qwen3moe-tiny.
@@ -70,7 +71,8 @@ pub fn run(a: Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The preset's file with the rope scaling its model carries, where it has one.
+/// The preset's file with the rope scaling its model carries, where it has one, and the
+/// context that scaling trains for.
 fn with_rope(
     preset: &str,
     shape: SynthShape,
@@ -79,6 +81,7 @@ fn with_rope(
     let mut w = w?;
     if let Some(rope) = Llama3Rope::of_preset(preset) {
         rope.apply(&mut w, (shape.n_embd / u64::from(shape.n_head)) as u32)?;
+        w.add("llama.context_length", Value::U32(rope.context))?;
     }
     Ok(w)
 }

@@ -37,6 +37,9 @@ pub struct Llama3Rope {
     pub high_freq_factor: f32,
     /// `original_max_position_embeddings`.
     pub original_context: u32,
+    /// `max_position_embeddings`: the context the scaling trains for, the file's
+    /// `llama.context_length`.
+    pub context: u32,
 }
 
 impl Llama3Rope {
@@ -47,6 +50,7 @@ impl Llama3Rope {
         low_freq_factor: 1.0,
         high_freq_factor: 4.0,
         original_context: 8192,
+        context: 131_072,
     };
 
     /// Llama 3.2 (1B, 3B).
