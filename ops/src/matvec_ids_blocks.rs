@@ -260,13 +260,7 @@ pub fn case(
         Out::Swiglu => &["gate", "up"],
         Out::WeightedSum => &["w"],
     };
-    for (m, name) in mats.iter().zip(names) {
-        let padded = blocks::pad_to_words(m.clone());
-        c = c.input(name, Scalar::U32, padded.clone());
-        if f16_view {
-            c = c.input(&format!("{name}16"), Scalar::F16, padded);
-        }
-    }
+    c = with_weights(c, mats.iter().zip(names.iter().copied()), f16_view);
     c = c.input("ids", Scalar::U32, u32_bytes(&ids));
     if s.out == Out::WeightedSum {
         c = c.input("weights", Scalar::F32, f32_bytes(&weights));
@@ -291,6 +285,23 @@ pub fn case(
         )?);
     }
     Ok(c)
+}
+
+/// `c` with each of the stacked matrices as the input its name says, padded to words, and as
+/// its `F16` view (`NAME16`) where the kernel binds one.
+pub(crate) fn with_weights<'m>(
+    mut c: Case,
+    mats: impl Iterator<Item = (&'m Vec<u8>, &'m str)>,
+    f16_view: bool,
+) -> Case {
+    for (m, name) in mats {
+        let padded = blocks::pad_to_words(m.clone());
+        c = c.input(name, Scalar::U32, padded.clone());
+        if f16_view {
+            c = c.input(&format!("{name}16"), Scalar::F16, padded);
+        }
+    }
+    c
 }
 
 /// Each format with units and both outputs: decode and prompt shapes, rows of one and of

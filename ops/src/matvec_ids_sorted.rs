@@ -13,11 +13,11 @@
 //!
 //! Bound: [`crate::matvec::NMSE`], as [`crate::matvec_ids_blocks`]'.
 
-use crate::blocks::{self, UNIT};
+use crate::blocks::UNIT;
 use crate::case::*;
 use crate::elementwise::silu_ir;
 use crate::matvec_ids::{reference, Inputs, MatvecIds, Out};
-use crate::matvec_ids_blocks::{dequantized, X_BLOCKS};
+use crate::matvec_ids_blocks::{dequantized, with_weights, X_BLOCKS};
 use crate::matvec_q8::quantize_x;
 use crate::matvec_q8_blocks::{format, unit_sums, UnitRow};
 use crate::moe_sort::{self, MoeSort};
@@ -200,13 +200,7 @@ pub fn case(
         kernel(s.weights, how, per, f16_view)?,
         grid(&s, per.0),
     );
-    for (m, name) in mats.iter().zip(["gate", "up"]) {
-        let padded = blocks::pad_to_words(m.clone());
-        c = c.input(name, Scalar::U32, padded.clone());
-        if f16_view {
-            c = c.input(&format!("{name}16"), Scalar::F16, padded);
-        }
-    }
+    c = with_weights(c, mats.iter().zip(["gate", "up"]), f16_view);
     c = c
         .input("counts", Scalar::U32, u32_bytes(&counts))
         .input("lists", Scalar::U32, u32_bytes(&lists))

@@ -62,11 +62,7 @@ pub fn check(ty: WeightType, rows: u32, cols: u32) -> Result<BlockFormat, ShapeE
 pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
     let f = BlockFormat::require(OP, ty)?;
     let k = KernelBuilder::new(&format!("{OP}_{ty}"), [WG, 1, 1]);
-    let elem = match f {
-        BlockFormat::Flat(_) => Scalar::U8,
-        BlockFormat::Packed(_) => Scalar::U32,
-    };
-    let w = k.buffer("w", elem, Access::Read);
+    let w = k.buffer("w", weights_elem(f), Access::Read);
     let out = k.buffer("out", Scalar::F16, Access::Write);
     let stage = k.shared("stage", Scalar::F16, WG * STAGED_RUN);
     let rows = k.param("rows", Scalar::U32);
@@ -99,6 +95,15 @@ pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
         k.barrier();
     });
     Ok(k.finish())
+}
+
+/// How [`kernel`] binds W of format `f`: bytes for a flat format's decoder, words for a
+/// packed one's.
+fn weights_elem(f: BlockFormat) -> Scalar {
+    match f {
+        BlockFormat::Flat(_) => Scalar::U8,
+        BlockFormat::Packed(_) => Scalar::U32,
+    }
 }
 
 /// The [`RUN`] values from element `first` of the block at byte `base`, as `F32`.
@@ -180,10 +185,7 @@ pub fn case(ty: WeightType, (rows, cols): (u32, u32), scale: f32) -> Result<Case
         what: e.to_string(),
     })?;
     let want = reference(ty, &w, rows, cols)?;
-    let elem = match BlockFormat::require(OP, ty)? {
-        BlockFormat::Flat(_) => Scalar::U8,
-        BlockFormat::Packed(_) => Scalar::U32,
-    };
+    let elem = weights_elem(BlockFormat::require(OP, ty)?);
     let mut name = format!("{OP}/{ty}/{rows}x{cols}");
     if scale < 1.0 {
         name.push_str("/tiny");
