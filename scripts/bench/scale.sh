@@ -58,25 +58,26 @@ if [ -z "$lb" ]; then
 fi
 [ -x "$lb" ] || { echo "scale.sh: no llama-bench" >&2; exit 1; }
 
+both() { # FILE NAME DEPTH: llama-bench and trine on FILE, with DEPTH tokens in the cache (0: none)
+  local f="$1" name="$2" d=()
+  [ "$3" = 0 ] || { d=(-d "$3"); name="$name-d$3"; }
+  "$lb" -m "$f" -p 512 -n 128 "${d[@]}" -ngl 99 -fa 1 -r "$reps" -o json \
+    > "$out/llama-$name.json" 2> "$out/llama-$name.log" \
+    || echo "scale.sh: llama-bench failed on $name" >&2
+  "$bin/xtask" bench --model "$f" -p 512 -n 128 "${d[@]}" --reps "$reps" --backends "$backends" \
+    --json "$out/trine-$name.json" > "$out/trine-$name.log" 2>&1 \
+    || echo "scale.sh: trine failed on $name" >&2
+}
+
 for item in "${sweep[@]}"; do
   layout="${item%%:*}" type="${item#*:}"
   name="$layout-$type"
   f="$work/$name.gguf"
   echo "scale.sh: $name $(date -u +%H:%M:%S)" >&2
   synth "$layout" "$type" "$f"
-  "$lb" -m "$f" -p 512 -n 128 -ngl 99 -fa 1 -r "$reps" -o json > "$out/llama-$name.json" \
-    2> "$out/llama-$name.log" || echo "scale.sh: llama-bench failed on $name" >&2
-  "$bin/xtask" bench --model "$f" -p 512 -n 128 --reps "$reps" --backends "$backends" \
-    --json "$out/trine-$name.json" > "$out/trine-$name.log" 2>&1 \
-    || echo "scale.sh: trine failed on $name" >&2
+  both "$f" "$name" 0
   if [ -n "$depth" ] && { [ -z "$depth_on" ] || [[ ",$depth_on," == *",$item,"* ]]; }; then
-    "$lb" -m "$f" -p 512 -n 128 -d "$depth" -ngl 99 -fa 1 -r "$reps" -o json \
-      > "$out/llama-$name-d$depth.json" 2> "$out/llama-$name-d$depth.log" \
-      || echo "scale.sh: llama-bench failed on $name at depth $depth" >&2
-    "$bin/xtask" bench --model "$f" -p 512 -n 128 -d "$depth" --reps "$reps" \
-      --backends "$backends" --json "$out/trine-$name-d$depth.json" \
-      > "$out/trine-$name-d$depth.log" 2>&1 \
-      || echo "scale.sh: trine failed on $name at depth $depth" >&2
+    both "$f" "$name" "$depth"
   fi
   rm -f "$f"
 done

@@ -64,6 +64,35 @@ def ratio(a, b):
     return "—" if a is None or not b else f"{a / b:.2f}×"
 
 
+def speed_table(backends, rows):
+    """One row per (model, depth, llama.cpp's speeds, trine's): pp512 and tg128 of each tool
+    and trine's ratios; a depth column where the rows have a depth (None for depth 0)."""
+    deep = any(d is not None for _, d, _, _ in rows)
+    head = "| model |" + (" depth |" if deep else "") + " llama.cpp pp512 | llama.cpp tg128 |"
+    rule = "| --- |" + (" --- |" if deep else "") + " --- | --- |"
+    for b in backends:
+        head += f" {b} pp512 | ratio | {b} tg128 | ratio |"
+        rule += " --- | --- | --- | --- |"
+    print(head)
+    print(rule)
+    for name, d, peer, ours in rows:
+        at = "" if d is None else f" @ d{d}"
+        pp_t, tg_t = f"pp512{at}", f"tg128{at}"
+        line = f"| {name} |" + (f" {d} |" if deep else "")
+        line += f" {fmt(peer.get(pp_t))} | {fmt(peer.get(tg_t))} |"
+        for b in backends:
+            r = ours.get(b)
+            if r is None or r["skipped"]:
+                line += " not run | | | |"
+                continue
+            pp, tg = r["speeds"].get(pp_t), r["speeds"].get(tg_t)
+            line += (
+                f" {fmt(pp)} | {ratio(pp, peer.get(pp_t))} |"
+                f" {fmt(tg)} | {ratio(tg, peer.get(tg_t))} |"
+            )
+        print(line)
+
+
 def main():
     out, sweep = sys.argv[1], sys.argv[2:]
     backends = []
@@ -87,56 +116,19 @@ def main():
         "`xtask bench --model F -p 512 -n 128`. Figures are tokens per second, the mean of the "
         "repetitions for both. Ratios are trine over llama.cpp.\n"
     )
-    head = "| model | llama.cpp pp512 | llama.cpp tg128 |"
-    rule = "| --- | --- | --- |"
-    for b in backends:
-        head += f" {b} pp512 | ratio | {b} tg128 | ratio |"
-        rule += " --- | --- | --- | --- |"
-    print(head)
-    print(rule)
-    for name, peer, ours in rows:
-        line = f"| {name} | {fmt(peer.get('pp512'))} | {fmt(peer.get('tg128'))} |"
-        for b in backends:
-            r = ours.get(b)
-            if r is None or r["skipped"]:
-                line += " not run | | | |"
-                continue
-            pp, tg = r["speeds"].get("pp512"), r["speeds"].get("tg128")
-            line += (
-                f" {fmt(pp)} | {ratio(pp, peer.get('pp512'))} |"
-                f" {fmt(tg)} | {ratio(tg, peer.get('tg128'))} |"
-            )
-        print(line)
-    deep = [(name, d) for name, _, _ in rows for d in depths(out, name)]
+    speed_table(backends, [(name, None, peer, ours) for name, peer, ours in rows])
+    deep = [
+        (name, d, llama_cpp(out, f"{name}-d{d}"), trine(out, f"{name}-d{d}"))
+        for name, _, _ in rows
+        for d in depths(out, name)
+    ]
     if deep:
         print("\n## At depth\n")
         print(
             "The same tests with tokens already in the KV cache (llama-bench's `-d`, "
             "trine's `xtask bench -d`), fed before each test and not timed.\n"
         )
-        head = "| model | depth | llama.cpp pp512 | llama.cpp tg128 |"
-        rule = "| --- | --- | --- | --- |"
-        for b in backends:
-            head += f" {b} pp512 | ratio | {b} tg128 | ratio |"
-            rule += " --- | --- | --- | --- |"
-        print(head)
-        print(rule)
-        for name, d in deep:
-            peer = llama_cpp(out, f"{name}-d{d}")
-            ours = trine(out, f"{name}-d{d}")
-            pp_t, tg_t = f"pp512 @ d{d}", f"tg128 @ d{d}"
-            line = f"| {name} | {d} | {fmt(peer.get(pp_t))} | {fmt(peer.get(tg_t))} |"
-            for b in backends:
-                r = ours.get(b)
-                if r is None or r["skipped"]:
-                    line += " not run | | | |"
-                    continue
-                pp, tg = r["speeds"].get(pp_t), r["speeds"].get(tg_t)
-                line += (
-                    f" {fmt(pp)} | {ratio(pp, peer.get(pp_t))} |"
-                    f" {fmt(tg)} | {ratio(tg, peer.get(tg_t))} |"
-                )
-            print(line)
+        speed_table(backends, deep)
     print("\n## Decode against the copy rate, and device memory\n")
     print(
         "The weights a decode step reads (the embedding table left out) times tg128's tokens "
