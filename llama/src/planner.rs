@@ -80,8 +80,10 @@ pub enum KernelKey {
     MatvecQ8Blocks {
         weights: WeightType,
         add: bool,
-        /// Rows each workgroup takes ([`tuning::q8_blocks_rows_per_workgroup`]).
+        /// Rows each team takes ([`tuning::q8_blocks_rows_per_team`]).
         rows: u32,
+        /// How a workgroup's invocations divide its rows ([`tuning::q8_blocks_teams`]).
+        teams: matvec_q8_blocks::Teams,
     },
     /// A prompt's product on matrix tiles ([`Form::Tiles`], [`Form::Widened`]).
     MatmulTiles(TilesKey),
@@ -230,11 +232,17 @@ impl std::fmt::Display for KernelKey {
                 let add = if *add { ", add" } else { "" };
                 write!(f, "matvec {weights} × q8 ({tokens} tokens{add})")
             }
-            KernelKey::MatvecQ8Blocks { weights, add, rows } => {
+            KernelKey::MatvecQ8Blocks {
+                weights,
+                add,
+                rows,
+                teams,
+            } => {
                 let add = if *add { ", add" } else { "" };
                 write!(
                     f,
-                    "matvec {weights} blocks × q8 ({rows} rows a workgroup{add})"
+                    "matvec {weights} blocks × q8 ({rows} rows a team of {}, {} units a step{add})",
+                    teams.width, teams.units
                 )
             }
             KernelKey::MatmulTiles(t) => {
@@ -379,7 +387,8 @@ impl KernelKey {
                     Form::QuantizedBlocks => KernelKey::MatvecQ8Blocks {
                         weights: ty,
                         add: matches!(store, Store::Add(_)),
-                        rows: tuning::q8_blocks_rows_per_workgroup(rows),
+                        rows: tuning::q8_blocks_rows_per_team(rows),
+                        teams: tuning::q8_blocks_teams(ty, rows, t.cols),
                     },
                     Form::Tiles | Form::Widened => KernelKey::MatmulTiles(TilesKey {
                         weights: if form == Form::Widened {
@@ -505,11 +514,14 @@ impl KernelKey {
                 add,
                 tokens,
             } => vec![plain(matvec_q8_rows::kernel(weights, add, tokens)?)],
-            KernelKey::MatvecQ8Blocks { weights, add, rows } => {
-                on_blocks(info, reductions, |how, f16_view| {
-                    matvec_q8_blocks::kernel(weights, how, rows, add, f16_view)
-                })?
-            }
+            KernelKey::MatvecQ8Blocks {
+                weights,
+                add,
+                rows,
+                teams,
+            } => on_blocks(info, reductions, |how, f16_view| {
+                matvec_q8_blocks::kernel(weights, how, rows, teams, add, f16_view)
+            })?,
             KernelKey::MatmulTiles(key) => {
                 let mut variants = vec![];
                 for spec in tiles_spec(key, info).variants() {

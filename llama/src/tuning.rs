@@ -10,6 +10,7 @@ use trine_ops::blocks::BlockFormat;
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec::{MatvecSpec, Reduce};
+use trine_ops::matvec_q8_blocks::{self, Teams};
 
 /// The KV cache type of an executor whose primary device is described by `info`, where none
 /// is asked for: f16 halves the cache and matches llama.cpp's default cache type; f32 where
@@ -215,13 +216,29 @@ pub fn q8_tokens_per_workgroup(tokens: u32) -> u32 {
     }
 }
 
-/// Rows a workgroup of a GPU's decode product on the file's blocks takes
+/// Rows a team of a GPU's decode product on the file's blocks takes
 /// ([`trine_ops::matvec_q8_blocks`]) for `rows` rows: two, which share their loads of x, or
 /// more where the rows would need more than the 65,535 workgroups a grid's first dimension
 /// is guaranteed to reach on Vulkan. Two decoded an 8B Q4_K_M layout fastest of one, two and
 /// four (docs/bench/scale.md).
-pub fn q8_blocks_rows_per_workgroup(rows: u32) -> u32 {
+pub fn q8_blocks_rows_per_team(rows: u32) -> u32 {
     rows.div_ceil(65_535).next_power_of_two().max(2)
+}
+
+/// How a workgroup of that product divides its rows among its invocations, for `rows` rows of
+/// `cols` `ty` weights. Measured on each product of the 1B and 8B layouts (docs/bench/decode.md,
+/// "Decode products"): teams of 32 taking pairs of units streamed Q4_K (whose pairs share
+/// their scales) faster at every shape but the fewest rows; the other formats kept the
+/// whole workgroup's team, but for the many short rows (fewer units than invocations) of a
+/// small model's gate/up and output head, where Q8_0's did not gain.
+pub fn q8_blocks_teams(ty: WeightType, rows: u32, cols: u32) -> Teams {
+    let shares = matvec_q8_blocks::format_units(ty).is_some_and(|(_, u)| u.pairs_share);
+    let short_rows = cols < 32 * matvec_q8_blocks::WORKGROUP && rows >= 8192;
+    if (shares && rows >= 4096) || (short_rows && ty != WeightType::Q8_0x8) {
+        Teams::PAIRS
+    } else {
+        Teams::WHOLE
+    }
 }
 
 /// The type an executor's kernels read weight `id` as. One that groups blocks (`grouped`, a

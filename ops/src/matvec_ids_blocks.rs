@@ -141,7 +141,7 @@ pub fn kernel(
             (p, units),
             &at_rows,
             (xq, xd, Some(x0)),
-            (blocks, b, unit),
+            (blocks, b, &[unit]),
             &zeros,
         )
     };

@@ -15,7 +15,7 @@
 //!
 //! Bound: as [`matvec_q8`](crate::matvec_q8)'s, f32 rounding over exact integer dots.
 
-use crate::blocks::{BlockFormat, Bytes, IntUnits, Packed, UNIT};
+use crate::blocks::{quad_words, BlockFormat, Bytes, IntUnits, Packed, UNIT};
 use crate::case::*;
 use crate::matvec_q8::{code_sum, quantize_x, reference, XBlocks, OP, X_BLOCK};
 use crate::shape::ShapeError;
@@ -23,8 +23,40 @@ use crate::support::{prefetch_bytes, Combine, Reducer, Reduction};
 use trine_gguf::quant::{quantize, WeightType};
 use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
-/// Invocations of a workgroup. A row of 4096 is 128 units of Q4_K: one each.
+/// Invocations of a workgroup.
 pub const WORKGROUP: u32 = 128;
+
+/// How a workgroup divides its rows: teams of `width` invocations (32, or the whole
+/// workgroup) each take `rows_per_team` rows and reduce their sums on their own; an
+/// invocation takes `units` units that follow each other (one or two) a step, and `steps`
+/// steps (one or two, `width` steps apart) an iteration, their loads issued together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Teams {
+    pub width: u32,
+    pub units: u32,
+    pub steps: u32,
+}
+
+impl Teams {
+    /// A team of the whole workgroup, a unit a step.
+    pub const WHOLE: Teams = Teams {
+        width: WORKGROUP,
+        units: 1,
+        steps: 1,
+    };
+
+    /// Teams of a subgroup of 32, each invocation two units (a pair sharing scales where the
+    /// format's do) a step and two steps an iteration.
+    pub const PAIRS: Teams = Teams {
+        width: 32,
+        units: 2,
+        steps: 2,
+    };
+
+    fn of_workgroup(self) -> u32 {
+        WORKGROUP / self.width
+    }
+}
 
 /// How x is quantized for this product: blocks of 32, one per run of 16 (a run never
 /// straddles two).
@@ -55,6 +87,11 @@ pub(crate) fn format(op: &'static str, ty: WeightType) -> Result<(Packed, IntUni
     })
 }
 
+/// The format of `ty` and its units, where the product takes it.
+pub fn format_units(ty: WeightType) -> Option<(Packed, IntUnits)> {
+    format(OP, ty).ok()
+}
+
 /// Whether the product takes `ty` weights in rows of `cols`: a format with units, and rows of
 /// whole blocks.
 pub fn takes(ty: WeightType, cols: u32) -> bool {
@@ -70,13 +107,36 @@ pub fn takes(ty: WeightType, cols: u32) -> bool {
 pub fn kernel(
     ty: WeightType,
     reduce: Reduction,
-    rows_per_workgroup: u32,
+    rows_per_team: u32,
+    teams: Teams,
     add: bool,
     f16_view: bool,
 ) -> Result<Kernel, ShapeError> {
     let (p, units) = format(OP, ty)?;
-    let nrows = crate::support::nonzero(OP, "rows per workgroup", rows_per_workgroup)?;
+    let nrows = crate::support::nonzero(OP, "rows per team", rows_per_team)?;
+    let per_block = p.elems / UNIT;
+    if !teams.width.is_power_of_two()
+        || teams.width > WORKGROUP
+        || teams.width < 8
+        || !(1..=2).contains(&teams.units)
+        || !(1..=2).contains(&teams.steps)
+        || !per_block.is_multiple_of(teams.units)
+    {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: format!(
+                "teams of {} invocations, {} units a step, {} steps an iteration",
+                teams.width, teams.units, teams.steps
+            ),
+        });
+    }
     let mut name = format!("matvec_q8_{ty}_blocks_{}_r{nrows}", reduce.name());
+    if teams != Teams::WHOLE {
+        name.push_str(&format!(
+            "_t{}u{}s{}",
+            teams.width, teams.units, teams.steps
+        ));
+    }
     if f16_view {
         name.push_str("_h");
     }
@@ -93,38 +153,52 @@ pub fn kernel(
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
     let lid = k.local_index();
-    let row0 = k.workgroup_id(0) * k.u32(nrows);
+    let width = teams.width;
+    let lane = lid % k.u32(width);
+    let team = k.workgroup_id(0) * k.u32(teams.of_workgroup()) + lid / k.u32(width);
+    let row0 = team * k.u32(nrows);
     // Rows past the end read the last row again, so that every invocation reaches the
     // reductions; their sums are not stored.
     let rows_at: Vec<Val> = (0..nrows)
         .map(|i| (row0 + k.u32(i)).min(rows - k.u32(1)))
         .collect();
     let blocks = cols / k.u32(p.elems);
-    // The workgroup's rows stream into L2 while the dispatch before it (x's quantizer) runs.
+    // The team's rows stream into L2 while the dispatch before it (x's quantizer) runs.
     let row_bytes = blocks * k.u32(p.bytes);
     let end = (rows_at[rows_at.len() - 1] + k.u32(1)) * row_bytes;
-    prefetch_bytes(&k, (w, 4), (rows_at[0] * row_bytes, end), WORKGROUP);
-    let per_block = p.elems / UNIT;
+    prefetch_bytes(&k, (w, 4), (lane, width), (rows_at[0] * row_bytes, end));
     let accs: Vec<_> = (0..nrows).map(|_| k.var("acc", Scalar::F32)).collect();
-    k.for_range(lid, blocks * k.u32(per_block), WORKGROUP, |u| {
-        let (b, unit) = (u / k.u32(per_block), u % k.u32(per_block));
-        let at: Vec<_> = rows_at.iter().map(|&row| ((w, w16), row)).collect();
-        let start: Vec<_> = accs.iter().map(|a| a.get()).collect();
-        let sums = unit_sums(
-            &k,
-            (p, units),
-            &at,
-            (xq, xd, None),
-            (blocks, b, unit),
-            &start,
-        );
+    // A step is `teams.units` units that follow each other, of one block.
+    let units_a_step = teams.units;
+    let steps = blocks * k.u32(per_block / units_a_step);
+    let at: Vec<_> = rows_at.iter().map(|&row| ((w, w16), row)).collect();
+    k.for_range(lane, steps, width * teams.steps, |q0| {
+        let mut sums: Vec<_> = accs.iter().map(|a| a.get()).collect();
+        for s in 0..teams.steps {
+            // An iteration's later step past the row's end reads its last step again, unused.
+            let q = q0 + k.u32(width * s);
+            let at_q = if s == 0 { q } else { q.min(steps - k.u32(1)) };
+            let first = at_q * k.u32(units_a_step);
+            let (b, unit) = (first / k.u32(per_block), first % k.u32(per_block));
+            let of: Vec<_> = (0..units_a_step).map(|i| unit + k.u32(i)).collect();
+            let new = unit_sums(&k, (p, units), &at, (xq, xd, None), (blocks, b, &of), &sums);
+            sums = if s == 0 {
+                new
+            } else {
+                let inside = q.lt(steps);
+                new.iter()
+                    .zip(&sums)
+                    .map(|(&n, &o)| k.select(inside, n, o))
+                    .collect()
+            };
+        }
         accs.iter().zip(sums).for_each(|(acc, sum)| acc.set(sum));
     });
-    let reducer = Reducer::new(&k, reduce);
+    let reducer = Reducer::teams(&k, reduce, width);
     for (i, acc) in accs.iter().enumerate() {
         let total = reducer.reduce(&k, lid, acc.get(), Combine::Sum);
         let row = row0 + k.u32(i as u32);
-        k.if_(lid.eq(k.u32(0)) & row.lt(rows), || {
+        k.if_(lane.eq(k.u32(0)) & row.lt(rows), || {
             let v = r.map_or(total, |r| total + k.load(r, row));
             k.store(y, row, v);
         });
@@ -136,67 +210,93 @@ pub fn kernel(
 /// `F16` view where bound, and the row.
 pub(crate) type UnitRow<'b> = ((BufferId, Option<BufferId>), Val<'b>);
 
-/// Unit `unit` of block `b` (of a row's `blocks`) of each of `rows` multiplied with x's
-/// codes (`xq`, scales `xd`; the row of x starting at element `x0`, else at 0), added to `start`: the
-/// new sums, one per row. The rows share x's loads, which depend on the unit alone.
+/// Units `of` (one, or two that follow each other) of block `b` (of a row's `blocks`) of each
+/// of `rows` multiplied with x's codes (`xq`, scales `xd`; the row of x starting at element
+/// `x0`, else at 0), added to `start`: the new sums, one per row. The rows share x's loads,
+/// which depend on the units alone. Two units whose runs share their sub-blocks
+/// ([`IntUnits::pairs_share`]) sum their dots before each sub-block's scales apply, once.
 pub(crate) fn unit_sums<'b>(
     k: &'b KernelBuilder,
     (p, units): (Packed, IntUnits),
     rows: &[UnitRow<'b>],
     (xq, xd, x0): (BufferId, BufferId, Option<Val<'b>>),
-    (blocks, b, unit): (Val<'b>, Val<'b>, Val<'b>),
+    (blocks, b, of): (Val<'b>, Val<'b>, &[Val<'b>]),
     start: &[Val<'b>],
 ) -> Vec<Val<'b>> {
     let codes: Vec<_> = rows
         .iter()
         .map(|&((w, _), row)| {
             let base = (row * blocks + b) * k.u32(p.bytes);
-            (base, (units.words)(k, w, base, unit))
+            let header = units.header.map(|_| quad_words(k, w, base));
+            let of: Vec<_> = of.iter().map(|&u| (units.words)(k, w, base, u)).collect();
+            (base, header, of)
         })
         .collect();
-    // Each run's x: its four words, its block's scale, and the sum of its codes. The
-    // runs' first elements depend on the unit alone, the same for every row.
-    let xs: Vec<_> = codes[0]
-        .1
-        .runs
+    // Each run's x: its first element, its four words, its block's scale and the sum of its
+    // codes. The runs' first elements depend on the unit alone, the same for every row.
+    let xs: Vec<Vec<_>> = codes[0]
+        .2
         .iter()
-        .map(|&(first, _)| {
-            let e = b * k.u32(p.elems) + first;
-            let e = x0.map_or(e, |x0| x0 + e);
-            let xb = e / k.u32(X_BLOCK);
-            // x's codes are a byte each and a run starts at a multiple of 16: its 16
-            // bytes are one quad.
-            let words = k.load_quad(xq, e / k.u32(16));
-            let sum = code_sum(k, &words);
-            (first, words, k.load(xd, xb), sum)
+        .map(|unit| {
+            unit.runs
+                .iter()
+                .map(|&(first, _)| {
+                    let e = b * k.u32(p.elems) + first;
+                    let e = x0.map_or(e, |x0| x0 + e);
+                    // x's codes are a byte each and a run starts at a multiple of 16: its
+                    // 16 bytes are one quad.
+                    let words = k.load_quad(xq, e / k.u32(16));
+                    let sum = code_sum(k, &words);
+                    (first, words, k.load(xd, e / k.u32(X_BLOCK)), sum)
+                })
+                .collect()
         })
         .collect();
     codes
         .iter()
         .zip(rows)
         .zip(start)
-        .map(|(((base, unit_codes), &((w, w16), _)), &sum)| {
-            let dots: Vec<Val> = unit_codes
-                .runs
+        .map(|(((base, header, of), &((w, w16), _)), &sum)| {
+            let dots: Vec<Vec<Val>> = of
                 .iter()
                 .zip(&xs)
-                .map(|(&(_, words), (_, x, _, _))| {
-                    words
+                .map(|(unit, xs)| {
+                    unit.runs
                         .iter()
-                        .zip(x)
-                        .map(|(&c, &v)| c.dot4_i8(v))
-                        .reduce(|a, c| a + c)
-                        .expect("four words")
+                        .zip(xs)
+                        .map(|(&(_, words), (_, x, _, _))| {
+                            words
+                                .iter()
+                                .zip(x)
+                                .map(|(&c, &v)| c.dot4_i8(v))
+                                .reduce(|a, c| a + c)
+                                .expect("four words")
+                        })
+                        .collect()
                 })
                 .collect();
-            // Each run's dot, or the unit's where its runs share their scales and x's.
-            let terms: Vec<(Val, Val, Val, Val)> = if units.one_sub {
-                let (first, _, dx, _) = xs[0];
-                vec![(first, dots[0] + dots[1], dx, xs[0].3 + xs[1].3)]
+            // Each run's dot; the unit's where its runs share their scales and x's; the two
+            // units' for each run where their runs share sub-blocks.
+            let terms: Vec<(Val, Val, Val, Val)> = if units.pairs_share && of.len() == 2 {
+                (0..2)
+                    .map(|r| {
+                        let (first, _, dx, xsum) = xs[0][r];
+                        (first, dots[0][r] + dots[1][r], dx, xsum + xs[1][r].3)
+                    })
+                    .collect()
+            } else if units.one_sub {
+                dots.iter()
+                    .zip(&xs)
+                    .map(|(d, x)| (x[0].0, d[0] + d[1], x[0].2, x[0].3 + x[1].3))
+                    .collect()
             } else {
                 dots.iter()
                     .zip(&xs)
-                    .map(|(&dot, &(first, _, dx, xsum))| (first, dot, dx, xsum))
+                    .flat_map(|(d, x)| {
+                        d.iter()
+                            .zip(x)
+                            .map(|(&dot, &(first, _, dx, xsum))| (first, dot, dx, xsum))
+                    })
                     .collect()
             };
             let mut sum = sum;
@@ -206,7 +306,12 @@ pub(crate) fn unit_sums<'b>(
                 } else {
                     dot - k.i32(units.centre) * xsum
                 };
-                let scales = (p.scales)(k, (Bytes::Words(w), w16), *base, first / k.u32(p.sub));
+                let src = (Bytes::Words(w), w16);
+                let sub = first / k.u32(p.sub);
+                let scales = match (units.header, header) {
+                    (Some(from), Some(words)) => from(k, words, src, *base, sub),
+                    _ => (p.scales)(k, src, *base, sub),
+                };
                 sum = (scales.d * dx).fma(dot.cast(Scalar::F32), sum);
                 if let Some(m) = scales.m {
                     sum = (m * dx).fma(xsum.cast(Scalar::F32), sum);
@@ -217,9 +322,13 @@ pub(crate) fn unit_sums<'b>(
         .collect()
 }
 
-/// The grid of [`kernel`]: a workgroup per `rows_per_workgroup` rows.
-pub fn grid(rows: u32, rows_per_workgroup: u32) -> [u32; 3] {
-    [rows.div_ceil(rows_per_workgroup.max(1)), 1, 1]
+/// The grid of [`kernel`]: a workgroup per `rows_per_team` rows of each of its teams.
+pub fn grid(rows: u32, rows_per_team: u32, teams: Teams) -> [u32; 3] {
+    [
+        rows.div_ceil(rows_per_team.max(1) * teams.of_workgroup()),
+        1,
+        1,
+    ]
 }
 
 /// A conformance (and bench) case: random weights of `ty`, random x quantized on the host.
@@ -227,7 +336,7 @@ pub fn case(
     ty: WeightType,
     (rows, cols): (u32, u32),
     reduce: Reduction,
-    rows_per_workgroup: u32,
+    (rows_per_team, teams): (u32, Teams),
     (add, f16_view): (bool, bool),
 ) -> Result<Case, ShapeError> {
     let (p, _) = format(OP, ty)?;
@@ -251,11 +360,14 @@ pub fn case(
     let w = crate::blocks::pad_to_words(w);
     let mut case = Case::new(
         format!(
-            "{OP}/{ty}/{rows}x{cols}/blocks_{}_r{rows_per_workgroup}{view}{suffix}",
-            reduce.name()
+            "{OP}/{ty}/{rows}x{cols}/blocks_{}_r{rows_per_team}_t{}u{}s{}{view}{suffix}",
+            reduce.name(),
+            teams.width,
+            teams.units,
+            teams.steps
         ),
-        kernel(ty, reduce, rows_per_workgroup, add, f16_view)?,
-        grid(rows, rows_per_workgroup),
+        kernel(ty, reduce, rows_per_team, teams, add, f16_view)?,
+        grid(rows, rows_per_team, teams),
     )
     .input("w", Scalar::U32, w.clone());
     if f16_view {
@@ -288,10 +400,55 @@ pub fn cases() -> Vec<Case> {
         let mut push = |shape, reduce, per, how| {
             out.push(case(ty, shape, reduce, per, how).expect("valid shapes"));
         };
-        push((4, 256), Reduction::Shared, 1, (false, false));
-        push((7, 768), Reduction::Subgroup, 2, (false, true));
-        push((9, 4608), Reduction::Subgroup, 1, (true, true));
-        push((5, 768), Reduction::Shared, 2, (true, false));
+        let one = Teams {
+            width: 32,
+            units: 1,
+            steps: 1,
+        };
+        push(
+            (4, 256),
+            Reduction::Shared,
+            (1, Teams::WHOLE),
+            (false, false),
+        );
+        push(
+            (7, 768),
+            Reduction::Subgroup,
+            (2, Teams::WHOLE),
+            (false, true),
+        );
+        push(
+            (9, 4608),
+            Reduction::Subgroup,
+            (1, Teams::WHOLE),
+            (true, true),
+        );
+        push(
+            (5, 768),
+            Reduction::Shared,
+            (2, Teams::WHOLE),
+            (true, false),
+        );
+        push((7, 768), Reduction::Subgroup, (2, one), (false, true));
+        // 18 blocks: 72 pairs, two steps of 32 and a last of 8 (the step after it past the end).
+        push(
+            (13, 4608),
+            Reduction::Subgroup,
+            (2, Teams::PAIRS),
+            (false, true),
+        );
+        push(
+            (11, 2304),
+            Reduction::Shared,
+            (2, Teams::PAIRS),
+            (true, false),
+        );
+        push(
+            (9, 4608),
+            Reduction::Subgroup,
+            (2, Teams::PAIRS),
+            (true, true),
+        );
     }
     out
 }
@@ -303,9 +460,16 @@ mod tests {
     /// A format without units, and rows that are not whole blocks, are refused by name.
     #[test]
     fn what_it_does_not_take_is_refused() {
-        let e = kernel(WeightType::Q4_0, Reduction::Shared, 1, false, false)
-            .unwrap_err()
-            .to_string();
+        let e = kernel(
+            WeightType::Q4_0,
+            Reduction::Shared,
+            1,
+            Teams::WHOLE,
+            false,
+            false,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("q4_0 weights")
                 && e.contains("(it takes q4_k, q5_k, q6_k, q4_0x8, q4_1x8, q8_0x8)"),
@@ -317,7 +481,7 @@ mod tests {
             WeightType::Q4_K,
             (1, 96),
             Reduction::Shared,
-            1,
+            (1, Teams::WHOLE),
             (false, false),
         )
         .unwrap_err();

@@ -14,18 +14,19 @@ pub const MAX_ELEMENTS: usize = 1 << 31;
 pub const PREFETCH_LINE: u32 = 128;
 
 /// Prefetches bytes `start..end` of `buf` (elements of `elem` bytes), a line of
-/// [`PREFETCH_LINE`] bytes per invocation and step of a workgroup of `workgroup`. As a
+/// [`PREFETCH_LINE`] bytes per invocation and step: the invocation at `first` of the `step`
+/// that share the range takes lines `first`, `first + step`, …. As a
 /// kernel's first statement it runs before a CUDA kernel waits for the dispatch before it
 /// ([`trine_ir::Kernel::prefetch_prologue`]): weights no dispatch writes stream into L2 while
 /// that dispatch still runs.
 pub fn prefetch_bytes<'b>(
     k: &'b KernelBuilder,
     (buf, elem): (BufferId, u32),
+    (first, step): (Val<'b>, u32),
     (start, end): (Val<'b>, Val<'b>),
-    workgroup: u32,
 ) {
     let lines = (end - start + k.u32(PREFETCH_LINE - 1)) / k.u32(PREFETCH_LINE);
-    k.for_range(k.local_index(), lines, workgroup, |i| {
+    k.for_range(first, lines, step, |i| {
         let byte = (start + i * k.u32(PREFETCH_LINE)).min(end - k.u32(1));
         k.prefetch(buf, byte / k.u32(elem));
     });
@@ -157,19 +158,38 @@ pub(crate) struct Reducer {
     scratch: SharedId,
     how: Reduction,
     wg: u32,
+    /// Invocations that reduce together: the workgroup, or each aligned team of this many
+    /// ([`Reducer::teams`]).
+    team: u32,
 }
 
 impl Reducer {
     /// Declares the scratch array (and the subgroup capability where `how` needs it).
     pub(crate) fn new(k: &KernelBuilder, how: Reduction) -> Reducer {
+        Reducer::teams(k, how, k.workgroup_size()[0])
+    }
+
+    /// A reducer whose every aligned `team` of invocations (a power of two dividing the
+    /// workgroup) reduces its own values: invocation `i` receives its team's result. On
+    /// subgroups, a team narrower than the workgroup is one subgroup: the kernel then runs
+    /// only where subgroups are `team` wide.
+    pub(crate) fn teams(k: &KernelBuilder, how: Reduction, team: u32) -> Reducer {
         let wg = k.workgroup_size()[0];
         debug_assert!(wg.is_power_of_two(), "the tree halves the workgroup");
-        if how == Reduction::Subgroup {
-            k.require_subgroups();
+        debug_assert!(team.is_power_of_two() && wg.is_multiple_of(team));
+        match how {
+            Reduction::Subgroup if team < wg => k.require_subgroup_width(team),
+            Reduction::Subgroup => k.require_subgroups(),
+            Reduction::Shared => {}
         }
         // A subgroup of one lane would leave one partial per invocation: size for that.
         let scratch = k.shared("reduce_scratch", Scalar::F32, wg);
-        Reducer { scratch, how, wg }
+        Reducer {
+            scratch,
+            how,
+            wg,
+            team,
+        }
     }
 
     pub(crate) fn reduce<'b>(
@@ -179,22 +199,32 @@ impl Reducer {
         v: Val<'b>,
         op: Combine,
     ) -> Val<'b> {
+        if self.how == Reduction::Subgroup && self.team < self.wg {
+            return self.team_lanes(k, v, op);
+        }
         let sh = self.scratch;
         let total = match self.how {
             Reduction::Shared => {
                 k.store_shared(sh, lid, v);
                 k.barrier();
-                let mut stride = self.wg / 2;
+                // A workgroup-wide tree keeps its plain indices.
+                let (in_team, first) = if self.team == self.wg {
+                    (lid, k.u32(0))
+                } else {
+                    let in_team = lid % k.u32(self.team);
+                    (in_team, lid - in_team)
+                };
+                let mut stride = self.team / 2;
                 while stride > 0 {
                     let s = k.u32(stride);
-                    k.if_(lid.lt(s), || {
+                    k.if_(in_team.lt(s), || {
                         let c = op.apply(k.load_shared(sh, lid), k.load_shared(sh, lid + s));
                         k.store_shared(sh, lid, c);
                     });
                     k.barrier();
                     stride /= 2;
                 }
-                k.load_shared(sh, k.u32(0))
+                k.load_shared(sh, first)
             }
             Reduction::Subgroup => {
                 let part = match op {
@@ -220,6 +250,18 @@ impl Reducer {
         // The next call overwrites the scratch array: every invocation must have read it.
         k.barrier();
         total
+    }
+
+    /// A team's reduction on its subgroup (the kernel runs only where subgroups are a team
+    /// wide): lane shuffles, no shared memory and no barrier.
+    fn team_lanes<'b>(&self, k: &'b KernelBuilder, v: Val<'b>, op: Combine) -> Val<'b> {
+        let mut acc = v;
+        let mut mask = self.team / 2;
+        while mask > 0 {
+            acc = op.apply(acc, acc.shuffle_xor(k.u32(mask)));
+            mask /= 2;
+        }
+        acc
     }
 }
 

@@ -127,12 +127,15 @@ impl Engine {
                         let mut inputs = vec![self.read_weights(wid); views];
                         inputs.extend([Tensor::XqWords, Tensor::XqScales]);
                         inputs.extend(add);
-                        let per = tuning::q8_blocks_rows_per_workgroup(rows);
+                        let per = tuning::q8_blocks_rows_per_team(rows);
+                        let ty =
+                            tuning::read_type(&self.model.weights, wid, self.shape.grouped_blocks);
+                        let teams = tuning::q8_blocks_teams(ty, rows, wt.cols);
                         plan(
                             inputs,
                             &[y],
                             vec![u(rows), u(wt.cols)],
-                            matvec_q8_blocks::grid(rows, per),
+                            matvec_q8_blocks::grid(rows, per, teams),
                         )
                     }
                     (Form::Tiles | Form::Widened, Launch::Tiles(spec)) => {

@@ -27,6 +27,8 @@ pub(super) const Q4_0X8: Packed = Packed {
         words: nibble_units::<{ codes_at(2) }>,
         centre: 8,
         one_sub: true,
+        header: None,
+        pairs_share: false,
     }),
 };
 
@@ -45,6 +47,8 @@ pub(super) const Q4_1X8: Packed = Packed {
         words: nibble_units::<{ codes_at(4) }>,
         centre: 0,
         one_sub: true,
+        header: None,
+        pairs_share: false,
     }),
 };
 
@@ -63,6 +67,8 @@ pub(super) const Q8_0X8: Packed = Packed {
         words: byte_units,
         centre: 0,
         one_sub: true,
+        header: None,
+        pairs_share: false,
     }),
 };
 

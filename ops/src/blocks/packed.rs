@@ -3,7 +3,7 @@
 //! one run of consecutive elements within a sub-block: its scales, then its codes.
 
 use super::read::{byte, half};
-use super::{signed_byte, Scales};
+use super::{f16_bits_to_f32, signed_byte, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
 
@@ -73,7 +73,25 @@ pub struct IntUnits {
     pub words: UnitWords,
     pub centre: i32,
     pub one_sub: bool,
+    /// Where the block's scales lie in its first 16 bytes, how a sub-block's come from them
+    /// ([`HeaderScales`]): a product loads them with one quad a unit, where the bytes one at a
+    /// time took a load each (six a unit of Q4_K, more than its codes' one).
+    pub header: Option<HeaderScales>,
+    /// Whether units `2p` and `2p + 1` hold the two halves of the same runs' sub-blocks (and
+    /// of x's blocks), so that a product taking both sums their dots before the scales apply.
+    pub pairs_share: bool,
 }
+
+/// The scales of sub-block `sub` of the block at byte `base` from `header`, the four words of
+/// its first 16 bytes (its f16 fields read through the weights' `F16` view where one is
+/// bound, as [`SubScales`] reads them).
+pub type HeaderScales = for<'b> fn(
+    &'b KernelBuilder,
+    &[Val<'b>; 4],
+    (Bytes, Option<BufferId>),
+    Val<'b>,
+    Val<'b>,
+) -> Scales<'b>;
 
 /// The codes of nibble words in a unit: the low nibbles of `words`' bytes, or the high ones.
 pub(super) fn nibble_words<'b>(
@@ -141,20 +159,19 @@ pub(super) fn centred<'b>(k: &'b KernelBuilder, code: Val<'b>, centre: i32) -> V
     q.cast(Scalar::F32)
 }
 
-/// The 6-bit scale and minimum of sub-block `j` (0..8) from the 12 bytes at `at`, as Q4_K and
-/// Q5_K pack them: sub-blocks 0..4 in the low six bits of bytes `j` and `j + 4`, sub-blocks
-/// 4..8 in the nibbles of byte `j + 4` with their top two bits in the spare bits of bytes
-/// `j − 4` and `j`.
+/// The 6-bit scale and minimum of sub-block `j` (0..8) from 12 bytes (`byte(i)`, `U32`), as
+/// Q4_K and Q5_K pack them: sub-blocks 0..4 in the low six bits of bytes `j` and `j + 4`,
+/// sub-blocks 4..8 in the nibbles of byte `j + 4` with their top two bits in the spare bits of
+/// bytes `j − 4` and `j`.
 fn k_scale_min<'b>(
     k: &'b KernelBuilder,
-    src: Bytes,
-    at: Val<'b>,
+    byte: impl Fn(Val<'b>) -> Val<'b>,
     j: Val<'b>,
 ) -> (Val<'b>, Val<'b>) {
-    let a = byte(k, src, at + j);
-    let b = byte(k, src, at + j + k.u32(4));
+    let a = byte(j);
+    let b = byte(j + k.u32(4));
     // Byte j − 4 for the high sub-blocks; for the low ones a valid byte that goes unused.
-    let c = byte(k, src, at + (j ^ k.u32(4)));
+    let c = byte(j ^ k.u32(4));
     let low = j.lt(k.u32(4));
     let six = k.u32(63);
     let top = |v: Val<'b>| (v >> k.u32(6)) << k.u32(4);
@@ -172,9 +189,51 @@ pub(super) fn k_scales<'b>(
     base: Val<'b>,
     sub: Val<'b>,
 ) -> Scales<'b> {
+    let (sc, mn) = k_scale_min(k, |i| byte(k, src, base + k.u32(4) + i), sub);
+    k_steps(k, (src, view), base, (sc, mn))
+}
+
+/// [`k_scales`] from the block's first 16 bytes as words ([`HeaderScales`]): d and dmin in
+/// the first, the twelve bytes of scales in the other three. d and dmin come through the
+/// `F16` view where bound, else from the first word's halves.
+pub(super) fn k_header_scales<'b>(
+    k: &'b KernelBuilder,
+    header: &[Val<'b>; 4],
+    (src, view): (Bytes, Option<BufferId>),
+    base: Val<'b>,
+    sub: Val<'b>,
+) -> Scales<'b> {
+    let byte = |i: Val<'b>| {
+        let word = k.select(
+            i.lt(k.u32(4)),
+            header[1],
+            k.select(i.lt(k.u32(8)), header[2], header[3]),
+        );
+        (word >> ((i & k.u32(3)) * k.u32(8))) & k.u32(255)
+    };
+    let (sc, mn) = k_scale_min(k, byte, sub);
+    match view {
+        Some(_) => k_steps(k, (src, view), base, (sc, mn)),
+        None => {
+            let d = f16_bits_to_f32(k, header[0] & k.u32(0xffff));
+            let dmin = f16_bits_to_f32(k, header[0] >> k.u32(16));
+            Scales {
+                d: d * sc,
+                m: Some(-(dmin * mn)),
+            }
+        }
+    }
+}
+
+/// `d·sc` and `−dmin·mn` with the block's f16 d and dmin (bytes 0 and 2).
+fn k_steps<'b>(
+    k: &'b KernelBuilder,
+    (src, view): (Bytes, Option<BufferId>),
+    base: Val<'b>,
+    (sc, mn): (Val<'b>, Val<'b>),
+) -> Scales<'b> {
     let d = half(k, (src, view), base);
     let dmin = half(k, (src, view), base + k.u32(2));
-    let (sc, mn) = k_scale_min(k, src, base + k.u32(4), sub);
     Scales {
         d: d * sc,
         m: Some(-(dmin * mn)),

@@ -3,7 +3,9 @@
 //! bytes of nibbles: chunk c of 64 elements is bytes 32c..32c+32, sub-block 2c in their low
 //! nibbles and 2c + 1 in their high ones. Element value d·sc·q − dmin·mn.
 
-use super::packed::{centred, k_scales, nibble_words, Bytes, IntUnits, Packed, UnitCodes};
+use super::packed::{
+    centred, k_header_scales, k_scales, nibble_words, Bytes, IntUnits, Packed, UnitCodes,
+};
 use super::read::{nibbles, on_words, quad_words};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
@@ -21,6 +23,8 @@ pub(super) const FORMAT: Packed = Packed {
         words: units,
         centre: 0,
         one_sub: false,
+        header: Some(k_header_scales),
+        pairs_share: true,
     }),
 };
 

@@ -4,7 +4,7 @@
 //! code's 16. Element value d·sc·q − dmin·mn.
 
 use super::packed::{
-    centred, k_scales, nibbles_with_high_bits, Bytes, IntUnits, Packed, UnitCodes,
+    centred, k_header_scales, k_scales, nibbles_with_high_bits, Bytes, IntUnits, Packed, UnitCodes,
 };
 use super::read::{byte, nibbles, on_words, quad_words};
 use trine_gguf::quant::WeightType;
@@ -23,6 +23,8 @@ pub(super) const FORMAT: Packed = Packed {
         words: units,
         centre: 0,
         one_sub: false,
+        header: Some(k_header_scales),
+        pairs_share: true,
     }),
 };
 

@@ -22,6 +22,8 @@ pub(super) const FORMAT: Packed = Packed {
         words: units,
         centre: 32,
         one_sub: false,
+        header: None,
+        pairs_share: false,
     }),
 };
 

@@ -40,7 +40,7 @@ pub(super) fn bytes<'b>(
 
 /// The four words of the 16 bytes from byte `at` of words `w`, `at` a multiple of 16: one
 /// quad ([`KernelBuilder::load_quad`]), which a GPU reads with one load.
-pub(super) fn quad_words<'b>(k: &'b KernelBuilder, w: BufferId, at: Val<'b>) -> [Val<'b>; 4] {
+pub(crate) fn quad_words<'b>(k: &'b KernelBuilder, w: BufferId, at: Val<'b>) -> [Val<'b>; 4] {
     k.load_quad(w, at >> k.u32(4))
 }
 

@@ -295,7 +295,7 @@ fn prefetch_rows<'b>(
     let row_bytes = (cols / k.u32(f.elems())) * k.u32(f.bytes());
     let bytes = (first * row_bytes, (last + k.u32(1)) * row_bytes);
     let elem = spec.weights_elem().size() as u32;
-    prefetch_bytes(k, (w, elem), bytes, spec.workgroup);
+    prefetch_bytes(k, (w, elem), (k.local_index(), spec.workgroup), bytes);
 }
 
 /// Prefetches the norm's weights `g` (`cols` f32) beside the rows ([`prefetch_rows`]): no
