@@ -228,16 +228,21 @@ pub fn q8_blocks_rows_per_team(rows: u32) -> u32 {
 /// How a workgroup of that product divides its rows among its invocations, for `rows` rows of
 /// `cols` `ty` weights. Measured on each product of the 1B and 8B layouts (docs/bench/decode.md,
 /// "Decode products"): teams of 32 taking pairs of units streamed Q4_K (whose pairs share
-/// their scales) faster at every shape but the fewest rows; the other formats kept the
-/// whole workgroup's team, but for the many short rows (fewer units than invocations) of a
-/// small model's gate/up and output head, where Q8_0's did not gain.
+/// their scales) faster where a product has many rows of at most 4,096; the other formats
+/// kept the whole workgroup's team, but for the many short rows (fewer units than
+/// invocations) of a small model's gate/up and output head, where grouped Q8_0 did not gain.
+/// A team takes two steps an iteration only where its rows' pairs fill both: a second step
+/// past a row's end is loaded and thrown away.
 pub fn q8_blocks_teams(ty: WeightType, rows: u32, cols: u32) -> Teams {
     let shares = matvec_q8_blocks::format_units(ty).is_some_and(|(_, u)| u.pairs_share);
-    let short_rows = cols < 32 * matvec_q8_blocks::WORKGROUP && rows >= 8192;
-    if (shares && rows >= 4096) || (short_rows && ty != WeightType::Q8_0x8) {
-        Teams::PAIRS
-    } else {
-        Teams::WHOLE
+    let short_rows = cols < 32 * matvec_q8_blocks::WORKGROUP;
+    let teams = (shares && rows >= 4096 && cols <= 4096)
+        || (short_rows && rows >= 8192 && ty != WeightType::Q8_0x8);
+    let pairs = cols / 64;
+    match teams {
+        true if pairs.is_multiple_of(64) => Teams::pairs(2),
+        true => Teams::pairs(1),
+        false => Teams::WHOLE,
     }
 }
 

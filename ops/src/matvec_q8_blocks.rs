@@ -46,12 +46,14 @@ impl Teams {
     };
 
     /// Teams of a subgroup of 32, each invocation two units (a pair sharing scales where the
-    /// format's do) a step and two steps an iteration.
-    pub const PAIRS: Teams = Teams {
-        width: 32,
-        units: 2,
-        steps: 2,
-    };
+    /// format's do) a step, `steps` steps an iteration.
+    pub const fn pairs(steps: u32) -> Teams {
+        Teams {
+            width: 32,
+            units: 2,
+            steps,
+        }
+    }
 
     fn of_workgroup(self) -> u32 {
         WORKGROUP / self.width
@@ -154,8 +156,16 @@ pub fn kernel(
     let cols = k.param("cols", Scalar::U32);
     let lid = k.local_index();
     let width = teams.width;
-    let lane = lid % k.u32(width);
-    let team = k.workgroup_id(0) * k.u32(teams.of_workgroup()) + lid / k.u32(width);
+    // A team of the whole workgroup keeps the plain indices (the same code as before teams:
+    // the index arithmetic moved the output head's Q6_K product by a tenth).
+    let (lane, team) = if width == WORKGROUP {
+        (lid, k.workgroup_id(0))
+    } else {
+        (
+            lid % k.u32(width),
+            k.workgroup_id(0) * k.u32(teams.of_workgroup()) + lid / k.u32(width),
+        )
+    };
     let row0 = team * k.u32(nrows);
     // Rows past the end read the last row again, so that every invocation reaches the
     // reductions; their sums are not stored.
@@ -176,11 +186,17 @@ pub fn kernel(
         let mut sums: Vec<_> = accs.iter().map(|a| a.get()).collect();
         for s in 0..teams.steps {
             // An iteration's later step past the row's end reads its last step again, unused.
-            let q = q0 + k.u32(width * s);
+            let q = if s == 0 { q0 } else { q0 + k.u32(width * s) };
             let at_q = if s == 0 { q } else { q.min(steps - k.u32(1)) };
-            let first = at_q * k.u32(units_a_step);
+            let first = if units_a_step == 1 {
+                at_q
+            } else {
+                at_q * k.u32(units_a_step)
+            };
             let (b, unit) = (first / k.u32(per_block), first % k.u32(per_block));
-            let of: Vec<_> = (0..units_a_step).map(|i| unit + k.u32(i)).collect();
+            let of: Vec<_> = (0..units_a_step)
+                .map(|i| if i == 0 { unit } else { unit + k.u32(i) })
+                .collect();
             let new = unit_sums(&k, (p, units), &at, (xq, xd, None), (blocks, b, &of), &sums);
             sums = if s == 0 {
                 new
@@ -430,23 +446,29 @@ pub fn cases() -> Vec<Case> {
             (true, false),
         );
         push((7, 768), Reduction::Subgroup, (2, one), (false, true));
+        push(
+            (10, 2048),
+            Reduction::Subgroup,
+            (2, Teams::pairs(1)),
+            (false, true),
+        );
         // 18 blocks: 72 pairs, two steps of 32 and a last of 8 (the step after it past the end).
         push(
             (13, 4608),
             Reduction::Subgroup,
-            (2, Teams::PAIRS),
+            (2, Teams::pairs(2)),
             (false, true),
         );
         push(
             (11, 2304),
             Reduction::Shared,
-            (2, Teams::PAIRS),
+            (2, Teams::pairs(2)),
             (true, false),
         );
         push(
             (9, 4608),
             Reduction::Subgroup,
-            (2, Teams::PAIRS),
+            (2, Teams::pairs(2)),
             (true, true),
         );
     }
