@@ -405,7 +405,8 @@ pub fn case(
 
 /// Every format with units: a row of one block, rows of three blocks (every other Q6_K block
 /// then starts mid-word) in a count the workgroups' rows do not divide, a row longer than a
-/// workgroup's units, both reductions, the residual's variant and scales read both ways.
+/// workgroup's units, both reductions, the residual's variant and scales read both ways; the
+/// teams of a subgroup, with one unit, one pair and two pairs a step, a last step past the row.
 pub fn cases() -> Vec<Case> {
     let mut out = vec![];
     for ty in BlockFormat::ALL
@@ -413,64 +414,28 @@ pub fn cases() -> Vec<Case> {
         .into_iter()
         .filter(|&t| format(OP, t).is_ok())
     {
-        let mut push = |shape, reduce, per, how| {
-            out.push(case(ty, shape, reduce, per, how).expect("valid shapes"));
-        };
         let one = Teams {
             width: 32,
             units: 1,
             steps: 1,
         };
-        push(
-            (4, 256),
-            Reduction::Shared,
-            (1, Teams::WHOLE),
-            (false, false),
-        );
-        push(
-            (7, 768),
-            Reduction::Subgroup,
-            (2, Teams::WHOLE),
-            (false, true),
-        );
-        push(
-            (9, 4608),
-            Reduction::Subgroup,
-            (1, Teams::WHOLE),
-            (true, true),
-        );
-        push(
-            (5, 768),
-            Reduction::Shared,
-            (2, Teams::WHOLE),
-            (true, false),
-        );
-        push((7, 768), Reduction::Subgroup, (2, one), (false, true));
-        push(
-            (10, 2048),
-            Reduction::Subgroup,
-            (2, Teams::pairs(1)),
-            (false, true),
-        );
-        // 18 blocks: 72 pairs, two steps of 32 and a last of 8 (the step after it past the end).
-        push(
-            (13, 4608),
-            Reduction::Subgroup,
-            (2, Teams::pairs(2)),
-            (false, true),
-        );
-        push(
-            (11, 2304),
-            Reduction::Shared,
-            (2, Teams::pairs(2)),
-            (true, false),
-        );
-        push(
-            (9, 4608),
-            Reduction::Subgroup,
-            (2, Teams::pairs(2)),
-            (true, true),
-        );
+        let (shared, subgroup) = (Reduction::Shared, Reduction::Subgroup);
+        // (rows, cols), reduction, (rows a team, teams), (residual added, f16 view). Of 4,608
+        // columns (18 blocks, 72 pairs) two steps of 32 pairs take 64, then 8 and one past the end.
+        let shapes = [
+            ((4, 256), shared, (1, Teams::WHOLE), (false, false)),
+            ((7, 768), subgroup, (2, Teams::WHOLE), (false, true)),
+            ((9, 4608), subgroup, (1, Teams::WHOLE), (true, true)),
+            ((5, 768), shared, (2, Teams::WHOLE), (true, false)),
+            ((7, 768), subgroup, (2, one), (false, true)),
+            ((10, 2048), subgroup, (2, Teams::pairs(1)), (false, true)),
+            ((13, 4608), subgroup, (2, Teams::pairs(2)), (false, true)),
+            ((11, 2304), shared, (2, Teams::pairs(2)), (true, false)),
+            ((9, 4608), subgroup, (2, Teams::pairs(2)), (true, true)),
+        ];
+        for (shape, reduce, per, how) in shapes {
+            out.push(case(ty, shape, reduce, per, how).expect("valid shapes"));
+        }
     }
     out
 }
