@@ -190,7 +190,9 @@ pub(super) fn k_scales<'b>(
     sub: Val<'b>,
 ) -> Scales<'b> {
     let (sc, mn) = k_scale_min(k, |i| byte(k, src, base + k.u32(4) + i), sub);
-    k_steps(k, (src, view), base, (sc, mn))
+    let d = half(k, (src, view), base);
+    let dmin = half(k, (src, view), base + k.u32(2));
+    k_steps((d, dmin), (sc, mn))
 }
 
 /// [`k_scales`] from the block's first 16 bytes as words ([`HeaderScales`]): d and dmin in
@@ -212,28 +214,21 @@ pub(super) fn k_header_scales<'b>(
         (word >> ((i & k.u32(3)) * k.u32(8))) & k.u32(255)
     };
     let (sc, mn) = k_scale_min(k, byte, sub);
-    match view {
-        Some(_) => k_steps(k, (src, view), base, (sc, mn)),
-        None => {
-            let d = f16_bits_to_f32(k, header[0] & k.u32(0xffff));
-            let dmin = f16_bits_to_f32(k, header[0] >> k.u32(16));
-            Scales {
-                d: d * sc,
-                m: Some(-(dmin * mn)),
-            }
-        }
-    }
+    let (d, dmin) = match view {
+        Some(_) => (
+            half(k, (src, view), base),
+            half(k, (src, view), base + k.u32(2)),
+        ),
+        None => (
+            f16_bits_to_f32(k, header[0] & k.u32(0xffff)),
+            f16_bits_to_f32(k, header[0] >> k.u32(16)),
+        ),
+    };
+    k_steps((d, dmin), (sc, mn))
 }
 
-/// `d·sc` and `−dmin·mn` with the block's f16 d and dmin (bytes 0 and 2).
-fn k_steps<'b>(
-    k: &'b KernelBuilder,
-    (src, view): (Bytes, Option<BufferId>),
-    base: Val<'b>,
-    (sc, mn): (Val<'b>, Val<'b>),
-) -> Scales<'b> {
-    let d = half(k, (src, view), base);
-    let dmin = half(k, (src, view), base + k.u32(2));
+/// `d·sc` and `−dmin·mn`: a sub-block's scales from the block's steps d and dmin.
+fn k_steps<'b>((d, dmin): (Val<'b>, Val<'b>), (sc, mn): (Val<'b>, Val<'b>)) -> Scales<'b> {
     Scales {
         d: d * sc,
         m: Some(-(dmin * mn)),
