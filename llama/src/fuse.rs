@@ -10,14 +10,14 @@
 
 use super::config::Config;
 use super::error::ModelError;
-use super::graph::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
+use super::graph::{AttentionForm, Form, Load, Node, Op, QuantizeFrom, Step, Store, Tensor};
 use super::tuning;
 use super::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_ops::attention_flash::FlashOut;
 use trine_ops::elementwise::GateUp;
 use trine_ops::kv_type::KvType;
-use trine_ops::matvec_q8::{XBlocks, XLoad};
+use trine_ops::matvec_q8::XBlocks;
 use trine_ops::rope::RopeMode;
 use trine_ops::{
     attention_flash, attention_flash_tiles, matmul_tiles, matvec_ids_blocks, matvec_q8_blocks,
@@ -95,6 +95,9 @@ pub fn fuse(
     let mut swiglu: Option<Tensor> = None;
     // The tensor whose rows the last HalfX rounded, while nothing has written it since.
     let mut halved: Option<Tensor> = None;
+    // The last quantizer, while nothing has written what it read since: the products of a
+    // layer's QKV, with rope and the cache store between them.
+    let mut quantized_x: Option<Op> = None;
     let mut i = 0;
     while i < nodes.len() {
         let node = nodes[i];
@@ -103,6 +106,12 @@ pub fn fuse(
         i += 1;
         if !matches!(node.op, Op::Product { .. }) {
             halved = None;
+        }
+        if !matches!(
+            node.op,
+            Op::Product { .. } | Op::RopeStore { .. } | Op::QkvBiasNorm { .. }
+        ) {
+            quantized_x = None;
         }
         match node.op {
             Op::Norm { x, weight, .. } => {
@@ -127,10 +136,11 @@ pub fn fuse(
                     })
                     .map(|n| form(&n.op))
                     .collect();
-                if !experts
-                    && next_form == Some(Form::Float)
-                    && readers.iter().all(|&f| f == Some(Form::Float))
-                {
+                // A GPU's decode products on the file's blocks read x through their quantizer,
+                // which normalises it.
+                let folds =
+                    |form| next_form == Some(form) && readers.iter().all(|&f| f == Some(form));
+                if !experts && (folds(Form::Float) || folds(Form::QuantizedBlocks)) {
                     norm = Some((Load::Norm(weight), x));
                 } else {
                     norm = None;
@@ -155,7 +165,11 @@ pub fn fuse(
                     ..node
                 });
                 let splits = form.splits();
-                if reader == Form::Float {
+                // A product on float x combines the partials as it loads them, one on the
+                // file's blocks in its quantizer.
+                let combines = reader == Form::Float
+                    || (reader == Form::QuantizedBlocks && form.output() == Tensor::Part);
+                if combines {
                     pending = Some((Load::Combine { splits }, Tensor::Part));
                 } else if form.output() == Tensor::Part {
                     out.push(Node {
@@ -176,12 +190,18 @@ pub fn fuse(
                 let form = product_form(w, id, tokens, s, offer);
                 let folded_norm = norm.filter(|_| x == Tensor::Normed);
                 let (load, x) = pending.take().or(folded_norm).unwrap_or((Load::None, x));
-                // A quantized product reads x through its quantizer, which computes SwiGLU
-                // from the gate/up pairs where it was folded.
-                let (x_load, quantized) = if form.quantizes_x() && swiglu.take() == Some(x) {
-                    (XLoad::Swiglu, Tensor::Raw)
+                // A quantized product reads x through its quantizer, which computes what was
+                // folded: the norm, the combine, or SwiGLU from the gate/up pairs.
+                let (from, quantized, load) = if !form.quantizes_x() {
+                    (QuantizeFrom::Plain, x, load)
+                } else if let Load::Norm(g) = load {
+                    (QuantizeFrom::Norm(g), x, Load::None)
+                } else if let Load::Combine { splits } = load {
+                    (QuantizeFrom::Combine { splits }, x, Load::None)
+                } else if swiglu.take() == Some(x) {
+                    (QuantizeFrom::Swiglu, Tensor::Raw, Load::None)
                 } else {
-                    (XLoad::None, x)
+                    (QuantizeFrom::Plain, x, Load::None)
                 };
                 let (store, y, folded) = store(form, y, next, offer);
                 if folded {
@@ -211,20 +231,29 @@ pub fn fuse(
                 }
                 if form.quantizes_x() {
                     let ty = w.tensors[id].ty;
-                    out.push(Node {
-                        op: Op::Quantize {
-                            x: quantized,
-                            cols: w.tensors[id].cols,
-                            tokens,
-                            blocks: match form {
-                                Form::QuantizedBlocks => matvec_q8_blocks::X_BLOCKS,
-                                _ => XBlocks::for_weights(ty),
-                            },
-                            load: x_load,
+                    let op = Op::Quantize {
+                        x: quantized,
+                        cols: w.tensors[id].cols,
+                        tokens,
+                        blocks: match form {
+                            Form::QuantizedBlocks => matvec_q8_blocks::X_BLOCKS,
+                            _ => XBlocks::for_weights(ty),
                         },
-                        label: "quantize",
-                        layer: node.layer,
-                    });
+                        from,
+                    };
+                    // A layer's QKV products of different types read the same quantized x.
+                    if quantized_x != Some(op) {
+                        out.push(Node {
+                            op,
+                            label: "quantize",
+                            layer: node.layer,
+                        });
+                        quantized_x = Some(op);
+                    }
+                }
+                // What this product writes, the next quantizer reads anew.
+                if matches!(quantized_x, Some(Op::Quantize { x, .. }) if x == y) {
+                    quantized_x = None;
                 }
                 out.push(Node {
                     op: Op::Product {
@@ -378,7 +407,7 @@ fn experts_quantizer(
             cols: w.tensors[id].cols,
             tokens,
             blocks: matvec_ids_blocks::X_BLOCKS,
-            load: XLoad::None,
+            from: QuantizeFrom::Plain,
         },
         label: "quantize",
         layer,

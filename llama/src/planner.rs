@@ -20,14 +20,15 @@ use trine_ops::matvec::{
     Epilogue as MatvecEpilogue, MatvecSpec, Prologue as MatvecPrologue, Reduce,
 };
 use trine_ops::matvec_fused::{CombineShape, RopeShape};
-use trine_ops::matvec_q8::{XBlocks, XLoad};
+use trine_ops::matvec_q8::XBlocks;
+use trine_ops::quantize::{self, XLoad};
 use trine_ops::rope::RopeMode;
 use trine_ops::shape::ShapeError;
 use trine_ops::support::{Float, Reduction};
 use trine_ops::{
     argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
-    matvec, matvec_ids, matvec_ids_blocks, matvec_ids_sorted, matvec_q8, matvec_q8_blocks,
-    matvec_q8_rows, moe_route, moe_sort, norm_add, qkv_bias_norm, rms_norm, rope_store, widen,
+    matvec, matvec_ids, matvec_ids_blocks, matvec_ids_sorted, matvec_q8_blocks, matvec_q8_rows,
+    moe_route, moe_sort, norm_add, qkv_bias_norm, rms_norm, rope_store, widen,
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
@@ -295,8 +296,10 @@ impl std::fmt::Display for KernelKey {
             KernelKey::RopeStore { mode } => write!(f, "rope ({mode:?}), kv cache store"),
             KernelKey::Quantize { blocks, load } => {
                 let load = match load {
-                    XLoad::None => "",
-                    XLoad::Swiglu => ", swiglu first",
+                    XLoad::None => String::new(),
+                    XLoad::Swiglu => ", swiglu first".into(),
+                    XLoad::Norm => ", normalised first".into(),
+                    XLoad::Combine { splits, .. } => format!(", {splits} splits combined first"),
                 };
                 write!(f, "x quantized to {}{load}", blocks.name())
             }
@@ -422,7 +425,10 @@ impl KernelKey {
                 },
             },
             Op::RopeStore { mode, .. } => KernelKey::RopeStore { mode },
-            Op::Quantize { blocks, load, .. } => KernelKey::Quantize { blocks, load },
+            Op::Quantize { blocks, from, .. } => KernelKey::Quantize {
+                blocks,
+                load: from.load(s.head_dim),
+            },
             Op::HalfX { .. } => KernelKey::HalfX,
             Op::Widen { w: id, .. } => KernelKey::Widen {
                 weights: tuning::read_type(w, id, s.grouped_blocks),
@@ -612,7 +618,7 @@ impl KernelKey {
                 })]
             }
             KernelKey::Quantize { blocks, load } => {
-                vec![plain(matvec_q8::quantize_kernel(blocks, load))]
+                vec![plain(quantize::kernel(blocks, load)?)]
             }
             KernelKey::HalfX => vec![plain(widen::x_kernel())],
             KernelKey::Widen { weights } => vec![plain(widen::kernel(weights)?)],

@@ -41,6 +41,7 @@ pub mod moe_route;
 pub mod moe_sort;
 pub mod norm_add;
 pub mod qkv_bias_norm;
+pub mod quantize;
 pub mod rms_norm;
 pub mod rope;
 pub mod rope_freqs;
@@ -84,9 +85,9 @@ pub static FAMILIES: [Family; 23] = [
         cases: matvec_fused::cases,
     },
     Family {
-        name: "matvec_q8",
-        about: "x quantized to 8 bits (Q8_0, Q8_1 or Q8_K blocks) for the products with 8-bit activations",
-        cases: matvec_q8::cases,
+        name: "quantize",
+        about: "x quantized to 8 bits (Q8_0, Q8_1 or Q8_K blocks) for the products with 8-bit activations, from x, SwiGLU, the RMS norm or attention's partials",
+        cases: quantize::cases,
     },
     Family {
         name: "matvec_q8_rows",

@@ -6,24 +6,23 @@
 //! of a block is exact, and one float multiply-add per block applies both scales, as llama.cpp
 //! multiplies quantized weights on hardware with packed dot products.
 //!
-//! [`quantize_kernel`] makes the activations' blocks: words of codes `xq`, and per 32
-//! elements the scale `xd` and `xs = d·Σq` (the term a format's centre or minimum multiplies),
-//! whatever the length of the block the scale was taken over.
+//! [`crate::quantize`]'s kernel makes the activations' blocks on the device, [`quantize_x`] on
+//! the host: words of codes `xq`, and per 32 elements the scale `xd` and `xs = d·Σq` (the
+//! term a format's centre or minimum multiplies), whatever the length of the block the scale
+//! was taken over.
 //!
-//! Bound: the quantizer's codes exactly, its scales and sums to one f16 step (`quantize_case`:
-//! Vulkan may round a division differently). The products are held to
+//! Bound: the products are held to
 //! [`reference()`], the product of the dequantized weights and the dequantized activations,
 //! from which they differ only by f32 rounding (the integer dots are exact); against
 //! unquantized x the error is x's quantization, the trade llama.cpp makes too (about 4e-6
 //! NMSE for uniform random x in blocks of 32), not a kernel's.
 
-use crate::blocks::{round_to_f16, BlockFormat, Flat};
-use crate::case::*;
+use crate::blocks::{BlockFormat, Flat};
 use crate::shape::ShapeError;
-use crate::support::{Combine, Reducer, Reduction};
+
 use half::f16;
 use trine_gguf::quant::{dequantize, WeightType, QK, QK_K};
-use trine_ir::{Access, Kernel, KernelBuilder, Scalar, Val};
+use trine_ir::{KernelBuilder, Scalar, Val};
 
 pub(crate) const OP: &str = "matvec_q8";
 
@@ -80,27 +79,6 @@ impl XBlocks {
     }
 }
 
-/// What the quantizer computes x from: x itself, or what a node before it would have written,
-/// saving a step that node's dispatch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum XLoad {
-    /// x as it is.
-    None,
-    /// SwiGLU of x's interleaved gate/up pairs, as
-    /// [`swiglu_pairs_kernel`](crate::elementwise::swiglu_pairs_kernel) computes it: element
-    /// `i` is `silu(x[2i])·x[2i + 1]`.
-    Swiglu,
-}
-
-impl XLoad {
-    fn suffix(self) -> &'static str {
-        match self {
-            XLoad::None => "",
-            XLoad::Swiglu => "_swiglu",
-        }
-    }
-}
-
 /// x quantized: code words (8 per 32 elements), and per 32 elements the scale and `d·Σq`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Q8Activations {
@@ -152,86 +130,6 @@ pub fn quantize_x(x: &[f32], blocks: XBlocks) -> Q8Activations {
         }
     }
     out
-}
-
-/// The grid of [`quantize_kernel`] for `elements` of x: a workgroup per block.
-pub fn quantize_grid(blocks: XBlocks, elements: u32) -> [u32; 3] {
-    [elements / blocks.elems(), 1, 1]
-}
-
-/// Quantizes x (f32 `[tokens × cols]`) into `xq` (U32, a word per 4 elements), `xd` and
-/// `xs` (f32, one per 32 elements) as [`XBlocks`] says, from x as `load` says: a workgroup
-/// per block, an invocation per element. The block's maximum |x| is a
-/// workgroup reduction (a shared-memory tree, exact whatever its order); an invocation per
-/// 32 elements sums their codes (an integer below 2^24 in magnitude, exact in f32) and one
-/// per word packs four. Consecutive invocations read consecutive x values, which the C
-/// lowering loads as vectors; one invocation per block read each block with a gather per
-/// element, which GCC then ran in scalar code (measured slower on SmolLM2's quantize nodes
-/// on a CPU: docs/bench/cpu.md).
-pub fn quantize_kernel(blocks: XBlocks, load: XLoad) -> Kernel {
-    let n = blocks.elems();
-    let name = format!("quantize_{}{}", blocks.name(), load.suffix());
-    let k = KernelBuilder::new(&name, [n, 1, 1]);
-    let x = k.buffer("x", Scalar::F32, Access::Read);
-    let xq = k.buffer("xq", Scalar::U32, Access::Write);
-    let xd = k.buffer("xd", Scalar::F32, Access::Write);
-    let xs = k.buffer("xs", Scalar::F32, Access::Write);
-    let lid = k.local_index();
-    let b = k.workgroup_id(0);
-    let at = b * k.u32(n) + lid;
-    let reducer = Reducer::new(&k, Reduction::Shared);
-    let v = match load {
-        XLoad::Swiglu => {
-            let gate = k.load(x, at * k.u32(2));
-            crate::elementwise::silu_ir(&k, gate) * k.load(x, at * k.u32(2) + k.u32(1))
-        }
-        XLoad::None => k.load(x, at),
-    };
-    // Starting from 0 as the host's fold does: a block of NaN only gives a scale of 0.
-    let amax = reducer
-        .reduce(&k, lid, v.abs(), Combine::Max)
-        .max(k.f32(0.0));
-    let some = amax.gt(k.f32(0.0));
-    let id = k.select(some, k.f32(127.0) / amax, k.f32(0.0));
-    // ggml's nearest_int: the integer sits in the low mantissa bits of v·id + 1.5·2²³.
-    let rounded = (v * id + k.f32(12_582_912.0)).bitcast(Scalar::U32) & k.u32(0x007f_ffff);
-    let q = rounded.bitcast(Scalar::I32) - k.i32(0x0040_0000);
-    let codes = k.shared("codes", Scalar::I32, n);
-    k.store_shared(codes, lid, q);
-    k.barrier();
-    let d = amax / k.f32(127.0);
-    let scale = match blocks {
-        XBlocks::Q8_0 | XBlocks::Q8_1 => round_to_f16(&k, d),
-        XBlocks::Q8_K => k.select(some, k.f32(1.0) / id, k.f32(0.0)),
-    };
-    k.if_(lid.lt(k.u32(n / 4)), || {
-        let word = (0..4u32).fold(k.u32(0), |w, byte| {
-            let c = k
-                .load_shared(codes, lid * k.u32(4) + k.u32(byte))
-                .bitcast(Scalar::U32);
-            w | ((c & k.u32(255)) << k.u32(8 * byte))
-        });
-        k.store(xq, b * k.u32(n / 4) + lid, word);
-    });
-    k.if_(lid.lt(k.u32(n / X_BLOCK)), || {
-        let first = lid * k.u32(X_BLOCK);
-        let sum = (0..X_BLOCK)
-            .map(|e| k.load_shared(codes, first + k.u32(e)))
-            .reduce(|a, c| a + c)
-            .expect("a block has elements")
-            .cast(Scalar::F32);
-        let at = b * k.u32(n / X_BLOCK) + lid;
-        k.store(xd, at, scale);
-        k.store(
-            xs,
-            at,
-            match blocks {
-                XBlocks::Q8_1 => round_to_f16(&k, d * sum),
-                XBlocks::Q8_0 | XBlocks::Q8_K => scale * sum,
-            },
-        );
-    });
-    k.finish()
 }
 
 /// The format of `ty`'s blocks, which this product takes where it is flat and its blocks are
@@ -367,116 +265,6 @@ pub fn reference(
             dot + gap
         })
         .collect())
-}
-
-/// The quantizing kernel against [`quantize_x`]: the codes exactly, the scales and sums to
-/// within one f16 step of one of them. Vulkan lets a division be 2.5 ulp off (NVIDIA's driver
-/// gave Q8_K scales an ulp off, NMSE 4e-18), and a Q8_0 scale an ulp off can round to the
-/// neighbouring f16, a step of at most 2⁻¹⁰ of it: NMSE (2⁻¹⁰)²/32 over this case's 32 or
-/// more scales.
-fn quantize_case(blocks: XBlocks, cols: u32) -> Case {
-    let mut rng = Rng::new(u64::from(cols));
-    let mut x = rng.f32s(cols as usize, -3.0, 3.0);
-    // A block of zeros (scale 0), one with a single large value, and values v·id (here v, as
-    // id is 1) that fall on a half (ties go to even: 0.5 → 0, 1.5 → 2, -2.5 → -2).
-    let n = blocks.elems() as usize;
-    x[n..2 * n].fill(0.0);
-    x[2 * n] = 100.0;
-    x[3 * n..4 * n].fill(0.0);
-    x[3 * n..3 * n + 4].copy_from_slice(&[127.0, 0.5, 1.5, -2.5]);
-    let q = quantize_x(&x, blocks);
-    let case = Case::new(
-        format!("quantize_{}/{cols}", blocks.name()),
-        quantize_kernel(blocks, XLoad::None),
-        quantize_grid(blocks, cols),
-    )
-    .input("x", Scalar::F32, f32_bytes(&x));
-    expect(case, &q)
-}
-
-/// [`quantize_case`]'s bound on scales and sums.
-const ONE_F16_STEP: f64 = 1.0 / (1024.0 * 1024.0 * 32.0);
-
-/// A quantizer case's outputs: `q`'s codes exactly, its scales and sums to [`ONE_F16_STEP`].
-fn expect(case: Case, q: &Q8Activations) -> Case {
-    case.output_exact(
-        "xq",
-        Scalar::U32,
-        vec![0; q.words.len() * 4],
-        q.words.iter().map(|&v| f64::from(v)).collect(),
-    )
-    .output(
-        "xd",
-        Scalar::F32,
-        vec![0; q.scales.len() * 4],
-        q.scales.iter().map(|&v| f64::from(v)).collect(),
-    )
-    .output(
-        "xs",
-        Scalar::F32,
-        vec![0; q.sums.len() * 4],
-        q.sums.iter().map(|&v| f64::from(v)).collect(),
-    )
-    .bound(ONE_F16_STEP)
-}
-
-/// The quantizer with SwiGLU folded in, on `tokens` rows of `cols` outputs, against SwiGLU
-/// computed in f64 and quantized by [`quantize_x`]: the scales and sums to within
-/// [`ONE_F16_STEP`], the codes exactly. A device computes SwiGLU in f32 (`exp` a few ulp
-/// off), so the inputs keep every scaled value v·id at least 0.02 from a half, where no such
-/// difference can move a code: a pair that falls closer has its up value scaled by 1.01.
-fn quantize_swiglu_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
-    let mut rng = Rng::new(u64::from(cols) + 7);
-    let mut x = rng.f32s(2 * (cols * tokens) as usize, -3.0, 3.0);
-    let computed = |x: &[f32]| -> Vec<f32> {
-        x.chunks(2)
-            .map(|p| {
-                let (gate, up) = (f64::from(p[0]), f64::from(p[1]));
-                (gate / (1.0 + (-gate).exp()) * up) as f32
-            })
-            .collect()
-    };
-    let n = blocks.elems() as usize;
-    let v = loop {
-        let v = computed(&x);
-        let mut moved = false;
-        for (i, block) in v.chunks(n).enumerate() {
-            let amax = block.iter().fold(0f32, |m, e| m.max(e.abs()));
-            for (j, &e) in block.iter().enumerate() {
-                let t = (e * (127.0 / amax)).abs();
-                if (t - t.floor() - 0.5).abs() < 0.02 {
-                    x[(i * n + j) * 2 + 1] *= 1.01;
-                    moved = true;
-                }
-            }
-        }
-        if !moved {
-            break v;
-        }
-    };
-    let q = quantize_x(&v, blocks);
-    let case = Case::new(
-        format!("quantize_{}_swiglu/{tokens}x{cols}", blocks.name()),
-        quantize_kernel(blocks, XLoad::Swiglu),
-        quantize_grid(blocks, tokens * cols),
-    )
-    .input("x", Scalar::F32, f32_bytes(&x));
-    expect(case, &q)
-}
-
-/// Each quantizer at 4096 columns, and at 1024 (Q8_K's four blocks of 256, the fewest the
-/// case's special blocks need); and with SwiGLU folded in, on three rows of 1024.
-pub fn cases() -> Vec<Case> {
-    [XBlocks::Q8_0, XBlocks::Q8_1, XBlocks::Q8_K]
-        .into_iter()
-        .flat_map(|b| {
-            [
-                quantize_case(b, 4096),
-                quantize_case(b, 1024),
-                quantize_swiglu_case(b, 3, 1024),
-            ]
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -71,13 +71,26 @@ pub(crate) fn row_scale<'b>(
     let reducer = Reducer::new(k, how);
     let lid = k.local_index();
     let base = k.workgroup_id(0) * cols;
+    (lid, base, inv_rms(k, &reducer, (x, base), cols, eps))
+}
+
+/// `1 / sqrt(mean(x²) + eps)` over the `cols` values of `x` from `base`, split over the
+/// workgroup's invocations (each sums its share in order, then `reducer` adds them).
+pub(crate) fn inv_rms<'b>(
+    k: &'b KernelBuilder,
+    reducer: &Reducer,
+    (x, base): (BufferId, Val<'b>),
+    cols: Val<'b>,
+    eps: Val<'b>,
+) -> Val<'b> {
+    let lid = k.local_index();
     let ss = k.var("sum_sq", Scalar::F32);
-    k.for_range(lid, cols, WG, |c| {
+    k.for_range(lid, cols, k.workgroup_size()[0], |c| {
         let v = k.load(x, base + c);
         ss.set(v.fma(v, ss.get()));
     });
     let total = reducer.reduce(k, lid, ss.get(), Combine::Sum);
-    (lid, base, (total / cols.cast(Scalar::F32) + eps).rsqrt())
+    (total / cols.cast(Scalar::F32) + eps).rsqrt()
 }
 
 /// A case's name for `op` on `shape`: shared-memory reductions marked.

@@ -4,7 +4,7 @@
 
 use super::Engine;
 use crate::config::Experts;
-use crate::graph::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
+use crate::graph::{AttentionForm, Form, Load, Node, Op, QuantizeFrom, Step, Store, Tensor};
 use crate::planner::{KernelKey, Launch};
 use crate::tuning::{self, holds_pairs};
 use crate::weights::WeightId;
@@ -17,7 +17,6 @@ use trine_ops::elementwise::{self, GateUp};
 use trine_ops::embedding;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec_ids::{self, MatvecIds};
-use trine_ops::matvec_q8::XLoad;
 use trine_ops::moe_route::MoeRoute;
 use trine_ops::moe_sort::MoeSort;
 use trine_ops::qkv_bias_norm::{Apply, QkvBiasNorm};
@@ -25,7 +24,7 @@ use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::{HeadSpan, RopeStore};
 use trine_ops::{matvec_ids_blocks, matvec_ids_sorted};
-use trine_ops::{matvec_q8, matvec_q8_blocks, matvec_q8_rows, widen};
+use trine_ops::{matvec_q8_blocks, matvec_q8_rows, quantize, widen};
 
 /// A node's dispatch before buffers are bound: the tensors it reads and writes, in the
 /// kernel's buffer order (reads first), its parameters and its grid.
@@ -293,15 +292,20 @@ impl Engine {
                 cols,
                 tokens,
                 blocks,
-                load,
+                from,
             } => {
-                // With SwiGLU, x is the gate/up pairs, two values an element.
-                debug_assert_eq!(load == XLoad::Swiglu, x == Tensor::Raw);
+                let (inputs, params) = match from {
+                    QuantizeFrom::Norm(g) => (
+                        vec![x, Tensor::Weight(g)],
+                        vec![u(cols), ParamValue::F32(c.rms_eps)],
+                    ),
+                    _ => (vec![x], vec![]),
+                };
                 plan(
-                    vec![x],
+                    inputs,
                     &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
-                    vec![],
-                    matvec_q8::quantize_grid(blocks, tokens * cols),
+                    params,
+                    quantize::grid(blocks, tokens * cols),
                 )
             }
             Op::HalfX { x, cols, tokens } => plan(

@@ -14,7 +14,8 @@ use super::config::Config;
 use super::weights::WeightId;
 use trine_ops::attention_flash::FlashOut;
 use trine_ops::elementwise::GateUp;
-use trine_ops::matvec_q8::{XBlocks, XLoad};
+use trine_ops::matvec_q8::XBlocks;
+use trine_ops::quantize::XLoad;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::HeadSpan;
 
@@ -113,6 +114,31 @@ pub enum Load {
     Combine {
         splits: u32,
     },
+}
+
+/// What a quantizer ([`Op::Quantize`]) computes x from; its kernel's [`XLoad`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantizeFrom {
+    /// x as it is.
+    Plain,
+    /// x is [`Tensor::Raw`]'s gate/up pairs: SwiGLU of them.
+    Swiglu,
+    /// x normalised by rms_norm, scaled by that weight.
+    Norm(WeightId),
+    /// x is [`Tensor::Part`]: attention's partials over `splits` chunks, combined.
+    Combine { splits: u32 },
+}
+
+impl QuantizeFrom {
+    /// The kernel's load, for heads of `head_dim`.
+    pub fn load(self, head_dim: u32) -> XLoad {
+        match self {
+            QuantizeFrom::Plain => XLoad::None,
+            QuantizeFrom::Swiglu => XLoad::Swiglu,
+            QuantizeFrom::Norm(_) => XLoad::Norm,
+            QuantizeFrom::Combine { splits } => XLoad::Combine { head_dim, splits },
+        }
+    }
 }
 
 /// What a product does to its sums before storing them.
@@ -262,15 +288,14 @@ pub enum Op {
     /// writes `x`.
     Add { x: Tensor, r: Tensor, out: Tensor },
     /// `tokens` rows of `x` (`cols` wide) quantized in `blocks` (those the product after it
-    /// takes) into [`Tensor::XqWords`], `XqScales`, `XqSums`, computed from `x` as `load`
-    /// says: with [`XLoad::Swiglu`] (the fusion pass folds SwiGLU into the quantizer of the
-    /// product on quantized x after it), `x` is [`Tensor::Raw`]'s gate/up pairs.
+    /// takes) into [`Tensor::XqWords`], `XqScales`, `XqSums`, computed from `x` as `from`
+    /// says (the fusion pass folds into it what a node before it would have computed).
     Quantize {
         x: Tensor,
         cols: u32,
         tokens: u32,
         blocks: XBlocks,
-        load: XLoad,
+        from: QuantizeFrom,
     },
     /// `tokens` rows of `x` (`cols` wide) rounded to f16 into [`Tensor::XHalf`].
     HalfX { x: Tensor, cols: u32, tokens: u32 },

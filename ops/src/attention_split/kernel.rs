@@ -207,40 +207,77 @@ pub fn combine_kernel(head_dim: u32, splits: u32) -> Result<Kernel, ShapeError> 
     let part = k.buffer("part", Scalar::F32, Access::Read);
     let out = k.buffer("out", Scalar::F32, Access::Write);
     let heads = k.param("heads", Scalar::U32);
-    let splits = k.u32(splits);
     let lid = k.local_index();
     let h = k.workgroup_id(0);
     let t = k.workgroup_id(1);
     let d = k.u32(head_dim);
-    let one = k.u32(1);
-    let zero = k.u32(0);
     let row = t * heads + h;
-    let first = row * splits;
-    let width = k.u32(head_dim + 2);
-
-    // Every invocation folds the few (m, l) pairs itself: no shared memory, no barrier.
-    let max = k.var("max", Scalar::F32);
-    max.set(k.f32(f32::NEG_INFINITY));
-    k.for_range(zero, splits, 1, |s| {
-        max.set(max.get().max(k.load(part, (first + s) * width + d)))
-    });
-    let big_m = max.get();
-    let sum = k.var("sum", Scalar::F32);
-    k.for_range(zero, splits, 1, |s| {
-        let at = (first + s) * width + d;
-        let w = (k.load(part, at) - big_m).exp();
-        sum.set(k.load(part, at + one).fma(w, sum.get()));
-    });
-    let inv = k.f32(1.0) / sum.get();
-    let o = k.var("o", Scalar::F32);
+    let combine = Combining::of(&k, part, (head_dim, splits), row);
     k.for_range(lid, d, WG, |i| {
-        o.set(k.f32(0.0));
-        k.for_range(zero, splits, 1, |s| {
-            let at = (first + s) * width;
-            let w = (k.load(part, at + d) - big_m).exp();
-            o.set(k.load(part, at + i).fma(w, o.get()));
-        });
-        k.store(out, row * d + i, o.get() * inv);
+        k.store(out, row * d + i, combine.element(&k, i))
     });
     Ok(k.finish())
+}
+
+/// One row of split attention's partials (a token's head) being combined: the largest of
+/// its splits' maxima and the reciprocal of their weighted sums. Every invocation folds the
+/// few (m, l) pairs itself: no shared memory, no barrier.
+pub(crate) struct Combining<'b> {
+    part: BufferId,
+    first: Val<'b>,
+    big_m: Val<'b>,
+    inv: Val<'b>,
+    head_dim: u32,
+    splits: u32,
+}
+
+impl<'b> Combining<'b> {
+    /// Folds row `row`'s splits of `part` (each `head_dim` accumulators, then m and l). The
+    /// split count is a compile-time constant: the loops over it unroll, their loads issued
+    /// together.
+    pub(crate) fn of(
+        k: &'b KernelBuilder,
+        part: BufferId,
+        (head_dim, splits): (u32, u32),
+        row: Val<'b>,
+    ) -> Combining<'b> {
+        let (zero, one, d) = (k.u32(0), k.u32(1), k.u32(head_dim));
+        let first = row * k.u32(splits);
+        let width = k.u32(head_dim + 2);
+        let max = k.var("max", Scalar::F32);
+        max.set(k.f32(f32::NEG_INFINITY));
+        k.for_range(zero, k.u32(splits), 1, |s| {
+            max.set(max.get().max(k.load(part, (first + s) * width + d)))
+        });
+        let big_m = max.get();
+        let sum = k.var("sum", Scalar::F32);
+        k.for_range(zero, k.u32(splits), 1, |s| {
+            let at = (first + s) * width + d;
+            let w = (k.load(part, at) - big_m).exp();
+            sum.set(k.load(part, at + one).fma(w, sum.get()));
+        });
+        Combining {
+            part,
+            first,
+            big_m,
+            inv: k.f32(1.0) / sum.get(),
+            head_dim,
+            splits,
+        }
+    }
+
+    /// The combined attention at element `i` of the row: each split's accumulator weighted
+    /// by `e^(m_s − M)`, over the weighted sum of the splits' `l`.
+    pub(crate) fn element(&self, k: &'b KernelBuilder, i: Val<'b>) -> Val<'b> {
+        let width = k.u32(self.head_dim + 2);
+        let d = k.u32(self.head_dim);
+        let o = k.var("acc", Scalar::F32);
+        o.set(k.f32(0.0));
+        k.for_range(k.u32(0), k.u32(self.splits), 1, |s| {
+            let at = (self.first + s) * width;
+            let w = (k.load(self.part, at + d) - self.big_m).exp();
+            o.set(k.load(self.part, at + i).fma(w, o.get()));
+        });
+        o.get() * self.inv
+    }
 }
