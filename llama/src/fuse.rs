@@ -329,7 +329,8 @@ pub fn fuse(
 }
 
 /// What a product of `form` writing `y` folds from the node after it: rope with the cache
-/// store (float x, the normal rope the fused kernel computes), SwiGLU of gate/up pairs (float
+/// store (float x, or a GPU's decode product on the file's blocks; the normal rope the fused
+/// kernels compute), SwiGLU of gate/up pairs (float
 /// x and tiles; a file's gate and up halves lie too far apart for an epilogue), a
 /// residual add of `y` (every form); with the tensor it then writes and whether it folded.
 fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Tensor, bool) {
@@ -338,7 +339,7 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
             layer,
             mode: RopeMode::Normal,
             heads,
-        }) if form == Form::Float && offer.float_cache => {
+        }) if matches!(form, Form::Float | Form::QuantizedBlocks) && offer.float_cache => {
             (Store::Rope { layer, heads }, Tensor::QRot, true)
         }
         Some(Op::Swiglu(GateUp::Pairs)) if !form.quantizes_x() => {

@@ -80,7 +80,8 @@ pub enum KernelKey {
     /// A GPU's decode product on quantized x and the weights' blocks ([`Form::QuantizedBlocks`]).
     MatvecQ8Blocks {
         weights: WeightType,
-        add: bool,
+        /// A residual add, or rope with the cache store.
+        epilogue: MatvecEpilogue,
         /// Rows each team takes ([`tuning::q8_blocks_rows_per_team`]).
         rows: u32,
         /// How a workgroup's invocations divide its rows ([`tuning::q8_blocks_teams`]).
@@ -235,11 +236,15 @@ impl std::fmt::Display for KernelKey {
             }
             KernelKey::MatvecQ8Blocks {
                 weights,
-                add,
+                epilogue,
                 rows,
                 teams,
             } => {
-                let add = if *add { ", add" } else { "" };
+                let add = match epilogue {
+                    MatvecEpilogue::Add => ", add",
+                    MatvecEpilogue::RopeStore(_) => ", rope, kv cache store",
+                    MatvecEpilogue::None | MatvecEpilogue::Swiglu => "",
+                };
                 write!(
                     f,
                     "matvec {weights} blocks × q8 ({rows} rows a team of {}, {} units a step{add})",
@@ -354,6 +359,19 @@ impl KernelKey {
             } => {
                 let t = &w.tensors[id];
                 let ty = tuning::read_type(w, id, s.grouped_blocks);
+                let epilogue = match store {
+                    Store::None => MatvecEpilogue::None,
+                    Store::Add(_) => MatvecEpilogue::Add,
+                    Store::Swiglu => MatvecEpilogue::Swiglu,
+                    Store::Rope { .. } => MatvecEpilogue::RopeStore(RopeShape {
+                        head_dim: s.head_dim,
+                        rot_dim: s.rot_dim,
+                        kv: s.kv.float().unwrap_or_else(|| {
+                            unreachable!("rope folds into a product over a float cache")
+                        }),
+                        keys: s.keys,
+                    }),
+                };
                 match form {
                     Form::Float => KernelKey::Matvec {
                         weights: ty,
@@ -367,19 +385,7 @@ impl KernelKey {
                                 splits,
                             }),
                         },
-                        epilogue: match store {
-                            Store::None => MatvecEpilogue::None,
-                            Store::Add(_) => MatvecEpilogue::Add,
-                            Store::Swiglu => MatvecEpilogue::Swiglu,
-                            Store::Rope { .. } => MatvecEpilogue::RopeStore(RopeShape {
-                                head_dim: s.head_dim,
-                                rot_dim: s.rot_dim,
-                                kv: s.kv.float().unwrap_or_else(|| {
-                                    unreachable!("rope folds into a product over a float cache")
-                                }),
-                                keys: s.keys,
-                            }),
-                        },
+                        epilogue,
                         pairable: w.pairable(id),
                     },
                     Form::QuantizedX => KernelKey::MatvecQ8 {
@@ -389,7 +395,7 @@ impl KernelKey {
                     },
                     Form::QuantizedBlocks => KernelKey::MatvecQ8Blocks {
                         weights: ty,
-                        add: matches!(store, Store::Add(_)),
+                        epilogue,
                         rows: tuning::q8_blocks_rows_per_team(rows),
                         teams: tuning::q8_blocks_teams(ty, rows, t.cols),
                     },
@@ -522,11 +528,11 @@ impl KernelKey {
             } => vec![plain(matvec_q8_rows::kernel(weights, add, tokens)?)],
             KernelKey::MatvecQ8Blocks {
                 weights,
-                add,
+                epilogue,
                 rows,
                 teams,
             } => on_blocks(info, reductions, |how, f16_view| {
-                matvec_q8_blocks::kernel(weights, how, rows, teams, add, f16_view)
+                matvec_q8_blocks::kernel(weights, how, rows, teams, epilogue, f16_view)
             })?,
             KernelKey::MatmulTiles(key) => {
                 let mut variants = vec![];

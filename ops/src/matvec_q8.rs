@@ -95,7 +95,7 @@ fn nearest_int(v: f32) -> i32 {
 }
 
 /// The host's quantization of `x` (a multiple of `blocks.elems()` long), the operations of
-/// [`quantize_kernel`].
+/// [`crate::quantize::kernel`].
 pub fn quantize_x(x: &[f32], blocks: XBlocks) -> Q8Activations {
     let mut out = Q8Activations {
         words: vec![],

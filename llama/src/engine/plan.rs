@@ -126,14 +126,22 @@ impl Engine {
                         let mut inputs = vec![self.read_weights(wid); views];
                         inputs.extend([Tensor::XqWords, Tensor::XqScales]);
                         inputs.extend(add);
+                        let mut outputs = vec![y];
+                        let mut params = vec![u(rows), u(wt.cols)];
+                        if let Store::Rope { layer, heads } = store {
+                            inputs.extend([Tensor::Step, self.freq(layer)]);
+                            outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
+                            let r = self.rope_store(t, RopeMode::Normal, Some(heads));
+                            params.extend(r.epilogue_params());
+                        }
                         let per = tuning::q8_blocks_rows_per_team(rows);
                         let ty =
                             tuning::read_type(&self.model.weights, wid, self.shape.grouped_blocks);
                         let teams = tuning::q8_blocks_teams(ty, rows, wt.cols);
                         plan(
                             inputs,
-                            &[y],
-                            vec![u(rows), u(wt.cols)],
+                            &outputs,
+                            params,
                             matvec_q8_blocks::grid(rows, per, teams),
                         )
                     }

@@ -84,7 +84,7 @@ pub enum Tensor {
     /// f32 [the widest product]: a product's output before what follows it (biases and q/k
     /// norms, rope, SwiGLU, a residual add) where that is not folded into it.
     Raw,
-    /// x quantized per block of 32 ([`trine_ops::matvec_q8::quantize_kernel`]): u32 words of
+    /// x quantized per block of 32 ([`trine_ops::quantize::kernel`]): u32 words of
     /// four codes, f32 scales, f32 `scale · Σ codes`; sized for the widest input.
     XqWords,
     XqScales,

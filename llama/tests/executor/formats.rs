@@ -133,6 +133,30 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
     // projection on quantized x.
     let swiglus = count_nodes(&main, 1, |op| matches!(op, Op::Swiglu(_)));
     assert_eq!(swiglus, 0, "{name}: SwiGLU nodes of a decode step");
+    // Where every product of a decode step takes the file's blocks, their quantizers
+    // normalise and combine, and the QKV products rotate and store the keys: no node of
+    // its own for any of them.
+    let on_floats = count_nodes(&main, 1, |op| {
+        matches!(
+            op,
+            Op::Product {
+                form: Form::Float,
+                ..
+            }
+        )
+    });
+    let between = count_nodes(&main, 1, |op| {
+        matches!(
+            op,
+            Op::Norm { .. } | Op::Combine { .. } | Op::RopeStore { .. }
+        )
+    });
+    if on_floats == 0 {
+        assert_eq!(
+            between, 0,
+            "{name}: norm, combine and rope nodes of a decode step"
+        );
+    }
     let checker = main.checker(cpu()).unwrap();
     agree(name, main, checker);
 }

@@ -16,12 +16,13 @@
 //! Bound: as [`matvec_q8`](crate::matvec_q8)'s, f32 rounding over exact integer dots.
 
 use crate::blocks::{quad_words, BlockFormat, Bytes, IntUnits, Packed, UNIT};
-use crate::case::*;
-use crate::matvec_q8::{code_sum, quantize_x, reference, XBlocks, OP, X_BLOCK};
+use crate::matvec_attn::RopeOut;
+use crate::matvec_fused::Epilogue;
+use crate::matvec_q8::{code_sum, XBlocks, OP, X_BLOCK};
 use crate::shape::ShapeError;
 use crate::support::{prefetch_bytes, Combine, Reducer, Reduction};
-use trine_gguf::quant::{quantize, WeightType};
-use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
+use trine_gguf::quant::WeightType;
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, Scalar, Val};
 
 /// Invocations of a workgroup.
 pub const WORKGROUP: u32 = 128;
@@ -103,19 +104,39 @@ pub fn takes(ty: WeightType, cols: u32) -> bool {
 /// The product of `ty` weights (the file's bytes, bound as `U32` words) and x quantized in
 /// [`X_BLOCKS`]. Buffers `w`, with `f16_view` also `w16` (the same bytes bound as `F16`: the
 /// blocks' f16 scales converted natively, where assembling one from bytes costs some twenty
-/// integer operations, per run and row), `xq`, `xd`, with `add` also `r` (F32 `[rows]`,
-/// added: a residual connection), then `y` (F32 `[rows]`); parameters `rows`, `cols`; grid
-/// [`grid`].
+/// integer operations, per run and row), `xq`, `xd`; then as `epilogue` says
+/// ([`Epilogue::Add`]: `r`, F32 `[rows]`, added, a residual connection; then `y`, F32
+/// `[rows]`; [`Epilogue::RopeStore`]: no `y`, the rows are a QKV product's, rotated and
+/// stored as [`crate::matvec_attn`]'s epilogue does it, for one token); parameters `rows`,
+/// `cols` (and the rope's); grid [`grid`].
 pub fn kernel(
     ty: WeightType,
     reduce: Reduction,
     rows_per_team: u32,
     teams: Teams,
-    add: bool,
+    epilogue: Epilogue,
     f16_view: bool,
 ) -> Result<Kernel, ShapeError> {
     let (p, units) = format(OP, ty)?;
     let nrows = crate::support::nonzero(OP, "rows per team", rows_per_team)?;
+    match epilogue {
+        Epilogue::None | Epilogue::Add => {}
+        Epilogue::RopeStore(shape) if nrows.is_multiple_of(2) => shape.check()?,
+        Epilogue::RopeStore(_) => {
+            return Err(ShapeError::NotMultiple {
+                op: OP,
+                what: "rows per team of a product with rope (rope's pairs of rows)",
+                value: nrows as usize,
+                multiple: 2,
+            })
+        }
+        Epilogue::Swiglu => return Err(ShapeError::Unsupported {
+            op: OP,
+            what:
+                "SwiGLU after a product on the file's blocks (its quantizer after it computes it)"
+                    .into(),
+        }),
+    }
     let per_block = p.elems / UNIT;
     if !teams.width.is_power_of_two()
         || teams.width > WORKGROUP
@@ -142,18 +163,27 @@ pub fn kernel(
     if f16_view {
         name.push_str("_h");
     }
-    if add {
-        name.push_str("_add");
+    match epilogue {
+        Epilogue::Add => name.push_str("_add"),
+        Epilogue::RopeStore(shape) => name.push_str(&format!("_{}", shape.name())),
+        Epilogue::None | Epilogue::Swiglu => {}
     }
     let k = KernelBuilder::new(&name, [WORKGROUP, 1, 1]);
     let w = k.buffer("w", Scalar::U32, Access::Read);
     let w16 = f16_view.then(|| k.buffer("w16", Scalar::F16, Access::Read));
     let xq = k.buffer("xq", Scalar::U32, Access::Read);
     let xd = k.buffer("xd", Scalar::F32, Access::Read);
-    let r = add.then(|| k.buffer("r", Scalar::F32, Access::Read));
-    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let r = (epilogue == Epilogue::Add).then(|| k.buffer("r", Scalar::F32, Access::Read));
+    let rope_in = matches!(epilogue, Epilogue::RopeStore(_)).then(|| RopeOut::declare_inputs(&k));
+    let y = rope_in
+        .is_none()
+        .then(|| k.buffer("y", Scalar::F32, Access::Write));
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
+    let rope = match (epilogue, rope_in) {
+        (Epilogue::RopeStore(shape), Some(bufs)) => Some(RopeOut::declare_outputs(&k, shape, bufs)),
+        _ => None,
+    };
     let lid = k.local_index();
     let width = teams.width;
     // A team of the whole workgroup keeps the plain indices (the same code as before teams:
@@ -177,6 +207,15 @@ pub fn kernel(
     let row_bytes = blocks * k.u32(p.bytes);
     let end = (rows_at[rows_at.len() - 1] + k.u32(1)) * row_bytes;
     prefetch_bytes(&k, (w, 4), (lane, width), (rows_at[0] * row_bytes, end));
+    // Each pair's rotation, from settled buffers only: before the wait for the kernel ahead
+    // on CUDA.
+    let token = k.u32(0);
+    let turns: Vec<_> = rope.as_ref().map_or(vec![], |rope| {
+        (0..nrows)
+            .step_by(2)
+            .map(|i| rope.turn(&k, token, row0 + k.u32(i)))
+            .collect()
+    });
     let accs: Vec<_> = (0..nrows).map(|_| k.var("acc", Scalar::F32)).collect();
     // A step is `teams.units` units that follow each other, of one block.
     let units_a_step = teams.units;
@@ -211,13 +250,31 @@ pub fn kernel(
         accs.iter().zip(sums).for_each(|(acc, sum)| acc.set(sum));
     });
     let reducer = Reducer::teams(&k, reduce, width);
-    for (i, acc) in accs.iter().enumerate() {
-        let total = reducer.reduce(&k, lid, acc.get(), Combine::Sum);
-        let row = row0 + k.u32(i as u32);
-        k.if_(lane.eq(k.u32(0)) & row.lt(rows), || {
-            let v = r.map_or(total, |r| total + k.load(r, row));
-            k.store(y, row, v);
-        });
+    let totals: Vec<_> = accs
+        .iter()
+        .map(|acc| reducer.reduce(&k, lid, acc.get(), Combine::Sum))
+        .collect();
+    let lead = lane.eq(k.u32(0));
+    match (y, &rope) {
+        (Some(y), _) => {
+            for (i, &total) in totals.iter().enumerate() {
+                let row = row0 + k.u32(i as u32);
+                k.if_(lead & row.lt(rows), || {
+                    let v = r.map_or(total, |r| total + k.load(r, row));
+                    k.store(y, row, v);
+                });
+            }
+        }
+        // Rows come in pairs from an even first row, and a QKV product has an even count.
+        (None, Some(rope)) => {
+            for (j, (pair, turn)) in totals.chunks_exact(2).zip(&turns).enumerate() {
+                let row = row0 + k.u32(2 * j as u32);
+                k.if_(lead & row.lt(rows), || {
+                    rope.store_pair(&k, (token, row), turn, (pair[0], pair[1]))
+                });
+            }
+        }
+        (None, None) => unreachable!("y is declared unless the rope epilogue stores"),
     }
     Ok(k.finish())
 }
@@ -347,131 +404,5 @@ pub fn grid(rows: u32, rows_per_team: u32, teams: Teams) -> [u32; 3] {
     ]
 }
 
-/// A conformance (and bench) case: random weights of `ty`, random x quantized on the host.
-pub fn case(
-    ty: WeightType,
-    (rows, cols): (u32, u32),
-    reduce: Reduction,
-    (rows_per_team, teams): (u32, Teams),
-    (add, f16_view): (bool, bool),
-) -> Result<Case, ShapeError> {
-    let (p, _) = format(OP, ty)?;
-    if !takes(ty, cols) {
-        return Err(ShapeError::Unsupported {
-            op: OP,
-            what: format!(
-                "rows of {cols} {ty} weights (whole blocks of {} only)",
-                p.elems
-            ),
-        });
-    }
-    let (r, c) = (rows as usize, cols as usize);
-    let mut rng = Rng::new(u64::from(rows) * 31 + u64::from(cols));
-    let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
-    let x = quantize_x(&rng.f32s(c, -1.0, 1.0), X_BLOCKS);
-    let mut want = reference(ty, &w, r, c, &x)?;
-    let resid = rng.f32s(r, -1.0, 1.0);
-    let view = if f16_view { "_h" } else { "" };
-    let suffix = if add { "_add" } else { "" };
-    let w = crate::blocks::pad_to_words(w);
-    let mut case = Case::new(
-        format!(
-            "{OP}/{ty}/{rows}x{cols}/blocks_{}_r{rows_per_team}_t{}u{}s{}{view}{suffix}",
-            reduce.name(),
-            teams.width,
-            teams.units,
-            teams.steps
-        ),
-        kernel(ty, reduce, rows_per_team, teams, add, f16_view)?,
-        grid(rows, rows_per_team, teams),
-    )
-    .input("w", Scalar::U32, w.clone());
-    if f16_view {
-        case = case.input("w16", Scalar::F16, w);
-    }
-    case = case
-        .input("xq", Scalar::U32, bytemuck::cast_slice(&x.words).to_vec())
-        .input("xd", Scalar::F32, bytemuck::cast_slice(&x.scales).to_vec());
-    if add {
-        want.iter_mut()
-            .zip(&resid)
-            .for_each(|(y, &v)| *y += f64::from(v));
-        case = case.input("r", Scalar::F32, f32_bytes(&resid));
-    }
-    Ok(case
-        .output("y", Scalar::F32, vec![0; r * 4], want)
-        .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)]))
-}
-
-/// Every format with units: a row of one block, rows of three blocks (every other Q6_K block
-/// then starts mid-word) in a count the workgroups' rows do not divide, a row longer than a
-/// workgroup's units, both reductions, the residual's variant and scales read both ways; the
-/// teams of a subgroup, with one unit, one pair and two pairs a step, a last step past the row.
-pub fn cases() -> Vec<Case> {
-    let mut out = vec![];
-    for ty in BlockFormat::ALL
-        .map(BlockFormat::ty)
-        .into_iter()
-        .filter(|&t| format(OP, t).is_ok())
-    {
-        let one = Teams {
-            width: 32,
-            units: 1,
-            steps: 1,
-        };
-        let (shared, subgroup) = (Reduction::Shared, Reduction::Subgroup);
-        // (rows, cols), reduction, (rows a team, teams), (residual added, f16 view). Of 4,608
-        // columns (18 blocks, 72 pairs) two steps of 32 pairs take 64, then 8 and one past the end.
-        let shapes = [
-            ((4, 256), shared, (1, Teams::WHOLE), (false, false)),
-            ((7, 768), subgroup, (2, Teams::WHOLE), (false, true)),
-            ((9, 4608), subgroup, (1, Teams::WHOLE), (true, true)),
-            ((5, 768), shared, (2, Teams::WHOLE), (true, false)),
-            ((7, 768), subgroup, (2, one), (false, true)),
-            ((10, 2048), subgroup, (2, Teams::pairs(1)), (false, true)),
-            ((13, 4608), subgroup, (2, Teams::pairs(2)), (false, true)),
-            ((11, 2304), shared, (2, Teams::pairs(2)), (true, false)),
-            ((9, 4608), subgroup, (2, Teams::pairs(2)), (true, true)),
-        ];
-        for (shape, reduce, per, how) in shapes {
-            out.push(case(ty, shape, reduce, per, how).expect("valid shapes"));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A format without units, and rows that are not whole blocks, are refused by name.
-    #[test]
-    fn what_it_does_not_take_is_refused() {
-        let e = kernel(
-            WeightType::Q4_0,
-            Reduction::Shared,
-            1,
-            Teams::WHOLE,
-            false,
-            false,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("q4_0 weights")
-                && e.contains("(it takes q4_k, q5_k, q6_k, q4_0x8, q4_1x8, q8_0x8)"),
-            "{e}"
-        );
-        assert!(takes(WeightType::Q6_K, 512) && !takes(WeightType::Q6_K, 96));
-        assert!(takes(WeightType::Q8_0x8, 512) && !takes(WeightType::Q8_0x8, 96));
-        let e = case(
-            WeightType::Q4_K,
-            (1, 96),
-            Reduction::Shared,
-            (1, Teams::WHOLE),
-            (false, false),
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("96"), "{e}");
-    }
-}
+mod cases;
+pub use cases::{case, cases, rope_case};
