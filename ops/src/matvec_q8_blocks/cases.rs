@@ -302,7 +302,7 @@ mod tests {
             Reduction::Shared,
             1,
             Teams::WHOLE,
-            false,
+            Epilogue::None,
             false,
         )
         .unwrap_err()
@@ -312,6 +312,16 @@ mod tests {
                 && e.contains("(it takes q4_k, q5_k, q6_k, q4_0x8, q4_1x8, q8_0x8)"),
             "{e}"
         );
+        let e = kernel(
+            WeightType::Q4_K,
+            Reduction::Shared,
+            2,
+            Teams::WHOLE,
+            Epilogue::Swiglu,
+            false,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("SwiGLU"), "{e}");
         assert!(takes(WeightType::Q6_K, 512) && !takes(WeightType::Q6_K, 96));
         assert!(takes(WeightType::Q8_0x8, 512) && !takes(WeightType::Q8_0x8, 96));
         let e = case(
