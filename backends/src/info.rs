@@ -85,6 +85,10 @@ pub struct Tuning {
     /// A prompt's flash attention cuts the keys into chunks combined after it, so that the
     /// last query block's walk over the keys does not set the dispatch's length.
     pub flash_key_chunks: bool,
+    /// Each kernel is launched to overlap the one before it (CUDA's programmatic dependent
+    /// launch), so a dispatch of a decode step costs little beyond its own work: the fusion
+    /// pass folds into a kernel only what was measured to pay there.
+    pub launches_overlap: bool,
 }
 
 impl DeviceInfo {

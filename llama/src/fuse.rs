@@ -51,6 +51,11 @@ pub struct Offer {
     /// into the QKV product, and prompt attention may run on tiles. A q8_0 cache quantizes
     /// a head's blocks together, which a product's rows, spread over workgroups, cannot.
     pub float_cache: bool,
+    /// Each kernel's launch overlaps the one before it ([`trine_backends::Tuning`]): rope with
+    /// the cache store stays a node after a decode product on the file's blocks. Folded in,
+    /// it took an 8B Q4_K_M layout's decode from 350 to 317 tokens/s on CUDA, where a
+    /// Vulkan step, each dispatch behind a barrier, gained (229 to 236; docs/bench/decode.md).
+    pub launches_overlap: bool,
 }
 
 impl Offer {
@@ -63,6 +68,7 @@ impl Offer {
             flash_key_chunks: info.tuning.flash_key_chunks,
             decode_splits: if gpu { tuning::gpu_splits(context) } else { 1 },
             float_cache: kv.float().is_some(),
+            launches_overlap: info.tuning.launches_overlap,
         }
     }
 
@@ -329,8 +335,8 @@ pub fn fuse(
 }
 
 /// What a product of `form` writing `y` folds from the node after it: rope with the cache
-/// store (float x, or a GPU's decode product on the file's blocks; the normal rope the fused
-/// kernels compute), SwiGLU of gate/up pairs (float
+/// store (float x, or a GPU's decode product on the file's blocks where launches do not
+/// overlap; the normal rope the fused kernels compute), SwiGLU of gate/up pairs (float
 /// x and tiles; a file's gate and up halves lie too far apart for an epilogue), a
 /// residual add of `y` (every form); with the tensor it then writes and whether it folded.
 fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Tensor, bool) {
@@ -339,7 +345,10 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
             layer,
             mode: RopeMode::Normal,
             heads,
-        }) if matches!(form, Form::Float | Form::QuantizedBlocks) && offer.float_cache => {
+        }) if offer.float_cache
+            && (form == Form::Float
+                || (form == Form::QuantizedBlocks && !offer.launches_overlap)) =>
+        {
             (Store::Rope { layer, heads }, Tensor::QRot, true)
         }
         Some(Op::Swiglu(GateUp::Pairs)) if !form.quantizes_x() => {
@@ -465,6 +474,7 @@ mod tests {
         widen: false,
         flash_key_chunks: false,
         decode_splits: tuning::GPU_SPLITS,
+        launches_overlap: false,
     };
 
     /// A layer of `mode` rope as the Llama blocks build it, fused for a GPU's decode step.

@@ -187,7 +187,10 @@ pub fn describe(
         driver: driver_text,
         runtime_version: format!("CUDA {cuda}, NVRTC {nv_major}.{nv_minor}"),
         notes,
-        tuning: Default::default(),
+        tuning: crate::Tuning {
+            launches_overlap: super::overlaps(arch, driver),
+            ..Default::default()
+        },
     };
     Ok((Device { arch, max_block }, info))
 }

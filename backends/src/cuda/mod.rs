@@ -52,6 +52,12 @@ pub const EM_CUDA: u16 = 190;
 /// with f16 operands and `ldmatrix` need sm_80.
 pub const TILES_MIN_ARCH: u32 = 80;
 
+/// Whether kernels for `arch` launch to overlap the kernel before them: sm_90 and later,
+/// through a driver with `cuLaunchKernelEx`.
+pub(crate) fn overlaps(arch: u32, driver: &driver::Driver) -> bool {
+    arch >= 90 && driver.launch_kernel_ex.is_some()
+}
+
 /// The oldest architecture given asynchronous copies (`cp.async`, sm_80).
 pub const ASYNC_COPY_MIN_ARCH: u32 = 80;
 

@@ -186,7 +186,7 @@ pub fn load(
         line_sources: kernel.line_sources().iter().map(|b| b.0 as usize).collect(),
         block: kernel.workgroup_size,
         dynamic_shared: dynamic as u32,
-        overlap: target.arch() >= 90 && driver.launch_kernel_ex.is_some(),
+        overlap: super::overlaps(target.arch(), driver),
     })
 }
 

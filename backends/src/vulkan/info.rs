@@ -416,5 +416,6 @@ fn tuning(vendor_id: u32) -> crate::Tuning {
     crate::Tuning {
         small_tile_blocks: nvidia,
         flash_key_chunks: nvidia,
+        launches_overlap: false,
     }
 }

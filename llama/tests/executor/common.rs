@@ -155,6 +155,16 @@ pub fn gpu_with(tiles: bool) -> Arc<dyn Backend> {
     stand_in(tiles, false, "")
 }
 
+/// A stand-in whose launches overlap the kernel before them, as CUDA's on sm_90 do.
+pub fn gpu_overlapping() -> Arc<dyn Backend> {
+    let describe = |info: &mut trine_backends::DeviceInfo| {
+        info.device_type = DeviceType::Discrete;
+        info.f16 = true;
+        info.tuning.launches_overlap = true;
+    };
+    Arc::new(Proxy::new(cpu(), "faulty", describe, faults("", &[], 1.0)))
+}
+
 /// A stand-in with tiles that copies blocks asynchronously: its prompts' products on
 /// quantized weights take them widened to f16 (`Form::Widened`).
 pub fn gpu_copying() -> Arc<dyn Backend> {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use trine_gguf::quant::{dequantize, quantize};
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType};
-use trine_llama::graph::{Form, Op};
+use trine_llama::graph::{Form, Op, Store};
 use trine_llama::tuning::read_type;
 use trine_llama::weights::Source;
 use trine_llama::{Engine, Model};
@@ -112,7 +112,7 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
     agree(name, main, checker);
     // A GPU's decode products on the K-quants' and the groups' blocks, checked by the CPU
     // running them.
-    let main = Engine::new(model, gpu(), SIZES).unwrap();
+    let main = Engine::new(model.clone(), gpu(), SIZES).unwrap();
     let on_blocks = |op: &Op| {
         matches!(
             op,
@@ -156,6 +156,25 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
             between, 0,
             "{name}: norm, combine and rope nodes of a decode step"
         );
+        // Where launches overlap, rope stays a node of its own (measured slower folded
+        // there), one per QKV product; and the CPU checking that step agrees.
+        let overlapping = Engine::new(model, gpu_overlapping(), SIZES).unwrap();
+        let ropes = count_nodes(&overlapping, 1, |op| matches!(op, Op::RopeStore { .. }));
+        let qkv = count_nodes(&main, 1, |op| {
+            matches!(
+                op,
+                Op::Product {
+                    store: Store::Rope { .. },
+                    ..
+                }
+            )
+        });
+        assert!(
+            ropes > 0 && ropes == qkv,
+            "{name}: {ropes} rope nodes, {qkv} QKV products"
+        );
+        let checker = overlapping.checker(cpu()).unwrap();
+        agree(name, overlapping, checker);
     }
     let checker = main.checker(cpu()).unwrap();
     agree(name, main, checker);
