@@ -84,12 +84,27 @@ pub(crate) fn inv_rms<'b>(
     eps: Val<'b>,
 ) -> Val<'b> {
     let lid = k.local_index();
-    let ss = k.var("sum_sq", Scalar::F32);
-    k.for_range(lid, cols, k.workgroup_size()[0], |c| {
-        let v = k.load(x, base + c);
-        ss.set(v.fma(v, ss.get()));
+    let wg = k.workgroup_size()[0];
+    // Four loads an iteration into four sums: a workgroup narrower than the row (a
+    // quantizer's 32 invocations over a row of thousands) waits on four loads at a time, not
+    // one. Columns past the row read its last one and add nothing.
+    let sums: Vec<_> = (0..4).map(|_| k.var("sum_sq", Scalar::F32)).collect();
+    let last = cols - k.u32(1);
+    k.for_range(lid, cols, 4 * wg, |c| {
+        let vs: Vec<_> = (0..4u32)
+            .map(|j| {
+                let at = if j == 0 { c } else { c + k.u32(j * wg) };
+                let v = k.load(x, base + at.min(last));
+                (at.lt(cols), v)
+            })
+            .collect();
+        for (sum, (inside, v)) in sums.iter().zip(vs) {
+            let v = k.select(inside, v, k.f32(0.0));
+            sum.set(v.fma(v, sum.get()));
+        }
     });
-    let total = reducer.reduce(k, lid, ss.get(), Combine::Sum);
+    let own = (sums[0].get() + sums[1].get()) + (sums[2].get() + sums[3].get());
+    let total = reducer.reduce(k, lid, own, Combine::Sum);
     (total / cols.cast(Scalar::F32) + eps).rsqrt()
 }
 
