@@ -52,9 +52,9 @@ pub struct Offer {
     /// a head's blocks together, which a product's rows, spread over workgroups, cannot.
     pub float_cache: bool,
     /// Each kernel's launch overlaps the one before it ([`trine_backends::Tuning`]): rope with
-    /// the cache store stays a node after a decode product on the file's blocks. Folded in,
-    /// it took an 8B Q4_K_M layout's decode from 350 to 317 tokens/s on CUDA, where a
-    /// Vulkan step, each dispatch behind a barrier, gained (229 to 236; docs/bench/decode.md).
+    /// the cache store stays a node after a decode product on the file's blocks, where folding
+    /// it in measured slower; a step whose dispatches wait behind barriers gains from it
+    /// (docs/bench/decode.md, "Fewer dispatches around the decode products").
     pub launches_overlap: bool,
 }
 
