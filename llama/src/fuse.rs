@@ -6,7 +6,7 @@
 //! the product before them, and every residual add into the product that writes its input.
 //! What a form does not take stays a node of its own (GeGLU and a post-norm residual add
 //! always do), and a product on quantized x gets the node that quantizes its x. Attention
-//! through a sliding window is split attention in every step, the one kernel with a window.
+//! through a sliding window takes the form any attention would.
 
 use super::config::Config;
 use super::error::ModelError;
@@ -155,13 +155,8 @@ pub fn fuse(
             }
             Op::Attention { layer, window, .. } => {
                 let reader = next_form.unwrap_or(Form::Float);
-                // Only the split kernel takes a sliding window.
-                let form = match window {
-                    Some(_) => AttentionForm::Split {
-                        splits: tuning::attention_splits(s.tokens, offer.decode_splits),
-                    },
-                    None => attention_form(c, s, offer, reader),
-                };
+                // Both kernels take a sliding window.
+                let form = attention_form(c, s, offer, reader);
                 out.push(Node {
                     op: Op::Attention {
                         layer,

@@ -99,9 +99,11 @@ pub enum KernelKey {
     AttnSplit {
         windowed: bool,
     },
+    /// Flash attention, through a sliding window where `windowed`.
     AttnFlash {
         tiles: bool,
         out: FlashOut,
+        windowed: bool,
     },
     RmsNorm,
     /// Attention's split partials combined, by splits (a compile-time constant).
@@ -275,14 +277,19 @@ impl std::fmt::Display for KernelKey {
             KernelKey::AttnSplit { windowed: true } => {
                 f.write_str("attention (split, sliding window)")
             }
-            KernelKey::AttnFlash { tiles, out } => {
+            KernelKey::AttnFlash {
+                tiles,
+                out,
+                windowed,
+            } => {
                 let tiles = if *tiles { ", on tiles" } else { "" };
                 let out = match out {
                     FlashOut::Part => "",
                     FlashOut::Normalized => ", normalised",
                     FlashOut::Chunks => ", keys in chunks",
                 };
-                write!(f, "attention (flash{tiles}{out})")
+                let window = if *windowed { ", sliding window" } else { "" };
+                write!(f, "attention (flash{tiles}{out}{window})")
             }
             KernelKey::RmsNorm => f.write_str("rms_norm"),
             KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
@@ -417,7 +424,11 @@ impl KernelKey {
                 AttentionForm::Split { .. } => KernelKey::AttnSplit {
                     windowed: window.is_some(),
                 },
-                AttentionForm::Flash { tiles, out, .. } => KernelKey::AttnFlash { tiles, out },
+                AttentionForm::Flash { tiles, out, .. } => KernelKey::AttnFlash {
+                    tiles,
+                    out,
+                    windowed: window.is_some(),
+                },
             },
             Op::Norm { .. } => KernelKey::RmsNorm,
             Op::Combine { splits } => KernelKey::Combine { splits },
@@ -577,7 +588,11 @@ impl KernelKey {
                 }
                 v
             }
-            KernelKey::AttnFlash { tiles, out } => {
+            KernelKey::AttnFlash {
+                tiles,
+                out,
+                windowed,
+            } => {
                 let mut variants = vec![];
                 // The tiled kernel reads the K cache in rows, with subgroups of its width.
                 match s.kv.float() {
@@ -588,14 +603,17 @@ impl KernelKey {
                             && s.keys == KeyLayout::Rows =>
                     {
                         variants.push(Variant {
-                            kernel: attention_flash_tiles::kernel(s.head_dim, kv, out)?,
+                            kernel: attention_flash_tiles::kernel(s.head_dim, kv, out, windowed)?,
                             launch: Launch::FlashTiles,
                         });
                     }
                     _ => {}
                 }
                 variants.push(plain(attention_flash::kernel(
-                    s.head_dim, s.kv, s.keys, out,
+                    s.head_dim,
+                    s.kv,
+                    (s.keys, out),
+                    windowed,
                 )?));
                 variants
             }

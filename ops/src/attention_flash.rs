@@ -35,7 +35,7 @@
 //! another grouping).
 
 use super::attention;
-use super::attention_split::{reference_split, split_keys, PartsIo, SplitAttention};
+use super::attention_split::{reference_split_windowed, split_keys, PartsIo, SplitAttention};
 use super::key_layout::{KeyIndex, KeyLayout};
 use super::kv_type::KvType;
 use super::shape::ShapeError;
@@ -134,12 +134,19 @@ pub struct FlashAttention {
     pub head_dim: u32,
     /// Chunks the keys are cut into, a workgroup each (the grid's third dimension).
     pub splits: u32,
+    /// A sliding window: query token `t` (at position `q = pos + t`) sees only the keys of
+    /// the last `window` positions, `q + 1 - window..=q`, as the split kernel's windowed
+    /// variant ([`super::attention_split::split_kernel_windowed`]).
+    pub window: Option<u32>,
 }
 
 impl FlashAttention {
     /// Checks the shape; returns the element count of `part`.
     pub fn check(&self) -> Result<u32, ShapeError> {
         check_head_dim(self.head_dim)?;
+        if let Some(w) = self.window {
+            nonzero(OP, "window", w)?;
+        }
         self.split().check()
     }
 
@@ -181,6 +188,7 @@ impl FlashAttention {
         if self.splits > 1 {
             params.push(ParamValue::U32(self.splits));
         }
+        params.extend(self.window.map(ParamValue::U32));
         params
     }
 }
@@ -206,14 +214,14 @@ pub fn supports(head_dim: u32) -> bool {
 
 /// The kernel for one head dimension (a compile-time constant) and KV cache storage type.
 /// Buffers: `q` f32, `step` u32, `k` and `v` of `kv`, then `part` or `out` f32 ([`FlashOut`]).
-/// Params: tokens, heads, kv_heads, scale, and splits for [`FlashOut::Chunks`]. Grid
-/// [`FlashAttention::grid`].
+/// Params: tokens, heads, kv_heads, scale, splits for [`FlashOut::Chunks`], and `window`
+/// where `windowed` ([`FlashAttention::window`]). Grid [`FlashAttention::grid`].
 /// With [`KeyLayout::Columns`] the K cache is in columns and the parameter `k_stride` follows.
 pub fn kernel(
     head_dim: u32,
     kv: KvType,
-    keys: KeyLayout,
-    out: FlashOut,
+    (keys, out): (KeyLayout, FlashOut),
+    windowed: bool,
 ) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
     kv.check(OP, keys, head_dim)?;
@@ -221,14 +229,15 @@ pub fn kernel(
     let wg = QUERIES * LANES;
     let k = KernelBuilder::new(
         &format!(
-            "attention_flash_d{head_dim}_{}kv{}{}",
+            "attention_flash{}_d{head_dim}_{}kv{}{}",
+            if windowed { "_window" } else { "" },
             kv.name(),
             keys.suffix(),
             out.suffix()
         ),
         [wg, 1, 1],
     );
-    let (io, scale, index) = declare_io(&k, kv, (keys, out), head_dim);
+    let (io, scale, index) = declare_io(&k, kv, (keys, out), (head_dim, windowed));
     let parts = &io.parts;
     let (q, step, kc, vc, part) = (parts.q, parts.step, parts.k, parts.v, parts.part);
     let (tokens, heads, kv_heads) = (parts.tokens, parts.heads, parts.kv_heads);
@@ -255,7 +264,7 @@ pub fn kernel(
     // A row past the step's tokens repeats the last token (and stores nothing).
     let t = (t0 + qi).min(last_token);
     let q_pos = pos + t;
-    let chunk = Chunk::of(&k, (pos, tokens, io.splits), (t0, QUERIES));
+    let chunk = Chunk::of(&k, (pos, tokens), (io.splits, io.window), (t0, QUERIES));
     let (start, end) = (chunk.start, chunk.end);
     let kv_stride = kv_heads * k.u32(d);
     let kv_head = h / (heads / kv_heads) * k.u32(d);
@@ -368,41 +377,55 @@ pub fn kernel(
 }
 
 /// A flash kernel's buffers and parameters: [`PartsIo`] with `out`'s buffer, then the softmax
-/// scale, the split count and the K cache's index (with its stride parameter for
+/// scale, the split count, the window and the K cache's index (with its stride parameter for
 /// [`KeyLayout::Columns`]).
 pub(super) fn declare_io<'b>(
     k: &'b KernelBuilder,
     kv: KvType,
     (keys, out): (KeyLayout, FlashOut),
-    head_dim: u32,
+    (head_dim, windowed): (u32, bool),
 ) -> (FlashIo<'b>, Val<'b>, KeyIndex<'b>) {
     let parts = PartsIo::declare_out(k, kv, out.buffer());
     let scale = k.param("scale", Scalar::F32);
     let splits = (out == FlashOut::Chunks).then(|| k.param("splits", Scalar::U32));
+    let window = windowed.then(|| k.param("window", Scalar::U32));
     let index = KeyIndex::declare(k, keys, parts.kv_heads, head_dim);
-    (FlashIo { parts, splits }, scale, index)
+    (
+        FlashIo {
+            parts,
+            splits,
+            window,
+        },
+        scale,
+        index,
+    )
 }
 
-/// [`PartsIo`] and, for [`FlashOut::Chunks`], the split count.
+/// [`PartsIo`] and, for [`FlashOut::Chunks`], the split count; for a windowed kernel, the
+/// window.
 pub(super) struct FlashIo<'b> {
     pub parts: PartsIo<'b>,
     pub splits: Option<Val<'b>>,
+    pub window: Option<Val<'b>>,
 }
 
 /// The keys a workgroup walks, `start..end`: all those some row of its block of `queries`
 /// tokens from `t0` sees, or with `splits` (a split count: [`FlashOut::Chunks`]) those of its
-/// split `workgroup_id(2)` (empty where no row sees one).
+/// split `workgroup_id(2)` (empty where no row sees one); with a `window`, from the first key
+/// of the block's first row's window.
 pub(super) struct Chunk<'b> {
     k: &'b KernelBuilder,
     pub start: Val<'b>,
     pub end: Val<'b>,
     splits: Option<Val<'b>>,
+    window: Option<Val<'b>>,
 }
 
 impl<'b> Chunk<'b> {
     pub(super) fn of(
         k: &'b KernelBuilder,
-        (pos, tokens, splits): (Val<'b>, Val<'b>, Option<Val<'b>>),
+        (pos, tokens): (Val<'b>, Val<'b>),
+        (splits, window): (Option<Val<'b>>, Option<Val<'b>>),
         (t0, queries): (Val<'b>, u32),
     ) -> Chunk<'b> {
         let one = k.u32(1);
@@ -415,33 +438,46 @@ impl<'b> Chunk<'b> {
             }
             None => (k.u32(0), seen),
         };
+        // `max(q + 1, window) - window` of the block's first row: its window's first key.
+        let start = match window {
+            Some(w) => start.max((pos + t0 + one).max(w) - w),
+            None => start,
+        };
         Chunk {
             k,
             start,
             end,
             splits,
+            window,
         }
     }
 
     /// Whether the row at `q_pos` sees `key` of a block being walked: at or before its
-    /// position, and (split) inside the chunk, where a block may reach into the next.
+    /// position, (split) inside the chunk, where a block may reach into the next, and
+    /// (windowed) less than a window before it.
     pub(super) fn visible(&self, key: Val<'b>, q_pos: Val<'b>) -> Val<'b> {
-        match self.splits {
+        let causal = match self.splits {
             Some(_) => key.le(q_pos) & key.lt(self.end),
             None => key.le(q_pos),
+        };
+        match self.window {
+            Some(w) => causal & (key + w).gt(q_pos),
+            None => causal,
         }
     }
 
-    /// The maximum to subtract from a row's scores, `m` after the block. Without splits key 0
-    /// is visible to every row, so `m` is finite after the first block and that block's
-    /// correction e^(−inf) is 0. A split's row may see no key at all (`m = −inf`): it
-    /// subtracts 0 instead, so that its correction is e^(−inf − 0) = 0 and its p (all masked)
-    /// stay 0, where e^(−inf − (−inf)) would be NaN.
+    /// The maximum to subtract from a row's scores, `m` after the block. Without splits or a
+    /// window the walk's first key is visible to every row, so `m` is finite after the first
+    /// block and that block's correction e^(−inf) is 0. A split's row may see no key at all,
+    /// and a windowed row none of the first blocks walked (`m = −inf`): it subtracts 0
+    /// instead, so that its correction is e^(−inf − 0) = 0 and its p (all masked) stay 0,
+    /// where e^(−inf − (−inf)) would be NaN.
     pub(super) fn subtracted(&self, m: Val<'b>) -> Val<'b> {
         let k = self.k;
-        match self.splits {
-            Some(_) => k.select(m.gt(k.f32(f32::NEG_INFINITY)), m, k.f32(0.0)),
-            None => m,
+        if self.splits.is_some() || self.window.is_some() {
+            k.select(m.gt(k.f32(f32::NEG_INFINITY)), m, k.f32(0.0))
+        } else {
+            m
         }
     }
 
@@ -478,7 +514,8 @@ fn for_lane_dims<'b>(
 const PAST_END: u32 = 3;
 
 /// A conformance case for `shape` at position `pos` with the caches stored as `kv`, writing
-/// `out`: against [`reference_split`] with one split (normalised for [`FlashOut::Normalized`]).
+/// `out`: against [`reference_split_windowed`] (the window `shape` has, or none), normalised
+/// for [`FlashOut::Normalized`].
 /// The K cache is in `keys`' layout.
 pub fn case(
     shape: FlashAttention,
@@ -508,7 +545,9 @@ pub fn case(
             FlashOut::Part | FlashOut::Chunks => "",
             FlashOut::Normalized => "+out",
         }
-    );
+    ) + &shape
+        .window
+        .map_or(String::new(), |w| format!("/window{w}"));
     let mut r = Rng::new(seed(&name));
     let kv_len = pos + shape.tokens + PAST_END;
     let q = r.f32s(
@@ -528,23 +567,25 @@ pub fn case(
     let vc = cache(1.0);
     let want = out.reference(
         &shape,
-        reference_split(&shape.split(), kv_len, pos, &q, &kc, &vc)?,
+        reference_split_windowed(&shape.split(), kv_len, pos, shape.window, &q, &kc, &vc)?,
     );
     // NaN where the kernel must write: an element it skips fails the NaN pattern check.
     let part0 = vec![f32::NAN; n as usize];
     let k_cache = keys.arrange(&kc, (kv_len, shape.kv_heads, shape.head_dim), f32::NAN);
     let mut params = shape.params();
     params.extend(keys.params(kv_len));
-    Ok(
-        Case::new(name, kernel(shape.head_dim, kv, keys, out)?, shape.grid())
-            .input("q", Scalar::F32, f32_bytes(&q))
-            .input("step", Scalar::U32, u32_bytes(&[pos]))
-            .input("k", kv.scalar(), kv.bytes(&k_cache))
-            .input("v", kv.scalar(), kv.bytes(&vc))
-            .output(out.buffer(), Scalar::F32, f32_bytes(&part0), want)
-            .params(params)
-            .bound(attention::NMSE),
+    Ok(Case::new(
+        name,
+        kernel(shape.head_dim, kv, (keys, out), shape.window.is_some())?,
+        shape.grid(),
     )
+    .input("q", Scalar::F32, f32_bytes(&q))
+    .input("step", Scalar::U32, u32_bytes(&[pos]))
+    .input("k", kv.scalar(), kv.bytes(&k_cache))
+    .input("v", kv.scalar(), kv.bytes(&vc))
+    .output(out.buffer(), Scalar::F32, f32_bytes(&part0), want)
+    .params(params)
+    .bound(attention::NMSE))
 }
 
 /// The cases' multi-query shape with heads of 128 dimensions (the kernels' largest).
@@ -554,6 +595,7 @@ pub(super) const MULTI_QUERY_128: FlashAttention = FlashAttention {
     kv_heads: 1,
     head_dim: 128,
     splits: 1,
+    window: None,
 };
 
 /// SmolLM2-135M's attention over `tokens` query tokens: 9 query heads, 3 KV heads, head_dim 64.
@@ -564,6 +606,7 @@ pub(super) fn smollm2(tokens: u32) -> FlashAttention {
         kv_heads: 3,
         head_dim: 64,
         splits: 1,
+        window: None,
     }
 }
 
@@ -591,6 +634,7 @@ pub fn cases() -> Vec<Case> {
                 kv_heads: 2,
                 head_dim: 17,
                 splits: 1,
+                window: None,
             },
             9,
             F32,
@@ -626,6 +670,20 @@ pub fn cases() -> Vec<Case> {
     let columns = [(smol(40), 0, F32), (smol(33), 70, F16)];
     // Two writing the attention itself, as a GPU's prompt steps take it.
     let normalized = [(smol(40), 0, F16), (smol(33), 70, F32)];
+    // Sliding windows (Gemma 3's local layers): narrower than a block of keys, a window that
+    // starts inside a later chunk's blocks, one in chunks, one wider than the keys (every key
+    // seen), and heads of 128.
+    let window = |shape: FlashAttention, w| FlashAttention {
+        window: Some(w),
+        ..shape
+    };
+    let windowed = [
+        (window(smol(40), 5), 0, F16, FlashOut::Part),
+        (window(smol(33), 20), 70, F32, FlashOut::Normalized),
+        (window(smollm2_split(33, 4), 19), 70, F16, FlashOut::Part),
+        (window(smol(16), 64), 0, F32, FlashOut::Normalized),
+        (window(MULTI_QUERY_128, 9), 13, F16, FlashOut::Part),
+    ];
     shapes
         .into_iter()
         .map(|(shape, pos, kv)| case(shape, pos, kv, (KeyLayout::Rows, FlashOut::Part)))
@@ -639,6 +697,11 @@ pub fn cases() -> Vec<Case> {
                 case(shape, pos, kv, (KeyLayout::Rows, FlashOut::Normalized))
             }),
         )
+        .chain(
+            windowed
+                .into_iter()
+                .map(|(shape, pos, kv, out)| case(shape, pos, kv, (KeyLayout::Rows, out))),
+        )
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
 }
@@ -651,7 +714,13 @@ mod tests {
     #[test]
     fn blocks_fit_32_kib() {
         for head_dim in [1, 17, 64, 65, 128] {
-            let k = kernel(head_dim, KvType::F32, KeyLayout::Rows, FlashOut::Part).unwrap();
+            let k = kernel(
+                head_dim,
+                KvType::F32,
+                (KeyLayout::Rows, FlashOut::Part),
+                true,
+            )
+            .unwrap();
             assert!(
                 k.shared_bytes() <= 32 * 1024,
                 "d{head_dim}: {}",
@@ -666,13 +735,13 @@ mod tests {
             kernel(
                 MAX_FLASH_HEAD_DIM + 1,
                 KvType::F32,
-                KeyLayout::Rows,
-                FlashOut::Part
+                (KeyLayout::Rows, FlashOut::Part),
+                false
             ),
             Err(ShapeError::TooLarge { .. })
         ));
         assert!(matches!(
-            kernel(0, KvType::F16, KeyLayout::Rows, FlashOut::Part),
+            kernel(0, KvType::F16, (KeyLayout::Rows, FlashOut::Part), false),
             Err(ShapeError::Zero { .. })
         ));
         let s = FlashAttention {
@@ -681,8 +750,14 @@ mod tests {
             kv_heads: 2,
             head_dim: 64,
             splits: 1,
+            window: None,
         };
         assert!(matches!(s.check(), Err(ShapeError::NotMultiple { .. })));
+        let s = FlashAttention {
+            window: Some(0),
+            ..smollm2(4)
+        };
+        assert!(matches!(s.check(), Err(ShapeError::Zero { .. })));
         assert!(!supports(MAX_FLASH_HEAD_DIM + 1));
         // The attention itself from several splits needs their combine, and a kernel of
         // chunks takes several.

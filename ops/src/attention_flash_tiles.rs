@@ -91,7 +91,12 @@ pub fn grid(shape: &FlashAttention) -> [u32; 3] {
 /// The kernel for one head dimension and KV cache storage type, the K cache in rows, writing
 /// `out`. Buffers and parameters are [`super::attention_flash::kernel`]'s; grid [`grid`].
 /// Errors: a head dimension [`supports`] refuses.
-pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeError> {
+pub fn kernel(
+    head_dim: u32,
+    kv: Float,
+    out: FlashOut,
+    windowed: bool,
+) -> Result<Kernel, ShapeError> {
     if !supports(head_dim) {
         return Err(ShapeError::Unsupported {
             op: OP,
@@ -104,7 +109,8 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
     let invocations = subgroups * WIDTH;
     let k = KernelBuilder::new(
         &format!(
-            "attention_flash_tiles_d{d}_{}kv{}_sg{WIDTH}",
+            "attention_flash_tiles{}_d{d}_{}kv{}_sg{WIDTH}",
+            if windowed { "_window" } else { "" },
             kv.name(),
             out.suffix()
         ),
@@ -112,7 +118,7 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
     );
     k.require_subgroup_width(WIDTH);
     // Keys in rows, as values are: a key's element and its value's share one index.
-    let (io, scale, _) = declare_io(&k, kv.into(), (KeyLayout::Rows, out), d);
+    let (io, scale, _) = declare_io(&k, kv.into(), (KeyLayout::Rows, out), (d, windowed));
     let parts = &io.parts;
     let (q, step, kc, vc, part) = (parts.q, parts.step, parts.k, parts.v, parts.part);
     let (tokens, heads, kv_heads) = (parts.tokens, parts.heads, parts.kv_heads);
@@ -137,7 +143,7 @@ pub fn kernel(head_dim: u32, kv: Float, out: FlashOut) -> Result<Kernel, ShapeEr
     let one = k.u32(1);
     let pos = k.load(step, k.u32(0));
     let last_token = tokens - one;
-    let chunk = Chunk::of(&k, (pos, tokens, io.splits), (t0, queries));
+    let chunk = Chunk::of(&k, (pos, tokens), (io.splits, io.window), (t0, queries));
     let (start, end) = (chunk.start, chunk.end);
     let kv_stride = kv_heads * k.u32(d);
     let kv_head = h / (heads / kv_heads) * k.u32(d);
@@ -363,10 +369,15 @@ pub fn case(shape: FlashAttention, pos: u32, kv: Float, out: FlashOut) -> Result
     let out = out.for_splits(shape.splits);
     let scalar = super::attention_flash::case(shape, pos, kv.into(), (KeyLayout::Rows, out))?;
     let name = scalar.name.replacen("attention_flash", OP, 1);
-    let mut case = Case::new(name, kernel(shape.head_dim, kv, out)?, grid(&shape))
-        .fallback_on(scalar.kernel, scalar.grid)
-        .params(scalar.params)
-        .bound(NMSE);
+    let windowed = shape.window.is_some();
+    let mut case = Case::new(
+        name,
+        kernel(shape.head_dim, kv, out, windowed)?,
+        grid(&shape),
+    )
+    .fallback_on(scalar.kernel, scalar.grid)
+    .params(scalar.params)
+    .bound(NMSE);
     case.buffers = scalar.buffers;
     Ok(case)
 }
@@ -379,6 +390,10 @@ pub fn cases() -> Vec<Case> {
     use FlashOut::{Normalized, Part};
     use Float::{F16, F32};
     let smol = smollm2;
+    let window = |shape: FlashAttention, w| FlashAttention {
+        window: Some(w),
+        ..shape
+    };
     [
         (smol(64), 0, F16, Part),
         (smol(40), 0, F32, Part),
@@ -397,6 +412,11 @@ pub fn cases() -> Vec<Case> {
             F16,
             Part,
         ),
+        // Sliding windows: narrower than a block of keys, in a later chunk, in chunks.
+        (window(smol(64), 7), 0, F16, Part),
+        (window(smol(130), 40), 5, F16, Normalized),
+        (window(smollm2_split(130, 4), 33), 0, F32, Part),
+        (window(MULTI_QUERY_128, 9), 13, F16, Normalized),
     ]
     .into_iter()
     .map(|(shape, pos, kv, out)| case(shape, pos, kv, out))
@@ -412,7 +432,7 @@ mod tests {
     #[test]
     fn blocks_fit_48_kib() {
         for d in [16, 64, 80, 128] {
-            let k = kernel(d, Float::F16, FlashOut::Part).unwrap();
+            let k = kernel(d, Float::F16, FlashOut::Part, false).unwrap();
             assert!(k.shared_bytes() <= 48 * 1024, "d{d}: {}", k.shared_bytes());
         }
     }
@@ -433,7 +453,7 @@ mod tests {
         for d in [0, 17, 72 + 1, MAX_FLASH_HEAD_DIM + 16] {
             assert!(!supports(d));
             assert!(matches!(
-                kernel(d, Float::F16, FlashOut::Normalized),
+                kernel(d, Float::F16, FlashOut::Normalized, false),
                 Err(ShapeError::Unsupported { .. })
             ));
         }

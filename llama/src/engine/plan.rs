@@ -192,6 +192,7 @@ impl Engine {
                             kv_heads: c.n_head_kv,
                             head_dim: c.head_dim(),
                             splits,
+                            window,
                         };
                         // The variant the device compiled decides the queries per workgroup.
                         let key = KernelKey::of(&node.op, w, self.shape);
