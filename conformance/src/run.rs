@@ -122,13 +122,22 @@ pub fn check_backend_expecting(
 /// the device lacks a capability the kernel declares. `Err` names what is missing where it
 /// can run neither (the fallback's lack, where it has one).
 pub fn kernel_for<'c>(case: &'c Case, info: &DeviceInfo) -> Result<&'c Kernel, &'static str> {
-    let Some(what) = info.lacks(case.kernel.capabilities) else {
+    let Some(what) = lacks(&case.kernel, info) else {
         return Ok(&case.kernel);
     };
     match &case.fallback {
-        Some(f) => info.lacks(f.capabilities).map_or(Ok(f), Err),
+        Some(f) => lacks(f, info).map_or(Ok(f), Err),
         None => Err(what),
     }
+}
+
+/// What of `kernel`'s needs the device lacks: a capability it declares, or the shared memory
+/// it takes (a kernel sized for larger devices, which an executor picks only where it fits).
+fn lacks(kernel: &Kernel, info: &DeviceInfo) -> Option<&'static str> {
+    info.lacks(kernel.capabilities).or_else(|| {
+        (kernel.shared_bytes() > info.max_shared_bytes)
+            .then_some("the kernel's shared memory")
+    })
 }
 
 fn compare_backend(case: &Case, backend: &Arc<dyn Backend>, reference: &Reference) -> Record {

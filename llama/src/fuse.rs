@@ -56,6 +56,8 @@ pub struct Offer {
     /// it in measured slower; a step whose dispatches wait behind barriers gains from it
     /// (docs/bench/decode.md, "Fewer dispatches around the decode products").
     pub launches_overlap: bool,
+    /// Shared memory a workgroup may take: prompt flash attention where its blocks fit.
+    pub shared_bytes: u64,
 }
 
 impl Offer {
@@ -69,6 +71,7 @@ impl Offer {
             decode_splits: if gpu { tuning::gpu_splits(context) } else { 1 },
             float_cache: kv.float().is_some(),
             launches_overlap: info.tuning.launches_overlap,
+            shared_bytes: info.max_shared_bytes,
         }
     }
 
@@ -426,7 +429,7 @@ fn experts_quantizer(
 /// a GPU's decode steps.
 fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionForm {
     let d = c.head_dim();
-    if !(offer.gpu && s.tokens > 1 && attention_flash::supports(d)) {
+    if !(offer.gpu && s.tokens > 1 && attention_flash::fits(d, offer.shared_bytes)) {
         return AttentionForm::Split {
             splits: tuning::attention_splits(s.tokens, offer.decode_splits),
         };
@@ -470,6 +473,7 @@ mod tests {
         flash_key_chunks: false,
         decode_splits: tuning::GPU_SPLITS,
         launches_overlap: false,
+        shared_bytes: 48 * 1024,
     };
 
     /// A layer of `mode` rope as the Llama blocks build it, fused for a GPU's decode step.
