@@ -135,8 +135,7 @@ pub fn kernel_for<'c>(case: &'c Case, info: &DeviceInfo) -> Result<&'c Kernel, &
 /// it takes (a kernel sized for larger devices, which an executor picks only where it fits).
 fn lacks(kernel: &Kernel, info: &DeviceInfo) -> Option<&'static str> {
     info.lacks(kernel.capabilities).or_else(|| {
-        (kernel.shared_bytes() > info.max_shared_bytes)
-            .then_some("the kernel's shared memory")
+        (kernel.shared_bytes() > info.max_shared_bytes).then_some("the kernel's shared memory")
     })
 }
 

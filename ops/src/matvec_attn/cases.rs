@@ -60,25 +60,13 @@ pub fn rope_case(
     let w = quantize(ty, &rng.f32s((rows * cols) as usize, -1.0, 1.0))?;
     let x = rng.f32s((tokens * cols) as usize, -1.0, 1.0);
     let g = rng.f32s(cols as usize, 0.5, 1.5);
-    let cache = (shape.store.context * shape.store.kv_heads * shape.store.head_dim) as usize;
-    let k0 = kv.stored(&rng.f32s(cache, -3.0, 3.0));
-    let v0 = kv.stored(&rng.f32s(cache, -3.0, 3.0));
+    let (k0, v0) = rope_caches(&mut rng, &shape.store, kv);
     let want = reference_rope(&shape, freqs, &w, &x, &g, pos, (&k0, &v0))?;
-    let rounded = |v: Vec<f64>| v.into_iter().map(|x| kv.round(x)).collect::<Vec<_>>();
-    // In columns, the positions past the context hold a value that must stay.
-    let dims = (
-        shape.store.context,
-        shape.store.kv_heads,
-        shape.store.head_dim,
-    );
-    let k_want = rope.keys.arrange(&rounded(want.k_cache), dims, 5.0);
-    let k0 = rope.keys.arrange(&k0, dims, 5.0);
     let case = spec.weight_inputs(
         Case::new(name, crate::matvec::kernel(spec)?, spec.grid(rows, tokens)),
         w,
         cols,
     );
-    let q0 = vec![f32::NAN; want.q.len()];
     let mut params = vec![
         ParamValue::U32(rows),
         ParamValue::U32(cols),
@@ -86,23 +74,47 @@ pub fn rope_case(
     ];
     params.extend(shape.params());
     params.extend(spec.tokens_params(tokens));
-    Ok(case
+    let case = case
         .input("x", Scalar::F32, f32_bytes(&x))
-        .input("g", Scalar::F32, f32_bytes(&g))
-        .input("step", Scalar::U32, u32_bytes(&[pos]))
-        .input(
-            "freq",
-            Scalar::F32,
-            f32_bytes(&freqs.table(shape.store.rot_dim)),
-        )
+        .input("g", Scalar::F32, f32_bytes(&g));
+    Ok(with_rope_io(case, rope, &shape.store, (pos, freqs), (k0, v0), want).params(params))
+}
+
+/// Random caches for `store`'s heads and context, as a `kv` cache stores them.
+pub(crate) fn rope_caches(rng: &mut Rng, store: &RopeStore, kv: Float) -> (Vec<f32>, Vec<f32>) {
+    let cache = (store.context * store.kv_heads * store.head_dim) as usize;
+    let k0 = kv.stored(&rng.f32s(cache, -3.0, 3.0));
+    let v0 = kv.stored(&rng.f32s(cache, -3.0, 3.0));
+    (k0, v0)
+}
+
+/// `case` with the rope epilogue's buffers after its own: `step` (at `pos`) and `freq` (of
+/// `freqs`), q against `want`'s, and both caches whole from `caches` (the K cache in `rope`'s
+/// layout, where in columns the positions past the context hold a value that must stay), so
+/// that a write to the wrong row or head shows; to the bound of `rope`'s cache type.
+pub(crate) fn with_rope_io(
+    case: Case,
+    rope: RopeShape,
+    store: &RopeStore,
+    (pos, freqs): (u32, &RopeFreqs),
+    (k0, v0): (Vec<f32>, Vec<f32>),
+    want: rope_store::RopeStoreOut,
+) -> Case {
+    let kv = rope.kv;
+    let rounded = |v: Vec<f64>| v.into_iter().map(|x| kv.round(x)).collect::<Vec<_>>();
+    let dims = (store.context, store.kv_heads, store.head_dim);
+    let k_want = rope.keys.arrange(&rounded(want.k_cache), dims, 5.0);
+    let k0 = rope.keys.arrange(&k0, dims, 5.0);
+    let q0 = vec![f32::NAN; want.q.len()];
+    case.input("step", Scalar::U32, u32_bytes(&[pos]))
+        .input("freq", Scalar::F32, f32_bytes(&freqs.table(store.rot_dim)))
         .output("q", Scalar::F32, f32_bytes(&q0), want.q)
         .output("k_cache", kv.scalar(), kv.bytes(&k0), k_want)
         .output("v_cache", kv.scalar(), kv.bytes(&v0), rounded(want.v_cache))
-        .params(params)
         .bound(match kv {
             Float::F16 => crate::matvec::NMSE_F16_CACHE,
             Float::F32 => crate::matvec::NMSE,
-        }))
+        })
 }
 
 /// A conformance case of the output projection with the combine prologue and the residual

@@ -34,6 +34,7 @@ mod shape;
 mod tests;
 
 pub use cases::{cases, combine_case, rope_case};
+pub(crate) use cases::{rope_caches, with_rope_io};
 pub(crate) use kernel::{Combined, Input, RopeOut};
 pub use reference::{reference_combine, reference_rope};
 pub use shape::{CombineShape, QkvRope, RopeShape};

@@ -5,7 +5,7 @@ use super::{format, grid, kernel, takes, Teams, OP, X_BLOCKS};
 use crate::blocks::BlockFormat;
 use crate::case::*;
 use crate::key_layout::KeyLayout;
-use crate::matvec_attn::{QkvRope, RopeShape};
+use crate::matvec_attn::{rope_caches, with_rope_io, QkvRope, RopeShape};
 use crate::matvec_fused::Epilogue;
 use crate::matvec_q8::{quantize_x, reference};
 use crate::rope::RopeMode;
@@ -125,20 +125,12 @@ pub fn rope_case(
     let mut rng = Rng::new(seed(&name));
     let w = quantize(ty, &rng.f32s((rows * cols) as usize, -1.0, 1.0))?;
     let x = quantize_x(&rng.f32s(cols as usize, -1.0, 1.0), X_BLOCKS);
-    let cache = (store.context * store.kv_heads * store.head_dim) as usize;
-    let k0 = kv.stored(&rng.f32s(cache, -3.0, 3.0));
-    let v0 = kv.stored(&rng.f32s(cache, -3.0, 3.0));
+    let (k0, v0) = rope_caches(&mut rng, &store, kv);
     let sums: Vec<f32> = reference(ty, &w, rows as usize, cols as usize, &x)?
         .into_iter()
         .map(|v| v as f32)
         .collect();
     let want = rope_store::reference(&store, freqs, pos, &sums, &k0, &v0)?;
-    let rounded = |v: Vec<f64>| v.into_iter().map(|x| kv.round(x)).collect::<Vec<_>>();
-    // In columns, the positions past the context hold a value that must stay.
-    let dims = (store.context, store.kv_heads, store.head_dim);
-    let k_want = rope.keys.arrange(&rounded(want.k_cache), dims, 5.0);
-    let k0 = rope.keys.arrange(&k0, dims, 5.0);
-    let q0 = vec![f32::NAN; want.q.len()];
     let kernel = kernel(
         ty,
         reduce,
@@ -150,21 +142,12 @@ pub fn rope_case(
     let w = crate::blocks::pad_to_words(w);
     let mut params = vec![ParamValue::U32(rows), ParamValue::U32(cols)];
     params.extend(qkv.params());
-    Ok(Case::new(name, kernel, grid(rows, rows_per_team, teams))
+    let case = Case::new(name, kernel, grid(rows, rows_per_team, teams))
         .input("w", Scalar::U32, w.clone())
         .input("w16", Scalar::F16, w)
         .input("xq", Scalar::U32, bytemuck::cast_slice(&x.words).to_vec())
-        .input("xd", Scalar::F32, bytemuck::cast_slice(&x.scales).to_vec())
-        .input("step", Scalar::U32, u32_bytes(&[pos]))
-        .input("freq", Scalar::F32, f32_bytes(&freqs.table(store.rot_dim)))
-        .output("q", Scalar::F32, f32_bytes(&q0), want.q)
-        .output("k_cache", kv.scalar(), kv.bytes(&k0), k_want)
-        .output("v_cache", kv.scalar(), kv.bytes(&v0), rounded(want.v_cache))
-        .params(params)
-        .bound(match kv {
-            Float::F16 => crate::matvec::NMSE_F16_CACHE,
-            Float::F32 => crate::matvec::NMSE,
-        }))
+        .input("xd", Scalar::F32, bytemuck::cast_slice(&x.scales).to_vec());
+    Ok(with_rope_io(case, rope, &store, (pos, freqs), (k0, v0), want).params(params))
 }
 
 /// The rope's cases: an 8B layer's head shape scaled down (head size 128, four query heads a
