@@ -105,7 +105,7 @@ pub fn fuse(
     // The tensor whose rows the last HalfX rounded, while nothing has written it since.
     let mut halved: Option<Tensor> = None;
     // The last quantizer, while nothing has written what it read since: the products of a
-    // layer's QKV, with rope and the cache store between them.
+    // layer's QKV.
     let mut quantized_x: Option<Op> = None;
     let mut i = 0;
     while i < nodes.len() {
@@ -113,13 +113,13 @@ pub fn fuse(
         let next = nodes.get(i + 1);
         let next_form = next.and_then(|n| form(&n.op));
         i += 1;
-        if !matches!(node.op, Op::Product { .. }) {
-            halved = None;
-        }
+        // Rope and the QKV biases between a layer's QKV products write neither the x they
+        // read nor its rounded or quantized copies.
         if !matches!(
             node.op,
             Op::Product { .. } | Op::RopeStore { .. } | Op::QkvBiasNorm { .. }
         ) {
+            halved = None;
             quantized_x = None;
         }
         match node.op {

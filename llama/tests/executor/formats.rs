@@ -244,6 +244,15 @@ fn layers_mixing_types_in_their_qkv_run_each_matrix_in_its_type() {
     // The parts that stand alone are the file's tensors, not copies.
     let alone = w.layers[1].qkv.iter().map(|p| &w.tensors[p.w].source);
     assert!(alone.into_iter().all(|s| matches!(s, Source::File(_))));
+    // A prompt's QKV parts on widened weights share x rounded once: a layer's x_f16 nodes
+    // are its products' inputs (normed x, the attention, the activation), not its parts.
+    let copying = Engine::new(Arc::new(model), gpu_copying(), SIZES).unwrap();
+    let halves = count_nodes(&copying, 5, |op| matches!(op, Op::HalfX { .. }));
+    assert_eq!(
+        halves,
+        4 * copying.model().config.n_layer as usize,
+        "x_f16 nodes"
+    );
     runs_as_its_decoded_twin("mixed qkv", mixed());
 }
 
