@@ -35,7 +35,9 @@
 //! another grouping).
 
 use super::attention;
-use super::attention_split::{reference_split_windowed, split_keys, PartsIo, SplitAttention};
+use super::attention_split::{
+    reference_split_windowed, split_keys, window_start, PartsIo, SplitAttention,
+};
 use super::key_layout::{KeyIndex, KeyLayout};
 use super::kv_type::KvType;
 use super::shape::ShapeError;
@@ -459,11 +461,8 @@ impl<'b> Chunk<'b> {
             }
             None => (k.u32(0), seen),
         };
-        // `max(q + 1, window) - window` of the block's first row: its window's first key.
-        let start = match window {
-            Some(w) => start.max((pos + t0 + one).max(w) - w),
-            None => start,
-        };
+        // The block's first row sees the earliest keys.
+        let start = window_start(k, start, pos + t0, window);
         Chunk {
             k,
             start,

@@ -73,11 +73,11 @@ pub fn kernel(blocks: XBlocks, load: XLoad) -> Result<Kernel, ShapeError> {
     let n = blocks.elems();
     let name = format!("quantize_{}{}", blocks.name(), load.suffix());
     let k = KernelBuilder::new(&name, [n, 1, 1]);
-    let name = match load {
+    let x_name = match load {
         XLoad::Combine { .. } => "part",
         _ => "x",
     };
-    let x = k.buffer(name, Scalar::F32, Access::Read);
+    let x = k.buffer(x_name, Scalar::F32, Access::Read);
     let g = (load == XLoad::Norm).then(|| k.buffer("g", Scalar::F32, Access::Read));
     let xq = k.buffer("xq", Scalar::U32, Access::Write);
     let xd = k.buffer("xd", Scalar::F32, Access::Write);

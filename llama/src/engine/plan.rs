@@ -87,16 +87,10 @@ impl Engine {
                             inputs.push(Tensor::Weight(g));
                             params.push(ParamValue::F32(c.rms_eps));
                         }
-                        match store {
-                            Store::None | Store::Swiglu => {}
-                            Store::Add(r) => inputs.push(r),
-                            Store::Rope { layer, heads } => {
-                                inputs.extend([Tensor::Step, self.freq(layer)]);
-                                outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
-                                let r = self.rope_store(t, RopeMode::Normal, Some(heads));
-                                params.extend(r.epilogue_params());
-                            }
+                        if let Store::Add(r) = store {
+                            inputs.push(r);
                         }
+                        self.bind_rope(store, t, (&mut inputs, &mut outputs, &mut params));
                         params.extend(spec.tokens_params(tokens));
                         // A variant reading the scales through an f16 view binds the weights
                         // twice.
@@ -128,16 +122,13 @@ impl Engine {
                         inputs.extend(add);
                         let mut outputs = vec![y];
                         let mut params = vec![u(rows), u(wt.cols)];
-                        if let Store::Rope { layer, heads } = store {
-                            inputs.extend([Tensor::Step, self.freq(layer)]);
-                            outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
-                            let r = self.rope_store(t, RopeMode::Normal, Some(heads));
-                            params.extend(r.epilogue_params());
-                        }
-                        let per = tuning::q8_blocks_rows_per_team(rows);
-                        let ty =
-                            tuning::read_type(&self.model.weights, wid, self.shape.grouped_blocks);
-                        let teams = tuning::q8_blocks_teams(ty, rows, wt.cols);
+                        self.bind_rope(store, t, (&mut inputs, &mut outputs, &mut params));
+                        let KernelKey::MatvecQ8Blocks {
+                            rows: per, teams, ..
+                        } = key
+                        else {
+                            unreachable!("a product on the file's blocks has their kernel's key")
+                        };
                         plan(
                             inputs,
                             &outputs,
@@ -445,6 +436,23 @@ impl Engine {
     }
 
     /// The rope table layer `l` turns by: the sliding-window layers' where it is one of them.
+    /// What the rope epilogue of a QKV product (`store`, of a step of `tokens`) adds to its
+    /// dispatch: the position and rope's table after its inputs, the caches after its
+    /// output, the rope's parameters after its own.
+    fn bind_rope(
+        &self,
+        store: Store,
+        tokens: u32,
+        (inputs, outputs, params): (&mut Vec<Tensor>, &mut Vec<Tensor>, &mut Vec<ParamValue>),
+    ) {
+        if let Store::Rope { layer, heads } = store {
+            inputs.extend([Tensor::Step, self.freq(layer)]);
+            outputs.extend([Tensor::KCache(layer), Tensor::VCache(layer)]);
+            let r = self.rope_store(tokens, RopeMode::Normal, Some(heads));
+            params.extend(r.epilogue_params());
+        }
+    }
+
     fn freq(&self, l: u32) -> Tensor {
         match self.model.config.window(l) {
             Some(_) => Tensor::FreqLocal,

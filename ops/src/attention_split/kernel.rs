@@ -83,11 +83,7 @@ fn build(
     let pos = k.load(step, k.u32(0));
     let (start, stop) = split_keys(&k, (pos, tokens, splits), s);
     let end = stop.min(pos + t + one);
-    // `max(q + 1, window) - window`: the window's first key, 0 while it covers the cache.
-    let start = match window {
-        Some(w) => start.max((pos + t + one).max(w) - w),
-        None => start,
-    };
+    let start = window_start(&k, start, pos + t, window);
     let keys = Keys {
         kv,
         k: kc,
@@ -112,6 +108,20 @@ fn build(
         k.store(part, base + d + one, l.get());
     });
     Ok(k.finish())
+}
+
+/// The first key the query at position `q` sees from `start` on: with a `window`, not before
+/// its window's first, `max(q + 1, window) - window` (0 while the window covers the cache).
+pub(crate) fn window_start<'b>(
+    k: &'b KernelBuilder,
+    start: Val<'b>,
+    q: Val<'b>,
+    window: Option<Val<'b>>,
+) -> Val<'b> {
+    match window {
+        Some(w) => start.max((q + k.u32(1)).max(w) - w),
+        None => start,
+    }
 }
 
 /// Prefetches the rows of K and V this workgroup's keys `start..end` hold for head `h`
