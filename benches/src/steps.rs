@@ -10,6 +10,7 @@ use trine_backends::Backend;
 use trine_gguf::synth::{synth_llama, Mix, SynthShape};
 use trine_gguf::{Gguf, TensorType};
 use trine_llama::graph::{Node, Step};
+use trine_llama::tuned::Tuned;
 use trine_llama::{Engine, EngineOptions, Model, ModelError};
 
 /// A model whose dimensions the bench takes.
@@ -112,6 +113,17 @@ pub fn prepare(
     backend: Arc<dyn Backend>,
     prompt: u32,
 ) -> Result<Prepared, ModelError> {
+    prepare_with(model, backend, prompt, None)
+}
+
+/// [`prepare`] with the kernel choices `tuned` instead of those the cache holds for the
+/// device ([`Engine::with_tuned`]), where given.
+pub fn prepare_with(
+    model: Arc<Model>,
+    backend: Arc<dyn Backend>,
+    prompt: u32,
+    tuned: Option<Arc<Tuned>>,
+) -> Result<Prepared, ModelError> {
     let prompt = prompt.max(2);
     let options = EngineOptions {
         context: prompt + 1,
@@ -120,7 +132,10 @@ pub fn prepare(
         cache: None,
     };
     let vocab = model.config.vocab;
-    let mut engine = Engine::new(model, backend, options)?;
+    let mut engine = match tuned {
+        Some(t) => Engine::with_tuned(model, backend, options, t)?,
+        None => Engine::new(model, backend, options)?,
+    };
     engine.prepare()?;
     let ids: Vec<u32> = (0..prompt).map(|i| (i * 7919 + 300) % vocab).collect();
     let pp = Step {

@@ -22,6 +22,7 @@ pub mod rope;
 pub mod sampler;
 pub mod session;
 pub mod speed;
+pub mod tuned;
 pub mod tuning;
 pub mod weights;
 

@@ -5,6 +5,7 @@
 //! tuning table ([`crate::tuning`]).
 
 use super::graph::{AttentionForm, Form, Load, Op, Store};
+use super::tuned::Tuned;
 use super::tuning::{self, MatvecSize};
 use super::weights::Weights;
 use trine_backends::DeviceInfo;
@@ -349,7 +350,7 @@ impl std::fmt::Display for KernelKey {
 
 impl KernelKey {
     /// The key of a fused graph's node ([`crate::fuse`] leaves no [`Op::Add`]).
-    pub fn of(op: &Op, w: &Weights, s: KernelShape) -> KernelKey {
+    pub fn of(op: &Op, w: &Weights, s: KernelShape, tuned: &Tuned) -> KernelKey {
         match *op {
             Op::Embed { table, scale } => KernelKey::Embed {
                 table: tuning::read_type(w, table, s.grouped_blocks),
@@ -400,12 +401,15 @@ impl KernelKey {
                         add: matches!(store, Store::Add(_)),
                         tokens: tuning::q8_tokens_per_workgroup(tokens),
                     },
-                    Form::QuantizedBlocks => KernelKey::MatvecQ8Blocks {
-                        weights: ty,
-                        epilogue,
-                        rows: tuning::q8_blocks_rows_per_team(rows),
-                        teams: tuning::q8_blocks_teams(ty, rows, t.cols),
-                    },
+                    Form::QuantizedBlocks => {
+                        let (rows, teams) = blocks_choice(tuned, (ty, rows, t.cols), epilogue);
+                        KernelKey::MatvecQ8Blocks {
+                            weights: ty,
+                            epilogue,
+                            rows,
+                            teams,
+                        }
+                    }
                     Form::Tiles | Form::Widened => KernelKey::MatmulTiles(TilesKey {
                         weights: if form == Form::Widened {
                             WeightType::F16
@@ -713,6 +717,32 @@ impl KernelKey {
             ..tuning::matvec_spec(weights, reduce, info, size, pairable)
         }
     }
+}
+
+/// (rows per team, teams) of a decode product on the blocks of `rows` × `cols` `ty` weights
+/// ending in `epilogue`: the measured choice where `tuned` names the shape and the choice
+/// fits this product (a grid within Vulkan's guaranteed 65,535 workgroups, pairs of rows for
+/// rope), else
+/// the tuning table's.
+fn blocks_choice(
+    tuned: &Tuned,
+    (ty, rows, cols): (WeightType, u32, u32),
+    epilogue: MatvecEpilogue,
+) -> (u32, matvec_q8_blocks::Teams) {
+    let rope = matches!(epilogue, MatvecEpilogue::RopeStore(_));
+    tuned
+        .blocks_product(ty, rows, cols)
+        .filter(|&(per_team, teams)| {
+            per_team.is_power_of_two()
+                && matvec_q8_blocks::grid(rows, per_team, teams)[0] <= 65_535
+                && (!rope || per_team.is_multiple_of(2))
+        })
+        .unwrap_or_else(|| {
+            (
+                tuning::q8_blocks_rows_per_team(rows),
+                tuning::q8_blocks_teams(ty, rows, cols),
+            )
+        })
 }
 
 /// The variants of a product on the weights' blocks: each reduction with the scales read

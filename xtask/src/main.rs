@@ -1,9 +1,10 @@
-//! `cargo xtask`: the demo, conformance runs and kernel emission.
+//! `cargo xtask`: the demo, conformance runs, benches, tuning and kernel emission.
 
 mod bench;
 mod conformance;
 mod demo;
 mod emit;
+mod tune;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -25,6 +26,9 @@ enum Command {
     Demo(demo::Args),
     /// Print what a kernel lowers to.
     Emit(emit::Args),
+    /// Measure the decode products' forms at a model's shapes and store the fastest as the
+    /// device's tuning table.
+    Tune(tune::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
         Command::Conformance(a) => conformance::run(a),
         Command::Emit(a) => emit::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Tune(a) => tune::run(a),
     };
     match result {
         Ok(code) => code,

@@ -5,16 +5,53 @@ use super::Engine;
 use crate::graph::{Load, Node, Op, Step, Tensor};
 use crate::planner::KernelKey;
 use std::collections::HashSet;
+use trine_gguf::quant::WeightType;
+use trine_ops::matvec_q8_blocks::Teams;
+
+/// What [`Engine::blocks_product`] reads off a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BlocksProduct {
+    pub weights: WeightType,
+    pub rows: u32,
+    pub cols: u32,
+    pub per_team: u32,
+    pub teams: Teams,
+}
 
 impl Engine {
     /// The backend that runs `node` and the name of the kernel it compiled for it (the
     /// variant that compiled, a fallback where the best one did not); `None` for a node of a
     /// step this executor was not built for.
     pub fn kernel_of(&self, node: &Node) -> Option<(&str, &str)> {
-        let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+        let key = KernelKey::of(&node.op, &self.model.weights, self.shape, &self.tuned);
         let placed = self.placement.programs.get(&key)?;
         let name = self.placement.kernels.get(&placed.program)?.as_str();
         Some((self.dev(placed.device).name(), name))
+    }
+
+    /// A GPU decode product on the weights' blocks as this executor runs `node`: the weights'
+    /// type as the device reads them, the product's rows and columns, and its rows per team
+    /// and teams ([`KernelKey::MatvecQ8Blocks`]); `None` for any other node.
+    pub fn blocks_product(&self, node: &Node) -> Option<BlocksProduct> {
+        let key = KernelKey::of(&node.op, &self.model.weights, self.shape, &self.tuned);
+        match (key, &node.op) {
+            (
+                KernelKey::MatvecQ8Blocks {
+                    weights,
+                    rows: per_team,
+                    teams,
+                    ..
+                },
+                &Op::Product { w, rows, .. },
+            ) => Some(BlocksProduct {
+                weights,
+                rows,
+                cols: self.model.weights.tensors[w].cols,
+                per_team,
+                teams,
+            }),
+            _ => None,
+        }
     }
 
     /// Bytes node `node` of step `s` reads plus bytes it writes, each tensor it binds counted

@@ -11,6 +11,7 @@ mod cost;
 mod plan;
 mod residency;
 
+pub use cost::BlocksProduct;
 pub use residency::Footprint;
 
 use super::config::Config;
@@ -20,6 +21,7 @@ use super::graph::{Node, Op, Step, Tensor};
 use super::model::Model;
 use super::placement::Placement;
 use super::planner::{KernelKey, KernelShape};
+use super::tuned::Tuned;
 use super::tuning;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -72,6 +74,8 @@ pub struct Engine {
     model: Arc<Model>,
     placement: Placement,
     shape: KernelShape,
+    /// The choices measured on the primary device, over the tuning table's defaults.
+    tuned: Arc<Tuned>,
     options: EngineOptions,
     tensors: HashMap<Tensor, Resident>,
     /// What the fusion pass builds the nodes for: the primary device's offer, or the checked
@@ -91,10 +95,42 @@ struct Bound {
 }
 
 impl Engine {
+    /// An engine on `backend`, with the kernel choices `cargo xtask tune` measured on its
+    /// device where the cache holds them ([`Tuned::load`]), else the defaults; a table that
+    /// cannot be used is said in [`Engine::placement_notes`].
     pub fn new(
         model: Arc<Model>,
         backend: Arc<dyn Backend>,
         options: EngineOptions,
+    ) -> Result<Engine, ModelError> {
+        let info = backend.info();
+        let (tuned, note) = match Tuned::load(info) {
+            Ok(Some(t)) => {
+                let note = format!(
+                    "{}: kernel choices measured by `cargo xtask tune` for {} decode products",
+                    backend.name(),
+                    t.products.len()
+                );
+                (t, Some(note))
+            }
+            Ok(None) => (Tuned::empty(info), None),
+            Err(e) => (
+                Tuned::empty(info),
+                Some(format!("{}: default kernel choices: {e}", backend.name())),
+            ),
+        };
+        let mut engine = Engine::with_tuned(model, backend, options, Arc::new(tuned))?;
+        engine.placement.notes.extend(note);
+        Ok(engine)
+    }
+
+    /// An engine on `backend` that takes the kernel choices of `tuned` over the defaults:
+    /// what `cargo xtask tune` times its candidates with.
+    pub fn with_tuned(
+        model: Arc<Model>,
+        backend: Arc<dyn Backend>,
+        options: EngineOptions,
+        tuned: Arc<Tuned>,
     ) -> Result<Engine, ModelError> {
         let info = backend.info();
         let kv = options.cache.unwrap_or_else(|| tuning::kv_type(info));
@@ -116,7 +152,7 @@ impl Engine {
             small_tiles: info.tuning.small_tile_blocks,
             grouped_blocks: offer.gpu,
         };
-        Engine::build(model, backend, options, shape, offer)
+        Engine::build(model, backend, options, (shape, tuned), offer)
     }
 
     /// An engine on `backend` that can check this one node by node ([`crate::Session::new`]):
@@ -124,7 +160,14 @@ impl Engine {
     /// would pick, since it runs this engine's nodes and takes its caches as they are.
     pub fn checker(&self, backend: Arc<dyn Backend>) -> Result<Engine, ModelError> {
         let model = self.model.clone();
-        Engine::build(model, backend, self.options, self.shape, self.offer)
+        let tuned = self.tuned.clone();
+        Engine::build(
+            model,
+            backend,
+            self.options,
+            (self.shape, tuned),
+            self.offer,
+        )
     }
 
     /// An engine whose kernels are compiled for the nodes of every step size it accepts, one
@@ -135,7 +178,7 @@ impl Engine {
         model: Arc<Model>,
         backend: Arc<dyn Backend>,
         options: EngineOptions,
-        shape: KernelShape,
+        (shape, tuned): (KernelShape, Arc<Tuned>),
         offer: Offer,
     ) -> Result<Engine, ModelError> {
         if options.context == 0 || options.max_batch == 0 || options.max_batch > options.context {
@@ -150,7 +193,7 @@ impl Engine {
         for tokens in 1..=options.max_batch {
             let step = Step { tokens, pos: 0 };
             for n in graph(&model, step, offer)? {
-                let key = KernelKey::of(&n.op, &model.weights, shape);
+                let key = KernelKey::of(&n.op, &model.weights, shape, &tuned);
                 let weight = match n.op {
                     Op::Product { w, .. } | Op::Embed { table: w, .. } => {
                         model.weights.bytes(&model.gguf, w).len() as u64
@@ -169,6 +212,7 @@ impl Engine {
             model,
             placement,
             shape,
+            tuned,
             options,
             tensors: HashMap::new(),
             offer,
@@ -254,6 +298,7 @@ impl Engine {
             },
             &self.model.weights,
             self.shape,
+            &self.tuned,
         );
         let d = self.placement.programs[&key].device;
         let buf = self.buffer(Tensor::Ids, d)?;
@@ -349,7 +394,7 @@ impl Engine {
     /// Makes a node's inputs current on its device and binds its buffers; its outputs count
     /// as written there from now on.
     fn bind(&mut self, node: &Node, s: Step) -> Result<Bound, ModelError> {
-        let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+        let key = KernelKey::of(&node.op, &self.model.weights, self.shape, &self.tuned);
         let placed = *self
             .placement
             .programs

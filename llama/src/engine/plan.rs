@@ -70,7 +70,7 @@ impl Engine {
                 store,
                 form,
             } => {
-                let key = KernelKey::of(&node.op, w, self.shape);
+                let key = KernelKey::of(&node.op, w, self.shape, &self.tuned);
                 let placed = self.placement.programs[&key];
                 let info = self.dev(placed.device).info();
                 let wt = &w.tensors[wid];
@@ -169,7 +169,7 @@ impl Engine {
                         let mut params = a.params();
                         params.extend(window.map(u));
                         // The variant the device compiled decides the workgroups.
-                        let key = KernelKey::of(&node.op, w, self.shape);
+                        let key = KernelKey::of(&node.op, w, self.shape, &self.tuned);
                         let grid = match self.placement.programs[&key].launch {
                             Launch::GroupedSplits => a.grouped_grid(),
                             _ => a.grid(),
@@ -186,7 +186,7 @@ impl Engine {
                             window,
                         };
                         // The variant the device compiled decides the queries per workgroup.
-                        let key = KernelKey::of(&node.op, w, self.shape);
+                        let key = KernelKey::of(&node.op, w, self.shape, &self.tuned);
                         let grid = match self.placement.programs[&key].launch {
                             Launch::FlashTiles => attention_flash_tiles::grid(&a),
                             _ => a.grid(),
@@ -315,7 +315,7 @@ impl Engine {
                 widen::x_grid(tokens),
             ),
             Op::Widen { w: wid, rows, cols } => {
-                let key = KernelKey::of(&node.op, w, self.shape);
+                let key = KernelKey::of(&node.op, w, self.shape, &self.tuned);
                 let info = self.dev(self.placement.programs[&key].device).info();
                 plan(
                     vec![self.staged_weights(info, wid)],
@@ -493,7 +493,7 @@ impl Engine {
         m: &MatvecIds,
         form: Form,
     ) -> (Vec<Tensor>, [u32; 3]) {
-        let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+        let key = KernelKey::of(&node.op, &self.model.weights, self.shape, &self.tuned);
         let grid = match key {
             KernelKey::MatvecIds {
                 blocks: Some(rows), ..

@@ -39,7 +39,7 @@ impl Engine {
         for tokens in [self.options.max_batch, 1] {
             let s = Step { tokens, pos: 0 };
             for node in self.graph(s)? {
-                let key = KernelKey::of(&node.op, &self.model.weights, self.shape);
+                let key = KernelKey::of(&node.op, &self.model.weights, self.shape, &self.tuned);
                 if let Some(placed) = self.placement.programs.get(&key) {
                     let d = placed.device;
                     let plan = self.plan(&node, s);

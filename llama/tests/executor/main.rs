@@ -15,3 +15,4 @@ mod qwen;
 mod qwen3moe;
 mod rope_scaling;
 mod steps;
+mod tuned;

@@ -28,7 +28,8 @@ mod report;
 mod roof;
 
 use error::BenchError;
-use measure::{Policy, Stats};
+pub(crate) use measure::{Policy, Stats};
+pub(crate) use nodes::time_step;
 use report::{Context, Record, Timing};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -521,10 +522,10 @@ fn selected(args: &Args) -> Result<Vec<Layout>, BenchError> {
         .collect()
 }
 
-type Opened = (Vec<(String, Arc<dyn Backend>)>, Vec<(String, String)>);
+pub(crate) type Opened = (Vec<(String, Arc<dyn Backend>)>, Vec<(String, String)>);
 
 /// Opens each named backend, GPU ones after a probe in a child process.
-fn open(names: &[String]) -> Result<Opened, BenchError> {
+pub(crate) fn open(names: &[String]) -> Result<Opened, BenchError> {
     let exe = std::env::current_exe().map_err(BenchError::Exe)?;
     let timeout = timeout_from_env().map_err(|e| BenchError::Probe(e.to_string()))?;
     // Every name is checked before the first probe, so a typo fails at once.

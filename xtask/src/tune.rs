@@ -1,0 +1,293 @@
+//! `cargo xtask tune (--model FILE | --models LAYOUT,…) [--backends cuda,vulkan] [--reps N]
+//! [--dry-run]`: measures the GPU decode products on the weights' blocks
+//! ([`trine_ops::matvec_q8_blocks`]) at a model's shapes in every form the planner can take
+//! (teams of the whole workgroup or of 32 invocations on pairs of units, in one or two steps
+//! an iteration; one, two or four rows a team), each as the executor dispatches it in a
+//! decode step, and stores the fastest per shape as the device's tuning table in the cache
+//! ([`trine_llama::tuned`]), which every later executor on that device reads.
+//!
+//! A candidate replaces the default only where its median is [`MARGIN`] below the default's:
+//! differences within the spread of repeated runs would otherwise flip a choice back and
+//! forth between tunings.
+
+use crate::bench::{open, Policy, Stats};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use trine_backends::Backend;
+use trine_benches::steps::{self, Layout};
+use trine_gguf::quant::WeightType;
+use trine_llama::tuned::{ProductChoice, Tuned};
+use trine_llama::Model;
+use trine_ops::matvec_q8_blocks::Teams;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Backends to tune, comma-separated (a backend whose decode step has no products on the
+    /// weights' blocks, as a CPU's, has nothing to tune).
+    #[arg(long, value_delimiter = ',', default_value = "vulkan,hip,cuda")]
+    backends: Vec<String>,
+    /// The GGUF model whose shapes to tune.
+    #[arg(long, conflicts_with = "models")]
+    model: Option<PathBuf>,
+    /// Synthetic layouts (one layer of random weights each) whose shapes to tune:
+    /// smollm2-135m, llama-7b, llama-3-8b.
+    #[arg(long, value_delimiter = ',')]
+    models: Option<Vec<String>>,
+    /// Repetitions of the decode step per candidate (default: at least 10 and 0.1 s, at most
+    /// 50 or 3 s, after two).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    reps: Option<usize>,
+    /// Print the table without storing it.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// How much faster than the default a candidate must be to replace it.
+pub const MARGIN: f64 = 0.02;
+
+/// Rows a team takes in the candidates.
+const ROWS: [u32; 3] = [1, 2, 4];
+
+/// The team forms of the candidates.
+const TEAMS: [Teams; 3] = [Teams::WHOLE, Teams::pairs(1), Teams::pairs(2)];
+
+/// A product shape: the weights' type as the device reads them, rows, columns.
+type Shape = (WeightType, u32, u32);
+
+pub fn run(args: Args) -> Result<ExitCode, String> {
+    let models = models(&args)?;
+    let (columns, absent) = open(&args.backends).map_err(|e| e.to_string())?;
+    for (name, why) in &absent {
+        eprintln!("{name}: absent: {why}");
+    }
+    if columns.is_empty() {
+        return Err("no backend to tune opened here".into());
+    }
+    let policy = policy(args.reps);
+    for (name, backend) in columns {
+        let info = backend.info();
+        eprintln!("{name}: {} ({})", info.name, info.driver);
+        let mut tuned = Tuned::empty(info);
+        for (label, model) in &models {
+            let chosen = tune_model(&backend, model, &policy)?;
+            if chosen.is_empty() {
+                println!(
+                    "{name} {label}: nothing to tune: its decode step has no products on the \
+                     weights' blocks"
+                );
+            } else {
+                print!("{}", table(&name, label, &chosen));
+            }
+            for c in chosen {
+                tuned.products.retain(|p| !same_shape(p, &c));
+                tuned.products.push(c);
+            }
+        }
+        if args.dry_run || tuned.products.is_empty() {
+            continue;
+        }
+        // What an earlier run measured at other shapes stays.
+        if let Ok(Some(before)) = Tuned::load(info) {
+            for p in before.products {
+                if !tuned.products.iter().any(|q| same_shape(q, &p)) {
+                    tuned.products.push(p);
+                }
+            }
+        }
+        let path = tuned
+            .store(info)
+            .map_err(|e| format!("{name}: storing the tuning table: {e}"))?;
+        println!("{name}: stored {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn same_shape(a: &ProductChoice, b: &ProductChoice) -> bool {
+    (a.weights.as_str(), a.rows, a.cols) == (b.weights.as_str(), b.rows, b.cols)
+}
+
+fn models(args: &Args) -> Result<Vec<(String, Arc<Model>)>, String> {
+    if let Some(path) = &args.model {
+        let m = Model::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok(vec![(path.display().to_string(), Arc::new(m))]);
+    }
+    let Some(names) = &args.models else {
+        return Err("name a model to tune: --model FILE or --models LAYOUT,…".into());
+    };
+    names
+        .iter()
+        .map(|n| {
+            let layout = Layout::parse(n).ok_or_else(|| {
+                let known: Vec<_> = Layout::NAMED.iter().map(|l| l.name()).collect();
+                format!("unknown layout {n:?} (known: {})", known.join(", "))
+            })?;
+            Ok((n.clone(), layout.model(1)?))
+        })
+        .collect()
+}
+
+fn policy(reps: Option<usize>) -> Policy {
+    match reps {
+        Some(n) => Policy {
+            warmup: 1,
+            min_reps: n,
+            min_time: Duration::ZERO,
+            max_reps: n,
+            max_time: Duration::MAX,
+        },
+        None => Policy {
+            warmup: 2,
+            min_reps: 10,
+            min_time: Duration::from_millis(100),
+            max_reps: 50,
+            max_time: Duration::from_secs(3),
+        },
+    }
+}
+
+/// A candidate: every shape takes `(rows per team, teams)`; `None` is the defaults.
+type Candidate = Option<(u32, Teams)>;
+
+/// Each blocks product shape of `model`'s decode step on `backend`: the default's median and
+/// the fastest candidate's, as the table stores them.
+fn tune_model(
+    backend: &Arc<dyn Backend>,
+    model: &Arc<Model>,
+    policy: &Policy,
+) -> Result<Vec<ProductChoice>, String> {
+    let info = backend.info();
+    let candidates: Vec<Candidate> = std::iter::once(None)
+        .chain(
+            TEAMS
+                .iter()
+                .flat_map(|&t| ROWS.iter().map(move |&r| Some((r, t)))),
+        )
+        .collect();
+    // Per shape, per candidate that applied to it: the samples of every node of the shape.
+    let mut samples: HashMap<Shape, Vec<(Candidate, Vec<Duration>)>> = HashMap::new();
+    let mut defaults: HashMap<Shape, (u32, Teams)> = HashMap::new();
+    for &candidate in &candidates {
+        let mut tuned = Tuned::empty(info);
+        if let Some((per_team, teams)) = candidate {
+            for shape in defaults.keys() {
+                tuned
+                    .products
+                    .push(choice(*shape, (per_team, teams), (0.0, 0.0)));
+            }
+        }
+        let prepared =
+            steps::prepare_with(model.clone(), backend.clone(), 2, Some(Arc::new(tuned)));
+        let mut p = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("  {}: not run: {e}", describe(candidate));
+                continue;
+            }
+        };
+        let timed = crate::bench::time_step(&mut p, 0, policy).map_err(|e| e.to_string())?;
+        let mut by_shape: HashMap<Shape, Vec<Duration>> = HashMap::new();
+        for (node, times) in p.steps[0].nodes.iter().zip(timed) {
+            let Some(b) = p.engine.blocks_product(node) else {
+                continue;
+            };
+            let shape = (b.weights, b.rows, b.cols);
+            match candidate {
+                None => {
+                    defaults.insert(shape, (b.per_team, b.teams));
+                }
+                // A shape where the candidate did not apply (rope's pairs of rows) ran its
+                // default: not this candidate's time.
+                Some(c) if c != (b.per_team, b.teams) => continue,
+                Some(_) => {}
+            }
+            by_shape.entry(shape).or_default().extend(times);
+        }
+        for (shape, s) in by_shape {
+            samples.entry(shape).or_default().push((candidate, s));
+        }
+        eprintln!("  {}: timed", describe(candidate));
+        if defaults.is_empty() {
+            break;
+        }
+    }
+    let mut out: Vec<ProductChoice> = samples
+        .into_iter()
+        .filter_map(|(shape, runs)| {
+            let median = |s: &[Duration]| Stats::of(s).map(|st| st.median_us);
+            let default_us = runs
+                .iter()
+                .find(|(c, _)| c.is_none())
+                .and_then(|(_, s)| median(s))?;
+            let default = defaults[&shape];
+            let (best, best_us) = runs
+                .iter()
+                .filter_map(|(c, s)| Some(((*c)?, median(s)?)))
+                .filter(|&(c, _)| c != default)
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .filter(|&(_, us)| us < default_us * (1.0 - MARGIN))
+                .unwrap_or((default, default_us));
+            Some(choice(shape, best, (best_us, default_us)))
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.weights, a.rows, a.cols).cmp(&(&b.weights, b.rows, b.cols)));
+    Ok(out)
+}
+
+fn choice(
+    (ty, rows, cols): Shape,
+    (per_team, teams): (u32, Teams),
+    (median_us, default_us): (f64, f64),
+) -> ProductChoice {
+    ProductChoice {
+        weights: ty.name().into(),
+        rows,
+        cols,
+        rows_per_team: per_team,
+        team_width: teams.width,
+        units: teams.units,
+        steps: teams.steps,
+        median_us,
+        default_us,
+    }
+}
+
+fn describe(c: Candidate) -> String {
+    match c {
+        None => "defaults".into(),
+        Some((r, t)) => teams_name(r, t),
+    }
+}
+
+fn teams_name(rows: u32, t: Teams) -> String {
+    if t == Teams::WHOLE {
+        format!("{rows} rows a workgroup")
+    } else {
+        format!(
+            "{rows} rows a team of {}, {} units a step, {} steps",
+            t.width, t.units, t.steps
+        )
+    }
+}
+
+/// The chosen forms as a Markdown table.
+fn table(backend: &str, model: &str, chosen: &[ProductChoice]) -> String {
+    let mut s = format!(
+        "\n{backend}, {model}\n\n| weights | rows × cols | default µs | chosen | µs | gain |\n| --- | --- | --- | --- | --- | --- |\n"
+    );
+    for c in chosen {
+        let gain = c.default_us / c.median_us;
+        s.push_str(&format!(
+            "| {} | {} × {} | {:.1} | {} | {:.1} | {gain:.2}× |\n",
+            c.weights,
+            c.rows,
+            c.cols,
+            c.default_us,
+            teams_name(c.rows_per_team, c.teams()),
+            c.median_us,
+        ));
+    }
+    s
+}
