@@ -19,7 +19,9 @@
 # Environment: SCALE_REPS (default 3) repetitions of each test for both tools; SCALE_BACKENDS
 # (default cuda,vulkan) trine's backends; LCPP_BENCH (a llama-bench binary) skips the build;
 # SCALE_DEPTH (e.g. 4096) runs both tools' tests a second time with that many tokens already in
-# the KV cache (llama-bench's -d), on the layouts SCALE_DEPTH_ON names (default: every one).
+# the KV cache (llama-bench's -d), on the layouts SCALE_DEPTH_ON names (default: every one);
+# SCALE_TUNE=1 runs `xtask tune` on each file first (its tables, TUNE-NAME.md, go to OUT_DIR), so
+# that trine runs with the choices measured on this device, as `trine generate` would after it.
 set -euo pipefail
 usage() { sed -n '7p' "$0" | sed 's/^# *//' >&2; exit 2; }
 [ $# -ge 4 ] || usage
@@ -75,6 +77,10 @@ for item in "${sweep[@]}"; do
   f="$work/$name.gguf"
   echo "scale.sh: $name $(date -u +%H:%M:%S)" >&2
   synth "$layout" "$type" "$f"
+  if [ -n "${SCALE_TUNE:-}" ]; then
+    "$bin/xtask" tune --model "$f" --backends "$backends" > "$out/tune-$name.md" \
+      2> "$out/tune-$name.log" || echo "scale.sh: tune failed on $name" >&2
+  fi
   both "$f" "$name" 0
   if [ -n "$depth" ] && { [ -z "$depth_on" ] || [[ ",$depth_on," == *",$item,"* ]]; }; then
     both "$f" "$name" "$depth"

@@ -6,9 +6,13 @@
 //! decode step, and stores the fastest per shape as the device's tuning table in the cache
 //! ([`trine_llama::tuned`]), which every later executor on that device reads.
 //!
-//! A candidate replaces the default only where its median is [`MARGIN`] below the default's:
-//! differences within the spread of repeated runs would otherwise flip a choice back and
-//! forth between tunings.
+//! A candidate replaces the default only where its median is [`MARGIN`] below the default's
+//! (differences within the spread of repeated runs would otherwise flip a choice back and
+//! forth between tunings), and only where the whole decode step, recorded and replayed as
+//! `trine generate` runs it, is faster with it than without ([`STEP_MARGIN`]): a node timed
+//! alone does not overlap the one before it, as CUDA's launches do in a step, and a form that
+//! wins alone can lose there. The winners are tried one at a time, the largest gain first, each
+//! kept where the step's tokens per second rise.
 
 use crate::bench::{open, Policy, Stats};
 use std::collections::HashMap;
@@ -19,8 +23,9 @@ use std::time::Duration;
 use trine_backends::Backend;
 use trine_benches::steps::{self, Layout};
 use trine_gguf::quant::WeightType;
+use trine_llama::speed::{measure, Test};
 use trine_llama::tuned::{ProductChoice, Tuned};
-use trine_llama::Model;
+use trine_llama::{Engine, EngineOptions, Model};
 use trine_ops::matvec_q8_blocks::Teams;
 
 #[derive(clap::Args)]
@@ -48,6 +53,13 @@ pub struct Args {
 /// How much faster than the default a candidate must be to replace it.
 pub const MARGIN: f64 = 0.02;
 
+/// How much faster the decode step must get for a node's winner to be kept.
+pub const STEP_MARGIN: f64 = 0.005;
+
+/// Tokens of the decode test each step check runs, and its repetitions.
+const STEP_TOKENS: u32 = 64;
+const STEP_REPS: usize = 3;
+
 /// Rows a team takes in the candidates.
 const ROWS: [u32; 3] = [1, 2, 4];
 
@@ -71,8 +83,9 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         let info = backend.info();
         eprintln!("{name}: {} ({})", info.name, info.driver);
         let mut tuned = Tuned::empty(info);
+        let mut measured = vec![];
         for (label, model) in &models {
-            let chosen = tune_model(&backend, model, &policy)?;
+            let chosen = confirm(&backend, model, tune_model(&backend, model, &policy)?)?;
             if chosen.is_empty() {
                 println!(
                     "{name} {label}: nothing to tune: its decode step has no products on the \
@@ -81,26 +94,36 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
             } else {
                 print!("{}", table(&name, label, &chosen));
             }
-            for c in chosen {
+            for (c, verdict) in chosen {
                 tuned.products.retain(|p| !same_shape(p, &c));
-                tuned.products.push(c);
+                if verdict == Verdict::Kept {
+                    tuned.products.push(c.clone());
+                }
+                measured.push(c);
             }
         }
-        if args.dry_run || tuned.products.is_empty() {
+        if args.dry_run || measured.is_empty() {
             continue;
         }
-        // What an earlier run measured at other shapes stays.
-        if let Ok(Some(before)) = Tuned::load(info) {
-            for p in before.products {
-                if !tuned.products.iter().any(|q| same_shape(q, &p)) {
-                    tuned.products.push(p);
-                }
+        // What an earlier run chose at shapes not measured now stays.
+        let before = Tuned::load(info).ok().flatten();
+        for p in before.iter().flat_map(|b| &b.products) {
+            if !measured.iter().any(|q| same_shape(q, p)) {
+                tuned.products.push(p.clone());
             }
+        }
+        if tuned.products.is_empty() && before.is_none() {
+            println!("{name}: the defaults stand; nothing stored");
+            continue;
         }
         let path = tuned
             .store(info)
             .map_err(|e| format!("{name}: storing the tuning table: {e}"))?;
-        println!("{name}: stored {}", path.display());
+        println!(
+            "{name}: stored {} ({} shapes)",
+            path.display(),
+            tuned.products.len()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -236,6 +259,98 @@ fn tune_model(
     Ok(out)
 }
 
+/// The choices of `measured` the decode step confirms (see the module's documentation): each
+/// that differs from its default, the largest saving first, kept where the step's tokens per
+/// second rise by [`STEP_MARGIN`] over the best so far; the rest go back to their default.
+fn confirm(
+    backend: &Arc<dyn Backend>,
+    model: &Arc<Model>,
+    measured: Vec<ProductChoice>,
+) -> Result<Vec<(ProductChoice, Verdict)>, String> {
+    let info = backend.info();
+    let step = |table: &Tuned| -> Result<f64, String> {
+        let options = EngineOptions {
+            context: STEP_TOKENS + 1,
+            max_batch: 1,
+            record: true,
+            cache: None,
+        };
+        let engine = Engine::with_tuned(
+            model.clone(),
+            backend.clone(),
+            options,
+            Arc::new(table.clone()),
+        )
+        .map_err(|e| e.to_string())?;
+        let (speed, _) =
+            measure(engine, Test::Tg, (STEP_TOKENS, 0), STEP_REPS).map_err(|e| e.to_string())?;
+        Ok(speed.mean_tps)
+    };
+    let mut kept = Tuned::empty(info);
+    let mut best = step(&kept)?;
+    eprintln!("  step check: defaults {best:.1} t/s");
+    let mut order: Vec<usize> = (0..measured.len())
+        .filter(|&i| measured[i].median_us < measured[i].default_us)
+        .collect();
+    order.sort_by(|&a, &b| {
+        let saved = |c: &ProductChoice| c.default_us - c.median_us;
+        saved(&measured[b]).total_cmp(&saved(&measured[a]))
+    });
+    for i in order {
+        let mut trial = kept.clone();
+        trial.products.push(measured[i].clone());
+        let tps = step(&trial)?;
+        let c = &measured[i];
+        let keep = tps > best * (1.0 + STEP_MARGIN);
+        eprintln!(
+            "  step check: {} {} × {} as {}: {tps:.1} t/s, {}",
+            c.weights,
+            c.rows,
+            c.cols,
+            teams_name(c.rows_per_team, c.teams()),
+            if keep { "kept" } else { "not kept" }
+        );
+        if keep {
+            best = tps;
+            kept = trial;
+        }
+    }
+    Ok(measured
+        .into_iter()
+        .map(|c| {
+            let verdict = if kept.products.iter().any(|k| same_shape(k, &c)) {
+                Verdict::Kept
+            } else if c.median_us < c.default_us {
+                Verdict::StepSlower
+            } else {
+                Verdict::Default
+            };
+            (c, verdict)
+        })
+        .collect())
+}
+
+/// What became of a shape's measured winner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// No candidate beat the default alone.
+    Default,
+    /// It beat the default alone, and the step with it.
+    Kept,
+    /// It beat the default alone, but not in the step.
+    StepSlower,
+}
+
+impl Verdict {
+    fn name(self) -> &'static str {
+        match self {
+            Verdict::Default => "default",
+            Verdict::Kept => "kept",
+            Verdict::StepSlower => "not kept: the step was not faster",
+        }
+    }
+}
+
 fn choice(
     (ty, rows, cols): Shape,
     (per_team, teams): (u32, Teams),
@@ -272,21 +387,22 @@ fn teams_name(rows: u32, t: Teams) -> String {
     }
 }
 
-/// The chosen forms as a Markdown table.
-fn table(backend: &str, model: &str, chosen: &[ProductChoice]) -> String {
+/// The measured winners and what the step made of them, as a Markdown table.
+fn table(backend: &str, model: &str, chosen: &[(ProductChoice, Verdict)]) -> String {
     let mut s = format!(
-        "\n{backend}, {model}\n\n| weights | rows × cols | default µs | chosen | µs | gain |\n| --- | --- | --- | --- | --- | --- |\n"
+        "\n{backend}, {model}\n\n| weights | rows × cols | default µs | fastest alone | µs | gain | in the step |\n| --- | --- | --- | --- | --- | --- | --- |\n"
     );
-    for c in chosen {
+    for (c, verdict) in chosen {
         let gain = c.default_us / c.median_us;
         s.push_str(&format!(
-            "| {} | {} × {} | {:.1} | {} | {:.1} | {gain:.2}× |\n",
+            "| {} | {} × {} | {:.1} | {} | {:.1} | {gain:.2}× | {} |\n",
             c.weights,
             c.rows,
             c.cols,
             c.default_us,
             teams_name(c.rows_per_team, c.teams()),
             c.median_us,
+            verdict.name(),
         ));
     }
     s
