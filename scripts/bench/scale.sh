@@ -41,7 +41,8 @@ depth_on="${SCALE_DEPTH_ON:-}"
 backends="${SCALE_BACKENDS:-cuda,vulkan}"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 
-synth() { # LAYOUT TYPE FILE
+synth() { # LAYOUT TYPE FILE (one already there, made earlier in the run, is used as it is)
+  [ -s "$3" ] && return
   case "$2" in
     q4_k_m) "$bin/trine" synth-model --like "$1" --mix q4_k_m -o "$3" ;;
     q4_1) "$bin/trine" synth-model --like "$1" -o "$3" ;;
