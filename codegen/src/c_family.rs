@@ -96,6 +96,15 @@ pub(crate) fn uses_f16(k: &Kernel, info: &Info) -> bool {
         || k.buffers.iter().any(|b| b.elem == Scalar::F16)
         || k.shared.iter().any(|s| s.elem == Scalar::F16)
         || k.vars.iter().any(|v| v.ty == Scalar::F16)
+        || k.exprs.iter().any(|e| {
+            matches!(
+                e,
+                Expr::Unary {
+                    op: UnaryOp::HalfFromBits,
+                    ..
+                }
+            )
+        })
 }
 
 /// What a C dialect spells its own way.
@@ -345,6 +354,7 @@ fn unary(s: &impl Spelling, op: UnaryOp, ty: Scalar, a: &str) -> String {
                 s.intrinsic(Intrinsic::PopCount)
             )
         }
+        UnaryOp::HalfFromBits => format!("trine_h2f(trine_h_bits((unsigned short){a}))"),
     }
 }
 

@@ -360,6 +360,12 @@ pub enum UnaryOp {
     Floor,
     /// Number of set bits (integers). HIP `__popc`; SPIR-V `OpBitCount`.
     CountOnes,
+    /// The f16 whose bits are the low 16 bits of a `U32` (the high ones ignored), as `F32`:
+    /// exact for every half, subnormals, infinities and NaNs included. A block's f16 scales
+    /// come out of a word already loaded, where assembling one costs some twenty integer
+    /// operations. CUDA and HIP `__half2float(__ushort_as_half(x))`; SPIR-V GLSL.std.450
+    /// `UnpackHalf2x16`'s first component; C through `_Float16`.
+    HalfFromBits,
 }
 
 /// Binary operations. Both operands have the same type, except shifts, whose right operand is

@@ -715,15 +715,16 @@ impl Validator<'_> {
                     UnaryOp::Neg | UnaryOp::Abs => matches!(t, F32 | F16 | I32),
                     UnaryOp::Not => matches!(t, I32 | U32 | Bool),
                     UnaryOp::CountOnes => matches!(t, I32 | U32),
+                    UnaryOp::HalfFromBits => t == U32,
                     _ => matches!(t, F32 | F16),
                 };
                 if !ok {
                     return Err(mismatch(id, format!("{op:?}"), "a supported type", t));
                 }
-                if op == UnaryOp::CountOnes {
-                    U32
-                } else {
-                    t
+                match op {
+                    UnaryOp::CountOnes => U32,
+                    UnaryOp::HalfFromBits => F32,
+                    _ => t,
                 }
             }
             Expr::Binary { op, lhs, rhs } => {

@@ -216,7 +216,12 @@ fn recomputable(k: &Kernel, vars: &[VarClass], e: ExprId, memo: &mut Vec<Option<
         Expr::Literal(_) | Expr::Param(_) | Expr::Builtin(_) => true,
         Expr::Unary { op, .. } => matches!(
             op,
-            UnaryOp::Neg | UnaryOp::Not | UnaryOp::Abs | UnaryOp::Floor | UnaryOp::CountOnes
+            UnaryOp::Neg
+                | UnaryOp::Not
+                | UnaryOp::Abs
+                | UnaryOp::Floor
+                | UnaryOp::CountOnes
+                | UnaryOp::HalfFromBits
         ),
         Expr::Binary { op, .. } => !matches!(op, BinaryOp::Div | BinaryOp::Rem | BinaryOp::Pow),
         Expr::Fma { .. } | Expr::Select { .. } | Expr::Cast { .. } | Expr::Bitcast { .. } => true,

@@ -23,7 +23,7 @@ use crate::CodegenError;
 use naga::valid::{
     Capabilities, ModuleInfo, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator,
 };
-use trine_ir::{Info, Kernel, Scalar};
+use trine_ir::{Expr, Info, Kernel, Scalar, UnaryOp};
 
 /// A kernel as a validated naga module: what SPIR-V and WGSL are written from, and what the
 /// wgpu backend hands to wgpu as it is.
@@ -128,6 +128,20 @@ fn capabilities(kernel: &Kernel, info: &Info) -> Capabilities {
     let mut caps = Capabilities::IMMEDIATES;
     if uses_f16(kernel, info) {
         caps |= Capabilities::SHADER_FLOAT16;
+    }
+    // `unpack2x16float`, core in SPIR-V (GLSL.std.450) and WGSL, which naga gates for the
+    // shading languages that lack it.
+    let half_bits = |e: &Expr| {
+        matches!(
+            e,
+            Expr::Unary {
+                op: UnaryOp::HalfFromBits,
+                ..
+            }
+        )
+    };
+    if kernel.exprs.iter().any(half_bits) {
+        caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     }
     if kernel.capabilities.subgroup {
         caps |= Capabilities::SUBGROUP | Capabilities::SUBGROUP_BARRIER;

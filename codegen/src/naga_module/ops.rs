@@ -55,6 +55,13 @@ impl Lowerer<'_> {
                     count
                 };
             }
+            UnaryOp::HalfFromBits => {
+                let pair = self.math(Mf::Unpack2x16float, expr, None);
+                return self.emit(Expression::AccessIndex {
+                    base: pair,
+                    index: 0,
+                });
+            }
             UnaryOp::Abs => Mf::Abs,
             UnaryOp::Exp => Mf::Exp,
             UnaryOp::Log => Mf::Log,

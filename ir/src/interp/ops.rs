@@ -59,7 +59,7 @@ pub(crate) fn unary(op: UnaryOp, ty: Scalar, a: u32) -> u32 {
             UnaryOp::Tanh => d.tanh() as f32,
             UnaryOp::Floor => x.floor(),
             // The validator admits no other op on floats.
-            UnaryOp::Not | UnaryOp::CountOnes => x,
+            UnaryOp::Not | UnaryOp::CountOnes | UnaryOp::HalfFromBits => x,
         };
         return from_f(ty, r);
     }
@@ -69,6 +69,7 @@ pub(crate) fn unary(op: UnaryOp, ty: Scalar, a: u32) -> u32 {
         (UnaryOp::Neg, _) => (a as i32).wrapping_neg() as u32,
         (UnaryOp::Abs, _) => (a as i32).wrapping_abs() as u32,
         (UnaryOp::CountOnes, _) => a.count_ones(),
+        (UnaryOp::HalfFromBits, _) => half::f16::from_bits(a as u16).to_f32().to_bits(),
         _ => a,
     }
 }

@@ -3,7 +3,7 @@
 //! one run of consecutive elements within a sub-block: its scales, then its codes.
 
 use super::read::{byte, half};
-use super::{f16_bits_to_f32, signed_byte, Scales};
+use super::{signed_byte, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
 
@@ -82,16 +82,9 @@ pub struct IntUnits {
     pub pairs_share: bool,
 }
 
-/// The scales of sub-block `sub` of the block at byte `base` from `header`, the four words of
-/// its first 16 bytes (its f16 fields read through the weights' `F16` view where one is
-/// bound, as [`SubScales`] reads them).
-pub type HeaderScales = for<'b> fn(
-    &'b KernelBuilder,
-    &[Val<'b>; 4],
-    (Bytes, Option<BufferId>),
-    Val<'b>,
-    Val<'b>,
-) -> Scales<'b>;
+/// The scales of sub-block `sub` of a block from `header`, the four words of its first 16
+/// bytes: nothing more is read.
+pub type HeaderScales = for<'b> fn(&'b KernelBuilder, &[Val<'b>; 4], Val<'b>) -> Scales<'b>;
 
 /// The codes of nibble words in a unit: the low nibbles of `words`' bytes, or the high ones.
 pub(super) fn nibble_words<'b>(
@@ -196,13 +189,12 @@ pub(super) fn k_scales<'b>(
 }
 
 /// [`k_scales`] from the block's first 16 bytes as words ([`HeaderScales`]): d and dmin in
-/// the first, the twelve bytes of scales in the other three. d and dmin come through the
-/// `F16` view where bound, else from the first word's halves.
+/// the first, the twelve bytes of scales in the other three. d and dmin are converted from the
+/// first word's halves natively ([`Val::half_from_bits`]), where reading them through the f16
+/// view would load them again.
 pub(super) fn k_header_scales<'b>(
     k: &'b KernelBuilder,
     header: &[Val<'b>; 4],
-    (src, view): (Bytes, Option<BufferId>),
-    base: Val<'b>,
     sub: Val<'b>,
 ) -> Scales<'b> {
     let byte = |i: Val<'b>| {
@@ -214,16 +206,10 @@ pub(super) fn k_header_scales<'b>(
         (word >> ((i & k.u32(3)) * k.u32(8))) & k.u32(255)
     };
     let (sc, mn) = k_scale_min(k, byte, sub);
-    let (d, dmin) = match view {
-        Some(_) => (
-            half(k, (src, view), base),
-            half(k, (src, view), base + k.u32(2)),
-        ),
-        None => (
-            f16_bits_to_f32(k, header[0] & k.u32(0xffff)),
-            f16_bits_to_f32(k, header[0] >> k.u32(16)),
-        ),
-    };
+    let (d, dmin) = (
+        header[0].half_from_bits(),
+        (header[0] >> k.u32(16)).half_from_bits(),
+    );
     k_steps((d, dmin), (sc, mn))
 }
 

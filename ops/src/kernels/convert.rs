@@ -1,4 +1,5 @@
-//! f32 ↔ f16 conversion, one element per invocation.
+//! f32 ↔ f16 conversion, one element per invocation; and f16 bits held in words converted
+//! ([`trine_ir::UnaryOp::HalfFromBits`]), every one of the 65,536.
 
 use crate::case::*;
 use half::f16;
@@ -50,5 +51,42 @@ pub fn cases() -> Vec<Case> {
         h.iter().map(|v| v.to_f64()).collect(),
     )
     .params(vec![ParamValue::U32(n)]);
-    vec![to_half, to_single]
+    vec![to_half, to_single, from_bits()]
+}
+
+/// Each word's low half, then its high half shifted down, as f16 bits converted to f32.
+pub fn bits_kernel() -> Kernel {
+    let k = KernelBuilder::new("convert_f16_bits", [WG, 1, 1]);
+    let src = k.buffer("src", Scalar::U32, Access::Read);
+    let dst = k.buffer("dst", Scalar::F32, Access::Write);
+    let n = k.param("n", Scalar::U32);
+    let i = k.global_id(0);
+    k.if_(i.lt(n), || {
+        let w = k.load(src, i);
+        k.store(dst, i * k.u32(2), w.half_from_bits());
+        k.store(
+            dst,
+            i * k.u32(2) + k.u32(1),
+            (w >> k.u32(16)).half_from_bits(),
+        );
+    });
+    k.finish()
+}
+
+/// Every f16 bit pattern, two a word (so that the low one's conversion sees high bits set).
+fn from_bits() -> Case {
+    let words: Vec<u32> = (0..=u16::MAX)
+        .step_by(2)
+        .map(|p| u32::from(p) | (u32::from(p + 1) << 16))
+        .collect();
+    let want: Vec<f64> = (0..=u16::MAX).map(|p| f16::from_bits(p).to_f64()).collect();
+    let n = words.len() as u32;
+    Case::new(
+        format!("convert/f16 bits->f32/n={n}"),
+        bits_kernel(),
+        [n.div_ceil(WG), 1, 1],
+    )
+    .input("src", Scalar::U32, u32_bytes(&words))
+    .output("dst", Scalar::F32, vec![0; 2 * n as usize * 4], want)
+    .params(vec![ParamValue::U32(n)])
 }

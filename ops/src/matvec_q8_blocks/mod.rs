@@ -382,7 +382,7 @@ pub(crate) fn unit_sums<'b>(
                 let src = (Bytes::Words(w), w16);
                 let sub = first / k.u32(p.sub);
                 let scales = match (units.header, header) {
-                    (Some(from), Some(words)) => from(k, words, src, *base, sub),
+                    (Some(from), Some(words)) => from(k, words, sub),
                     _ => (p.scales)(k, src, *base, sub),
                 };
                 sum = (scales.d * dx).fma(dot.cast(Scalar::F32), sum);
