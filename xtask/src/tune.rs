@@ -240,19 +240,12 @@ fn tune_model(
         .into_iter()
         .filter_map(|(shape, runs)| {
             let median = |s: &[Duration]| Stats::of(s).map(|st| st.median_us);
-            let default_us = runs
+            let medians: Vec<(Candidate, f64)> = runs
                 .iter()
-                .find(|(c, _)| c.is_none())
-                .and_then(|(_, s)| median(s))?;
-            let default = defaults[&shape];
-            let (best, best_us) = runs
-                .iter()
-                .filter_map(|(c, s)| Some(((*c)?, median(s)?)))
-                .filter(|&(c, _)| c != default)
-                .min_by(|a, b| a.1.total_cmp(&b.1))
-                .filter(|&(_, us)| us < default_us * (1.0 - MARGIN))
-                .unwrap_or((default, default_us));
-            Some(choice(shape, best, (best_us, default_us)))
+                .filter_map(|(c, s)| Some((*c, median(s)?)))
+                .collect();
+            let (best, times) = fastest(&medians, defaults[&shape])?;
+            Some(choice(shape, best, times))
         })
         .collect();
     out.sort_by(|a, b| (&a.weights, a.rows, a.cols).cmp(&(&b.weights, b.rows, b.cols)));
@@ -351,6 +344,25 @@ impl Verdict {
     }
 }
 
+/// The form a shape takes from its candidates' medians (µs; `None` is the defaults' run, whose
+/// form is `default`): the fastest form other than the default's where it is [`MARGIN`] below
+/// the default's median, else the default; with its median and the default's. `None` where
+/// the defaults' run has no time.
+fn fastest(
+    medians: &[(Candidate, f64)],
+    default: (u32, Teams),
+) -> Option<((u32, Teams), (f64, f64))> {
+    let default_us = medians.iter().find(|(c, _)| c.is_none())?.1;
+    let (best, best_us) = medians
+        .iter()
+        .filter_map(|&(c, us)| Some((c?, us)))
+        .filter(|&(c, _)| c != default)
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .filter(|&(_, us)| us < default_us * (1.0 - MARGIN))
+        .unwrap_or((default, default_us));
+    Some((best, (best_us, default_us)))
+}
+
 fn choice(
     (ty, rows, cols): Shape,
     (per_team, teams): (u32, Teams),
@@ -406,4 +418,27 @@ fn table(backend: &str, model: &str, chosen: &[(ProductChoice, Verdict)]) -> Str
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_form_replaces_the_default_only_past_the_margin() {
+        let default = (2, Teams::WHOLE);
+        let pairs = (1, Teams::pairs(1));
+        let four = (4, Teams::pairs(2));
+        // 3% faster than the default's 100 µs: taken.
+        let m = [(None, 100.0), (Some(pairs), 97.0), (Some(four), 99.0)];
+        assert_eq!(fastest(&m, default), Some((pairs, (97.0, 100.0))));
+        // 1% faster: within the margin, the default stays with its own time.
+        let m = [(None, 100.0), (Some(pairs), 99.0)];
+        assert_eq!(fastest(&m, default), Some((default, (100.0, 100.0))));
+        // The default's own form given as a candidate is not a rival to itself.
+        let m = [(None, 100.0), (Some(default), 90.0), (Some(four), 99.5)];
+        assert_eq!(fastest(&m, default), Some((default, (100.0, 100.0))));
+        // No defaults' run, no choice.
+        assert_eq!(fastest(&[(Some(pairs), 50.0)], default), None);
+    }
 }
