@@ -10,7 +10,9 @@
 
 use super::config::Config;
 use super::error::ModelError;
-use super::graph::{AttentionForm, Form, Load, Node, Op, QuantizeFrom, Step, Store, Tensor};
+use super::graph::{
+    AttentionForm, Form, Load, Node, Op, QuantizeFrom, RowPart, Step, Store, Tensor,
+};
 use super::tuning;
 use super::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
@@ -80,6 +82,18 @@ impl Offer {
     /// CPU, prompt steps on a GPU.
     fn quantizes_x(self, tokens: u32) -> bool {
         !self.gpu || tokens > 1
+    }
+}
+
+/// The parts a widened product takes its weight's rows in: two halves of a gate/up product
+/// (SwiGLU of row pairs, whole pairs to each half), a model's widest, so that the f16 copy
+/// ([`Tensor::Wide`]) holds half of it and no more than the down projection's; one for the
+/// rest.
+pub fn widened_parts(rows: u32, store: Store) -> u32 {
+    if store == Store::Swiglu && rows.is_multiple_of(4) {
+        2
+    } else {
+        1
     }
 }
 
@@ -221,11 +235,6 @@ pub fn fuse(
                         });
                         halved = Some(x);
                     }
-                    out.push(Node {
-                        op: Op::Widen { w: id, rows, cols },
-                        label: "widen",
-                        layer: node.layer,
-                    });
                     Tensor::XHalf
                 } else {
                     x
@@ -259,7 +268,7 @@ pub fn fuse(
                 if matches!(quantized_x, Some(Op::Quantize { x, .. }) if x == y) {
                     quantized_x = None;
                 }
-                out.push(Node {
+                let product = |rows, part| Node {
                     op: Op::Product {
                         w: id,
                         rows,
@@ -269,9 +278,32 @@ pub fn fuse(
                         load,
                         store,
                         form,
+                        part,
                     },
                     ..node
-                });
+                };
+                if form == Form::Widened {
+                    // Each part widened, then multiplied: the f16 copy holds one part.
+                    let parts = widened_parts(rows, store);
+                    let (cols, per) = (w.tensors[id].cols, rows / parts);
+                    for i in 0..parts {
+                        let first = i * per;
+                        out.push(Node {
+                            op: Op::Widen {
+                                w: id,
+                                rows: per,
+                                cols,
+                                first,
+                            },
+                            label: "widen",
+                            layer: node.layer,
+                        });
+                        let part = (parts > 1).then_some(RowPart { first, total: rows });
+                        out.push(product(per, part));
+                    }
+                } else {
+                    out.push(product(rows, None));
+                }
             }
             // Unfolded by the product before it (which takes quantized x), SwiGLU folds into
             // the quantizer of the product after it where that one takes quantized x: the

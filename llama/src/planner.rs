@@ -162,6 +162,8 @@ pub struct TilesKey {
     pub depth: u32,
     /// x stored as f16 ([`matmul_tiles::TilesSpec::half_x`]).
     pub half_x: bool,
+    /// A part of a taller product's rows ([`matmul_tiles::TilesSpec::part`]).
+    pub part: bool,
 }
 
 /// How a compiled variant is launched: what its dispatch's grid, parameters and bindings
@@ -363,6 +365,7 @@ impl KernelKey {
                 load,
                 store,
                 form,
+                part,
                 ..
             } => {
                 let t = &w.tensors[id];
@@ -421,6 +424,7 @@ impl KernelKey {
                         block: matmul_tiles::BlockSize::for_product(rows, tokens, s.small_tiles),
                         depth: matmul_tiles::TilesSpec::depth_for(t.cols),
                         half_x: form == Form::Widened,
+                        part: part.is_some(),
                     }),
                 }
             }
@@ -781,6 +785,7 @@ pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
         half_x: key.half_x,
         group: false,
         swiglu: key.swiglu,
+        part: key.part,
     };
     let spec = if info.async_copy { spec.copied() } else { spec };
     if info.group_mma {
@@ -818,6 +823,7 @@ mod tests {
             block: matmul_tiles::BlockSize::for_product(4096, 512, false),
             depth: 2,
             half_x: false,
+            part: false,
         };
         let key = KernelKey::MatmulTiles(fields);
         for (tiles, group, count) in [(true, true, 4), (true, false, 3), (false, false, 1)] {

@@ -57,8 +57,9 @@ pub fn check(ty: WeightType, rows: u32, cols: u32) -> Result<BlockFormat, ShapeE
 /// [`WG`] consecutive runs at a time, decode each into shared memory, then write the runs'
 /// elements out with consecutive invocations on consecutive elements (an invocation writing
 /// its own run touched a 32-byte span per element it stored). Buffers `w` (its bytes: words
-/// for a packed format's decoder, bytes for a flat one's), `out` (f16, `rows × cols`);
-/// parameters rows, cols; grid [`grid`].
+/// for a packed format's decoder, bytes for a flat one's), `out` (f16, `rows × cols`: W's
+/// rows `first..first + rows`, so that a large W can be widened a part at a time);
+/// parameters rows, cols, first; grid [`grid`].
 pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
     let f = BlockFormat::require(OP, ty)?;
     let k = KernelBuilder::new(&format!("{OP}_{ty}"), [WG, 1, 1]);
@@ -67,6 +68,7 @@ pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
     let stage = k.shared("stage", Scalar::F16, WG * STAGED_RUN);
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
+    let first_row = k.param("first", Scalar::U32);
     let row = k.workgroup_id(0);
     let lid = k.local_index();
     let runs = cols / k.u32(RUN);
@@ -76,7 +78,7 @@ pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
         k.if_(run.lt(runs) & row.lt(rows), || {
             let col = run * k.u32(RUN);
             let qk = k.u32(f.elems());
-            let base = (row * (cols / qk) + col / qk) * k.u32(f.bytes());
+            let base = ((first_row + row) * (cols / qk) + col / qk) * k.u32(f.bytes());
             for (i, v) in decode(&k, f, w, base, col % qk).into_iter().enumerate() {
                 let at = lid * k.u32(STAGED_RUN) + k.u32(i as u32);
                 k.store_shared(stage, at, v.cast(Scalar::F16));
@@ -175,25 +177,45 @@ pub fn reference(ty: WeightType, w: &[u8], rows: u32, cols: u32) -> Result<Vec<f
         .collect())
 }
 
-/// A case: W of `ty` with values in ±`scale`, `rows × cols` (cols whole blocks).
-pub fn case(ty: WeightType, (rows, cols): (u32, u32), scale: f32) -> Result<Case, ShapeError> {
+/// A case: W of `ty` with values in ±`scale`, `rows × cols` (cols whole blocks), its rows
+/// from `first` on widened (all of them for 0).
+pub fn case(
+    ty: WeightType,
+    (rows, cols): (u32, u32),
+    scale: f32,
+    first: u32,
+) -> Result<Case, ShapeError> {
     check(ty, rows, cols)?;
+    if first >= rows {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: format!("the first row widened, {first}, of {rows}"),
+        });
+    }
     let mut rng = Rng::new(u64::from(rows * 31 + cols) + ty.name().len() as u64 * 977);
     let x = rng.f32s(rows as usize * cols as usize, -scale, scale);
     let w = quantize(ty, &x).map_err(|e| ShapeError::Unsupported {
         op: OP,
         what: e.to_string(),
     })?;
-    let want = reference(ty, &w, rows, cols)?;
+    let want = reference(ty, &w, rows, cols)?.split_off((first * cols) as usize);
     let elem = weights_elem(BlockFormat::require(OP, ty)?);
     let mut name = format!("{OP}/{ty}/{rows}x{cols}");
     if scale < 1.0 {
         name.push_str("/tiny");
     }
-    Ok(Case::new(name, kernel(ty)?, grid(rows))
+    if first > 0 {
+        name.push_str(&format!("/from{first}"));
+    }
+    let widened = rows - first;
+    Ok(Case::new(name, kernel(ty)?, grid(widened))
         .input("w", elem, blocks::pad_to_words(w))
         .output("out", Scalar::F16, vec![0; want.len() * 2], want)
-        .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)])
+        .params(vec![
+            ParamValue::U32(widened),
+            ParamValue::U32(cols),
+            ParamValue::U32(first),
+        ])
         .bound(NMSE_EXACT))
 }
 
@@ -221,8 +243,9 @@ pub fn cases() -> Vec<Case> {
     for f in BlockFormat::ALL {
         let ty = f.ty();
         let wide = blocks::whole_blocks(ty, WG * RUN + 1);
-        v.push(case(ty, (3, wide), 1.0));
-        v.push(case(ty, (2, f.elems()), 1e-4));
+        v.push(case(ty, (3, wide), 1.0, 0));
+        v.push(case(ty, (2, f.elems()), 1e-4, 0));
+        v.push(case(ty, (4, f.elems()), 1.0, 2));
     }
     v.into_iter()
         .map(|c| c.expect("the listed shapes are valid"))

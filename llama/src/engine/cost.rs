@@ -117,6 +117,14 @@ impl Engine {
                 let chosen = u64::from(c.experts_used()) * rows;
                 self.bytes(t) * chosen.min(u64::from(e)) / u64::from(e)
             }
+            // A part of a weight widened reads its rows.
+            Tensor::Weight(id) if matches!(node.op, Op::Widen { .. }) => {
+                let Op::Widen { rows: part, .. } = node.op else {
+                    unreachable!("matched above")
+                };
+                let all = u64::from(self.model.weights.tensors[id].rows);
+                self.bytes(t) * u64::from(part) / all
+            }
             Tensor::Weight(_)
             | Tensor::Interleaved(_)
             | Tensor::Grouped(_)
@@ -133,7 +141,15 @@ impl Engine {
             }
             Tensor::Resid(_) | Tensor::Last | Tensor::Normed => f32s(c.n_embd),
             Tensor::QRot | Tensor::Combined => f32s(c.q_dim()),
-            Tensor::Act => f32s(c.n_ff),
+            // A part of the gate/up product writes its share of the activations.
+            Tensor::Act => match node.op {
+                Op::Product {
+                    rows,
+                    part: Some(p),
+                    ..
+                } => f32s(c.n_ff) * u64::from(rows) / u64::from(p.total),
+                _ => f32s(c.n_ff),
+            },
             Tensor::Route | Tensor::RouteWeights => f32s(c.experts_used()),
             Tensor::RouteCounts => u64::from(c.experts.map_or(0, |e| e.count)) * 4,
             Tensor::RouteLists => f32s(c.experts.map_or(0, |e| e.count)),
@@ -153,9 +169,8 @@ impl Engine {
             // The weight's rows, widened.
             Tensor::Wide => match node.op {
                 Op::Widen { rows, cols, .. } => u64::from(rows) * u64::from(cols) * 2,
-                Op::Product { w, .. } => {
-                    let t = &self.model.weights.tensors[w];
-                    u64::from(t.rows) * u64::from(t.cols) * 2
+                Op::Product { w, rows, .. } => {
+                    u64::from(rows) * u64::from(self.model.weights.tensors[w].cols) * 2
                 }
                 _ => 0,
             },

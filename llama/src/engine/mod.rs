@@ -76,6 +76,8 @@ pub struct Engine {
     shape: KernelShape,
     /// The choices measured on the primary device, over the tuning table's defaults.
     tuned: Arc<Tuned>,
+    /// Bytes of [`Tensor::Wide`]: the largest weight part a step widens.
+    wide_bytes: u64,
     options: EngineOptions,
     tensors: HashMap<Tensor, Resident>,
     /// What the fusion pass builds the nodes for: the primary device's offer, or the checked
@@ -190,9 +192,14 @@ impl Engine {
         let mut keys: Vec<KernelKey> = vec![];
         // The largest weight each key's kernels bind, which a device may not bind whole.
         let mut binds: HashMap<KernelKey, u64> = HashMap::new();
+        // The f16 copy holds the largest part any step widens.
+        let mut wide_bytes = 0u64;
         for tokens in 1..=options.max_batch {
             let step = Step { tokens, pos: 0 };
             for n in graph(&model, step, offer)? {
+                if let Op::Widen { rows, cols, .. } = n.op {
+                    wide_bytes = wide_bytes.max(2 * u64::from(rows) * u64::from(cols));
+                }
                 let key = KernelKey::of(&n.op, &model.weights, shape, &tuned);
                 let weight = match n.op {
                     Op::Product { w, .. } | Op::Embed { table: w, .. } => {
@@ -213,6 +220,7 @@ impl Engine {
             placement,
             shape,
             tuned,
+            wide_bytes,
             options,
             tensors: HashMap::new(),
             offer,

@@ -69,6 +69,7 @@ impl Engine {
                 load,
                 store,
                 form,
+                part,
             } => {
                 let key = KernelKey::of(&node.op, w, self.shape, &self.tuned);
                 let placed = self.placement.programs[&key];
@@ -145,12 +146,13 @@ impl Engine {
                         };
                         let mut inputs = vec![weights, x];
                         inputs.extend(add);
-                        plan(
-                            inputs,
-                            &[y],
-                            spec.params(rows, wt.cols, tokens),
-                            spec.grid(rows, tokens),
-                        )
+                        let params = match part {
+                            Some(p) => {
+                                spec.part_params((rows, wt.cols, tokens), (p.total, p.first))
+                            }
+                            None => spec.params(rows, wt.cols, tokens),
+                        };
+                        plan(inputs, &[y], params, spec.grid(rows, tokens))
                     }
                     (form, launch) => unreachable!("a {form:?} product launched as {launch:?}"),
                 }
@@ -314,13 +316,18 @@ impl Engine {
                 vec![u(tokens), u(cols)],
                 widen::x_grid(tokens),
             ),
-            Op::Widen { w: wid, rows, cols } => {
+            Op::Widen {
+                w: wid,
+                rows,
+                cols,
+                first,
+            } => {
                 let key = KernelKey::of(&node.op, w, self.shape, &self.tuned);
                 let info = self.dev(self.placement.programs[&key].device).info();
                 plan(
                     vec![self.staged_weights(info, wid)],
                     &[Tensor::Wide],
-                    vec![u(rows), u(cols)],
+                    vec![u(rows), u(cols), u(first)],
                     widen::grid(rows),
                 )
             }

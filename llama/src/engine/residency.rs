@@ -203,13 +203,8 @@ impl Engine {
                 f32s(b * widest_input(c) / u64::from(matvec_q8::X_BLOCK))
             }
             Tensor::XHalf => (2 * b * widest_input(c)).next_multiple_of(4),
-            // The largest of a layer's products, in f16.
-            Tensor::Wide => {
-                let router = c.experts.map_or(0, |e| e.count);
-                let taller = (2 * c.n_ff).max(c.q_dim() + 2 * c.kv_dim()).max(router);
-                let wider = c.n_ff.max(c.q_dim());
-                2 * u64::from(taller.max(wider)) * u64::from(c.n_embd)
-            }
+            // The largest part a step widens (the gate/up product's half, where it is one).
+            Tensor::Wide => self.wide_bytes.max(4),
         }
     }
 

@@ -75,6 +75,7 @@ impl<'a> Builder<'a> {
             load: Load::None,
             store: Store::None,
             form: Form::Float,
+            part: None,
         };
         self.push(op, label);
     }
@@ -221,6 +222,7 @@ impl<'a> Builder<'a> {
             load: Load::None,
             store: Store::None,
             form: Form::Float,
+            part: None,
         };
         self.push(op, "output");
         self.push(Op::Argmax, "argmax");

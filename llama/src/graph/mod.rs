@@ -225,6 +225,16 @@ impl AttentionForm {
     }
 }
 
+/// A product over part of its weight's rows: W's rows `first..first + rows` (the product's
+/// own `rows`) are y's rows `first..` of a product of `total` rows (before a SwiGLU store
+/// halves them). The executor runs its widest widened weight in halves this way, so that the
+/// f16 copy ([`Tensor::Wide`]) holds half of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RowPart {
+    pub first: u32,
+    pub total: u32,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Op {
     /// Rows of the embedding table for the step's ids, multiplied by `scale` where given, into
@@ -247,6 +257,8 @@ pub enum Op {
         load: Load,
         store: Store,
         form: Form,
+        /// Where the product is a part of W's rows (`rows` of them): which, and y's rows.
+        part: Option<RowPart>,
     },
     /// Rope (`mode`) on the q and k heads of [`Tensor::Raw`] (the QKV product of `heads`)
     /// into [`Tensor::QRot`], k and v stored in the layer's caches.
@@ -299,8 +311,14 @@ pub enum Op {
     },
     /// `tokens` rows of `x` (`cols` wide) rounded to f16 into [`Tensor::XHalf`].
     HalfX { x: Tensor, cols: u32, tokens: u32 },
-    /// Weight `w` (`rows × cols`) dequantised to f16 rows into [`Tensor::Wide`].
-    Widen { w: WeightId, rows: u32, cols: u32 },
+    /// Weight `w`'s rows `first..first + rows` (`cols` wide) dequantised to f16 rows into
+    /// [`Tensor::Wide`].
+    Widen {
+        w: WeightId,
+        rows: u32,
+        cols: u32,
+        first: u32,
+    },
     /// A mixture-of-experts layer's routing ([`trine_ops::moe_route`]) from the router's
     /// logits in [`Tensor::Raw`]: the chosen experts into [`Tensor::Route`], their weights
     /// into [`Tensor::RouteWeights`].
@@ -360,13 +378,22 @@ impl Node {
         let part = |splits: u32| c.n_head * splits * (c.head_dim() + 2);
         match self.op {
             Op::Embed { .. } => rows(Tensor::Resid(0), c.n_embd),
+            // A part's y is whole after the last part, and compared then.
+            Op::Product {
+                part: Some(p),
+                rows,
+                y,
+                ..
+            } if p.first + rows < p.total => (y, 0..0),
             Op::Product {
                 rows,
                 y,
                 tokens,
                 store,
+                part,
                 ..
             } => {
+                let rows = part.map_or(rows, |p| p.total);
                 let n = match store {
                     Store::Swiglu => rows / 2,
                     Store::Rope { .. } => c.q_dim(),

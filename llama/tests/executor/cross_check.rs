@@ -5,7 +5,7 @@ use crate::common::*;
 use std::sync::Arc;
 use trine_backends::Backend;
 use trine_gguf::synth::SynthShape;
-use trine_llama::graph::{Form, Op, Tensor};
+use trine_llama::graph::{Form, Op, Step, Tensor};
 use trine_llama::{Engine, ModelError, Session};
 use trine_ops::kv_type::KvType;
 
@@ -151,11 +151,31 @@ fn a_cpu_checks_a_gpus_prompts_on_widened_weights() {
     let half_x = |op: &Op| matches!(op, Op::HalfX { .. });
     let layers = SynthShape::TINY.n_layer as usize;
     // Four products per layer, each with its weight widened and its x rounded (each reads
-    // an x written since the product before it).
-    assert_eq!(count(5, widened), 4 * layers);
-    assert_eq!(count(5, widen), 4 * layers);
+    // an x written since the product before it); the gate/up product in two halves, each
+    // widened before it, so that the f16 copy holds half of the widest weight.
+    assert_eq!(count(5, widened), 5 * layers);
+    assert_eq!(count(5, widen), 5 * layers);
     assert_eq!(count(5, half_x), 4 * layers);
     assert_eq!(count(1, widen), 0);
+    let c = &main.model().config;
+    let halves: Vec<_> = main
+        .graph(Step { tokens: 5, pos: 0 })
+        .unwrap()
+        .into_iter()
+        .filter_map(|n| match n.op {
+            Op::Product {
+                part: Some(p),
+                rows,
+                ..
+            } => Some((p.first, rows, p.total)),
+            _ => None,
+        })
+        .collect();
+    let half = c.n_ff;
+    assert_eq!(halves.len(), 2 * layers);
+    for pair in halves.chunks(2) {
+        assert_eq!(pair, [(0, half, 2 * half), (half, half, 2 * half)]);
+    }
     let checker = main.checker(cpu()).unwrap();
     agree("cpu checking a gpu widening its weights", main, checker);
 }

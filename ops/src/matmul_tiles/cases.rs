@@ -80,6 +80,7 @@ fn case_spec(
         half_x: xf == Float::F16,
         group: false,
         swiglu,
+        part: false,
     }
 }
 
@@ -186,6 +187,67 @@ fn build_case(
         .fallback_on(kernel(fallback)?, fallback.grid(rows, tokens)))
 }
 
+/// A [`TilesSpec::part`] case: W's rows `first..first + rows` of a `y_rows`-row product of
+/// f16 weights and f16 x (the executor's widened halves), copied asynchronously, SwiGLU of the
+/// row pairs where `swiglu`; y's other rows stay as they were (zero).
+pub fn part_case(
+    (y_rows, cols, tokens): (u32, u32, u32),
+    (first, rows): (u32, u32),
+    swiglu: bool,
+) -> Result<Case, ShapeError> {
+    check(y_rows, cols, tokens)?;
+    let pairs_split = swiglu && !(first.is_multiple_of(2) && rows.is_multiple_of(2));
+    if first + rows > y_rows || pairs_split {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: format!("rows {first}..{} of {y_rows} as a part", first + rows),
+        });
+    }
+    let name = format!(
+        "{OP}/f16xf16/{y_rows}x{cols}/t{tokens}{}/rows{first}+{rows}",
+        if swiglu { "+swiglu" } else { "" }
+    );
+    let mut rng = Rng::new(crate::support::seed(&name));
+    let (r, c, t) = (y_rows as usize, cols as usize, tokens as usize);
+    let ty = WeightType::F16;
+    let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
+    let x = rng.f32s(t * c, -1.0, 1.0);
+    let full = reference(ty, &w, &x, None, (y_rows, cols, tokens))?;
+    let (lo, hi) = (first as usize, (first + rows) as usize);
+    let width = if swiglu { r / 2 } else { r };
+    let mut want = vec![0.0; t * width];
+    for (tok, row) in full.chunks(r).enumerate() {
+        for n in lo..hi {
+            if !swiglu {
+                want[tok * width + n] = row[n];
+            } else if n % 2 == 0 {
+                want[tok * width + n / 2] = crate::elementwise::silu(row[n]) * row[n + 1];
+            }
+        }
+    }
+    let spec = TilesSpec {
+        part: true,
+        ..case_spec(
+            ty,
+            cols,
+            (false, swiglu),
+            (BlockSize::for_product(rows, tokens, false), Float::F16),
+        )
+    };
+    // The scalar variant is what a device without tiles (a CPU checking a GPU) runs.
+    let (fallback, spec) = (spec.scalar(), spec.copied());
+    let part_w = w[lo * c * 2..hi * c * 2].to_vec();
+    let x_bytes = f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>());
+    let params = spec.part_params((rows, cols, tokens), (y_rows, first));
+    Ok(Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
+        .input("w", weights_elem(ty), blocks::pad_to_words(part_w))
+        .input("x", Scalar::F16, x_bytes)
+        .output("y", Scalar::F32, vec![0; t * width * 4], want)
+        .params(params)
+        .bound(NMSE)
+        .fallback_on(kernel(fallback)?, fallback.grid(rows, tokens)))
+}
+
 /// Every weight type at a shape of one block and a partial one (tokens and rows past a
 /// block), with and without the residual, in steps of one block of K and of two; SmolLM2's
 /// QKV product over a 70-token prompt; SwiGLU of the row pairs.
@@ -202,6 +264,12 @@ pub fn cases() -> Vec<Case> {
     out.push(swiglu_case(WeightType::Q4_1, (72, 96, 70)));
     out.push(swiglu_case(WeightType::F16, (64, 64, 20)));
     out.push(swiglu_case(WeightType::Q4_1, (3072, 576, 40)));
+    // Parts of a taller product, as the executor runs its widest widened weight: each half of
+    // a gate/up's pairs, and a part of plain rows past a block.
+    for first in [0, 72] {
+        out.push(part_case((144, 128, 70), (first, 72), true));
+    }
+    out.push(part_case((200, 64, 20), (64, 100), false));
     // Steps of two blocks, two of them, rows past a block.
     out.push(case(WeightType::F16, (80, 128, 24), false));
     out.push(case(WeightType::Q8_0, (576, 1536, 33), true));

@@ -16,6 +16,8 @@ pub(crate) struct Io<'b> {
     rows: Val<'b>,
     pub cols: Val<'b>,
     tokens: Val<'b>,
+    /// y's rows per token and the first of them this product writes ([`TilesSpec::part`]).
+    part: Option<(Val<'b>, Val<'b>)>,
     t0: Val<'b>,
     r0: Val<'b>,
 }
@@ -27,14 +29,24 @@ impl<'b> Io<'b> {
         let x = k.buffer("x", Self::x_float(spec).scalar(), Access::Read);
         let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
         let y = k.buffer("y", Scalar::F32, Access::Write);
+        let rows = k.param("rows", Scalar::U32);
+        let cols = k.param("cols", Scalar::U32);
+        let tokens = k.param("tokens", Scalar::U32);
+        let part = spec.part.then(|| {
+            (
+                k.param("y_rows", Scalar::U32),
+                k.param("first", Scalar::U32),
+            )
+        });
         Io {
             x,
             w,
             add,
             y,
-            rows: k.param("rows", Scalar::U32),
-            cols: k.param("cols", Scalar::U32),
-            tokens: k.param("tokens", Scalar::U32),
+            rows,
+            cols,
+            tokens,
+            part,
             t0: k.workgroup_id(1) * k.u32(bm),
             r0: k.workgroup_id(0) * k.u32(bn),
         }
@@ -79,6 +91,7 @@ impl<'b> Io<'b> {
             swiglu: spec.swiglu,
             origin: (self.t0, self.r0),
             ends: (self.tokens, self.rows),
+            part: self.part,
         }
     }
 }
@@ -91,6 +104,8 @@ pub(crate) struct Output<'b> {
     pub(super) swiglu: bool,
     origin: (Val<'b>, Val<'b>),
     ends: (Val<'b>, Val<'b>),
+    /// y's rows per token and the row this product's first row is, where it is a part.
+    part: Option<(Val<'b>, Val<'b>)>,
 }
 
 impl<'b> Output<'b> {
@@ -106,7 +121,10 @@ impl<'b> Output<'b> {
         k.if_(
             tok.lt(self.ends.0) & (row + k.u32(1)).lt(self.ends.1),
             || {
-                let half = self.ends.1 / k.u32(2);
+                let (half, row) = match self.part {
+                    Some((y_rows, first)) => (y_rows / k.u32(2), first + row),
+                    None => (self.ends.1 / k.u32(2), row),
+                };
                 let v = crate::elementwise::silu_ir(k, gate) * up;
                 k.store(self.y, tok * half + row / k.u32(2), v);
             },
@@ -145,7 +163,10 @@ impl<'b> Output<'b> {
     pub(super) fn write(&self, k: &'b KernelBuilder, (t, n): (Val<'b>, Val<'b>), v: Val<'b>) {
         let (tok, row) = (self.origin.0 + t, self.origin.1 + n);
         k.if_(tok.lt(self.ends.0) & row.lt(self.ends.1), || {
-            let at = tok * self.ends.1 + row;
+            let at = match self.part {
+                Some((y_rows, first)) => tok * y_rows + first + row,
+                None => tok * self.ends.1 + row,
+            };
             let v = match self.add {
                 Some(a) => v + k.load(a, at),
                 None => v,

@@ -94,6 +94,11 @@ pub struct TilesSpec {
     /// Warpgroup products ([`crate::matmul_group`]) instead of the subgroups' tiles, where
     /// the rest of the spec allows them ([`TilesSpec::grouped`]: the large block).
     pub group: bool,
+    /// The product is a part of a taller one: its rows are y's rows from parameter `first` on,
+    /// of `y_rows` (before SwiGLU halves them), so that a large matrix runs a part at a time
+    /// (the executor widens its largest weight in halves). Parameters after tokens: y_rows,
+    /// first ([`TilesSpec::part_params`]).
+    pub part: bool,
 }
 
 impl TilesSpec {
@@ -179,11 +184,12 @@ impl TilesSpec {
     /// width (or scalar), copies and depth.
     pub fn name(&self) -> String {
         format!(
-            "matmul_tiles_{}{}{}{}{}{}{}{}_d{}",
+            "matmul_tiles_{}{}{}{}{}{}{}{}{}_d{}",
             if self.half_x { "f16x" } else { "" },
             self.weights.name(),
             if self.add { "_add" } else { "" },
             if self.swiglu { "_swiglu" } else { "" },
+            if self.part { "_part" } else { "" },
             self.block.name(),
             match self.tiles {
                 Some(w) => format!("_sg{w}"),
@@ -213,6 +219,18 @@ impl TilesSpec {
             ParamValue::U32(cols),
             ParamValue::U32(tokens),
         ]
+    }
+
+    /// Parameters of a [`TilesSpec::part`] product of `rows` rows from y's row `first` of
+    /// `y_rows`: rows, cols, tokens, y_rows, first.
+    pub fn part_params(
+        &self,
+        (rows, cols, tokens): (u32, u32, u32),
+        (y_rows, first): (u32, u32),
+    ) -> Vec<ParamValue> {
+        let mut p = self.params(rows, cols, tokens);
+        p.extend([ParamValue::U32(y_rows), ParamValue::U32(first)]);
+        p
     }
 }
 

@@ -35,6 +35,7 @@ fn blocks_fit_shared_memory() {
             half_x: false,
             group: false,
             swiglu: false,
+            part: false,
         };
         let k = kernel(spec.scalar()).unwrap();
         assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
@@ -78,6 +79,7 @@ fn large_blocks_fall_back_to_medium_ones() {
         half_x: false,
         group: false,
         swiglu: false,
+        part: false,
     };
     let variants = spec.variants();
     let blocks: Vec<_> = variants.iter().map(|v| (v.block, v.tiles)).collect();
@@ -120,6 +122,7 @@ fn blocks_follow_the_product() {
         half_x: false,
         group: false,
         swiglu: false,
+        part: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     assert_eq!(spec.scalar().grid(4096, 512), [64, 8, 1]);
@@ -147,6 +150,7 @@ fn depth_divides_k() {
         half_x: false,
         group: false,
         swiglu: false,
+        part: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
 }
@@ -164,6 +168,7 @@ fn widths_that_do_not_divide_the_tiles_are_refused() {
         half_x: false,
         group: false,
         swiglu: false,
+        part: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     assert!(kernel(TilesSpec {
