@@ -188,12 +188,14 @@ fn build_case(
 }
 
 /// A [`TilesSpec::part`] case: W's rows `first..first + rows` of a `y_rows`-row product of
-/// f16 weights and f16 x (the executor's widened halves), copied asynchronously, SwiGLU of the
-/// row pairs where `swiglu`; y's other rows stay as they were (zero).
+/// f16 weights and f16 x (the executor's widened halves) in `block`, copied asynchronously (on
+/// warpgroup products in the large block), SwiGLU of the row pairs where `swiglu`; y's other
+/// rows stay as they were (zero).
 pub fn part_case(
     (y_rows, cols, tokens): (u32, u32, u32),
     (first, rows): (u32, u32),
     swiglu: bool,
+    block: BlockSize,
 ) -> Result<Case, ShapeError> {
     check(y_rows, cols, tokens)?;
     let pairs_split = swiglu && !(first.is_multiple_of(2) && rows.is_multiple_of(2));
@@ -204,8 +206,13 @@ pub fn part_case(
         });
     }
     let name = format!(
-        "{OP}/f16xf16/{y_rows}x{cols}/t{tokens}{}/rows{first}+{rows}",
-        if swiglu { "+swiglu" } else { "" }
+        "{OP}/f16xf16/{y_rows}x{cols}/t{tokens}{}/rows{first}+{rows}{}",
+        if swiglu { "+swiglu" } else { "" },
+        if block == BlockSize::Large {
+            "/group"
+        } else {
+            ""
+        }
     );
     let mut rng = Rng::new(crate::support::seed(&name));
     let (r, c, t) = (y_rows as usize, cols as usize, tokens as usize);
@@ -227,15 +234,14 @@ pub fn part_case(
     }
     let spec = TilesSpec {
         part: true,
-        ..case_spec(
-            ty,
-            cols,
-            (false, swiglu),
-            (BlockSize::for_product(rows, tokens, false), Float::F16),
-        )
+        ..case_spec(ty, cols, (false, swiglu), (block, Float::F16))
     };
     // The scalar variant is what a device without tiles (a CPU checking a GPU) runs.
-    let (fallback, spec) = (spec.scalar(), spec.copied());
+    let fallback = spec.scalar();
+    let spec = match block {
+        BlockSize::Large => spec.copied().grouped(),
+        _ => spec.copied(),
+    };
     let part_w = w[lo * c * 2..hi * c * 2].to_vec();
     let x_bytes = f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>());
     let params = spec.part_params((rows, cols, tokens), (y_rows, first));
@@ -267,9 +273,20 @@ pub fn cases() -> Vec<Case> {
     // Parts of a taller product, as the executor runs its widest widened weight: each half of
     // a gate/up's pairs, and a part of plain rows past a block.
     for first in [0, 72] {
-        out.push(part_case((144, 128, 70), (first, 72), true));
+        out.push(part_case(
+            (144, 128, 70),
+            (first, 72),
+            true,
+            BlockSize::Small,
+        ));
     }
-    out.push(part_case((200, 64, 20), (64, 100), false));
+    out.push(part_case((200, 64, 20), (64, 100), false, BlockSize::Small));
+    out.push(part_case(
+        (512, 128, 140),
+        (256, 256),
+        true,
+        BlockSize::Large,
+    ));
     // Steps of two blocks, two of them, rows past a block.
     out.push(case(WeightType::F16, (80, 128, 24), false));
     out.push(case(WeightType::Q8_0, (576, 1536, 33), true));
