@@ -89,7 +89,7 @@ impl Offer {
 /// (SwiGLU of row pairs, whole pairs to each half), a model's widest, so that the f16 copy
 /// ([`Tensor::Wide`]) holds half of it and no more than the down projection's; one for the
 /// rest.
-pub fn widened_parts(rows: u32, store: Store) -> u32 {
+fn widened_parts(rows: u32, store: Store) -> u32 {
     if store == Store::Swiglu && rows.is_multiple_of(4) {
         2
     } else {
