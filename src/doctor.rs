@@ -9,6 +9,7 @@ use std::time::Duration;
 use trine_backends::hip::{describe_runtime, quirks, RuntimeInfo};
 use trine_backends::probe::{signal_name, ProbeOutcome};
 use trine_backends::{probe_all, BackendKind, DeviceInfo, DeviceType};
+use trine_llama::tuned::{self, Tuned};
 
 /// One backend's status.
 pub struct Report {
@@ -127,6 +128,7 @@ pub fn to_json(reports: &[Report]) -> Value {
                 });
                 if let Some(info) = r.outcome.device() {
                     v["info"] = json!(info);
+                    v["tuning"] = json!(tuning(info));
                 }
                 match &r.outcome {
                     ProbeOutcome::Ok(_) => {}
@@ -164,6 +166,20 @@ fn bytes(n: u64) -> String {
         format!("{:.1} GiB", n as f64 / GIB)
     } else {
         format!("{:.0} MiB", n as f64 / MIB)
+    }
+}
+
+/// Which kernel choices an executor on the device takes: a table `cargo xtask tune` stored
+/// for it, or the defaults, and why where a table is there but refused.
+fn tuning(i: &DeviceInfo) -> String {
+    match Tuned::load(i) {
+        Ok(Some(t)) => format!(
+            "measured by `cargo xtask tune` for {} decode products ({})",
+            t.products.len(),
+            tuned::path(i).map_or_else(String::new, |p| p.display().to_string())
+        ),
+        Ok(None) => "defaults (`cargo xtask tune` measures this device's)".into(),
+        Err(e) => format!("defaults: {e}"),
     }
 }
 
@@ -223,6 +239,7 @@ fn device_rows(i: &DeviceInfo) -> Vec<(&'static str, String)> {
             ),
         ),
         ("timestamps", i.timestamps.to_string()),
+        ("tuning", tuning(i)),
     ];
     rows.extend(i.notes.iter().map(|n| ("note", n.clone())));
     rows
