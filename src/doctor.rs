@@ -3,13 +3,13 @@
 //! runtime library loaded and the advice that applies.
 
 use serde_json::{json, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 use trine_backends::hip::{describe_runtime, quirks, RuntimeInfo};
 use trine_backends::probe::{signal_name, ProbeOutcome};
 use trine_backends::{probe_all, BackendKind, DeviceInfo, DeviceType};
-use trine_llama::tuned::{self, Tuned};
+use trine_llama::tuned::{self, Tuned, TunedError};
 
 /// One backend's status.
 pub struct Report {
@@ -172,11 +172,16 @@ fn bytes(n: u64) -> String {
 /// Which kernel choices an executor on the device takes: a table `cargo xtask tune` stored
 /// for it, or the defaults, and why where a table is there but refused.
 fn tuning(i: &DeviceInfo) -> String {
-    match Tuned::load(i) {
+    describe_tuning(Tuned::load(i), tuned::path(i))
+}
+
+/// [`tuning`]'s words for what loading the table at `path` gave.
+fn describe_tuning(loaded: Result<Option<Tuned>, TunedError>, path: Option<PathBuf>) -> String {
+    match loaded {
         Ok(Some(t)) => format!(
             "measured by `cargo xtask tune` for {} decode products ({})",
             t.products.len(),
-            tuned::path(i).map_or_else(String::new, |p| p.display().to_string())
+            path.map_or_else(String::new, |p| p.display().to_string())
         ),
         Ok(None) => "defaults (`cargo xtask tune` measures this device's)".into(),
         Err(e) => format!("defaults: {e}"),
@@ -347,5 +352,28 @@ mod tests {
         assert_eq!(v[1]["status"], "crashed");
         assert_eq!(v[1]["signal_name"], "SIGABRT");
         assert_eq!(v[2]["reason"], "no loader");
+    }
+
+    #[test]
+    fn tuning_says_table_defaults_or_refusal() {
+        let path = PathBuf::from("/c/tuning/t.json");
+        let t: Tuned = serde_json::from_value(json!({
+            "format": 1, "device": "d", "products": [{
+                "weights": "q6_k", "rows": 4096, "cols": 14336, "rows_per_team": 1,
+                "team_width": 128, "units": 1, "steps": 1, "median_us": 24.4, "default_us": 27.5
+            }]
+        }))
+        .unwrap();
+        let used = describe_tuning(Ok(Some(t)), Some(path.clone()));
+        assert_eq!(
+            used,
+            "measured by `cargo xtask tune` for 1 decode products (/c/tuning/t.json)"
+        );
+        assert!(describe_tuning(Ok(None), None).starts_with("defaults ("));
+        let refused = describe_tuning(Err(TunedError::Format { path, found: 0 }), None);
+        assert!(
+            refused.starts_with("defaults: the tuning table /c/tuning/t.json"),
+            "{refused}"
+        );
     }
 }
