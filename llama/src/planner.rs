@@ -421,7 +421,12 @@ impl KernelKey {
                         },
                         add: matches!(store, Store::Add(_)),
                         swiglu: store == Store::Swiglu,
-                        block: matmul_tiles::BlockSize::for_product(rows, tokens, s.small_tiles),
+                        // A part keeps the block of the whole product it is part of.
+                        block: matmul_tiles::BlockSize::for_product(
+                            part.map_or(rows, |p| p.total),
+                            tokens,
+                            s.small_tiles,
+                        ),
                         depth: matmul_tiles::TilesSpec::depth_for(t.cols),
                         half_x: form == Form::Widened,
                         part: part.is_some(),
