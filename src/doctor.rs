@@ -179,8 +179,8 @@ fn tuning(i: &DeviceInfo) -> String {
 fn describe_tuning(loaded: Result<Option<Tuned>, TunedError>, path: Option<PathBuf>) -> String {
     match loaded {
         Ok(Some(t)) => format!(
-            "measured by `cargo xtask tune` for {} decode products ({})",
-            t.products.len(),
+            "{} ({})",
+            t.summary(),
             path.map_or_else(String::new, |p| p.display().to_string())
         ),
         Ok(None) => "defaults (`cargo xtask tune` measures this device's)".into(),
@@ -367,7 +367,7 @@ mod tests {
         let used = describe_tuning(Ok(Some(t)), Some(path.clone()));
         assert_eq!(
             used,
-            "measured by `cargo xtask tune` for 1 decode products (/c/tuning/t.json)"
+            "kernel choices measured by `cargo xtask tune` for 1 decode products (/c/tuning/t.json)"
         );
         assert!(describe_tuning(Ok(None), None).starts_with("defaults ("));
         let refused = describe_tuning(Err(TunedError::Format { path, found: 0 }), None);

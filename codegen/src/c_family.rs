@@ -96,15 +96,7 @@ pub(crate) fn uses_f16(k: &Kernel, info: &Info) -> bool {
         || k.buffers.iter().any(|b| b.elem == Scalar::F16)
         || k.shared.iter().any(|s| s.elem == Scalar::F16)
         || k.vars.iter().any(|v| v.ty == Scalar::F16)
-        || k.exprs.iter().any(|e| {
-            matches!(
-                e,
-                Expr::Unary {
-                    op: UnaryOp::HalfFromBits,
-                    ..
-                }
-            )
-        })
+        || k.uses_unary(UnaryOp::HalfFromBits)
 }
 
 /// What a C dialect spells its own way.

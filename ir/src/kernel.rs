@@ -626,6 +626,14 @@ impl Kernel {
         &self.exprs[id.0 as usize]
     }
 
+    /// Whether any expression of the kernel is the unary operation `op` (a lowering that
+    /// needs a helper or a capability for it asks).
+    pub fn uses_unary(&self, op: UnaryOp) -> bool {
+        self.exprs
+            .iter()
+            .any(|e| matches!(*e, Expr::Unary { op: o, .. } if o == op))
+    }
+
     /// Invocations per workgroup.
     pub fn invocations(&self) -> u32 {
         self.workgroup_size.iter().product()

@@ -52,6 +52,11 @@ pub struct ProductChoice {
 }
 
 impl ProductChoice {
+    /// The product it is for: the weights' type name, rows, columns.
+    pub fn shape(&self) -> (&str, u32, u32) {
+        (&self.weights, self.rows, self.cols)
+    }
+
     pub fn teams(&self) -> Teams {
         Teams {
             width: self.team_width,
@@ -163,6 +168,14 @@ impl Tuned {
         Ok(self)
     }
 
+    /// What the table holds, in words: the executor's note and `trine doctor`'s row say it.
+    pub fn summary(&self) -> String {
+        format!(
+            "kernel choices measured by `cargo xtask tune` for {} decode products",
+            self.products.len()
+        )
+    }
+
     /// Stores the table in the cache as `info`'s: its path.
     pub fn store(&self, info: &DeviceInfo) -> std::io::Result<PathBuf> {
         let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
@@ -175,7 +188,7 @@ impl Tuned {
     pub fn blocks_product(&self, ty: WeightType, rows: u32, cols: u32) -> Option<(u32, Teams)> {
         self.products
             .iter()
-            .find(|p| p.rows == rows && p.cols == cols && p.weights == ty.name())
+            .find(|p| p.shape() == (ty.name(), rows, cols))
             .map(|p| (p.rows_per_team, p.teams()))
     }
 }

@@ -129,7 +129,7 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
 }
 
 fn same_shape(a: &ProductChoice, b: &ProductChoice) -> bool {
-    (a.weights.as_str(), a.rows, a.cols) == (b.weights.as_str(), b.rows, b.cols)
+    a.shape() == b.shape()
 }
 
 fn models(args: &Args) -> Result<Vec<(String, Arc<Model>)>, String> {
@@ -154,13 +154,7 @@ fn models(args: &Args) -> Result<Vec<(String, Arc<Model>)>, String> {
 
 fn policy(reps: Option<usize>) -> Policy {
     match reps {
-        Some(n) => Policy {
-            warmup: 1,
-            min_reps: n,
-            min_time: Duration::ZERO,
-            max_reps: n,
-            max_time: Duration::MAX,
-        },
+        Some(n) => Policy::exact(n),
         None => Policy {
             warmup: 2,
             min_reps: 10,
@@ -248,7 +242,7 @@ fn tune_model(
             Some(choice(shape, best, times))
         })
         .collect();
-    out.sort_by(|a, b| (&a.weights, a.rows, a.cols).cmp(&(&b.weights, b.rows, b.cols)));
+    out.sort_by(|a, b| a.shape().cmp(&b.shape()));
     Ok(out)
 }
 
@@ -429,10 +423,10 @@ mod tests {
         let default = (2, Teams::WHOLE);
         let pairs = (1, Teams::pairs(1));
         let four = (4, Teams::pairs(2));
-        // 3% faster than the default's 100 µs: taken.
+        // 3% under the default: taken.
         let m = [(None, 100.0), (Some(pairs), 97.0), (Some(four), 99.0)];
         assert_eq!(fastest(&m, default), Some((pairs, (97.0, 100.0))));
-        // 1% faster: within the margin, the default stays with its own time.
+        // 1% under: within the margin, the default stays with its own time.
         let m = [(None, 100.0), (Some(pairs), 99.0)];
         assert_eq!(fastest(&m, default), Some((default, (100.0, 100.0))));
         // The default's own form given as a candidate is not a rival to itself.

@@ -23,7 +23,7 @@ use crate::CodegenError;
 use naga::valid::{
     Capabilities, ModuleInfo, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator,
 };
-use trine_ir::{Expr, Info, Kernel, Scalar, UnaryOp};
+use trine_ir::{Info, Kernel, Scalar, UnaryOp};
 
 /// A kernel as a validated naga module: what SPIR-V and WGSL are written from, and what the
 /// wgpu backend hands to wgpu as it is.
@@ -131,16 +131,7 @@ fn capabilities(kernel: &Kernel, info: &Info) -> Capabilities {
     }
     // `unpack2x16float`, core in SPIR-V (GLSL.std.450) and WGSL, which naga gates for the
     // shading languages that lack it.
-    let half_bits = |e: &Expr| {
-        matches!(
-            e,
-            Expr::Unary {
-                op: UnaryOp::HalfFromBits,
-                ..
-            }
-        )
-    };
-    if kernel.exprs.iter().any(half_bits) {
+    if kernel.uses_unary(UnaryOp::HalfFromBits) {
         caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     }
     if kernel.capabilities.subgroup {

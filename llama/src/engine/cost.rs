@@ -117,20 +117,19 @@ impl Engine {
                 let chosen = u64::from(c.experts_used()) * rows;
                 self.bytes(t) * chosen.min(u64::from(e)) / u64::from(e)
             }
-            // A part of a weight widened reads its rows.
-            Tensor::Weight(id) if matches!(node.op, Op::Widen { .. }) => {
-                let Op::Widen { rows: part, .. } = node.op else {
-                    unreachable!("matched above")
-                };
-                let all = u64::from(self.model.weights.tensors[id].rows);
-                self.bytes(t) * u64::from(part) / all
-            }
             Tensor::Weight(_)
             | Tensor::Interleaved(_)
             | Tensor::Grouped(_)
             | Tensor::Plain(_)
             | Tensor::Freq
-            | Tensor::FreqLocal => self.bytes(t),
+            | Tensor::FreqLocal => match node.op {
+                // A part of a weight widened reads its rows, in whatever layout it is staged.
+                Op::Widen { w, rows: part, .. } => {
+                    let all = u64::from(self.model.weights.tensors[w].rows);
+                    self.bytes(t) * u64::from(part) / all
+                }
+                _ => self.bytes(t),
+            },
             Tensor::Step => 16,
             Tensor::Ids | Tensor::Token => rows * 4,
             Tensor::KCache(_) | Tensor::VCache(_) => {

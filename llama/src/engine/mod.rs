@@ -108,11 +108,7 @@ impl Engine {
         let info = backend.info();
         let (tuned, note) = match Tuned::load(info) {
             Ok(Some(t)) => {
-                let note = format!(
-                    "{}: kernel choices measured by `cargo xtask tune` for {} decode products",
-                    backend.name(),
-                    t.products.len()
-                );
+                let note = format!("{}: {}", backend.name(), t.summary());
                 (t, Some(note))
             }
             Ok(None) => (Tuned::empty(info), None),

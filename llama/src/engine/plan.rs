@@ -442,7 +442,6 @@ impl Engine {
         }
     }
 
-    /// The rope table layer `l` turns by: the sliding-window layers' where it is one of them.
     /// What the rope epilogue of a QKV product (`store`, of a step of `tokens`) adds to its
     /// dispatch: the position and rope's table after its inputs, the caches after its
     /// output, the rope's parameters after its own.
@@ -460,6 +459,7 @@ impl Engine {
         }
     }
 
+    /// The rope table layer `l` turns by: the sliding-window layers' where it is one of them.
     fn freq(&self, l: u32) -> Tensor {
         match self.model.config.window(l) {
             Some(_) => Tensor::FreqLocal,

@@ -149,10 +149,7 @@ fn build_case(
     let residual = add.then(|| rng.f32s(t * r, -2.0, 2.0));
     let mut want = reference(ty, &w, &x, residual.as_deref(), (rows, cols, tokens))?;
     if swiglu {
-        want = want
-            .chunks(2)
-            .map(|p| crate::elementwise::silu(p[0]) * p[1])
-            .collect();
+        want = swiglu_pairs(&want);
     }
     let spec = case_spec(ty, cols, (add, swiglu), (block, xf));
     let x_bytes = match xf {
@@ -219,19 +216,24 @@ pub fn part_case(
     let ty = WeightType::F16;
     let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
     let x = rng.f32s(t * c, -1.0, 1.0);
-    let full = reference(ty, &w, &x, None, (y_rows, cols, tokens))?;
+    let mut full = reference(ty, &w, &x, None, (y_rows, cols, tokens))?;
     let (lo, hi) = (first as usize, (first + rows) as usize);
-    let width = if swiglu { r / 2 } else { r };
-    let mut want = vec![0.0; t * width];
-    for (tok, row) in full.chunks(r).enumerate() {
-        for n in lo..hi {
-            if !swiglu {
-                want[tok * width + n] = row[n];
-            } else if n % 2 == 0 {
-                want[tok * width + n / 2] = crate::elementwise::silu(row[n]) * row[n + 1];
-            }
-        }
-    }
+    // y's rows the part writes; the rest stay zero.
+    let (written, width) = if swiglu {
+        full = swiglu_pairs(&full);
+        (lo / 2..hi / 2, r / 2)
+    } else {
+        (lo..hi, r)
+    };
+    let want: Vec<f64> = full
+        .chunks(width)
+        .flat_map(|row| {
+            let written = written.clone();
+            row.iter()
+                .enumerate()
+                .map(move |(n, &v)| if written.contains(&n) { v } else { 0.0 })
+        })
+        .collect();
     let spec = TilesSpec {
         part: true,
         ..case_spec(ty, cols, (false, swiglu), (block, Float::F16))
@@ -252,6 +254,13 @@ pub fn part_case(
         .params(params)
         .bound(NMSE)
         .fallback_on(kernel(fallback)?, fallback.grid(rows, tokens)))
+}
+
+/// SwiGLU of each pair of consecutive values, `silu(a)·b`, in f64.
+fn swiglu_pairs(v: &[f64]) -> Vec<f64> {
+    v.chunks(2)
+        .map(|p| crate::elementwise::silu(p[0]) * p[1])
+        .collect()
 }
 
 /// Every weight type at a shape of one block and a partial one (tokens and rows past a

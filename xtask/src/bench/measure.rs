@@ -27,6 +27,19 @@ impl Default for Policy {
     }
 }
 
+impl Policy {
+    /// Exactly `n` repetitions (at least one) after one warm-up, however long they take.
+    pub fn exact(n: usize) -> Policy {
+        Policy {
+            warmup: 1,
+            min_reps: n.max(1),
+            min_time: Duration::ZERO,
+            max_reps: n.max(1),
+            max_time: Duration::MAX,
+        }
+    }
+}
+
 /// The summary of a measurement's samples, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Stats {

@@ -226,19 +226,10 @@ impl Policies {
     /// With `reps`, exactly that many of each after one warm-up.
     fn new(reps: Option<usize>) -> Policies {
         match reps {
-            Some(n) => {
-                let exact = Policy {
-                    warmup: 1,
-                    min_reps: n.max(1),
-                    min_time: Duration::ZERO,
-                    max_reps: n.max(1),
-                    max_time: Duration::MAX,
-                };
-                Policies {
-                    steps: exact,
-                    single: exact,
-                }
-            }
+            Some(n) => Policies {
+                steps: Policy::exact(n),
+                single: Policy::exact(n),
+            },
             None => Policies {
                 steps: Policy {
                     warmup: 2,
