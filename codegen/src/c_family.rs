@@ -90,13 +90,10 @@ pub(crate) fn uses_dot4(k: &Kernel) -> bool {
     })
 }
 
-/// Whether the kernel computes or stores f16 anywhere, so that a prelude defines its type.
+/// Whether the kernel computes or stores f16 anywhere, or converts f16 bits, so that a
+/// prelude defines its type and conversions.
 pub(crate) fn uses_f16(k: &Kernel, info: &Info) -> bool {
-    info.types.contains(&Scalar::F16)
-        || k.buffers.iter().any(|b| b.elem == Scalar::F16)
-        || k.shared.iter().any(|s| s.elem == Scalar::F16)
-        || k.vars.iter().any(|v| v.ty == Scalar::F16)
-        || k.uses_unary(UnaryOp::HalfFromBits)
+    info.holds_f16(k) || k.uses_unary(UnaryOp::HalfFromBits)
 }
 
 /// What a C dialect spells its own way.

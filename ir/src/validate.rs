@@ -35,6 +35,15 @@ impl Info {
     pub fn ty(&self, e: ExprId) -> Scalar {
         self.types[e.0 as usize]
     }
+
+    /// Whether any value, buffer, shared array or variable of `kernel` (the kernel this is
+    /// the information of) is f16.
+    pub fn holds_f16(&self, kernel: &Kernel) -> bool {
+        self.types.contains(&Scalar::F16)
+            || kernel.buffers.iter().any(|b| b.elem == Scalar::F16)
+            || kernel.shared.iter().any(|s| s.elem == Scalar::F16)
+            || kernel.vars.iter().any(|v| v.ty == Scalar::F16)
+    }
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

@@ -23,7 +23,7 @@ use crate::CodegenError;
 use naga::valid::{
     Capabilities, ModuleInfo, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator,
 };
-use trine_ir::{Info, Kernel, Scalar, UnaryOp};
+use trine_ir::{Info, Kernel, UnaryOp};
 
 /// A kernel as a validated naga module: what SPIR-V and WGSL are written from, and what the
 /// wgpu backend hands to wgpu as it is.
@@ -115,18 +115,10 @@ pub fn lower_with(kernel: &Kernel, native_dot4: bool) -> Result<Lowered, Codegen
     })
 }
 
-/// Whether any value, buffer, shared array or variable of `kernel` is f16.
-fn uses_f16(kernel: &Kernel, info: &Info) -> bool {
-    info.types.contains(&Scalar::F16)
-        || kernel.buffers.iter().any(|b| b.elem == Scalar::F16)
-        || kernel.shared.iter().any(|s| s.elem == Scalar::F16)
-        || kernel.vars.iter().any(|v| v.ty == Scalar::F16)
-}
-
 fn capabilities(kernel: &Kernel, info: &Info) -> Capabilities {
     // Every kernel reads the grid words from the push-constant block.
     let mut caps = Capabilities::IMMEDIATES;
-    if uses_f16(kernel, info) {
+    if info.holds_f16(kernel) {
         caps |= Capabilities::SHADER_FLOAT16;
     }
     // `unpack2x16float`, core in SPIR-V (GLSL.std.450) and WGSL, which naga gates for the
