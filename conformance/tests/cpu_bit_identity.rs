@@ -3,11 +3,13 @@
 //! has, so there the two may only agree within each case's NMSE bound). At the same width the
 //! C lowering promises the interpreter's results bit for bit (docs/architecture.md, "The CPU
 //! path": reductions in lane order, `-ffp-contract=off`, transcendentals through libm's double
-//! functions as the interpreter's), so every output byte of every case must be equal.
+//! functions as the interpreter's, e^x through one shared sequence of double operations), so
+//! every output byte of every case must be equal.
 //!
 //! No case is exempt. The transcendental functions, where an exemption would be expected, are
 //! no exception: the interpreter computes them with Rust's f64 functions and the lowering with
-//! C's `exp`, `log`, … on doubles, and both call the same libm in the same process. What is not
+//! C's `log`, `sin`, … on doubles, and both call the same libm in the same process; e^x is
+//! [`trine_ir::exp`] in both. What is not
 //! compared is listed when the test runs: kernels the CPU refuses by its own description
 //! (matrix tiles, asynchronous copies, warpgroup products).
 

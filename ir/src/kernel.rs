@@ -347,7 +347,8 @@ pub enum UnaryOp {
     Not,
     /// Absolute value (floats, I32 wrapping at `i32::MIN`).
     Abs,
-    /// e^x. HIP `expf`; SPIR-V GLSL.std.450 `Exp`.
+    /// e^x. HIP `expf`; SPIR-V GLSL.std.450 `Exp`; the interpreter and C as [`crate::exp`]
+    /// spells it out.
     Exp,
     /// Natural logarithm.
     Log,

@@ -6,8 +6,10 @@
 //! - [`validate`]: typed errors for every rule the lowerings rely on.
 //! - [`print`]: the text form, and [`kernel_hash`] over it for caches.
 //! - [`interp`]: the reference interpreter, which defines the semantics.
+//! - [`exp`]: e^x as the interpreter and the C lowering both compute it.
 
 pub mod builder;
+pub mod exp;
 pub mod interp;
 pub mod kernel;
 pub mod print;

@@ -28,6 +28,9 @@ const CACHE_NS: &str = "cpu-c";
 ///   rounded where the interpreter rounds it (an explicit `Fma` still fuses);
 /// - `-fno-math-errno`: `sqrtf` and friends never set `errno`, so they inline to instructions
 ///   (kernels cannot read `errno` anyway);
+/// - `-fno-trapping-math`: no floating-point exception is observed, so a float comparison in a
+///   select may run for every lane and a loop over invocations holding one is vectorised
+///   (values are unchanged: it permits no reordering or contraction);
 /// - `-fopenmp-simd`: `omp declare simd` declarations of helpers with hand-written vector
 ///   versions (the packed dot products), without OpenMP's runtime;
 /// - `-fPIC -shared`: a shared object to load with `dlopen`.
@@ -36,6 +39,7 @@ pub const FLAGS: &[&str] = &[
     "-march=native",
     "-ffp-contract=off",
     "-fno-math-errno",
+    "-fno-trapping-math",
     "-fopenmp-simd",
     "-fPIC",
     "-shared",

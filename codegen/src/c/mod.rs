@@ -41,7 +41,8 @@
 //! - Float results equal the interpreter's, bit for bit, when compiled with
 //!   `-ffp-contract=off` (no fused multiply-add but [`trine_ir::Expr::Fma`]): every operation
 //!   rounds where the interpreter's does, and transcendentals go through the C library's
-//!   double-precision functions, as the interpreter's do (Rust's `f64::exp` is libm's `exp`).
+//!   double-precision functions, as the interpreter's do (Rust's `f64::ln` is libm's `log`);
+//!   e^x is [`trine_ir::exp`]'s sequence of double operations in both, which vectorises.
 //! - No bounds checks: an out-of-bounds index, or a shuffle from an inactive lane, reads or
 //!   writes whatever is there, as on a GPU (the interpreter reports both). Two invocations of
 //!   one workgroup writing and reading the same global memory with no barrier between race,
@@ -176,7 +177,11 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
         )));
     }
 
-    let mut out = prelude::prelude(c_family::uses_f16(k, &info), c_family::uses_dot4(k));
+    let mut out = prelude::prelude(
+        c_family::uses_f16(k, &info),
+        c_family::uses_dot4(k),
+        k.uses_unary(trine_ir::UnaryOp::Exp),
+    );
     out.push('\n');
     let _ = writeln!(
         out,
@@ -221,7 +226,7 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
         let _ = writeln!(
             out,
             "        {} w_{}[{wg}];",
-            value_type(info.ty(e)),
+            lane_type(info.ty(e)),
             c_family::expr_name(e)
         );
     }
@@ -236,7 +241,7 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
         );
     }
     for &v in &array_vars {
-        let ty = value_type(k.vars[v.0 as usize].ty);
+        let ty = lane_type(k.vars[v.0 as usize].ty);
         let name = c_family::var_name(k, v);
         // Private variables start at zero in every invocation of every workgroup.
         let _ = writeln!(out, "        {ty} w_{name}[{wg}];");
@@ -268,4 +273,14 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
         text: out,
         frame_bytes: frame,
     })
+}
+
+/// The element type of a per-invocation array of `ty` values: a condition as a byte, which
+/// GCC loads as a vector (it finds none for `_Bool`, and left every loop over invocations that
+/// reads one in scalar code).
+fn lane_type(ty: Scalar) -> &'static str {
+    match ty {
+        Scalar::Bool => "uint8_t",
+        _ => value_type(ty),
+    }
 }

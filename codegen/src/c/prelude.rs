@@ -50,9 +50,8 @@ TRINE_FN float trine_u_as_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; 
 TRINE_FN int trine_f_as_i(float f) { int i; memcpy(&i, &f, 4); return i; }
 TRINE_FN float trine_i_as_f(int i) { float f; memcpy(&f, &i, 4); return f; }
 /* In double, then rounded once, by the same C library functions the interpreter calls: the
-   interpreter's results, bit for bit. */
+   interpreter's results, bit for bit; e^x, where a kernel takes it, is `trine_expf` below. */
 TRINE_FN float trine_rsqrtf(float x) { return (float)(1.0 / sqrt((double)x)); }
-TRINE_FN float trine_expf(float x) { return (float)exp((double)x); }
 TRINE_FN float trine_logf(float x) { return (float)log((double)x); }
 TRINE_FN float trine_sinf(float x) { return (float)sin((double)x); }
 TRINE_FN float trine_cosf(float x) { return (float)cos((double)x); }
@@ -225,8 +224,44 @@ TRINE_FN uint32_t trine_dot4u8(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
     );
 }
 
-pub(super) fn prelude(f16: bool, dot4_used: bool) -> String {
+/// `trine_expf`: [`trine_ir::exp`]'s operations in its order, its constants printed in the
+/// shortest decimal that reads back as the same double, so the function and the interpreter
+/// agree bit for bit; additions, multiplications and bit moves only, which GCC vectorises where
+/// a call to the C library's `exp` kept a loop scalar.
+fn exp(out: &mut String) {
+    use trine_ir::exp::{coefficients, HIGH, LN2_HI, LN2_LO, LOG2E, LOW, SHIFT};
+    let c = coefficients();
+    let horner: String = (0..c.len() - 1)
+        .rev()
+        .map(|k| format!("    p = p * r + {:e};\n", c[k]))
+        .collect();
+    let _ = write!(
+        out,
+        r#"TRINE_FN float trine_expf(float x) {{
+    double d = (double)x;
+    d = d < {LOW:e} ? {LOW:e} : (d > {HIGH:e} ? {HIGH:e} : d);
+    const double t = d * {LOG2E:e} + {SHIFT:e};
+    const double n = t - {SHIFT:e};
+    const double r = (d - n * {LN2_HI:e}) - n * {LN2_LO:e};
+    double p = {top:e};
+{horner}    uint64_t bits;
+    memcpy(&bits, &t, 8);
+    bits = ((bits - {shift_bits}ull + 1023ull) << 52);
+    double scale;
+    memcpy(&scale, &bits, 8);
+    return (float)(p * scale);
+}}
+"#,
+        top = c[c.len() - 1],
+        shift_bits = SHIFT.to_bits(),
+    );
+}
+
+pub(super) fn prelude(f16: bool, dot4_used: bool, exp_used: bool) -> String {
     let mut out = BASE.to_string();
+    if exp_used {
+        exp(&mut out);
+    }
     if f16 {
         out.push_str(F16);
     }

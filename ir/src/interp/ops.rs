@@ -50,7 +50,7 @@ pub(crate) fn unary(op: UnaryOp, ty: Scalar, a: u32) -> u32 {
         let r = match op {
             UnaryOp::Neg => -x,
             UnaryOp::Abs => x.abs(),
-            UnaryOp::Exp => d.exp() as f32,
+            UnaryOp::Exp => crate::exp::exp_f32(x),
             UnaryOp::Log => d.ln() as f32,
             UnaryOp::Sqrt => x.sqrt(),
             UnaryOp::Rsqrt => (1.0 / d.sqrt()) as f32,
