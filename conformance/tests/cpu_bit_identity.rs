@@ -9,9 +9,8 @@
 //! No case is exempt. The transcendental functions, where an exemption would be expected, are
 //! no exception: the interpreter computes them with Rust's f64 functions and the lowering with
 //! C's `log`, `sin`, … on doubles, and both call the same libm in the same process; e^x is
-//! [`trine_ir::exp`] in both. What is not
-//! compared is listed when the test runs: kernels the CPU refuses by its own description
-//! (matrix tiles, asynchronous copies, warpgroup products).
+//! [`trine_ir::exp`] in both. What is not compared is listed when the test runs: kernels the
+//! CPU refuses by its own description (matrix tiles, asynchronous copies, warpgroup products).
 
 use std::sync::Arc;
 use trine_backends::cpu::{CpuBackend, CPU_SUBGROUP_SIZE, INTERPRETER_DRIVER};

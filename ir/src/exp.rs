@@ -32,17 +32,21 @@ pub const HIGH: f64 = 89.0;
 pub const DEGREE: usize = 12;
 
 /// 1/k! for k = 0..=[`DEGREE`], each the double nearest the quotient of the one before by k.
-pub fn coefficients() -> [f64; DEGREE + 1] {
+pub const COEFFICIENTS: [f64; DEGREE + 1] = coefficients();
+
+const fn coefficients() -> [f64; DEGREE + 1] {
     let mut c = [1.0; DEGREE + 1];
-    for k in 1..=DEGREE {
+    let mut k = 1;
+    while k <= DEGREE {
         c[k] = c[k - 1] / k as f64;
+        k += 1;
     }
     c
 }
 
 /// e^x, the sequence the C lowering's `trine_expf` spells out in the same order.
 pub fn exp_f32(x: f32) -> f32 {
-    let c = coefficients();
+    let c = COEFFICIENTS;
     // NaN stays NaN, as the C lowering's comparisons leave it.
     let d = f64::from(x).clamp(LOW, HIGH);
     let t = d * LOG2E + SHIFT;

@@ -229,8 +229,7 @@ TRINE_FN uint32_t trine_dot4u8(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
 /// agree bit for bit; additions, multiplications and bit moves only, which GCC vectorises where
 /// a call to the C library's `exp` kept a loop scalar.
 fn exp(out: &mut String) {
-    use trine_ir::exp::{coefficients, HIGH, LN2_HI, LN2_LO, LOG2E, LOW, SHIFT};
-    let c = coefficients();
+    use trine_ir::exp::{COEFFICIENTS as c, HIGH, LN2_HI, LN2_LO, LOG2E, LOW, SHIFT};
     let horner: String = (0..c.len() - 1)
         .rev()
         .map(|k| format!("    p = p * r + {:e};\n", c[k]))
