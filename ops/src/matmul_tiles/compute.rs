@@ -28,6 +28,9 @@ pub(super) enum Compute<'b> {
         sums: Vec<Var<'b>>,
         /// Invocations per token of the block, each summing every `lanes`th row.
         lanes: u32,
+        /// Whether this invocation's token is one of the step's: the others skip their
+        /// sums, which a short prompt's block is mostly made of.
+        live: Val<'b>,
     },
 }
 
@@ -78,13 +81,21 @@ impl<'b> Compute<'b> {
         })
     }
 
-    pub(super) fn scalar(k: &'b KernelBuilder, (bm, bn): (u32, u32), invocations: u32) -> Self {
+    /// Each invocation sums a token's share of the block's rows; `(t0, tokens)` are the
+    /// block's first token and the step's tokens.
+    pub(super) fn scalar(
+        k: &'b KernelBuilder,
+        (bm, bn): (u32, u32),
+        invocations: u32,
+        (t0, tokens): (Val<'b>, Val<'b>),
+    ) -> Self {
         let lanes = invocations / bm;
         Compute::Scalar {
             sums: (0..bn / lanes)
                 .map(|i| k.var(&format!("sum{i}"), Scalar::F32))
                 .collect(),
             lanes,
+            live: (t0 + k.local_index() / k.u32(lanes)).lt(tokens),
         }
     }
 
@@ -135,18 +146,20 @@ impl<'b> Compute<'b> {
                     }
                 }
             }
-            Compute::Scalar { sums, lanes } => {
+            Compute::Scalar { sums, lanes, live } => {
                 let lid = k.local_index();
                 let (t, lane) = (lid / k.u32(*lanes), lid % k.u32(*lanes));
-                k.for_range(k.u32(0), k.u32(BK * depth), 1, |c| {
-                    let xv = k.load_shared(xs, x0 + t * k.u32(width) + c);
-                    let xv = xv.cast(Scalar::F32);
-                    for (j, sum) in sums.iter().enumerate() {
-                        let n = lane + k.u32(lanes * j as u32);
-                        let wv = k.load_shared(ws, w0 + n * k.u32(width) + c);
-                        let wv = wv.cast(Scalar::F32);
-                        sum.set(xv.fma(wv, sum.get()));
-                    }
+                k.if_(*live, || {
+                    k.for_range(k.u32(0), k.u32(BK * depth), 1, |c| {
+                        let xv = k.load_shared(xs, x0 + t * k.u32(width) + c);
+                        let xv = xv.cast(Scalar::F32);
+                        for (j, sum) in sums.iter().enumerate() {
+                            let n = lane + k.u32(lanes * j as u32);
+                            let wv = k.load_shared(ws, w0 + n * k.u32(width) + c);
+                            let wv = wv.cast(Scalar::F32);
+                            sum.set(xv.fma(wv, sum.get()));
+                        }
+                    });
                 });
             }
         }
@@ -205,7 +218,7 @@ impl<'b> Compute<'b> {
                     k.barrier();
                 }
             }
-            Compute::Scalar { sums, lanes } => {
+            Compute::Scalar { sums, lanes, .. } => {
                 let stride = bn + 8;
                 let block = k.shared("y_block", Scalar::F32, bm * stride);
                 let (t, lane) = (lid / k.u32(*lanes), lid % k.u32(*lanes));

@@ -52,6 +52,11 @@ impl<'b> Io<'b> {
         }
     }
 
+    /// The block's first token and the step's tokens.
+    pub(crate) fn first_token(&self) -> (Val<'b>, Val<'b>) {
+        (self.t0, self.tokens)
+    }
+
     fn x_float(spec: &TilesSpec) -> Float {
         if spec.half_x {
             Float::F16
