@@ -13,6 +13,7 @@ use super::graph::{AttentionForm, Node, Op, Step, Tensor};
 use super::sampler::argmax;
 use super::weights::Weights;
 use serde::Serialize;
+use std::ops::Range;
 use trine_ops::compare::nmse;
 
 /// The worst node of one cross-checked step, and the first whose difference exceeds its
@@ -239,8 +240,11 @@ impl Session {
                 let model = self.engine.model();
                 let (t, range) = node.output(&model.config, s);
                 let bound = cross_check_bound(node, reduction(node, &model.config, &model.weights));
-                let a = self.engine.read(t, range.clone())?;
-                let b = ch.read(t, range)?;
+                let (mut a, mut b) = (vec![], vec![]);
+                for part in compared(node, range) {
+                    a.extend(self.engine.read(t, part.clone())?);
+                    b.extend(ch.read(t, part)?);
+                }
                 let diff = compare(node.label, node.layer, bound, &a, &b);
                 if first.is_none() && diff.exceeds() {
                     first = Some(diff.clone());
@@ -364,6 +368,31 @@ fn measured_bound(node: &Node) -> f64 {
     }
 }
 
+/// Rows of a widened weight the cross-check compares: spread evenly through it, the first
+/// and the last among them.
+const WIDENED_ROWS: u32 = 64;
+
+/// The parts of a node's output `range` the cross-check reads and compares: all of it, but
+/// for a widened weight ([`Op::Widen`]), the file's blocks decoded to f16 (as large as the
+/// weight, which every prompt step widens again): [`WIDENED_ROWS`] of its rows. A decoder
+/// that is wrong is wrong in every row sampled, an address that is wrong far into the
+/// weight shows in the last rows, and any other row that differs shows in the product that
+/// reads it.
+fn compared(node: &Node, range: Range<usize>) -> Vec<Range<usize>> {
+    match node.op {
+        Op::Widen { rows, cols, .. } if rows > WIDENED_ROWS => {
+            let (rows, cols, n) = (rows as usize, cols as usize, WIDENED_ROWS as usize);
+            (0..n)
+                .map(|i| {
+                    let row = range.start + i * (rows - 1) / (n - 1) * cols;
+                    row..row + cols
+                })
+                .collect()
+        }
+        _ => vec![range],
+    }
+}
+
 fn compare(op: &'static str, layer: Option<u32>, bound: f64, a: &[f32], b: &[f32]) -> NodeDiff {
     let a: Vec<f64> = a.iter().map(|&v| v as f64).collect();
     let b: Vec<f64> = b.iter().map(|&v| v as f64).collect();
@@ -405,5 +434,39 @@ mod tests {
         assert!(at(14_336) > 3.36e-10 && at(MEASURED_REDUCTION) < 3.36e-10);
         let argmax = node(Op::Argmax);
         assert_eq!(cross_check_bound(&argmax, 1), 0.0);
+    }
+
+    /// A widened weight is compared on rows spread through it, whole rows, the first and
+    /// the last among them; a smaller one, and every other node, whole.
+    #[test]
+    fn widened_weights_are_compared_on_spread_rows() {
+        let widen = |rows| Node {
+            op: Op::Widen {
+                w: 0,
+                rows,
+                cols: 4096,
+                first: 0,
+            },
+            label: "widen",
+            layer: Some(0),
+        };
+        let whole = 0..14_336 * 4096;
+        let parts = compared(&widen(14_336), whole.clone());
+        assert_eq!(parts.len(), WIDENED_ROWS as usize);
+        assert_eq!(parts[0], 0..4096);
+        assert_eq!(parts[parts.len() - 1], 14_335 * 4096..whole.end);
+        assert!(parts.iter().all(|p| p.len() == 4096 && p.start % 4096 == 0));
+        assert!(parts.windows(2).all(|w| w[0].end <= w[1].start));
+        assert_eq!(compared(&widen(64), 0..64 * 4096), [0..64 * 4096]);
+        let norm = Node {
+            op: Op::Norm {
+                x: Tensor::Resid(0),
+                weight: 0,
+                tokens: 3,
+            },
+            label: "norm",
+            layer: Some(0),
+        };
+        assert_eq!(compared(&norm, 0..3 * 4096), [0..3 * 4096]);
     }
 }
