@@ -39,10 +39,12 @@ pub struct Offer {
     pub gpu: bool,
     /// Matrix tiles: a GPU's prompt products run on them.
     pub tiles: bool,
-    /// The device copies f16 blocks into shared memory asynchronously: its prompt products
-    /// on quantized weights take W dequantised to f16 and x rounded to f16 by nodes before
-    /// them ([`Form::Widened`]), which it copies as they are, where staging the quantized
-    /// blocks would decode them through the invocations' registers.
+    /// Prompt products on tiles over quantized weights take W dequantised to f16 and x
+    /// rounded to f16 by nodes before them ([`Form::Widened`]): the product stages f16 blocks
+    /// as they are (asynchronously where the device copies them), where staging the file's
+    /// blocks decodes every one in every workgroup that reads it. Every device with tiles:
+    /// staged without copies, the widened product also prefilled faster on NVIDIA's Vulkan
+    /// driver (docs/bench/prefill.md).
     pub widen: bool,
     /// Prompt flash attention cuts the keys into chunks ([`trine_backends::Tuning`]).
     pub flash_key_chunks: bool,
@@ -68,7 +70,7 @@ impl Offer {
         Offer {
             gpu,
             tiles: gpu && info.tiles,
-            widen: gpu && info.tiles && info.async_copy,
+            widen: gpu && info.tiles,
             flash_key_chunks: info.tuning.flash_key_chunks,
             decode_splits: if gpu { tuning::gpu_splits(context) } else { 1 },
             float_cache: kv.float().is_some(),
@@ -391,7 +393,7 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
 
 /// A product's form: on tiles for a GPU's prompt products whose weights take them (a format
 /// the staging decodes, rows of whole blocks of [`matmul_tiles::BK`]), quantized weights
-/// widened to f16 first where the device copies f16 blocks ([`Offer::widen`]), on quantized x
+/// widened to f16 first ([`Offer::widen`]), on quantized x
 /// and the weights' blocks for a GPU's one-token products whose format as the GPU holds it has
 /// byte-code units ([`matvec_q8_blocks::takes`]: the K-quants, and Q4_0, Q4_1 and Q8_0 in
 /// groups, [`tuning::read_type`]), on quantized x where the step quantizes it and the

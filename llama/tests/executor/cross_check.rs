@@ -5,6 +5,7 @@ use crate::common::*;
 use std::sync::Arc;
 use trine_backends::Backend;
 use trine_gguf::synth::SynthShape;
+use trine_gguf::TensorType;
 use trine_llama::graph::{Form, Op, Step, Tensor};
 use trine_llama::{Engine, ModelError, Session};
 use trine_ops::kv_type::KvType;
@@ -99,33 +100,44 @@ fn a_gpus_prompts_take_quantized_x_and_its_decode_steps_do_not() {
     agree("cpu checking a gpu", main, checker);
 }
 
-/// A GPU with matrix tiles multiplies its prompts' products on float x through them, and a
-/// CPU checks them node by node: the CPU holds its Q4 weights in pairs of blocks, so it reads
-/// the file's layout for these products from a copy of its own (reading the pairs gave NaN).
+/// A GPU with matrix tiles multiplies its prompts' products through them, and a CPU checks
+/// them node by node: on f16 weights as the file holds them (`Form::Tiles`), and on quantized
+/// weights widened to f16 first (`Form::Widened`) whether or not the device copies blocks
+/// asynchronously. The CPU holds its Q4 weights in pairs of blocks, so it reads the file's
+/// layout for these products from a copy of its own (reading the pairs gave NaN).
 #[test]
 fn a_cpu_checks_a_gpus_prompts_on_matrix_tiles() {
-    let model = tiny();
-    let main = Engine::new(model, gpu_with(true), SIZES).unwrap();
-    let count = |tokens, tiled: bool| {
-        let which = |op: &Op| match op {
-            Op::Product {
-                form: Form::Tiles, ..
-            } => tiled,
-            Op::Product {
-                form: Form::QuantizedX,
-                ..
-            }
-            | Op::Quantize { .. } => !tiled,
-            _ => false,
+    let layers = SynthShape::TINY.n_layer as usize;
+    let float = synth(SynthShape {
+        matrices: TensorType::F16,
+        ..SynthShape::TINY
+    });
+    for (model, form) in [(float, Form::Tiles), (tiny(), Form::Widened)] {
+        let main = Engine::new(model, gpu_with(true), SIZES).unwrap();
+        let count = |tokens, tiled: bool| {
+            let which = |op: &Op| match op {
+                Op::Product { form: f, .. } if *f == form => tiled,
+                Op::Product {
+                    form: Form::QuantizedX | Form::Float,
+                    ..
+                } => !tiled,
+                _ => false,
+            };
+            count_nodes(&main, tokens, which)
         };
-        count_nodes(&main, tokens, which)
-    };
-    // Four products per layer; the head multiplies one token.
-    assert_eq!(count(5, true), 4 * SynthShape::TINY.n_layer as usize);
-    assert_eq!(count(5, false), 2);
-    assert_eq!(count(1, true), 0);
-    let checker = main.checker(cpu()).unwrap();
-    agree("cpu checking a gpu with tiles", main, checker);
+        // Four products per layer, gate/up's widened in two halves; the head multiplies one
+        // token.
+        let tiled = if form == Form::Widened { 5 } else { 4 };
+        assert_eq!(count(5, true), tiled * layers, "{form:?}");
+        assert_eq!(count(5, false), 1, "{form:?}");
+        assert_eq!(count(1, true), 0, "{form:?}");
+        let checker = main.checker(cpu()).unwrap();
+        agree(
+            &format!("cpu checking a gpu with tiles, {form:?}"),
+            main,
+            checker,
+        );
+    }
 }
 
 /// A GPU that copies f16 blocks asynchronously multiplies its prompts' products on
