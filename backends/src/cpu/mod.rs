@@ -666,4 +666,44 @@ mod tests {
         b.read(y, 0, &mut out).unwrap();
         assert_eq!(&out[..4], &0.5f32.to_le_bytes());
     }
+
+    /// The compiled C widens every one of the 65,536 halves as the `half` crate does (the
+    /// interpreter's conversion): each finite one exactly, subnormals included, infinities, and
+    /// NaNs made quiet with their payload kept.
+    #[test]
+    fn every_half_widens_as_the_interpreter_widens_it() {
+        let b = CpuBackend::with_compiler(OsStr::new("cc"));
+        let k = KernelBuilder::new("widen_every_half", [64, 1, 1]);
+        let x = k.buffer("x", Scalar::F16, Access::Read);
+        let y = k.buffer("y", Scalar::F32, Access::Write);
+        let i = k.global_id(0);
+        k.store(y, i, k.load(x, i).cast(Scalar::F32));
+        let p = b.compile(&k.finish()).unwrap();
+        let n = 1usize << 16;
+        let halves: Vec<u8> = (0..n).flat_map(|h| (h as u16).to_le_bytes()).collect();
+        let (hx, hy) = (
+            b.alloc(2 * n as u64).unwrap(),
+            b.alloc(4 * n as u64).unwrap(),
+        );
+        b.write(hx, 0, &halves).unwrap();
+        let binding = |buffer, size| Binding {
+            buffer,
+            offset: 0,
+            size,
+        };
+        b.dispatch(&Dispatch {
+            program: p,
+            grid: [n as u32 / 64, 1, 1],
+            bindings: &[binding(hx, 2 * n as u64), binding(hy, 4 * n as u64)],
+            params: &[],
+        })
+        .unwrap();
+        let mut out = vec![0u8; 4 * n];
+        b.read(hy, 0, &mut out).unwrap();
+        for (h, got) in out.chunks_exact(4).enumerate() {
+            let got = u32::from_le_bytes([got[0], got[1], got[2], got[3]]);
+            let want = half::f16::from_bits(h as u16).to_f32().to_bits();
+            assert_eq!(got, want, "{h:#06x}: {got:#010x}, want {want:#010x}");
+        }
+    }
 }
