@@ -644,12 +644,18 @@ mod tests {
             "{note}"
         );
         // And it still runs kernels.
-        let k = probe_kernel();
-        let p = b.compile(&k).unwrap();
-        let x = b.alloc(16).unwrap();
-        let y = b.alloc(32).unwrap();
         let bits = half::f16::from_f32(0.25).to_bits().to_le_bytes();
-        b.write(x, 0, &bits.repeat(8)).unwrap();
+        let out = halves_to_floats(&b, &probe_kernel(), &bits.repeat(8), 1);
+        assert_eq!(&out[..4], &0.5f32.to_le_bytes());
+    }
+
+    /// Runs `k` (x f16, y f32, an element an invocation) over `groups` workgroups on the f16
+    /// bytes `x`, and gives y's bytes.
+    fn halves_to_floats(b: &CpuBackend, k: &Kernel, x: &[u8], groups: u32) -> Vec<u8> {
+        let p = b.compile(k).unwrap();
+        let n = x.len() as u64 / 2;
+        let (hx, hy) = (b.alloc(2 * n).unwrap(), b.alloc(4 * n).unwrap());
+        b.write(hx, 0, x).unwrap();
         let binding = |buffer, size| Binding {
             buffer,
             offset: 0,
@@ -657,14 +663,14 @@ mod tests {
         };
         b.dispatch(&Dispatch {
             program: p,
-            grid: [1, 1, 1],
-            bindings: &[binding(x, 16), binding(y, 32)],
+            grid: [groups, 1, 1],
+            bindings: &[binding(hx, 2 * n), binding(hy, 4 * n)],
             params: &[],
         })
         .unwrap();
-        let mut out = [0u8; 32];
-        b.read(y, 0, &mut out).unwrap();
-        assert_eq!(&out[..4], &0.5f32.to_le_bytes());
+        let mut out = vec![0u8; 4 * n as usize];
+        b.read(hy, 0, &mut out).unwrap();
+        out
     }
 
     /// The compiled C widens every one of the 65,536 halves as the `half` crate does (the
@@ -678,28 +684,8 @@ mod tests {
         let y = k.buffer("y", Scalar::F32, Access::Write);
         let i = k.global_id(0);
         k.store(y, i, k.load(x, i).cast(Scalar::F32));
-        let p = b.compile(&k.finish()).unwrap();
-        let n = 1usize << 16;
-        let halves: Vec<u8> = (0..n).flat_map(|h| (h as u16).to_le_bytes()).collect();
-        let (hx, hy) = (
-            b.alloc(2 * n as u64).unwrap(),
-            b.alloc(4 * n as u64).unwrap(),
-        );
-        b.write(hx, 0, &halves).unwrap();
-        let binding = |buffer, size| Binding {
-            buffer,
-            offset: 0,
-            size,
-        };
-        b.dispatch(&Dispatch {
-            program: p,
-            grid: [n as u32 / 64, 1, 1],
-            bindings: &[binding(hx, 2 * n as u64), binding(hy, 4 * n as u64)],
-            params: &[],
-        })
-        .unwrap();
-        let mut out = vec![0u8; 4 * n];
-        b.read(hy, 0, &mut out).unwrap();
+        let halves: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+        let out = halves_to_floats(&b, &k.finish(), &halves, (1 << 16) / 64);
         for (h, got) in out.chunks_exact(4).enumerate() {
             let got = u32::from_le_bytes([got[0], got[1], got[2], got[3]]);
             let want = half::f16::from_bits(h as u16).to_f32().to_bits();
