@@ -43,8 +43,7 @@ pub struct Offer {
     /// rounded to f16 by nodes before them ([`Form::Widened`]): the product stages f16 blocks
     /// as they are (asynchronously where the device copies them), where staging the file's
     /// blocks decodes every one in every workgroup that reads it. Every device with tiles:
-    /// staged without copies, the widened product also prefilled faster on NVIDIA's Vulkan
-    /// driver (docs/bench/prefill.md).
+    /// staged without copies too, the widened product measured faster (docs/bench/prefill.md).
     pub widen: bool,
     /// Prompt flash attention cuts the keys into chunks ([`trine_backends::Tuning`]).
     pub flash_key_chunks: bool,
@@ -393,10 +392,10 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
 
 /// A product's form: on tiles for a GPU's prompt products whose weights take them (a format
 /// the staging decodes, rows of whole blocks of [`matmul_tiles::BK`]), quantized weights
-/// widened to f16 first ([`Offer::widen`]), on quantized x
-/// and the weights' blocks for a GPU's one-token products whose format as the GPU holds it has
-/// byte-code units ([`matvec_q8_blocks::takes`]: the K-quants, and Q4_0, Q4_1 and Q8_0 in
-/// groups, [`tuning::read_type`]), on quantized x where the step quantizes it and the
+/// widened to f16 first ([`Offer::widen`]), on quantized x and the weights' blocks for a
+/// GPU's one-token products whose format as the GPU holds it has byte-code units
+/// ([`matvec_q8_blocks::takes`]: the K-quants, and Q4_0, Q4_1 and Q8_0 in groups,
+/// [`tuning::read_type`]), on quantized x where the step quantizes it and the
 /// file's weights allow ([`matvec_q8_rows::takes`]; on a GPU, which keeps its own layout for
 /// its decode products beside it, only where that copy is not much larger,
 /// [`matvec_q8_rows::widens`]), else on float x.
