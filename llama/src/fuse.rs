@@ -37,14 +37,12 @@ pub struct Offer {
     /// than the memory streaming them), prompt attention is flash attention. A CPU's products all take
     /// quantized x, as its packed 8-bit dot products are its fastest.
     pub gpu: bool,
-    /// Matrix tiles: a GPU's prompt products run on them.
-    pub tiles: bool,
-    /// Prompt products on tiles over quantized weights take W dequantised to f16 and x
-    /// rounded to f16 by nodes before them ([`Form::Widened`]): the product stages f16 blocks
-    /// as they are (asynchronously where the device copies them), where staging the file's
-    /// blocks decodes every one in every workgroup that reads it. Every device with tiles:
+    /// Matrix tiles: a GPU's prompt products run on them, those over quantized weights on W
+    /// dequantised to f16 and x rounded to f16 by nodes before them ([`Form::Widened`]): the
+    /// product stages f16 blocks as they are (asynchronously where the device copies them),
+    /// where staging the file's blocks decodes every one in every workgroup that reads it;
     /// staged without copies too, the widened product measured faster (docs/bench/prefill.md).
-    pub widen: bool,
+    pub tiles: bool,
     /// Prompt flash attention cuts the keys into chunks ([`trine_backends::Tuning`]).
     pub flash_key_chunks: bool,
     /// Splits of the keys in a decode step's attention ([`tuning::gpu_splits`] of the
@@ -69,7 +67,6 @@ impl Offer {
         Offer {
             gpu,
             tiles: gpu && info.tiles,
-            widen: gpu && info.tiles,
             flash_key_chunks: info.tuning.flash_key_chunks,
             decode_splits: if gpu { tuning::gpu_splits(context) } else { 1 },
             float_cache: kv.float().is_some(),
@@ -392,7 +389,7 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
 
 /// A product's form: on tiles for a GPU's prompt products whose weights take them (a format
 /// the staging decodes, rows of whole blocks of [`matmul_tiles::BK`]), quantized weights
-/// widened to f16 first ([`Offer::widen`]), on quantized x and the weights' blocks for a
+/// widened to f16 first ([`Offer::tiles`]), on quantized x and the weights' blocks for a
 /// GPU's one-token products whose format as the GPU holds it has byte-code units
 /// ([`matvec_q8_blocks::takes`]: the K-quants, and Q4_0, Q4_1 and Q8_0 in groups,
 /// [`tuning::read_type`]), on quantized x where the step quantizes it and the
@@ -404,7 +401,7 @@ fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -
     // A GPU's executor groups blocks ([`crate::planner::KernelShape::grouped_blocks`]).
     let ty = tuning::read_type(w, id, offer.gpu);
     let tiles = offer.tiles && tokens > 1 && matmul_tiles::check(t.rows, t.cols, 1).is_ok();
-    if tiles && offer.widen && ty.is_quantized() && widen::check(ty, t.rows, t.cols).is_ok() {
+    if tiles && ty.is_quantized() && widen::check(ty, t.rows, t.cols).is_ok() {
         Form::Widened
     } else if tiles && matmul_tiles::takes(ty) {
         Form::Tiles
@@ -502,7 +499,6 @@ mod tests {
         gpu: true,
         float_cache: true,
         tiles: false,
-        widen: false,
         flash_key_chunks: false,
         decode_splits: tuning::GPU_SPLITS,
         launches_overlap: false,

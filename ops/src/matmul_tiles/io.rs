@@ -52,8 +52,8 @@ impl<'b> Io<'b> {
         }
     }
 
-    /// The block's first token and the step's tokens.
-    pub(crate) fn first_token(&self) -> (Val<'b>, Val<'b>) {
+    /// The block's first token, and the step's tokens.
+    pub(crate) fn tokens(&self) -> (Val<'b>, Val<'b>) {
         (self.t0, self.tokens)
     }
 

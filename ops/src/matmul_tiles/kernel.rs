@@ -62,7 +62,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     }
     let compute = match spec.tiles {
         Some(width) => Compute::tiles(&k, width, (bm, bn), invocations)?,
-        None => Compute::scalar(&k, (bm, bn), invocations, io.first_token()),
+        None => Compute::scalar(&k, (bm, bn), invocations, io.tokens()),
     };
     let fetch = io.fetch(&k, &spec, Layout::Padded);
     let width = BK * depth;
