@@ -80,8 +80,6 @@ pub struct DeviceInfo {
 /// driver or a vendor. All off by default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tuning {
-    /// Every prompt product on matrix tiles takes the small block, whatever its size.
-    pub small_tile_blocks: bool,
     /// A prompt's flash attention cuts the keys into chunks combined after it, so that the
     /// last query block's walk over the keys does not set the dispatch's length.
     pub flash_key_chunks: bool,

@@ -33,8 +33,7 @@ use trine_ops::{
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
-/// head dimension and the values of a head rope turns, and whether its prompt products on
-/// tiles all take the small block ([`trine_backends::Tuning::small_tile_blocks`]).
+/// head dimension and the values of a head rope turns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelShape {
     pub kv: KvType,
@@ -46,7 +45,6 @@ pub struct KernelShape {
     /// ([`tuning::grouped_attention`]).
     pub grouped_attention: bool,
     pub rot_dim: u32,
-    pub small_tiles: bool,
     /// Its kernels read Q4_0, Q4_1 and Q8_0 weights in groups of blocks
     /// ([`tuning::read_type`]): a GPU's executor, whose nodes the fusion pass builds for a
     /// GPU, and its checkers.
@@ -425,7 +423,6 @@ impl KernelKey {
                         block: matmul_tiles::BlockSize::for_product(
                             part.map_or(rows, |p| p.total),
                             tokens,
-                            s.small_tiles,
                         ),
                         depth: matmul_tiles::TilesSpec::depth_for(t.cols),
                         half_x: form == Form::Widened,
@@ -818,14 +815,13 @@ mod tests {
             group: 1,
             grouped_attention: false,
             rot_dim: 64,
-            small_tiles: false,
             grouped_blocks: false,
         };
         let fields = TilesKey {
             weights: WeightType::Q4_1,
             add: true,
             swiglu: false,
-            block: matmul_tiles::BlockSize::for_product(4096, 512, false),
+            block: matmul_tiles::BlockSize::for_product(4096, 512),
             depth: 2,
             half_x: false,
             part: false,

@@ -82,6 +82,13 @@ enum Share<'b> {
     /// memory ([`Fetch::copy`]) without passing through the invocation's registers: the
     /// walk's items are lines of [`LINE`] elements.
     Lines { walk: RowWalk<'b>, lines: usize },
+    /// 16-byte lines of an f16 block bound as `U32` words, each loaded as one quad into four
+    /// variables and put half by half: where nothing copies them, a line a load instead of
+    /// a load per element, with the walk's index work once a line.
+    Quads {
+        walk: RowWalk<'b>,
+        words: Vec<[Var<'b>; 4]>,
+    },
 }
 
 /// f16 elements in a line of an asynchronous copy ([`trine_ir::COPY_BYTES`]).
@@ -174,6 +181,26 @@ impl<'b> RowWalk<'b> {
     }
 }
 
+/// How a step's f16 blocks move into shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lines {
+    /// Copied asynchronously, 16-byte lines ([`Fetch::copy`]).
+    Copied,
+    /// Loaded 16-byte lines at a time from a buffer bound as `U32` ([`f16_elem`]), then put.
+    Quads,
+    /// Loaded an element at a time, then put.
+    Elements,
+}
+
+/// What an f16 matrix's buffer is bound as where its blocks move as `lines` say: `U32`
+/// words, two halves each, for quads ([`trine_ir::Expr::LoadLane`] reads `U32` buffers).
+pub fn f16_elem(lines: Lines) -> Scalar {
+    match lines {
+        Lines::Quads => Scalar::U32,
+        _ => Scalar::F16,
+    }
+}
+
 /// One half of a quantized block as loaded, in whole words of the weights (bound as `U32`):
 /// one load moves four bytes, where loading a byte at a time took four times the loads on
 /// CUDA and, on Vulkan, a word load and a shift for every byte.
@@ -209,15 +236,16 @@ pub struct Fetch<'b> {
 impl<'b> Fetch<'b> {
     /// Declares the variables for x's block (stored as `xf`) and W's (stored as `ty`), steps
     /// of `depth` blocks. Each block's rows times its step's columns are a multiple of
-    /// `invocations` (the kernel's blocks and widths are). With `copied`, f16 blocks are
-    /// copied to shared memory asynchronously ([`Fetch::copy`]) instead. Every block is
+    /// `invocations` (the kernel's blocks and widths are). f16 blocks move as `lines` says:
+    /// copied to shared memory asynchronously ([`Fetch::copy`]), loaded in quads from
+    /// buffers bound as `U32` ([`Lines::Quads`]), or an element at a time. Every block is
     /// staged as `layout` says.
     pub fn declare(
         k: &'b KernelBuilder,
         (invocations, depth): (u32, u32),
         (x, xb, xf): (BufferId, Block<'b>, Float),
         (w, wb, ty): (BufferId, Block<'b>, WeightType),
-        (copied, layout): (bool, Layout),
+        (lines, layout): (Lines, Layout),
     ) -> Fetch<'b> {
         let width = BK * depth;
         let rows = |name: &str, float: Float, block: &Block<'b>| Share::Rows {
@@ -227,9 +255,23 @@ impl<'b> Fetch<'b> {
                 .collect(),
             walk: RowWalk::new(k, block, (invocations, depth), (1, layout)),
         };
-        let lines = |block: &Block<'b>| Share::Lines {
-            walk: RowWalk::new(k, block, (invocations, depth), (LINE, layout)),
-            lines: (block.n * width / LINE / invocations) as usize,
+        let line_walk = |block: &Block<'b>| {
+            let walk = RowWalk::new(k, block, (invocations, depth), (LINE, layout));
+            (walk, (block.n * width / LINE / invocations) as usize)
+        };
+        let half_share = |name: &str, block: &Block<'b>| match lines {
+            Lines::Copied => {
+                let (walk, lines) = line_walk(block);
+                Share::Lines { walk, lines }
+            }
+            Lines::Quads => {
+                let (walk, lines) = line_walk(block);
+                let words = (0..lines)
+                    .map(|j| std::array::from_fn(|i| k.var(&format!("{name}{j}_{i}"), Scalar::U32)))
+                    .collect();
+                Share::Quads { walk, words }
+            }
+            Lines::Elements => rows(name, Float::F16, block),
         };
         let w_share = match (ty, BlockFormat::of(ty)) {
             (_, Some(BlockFormat::Packed(p))) => Share::Runs {
@@ -258,12 +300,11 @@ impl<'b> Fetch<'b> {
                         .collect(),
                 }
             }
-            (WeightType::F16, None) if copied => lines(&wb),
-            (WeightType::F16, None) => rows("w", Float::F16, &wb),
+            (WeightType::F16, None) => half_share("w", &wb),
             _ => rows("w", Float::F32, &wb),
         };
         let x_share = match xf {
-            Float::F16 if copied => lines(&xb),
+            Float::F16 => half_share("x", &xb),
             _ => rows("x", xf, &xb),
         };
         Fetch {
@@ -306,6 +347,14 @@ impl<'b> Fetch<'b> {
                 Share::Rows { values, walk, .. } => {
                     for (j, v) in values.iter().enumerate() {
                         v.set(k.load(*buf, walk.index(k, j, k0)));
+                    }
+                }
+                Share::Quads { walk, words } => {
+                    for (j, quad) in words.iter().enumerate() {
+                        let loaded = k.load_quad(*buf, walk.index(k, j, k0) / k.u32(LINE));
+                        for (v, word) in quad.iter().zip(loaded) {
+                            v.set(word);
+                        }
                     }
                 }
                 Share::Runs { p, runs } => {
@@ -372,6 +421,20 @@ impl<'b> Fetch<'b> {
                         let value = k.select(walk.inside(k, j, block.rows), value, k.f32(0.0));
                         let at = base + walk.staged(k, j);
                         k.store_shared(dst, at, value.cast(Scalar::F16));
+                    }
+                }
+                Share::Quads { walk, words } => {
+                    for (j, quad) in words.iter().enumerate() {
+                        let inside = walk.inside(k, j, block.rows);
+                        let at = base + walk.staged(k, j);
+                        for (i, word) in quad.iter().enumerate() {
+                            let word = word.get();
+                            for (h, bits) in [word, word >> k.u32(16)].into_iter().enumerate() {
+                                let value = k.select(inside, bits.half_from_bits(), k.f32(0.0));
+                                let to = at + k.u32(2 * i as u32 + h as u32);
+                                k.store_shared(dst, to, value.cast(Scalar::F16));
+                            }
+                        }
                     }
                 }
                 Share::Halves { f, halves } => {

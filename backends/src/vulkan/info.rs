@@ -406,15 +406,12 @@ fn driver_name(d: &vk::PhysicalDeviceDriverProperties<'_>) -> String {
     )
 }
 
-/// NVIDIA's Vulkan driver: its cooperative-matrix products ran prompts faster on the small
-/// block than on the larger ones the CUDA backend takes, and its tiled flash attention takes
-/// about twice CUDA's time per block of keys, so cutting the keys into chunks shortens the
-/// dispatch (`docs/bench/prefill.md`).
+/// NVIDIA's Vulkan driver: its tiled flash attention takes about twice CUDA's time per block
+/// of keys, so cutting the keys into chunks shortens the dispatch (`docs/bench/prefill.md`).
 fn tuning(vendor_id: u32) -> crate::Tuning {
     const NVIDIA: u32 = 0x10de;
     let nvidia = vendor_id == NVIDIA;
     crate::Tuning {
-        small_tile_blocks: nvidia,
         flash_key_chunks: nvidia,
         launches_overlap: false,
     }

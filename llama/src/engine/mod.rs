@@ -147,7 +147,6 @@ impl Engine {
             group: model.config.n_head / model.config.n_head_kv,
             grouped_attention: tuning::grouped_attention(options.context),
             rot_dim: model.config.n_rot,
-            small_tiles: info.tuning.small_tile_blocks,
             grouped_blocks: offer.gpu,
         };
         Engine::build(model, backend, options, (shape, tuned), offer)

@@ -4,7 +4,6 @@
 use super::{check, kernel, reference, BlockSize, TilesSpec, NMSE, OP};
 use crate::blocks;
 use crate::case::*;
-use crate::matmul_stage::weights_elem;
 use crate::shape::ShapeError;
 use crate::support::Float;
 use half::f16;
@@ -23,7 +22,7 @@ pub fn case(
     (rows, cols, tokens): (u32, u32, u32),
     add: bool,
 ) -> Result<Case, ShapeError> {
-    let block = BlockSize::for_product(rows, tokens, false);
+    let block = BlockSize::for_product(rows, tokens);
     case_in(
         ty,
         (rows, cols, tokens),
@@ -101,7 +100,7 @@ pub fn swiglu_case(
     ty: WeightType,
     (rows, cols, tokens): (u32, u32, u32),
 ) -> Result<Case, ShapeError> {
-    let block = BlockSize::for_product(rows, tokens, false);
+    let block = BlockSize::for_product(rows, tokens);
     build_case(
         ty,
         (rows, cols, tokens),
@@ -171,8 +170,8 @@ fn build_case(
         }
     };
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
-        .input("w", weights_elem(ty), blocks::pad_to_words(w))
-        .input("x", xf.scalar(), x_bytes);
+        .input("w", spec.w_elem(), blocks::pad_to_words(w))
+        .input("x", spec.x_elem(), x_bytes);
     if let Some(res) = &residual {
         case = case.input("add", Scalar::F32, f32_bytes(res));
     }
@@ -248,8 +247,8 @@ pub fn part_case(
     let x_bytes = f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>());
     let params = spec.part_params((rows, cols, tokens), (y_rows, first));
     Ok(Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
-        .input("w", weights_elem(ty), blocks::pad_to_words(part_w))
-        .input("x", Scalar::F16, x_bytes)
+        .input("w", spec.w_elem(), blocks::pad_to_words(part_w))
+        .input("x", spec.x_elem(), x_bytes)
         .output("y", Scalar::F32, vec![0; t * width * 4], want)
         .params(params)
         .bound(NMSE)

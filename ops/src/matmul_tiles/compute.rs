@@ -34,7 +34,13 @@ pub(super) enum Compute<'b> {
     },
 }
 
+/// Row stride, in f32 elements, of the shared tile each subgroup stores its sums through.
+const OUTPUT_STRIDE: u32 = TILE + 8;
+
 impl<'b> Compute<'b> {
+    /// Bytes of the shared tile each subgroup of the tiled variant writes its sums through.
+    pub(super) const OUTPUT_TILE_BYTES: u32 = TILE * OUTPUT_STRIDE * 4;
+
     /// Each subgroup takes a rectangle of the block's tiles, up to 4 wide: it loads an A
     /// tile per row of its rectangle and a B tile per column, where a row of 8 tiles would
     /// load 8 B tiles for the same products.
@@ -185,7 +191,7 @@ impl<'b> Compute<'b> {
                 width,
                 ..
             } => {
-                let stride = TILE + 8;
+                let stride = OUTPUT_STRIDE;
                 let region = k.shared("y_tiles", Scalar::F32, invocations / width * TILE * stride);
                 let base = k.subgroup_id() * k.u32(TILE * stride);
                 let lane = lid % k.u32(*width);

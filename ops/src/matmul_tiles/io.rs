@@ -2,7 +2,7 @@
 //! ([`Output`]): y, plus the residual, or SwiGLU of row pairs, guarded at y's edges.
 
 use super::TilesSpec;
-use crate::matmul_stage::{weights_elem, Block, Fetch, Layout};
+use crate::matmul_stage::{Block, Fetch, Layout};
 use crate::support::Float;
 use trine_ir::{Access, BufferId, KernelBuilder, Scalar, SharedId, Val};
 
@@ -25,8 +25,8 @@ pub(crate) struct Io<'b> {
 impl<'b> Io<'b> {
     pub(crate) fn declare(k: &'b KernelBuilder, spec: &TilesSpec) -> Self {
         let (bm, bn) = spec.block();
-        let w = k.buffer("w", weights_elem(spec.weights), Access::Read);
-        let x = k.buffer("x", Self::x_float(spec).scalar(), Access::Read);
+        let w = k.buffer("w", spec.w_elem(), Access::Read);
+        let x = k.buffer("x", spec.x_elem(), Access::Read);
         let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
         let y = k.buffer("y", Scalar::F32, Access::Write);
         let rows = k.param("rows", Scalar::U32);
@@ -84,7 +84,7 @@ impl<'b> Io<'b> {
             (spec.block.invocations(), spec.depth),
             (self.x, block(bm, self.t0, self.tokens), Self::x_float(spec)),
             (self.w, block(bn, self.r0, self.rows), spec.weights),
-            (spec.copies, layout),
+            (spec.lines(), layout),
         )
     }
 

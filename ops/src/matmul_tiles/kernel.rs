@@ -46,10 +46,11 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     // for the large block, which CUDA, the one target of copies, takes as dynamic shared
     // memory.
     let (x_stage, w_stage) = (bm * stage(depth), bn * stage(depth));
+    let put_stages = put_stages(&spec, (x_stage, w_stage), invocations);
     let (x_stages, w_stages) = match (spec.copies, spec.half_x) {
         (true, true) => (COPY_STAGES, COPY_STAGES),
         (true, false) => (2, COPY_STAGES),
-        (false, _) => (1, 1),
+        (false, _) => (put_stages, put_stages),
     };
     let xs = k.shared("x_block", Scalar::F16, x_stages * x_stage);
     let ws = k.shared("w_block", Scalar::F16, w_stages * w_stage);
@@ -74,6 +75,21 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             (x_stage, w_stage),
             (cols, depth),
         );
+    } else if put_stages == 2 {
+        // Step i is put into stage i mod 2, so one barrier a step suffices: an invocation
+        // that has passed step i's barrier knows every subgroup has finished step i − 1's
+        // products, and step i + 1's put writes the stage those read.
+        let zero = k.u32(0);
+        fetch.load(&k, zero);
+        k.for_range(zero, cols, width, |k0| {
+            let stage = k0 / k.u32(width) % k.u32(2);
+            let (x0, w0) = (stage * k.u32(x_stage), stage * k.u32(w_stage));
+            fetch.put(&k, (xs, x0), (ws, w0));
+            k.barrier();
+            let next = k0 + k.u32(width);
+            k.if_(next.lt(cols), || fetch.load(&k, next));
+            compute.step(&k, (xs, ws, x0, w0), depth);
+        });
     } else {
         // Step k + 1's loads are issued before step k's products ([`crate::matmul_stage`]).
         let zero = k.u32(0);
@@ -91,6 +107,27 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     compute.finish(&k, &io.output(&spec), (bm, bn), invocations);
     Ok(k.finish())
 }
+
+/// Stages of put blocks without copies: two on tiles where they fit in [`TWO_STAGES_BYTES`]
+/// with the subgroups' output tiles, so that a step's put overlaps the step before's
+/// products and each step waits at one barrier, not two; else one.
+fn put_stages(spec: &TilesSpec, (x_stage, w_stage): (u32, u32), invocations: u32) -> u32 {
+    let width = match spec.tiles {
+        Some(width) if !spec.copies => width,
+        _ => return 1,
+    };
+    let staged = 2 * (x_stage + w_stage) * 2;
+    let outputs = invocations / width * Compute::OUTPUT_TILE_BYTES;
+    if staged + outputs <= TWO_STAGES_BYTES {
+        2
+    } else {
+        1
+    }
+}
+
+/// The shared memory of the smallest device (lavapipe's), which every block but the large
+/// one keeps within.
+const TWO_STAGES_BYTES: u32 = 32 * 1024;
 
 /// The K loop with copied weights: W's block of step i lands in stage i mod
 /// [`COPY_STAGES`], started `COPY_STAGES - 1` steps ahead, and x's is copied alike (f16 x)

@@ -4,8 +4,7 @@
 //!
 //! A workgroup computes a block of tokens by rows ([`BlockSize`]: 64 × 64; 32 × 32 for
 //! products of fewer than [`SMALL_ROWS`] rows, whose bigger blocks would leave most of a GPU
-//! idle, and for every product where the executor finds the device faster so; 128 × 128 for
-//! the biggest products), stepping through K [`TilesSpec::depth`] quantized blocks of [`BK`] columns at a time
+//! idle; 128 × 128 for the biggest products), stepping through K [`TilesSpec::depth`] quantized blocks of [`BK`] columns at a time
 //! ([`TilesSpec::depth_for`]): it stages x's block rounded to f16 and W's block dequantised to
 //! f16 in shared memory, then multiplies them as 16 × 16 matrix tiles ([`trine_ir::TileOp`]):
 //! NVIDIA's tensor cores through `mma.sync` or Vulkan's cooperative matrices. The block's
@@ -16,7 +15,9 @@
 //! tile per row of it and a B tile per column, then stores them one at a time to a tile of shared memory
 //! of its own, from where its lanes write y (adding the residual), guarded at the edges. Each
 //! step's blocks are loaded from memory during the step before ([`super::matmul_stage`]), so
-//! their latency overlaps that step's multiplications.
+//! their latency overlaps that step's multiplications: copied asynchronously where the device
+//! can; else f16 blocks are loaded 16 bytes at a time, and put into one of two stages where
+//! both fit in shared memory, so that a step waits at one barrier instead of two.
 //!
 //! Devices without matrix units run the scalar variant ([`TilesSpec::scalar`]): the same
 //! staging in f16, a block of K at a time, each invocation summing 32 outputs in f32. Both

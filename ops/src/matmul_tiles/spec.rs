@@ -3,17 +3,17 @@
 //! shape rules of a product.
 
 use super::{BK, LARGE_ROWS, LARGE_TOKENS, MAX_DEPTH, OP, SMALL_ROWS};
+use crate::matmul_stage::{f16_elem, weights_elem, Lines};
 use crate::shape::ShapeError;
 use crate::support::{elements, nonzero};
 use trine_gguf::quant::WeightType;
-use trine_ir::ParamValue;
+use trine_ir::{ParamValue, Scalar};
 
 /// The block of tokens by rows a workgroup computes ([`BlockSize::for_product`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BlockSize {
     /// 32 × 32 on 128 invocations: products of fewer than [`SMALL_ROWS`] rows, whose bigger
-    /// blocks would leave most of a GPU idle, and every product where the executor finds the
-    /// device faster so.
+    /// blocks would leave most of a GPU idle.
     Small,
     /// 64 × 64 on 128 invocations.
     Medium,
@@ -26,10 +26,9 @@ pub enum BlockSize {
 }
 
 impl BlockSize {
-    /// The block for a product of `rows` rows over `tokens` tokens; `small_always` where
-    /// the device runs every product faster with small blocks.
-    pub fn for_product(rows: u32, tokens: u32, small_always: bool) -> BlockSize {
-        if small_always || rows < SMALL_ROWS {
+    /// The block for a product of `rows` rows over `tokens` tokens.
+    pub fn for_product(rows: u32, tokens: u32) -> BlockSize {
+        if rows < SMALL_ROWS {
             BlockSize::Small
         } else if rows >= LARGE_ROWS && tokens >= LARGE_TOKENS {
             BlockSize::Large
@@ -199,6 +198,37 @@ impl TilesSpec {
             if self.group { "_wg" } else { "" },
             self.depth
         )
+    }
+
+    /// How the f16 blocks (W's, and x's with [`TilesSpec::half_x`]) move into shared
+    /// memory: copied where the spec copies; on tiles otherwise in quads, whose loads are
+    /// an eighth as many as the element loads the scalar variant keeps (where the C lowering
+    /// vectorises the element loads across invocations).
+    pub fn lines(&self) -> Lines {
+        if self.copies {
+            Lines::Copied
+        } else if self.tiles.is_some() {
+            Lines::Quads
+        } else {
+            Lines::Elements
+        }
+    }
+
+    /// What W's buffer is bound as.
+    pub fn w_elem(&self) -> Scalar {
+        match self.weights {
+            WeightType::F16 => f16_elem(self.lines()),
+            ty => weights_elem(ty),
+        }
+    }
+
+    /// What x's buffer is bound as.
+    pub fn x_elem(&self) -> Scalar {
+        if self.half_x {
+            f16_elem(self.lines())
+        } else {
+            Scalar::F32
+        }
     }
 
     /// Tokens and rows per workgroup.

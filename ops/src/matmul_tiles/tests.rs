@@ -103,15 +103,13 @@ fn large_blocks_fall_back_to_medium_ones() {
     assert_eq!(untiled.variants(), [spec.scalar()]);
 }
 
-/// Big products take the large block, small ones the small block, and devices that want
-/// small blocks always get them.
+/// Big products take the large block, small ones the small block.
 #[test]
 fn blocks_follow_the_product() {
-    assert_eq!(BlockSize::for_product(576, 512, false), BlockSize::Small);
-    assert_eq!(BlockSize::for_product(3072, 512, false), BlockSize::Medium);
-    assert_eq!(BlockSize::for_product(4096, 512, false), BlockSize::Large);
-    assert_eq!(BlockSize::for_product(4096, 100, false), BlockSize::Medium);
-    assert_eq!(BlockSize::for_product(4096, 512, true), BlockSize::Small);
+    assert_eq!(BlockSize::for_product(576, 512), BlockSize::Small);
+    assert_eq!(BlockSize::for_product(3072, 512), BlockSize::Medium);
+    assert_eq!(BlockSize::for_product(4096, 512), BlockSize::Large);
+    assert_eq!(BlockSize::for_product(4096, 100), BlockSize::Medium);
     let spec = TilesSpec {
         weights: WeightType::F16,
         add: false,
