@@ -429,7 +429,9 @@ impl BinaryOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SubgroupOp {
     /// Sum over the active lanes. SPIR-V `OpGroupNonUniformFAdd/IAdd Reduce`; HIP/CUDA a
-    /// butterfly of `__shfl_xor`.
+    /// butterfly of `__shfl_xor`. The interpreter, and the C backend bit for bit, fold Sum,
+    /// Min and Max in a tree: lane `i` takes lane `i + h`, `h` halving from the largest power
+    /// of two below the subgroup's width, and lane 0 holds the result.
     Sum,
     Min,
     Max,

@@ -251,9 +251,11 @@ impl<'a> Emitter<'a> {
         self.close(depth, braces);
     }
 
-    /// A reduction folds the active invocations of each subgroup left to right in lane order,
-    /// combining with the printer's operator text (so f16 rounds per step and i32 wraps), as
-    /// the interpreter does; a shuffle reads lane `self ^ mask` of the same subgroup.
+    /// A reduction folds the active invocations of each subgroup in `trine_ir`'s tree order
+    /// (the upper lanes onto the lower, halving), combining with the printer's operator text
+    /// (so f16 rounds per step and i32 wraps), as the interpreter does; f32 over whole
+    /// subgroups takes sixteen lanes a register where the CPU has AVX-512. A shuffle reads
+    /// lane `self ^ mask` of the same subgroup.
     fn subgroup(
         &mut self,
         id: ExprId,
@@ -300,54 +302,107 @@ impl<'a> Emitter<'a> {
             }
         };
         let step = binary(self.c, combine, ty, "acc", "o");
+        // The folds of `trine_ir`'s tree order: (h, lanes folded) for each step.
+        let mut folds = vec![];
+        let mut n = sg;
+        while n > 1 {
+            let h = 1 << (n - 1).ilog2();
+            folds.push((h, n - h));
+            n = h;
+        }
+        let whole = mask.is_none() && wg.is_multiple_of(sg);
+        let vector = whole && ty == Scalar::F32 && sg <= 16 && wg.is_multiple_of(16);
+        let stored_src = matches!(self.st.place(arg), Place::Array);
+        if vector && stored_src {
+            // Sixteen lanes a register: each lane folds in lane `l ^ h` of its own subgroup,
+            // so lane 0 of each takes the tree's operands in the tree's order.
+            let f = match combine {
+                BinaryOp::Add => "add",
+                BinaryOp::Min => "min",
+                _ => "max",
+            };
+            self.line(depth, "#ifdef TRINE_V16");
+            let d = depth + 1;
+            self.line(
+                depth,
+                &format!("for (uint32_t g = 0u; g < {wg}u; g += 16u) {{"),
+            );
+            self.line(d, &format!("__m512 v = _mm512_loadu_ps(&{}[g]);", arr(arg)));
+            for (h, _) in &folds {
+                self.line(
+                    d,
+                    &format!("v = trine_v16_{f}(v, trine_v16_lane_xor(v, {h}));"),
+                );
+            }
+            self.line(
+                d,
+                &format!("_mm512_storeu_ps(&{out}[g], trine_v16_first(v, {sg}));"),
+            );
+            self.line(depth, "}");
+            self.line(depth, "#else");
+        }
         let d = depth + 1;
         self.line(
             depth,
             &format!("for (uint32_t g = 0u; g < {wg}u; g += {sg}u) {{"),
         );
-        let end = if wg.is_multiple_of(sg) {
-            format!("g + {sg}u")
-        } else {
-            format!("g + {sg}u < {wg}u ? g + {sg}u : {wg}u")
-        };
-        // Whole subgroups loop a constant count, which GCC unrolls, storing the broadcast of
-        // the result as one vector.
-        let whole = mask.is_none() && wg.is_multiple_of(sg);
-        let count = if whole {
-            format!("{sg}u")
-        } else {
-            self.line(d, &format!("const uint32_t g_end = {end};"));
-            "g_end - g".to_string()
-        };
-        match active("l") {
-            None => {
-                self.line(d, &format!("{t} acc = {};", src("g")));
-                self.line(d, &format!("for (uint32_t j = 1u; j < {count}; j++) {{"));
-                self.line(d + 1, &format!("const {t} o = {};", src("g + j")));
-                self.line(d + 1, &format!("acc = {step};"));
-                self.line(d, "}");
+        self.line(d, &format!("{t} r[{sg}];"));
+        if whole {
+            self.line(
+                d,
+                &format!(
+                    "for (uint32_t j = 0u; j < {sg}u; j++) r[j] = {};",
+                    src("g + j")
+                ),
+            );
+            for (h, lanes) in &folds {
                 self.line(
                     d,
-                    &format!("for (uint32_t j = 0u; j < {count}; j++) {out}[g + j] = acc;"),
+                    &format!(
+                        "for (uint32_t i = 0u; i < {lanes}u; i++) {{ const {t} acc = r[i], o = r[i + {h}u]; r[i] = {step}; }}"
+                    ),
                 );
             }
-            Some(a) => {
-                let init = literal(self.c, zero(ty));
-                self.line(d, &format!("{t} acc = {init};"));
-                self.line(d, "bool seen = false;");
-                self.line(d, "for (uint32_t l = g; l < g_end; l++) {");
-                self.line(d + 1, &format!("if (!{a}) continue;"));
-                self.line(d + 1, &format!("const {t} o = {};", src("l")));
-                self.line(d + 1, &format!("acc = seen ? {step} : o;"));
-                self.line(d + 1, "seen = true;");
-                self.line(d, "}");
+            self.line(
+                d,
+                &format!("for (uint32_t j = 0u; j < {sg}u; j++) {out}[g + j] = r[0];"),
+            );
+        } else {
+            // Lanes past the workgroup's end or inactive take no part: a fold keeps the
+            // other operand.
+            let present = match active("l") {
+                Some(a) => format!("l < {wg}u && {a}"),
+                None => format!("l < {wg}u"),
+            };
+            let init = literal(self.c, zero(ty));
+            self.line(d, &format!("bool p[{sg}];"));
+            self.line(d, &format!("for (uint32_t j = 0u; j < {sg}u; j++) {{"));
+            self.line(d + 1, "const uint32_t l = g + j;");
+            self.line(d + 1, &format!("p[j] = {present};"));
+            self.line(d + 1, &format!("r[j] = p[j] ? {} : {init};", src("l")));
+            self.line(d, "}");
+            for (h, lanes) in &folds {
                 self.line(
                     d,
-                    &format!("for (uint32_t l = g; l < g_end; l++) if ({a}) {out}[l] = acc;"),
+                    &format!(
+                        "for (uint32_t i = 0u; i < {lanes}u; i++) if (p[i + {h}u]) {{ const {t} acc = r[i], o = r[i + {h}u]; r[i] = p[i] ? {step} : o; p[i] = true; }}"
+                    ),
                 );
             }
+            let end = format!("g + {sg}u < {wg}u ? g + {sg}u : {wg}u");
+            let store = match active("l") {
+                Some(a) => format!("if ({a}) {out}[l] = r[0];"),
+                None => format!("{out}[l] = r[0];"),
+            };
+            self.line(
+                d,
+                &format!("for (uint32_t l = g; l < ({end}); l++) {store}"),
+            );
         }
         self.line(depth, "}");
+        if vector && stored_src {
+            self.line(depth, "#endif");
+        }
     }
 
     fn new_mask(&mut self) -> usize {

@@ -181,6 +181,7 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
         c_family::uses_f16(k, &info),
         c_family::uses_dot4(k),
         k.uses_unary(trine_ir::UnaryOp::Exp),
+        reduces_f32(k, &info),
     );
     out.push('\n');
     let _ = writeln!(
@@ -283,4 +284,11 @@ fn lane_type(ty: Scalar) -> &'static str {
         Scalar::Bool => "uint8_t",
         _ => value_type(ty),
     }
+}
+
+/// Whether the kernel sums, or takes the least or greatest of, f32 values over subgroups.
+fn reduces_f32(k: &Kernel, info: &trine_ir::Info) -> bool {
+    k.exprs.iter().any(|e| {
+        matches!(e, trine_ir::Expr::Subgroup { op: trine_ir::SubgroupOp::Sum | trine_ir::SubgroupOp::Min | trine_ir::SubgroupOp::Max, arg } if info.ty(*arg) == Scalar::F32)
+    })
 }

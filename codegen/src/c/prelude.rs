@@ -101,6 +101,34 @@ TRINE_FN trine_f16 trine_f2h(float f) { return (trine_f16)f; }
 TRINE_FN trine_f16 trine_h_bits(uint16_t b) { trine_f16 h; memcpy(&h, &b, 2); return h; }
 "#;
 
+/// Subgroup reductions of f32 sixteen lanes a register where the CPU has AVX-512 (the
+/// printer's reductions use them under `TRINE_V16`): GCC left the tree's folds scalar. A lane
+/// reads lane `l ^ h` by a permutation; the folds repeat `trine_fmaxf`'s and `trine_fminf`'s
+/// choice lane by lane (the other operand where this one is NaN), so each lane's result is
+/// the scalar one's, bit for bit.
+const V16: &str = r#"#if defined(__AVX512F__)
+#include <immintrin.h>
+#define TRINE_V16 1
+TRINE_FN __m512i trine_v16_lanes(void) {
+    return _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+}
+TRINE_FN __m512 trine_v16_lane_xor(__m512 v, int h) {
+    return _mm512_permutexvar_ps(_mm512_xor_si512(trine_v16_lanes(), _mm512_set1_epi32(h)), v);
+}
+/* Each lane takes the first lane of its subgroup of `sg`. */
+TRINE_FN __m512 trine_v16_first(__m512 v, int sg) {
+    return _mm512_permutexvar_ps(_mm512_andnot_si512(_mm512_set1_epi32(sg - 1), trine_v16_lanes()), v);
+}
+TRINE_FN __m512 trine_v16_add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+TRINE_FN __m512 trine_v16_max(__m512 a, __m512 b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ), a, b);
+}
+TRINE_FN __m512 trine_v16_min(__m512 a, __m512 b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(b, a, _CMP_LT_OQ), a, b);
+}
+#endif
+"#;
+
 /// The packed 8-bit dot products (`BinaryOp::Dot4I8`, `Dot4U8`). GCC vectorises the four byte
 /// products across invocations into widening multiplies and shuffles, about two instructions
 /// per product; AVX512-VNNI's `vpdpbusd` takes 64 products in one. GCC does not find it, so
@@ -267,8 +295,11 @@ fn exp(out: &mut String) {
     );
 }
 
-pub(super) fn prelude(f16: bool, dot4_used: bool, exp_used: bool) -> String {
+pub(super) fn prelude(f16: bool, dot4_used: bool, exp_used: bool, reduces_f32: bool) -> String {
     let mut out = BASE.to_string();
+    if reduces_f32 {
+        out.push_str(V16);
+    }
     if exp_used {
         exp(&mut out);
     }

@@ -503,16 +503,68 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     continue;
                 }
             };
-            let Some((&head, rest)) = active.split_first() else {
+            let values = (first..first + sg)
+                .map(|l| (l < self.lanes && mask[l]).then(|| self.val(arg, l)))
+                .collect();
+            let Some(total) = tree(values, |a, b| ops::reduce(combine, t, a, b)) else {
                 continue;
             };
-            let total = rest.iter().fold(self.val(arg, head), |acc, &l| {
-                ops::reduce(combine, t, acc, self.val(arg, l))
-            });
             for &lane in &active {
                 out[lane] = total;
             }
         }
         Ok(())
+    }
+}
+
+/// A subgroup's reduction in the order every backend that runs it on the CPU takes, so that
+/// it vectorises there: the upper lanes folded onto the lower, `values[i] ⊕ values[i + h]`
+/// for `h` the largest power of two below the lanes left, until one is left. Inactive lanes (`None`)
+/// leave the other operand as it is; `None` when every lane is inactive.
+pub(crate) fn tree(mut values: Vec<Option<u32>>, op: impl Fn(u32, u32) -> u32) -> Option<u32> {
+    let mut n = values.len();
+    while n > 1 {
+        let h = 1 << (n - 1).ilog2();
+        for i in 0..n - h {
+            values[i] = match (values[i], values[i + h]) {
+                (Some(a), Some(b)) => Some(op(a, b)),
+                (a, None) => a,
+                (None, b) => b,
+            };
+        }
+        n = h;
+    }
+    values.first().copied().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tree;
+
+    fn sum(values: &[Option<f32>]) -> Option<f32> {
+        let bits = values.iter().map(|v| v.map(f32::to_bits)).collect();
+        tree(bits, |a, b| {
+            (f32::from_bits(a) + f32::from_bits(b)).to_bits()
+        })
+        .map(f32::from_bits)
+    }
+
+    /// The tree adds 1e8 to −1e8 and 1 to 1 before it adds the two; left to right, the first
+    /// 1 would be lost in 1e8 and the sum would be 1.
+    #[test]
+    fn reductions_fold_the_upper_lanes_onto_the_lower() {
+        let v = [Some(1e8), Some(1.0), Some(-1e8), Some(1.0)];
+        assert_eq!(sum(&v), Some(2.0));
+        // Six lanes: lanes 4 and 5 fold onto 0 and 1 first, then 2 and 3 onto 0 and 1.
+        let v = [1e8, 1.0, 0.5, 0.25, -1e8, 4.0].map(Some);
+        assert_eq!(sum(&v), Some(((1e8 + -1e8) + 0.5) + ((1.0 + 4.0) + 0.25)));
+    }
+
+    /// An inactive lane leaves the other operand; a subgroup with none active has no result.
+    #[test]
+    fn inactive_lanes_take_no_part() {
+        assert_eq!(sum(&[None, Some(3.0), Some(-1.5), None]), Some(1.5));
+        assert_eq!(sum(&[None, None, None]), None);
+        assert_eq!(sum(&[Some(7.0)]), Some(7.0));
     }
 }
