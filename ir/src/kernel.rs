@@ -441,6 +441,22 @@ pub enum SubgroupOp {
     ShuffleXor(ExprId),
 }
 
+impl SubgroupOp {
+    /// The folds of a reduction's tree over `width` lanes, in order: `(h, n)` folds lane
+    /// `i + h` into lane `i` for every `i < n`, `h` the largest power of two below the lanes
+    /// still holding values, until lane 0 holds the result.
+    pub fn folds(width: usize) -> Vec<(usize, usize)> {
+        let mut folds = vec![];
+        let mut n = width;
+        while n > 1 {
+            let h = 1 << (n - 1).ilog2();
+            folds.push((h, n - h));
+            n = h;
+        }
+        folds
+    }
+}
+
 /// An expression: pure, evaluated where its [`Stmt::Let`] stands.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Expr {

@@ -302,18 +302,15 @@ impl<'a> Emitter<'a> {
             }
         };
         let step = binary(self.c, combine, ty, "acc", "o");
-        // The folds of `trine_ir`'s tree order: (h, lanes folded) for each step.
-        let mut folds = vec![];
-        let mut n = sg;
-        while n > 1 {
-            let h = 1 << (n - 1).ilog2();
-            folds.push((h, n - h));
-            n = h;
-        }
+        let folds = SubgroupOp::folds(sg as usize);
         let whole = mask.is_none() && wg.is_multiple_of(sg);
-        let vector = whole && ty == Scalar::F32 && sg <= 16 && wg.is_multiple_of(16);
-        let stored_src = matches!(self.st.place(arg), Place::Array);
-        if vector && stored_src {
+        // Sixteen lanes a register need whole subgroups of f32 held per invocation.
+        let vector = whole
+            && ty == Scalar::F32
+            && sg <= 16
+            && wg.is_multiple_of(16)
+            && self.st.place(arg) == Place::Array;
+        if vector {
             // Sixteen lanes a register: each lane folds in lane `l ^ h` of its own subgroup,
             // so lane 0 of each takes the tree's operands in the tree's order.
             let f = match combine {
@@ -400,7 +397,7 @@ impl<'a> Emitter<'a> {
             );
         }
         self.line(depth, "}");
-        if vector && stored_src {
+        if vector {
             self.line(depth, "#endif");
         }
     }

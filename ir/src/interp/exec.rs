@@ -518,21 +518,18 @@ impl<'l, 'a> Workgroup<'l, 'a> {
 }
 
 /// A subgroup's reduction in the order every backend that runs it on the CPU takes, so that
-/// it vectorises there: the upper lanes folded onto the lower, `values[i] ⊕ values[i + h]`
-/// for `h` the largest power of two below the lanes left, until one is left. Inactive lanes (`None`)
-/// leave the other operand as it is; `None` when every lane is inactive.
+/// it vectorises there: the upper lanes folded onto the lower ([`SubgroupOp::folds`]).
+/// Inactive lanes (`None`) leave the other operand as it is; `None` when every lane is
+/// inactive.
 pub(crate) fn tree(mut values: Vec<Option<u32>>, op: impl Fn(u32, u32) -> u32) -> Option<u32> {
-    let mut n = values.len();
-    while n > 1 {
-        let h = 1 << (n - 1).ilog2();
-        for i in 0..n - h {
+    for (h, n) in SubgroupOp::folds(values.len()) {
+        for i in 0..n {
             values[i] = match (values[i], values[i + h]) {
                 (Some(a), Some(b)) => Some(op(a, b)),
                 (a, None) => a,
                 (None, b) => b,
             };
         }
-        n = h;
     }
     values.first().copied().flatten()
 }
