@@ -75,33 +75,29 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             (x_stage, w_stage),
             (cols, depth),
         );
-    } else if put_stages == 2 {
-        // Step i is put into stage i mod 2, so one barrier a step suffices: an invocation
-        // that has passed step i's barrier knows every subgroup has finished step i − 1's
-        // products, and step i + 1's put writes the stage those read.
+    } else {
+        // Step k + 1's loads are issued before step k's products ([`crate::matmul_stage`]).
+        // In two stages, step i is put into stage i mod 2, so one barrier a step suffices: an
+        // invocation that has passed step i's barrier knows every subgroup has finished step
+        // i − 1's products, and step i + 1's put writes the stage those read. In one, the
+        // next step restages both blocks only after a second barrier.
         let zero = k.u32(0);
         fetch.load(&k, zero);
         k.for_range(zero, cols, width, |k0| {
-            let stage = k0 / k.u32(width) % k.u32(2);
-            let (x0, w0) = (stage * k.u32(x_stage), stage * k.u32(w_stage));
+            let (x0, w0) = if put_stages == 2 {
+                let stage = k0 / k.u32(width) % k.u32(2);
+                (stage * k.u32(x_stage), stage * k.u32(w_stage))
+            } else {
+                (zero, zero)
+            };
             fetch.put(&k, (xs, x0), (ws, w0));
             k.barrier();
             let next = k0 + k.u32(width);
             k.if_(next.lt(cols), || fetch.load(&k, next));
             compute.step(&k, (xs, ws, x0, w0), depth);
-        });
-    } else {
-        // Step k + 1's loads are issued before step k's products ([`crate::matmul_stage`]).
-        let zero = k.u32(0);
-        fetch.load(&k, zero);
-        k.for_range(zero, cols, width, |k0| {
-            fetch.put(&k, (xs, zero), (ws, zero));
-            k.barrier();
-            let next = k0 + k.u32(width);
-            k.if_(next.lt(cols), || fetch.load(&k, next));
-            compute.step(&k, (xs, ws, zero, zero), depth);
-            // The next step restages both blocks.
-            k.barrier();
+            if put_stages == 1 {
+                k.barrier();
+            }
         });
     }
     compute.finish(&k, &io.output(&spec), (bm, bn), invocations);
