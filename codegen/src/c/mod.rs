@@ -288,7 +288,12 @@ fn lane_type(ty: Scalar) -> &'static str {
 
 /// Whether the kernel sums, or takes the least or greatest of, f32 values over subgroups.
 fn reduces_f32(k: &Kernel, info: &trine_ir::Info) -> bool {
-    k.exprs.iter().any(|e| {
-        matches!(e, trine_ir::Expr::Subgroup { op: trine_ir::SubgroupOp::Sum | trine_ir::SubgroupOp::Min | trine_ir::SubgroupOp::Max, arg } if info.ty(*arg) == Scalar::F32)
+    use trine_ir::{Expr, SubgroupOp};
+    k.exprs.iter().any(|e| match *e {
+        Expr::Subgroup {
+            op: SubgroupOp::Sum | SubgroupOp::Min | SubgroupOp::Max,
+            arg,
+        } => info.ty(arg) == Scalar::F32,
+        _ => false,
     })
 }
