@@ -162,6 +162,9 @@ pub struct TilesKey {
     pub half_x: bool,
     /// A part of a taller product's rows ([`matmul_tiles::TilesSpec::part`]).
     pub part: bool,
+    /// A mixture of experts' product over a prompt's pairs
+    /// ([`matmul_tiles::TilesSpec::experts`]).
+    pub experts: bool,
 }
 
 /// How a compiled variant is launched: what its dispatch's grid, parameters and bindings
@@ -427,6 +430,7 @@ impl KernelKey {
                         depth: matmul_tiles::TilesSpec::depth_for(t.cols),
                         half_x: form == Form::Widened,
                         part: part.is_some(),
+                        experts: false,
                     }),
                 }
             }
@@ -788,6 +792,7 @@ pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
         group: false,
         swiglu: key.swiglu,
         part: key.part,
+        experts: key.experts,
     };
     let spec = if info.async_copy { spec.copied() } else { spec };
     if info.group_mma {
@@ -825,6 +830,7 @@ mod tests {
             depth: 2,
             half_x: false,
             part: false,
+            experts: false,
         };
         let key = KernelKey::MatmulTiles(fields);
         for (tiles, group, count) in [(true, true, 4), (true, false, 3), (false, false, 1)] {

@@ -37,6 +37,7 @@ pub mod matvec_ids_sorted;
 pub mod matvec_q8;
 pub mod matvec_q8_blocks;
 pub mod matvec_q8_rows;
+pub mod moe_combine;
 pub mod moe_route;
 pub mod moe_sort;
 pub mod norm_add;
@@ -63,7 +64,7 @@ pub struct Family {
 }
 
 /// The op library's families, in the order of [`cases`].
-pub static FAMILIES: [Family; 23] = [
+pub static FAMILIES: [Family; 24] = [
     Family {
         name: "matmul_tiles",
         about: "prompt products y = x·Wᵀ on matrix units, W in f32, f16, Q8_0, Q4_0 or Q4_1",
@@ -128,6 +129,11 @@ pub static FAMILIES: [Family; 23] = [
         name: "moe_sort",
         about: "mixture-of-experts routing by expert: each expert's count and (token, slot) pairs",
         cases: moe_sort::cases,
+    },
+    Family {
+        name: "moe_combine",
+        about: "mixture-of-experts output: each token's pairs' rows weighted, summed onto the residual",
+        cases: moe_combine::cases,
     },
     Family {
         name: "embedding",

@@ -44,9 +44,13 @@ pub fn stages(copies: bool) -> u32 {
 }
 
 /// Whether `spec` has a warpgroup variant: the large block on subgroups of 32, steps of two
-/// blocks of K (one product's [`GROUP_K`]).
+/// blocks of K (one product's [`GROUP_K`]), not an experts' product (whose experts' few
+/// pairs each would leave most of the large block's tokens empty).
 pub fn eligible(spec: &TilesSpec) -> bool {
-    spec.tiles == Some(32) && spec.block == BlockSize::Large && spec.depth * BK == GROUP_K
+    spec.tiles == Some(32)
+        && spec.block == BlockSize::Large
+        && spec.depth * BK == GROUP_K
+        && !spec.experts
 }
 
 /// The kernel for an [`eligible`] `spec` with `spec.group` set: buffers and parameters as
@@ -68,7 +72,7 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
     let invocations = spec.block.invocations();
     k.require_subgroup_width(32);
     let io = Io::declare(k, &spec);
-    let cols = io.cols;
+    let cols = io.k_end;
     let (x_stage, w_stage) = (bm * GROUP_K, bn * GROUP_K);
     // Copies where W is f16 (`TilesSpec::copied`), and x with it where it is f16 too.
     let copies = spec.copies;
@@ -89,7 +93,7 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
         // Every step commits a batch, empty or not, so that the wait counts steps.
         k.copy_commit();
     }
-    fetch.load(k, k.u32(0));
+    io.load_first(k, &fetch, k.u32(0));
     k.for_range(k.u32(0), cols, GROUP_K, |k0| {
         let (x0, w0) = at(stage_of(k0));
         // The product two steps back read the stage this step's copies go to.

@@ -50,13 +50,25 @@ pub fn weights_elem(ty: WeightType) -> Scalar {
 }
 
 /// One matrix's block `[n × BK·depth]` at (r0, k0), `n` rows from `r0` of a matrix with
-/// `rows` rows and `cols` columns.
+/// `rows` rows and `cols` columns; with `gather`, those rows are entries of a list that names
+/// the matrix rows they read.
 #[derive(Clone, Copy)]
 pub struct Block<'b> {
     pub n: u32,
     pub r0: Val<'b>,
     pub rows: Val<'b>,
     pub cols: Val<'b>,
+    pub gather: Option<Gather<'b>>,
+}
+
+/// Rows read through a list: the block's row `r` reads the matrix's row `list[at + r] / per`
+/// (a list of (token, slot) pairs names its token's row with `per` the slots a token has, a
+/// pair's own row with 1). Float blocks gather; quantized ones do not.
+#[derive(Clone, Copy)]
+pub struct Gather<'b> {
+    pub list: BufferId,
+    pub at: Val<'b>,
+    pub per: Val<'b>,
 }
 
 /// An invocation's share of one step's block of a matrix: its values as loaded.
@@ -108,6 +120,9 @@ struct RowWalk<'b> {
     last: Val<'b>,
     /// Index distance between consecutive elements: `apart` rows.
     step: Val<'b>,
+    /// With a [`Gather`], each element's index at the step's first column, its row read
+    /// through the list once before the K loop; empty otherwise.
+    gathered: Vec<Val<'b>>,
     /// Where element `j` goes in the staged block, less `j·staged_apart`: entry
     /// `(j·apart) % 8`, as the swizzled layout permutes a row's lines by its place in its
     /// group of 8 rows (the padded layout's entries are all the first element's).
@@ -120,13 +135,13 @@ struct RowWalk<'b> {
 
 impl<'b> RowWalk<'b> {
     /// The walk of a block in steps of `depth` blocks of K over `invocations`, in items of
-    /// `item` elements: `invocations` must be a multiple of the items of a step's row, and
-    /// the swizzled layout needs steps of [`trine_ir::GROUP_K`] columns.
+    /// `item` elements, `items` an invocation: `invocations` must be a multiple of the items
+    /// of a step's row, and the swizzled layout needs steps of [`trine_ir::GROUP_K`] columns.
     fn new(
         k: &'b KernelBuilder,
         block: &Block<'b>,
         (invocations, depth): (u32, u32),
-        (item, layout): (u32, Layout),
+        (item, items, layout): (u32, u32, Layout),
     ) -> Self {
         let per_row = BK * depth / item;
         let lid = k.local_index();
@@ -152,8 +167,21 @@ impl<'b> RowWalk<'b> {
                 len
             }
         };
+        // Entries past the list's read its last (an empty list's first, which the kernel
+        // never loads through).
+        let gathered = match block.gather {
+            Some(g) => (0..items)
+                .map(|j| {
+                    let last = block.rows.max(k.u32(1)) - k.u32(1);
+                    let entry = (first + k.u32(j * apart)).min(last);
+                    k.load(g.list, g.at + entry) / g.per * block.cols + column
+                })
+                .collect(),
+            None => vec![],
+        };
         RowWalk {
             first,
+            gathered,
             base: first.min(block.rows - k.u32(1)) * block.cols + column,
             last: (block.rows - k.u32(1)) * block.cols + column,
             step: k.u32(apart) * block.cols,
@@ -166,7 +194,10 @@ impl<'b> RowWalk<'b> {
     /// The matrix index of element `j` at the step from column `k0`: rows past the matrix
     /// read its last row.
     fn index(&self, k: &'b KernelBuilder, j: usize, k0: Val<'b>) -> Val<'b> {
-        (self.base + k.u32(j as u32) * self.step).min(self.last) + k0
+        match self.gathered.get(j) {
+            Some(&at) => at + k0,
+            None => (self.base + k.u32(j as u32) * self.step).min(self.last) + k0,
+        }
     }
 
     /// Whether element `j`'s row is inside the matrix.
@@ -248,16 +279,20 @@ impl<'b> Fetch<'b> {
         (lines, layout): (Lines, Layout),
     ) -> Fetch<'b> {
         let width = BK * depth;
-        let rows = |name: &str, float: Float, block: &Block<'b>| Share::Rows {
-            float,
-            values: (0..block.n * width / invocations)
-                .map(|i| k.var(&format!("{name}{i}"), float.scalar()))
-                .collect(),
-            walk: RowWalk::new(k, block, (invocations, depth), (1, layout)),
+        let rows = |name: &str, float: Float, block: &Block<'b>| {
+            let items = block.n * width / invocations;
+            Share::Rows {
+                float,
+                values: (0..items)
+                    .map(|i| k.var(&format!("{name}{i}"), float.scalar()))
+                    .collect(),
+                walk: RowWalk::new(k, block, (invocations, depth), (1, items, layout)),
+            }
         };
         let line_walk = |block: &Block<'b>| {
-            let walk = RowWalk::new(k, block, (invocations, depth), (LINE, layout));
-            (walk, (block.n * width / LINE / invocations) as usize)
+            let lines = block.n * width / LINE / invocations;
+            let walk = RowWalk::new(k, block, (invocations, depth), (LINE, lines, layout));
+            (walk, lines as usize)
         };
         let half_share = |name: &str, block: &Block<'b>| match lines {
             Lines::Copied => {

@@ -80,6 +80,7 @@ fn case_spec(
         group: false,
         swiglu,
         part: false,
+        experts: false,
     }
 }
 
@@ -264,7 +265,8 @@ fn swiglu_pairs(v: &[f64]) -> Vec<f64> {
 
 /// Every weight type at a shape of one block and a partial one (tokens and rows past a
 /// block), with and without the residual, in steps of one block of K and of two; SmolLM2's
-/// QKV product over a 70-token prompt; SwiGLU of the row pairs.
+/// QKV product over a 70-token prompt; SwiGLU of the row pairs; experts' products
+/// ([`super::experts::cases`]).
 pub fn cases() -> Vec<Case> {
     let mut out = vec![];
     for ty in blocks::weight_types().filter(|&t| super::takes(t)) {
@@ -405,6 +407,8 @@ pub fn cases() -> Vec<Case> {
         (false, true),
         (large, Staging::Group, single),
     ));
+    // Experts' products over a prompt's pairs.
+    out.extend(super::experts::cases().into_iter().map(Ok));
     out.into_iter()
         .collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")

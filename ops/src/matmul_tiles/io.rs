@@ -2,7 +2,7 @@
 //! ([`Output`]): y, plus the residual, or SwiGLU of row pairs, guarded at y's edges.
 
 use super::TilesSpec;
-use crate::matmul_stage::{Block, Fetch, Layout};
+use crate::matmul_stage::{Block, Fetch, Gather, Layout};
 use crate::support::Float;
 use trine_ir::{Access, BufferId, KernelBuilder, Scalar, SharedId, Val};
 
@@ -14,12 +14,29 @@ pub(crate) struct Io<'b> {
     add: Option<BufferId>,
     y: BufferId,
     rows: Val<'b>,
-    pub cols: Val<'b>,
+    cols: Val<'b>,
+    /// Where the K loop ends: `cols`, or 0 for an experts' workgroup past its expert's pairs.
+    pub k_end: Val<'b>,
     tokens: Val<'b>,
     /// y's rows per token and the first of them this product writes ([`TilesSpec::part`]).
     part: Option<(Val<'b>, Val<'b>)>,
     t0: Val<'b>,
     r0: Val<'b>,
+    experts: Option<Experts<'b>>,
+}
+
+/// The expert a workgroup of a [`TilesSpec::experts`] product serves, and its pairs.
+#[derive(Clone, Copy)]
+struct Experts<'b> {
+    /// [`crate::moe_sort`]'s lists: the expert's pairs from `at` on, `count` of them.
+    lists: BufferId,
+    at: Val<'b>,
+    count: Val<'b>,
+    /// Pairs a row of x serves: the slots a token has where x's rows are tokens, 1 where
+    /// they are the pairs.
+    per_x: Val<'b>,
+    /// The expert's first row in W.
+    w_first: Val<'b>,
 }
 
 impl<'b> Io<'b> {
@@ -28,6 +45,12 @@ impl<'b> Io<'b> {
         let w = k.buffer("w", spec.w_elem(), Access::Read);
         let x = k.buffer("x", spec.x_elem(), Access::Read);
         let add = spec.add.then(|| k.buffer("add", Scalar::F32, Access::Read));
+        let lists = spec.experts.then(|| {
+            (
+                k.buffer("counts", Scalar::U32, Access::Read),
+                k.buffer("lists", Scalar::U32, Access::Read),
+            )
+        });
         let y = k.buffer("y", Scalar::F32, Access::Write);
         let rows = k.param("rows", Scalar::U32);
         let cols = k.param("cols", Scalar::U32);
@@ -38,6 +61,23 @@ impl<'b> Io<'b> {
                 k.param("first", Scalar::U32),
             )
         });
+        let t0 = k.workgroup_id(1) * k.u32(bm);
+        let experts = lists.map(|(counts, lists)| {
+            let per_x = k.param("per_x", Scalar::U32);
+            let e = k.workgroup_id(2);
+            Experts {
+                lists,
+                at: e * tokens,
+                count: k.load(counts, e),
+                per_x,
+                w_first: e * rows,
+            }
+        });
+        // A workgroup past its expert's pairs steps through no columns and writes nothing.
+        let k_end = match experts {
+            Some(ex) => k.select(t0.lt(ex.count), cols, k.u32(0)),
+            None => cols,
+        };
         Io {
             x,
             w,
@@ -45,16 +85,22 @@ impl<'b> Io<'b> {
             y,
             rows,
             cols,
+            k_end,
             tokens,
             part,
-            t0: k.workgroup_id(1) * k.u32(bm),
+            t0,
             r0: k.workgroup_id(0) * k.u32(bn),
+            experts,
         }
     }
 
-    /// The block's first token, and the step's tokens.
+    /// The block's first token (pair, for experts), and where its tokens end.
     pub(crate) fn tokens(&self) -> (Val<'b>, Val<'b>) {
-        (self.t0, self.tokens)
+        (self.t0, self.token_end())
+    }
+
+    fn token_end(&self) -> Val<'b> {
+        self.experts.map_or(self.tokens, |ex| ex.count)
     }
 
     fn x_float(spec: &TilesSpec) -> Float {
@@ -73,19 +119,46 @@ impl<'b> Io<'b> {
         layout: Layout,
     ) -> Fetch<'b> {
         let (bm, bn) = spec.block();
-        let block = |n, r0, rows| Block {
-            n,
+        let x = Block {
+            n: bm,
+            r0: self.t0,
+            rows: self.token_end(),
+            cols: self.cols,
+            gather: self.experts.map(|ex| Gather {
+                list: ex.lists,
+                at: ex.at,
+                per: ex.per_x,
+            }),
+        };
+        // An expert's rows of W follow the experts before it.
+        let (r0, rows) = match self.experts {
+            Some(ex) => (ex.w_first + self.r0, ex.w_first + self.rows),
+            None => (self.r0, self.rows),
+        };
+        let w = Block {
+            n: bn,
             r0,
             rows,
             cols: self.cols,
+            gather: None,
         };
         Fetch::declare(
             k,
             (spec.block.invocations(), spec.depth),
-            (self.x, block(bm, self.t0, self.tokens), Self::x_float(spec)),
-            (self.w, block(bn, self.r0, self.rows), spec.weights),
+            (self.x, x, Self::x_float(spec)),
+            (self.w, w, spec.weights),
             (spec.lines(), layout),
         )
+    }
+
+    /// Loads the first step's share (`fetch`'s, at column `zero`), where this workgroup has steps: an experts'
+    /// workgroup past its expert's pairs would read x through list entries it does not own.
+    pub(crate) fn load_first(&self, k: &'b KernelBuilder, fetch: &Fetch<'b>, zero: Val<'b>) {
+        if self.experts.is_some() {
+            k.if_(zero.lt(self.k_end), || fetch.load(k, zero));
+        } else {
+            fetch.load(k, zero);
+        }
     }
 
     /// Where the block's sums go.
@@ -95,8 +168,9 @@ impl<'b> Io<'b> {
             add: self.add,
             swiglu: spec.swiglu,
             origin: (self.t0, self.r0),
-            ends: (self.tokens, self.rows),
+            ends: (self.token_end(), self.rows),
             part: self.part,
+            pairs: self.experts.map(|ex| (ex.lists, ex.at)),
         }
     }
 }
@@ -111,6 +185,9 @@ pub(crate) struct Output<'b> {
     ends: (Val<'b>, Val<'b>),
     /// y's rows per token and the row this product's first row is, where it is a part.
     part: Option<(Val<'b>, Val<'b>)>,
+    /// For experts: the list and where the expert's pairs start in it. The block's token `t`
+    /// is then the pair at `t`, whose row of y its number names.
+    pairs: Option<(BufferId, Val<'b>)>,
 }
 
 impl<'b> Output<'b> {
@@ -131,7 +208,7 @@ impl<'b> Output<'b> {
                     None => (self.ends.1 / k.u32(2), row),
                 };
                 let v = crate::elementwise::silu_ir(k, gate) * up;
-                k.store(self.y, tok * half + row / k.u32(2), v);
+                k.store(self.y, self.y_row(k, tok) * half + row / k.u32(2), v);
             },
         );
     }
@@ -168,6 +245,7 @@ impl<'b> Output<'b> {
     pub(super) fn write(&self, k: &'b KernelBuilder, (t, n): (Val<'b>, Val<'b>), v: Val<'b>) {
         let (tok, row) = (self.origin.0 + t, self.origin.1 + n);
         k.if_(tok.lt(self.ends.0) & row.lt(self.ends.1), || {
+            let tok = self.y_row(k, tok);
             let at = match self.part {
                 Some((y_rows, first)) => tok * y_rows + first + row,
                 None => tok * self.ends.1 + row,
@@ -178,5 +256,13 @@ impl<'b> Output<'b> {
             };
             k.store(self.y, at, v);
         });
+    }
+
+    /// The row of y that the block's token `tok` writes.
+    fn y_row(&self, k: &'b KernelBuilder, tok: Val<'b>) -> Val<'b> {
+        match self.pairs {
+            Some((lists, at)) => k.load(lists, at + tok),
+            None => tok,
+        }
     }
 }

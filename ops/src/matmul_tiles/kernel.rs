@@ -9,8 +9,10 @@ use crate::shape::ShapeError;
 use trine_ir::{Kernel, KernelBuilder, Scalar, SharedId, Val};
 
 /// The kernel for `spec`. Buffers: `w` (f32, f16, or a quantized type's bytes as `U32`
-/// words), `x` f32, then `add` f32 with [`TilesSpec::add`], then `y` f32 (`rows / 2` wide
-/// with [`TilesSpec::swiglu`]). Params: rows, cols, tokens. Grid [`TilesSpec::grid`]; K must
+/// words), `x` f32, then `add` f32 with [`TilesSpec::add`] or `counts` and `lists` with
+/// [`TilesSpec::experts`], then `y` f32 (`rows / 2` wide with [`TilesSpec::swiglu`]). Params:
+/// rows, cols, tokens (then y_rows and first for a part, per_x for experts). Grid
+/// [`TilesSpec::grid`] ([`TilesSpec::experts_grid`]); K must
 /// be whole steps of [`TilesSpec::depth`] blocks. Errors: a subgroup width that does not
 /// divide the block's tiles evenly among the workgroup's subgroups; a depth other than 1, 2
 /// or 4; a residual with SwiGLU; a weight format the staging does not decode.
@@ -29,6 +31,12 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             what: "a residual added to SwiGLU's output".into(),
         });
     }
+    if spec.experts && (spec.add || spec.half_x) {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: "an experts' product with a residual or f16 x".into(),
+        });
+    }
     if !super::takes(spec.weights) {
         return Err(ShapeError::Unsupported {
             op: OP,
@@ -41,7 +49,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let invocations = spec.block.invocations();
     let k = KernelBuilder::new(&spec.name(), [invocations, 1, 1]);
     let io = Io::declare(&k, &spec);
-    let cols = io.cols;
+    let cols = io.k_end;
     // Copied blocks have COPY_STAGES stages, a put x two (see `pipelined`): more than 48 KiB
     // for the large block, which CUDA, the one target of copies, takes as dynamic shared
     // memory.
@@ -74,6 +82,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             (xs, ws),
             (x_stage, w_stage),
             (cols, depth),
+            &io,
         );
     } else {
         // Step k + 1's loads are issued before step k's products ([`crate::matmul_stage`]).
@@ -82,7 +91,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         // i − 1's products, and step i + 1's put writes the stage those read. In one, the
         // next step restages both blocks only after a second barrier.
         let zero = k.u32(0);
-        fetch.load(&k, zero);
+        io.load_first(&k, &fetch, zero);
         k.for_range(zero, cols, width, |k0| {
             let (x0, w0) = if put_stages == 2 {
                 let stage = k0 / k.u32(width) % k.u32(2);
@@ -137,6 +146,7 @@ fn pipelined<'b>(
     (xs, ws): (SharedId, SharedId),
     (x_stage, w_stage): (u32, u32),
     (cols, depth): (Val<'b>, u32),
+    io: &Io<'b>,
 ) {
     let width = BK * depth;
     let ahead = COPY_STAGES - 1;
@@ -150,7 +160,7 @@ fn pipelined<'b>(
         // Every step commits a batch, empty or not, so that the wait counts steps.
         k.copy_commit();
     }
-    fetch.load(k, k.u32(0));
+    io.load_first(k, fetch, k.u32(0));
     k.for_range(k.u32(0), cols, width, |k0| {
         let x0 = stage_of(k0, x_stages, x_stage);
         fetch.put(k, (xs, x0), (ws, k.u32(0)));

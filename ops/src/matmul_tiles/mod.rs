@@ -19,6 +19,11 @@
 //! can; else f16 blocks are loaded 16 bytes at a time, and put into one of two stages where
 //! both fit in shared memory, so that a step waits at one barrier instead of two.
 //!
+//! A mixture of experts' products over a prompt ([`TilesSpec::experts`]) run as one dispatch
+//! per matrix: a workgroup takes a block of one expert's rows by a block of the (token, slot)
+//! pairs that chose it, in the order [`crate::moe_sort`] lists them, reading x's rows through
+//! that list and writing each pair's own row of y ([`experts`]).
+//!
 //! Devices without matrix units run the scalar variant ([`TilesSpec::scalar`]): the same
 //! staging in f16, a block of K at a time, each invocation summing 32 outputs in f32. Both
 //! compute the product of x rounded to f16 with W's f16 values, whose products are exact in
@@ -28,6 +33,7 @@
 
 mod cases;
 mod compute;
+pub mod experts;
 mod io;
 mod kernel;
 mod reference;
@@ -39,7 +45,7 @@ pub use cases::{case, case_in, cases, swiglu_case, Staging};
 pub(crate) use io::{Io, Output};
 pub use kernel::kernel;
 pub use reference::reference;
-pub use spec::{check, BlockSize, TilesSpec};
+pub use spec::{check, check_experts, BlockSize, TilesSpec};
 
 pub(crate) const OP: &str = "matmul_tiles";
 

@@ -98,6 +98,14 @@ pub struct TilesSpec {
     /// (the executor widens its largest weight in halves). Parameters after tokens: y_rows,
     /// first ([`TilesSpec::part_params`]).
     pub part: bool,
+    /// A mixture of experts' product over a prompt's (token, slot) pairs, by expert: W holds
+    /// every expert's `rows` rows in turn, the grid's third axis is the expert, and a
+    /// workgroup's tokens are the pairs [`crate::moe_sort`] listed for its expert (buffers
+    /// `counts`, `lists` after `add`). x's rows are read through the list (a pair's token's
+    /// row, or its own: parameter `per_x`, the pairs an x row serves, last), and each sum
+    /// goes to its pair's row of y. Workgroups past their expert's pairs do nothing. Not with
+    /// [`TilesSpec::add`] or f16 x.
+    pub experts: bool,
 }
 
 impl TilesSpec {
@@ -183,12 +191,13 @@ impl TilesSpec {
     /// width (or scalar), copies and depth.
     pub fn name(&self) -> String {
         format!(
-            "matmul_tiles_{}{}{}{}{}{}{}{}{}_d{}",
+            "matmul_tiles_{}{}{}{}{}{}{}{}{}{}_d{}",
             if self.half_x { "f16x" } else { "" },
             self.weights.name(),
             if self.add { "_add" } else { "" },
             if self.swiglu { "_swiglu" } else { "" },
             if self.part { "_part" } else { "" },
+            if self.experts { "_experts" } else { "" },
             self.block.name(),
             match self.tiles {
                 Some(w) => format!("_sg{w}"),
@@ -242,6 +251,13 @@ impl TilesSpec {
         [rows.div_ceil(bn), tokens.div_ceil(bm), 1]
     }
 
+    /// `[row blocks, token blocks, experts]` of an experts' product: an expert may have
+    /// every token's pair.
+    pub fn experts_grid(&self, rows: u32, tokens: u32, experts: u32) -> [u32; 3] {
+        let [r, t, _] = self.grid(rows, tokens);
+        [r, t, experts]
+    }
+
     /// Parameters: rows, cols, tokens.
     pub fn params(&self, rows: u32, cols: u32, tokens: u32) -> Vec<ParamValue> {
         vec![
@@ -262,6 +278,29 @@ impl TilesSpec {
         p.extend([ParamValue::U32(y_rows), ParamValue::U32(first)]);
         p
     }
+}
+
+/// Checks an experts' product's shape: `rows` per expert, every expert's rows and the
+/// lists (`[experts × tokens]`) within u32, and x's rows (`tokens·used / per_x`) whole.
+pub fn check_experts(
+    (rows, cols, tokens): (u32, u32, u32),
+    (experts, used, per_x): (u32, u32, u32),
+) -> Result<(), ShapeError> {
+    nonzero(OP, "experts", experts)?;
+    nonzero(OP, "experts used", used)?;
+    nonzero(OP, "pairs per x row", per_x)?;
+    if used % per_x != 0 {
+        return Err(ShapeError::NotMultiple {
+            op: OP,
+            what: "experts used",
+            value: used as usize,
+            multiple: per_x as usize,
+        });
+    }
+    elements(OP, "lists", &[experts, tokens])?;
+    elements(OP, "pairs", &[tokens, used])?;
+    elements(OP, "every expert's rows", &[rows, experts])?;
+    check(rows * experts, cols, tokens * used)
 }
 
 /// Checks a product's shape: K whole blocks of [`BK`], and every index within u32.

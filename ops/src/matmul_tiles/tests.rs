@@ -36,6 +36,7 @@ fn blocks_fit_shared_memory() {
             group: false,
             swiglu: false,
             part: false,
+            experts: false,
         };
         let k = kernel(spec.scalar()).unwrap();
         assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
@@ -80,6 +81,7 @@ fn large_blocks_fall_back_to_medium_ones() {
         group: false,
         swiglu: false,
         part: false,
+        experts: false,
     };
     let variants = spec.variants();
     let blocks: Vec<_> = variants.iter().map(|v| (v.block, v.tiles)).collect();
@@ -121,6 +123,7 @@ fn blocks_follow_the_product() {
         group: false,
         swiglu: false,
         part: false,
+        experts: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     assert_eq!(spec.scalar().grid(4096, 512), [64, 8, 1]);
@@ -149,6 +152,7 @@ fn depth_divides_k() {
         group: false,
         swiglu: false,
         part: false,
+        experts: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
 }
@@ -167,6 +171,7 @@ fn widths_that_do_not_divide_the_tiles_are_refused() {
         group: false,
         swiglu: false,
         part: false,
+        experts: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     assert!(kernel(TilesSpec {
