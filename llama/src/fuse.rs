@@ -313,6 +313,24 @@ pub fn fuse(
             {
                 swiglu = Some(Tensor::Act);
             }
+            Op::ExpertsSwiglu { gate, up, .. } if experts_on_tiles(w, gate, s, offer) => {
+                let (layer, total) = (node.layer, 2 * c.experts.map_or(0, |e| e.ff));
+                let block = experts_block(c, s);
+                let node = |op, label| Node { op, label, layer };
+                out.push(node(Op::MoeSort, "ffn_moe_sort"));
+                for (w, first, label) in [(gate, 0, "ffn_moe_gate"), (up, total / 2, "ffn_moe_up")]
+                {
+                    let op = Op::ExpertsTiles {
+                        w,
+                        x: Tensor::Normed,
+                        y: Tensor::ExpertGateUp,
+                        part: Some(RowPart { first, total }),
+                        block,
+                    };
+                    out.push(node(op, label));
+                }
+                out.push(node(Op::ExpertsSwigluHalves, "ffn_moe_swiglu"));
+            }
             Op::ExpertsSwiglu { gate, up, .. } => {
                 let form = experts_form(w, gate);
                 let x = (Tensor::Normed, s.tokens);
@@ -334,6 +352,23 @@ pub fn fuse(
                     by_expert,
                 };
                 out.push(Node { op, ..node });
+            }
+            Op::ExpertsDown {
+                down, r, out: y, ..
+            } if experts_on_tiles(w, down, s, offer) => {
+                let op = Op::ExpertsTiles {
+                    w: down,
+                    x: Tensor::ExpertAct,
+                    y: Tensor::ExpertOut,
+                    part: None,
+                    block: experts_block(c, s),
+                };
+                out.push(Node { op, ..node });
+                out.push(Node {
+                    op: Op::MoeCombine { r, out: y },
+                    label: "ffn_moe_combine",
+                    layer: node.layer,
+                });
             }
             Op::ExpertsDown {
                 down, r, out: y, ..
@@ -428,6 +463,26 @@ fn experts_form(w: &Weights, id: WeightId) -> Form {
     } else {
         Form::Float
     }
+}
+
+/// Whether a prompt's experts' products over weight `id` run on matrix tiles
+/// ([`Op::ExpertsTiles`]), by expert over the pairs that chose it: where the device has tiles
+/// and their staging takes the weight's blocks. A product on the file's blocks by expert
+/// ([`trine_ops::matvec_ids_sorted`]) reads an expert's rows once for a few of its tokens; on
+/// tiles, once for 32 of them, multiplied on the matrix units.
+fn experts_on_tiles(w: &Weights, id: WeightId, s: Step, offer: Offer) -> bool {
+    let t = &w.tensors[id];
+    offer.tiles
+        && s.tokens > 1
+        && matmul_tiles::takes(tuning::read_type(w, id, offer.gpu))
+        && matmul_tiles::check(t.rows, t.cols, s.tokens).is_ok()
+}
+
+/// The block of an experts' product on tiles in step `s` ([`tuning::experts_block`]).
+fn experts_block(c: &Config, s: Step) -> matmul_tiles::BlockSize {
+    c.experts.map_or(matmul_tiles::BlockSize::Small, |e| {
+        tuning::experts_block(s.tokens, e)
+    })
 }
 
 /// The node quantizing x (`tokens` rows) for an experts' product over `id` in `form`, where

@@ -29,7 +29,7 @@ use trine_ops::support::{Float, Reduction};
 use trine_ops::{
     argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
     matvec, matvec_ids, matvec_ids_blocks, matvec_ids_sorted, matvec_q8_blocks, matvec_q8_rows,
-    moe_route, moe_sort, norm_add, qkv_bias_norm, rms_norm, rope_store, widen,
+    moe_combine, moe_route, moe_sort, norm_add, qkv_bias_norm, rms_norm, rope_store, widen,
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
@@ -129,6 +129,8 @@ pub enum KernelKey {
     MoeRoute,
     /// A prompt's routing by expert ([`Op::MoeSort`]).
     MoeSort,
+    /// A mixture-of-experts layer's pairs' rows summed onto the residual ([`Op::MoeCombine`]).
+    MoeCombine,
     /// A prompt's experts' gate/up by expert ([`Op::ExpertsSwiglu`] `by_expert`): `rows` a
     /// workgroup, the pairs in chunks of `chunk` tokens.
     MatvecIdsSorted {
@@ -321,6 +323,7 @@ impl std::fmt::Display for KernelKey {
             }
             KernelKey::MoeRoute => f.write_str("experts' routing"),
             KernelKey::MoeSort => f.write_str("experts' routing by expert"),
+            KernelKey::MoeCombine => f.write_str("experts' rows weighted, residual add"),
             KernelKey::MatvecIdsSorted {
                 weights,
                 rows,
@@ -466,6 +469,23 @@ impl KernelKey {
             },
             Op::MoeRoute => KernelKey::MoeRoute,
             Op::MoeSort => KernelKey::MoeSort,
+            Op::MoeCombine { .. } => KernelKey::MoeCombine,
+            Op::ExpertsSwigluHalves => KernelKey::Swiglu(GateUp::Halves),
+            Op::ExpertsTiles {
+                w: id, part, block, ..
+            } => {
+                let t = &w.tensors[id];
+                KernelKey::MatmulTiles(TilesKey {
+                    weights: tuning::read_type(w, id, s.grouped_blocks),
+                    add: false,
+                    swiglu: false,
+                    block,
+                    depth: matmul_tiles::TilesSpec::depth_for(t.cols),
+                    half_x: false,
+                    part: part.is_some(),
+                    experts: true,
+                })
+            }
             Op::ExpertsSwiglu {
                 gate,
                 by_expert: true,
@@ -662,6 +682,7 @@ impl KernelKey {
             KernelKey::Widen { weights } => vec![plain(widen::kernel(weights)?)],
             KernelKey::MoeRoute => vec![plain(moe_route::kernel())],
             KernelKey::MoeSort => vec![plain(moe_sort::kernel())],
+            KernelKey::MoeCombine => vec![plain(moe_combine::kernel())],
             KernelKey::MatvecIdsSorted {
                 weights,
                 rows,

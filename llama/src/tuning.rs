@@ -9,6 +9,7 @@ use trine_gguf::quant::WeightType;
 use trine_ops::blocks::BlockFormat;
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::kv_type::KvType;
+use trine_ops::matmul_tiles;
 use trine_ops::matvec::{MatvecSpec, Reduce};
 use trine_ops::matvec_q8_blocks::{self, Teams};
 
@@ -261,6 +262,19 @@ pub fn read_type(w: &Weights, id: WeightId, grouped: bool) -> WeightType {
             g
         }
         _ => t.ty,
+    }
+}
+
+/// The block of pairs by rows a workgroup of a prompt's experts' product on tiles takes
+/// ([`crate::graph::Op::ExpertsTiles`]): the small one (32 pairs by 32 rows) while an
+/// expert's share of the step's pairs, on average, fills no more (Qwen3-30B-A3B's pp512: 32),
+/// as the pairs past an expert's share leave a block's tokens empty; the medium one past it.
+pub fn experts_block(tokens: u32, e: crate::config::Experts) -> matmul_tiles::BlockSize {
+    let (pairs, _) = matmul_tiles::BlockSize::Small.dims();
+    if u64::from(tokens) * u64::from(e.used) <= u64::from(pairs) * u64::from(e.count) {
+        matmul_tiles::BlockSize::Small
+    } else {
+        matmul_tiles::BlockSize::Medium
     }
 }
 

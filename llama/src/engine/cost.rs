@@ -110,8 +110,11 @@ impl Engine {
                 self.bytes(t) * rows / u64::from(c.vocab)
             }
             // The experts' products read the chosen experts' slices, at most all of them.
-            Tensor::Weight(_)
-                if matches!(node.op, Op::ExpertsSwiglu { .. } | Op::ExpertsDown { .. }) =>
+            Tensor::Weight(_) | Tensor::Grouped(_) | Tensor::Plain(_)
+                if matches!(
+                    node.op,
+                    Op::ExpertsSwiglu { .. } | Op::ExpertsDown { .. } | Op::ExpertsTiles { .. }
+                ) =>
             {
                 let e = c.experts.map_or(1, |e| e.count);
                 let chosen = u64::from(c.experts_used()) * rows;
@@ -153,6 +156,14 @@ impl Engine {
             Tensor::RouteCounts => u64::from(c.experts.map_or(0, |e| e.count)) * 4,
             Tensor::RouteLists => f32s(c.experts.map_or(0, |e| e.count)),
             Tensor::ExpertAct => f32s(c.experts.map_or(0, |e| e.used * e.ff)),
+            // A part of the gate/up pairs writes its half of each pair's row.
+            Tensor::ExpertGateUp => match node.op {
+                Op::ExpertsTiles { part: Some(_), .. } => {
+                    f32s(c.experts.map_or(0, |e| e.used * e.ff))
+                }
+                _ => f32s(c.experts.map_or(0, |e| 2 * e.used * e.ff)),
+            },
+            Tensor::ExpertOut => f32s(c.experts_used() * c.n_embd),
             Tensor::Logits => f32s(c.vocab),
             Tensor::Part => f32s(c.n_head * splits * (c.head_dim() + 2)),
             // The product's rows: gate and up stacked, or Q, K and V.

@@ -17,6 +17,7 @@ use trine_ops::elementwise::{self, GateUp};
 use trine_ops::embedding;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec_ids::{self, MatvecIds};
+use trine_ops::moe_combine::MoeCombine;
 use trine_ops::moe_route::MoeRoute;
 use trine_ops::moe_sort::MoeSort;
 use trine_ops::qkv_bias_norm::{Apply, QkvBiasNorm};
@@ -379,6 +380,56 @@ impl Engine {
                 inputs.extend(experts_x(form, Tensor::ExpertAct));
                 inputs.push(r);
                 plan(inputs, &[out], m.params(), grid)
+            }
+            Op::ExpertsTiles {
+                w: wid, x, y, part, ..
+            } => {
+                let e = self.experts();
+                let wt = &w.tensors[wid];
+                let rows = wt.rows / e.count;
+                let key = KernelKey::of(&node.op, w, self.shape, &self.tuned);
+                let program = &self.placement.programs[&key];
+                let Launch::Tiles(spec) = program.launch else {
+                    unreachable!("an experts' product on tiles has their kernels")
+                };
+                let info = self.dev(program.device).info();
+                let inputs = vec![
+                    self.staged_weights(info, wid),
+                    x,
+                    Tensor::RouteCounts,
+                    Tensor::RouteLists,
+                ];
+                let mut params = match part {
+                    Some(p) => spec.part_params((rows, wt.cols, t), (p.total, p.first)),
+                    None => spec.params(rows, wt.cols, t),
+                };
+                // x's rows are the pairs' tokens' or the pairs' own.
+                let per_x = if x == Tensor::Normed { e.used } else { 1 };
+                params.push(u(per_x));
+                plan(inputs, &[y], params, spec.experts_grid(rows, t, e.count))
+            }
+            Op::ExpertsSwigluHalves => {
+                let e = self.experts();
+                let n = t * e.used * e.ff;
+                plan(
+                    vec![Tensor::ExpertGateUp],
+                    &[Tensor::ExpertAct],
+                    vec![u(n), u(e.ff)],
+                    elementwise::grid(n).unwrap_or([1, 1, 1]),
+                )
+            }
+            Op::MoeCombine { r, out } => {
+                let m = MoeCombine {
+                    tokens: t,
+                    used: self.experts().used,
+                    rows: c.n_embd,
+                };
+                plan(
+                    vec![Tensor::ExpertOut, Tensor::RouteWeights, r],
+                    &[out],
+                    m.params(),
+                    m.grid(),
+                )
             }
             Op::PickLast => plan(
                 vec![Tensor::Resid(0)],

@@ -77,7 +77,9 @@ impl Engine {
             // The experts' products read a token's chosen experts' slices only.
             let share = match (node.op, self.model.config.experts) {
                 (
-                    crate::graph::Op::ExpertsSwiglu { .. } | crate::graph::Op::ExpertsDown { .. },
+                    crate::graph::Op::ExpertsSwiglu { .. }
+                    | crate::graph::Op::ExpertsDown { .. }
+                    | crate::graph::Op::ExpertsTiles { .. },
                     Some(e),
                 ) => (u64::from(e.used), u64::from(e.count)),
                 _ => (1, 1),
@@ -167,6 +169,8 @@ impl Engine {
             Tensor::RouteCounts => f32s(c.experts.map_or(0, |e| e.count) as u64),
             Tensor::RouteLists => f32s(b * c.experts.map_or(0, |e| e.count) as u64),
             Tensor::ExpertAct => f32s(b * c.experts.map_or(0, |e| e.used * e.ff) as u64),
+            Tensor::ExpertGateUp => f32s(b * c.experts.map_or(0, |e| 2 * e.used * e.ff) as u64),
+            Tensor::ExpertOut => f32s(b * (c.experts_used() * c.n_embd) as u64),
             Tensor::Last => f32s(c.n_embd as u64),
             Tensor::Logits => f32s(c.vocab as u64),
             Tensor::KCache(_) | Tensor::VCache(_) => {

@@ -49,6 +49,12 @@ pub enum Tensor {
     RouteLists,
     /// f32 [tokens × experts used × expert ff]: each chosen expert's SwiGLU activation.
     ExpertAct,
+    /// f32 [tokens × experts used × 2 · expert ff]: each chosen expert's gate row, then its
+    /// up row, from a prompt's experts' products on tiles ([`Op::ExpertsTiles`]).
+    ExpertGateUp,
+    /// f32 [tokens × experts used × n_embd]: each chosen expert's down product, before
+    /// [`Op::MoeCombine`] weighs and sums them.
+    ExpertOut,
     /// f32 [n_embd]: the last token's row of the residual stream (prompt steps).
     Last,
     /// f32 [vocab].
@@ -347,6 +353,26 @@ pub enum Op {
         out: Tensor,
         form: Form,
     },
+    /// A prompt's experts' product on matrix tiles ([`trine_ops::matmul_tiles::TilesSpec::experts`]):
+    /// weight `w`'s matrix of each expert over the (token, slot) pairs an [`Op::MoeSort`]
+    /// listed for it, x's rows the pairs' tokens' ([`Tensor::Normed`]) or the pairs' own
+    /// ([`Tensor::ExpertAct`]), into each pair's row of `y` ([`Tensor::ExpertGateUp`], the
+    /// gate and up matrices each a `part` of it; [`Tensor::ExpertOut`]).
+    ExpertsTiles {
+        w: WeightId,
+        x: Tensor,
+        y: Tensor,
+        part: Option<RowPart>,
+        /// The block of pairs by rows a workgroup takes ([`crate::tuning::experts_block`]).
+        block: trine_ops::matmul_tiles::BlockSize,
+    },
+    /// SwiGLU of each pair's gate and up rows in [`Tensor::ExpertGateUp`] into
+    /// [`Tensor::ExpertAct`].
+    ExpertsSwigluHalves,
+    /// [`Tensor::ExpertOut`]'s rows of each token's pairs weighted by
+    /// [`Tensor::RouteWeights`], summed and added to residual `r` into `out`
+    /// ([`trine_ops::moe_combine`]).
+    MoeCombine { r: Tensor, out: Tensor },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
     /// The logits' argmax into [`Tensor::Token`].
@@ -428,7 +454,18 @@ impl Node {
                 let e = c.experts.map_or(0, |e| e.used * e.ff);
                 rows(Tensor::ExpertAct, e)
             }
-            Op::ExpertsDown { out, .. } => rows(out, c.n_embd),
+            Op::ExpertsDown { out, .. } | Op::MoeCombine { out, .. } => rows(out, c.n_embd),
+            // The gate's part, then the up's: y is whole after the up's, and compared then.
+            Op::ExpertsTiles { part: Some(p), .. } if p.first > 0 => (
+                Tensor::ExpertGateUp,
+                0..t * c.experts.map_or(0, |e| e.used * 2 * e.ff) as usize,
+            ),
+            Op::ExpertsTiles { part: Some(_), .. } => (Tensor::ExpertGateUp, 0..0),
+            Op::ExpertsTiles { y, .. } => rows(y, c.experts_used() * c.n_embd),
+            Op::ExpertsSwigluHalves => {
+                let e = c.experts.map_or(0, |e| e.used * e.ff);
+                rows(Tensor::ExpertAct, e)
+            }
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
             Op::Argmax => (Tensor::Token, 0..1),
         }

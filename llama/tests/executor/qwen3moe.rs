@@ -10,19 +10,34 @@ use trine_llama::graph::{Form, Op, Step, Tensor};
 const SHAPE: SynthShape = SynthShape::TINY_QWEN3_MOE;
 
 /// Every backend of [`backends_agree`], with the routing and both experts' products in every
-/// layer.
+/// layer: a prompt's on a device with tiles as products by expert over the sorted pairs (gate
+/// and up each a part of the pairs' rows, SwiGLU of them, down, then the weighted sum onto the
+/// residual), every other step's as products by pair.
 #[test]
 fn qwen3moe_backends_agree_node_by_node() {
     backends_agree("qwen3moe", synth(SHAPE), |name, main| {
+        let layers = SHAPE.n_layer as usize;
         for tokens in [1, 5] {
-            let experts = |op: &Op| {
-                matches!(
-                    op,
-                    Op::MoeRoute | Op::ExpertsSwiglu { .. } | Op::ExpertsDown { .. }
-                )
-            };
-            let n = count_nodes(main, tokens, experts);
-            assert_eq!(n, 3 * SHAPE.n_layer as usize, "{name}, {tokens} tokens");
+            let count = |which: fn(&Op) -> bool| count_nodes(main, tokens, which);
+            assert_eq!(count(|op| matches!(op, Op::MoeRoute)), layers, "{name}");
+            let by_pair =
+                count(|op| matches!(op, Op::ExpertsSwiglu { .. } | Op::ExpertsDown { .. }));
+            let on_tiles = count(|op| matches!(op, Op::ExpertsTiles { .. }));
+            if tokens > 1 && name.ends_with("with tiles") {
+                assert!(on_tiles > 0, "{name}");
+            }
+            if on_tiles > 0 {
+                assert_eq!((by_pair, on_tiles), (0, 3 * layers), "{name}");
+                let around = count(|op| {
+                    matches!(
+                        op,
+                        Op::MoeSort | Op::ExpertsSwigluHalves | Op::MoeCombine { .. }
+                    )
+                });
+                assert_eq!(around, 3 * layers, "{name}");
+            } else {
+                assert_eq!(by_pair, 2 * layers, "{name}, {tokens} tokens");
+            }
             let dense = count_nodes(main, tokens, |op| matches!(op, Op::Swiglu(_)));
             assert_eq!(dense, 0, "{name}");
         }
@@ -32,12 +47,16 @@ fn qwen3moe_backends_agree_node_by_node() {
 /// Qwen3-30B-A3B's types at a test's size: both experts' products in every layer on
 /// quantized x and the file's Q4_K and Q6_K blocks, each after the node quantizing its x (the
 /// normed stream; the chosen experts' activations, a row each), on every backend; a prompt's
-/// gate/up by expert, after the routing's sort.
+/// gate/up by expert, after the routing's sort. A prompt on tiles takes neither
+/// ([`qwen3moe_backends_agree_node_by_node`]).
 #[test]
 fn qwen3moe_k_quant_experts_take_quantized_x() {
     let shape = SynthShape::TINY_QWEN3_30B_A3B;
     backends_agree("qwen3-30b-a3b-tiny", synth(shape), |name, main| {
         for tokens in [1, 5] {
+            if count_nodes(main, tokens, |op| matches!(op, Op::ExpertsTiles { .. })) > 0 {
+                continue;
+            }
             let nodes = main.graph(Step { tokens, pos: 0 }).unwrap();
             let mut blocks = 0;
             for (i, n) in nodes.iter().enumerate() {
@@ -90,5 +109,25 @@ fn malformed_qwen3moe_files_are_typed_errors() {
     ] {
         let e = edited(SHAPE, key, None, Some(Value::U32(value)));
         assert_hyperparameter(e, key, &value.to_string());
+    }
+}
+
+/// A prompt's experts on tiles (x and W rounded to f16) against the products by pair on
+/// 8-bit x and the file's blocks, Qwen3-30B-A3B's types at a test's size: the logits after
+/// the prompt and after each decode step (which takes the products by pair on both) agree to
+/// within the 8-bit x's rounding, where an expert's pairs read or written at the wrong rows
+/// would leave nothing alike.
+#[test]
+fn qwen3moe_prompt_experts_on_tiles_agree_with_products_by_pair() {
+    let model = synth(SynthShape::TINY_QWEN3_30B_A3B);
+    let ids = [5, 17, 3, 99, 42, 7, 8];
+    let want = logits(model.clone(), gpu(), SIZES, &ids);
+    let got = logits(model, gpu_with(true), SIZES, &ids);
+    for (step, (w, g)) in want.iter().zip(&got).enumerate() {
+        let w: Vec<f64> = w.iter().map(|&v| f64::from(v)).collect();
+        let g: Vec<f64> = g.iter().map(|&v| f64::from(v)).collect();
+        let e = trine_ops::compare::nmse(&w, &g).unwrap();
+        println!("step {step}: nmse {e:.3e}");
+        assert!(e < 1e-3, "step {step}: nmse {e:.3e}");
     }
 }
