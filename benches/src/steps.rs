@@ -28,20 +28,29 @@ pub enum Layout {
     /// projections, Q6_K for the value and FFN-down projections of the layers that get more
     /// bits (the first, with one layer) and for the 128,256-row output head.
     Llama3_8b,
+    /// Qwen3-30B-A3B's layout in Q4_K_M ([`SynthShape::QWEN3_30B_A3B`]): 2048 wide, 128
+    /// experts of 768 rows, 8 a token, its 151,936-row output head.
+    Qwen3_30bA3b,
 }
 
 impl Layout {
     /// The layouts a bench takes by default.
     pub const ALL: [Layout; 2] = [Layout::SmolLm2, Layout::Llama7b];
-    /// Every layout, by name: the K-quant one only when asked for (its output head alone is
-    /// 431 MB, long to multiply on a CPU).
-    pub const NAMED: [Layout; 3] = [Layout::SmolLm2, Layout::Llama7b, Layout::Llama3_8b];
+    /// Every layout, by name: the K-quant ones only when asked for (their output heads alone
+    /// are 255 and 431 MB, long to multiply on a CPU).
+    pub const NAMED: [Layout; 4] = [
+        Layout::SmolLm2,
+        Layout::Llama7b,
+        Layout::Llama3_8b,
+        Layout::Qwen3_30bA3b,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Layout::SmolLm2 => "smollm2-135m",
             Layout::Llama7b => "llama-7b",
             Layout::Llama3_8b => "llama-3-8b",
+            Layout::Qwen3_30bA3b => "qwen3-30b-a3b",
         }
     }
 
@@ -73,6 +82,10 @@ impl Layout {
             Layout::Llama3_8b => SynthShape {
                 n_layer,
                 ..SynthShape::LLAMA_3_8B
+            },
+            Layout::Qwen3_30bA3b => SynthShape {
+                n_layer,
+                ..SynthShape::QWEN3_30B_A3B
             },
         }
     }
