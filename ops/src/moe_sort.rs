@@ -4,9 +4,12 @@
 //! that chose it and their indices (`token × used + slot`) in order, as llama.cpp gathers them
 //! before its `mul_mat_id` on CUDA.
 //!
-//! A workgroup of one invocation per expert walks the ids in order: no atomics, so the lists'
-//! order is the ids' and every backend writes the same bytes. A prompt's ids are a few
-//! thousand (Qwen3-30B-A3B's pp512: 4096), each read by every expert's invocation at once.
+//! A workgroup per expert: its [`WG`] invocations each count the expert's pairs in a run of
+//! the ids, a scan of those counts gives each run's first place in the list, and each
+//! invocation lists its run's pairs from there. No atomics, so the lists' order is the ids'
+//! and every backend writes the same bytes. A prompt's ids are a few thousand
+//! (Qwen3-30B-A3B's pp512: 4096), each read by every expert's workgroup; one invocation
+//! walking them all took a tenth of a millisecond a layer.
 //!
 //! Exact: the outputs are integers, judged as such.
 
@@ -47,26 +50,63 @@ impl MoeSort {
     }
 }
 
+/// Invocations of a workgroup: runs of the ids counted at once.
+pub const WG: u32 = 64;
+
 /// Buffers `ids` (U32 `[tokens × used]`), then `counts` (U32 `[experts]`) and `lists` (U32
 /// `[experts × tokens]`: expert e's pairs from `e × tokens` on; an expert is chosen at most
 /// once per token). Params: tokens, used.
 pub fn kernel() -> Kernel {
-    let k = KernelBuilder::new(OP, [1, 1, 1]);
+    let k = KernelBuilder::new(OP, [WG, 1, 1]);
     let ids = k.buffer("ids", Scalar::U32, Access::Read);
     let counts = k.buffer("counts", Scalar::U32, Access::Write);
     let lists = k.buffer("lists", Scalar::U32, Access::Write);
     let tokens = k.param("tokens", Scalar::U32);
     let used = k.param("used", Scalar::U32);
     let e = k.workgroup_id(0);
-    let n = k.var("n", Scalar::U32);
-    n.set(k.u32(0));
-    k.for_range(k.u32(0), tokens * used, 1, |i| {
+    let lid = k.local_index();
+    let n = tokens * used;
+    let run = (n + k.u32(WG - 1)) / k.u32(WG);
+    let lo = (lid * run).min(n);
+    let hi = (lo + run).min(n);
+    let mine = k.var("mine", Scalar::U32);
+    mine.set(k.u32(0));
+    k.for_range(lo, hi, 1, |i| {
+        k.if_(k.load(ids, i).eq(e), || mine.set(mine.get() + k.u32(1)));
+    });
+    // Inclusive scan of the runs' counts (Hillis–Steele, in two buffers).
+    let buf = [
+        k.shared("ping", Scalar::U32, WG),
+        k.shared("pong", Scalar::U32, WG),
+    ];
+    k.store_shared(buf[0], lid, mine.get());
+    k.barrier();
+    let mut cur = 0;
+    let mut offset = 1;
+    while offset < WG {
+        let o = k.u32(offset);
+        let own = k.load_shared(buf[cur], lid);
+        let sum = k.var("sum", Scalar::U32);
+        sum.set(own);
+        k.if_(lid.ge(o), || {
+            sum.set(own + k.load_shared(buf[cur], lid - o))
+        });
+        k.store_shared(buf[1 - cur], lid, sum.get());
+        k.barrier();
+        cur = 1 - cur;
+        offset *= 2;
+    }
+    let at = k.var("at", Scalar::U32);
+    at.set(k.load_shared(buf[cur], lid) - mine.get());
+    k.for_range(lo, hi, 1, |i| {
         k.if_(k.load(ids, i).eq(e), || {
-            k.store(lists, e * tokens + n.get(), i);
-            n.set(n.get() + k.u32(1));
+            k.store(lists, e * tokens + at.get(), i);
+            at.set(at.get() + k.u32(1));
         });
     });
-    k.store(counts, e, n.get());
+    k.if_(lid.eq(k.u32(0)), || {
+        k.store(counts, e, k.load_shared(buf[cur], k.u32(WG - 1)))
+    });
     k.finish()
 }
 
@@ -120,19 +160,25 @@ pub fn case(s: MoeSort) -> Result<Case, ShapeError> {
         .params(s.params()))
 }
 
-/// The tiny test model's prompt (8 experts, 2 used), one expert chosen by every token, and
-/// Qwen3-30B-A3B's routing (8 of 128) over a prompt of 64 tokens.
+/// The tiny test model's prompt (8 experts, 2 used), one expert chosen by every token,
+/// Qwen3-30B-A3B's routing (8 of 128) over a prompt of 64 tokens, and over one of 520 (ids
+/// not a whole number of runs).
 pub fn cases() -> Vec<Case> {
     let shape = |tokens, experts, used| MoeSort {
         tokens,
         experts,
         used,
     };
-    [shape(5, 8, 2), shape(7, 1, 1), shape(64, 128, 8)]
-        .into_iter()
-        .map(case)
-        .collect::<Result<_, _>>()
-        .expect("the fixed shapes are valid")
+    [
+        shape(5, 8, 2),
+        shape(7, 1, 1),
+        shape(64, 128, 8),
+        shape(520, 128, 8),
+    ]
+    .into_iter()
+    .map(case)
+    .collect::<Result<_, _>>()
+    .expect("the fixed shapes are valid")
 }
 
 #[cfg(test)]
