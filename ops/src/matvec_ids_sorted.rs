@@ -173,13 +173,12 @@ pub fn case(
     let mats: Vec<Vec<u8>> = (0..2)
         .map(|_| quantize(s.weights, &rng.f32s(n, -1.0, 1.0)))
         .collect::<Result<_, _>>()?;
-    let ids = crate::matvec_ids::draw_ids(&mut rng, s.tokens, s.experts, s.used);
     let sort = MoeSort {
         tokens: s.tokens,
         experts: s.experts,
         used: s.used,
     };
-    let (counts, lists) = moe_sort::reference(&sort, &ids)?;
+    let moe_sort::Sorted { ids, counts, lists } = moe_sort::drawn(&mut rng, &sort)?;
     let xq = quantize_x(&rng.f32s((s.tokens * s.cols) as usize, -1.0, 1.0), X_BLOCKS);
     let x = dequantized(&xq.words, &xq.scales);
     let refs: Vec<&[u8]> = mats.iter().map(Vec::as_slice).collect();

@@ -134,6 +134,22 @@ pub fn reference(s: &MoeSort, ids: &[u32]) -> Result<(Vec<u32>, Vec<u32>), Shape
     Ok((counts, lists))
 }
 
+/// A prompt's routing and its sort by expert, as [`reference`] gives them.
+pub(crate) struct Sorted {
+    /// The chosen experts, `[tokens × used]`.
+    pub ids: Vec<u32>,
+    pub counts: Vec<u32>,
+    pub lists: Vec<u32>,
+}
+
+/// A routing drawn from `rng` for the experts' products' cases, each token's `used` experts
+/// distinct ([`crate::matvec_ids::draw_ids`]), and its sort.
+pub(crate) fn drawn(rng: &mut Rng, s: &MoeSort) -> Result<Sorted, ShapeError> {
+    let ids = crate::matvec_ids::draw_ids(rng, s.tokens, s.experts, s.used);
+    let (counts, lists) = reference(s, &ids)?;
+    Ok(Sorted { ids, counts, lists })
+}
+
 /// A conformance case: each token's `used` experts distinct, drawn as
 /// [`crate::matvec_ids::case`] draws them.
 pub fn case(s: MoeSort) -> Result<Case, ShapeError> {

@@ -108,13 +108,12 @@ pub fn case(
     let (r, c) = (s.rows as usize, s.cols as usize);
     let w = quantize(ty, &rng.f32s(s.experts as usize * r * c, -1.0, 1.0))?;
     let x = rng.f32s(s.x_rows() as usize * c, -1.0, 1.0);
-    let ids = crate::matvec_ids::draw_ids(&mut rng, s.tokens, s.experts, s.used);
     let sort = MoeSort {
         tokens: s.tokens,
         experts: s.experts,
         used: s.used,
     };
-    let (counts, lists) = moe_sort::reference(&sort, &ids)?;
+    let moe_sort::Sorted { ids, counts, lists } = moe_sort::drawn(&mut rng, &sort)?;
     let full = reference(ty, &w, &x, &ids, s)?;
     let (width, first) = part.unwrap_or((s.rows, 0));
     if first + s.rows > width {
@@ -173,47 +172,23 @@ pub fn cases() -> Vec<Case> {
         used,
         per_x,
     };
-    let small = BlockSize::Small;
-    let mut out = vec![];
-    for first in [0, 72] {
-        out.push(case(
-            WeightType::Q4_K,
-            shape(72, 256, 20, 8, 2, 2),
-            small,
-            Some((144, first)),
-        ));
-    }
-    out.push(case(
-        WeightType::Q6_K,
-        shape(40, 256, 20, 8, 2, 1),
-        small,
-        None,
-    ));
-    out.push(case(
-        WeightType::Q8_0,
-        shape(96, 64, 70, 4, 2, 2),
-        small,
-        None,
-    ));
-    out.push(case(
-        WeightType::Q4_0,
-        shape(40, 96, 9, 16, 1, 1),
-        small,
-        None,
-    ));
-    out.push(case(
-        WeightType::F16,
-        shape(48, 64, 40, 3, 2, 2),
-        small,
-        None,
-    ));
-    out.push(case(
-        WeightType::Q4_1,
-        shape(80, 128, 90, 2, 1, 1),
-        BlockSize::Medium,
-        None,
-    ));
-    out.into_iter()
-        .collect::<Result<_, _>>()
+    let (small, medium) = (BlockSize::Small, BlockSize::Medium);
+    let halves = [0, 72].map(|first| {
+        let shape = shape(72, 256, 20, 8, 2, 2);
+        (WeightType::Q4_K, shape, small, Some((144, first)))
+    });
+    let whole = [
+        (WeightType::Q6_K, shape(40, 256, 20, 8, 2, 1), small),
+        (WeightType::Q8_0, shape(96, 64, 70, 4, 2, 2), small),
+        (WeightType::Q4_0, shape(40, 96, 9, 16, 1, 1), small),
+        (WeightType::F16, shape(48, 64, 40, 3, 2, 2), small),
+        (WeightType::Q4_1, shape(80, 128, 90, 2, 1, 1), medium),
+    ]
+    .map(|(ty, shape, block)| (ty, shape, block, None));
+    let out = halves
+        .into_iter()
+        .chain(whole)
+        .map(|(ty, shape, block, part)| case(ty, shape, block, part));
+    out.collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
 }
