@@ -33,6 +33,7 @@ pub mod matvec_attn;
 pub mod matvec_fused;
 pub mod matvec_ids;
 pub mod matvec_ids_blocks;
+pub mod matvec_ids_rows;
 pub mod matvec_ids_sorted;
 pub mod matvec_q8;
 pub mod matvec_q8_blocks;
@@ -64,7 +65,7 @@ pub struct Family {
 }
 
 /// The op library's families, in the order of [`cases`].
-pub static FAMILIES: [Family; 24] = [
+pub static FAMILIES: [Family; 25] = [
     Family {
         name: "matmul_tiles",
         about: "prompt products y = x·Wᵀ on matrix units, W in f32, f16, Q8_0, Q4_0 or Q4_1",
@@ -114,6 +115,11 @@ pub static FAMILIES: [Family; 24] = [
         name: "matvec_ids_blocks",
         about: "mixture-of-experts products on 8-bit x and the experts' own K-quant blocks",
         cases: matvec_ids_blocks::cases,
+    },
+    Family {
+        name: "matvec_ids_rows",
+        about: "mixture-of-experts products for CPUs: 16 interleaved rows of a pair's expert on 8-bit x",
+        cases: matvec_ids_rows::cases,
     },
     Family {
         name: "matvec_ids_sorted",

@@ -307,6 +307,25 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
 /// `add` also `r` (F32 `[tokens × rows]`, added to the product: a residual connection), then
 /// `y` (F32 `[tokens × rows]`); parameters `rows`, `cols`, `tokens`; grid [`grid`].
 pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Kernel, ShapeError> {
+    build(ty, add, tokens_per_workgroup, false)
+}
+
+/// The product for a mixture of experts' pairs ([`crate::matvec_ids_rows`]): `w` holds every
+/// expert's `rows` rows in turn, interleaved; a workgroup takes 16 rows of one (token, slot)
+/// pair's expert, named by `ids` (U32 `[pairs]`, after `xs`), against x's row `pair / per_x`
+/// (the pair's token's, or its own), into the pair's row of y from `first` of `y_rows`.
+/// Parameters `rows`, `cols`, `tokens` (the pairs), `per_x`, `y_rows`, `first`; grid
+/// [`grid`] of the pairs, a workgroup a pair.
+pub fn experts_kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
+    build(ty, false, 1, true)
+}
+
+fn build(
+    ty: WeightType,
+    add: bool,
+    tokens_per_workgroup: u32,
+    experts: bool,
+) -> Result<Kernel, ShapeError> {
     let layout = Layout::of(ty)?;
     let tpw = tokens_per_workgroup;
     crate::support::nonzero(OP, "tokens per workgroup", tpw)?;
@@ -318,23 +337,41 @@ pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Ke
     if add {
         name.push_str("_add");
     }
+    if experts {
+        name.push_str("_experts");
+    }
     let k = KernelBuilder::new(&name, [LANES, 1, 1]);
     let w = k.buffer("w", Scalar::U32, Access::Read);
     let xq = k.buffer("xq", Scalar::U32, Access::Read);
     let xd = k.buffer("xd", Scalar::F32, Access::Read);
     let xs = k.buffer("xs", Scalar::F32, Access::Read);
+    let ids = experts.then(|| k.buffer("ids", Scalar::U32, Access::Read));
     let r = add.then(|| k.buffer("r", Scalar::F32, Access::Read));
     let y = k.buffer("y", Scalar::F32, Access::Write);
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
     let tokens = k.param("tokens", Scalar::U32);
     let lid = k.local_index();
-    let group = k.workgroup_id(0);
     let blocks = cols / k.u32(layout.elems());
     // Token j of the workgroup; the last token stands in for those past the end, whose sums
     // are not stored.
     let token = |j: u32| k.workgroup_id(1) * k.u32(tpw) + k.u32(j);
     let read_token = |j: u32| token(j).min(tokens - k.u32(1));
+    // An expert's groups of rows follow the experts' before it; x's row serves `per_x` pairs.
+    let pairs = ids.map(|ids| {
+        let per_x = k.param("per_x", Scalar::U32);
+        let y_rows = k.param("y_rows", Scalar::U32);
+        let first = k.param("first", Scalar::U32);
+        (k.load(ids, token(0)), per_x, (y_rows, first))
+    });
+    let group = match pairs {
+        Some((e, ..)) => e * (rows / k.u32(LANES)) + k.workgroup_id(0),
+        None => k.workgroup_id(0),
+    };
+    let read_token = |j: u32| match pairs {
+        Some((_, per_x, _)) => read_token(j) / per_x,
+        None => read_token(j),
+    };
     let accs: Vec<_> = (0..tpw).map(|_| k.var("acc", Scalar::F32)).collect();
     k.for_range(k.u32(0), blocks, 1, |b| {
         let base = (group * blocks + b) * k.u32(step_words * LANES) + lid;
@@ -368,16 +405,23 @@ pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Ke
         let block_words = step_words * LANES;
         let ahead = PREFETCH_BYTES.div_ceil(4 * block_words);
         let next = (group * blocks + b + k.u32(ahead)) * k.u32(block_words);
-        let last = rows * blocks * k.u32(step_words) - k.u32(1);
+        let end = match pairs {
+            Some((e, ..)) => (e + k.u32(1)) * rows,
+            None => rows,
+        };
+        let last = end * blocks * k.u32(step_words) - k.u32(1);
         for line in (0..block_words).step_by(16) {
             k.prefetch(w, (next + k.u32(line)).min(last));
         }
     });
-    let row = group * k.u32(LANES) + lid;
+    let row = k.workgroup_id(0) * k.u32(LANES) + lid;
     for (j, acc) in accs.iter().enumerate() {
         let t = token(j as u32);
         k.if_(t.lt(tokens), || {
-            let at = t * rows + row;
+            let at = match pairs {
+                Some((_, _, (y_rows, first))) => t * y_rows + first + row,
+                None => t * rows + row,
+            };
             let sum = r.map_or(acc.get(), |r| acc.get() + k.load(r, at));
             k.store(y, at, sum);
         });
