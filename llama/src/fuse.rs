@@ -11,11 +11,12 @@
 use super::config::Config;
 use super::error::ModelError;
 use super::graph::{
-    AttentionForm, Form, Load, Node, Op, QuantizeFrom, RowPart, Step, Store, Tensor,
+    AttentionForm, ExpertsOn, Form, Load, Node, Op, QuantizeFrom, RowPart, Step, Store, Tensor,
 };
 use super::tuning;
 use super::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
+use trine_gguf::quant::WeightType;
 use trine_ops::attention_flash::FlashOut;
 use trine_ops::elementwise::GateUp;
 use trine_ops::kv_type::KvType;
@@ -313,77 +314,93 @@ pub fn fuse(
             {
                 swiglu = Some(Tensor::Act);
             }
-            Op::ExpertsSwiglu { gate, up, .. } if experts_on_tiles(w, gate, s, offer) => {
-                let (layer, total) = (node.layer, 2 * c.experts.map_or(0, |e| e.ff));
-                let block = experts_block(c, s);
-                let node = |op, label| Node { op, label, layer };
-                out.push(node(Op::MoeSort, "ffn_moe_sort"));
-                for (w, first, label) in [(gate, 0, "ffn_moe_gate"), (up, total / 2, "ffn_moe_up")]
-                {
-                    let op = Op::ExpertsTiles {
-                        w,
-                        x: Tensor::Normed,
-                        y: Tensor::ExpertGateUp,
-                        part: Some(RowPart { first, total }),
-                        block,
+            Op::ExpertsSwiglu { gate, up, .. } => match experts_on(w, c, &[gate, up], s, offer) {
+                Some(on) => {
+                    let (layer, total) = (node.layer, 2 * c.experts.map_or(0, |e| e.ff));
+                    let node = |op, label| Node { op, label, layer };
+                    match on {
+                        ExpertsOn::Tiles(_) => out.push(node(Op::MoeSort, "ffn_moe_sort")),
+                        ExpertsOn::Rows => out.push(node(
+                            rows_quantizer(w, gate, (Tensor::Normed, s.tokens)),
+                            "quantize",
+                        )),
+                    }
+                    let halves = [(gate, 0, "ffn_moe_gate"), (up, total / 2, "ffn_moe_up")];
+                    for (w, first, label) in halves {
+                        let op = Op::ExpertRows {
+                            w,
+                            x: Tensor::Normed,
+                            y: Tensor::ExpertGateUp,
+                            part: Some(RowPart { first, total }),
+                            on,
+                        };
+                        out.push(node(op, label));
+                    }
+                    out.push(node(Op::ExpertsSwigluHalves, "ffn_moe_swiglu"));
+                }
+                None => {
+                    let form = experts_form(w, gate);
+                    let x = (Tensor::Normed, s.tokens);
+                    out.extend(experts_quantizer(w, gate, x, form, node.layer));
+                    // A prompt's pairs sorted by expert, so that an expert's rows serve its
+                    // tokens together.
+                    let by_expert = form == Form::QuantizedBlocks && s.tokens > 1;
+                    if by_expert {
+                        out.push(Node {
+                            op: Op::MoeSort,
+                            label: "ffn_moe_sort",
+                            layer: node.layer,
+                        });
+                    }
+                    let op = Op::ExpertsSwiglu {
+                        gate,
+                        up,
+                        form,
+                        by_expert,
                     };
-                    out.push(node(op, label));
+                    out.push(Node { op, ..node });
                 }
-                out.push(node(Op::ExpertsSwigluHalves, "ffn_moe_swiglu"));
-            }
-            Op::ExpertsSwiglu { gate, up, .. } => {
-                let form = experts_form(w, gate);
-                let x = (Tensor::Normed, s.tokens);
-                out.extend(experts_quantizer(w, gate, x, form, node.layer));
-                // A prompt's pairs sorted by expert, so that an expert's rows serve its
-                // tokens together.
-                let by_expert = form == Form::QuantizedBlocks && s.tokens > 1;
-                if by_expert {
-                    out.push(Node {
-                        op: Op::MoeSort,
-                        label: "ffn_moe_sort",
-                        layer: node.layer,
-                    });
-                }
-                let op = Op::ExpertsSwiglu {
-                    gate,
-                    up,
-                    form,
-                    by_expert,
-                };
-                out.push(Node { op, ..node });
-            }
-            Op::ExpertsDown {
-                down, r, out: y, ..
-            } if experts_on_tiles(w, down, s, offer) => {
-                let op = Op::ExpertsTiles {
-                    w: down,
-                    x: Tensor::ExpertAct,
-                    y: Tensor::ExpertOut,
-                    part: None,
-                    block: experts_block(c, s),
-                };
-                out.push(Node { op, ..node });
-                out.push(Node {
-                    op: Op::MoeCombine { r, out: y },
-                    label: "ffn_moe_combine",
-                    layer: node.layer,
-                });
-            }
+            },
             Op::ExpertsDown {
                 down, r, out: y, ..
             } => {
-                let form = experts_form(w, down);
                 // Each chosen expert's activation is a row of its own.
                 let x = (Tensor::ExpertAct, s.tokens * c.experts_used());
-                out.extend(experts_quantizer(w, down, x, form, node.layer));
-                let op = Op::ExpertsDown {
-                    down,
-                    r,
-                    out: y,
-                    form,
-                };
-                out.push(Node { op, ..node });
+                match experts_on(w, c, &[down], s, offer) {
+                    Some(on) => {
+                        if on == ExpertsOn::Rows {
+                            out.push(Node {
+                                op: rows_quantizer(w, down, x),
+                                label: "quantize",
+                                layer: node.layer,
+                            });
+                        }
+                        let op = Op::ExpertRows {
+                            w: down,
+                            x: Tensor::ExpertAct,
+                            y: Tensor::ExpertOut,
+                            part: None,
+                            on,
+                        };
+                        out.push(Node { op, ..node });
+                        out.push(Node {
+                            op: Op::MoeCombine { r, out: y },
+                            label: "ffn_moe_combine",
+                            layer: node.layer,
+                        });
+                    }
+                    None => {
+                        let form = experts_form(w, down);
+                        out.extend(experts_quantizer(w, down, x, form, node.layer));
+                        let op = Op::ExpertsDown {
+                            down,
+                            r,
+                            out: y,
+                            form,
+                        };
+                        out.push(Node { op, ..node });
+                    }
+                }
             }
             Op::Add { .. } => {
                 return Err(ModelError::Unfused {
@@ -465,24 +482,48 @@ fn experts_form(w: &Weights, id: WeightId) -> Form {
     }
 }
 
-/// Whether a prompt's experts' products over weight `id` run on matrix tiles
-/// ([`Op::ExpertsTiles`]), by expert over the pairs that chose it: where the device has tiles
-/// and their staging takes the weight's blocks. A product on the file's blocks by expert
-/// ([`trine_ops::matvec_ids_sorted`]) reads an expert's rows once for a few of its tokens; on
-/// tiles, once for 32 of them, multiplied on the matrix units.
-fn experts_on_tiles(w: &Weights, id: WeightId, s: Step, offer: Offer) -> bool {
-    let t = &w.tensors[id];
-    offer.tiles
-        && s.tokens > 1
-        && matmul_tiles::takes(tuning::read_type(w, id, offer.gpu))
-        && matmul_tiles::check(t.rows, t.cols, s.tokens).is_ok()
+/// How the experts' products over weights `ids` run as products into each pair's own row
+/// ([`Op::ExpertRows`]), where they do: a prompt's on matrix tiles by expert where the device
+/// has tiles and their staging takes the weights' blocks (a product on the file's blocks by
+/// expert, [`trine_ops::matvec_ids_sorted`], reads an expert's rows once for a few of its
+/// tokens; on tiles, once for 32 of them, multiplied on the matrix units); a CPU's on 16
+/// interleaved rows by pair where that product takes them, as its dense products run.
+fn experts_on(
+    w: &Weights,
+    c: &Config,
+    ids: &[WeightId],
+    s: Step,
+    offer: Offer,
+) -> Option<ExpertsOn> {
+    let e = c.experts?;
+    let all = |f: &dyn Fn(u32, u32, WeightType) -> bool| {
+        ids.iter().all(|&id| {
+            let t = &w.tensors[id];
+            t.ty == tuning::read_type(w, id, offer.gpu) && f(t.rows, t.cols, t.ty)
+        })
+    };
+    if offer.tiles && s.tokens > 1 {
+        let tiles = all(&|rows, cols, ty| {
+            matmul_tiles::takes(ty) && matmul_tiles::check(rows, cols, s.tokens).is_ok()
+        });
+        return tiles.then(|| ExpertsOn::Tiles(tuning::experts_block(s.tokens, e)));
+    }
+    let rows =
+        all(&|rows, cols, ty| matvec_q8_rows::takes(ty, (rows / e.count) as usize, cols as usize));
+    (!offer.gpu && rows).then_some(ExpertsOn::Rows)
 }
 
-/// The block of an experts' product on tiles in step `s` ([`tuning::experts_block`]).
-fn experts_block(c: &Config, s: Step) -> matmul_tiles::BlockSize {
-    c.experts.map_or(matmul_tiles::BlockSize::Small, |e| {
-        tuning::experts_block(s.tokens, e)
-    })
+/// The node quantizing x (`x`, `tokens` rows) for a CPU's experts' product over `id`
+/// ([`ExpertsOn::Rows`]), in the blocks its weights' product takes.
+fn rows_quantizer(w: &Weights, id: WeightId, (x, tokens): (Tensor, u32)) -> Op {
+    let t = &w.tensors[id];
+    Op::Quantize {
+        x,
+        cols: t.cols,
+        tokens,
+        blocks: XBlocks::for_weights(t.ty),
+        from: QuantizeFrom::Plain,
+    }
 }
 
 /// The node quantizing x (`tokens` rows) for an experts' product over `id` in `form`, where

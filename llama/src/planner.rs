@@ -4,7 +4,7 @@
 //! from the fastest block the device runs down to the scalar one). The shapes come from the
 //! tuning table ([`crate::tuning`]).
 
-use super::graph::{AttentionForm, Form, Load, Op, Store};
+use super::graph::{AttentionForm, ExpertsOn, Form, Load, Op, Store};
 use super::tuned::Tuned;
 use super::tuning::{self, MatvecSize};
 use super::weights::Weights;
@@ -131,6 +131,11 @@ pub enum KernelKey {
     MoeSort,
     /// A mixture-of-experts layer's pairs' rows summed onto the residual ([`Op::MoeCombine`]).
     MoeCombine,
+    /// A CPU's experts' product by pair on interleaved rows ([`Op::ExpertRows`] on
+    /// [`ExpertsOn::Rows`]).
+    MatvecIdsRows {
+        weights: WeightType,
+    },
     /// A prompt's experts' gate/up by expert ([`Op::ExpertsSwiglu`] `by_expert`): `rows` a
     /// workgroup, the pairs in chunks of `chunk` tokens.
     MatvecIdsSorted {
@@ -324,6 +329,12 @@ impl std::fmt::Display for KernelKey {
             KernelKey::MoeRoute => f.write_str("experts' routing"),
             KernelKey::MoeSort => f.write_str("experts' routing by expert"),
             KernelKey::MoeCombine => f.write_str("experts' rows weighted, residual add"),
+            KernelKey::MatvecIdsRows { weights } => {
+                write!(
+                    f,
+                    "matvec {weights} by pair (experts, x quantized, 16 rows)"
+                )
+            }
             KernelKey::MatvecIdsSorted {
                 weights,
                 rows,
@@ -471,8 +482,18 @@ impl KernelKey {
             Op::MoeSort => KernelKey::MoeSort,
             Op::MoeCombine { .. } => KernelKey::MoeCombine,
             Op::ExpertsSwigluHalves => KernelKey::Swiglu(GateUp::Halves),
-            Op::ExpertsTiles {
-                w: id, part, block, ..
+            Op::ExpertRows {
+                w: id,
+                on: ExpertsOn::Rows,
+                ..
+            } => KernelKey::MatvecIdsRows {
+                weights: w.tensors[id].ty,
+            },
+            Op::ExpertRows {
+                w: id,
+                part,
+                on: ExpertsOn::Tiles(block),
+                ..
             } => {
                 let t = &w.tensors[id];
                 KernelKey::MatmulTiles(TilesKey {
@@ -683,6 +704,9 @@ impl KernelKey {
             KernelKey::MoeRoute => vec![plain(moe_route::kernel())],
             KernelKey::MoeSort => vec![plain(moe_sort::kernel())],
             KernelKey::MoeCombine => vec![plain(moe_combine::kernel())],
+            KernelKey::MatvecIdsRows { weights } => {
+                vec![plain(matvec_q8_rows::experts_kernel(weights)?)]
+            }
             KernelKey::MatvecIdsSorted {
                 weights,
                 rows,

@@ -316,7 +316,7 @@ fn reduction(node: &Node, c: &Config, w: &Weights) -> u32 {
     match node.op {
         Op::Product { w: id, .. } => w.tensors[id].cols,
         Op::Norm { .. } | Op::NormAdd { .. } | Op::ExpertsSwiglu { .. } => c.n_embd,
-        Op::ExpertsTiles { w: id, .. } => w.tensors[id].cols,
+        Op::ExpertRows { w: id, .. } => w.tensors[id].cols,
         // Each chosen expert's row, weighted and summed.
         Op::ExpertsDown { .. } => c.experts.map_or(1, |e| e.ff * e.used),
         _ => 1,
@@ -340,7 +340,7 @@ fn measured_bound(node: &Node) -> f64 {
         | Op::RopeStore { .. }
         | Op::ExpertsSwiglu { .. }
         | Op::ExpertsDown { .. }
-        | Op::ExpertsTiles { .. }
+        | Op::ExpertRows { .. }
         | Op::ExpertsSwigluHalves
         | Op::MoeCombine { .. } => 2.9e-10,
         // The chosen experts' weights: an exp of each logit and a division, the products'

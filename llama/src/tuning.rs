@@ -266,7 +266,7 @@ pub fn read_type(w: &Weights, id: WeightId, grouped: bool) -> WeightType {
 }
 
 /// The block of pairs by rows a workgroup of a prompt's experts' product on tiles takes
-/// ([`crate::graph::Op::ExpertsTiles`]): the small one (32 pairs by 32 rows) while an
+/// ([`crate::graph::Op::ExpertRows`]): the small one (32 pairs by 32 rows) while an
 /// expert's share of the step's pairs, on average, fills no more (Qwen3-30B-A3B's pp512: 32),
 /// as the pairs past an expert's share leave a block's tokens empty; the medium one past it.
 pub fn experts_block(tokens: u32, e: crate::config::Experts) -> matmul_tiles::BlockSize {

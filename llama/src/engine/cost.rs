@@ -101,7 +101,7 @@ impl Engine {
         };
         let cols = match node.op {
             Op::Quantize { cols, .. } | Op::HalfX { cols, .. } => cols,
-            Op::Product { w, .. } => self.model.weights.tensors[w].cols,
+            Op::Product { w, .. } | Op::ExpertRows { w, .. } => self.model.weights.tensors[w].cols,
             _ => c.n_embd,
         };
         match t {
@@ -110,10 +110,10 @@ impl Engine {
                 self.bytes(t) * rows / u64::from(c.vocab)
             }
             // The experts' products read the chosen experts' slices, at most all of them.
-            Tensor::Weight(_) | Tensor::Grouped(_) | Tensor::Plain(_)
+            Tensor::Weight(_) | Tensor::Grouped(_) | Tensor::Plain(_) | Tensor::Interleaved(_)
                 if matches!(
                     node.op,
-                    Op::ExpertsSwiglu { .. } | Op::ExpertsDown { .. } | Op::ExpertsTiles { .. }
+                    Op::ExpertsSwiglu { .. } | Op::ExpertsDown { .. } | Op::ExpertRows { .. }
                 ) =>
             {
                 let e = c.experts.map_or(1, |e| e.count);
@@ -158,7 +158,7 @@ impl Engine {
             Tensor::ExpertAct => f32s(c.experts.map_or(0, |e| e.used * e.ff)),
             // A part of the gate/up pairs writes its half of each pair's row.
             Tensor::ExpertGateUp => match node.op {
-                Op::ExpertsTiles { part: Some(_), .. } => {
+                Op::ExpertRows { part: Some(_), .. } => {
                     f32s(c.experts.map_or(0, |e| e.used * e.ff))
                 }
                 _ => f32s(c.experts.map_or(0, |e| 2 * e.used * e.ff)),

@@ -4,7 +4,9 @@
 
 use super::Engine;
 use crate::config::Experts;
-use crate::graph::{AttentionForm, Form, Load, Node, Op, QuantizeFrom, Step, Store, Tensor};
+use crate::graph::{
+    AttentionForm, ExpertsOn, Form, Load, Node, Op, QuantizeFrom, Step, Store, Tensor,
+};
 use crate::planner::{KernelKey, Launch};
 use crate::tuning::{self, holds_pairs};
 use crate::weights::WeightId;
@@ -17,6 +19,7 @@ use trine_ops::elementwise::{self, GateUp};
 use trine_ops::embedding;
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec_ids::{self, MatvecIds};
+use trine_ops::matvec_ids_rows::IdsRows;
 use trine_ops::moe_combine::MoeCombine;
 use trine_ops::moe_route::MoeRoute;
 use trine_ops::moe_sort::MoeSort;
@@ -381,7 +384,37 @@ impl Engine {
                 inputs.push(r);
                 plan(inputs, &[out], m.params(), grid)
             }
-            Op::ExpertsTiles {
+            Op::ExpertRows {
+                w: wid,
+                x,
+                y,
+                part,
+                on: ExpertsOn::Rows,
+            } => {
+                let e = self.experts();
+                let wt = &w.tensors[wid];
+                let (y_rows, first) = part.map_or((wt.rows / e.count, 0), |p| (p.total, p.first));
+                let s = IdsRows {
+                    weights: wt.ty,
+                    rows: wt.rows / e.count,
+                    cols: wt.cols,
+                    pairs: t * e.used,
+                    experts: e.count,
+                    // x's rows are the pairs' tokens' or the pairs' own.
+                    per_x: if x == Tensor::Normed { e.used } else { 1 },
+                    y_rows,
+                    first,
+                };
+                let inputs = vec![
+                    Tensor::Interleaved(wid),
+                    Tensor::XqWords,
+                    Tensor::XqScales,
+                    Tensor::XqSums,
+                    Tensor::Route,
+                ];
+                plan(inputs, &[y], s.params(), s.grid())
+            }
+            Op::ExpertRows {
                 w: wid, x, y, part, ..
             } => {
                 let e = self.experts();

@@ -79,7 +79,7 @@ impl Engine {
                 (
                     crate::graph::Op::ExpertsSwiglu { .. }
                     | crate::graph::Op::ExpertsDown { .. }
-                    | crate::graph::Op::ExpertsTiles { .. },
+                    | crate::graph::Op::ExpertRows { .. },
                     Some(e),
                 ) => (u64::from(e.used), u64::from(e.count)),
                 _ => (1, 1),

@@ -50,7 +50,7 @@ pub enum Tensor {
     /// f32 [tokens × experts used × expert ff]: each chosen expert's SwiGLU activation.
     ExpertAct,
     /// f32 [tokens × experts used × 2 · expert ff]: each chosen expert's gate row, then its
-    /// up row, from a prompt's experts' products on tiles ([`Op::ExpertsTiles`]).
+    /// up row, from a prompt's experts' products on tiles ([`Op::ExpertRows`]).
     ExpertGateUp,
     /// f32 [tokens × experts used × n_embd]: each chosen expert's down product, before
     /// [`Op::MoeCombine`] weighs and sums them.
@@ -231,6 +231,18 @@ impl AttentionForm {
     }
 }
 
+/// How an [`Op::ExpertRows`] product runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExpertsOn {
+    /// A prompt's on matrix tiles by expert, over the pairs an [`Op::MoeSort`] listed for it
+    /// ([`trine_ops::matmul_tiles::TilesSpec::experts`]), in blocks of pairs by rows of this
+    /// size ([`crate::tuning::experts_block`]).
+    Tiles(trine_ops::matmul_tiles::BlockSize),
+    /// A CPU's by pair on 16 interleaved rows ([`trine_ops::matvec_ids_rows`]), against x
+    /// quantized by an [`Op::Quantize`] before it.
+    Rows,
+}
+
 /// A product over part of its weight's rows: W's rows `first..first + rows` (the product's
 /// own `rows`) are y's rows `first..` of a product of `total` rows (before a SwiGLU store
 /// halves them). The executor runs its widest widened weight in halves this way, so that the
@@ -353,18 +365,17 @@ pub enum Op {
         out: Tensor,
         form: Form,
     },
-    /// A prompt's experts' product on matrix tiles ([`trine_ops::matmul_tiles::TilesSpec::experts`]):
-    /// weight `w`'s matrix of each expert over the (token, slot) pairs an [`Op::MoeSort`]
-    /// listed for it, x's rows the pairs' tokens' ([`Tensor::Normed`]) or the pairs' own
-    /// ([`Tensor::ExpertAct`]), into each pair's row of `y` ([`Tensor::ExpertGateUp`], the
-    /// gate and up matrices each a `part` of it; [`Tensor::ExpertOut`]).
-    ExpertsTiles {
+    /// An experts' product into each (token, slot) pair's own row of `y`
+    /// ([`Tensor::ExpertGateUp`], the gate and up matrices each a `part` of it;
+    /// [`Tensor::ExpertOut`]): the rows of weight `w`'s matrix of the pair's expert against x's
+    /// row of the pair's token ([`Tensor::Normed`]) or its own ([`Tensor::ExpertAct`]), as
+    /// `on` says.
+    ExpertRows {
         w: WeightId,
         x: Tensor,
         y: Tensor,
         part: Option<RowPart>,
-        /// The block of pairs by rows a workgroup takes ([`crate::tuning::experts_block`]).
-        block: trine_ops::matmul_tiles::BlockSize,
+        on: ExpertsOn,
     },
     /// SwiGLU of each pair's gate and up rows in [`Tensor::ExpertGateUp`] into
     /// [`Tensor::ExpertAct`].
@@ -456,12 +467,12 @@ impl Node {
             }
             Op::ExpertsDown { out, .. } | Op::MoeCombine { out, .. } => rows(out, c.n_embd),
             // The gate's part, then the up's: y is whole after the up's, and compared then.
-            Op::ExpertsTiles { part: Some(p), .. } if p.first > 0 => (
+            Op::ExpertRows { part: Some(p), .. } if p.first > 0 => (
                 Tensor::ExpertGateUp,
                 0..t * c.experts.map_or(0, |e| e.used * 2 * e.ff) as usize,
             ),
-            Op::ExpertsTiles { part: Some(_), .. } => (Tensor::ExpertGateUp, 0..0),
-            Op::ExpertsTiles { y, .. } => rows(y, c.experts_used() * c.n_embd),
+            Op::ExpertRows { part: Some(_), .. } => (Tensor::ExpertGateUp, 0..0),
+            Op::ExpertRows { y, .. } => rows(y, c.experts_used() * c.n_embd),
             Op::ExpertsSwigluHalves => {
                 let e = c.experts.map_or(0, |e| e.used * e.ff);
                 rows(Tensor::ExpertAct, e)
