@@ -469,10 +469,10 @@ fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -
     }
 }
 
-/// The experts' products' form, on every device: on quantized x and the file's blocks where
-/// the experts' format has byte-code units ([`matvec_ids_blocks::takes`]), else on float x.
-/// The float kernel decodes each weight on its own, the blocks kernel a unit of 32 codes with
-/// packed integer dots; a CPU, whose dense products take quantized x too, gains as a GPU does.
+/// The form of experts' products that do not run into each pair's row ([`experts_on`]): on
+/// quantized x and the file's blocks where the experts' format has byte-code units
+/// ([`matvec_ids_blocks::takes`]), else on float x. The float kernel decodes each weight on
+/// its own, the blocks kernel a unit of 32 codes with packed integer dots.
 fn experts_form(w: &Weights, id: WeightId) -> Form {
     let t = &w.tensors[id];
     if matvec_ids_blocks::takes(t.ty, t.cols) {

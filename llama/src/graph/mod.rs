@@ -50,7 +50,7 @@ pub enum Tensor {
     /// f32 [tokens × experts used × expert ff]: each chosen expert's SwiGLU activation.
     ExpertAct,
     /// f32 [tokens × experts used × 2 · expert ff]: each chosen expert's gate row, then its
-    /// up row, from a prompt's experts' products on tiles ([`Op::ExpertRows`]).
+    /// up row, from the experts' products into each pair's row ([`Op::ExpertRows`]).
     ExpertGateUp,
     /// f32 [tokens × experts used × n_embd]: each chosen expert's down product, before
     /// [`Op::MoeCombine`] weighs and sums them.
