@@ -93,15 +93,7 @@ pub fn reference(
     let per_expert = s.weights.bytes(OP, "an expert's matrix", r * c)?;
     let mut y = vec![0f64; s.pairs as usize * s.y_rows as usize];
     for (p, out) in y.chunks_mut(s.y_rows as usize).enumerate() {
-        let e = ids[p] as usize;
-        if e >= s.experts as usize {
-            return Err(ShapeError::OutOfRange {
-                op: OP,
-                what: "expert id",
-                value: e,
-                bound: s.experts as usize,
-            });
-        }
+        let e = crate::moe_sort::expert(OP, ids[p], s.experts)?;
         let we = &w[e * per_expert..][..per_expert];
         let rows = row_reference(s.weights, we, r, c, &xs[p / s.per_x as usize])?;
         out[s.first as usize..][..r].copy_from_slice(&rows);

@@ -119,19 +119,25 @@ pub fn reference(s: &MoeSort, ids: &[u32]) -> Result<(Vec<u32>, Vec<u32>), Shape
     let mut counts = vec![0u32; e];
     let mut lists = vec![0u32; e * t];
     for (i, &id) in ids.iter().enumerate() {
-        let id = id as usize;
-        if id >= e {
-            return Err(ShapeError::OutOfRange {
-                op: OP,
-                what: "expert id",
-                value: id,
-                bound: e,
-            });
-        }
+        let id = expert(OP, id, s.experts)?;
         lists[id * t + counts[id] as usize] = i as u32;
         counts[id] += 1;
     }
     Ok((counts, lists))
+}
+
+/// Expert id `id` as an index, or `op`'s typed error where it is past the `experts`.
+pub(crate) fn expert(op: &'static str, id: u32, experts: u32) -> Result<usize, ShapeError> {
+    if id < experts {
+        Ok(id as usize)
+    } else {
+        Err(ShapeError::OutOfRange {
+            op,
+            what: "expert id",
+            value: id as usize,
+            bound: experts as usize,
+        })
+    }
 }
 
 /// A prompt's routing and its sort by expert, as [`reference`] gives them.

@@ -141,13 +141,7 @@ fn qwen3moe_prompt_experts_on_tiles_agree_with_products_by_pair() {
     let ids = [5, 17, 3, 99, 42, 7, 8];
     let want = logits(model.clone(), gpu(), SIZES, &ids);
     let got = logits(model, gpu_with(true), SIZES, &ids);
-    for (step, (w, g)) in want.iter().zip(&got).enumerate() {
-        let w: Vec<f64> = w.iter().map(|&v| f64::from(v)).collect();
-        let g: Vec<f64> = g.iter().map(|&v| f64::from(v)).collect();
-        let e = trine_ops::compare::nmse(&w, &g).unwrap();
-        println!("step {step}: nmse {e:.3e}");
-        assert!(e < 1e-3, "step {step}: nmse {e:.3e}");
-    }
+    assert_logits_within(&want, &got, 1e-3);
 }
 
 /// The CPU's experts on interleaved rows by pair against the GPU stand-in's products by pair
@@ -171,11 +165,17 @@ fn qwen3moe_cpu_experts_on_rows_agree_with_products_on_blocks() {
     assert_eq!(rows, 3 * SynthShape::TINY_QWEN3_30B_A3B.n_layer as usize);
     let want = logits(model.clone(), gpu(), SIZES, &ids);
     let got = logits(model, cpu(), SIZES, &ids);
-    for (step, (w, g)) in want.iter().zip(&got).enumerate() {
+    assert_logits_within(&want, &got, 1e-3);
+}
+
+/// Each step's logits of `got` within NMSE `bound` of `want`'s.
+fn assert_logits_within(want: &[Vec<f32>], got: &[Vec<f32>], bound: f64) {
+    assert_eq!(want.len(), got.len());
+    for (step, (w, g)) in want.iter().zip(got).enumerate() {
         let w: Vec<f64> = w.iter().map(|&v| f64::from(v)).collect();
         let g: Vec<f64> = g.iter().map(|&v| f64::from(v)).collect();
         let e = trine_ops::compare::nmse(&w, &g).unwrap();
         println!("step {step}: nmse {e:.3e}");
-        assert!(e < 1e-3, "step {step}: nmse {e:.3e}");
+        assert!(e < bound, "step {step}: nmse {e:.3e}");
     }
 }

@@ -58,15 +58,7 @@ pub fn reference(
     let xd: Vec<f64> = x.iter().map(|&v| f16::from_f32(v).to_f64()).collect();
     let mut y = vec![0f64; pairs * r];
     for (p, out) in y.chunks_mut(r).enumerate() {
-        let e = ids[p] as usize;
-        if e >= s.experts as usize {
-            return Err(ShapeError::OutOfRange {
-                op: OP,
-                what: "expert id",
-                value: e,
-                bound: s.experts as usize,
-            });
-        }
+        let e = crate::moe_sort::expert(OP, ids[p], s.experts)?;
         let xs = &xd[p / s.per_x as usize * c..][..c];
         for (row, v) in out.iter_mut().enumerate() {
             let ws = &wd[(e * r + row) * c..][..c];
