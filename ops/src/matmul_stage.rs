@@ -170,13 +170,15 @@ impl<'b> RowWalk<'b> {
         // Entries past the list's read its last (an empty list's first, which the kernel
         // never loads through).
         let gathered = match block.gather {
-            Some(g) => (0..items)
-                .map(|j| {
-                    let last = block.rows.max(k.u32(1)) - k.u32(1);
-                    let entry = (first + k.u32(j * apart)).min(last);
-                    k.load(g.list, g.at + entry) / g.per * block.cols + column
-                })
-                .collect(),
+            Some(g) => {
+                let last = block.rows.max(k.u32(1)) - k.u32(1);
+                (0..items)
+                    .map(|j| {
+                        let entry = (first + k.u32(j * apart)).min(last);
+                        k.load(g.list, g.at + entry) / g.per * block.cols + column
+                    })
+                    .collect()
+            }
             None => vec![],
         };
         RowWalk {

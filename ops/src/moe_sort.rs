@@ -74,30 +74,14 @@ pub fn kernel() -> Kernel {
     k.for_range(lo, hi, 1, |i| {
         k.if_(k.load(ids, i).eq(e), || mine.set(mine.get() + k.u32(1)));
     });
-    // Inclusive scan of the runs' counts (Hillis–Steele, in two buffers).
-    let buf = [
+    // Each run's first place in the expert's list: the scan of the runs' counts.
+    let bufs = [
         k.shared("ping", Scalar::U32, WG),
         k.shared("pong", Scalar::U32, WG),
     ];
-    k.store_shared(buf[0], lid, mine.get());
-    k.barrier();
-    let mut cur = 0;
-    let mut offset = 1;
-    while offset < WG {
-        let o = k.u32(offset);
-        let own = k.load_shared(buf[cur], lid);
-        let sum = k.var("sum", Scalar::U32);
-        sum.set(own);
-        k.if_(lid.ge(o), || {
-            sum.set(own + k.load_shared(buf[cur], lid - o))
-        });
-        k.store_shared(buf[1 - cur], lid, sum.get());
-        k.barrier();
-        cur = 1 - cur;
-        offset *= 2;
-    }
+    let scanned = crate::support::workgroup_scan(&k, bufs, (lid, WG), mine.get());
     let at = k.var("at", Scalar::U32);
-    at.set(k.load_shared(buf[cur], lid) - mine.get());
+    at.set(k.load_shared(scanned, lid) - mine.get());
     k.for_range(lo, hi, 1, |i| {
         k.if_(k.load(ids, i).eq(e), || {
             k.store(lists, e * tokens + at.get(), i);
@@ -105,7 +89,7 @@ pub fn kernel() -> Kernel {
         });
     });
     k.if_(lid.eq(k.u32(0)), || {
-        k.store(counts, e, k.load_shared(buf[cur], k.u32(WG - 1)))
+        k.store(counts, e, k.load_shared(scanned, k.u32(WG - 1)))
     });
     k.finish()
 }

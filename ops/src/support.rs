@@ -266,6 +266,36 @@ impl Reducer {
 }
 
 /// `v`, or `ShapeError::Zero` when it is zero.
+/// An inclusive scan (Hillis–Steele) of one u32 `value` per invocation of a workgroup of
+/// `wg` (a power of two), invocation `lid`: the values go into `bufs[0]`, then each of the
+/// log2(`wg`) steps adds the value `offset` places back into the other buffer, behind a
+/// barrier. Returns the buffer that holds, at `lid`, the sum of invocations 0..=lid's values.
+pub(crate) fn workgroup_scan<'b>(
+    k: &'b KernelBuilder,
+    bufs: [SharedId; 2],
+    (lid, wg): (Val<'b>, u32),
+    value: Val<'b>,
+) -> SharedId {
+    k.store_shared(bufs[0], lid, value);
+    k.barrier();
+    let mut cur = 0;
+    let mut offset = 1;
+    while offset < wg {
+        let o = k.u32(offset);
+        let mine = k.load_shared(bufs[cur], lid);
+        let s = k.var("s", Scalar::U32);
+        s.set(mine);
+        k.if_(lid.ge(o), || {
+            s.set(mine + k.load_shared(bufs[cur], lid - o))
+        });
+        k.store_shared(bufs[1 - cur], lid, s.get());
+        k.barrier();
+        cur = 1 - cur;
+        offset *= 2;
+    }
+    bufs[cur]
+}
+
 pub(crate) fn nonzero(op: &'static str, what: &'static str, v: u32) -> Result<u32, ShapeError> {
     if v == 0 {
         Err(ShapeError::Zero { op, what })

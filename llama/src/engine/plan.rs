@@ -400,8 +400,7 @@ impl Engine {
                     cols: wt.cols,
                     pairs: t * e.used,
                     experts: e.count,
-                    // x's rows are the pairs' tokens' or the pairs' own.
-                    per_x: if x == Tensor::Normed { e.used } else { 1 },
+                    per_x: per_x(x, e),
                     y_rows,
                     first,
                 };
@@ -436,9 +435,7 @@ impl Engine {
                     Some(p) => spec.part_params((rows, wt.cols, t), (p.total, p.first)),
                     None => spec.params(rows, wt.cols, t),
                 };
-                // x's rows are the pairs' tokens' or the pairs' own.
-                let per_x = if x == Tensor::Normed { e.used } else { 1 };
-                params.push(u(per_x));
+                params.push(u(per_x(x, e)));
                 plan(inputs, &[y], params, spec.experts_grid(rows, t, e.count))
             }
             Op::ExpertsSwigluHalves => {
@@ -644,5 +641,15 @@ fn file_layout(
         Tensor::Plain(id)
     } else {
         Tensor::Weight(id)
+    }
+}
+
+/// The (token, slot) pairs a row of an experts' product's x serves: the slots a token has
+/// where x's rows are the tokens' (the normed stream), one where they are the pairs' own.
+fn per_x(x: Tensor, e: Experts) -> u32 {
+    if x == Tensor::Normed {
+        e.used
+    } else {
+        1
     }
 }

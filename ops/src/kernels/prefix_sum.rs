@@ -22,24 +22,10 @@ pub fn kernel() -> Kernel {
         let v = k.var("v", Scalar::U32);
         v.set(k.u32(0));
         k.if_(i.lt(n), || v.set(k.load(x, i)));
-        k.store_shared(buf[0], lid, v.get());
-        k.barrier();
-        let mut cur = 0;
-        let mut offset = 1;
-        while offset < WG {
-            let o = k.u32(offset);
-            let mine = k.load_shared(buf[cur], lid);
-            let s = k.var("s", Scalar::U32);
-            s.set(mine);
-            k.if_(lid.ge(o), || s.set(mine + k.load_shared(buf[cur], lid - o)));
-            k.store_shared(buf[1 - cur], lid, s.get());
-            k.barrier();
-            cur = 1 - cur;
-            offset *= 2;
-        }
-        let total = carry.get() + k.load_shared(buf[cur], lid);
+        let scanned = crate::support::workgroup_scan(&k, buf, (lid, WG), v.get());
+        let total = carry.get() + k.load_shared(scanned, lid);
         k.if_(i.lt(n), || k.store(y, i, total));
-        carry.set(carry.get() + k.load_shared(buf[cur], k.u32(WG - 1)));
+        carry.set(carry.get() + k.load_shared(scanned, k.u32(WG - 1)));
         k.barrier();
     });
     k.finish()
