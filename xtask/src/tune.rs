@@ -1,8 +1,8 @@
 //! `cargo xtask tune (--model FILE | --models LAYOUT,…) [--backends cuda,vulkan] [--reps N]
 //! [--dry-run]`: measures the GPU decode products on the weights' blocks
 //! ([`trine_ops::matvec_q8_blocks`]) at a model's shapes in every form the planner can take
-//! (teams of the whole workgroup or of 32 invocations on pairs of units, in one or two steps
-//! an iteration; one, two or four rows a team), each as the executor dispatches it in a
+//! (teams of the whole workgroup or of 32 invocations on pairs of units, in one, two or four
+//! steps an iteration; one, two or four rows a team), each as the executor dispatches it in a
 //! decode step, and stores the fastest per shape as the device's tuning table in the cache
 //! ([`trine_llama::tuned`]), which every later executor on that device reads.
 //!
@@ -26,7 +26,7 @@ use trine_gguf::quant::WeightType;
 use trine_llama::speed::{measure, Test};
 use trine_llama::tuned::{ProductChoice, Tuned};
 use trine_llama::{Engine, EngineOptions, Model};
-use trine_ops::matvec_q8_blocks::Teams;
+use trine_ops::matvec_q8_blocks::{self, Teams};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -48,6 +48,9 @@ pub struct Args {
     /// Print the table without storing it.
     #[arg(long)]
     dry_run: bool,
+    /// Also print every form's median at each shape.
+    #[arg(long)]
+    forms: bool,
 }
 
 /// How much faster than the default a candidate must be to replace it.
@@ -64,7 +67,14 @@ const STEP_REPS: usize = 3;
 const ROWS: [u32; 3] = [1, 2, 4];
 
 /// The team forms of the candidates.
-const TEAMS: [Teams; 3] = [Teams::WHOLE, Teams::pairs(1), Teams::pairs(2)];
+const TEAMS: [Teams; 6] = [
+    Teams::WHOLE,
+    Teams::whole(2),
+    Teams::whole(4),
+    Teams::pairs(1),
+    Teams::pairs(2),
+    Teams::pairs(4),
+];
 
 /// A product shape: the weights' type as the device reads them, rows, columns.
 type Shape = (WeightType, u32, u32);
@@ -85,7 +95,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         let mut tuned = Tuned::empty(info);
         let mut measured = vec![];
         for (label, model) in &models {
-            let chosen = confirm(&backend, model, tune_model(&backend, model, &policy)?)?;
+            let measured_forms = tune_model(&backend, model, &policy, args.forms)?;
+            let chosen = confirm(&backend, model, measured_forms)?;
             if chosen.is_empty() {
                 println!(
                     "{name} {label}: nothing to tune: its decode step has no products on the \
@@ -174,6 +185,7 @@ fn tune_model(
     backend: &Arc<dyn Backend>,
     model: &Arc<Model>,
     policy: &Policy,
+    forms: bool,
 ) -> Result<Vec<ProductChoice>, String> {
     let info = backend.info();
     let candidates: Vec<Candidate> = std::iter::once(None)
@@ -230,6 +242,8 @@ fn tune_model(
             break;
         }
     }
+    let mut samples: Vec<_> = samples.into_iter().collect();
+    samples.sort_by_key(|&((ty, rows, cols), _)| (ty.name(), rows, cols));
     let mut out: Vec<ProductChoice> = samples
         .into_iter()
         .filter_map(|(shape, runs)| {
@@ -238,6 +252,9 @@ fn tune_model(
                 .iter()
                 .filter_map(|(c, s)| Some((*c, median(s)?)))
                 .collect();
+            if forms {
+                print!("{}", forms_table(shape, &medians));
+            }
             let (best, times) = fastest(&medians, defaults[&shape])?;
             Some(choice(shape, best, times))
         })
@@ -385,12 +402,25 @@ fn describe(c: Candidate) -> String {
 fn teams_name(rows: u32, t: Teams) -> String {
     if t == Teams::WHOLE {
         format!("{rows} rows a workgroup")
+    } else if t.width == matvec_q8_blocks::WORKGROUP && t.units == 1 {
+        format!("{rows} rows a workgroup, {} steps", t.steps)
     } else {
         format!(
             "{rows} rows a team of {}, {} units a step, {} steps",
             t.width, t.units, t.steps
         )
     }
+}
+
+/// Every form's median at one shape, fastest first, as a Markdown table.
+fn forms_table((ty, rows, cols): Shape, medians: &[(Candidate, f64)]) -> String {
+    let mut sorted = medians.to_vec();
+    sorted.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut s = format!("\n{ty} {rows} × {cols}\n\n| form | µs |\n| --- | --- |\n");
+    for (c, us) in sorted {
+        s.push_str(&format!("| {} | {us:.1} |\n", describe(c)));
+    }
+    s
 }
 
 /// The measured winners and what the step made of them, as a Markdown table.
