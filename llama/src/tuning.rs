@@ -148,7 +148,8 @@ pub const WIDE_TOKENS: u32 = 64;
 /// the scales read through an f16 view of the weights where the device has 16-bit storage
 /// (and then Q4_1's codes as whole words); wide products share 8 rows among 128 invocations,
 /// which leaves small matrices' GPUs mostly idle, so those take 2 rows, and tall ones 4 rows
-/// on 32 invocations. Float weights keep [`MatvecSpec::new`]'s 4 rows on 64 invocations.
+/// on 32 invocations. Small float products (a mixture of experts' router) take two rows on 128
+/// invocations; larger ones keep [`MatvecSpec::new`]'s 4 rows on 64 invocations.
 /// CPUs take the blocked walk ([`MatvecSpec::blocked`]) on 8 rows, which the C compiler
 /// vectorises across invocations, with the scales read through an f16 view (a native
 /// conversion instead of some forty integer operations per scale), and Q4 weights that only
@@ -172,6 +173,8 @@ pub fn matvec_spec(
                 spec.tokens_per_workgroup = CPU_PROMPT_TOKENS;
             }
         }
+    } else if !ty.is_quantized() && size == MatvecSize::Small {
+        (spec.rows_per_workgroup, spec.workgroup) = GPU_SMALL_FLOAT_MATVEC;
     } else if ty.is_quantized() {
         (spec.rows_per_workgroup, spec.workgroup, spec.segment) = match size {
             MatvecSize::Wide | MatvecSize::Prompt => GPU_LARGE_MATVEC,
@@ -202,6 +205,12 @@ const GPU_LARGE_MATVEC: (u32, u32, u32) = (8, 128, 8);
 /// step's small matrices are latency-bound, so fewer rows per workgroup (more workgroups)
 /// finish sooner.
 const GPU_SMALL_MATVEC: (u32, u32, u32) = (2, 128, 8);
+
+/// (rows per workgroup, invocations) of a GPU's small float product: a router's few rows
+/// (128 of 2,048) on 4 rows of 64 invocations left most of a GPU idle, each invocation
+/// walking 32 columns of 4 rows one load at a time (docs/models/qwen3moe.md). Rows come in
+/// pairs for a QKV product's rope.
+const GPU_SMALL_FLOAT_MATVEC: (u32, u32) = (2, 128);
 
 /// (rows per workgroup, invocations, segment) of a GPU's tall quantized product (an output
 /// head): short rows, so fewer invocations share one.

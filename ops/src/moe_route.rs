@@ -5,8 +5,7 @@
 //!
 //! Layout: `logits` [tokens × experts] (the router product's output); `ids` u32
 //! [tokens × used], the chosen experts by falling probability (equal logits: the lower
-//! index first); `weights` f32 [tokens × used]. One single-invocation workgroup per token:
-//! a token's experts are a few hundred at most, and the products after it wait on far more.
+//! index first); `weights` f32 [tokens × used]. A workgroup per token ([`kernel`]).
 //!
 //! Bound: [`crate::case::NMSE_SOFTMAX`] for the weights (an `exp` and a few roundings each);
 //! the ids exactly, as the reference picks them from the same f32 logits.
@@ -36,6 +35,14 @@ impl MoeRoute {
         nonzero(OP, "tokens", self.tokens)?;
         nonzero(OP, "experts", self.experts)?;
         nonzero(OP, "experts used", self.used)?;
+        if self.experts > MAX_EXPERTS {
+            return Err(ShapeError::TooLarge {
+                op: OP,
+                what: "experts",
+                value: self.experts as usize,
+                limit: MAX_EXPERTS as usize,
+            });
+        }
         if self.used > self.experts {
             return Err(ShapeError::TooLarge {
                 op: OP,
@@ -59,62 +66,78 @@ impl MoeRoute {
     }
 }
 
-/// Buffers: `logits` (read), `ids`, `weights` (read and written: the chosen probabilities,
-/// then divided by their sum). Params: experts, used.
+/// Invocations of a workgroup: one token's experts are spread over them.
+pub const WG: u32 = 128;
+
+/// The most experts a router may have: a token's logits are held in shared memory (2 KiB).
+pub const MAX_EXPERTS: u32 = 512;
+
+/// Buffers: `logits` (read), `ids`, `weights` (written). Params: experts, used.
+///
+/// A workgroup per token. Its logits go into shared memory; every invocation then takes the
+/// maximum and the sum of the probabilities over all of them in expert order (the same
+/// operations in the same order on every invocation and backend), and each ranks its own
+/// experts in the order (logit falling, index rising) by counting those ranked before them:
+/// an expert of rank below `used` takes that slot. Counting needs no rounds of selection,
+/// which on one invocation took `used` passes over every logit.
 pub fn kernel() -> Kernel {
-    let k = KernelBuilder::new(OP, [1, 1, 1]);
+    let k = KernelBuilder::new(OP, [WG, 1, 1]);
     let logits = k.buffer("logits", Scalar::F32, Access::Read);
     let ids = k.buffer("ids", Scalar::U32, Access::Write);
-    let weights = k.buffer("weights", Scalar::F32, Access::ReadWrite);
+    let weights = k.buffer("weights", Scalar::F32, Access::Write);
     let experts = k.param("experts", Scalar::U32);
     let used = k.param("used", Scalar::U32);
+    let s_logit = k.shared("logit", Scalar::F32, MAX_EXPERTS);
+    let s_p = k.shared("p", Scalar::F32, MAX_EXPERTS);
+    let s_slot = k.shared("slot", Scalar::F32, MAX_EXPERTS);
+    let lid = k.local_index();
     let t = k.workgroup_id(0);
     let row = t * experts;
     let out = t * used;
 
-    let max = k.var("max", Scalar::F32);
-    max.set(k.load(logits, row));
-    k.for_range(k.u32(1), experts, 1, |e| {
-        max.set(max.get().max(k.load(logits, row + e)))
+    k.for_range(lid, experts, WG, |e| {
+        k.store_shared(s_logit, e, k.load(logits, row + e))
     });
+    k.barrier();
+    let max = k.var("max", Scalar::F32);
+    max.set(k.load_shared(s_logit, k.u32(0)));
+    k.for_range(k.u32(1), experts, 1, |e| {
+        max.set(max.get().max(k.load_shared(s_logit, e)))
+    });
+    k.for_range(lid, experts, WG, |e| {
+        k.store_shared(s_p, e, (k.load_shared(s_logit, e) - max.get()).exp())
+    });
+    k.barrier();
     let sum = k.var("sum", Scalar::F32);
     sum.set(k.f32(0.0));
     k.for_range(k.u32(0), experts, 1, |e| {
-        sum.set(sum.get() + (k.load(logits, row + e) - max.get()).exp())
+        sum.set(sum.get() + k.load_shared(s_p, e))
     });
 
-    // Each slot takes the best expert ranked after the previous slot's, in the order
-    // (logit falling, index rising), so no set of the chosen is needed.
-    let prev_logit = k.var("prev_logit", Scalar::F32);
-    let prev_id = k.var("prev_id", Scalar::U32);
-    let best_logit = k.var("best_logit", Scalar::F32);
-    let best_id = k.var("best_id", Scalar::U32);
+    let rank = k.var("rank", Scalar::U32);
+    k.for_range(lid, experts, WG, |e| {
+        let v = k.load_shared(s_logit, e);
+        rank.set(k.u32(0));
+        k.for_range(k.u32(0), experts, 1, |j| {
+            let w = k.load_shared(s_logit, j);
+            let before = w.gt(v) | (w.eq(v) & j.lt(e));
+            rank.set(rank.get() + k.select(before, k.u32(1), k.u32(0)));
+        });
+        k.if_(rank.get().lt(used), || {
+            k.store(ids, out + rank.get(), e);
+            k.store_shared(s_slot, rank.get(), k.load_shared(s_p, e) / sum.get());
+        });
+    });
+    k.barrier();
+    // The chosen probabilities' sum in slot order, then each slot's share of it.
     let chosen = k.var("chosen", Scalar::F32);
     chosen.set(k.f32(0.0));
     k.for_range(k.u32(0), used, 1, |s| {
-        best_id.set(experts);
-        best_logit.set(k.f32(0.0));
-        k.for_range(k.u32(0), experts, 1, |e| {
-            let v = k.load(logits, row + e);
-            let after = s.eq(k.u32(0))
-                | v.lt(prev_logit.get())
-                | (v.eq(prev_logit.get()) & e.gt(prev_id.get()));
-            let better = best_id.get().eq(experts) | v.gt(best_logit.get());
-            k.if_(after & better, || {
-                best_logit.set(v);
-                best_id.set(e);
-            });
-        });
-        prev_logit.set(best_logit.get());
-        prev_id.set(best_id.get());
-        let p = (best_logit.get() - max.get()).exp() / sum.get();
-        k.store(ids, out + s, best_id.get());
-        k.store(weights, out + s, p);
-        chosen.set(chosen.get() + p);
+        chosen.set(chosen.get() + k.load_shared(s_slot, s))
     });
     let total = chosen.get().max(k.f32(MIN_SUM));
-    k.for_range(k.u32(0), used, 1, |s| {
-        k.store(weights, out + s, k.load(weights, out + s) / total)
+    k.for_range(lid, used, WG, |s| {
+        k.store(weights, out + s, k.load_shared(s_slot, s) / total)
     });
     k.finish()
 }
@@ -140,12 +163,19 @@ pub fn reference(s: &MoeRoute, logits: &[f32]) -> Result<(Vec<u32>, Vec<f64>), S
     Ok((ids, weights))
 }
 
-/// A conformance case for `s` with logits in [-4, 4).
-pub fn case(s: MoeRoute) -> Result<Case, ShapeError> {
+/// A conformance case for `s` with logits in [-4, 4), or with `ties` whole numbers in
+/// [-2, 2) (most logits equal to others: the order by index decides).
+pub fn case(s: MoeRoute, ties: bool) -> Result<Case, ShapeError> {
     s.check()?;
-    let name = format!("{OP}/t{}e{}k{}", s.tokens, s.experts, s.used);
+    let mut name = format!("{OP}/t{}e{}k{}", s.tokens, s.experts, s.used);
+    if ties {
+        name.push_str("/ties");
+    }
     let mut r = Rng::new(seed(&name));
-    let logits = r.f32s((s.tokens * s.experts) as usize, -4.0, 4.0);
+    let mut logits = r.f32s((s.tokens * s.experts) as usize, -4.0, 4.0);
+    if ties {
+        logits.iter_mut().for_each(|v| *v = (*v / 2.0).floor());
+    }
     let (ids, weights) = reference(&s, &logits)?;
     let n = (s.tokens * s.used) as usize;
     Ok(Case::new(name, kernel(), s.grid())
@@ -169,15 +199,19 @@ pub fn cases() -> Vec<Case> {
     };
     [
         // Qwen3-30B-A3B's decode and a prompt: 8 of 128.
-        shape(1, 128, 8),
-        shape(5, 128, 8),
+        (shape(1, 128, 8), false),
+        (shape(5, 128, 8), false),
+        (shape(3, 128, 8), true),
+        // More experts than invocations: two and a half each.
+        (shape(2, 320, 8), false),
+        (shape(2, 320, 8), true),
         // The tiny test model's, every expert chosen, and one.
-        shape(3, 8, 2),
-        shape(2, 4, 4),
-        shape(2, 6, 1),
+        (shape(3, 8, 2), false),
+        (shape(2, 4, 4), false),
+        (shape(2, 6, 1), false),
     ]
     .into_iter()
-    .map(case)
+    .map(|(s, ties)| case(s, ties))
     .collect::<Result<_, _>>()
     .expect("the fixed shapes are valid")
 }
@@ -215,6 +249,13 @@ mod tests {
             used: 5,
         };
         assert!(matches!(s.check(), Err(ShapeError::TooLarge { .. })));
+        let s = MoeRoute {
+            tokens: 1,
+            experts: MAX_EXPERTS + 1,
+            used: 8,
+        };
+        let e = s.check().unwrap_err().to_string();
+        assert!(e.contains(&(MAX_EXPERTS + 1).to_string()), "{e}");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! `cargo xtask tune (--model FILE | --models LAYOUT,…) [--backends cuda,vulkan] [--reps N]
 //! [--dry-run]`: measures the GPU decode products on the weights' blocks
 //! ([`trine_ops::matvec_q8_blocks`]) at a model's shapes in every form the planner can take
-//! (teams of the whole workgroup or of 32 invocations on pairs of units, in one, two or four
-//! steps an iteration; one, two or four rows a team), each as the executor dispatches it in a
+//! (teams of the whole workgroup or of 32 invocations on pairs of units, in one or two steps
+//! an iteration; one, two or four rows a team), each as the executor dispatches it in a
 //! decode step, and stores the fastest per shape as the device's tuning table in the cache
 //! ([`trine_llama::tuned`]), which every later executor on that device reads.
 //!
@@ -26,7 +26,7 @@ use trine_gguf::quant::WeightType;
 use trine_llama::speed::{measure, Test};
 use trine_llama::tuned::{ProductChoice, Tuned};
 use trine_llama::{Engine, EngineOptions, Model};
-use trine_ops::matvec_q8_blocks::{self, Teams};
+use trine_ops::matvec_q8_blocks::Teams;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -67,14 +67,7 @@ const STEP_REPS: usize = 3;
 const ROWS: [u32; 3] = [1, 2, 4];
 
 /// The team forms of the candidates.
-const TEAMS: [Teams; 6] = [
-    Teams::WHOLE,
-    Teams::whole(2),
-    Teams::whole(4),
-    Teams::pairs(1),
-    Teams::pairs(2),
-    Teams::pairs(4),
-];
+const TEAMS: [Teams; 3] = [Teams::WHOLE, Teams::pairs(1), Teams::pairs(2)];
 
 /// A product shape: the weights' type as the device reads them, rows, columns.
 type Shape = (WeightType, u32, u32);
@@ -402,8 +395,6 @@ fn describe(c: Candidate) -> String {
 fn teams_name(rows: u32, t: Teams) -> String {
     if t == Teams::WHOLE {
         format!("{rows} rows a workgroup")
-    } else if t.width == matvec_q8_blocks::WORKGROUP && t.units == 1 {
-        format!("{rows} rows a workgroup, {} steps", t.steps)
     } else {
         format!(
             "{rows} rows a team of {}, {} units a step, {} steps",

@@ -30,8 +30,7 @@ pub const WORKGROUP: u32 = 128;
 /// How a workgroup divides its rows: teams of `width` invocations (32, or the whole
 /// workgroup) each take `rows_per_team` rows and reduce their sums on their own; an
 /// invocation takes `units` units that follow each other (one or two) a step, and `steps`
-/// steps (one to four, `width` steps apart) an iteration, their loads issued together: a
-/// row longer than a team's step takes fewer iterations, each waiting on memory once.
+/// steps (one or two, `width` steps apart) an iteration, their loads issued together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Teams {
     pub width: u32,
@@ -41,16 +40,11 @@ pub struct Teams {
 
 impl Teams {
     /// A team of the whole workgroup, a unit a step.
-    pub const WHOLE: Teams = Teams::whole(1);
-
-    /// The whole workgroup as one team, a unit a step, `steps` steps an iteration.
-    pub const fn whole(steps: u32) -> Teams {
-        Teams {
-            width: WORKGROUP,
-            units: 1,
-            steps,
-        }
-    }
+    pub const WHOLE: Teams = Teams {
+        width: WORKGROUP,
+        units: 1,
+        steps: 1,
+    };
 
     /// Teams of a subgroup of 32, each invocation two units (a pair sharing scales where the
     /// format's do) a step, `steps` steps an iteration.
@@ -66,9 +60,6 @@ impl Teams {
         WORKGROUP / self.width
     }
 }
-
-/// The most steps an iteration takes.
-pub const MAX_STEPS: u32 = 4;
 
 /// How x is quantized for this product: blocks of 32, one per run of 16 (a run never
 /// straddles two).
@@ -151,7 +142,7 @@ pub fn kernel(
         || teams.width > WORKGROUP
         || teams.width < 8
         || !(1..=2).contains(&teams.units)
-        || !(1..=MAX_STEPS).contains(&teams.steps)
+        || !(1..=2).contains(&teams.steps)
         || !per_block.is_multiple_of(teams.units)
     {
         return Err(ShapeError::Unsupported {
