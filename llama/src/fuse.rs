@@ -139,13 +139,15 @@ pub fn fuse(
             Op::Norm { x, weight, .. } => {
                 // Folded where every product reading it (the products up to the next norm:
                 // a layer's QKV may be several) takes float x; each then normalises x itself.
-                // The experts' products read it as it is.
+                // Experts' products read it as it is, but for a decode step's on the file's
+                // blocks, whose quantizer normalises x as a dense product's does.
                 let up_to_next = nodes[i..]
                     .iter()
                     .take_while(|n| !matches!(n.op, Op::Norm { .. }));
-                let experts = up_to_next
-                    .clone()
-                    .any(|n| matches!(n.op, Op::ExpertsSwiglu { .. }));
+                let experts = up_to_next.clone().find_map(|n| match n.op {
+                    Op::ExpertsSwiglu { gate, up, .. } => Some((gate, up)),
+                    _ => None,
+                });
                 let readers: Vec<Option<Form>> = up_to_next
                     .filter(|n| {
                         matches!(
@@ -162,7 +164,16 @@ pub fn fuse(
                 // which normalises it.
                 let folds =
                     |form| next_form == Some(form) && readers.iter().all(|&f| f == Some(form));
-                if !experts && (folds(Form::Float) || folds(Form::QuantizedBlocks)) {
+                let fold = match experts {
+                    None => folds(Form::Float) || folds(Form::QuantizedBlocks),
+                    Some((gate, up)) => {
+                        s.tokens == 1
+                            && experts_on(w, c, &[gate, up], s, offer).is_none()
+                            && experts_form(w, gate).quantizes_x()
+                            && folds(Form::Float)
+                    }
+                };
+                if fold {
                     norm = Some((Load::Norm(weight), x));
                 } else {
                     norm = None;
@@ -340,8 +351,17 @@ pub fn fuse(
                 }
                 None => {
                     let form = experts_form(w, gate);
-                    let x = (Tensor::Normed, s.tokens);
-                    out.extend(experts_quantizer(w, gate, x, form, node.layer));
+                    let (x, from) = match norm {
+                        Some((Load::Norm(g), x)) => (x, QuantizeFrom::Norm(g)),
+                        _ => (Tensor::Normed, QuantizeFrom::Plain),
+                    };
+                    out.extend(experts_quantizer(
+                        w,
+                        gate,
+                        (x, s.tokens, from),
+                        form,
+                        node.layer,
+                    ));
                     // A prompt's pairs sorted by expert, so that an expert's rows serve its
                     // tokens together.
                     let by_expert = form == Form::QuantizedBlocks && s.tokens > 1;
@@ -391,6 +411,8 @@ pub fn fuse(
                     }
                     None => {
                         let form = experts_form(w, down);
+                        let (x, tokens) = x;
+                        let x = (x, tokens, QuantizeFrom::Plain);
                         out.extend(experts_quantizer(w, down, x, form, node.layer));
                         let op = Op::ExpertsDown {
                             down,
@@ -526,12 +548,12 @@ fn rows_quantizer(w: &Weights, id: WeightId, (x, tokens): (Tensor, u32)) -> Op {
     }
 }
 
-/// The node quantizing x (`tokens` rows) for an experts' product over `id` in `form`, where
-/// it takes quantized x.
+/// The node quantizing x (`tokens` rows, computed `from` what it reads) for an experts'
+/// product over `id` in `form`, where it takes quantized x.
 fn experts_quantizer(
     w: &Weights,
     id: WeightId,
-    (x, tokens): (Tensor, u32),
+    (x, tokens, from): (Tensor, u32, QuantizeFrom),
     form: Form,
     layer: Option<u32>,
 ) -> Option<Node> {
@@ -541,7 +563,7 @@ fn experts_quantizer(
             cols: w.tensors[id].cols,
             tokens,
             blocks: matvec_ids_blocks::X_BLOCKS,
-            from: QuantizeFrom::Plain,
+            from,
         },
         label: "quantize",
         layer,

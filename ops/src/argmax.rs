@@ -57,10 +57,14 @@ fn beats<'b>(v: Val<'b>, i: Val<'b>, best_v: Val<'b>, best_i: Val<'b>) -> Val<'b
     v.gt(best_v) | (v.eq(best_v) & i.lt(best_i))
 }
 
-/// Buffers: `x` [rows × cols] f32, `index` [rows] u32. Params: cols.
+/// Quads of four columns an invocation loads at once in a run of [`kernel`]'s main loop.
+const QUADS: u32 = 4;
+
+/// Buffers: `x` [rows × cols] f32 (bound as its bits, `U32`, so that four columns load as one
+/// quad), `index` [rows] u32. Params: cols.
 pub fn kernel(how: Reduction) -> Kernel {
     let k = KernelBuilder::new(&format!("argmax_{}", how.name()), [WG, 1, 1]);
-    let x = k.buffer("x", Scalar::F32, Access::Read);
+    let x = k.buffer("x", Scalar::U32, Access::Read);
     let out = k.buffer("index", Scalar::U32, Access::Write);
     let cols = k.param("cols", Scalar::U32);
     let sv = k.shared("best_value", Scalar::F32, WG);
@@ -70,28 +74,55 @@ pub fn kernel(how: Reduction) -> Kernel {
     let base = row * cols;
     let none = k.u32(NONE);
 
-    // This invocation's first maximum over columns lid, lid + WG, ...; an invocation with
-    // no non-NaN value keeps (−inf, NONE), which loses to every real pair, −inf ones included.
+    // This invocation's first maximum over its columns; an invocation with no non-NaN value
+    // keeps (−inf, NONE), which loses to every real pair, −inf ones included.
     let best_v = k.var("best_v", Scalar::F32);
     let best_i = k.var("best_i", Scalar::U32);
     best_v.set(k.f32(f32::NEG_INFINITY));
     best_i.set(none);
-    // Columns arrive in increasing order, so `beats` keeps the first of equal values.
-    let scan = |c: Val<'_>| {
-        let v = k.load(x, base + c);
+    // Each invocation's columns arrive in increasing order, so `beats` keeps the first of
+    // equal values.
+    let scan = |c: Val<'_>, v: Val<'_>| {
         let take = beats(v, c, best_v.get(), best_i.get());
         best_i.set(k.select(take, c, best_i.get()));
         best_v.set(k.select(take, v, best_v.get()));
     };
-    // The whole chunks of WG columns in a loop whose bounds every invocation shares, which the
-    // C lowering runs with the invocations as vector lanes (a loop from `lid` ran each
-    // invocation's columns in scalar code, far slower on a CPU: argmax's decode time on the
-    // CPU backend is in docs/bench/cpu.md); then the
-    // last, partial chunk, where an invocation past the row reads the row's last column: a
+    // Runs of QUADS · 4 · WG columns where rows are whole quads: invocation `lid` loads quads
+    // lid, lid + WG, … of a run together (one load a column left a single workgroup waiting
+    // on memory once per column it scanned).
+    let per_run = QUADS * 4 * WG;
+    let quads = cols % k.u32(4);
+    let runs = k.select(quads.eq(k.u32(0)), cols / k.u32(per_run), k.u32(0));
+    k.for_range(k.u32(0), runs, 1, |r| {
+        let first = r * k.u32(per_run);
+        let loaded: Vec<_> = (0..QUADS)
+            .map(|u| {
+                let at = k.u32(u * WG) + lid;
+                let words = k.load_quad(x, (base + first) / k.u32(4) + at);
+                (first + at * k.u32(4), words)
+            })
+            .collect();
+        for (c, words) in loaded {
+            for (j, w) in words.into_iter().enumerate() {
+                let c = if j == 0 { c } else { c + k.u32(j as u32) };
+                scan(c, w.bitcast(Scalar::F32));
+            }
+        }
+    });
+    // The columns after the runs: whole chunks of WG columns in a loop whose bounds every
+    // invocation shares, which the C lowering runs with the invocations as vector lanes (a
+    // loop from `lid` ran each invocation's columns in scalar code, far slower on a CPU:
+    // argmax's decode time on the CPU backend is in docs/bench/cpu.md); then the last,
+    // partial chunk, where an invocation past the row reads the row's last column: a
     // candidate with its own index, which the invocation that owns it holds too.
-    let whole = cols / k.u32(WG) * k.u32(WG);
-    k.for_range(k.u32(0), whole, WG, |c0| scan(c0 + lid));
-    k.if_(whole.lt(cols), || scan((whole + lid).min(cols - k.u32(1))));
+    let load = |c: Val<'_>| k.load(x, base + c).bitcast(Scalar::F32);
+    let done = runs * k.u32(per_run);
+    let whole = done + (cols - done) / k.u32(WG) * k.u32(WG);
+    k.for_range(done, whole, WG, |c0| scan(c0 + lid, load(c0 + lid)));
+    k.if_(whole.lt(cols), || {
+        let c = (whole + lid).min(cols - k.u32(1));
+        scan(c, load(c))
+    });
 
     match how {
         Reduction::Subgroup => {
@@ -210,7 +241,7 @@ pub fn case(shape: Argmax, how: Reduction, fill: Fill) -> Result<Case, ShapeErro
     let x = inputs(&shape, fill, &mut r);
     let want = reference(&shape, &x)?.iter().map(|&i| i as f64).collect();
     let mut c = Case::new(name, kernel(how), shape.grid())
-        .input("x", Scalar::F32, f32_bytes(&x))
+        .input("x", Scalar::U32, f32_bytes(&x))
         .output("index", Scalar::U32, vec![0; shape.rows as usize * 4], want)
         .params(shape.params())
         .bound(NMSE_EXACT);
@@ -225,6 +256,10 @@ pub fn cases() -> Vec<Case> {
     [
         (1, 49152, Subgroup, Fill::Uniform), // greedy decoding over SmolLM2's vocabulary
         (3, 49152, Subgroup, Fill::Uniform),
+        // Runs of quads and then columns after them; rows of odd length, columns only.
+        (2, 16384 + 4100, Subgroup, Fill::Uniform),
+        (2, 16384 + 4100, Shared, Fill::Ties),
+        (2, 16385, Subgroup, Fill::Uniform),
         (1, 1, Subgroup, Fill::Uniform),
         (5, 1000, Subgroup, Fill::Uniform),
         (9, 300, Subgroup, Fill::Ties),

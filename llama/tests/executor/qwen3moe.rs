@@ -5,7 +5,7 @@
 use crate::common::*;
 use trine_gguf::synth::SynthShape;
 use trine_gguf::Value;
-use trine_llama::graph::{ExpertsOn, Form, Op, Step, Tensor};
+use trine_llama::graph::{ExpertsOn, Form, Op, QuantizeFrom, Step, Tensor};
 use trine_llama::Engine;
 
 const SHAPE: SynthShape = SynthShape::TINY_QWEN3_MOE;
@@ -64,8 +64,9 @@ fn qwen3moe_backends_agree_node_by_node() {
 
 /// Qwen3-30B-A3B's types at a test's size: both experts' products in every layer on
 /// quantized x and the file's Q4_K and Q6_K blocks, each after the node quantizing its x (the
-/// normed stream; the chosen experts' activations, a row each), on every backend; a prompt's
-/// gate/up by expert, after the routing's sort. A prompt on tiles takes neither
+/// normed stream, which a decode step's quantizer normalises itself, no norm node before the
+/// router; the chosen experts' activations, a row each), on every backend; a prompt's gate/up
+/// by expert, after the routing's sort. A prompt on tiles takes neither
 /// ([`qwen3moe_backends_agree_node_by_node`]).
 #[test]
 fn qwen3moe_k_quant_experts_take_quantized_x() {
@@ -77,15 +78,30 @@ fn qwen3moe_k_quant_experts_take_quantized_x() {
             }
             let nodes = main.graph(Step { tokens, pos: 0 }).unwrap();
             let mut blocks = 0;
+            let norms = nodes
+                .iter()
+                .filter(|n| matches!(n.op, Op::Norm { .. }))
+                .count();
+            // The output head's norm folds into its product in either step.
+            let unfolded = if tokens == 1 {
+                0
+            } else {
+                shape.n_layer as usize
+            };
+            assert_eq!(norms, unfolded, "{name}, {tokens} tokens");
             for (i, n) in nodes.iter().enumerate() {
                 let (form, x, rows, sorted) = match n.op {
                     Op::ExpertsSwiglu {
                         form, by_expert, ..
                     } => {
                         assert_eq!(by_expert, tokens > 1, "{name}: {n:?}");
-                        (form, Tensor::Normed, tokens, by_expert)
+                        // None: the residual stream, normalised by the quantizer.
+                        let x = (tokens > 1).then_some(Tensor::Normed);
+                        (form, x, tokens, by_expert)
                     }
-                    Op::ExpertsDown { form, .. } => (form, Tensor::ExpertAct, 2 * tokens, false),
+                    Op::ExpertsDown { form, .. } => {
+                        (form, Some(Tensor::ExpertAct), 2 * tokens, false)
+                    }
                     _ => continue,
                 };
                 assert_eq!(form, Form::QuantizedBlocks, "{name}: {n:?}");
@@ -94,7 +110,11 @@ fn qwen3moe_k_quant_experts_take_quantized_x() {
                     assert_eq!(nodes[i - 1].op, Op::MoeSort, "{name}");
                 }
                 assert!(
-                    matches!(nodes[before].op, Op::Quantize { x: q, tokens: t, .. } if q == x && t == rows),
+                    matches!(nodes[before].op, Op::Quantize { x: q, tokens: t, from, .. }
+                    if t == rows && match x {
+                        Some(x) => q == x && from == QuantizeFrom::Plain,
+                        None => matches!((q, from), (Tensor::Resid(_), QuantizeFrom::Norm(_))),
+                    }),
                     "{name}: {:?} before {n:?}",
                     nodes[before]
                 );
