@@ -31,6 +31,10 @@ pub enum Layout {
     /// Qwen3-30B-A3B's layout in Q4_K_M ([`SynthShape::QWEN3_30B_A3B`]): 2048 wide, 128
     /// experts of 768 rows, 8 a token, its 151,936-row output head.
     Qwen3_30bA3b,
+    /// Gemma 3 1B's layout in Q8_0 ([`SynthShape::GEMMA_3_1B`]): 1152 wide, 4 heads of 256
+    /// and one of keys and values, a GELU FFN of 6912, the first layer's window of 512
+    /// tokens, its 262,144-row output head tied to the embedding.
+    Gemma3_1b,
 }
 
 impl Layout {
@@ -38,11 +42,12 @@ impl Layout {
     pub const ALL: [Layout; 2] = [Layout::SmolLm2, Layout::Llama7b];
     /// Every layout, by name: the K-quant ones only when asked for (their output heads alone
     /// are 255 and 431 MB, long to multiply on a CPU).
-    pub const NAMED: [Layout; 4] = [
+    pub const NAMED: [Layout; 5] = [
         Layout::SmolLm2,
         Layout::Llama7b,
         Layout::Llama3_8b,
         Layout::Qwen3_30bA3b,
+        Layout::Gemma3_1b,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +56,7 @@ impl Layout {
             Layout::Llama7b => "llama-7b",
             Layout::Llama3_8b => "llama-3-8b",
             Layout::Qwen3_30bA3b => "qwen3-30b-a3b",
+            Layout::Gemma3_1b => "gemma-3-1b",
         }
     }
 
@@ -86,6 +92,10 @@ impl Layout {
             Layout::Qwen3_30bA3b => SynthShape {
                 n_layer,
                 ..SynthShape::QWEN3_30B_A3B
+            },
+            Layout::Gemma3_1b => SynthShape {
+                n_layer,
+                ..SynthShape::GEMMA_3_1B
             },
         }
     }

@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long, conflicts_with = "models")]
     model: Option<PathBuf>,
     /// Synthetic layouts (one layer of random weights each) whose shapes to tune:
-    /// smollm2-135m, llama-7b, llama-3-8b, qwen3-30b-a3b.
+    /// smollm2-135m, llama-7b, llama-3-8b, qwen3-30b-a3b, gemma-3-1b.
     #[arg(long, value_delimiter = ',')]
     models: Option<Vec<String>>,
     /// Repetitions of the decode step per candidate (default: at least 10 and 0.1 s, at most

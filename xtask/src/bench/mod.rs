@@ -52,8 +52,9 @@ pub struct Args {
     )]
     backends: Vec<String>,
     /// Only these model layouts (default: smollm2-135m, llama-7b): those, or llama-3-8b (one
-    /// layer of Llama 3 8B in Q4_K_M, with its 128k-row output head) or qwen3-30b-a3b (one
-    /// layer of Qwen3-30B-A3B in Q4_K_M, its 128 experts). Not with --model.
+    /// layer of Llama 3 8B in Q4_K_M, with its 128k-row output head), qwen3-30b-a3b (one
+    /// layer of Qwen3-30B-A3B in Q4_K_M, its 128 experts) or gemma-3-1b (one layer of Gemma 3
+    /// 1B in Q8_0, its 262k-row output head). Not with --model.
     #[arg(long, value_delimiter = ',')]
     models: Option<Vec<String>>,
     /// Layers of the synthetic models (default 1): the nodes of one kind in every layer are
