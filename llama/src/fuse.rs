@@ -582,7 +582,12 @@ fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionF
             splits: tuning::attention_splits(s.tokens, offer.decode_splits),
         };
     }
-    let splits = if offer.flash_key_chunks {
+    let tiles = offer.tiles && offer.float_cache && attention_flash_tiles::supports(d);
+    // Heads wider than the tiles take (Gemma 3's 256) come few to a model and in blocks of
+    // few keys: one workgroup per query block and head leaves most of a GPU idle, so their
+    // keys go in chunks on every GPU, as all keys do where the device asks for it.
+    let wide = !tiles && d > attention_flash::MAX_FLASH_HEAD_DIM;
+    let splits = if offer.flash_key_chunks || wide {
         tuning::flash_splits(s.tokens)
     } else {
         1
@@ -592,11 +597,7 @@ fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionF
     } else {
         FlashOut::Part.for_splits(splits)
     };
-    AttentionForm::Flash {
-        tiles: offer.tiles && offer.float_cache && attention_flash_tiles::supports(d),
-        out,
-        splits,
-    }
+    AttentionForm::Flash { tiles, out, splits }
 }
 
 #[cfg(test)]

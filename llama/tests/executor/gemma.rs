@@ -5,8 +5,8 @@
 use crate::common::*;
 use trine_gguf::synth::SynthShape;
 use trine_gguf::Value;
-use trine_llama::graph::Op;
-use trine_llama::ModelError;
+use trine_llama::graph::{AttentionForm, Op};
+use trine_llama::{Engine, EngineOptions, ModelError, Session};
 
 const SHAPE: SynthShape = SynthShape::TINY_GEMMA3;
 
@@ -41,6 +41,50 @@ fn gemma3_backends_agree_node_by_node() {
             assert_eq!(scaled, 1, "{name}: the embedding scaled by sqrt(64)");
         }
     });
+}
+
+/// Heads of 256, as Gemma 3's, in a prompt step of 136 tokens on the GPU stand-in: flash
+/// attention with its keys in two chunks (wide heads leave a GPU idle in one) and their
+/// combine, checked node by node by the CPU through the step and the two decode steps after
+/// it, past the window.
+#[test]
+fn wide_heads_take_their_keys_in_chunks() {
+    let model = synth(SynthShape {
+        head_dim: Some(256),
+        ..SHAPE
+    });
+    let options = EngineOptions {
+        context: 160,
+        max_batch: 136,
+        ..SIZES
+    };
+    let main = Engine::new(model, gpu(), options).unwrap();
+    let chunked = count_nodes(&main, 136, |op| {
+        matches!(
+            op,
+            Op::Attention {
+                form: AttentionForm::Flash {
+                    tiles: false,
+                    splits: 2,
+                    ..
+                },
+                ..
+            }
+        )
+    });
+    assert_eq!(chunked, SHAPE.n_layer as usize);
+    let checker = main.checker(cpu()).unwrap();
+    let mut session = Session::new(main, Some(checker));
+    let prompt: Vec<u32> = (0..136).map(|i| (i * 37 + 11) % 256).collect();
+    let mut next = trine_llama::sampler::argmax(&session.feed(&prompt).unwrap()).unwrap();
+    for _ in 0..2 {
+        next = trine_llama::sampler::argmax(&session.feed(&[next]).unwrap()).unwrap();
+    }
+    assert_eq!(session.checks.len(), 3);
+    for c in &session.checks {
+        assert!(c.first_over_bound.is_none(), "{c:?}");
+        assert!(c.worst.nmse.is_some_and(|e| e < 1e-9), "{c:?}");
+    }
 }
 
 /// The tiny file's layers: layer 0 local (window 4, rope base 10000), layer 1 global (the
