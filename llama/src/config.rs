@@ -218,6 +218,13 @@ impl Config {
                     "must be at most expert_count",
                 ));
             }
+            if e.count > trine_ops::moe_route::MAX_EXPERTS {
+                return Err(bad(
+                    &key("expert_count"),
+                    e.count,
+                    "must be at most 512 (the routing kernel's limit)",
+                ));
+            }
         }
         let d = self.head_dim();
         if !d.is_multiple_of(2) || d > MAX_HEAD_DIM {

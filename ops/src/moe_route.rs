@@ -4,8 +4,9 @@
 //! divided by their sum (clamped below at f16's smallest normal, as llama.cpp clamps it).
 //!
 //! Layout: `logits` [tokens × experts] (the router product's output); `ids` u32
-//! [tokens × used], the chosen experts by falling probability (equal logits: the lower
-//! index first); `weights` f32 [tokens × used]. A workgroup per token ([`kernel`]).
+//! [tokens × used], the chosen experts by falling probability (equal logits, −0 and +0
+//! among them: the lower index first; a NaN logit ranks last, as −inf); `weights` f32
+//! [tokens × used]. A workgroup per token ([`kernel`]).
 //!
 //! Bound: [`crate::case::NMSE_SOFTMAX`] for the weights (an `exp` and a few roundings each);
 //! the ids exactly, as the reference picks them from the same f32 logits.
@@ -13,7 +14,7 @@
 use super::shape::ShapeError;
 use super::support::{elements, expect_len, nonzero, seed};
 use crate::case::*;
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 const OP: &str = "moe_route";
 
@@ -114,12 +115,14 @@ pub fn kernel() -> Kernel {
         sum.set(sum.get() + k.load_shared(s_p, e))
     });
 
+    // A NaN logit ranks as −inf, so that ranks stay distinct and every slot holds an expert.
+    let key = |v: Val<'_>| k.select(v.eq(v), v, k.f32(f32::NEG_INFINITY));
     let rank = k.var("rank", Scalar::U32);
     k.for_range(lid, experts, WG, |e| {
-        let v = k.load_shared(s_logit, e);
+        let v = key(k.load_shared(s_logit, e));
         rank.set(k.u32(0));
         k.for_range(k.u32(0), experts, 1, |j| {
-            let w = k.load_shared(s_logit, j);
+            let w = key(k.load_shared(s_logit, j));
             let before = w.gt(v) | (w.eq(v) & j.lt(e));
             rank.set(rank.get() + k.select(before, k.u32(1), k.u32(0)));
         });
@@ -153,7 +156,19 @@ pub fn reference(s: &MoeRoute, logits: &[f32]) -> Result<(Vec<u32>, Vec<f64>), S
         let p: Vec<f64> = row.iter().map(|&v| (v as f64 - max).exp()).collect();
         let sum: f64 = p.iter().sum();
         let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        let key = |e: usize| {
+            if row[e].is_nan() {
+                f32::NEG_INFINITY
+            } else {
+                row[e]
+            }
+        };
+        order.sort_by(|&a, &b| {
+            key(b)
+                .partial_cmp(&key(a))
+                .expect("no NaN key")
+                .then(a.cmp(&b))
+        });
         let chosen = &order[..s.used as usize];
         let total = chosen.iter().map(|&e| p[e] / sum).sum::<f64>();
         let total = total.max(MIN_SUM as f64);
@@ -256,6 +271,31 @@ mod tests {
         };
         let e = s.check().unwrap_err().to_string();
         assert!(e.contains(&(MAX_EXPERTS + 1).to_string()), "{e}");
+    }
+
+    /// NaN logits rank last, as −inf (ties among them by index): every slot holds a distinct
+    /// expert, so the products after it never read an expert that does not exist.
+    #[test]
+    fn nan_logits_rank_last() {
+        let s = MoeRoute {
+            tokens: 1,
+            experts: 6,
+            used: 4,
+        };
+        let logits = [f32::NAN, 1.0, f32::NAN, -0.0, 0.0, f32::NAN];
+        let (ids, _) = reference(&s, &logits).unwrap();
+        assert_eq!(ids, vec![1, 3, 4, 0]);
+        let c = Case::new("moe_route/nan", kernel(), s.grid())
+            .input("logits", Scalar::F32, f32_bytes(&logits))
+            .output_exact(
+                "ids",
+                Scalar::U32,
+                u32_bytes(&[0; 4]),
+                ids.iter().map(|&i| i as f64).collect(),
+            )
+            .input("weights", Scalar::F32, f32_bytes(&[0.0; 4]))
+            .params(s.params());
+        c.check_reference().unwrap();
     }
 
     #[test]

@@ -144,6 +144,7 @@ fn malformed_qwen3moe_files_are_typed_errors() {
         ("qwen3moe.expert_used_count", 9),
         ("qwen3moe.expert_used_count", 0),
         ("qwen3moe.expert_count", 0),
+        ("qwen3moe.expert_count", 513),
     ] {
         let e = edited(SHAPE, key, None, Some(Value::U32(value)));
         assert_hyperparameter(e, key, &value.to_string());
