@@ -88,8 +88,8 @@ pub fn run(args: Args) -> Result<ExitCode, String> {
         let mut tuned = Tuned::empty(info);
         let mut measured = vec![];
         for (label, model) in &models {
-            let measured_forms = tune_model(&backend, model, &policy, args.forms)?;
-            let chosen = confirm(&backend, model, measured_forms)?;
+            let fastest = tune_model(&backend, model, &policy, args.forms)?;
+            let chosen = confirm(&backend, model, fastest)?;
             if chosen.is_empty() {
                 println!(
                     "{name} {label}: nothing to tune: its decode step has no products on the \
