@@ -313,6 +313,9 @@ fn swa(g: &Gguf, c: &Config) -> Result<Option<Swa>, ModelError> {
     }))
 }
 
+// The limits the hyperparameter errors name in their text.
+const _: () = assert!(MAX_HEAD_DIM == 512 && trine_ops::moe_route::MAX_EXPERTS == 512);
+
 pub(crate) fn bad(key: &str, value: impl ToString, why: &'static str) -> ModelError {
     ModelError::Hyperparameter {
         key: key.to_string(),

@@ -91,8 +91,8 @@ pub fn kernel(how: Reduction) -> Kernel {
     // lid, lid + WG, … of a run together (one load a column left a single workgroup waiting
     // on memory once per column it scanned).
     let per_run = QUADS * 4 * WG;
-    let quads = cols % k.u32(4);
-    let runs = k.select(quads.eq(k.u32(0)), cols / k.u32(per_run), k.u32(0));
+    let whole_quads = (cols % k.u32(4)).eq(k.u32(0));
+    let runs = k.select(whole_quads, cols / k.u32(per_run), k.u32(0));
     k.for_range(k.u32(0), runs, 1, |r| {
         let first = r * k.u32(per_run);
         let loaded: Vec<_> = (0..QUADS)
