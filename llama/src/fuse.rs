@@ -330,16 +330,31 @@ pub fn fuse(
                     let (layer, total) = (node.layer, 2 * c.experts.map_or(0, |e| e.ff));
                     let node = |op, label| Node { op, label, layer };
                     match on {
-                        ExpertsOn::Tiles(_) => out.push(node(Op::MoeSort, "ffn_moe_sort")),
+                        ExpertsOn::Tiles(_) | ExpertsOn::Widened(_) => {
+                            out.push(node(Op::MoeSort, "ffn_moe_sort"))
+                        }
                         ExpertsOn::Rows => out.push(node(
                             rows_quantizer(w, gate, (Tensor::Normed, s.tokens)),
                             "quantize",
                         )),
                     }
+                    if matches!(on, ExpertsOn::Widened(_)) {
+                        let cols = w.tensors[gate].cols;
+                        let x = Tensor::Normed;
+                        let op = Op::HalfX {
+                            x,
+                            cols,
+                            tokens: s.tokens,
+                        };
+                        out.push(node(op, "x_f16"));
+                    }
                     let halves = [(gate, 0, "ffn_moe_gate"), (up, total / 2, "ffn_moe_up")];
-                    for (w, first, label) in halves {
+                    for (id, first, label) in halves {
+                        if matches!(on, ExpertsOn::Widened(_)) {
+                            out.push(node(widen_whole(w, id), "widen"));
+                        }
                         let op = Op::ExpertRows {
-                            w,
+                            w: id,
                             x: Tensor::Normed,
                             y: Tensor::ExpertGateUp,
                             part: Some(RowPart { first, total }),
@@ -388,12 +403,29 @@ pub fn fuse(
                 let x = (Tensor::ExpertAct, s.tokens * c.experts_used());
                 match experts_on(w, c, &[down], s, offer) {
                     Some(on) => {
-                        if on == ExpertsOn::Rows {
-                            out.push(Node {
+                        let layer = node.layer;
+                        match on {
+                            ExpertsOn::Rows => out.push(Node {
                                 op: rows_quantizer(w, down, x),
                                 label: "quantize",
-                                layer: node.layer,
-                            });
+                                layer,
+                            }),
+                            ExpertsOn::Widened(_) => {
+                                let (x, tokens) = x;
+                                let cols = w.tensors[down].cols;
+                                let op = Op::HalfX { x, cols, tokens };
+                                out.push(Node {
+                                    op,
+                                    label: "x_f16",
+                                    layer,
+                                });
+                                out.push(Node {
+                                    op: widen_whole(w, down),
+                                    label: "widen",
+                                    layer,
+                                });
+                            }
+                            ExpertsOn::Tiles(_) => {}
                         }
                         let op = Op::ExpertRows {
                             w: down,
@@ -508,7 +540,8 @@ fn experts_form(w: &Weights, id: WeightId) -> Form {
 /// ([`Op::ExpertRows`]), where they do: a prompt's on matrix tiles by expert where the device
 /// has tiles and their staging takes the weights' blocks (a product on the file's blocks by
 /// expert, [`trine_ops::matvec_ids_sorted`], reads an expert's rows once for a few of its
-/// tokens; on tiles, once for 32 of them, multiplied on the matrix units); a CPU's on 16
+/// tokens; on tiles, once for 32 of them, multiplied on the matrix units), quantized weights
+/// widened to f16 first as a dense prompt product's are; a CPU's on 16
 /// interleaved rows by pair where that product takes them, as its dense products run.
 fn experts_on(
     w: &Weights,
@@ -528,11 +561,32 @@ fn experts_on(
         let tiles = all(&|rows, cols, ty| {
             matmul_tiles::takes(ty) && matmul_tiles::check(rows, cols, s.tokens).is_ok()
         });
-        return tiles.then(|| ExpertsOn::Tiles(tuning::experts_block(s.tokens, e)));
+        let widens =
+            all(&|rows, cols, ty| ty.is_quantized() && widen::check(ty, rows, cols).is_ok());
+        let block = tuning::experts_block(s.tokens, e);
+        return tiles.then(|| {
+            if widens {
+                ExpertsOn::Widened(block)
+            } else {
+                ExpertsOn::Tiles(block)
+            }
+        });
     }
     let rows =
         all(&|rows, cols, ty| matvec_q8_rows::takes(ty, (rows / e.count) as usize, cols as usize));
     (!offer.gpu && rows).then_some(ExpertsOn::Rows)
+}
+
+/// Every expert's matrix of weight `id` widened to f16, for a product on
+/// [`ExpertsOn::Widened`].
+fn widen_whole(w: &Weights, id: WeightId) -> Op {
+    let t = &w.tensors[id];
+    Op::Widen {
+        w: id,
+        rows: t.rows,
+        cols: t.cols,
+        first: 0,
+    }
 }
 
 /// The node quantizing x (`x`, `tokens` rows) for a CPU's experts' product over `id`

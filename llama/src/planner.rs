@@ -492,17 +492,22 @@ impl KernelKey {
             Op::ExpertRows {
                 w: id,
                 part,
-                on: ExpertsOn::Tiles(block),
+                on: on @ (ExpertsOn::Tiles(block) | ExpertsOn::Widened(block)),
                 ..
             } => {
                 let t = &w.tensors[id];
+                let widened = matches!(on, ExpertsOn::Widened(_));
                 KernelKey::MatmulTiles(TilesKey {
-                    weights: tuning::read_type(w, id, s.grouped_blocks),
+                    weights: if widened {
+                        WeightType::F16
+                    } else {
+                        tuning::read_type(w, id, s.grouped_blocks)
+                    },
                     add: false,
                     swiglu: false,
                     block,
                     depth: matmul_tiles::TilesSpec::depth_for(t.cols),
-                    half_x: false,
+                    half_x: widened,
                     part: part.is_some(),
                     experts: true,
                 })

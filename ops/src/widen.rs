@@ -17,7 +17,7 @@
 use crate::blocks::{self, BlockFormat, Bytes};
 use crate::case::*;
 use crate::shape::ShapeError;
-use crate::support::nonzero;
+use crate::support::{elements, nonzero};
 use half::f16;
 use trine_gguf::quant::{dequantize, quantize, WeightType};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
@@ -34,32 +34,32 @@ pub const RUN: u32 = 16;
 /// runs start in different banks (9 words apart) as they put them.
 const STAGED_RUN: u32 = RUN + 2;
 
-/// The most rows (workgroups) a dispatch takes on every backend: Vulkan guarantees 65,535
-/// workgroups per dimension.
-pub const MAX_ROWS: u32 = 65_535;
+/// The most workgroups a dispatch takes along one axis on every backend: Vulkan guarantees
+/// 65,535 per dimension; more take a second axis ([`grid`]).
+pub const MAX_GROUPS: u32 = 65_535;
 
-/// Checks a `rows × cols` matrix of `ty` for [`kernel`].
+/// Checks a `rows × cols` matrix of `ty` for [`kernel`]: whole blocks a row, and every
+/// element's index and every block's first byte within u32.
 pub fn check(ty: WeightType, rows: u32, cols: u32) -> Result<BlockFormat, ShapeError> {
     let f = BlockFormat::require(OP, ty)?;
     nonzero(OP, "rows", rows)?;
     nonzero(OP, "cols", cols)?;
     ty.bytes(OP, "cols", cols as usize)?;
-    if rows > MAX_ROWS {
-        return Err(ShapeError::Unsupported {
-            op: OP,
-            what: format!("{rows} rows (at most {MAX_ROWS})"),
-        });
-    }
+    elements(OP, "w", &[rows, cols])?;
+    elements(OP, "w's bytes", &[rows, cols / f.elems(), f.bytes()])?;
     Ok(f)
 }
 
-/// The kernel for W of `ty` (any block format): a workgroup per row, whose invocations take
-/// [`WG`] consecutive runs at a time, decode each into shared memory, then write the runs'
-/// elements out with consecutive invocations on consecutive elements (an invocation writing
-/// its own run touched a 32-byte span per element it stored). Buffers `w` (its bytes: words
-/// for a packed format's decoder, bytes for a flat one's), `out` (f16, `rows × cols`: W's
-/// rows `first..first + rows`, so that a large W can be widened a part at a time);
-/// parameters rows, cols, first; grid [`grid`].
+/// The kernel for W of `ty` (any block format). Rows are whole blocks, so the part widened
+/// is one sequence of runs of [`RUN`] elements, each in one block (one sub-block of a packed
+/// format): a workgroup takes [`WG`] consecutive runs, whichever rows they lie in (a workgroup
+/// a row left most of its invocations idle on rows narrower than its runs), decodes each into
+/// shared memory, then writes the elements out with consecutive invocations on consecutive
+/// elements (an invocation writing its own run touched a 32-byte span per element it
+/// stored). Buffers `w` (its bytes: words for a packed format's decoder, bytes for a flat
+/// one's), `out` (f16, `rows × cols`: W's rows `first..first + rows`, so that a large W can be
+/// widened a part at a time); parameters rows, cols, first; grid [`grid`], its workgroups
+/// counted along the first axis, then the second.
 pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
     let f = BlockFormat::require(OP, ty)?;
     let k = KernelBuilder::new(&format!("{OP}_{ty}"), [WG, 1, 1]);
@@ -69,33 +69,29 @@ pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
     let first_row = k.param("first", Scalar::U32);
-    let row = k.workgroup_id(0);
+    let group = k.workgroup_id(1) * k.num_workgroups(0) + k.workgroup_id(0);
     let lid = k.local_index();
-    let runs = cols / k.u32(RUN);
-    // Every invocation takes every step, so that the barriers are uniform.
-    k.for_range(k.u32(0), runs, WG, |first| {
-        let run = first + lid;
-        k.if_(run.lt(runs) & row.lt(rows), || {
-            let col = run * k.u32(RUN);
-            let qk = k.u32(f.elems());
-            let base = ((first_row + row) * (cols / qk) + col / qk) * k.u32(f.bytes());
-            for (i, v) in decode(&k, f, w, base, col % qk).into_iter().enumerate() {
-                let at = lid * k.u32(STAGED_RUN) + k.u32(i as u32);
-                k.store_shared(stage, at, v.cast(Scalar::F16));
-            }
-        });
-        k.barrier();
-        let start = first * k.u32(RUN);
-        for j in 0..RUN {
-            let e = k.u32(j * WG) + lid;
-            let col = start + e;
-            k.if_(col.lt(cols) & row.lt(rows), || {
-                let at = (e / k.u32(RUN)) * k.u32(STAGED_RUN) + e % k.u32(RUN);
-                k.store(out, row * cols + col, k.load_shared(stage, at));
-            });
+    let elems = rows * cols;
+    let start = group * k.u32(WG * RUN);
+    let col = start + lid * k.u32(RUN);
+    k.if_(col.lt(elems), || {
+        let e = first_row * cols + col;
+        let qk = k.u32(f.elems());
+        let base = e / qk * k.u32(f.bytes());
+        for (i, v) in decode(&k, f, w, base, e % qk).into_iter().enumerate() {
+            let at = lid * k.u32(STAGED_RUN) + k.u32(i as u32);
+            k.store_shared(stage, at, v.cast(Scalar::F16));
         }
-        k.barrier();
     });
+    k.barrier();
+    for j in 0..RUN {
+        let e = k.u32(j * WG) + lid;
+        let at = start + e;
+        k.if_(at.lt(elems), || {
+            let staged = (e / k.u32(RUN)) * k.u32(STAGED_RUN) + e % k.u32(RUN);
+            k.store(out, at, k.load_shared(stage, staged));
+        });
+    }
     Ok(k.finish())
 }
 
@@ -134,9 +130,13 @@ fn decode<'b>(
     }
 }
 
-/// A workgroup per row.
-pub fn grid(rows: u32) -> [u32; 3] {
-    [rows, 1, 1]
+/// A workgroup per [`WG`] runs of the `rows × cols` part, along the first axis up to
+/// [`MAX_GROUPS`], then rows of that many along the second.
+pub fn grid(rows: u32, cols: u32) -> [u32; 3] {
+    let groups = (u64::from(rows) * u64::from(cols)).div_ceil(u64::from(WG * RUN));
+    let across = groups.min(u64::from(MAX_GROUPS));
+    let down = groups.div_ceil(across.max(1));
+    [across as u32, down as u32, 1]
 }
 
 /// The kernel rounding `tokens` rows of f32 x, `cols` wide, to f16: a workgroup per row,
@@ -208,7 +208,7 @@ pub fn case(
         name.push_str(&format!("/from{first}"));
     }
     let widened = rows - first;
-    Ok(Case::new(name, kernel(ty)?, grid(widened))
+    Ok(Case::new(name, kernel(ty)?, grid(widened, cols))
         .input("w", elem, blocks::pad_to_words(w))
         .output("out", Scalar::F16, vec![0; want.len() * 2], want)
         .params(vec![
@@ -235,9 +235,20 @@ pub fn x_case(tokens: u32, cols: u32, scale: f32) -> Case {
     .bound(NMSE_EXACT)
 }
 
+/// [`case`] with its workgroups on a grid `across` wide, as [`grid`] lays out more than
+/// [`MAX_GROUPS`] of them: the last row of the grid partly past the matrix.
+fn case_across(ty: WeightType, (rows, cols): (u32, u32), across: u32) -> Result<Case, ShapeError> {
+    let [groups, ..] = grid(rows, cols);
+    let mut c = case(ty, (rows, cols), 1.0, 0)?;
+    c.name = format!("{}/across{across}", c.name);
+    c.grid = [across, groups.div_ceil(across), 1];
+    Ok(c)
+}
+
 /// Every block format at two widths (one block more than a workgroup's runs cover, so that
-/// a row's last step is partial), with values of every size and tiny ones (subnormal f16
-/// scales); x at a width that is no multiple of a workgroup.
+/// a workgroup's runs span two rows), with values of every size and tiny ones (subnormal
+/// f16 scales); rows narrower than a workgroup's runs, whose workgroups span several, on one
+/// axis and on two; x at a width that is no multiple of a workgroup.
 pub fn cases() -> Vec<Case> {
     let mut v = vec![];
     for f in BlockFormat::ALL {
@@ -247,6 +258,8 @@ pub fn cases() -> Vec<Case> {
         v.push(case(ty, (2, f.elems()), 1e-4, 0));
         v.push(case(ty, (4, f.elems()), 1.0, 2));
     }
+    v.push(case(WeightType::Q4_0, (300, 64), 1.0, 7));
+    v.push(case_across(WeightType::Q4_K, (70, 256), 2));
     v.into_iter()
         .map(|c| c.expect("the listed shapes are valid"))
         .chain([x_case(5, 1000, 60000.0), x_case(3, 64, 1.0)])

@@ -182,6 +182,11 @@ impl Engine {
                 Op::Product { w, rows, .. } => {
                     u64::from(rows) * u64::from(self.model.weights.tensors[w].cols) * 2
                 }
+                // Every expert's matrix, which a prompt's pairs read at most once each.
+                Op::ExpertRows { w, .. } => {
+                    let t = &self.model.weights.tensors[w];
+                    u64::from(t.rows) * u64::from(t.cols) * 2
+                }
                 _ => 0,
             },
         }

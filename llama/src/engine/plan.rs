@@ -332,7 +332,7 @@ impl Engine {
                     vec![self.staged_weights(info, wid)],
                     &[Tensor::Wide],
                     vec![u(rows), u(cols), u(first)],
-                    widen::grid(rows),
+                    widen::grid(rows, cols),
                 )
             }
             Op::MoeRoute => {
@@ -414,7 +414,11 @@ impl Engine {
                 plan(inputs, &[y], s.params(), s.grid())
             }
             Op::ExpertRows {
-                w: wid, x, y, part, ..
+                w: wid,
+                x,
+                y,
+                part,
+                on,
             } => {
                 let e = self.experts();
                 let wt = &w.tensors[wid];
@@ -425,12 +429,12 @@ impl Engine {
                     unreachable!("an experts' product on tiles has their kernels")
                 };
                 let info = self.dev(program.device).info();
-                let inputs = vec![
-                    self.staged_weights(info, wid),
-                    x,
-                    Tensor::RouteCounts,
-                    Tensor::RouteLists,
-                ];
+                // Widened: every expert's matrix and x rounded to f16 by the nodes before.
+                let (weights, xs) = match on {
+                    ExpertsOn::Widened(_) => (Tensor::Wide, Tensor::XHalf),
+                    _ => (self.staged_weights(info, wid), x),
+                };
+                let inputs = vec![weights, xs, Tensor::RouteCounts, Tensor::RouteLists];
                 let mut params = match part {
                     Some(p) => spec.part_params((rows, wt.cols, t), (p.total, p.first)),
                     None => spec.params(rows, wt.cols, t),

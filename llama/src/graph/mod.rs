@@ -238,6 +238,11 @@ pub enum ExpertsOn {
     /// ([`trine_ops::matmul_tiles::TilesSpec::experts`]), in blocks of pairs by rows of this
     /// size ([`crate::tuning::experts_block`]).
     Tiles(trine_ops::matmul_tiles::BlockSize),
+    /// As [`ExpertsOn::Tiles`], on every expert's weights widened to f16 by an [`Op::Widen`]
+    /// before it ([`Tensor::Wide`]) and x rounded to f16 by an [`Op::HalfX`]
+    /// ([`Tensor::XHalf`]), as a dense prompt product on widened weights: the tiles then copy
+    /// both, where staging the file's blocks decoded them in every workgroup that read them.
+    Widened(trine_ops::matmul_tiles::BlockSize),
     /// A CPU's by pair on 16 interleaved rows ([`trine_ops::matvec_ids_rows`]), against x
     /// quantized by an [`Op::Quantize`] before it.
     Rows,

@@ -13,8 +13,10 @@ const SHAPE: SynthShape = SynthShape::TINY_QWEN3_MOE;
 /// Every backend of [`backends_agree`], with the routing and both experts' products in every
 /// layer: a prompt's on a device with tiles as products by expert over the sorted pairs (gate
 /// and up each a part of the pairs' rows, SwiGLU of them, down, then the weighted sum onto the
-/// residual); every step's on a CPU device (lavapipe's Vulkan) as the same products by pair on
-/// interleaved rows; every other step's as products by pair on the file's blocks.
+/// residual), the quantized experts widened to f16 first (each matrix widened, x rounded to
+/// f16 for gate/up and again for down); every step's on a CPU device (lavapipe's Vulkan) as
+/// the same products by pair on interleaved rows; every other step's as products by pair on
+/// the file's blocks.
 #[test]
 fn qwen3moe_backends_agree_node_by_node() {
     backends_agree("qwen3moe", synth(SHAPE), |name, main| {
@@ -28,11 +30,22 @@ fn qwen3moe_backends_agree_node_by_node() {
                 matches!(
                     op,
                     Op::ExpertRows {
-                        on: ExpertsOn::Tiles(_),
+                        on: ExpertsOn::Tiles(_) | ExpertsOn::Widened(_),
                         ..
                     }
                 )
             });
+            let widened = count(|op| {
+                matches!(
+                    op,
+                    Op::ExpertRows {
+                        on: ExpertsOn::Widened(_),
+                        ..
+                    }
+                )
+            });
+            let widens = count(|op| matches!(op, Op::Widen { .. }));
+            let halves = count(|op| matches!(op, Op::HalfX { .. }));
             let on_rows = count(|op| {
                 matches!(
                     op,
@@ -50,6 +63,9 @@ fn qwen3moe_backends_agree_node_by_node() {
             if on_tiles > 0 {
                 assert_eq!((by_pair, on_tiles, on_rows), (0, 3 * layers, 0), "{name}");
                 assert_eq!((around, sorts), (2 * layers, layers), "{name}");
+                // The tiny file's experts are quantized: every one widened.
+                assert_eq!(widened, 3 * layers, "{name}");
+                assert!(widens >= 3 * layers && halves >= 2 * layers, "{name}");
             } else if on_rows > 0 {
                 assert_eq!((by_pair, on_rows), (0, 3 * layers), "{name}");
                 assert_eq!((around, sorts), (2 * layers, 0), "{name}");

@@ -2,7 +2,7 @@
 //! routing drawn at random, listed by expert as [`crate::moe_sort`] lists it, and each pair's
 //! row of y from its expert's matrix.
 
-use super::{check_experts, kernel, BlockSize, TilesSpec, NMSE, OP};
+use super::{check_experts, kernel, BlockSize, Staging, TilesSpec, NMSE, OP};
 use crate::blocks;
 use crate::case::*;
 use crate::moe_sort::{self, MoeSort};
@@ -68,18 +68,22 @@ pub fn reference(
     Ok(y)
 }
 
-/// A conformance case of W of `ty` on subgroups of 32 in `block`, with the scalar variant as
-/// its fallback: into the whole of y, or (`part`: y's rows per pair and the first written)
-/// into a part of each pair's row, the rest staying zero.
+/// A conformance case of W of `ty` on subgroups of 32 in `block`: into the whole of y, or
+/// (`part`: y's rows per pair and the first written) into a part of each pair's row, the rest
+/// staying zero. x is f32, or with `half` f16 (as the executor rounds it before a product on
+/// widened weights), staged as it says: put, with the scalar variant as the fallback (and so
+/// with f32 x), or f16 blocks copied, with the tiles put as the fallback.
 pub fn case(
     ty: WeightType,
     s: ExpertsShape,
     block: BlockSize,
     part: Option<(u32, u32)>,
+    half: Option<Staging>,
 ) -> Result<Case, ShapeError> {
     s.check()?;
     let name = format!(
-        "{OP}/{}/experts/{}x{}/t{}e{}k{}/x{}{}{}",
+        "{OP}/{}{}/experts/{}x{}/t{}e{}k{}/x{}{}{}{}",
+        if half.is_some() { "f16x" } else { "" },
         ty.name(),
         s.rows,
         s.cols,
@@ -95,11 +99,20 @@ pub fn case(
         part.map_or(String::new(), |(y_rows, first)| format!(
             "/rows{first}of{y_rows}"
         )),
+        if half == Some(Staging::Copies) {
+            "/copies"
+        } else {
+            ""
+        },
     );
     let mut rng = Rng::new(crate::support::seed(&name));
     let (r, c) = (s.rows as usize, s.cols as usize);
     let w = quantize(ty, &rng.f32s(s.experts as usize * r * c, -1.0, 1.0))?;
     let x = rng.f32s(s.x_rows() as usize * c, -1.0, 1.0);
+    let x_bytes = match half {
+        Some(_) => f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()),
+        None => f32_bytes(&x),
+    };
     let sort = MoeSort {
         tokens: s.tokens,
         experts: s.experts,
@@ -125,11 +138,21 @@ pub fn case(
         block,
         depth: TilesSpec::depth_for(s.cols),
         copies: false,
-        half_x: false,
+        half_x: half.is_some(),
         swiglu: false,
         group: false,
         part: part.is_some(),
         experts: true,
+    };
+    let (fallback, spec) = match half {
+        Some(Staging::Copies) if spec.copied().copies => (spec, spec.copied()),
+        Some(Staging::Copies) | Some(Staging::Group) => {
+            return Err(ShapeError::Unsupported {
+                op: OP,
+                what: format!("{:?} staging for {}", half, spec.name()),
+            })
+        }
+        _ => (spec.scalar(), spec),
     };
     let params = |spec: &TilesSpec| {
         let mut p = match part {
@@ -139,11 +162,10 @@ pub fn case(
         p.push(ParamValue::U32(s.per_x));
         p
     };
-    let fallback = spec.scalar();
     let grid = |spec: &TilesSpec| spec.experts_grid(s.rows, s.tokens, s.experts);
     Ok(Case::new(name, kernel(spec)?, grid(&spec))
         .input("w", spec.w_elem(), blocks::pad_to_words(w))
-        .input("x", Scalar::F32, f32_bytes(&x))
+        .input("x", spec.x_elem(), x_bytes)
         .input("counts", Scalar::U32, u32_bytes(&counts))
         .input("lists", Scalar::U32, u32_bytes(&lists))
         .output("y", Scalar::F32, vec![0; want.len() * 4], want)
@@ -154,7 +176,8 @@ pub fn case(
 
 /// Qwen3-MoE's products in small: the gate and up halves of a pair's row over the tokens'
 /// x (Q4_K), down over the pairs' own rows (Q6_K); flat formats with experts holding more
-/// pairs than a block has tokens and one holding none; f16 weights; the medium block.
+/// pairs than a block has tokens and one holding none; f16 weights, with f32 x and with f16
+/// x put and copied; the medium block.
 pub fn cases() -> Vec<Case> {
     let shape = |rows, cols, tokens, experts, used, per_x| ExpertsShape {
         rows,
@@ -169,6 +192,13 @@ pub fn cases() -> Vec<Case> {
         let shape = shape(72, 256, 20, 8, 2, 2);
         (WeightType::Q4_K, shape, small, Some((144, first)))
     });
+    // The executor's widened experts: f16 weights and f16 x, gate/up as parts, down whole.
+    let widened = [
+        (shape(72, 256, 20, 8, 2, 2), Some((144, 72)), Staging::Put),
+        (shape(72, 256, 20, 8, 2, 2), Some((144, 0)), Staging::Copies),
+        (shape(40, 128, 30, 8, 2, 1), None, Staging::Copies),
+    ]
+    .map(|(shape, part, staging)| case(WeightType::F16, shape, small, part, Some(staging)));
     let whole = [
         (WeightType::Q6_K, shape(40, 256, 20, 8, 2, 1), small),
         (WeightType::Q8_0, shape(96, 64, 70, 4, 2, 2), small),
@@ -180,7 +210,8 @@ pub fn cases() -> Vec<Case> {
     let out = halves
         .into_iter()
         .chain(whole)
-        .map(|(ty, shape, block, part)| case(ty, shape, block, part));
+        .map(|(ty, shape, block, part)| case(ty, shape, block, part, None))
+        .chain(widened);
     out.collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
 }

@@ -31,10 +31,10 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             what: "a residual added to SwiGLU's output".into(),
         });
     }
-    if spec.experts && (spec.add || spec.half_x) {
+    if spec.experts && spec.add {
         return Err(ShapeError::Unsupported {
             op: OP,
-            what: "an experts' product with a residual or f16 x".into(),
+            what: "an experts' product with a residual".into(),
         });
     }
     if !super::takes(spec.weights) {

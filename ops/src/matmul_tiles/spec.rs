@@ -104,7 +104,7 @@ pub struct TilesSpec {
     /// `counts`, `lists` after `add`). x's rows are read through the list (a pair's token's
     /// row, or its own: parameter `per_x`, the pairs an x row serves, last), and each sum
     /// goes to its pair's row of y. Workgroups past their expert's pairs do nothing. Not with
-    /// [`TilesSpec::add`] or f16 x.
+    /// [`TilesSpec::add`].
     pub experts: bool,
 }
 
