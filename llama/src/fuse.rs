@@ -564,13 +564,12 @@ fn experts_on(
         let widens =
             all(&|rows, cols, ty| ty.is_quantized() && widen::check(ty, rows, cols).is_ok());
         let block = tuning::experts_block(s.tokens, e);
-        return tiles.then(|| {
-            if widens {
-                ExpertsOn::Widened(block)
-            } else {
-                ExpertsOn::Tiles(block)
-            }
-        });
+        let on = if widens {
+            ExpertsOn::Widened(block)
+        } else {
+            ExpertsOn::Tiles(block)
+        };
+        return tiles.then_some(on);
     }
     let rows =
         all(&|rows, cols, ty| matvec_q8_rows::takes(ty, (rows / e.count) as usize, cols as usize));
