@@ -363,6 +363,37 @@ impl SynthShape {
         ..SynthShape::QWEN2_5_0_5B
     };
 
+    /// Qwen2.5-7B-Instruct's layout (28 heads of 128 over 4 of keys and values, QKV biases, an
+    /// untied output head), in Q4_K_M.
+    pub const QWEN2_5_7B: SynthShape = SynthShape {
+        family: Family::Qwen2,
+        n_embd: 3584,
+        n_ff: 18944,
+        n_layer: 28,
+        n_head: 28,
+        n_head_kv: 4,
+        head_dim: None,
+        vocab: 152_064,
+        matrices: TensorType::Q4_K,
+        embedding: TensorType::Q4_K,
+        output: Some(TensorType::Q6_K),
+        mix: Mix::Q4KM,
+    };
+
+    /// Qwen3-8B's layout (36 layers, 32 heads of 128 over 8 of keys and values, an untied
+    /// output head), in Q4_K_M.
+    pub const QWEN3_8B: SynthShape = SynthShape {
+        family: Family::Qwen3,
+        n_embd: 4096,
+        n_ff: 12288,
+        n_layer: 36,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: Some(128),
+        vocab: 151_936,
+        ..SynthShape::QWEN2_5_7B
+    };
+
     /// Gemma 3 1B's layout (tied embedding, 4 heads of 256 over 1 KV head, a stream of
     /// 1152, 26 layers, sliding windows of 512 with every sixth layer global), in Q8_0.
     pub const GEMMA_3_1B: SynthShape = SynthShape {
@@ -443,7 +474,7 @@ impl SynthShape {
     /// [`SynthShape::TINY_GEMMA3`], [`SynthShape::TINY_MISTRAL`], [`SynthShape::TINY_PHI3`],
     /// [`SynthShape::TINY_PHI4`], [`SynthShape::TINY_QWEN3_MOE`], [`SynthShape::TINY_QWEN3_30B_A3B`]), for the reference scripts to read the same files. Those
     /// of Llama 3.1 and 3.2 also carry their rope scaling ([`rope::Llama3Rope::of_preset`]).
-    pub const PRESETS: [(&'static str, SynthShape); 21] = [
+    pub const PRESETS: [(&'static str, SynthShape); 23] = [
         ("smollm2-135m", SynthShape::SMOLLM2_135M),
         ("llama-3.2-1b", SynthShape::LLAMA_3_2_1B),
         ("llama-3-8b", SynthShape::LLAMA_3_8B),
@@ -451,6 +482,8 @@ impl SynthShape {
         ("llama-3-70b", SynthShape::LLAMA_3_70B),
         ("qwen2.5-0.5b", SynthShape::QWEN2_5_0_5B),
         ("qwen3-0.6b", SynthShape::QWEN3_0_6B),
+        ("qwen2.5-7b", SynthShape::QWEN2_5_7B),
+        ("qwen3-8b", SynthShape::QWEN3_8B),
         ("qwen3-30b-a3b", SynthShape::QWEN3_30B_A3B),
         ("tiny", SynthShape::TINY),
         ("qwen2-tiny", SynthShape::TINY_QWEN2),

@@ -14,7 +14,8 @@ pub struct Args {
     /// A GGUF file to imitate, or a layout: smollm2-135m (SmolLM2-135M-Instruct Q4_1's),
     /// llama-3.2-1b, llama-3-8b, llama-3.1-8b, llama-3-70b (Q4_K_M unless --type or --mix says
     /// otherwise; Llama 3.1 and 3.2 with their rope_freqs.weight and 131,072-token context),
-    /// qwen2.5-0.5b, qwen3-0.6b, gemma-3-1b (Q8_0), mistral-7b (v0.3), phi-3.5-mini (Q4_K_M,
+    /// qwen2.5-0.5b, qwen3-0.6b (Q8_0), qwen2.5-7b, qwen3-8b (Q4_K_M), gemma-3-1b (Q8_0),
+    /// mistral-7b (v0.3), phi-3.5-mini (Q4_K_M,
     /// with LongRoPE's factors),
     /// phi-4-mini (Q4_K_M, rope on 96 of each head's 128), qwen3-30b-a3b (Qwen3-MoE, Q4_K_M),
     /// or the tests' tiny, qwen2-tiny, qwen3-tiny, gemma3-tiny, mistral-tiny, phi3-tiny,

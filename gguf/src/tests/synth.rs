@@ -463,3 +463,54 @@ fn the_tiny_qwen3_30b_a3b_has_k_quant_experts() {
     assert_eq!(t("blk.1.ffn_down_exps.weight").1, TensorType::Q6_K);
     assert_eq!(t("blk.1.ffn_gate_inp.weight").1, TensorType::F32);
 }
+
+/// The 7B/8B Qwen layouts, as their Q4_K_M files have them (not written: 4.7 and 5.0 GB):
+/// Qwen2.5-7B's QKV biases over 28 heads of 128 and 4 of keys and values, its untied Q6_K
+/// output head; Qwen3-8B's per-head q/k norms and explicit head size; the Q4_K_M recipe's
+/// Q6_K value and down projections in the layers it gives more bits.
+#[test]
+fn qwen_7b_and_8b_layouts_carry_their_tables() {
+    use crate::synth::SynthShape;
+    let find = |shape: SynthShape, name: &str| {
+        let table = shape.tensor_table();
+        table
+            .iter()
+            .find(|t| t.0 == name)
+            .map(|(_, dims, ty)| (dims.clone(), *ty))
+    };
+    let q2 = SynthShape::QWEN2_5_7B;
+    assert_eq!(q2.tensor_table().len(), 2 + 1 + 28 * 12);
+    assert_eq!(
+        find(q2, "output.weight"),
+        Some((vec![3584, 152_064], TensorType::Q6_K))
+    );
+    assert_eq!(
+        find(q2, "blk.0.attn_k.weight"),
+        Some((vec![3584, 512], TensorType::Q4_K))
+    );
+    assert_eq!(
+        find(q2, "blk.27.attn_q.bias"),
+        Some((vec![3584], TensorType::F32))
+    );
+    assert_eq!(
+        find(q2, "blk.0.ffn_down.weight"),
+        Some((vec![18944, 3584], TensorType::Q6_K))
+    );
+    let q3 = SynthShape::QWEN3_8B;
+    assert_eq!(q3.tensor_table().len(), 2 + 1 + 36 * 11);
+    assert_eq!(
+        find(q3, "blk.35.attn_q.weight"),
+        Some((vec![4096, 4096], TensorType::Q4_K))
+    );
+    assert_eq!(
+        find(q3, "blk.0.attn_k_norm.weight"),
+        Some((vec![128], TensorType::F32))
+    );
+    assert_eq!(
+        find(q3, "blk.0.ffn_gate.weight"),
+        Some((vec![4096, 12288], TensorType::Q4_K))
+    );
+    assert!(find(q3, "blk.0.attn_q.bias").is_none());
+    let names: Vec<&str> = SynthShape::PRESETS.iter().map(|p| p.0).collect();
+    assert!(names.contains(&"qwen2.5-7b") && names.contains(&"qwen3-8b"));
+}
