@@ -563,7 +563,7 @@ fn experts_on(
         });
         let widens =
             all(&|rows, cols, ty| ty.is_quantized() && widen::check(ty, rows, cols).is_ok());
-        let block = tuning::experts_block(s.tokens, e);
+        let block = tuning::experts_block(s.tokens, e, widens);
         let on = if widens {
             ExpertsOn::Widened(block)
         } else {

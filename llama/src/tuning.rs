@@ -275,11 +275,22 @@ pub fn read_type(w: &Weights, id: WeightId, grouped: bool) -> WeightType {
 }
 
 /// The block of pairs by rows a workgroup of a prompt's experts' product on tiles takes
-/// ([`crate::graph::Op::ExpertRows`]): the small one (32 pairs by 32 rows) while an
-/// expert's share of the step's pairs, on average, fills no more (Qwen3-30B-A3B's pp512: 32),
-/// as the pairs past an expert's share leave a block's tokens empty; the medium one past it.
-pub fn experts_block(tokens: u32, e: crate::config::Experts) -> matmul_tiles::BlockSize {
+/// ([`crate::graph::Op::ExpertRows`]). On weights `widened` to f16, which the tiles copy, the
+/// medium one (64 pairs by 64 rows): at Qwen3-30B-A3B's pp512 (32 pairs an expert on
+/// average) its steps carry four times the small block's products for each barrier and each
+/// copy's wait, and its workgroups read each expert's rows once. Staging the file's blocks,
+/// which decodes them in the workgroup, the small one (32 pairs by 32 rows) while an expert's
+/// share of the step's pairs, on average, fills no more, as the pairs past an expert's share
+/// leave a block's tokens empty; the medium one past it.
+pub fn experts_block(
+    tokens: u32,
+    e: crate::config::Experts,
+    widened: bool,
+) -> matmul_tiles::BlockSize {
     let (pairs, _) = matmul_tiles::BlockSize::Small.dims();
+    if widened {
+        return matmul_tiles::BlockSize::Medium;
+    }
     if u64::from(tokens) * u64::from(e.used) <= u64::from(pairs) * u64::from(e.count) {
         matmul_tiles::BlockSize::Small
     } else {

@@ -194,11 +194,22 @@ pub fn cases() -> Vec<Case> {
     });
     // The executor's widened experts: f16 weights and f16 x, gate/up as parts, down whole.
     let widened = [
-        (shape(72, 256, 20, 8, 2, 2), Some((144, 72)), Staging::Put),
-        (shape(72, 256, 20, 8, 2, 2), Some((144, 0)), Staging::Copies),
-        (shape(40, 128, 30, 8, 2, 1), None, Staging::Copies),
+        (
+            shape(72, 256, 20, 8, 2, 2),
+            Some((144, 72)),
+            Staging::Put,
+            small,
+        ),
+        (
+            shape(72, 256, 20, 8, 2, 2),
+            Some((144, 0)),
+            Staging::Copies,
+            medium,
+        ),
+        (shape(40, 128, 30, 8, 2, 1), None, Staging::Copies, medium),
+        (shape(40, 128, 30, 8, 2, 1), None, Staging::Put, medium),
     ]
-    .map(|(shape, part, staging)| case(WeightType::F16, shape, small, part, Some(staging)));
+    .map(|(shape, part, staging, block)| case(WeightType::F16, shape, block, part, Some(staging)));
     let whole = [
         (WeightType::Q6_K, shape(40, 256, 20, 8, 2, 1), small),
         (WeightType::Q8_0, shape(96, 64, 70, 4, 2, 2), small),
