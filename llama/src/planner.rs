@@ -49,6 +49,9 @@ pub struct KernelShape {
     /// ([`tuning::read_type`]): a GPU's executor, whose nodes the fusion pass builds for a
     /// GPU, and its checkers.
     pub grouped_blocks: bool,
+    /// The device has warpgroup products: a prompt product takes the large block from
+    /// fewer rows ([`matmul_tiles::BlockSize::for_product`]).
+    pub warpgroups: bool,
 }
 
 /// The kernel a node needs, up to its variants.
@@ -440,6 +443,7 @@ impl KernelKey {
                         block: matmul_tiles::BlockSize::for_product(
                             part.map_or(rows, |p| p.total),
                             tokens,
+                            s.warpgroups,
                         ),
                         depth: matmul_tiles::TilesSpec::depth_for(t.cols),
                         half_x: form == Form::Widened,
@@ -871,12 +875,13 @@ mod tests {
             grouped_attention: false,
             rot_dim: 64,
             grouped_blocks: false,
+            warpgroups: false,
         };
         let fields = TilesKey {
             weights: WeightType::Q4_1,
             add: true,
             swiglu: false,
-            block: matmul_tiles::BlockSize::for_product(4096, 512),
+            block: matmul_tiles::BlockSize::for_product(4096, 512, false),
             depth: 2,
             half_x: false,
             part: false,

@@ -148,6 +148,7 @@ impl Engine {
             grouped_attention: tuning::grouped_attention(options.context),
             rot_dim: model.config.n_rot,
             grouped_blocks: offer.gpu,
+            warpgroups: info.group_mma,
         };
         Engine::build(model, backend, options, (shape, tuned), offer)
     }

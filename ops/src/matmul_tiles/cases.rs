@@ -22,7 +22,7 @@ pub fn case(
     (rows, cols, tokens): (u32, u32, u32),
     add: bool,
 ) -> Result<Case, ShapeError> {
-    let block = BlockSize::for_product(rows, tokens);
+    let block = BlockSize::for_product(rows, tokens, false);
     case_in(
         ty,
         (rows, cols, tokens),
@@ -101,7 +101,7 @@ pub fn swiglu_case(
     ty: WeightType,
     (rows, cols, tokens): (u32, u32, u32),
 ) -> Result<Case, ShapeError> {
-    let block = BlockSize::for_product(rows, tokens);
+    let block = BlockSize::for_product(rows, tokens, false);
     build_case(
         ty,
         (rows, cols, tokens),

@@ -62,10 +62,15 @@ pub fn takes(ty: trine_gguf::quant::WeightType) -> bool {
 
 /// Columns of K per step: one quantized block.
 pub use crate::matmul_stage::BK;
-/// Products with fewer rows take the small block.
-pub const SMALL_ROWS: u32 = 2048;
+/// Products with fewer rows take the small block. Gemma 3 1B's products of 1,152 and 1,536
+/// rows ran faster on the medium block on both GPUs measured (docs/bench/prefill.md).
+pub const SMALL_ROWS: u32 = 1024;
 /// Products with at least this many rows and [`LARGE_TOKENS`] tokens take the large block.
 pub const LARGE_ROWS: u32 = 4096;
+/// [`LARGE_ROWS`] on a device with warpgroup products, which take the large block's 64 or
+/// more workgroups of a 2,048-row product faster than the medium block's 256; the cooperative
+/// matrices measured slower on them (docs/bench/prefill.md).
+pub const LARGE_ROWS_GROUPED: u32 = 2048;
 /// See [`LARGE_ROWS`].
 pub const LARGE_TOKENS: u32 = 256;
 /// The most blocks of K a step of the tiled kernel takes. Two blocks a step measured faster

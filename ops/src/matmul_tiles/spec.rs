@@ -2,7 +2,7 @@
 //! the kernel's spec ([`TilesSpec`]) with its variants, name, grid and parameters, and the
 //! shape rules of a product.
 
-use super::{BK, LARGE_ROWS, LARGE_TOKENS, MAX_DEPTH, OP, SMALL_ROWS};
+use super::{BK, LARGE_ROWS, LARGE_ROWS_GROUPED, LARGE_TOKENS, MAX_DEPTH, OP, SMALL_ROWS};
 use crate::matmul_stage::{f16_elem, weights_elem, Lines};
 use crate::shape::ShapeError;
 use crate::support::{elements, nonzero};
@@ -18,19 +18,26 @@ pub enum BlockSize {
     /// 64 × 64 on 128 invocations.
     Medium,
     /// 128 × 128 on 256 invocations, tiled only (its scalar variant takes the medium
-    /// block): products of at least [`LARGE_ROWS`] rows and [`LARGE_TOKENS`] tokens, which
-    /// fill a GPU with these blocks. Each element of x and W staged serves twice the products
-    /// it serves in a medium block, so the step's loads from memory (x in f32 above all) are
-    /// half as many for the same work.
+    /// block): products of at least [`LARGE_ROWS`] rows ([`LARGE_ROWS_GROUPED`] on a device
+    /// with warpgroup products) and [`LARGE_TOKENS`] tokens, which fill a GPU with these
+    /// blocks. Each element of x and W staged serves twice the products it serves in a medium
+    /// block, so the step's loads from memory (x in f32 above all) are half as many for the
+    /// same work.
     Large,
 }
 
 impl BlockSize {
-    /// The block for a product of `rows` rows over `tokens` tokens.
-    pub fn for_product(rows: u32, tokens: u32) -> BlockSize {
+    /// The block for a product of `rows` rows over `tokens` tokens, on a device with
+    /// warpgroup products ([`crate::matmul_group`]) where `warpgroups`.
+    pub fn for_product(rows: u32, tokens: u32, warpgroups: bool) -> BlockSize {
+        let large = if warpgroups {
+            LARGE_ROWS_GROUPED
+        } else {
+            LARGE_ROWS
+        };
         if rows < SMALL_ROWS {
             BlockSize::Small
-        } else if rows >= LARGE_ROWS && tokens >= LARGE_TOKENS {
+        } else if rows >= large && tokens >= LARGE_TOKENS {
             BlockSize::Large
         } else {
             BlockSize::Medium

@@ -105,13 +105,30 @@ fn large_blocks_fall_back_to_medium_ones() {
     assert_eq!(untiled.variants(), [spec.scalar()]);
 }
 
-/// Big products take the large block, small ones the small block.
+/// Big products take the large block (from half the rows on warpgroup products), small ones
+/// the small block.
 #[test]
 fn blocks_follow_the_product() {
-    assert_eq!(BlockSize::for_product(576, 512), BlockSize::Small);
-    assert_eq!(BlockSize::for_product(3072, 512), BlockSize::Medium);
-    assert_eq!(BlockSize::for_product(4096, 512), BlockSize::Large);
-    assert_eq!(BlockSize::for_product(4096, 100), BlockSize::Medium);
+    for warpgroups in [false, true] {
+        assert_eq!(
+            BlockSize::for_product(576, 512, warpgroups),
+            BlockSize::Small
+        );
+        assert_eq!(
+            BlockSize::for_product(1152, 512, warpgroups),
+            BlockSize::Medium
+        );
+        assert_eq!(
+            BlockSize::for_product(4096, 512, warpgroups),
+            BlockSize::Large
+        );
+        assert_eq!(
+            BlockSize::for_product(4096, 100, warpgroups),
+            BlockSize::Medium
+        );
+    }
+    assert_eq!(BlockSize::for_product(2048, 512, false), BlockSize::Medium);
+    assert_eq!(BlockSize::for_product(2048, 512, true), BlockSize::Large);
     let spec = TilesSpec {
         weights: WeightType::F16,
         add: false,
