@@ -89,7 +89,7 @@ impl Offer {
 /// ([`Tensor::Wide`]) holds half of it and no more than the down projection's; one for the
 /// rest.
 fn widened_parts(rows: u32, store: Store) -> u32 {
-    if store == Store::Swiglu && rows.is_multiple_of(4) {
+    if matches!(store, Store::Swiglu | Store::Geglu) && rows.is_multiple_of(4) {
         2
     } else {
         1
@@ -487,6 +487,9 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
         }
         Some(Op::Swiglu(GateUp::Pairs)) if !form.quantizes_x() => {
             (Store::Swiglu, Tensor::Act, true)
+        }
+        Some(Op::Geglu) if matches!(form, Form::Tiles | Form::Widened) => {
+            (Store::Geglu, Tensor::Act, true)
         }
         Some(Op::Add { x, r, out }) if x == y => (Store::Add(r), out, true),
         _ => (Store::None, y, false),

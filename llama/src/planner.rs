@@ -13,7 +13,7 @@ use trine_gguf::quant::WeightType;
 use trine_ir::Kernel;
 use trine_ops::attention_flash::FlashOut;
 use trine_ops::elementwise::{
-    copy_kernel, geglu_pairs_kernel, swiglu_halves_kernel, swiglu_pairs_kernel, GateUp,
+    copy_kernel, geglu_pairs_kernel, swiglu_halves_kernel, swiglu_pairs_kernel, GateUp, Glu,
 };
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::kv_type::KvType;
@@ -163,7 +163,8 @@ pub enum KernelKey {
 pub struct TilesKey {
     pub weights: WeightType,
     pub add: bool,
-    pub swiglu: bool,
+    /// The gated unit of row pairs the product stores ([`matmul_tiles::TilesSpec::glu`]).
+    pub glu: Option<Glu>,
     /// [`matmul_tiles::BlockSize::for_product`].
     pub block: matmul_tiles::BlockSize,
     /// Blocks of K per step ([`matmul_tiles::TilesSpec::depth_for`]).
@@ -268,10 +269,10 @@ impl std::fmt::Display for KernelKey {
                 )
             }
             KernelKey::MatmulTiles(t) => {
-                let out = match (t.add, t.swiglu) {
-                    (true, _) => ", add",
-                    (false, true) => ", swiglu",
-                    (false, false) => "",
+                let out = match (t.add, t.glu) {
+                    (true, _) => ", add".to_string(),
+                    (false, Some(glu)) => format!(", {}", glu.name()),
+                    (false, None) => String::new(),
                 };
                 let block = match t.block {
                     matmul_tiles::BlockSize::Small => ", small",
@@ -388,10 +389,12 @@ impl KernelKey {
             } => {
                 let t = &w.tensors[id];
                 let ty = tuning::read_type(w, id, s.grouped_blocks);
-                let epilogue = match store {
+                // The one-token products' epilogue (GeGLU folds into products on tiles only).
+                let epilogue = || match store {
                     Store::None => MatvecEpilogue::None,
                     Store::Add(_) => MatvecEpilogue::Add,
                     Store::Swiglu => MatvecEpilogue::Swiglu,
+                    Store::Geglu => unreachable!("GeGLU folds into products on tiles only"),
                     Store::Rope { .. } => MatvecEpilogue::RopeStore(RopeShape {
                         head_dim: s.head_dim,
                         rot_dim: s.rot_dim,
@@ -414,7 +417,7 @@ impl KernelKey {
                                 splits,
                             }),
                         },
-                        epilogue,
+                        epilogue: epilogue(),
                         pairable: w.pairable(id),
                     },
                     Form::QuantizedX => KernelKey::MatvecQ8 {
@@ -423,6 +426,7 @@ impl KernelKey {
                         tokens: tuning::q8_tokens_per_workgroup(tokens),
                     },
                     Form::QuantizedBlocks => {
+                        let epilogue = epilogue();
                         let (rows, teams) = blocks_choice(tuned, (ty, rows, t.cols), epilogue);
                         KernelKey::MatvecQ8Blocks {
                             weights: ty,
@@ -438,7 +442,11 @@ impl KernelKey {
                             ty
                         },
                         add: matches!(store, Store::Add(_)),
-                        swiglu: store == Store::Swiglu,
+                        glu: match store {
+                            Store::Swiglu => Some(Glu::Swiglu),
+                            Store::Geglu => Some(Glu::Geglu),
+                            _ => None,
+                        },
                         // A part keeps the block of the whole product it is part of.
                         block: matmul_tiles::BlockSize::for_product(
                             part.map_or(rows, |p| p.total),
@@ -508,7 +516,7 @@ impl KernelKey {
                         tuning::read_type(w, id, s.grouped_blocks)
                     },
                     add: false,
-                    swiglu: false,
+                    glu: None,
                     block,
                     depth: matmul_tiles::TilesSpec::depth_for(t.cols),
                     half_x: widened,
@@ -844,7 +852,7 @@ pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
         copies: false,
         half_x: key.half_x,
         group: false,
-        swiglu: key.swiglu,
+        glu: key.glu,
         part: key.part,
         experts: key.experts,
     };
@@ -880,7 +888,7 @@ mod tests {
         let fields = TilesKey {
             weights: WeightType::Q4_1,
             add: true,
-            swiglu: false,
+            glu: None,
             block: matmul_tiles::BlockSize::for_product(4096, 512, false),
             depth: 2,
             half_x: false,

@@ -74,6 +74,39 @@ pub fn geglu_pairs_kernel() -> Kernel {
     glu_pairs_kernel("geglu_pairs_f32", gelu_ir)
 }
 
+/// The activation of a gated unit's gate: SiLU (SwiGLU) or GELU's tanh form (GeGLU), as a
+/// product's epilogue applies it to the row pairs it computes ([`crate::matmul_tiles`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Glu {
+    Swiglu,
+    Geglu,
+}
+
+impl Glu {
+    pub fn name(self) -> &'static str {
+        match self {
+            Glu::Swiglu => "swiglu",
+            Glu::Geglu => "geglu",
+        }
+    }
+
+    /// `act(gate)·up` in the IR, as the unfused kernels compute it.
+    pub(crate) fn ir<'b>(self, k: &'b KernelBuilder, gate: Val<'b>, up: Val<'b>) -> Val<'b> {
+        match self {
+            Glu::Swiglu => silu_ir(k, gate) * up,
+            Glu::Geglu => gelu_ir(k, gate) * up,
+        }
+    }
+
+    /// `act(gate)·up` in f64.
+    pub fn reference(self, gate: f64, up: f64) -> f64 {
+        match self {
+            Glu::Swiglu => silu(gate) * up,
+            Glu::Geglu => gelu(gate) * up,
+        }
+    }
+}
+
 /// How a product's gate and up rows lie, and so where SwiGLU finds them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GateUp {

@@ -155,6 +155,9 @@ pub enum Store {
     Add(Tensor),
     /// W's rows are gate/up pairs; stores silu(gate) · up, half as many rows.
     Swiglu,
+    /// As [`Store::Swiglu`] with GELU's tanh form for silu: a product on matrix tiles only
+    /// ([`Form::Tiles`], [`Form::Widened`]).
+    Geglu,
     /// W is the Q/K/V projections of `heads` (all of them where they are stacked): rope on
     /// q (into y, [`Tensor::QRot`]) and k, and k and v stored in the layer's caches at the
     /// step's position.
@@ -437,7 +440,7 @@ impl Node {
             } => {
                 let rows = part.map_or(rows, |p| p.total);
                 let n = match store {
-                    Store::Swiglu => rows / 2,
+                    Store::Swiglu | Store::Geglu => rows / 2,
                     Store::Rope { .. } => c.q_dim(),
                     Store::None | Store::Add(_) => rows,
                 };

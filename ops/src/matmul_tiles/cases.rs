@@ -4,6 +4,7 @@
 use super::{check, kernel, reference, BlockSize, TilesSpec, NMSE, OP};
 use crate::blocks;
 use crate::case::*;
+use crate::elementwise::Glu;
 use crate::shape::ShapeError;
 use crate::support::Float;
 use half::f16;
@@ -51,7 +52,7 @@ impl Staging {
     /// stored as `xf`, on a device with every feature: on warpgroup products where the block
     /// allows, else copying f16 weights, else putting.
     pub fn best(ty: WeightType, cols: u32, block: BlockSize, xf: Float) -> Staging {
-        let spec = case_spec(ty, cols, (false, false), (block, xf));
+        let spec = case_spec(ty, cols, (false, None), (block, xf));
         if spec.copied().grouped().group {
             Staging::Group
         } else if spec.copied().copies {
@@ -66,7 +67,7 @@ impl Staging {
 fn case_spec(
     ty: WeightType,
     cols: u32,
-    (add, swiglu): (bool, bool),
+    (add, glu): (bool, Option<Glu>),
     (block, xf): (BlockSize, Float),
 ) -> TilesSpec {
     TilesSpec {
@@ -78,7 +79,7 @@ fn case_spec(
         copies: false,
         half_x: xf == Float::F16,
         group: false,
-        swiglu,
+        glu,
         part: false,
         experts: false,
     }
@@ -92,20 +93,21 @@ pub fn case_in(
     add: bool,
     (block, staging, xf): (BlockSize, Staging, Float),
 ) -> Result<Case, ShapeError> {
-    build_case(ty, (rows, cols, tokens), (add, false), (block, staging, xf))
+    build_case(ty, (rows, cols, tokens), (add, None), (block, staging, xf))
 }
 
-/// [`case`] with SwiGLU of the row pairs as the output ([`TilesSpec::swiglu`]), against
-/// [`reference`] followed by SwiGLU in f64.
-pub fn swiglu_case(
+/// [`case`] with the gated unit `glu` of the row pairs as the output ([`TilesSpec::glu`]),
+/// against [`reference`] followed by the unit in f64.
+pub fn glu_case(
     ty: WeightType,
     (rows, cols, tokens): (u32, u32, u32),
+    glu: Glu,
 ) -> Result<Case, ShapeError> {
     let block = BlockSize::for_product(rows, tokens, false);
     build_case(
         ty,
         (rows, cols, tokens),
-        (false, true),
+        (false, Some(glu)),
         (block, Staging::Put, Float::F32),
     )
 }
@@ -113,11 +115,11 @@ pub fn swiglu_case(
 fn build_case(
     ty: WeightType,
     (rows, cols, tokens): (u32, u32, u32),
-    (add, swiglu): (bool, bool),
+    (add, glu): (bool, Option<Glu>),
     (block, staging, xf): (BlockSize, Staging, Float),
 ) -> Result<Case, ShapeError> {
     check(rows, cols, tokens)?;
-    if swiglu && !rows.is_multiple_of(2) {
+    if glu.is_some() && !rows.is_multiple_of(2) {
         return Err(ShapeError::NotMultiple {
             op: OP,
             what: "rows of gate and up",
@@ -130,7 +132,7 @@ fn build_case(
         if xf == Float::F16 { "f16x" } else { "" },
         ty.name(),
         if add { "+add" } else { "" },
-        if swiglu { "+swiglu" } else { "" },
+        glu.map_or(String::new(), |g| format!("+{}", g.name())),
         if block == BlockSize::Large {
             "/large"
         } else {
@@ -148,10 +150,10 @@ fn build_case(
     let x = rng.f32s(t * c, -1.0, 1.0);
     let residual = add.then(|| rng.f32s(t * r, -2.0, 2.0));
     let mut want = reference(ty, &w, &x, residual.as_deref(), (rows, cols, tokens))?;
-    if swiglu {
-        want = swiglu_pairs(&want);
+    if let Some(glu) = glu {
+        want = glu_pairs(&want, glu);
     }
-    let spec = case_spec(ty, cols, (add, swiglu), (block, xf));
+    let spec = case_spec(ty, cols, (add, glu), (block, xf));
     let x_bytes = match xf {
         Float::F32 => f32_bytes(&x),
         Float::F16 => f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()),
@@ -176,7 +178,7 @@ fn build_case(
     if let Some(res) = &residual {
         case = case.input("add", Scalar::F32, f32_bytes(res));
     }
-    let y_rows = if swiglu { r / 2 } else { r };
+    let y_rows = if glu.is_some() { r / 2 } else { r };
     Ok(case
         .output("y", Scalar::F32, vec![0; t * y_rows * 4], want)
         .params(spec.params(rows, cols, tokens))
@@ -186,16 +188,16 @@ fn build_case(
 
 /// A [`TilesSpec::part`] case: W's rows `first..first + rows` of a `y_rows`-row product of
 /// f16 weights and f16 x (the executor's widened halves) in `block`, copied asynchronously (on
-/// warpgroup products in the large block), SwiGLU of the row pairs where `swiglu`; y's other
-/// rows stay as they were (zero).
+/// warpgroup products in the large block), the gated unit `glu` of the row pairs where given;
+/// y's other rows stay as they were (zero).
 pub fn part_case(
     (y_rows, cols, tokens): (u32, u32, u32),
     (first, rows): (u32, u32),
-    swiglu: bool,
+    glu: Option<Glu>,
     block: BlockSize,
 ) -> Result<Case, ShapeError> {
     check(y_rows, cols, tokens)?;
-    let pairs_split = swiglu && !(first.is_multiple_of(2) && rows.is_multiple_of(2));
+    let pairs_split = glu.is_some() && !(first.is_multiple_of(2) && rows.is_multiple_of(2));
     if first + rows > y_rows || pairs_split {
         return Err(ShapeError::Unsupported {
             op: OP,
@@ -204,7 +206,7 @@ pub fn part_case(
     }
     let name = format!(
         "{OP}/f16xf16/{y_rows}x{cols}/t{tokens}{}/rows{first}+{rows}{}",
-        if swiglu { "+swiglu" } else { "" },
+        glu.map_or(String::new(), |g| format!("+{}", g.name())),
         if block == BlockSize::Large {
             "/group"
         } else {
@@ -219,8 +221,8 @@ pub fn part_case(
     let mut full = reference(ty, &w, &x, None, (y_rows, cols, tokens))?;
     let (lo, hi) = (first as usize, (first + rows) as usize);
     // y's rows the part writes; the rest stay zero.
-    let (written, width) = if swiglu {
-        full = swiglu_pairs(&full);
+    let (written, width) = if let Some(glu) = glu {
+        full = glu_pairs(&full, glu);
         (lo / 2..hi / 2, r / 2)
     } else {
         (lo..hi, r)
@@ -236,7 +238,7 @@ pub fn part_case(
         .collect();
     let spec = TilesSpec {
         part: true,
-        ..case_spec(ty, cols, (false, swiglu), (block, Float::F16))
+        ..case_spec(ty, cols, (false, glu), (block, Float::F16))
     };
     // The scalar variant is what a device without tiles (a CPU checking a GPU) runs.
     let fallback = spec.scalar();
@@ -256,11 +258,9 @@ pub fn part_case(
         .fallback_on(kernel(fallback)?, fallback.grid(rows, tokens)))
 }
 
-/// SwiGLU of each pair of consecutive values, `silu(a)·b`, in f64.
-fn swiglu_pairs(v: &[f64]) -> Vec<f64> {
-    v.chunks(2)
-        .map(|p| crate::elementwise::silu(p[0]) * p[1])
-        .collect()
+/// The gated unit of each pair of consecutive values, `act(a)·b`, in f64.
+fn glu_pairs(v: &[f64], glu: Glu) -> Vec<f64> {
+    v.chunks(2).map(|p| glu.reference(p[0], p[1])).collect()
 }
 
 /// Every weight type at a shape of one block and a partial one (tokens and rows past a
@@ -277,24 +277,38 @@ pub fn cases() -> Vec<Case> {
     out.push(case(WeightType::Q4_1, (960, 576, 70), false));
     // SwiGLU of the row pairs: rows and tokens past a block, and SmolLM2's gate/up (the
     // medium block).
-    out.push(swiglu_case(WeightType::Q4_1, (72, 96, 70)));
-    out.push(swiglu_case(WeightType::F16, (64, 64, 20)));
-    out.push(swiglu_case(WeightType::Q4_1, (3072, 576, 40)));
+    out.push(glu_case(WeightType::Q4_1, (72, 96, 70), Glu::Swiglu));
+    out.push(glu_case(WeightType::F16, (64, 64, 20), Glu::Swiglu));
+    out.push(glu_case(WeightType::Q4_1, (3072, 576, 40), Glu::Swiglu));
+    // GeGLU (Gemma 3's): rows and tokens past a block, and a part of a widened gate/up.
+    out.push(glu_case(WeightType::Q8_0, (72, 96, 70), Glu::Geglu));
     // Parts of a taller product, as the executor runs its widest widened weight: each half of
     // a gate/up's pairs, and a part of plain rows past a block.
     for first in [0, 72] {
         out.push(part_case(
             (144, 128, 70),
             (first, 72),
-            true,
+            Some(Glu::Swiglu),
             BlockSize::Small,
         ));
     }
-    out.push(part_case((200, 64, 20), (64, 100), false, BlockSize::Small));
+    out.push(part_case(
+        (144, 128, 70),
+        (72, 72),
+        Some(Glu::Geglu),
+        BlockSize::Medium,
+    ));
+    out.push(part_case((200, 64, 20), (64, 100), None, BlockSize::Small));
     out.push(part_case(
         (512, 128, 140),
         (256, 256),
-        true,
+        Some(Glu::Swiglu),
+        BlockSize::Large,
+    ));
+    out.push(part_case(
+        (512, 128, 140),
+        (0, 256),
+        Some(Glu::Geglu),
         BlockSize::Large,
     ));
     // Steps of two blocks, two of them, rows past a block.
@@ -404,7 +418,7 @@ pub fn cases() -> Vec<Case> {
     out.push(build_case(
         WeightType::Q4_1,
         (272, 192, 140),
-        (false, true),
+        (false, Some(Glu::Swiglu)),
         (large, Staging::Group, single),
     ));
     // Experts' products over a prompt's pairs.

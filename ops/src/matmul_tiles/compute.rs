@@ -203,14 +203,14 @@ impl<'b> Compute<'b> {
                     let read = |r: Val<'b>, c: Val<'b>| {
                         k.load_shared(region, base + r * k.u32(stride) + c)
                     };
-                    if out.swiglu {
+                    if let Some(glu) = out.glu {
                         // A pair of rows per lane: a tile's columns start even.
                         let pairs = TILE / 2;
                         for i in 0..TILE * pairs / width {
                             let e = k.u32(i * width) + lane;
                             let (r, c) = (e / k.u32(pairs), e % k.u32(pairs) * k.u32(2));
                             let sums = (read(r, c), read(r, c + k.u32(1)));
-                            out.write_pair(k, at(r, c), sums);
+                            out.write_pair(k, glu, at(r, c), sums);
                         }
                     } else {
                         // Consecutive lanes, consecutive rows of y.

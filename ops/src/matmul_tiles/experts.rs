@@ -139,7 +139,7 @@ pub fn case(
         depth: TilesSpec::depth_for(s.cols),
         copies: false,
         half_x: half.is_some(),
-        swiglu: false,
+        glu: None,
         group: false,
         part: part.is_some(),
         experts: true,

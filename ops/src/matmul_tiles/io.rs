@@ -2,6 +2,7 @@
 //! ([`Output`]): y, plus the residual, or SwiGLU of row pairs, guarded at y's edges.
 
 use super::TilesSpec;
+use crate::elementwise::Glu;
 use crate::matmul_stage::{Block, Fetch, Gather, Layout};
 use crate::support::Float;
 use trine_ir::{Access, BufferId, KernelBuilder, Scalar, SharedId, Val};
@@ -166,7 +167,7 @@ impl<'b> Io<'b> {
         Output {
             y: self.y,
             add: self.add,
-            swiglu: spec.swiglu,
+            glu: spec.glu,
             origin: (self.t0, self.r0),
             ends: (self.token_end(), self.rows),
             part: self.part,
@@ -179,8 +180,8 @@ impl<'b> Io<'b> {
 pub(crate) struct Output<'b> {
     y: BufferId,
     add: Option<BufferId>,
-    /// Rows in pairs, each written as SwiGLU of the two ([`TilesSpec::swiglu`]).
-    pub(super) swiglu: bool,
+    /// Rows in pairs, each written as the gated unit of the two ([`TilesSpec::glu`]).
+    pub(super) glu: Option<Glu>,
     origin: (Val<'b>, Val<'b>),
     ends: (Val<'b>, Val<'b>),
     /// y's rows per token and the row this product's first row is, where it is a part.
@@ -191,11 +192,12 @@ pub(crate) struct Output<'b> {
 }
 
 impl<'b> Output<'b> {
-    /// Writes SwiGLU of the sums `gate` and `up` of (token, row) `(t, n)` and `(t, n + 1)` of
-    /// the block (`n` even), if both rows are inside y.
+    /// Writes the gated unit `glu` of the sums `gate` and `up` of (token, row) `(t, n)` and
+    /// `(t, n + 1)` of the block (`n` even), if both rows are inside y.
     pub(super) fn write_pair(
         &self,
         k: &'b KernelBuilder,
+        glu: Glu,
         (t, n): (Val<'b>, Val<'b>),
         (gate, up): (Val<'b>, Val<'b>),
     ) {
@@ -207,7 +209,7 @@ impl<'b> Output<'b> {
                     Some((y_rows, first)) => (y_rows / k.u32(2), first + row),
                     None => (self.ends.1 / k.u32(2), row),
                 };
-                let v = crate::elementwise::silu_ir(k, gate) * up;
+                let v = glu.ir(k, gate, up);
                 k.store(self.y, self.y_row(k, tok) * half + row / k.u32(2), v);
             },
         );
@@ -215,7 +217,7 @@ impl<'b> Output<'b> {
 
     /// Writes the whole block's sums from `block`, f32 (token, row) `(t, n)` at
     /// `t·stride + n`: each invocation a column of it, consecutive invocations consecutive
-    /// rows of y, or a pair of rows with SwiGLU.
+    /// rows of y, or a pair of rows with a gated unit.
     pub(crate) fn write_block(
         &self,
         k: &'b KernelBuilder,
@@ -225,12 +227,12 @@ impl<'b> Output<'b> {
     ) {
         let lid = k.local_index();
         let read = |t: Val<'b>, n: Val<'b>| k.load_shared(block, t * k.u32(stride) + n);
-        if self.swiglu {
+        if let Some(glu) = self.glu {
             let pairs = bn / 2;
             k.for_range(k.u32(0), k.u32(bm * pairs), invocations, |e| {
                 let e = e + lid;
                 let (t, n) = (e / k.u32(pairs), e % k.u32(pairs) * k.u32(2));
-                self.write_pair(k, (t, n), (read(t, n), read(t, n + k.u32(1))));
+                self.write_pair(k, glu, (t, n), (read(t, n), read(t, n + k.u32(1))));
             });
         } else {
             k.for_range(k.u32(0), k.u32(bm * bn), invocations, |e| {

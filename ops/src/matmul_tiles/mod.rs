@@ -41,7 +41,7 @@ mod spec;
 #[cfg(test)]
 mod tests;
 
-pub use cases::{case, case_in, cases, swiglu_case, Staging};
+pub use cases::{case, case_in, cases, glu_case, Staging};
 pub(crate) use io::{Io, Output};
 pub use kernel::kernel;
 pub use reference::reference;

@@ -3,6 +3,7 @@
 //! shape rules of a product.
 
 use super::{BK, LARGE_ROWS, LARGE_ROWS_GROUPED, LARGE_TOKENS, MAX_DEPTH, OP, SMALL_ROWS};
+use crate::elementwise::Glu;
 use crate::matmul_stage::{f16_elem, weights_elem, Lines};
 use crate::shape::ShapeError;
 use crate::support::{elements, nonzero};
@@ -93,10 +94,10 @@ pub struct TilesSpec {
     /// x stored as f16 (as cuBLAS's f16 products take it), copied as W is where W is; else
     /// f32, rounded to f16 as it is staged.
     pub half_x: bool,
-    /// y is SwiGLU of each pair of rows `(2i, 2i + 1)`, `silu(y[2i])·y[2i + 1]`, `rows / 2`
-    /// wide: gate and up interleaved, as the executor lays out an FFN's, with no pass of
-    /// their own after the product. Not with [`TilesSpec::add`].
-    pub swiglu: bool,
+    /// y is the gated unit of each pair of rows `(2i, 2i + 1)`, `act(y[2i])·y[2i + 1]`
+    /// (SwiGLU or GeGLU), `rows / 2` wide: gate and up interleaved, as the executor lays out
+    /// an FFN's, with no pass of their own after the product. Not with [`TilesSpec::add`].
+    pub glu: Option<Glu>,
     /// Warpgroup products ([`crate::matmul_group`]) instead of the subgroups' tiles, where
     /// the rest of the spec allows them ([`TilesSpec::grouped`]: the large block).
     pub group: bool,
@@ -202,7 +203,7 @@ impl TilesSpec {
             if self.half_x { "f16x" } else { "" },
             self.weights.name(),
             if self.add { "_add" } else { "" },
-            if self.swiglu { "_swiglu" } else { "" },
+            self.glu.map_or(String::new(), |g| format!("_{}", g.name())),
             if self.part { "_part" } else { "" },
             if self.experts { "_experts" } else { "" },
             self.block.name(),

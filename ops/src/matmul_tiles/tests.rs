@@ -34,7 +34,7 @@ fn blocks_fit_shared_memory() {
             copies: false,
             half_x: false,
             group: false,
-            swiglu: false,
+            glu: None,
             part: false,
             experts: false,
         };
@@ -79,7 +79,7 @@ fn large_blocks_fall_back_to_medium_ones() {
         copies: false,
         half_x: false,
         group: false,
-        swiglu: false,
+        glu: None,
         part: false,
         experts: false,
     };
@@ -138,7 +138,7 @@ fn blocks_follow_the_product() {
         copies: false,
         half_x: false,
         group: false,
-        swiglu: false,
+        glu: None,
         part: false,
         experts: false,
     };
@@ -167,7 +167,7 @@ fn depth_divides_k() {
         copies: false,
         half_x: false,
         group: false,
-        swiglu: false,
+        glu: None,
         part: false,
         experts: false,
     };
@@ -186,7 +186,7 @@ fn widths_that_do_not_divide_the_tiles_are_refused() {
         copies: false,
         half_x: false,
         group: false,
-        swiglu: false,
+        glu: None,
         part: false,
         experts: false,
     };
