@@ -644,7 +644,7 @@ fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionF
     // keys go in chunks on every GPU, as all keys do where the device asks for it.
     let wide = !tiles && d > attention_flash::MAX_FLASH_HEAD_DIM;
     let splits = if offer.flash_key_chunks || wide {
-        tuning::flash_splits(s.tokens)
+        tuning::flash_splits(s.tokens, d)
     } else {
         1
     };

@@ -90,11 +90,26 @@ pub const FLASH_SPLIT_KEYS: u32 = 128;
 /// that many per token and head).
 pub const MAX_FLASH_SPLITS: u32 = 4;
 
-/// The chunks of a `tokens`-token prompt step's flash attention: one per [`FLASH_SPLIT_KEYS`]
-/// tokens, at most [`MAX_FLASH_SPLITS`]. With one, flash attention can write the attention
-/// itself and no combine follows.
-pub fn flash_splits(tokens: u32) -> u32 {
-    tokens.div_ceil(FLASH_SPLIT_KEYS).clamp(1, MAX_FLASH_SPLITS)
+/// [`FLASH_SPLIT_KEYS`] and [`MAX_FLASH_SPLITS`] for heads wider than the kernel on matrix
+/// tiles takes (Gemma 3's 256), whose scalar kernel walks 8 keys a block with few workgroups
+/// a head: chunks of 64 keys, up to 8, took Gemma 3 1B's prompt attention from 142 to 107 µs a
+/// layer on CUDA and left NVIDIA's Vulkan as it was (docs/models/gemma.md).
+pub const WIDE_SPLIT_KEYS: u32 = 64;
+/// See [`WIDE_SPLIT_KEYS`].
+pub const MAX_WIDE_FLASH_SPLITS: u32 = 8;
+
+/// The chunks of a `tokens`-token prompt step's flash attention over heads of `head_dim`: one
+/// per [`FLASH_SPLIT_KEYS`] tokens, at most [`MAX_FLASH_SPLITS`] ([`WIDE_SPLIT_KEYS`] and
+/// [`MAX_WIDE_FLASH_SPLITS`] for heads wider than the tiles take). With one, flash attention
+/// can write the attention itself and no combine follows.
+pub fn flash_splits(tokens: u32, head_dim: u32) -> u32 {
+    if head_dim > trine_ops::attention_flash::MAX_FLASH_HEAD_DIM {
+        tokens
+            .div_ceil(WIDE_SPLIT_KEYS)
+            .clamp(1, MAX_WIDE_FLASH_SPLITS)
+    } else {
+        tokens.div_ceil(FLASH_SPLIT_KEYS).clamp(1, MAX_FLASH_SPLITS)
+    }
 }
 
 /// The subgroup width a device's kernels on tiles are written for: its one width, or 32 where

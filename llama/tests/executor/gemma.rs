@@ -62,9 +62,9 @@ fn gemma3_backends_agree_node_by_node() {
 }
 
 /// Heads of 256, as Gemma 3's, in a prompt step of 136 tokens on the GPU stand-in: flash
-/// attention with its keys in two chunks (wide heads leave a GPU idle in one) and their
-/// combine, checked node by node by the CPU through the step and the two decode steps after
-/// it, past the window.
+/// attention with its keys in three chunks of 64 (wide heads leave a GPU idle in one) and
+/// their combine, checked node by node by the CPU through the step and the two decode steps
+/// after it, past the window.
 #[test]
 fn wide_heads_take_their_keys_in_chunks() {
     let model = synth(SynthShape {
@@ -83,7 +83,7 @@ fn wide_heads_take_their_keys_in_chunks() {
             Op::Attention {
                 form: AttentionForm::Flash {
                     tiles: false,
-                    splits: 2,
+                    splits: 3,
                     ..
                 },
                 ..
