@@ -281,9 +281,11 @@ impl std::fmt::Display for KernelKey {
                 };
                 let (ty, depth) = (t.weights, t.depth);
                 let x = if t.half_x { "f16 × " } else { "" };
+                let experts = if t.experts { " by expert" } else { "" };
+                let part = if t.part { ", a part of the rows" } else { "" };
                 write!(
                     f,
-                    "matmul {x}{ty} on tiles{block}{out}, {depth} blocks a step"
+                    "matmul {x}{ty}{experts} on tiles{block}{out}{part}, {depth} blocks a step"
                 )
             }
             KernelKey::HalfX => f.write_str("x rounded to f16"),

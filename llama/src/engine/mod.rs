@@ -17,7 +17,7 @@ pub use residency::Footprint;
 use super::config::Config;
 use super::error::ModelError;
 use super::fuse::{fuse, Offer};
-use super::graph::{Node, Op, Step, Tensor};
+use super::graph::{ExpertsOn, Form, Node, Op, Step, Tensor};
 use super::model::Model;
 use super::placement::Placement;
 use super::planner::{KernelKey, KernelShape};
@@ -197,12 +197,7 @@ impl Engine {
                     wide_bytes = wide_bytes.max(2 * u64::from(rows) * u64::from(cols));
                 }
                 let key = KernelKey::of(&n.op, &model.weights, shape, &tuned);
-                let weight = match n.op {
-                    Op::Product { w, .. } | Op::Embed { table: w, .. } => {
-                        model.weights.bytes(&model.gguf, w).len() as u64
-                    }
-                    _ => 0,
-                };
+                let weight = bound_weight(&model, &n.op);
                 let largest = binds.entry(key).or_insert_with(|| {
                     keys.push(key);
                     0
@@ -573,4 +568,33 @@ impl Engine {
 fn graph(model: &Model, s: Step, offer: Offer) -> Result<Vec<Node>, ModelError> {
     let generic = model.config.arch.graph(&model.weights, s);
     fuse(&generic, &model.config, &model.weights, s, offer)
+}
+
+/// The largest weight buffer `op`'s kernel binds: the file's weight, or for a product on
+/// widened weights the f16 part it reads (a widening binds both; experts' products every
+/// expert's matrix).
+fn bound_weight(model: &Model, op: &Op) -> u64 {
+    let w = &model.weights;
+    let file = |id| w.bytes(&model.gguf, id).len() as u64;
+    let wide = |rows: u32, cols: u32| 2 * u64::from(rows) * u64::from(cols);
+    match *op {
+        Op::Product {
+            form: Form::Widened,
+            w: id,
+            rows,
+            ..
+        } => wide(rows, w.tensors[id].cols),
+        Op::ExpertRows {
+            on: ExpertsOn::Widened(_),
+            w: id,
+            ..
+        } => wide(w.tensors[id].rows, w.tensors[id].cols),
+        Op::Widen {
+            w: id, rows, cols, ..
+        } => file(id).max(wide(rows, cols)),
+        Op::Product { w: id, .. } | Op::Embed { table: id, .. } | Op::ExpertRows { w: id, .. } => {
+            file(id)
+        }
+        _ => 0,
+    }
 }

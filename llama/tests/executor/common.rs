@@ -128,6 +128,18 @@ pub fn gpu_binding(limit: u64) -> Arc<dyn Backend> {
     Arc::new(Proxy::new(cpu(), "narrow", describe, faults("", &[], 1.0)))
 }
 
+/// [`gpu_binding`] with matrix tiles: its prompts' products on tiles, quantized weights
+/// widened to f16 first.
+pub fn gpu_with_tiles_binding(limit: u64) -> Arc<dyn Backend> {
+    let describe = move |info: &mut trine_backends::DeviceInfo| {
+        info.device_type = DeviceType::Discrete;
+        info.f16 = true;
+        info.tiles = true;
+        info.max_binding_bytes = limit;
+    };
+    Arc::new(Proxy::new(cpu(), "narrow", describe, faults("", &[], 1.0)))
+}
+
 fn stand_in(tiles: bool, copies: bool, refuse: &'static str) -> Arc<dyn Backend> {
     let describe = move |info: &mut trine_backends::DeviceInfo| {
         info.device_type = DeviceType::Discrete;

@@ -181,6 +181,45 @@ fn qwen3moe_prompt_experts_on_tiles_agree_with_products_by_pair() {
     assert_logits_within(&want, &got, 1e-3);
 }
 
+/// A device with tiles that cannot bind one expert matrix widened to f16 (every expert's rows
+/// of one projection, 1 MiB at Qwen3-30B-A3B's types in small) leaves the widenings and the
+/// experts' products on them to the CPU, saying why, and a prompt's and two decode steps'
+/// logits are the device's own, where those kernels binding more than the device can would
+/// fail at the first prompt.
+#[test]
+fn widened_experts_larger_than_a_binding_run_on_the_cpu() {
+    let shape = SynthShape::TINY_QWEN3_30B_A3B;
+    let trine_gguf::synth::Family::Qwen3Moe {
+        experts, expert_ff, ..
+    } = shape.family
+    else {
+        unreachable!("a Qwen3-MoE layout")
+    };
+    let wide = 2 * u64::from(experts) * expert_ff * shape.n_embd;
+    let model = synth(shape);
+    let ids = [5, 17, 3, 99, 42, 7, 8];
+    let want = logits(model.clone(), gpu_with(true), SIZES, &ids);
+    let engine = Engine::new(model.clone(), gpu_with_tiles_binding(wide - 1), SIZES).unwrap();
+    let notes = engine.placement_notes().join("\n");
+    let why = format!(
+        "runs on the cpu: narrow could not run it (it binds a weight of {wide} bytes, more \
+         than the device's largest binding of {})",
+        wide - 1
+    );
+    for widening in ["q4_k widened to f16", "q6_k widened to f16"] {
+        assert!(notes.contains(&format!("{widening} {why}")), "{notes}");
+    }
+    let products = [
+        "matmul f16 × f16 by expert on tiles, a part of the rows, 2 blocks a step",
+        "matmul f16 × f16 by expert on tiles, 2 blocks a step",
+    ];
+    for product in products {
+        assert!(notes.contains(&format!("{product} {why}")), "{notes}");
+    }
+    let got = logits(model, gpu_with_tiles_binding(wide - 1), SIZES, &ids);
+    assert_logits_within(&want, &got, 1e-9);
+}
+
 /// The CPU's experts on interleaved rows by pair against the GPU stand-in's products by pair
 /// on the file's blocks, Qwen3-30B-A3B's types at a test's size: both take 8-bit x (in blocks
 /// of their own), so the logits of the prompt and of each decode step agree to within that
