@@ -373,12 +373,16 @@ fn build(
         None => read_token(j),
     };
     let accs: Vec<_> = (0..tpw).map(|_| k.var("acc", Scalar::F32)).collect();
-    k.for_range(k.u32(0), blocks, 1, |b| {
-        let base = (group * blocks + b) * k.u32(step_words * LANES) + lid;
-        let word = |j: u32| k.load(w, base + k.u32(j * LANES));
-        let codes: Vec<_> = (0..words).map(word).collect();
-        let scales = Scales::load(&k, layout, word);
-        for (j, acc) in accs.iter().enumerate() {
+    // Token by token, each walking the workgroup's blocks: the blocks of 16 rows stay in
+    // cache for the tokens after the first, and a step keeps one token's sums live across
+    // its packed dot products, which the C lowering calls as functions that clobber every
+    // vector register (with all the tokens' sums in one step, each call spilled them).
+    for (j, acc) in accs.iter().enumerate() {
+        k.for_range(k.u32(0), blocks, 1, |b| {
+            let base = (group * blocks + b) * k.u32(step_words * LANES) + lid;
+            let word = |i: u32| k.load(w, base + k.u32(i * LANES));
+            let codes: Vec<_> = (0..words).map(word).collect();
+            let scales = Scales::load(&k, layout, word);
             let xb = read_token(j as u32) * blocks + b;
             let x_words = X_BLOCK / 4;
             let x: Vec<_> = (0..x_words)
@@ -398,22 +402,26 @@ fn build(
                 _ => unreachable!("a layout's scales are its own"),
             };
             acc.set(acc.get() + sum);
-        }
-        // The workgroup's blocks are consecutive, and the next workgroup's follow them: the
-        // hardware's prefetcher alone left the output head at a third of the copy's bandwidth.
-        // One hint per cache line of a block of 16 rows, clamped to the buffer's last word.
-        let block_words = step_words * LANES;
-        let ahead = PREFETCH_BYTES.div_ceil(4 * block_words);
-        let next = (group * blocks + b + k.u32(ahead)) * k.u32(block_words);
-        let end = match pairs {
-            Some((e, ..)) => (e + k.u32(1)) * rows,
-            None => rows,
-        };
-        let last = end * blocks * k.u32(step_words) - k.u32(1);
-        for line in (0..block_words).step_by(16) {
-            k.prefetch(w, (next + k.u32(line)).min(last));
-        }
-    });
+            if j > 0 {
+                return;
+            }
+            // The workgroup's blocks are consecutive, and the next workgroup's follow them:
+            // the hardware's prefetcher alone left the output head at a third of the copy's
+            // bandwidth. One hint per cache line of a block of 16 rows, clamped to the
+            // buffer's last word, as the first token walks them.
+            let block_words = step_words * LANES;
+            let ahead = PREFETCH_BYTES.div_ceil(4 * block_words);
+            let next = (group * blocks + b + k.u32(ahead)) * k.u32(block_words);
+            let end = match pairs {
+                Some((e, ..)) => (e + k.u32(1)) * rows,
+                None => rows,
+            };
+            let last = end * blocks * k.u32(step_words) - k.u32(1);
+            for line in (0..block_words).step_by(16) {
+                k.prefetch(w, (next + k.u32(line)).min(last));
+            }
+        });
+    }
     let row = k.workgroup_id(0) * k.u32(LANES) + lid;
     for (j, acc) in accs.iter().enumerate() {
         let t = token(j as u32);
