@@ -78,6 +78,8 @@ pub enum KernelKey {
         add: bool,
         /// Tokens each workgroup takes ([`tuning::q8_tokens_per_workgroup`]).
         tokens: u32,
+        /// How they walk the workgroup's rows ([`tuning::q8_walk`]).
+        walk: matvec_q8_rows::Walk,
     },
     /// A GPU's decode product on quantized x and the weights' blocks ([`Form::QuantizedBlocks`]).
     MatvecQ8Blocks {
@@ -247,9 +249,14 @@ impl std::fmt::Display for KernelKey {
                 weights,
                 add,
                 tokens,
+                walk,
             } => {
                 let add = if *add { ", add" } else { "" };
-                write!(f, "matvec {weights} × q8 ({tokens} tokens{add})")
+                let walk = match walk {
+                    matvec_q8_rows::Walk::Together => "",
+                    matvec_q8_rows::Walk::Serial => ", one after another",
+                };
+                write!(f, "matvec {weights} × q8 ({tokens} tokens{walk}{add})")
             }
             KernelKey::MatvecQ8Blocks {
                 weights,
@@ -426,6 +433,7 @@ impl KernelKey {
                         weights: t.ty,
                         add: matches!(store, Store::Add(_)),
                         tokens: tuning::q8_tokens_per_workgroup(tokens),
+                        walk: tuning::q8_walk(tokens, s.grouped_blocks),
                     },
                     Form::QuantizedBlocks => {
                         let epilogue = epilogue();
@@ -610,7 +618,8 @@ impl KernelKey {
                 weights,
                 add,
                 tokens,
-            } => vec![plain(matvec_q8_rows::kernel(weights, add, tokens)?)],
+                walk,
+            } => vec![plain(matvec_q8_rows::kernel(weights, add, tokens, walk)?)],
             KernelKey::MatvecQ8Blocks {
                 weights,
                 epilogue,
