@@ -109,23 +109,17 @@ fn large_blocks_fall_back_to_medium_ones() {
 /// the small block.
 #[test]
 fn blocks_follow_the_product() {
+    let shapes = [
+        (576, 512, BlockSize::Small),
+        (1152, 512, BlockSize::Medium),
+        (4096, 512, BlockSize::Large),
+        (4096, 100, BlockSize::Medium),
+    ];
     for warpgroups in [false, true] {
-        assert_eq!(
-            BlockSize::for_product(576, 512, warpgroups),
-            BlockSize::Small
-        );
-        assert_eq!(
-            BlockSize::for_product(1152, 512, warpgroups),
-            BlockSize::Medium
-        );
-        assert_eq!(
-            BlockSize::for_product(4096, 512, warpgroups),
-            BlockSize::Large
-        );
-        assert_eq!(
-            BlockSize::for_product(4096, 100, warpgroups),
-            BlockSize::Medium
-        );
+        for (rows, tokens, block) in shapes {
+            let got = BlockSize::for_product(rows, tokens, warpgroups);
+            assert_eq!(got, block, "{rows} rows, {tokens} tokens");
+        }
     }
     assert_eq!(BlockSize::for_product(2048, 512, false), BlockSize::Medium);
     assert_eq!(BlockSize::for_product(2048, 512, true), BlockSize::Large);
