@@ -52,6 +52,9 @@ pub struct KernelShape {
     /// The device has warpgroup products: a prompt product takes the large block from
     /// fewer rows ([`matmul_tiles::BlockSize::for_product`]).
     pub warpgroups: bool,
+    /// The device calls packed dot products as functions ([`trine_backends::Tuning::dot_calls`]):
+    /// a prompt product on quantized x walks its tokens one after another ([`tuning::q8_walk`]).
+    pub dot_calls: bool,
 }
 
 /// The kernel a node needs, up to its variants.
@@ -433,7 +436,7 @@ impl KernelKey {
                         weights: t.ty,
                         add: matches!(store, Store::Add(_)),
                         tokens: tuning::q8_tokens_per_workgroup(tokens),
-                        walk: tuning::q8_walk(tokens, s.grouped_blocks),
+                        walk: tuning::q8_walk(tokens, s.dot_calls),
                     },
                     Form::QuantizedBlocks => {
                         let epilogue = epilogue();
@@ -895,6 +898,7 @@ mod tests {
             rot_dim: 64,
             grouped_blocks: false,
             warpgroups: false,
+            dot_calls: false,
         };
         let fields = TilesKey {
             weights: WeightType::Q4_1,

@@ -242,12 +242,12 @@ pub fn q8_tokens_per_workgroup(tokens: u32) -> u32 {
 }
 
 /// How a product on quantized x walks a workgroup's tokens in a step of `tokens`
-/// ([`trine_ops::matvec_q8_rows::Walk`]): a prompt's one after another on a CPU, whose
-/// 2-core VM's 1B layout prefilled 6–24% faster so (docs/bench/cpu.md); together on a GPU
-/// (`gpu`: the executor groups blocks for one), where walking the rows again for each token
-/// was not measured.
-pub fn q8_walk(tokens: u32, gpu: bool) -> trine_ops::matvec_q8_rows::Walk {
-    if tokens > 1 && !gpu {
+/// ([`trine_ops::matvec_q8_rows::Walk`]): a prompt's one after another where the device calls
+/// packed dot products as functions (`dot_calls`: the cpu backend, whose 2-core VM's 1B layout
+/// prefilled 6–24% faster so, docs/bench/cpu.md); together elsewhere (lavapipe's prompts
+/// measured about 9% slower one after another, and a GPU's were not measured).
+pub fn q8_walk(tokens: u32, dot_calls: bool) -> trine_ops::matvec_q8_rows::Walk {
+    if tokens > 1 && dot_calls {
         trine_ops::matvec_q8_rows::Walk::Serial
     } else {
         trine_ops::matvec_q8_rows::Walk::Together

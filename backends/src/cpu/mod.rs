@@ -197,7 +197,10 @@ impl CpuBackend {
             driver,
             runtime_version: env!("CARGO_PKG_VERSION").into(),
             notes,
-            tuning: Default::default(),
+            tuning: crate::Tuning {
+                dot_calls: true,
+                ..Default::default()
+            },
         };
         CpuBackend {
             info,

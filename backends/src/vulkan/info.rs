@@ -413,6 +413,6 @@ fn tuning(vendor_id: u32) -> crate::Tuning {
     let nvidia = vendor_id == NVIDIA;
     crate::Tuning {
         flash_key_chunks: nvidia,
-        launches_overlap: false,
+        ..Default::default()
     }
 }

@@ -149,6 +149,7 @@ impl Engine {
             rot_dim: model.config.n_rot,
             grouped_blocks: offer.gpu,
             warpgroups: info.group_mma,
+            dot_calls: info.tuning.dot_calls,
         };
         Engine::build(model, backend, options, (shape, tuned), offer)
     }
