@@ -329,6 +329,7 @@ pub fn fuse(
                 Some(on) => {
                     let (layer, total) = (node.layer, 2 * c.experts.map_or(0, |e| e.ff));
                     let node = |op, label| Node { op, label, layer };
+                    let widened = matches!(on, ExpertsOn::Widened(_));
                     match on {
                         ExpertsOn::Tiles(_) | ExpertsOn::Widened(_) => {
                             out.push(node(Op::MoeSort, "ffn_moe_sort"))
@@ -338,7 +339,7 @@ pub fn fuse(
                             "quantize",
                         )),
                     }
-                    if matches!(on, ExpertsOn::Widened(_)) {
+                    if widened {
                         let cols = w.tensors[gate].cols;
                         let x = Tensor::Normed;
                         let op = Op::HalfX {
@@ -350,7 +351,7 @@ pub fn fuse(
                     }
                     let halves = [(gate, 0, "ffn_moe_gate"), (up, total / 2, "ffn_moe_up")];
                     for (id, first, label) in halves {
-                        if matches!(on, ExpertsOn::Widened(_)) {
+                        if widened {
                             out.push(node(widen_whole(w, id), "widen"));
                         }
                         let op = Op::ExpertRows {

@@ -92,8 +92,8 @@ pub const MAX_FLASH_SPLITS: u32 = 4;
 
 /// [`FLASH_SPLIT_KEYS`] and [`MAX_FLASH_SPLITS`] for heads wider than the kernel on matrix
 /// tiles takes (Gemma 3's 256), whose scalar kernel walks 8 keys a block with few workgroups
-/// a head: chunks of 64 keys, up to 8, took Gemma 3 1B's prompt attention from 142 to 107 µs a
-/// layer on CUDA and left NVIDIA's Vulkan as it was (docs/models/gemma.md).
+/// a head: twice the chunks, half as long, measured faster on CUDA and no slower on NVIDIA's
+/// Vulkan (docs/models/gemma.md).
 pub const WIDE_SPLIT_KEYS: u32 = 64;
 /// See [`WIDE_SPLIT_KEYS`].
 pub const MAX_WIDE_FLASH_SPLITS: u32 = 8;
@@ -243,9 +243,9 @@ pub fn q8_tokens_per_workgroup(tokens: u32) -> u32 {
 
 /// How a product on quantized x walks a workgroup's tokens in a step of `tokens`
 /// ([`trine_ops::matvec_q8_rows::Walk`]): a prompt's one after another where the device calls
-/// packed dot products as functions (`dot_calls`: the cpu backend, whose 2-core VM's 1B layout
-/// prefilled 6–24% faster so, docs/bench/cpu.md); together elsewhere (lavapipe's prompts
-/// measured about 9% slower one after another, and a GPU's were not measured).
+/// packed dot products as functions (`dot_calls`: the cpu backend, whose prompts measured
+/// faster so, docs/bench/cpu.md); together elsewhere (lavapipe's prompts measured slower one
+/// after another, and a GPU's were not measured).
 pub fn q8_walk(tokens: u32, dot_calls: bool) -> trine_ops::matvec_q8_rows::Walk {
     if tokens > 1 && dot_calls {
         trine_ops::matvec_q8_rows::Walk::Serial
@@ -315,10 +315,10 @@ pub fn experts_block(
     e: crate::config::Experts,
     widened: bool,
 ) -> matmul_tiles::BlockSize {
-    let (pairs, _) = matmul_tiles::BlockSize::Small.dims();
     if widened {
         return matmul_tiles::BlockSize::Medium;
     }
+    let (pairs, _) = matmul_tiles::BlockSize::Small.dims();
     if u64::from(tokens) * u64::from(e.used) <= u64::from(pairs) * u64::from(e.count) {
         matmul_tiles::BlockSize::Small
     } else {

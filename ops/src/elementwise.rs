@@ -38,13 +38,12 @@ pub(crate) fn silu_ir<'b>(k: &'b KernelBuilder, x: Val<'b>) -> Val<'b> {
 /// up rows stacked in pairs produces (the executor's `w_gate_up`), for a product whose SwiGLU
 /// runs after it instead of in its epilogue. Buffers: `x`, `y` f32. Params: n (outputs).
 pub fn swiglu_pairs_kernel() -> Kernel {
-    glu_pairs_kernel("swiglu_pairs_f32", silu_ir)
+    glu_pairs_kernel(Glu::Swiglu)
 }
 
-/// `y[i] = act(x[2i])·x[2i + 1]`, the gated unit of interleaved pairs that SwiGLU and GeGLU
-/// share.
-fn glu_pairs_kernel(name: &str, act: for<'b> fn(&'b KernelBuilder, Val<'b>) -> Val<'b>) -> Kernel {
-    let k = KernelBuilder::new(name, [WG, 1, 1]);
+/// `y[i] = act(x[2i])·x[2i + 1]`, the gated unit `glu` of interleaved pairs.
+fn glu_pairs_kernel(glu: Glu) -> Kernel {
+    let k = KernelBuilder::new(&format!("{}_pairs_f32", glu.name()), [WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let y = k.buffer("y", Scalar::F32, Access::Write);
     let n = k.param("n", Scalar::U32);
@@ -52,7 +51,7 @@ fn glu_pairs_kernel(name: &str, act: for<'b> fn(&'b KernelBuilder, Val<'b>) -> V
     k.if_(i.lt(n), || {
         let gate = k.load(x, i * k.u32(2));
         let up = k.load(x, i * k.u32(2) + k.u32(1));
-        k.store(y, i, act(&k, gate) * up);
+        k.store(y, i, glu.ir(&k, gate, up));
     });
     k.finish()
 }
@@ -71,11 +70,11 @@ fn gelu_ir<'b>(k: &'b KernelBuilder, x: Val<'b>) -> Val<'b> {
 /// rows stacked in pairs, as [`swiglu_pairs_kernel`] with GELU for silu. Buffers: `x`, `y` f32.
 /// Params: n (outputs).
 pub fn geglu_pairs_kernel() -> Kernel {
-    glu_pairs_kernel("geglu_pairs_f32", gelu_ir)
+    glu_pairs_kernel(Glu::Geglu)
 }
 
-/// The activation of a gated unit's gate: SiLU (SwiGLU) or GELU's tanh form (GeGLU), as a
-/// product's epilogue applies it to the row pairs it computes ([`crate::matmul_tiles`]).
+/// The activation of a gated unit's gate: SiLU (SwiGLU) or GELU's tanh form (GeGLU), as the
+/// pairs kernels and a product's epilogue ([`crate::matmul_tiles`]) apply it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Glu {
     Swiglu,

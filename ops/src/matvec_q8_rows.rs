@@ -310,7 +310,7 @@ pub enum Walk {
     /// Token after token, each walking all the blocks, which stay in cache for the tokens
     /// after the first: a step keeps one token's sum live across the packed dot products,
     /// which the C lowering calls as functions that clobber every vector register (taking
-    /// every token's sums in a step, each call spilled them all). The CPUs' walk.
+    /// every token's sums in a step, each call spilled them all).
     Serial,
 }
 

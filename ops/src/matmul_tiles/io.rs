@@ -1,5 +1,5 @@
 //! A product kernel's buffers and parameters ([`Io`]), and where the block's sums go
-//! ([`Output`]): y, plus the residual, or SwiGLU of row pairs, guarded at y's edges.
+//! ([`Output`]): y, plus the residual, or a gated unit of row pairs, guarded at y's edges.
 
 use super::TilesSpec;
 use crate::elementwise::Glu;
