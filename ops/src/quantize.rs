@@ -96,8 +96,14 @@ pub fn kernel(blocks: XBlocks, load: XLoad) -> Result<Kernel, ShapeError> {
             let eps = k.param("eps", Scalar::F32);
             // A block lies in one row: cols is a multiple of the block.
             let base = (b * k.u32(n) / cols) * cols;
+            // The norm's weight is the model's, written by no dispatch: on CUDA its element
+            // is read before the wait for the product ahead, off the step's critical path.
+            k.settled(g);
+            k.prefetch(g, at - base);
+            let weight = k.load(g, at - base);
+            let own = k.load(x, at);
             let scale = inv_rms(&k, &reducer, (x, base), cols, eps);
-            k.load(x, at) * scale * k.load(g, at - base)
+            own * scale * weight
         }
         (XLoad::Combine { head_dim, splits }, _) => {
             let d = k.u32(head_dim);

@@ -144,6 +144,7 @@ pub fn kernel(
         || !(1..=2).contains(&teams.units)
         || !(1..=2).contains(&teams.steps)
         || !per_block.is_multiple_of(teams.units)
+        || !(teams.width * teams.units).is_multiple_of(per_block)
     {
         return Err(ShapeError::Unsupported {
             op: OP,
@@ -217,38 +218,54 @@ pub fn kernel(
             .collect()
     });
     let accs: Vec<_> = (0..nrows).map(|_| k.var("acc", Scalar::F32)).collect();
-    // A step is `teams.units` units that follow each other, of one block.
+    // A step is `teams.units` units that follow each other, of one block. A team's steps
+    // cover whole blocks, so an invocation keeps its units' place in a block from one step to
+    // the next: the loop walks blocks, and what depends on that place (which runs, which
+    // scales of the block's header) is computed once, outside it.
     let units_a_step = teams.units;
-    let steps = blocks * k.u32(per_block / units_a_step);
+    let first = lane * k.u32(units_a_step);
+    let unit = first % k.u32(per_block);
+    let of: Vec<_> = (0..units_a_step)
+        .map(|i| if i == 0 { unit } else { unit + k.u32(i) })
+        .collect();
+    let blocks_a_step = width * units_a_step / per_block;
     let at: Vec<_> = rows_at.iter().map(|&row| ((w, w16), row)).collect();
-    k.for_range(lane, steps, width * teams.steps, |q0| {
-        let mut sums: Vec<_> = accs.iter().map(|a| a.get()).collect();
-        for s in 0..teams.steps {
-            // An iteration's later step past the row's end reads its last step again, unused.
-            let q = if s == 0 { q0 } else { q0 + k.u32(width * s) };
-            let at_q = if s == 0 { q } else { q.min(steps - k.u32(1)) };
-            let first = if units_a_step == 1 {
-                at_q
-            } else {
-                at_q * k.u32(units_a_step)
-            };
-            let (b, unit) = (first / k.u32(per_block), first % k.u32(per_block));
-            let of: Vec<_> = (0..units_a_step)
-                .map(|i| if i == 0 { unit } else { unit + k.u32(i) })
-                .collect();
-            let new = unit_sums(&k, (p, units), &at, (xq, xd, None), (blocks, b, &of), &sums);
-            sums = if s == 0 {
-                new
-            } else {
-                let inside = q.lt(steps);
-                new.iter()
-                    .zip(&sums)
-                    .map(|(&n, &o)| k.select(inside, n, o))
-                    .collect()
-            };
-        }
-        accs.iter().zip(sums).for_each(|(acc, sum)| acc.set(sum));
-    });
+    k.for_range(
+        first / k.u32(per_block),
+        blocks,
+        blocks_a_step * teams.steps,
+        |b0| {
+            let mut sums: Vec<_> = accs.iter().map(|a| a.get()).collect();
+            for s in 0..teams.steps {
+                // An iteration's later step past the row's end reads its last block again,
+                // unused.
+                let b = if s == 0 {
+                    b0
+                } else {
+                    b0 + k.u32(blocks_a_step * s)
+                };
+                let at_b = if s == 0 { b } else { b.min(blocks - k.u32(1)) };
+                let new = unit_sums(
+                    &k,
+                    (p, units),
+                    &at,
+                    (xq, xd, None),
+                    (blocks, at_b, &of),
+                    &sums,
+                );
+                sums = if s == 0 {
+                    new
+                } else {
+                    let inside = b.lt(blocks);
+                    new.iter()
+                        .zip(&sums)
+                        .map(|(&n, &o)| k.select(inside, n, o))
+                        .collect()
+                };
+            }
+            accs.iter().zip(sums).for_each(|(acc, sum)| acc.set(sum));
+        },
+    );
     let reducer = Reducer::teams(&k, reduce, width);
     let totals: Vec<_> = accs
         .iter()
