@@ -93,6 +93,8 @@ pub enum KernelKey {
         rows: u32,
         /// How a workgroup's invocations divide its rows ([`tuning::q8_blocks_teams`]).
         teams: matvec_q8_blocks::Teams,
+        /// Each team asks L2 for its rows first ([`tuning::q8_blocks_prefetch`]).
+        prefetch: bool,
     },
     /// A prompt's product on matrix tiles ([`Form::Tiles`], [`Form::Widened`]).
     MatmulTiles(TilesKey),
@@ -266,15 +268,17 @@ impl std::fmt::Display for KernelKey {
                 epilogue,
                 rows,
                 teams,
+                prefetch,
             } => {
                 let add = match epilogue {
                     MatvecEpilogue::Add => ", add",
                     MatvecEpilogue::RopeStore(_) => ", rope, kv cache store",
                     MatvecEpilogue::None | MatvecEpilogue::Swiglu => "",
                 };
+                let prefetch = if *prefetch { "" } else { ", no L2 prefetch" };
                 write!(
                     f,
-                    "matvec {weights} blocks × q8 ({rows} rows a team of {}, {} units a step{add})",
+                    "matvec {weights} blocks × q8 ({rows} rows a team of {}, {} units a step{add}{prefetch})",
                     teams.width, teams.units
                 )
             }
@@ -446,6 +450,7 @@ impl KernelKey {
                             epilogue,
                             rows,
                             teams,
+                            prefetch: tuning::q8_blocks_prefetch(ty, t.cols),
                         }
                     }
                     Form::Tiles | Form::Widened => KernelKey::MatmulTiles(TilesKey {
@@ -628,8 +633,9 @@ impl KernelKey {
                 epilogue,
                 rows,
                 teams,
+                prefetch,
             } => on_blocks(info, reductions, |how, f16_view| {
-                matvec_q8_blocks::kernel(weights, how, rows, teams, epilogue, f16_view)
+                matvec_q8_blocks::kernel(weights, how, rows, teams, epilogue, (f16_view, prefetch))
             })?,
             KernelKey::MatmulTiles(key) => {
                 let mut variants = vec![];

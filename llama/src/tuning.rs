@@ -284,6 +284,15 @@ pub fn q8_blocks_teams(ty: WeightType, rows: u32, cols: u32) -> Teams {
     }
 }
 
+/// Whether a GPU's decode product on the file's blocks of `ty` weights in rows of `cols` asks
+/// L2 for each team's rows before it waits for the dispatch ahead
+/// ([`trine_ops::matvec_q8_blocks::kernel`]). Not on the grouped Q4_0, Q4_1 and Q8_0 layouts
+/// in rows of 4,096 and more, where the step measured faster without it; the K-quants, and
+/// the grouped layouts' shorter rows, measured faster with it (docs/bench/decode.md).
+pub fn q8_blocks_prefetch(ty: WeightType, cols: u32) -> bool {
+    !(WeightType::GROUPED.contains(&ty) && cols >= 4096)
+}
+
 /// The type an executor's kernels read weight `id` as. One that groups blocks (`grouped`, a
 /// GPU's and its checkers: [`crate::planner::KernelShape::grouped_blocks`]) holds the Q4_0, Q4_1
 /// and Q8_0 weights it may ([`Weights::groupable`]) in rows of whole groups in groups of

@@ -22,7 +22,7 @@ pub fn case(
     (rows, cols): (u32, u32),
     reduce: Reduction,
     (rows_per_team, teams): (u32, Teams),
-    (add, f16_view): (bool, bool),
+    (add, f16_view, prefetch): (bool, bool, bool),
 ) -> Result<Case, ShapeError> {
     let (p, _) = format(OP, ty)?;
     if !takes(ty, cols) {
@@ -42,10 +42,11 @@ pub fn case(
     let resid = rng.f32s(r, -1.0, 1.0);
     let view = if f16_view { "_h" } else { "" };
     let suffix = if add { "_add" } else { "" };
+    let nopf = if prefetch { "" } else { "_nopf" };
     let w = crate::blocks::pad_to_words(w);
     let mut case = Case::new(
         format!(
-            "{OP}/{ty}/{rows}x{cols}/blocks_{}_r{rows_per_team}_t{}u{}s{}{view}{suffix}",
+            "{OP}/{ty}/{rows}x{cols}/blocks_{}_r{rows_per_team}_t{}u{}s{}{view}{suffix}{nopf}",
             reduce.name(),
             teams.width,
             teams.units,
@@ -57,7 +58,7 @@ pub fn case(
             rows_per_team,
             teams,
             if add { Epilogue::Add } else { Epilogue::None },
-            f16_view,
+            (f16_view, prefetch),
         )?,
         grid(rows, rows_per_team, teams),
     )
@@ -137,7 +138,7 @@ pub fn rope_case(
         rows_per_team,
         teams,
         Epilogue::RopeStore(rope),
-        true,
+        (true, true),
     )?;
     let w = crate::blocks::pad_to_words(w);
     let mut params = vec![ParamValue::U32(rows), ParamValue::U32(cols)];
@@ -252,18 +253,40 @@ pub fn cases() -> Vec<Case> {
             steps: 1,
         };
         let (shared, subgroup) = (Reduction::Shared, Reduction::Subgroup);
-        // (rows, cols), reduction, (rows a team, teams), (residual added, f16 view). Of 4,608
-        // columns (18 blocks, 72 pairs) two steps of 32 pairs take 64, then 8 and one past the end.
+        // (rows, cols), reduction, (rows a team, teams), (residual added, f16 view, L2
+        // prefetch). Of 4,608 columns (18 blocks, 72 pairs) two steps of 32 pairs take 64,
+        // then 8 and one past the end.
         let shapes = [
-            ((4, 256), shared, (1, Teams::WHOLE), (false, false)),
-            ((7, 768), subgroup, (2, Teams::WHOLE), (false, true)),
-            ((9, 4608), subgroup, (1, Teams::WHOLE), (true, true)),
-            ((5, 768), shared, (2, Teams::WHOLE), (true, false)),
-            ((7, 768), subgroup, (2, one), (false, true)),
-            ((10, 2048), subgroup, (2, Teams::pairs(1)), (false, true)),
-            ((13, 4608), subgroup, (2, Teams::pairs(2)), (false, true)),
-            ((11, 2304), shared, (2, Teams::pairs(2)), (true, false)),
-            ((9, 4608), subgroup, (2, Teams::pairs(2)), (true, true)),
+            ((4, 256), shared, (1, Teams::WHOLE), (false, false, true)),
+            ((7, 768), subgroup, (2, Teams::WHOLE), (false, true, true)),
+            ((9, 4608), subgroup, (1, Teams::WHOLE), (true, true, true)),
+            ((9, 4608), subgroup, (2, Teams::WHOLE), (true, true, false)),
+            ((5, 768), shared, (2, Teams::WHOLE), (true, false, false)),
+            ((7, 768), subgroup, (2, one), (false, true, true)),
+            (
+                (10, 2048),
+                subgroup,
+                (2, Teams::pairs(1)),
+                (false, true, true),
+            ),
+            (
+                (13, 4608),
+                subgroup,
+                (2, Teams::pairs(2)),
+                (false, true, true),
+            ),
+            (
+                (11, 2304),
+                shared,
+                (2, Teams::pairs(2)),
+                (true, false, true),
+            ),
+            (
+                (9, 4608),
+                subgroup,
+                (2, Teams::pairs(2)),
+                (true, true, false),
+            ),
         ];
         for (shape, reduce, per, how) in shapes {
             out.push(case(ty, shape, reduce, per, how).expect("valid shapes"));
@@ -286,7 +309,7 @@ mod tests {
             1,
             Teams::WHOLE,
             Epilogue::None,
-            false,
+            (false, true),
         )
         .unwrap_err()
         .to_string();
@@ -301,7 +324,7 @@ mod tests {
             2,
             Teams::WHOLE,
             Epilogue::Swiglu,
-            false,
+            (false, true),
         )
         .unwrap_err();
         assert!(e.to_string().contains("SwiGLU"), "{e}");
@@ -312,7 +335,7 @@ mod tests {
             (1, 96),
             Reduction::Shared,
             (1, Teams::WHOLE),
-            (false, false),
+            (false, false, true),
         )
         .unwrap_err();
         assert!(e.to_string().contains("96"), "{e}");

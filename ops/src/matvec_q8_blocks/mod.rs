@@ -108,14 +108,16 @@ pub fn takes(ty: WeightType, cols: u32) -> bool {
 /// ([`Epilogue::Add`]: `r`, F32 `[rows]`, added, a residual connection; then `y`, F32
 /// `[rows]`; [`Epilogue::RopeStore`]: no `y`, the rows are a QKV product's, rotated and
 /// stored as [`crate::matvec_attn`]'s epilogue does it, for one token); parameters `rows`,
-/// `cols` (and the rope's); grid [`grid`].
+/// `cols` (and the rope's); grid [`grid`]. With `prefetch`, each team first asks L2 for its
+/// rows, which on CUDA runs before the wait for the dispatch ahead; without it the name ends
+/// in `_nopf`.
 pub fn kernel(
     ty: WeightType,
     reduce: Reduction,
     rows_per_team: u32,
     teams: Teams,
     epilogue: Epilogue,
-    f16_view: bool,
+    (f16_view, prefetch): (bool, bool),
 ) -> Result<Kernel, ShapeError> {
     let (p, units) = format(OP, ty)?;
     let nrows = crate::support::nonzero(OP, "rows per team", rows_per_team)?;
@@ -169,6 +171,9 @@ pub fn kernel(
         Epilogue::RopeStore(shape) => name.push_str(&format!("_{}", shape.name())),
         Epilogue::None | Epilogue::Swiglu => {}
     }
+    if !prefetch {
+        name.push_str("_nopf");
+    }
     let k = KernelBuilder::new(&name, [WORKGROUP, 1, 1]);
     let w = k.buffer("w", Scalar::U32, Access::Read);
     let w16 = f16_view.then(|| k.buffer("w16", Scalar::F16, Access::Read));
@@ -204,10 +209,12 @@ pub fn kernel(
         .map(|i| (row0 + k.u32(i)).min(rows - k.u32(1)))
         .collect();
     let blocks = cols / k.u32(p.elems);
-    // The team's rows stream into L2 while the dispatch before it (x's quantizer) runs.
-    let row_bytes = blocks * k.u32(p.bytes);
-    let end = (rows_at[rows_at.len() - 1] + k.u32(1)) * row_bytes;
-    prefetch_bytes(&k, (w, 4), (lane, width), (rows_at[0] * row_bytes, end));
+    if prefetch {
+        // The team's rows stream into L2 while the dispatch before it (x's quantizer) runs.
+        let row_bytes = blocks * k.u32(p.bytes);
+        let end = (rows_at[rows_at.len() - 1] + k.u32(1)) * row_bytes;
+        prefetch_bytes(&k, (w, 4), (lane, width), (rows_at[0] * row_bytes, end));
+    }
     // Each pair's rotation, from settled buffers only: before the wait for the kernel ahead
     // on CUDA.
     let token = k.u32(0);
