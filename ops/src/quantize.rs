@@ -20,6 +20,11 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 
 const OP: &str = "quantize";
 
+/// Invocations of a quantizer that folds the RMS norm in, at least: each of its workgroups
+/// sums the whole row's squares, which 128 invocations walk in a quarter of the round trips
+/// to memory that 32 took (docs/bench/decode.md).
+const NORM_INVOCATIONS: u32 = 128;
+
 /// What the quantizer computes x from: x itself, or what a node before it would have written,
 /// saving that node's dispatch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -58,13 +63,14 @@ pub fn grid(blocks: XBlocks, elements: u32) -> [u32; 3] {
 
 /// Quantizes x (f32 `[tokens × cols]`) into `xq` (U32, a word per 4 elements), `xd` and
 /// `xs` (f32, one per 32 elements) as [`XBlocks`] says, from x as `load` says: a workgroup
-/// per block, an invocation per element. The block's maximum |x| is a
-/// workgroup reduction (a shared-memory tree, exact whatever its order); an invocation per
-/// 32 elements sums their codes (an integer below 2^24 in magnitude, exact in f32) and one
-/// per word packs four. Consecutive invocations read consecutive x values, which the C
-/// lowering loads as vectors; one invocation per block read each block with a gather per
-/// element, which GCC then ran in scalar code (measured slower on SmolLM2's quantize nodes
-/// on a CPU: docs/bench/cpu.md).
+/// per block, an invocation per element (with the norm folded in, at least
+/// [`NORM_INVOCATIONS`], those past the block summing the row's squares only). The block's
+/// maximum |x| is a workgroup reduction (a shared-memory tree, exact whatever its order); an
+/// invocation per 32 elements sums their codes (an integer below 2^24 in magnitude, exact in
+/// f32) and one per word packs four. Consecutive invocations read consecutive x values, which
+/// the C lowering loads as vectors; one invocation per block read each block with a gather
+/// per element, which GCC then ran in scalar code (measured slower on SmolLM2's quantize
+/// nodes on a CPU: docs/bench/cpu.md).
 pub fn kernel(blocks: XBlocks, load: XLoad) -> Result<Kernel, ShapeError> {
     if let XLoad::Combine { head_dim, splits } = load {
         nonzero(OP, "combined head_dim", head_dim)?;
@@ -72,7 +78,13 @@ pub fn kernel(blocks: XBlocks, load: XLoad) -> Result<Kernel, ShapeError> {
     }
     let n = blocks.elems();
     let name = format!("quantize_{}{}", blocks.name(), load.suffix());
-    let k = KernelBuilder::new(&name, [n, 1, 1]);
+    // With the norm folded in, every workgroup sums its whole row's squares: more invocations
+    // than the block's share that walk.
+    let wg = match load {
+        XLoad::Norm => n.max(NORM_INVOCATIONS),
+        _ => n,
+    };
+    let k = KernelBuilder::new(&name, [wg, 1, 1]);
     let x_name = match load {
         XLoad::Combine { .. } => "part",
         _ => "x",
@@ -84,7 +96,9 @@ pub fn kernel(blocks: XBlocks, load: XLoad) -> Result<Kernel, ShapeError> {
     let xs = k.buffer("xs", Scalar::F32, Access::Write);
     let lid = k.local_index();
     let b = k.workgroup_id(0);
-    let at = b * k.u32(n) + lid;
+    // Invocations past the block's elements read its last one and count as zeros.
+    let mine = (wg > n).then(|| lid.lt(k.u32(n)));
+    let at = b * k.u32(n) + if wg > n { lid.min(k.u32(n - 1)) } else { lid };
     let reducer = Reducer::new(&k, Reduction::Shared);
     let v = match (load, g) {
         (XLoad::Swiglu, _) => {
@@ -103,7 +117,8 @@ pub fn kernel(blocks: XBlocks, load: XLoad) -> Result<Kernel, ShapeError> {
             let weight = k.load(g, at - base);
             let own = k.load(x, at);
             let scale = inv_rms(&k, &reducer, (x, base), cols, eps);
-            own * scale * weight
+            let v = own * scale * weight;
+            mine.map_or(v, |mine| k.select(mine, v, k.f32(0.0)))
         }
         (XLoad::Combine { head_dim, splits }, _) => {
             let d = k.u32(head_dim);
@@ -121,7 +136,10 @@ pub fn kernel(blocks: XBlocks, load: XLoad) -> Result<Kernel, ShapeError> {
     let rounded = (v * id + k.f32(12_582_912.0)).bitcast(Scalar::U32) & k.u32(0x007f_ffff);
     let q = rounded.bitcast(Scalar::I32) - k.i32(0x0040_0000);
     let codes = k.shared("codes", Scalar::I32, n);
-    k.store_shared(codes, lid, q);
+    match mine {
+        Some(mine) => k.if_(mine, || k.store_shared(codes, lid, q)),
+        None => k.store_shared(codes, lid, q),
+    }
     k.barrier();
     let d = amax / k.f32(127.0);
     let scale = match blocks {
