@@ -508,7 +508,7 @@ fn store(form: Form, y: Tensor, next: Option<&Node>, offer: Offer) -> (Store, Te
 /// [`matvec_q8_rows::widens`]), else on float x.
 fn product_form(w: &Weights, id: WeightId, tokens: u32, s: Step, offer: Offer) -> Form {
     let t = &w.tensors[id];
-    // A GPU's executor groups blocks ([`crate::planner::KernelShape::grouped_blocks`]).
+    // A GPU's executor groups blocks ([`crate::planner::KernelShape::gpu_nodes`]).
     let ty = tuning::read_type(w, id, offer.gpu);
     let tiles = offer.tiles && tokens > 1 && matmul_tiles::check(t.rows, t.cols, 1).is_ok();
     if tiles && ty.is_quantized() && widen::check(ty, t.rows, t.cols).is_ok() {

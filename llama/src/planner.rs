@@ -45,10 +45,10 @@ pub struct KernelShape {
     /// ([`tuning::grouped_attention`]).
     pub grouped_attention: bool,
     pub rot_dim: u32,
-    /// Its kernels read Q4_0, Q4_1 and Q8_0 weights in groups of blocks
-    /// ([`tuning::read_type`]): a GPU's executor, whose nodes the fusion pass builds for a
-    /// GPU, and its checkers.
-    pub grouped_blocks: bool,
+    /// The executor runs a GPU's nodes (the fusion pass built them for a GPU; its checkers run
+    /// the same): its kernels read Q4_0, Q4_1 and Q8_0 weights in groups of blocks
+    /// ([`tuning::read_type`]), and its quantizers take [`tuning::quantize_invocations`].
+    pub gpu_nodes: bool,
     /// The device has warpgroup products: a prompt product takes the large block from
     /// fewer rows ([`matmul_tiles::BlockSize::for_product`]).
     pub warpgroups: bool,
@@ -134,6 +134,8 @@ pub enum KernelKey {
     Quantize {
         blocks: XBlocks,
         load: XLoad,
+        /// Invocations a workgroup takes at least ([`tuning::quantize_invocations`]).
+        invocations: u32,
     },
     /// A mixture-of-experts layer's routing ([`Op::MoeRoute`]).
     MoeRoute,
@@ -337,7 +339,7 @@ impl std::fmt::Display for KernelKey {
                 write!(f, "qkv {what}")
             }
             KernelKey::RopeStore { mode } => write!(f, "rope ({mode:?}), kv cache store"),
-            KernelKey::Quantize { blocks, load } => {
+            KernelKey::Quantize { blocks, load, .. } => {
                 let load = match load {
                     XLoad::None => String::new(),
                     XLoad::Swiglu => ", swiglu first".into(),
@@ -390,7 +392,7 @@ impl KernelKey {
     pub fn of(op: &Op, w: &Weights, s: KernelShape, tuned: &Tuned) -> KernelKey {
         match *op {
             Op::Embed { table, scale } => KernelKey::Embed {
-                table: tuning::read_type(w, table, s.grouped_blocks),
+                table: tuning::read_type(w, table, s.gpu_nodes),
                 scaled: scale.is_some(),
             },
             Op::Product {
@@ -404,7 +406,7 @@ impl KernelKey {
                 ..
             } => {
                 let t = &w.tensors[id];
-                let ty = tuning::read_type(w, id, s.grouped_blocks);
+                let ty = tuning::read_type(w, id, s.gpu_nodes);
                 // The one-token products' epilogue (GeGLU folds into products on tiles only).
                 let epilogue = || match store {
                     Store::None => MatvecEpilogue::None,
@@ -500,13 +502,17 @@ impl KernelKey {
                 },
             },
             Op::RopeStore { mode, .. } => KernelKey::RopeStore { mode },
-            Op::Quantize { blocks, from, .. } => KernelKey::Quantize {
-                blocks,
-                load: from.load(s.head_dim),
-            },
+            Op::Quantize { blocks, from, .. } => {
+                let load = from.load(s.head_dim);
+                KernelKey::Quantize {
+                    blocks,
+                    load,
+                    invocations: tuning::quantize_invocations(blocks, load, s.gpu_nodes),
+                }
+            }
             Op::HalfX { .. } => KernelKey::HalfX,
             Op::Widen { w: id, .. } => KernelKey::Widen {
-                weights: tuning::read_type(w, id, s.grouped_blocks),
+                weights: tuning::read_type(w, id, s.gpu_nodes),
             },
             Op::MoeRoute => KernelKey::MoeRoute,
             Op::MoeSort => KernelKey::MoeSort,
@@ -531,7 +537,7 @@ impl KernelKey {
                     weights: if widened {
                         WeightType::F16
                     } else {
-                        tuning::read_type(w, id, s.grouped_blocks)
+                        tuning::read_type(w, id, s.gpu_nodes)
                     },
                     add: false,
                     glu: None,
@@ -733,9 +739,11 @@ impl KernelKey {
                     None => rope_store::kernel_q8((s.head_dim, s.rot_dim), mode)?,
                 })]
             }
-            KernelKey::Quantize { blocks, load } => {
-                vec![plain(quantize::kernel(blocks, load)?)]
-            }
+            KernelKey::Quantize {
+                blocks,
+                load,
+                invocations,
+            } => vec![plain(quantize::kernel(blocks, load, invocations)?)],
             KernelKey::HalfX => vec![plain(widen::x_kernel())],
             KernelKey::Widen { weights } => vec![plain(widen::kernel(weights)?)],
             KernelKey::MoeRoute => vec![plain(moe_route::kernel())],
@@ -902,7 +910,7 @@ mod tests {
             group: 1,
             grouped_attention: false,
             rot_dim: 64,
-            grouped_blocks: false,
+            gpu_nodes: false,
             warpgroups: false,
             dot_calls: false,
         };

@@ -11,7 +11,9 @@ use trine_ops::key_layout::KeyLayout;
 use trine_ops::kv_type::KvType;
 use trine_ops::matmul_tiles;
 use trine_ops::matvec::{MatvecSpec, Reduce};
+use trine_ops::matvec_q8::XBlocks;
 use trine_ops::matvec_q8_blocks::{self, Teams};
+use trine_ops::quantize::{self, XLoad};
 
 /// The KV cache type of an executor whose primary device is described by `info`, where none
 /// is asked for: f16 halves the cache and matches llama.cpp's default cache type; f32 where
@@ -293,8 +295,21 @@ pub fn q8_blocks_prefetch(ty: WeightType, cols: u32) -> bool {
     !(WeightType::GROUPED.contains(&ty) && cols >= 4096)
 }
 
+/// Invocations a workgroup of a quantizer into `blocks` from `load` takes at least
+/// ([`trine_ops::quantize::kernel`]): on a GPU's nodes, [`quantize::NORM_INVOCATIONS`] where
+/// it folds the RMS norm in (every workgroup sums its row's squares: 128 invocations decoded
+/// the 8B layouts 3.5% faster than 32), else one per element of its block (on the cpu backend
+/// 128 decoded the 1B layout 6% slower). docs/bench/decode.md.
+pub fn quantize_invocations(blocks: XBlocks, load: XLoad, gpu_nodes: bool) -> u32 {
+    if gpu_nodes && load == XLoad::Norm {
+        quantize::NORM_INVOCATIONS
+    } else {
+        blocks.elems()
+    }
+}
+
 /// The type an executor's kernels read weight `id` as. One that groups blocks (`grouped`, a
-/// GPU's and its checkers: [`crate::planner::KernelShape::grouped_blocks`]) holds the Q4_0, Q4_1
+/// GPU's and its checkers: [`crate::planner::KernelShape::gpu_nodes`]) holds the Q4_0, Q4_1
 /// and Q8_0 weights it may ([`Weights::groupable`]) in rows of whole groups in groups of
 /// eight blocks ([`trine_gguf::quant::regroup`]), whose codes its decode products take as
 /// byte-code units (on the file's blocks they multiplied float x at a fraction of the rate

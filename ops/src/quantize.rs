@@ -20,10 +20,10 @@ use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
 
 const OP: &str = "quantize";
 
-/// Invocations of a quantizer that folds the RMS norm in, at least: each of its workgroups
+/// Invocations a GPU's quantizer that folds the RMS norm in takes: each of its workgroups
 /// sums the whole row's squares, which 128 invocations walk in a quarter of the round trips
-/// to memory that 32 took (docs/bench/decode.md).
-const NORM_INVOCATIONS: u32 = 128;
+/// to memory that 32 took.
+pub const NORM_INVOCATIONS: u32 = 128;
 
 /// What the quantizer computes x from: x itself, or what a node before it would have written,
 /// saving that node's dispatch.
@@ -63,27 +63,32 @@ pub fn grid(blocks: XBlocks, elements: u32) -> [u32; 3] {
 
 /// Quantizes x (f32 `[tokens × cols]`) into `xq` (U32, a word per 4 elements), `xd` and
 /// `xs` (f32, one per 32 elements) as [`XBlocks`] says, from x as `load` says: a workgroup
-/// per block, an invocation per element (with the norm folded in, at least
-/// [`NORM_INVOCATIONS`], those past the block summing the row's squares only). The block's
+/// per block, an invocation per element, and at least `invocations` (those past the block
+/// only sum a folded norm's row of squares; the name then ends in `_wg` and the count). The
+/// block's
 /// maximum |x| is a workgroup reduction (a shared-memory tree, exact whatever its order); an
 /// invocation per 32 elements sums their codes (an integer below 2^24 in magnitude, exact in
 /// f32) and one per word packs four. Consecutive invocations read consecutive x values, which
 /// the C lowering loads as vectors; one invocation per block read each block with a gather
 /// per element, which GCC then ran in scalar code (measured slower on SmolLM2's quantize
 /// nodes on a CPU: docs/bench/cpu.md).
-pub fn kernel(blocks: XBlocks, load: XLoad) -> Result<Kernel, ShapeError> {
+pub fn kernel(blocks: XBlocks, load: XLoad, invocations: u32) -> Result<Kernel, ShapeError> {
     if let XLoad::Combine { head_dim, splits } = load {
         nonzero(OP, "combined head_dim", head_dim)?;
         nonzero(OP, "combined splits", splits)?;
     }
     let n = blocks.elems();
-    let name = format!("quantize_{}{}", blocks.name(), load.suffix());
-    // With the norm folded in, every workgroup sums its whole row's squares: more invocations
-    // than the block's share that walk.
-    let wg = match load {
-        XLoad::Norm => n.max(NORM_INVOCATIONS),
-        _ => n,
-    };
+    let wg = n.max(invocations);
+    if wg > n && load != XLoad::Norm {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: format!("{wg} invocations a block of {n} without a norm's row to sum"),
+        });
+    }
+    let mut name = format!("quantize_{}{}", blocks.name(), load.suffix());
+    if wg > n {
+        name.push_str(&format!("_wg{wg}"));
+    }
     let k = KernelBuilder::new(&name, [wg, 1, 1]);
     let x_name = match load {
         XLoad::Combine { .. } => "part",
@@ -194,7 +199,7 @@ fn quantize_case(blocks: XBlocks, cols: u32) -> Case {
     let q = quantize_x(&x, blocks);
     let case = Case::new(
         format!("quantize_{}/{cols}", blocks.name()),
-        kernel(blocks, XLoad::None).expect("a valid load"),
+        kernel(blocks, XLoad::None, blocks.elems()).expect("a valid load"),
         grid(blocks, cols),
     )
     .input("x", Scalar::F32, f32_bytes(&x));
@@ -275,16 +280,16 @@ fn quantize_swiglu_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
     let q = quantize_x(&v, blocks);
     let case = Case::new(
         format!("quantize_{}_swiglu/{tokens}x{cols}", blocks.name()),
-        kernel(blocks, XLoad::Swiglu).expect("a valid load"),
+        kernel(blocks, XLoad::Swiglu, blocks.elems()).expect("a valid load"),
         grid(blocks, tokens * cols),
     )
     .input("x", Scalar::F32, f32_bytes(&x));
     expect(case, &q)
 }
 
-/// The quantizer with the RMS norm folded in, on `tokens` rows of `cols`, against
-/// [`rms_norm::reference`] quantized by [`quantize_x`].
-fn quantize_norm_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
+/// The quantizer with the RMS norm folded in, on `tokens` rows of `cols`, at least
+/// `invocations` a workgroup, against [`rms_norm::reference`] quantized by [`quantize_x`].
+fn quantize_norm_case(blocks: XBlocks, tokens: u32, cols: u32, invocations: u32) -> Case {
     let mut rng = Rng::new(u64::from(cols) + 11);
     let mut x = rng.f32s((cols * tokens) as usize, -2.0, 2.0);
     let g = rng.f32s(cols as usize, 0.5, 1.5);
@@ -300,9 +305,10 @@ fn quantize_norm_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
     let n = blocks.elems() as usize;
     let v = away_from_halves(&mut x, n, computed, |x, i| x[i] *= 1.01);
     let q = quantize_x(&v, blocks);
+    let kernel = kernel(blocks, XLoad::Norm, invocations).expect("a valid load");
     let case = Case::new(
-        format!("quantize_{}_norm/{tokens}x{cols}", blocks.name()),
-        kernel(blocks, XLoad::Norm).expect("a valid load"),
+        format!("{}/{tokens}x{cols}", kernel.name),
+        kernel,
         grid(blocks, tokens * cols),
     )
     .input("x", Scalar::F32, f32_bytes(&x))
@@ -349,7 +355,7 @@ fn quantize_combine_case(blocks: XBlocks, tokens: u32, heads: u32, head_dim: u32
             "quantize_{}_combine/{tokens}x{heads}x{head_dim}",
             blocks.name()
         ),
-        kernel(blocks, load).expect("a valid load"),
+        kernel(blocks, load, blocks.elems()).expect("a valid load"),
         grid(blocks, tokens * heads * head_dim),
     )
     .input("part", Scalar::F32, f32_bytes(&part));
@@ -358,19 +364,46 @@ fn quantize_combine_case(blocks: XBlocks, tokens: u32, heads: u32, head_dim: u32
 
 /// Each quantizer at 4096 columns, and at 1024 (Q8_K's four blocks of 256, the fewest the
 /// case's special blocks need); with SwiGLU folded in, on three rows of 1024; with the norm,
-/// on two rows of 1024; with the combine, two tokens of eight heads of 64 (a Q8_K block
-/// spans four heads).
+/// on two rows of 1024, on a block's invocations and on [`NORM_INVOCATIONS`] where that is
+/// more; with the combine, two tokens of eight heads of 64 (a Q8_K block spans four heads).
 pub fn cases() -> Vec<Case> {
-    [XBlocks::Q8_0, XBlocks::Q8_1, XBlocks::Q8_K]
-        .into_iter()
-        .flat_map(|b| {
-            [
-                quantize_case(b, 4096),
-                quantize_case(b, 1024),
-                quantize_swiglu_case(b, 3, 1024),
-                quantize_norm_case(b, 2, 1024),
-                quantize_combine_case(b, 2, 8, 64),
-            ]
-        })
-        .collect()
+    let mut out = vec![];
+    for b in [XBlocks::Q8_0, XBlocks::Q8_1, XBlocks::Q8_K] {
+        out.extend([
+            quantize_case(b, 4096),
+            quantize_case(b, 1024),
+            quantize_swiglu_case(b, 3, 1024),
+            quantize_norm_case(b, 2, 1024, b.elems()),
+            quantize_combine_case(b, 2, 8, 64),
+        ]);
+        if NORM_INVOCATIONS > b.elems() {
+            out.push(quantize_norm_case(b, 2, 1024, NORM_INVOCATIONS));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// More invocations than a block's elements only where a norm's row gives them work.
+    #[test]
+    fn extra_invocations_without_a_norm_are_refused() {
+        let e = kernel(XBlocks::Q8_0, XLoad::Swiglu, NORM_INVOCATIONS).unwrap_err();
+        assert!(
+            e.to_string().contains("128 invocations a block of 32"),
+            "{e}"
+        );
+        let wide = kernel(XBlocks::Q8_0, XLoad::Norm, NORM_INVOCATIONS).expect("a norm's row");
+        assert_eq!(
+            (wide.name.as_str(), wide.workgroup_size),
+            ("quantize_q8_0_norm_wg128", [128, 1, 1])
+        );
+        let k = kernel(XBlocks::Q8_K, XLoad::Norm, NORM_INVOCATIONS).expect("a norm's row");
+        assert_eq!(
+            (k.name.as_str(), k.workgroup_size),
+            ("quantize_q8_k_norm", [256, 1, 1])
+        );
+    }
 }

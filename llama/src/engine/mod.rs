@@ -147,7 +147,7 @@ impl Engine {
             group: model.config.n_head / model.config.n_head_kv,
             grouped_attention: tuning::grouped_attention(options.context),
             rot_dim: model.config.n_rot,
-            grouped_blocks: offer.gpu,
+            gpu_nodes: offer.gpu,
             warpgroups: info.group_mma,
             dot_calls: info.tuning.dot_calls,
         };

@@ -509,7 +509,7 @@ impl Engine {
     /// the weight as the device holds it.
     fn read_weights(&self, id: WeightId) -> Tensor {
         let w = &self.model.weights;
-        if tuning::read_type(w, id, self.shape.grouped_blocks) == w.tensors[id].ty {
+        if tuning::read_type(w, id, self.shape.gpu_nodes) == w.tensors[id].ty {
             Tensor::Weight(id)
         } else {
             Tensor::Grouped(id)
