@@ -297,9 +297,9 @@ pub fn q8_blocks_prefetch(ty: WeightType, cols: u32) -> bool {
 
 /// Invocations a workgroup of a quantizer into `blocks` from `load` takes at least
 /// ([`trine_ops::quantize::kernel`]): on a GPU's nodes, [`quantize::NORM_INVOCATIONS`] where
-/// it folds the RMS norm in (every workgroup sums its row's squares: 128 invocations decoded
-/// the 8B layouts 3.5% faster than 32), else one per element of its block (on the cpu backend
-/// 128 decoded the 1B layout 6% slower). docs/bench/decode.md.
+/// it folds the RMS norm in (every workgroup sums its row's squares, which more invocations
+/// walked faster there), else one per element of its block (on the cpu backend the wider
+/// workgroups decoded slower). Measured in docs/bench/decode.md.
 pub fn quantize_invocations(blocks: XBlocks, load: XLoad, gpu_nodes: bool) -> u32 {
     if gpu_nodes && load == XLoad::Norm {
         quantize::NORM_INVOCATIONS

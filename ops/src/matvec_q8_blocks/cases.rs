@@ -256,6 +256,7 @@ pub fn cases() -> Vec<Case> {
         // (rows, cols), reduction, (rows a team, teams), (residual added, f16 view, L2
         // prefetch). Of 4,608 columns (18 blocks, 72 pairs) two steps of 32 pairs take 64,
         // then 8 and one past the end.
+        let (pairs1, pairs2) = (Teams::pairs(1), Teams::pairs(2));
         let shapes = [
             ((4, 256), shared, (1, Teams::WHOLE), (false, false, true)),
             ((7, 768), subgroup, (2, Teams::WHOLE), (false, true, true)),
@@ -263,30 +264,10 @@ pub fn cases() -> Vec<Case> {
             ((9, 4608), subgroup, (2, Teams::WHOLE), (true, true, false)),
             ((5, 768), shared, (2, Teams::WHOLE), (true, false, false)),
             ((7, 768), subgroup, (2, one), (false, true, true)),
-            (
-                (10, 2048),
-                subgroup,
-                (2, Teams::pairs(1)),
-                (false, true, true),
-            ),
-            (
-                (13, 4608),
-                subgroup,
-                (2, Teams::pairs(2)),
-                (false, true, true),
-            ),
-            (
-                (11, 2304),
-                shared,
-                (2, Teams::pairs(2)),
-                (true, false, true),
-            ),
-            (
-                (9, 4608),
-                subgroup,
-                (2, Teams::pairs(2)),
-                (true, true, false),
-            ),
+            ((10, 2048), subgroup, (2, pairs1), (false, true, true)),
+            ((13, 4608), subgroup, (2, pairs2), (false, true, true)),
+            ((11, 2304), shared, (2, pairs2), (true, false, true)),
+            ((9, 4608), subgroup, (2, pairs2), (true, true, false)),
         ];
         for (shape, reduce, per, how) in shapes {
             out.push(case(ty, shape, reduce, per, how).expect("valid shapes"));
