@@ -236,10 +236,9 @@ pub fn fuse(
                     i += 1;
                 }
                 let x = if form == Form::Widened {
-                    let cols = w.tensors[id].cols;
                     if halved != Some(x) {
                         out.push(Node {
-                            op: Op::HalfX { x, cols, tokens },
+                            op: half_x(w, id, (x, tokens)),
                             label: "x_f16",
                             layer: node.layer,
                         });
@@ -330,24 +329,14 @@ pub fn fuse(
                     let (layer, total) = (node.layer, 2 * c.experts.map_or(0, |e| e.ff));
                     let node = |op, label| Node { op, label, layer };
                     let widened = matches!(on, ExpertsOn::Widened(_));
+                    let x = (Tensor::Normed, s.tokens);
                     match on {
-                        ExpertsOn::Tiles(_) | ExpertsOn::Widened(_) => {
-                            out.push(node(Op::MoeSort, "ffn_moe_sort"))
+                        ExpertsOn::Tiles(_) => out.push(node(Op::MoeSort, "ffn_moe_sort")),
+                        ExpertsOn::Widened(_) => {
+                            out.push(node(Op::MoeSort, "ffn_moe_sort"));
+                            out.push(node(half_x(w, gate, x), "x_f16"));
                         }
-                        ExpertsOn::Rows => out.push(node(
-                            rows_quantizer(w, gate, (Tensor::Normed, s.tokens)),
-                            "quantize",
-                        )),
-                    }
-                    if widened {
-                        let cols = w.tensors[gate].cols;
-                        let x = Tensor::Normed;
-                        let op = Op::HalfX {
-                            x,
-                            cols,
-                            tokens: s.tokens,
-                        };
-                        out.push(node(op, "x_f16"));
+                        ExpertsOn::Rows => out.push(node(rows_quantizer(w, gate, x), "quantize")),
                     }
                     let halves = [(gate, 0, "ffn_moe_gate"), (up, total / 2, "ffn_moe_up")];
                     for (id, first, label) in halves {
@@ -405,26 +394,14 @@ pub fn fuse(
                 match experts_on(w, c, &[down], s, offer) {
                     Some(on) => {
                         let layer = node.layer;
+                        let before = |op, label| Node { op, label, layer };
                         match on {
-                            ExpertsOn::Rows => out.push(Node {
-                                op: rows_quantizer(w, down, x),
-                                label: "quantize",
-                                layer,
-                            }),
+                            ExpertsOn::Rows => {
+                                out.push(before(rows_quantizer(w, down, x), "quantize"))
+                            }
                             ExpertsOn::Widened(_) => {
-                                let (x, tokens) = x;
-                                let cols = w.tensors[down].cols;
-                                let op = Op::HalfX { x, cols, tokens };
-                                out.push(Node {
-                                    op,
-                                    label: "x_f16",
-                                    layer,
-                                });
-                                out.push(Node {
-                                    op: widen_whole(w, down),
-                                    label: "widen",
-                                    layer,
-                                });
+                                out.push(before(half_x(w, down, x), "x_f16"));
+                                out.push(before(widen_whole(w, down), "widen"));
                             }
                             ExpertsOn::Tiles(_) => {}
                         }
@@ -589,6 +566,15 @@ fn widen_whole(w: &Weights, id: WeightId) -> Op {
         rows: t.rows,
         cols: t.cols,
         first: 0,
+    }
+}
+
+/// x (`x`, `tokens` rows) rounded to f16 for a product on weight `id` widened to f16.
+fn half_x(w: &Weights, id: WeightId, (x, tokens): (Tensor, u32)) -> Op {
+    Op::HalfX {
+        x,
+        cols: w.tensors[id].cols,
+        tokens,
     }
 }
 

@@ -609,12 +609,11 @@ pub fn case_with(
         want.extend(reference(ty, &w, r, c, x)?);
     }
     let cat = |f: fn(&Q8Activations) -> &[u8]| xs.iter().flat_map(f).copied().collect::<Vec<u8>>();
-    let suffix = match (add, walk) {
-        (false, Walk::Together) => "",
-        (true, Walk::Together) => "_add",
-        (false, Walk::Serial) => "_serial",
-        (true, Walk::Serial) => "_serial_add",
-    };
+    let suffix = format!(
+        "{}{}",
+        if walk == Walk::Serial { "_serial" } else { "" },
+        if add { "_add" } else { "" }
+    );
     let mut case = Case::new(
         format!("{OP}/{ty}/{rows}x{cols}/rows{LANES}/t{tokens}_{per}{suffix}"),
         kernel,

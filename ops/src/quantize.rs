@@ -65,10 +65,9 @@ pub fn grid(blocks: XBlocks, elements: u32) -> [u32; 3] {
 /// `xs` (f32, one per 32 elements) as [`XBlocks`] says, from x as `load` says: a workgroup
 /// per block, an invocation per element, and at least `invocations` (those past the block
 /// only sum a folded norm's row of squares; the name then ends in `_wg` and the count). The
-/// block's
-/// maximum |x| is a workgroup reduction (a shared-memory tree, exact whatever its order); an
-/// invocation per 32 elements sums their codes (an integer below 2^24 in magnitude, exact in
-/// f32) and one per word packs four. Consecutive invocations read consecutive x values, which
+/// block's maximum |x| is a workgroup reduction (a shared-memory tree, exact whatever its
+/// order); an invocation per 32 elements sums their codes (an integer below 2^24 in
+/// magnitude, exact in f32) and one per word packs four. Consecutive invocations read consecutive x values, which
 /// the C lowering loads as vectors; one invocation per block read each block with a gather
 /// per element, which GCC then ran in scalar code (measured slower on SmolLM2's quantize
 /// nodes on a CPU: docs/bench/cpu.md).
@@ -103,7 +102,7 @@ pub fn kernel(blocks: XBlocks, load: XLoad, invocations: u32) -> Result<Kernel, 
     let b = k.workgroup_id(0);
     // Invocations past the block's elements read its last one and count as zeros.
     let mine = (wg > n).then(|| lid.lt(k.u32(n)));
-    let at = b * k.u32(n) + if wg > n { lid.min(k.u32(n - 1)) } else { lid };
+    let at = b * k.u32(n) + mine.map_or(lid, |_| lid.min(k.u32(n - 1)));
     let reducer = Reducer::new(&k, Reduction::Shared);
     let v = match (load, g) {
         (XLoad::Swiglu, _) => {
