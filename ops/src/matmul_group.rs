@@ -26,8 +26,15 @@ use trine_ir::{
     GROUP_ROWS,
 };
 
-/// Steps between a step's copies and its product.
-pub const AHEAD: u32 = 2;
+/// Steps between a step's copies and its product: a block's one workgroup on a
+/// multiprocessor (its shared memory allows no second) hides the copies' trip from memory
+/// behind this many steps of products, and its `AHEAD + 2` stages with one warpgroup's block
+/// of y ([`finish`]) fill the 227 KiB a Hopper workgroup may have ([`SHARED_LIMIT`]).
+pub const AHEAD: u32 = 4;
+
+/// The most shared memory a workgroup may have on the devices with warpgroup products
+/// (sm_90), in bytes.
+pub const SHARED_LIMIT: u64 = 227 * 1024;
 
 /// Stages of the staged blocks, with or without copies. At a step's barrier each warpgroup
 /// has one product left running, the step before's, and the other may have had two until
@@ -58,7 +65,15 @@ pub fn eligible(spec: &TilesSpec) -> bool {
 pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let k = KernelBuilder::new(&spec.name(), [spec.block.invocations(), 1, 1]);
     build(&k, spec)?;
-    Ok(k.finish())
+    let kernel = k.finish();
+    let bytes = kernel.shared_bytes();
+    if bytes > SHARED_LIMIT {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: format!("{} in {bytes} bytes of shared memory", spec.name()),
+        });
+    }
+    Ok(kernel)
 }
 
 fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
@@ -121,8 +136,9 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
     Ok(())
 }
 
-/// Writes the block's sums to y: each warpgroup stores its accumulator to shared memory,
-/// then consecutive invocations write consecutive rows of y (row pairs with SwiGLU).
+/// Writes the block's sums to y a warpgroup at a time: each stores its accumulator to shared
+/// memory in turn, then consecutive invocations write consecutive rows of y (row pairs with
+/// SwiGLU). A block of one warpgroup's rows leaves the stages the room of a sixth.
 fn finish<'b>(
     k: &'b KernelBuilder,
     acc: GroupAcc<'b>,
@@ -132,14 +148,22 @@ fn finish<'b>(
 ) {
     // Padded by 4 so that the rows a subgroup stores at once fall in different banks.
     let stride = bn + 4;
-    let block = k.shared("y_block", Scalar::F32, bm * stride);
-    let lid = k.local_index();
-    let group = lid / k.u32(GROUP_INVOCATIONS);
-    acc.store(
-        TileMemory::Shared(block),
-        group * k.u32(GROUP_ROWS * stride),
-        k.u32(stride),
-    );
-    k.barrier();
-    out.write_block(k, (block, stride), (bm, bn), invocations);
+    let block = k.shared("y_block", Scalar::F32, GROUP_ROWS * stride);
+    let group = k.local_index() / k.u32(GROUP_INVOCATIONS);
+    for g in 0..bm / GROUP_ROWS {
+        if g > 0 {
+            k.barrier();
+        }
+        k.if_(group.eq(k.u32(g)), || {
+            acc.store(TileMemory::Shared(block), k.u32(0), k.u32(stride))
+        });
+        k.barrier();
+        out.write_block(
+            k,
+            (block, stride),
+            (GROUP_ROWS, bn),
+            invocations,
+            g * GROUP_ROWS,
+        );
+    }
 }

@@ -233,7 +233,7 @@ impl<'b> Compute<'b> {
                     k.store_shared(block, t * k.u32(stride) + n, sum.get());
                 }
                 k.barrier();
-                out.write_block(k, (block, stride), (bm, bn), invocations);
+                out.write_block(k, (block, stride), (bm, bn), invocations, 0);
             }
         }
     }

@@ -62,7 +62,7 @@ impl<'b> Io<'b> {
                 k.param("first", Scalar::U32),
             )
         });
-        let t0 = k.workgroup_id(1) * k.u32(bm);
+        let t0 = k.workgroup_id(0) * k.u32(bm);
         let experts = lists.map(|(counts, lists)| {
             let per_x = k.param("per_x", Scalar::U32);
             let e = k.workgroup_id(2);
@@ -90,7 +90,7 @@ impl<'b> Io<'b> {
             tokens,
             part,
             t0,
-            r0: k.workgroup_id(0) * k.u32(bn),
+            r0: k.workgroup_id(1) * k.u32(bn),
             experts,
         }
     }
@@ -224,21 +224,23 @@ impl<'b> Output<'b> {
         (block, stride): (SharedId, u32),
         (bm, bn): (u32, u32),
         invocations: u32,
+        first: u32,
     ) {
         let lid = k.local_index();
         let read = |t: Val<'b>, n: Val<'b>| k.load_shared(block, t * k.u32(stride) + n);
+        let tok = |t: Val<'b>| t + k.u32(first);
         if let Some(glu) = self.glu {
             let pairs = bn / 2;
             k.for_range(k.u32(0), k.u32(bm * pairs), invocations, |e| {
                 let e = e + lid;
                 let (t, n) = (e / k.u32(pairs), e % k.u32(pairs) * k.u32(2));
-                self.write_pair(k, glu, (t, n), (read(t, n), read(t, n + k.u32(1))));
+                self.write_pair(k, glu, (tok(t), n), (read(t, n), read(t, n + k.u32(1))));
             });
         } else {
             k.for_range(k.u32(0), k.u32(bm * bn), invocations, |e| {
                 let e = e + lid;
                 let (t, n) = (e / k.u32(bn), e % k.u32(bn));
-                self.write(k, (t, n), read(t, n));
+                self.write(k, (tok(t), n), read(t, n));
             });
         }
     }

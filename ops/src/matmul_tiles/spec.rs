@@ -253,17 +253,20 @@ impl TilesSpec {
         self.block.dims()
     }
 
-    /// `[row blocks, token blocks, 1]`.
+    /// `[token blocks, row blocks, 1]`: the workgroups that read one block of W's rows are
+    /// consecutive, so they run side by side and W streams from memory about once, where
+    /// rows first had each block of W read again by every wave of a prompt's token blocks
+    /// (x, a prompt's few megabytes, stays in L2 either way).
     pub fn grid(&self, rows: u32, tokens: u32) -> [u32; 3] {
         let (bm, bn) = self.block();
-        [rows.div_ceil(bn), tokens.div_ceil(bm), 1]
+        [tokens.div_ceil(bm), rows.div_ceil(bn), 1]
     }
 
-    /// `[row blocks, token blocks, experts]` of an experts' product: an expert may have
+    /// `[token blocks, row blocks, experts]` of an experts' product: an expert may have
     /// every token's pair.
     pub fn experts_grid(&self, rows: u32, tokens: u32, experts: u32) -> [u32; 3] {
-        let [r, t, _] = self.grid(rows, tokens);
-        [r, t, experts]
+        let [t, r, _] = self.grid(rows, tokens);
+        [t, r, experts]
     }
 
     /// Parameters: rows, cols, tokens.

@@ -1,6 +1,7 @@
 //! Unit tests of the tiled product: shape errors, shared memory per block, the variants'
 //! fallbacks, the block and depth a product takes.
 
+use crate::elementwise::Glu;
 use crate::shape::ShapeError;
 use trine_gguf::quant::WeightType;
 
@@ -66,6 +67,39 @@ fn blocks_fit_shared_memory() {
     }
 }
 
+/// The warpgroup products fit a Hopper workgroup's shared memory, copied or put, with or
+/// without SwiGLU: their stages and one warpgroup's block of y.
+#[test]
+fn warpgroup_blocks_fit_shared_memory() {
+    for (weights, glu) in [
+        (WeightType::F16, None),
+        (WeightType::Q4_1, Some(Glu::Swiglu)),
+    ] {
+        let spec = TilesSpec {
+            weights,
+            add: false,
+            tiles: Some(32),
+            block: BlockSize::Large,
+            depth: MAX_DEPTH,
+            copies: false,
+            half_x: weights == WeightType::F16,
+            group: false,
+            glu,
+            part: false,
+            experts: false,
+        }
+        .copied()
+        .grouped();
+        assert!(spec.group, "{}", spec.name());
+        let bytes = kernel(spec).unwrap().shared_bytes();
+        assert!(
+            bytes <= crate::matmul_group::SHARED_LIMIT,
+            "{}: {bytes}",
+            spec.name()
+        );
+    }
+}
+
 /// The large block falls back to the medium one on tiles, then to the scalar variant,
 /// each with the grid of its own block.
 #[test]
@@ -94,7 +128,7 @@ fn large_blocks_fall_back_to_medium_ones() {
         ]
     );
     let grids: Vec<_> = variants.iter().map(|v| v.grid(4096, 512)).collect();
-    assert_eq!(grids, [[32, 4, 1], [64, 8, 1], [64, 8, 1]]);
+    assert_eq!(grids, [[4, 32, 1], [8, 64, 1], [8, 64, 1]]);
     for v in &variants {
         assert_eq!(kernel(*v).unwrap().name, v.name());
     }
@@ -137,12 +171,12 @@ fn blocks_follow_the_product() {
         experts: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
-    assert_eq!(spec.scalar().grid(4096, 512), [64, 8, 1]);
+    assert_eq!(spec.scalar().grid(4096, 512), [8, 64, 1]);
     let tiled = TilesSpec {
         tiles: Some(32),
         ..spec
     };
-    assert_eq!(tiled.grid(4096, 512), [32, 4, 1]);
+    assert_eq!(tiled.grid(4096, 512), [4, 32, 1]);
 }
 
 /// Steps are as deep as K allows, and a depth the kernel has no staging for is refused.
