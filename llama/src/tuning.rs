@@ -63,14 +63,23 @@ pub fn gpu_splits(context: u32) -> u32 {
 }
 
 /// Whether a GPU's decode attention over a cache of `context` positions takes a KV head's
-/// query heads in one workgroup (`trine_ops::attention_split::grouped_kernel`): where the
-/// context takes more than [`GPU_SPLITS`] splits. Over long caches the reads of K and V
-/// dominate, which the grouped kernel shares between the query heads; over short ones it
-/// launches `group` times fewer workgroups, which lost on a 3-way group of 64-wide heads
-/// (docs/bench/scale.md).
-pub fn grouped_attention(context: u32) -> bool {
+/// query heads in one workgroup (`trine_ops::attention_split::grouped_kernel`). Where the
+/// context takes more than [`GPU_SPLITS`] splits, on every device: over long caches the
+/// reads of K and V dominate, which the grouped kernel shares between the query heads. Over
+/// short ones it launches `group` times fewer workgroups, which lost on SmolLM2's 3 KV heads
+/// of 64 (docs/bench/scale.md) and won on a GPU's nodes with [`GROUPED_KV_HEADS`] KV heads
+/// of [`GROUPED_HEAD_DIM`] (docs/bench/decode.md): those still fill a few dozen workgroups,
+/// and a subgroup's lanes share each key's row where the per-head kernel walks it in one
+/// invocation.
+pub fn grouped_attention(context: u32, gpu: bool, (kv_heads, head_dim): (u32, u32)) -> bool {
     gpu_splits(context) > GPU_SPLITS
+        || (gpu && kv_heads >= GROUPED_KV_HEADS && head_dim >= GROUPED_HEAD_DIM)
 }
+
+/// See [`grouped_attention`].
+pub const GROUPED_KV_HEADS: u32 = 8;
+/// See [`grouped_attention`].
+pub const GROUPED_HEAD_DIM: u32 = 128;
 
 /// Splits of a step of `tokens`' split attention: `decode` (the executor's
 /// [`gpu_splits`], 1 on a CPU) for one token, one for prompts.

@@ -145,7 +145,11 @@ impl Engine {
             keys,
             head_dim,
             group: model.config.n_head / model.config.n_head_kv,
-            grouped_attention: tuning::grouped_attention(options.context),
+            grouped_attention: tuning::grouped_attention(
+                options.context,
+                offer.gpu,
+                (model.config.n_head_kv, head_dim),
+            ),
             rot_dim: model.config.n_rot,
             gpu_nodes: offer.gpu,
             warpgroups: info.group_mma,
