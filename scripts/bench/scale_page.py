@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The page of a scale sweep (scripts/bench/scale.sh): one row per model, llama.cpp's and
 trine's pp512 and tg128 (the mean over the repetitions for both tools, as llama-bench reports
-it), trine's ratio to llama.cpp, the share of the copy rate trine's decode streams weights at,
+it, and again the best repetition of each, since llama-bench's first prompt is often slow),
+trine's ratio to llama.cpp, the share of the copy rate trine's decode streams weights at,
 and the device memory trine's run took against weights + KV cache.
 
     scale_page.py OUT_DIR LAYOUT:TYPE ...
@@ -19,14 +20,15 @@ def load(path):
         return None
 
 
-def llama_cpp(out, name):
+def llama_cpp(out, name, best=False):
+    """llama-bench's speed per test: the mean of its repetitions, or the best one."""
     runs = load(os.path.join(out, f"llama-{name}.json")) or []
     got = {}
     for r in runs:
         test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
         if r.get("n_depth"):
             test += f" @ d{r['n_depth']}"
-        got[test] = r["avg_ts"]
+        got[test] = max(r["samples_ts"]) if best and r.get("samples_ts") else r["avg_ts"]
     return got
 
 
@@ -40,11 +42,15 @@ def depths(out, name):
     return found
 
 
-def trine(out, name):
+def trine(out, name, best=False):
+    """trine's records per backend, its speeds the mean of the repetitions or the best one."""
     rows = load(os.path.join(out, f"trine-{name}.json")) or []
     got = {}
     for r in rows:
-        speeds = {t["test"]: t["mean_tps"] for t in r.get("tests", [])}
+        speeds = {
+            t["test"]: max(t["samples"]) if best and t.get("samples") else t["mean_tps"]
+            for t in r.get("tests", [])
+        }
         got[r["backend"]] = {
             "speeds": speeds,
             "skipped": r.get("skipped"),
@@ -117,6 +123,17 @@ def main():
         "repetitions for both. Ratios are trine over llama.cpp.\n"
     )
     speed_table(backends, [(name, None, peer, ours) for name, peer, ours in rows])
+    print(
+        "\nThe best repetition of each tool against the other's best (llama-bench's first "
+        "prompt is often slow, which its mean carries):\n"
+    )
+    speed_table(
+        backends,
+        [
+            (name, None, llama_cpp(out, name, best=True), trine(out, name, best=True))
+            for name, _, _ in rows
+        ],
+    )
     deep = [
         (name, d, llama_cpp(out, f"{name}-d{d}"), trine(out, f"{name}-d{d}"))
         for name, _, _ in rows

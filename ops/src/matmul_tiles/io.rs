@@ -215,20 +215,20 @@ impl<'b> Output<'b> {
         );
     }
 
-    /// Writes the whole block's sums from `block`, f32 (token, row) `(t, n)` at
-    /// `t·stride + n`: each invocation a column of it, consecutive invocations consecutive
-    /// rows of y, or a pair of rows with a gated unit.
+    /// Writes `bm` tokens of the block's sums from `block`, f32 (token, row) `(t, n)` at
+    /// `t·stride + n`, as the block's tokens `first_token + t`: each invocation a column of
+    /// it, consecutive invocations consecutive rows of y, or a pair of rows with a gated unit.
     pub(crate) fn write_block(
         &self,
         k: &'b KernelBuilder,
         (block, stride): (SharedId, u32),
         (bm, bn): (u32, u32),
         invocations: u32,
-        first: u32,
+        first_token: u32,
     ) {
         let lid = k.local_index();
         let read = |t: Val<'b>, n: Val<'b>| k.load_shared(block, t * k.u32(stride) + n);
-        let tok = |t: Val<'b>| t + k.u32(first);
+        let tok = |t: Val<'b>| t + k.u32(first_token);
         if let Some(glu) = self.glu {
             let pairs = bn / 2;
             k.for_range(k.u32(0), k.u32(bm * pairs), invocations, |e| {
