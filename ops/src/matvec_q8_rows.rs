@@ -10,9 +10,11 @@
 //!
 //! [`interleave`] lays out a matrix of GGUF blocks for it: for each group of 16 rows and each
 //! block column, the code words of the 16 rows (word `j` of every row, then word `j + 1`,
-//! …), then one word per row holding its block's f16 scale in the low half and Q4_1's
-//! minimum in the high half (0 for the others). Q4_1's 20-byte blocks keep their size; Q4_0
-//! grows from 18 to 20 bytes and Q8_0 from 34 to 36.
+//! …), then the rows' f16 scales: for a format with a minimum (Q4_1) one word per row, the
+//! scale in its low half and the minimum in its high one; for the others 16 halves, row `2i`
+//! in the low half of word `i` and row `2i + 1` in its high one, so that every flat format
+//! keeps the file's size (Q4_0 18 bytes a block, Q8_0 34): a decode step streams its
+//! weights, and a word a row made Q4_0's a ninth larger.
 //!
 //! The packed formats (the K-quants, IQ4, the 5-bit ones) are laid out by their runs of
 //! elements that share a scale ([`trine_gguf::quant::runs`]): for each block of x (32
@@ -121,6 +123,21 @@ impl Layout {
         let (runs, per) = self.runs();
         self.code_words() + runs * per
     }
+
+    /// Whether the rows' scales are f16 halves after their codes, two to a word (a flat
+    /// format without a minimum).
+    fn halves(self) -> bool {
+        matches!(self, Layout::Flat(f) if !f.has_min())
+    }
+
+    /// Words a step of the walk takes for a group of [`LANES`] rows.
+    fn step_words(self) -> u32 {
+        if self.halves() {
+            LANES * self.code_words() + LANES / 2
+        } else {
+            LANES * self.words()
+        }
+    }
 }
 
 /// Whether [`interleave`]'s layout of `ty` takes a third more than the file's bytes or more:
@@ -133,7 +150,7 @@ pub fn widens(ty: WeightType) -> bool {
 /// not take.
 pub fn interleaved_bytes(ty: WeightType, rows: usize, cols: usize) -> usize {
     Layout::of(ty).map_or(0, |l| {
-        rows * (cols / l.elems() as usize) * 4 * l.words() as usize
+        rows / LANES as usize * (cols / l.elems() as usize) * 4 * l.step_words() as usize
     })
 }
 
@@ -203,11 +220,10 @@ pub fn interleave(
             }
             for l in 0..lanes {
                 let bl = block(l);
-                let min = match f.offset {
-                    Offset::Min { at } => [bl[at as usize], bl[at as usize + 1]],
-                    _ => [0, 0],
-                };
-                out.extend_from_slice(&[bl[0], bl[1], min[0], min[1]]);
+                out.extend_from_slice(&bl[0..2]);
+                if let Offset::Min { at } = f.offset {
+                    out.extend_from_slice(&bl[at as usize..at as usize + 2]);
+                }
             }
         }
     }
@@ -347,7 +363,7 @@ fn build(
     let layout = Layout::of(ty)?;
     let tpw = tokens_per_workgroup;
     crate::support::nonzero(OP, "tokens per workgroup", tpw)?;
-    let (words, step_words) = (layout.code_words(), layout.words());
+    let (words, step_words) = (layout.code_words(), layout.step_words());
     let mut name = format!("matvec_q8_{ty}_rows{LANES}");
     if tpw > 1 {
         name.push_str(&format!("_t{tpw}"));
@@ -397,10 +413,17 @@ fn build(
     // Step `b` of K for tokens `js`: each one's sum of the block, then, where `hint`, the
     // prefetch of the blocks ahead.
     let step = |b: Val<'_>, js: &[usize], hint: bool| {
-        let base = (group * blocks + b) * k.u32(step_words * LANES) + lid;
-        let word = |i: u32| k.load(w, base + k.u32(i * LANES));
+        let first = (group * blocks + b) * k.u32(step_words);
+        let word = |i: u32| k.load(w, first + lid + k.u32(i * LANES));
         let codes: Vec<_> = (0..words).map(word).collect();
-        let scales = Scales::load(&k, layout, word);
+        let scales = if layout.halves() {
+            // The rows' halves follow their code words, two to a word.
+            let pair = k.load(w, first + k.u32(words * LANES) + lid / k.u32(2));
+            let bits = (pair >> ((lid & k.u32(1)) * k.u32(16))) & k.u32(0xffff);
+            Scales::Flat(f16_finite_bits_to_f32(&k, bits), None)
+        } else {
+            Scales::load(&k, layout, word)
+        };
         for &j in js {
             let xb = read_token(j as u32) * blocks + b;
             let x_words = X_BLOCK / 4;
@@ -428,15 +451,14 @@ fn build(
         // The workgroup's blocks are consecutive, and the next workgroup's follow them: the
         // hardware's prefetcher alone left the output head at a third of the copy's bandwidth.
         // One hint per cache line of a block of 16 rows, clamped to the buffer's last word.
-        let block_words = step_words * LANES;
-        let ahead = PREFETCH_BYTES.div_ceil(4 * block_words);
-        let next = (group * blocks + b + k.u32(ahead)) * k.u32(block_words);
+        let ahead = PREFETCH_BYTES.div_ceil(4 * step_words);
+        let next = (group * blocks + b + k.u32(ahead)) * k.u32(step_words);
         let end = match pairs {
             Some((e, ..)) => (e + k.u32(1)) * rows,
             None => rows,
         };
-        let last = end * blocks * k.u32(step_words) - k.u32(1);
-        for line in (0..block_words).step_by(16) {
+        let last = end / k.u32(LANES) * blocks * k.u32(step_words) - k.u32(1);
+        for line in (0..step_words).step_by(16) {
             k.prefetch(w, (next + k.u32(line)).min(last));
         }
     };
