@@ -414,16 +414,11 @@ fn build(
     // prefetch of the blocks ahead.
     let step = |b: Val<'_>, js: &[usize], hint: bool| {
         let first = (group * blocks + b) * k.u32(step_words);
-        let word = |i: u32| k.load(w, first + lid + k.u32(i * LANES));
-        let codes: Vec<_> = (0..words).map(word).collect();
-        let scales = if layout.halves() {
-            // The rows' halves follow their code words, two to a word.
-            let pair = k.load(w, first + k.u32(words * LANES) + lid / k.u32(2));
-            let bits = (pair >> ((lid & k.u32(1)) * k.u32(16))) & k.u32(0xffff);
-            Scales::Flat(f16_finite_bits_to_f32(&k, bits), None)
-        } else {
-            Scales::load(&k, layout, word)
-        };
+        let step_word = |j| k.load(w, first + j);
+        let codes: Vec<_> = (0..words)
+            .map(|i| step_word(lid + k.u32(i * LANES)))
+            .collect();
+        let scales = Scales::load(&k, layout, lid, step_word);
         for &j in js {
             let xb = read_token(j as u32) * blocks + b;
             let x_words = X_BLOCK / 4;
@@ -496,17 +491,26 @@ enum Scales<'b> {
 }
 
 impl<'b> Scales<'b> {
-    /// The scales after the step's code words, `word(j)` loading the row's word `j`.
-    fn load(k: &'b KernelBuilder, layout: Layout, word: impl Fn(u32) -> Val<'b>) -> Scales<'b> {
+    /// The scales after the step's code words, for the row of invocation `lid`;
+    /// `step_word(j)` loads word `j` of the step (the rows' words side by side).
+    fn load(
+        k: &'b KernelBuilder,
+        layout: Layout,
+        lid: Val<'b>,
+        step_word: impl Fn(Val<'b>) -> Val<'b>,
+    ) -> Scales<'b> {
         let at = layout.code_words();
+        let word = |i: u32| step_word(lid + k.u32(i * LANES));
+        let half = |bits: Val<'b>| f16_finite_bits_to_f32(k, bits & k.u32(0xffff));
         match layout {
-            Layout::Flat(f) => {
+            // The rows' halves follow their code words, two to a word.
+            _ if layout.halves() => {
+                let pair = step_word(k.u32(at * LANES) + lid / k.u32(2));
+                Scales::Flat(half(pair >> ((lid & k.u32(1)) * k.u32(16))), None)
+            }
+            Layout::Flat(_) => {
                 let scales = word(at);
-                let d = f16_finite_bits_to_f32(k, scales & k.u32(0xffff));
-                let m = f
-                    .has_min()
-                    .then(|| f16_finite_bits_to_f32(k, scales >> k.u32(16)));
-                Scales::Flat(d, m)
+                Scales::Flat(half(scales), Some(half(scales >> k.u32(16))))
             }
             Layout::Runs { min, .. } => {
                 let (runs, per) = layout.runs();
