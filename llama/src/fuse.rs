@@ -625,13 +625,14 @@ fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionF
             splits: tuning::attention_splits(s.tokens, offer.decode_splits),
         };
     }
-    let tiles = offer.tiles && offer.float_cache && attention_flash_tiles::supports(d);
-    // Heads wider than the tiles take (Gemma 3's 256) come few to a model and in blocks of
-    // few keys: one workgroup per query block and head leaves most of a GPU idle, so their
-    // keys go in chunks on every GPU, as all keys do where the device asks for it.
-    let wide = !tiles && d > attention_flash::MAX_FLASH_HEAD_DIM;
+    let tiles =
+        offer.tiles && offer.float_cache && attention_flash_tiles::fits(d, offer.shared_bytes);
+    // Heads wider than 128 (Gemma 3's 256) come few to a model and in blocks of few keys:
+    // one workgroup per query block and head (or part of one) leaves most of a GPU idle, so
+    // their keys go in chunks on every GPU, as all keys do where the device asks for it.
+    let wide = d > attention_flash::MAX_FLASH_HEAD_DIM;
     let splits = if offer.flash_key_chunks || wide {
-        tuning::flash_splits(s.tokens, d)
+        tuning::flash_splits(s.tokens, d, tiles)
     } else {
         1
     };
@@ -679,6 +680,50 @@ mod tests {
             mode,
         );
         fuse(&b.finish(), &m.config, &m.weights, s, GPU).unwrap()
+    }
+
+    /// Gemma 3's heads of 256 run on tiles where the kernel's blocks fit the device's shared
+    /// memory, in chunks of 128 keys; else on the scalar kernel in chunks of 64. Phi-3.5's 96
+    /// run on tiles in one chunk where the device does not ask for chunks.
+    #[test]
+    fn wide_heads_run_on_tiles_where_they_fit() {
+        let mut c = tiny().config;
+        let prompt = Step {
+            tokens: 512,
+            pos: 0,
+        };
+        let tiles = Offer { tiles: true, ..GPU };
+        c.n_embd_head = 256;
+        let form = |offer| attention_form(&c, prompt, offer, Form::Tiles);
+        assert_eq!(
+            form(tiles),
+            AttentionForm::Flash {
+                tiles: true,
+                out: FlashOut::Chunks,
+                splits: 4
+            }
+        );
+        let small = Offer {
+            shared_bytes: 40 * 1024,
+            ..tiles
+        };
+        assert_eq!(
+            form(small),
+            AttentionForm::Flash {
+                tiles: false,
+                out: FlashOut::Chunks,
+                splits: 8
+            }
+        );
+        c.n_embd_head = 96;
+        assert_eq!(
+            attention_form(&c, prompt, tiles, Form::Tiles),
+            AttentionForm::Flash {
+                tiles: true,
+                out: FlashOut::Normalized,
+                splits: 1
+            }
+        );
     }
 
     /// On a GPU's decode step the attention block is three kernels: the QKV product with the

@@ -101,20 +101,21 @@ pub const FLASH_SPLIT_KEYS: u32 = 128;
 /// that many per token and head).
 pub const MAX_FLASH_SPLITS: u32 = 4;
 
-/// [`FLASH_SPLIT_KEYS`] and [`MAX_FLASH_SPLITS`] for heads wider than the kernel on matrix
-/// tiles takes (Gemma 3's 256), whose scalar kernel walks 8 keys a block with few workgroups
-/// a head: twice the chunks, half as long, measured faster on CUDA and no slower on NVIDIA's
-/// Vulkan (docs/models/gemma.md).
+/// [`FLASH_SPLIT_KEYS`] and [`MAX_FLASH_SPLITS`] for heads wider than 128 (Gemma 3's 256) on
+/// the scalar kernel, which walks 8 keys a block with few workgroups a head: twice the chunks,
+/// half as long, measured faster on CUDA and no slower on NVIDIA's Vulkan
+/// (docs/models/gemma.md). The kernel on tiles, which stages a block of 32 queries at every
+/// dimension before its walk, measured faster on the usual chunks of 128 keys.
 pub const WIDE_SPLIT_KEYS: u32 = 64;
 /// See [`WIDE_SPLIT_KEYS`].
 pub const MAX_WIDE_FLASH_SPLITS: u32 = 8;
 
-/// The chunks of a `tokens`-token prompt step's flash attention over heads of `head_dim`: one
-/// per [`FLASH_SPLIT_KEYS`] tokens, at most [`MAX_FLASH_SPLITS`] ([`WIDE_SPLIT_KEYS`] and
-/// [`MAX_WIDE_FLASH_SPLITS`] for heads wider than the tiles take). With one, flash attention
-/// can write the attention itself and no combine follows.
-pub fn flash_splits(tokens: u32, head_dim: u32) -> u32 {
-    if head_dim > trine_ops::attention_flash::MAX_FLASH_HEAD_DIM {
+/// The chunks of a `tokens`-token prompt step's flash attention over heads of `head_dim`, on
+/// matrix `tiles` or not: one per [`FLASH_SPLIT_KEYS`] tokens, at most [`MAX_FLASH_SPLITS`]
+/// ([`WIDE_SPLIT_KEYS`] and [`MAX_WIDE_FLASH_SPLITS`] for wider heads on the scalar kernel).
+/// With one, flash attention can write the attention itself and no combine follows.
+pub fn flash_splits(tokens: u32, head_dim: u32, tiles: bool) -> u32 {
+    if !tiles && head_dim > trine_ops::attention_flash::MAX_FLASH_HEAD_DIM {
         tokens
             .div_ceil(WIDE_SPLIT_KEYS)
             .clamp(1, MAX_WIDE_FLASH_SPLITS)

@@ -631,7 +631,7 @@ pub(super) fn smollm2(tokens: u32) -> FlashAttention {
 }
 
 /// Gemma 3's attention over `tokens` query tokens: 4 query heads of 256 over one KV head.
-fn gemma(tokens: u32) -> FlashAttention {
+pub(super) fn gemma(tokens: u32) -> FlashAttention {
     FlashAttention {
         tokens,
         heads: 4,

@@ -17,6 +17,14 @@
 //!    registers) after scaling those by α. Tiles keep their elements where each target
 //!    chooses, so the rescaling happens on the lanes' own copies, not on the tiles.
 //!
+//! Heads wider than [`MAX_FLASH_HEAD_DIM`] (Gemma 3's 256) take [`value_parts`] workgroups a
+//! head: each computes the scores of all the head's dimensions and the weighted sums of
+//! [`MAX_FLASH_HEAD_DIM`] of them, so that its values, sums and accumulators are those of a
+//! head of 128 (its staged block of values, its region and its lanes' registers), and it
+//! rereads the queries' tiles from shared memory each block instead of holding them. The
+//! scores are worked out again by each part; at the short blocks such heads come in, that
+//! costs less than the scalar kernel's walk ([`super::attention_flash`]).
+//!
 //! The output is [`super::attention_flash`]'s, either kind of it ([`FlashOut`]): the one-split
 //! `part` a combine follows, or the attention itself. Keys past the block's last visible
 //! position are staged as zeros and masked, so a cache holding NaN there leaves no trace; rows
@@ -25,15 +33,16 @@
 //! Bound: [`NMSE`], not [`super::attention`]'s: queries, keys, values and p are rounded to f16.
 
 use super::attention_flash::{
-    declare_io, smollm2, smollm2_split, Chunk, FlashAttention, FlashOut, MAX_FLASH_HEAD_DIM,
-    MULTI_QUERY_128,
+    declare_io, gemma, smollm2, smollm2_split, Chunk, FlashAttention, FlashOut, MAX_FLASH_HEAD_DIM,
+    MAX_WIDE_HEAD_DIM, MULTI_QUERY_128,
 };
 use super::key_layout::KeyLayout;
 use super::shape::ShapeError;
 use super::support::Float;
 use crate::case::*;
 use trine_ir::{
-    Kernel, KernelBuilder, Scalar, Tile, TileLayout, TileMemory, TileRole, Val, Var, TILE,
+    BufferId, Kernel, KernelBuilder, Scalar, SharedId, Tile, TileLayout, TileMemory, TileRole, Val,
+    Var, TILE,
 };
 
 const OP: &str = "attention_flash_tiles";
@@ -77,15 +86,51 @@ impl Layout {
     }
 }
 
-/// Whether [`kernel`] takes heads of `head_dim`: whole tiles, up to [`MAX_FLASH_HEAD_DIM`].
+/// Whether [`kernel`] takes heads of `head_dim`: whole tiles, up to [`MAX_FLASH_HEAD_DIM`],
+/// or whole parts of it up to [`MAX_WIDE_HEAD_DIM`] ([`value_parts`]).
 pub fn supports(head_dim: u32) -> bool {
-    head_dim > 0 && head_dim.is_multiple_of(TILE) && head_dim <= MAX_FLASH_HEAD_DIM
+    head_dim > 0
+        && head_dim.is_multiple_of(TILE)
+        && (head_dim <= MAX_FLASH_HEAD_DIM
+            || (head_dim <= MAX_WIDE_HEAD_DIM && head_dim.is_multiple_of(MAX_FLASH_HEAD_DIM)))
 }
 
-/// `[query blocks, heads, splits]` for `shape`.
+/// Workgroups a head of `head_dim` takes, each computing [`MAX_FLASH_HEAD_DIM`] of its
+/// output's dimensions (one for heads up to that).
+pub fn value_parts(head_dim: u32) -> u32 {
+    head_dim.div_ceil(MAX_FLASH_HEAD_DIM).max(1)
+}
+
+/// Bytes of shared memory [`kernel`] takes for heads of `head_dim`: the queries, a block of
+/// keys and of one part's values, and each subgroup's region and p.
+pub fn shared_bytes(head_dim: u32) -> u64 {
+    let Layout { subgroups, keys } = Layout::for_head_dim(head_dim);
+    let dv = head_dim / value_parts(head_dim);
+    let (sq, sv, sr, sp) = strides(head_dim, dv, keys);
+    let halves = (subgroups * TILE + keys) * sq + keys * sv + subgroups * TILE * sp;
+    2 * u64::from(halves) + 4 * u64::from(subgroups * TILE * sr)
+}
+
+/// Whether [`kernel`] takes heads of `head_dim` on a device of `max_shared_bytes` of shared
+/// memory per workgroup.
+pub fn fits(head_dim: u32, max_shared_bytes: u64) -> bool {
+    supports(head_dim) && shared_bytes(head_dim) <= max_shared_bytes
+}
+
+/// Row strides of the staged queries and keys, values, region and p, padded by 8 elements:
+/// tile loads stay 16-byte aligned and a tile's rows fall in different banks.
+fn strides(d: u32, dv: u32, keys: u32) -> (u32, u32, u32, u32) {
+    (d + 8, dv + 8, dv.max(keys) + 8, keys + 8)
+}
+
+/// `[query blocks, heads × value parts, splits]` for `shape`.
 pub fn grid(shape: &FlashAttention) -> [u32; 3] {
     let queries = Layout::for_head_dim(shape.head_dim).queries();
-    [shape.tokens.div_ceil(queries), shape.heads, shape.splits]
+    [
+        shape.tokens.div_ceil(queries),
+        shape.heads * value_parts(shape.head_dim),
+        shape.splits,
+    ]
 }
 
 /// The kernel for one head dimension and KV cache storage type, the K cache in rows, writing
@@ -105,6 +150,8 @@ pub fn kernel(
     }
     let d = head_dim;
     let Layout { subgroups, keys } = Layout::for_head_dim(d);
+    let parts = value_parts(d);
+    let dv = d / parts;
     let queries = subgroups * TILE;
     let invocations = subgroups * WIDTH;
     let k = KernelBuilder::new(
@@ -119,18 +166,20 @@ pub fn kernel(
     k.require_subgroup_width(WIDTH);
     // Keys in rows, as values are: a key's element and its value's share one index.
     let (io, scale, _) = declare_io(&k, kv.into(), (KeyLayout::Rows, out), (d, windowed));
-    let parts = &io.parts;
-    let (q, step, kc, vc, part) = (parts.q, parts.step, parts.k, parts.v, parts.part);
-    let (tokens, heads, kv_heads) = (parts.tokens, parts.heads, parts.kv_heads);
+    let parts_io = &io.parts;
+    let (q, step, kc, vc, part_out) = (
+        parts_io.q,
+        parts_io.step,
+        parts_io.k,
+        parts_io.v,
+        parts_io.part,
+    );
+    let (tokens, heads, kv_heads) = (parts_io.tokens, parts_io.heads, parts_io.kv_heads);
 
-    // Row strides padded by 8 elements: tile loads stay 16-byte aligned and a tile's rows
-    // fall in different banks.
-    let sq = d + 8;
-    let sr = d.max(keys) + 8;
-    let sp = keys + 8;
+    let (sq, sv, sr, sp) = strides(d, dv, keys);
     let q_sh = k.shared("q_block", Scalar::F16, queries * sq);
     let k_sh = k.shared("k_block", Scalar::F16, keys * sq);
-    let v_sh = k.shared("v_block", Scalar::F16, keys * sq);
+    let v_sh = k.shared("v_block", Scalar::F16, keys * sv);
     let region = k.shared("s_block", Scalar::F32, subgroups * TILE * sr);
     let p_sh = k.shared("p_block", Scalar::F16, subgroups * TILE * sp);
 
@@ -139,7 +188,13 @@ pub fn kernel(
     let lane = lid % k.u32(WIDTH);
     let (r, half) = (lane / k.u32(2), lane % k.u32(2));
     let t0 = k.workgroup_id(0) * k.u32(queries);
-    let h = k.workgroup_id(1);
+    let (h, part) = match parts {
+        1 => (k.workgroup_id(1), k.u32(0)),
+        _ => (
+            k.workgroup_id(1) / k.u32(parts),
+            k.workgroup_id(1) % k.u32(parts),
+        ),
+    };
     let one = k.u32(1);
     let pos = k.load(step, k.u32(0));
     let last_token = tokens - one;
@@ -157,70 +212,49 @@ pub fn kernel(
         k.store_shared(q_sh, row * k.u32(sq) + i, v);
     }
 
-    // The block's keys and values as loaded, element `j·invocations + lid` each.
-    let staged = keys * d / invocations;
-    let k_regs: Vec<Var> = (0..staged)
-        .map(|i| k.var(&format!("k{i}"), kv.scalar()))
-        .collect();
-    let v_regs: Vec<Var> = (0..staged)
-        .map(|i| k.var(&format!("v{i}"), kv.scalar()))
-        .collect();
-    // Element j of the invocation is the block's key `j·invocations / d + lid / d` at
-    // dimension `j·invocations % d + lid % d` (invocations and d are powers of two, so one
-    // divides the other): its index in the cache and in the staged block is an offset worked
-    // out once plus a constant of j, where working out its key and dimension every block
-    // took most of the kernel's integer work. A key past the context clamps to the last
-    // one's row (and is staged as zero); an index that wraps there stays below that row.
-    let (lid_key, lid_dim) = (lid / k.u32(d), lid % k.u32(d));
-    let element = |j: u32| ((j * invocations) / d, (j * invocations) % d);
-    let base = lid_key * kv_stride + kv_head + lid_dim;
-    let last = (end - one) * kv_stride + kv_head + lid_dim;
-    let staged_at = lid_key * k.u32(sq) + lid_dim;
-    let load_block = |kb: Val<'_>| {
-        let first = kb * kv_stride + base;
-        for (j, (kr, vr)) in k_regs.iter().zip(&v_regs).enumerate() {
-            let (jk, i) = element(j as u32);
-            let at = (first + k.u32(jk) * kv_stride).min(last) + k.u32(i);
-            kr.set(k.load(kc, at));
-            vr.set(k.load(vc, at));
-        }
+    let staging = Staging {
+        k: &k,
+        kv,
+        invocations,
+        kv_stride,
+        kv_head,
+        end,
     };
-    let zero = k.f32(0.0);
-    let put_block = |kb: Val<'_>| {
-        let first = kb + lid_key;
-        for (j, (kr, vr)) in k_regs.iter().zip(&v_regs).enumerate() {
-            let (jk, i) = element(j as u32);
-            let seen = (first + k.u32(jk)).lt(end);
-            let at = staged_at + k.u32(jk * sq + i);
-            for (reg, dst) in [(kr, k_sh), (vr, v_sh)] {
-                let value = match kv {
-                    Float::F32 => reg.get(),
-                    Float::F16 => reg.get().cast(Scalar::F32),
-                };
-                k.store_shared(dst, at, k.select(seen, value, zero).cast(Scalar::F16));
-            }
-        }
-    };
+    let keys_staged = staging.of("k", (kc, k_sh), (k.u32(0), d, sq), keys);
+    let values_staged = staging.of("v", (vc, v_sh), (part * k.u32(dv), dv, sv), keys);
 
     let dims = d / TILE;
     let tile = |name: String, role| k.tile(&name, role);
-    let qa: Vec<Tile> = (0..dims)
+    // Up to 128 dimensions the queries' tiles stay in registers through the walk; wider
+    // heads reread them from shared memory, which holds them anyway, so that a lane's
+    // registers stay those of a head of 128.
+    let held = d <= MAX_FLASH_HEAD_DIM;
+    let qa: Vec<Tile> = (0..if held { dims } else { 1 })
         .map(|i| tile(format!("q{i}"), TileRole::A))
         .collect();
     let s: Vec<Tile> = (0..keys / TILE)
         .map(|i| tile(format!("s{i}"), TileRole::Acc))
         .collect();
-    let pv: Vec<Tile> = (0..dims)
+    let pv: Vec<Tile> = (0..dv / TILE)
         .map(|i| tile(format!("pv{i}"), TileRole::Acc))
         .collect();
     let b = k.tile("b", TileRole::B);
     let pa = k.tile("p", TileRole::A);
+    let load_q = |a: Tile, i: u32| {
+        let at = w * k.u32(TILE * sq) + k.u32(i * TILE);
+        a.load(
+            TileMemory::Shared(q_sh),
+            at,
+            k.u32(sq),
+            TileLayout::RowMajor,
+        );
+    };
 
-    // The lane's row: its running maximum and sum, and its half of the row's sums.
+    // The lane's row: its running maximum and sum, and its half of the part's sums.
     let m = k.var("max", Scalar::F32);
     m.set(k.f32(f32::NEG_INFINITY));
     let l = k.var("sum", Scalar::F32);
-    let o: Vec<Var> = (0..d / 2)
+    let o: Vec<Var> = (0..dv / 2)
         .map(|i| k.var(&format!("o{i}"), Scalar::F32))
         .collect();
     let t = (t0 + w * k.u32(TILE) + r).min(last_token);
@@ -228,6 +262,7 @@ pub fn kernel(
     let own = w * k.u32(TILE * sr);
     let own_p = w * k.u32(TILE * sp);
     let neg_inf = k.f32(f32::NEG_INFINITY);
+    let zero = k.f32(0.0);
     // An accumulator into the subgroup's region, as its `n`th tile of columns.
     let to_region = |acc: &Tile, n: u32| {
         let at = own + k.u32(n * TILE);
@@ -239,37 +274,43 @@ pub fn kernel(
         );
     };
 
-    load_block(start);
+    keys_staged.load(start);
+    values_staged.load(start);
     k.barrier();
-    for (i, a) in qa.iter().enumerate() {
-        let at = w * k.u32(TILE * sq) + k.u32(i as u32 * TILE);
-        a.load(
-            TileMemory::Shared(q_sh),
-            at,
-            k.u32(sq),
-            TileLayout::RowMajor,
-        );
+    if held {
+        for (i, &a) in qa.iter().enumerate() {
+            load_q(a, i as u32);
+        }
     }
     // The chunk's last block (its first when the chunk is empty and the loop never runs).
     let last_block = ((end - one).max(start) - start) / k.u32(keys) * k.u32(keys) + start;
     k.for_range(start, end, keys, |kb| {
-        put_block(kb);
+        keys_staged.put(kb);
+        values_staged.put(kb);
         k.barrier();
         // The next block's loads go out now (the last block loads itself again).
-        load_block((kb + k.u32(keys)).min(last_block));
+        let next = (kb + k.u32(keys)).min(last_block);
+        keys_staged.load(next);
+        values_staged.load(next);
 
         // S = Q·Kᵀ: the keys' rows are B's columns.
         for (n, acc) in s.iter().enumerate() {
             acc.zero();
-            for (i, a) in qa.iter().enumerate() {
-                let at = k.u32(n as u32 * TILE * sq + i as u32 * TILE);
+            for i in 0..dims {
+                let a = if held {
+                    qa[i as usize]
+                } else {
+                    load_q(qa[0], i);
+                    qa[0]
+                };
+                let at = k.u32(n as u32 * TILE * sq + i * TILE);
                 b.load(
                     TileMemory::Shared(k_sh),
                     at,
                     k.u32(sq),
                     TileLayout::ColMajor,
                 );
-                acc.mma(*a, b);
+                acc.mma(a, b);
             }
             to_region(acc, n as u32);
         }
@@ -316,11 +357,11 @@ pub fn kernel(
                 TileLayout::RowMajor,
             );
             for (i, acc) in pv.iter().enumerate() {
-                let at = k.u32(n * TILE * sq + i as u32 * TILE);
+                let at = k.u32(n * TILE * sv + i as u32 * TILE);
                 b.load(
                     TileMemory::Shared(v_sh),
                     at,
-                    k.u32(sq),
+                    k.u32(sv),
                     TileLayout::RowMajor,
                 );
                 acc.mma(pa, b);
@@ -331,7 +372,7 @@ pub fn kernel(
         }
         k.barrier();
         for (j, acc) in o.iter().enumerate() {
-            let c = half * k.u32(d / 2) + k.u32(j as u32);
+            let c = half * k.u32(dv / 2) + k.u32(j as u32);
             let add = k.load_shared(region, own + r * k.u32(sr) + c);
             acc.set(acc.get().fma(alpha, add));
         }
@@ -345,22 +386,145 @@ pub fn kernel(
             FlashOut::Normalized => (d, k.f32(1.0) / l.get()),
         };
         let base = chunk.part_row(t * heads + h) * k.u32(row);
+        let first = base + part * k.u32(dv);
         for (j, acc) in o.iter().enumerate() {
-            let c = half * k.u32(d / 2) + k.u32(j as u32);
+            let c = half * k.u32(dv / 2) + k.u32(j as u32);
             let v = match out {
                 FlashOut::Part | FlashOut::Chunks => acc.get(),
                 FlashOut::Normalized => acc.get() * inv,
             };
-            k.store(part, base + c, v);
+            k.store(part_out, first + c, v);
         }
+        // Every part works out the same maximum and sum; the first stores them.
         if out != FlashOut::Normalized {
-            k.if_(half.eq(k.u32(0)), || {
-                k.store(part, base + k.u32(d), m.get());
-                k.store(part, base + k.u32(d + 1), l.get());
+            k.if_(half.eq(k.u32(0)) & part.eq(k.u32(0)), || {
+                k.store(part_out, base + k.u32(d), m.get());
+                k.store(part_out, base + k.u32(d + 1), l.get());
             });
         }
     });
     Ok(k.finish())
+}
+
+/// What every staged operand shares: the cache's type, the workgroup's invocations, the
+/// cache's row of keys (`kv_stride`), the head's offset in it, and the chunk's end.
+#[derive(Clone, Copy)]
+struct Staging<'b> {
+    k: &'b KernelBuilder,
+    kv: Float,
+    invocations: u32,
+    kv_stride: Val<'b>,
+    kv_head: Val<'b>,
+    end: Val<'b>,
+}
+
+impl<'b> Staging<'b> {
+    /// The block's keys (or values) from cache `cache` into `shared`: `width` dimensions of
+    /// each key from `first`, in rows `stride` apart, `keys` a block.
+    fn of(
+        &self,
+        name: &str,
+        (cache, shared): (BufferId, SharedId),
+        (first, width, stride): (Val<'b>, u32, u32),
+        keys: u32,
+    ) -> Staged<'b> {
+        let k = self.k;
+        let padded = width.next_power_of_two();
+        let lid = k.local_index();
+        let (lid_key, lid_dim) = (lid / k.u32(padded), lid % k.u32(padded));
+        // Where the width is a power of two the invocation's dimension is in its offset;
+        // else each element clamps its own.
+        let own_dim = match padded == width {
+            true => first + lid_dim,
+            false => first,
+        };
+        let row = |key: Val<'b>| key * self.kv_stride + self.kv_head + own_dim;
+        Staged {
+            regs: (0..keys * padded / self.invocations)
+                .map(|i| k.var(&format!("{name}{i}"), self.kv.scalar()))
+                .collect(),
+            base: row(lid_key),
+            last: row(self.end - k.u32(1)),
+            at: lid_key * k.u32(stride) + lid_dim,
+            lid_key,
+            lid_dim,
+            width,
+            padded,
+            stride,
+            cache,
+            shared,
+            common: *self,
+        }
+    }
+}
+
+/// One operand's block staged through registers: loaded from the cache during the block
+/// before, then put in shared memory as f16. Element j of an invocation is the block's key
+/// `j·invocations / padded + lid / padded` at dimension `j·invocations % padded + lid %
+/// padded`, where `padded` is the width rounded up to a power of two as the invocations are,
+/// so one divides the other: its index in the cache and in the staged block is an offset
+/// worked out once plus a constant of j, where working out its key and dimension every block
+/// took most of the kernel's integer work. A key past the chunk clamps to its last one's row
+/// (and is staged as zero); dimensions past a width that is no power of two (heads of 80 or
+/// 96) read the last one's and store nothing.
+struct Staged<'b> {
+    regs: Vec<Var<'b>>,
+    base: Val<'b>,
+    last: Val<'b>,
+    at: Val<'b>,
+    lid_key: Val<'b>,
+    lid_dim: Val<'b>,
+    width: u32,
+    padded: u32,
+    stride: u32,
+    cache: BufferId,
+    shared: SharedId,
+    common: Staging<'b>,
+}
+
+impl<'b> Staged<'b> {
+    /// Element j's key and dimension offsets from the invocation's own.
+    fn element(&self, j: u32) -> (u32, u32) {
+        let span = j * self.common.invocations;
+        (span / self.padded, span % self.padded)
+    }
+
+    /// Loads block `kb` into the registers.
+    fn load(&self, kb: Val<'b>) {
+        let (k, kv_stride) = (self.common.k, self.common.kv_stride);
+        let first = kb * kv_stride + self.base;
+        for (j, reg) in self.regs.iter().enumerate() {
+            let (jk, i) = self.element(j as u32);
+            let row = (first + k.u32(jk) * kv_stride).min(self.last);
+            let at = match self.padded == self.width {
+                true => row + k.u32(i),
+                false => row + (self.lid_dim + k.u32(i)).min(k.u32(self.width - 1)),
+            };
+            reg.set(k.load(self.cache, at));
+        }
+    }
+
+    /// Stores block `kb`'s registers into shared memory as f16, keys past the chunk as zero.
+    fn put(&self, kb: Val<'b>) {
+        let k = self.common.k;
+        let first = kb + self.lid_key;
+        for (j, reg) in self.regs.iter().enumerate() {
+            let (jk, i) = self.element(j as u32);
+            let seen = (first + k.u32(jk)).lt(self.common.end);
+            let at = self.at + k.u32(jk * self.stride + i);
+            let value = match self.common.kv {
+                Float::F32 => reg.get(),
+                Float::F16 => reg.get().cast(Scalar::F32),
+            };
+            let value = k.select(seen, value, k.f32(0.0)).cast(Scalar::F16);
+            match self.padded == self.width {
+                true => k.store_shared(self.shared, at, value),
+                false => k.if_((self.lid_dim + k.u32(i)).lt(k.u32(self.width)), || {
+                    k.store_shared(self.shared, at, value)
+                }),
+            }
+        }
+    }
 }
 
 /// A conformance case: [`super::attention_flash::case`]'s inputs and reference, the tiled
@@ -385,7 +549,8 @@ pub fn case(shape: FlashAttention, pos: u32, kv: Float, out: FlashOut) -> Result
 /// SmolLM2-135M's heads over one block of queries, a partial one and a later chunk, writing
 /// partials and the attention itself; keys in chunks (as a GPU's prompt steps cut them: a
 /// 130-token prompt's 33-key chunks start inside blocks, and the first query block sees nothing
-/// of the last ones); a head dimension of 128 (two subgroups, blocks of 16 keys).
+/// of the last ones); a head dimension of 128 (two subgroups, blocks of 16 keys); Phi-3.5's 96,
+/// no power of two; Gemma 3's 256 in two value parts, windowed and in chunks as its prompts run.
 pub fn cases() -> Vec<Case> {
     use FlashOut::{Normalized, Part};
     use Float::{F16, F32};
@@ -393,6 +558,15 @@ pub fn cases() -> Vec<Case> {
     let window = |shape: FlashAttention, w| FlashAttention {
         window: Some(w),
         ..shape
+    };
+    let split = |shape: FlashAttention, splits| FlashAttention { splits, ..shape };
+    let phi = FlashAttention {
+        tokens: 21,
+        heads: 3,
+        kv_heads: 1,
+        head_dim: 96,
+        splits: 1,
+        window: None,
     };
     [
         (smol(64), 0, F16, Part),
@@ -403,20 +577,17 @@ pub fn cases() -> Vec<Case> {
         (MULTI_QUERY_128, 13, F16, Part),
         (smollm2_split(130, 4), 0, F16, Part),
         (smollm2_split(33, 3), 70, F32, Part),
-        (
-            FlashAttention {
-                splits: 2,
-                ..MULTI_QUERY_128
-            },
-            13,
-            F16,
-            Part,
-        ),
+        (split(MULTI_QUERY_128, 2), 13, F16, Part),
+        (phi, 5, F16, Part),
+        (split(phi, 2), 0, F32, Normalized),
+        (gemma(40), 0, F16, Part),
+        (gemma(20), 9, F32, Normalized),
         // Sliding windows: narrower than a block of keys, in a later chunk, in chunks.
         (window(smol(64), 7), 0, F16, Part),
         (window(smol(130), 40), 5, F16, Normalized),
         (window(smollm2_split(130, 4), 33), 0, F32, Part),
         (window(MULTI_QUERY_128, 9), 13, F16, Normalized),
+        (window(split(gemma(70), 3), 24), 6, F16, Part),
     ]
     .into_iter()
     .map(|(shape, pos, kv, out)| case(shape, pos, kv, out))
@@ -428,13 +599,23 @@ pub fn cases() -> Vec<Case> {
 mod tests {
     use super::*;
 
-    /// The staged blocks fit NVIDIA's 48 KiB of shared memory at every supported dimension.
+    /// The staged blocks fit NVIDIA's 48 KiB of shared memory at every supported dimension,
+    /// and [`shared_bytes`] says what the kernel declares.
     #[test]
     fn blocks_fit_48_kib() {
-        for d in [16, 64, 80, 128] {
+        for d in [16, 64, 80, 96, 128, 256] {
             let k = kernel(d, Float::F16, FlashOut::Part, false).unwrap();
-            assert!(k.shared_bytes() <= 48 * 1024, "d{d}: {}", k.shared_bytes());
+            assert_eq!(k.shared_bytes(), shared_bytes(d), "d{d}");
+            assert!(fits(d, 48 * 1024), "d{d}: {}", k.shared_bytes());
         }
+    }
+
+    /// Gemma 3's heads take two workgroups a head, each half of the dimensions.
+    #[test]
+    fn wide_heads_take_value_parts() {
+        assert_eq!(value_parts(128), 1);
+        assert_eq!(value_parts(256), 2);
+        assert_eq!(grid(&gemma(40)), [2, 8, 1]);
     }
 
     /// A device without tiles runs the scalar kernel over its own grid of 16-token blocks.
@@ -450,7 +631,14 @@ mod tests {
 
     #[test]
     fn head_dims_off_the_tiles_are_refused() {
-        for d in [0, 17, 72 + 1, MAX_FLASH_HEAD_DIM + 16] {
+        for d in [
+            0,
+            17,
+            72 + 1,
+            MAX_FLASH_HEAD_DIM + 16,
+            192,
+            2 * MAX_WIDE_HEAD_DIM,
+        ] {
             assert!(!supports(d));
             assert!(matches!(
                 kernel(d, Float::F16, FlashOut::Normalized, false),

@@ -157,10 +157,14 @@ impl Engine {
             Tensor::Resid(_) => f32s(b * c.n_embd as u64),
             Tensor::QRot => f32s(b * c.q_dim() as u64),
             Tensor::Part => {
-                // Prompt steps split up to MAX_FLASH_SPLITS times per token (wide heads
-                // MAX_WIDE_FLASH_SPLITS), decode steps on a GPU several times per head; a CPU
-                // checking a GPU's nodes runs them with the GPU's splits.
-                let prompt = u64::from(tuning::flash_splits(self.options.max_batch, c.head_dim()));
+                // Prompt steps split up to MAX_FLASH_SPLITS times per token (wide heads off
+                // the tiles MAX_WIDE_FLASH_SPLITS, the most), decode steps on a GPU several
+                // times per head; a CPU checking a GPU's nodes runs them with the GPU's splits.
+                let prompt = u64::from(tuning::flash_splits(
+                    self.options.max_batch,
+                    c.head_dim(),
+                    false,
+                ));
                 let rows = (b * prompt).max(u64::from(tuning::gpu_splits(self.options.context)));
                 f32s(rows * c.n_head as u64 * (c.head_dim() as u64 + 2))
             }
