@@ -743,7 +743,10 @@ impl KernelKey {
                 blocks,
                 load,
                 invocations,
-            } => vec![plain(quantize::kernel(blocks, load, invocations)?)],
+            } => reductions
+                .iter()
+                .map(|&how| Ok(plain(quantize::kernel(blocks, load, invocations, how)?)))
+                .collect::<Result<_, ShapeError>>()?,
             KernelKey::HalfX => vec![plain(widen::x_kernel())],
             KernelKey::Widen { weights } => vec![plain(widen::kernel(weights)?)],
             KernelKey::MoeRoute => vec![plain(moe_route::kernel())],

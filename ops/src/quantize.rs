@@ -65,13 +65,19 @@ pub fn grid(blocks: XBlocks, elements: u32) -> [u32; 3] {
 /// `xs` (f32, one per 32 elements) as [`XBlocks`] says, from x as `load` says: a workgroup
 /// per block, an invocation per element, and at least `invocations` (those past the block
 /// only sum a folded norm's row of squares; the name then ends in `_wg` and the count). The
-/// block's maximum |x| is a workgroup reduction (a shared-memory tree, exact whatever its
-/// order); an invocation per 32 elements sums their codes (an integer below 2^24 in
+/// block's maximum |x| (and a folded norm's sum of squares) is a workgroup reduction as
+/// `reduce` says: a shared-memory tree, or subgroups' reductions and one step through shared
+/// memory (the name then ends in `_subgroup`); a maximum is exact whatever the order; an invocation per 32 elements sums their codes (an integer below 2^24 in
 /// magnitude, exact in f32) and one per word packs four. Consecutive invocations read consecutive x values, which
 /// the C lowering loads as vectors; one invocation per block read each block with a gather
 /// per element, which GCC then ran in scalar code (measured slower on SmolLM2's quantize
 /// nodes on a CPU: docs/bench/cpu.md).
-pub fn kernel(blocks: XBlocks, load: XLoad, invocations: u32) -> Result<Kernel, ShapeError> {
+pub fn kernel(
+    blocks: XBlocks,
+    load: XLoad,
+    invocations: u32,
+    reduce: Reduction,
+) -> Result<Kernel, ShapeError> {
     if let XLoad::Combine { head_dim, splits } = load {
         nonzero(OP, "combined head_dim", head_dim)?;
         nonzero(OP, "combined splits", splits)?;
@@ -88,6 +94,9 @@ pub fn kernel(blocks: XBlocks, load: XLoad, invocations: u32) -> Result<Kernel, 
     if wg > n {
         name.push_str(&format!("_wg{wg}"));
     }
+    if reduce == Reduction::Subgroup {
+        name.push_str("_subgroup");
+    }
     let k = KernelBuilder::new(&name, [wg, 1, 1]);
     let x_name = match load {
         XLoad::Combine { .. } => "part",
@@ -103,7 +112,7 @@ pub fn kernel(blocks: XBlocks, load: XLoad, invocations: u32) -> Result<Kernel, 
     // Invocations past the block's elements read its last one and count as zeros.
     let mine = (wg > n).then(|| lid.lt(k.u32(n)));
     let at = b * k.u32(n) + mine.map_or(lid, |_| lid.min(k.u32(n - 1)));
-    let reducer = Reducer::new(&k, Reduction::Shared);
+    let reducer = Reducer::new(&k, reduce);
     let v = match (load, g) {
         (XLoad::Swiglu, _) => {
             let gate = k.load(x, at * k.u32(2));
@@ -198,7 +207,7 @@ fn quantize_case(blocks: XBlocks, cols: u32) -> Case {
     let q = quantize_x(&x, blocks);
     let case = Case::new(
         format!("quantize_{}/{cols}", blocks.name()),
-        kernel(blocks, XLoad::None, blocks.elems()).expect("a valid load"),
+        kernel(blocks, XLoad::None, blocks.elems(), Reduction::Shared).expect("a valid load"),
         grid(blocks, cols),
     )
     .input("x", Scalar::F32, f32_bytes(&x));
@@ -279,7 +288,7 @@ fn quantize_swiglu_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
     let q = quantize_x(&v, blocks);
     let case = Case::new(
         format!("quantize_{}_swiglu/{tokens}x{cols}", blocks.name()),
-        kernel(blocks, XLoad::Swiglu, blocks.elems()).expect("a valid load"),
+        kernel(blocks, XLoad::Swiglu, blocks.elems(), Reduction::Shared).expect("a valid load"),
         grid(blocks, tokens * cols),
     )
     .input("x", Scalar::F32, f32_bytes(&x));
@@ -288,7 +297,12 @@ fn quantize_swiglu_case(blocks: XBlocks, tokens: u32, cols: u32) -> Case {
 
 /// The quantizer with the RMS norm folded in, on `tokens` rows of `cols`, at least
 /// `invocations` a workgroup, against [`rms_norm::reference`] quantized by [`quantize_x`].
-fn quantize_norm_case(blocks: XBlocks, tokens: u32, cols: u32, invocations: u32) -> Case {
+fn quantize_norm_case(
+    blocks: XBlocks,
+    tokens: u32,
+    cols: u32,
+    (invocations, reduce): (u32, Reduction),
+) -> Case {
     let mut rng = Rng::new(u64::from(cols) + 11);
     let mut x = rng.f32s((cols * tokens) as usize, -2.0, 2.0);
     let g = rng.f32s(cols as usize, 0.5, 1.5);
@@ -304,7 +318,7 @@ fn quantize_norm_case(blocks: XBlocks, tokens: u32, cols: u32, invocations: u32)
     let n = blocks.elems() as usize;
     let v = away_from_halves(&mut x, n, computed, |x, i| x[i] *= 1.01);
     let q = quantize_x(&v, blocks);
-    let kernel = kernel(blocks, XLoad::Norm, invocations).expect("a valid load");
+    let kernel = kernel(blocks, XLoad::Norm, invocations, reduce).expect("a valid load");
     let case = Case::new(
         format!("{}/{tokens}x{cols}", kernel.name),
         kernel,
@@ -354,7 +368,7 @@ fn quantize_combine_case(blocks: XBlocks, tokens: u32, heads: u32, head_dim: u32
             "quantize_{}_combine/{tokens}x{heads}x{head_dim}",
             blocks.name()
         ),
-        kernel(blocks, load, blocks.elems()).expect("a valid load"),
+        kernel(blocks, load, blocks.elems(), Reduction::Shared).expect("a valid load"),
         grid(blocks, tokens * heads * head_dim),
     )
     .input("part", Scalar::F32, f32_bytes(&part));
@@ -364,7 +378,8 @@ fn quantize_combine_case(blocks: XBlocks, tokens: u32, heads: u32, head_dim: u32
 /// Each quantizer at 4096 columns, and at 1024 (Q8_K's four blocks of 256, the fewest the
 /// case's special blocks need); with SwiGLU folded in, on three rows of 1024; with the norm,
 /// on two rows of 1024, on a block's invocations and on [`NORM_INVOCATIONS`] where that is
-/// more; with the combine, two tokens of eight heads of 64 (a Q8_K block spans four heads).
+/// more, its sums in shared memory and by subgroup; with the combine, two tokens of eight
+/// heads of 64 (a Q8_K block spans four heads).
 pub fn cases() -> Vec<Case> {
     let mut out = vec![];
     for b in [XBlocks::Q8_0, XBlocks::Q8_1, XBlocks::Q8_K] {
@@ -372,11 +387,14 @@ pub fn cases() -> Vec<Case> {
             quantize_case(b, 4096),
             quantize_case(b, 1024),
             quantize_swiglu_case(b, 3, 1024),
-            quantize_norm_case(b, 2, 1024, b.elems()),
+            quantize_norm_case(b, 2, 1024, (b.elems(), Reduction::Shared)),
+            quantize_norm_case(b, 2, 1024, (b.elems(), Reduction::Subgroup)),
             quantize_combine_case(b, 2, 8, 64),
         ]);
         if NORM_INVOCATIONS > b.elems() {
-            out.push(quantize_norm_case(b, 2, 1024, NORM_INVOCATIONS));
+            for how in [Reduction::Shared, Reduction::Subgroup] {
+                out.push(quantize_norm_case(b, 2, 1024, (NORM_INVOCATIONS, how)));
+            }
         }
     }
     out
@@ -389,17 +407,35 @@ mod tests {
     /// More invocations than a block's elements only where a norm's row gives them work.
     #[test]
     fn extra_invocations_without_a_norm_are_refused() {
-        let e = kernel(XBlocks::Q8_0, XLoad::Swiglu, NORM_INVOCATIONS).unwrap_err();
+        let e = kernel(
+            XBlocks::Q8_0,
+            XLoad::Swiglu,
+            NORM_INVOCATIONS,
+            Reduction::Shared,
+        )
+        .unwrap_err();
         assert!(
             e.to_string().contains("128 invocations a block of 32"),
             "{e}"
         );
-        let wide = kernel(XBlocks::Q8_0, XLoad::Norm, NORM_INVOCATIONS).expect("a norm's row");
+        let wide = kernel(
+            XBlocks::Q8_0,
+            XLoad::Norm,
+            NORM_INVOCATIONS,
+            Reduction::Subgroup,
+        )
+        .expect("a norm's row");
         assert_eq!(
             (wide.name.as_str(), wide.workgroup_size),
-            ("quantize_q8_0_norm_wg128", [128, 1, 1])
+            ("quantize_q8_0_norm_wg128_subgroup", [128, 1, 1])
         );
-        let k = kernel(XBlocks::Q8_K, XLoad::Norm, NORM_INVOCATIONS).expect("a norm's row");
+        let k = kernel(
+            XBlocks::Q8_K,
+            XLoad::Norm,
+            NORM_INVOCATIONS,
+            Reduction::Shared,
+        )
+        .expect("a norm's row");
         assert_eq!(
             (k.name.as_str(), k.workgroup_size),
             ("quantize_q8_k_norm", [256, 1, 1])
