@@ -743,7 +743,7 @@ impl KernelKey {
                 blocks,
                 load,
                 invocations,
-            } => reductions
+            } => tuning::quantize_reductions(info)
                 .iter()
                 .map(|&how| Ok(plain(quantize::kernel(blocks, load, invocations, how)?)))
                 .collect::<Result<_, ShapeError>>()?,

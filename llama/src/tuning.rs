@@ -14,6 +14,7 @@ use trine_ops::matvec::{MatvecSpec, Reduce};
 use trine_ops::matvec_q8::XBlocks;
 use trine_ops::matvec_q8_blocks::{self, Teams};
 use trine_ops::quantize::{self, XLoad};
+use trine_ops::support::Reduction;
 
 /// The KV cache type of an executor whose primary device is described by `info`, where none
 /// is asked for: f16 halves the cache and matches llama.cpp's default cache type; f32 where
@@ -303,6 +304,18 @@ pub fn q8_blocks_teams(ty: WeightType, rows: u32, cols: u32) -> Teams {
 /// the grouped layouts' shorter rows, measured faster with it (docs/bench/decode.md).
 pub fn q8_blocks_prefetch(ty: WeightType, cols: u32) -> bool {
     !(WeightType::GROUPED.contains(&ty) && cols >= 4096)
+}
+
+/// The reductions a quantizer may take on `info`'s device, best first: by subgroup on a GPU
+/// with subgroup operations (measured faster on CUDA and NVIDIA's Vulkan, most on a norm
+/// quantizer's row sum: docs/bench/decode.md); the shared-memory tree on a CPU, whose decode
+/// measured no faster with the subgroups' emulation, and wherever subgroups are missing.
+pub fn quantize_reductions(info: &DeviceInfo) -> &'static [Reduction] {
+    if info.subgroup_ops && info.device_type != DeviceType::Cpu {
+        &[Reduction::Subgroup, Reduction::Shared]
+    } else {
+        &[Reduction::Shared]
+    }
 }
 
 /// Invocations a workgroup of a quantizer into `blocks` from `load` takes at least
