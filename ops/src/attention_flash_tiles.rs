@@ -629,36 +629,6 @@ mod tests {
         assert_eq!(shape.grid(), [9, 9, 1]);
     }
 
-    /// Every head size of the layouts `trine synth-model` writes that the kernel takes runs
-    /// on the interpreter against the reference, in a chunk that starts inside a block: a
-    /// staging that runs past a head (as at 96 before its rows were padded) reads shared
-    /// memory no invocation wrote and fails the run.
-    #[test]
-    fn every_layouts_head_size_stages_right() {
-        let mut dims: Vec<u32> = trine_gguf::synth::SynthShape::PRESETS
-            .iter()
-            .map(|(_, shape)| shape.head_dim() as u32)
-            .filter(|&d| supports(d))
-            .collect();
-        dims.sort_unstable();
-        dims.dedup();
-        assert!(dims.contains(&96) && dims.contains(&256), "{dims:?}");
-        for d in dims {
-            let shape = FlashAttention {
-                tokens: 19,
-                heads: 2,
-                kv_heads: 1,
-                head_dim: d,
-                splits: 2,
-                window: None,
-            };
-            let c = case(shape, 7, Float::F16, FlashOut::Part).unwrap();
-            if let Err(e) = c.check_reference() {
-                panic!("head size {d}: {e}");
-            }
-        }
-    }
-
     #[test]
     fn head_dims_off_the_tiles_are_refused() {
         for d in [
