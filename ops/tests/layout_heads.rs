@@ -25,6 +25,18 @@ fn head_sizes() -> Vec<u32> {
     dims
 }
 
+/// A prompt of 19 tokens in two chunks of keys, two query heads over one KV head of `d`.
+fn prompt(d: u32) -> FlashAttention {
+    FlashAttention {
+        tokens: 19,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: d,
+        splits: 2,
+        window: None,
+    }
+}
+
 fn agrees(case: Case) {
     if let Err(e) = case.check_reference() {
         panic!("{}: {e}", case.name);
@@ -78,14 +90,7 @@ fn prompt_attention_takes_every_head_size() {
         .into_iter()
         .filter(|&d| attention_flash::supports(d))
     {
-        let shape = FlashAttention {
-            tokens: 19,
-            heads: 2,
-            kv_heads: 1,
-            head_dim: d,
-            splits: 2,
-            window: None,
-        };
+        let shape = prompt(d);
         let case =
             attention_flash::case(shape, 7, KvType::F16, (KeyLayout::Rows, FlashOut::Chunks));
         agrees(case.unwrap());
@@ -103,14 +108,7 @@ fn prompt_attention_on_tiles_takes_every_head_size() {
         .collect();
     assert!(dims.contains(&96) && dims.contains(&256), "{dims:?}");
     for d in dims {
-        let shape = FlashAttention {
-            tokens: 19,
-            heads: 2,
-            kv_heads: 1,
-            head_dim: d,
-            splits: 2,
-            window: None,
-        };
+        let shape = prompt(d);
         agrees(attention_flash_tiles::case(shape, 7, Float::F16, FlashOut::Part).unwrap());
     }
 }
