@@ -145,7 +145,10 @@ pub fn kernel(
     if !supports(head_dim) {
         return Err(ShapeError::Unsupported {
             op: OP,
-            what: format!("head dimension {head_dim} (whole tiles up to {MAX_FLASH_HEAD_DIM})"),
+            what: format!(
+                "head dimension {head_dim} (whole tiles up to {MAX_FLASH_HEAD_DIM}, or whole \
+                 parts of {MAX_FLASH_HEAD_DIM} up to {MAX_WIDE_HEAD_DIM})"
+            ),
         });
     }
     let d = head_dim;

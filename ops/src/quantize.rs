@@ -67,8 +67,9 @@ pub fn grid(blocks: XBlocks, elements: u32) -> [u32; 3] {
 /// only sum a folded norm's row of squares; the name then ends in `_wg` and the count). The
 /// block's maximum |x| (and a folded norm's sum of squares) is a workgroup reduction as
 /// `reduce` says: a shared-memory tree, or subgroups' reductions and one step through shared
-/// memory (the name then ends in `_subgroup`); a maximum is exact whatever the order; an invocation per 32 elements sums their codes (an integer below 2^24 in
-/// magnitude, exact in f32) and one per word packs four. Consecutive invocations read consecutive x values, which
+/// memory (the name then ends in `_subgroup`); a maximum is exact whatever the order. An
+/// invocation per 32 elements sums their codes (an integer below 2^24 in magnitude, exact in
+/// f32) and one per word packs four. Consecutive invocations read consecutive x values, which
 /// the C lowering loads as vectors; one invocation per block read each block with a gather
 /// per element, which GCC then ran in scalar code (measured slower on SmolLM2's quantize
 /// nodes on a CPU: docs/bench/cpu.md).
