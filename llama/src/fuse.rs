@@ -223,7 +223,14 @@ pub fn fuse(
                 let (from, quantized, load) = if !form.quantizes_x() {
                     (QuantizeFrom::Plain, x, load)
                 } else if let Load::Norm(g) = load {
-                    (QuantizeFrom::Norm(g), x, Load::None)
+                    let t = &w.tensors[id];
+                    let later = form == Form::QuantizedBlocks
+                        && tuning::norm_in_product(t.ty, t.cols, offer.launches_overlap);
+                    if later {
+                        (QuantizeFrom::NormLater(g), x, Load::Rms)
+                    } else {
+                        (QuantizeFrom::Norm(g), x, Load::None)
+                    }
                 } else if let Load::Combine { splits } = load {
                     (QuantizeFrom::Combine { splits }, x, Load::None)
                 } else if swiglu.take() == Some(x) {

@@ -95,6 +95,8 @@ pub enum KernelKey {
         teams: matvec_q8_blocks::Teams,
         /// Each team asks L2 for its rows first ([`tuning::q8_blocks_prefetch`]).
         prefetch: bool,
+        /// x is x·g, normalised by the product ([`Load::Rms`]).
+        rms: bool,
     },
     /// A prompt's product on matrix tiles ([`Form::Tiles`], [`Form::Widened`]).
     MatmulTiles(TilesKey),
@@ -271,6 +273,7 @@ impl std::fmt::Display for KernelKey {
                 rows,
                 teams,
                 prefetch,
+                rms,
             } => {
                 let add = match epilogue {
                     MatvecEpilogue::Add => ", add",
@@ -278,6 +281,11 @@ impl std::fmt::Display for KernelKey {
                     MatvecEpilogue::None | MatvecEpilogue::Swiglu => "",
                 };
                 let prefetch = if *prefetch { "" } else { ", no L2 prefetch" };
+                let prefetch = if *rms {
+                    format!("{prefetch}, normalised")
+                } else {
+                    prefetch.into()
+                };
                 write!(
                     f,
                     "matvec {weights} blocks × q8 ({rows} rows a team of {}, {} units a step{add}{prefetch})",
@@ -344,6 +352,7 @@ impl std::fmt::Display for KernelKey {
                     XLoad::None => String::new(),
                     XLoad::Swiglu => ", swiglu first".into(),
                     XLoad::Norm => ", normalised first".into(),
+                    XLoad::NormLater => ", scaled by the norm's weight, its 1/rms left".into(),
                     XLoad::Combine { splits, .. } => format!(", {splits} splits combined first"),
                 };
                 write!(f, "x quantized to {}{load}", blocks.name())
@@ -427,7 +436,7 @@ impl KernelKey {
                         weights: ty,
                         size: MatvecSize::of(t.rows, t.cols, tokens),
                         prologue: match load {
-                            Load::None => MatvecPrologue::None,
+                            Load::None | Load::Rms => MatvecPrologue::None,
                             Load::Norm(_) => MatvecPrologue::RmsNorm,
                             Load::Combine { splits } => MatvecPrologue::Combine(CombineShape {
                                 heads: t.cols / s.head_dim,
@@ -453,6 +462,7 @@ impl KernelKey {
                             rows,
                             teams,
                             prefetch: tuning::q8_blocks_prefetch(ty, t.cols),
+                            rms: load == Load::Rms,
                         }
                     }
                     Form::Tiles | Form::Widened => KernelKey::MatmulTiles(TilesKey {
@@ -640,8 +650,16 @@ impl KernelKey {
                 rows,
                 teams,
                 prefetch,
+                rms,
             } => on_blocks(info, reductions, |how, f16_view| {
-                matvec_q8_blocks::kernel(weights, how, rows, teams, epilogue, (f16_view, prefetch))
+                matvec_q8_blocks::kernel(
+                    weights,
+                    how,
+                    rows,
+                    teams,
+                    epilogue,
+                    (f16_view, prefetch, rms),
+                )
             })?,
             KernelKey::MatmulTiles(key) => {
                 let mut variants = vec![];

@@ -306,6 +306,17 @@ pub fn q8_blocks_prefetch(ty: WeightType, cols: u32) -> bool {
     !(WeightType::GROUPED.contains(&ty) && cols >= 4096)
 }
 
+/// Whether a GPU's decode product on the file's blocks of `ty` weights (the file's type) in
+/// rows of `cols` takes x·g quantized and scales its sums by the row's 1/rms itself
+/// ([`crate::graph::Load::Rms`]), so that the quantizer before it waits on no reduction over
+/// the row. Only where launches overlap, on Q4_0, Q4_1 and Q8_0 in rows of 4,096 and more:
+/// there the step measured faster with it (Q8_0) or level (Q4_0); in rows of 2,048, on the
+/// K-quants (whose products are bound by their instructions) and on Vulkan (whose dispatches
+/// wait behind barriers) it measured slower (docs/bench/decode.md).
+pub fn norm_in_product(ty: WeightType, cols: u32, launches_overlap: bool) -> bool {
+    launches_overlap && ty.grouped().is_some() && cols >= 4096
+}
+
 /// The reductions a quantizer may take on `info`'s device, best first: by subgroup on a GPU
 /// with subgroup operations (measured faster on CUDA and NVIDIA's Vulkan, most on a norm
 /// quantizer's row sum: docs/bench/decode.md); the shared-memory tree on a CPU, whose decode

@@ -132,6 +132,44 @@ pub fn quantize_x(x: &[f32], blocks: XBlocks) -> Q8Activations {
     out
 }
 
+/// x (`[rows × cols]`) scaled by a norm's weight `g` (`[cols]`) and quantized in Q8_0 blocks
+/// with f32 scales, its rows' 1/rms left to the product after it, as a quantizer with
+/// [`crate::quantize::XLoad::NormLater`] writes it: the blocks, and each block's sum of the
+/// squares of x (not of x·g), from which the product works out 1/rms.
+pub fn quantize_x_later(x: &[f32], g: &[f32]) -> (Q8Activations, Vec<f32>) {
+    let cols = g.len();
+    let v: Vec<f32> = x
+        .iter()
+        .enumerate()
+        .map(|(i, &e)| e * g[i % cols])
+        .collect();
+    let mut out = Q8Activations {
+        words: vec![],
+        scales: vec![],
+        sums: vec![],
+    };
+    for block in v.chunks(X_BLOCK as usize) {
+        let amax = block.iter().fold(0.0f32, |m, e| m.max(e.abs()));
+        let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+        let q: Vec<i32> = block.iter().map(|&e| nearest_int(e * id)).collect();
+        for four in q.chunks(4) {
+            let w = four
+                .iter()
+                .enumerate()
+                .fold(0u32, |w, (k, &c)| w | ((c as u32 & 255) << (8 * k)));
+            out.words.push(w);
+        }
+        let scale = amax / 127.0;
+        out.scales.push(scale);
+        out.sums.push(scale * q.iter().sum::<i32>() as f32);
+    }
+    let squares = x
+        .chunks(X_BLOCK as usize)
+        .map(|b| b.iter().map(|&e| f64::from(e) * f64::from(e)).sum::<f64>() as f32)
+        .collect();
+    (out, squares)
+}
+
 /// The format of `ty`'s blocks, which this product takes where it is flat and its blocks are
 /// as long as x's (the integer dot of a block pairs the weights' codes with one block of x).
 pub(crate) fn weight_format(ty: WeightType) -> Result<Flat, ShapeError> {

@@ -12,7 +12,7 @@
 use crate::attention_split::{Combining, SplitAttention};
 use crate::blocks::round_to_f16;
 use crate::case::*;
-use crate::matvec_q8::{quantize_x, Q8Activations, XBlocks, X_BLOCK};
+use crate::matvec_q8::{quantize_x, quantize_x_later, Q8Activations, XBlocks, X_BLOCK};
 use crate::rms_norm::{self, inv_rms, RmsNorm};
 use crate::shape::ShapeError;
 use crate::support::{nonzero, Combine, Reducer, Reduction};
@@ -39,6 +39,13 @@ pub enum XLoad {
     /// `[cols]`, the norm's weight) after `x`, parameters `cols` and `eps`. Every workgroup sums
     /// its row's squares itself, a row of a few thousand values read from cache.
     Norm,
+    /// x scaled by a norm's weight (buffer `g` after `x`, parameter `cols`), into Q8_0 blocks
+    /// only, with f32 scales: the row's 1/rms is left to the product after it
+    /// ([`crate::matvec_q8_blocks`] with `rms`), which works it out from each block's sum of
+    /// the squares of x, written to buffer `xn` (f32, one per block) after `xs`. The quantizer
+    /// then waits on no reduction over the row, which a decode step's critical path carried
+    /// once per norm.
+    NormLater,
     /// x is split attention's partials (`[tokens × heads × splits × (head_dim + 2)]`, as
     /// [`crate::attention_split`] writes them), combined as its combine kernel does; each
     /// element's invocation folds its head's splits itself.
@@ -51,6 +58,7 @@ impl XLoad {
             XLoad::None => String::new(),
             XLoad::Swiglu => "_swiglu".into(),
             XLoad::Norm => "_norm".into(),
+            XLoad::NormLater => "_norm_later".into(),
             XLoad::Combine { head_dim, splits } => format!("_combine_d{head_dim}_s{splits}"),
         }
     }
@@ -83,6 +91,15 @@ pub fn kernel(
         nonzero(OP, "combined head_dim", head_dim)?;
         nonzero(OP, "combined splits", splits)?;
     }
+    if load == XLoad::NormLater && blocks != XBlocks::Q8_0 {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: format!(
+                "a norm left to the product into {} blocks (it writes q8_0)",
+                blocks.name()
+            ),
+        });
+    }
     let n = blocks.elems();
     let wg = n.max(invocations);
     if wg > n && load != XLoad::Norm {
@@ -104,16 +121,19 @@ pub fn kernel(
         _ => "x",
     };
     let x = k.buffer(x_name, Scalar::F32, Access::Read);
-    let g = (load == XLoad::Norm).then(|| k.buffer("g", Scalar::F32, Access::Read));
+    let normed = matches!(load, XLoad::Norm | XLoad::NormLater);
+    let g = normed.then(|| k.buffer("g", Scalar::F32, Access::Read));
     let xq = k.buffer("xq", Scalar::U32, Access::Write);
     let xd = k.buffer("xd", Scalar::F32, Access::Write);
     let xs = k.buffer("xs", Scalar::F32, Access::Write);
+    let xn = (load == XLoad::NormLater).then(|| k.buffer("xn", Scalar::F32, Access::Write));
     let lid = k.local_index();
     let b = k.workgroup_id(0);
     // Invocations past the block's elements read its last one and count as zeros.
     let mine = (wg > n).then(|| lid.lt(k.u32(n)));
     let at = b * k.u32(n) + mine.map_or(lid, |_| lid.min(k.u32(n - 1)));
     let reducer = Reducer::new(&k, reduce);
+    let mut squares = None;
     let v = match (load, g) {
         (XLoad::Swiglu, _) => {
             let gate = k.load(x, at * k.u32(2));
@@ -133,6 +153,16 @@ pub fn kernel(
             let scale = inv_rms(&k, &reducer, (x, base), cols, eps);
             let v = own * scale * weight;
             mine.map_or(v, |mine| k.select(mine, v, k.f32(0.0)))
+        }
+        (XLoad::NormLater, Some(g)) => {
+            let cols = k.param("cols", Scalar::U32);
+            let base = (b * k.u32(n) / cols) * cols;
+            k.settled(g);
+            k.prefetch(g, at - base);
+            let weight = k.load(g, at - base);
+            let own = k.load(x, at);
+            squares = Some(reducer.reduce(&k, lid, own * own, Combine::Sum));
+            own * weight
         }
         (XLoad::Combine { head_dim, splits }, _) => {
             let d = k.u32(head_dim);
@@ -157,6 +187,8 @@ pub fn kernel(
     k.barrier();
     let d = amax / k.f32(127.0);
     let scale = match blocks {
+        // x not yet normalised may lie past f16's range; the scale stays f32.
+        XBlocks::Q8_0 if load == XLoad::NormLater => d,
         XBlocks::Q8_0 | XBlocks::Q8_1 => round_to_f16(&k, d),
         XBlocks::Q8_K => k.select(some, k.f32(1.0) / id, k.f32(0.0)),
     };
@@ -169,6 +201,9 @@ pub fn kernel(
         });
         k.store(xq, b * k.u32(n / 4) + lid, word);
     });
+    if let (Some(xn), Some(squares)) = (xn, squares) {
+        k.if_(lid.eq(k.u32(0)), || k.store(xn, b, squares));
+    }
     k.if_(lid.lt(k.u32(n / X_BLOCK)), || {
         let first = lid * k.u32(X_BLOCK);
         let sum = (0..X_BLOCK)
@@ -331,6 +366,38 @@ fn quantize_norm_case(
     expect(case, &q)
 }
 
+/// The quantizer that leaves the norm to the product, on `tokens` rows of `cols`, against
+/// [`quantize_x_later`]: codes exactly, scales and sums of squares to [`ONE_F16_STEP`].
+fn quantize_norm_later_case(tokens: u32, cols: u32, reduce: Reduction) -> Case {
+    let mut rng = Rng::new(u64::from(cols) + 17);
+    let mut x = rng.f32s((cols * tokens) as usize, -2.0, 2.0);
+    let g = rng.f32s(cols as usize, 0.5, 1.5);
+    let scaled = |x: &[f32]| -> Vec<f32> {
+        x.iter()
+            .enumerate()
+            .map(|(i, &e)| e * g[i % cols as usize])
+            .collect()
+    };
+    let n = XBlocks::Q8_0.elems() as usize;
+    away_from_halves(&mut x, n, scaled, |x, i| x[i] *= 1.01);
+    let (q, squares) = quantize_x_later(&x, &g);
+    let kernel = kernel(XBlocks::Q8_0, XLoad::NormLater, n as u32, reduce).expect("a valid load");
+    let case = Case::new(
+        format!("{}/{tokens}x{cols}", kernel.name),
+        kernel,
+        grid(XBlocks::Q8_0, tokens * cols),
+    )
+    .input("x", Scalar::F32, f32_bytes(&x))
+    .input("g", Scalar::F32, f32_bytes(&g))
+    .params(vec![ParamValue::U32(cols)]);
+    expect(case, &q).output(
+        "xn",
+        Scalar::F32,
+        vec![0; squares.len() * 4],
+        squares.iter().map(|&v| f64::from(v)).collect(),
+    )
+}
+
 /// The quantizer with split attention's combine folded in, on `tokens` tokens of `heads`
 /// heads, against [`crate::attention_split::reference_combine`] quantized by [`quantize_x`].
 fn quantize_combine_case(blocks: XBlocks, tokens: u32, heads: u32, head_dim: u32) -> Case {
@@ -392,6 +459,11 @@ pub fn cases() -> Vec<Case> {
             quantize_norm_case(b, 2, 1024, (b.elems(), Reduction::Subgroup)),
             quantize_combine_case(b, 2, 8, 64),
         ]);
+        if b == XBlocks::Q8_0 {
+            for how in [Reduction::Shared, Reduction::Subgroup] {
+                out.push(quantize_norm_later_case(2, 1024, how));
+            }
+        }
         if NORM_INVOCATIONS > b.elems() {
             for how in [Reduction::Shared, Reduction::Subgroup] {
                 out.push(quantize_norm_case(b, 2, 1024, (NORM_INVOCATIONS, how)));

@@ -174,7 +174,7 @@ impl Engine {
             }),
             // A byte per element, and a scale and a sum per block of 32.
             Tensor::XqWords => rows * u64::from(cols),
-            Tensor::XqScales | Tensor::XqSums => f32s(cols / 32),
+            Tensor::XqScales | Tensor::XqSums | Tensor::XqSquares => f32s(cols / 32),
             Tensor::XHalf => rows * u64::from(cols) * 2,
             // The weight's rows, widened.
             Tensor::Wide => match node.op {

@@ -124,9 +124,13 @@ impl Engine {
                         let views = if f16_view { 2 } else { 1 };
                         let mut inputs = vec![self.read_weights(wid); views];
                         inputs.extend([Tensor::XqWords, Tensor::XqScales]);
+                        let mut params = vec![u(rows), u(wt.cols)];
+                        if load == Load::Rms {
+                            inputs.push(Tensor::XqSquares);
+                            params.push(ParamValue::F32(c.rms_eps));
+                        }
                         inputs.extend(add);
                         let mut outputs = vec![y];
-                        let mut params = vec![u(rows), u(wt.cols)];
                         self.bind_rope(store, t, (&mut inputs, &mut outputs, &mut params));
                         let KernelKey::MatvecQ8Blocks {
                             rows: per, teams, ..
@@ -305,11 +309,22 @@ impl Engine {
                         vec![x, Tensor::Weight(g)],
                         vec![u(cols), ParamValue::F32(c.rms_eps)],
                     ),
+                    QuantizeFrom::NormLater(g) => (vec![x, Tensor::Weight(g)], vec![u(cols)]),
                     _ => (vec![x], vec![]),
+                };
+                let written = [
+                    Tensor::XqWords,
+                    Tensor::XqScales,
+                    Tensor::XqSums,
+                    Tensor::XqSquares,
+                ];
+                let outputs = match from {
+                    QuantizeFrom::NormLater(_) => &written[..],
+                    _ => &written[..3],
                 };
                 plan(
                     inputs,
-                    &[Tensor::XqWords, Tensor::XqScales, Tensor::XqSums],
+                    outputs,
                     params,
                     quantize::grid(blocks, tokens * cols),
                 )

@@ -207,7 +207,7 @@ impl Engine {
             // The widest product input: the residual stream, attention's output, the FFN's
             // activation or the chosen experts' activations, a row each.
             Tensor::XqWords => f32s(b * widest_input(c) / 4),
-            Tensor::XqScales | Tensor::XqSums => {
+            Tensor::XqScales | Tensor::XqSums | Tensor::XqSquares => {
                 f32s(b * widest_input(c) / u64::from(matvec_q8::X_BLOCK))
             }
             Tensor::XHalf => (2 * b * widest_input(c)).next_multiple_of(4),

@@ -95,6 +95,9 @@ pub enum Tensor {
     XqWords,
     XqScales,
     XqSums,
+    /// f32, one per block of 32 of x: each block's sum of the squares of x, written by a
+    /// quantizer that leaves the norm to the product ([`QuantizeFrom::NormLater`]).
+    XqSquares,
     /// f16 [tokens × the widest input]: x rounded to f16 by an [`Op::HalfX`] for a product
     /// on f16 tiles ([`Form::Widened`]).
     XHalf,
@@ -120,6 +123,10 @@ pub enum Load {
     Combine {
         splits: u32,
     },
+    /// x is x·g quantized by a quantizer that left the row's 1/rms to the product
+    /// ([`QuantizeFrom::NormLater`]): the product scales its sums by it, worked out from
+    /// [`Tensor::XqSquares`].
+    Rms,
 }
 
 /// What a quantizer ([`Op::Quantize`]) computes x from; its kernel's [`XLoad`].
@@ -131,6 +138,9 @@ pub enum QuantizeFrom {
     Swiglu,
     /// x normalised by rms_norm, scaled by that weight.
     Norm(WeightId),
+    /// x scaled by that norm weight, its 1/rms left to the products after it ([`Load::Rms`]),
+    /// each block's sum of squares into [`Tensor::XqSquares`].
+    NormLater(WeightId),
     /// x is [`Tensor::Part`]: attention's partials over `splits` chunks, combined.
     Combine { splits: u32 },
 }
@@ -142,6 +152,7 @@ impl QuantizeFrom {
             QuantizeFrom::Plain => XLoad::None,
             QuantizeFrom::Swiglu => XLoad::Swiglu,
             QuantizeFrom::Norm(_) => XLoad::Norm,
+            QuantizeFrom::NormLater(_) => XLoad::NormLater,
             QuantizeFrom::Combine { splits } => XLoad::Combine { head_dim, splits },
         }
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use trine_gguf::quant::{dequantize, quantize};
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType};
-use trine_llama::graph::{Form, Op, Store};
+use trine_llama::graph::{Form, Op, QuantizeFrom, Store};
 use trine_llama::tuning::read_type;
 use trine_llama::weights::Source;
 use trine_llama::{Engine, Model};
@@ -173,6 +173,18 @@ fn runs_as_its_decoded_twin(name: &str, g: Gguf) {
             ropes > 0 && ropes == qkv,
             "{name}: {ropes} rope nodes, {qkv} QKV products"
         );
+        // Rows of 256 leave the norm in the quantizer there too (`grouped.rs` has the
+        // products that take it).
+        let later = count_nodes(&overlapping, 1, |op| {
+            matches!(
+                op,
+                Op::Quantize {
+                    from: QuantizeFrom::NormLater(_),
+                    ..
+                }
+            )
+        });
+        assert_eq!(later, 0, "{name}");
         let checker = overlapping.checker(cpu()).unwrap();
         agree(name, overlapping, checker);
     }

@@ -9,17 +9,22 @@ use std::sync::Arc;
 use trine_backends::{Backend, DeviceType};
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, TensorType};
-use trine_llama::graph::{Form, Op};
+use trine_llama::graph::{Form, Load, Op, QuantizeFrom};
 use trine_llama::sampler::argmax;
 use trine_llama::{Engine, Model, Session};
 
 /// A Llama as small as [`SynthShape::TINY`] with every width a multiple of 256, so that
 /// every weight but the norms is grouped on a GPU: an output head of type `output`, or tied
-/// to the embedding table (`None`), which the embedding then reads grouped too.
-fn model(matrices: TensorType, embedding: TensorType, output: Option<TensorType>) -> Arc<Model> {
+/// to the embedding table (`None`), which the embedding then reads grouped too. A stream of
+/// `n_embd` (heads of 64 however wide it is).
+fn model(
+    (matrices, embedding, output): (TensorType, TensorType, Option<TensorType>),
+    n_embd: u64,
+) -> Arc<Model> {
     let shape = SynthShape {
-        n_embd: 256,
+        n_embd,
         n_ff: 512,
+        head_dim: Some(64),
         matrices,
         embedding,
         output,
@@ -41,8 +46,41 @@ fn greedy(model: Arc<Model>, backend: Arc<dyn Backend>) -> Vec<u32> {
     ids
 }
 
-/// Whether every product of `engine`'s decode step multiplies on byte-code units.
-fn decode_on_units(engine: &Engine) -> bool {
+/// Whether every product of `engine`'s decode step multiplies on byte-code units, and whether
+/// every norm before them is left to them (`later`: their quantizer scales x by the norm's
+/// weight and each product by 1/rms) or done in their quantizer.
+fn decode_on_units(engine: &Engine, later: bool) -> bool {
+    let quantizers = |later: bool| {
+        count_nodes(engine, 1, |op| match op {
+            Op::Quantize {
+                from: QuantizeFrom::NormLater(_),
+                ..
+            } => later,
+            Op::Quantize {
+                from: QuantizeFrom::Norm(_),
+                ..
+            } => !later,
+            _ => false,
+        })
+    };
+    let normalising = count_nodes(engine, 1, |op| {
+        matches!(
+            op,
+            Op::Product {
+                form: Form::QuantizedBlocks,
+                load: Load::Rms,
+                ..
+            }
+        )
+    });
+    // A layer's two norms and the output head's.
+    let per_step = 2 * SynthShape::TINY.n_layer as usize + 1;
+    let placed = quantizers(later) == per_step
+        && quantizers(!later) == 0
+        && (normalising >= per_step) == later;
+    if !placed {
+        return false;
+    }
     let products = count_nodes(engine, 1, |op| matches!(op, Op::Product { .. }));
     let on_units = count_nodes(engine, 1, |op| {
         matches!(
@@ -61,19 +99,43 @@ fn decode_on_units(engine: &Engine) -> bool {
 /// by the CPU, with the CPU's greedy tokens.
 #[test]
 fn grouped_q4_0_and_q8_0_agree_with_the_cpu_on_every_gpu() {
-    for (matrices, embedding, output) in [
-        (TensorType::Q4_0, TensorType::Q8_0, Some(TensorType::Q4_0)),
-        (TensorType::Q8_0, TensorType::Q4_0, None),
+    // Rows of 4,096 are where products on launches that overlap normalise x themselves.
+    for ((matrices, embedding, output), n_embd) in [
+        (
+            (TensorType::Q4_0, TensorType::Q8_0, Some(TensorType::Q4_0)),
+            256,
+        ),
+        ((TensorType::Q8_0, TensorType::Q4_0, None), 256),
+        (
+            (TensorType::Q8_0, TensorType::Q8_0, Some(TensorType::Q4_1)),
+            4096,
+        ),
     ] {
-        let name = format!("{matrices}/{embedding}, output {output:?}");
-        let model = model(matrices, embedding, output);
+        let name = format!("{matrices}/{embedding}, output {output:?}, width {n_embd}");
+        let model = model((matrices, embedding, output), n_embd);
+        let wide = n_embd >= 4096;
         let want = greedy(model.clone(), cpu());
         let stand_in = || Engine::new(model.clone(), gpu(), SIZES).unwrap();
         let main = stand_in();
-        assert!(decode_on_units(&main), "{name}");
+        assert!(decode_on_units(&main, false), "{name}");
         let checker = main.checker(cpu()).unwrap();
         agree(&format!("{name}: cpu checking the stand-in"), main, checker);
         assert_eq!(greedy(model.clone(), gpu()), want, "{name} on the stand-in");
+        // Where launches overlap, the products in rows of 4,096 normalise x themselves.
+        let overlapping = || Engine::new(model.clone(), gpu_overlapping(), SIZES).unwrap();
+        let main = overlapping();
+        assert!(decode_on_units(&main, wide), "{name}: overlapping");
+        let checker = main.checker(cpu()).unwrap();
+        agree(
+            &format!("{name}: cpu checking the overlapping stand-in"),
+            main,
+            checker,
+        );
+        assert_eq!(
+            greedy(model.clone(), gpu_overlapping()),
+            want,
+            "{name} on the overlapping stand-in"
+        );
         // With prompts on tiles, which read the groups too, a GPU holds each weight once (a tied
         // table too, read by the embedding and the head).
         let tiles = Engine::new(model.clone(), gpu_with(true), SIZES).unwrap();
@@ -100,16 +162,22 @@ fn grouped_q4_0_and_q8_0_agree_with_the_cpu_on_every_gpu() {
         );
         let mut compared = vec![];
         let mut check = |backend_name: &str, backend: Arc<dyn Backend>| {
-            let main = stand_in();
-            let checker = main.checker(backend.clone()).unwrap();
-            agree(
-                &format!("{name}: {backend_name} checking the stand-in"),
-                main,
-                checker,
-            );
+            for main in [stand_in(), overlapping()] {
+                let checker = main.checker(backend.clone()).unwrap();
+                agree(
+                    &format!("{name}: {backend_name} checking the stand-ins"),
+                    main,
+                    checker,
+                );
+            }
             let main = Engine::new(model.clone(), backend.clone(), SIZES).unwrap();
-            let gpu = backend.info().device_type != DeviceType::Cpu;
-            assert_eq!(decode_on_units(&main), gpu, "{name} on {backend_name}");
+            let info = backend.info();
+            let gpu = info.device_type != DeviceType::Cpu;
+            assert_eq!(
+                decode_on_units(&main, wide && info.tuning.launches_overlap),
+                gpu,
+                "{name} on {backend_name}"
+            );
             let checker = main.checker(cpu()).unwrap();
             agree(&format!("{name} on {backend_name}"), main, checker);
             let got = greedy(model.clone(), backend);

@@ -7,7 +7,7 @@ use crate::case::*;
 use crate::key_layout::KeyLayout;
 use crate::matvec_attn::{rope_caches, with_rope_io, QkvRope, RopeShape};
 use crate::matvec_fused::Epilogue;
-use crate::matvec_q8::{quantize_x, reference};
+use crate::matvec_q8::{quantize_x, quantize_x_later, reference, Q8Activations};
 use crate::rope::RopeMode;
 use crate::rope_freqs::RopeFreqs;
 use crate::rope_store::{self, HeadSpan, RopeStore};
@@ -16,13 +16,31 @@ use crate::support::{seed, Float, Reduction};
 use trine_gguf::quant::{quantize, WeightType};
 use trine_ir::{ParamValue, Scalar};
 
-/// A conformance (and bench) case: random weights of `ty`, random x quantized on the host.
+/// The eps of the cases whose product normalises x ([`super::kernel`]'s `rms`).
+const EPS: f32 = 1e-5;
+
+/// A case's x: random values quantized on the host as the quantizer before the product writes
+/// them; with `rms`, x·g (g random) left unnormalised, with each block's sum of squares and
+/// the row's 1/rms the product applies.
+fn case_x(rng: &mut Rng, cols: u32, rms: bool) -> (Q8Activations, Option<(Vec<f32>, f64)>) {
+    let x = rng.f32s(cols as usize, -1.0, 1.0);
+    if !rms {
+        return (quantize_x(&x, X_BLOCKS), None);
+    }
+    let g = rng.f32s(cols as usize, 0.5, 1.5);
+    let (q, squares) = quantize_x_later(&x, &g);
+    let mean = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / f64::from(cols);
+    (q, Some((squares, 1.0 / (mean + f64::from(EPS)).sqrt())))
+}
+
+/// A conformance (and bench) case: random weights of `ty`, random x quantized on the host;
+/// with `rms`, x·g the product normalises.
 pub fn case(
     ty: WeightType,
     (rows, cols): (u32, u32),
     reduce: Reduction,
     (rows_per_team, teams): (u32, Teams),
-    (add, f16_view, prefetch): (bool, bool, bool),
+    (add, f16_view, prefetch, rms): (bool, bool, bool, bool),
 ) -> Result<Case, ShapeError> {
     let (p, _) = format(OP, ty)?;
     if !takes(ty, cols) {
@@ -37,16 +55,20 @@ pub fn case(
     let (r, c) = (rows as usize, cols as usize);
     let mut rng = Rng::new(u64::from(rows) * 31 + u64::from(cols));
     let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
-    let x = quantize_x(&rng.f32s(c, -1.0, 1.0), X_BLOCKS);
+    let (x, norm) = case_x(&mut rng, cols, rms);
     let mut want = reference(ty, &w, r, c, &x)?;
+    if let Some((_, inv)) = norm {
+        want.iter_mut().for_each(|y| *y *= inv);
+    }
     let resid = rng.f32s(r, -1.0, 1.0);
     let view = if f16_view { "_h" } else { "" };
     let suffix = if add { "_add" } else { "" };
     let nopf = if prefetch { "" } else { "_nopf" };
+    let normed = if rms { "_rms" } else { "" };
     let w = crate::blocks::pad_to_words(w);
     let mut case = Case::new(
         format!(
-            "{OP}/{ty}/{rows}x{cols}/blocks_{}_r{rows_per_team}_t{}u{}s{}{view}{suffix}{nopf}",
+            "{OP}/{ty}/{rows}x{cols}/blocks_{}_r{rows_per_team}_t{}u{}s{}{view}{suffix}{nopf}{normed}",
             reduce.name(),
             teams.width,
             teams.units,
@@ -58,7 +80,7 @@ pub fn case(
             rows_per_team,
             teams,
             if add { Epilogue::Add } else { Epilogue::None },
-            (f16_view, prefetch),
+            (f16_view, prefetch, rms),
         )?,
         grid(rows, rows_per_team, teams),
     )
@@ -69,6 +91,11 @@ pub fn case(
     case = case
         .input("xq", Scalar::U32, bytemuck::cast_slice(&x.words).to_vec())
         .input("xd", Scalar::F32, bytemuck::cast_slice(&x.scales).to_vec());
+    let mut params = vec![ParamValue::U32(rows), ParamValue::U32(cols)];
+    if let Some((squares, _)) = &norm {
+        case = case.input("xn", Scalar::F32, f32_bytes(squares));
+        params.push(ParamValue::F32(EPS));
+    }
     if add {
         want.iter_mut()
             .zip(&resid)
@@ -77,7 +104,7 @@ pub fn case(
     }
     Ok(case
         .output("y", Scalar::F32, vec![0; r * 4], want)
-        .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)]))
+        .params(params))
 }
 
 /// A conformance case of the product with the rope epilogue, one token at `pos`: random
@@ -91,7 +118,7 @@ pub fn rope_case(
     store: RopeStore,
     (reduce, rows_per_team, teams): (Reduction, u32, Teams),
     (pos, kv): (u32, Float),
-    freqs: &RopeFreqs,
+    (freqs, rms): (&RopeFreqs, bool),
 ) -> Result<Case, ShapeError> {
     store.check()?;
     let rope = RopeShape {
@@ -108,7 +135,7 @@ pub fn rope_case(
     let rows = qkv.rows();
     let name =
         format!(
-        "{OP}/{ty}/qkv{}x{}x{}{}+{cols}/pos{pos}+ctx{}/blocks_{}_r{rows_per_team}_t{}u{}s{}/{}{}",
+        "{OP}/{ty}/qkv{}x{}x{}{}+{cols}/pos{pos}+ctx{}/blocks_{}_r{rows_per_team}_t{}u{}s{}/{}{}{}",
         store.heads,
         store.kv_heads,
         store.head_dim,
@@ -121,15 +148,17 @@ pub fn rope_case(
         teams.units,
         teams.steps,
         rope.name(),
-        freqs.label()
+        freqs.label(),
+        if rms { "/rms" } else { "" }
     );
     let mut rng = Rng::new(seed(&name));
     let w = quantize(ty, &rng.f32s((rows * cols) as usize, -1.0, 1.0))?;
-    let x = quantize_x(&rng.f32s(cols as usize, -1.0, 1.0), X_BLOCKS);
+    let (x, norm) = case_x(&mut rng, cols, rms);
     let (k0, v0) = rope_caches(&mut rng, &store, kv);
+    let inv = norm.as_ref().map_or(1.0, |&(_, inv)| inv);
     let sums: Vec<f32> = reference(ty, &w, rows as usize, cols as usize, &x)?
         .into_iter()
-        .map(|v| v as f32)
+        .map(|v| (v * inv) as f32)
         .collect();
     let want = rope_store::reference(&store, freqs, pos, &sums, &k0, &v0)?;
     let kernel = kernel(
@@ -138,16 +167,20 @@ pub fn rope_case(
         rows_per_team,
         teams,
         Epilogue::RopeStore(rope),
-        (true, true),
+        (true, true, rms),
     )?;
     let w = crate::blocks::pad_to_words(w);
     let mut params = vec![ParamValue::U32(rows), ParamValue::U32(cols)];
-    params.extend(qkv.params());
-    let case = Case::new(name, kernel, grid(rows, rows_per_team, teams))
+    let mut case = Case::new(name, kernel, grid(rows, rows_per_team, teams))
         .input("w", Scalar::U32, w.clone())
         .input("w16", Scalar::F16, w)
         .input("xq", Scalar::U32, bytemuck::cast_slice(&x.words).to_vec())
         .input("xd", Scalar::F32, bytemuck::cast_slice(&x.scales).to_vec());
+    if let Some((squares, _)) = &norm {
+        case = case.input("xn", Scalar::F32, f32_bytes(squares));
+        params.push(ParamValue::F32(EPS));
+    }
+    params.extend(qkv.params());
     Ok(with_rope_io(case, rope, &store, (pos, freqs), (k0, v0), want).params(params))
 }
 
@@ -193,7 +226,7 @@ fn rope_cases() -> Vec<Case> {
             store(8, 2, 128),
             (sub, 2, Teams::pairs(1)),
             (17, Float::F16),
-            &llama3,
+            (&llama3, false),
         ),
         (
             WeightType::Q6_K,
@@ -201,7 +234,7 @@ fn rope_cases() -> Vec<Case> {
             v_span(store(8, 2, 128)),
             (sub, 2, Teams::WHOLE),
             (39, Float::F16),
-            &llama3,
+            (&llama3, false),
         ),
         (
             WeightType::Q4_K,
@@ -209,7 +242,7 @@ fn rope_cases() -> Vec<Case> {
             columns(store(4, 4, 64)),
             (shared, 2, Teams::pairs(2)),
             (3, Float::F32),
-            &plain,
+            (&plain, false),
         ),
         (
             WeightType::Q4_0x8,
@@ -217,7 +250,7 @@ fn rope_cases() -> Vec<Case> {
             partial(store(6, 2, 32)),
             (shared, 4, Teams::WHOLE),
             (0, Float::F32),
-            &plain,
+            (&plain, false),
         ),
         (
             WeightType::Q5_K,
@@ -225,13 +258,30 @@ fn rope_cases() -> Vec<Case> {
             store(6, 3, 64),
             (sub, 2, Teams::WHOLE),
             (9, Float::F16),
-            &plain,
+            (&plain, false),
+        ),
+        // x·g normalised by the product before its rope, as a decode step's QKV takes it.
+        (
+            WeightType::Q8_0x8,
+            512,
+            store(8, 2, 128),
+            (sub, 2, Teams::pairs(2)),
+            (21, Float::F16),
+            (&llama3, true),
+        ),
+        (
+            WeightType::Q4_K,
+            1024,
+            store(4, 2, 64),
+            (shared, 2, Teams::WHOLE),
+            (5, Float::F32),
+            (&plain, true),
         ),
     ];
     cases
         .into_iter()
-        .map(|(ty, cols, s, how, at, freqs)| {
-            rope_case(ty, cols, s, how, at, freqs).expect("the listed shapes are valid")
+        .map(|(ty, cols, s, how, at, x)| {
+            rope_case(ty, cols, s, how, at, x).expect("the listed shapes are valid")
         })
         .collect()
 }
@@ -254,20 +304,65 @@ pub fn cases() -> Vec<Case> {
         };
         let (shared, subgroup) = (Reduction::Shared, Reduction::Subgroup);
         // (rows, cols), reduction, (rows a team, teams), (residual added, f16 view, L2
-        // prefetch). Of 4,608 columns (18 blocks, 72 pairs) two steps of 32 pairs take 64,
+        // prefetch, x normalised by the product). Of 4,608 columns (18 blocks, 72 pairs) two steps of 32 pairs take 64,
         // then 8 and one past the end.
         let (pairs1, pairs2) = (Teams::pairs(1), Teams::pairs(2));
         let shapes = [
-            ((4, 256), shared, (1, Teams::WHOLE), (false, false, true)),
-            ((7, 768), subgroup, (2, Teams::WHOLE), (false, true, true)),
-            ((9, 4608), subgroup, (1, Teams::WHOLE), (true, true, true)),
-            ((9, 4608), subgroup, (2, Teams::WHOLE), (true, true, false)),
-            ((5, 768), shared, (2, Teams::WHOLE), (true, false, false)),
-            ((7, 768), subgroup, (2, one), (false, true, true)),
-            ((10, 2048), subgroup, (2, pairs1), (false, true, true)),
-            ((13, 4608), subgroup, (2, pairs2), (false, true, true)),
-            ((11, 2304), shared, (2, pairs2), (true, false, true)),
-            ((9, 4608), subgroup, (2, pairs2), (true, true, false)),
+            (
+                (4, 256),
+                shared,
+                (1, Teams::WHOLE),
+                (false, false, true, false),
+            ),
+            (
+                (7, 768),
+                subgroup,
+                (2, Teams::WHOLE),
+                (false, true, true, false),
+            ),
+            (
+                (9, 4608),
+                subgroup,
+                (1, Teams::WHOLE),
+                (true, true, true, false),
+            ),
+            (
+                (9, 4608),
+                subgroup,
+                (2, Teams::WHOLE),
+                (true, true, false, false),
+            ),
+            (
+                (5, 768),
+                shared,
+                (2, Teams::WHOLE),
+                (true, false, false, false),
+            ),
+            ((7, 768), subgroup, (2, one), (false, true, true, false)),
+            (
+                (10, 2048),
+                subgroup,
+                (2, pairs1),
+                (false, true, true, false),
+            ),
+            (
+                (13, 4608),
+                subgroup,
+                (2, pairs2),
+                (false, true, true, false),
+            ),
+            ((11, 2304), shared, (2, pairs2), (true, false, true, false)),
+            ((9, 4608), subgroup, (2, pairs2), (true, true, false, false)),
+            // x·g the product normalises: rows of 128 and 144 blocks, four sums of squares
+            // a lane of a subgroup's team and more; the whole workgroup's team, a residual.
+            ((10, 4096), subgroup, (2, pairs2), (false, true, true, true)),
+            ((7, 4608), shared, (2, pairs1), (false, false, false, true)),
+            (
+                (5, 4608),
+                subgroup,
+                (2, Teams::WHOLE),
+                (true, true, true, true),
+            ),
         ];
         for (shape, reduce, per, how) in shapes {
             out.push(case(ty, shape, reduce, per, how).expect("valid shapes"));
@@ -290,7 +385,7 @@ mod tests {
             1,
             Teams::WHOLE,
             Epilogue::None,
-            (false, true),
+            (false, true, false),
         )
         .unwrap_err()
         .to_string();
@@ -305,7 +400,7 @@ mod tests {
             2,
             Teams::WHOLE,
             Epilogue::Swiglu,
-            (false, true),
+            (false, true, false),
         )
         .unwrap_err();
         assert!(e.to_string().contains("SwiGLU"), "{e}");
@@ -316,7 +411,7 @@ mod tests {
             (1, 96),
             Reduction::Shared,
             (1, Teams::WHOLE),
-            (false, false, true),
+            (false, false, true, false),
         )
         .unwrap_err();
         assert!(e.to_string().contains("96"), "{e}");

@@ -27,6 +27,10 @@ use trine_ir::{Access, BufferId, Kernel, KernelBuilder, Scalar, Val};
 /// Invocations of a workgroup.
 pub const WORKGROUP: u32 = 128;
 
+/// Sums of squares a lane of a product with `rms` loads before its walk: a row of 4,096 is 128
+/// blocks, four for each lane of a team of 32.
+const SQUARES_AHEAD: u32 = 4;
+
 /// How a workgroup divides its rows: teams of `width` invocations (32, or the whole
 /// workgroup) each take `rows_per_team` rows and reduce their sums on their own; an
 /// invocation takes `units` units that follow each other (one or two) a step, and `steps`
@@ -110,14 +114,18 @@ pub fn takes(ty: WeightType, cols: u32) -> bool {
 /// stored as [`crate::matvec_attn`]'s epilogue does it, for one token); parameters `rows`,
 /// `cols` (and the rope's); grid [`grid`]. With `prefetch`, each team first asks L2 for its
 /// rows, which on CUDA runs before the wait for the dispatch ahead; without it the name ends
-/// in `_nopf`.
+/// in `_nopf`. With `rms`, x is x·g as a quantizer that leaves the norm to the product
+/// writes it ([`crate::quantize::XLoad::NormLater`]): buffer `xn` (f32, each block of 32's
+/// sum of the squares of x) after `xd` and parameter `eps` after `cols`; each row's sum is
+/// scaled by the row's `1/sqrt(Σ xn / cols + eps)` before the epilogue (the name ends in
+/// `_rms`).
 pub fn kernel(
     ty: WeightType,
     reduce: Reduction,
     rows_per_team: u32,
     teams: Teams,
     epilogue: Epilogue,
-    (f16_view, prefetch): (bool, bool),
+    (f16_view, prefetch, rms): (bool, bool, bool),
 ) -> Result<Kernel, ShapeError> {
     let (p, units) = format(OP, ty)?;
     let nrows = crate::support::nonzero(OP, "rows per team", rows_per_team)?;
@@ -174,11 +182,15 @@ pub fn kernel(
     if !prefetch {
         name.push_str("_nopf");
     }
+    if rms {
+        name.push_str("_rms");
+    }
     let k = KernelBuilder::new(&name, [WORKGROUP, 1, 1]);
     let w = k.buffer("w", Scalar::U32, Access::Read);
     let w16 = f16_view.then(|| k.buffer("w16", Scalar::F16, Access::Read));
     let xq = k.buffer("xq", Scalar::U32, Access::Read);
     let xd = k.buffer("xd", Scalar::F32, Access::Read);
+    let xn = rms.then(|| k.buffer("xn", Scalar::F32, Access::Read));
     let r = (epilogue == Epilogue::Add).then(|| k.buffer("r", Scalar::F32, Access::Read));
     let rope_in = matches!(epilogue, Epilogue::RopeStore(_)).then(|| RopeOut::declare_inputs(&k));
     let y = rope_in
@@ -186,6 +198,7 @@ pub fn kernel(
         .then(|| k.buffer("y", Scalar::F32, Access::Write));
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
+    let eps = rms.then(|| k.param("eps", Scalar::F32));
     let rope = match (epilogue, rope_in) {
         (Epilogue::RopeStore(shape), Some(bufs)) => Some(RopeOut::declare_outputs(&k, shape, bufs)),
         _ => None,
@@ -223,6 +236,23 @@ pub fn kernel(
             .step_by(2)
             .map(|i| rope.turn(&k, token, row0 + k.u32(i)))
             .collect()
+    });
+    // The lane's share of the row's sums of squares: the first SQUARES_AHEAD loaded now, so
+    // that they arrive while the walk runs, the rest (rows wider than that many per lane)
+    // after it.
+    let squares = xn.map(|xn| {
+        let parts = cols / k.u32(X_BLOCK);
+        let ahead: Vec<_> = (0..SQUARES_AHEAD)
+            .map(|j| {
+                let at = lane + k.u32(j * width);
+                k.select(
+                    at.lt(parts),
+                    k.load(xn, at.min(parts - k.u32(1))),
+                    k.f32(0.0),
+                )
+            })
+            .collect();
+        (xn, parts, ahead)
     });
     let accs: Vec<_> = (0..nrows).map(|_| k.var("acc", Scalar::F32)).collect();
     // A step is `teams.units` units that follow each other, of one block. A team's steps
@@ -278,6 +308,19 @@ pub fn kernel(
         .iter()
         .map(|acc| reducer.reduce(&k, lid, acc.get(), Combine::Sum))
         .collect();
+    let totals = match (squares, eps) {
+        (Some((xn, parts, ahead)), Some(eps)) => {
+            let own = k.var("squares", Scalar::F32);
+            own.set(ahead.into_iter().reduce(|a, b| a + b).expect("loads ahead"));
+            k.for_range(lane + k.u32(SQUARES_AHEAD * width), parts, width, |i| {
+                own.set(own.get() + k.load(xn, i))
+            });
+            let sum = reducer.reduce(&k, lid, own.get(), Combine::Sum);
+            let inv = (sum / cols.cast(Scalar::F32) + eps).rsqrt();
+            totals.into_iter().map(|t| t * inv).collect()
+        }
+        _ => totals,
+    };
     let lead = lane.eq(k.u32(0));
     match (y, &rope) {
         (Some(y), _) => {
