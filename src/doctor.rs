@@ -228,6 +228,13 @@ fn device_rows(i: &DeviceInfo) -> Vec<(&'static str, String)> {
             ),
         ),
         ("subgroups", sg),
+        (
+            "units",
+            i.compute_units
+                .map_or("compute units not reported".to_string(), |n| {
+                    format!("{n} compute units")
+                }),
+        ),
         ("f16 / int8", format!("{} / {}", i.f16, i.int8)),
         (
             "limits",

@@ -58,6 +58,11 @@ pub struct DeviceInfo {
     /// (`wgmma`, Hopper).
     #[serde(default)]
     pub group_mma: bool,
+    /// The device's multiprocessors (CUDA's SMs, AMD's compute units, Vulkan's where the
+    /// driver reports them: VK_NV_shader_sm_builtins, VK_AMD_shader_core_properties): a
+    /// product whose grid would leave most of them idle splits its K. `None` where unknown.
+    #[serde(default)]
+    pub compute_units: Option<u32>,
     pub max_shared_bytes: u64,
     pub max_invocations: u32,
     pub max_workgroups: [u32; 3],

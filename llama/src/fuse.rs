@@ -60,6 +60,12 @@ pub struct Offer {
     pub launches_overlap: bool,
     /// Shared memory a workgroup may take: prompt flash attention where its blocks fit.
     pub shared_bytes: u64,
+    /// Warpgroup products: the large block from fewer rows
+    /// ([`matmul_tiles::BlockSize::for_product`]).
+    pub warpgroups: bool,
+    /// The device's multiprocessors, where known: a prompt product on tiles splits its K
+    /// where its blocks would leave most of them idle ([`tuning::k_splits`]).
+    pub compute_units: Option<u32>,
 }
 
 impl Offer {
@@ -73,6 +79,8 @@ impl Offer {
             float_cache: kv.float().is_some(),
             launches_overlap: info.tuning.launches_overlap,
             shared_bytes: info.max_shared_bytes,
+            warpgroups: info.group_mma,
+            compute_units: info.compute_units,
         }
     }
 
@@ -284,15 +292,34 @@ pub fn fuse(
                 if matches!(quantized_x, Some(Op::Quantize { x, .. }) if x == y) {
                     quantized_x = None;
                 }
+                // A prompt product on tiles whose blocks would leave most of the device idle
+                // sums slices of K apart, then a node adds them up (with the residual).
+                let cols = w.tensors[id].cols;
+                let splits = match store {
+                    Store::None | Store::Add(_)
+                        if matches!(form, Form::Tiles | Form::Widened)
+                            && widened_parts(rows, store) == 1 =>
+                    {
+                        let block =
+                            matmul_tiles::BlockSize::for_product(rows, tokens, offer.warpgroups);
+                        tuning::k_splits(block, (rows, cols, tokens), offer.compute_units)
+                    }
+                    _ => 1,
+                };
+                let (sums, summed) = if splits > 1 {
+                    (Tensor::KParts, Store::Slices { splits })
+                } else {
+                    (y, store)
+                };
                 let product = |rows, part| Node {
                     op: Op::Product {
                         w: id,
                         rows,
                         x,
-                        y,
+                        y: sums,
                         tokens,
                         load,
-                        store,
+                        store: summed,
                         form,
                         part,
                     },
@@ -319,6 +346,23 @@ pub fn fuse(
                     }
                 } else {
                     out.push(product(rows, None));
+                }
+                if splits > 1 {
+                    out.push(Node {
+                        op: Op::SplitSum {
+                            y,
+                            add: match store {
+                                Store::Add(r) => Some(r),
+                                _ => None,
+                            },
+                            tokens,
+                            rows,
+                            cols,
+                            splits,
+                        },
+                        label: "split_sum",
+                        layer: node.layer,
+                    });
                 }
             }
             // Unfolded by the product before it (which takes quantized x), SwiGLU folds into
@@ -673,6 +717,8 @@ mod tests {
         decode_splits: tuning::GPU_SPLITS,
         launches_overlap: false,
         shared_bytes: 48 * 1024,
+        warpgroups: false,
+        compute_units: None,
     };
 
     /// A layer of `mode` rope as the Llama blocks build it, fused for a GPU's decode step.

@@ -29,7 +29,8 @@ use trine_ops::support::{Float, Reduction};
 use trine_ops::{
     argmax, attention_flash, attention_flash_tiles, attention_split, embedding, matmul_tiles,
     matvec, matvec_ids, matvec_ids_blocks, matvec_ids_sorted, matvec_q8_blocks, matvec_q8_rows,
-    moe_combine, moe_route, moe_sort, norm_add, qkv_bias_norm, rms_norm, rope_store, widen,
+    moe_combine, moe_route, moe_sort, norm_add, qkv_bias_norm, rms_norm, rope_store, split_sum,
+    widen,
 };
 
 /// What every kernel of one executor shares: the KV cache type, the K cache's layout, the
@@ -145,6 +146,10 @@ pub enum KernelKey {
     MoeSort,
     /// A mixture-of-experts layer's pairs' rows summed onto the residual ([`Op::MoeCombine`]).
     MoeCombine,
+    /// A split product's slices summed, with a residual where `add` ([`Op::SplitSum`]).
+    SplitSum {
+        add: bool,
+    },
     /// A CPU's experts' product by pair on interleaved rows ([`Op::ExpertRows`] on
     /// [`ExpertsOn::Rows`]).
     MatvecIdsRows {
@@ -187,6 +192,8 @@ pub struct TilesKey {
     /// A mixture of experts' product over a prompt's pairs
     /// ([`matmul_tiles::TilesSpec::experts`]).
     pub experts: bool,
+    /// K in slices ([`matmul_tiles::TilesSpec::split`], [`Store::Slices`]).
+    pub split: bool,
 }
 
 /// How a compiled variant is launched: what its dispatch's grid, parameters and bindings
@@ -296,6 +303,7 @@ impl std::fmt::Display for KernelKey {
                 let out = match (t.add, t.glu) {
                     (true, _) => ", add".to_string(),
                     (false, Some(glu)) => format!(", {}", glu.name()),
+                    (false, None) if t.split => ", K in slices".to_string(),
                     (false, None) => String::new(),
                 };
                 let block = match t.block {
@@ -360,6 +368,11 @@ impl std::fmt::Display for KernelKey {
             KernelKey::MoeRoute => f.write_str("experts' routing"),
             KernelKey::MoeSort => f.write_str("experts' routing by expert"),
             KernelKey::MoeCombine => f.write_str("experts' rows weighted, residual add"),
+            KernelKey::SplitSum { add } => f.write_str(if *add {
+                "K's slices summed, residual add"
+            } else {
+                "K's slices summed"
+            }),
             KernelKey::MatvecIdsRows { weights } => {
                 write!(
                     f,
@@ -422,6 +435,7 @@ impl KernelKey {
                     Store::Add(_) => MatvecEpilogue::Add,
                     Store::Swiglu => MatvecEpilogue::Swiglu,
                     Store::Geglu => unreachable!("GeGLU folds into products on tiles only"),
+                    Store::Slices { .. } => unreachable!("K is split on tiles only"),
                     Store::Rope { .. } => MatvecEpilogue::RopeStore(RopeShape {
                         head_dim: s.head_dim,
                         rot_dim: s.rot_dim,
@@ -487,6 +501,7 @@ impl KernelKey {
                         half_x: form == Form::Widened,
                         part: part.is_some(),
                         experts: false,
+                        split: matches!(store, Store::Slices { .. }),
                     }),
                 }
             }
@@ -527,6 +542,7 @@ impl KernelKey {
             Op::MoeRoute => KernelKey::MoeRoute,
             Op::MoeSort => KernelKey::MoeSort,
             Op::MoeCombine { .. } => KernelKey::MoeCombine,
+            Op::SplitSum { add, .. } => KernelKey::SplitSum { add: add.is_some() },
             Op::ExpertsSwigluHalves => KernelKey::Swiglu(GateUp::Halves),
             Op::ExpertRows {
                 w: id,
@@ -556,6 +572,7 @@ impl KernelKey {
                     half_x: widened,
                     part: part.is_some(),
                     experts: true,
+                    split: false,
                 })
             }
             Op::ExpertsSwiglu {
@@ -770,6 +787,7 @@ impl KernelKey {
             KernelKey::MoeRoute => vec![plain(moe_route::kernel())],
             KernelKey::MoeSort => vec![plain(moe_sort::kernel())],
             KernelKey::MoeCombine => vec![plain(moe_combine::kernel())],
+            KernelKey::SplitSum { add } => vec![plain(split_sum::kernel(add))],
             KernelKey::MatvecIdsRows { weights } => {
                 vec![plain(matvec_q8_rows::experts_kernel(weights)?)]
             }
@@ -904,6 +922,7 @@ pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
         glu: key.glu,
         part: key.part,
         experts: key.experts,
+        split: key.split,
     };
     let spec = if info.async_copy { spec.copied() } else { spec };
     if info.group_mma {
@@ -944,6 +963,7 @@ mod tests {
             half_x: false,
             part: false,
             experts: false,
+            split: false,
         };
         let key = KernelKey::MatmulTiles(fields);
         for (tiles, group, count) in [(true, true, 4), (true, false, 3), (false, false, 1)] {

@@ -317,6 +317,7 @@ fn reduction(node: &Node, c: &Config, w: &Weights) -> u32 {
         Op::Product { w: id, .. } => w.tensors[id].cols,
         Op::Norm { .. } | Op::NormAdd { .. } | Op::ExpertsSwiglu { .. } => c.n_embd,
         Op::ExpertRows { w: id, .. } => w.tensors[id].cols,
+        Op::SplitSum { cols, .. } => cols,
         // Each chosen expert's row, weighted and summed.
         Op::ExpertsDown { .. } => c.experts.map_or(1, |e| e.ff * e.used),
         _ => 1,
@@ -342,7 +343,8 @@ fn measured_bound(node: &Node) -> f64 {
         | Op::ExpertsDown { .. }
         | Op::ExpertRows { .. }
         | Op::ExpertsSwigluHalves
-        | Op::MoeCombine { .. } => 2.9e-10,
+        | Op::MoeCombine { .. }
+        | Op::SplitSum { .. } => 2.9e-10,
         // The chosen experts' weights: an exp of each logit and a division, the products'
         // arithmetic; the experts chosen are the same ids on both where the logits agree.
         Op::MoeRoute => 2.9e-10,

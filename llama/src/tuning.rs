@@ -317,6 +317,52 @@ pub fn norm_in_product(ty: WeightType, cols: u32, launches_overlap: bool) -> boo
     launches_overlap && ty.grouped().is_some() && cols >= 4096
 }
 
+/// Slices of K a prompt product on tiles in `block` sums apart ([`crate::graph::Store::Slices`])
+/// over `rows × cols` and `tokens`, on a device of `compute_units` multiprocessors: where its
+/// blocks fill at most half of the workgroups the device runs at once
+/// ([`resident_blocks`] per multiprocessor), the most slices, up to [`MAX_K_SLICES`], that keep
+/// the grid within one such wave and each slice at least [`MIN_SLICE_COLS`] columns; else one.
+/// A device whose multiprocessors are unknown splits nothing.
+pub fn k_splits(
+    block: matmul_tiles::BlockSize,
+    (rows, cols, tokens): (u32, u32, u32),
+    compute_units: Option<u32>,
+) -> u32 {
+    let Some(units) = compute_units else {
+        return 1;
+    };
+    let (bm, bn) = block.dims();
+    let blocks = tokens.div_ceil(bm) * rows.div_ceil(bn);
+    let resident = units * resident_blocks(block);
+    if 2 * blocks > resident {
+        return 1;
+    }
+    let mut splits = 1;
+    while splits < MAX_K_SLICES
+        && 2 * splits * blocks <= resident
+        && cols / (2 * splits) >= MIN_SLICE_COLS
+    {
+        splits *= 2;
+    }
+    splits
+}
+
+/// The most slices [`k_splits`] cuts K into.
+pub const MAX_K_SLICES: u32 = 4;
+
+/// The fewest columns a slice of [`k_splits`] sums: 16 steps of the tiled kernels.
+pub const MIN_SLICE_COLS: u32 = 1024;
+
+/// Workgroups of `block` a multiprocessor runs at once, as their registers and shared memory
+/// allow on the GPUs measured: the large block's fill one, the medium block's three.
+pub fn resident_blocks(block: matmul_tiles::BlockSize) -> u32 {
+    match block {
+        matmul_tiles::BlockSize::Large => 1,
+        matmul_tiles::BlockSize::Medium => 3,
+        matmul_tiles::BlockSize::Small => 6,
+    }
+}
+
 /// The reductions a quantizer may take on `info`'s device, best first: by subgroup on a GPU
 /// with subgroup operations (measured faster on CUDA and NVIDIA's Vulkan, most on a norm
 /// quantizer's row sum: docs/bench/decode.md); the shared-memory tree on a CPU, whose decode
@@ -406,5 +452,27 @@ fn cpu_matvec_lanes(ty: WeightType) -> u32 {
         Some(BlockFormat::Flat(f)) => f.code_bytes().min(32),
         Some(BlockFormat::Packed(p)) => p.sub.min(32),
         None => 8,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use matmul_tiles::BlockSize::{Large, Medium};
+
+    /// On a device of 132 multiprocessors: Gemma 3 1B's FFN down over 512 tokens (144 medium
+    /// blocks of 396 resident) and the 1B layout's (64 large of 132) split in two; the 8B
+    /// layout's (128 large blocks) and a short K do not; nor does a device whose
+    /// multiprocessors are unknown.
+    #[test]
+    fn k_splits_where_blocks_leave_half_the_device_idle() {
+        let units = Some(132);
+        assert_eq!(k_splits(Medium, (1152, 6912, 512), units), 2);
+        assert_eq!(k_splits(Large, (2048, 8192, 512), units), 2);
+        assert_eq!(k_splits(Large, (4096, 14336, 512), units), 1);
+        assert_eq!(k_splits(Medium, (1152, 1024, 512), units), 1);
+        assert_eq!(k_splits(Medium, (1152, 6912, 512), None), 1);
+        // A short prompt's few token blocks split more, up to four slices.
+        assert_eq!(k_splits(Large, (2048, 8192, 128), units), 4);
     }
 }

@@ -49,6 +49,7 @@ pub mod rope;
 pub mod rope_freqs;
 pub mod rope_store;
 pub mod shape;
+pub mod split_sum;
 pub mod support;
 pub mod widen;
 
@@ -65,7 +66,7 @@ pub struct Family {
 }
 
 /// The op library's families, in the order of [`cases`].
-pub static FAMILIES: [Family; 25] = [
+pub static FAMILIES: [Family; 26] = [
     Family {
         name: "matmul_tiles",
         about: "prompt products y = x·Wᵀ on matrix units, W in f32, f16, Q8_0, Q4_0 or Q4_1",
@@ -140,6 +141,11 @@ pub static FAMILIES: [Family; 25] = [
         name: "moe_combine",
         about: "mixture-of-experts output: each token's pairs' rows weighted, summed onto the residual",
         cases: moe_combine::cases,
+    },
+    Family {
+        name: "split_sum",
+        about: "a K-split prompt product's slices summed, with the residual",
+        cases: split_sum::cases,
     },
     Family {
         name: "embedding",

@@ -101,15 +101,16 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
     let stage_of = |k0: Val<'b>| k0 / k.u32(GROUP_K) % k.u32(stages);
     let at = |s: Val<'b>| (s * k.u32(x_stage), s * k.u32(w_stage));
     for s in (0..AHEAD).filter(|_| copies) {
-        let k0 = k.u32(s * GROUP_K);
+        let k0 = io.k_begin + k.u32(s * GROUP_K);
         k.if_(k0.lt(cols), || {
-            fetch.copy(k, k0, (xs, k.u32(s * x_stage)), (ws, k.u32(s * w_stage)))
+            let (x0, w0) = at(stage_of(k0));
+            fetch.copy(k, k0, (xs, x0), (ws, w0))
         });
         // Every step commits a batch, empty or not, so that the wait counts steps.
         k.copy_commit();
     }
-    io.load_first(k, &fetch, k.u32(0));
-    k.for_range(k.u32(0), cols, GROUP_K, |k0| {
+    io.load_first(k, &fetch, io.k_begin);
+    k.for_range(io.k_begin, cols, GROUP_K, |k0| {
         let (x0, w0) = at(stage_of(k0));
         // The product two steps back read the stage this step's copies go to.
         k.group_wait(1);

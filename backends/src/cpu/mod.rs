@@ -188,6 +188,7 @@ impl CpuBackend {
             tiles: false,
             async_copy: false,
             group_mma: false,
+            compute_units: None,
             max_shared_bytes: 64 * 1024,
             max_invocations: 1024,
             max_workgroups: [u32::MAX; 3],

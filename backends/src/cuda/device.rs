@@ -174,6 +174,7 @@ pub fn describe(
         tiles: arch >= super::TILES_MIN_ARCH,
         async_copy: arch >= super::ASYNC_COPY_MIN_ARCH,
         group_mma: arch == super::GROUP_MMA_ARCH,
+        compute_units: Some(sms).filter(|&n| n > 0),
         max_shared_bytes: u64::from(shared.max(shared_optin)),
         max_invocations: a(attr::MAX_THREADS_PER_BLOCK)?,
         max_workgroups: [

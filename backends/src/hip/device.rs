@@ -230,6 +230,7 @@ pub(super) fn device_info(rt: &Runtime, dev: &Device) -> DeviceInfo {
         tiles: has_wmma(&dev.isa, dev.warp_size),
         async_copy: false,
         group_mma: false,
+        compute_units: Some(dev.compute_units).filter(|&n| n > 0),
         max_shared_bytes: dev.max_shared,
         max_invocations: dev.max_threads,
         max_workgroups: dev.max_grid,

@@ -137,9 +137,31 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
     if driver_struct {
         props2 = props2.push_next(&mut driver);
     }
+    let mut nv_sms = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
+    let nv_sms_ext = has_ext(vk::NV_SHADER_SM_BUILTINS_NAME);
+    if nv_sms_ext {
+        props2 = props2.push_next(&mut nv_sms);
+    }
+    let mut amd_cores = vk::PhysicalDeviceShaderCorePropertiesAMD::default();
+    let amd_cores_ext = has_ext(vk::AMD_SHADER_CORE_PROPERTIES_NAME);
+    if amd_cores_ext {
+        props2 = props2.push_next(&mut amd_cores);
+    }
     // SAFETY: as for the features above.
     unsafe { vk_instance.get_physical_device_properties2(c.physical, &mut props2) };
     let props = props2.properties;
+    let compute_units = if nv_sms_ext {
+        Some(nv_sms.shader_sm_count)
+    } else if amd_cores_ext {
+        Some(
+            amd_cores.shader_engine_count
+                * amd_cores.shader_arrays_per_engine_count
+                * amd_cores.compute_units_per_shader_array,
+        )
+    } else {
+        None
+    }
+    .filter(|&n| n > 0);
     // SAFETY: a plain query on a physical device of this instance.
     let memory_props = unsafe { vk_instance.get_physical_device_memory_properties(c.physical) };
 
@@ -317,6 +339,7 @@ pub fn probe(instance: &Instance, c: &Candidate) -> Probe {
         tiles: tiles && f16,
         async_copy: false,
         group_mma: false,
+        compute_units,
         max_shared_bytes: props.limits.max_compute_shared_memory_size.into(),
         max_invocations: props.limits.max_compute_work_group_invocations,
         max_workgroups: props.limits.max_compute_work_group_count,

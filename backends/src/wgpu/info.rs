@@ -61,6 +61,7 @@ pub fn device_info(device: &wgpu::Device) -> DeviceInfo {
         tiles: false,
         async_copy: false,
         group_mma: false,
+        compute_units: None,
         max_shared_bytes: limits.max_compute_workgroup_storage_size.into(),
         max_invocations: limits.max_compute_invocations_per_workgroup,
         max_workgroups: [per_dim; 3],

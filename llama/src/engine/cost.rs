@@ -2,7 +2,7 @@
 //! moves.
 
 use super::Engine;
-use crate::graph::{Load, Node, Op, Step, Tensor};
+use crate::graph::{Load, Node, Op, Step, Store, Tensor};
 use crate::planner::KernelKey;
 use std::collections::HashSet;
 use trine_gguf::quant::WeightType;
@@ -83,6 +83,7 @@ impl Engine {
         let c = &self.model.config;
         let rows = u64::from(match node.op {
             Op::Product { tokens, .. }
+            | Op::SplitSum { tokens, .. }
             | Op::Norm { tokens, .. }
             | Op::Quantize { tokens, .. }
             | Op::HalfX { tokens, .. } => tokens,
@@ -172,6 +173,16 @@ impl Engine {
                 Op::Swiglu(_) | Op::Geglu => 2 * c.n_ff,
                 _ => c.q_dim() + 2 * c.kv_dim(),
             }),
+            // Every slice of the split product's rows.
+            Tensor::KParts => match node.op {
+                Op::Product {
+                    rows,
+                    store: Store::Slices { splits },
+                    ..
+                }
+                | Op::SplitSum { rows, splits, .. } => f32s(splits * rows),
+                _ => 0,
+            },
             // A byte per element, and a scale and a sum per block of 32.
             Tensor::XqWords => rows * u64::from(cols),
             Tensor::XqScales | Tensor::XqSums | Tensor::XqSquares => f32s(cols / 32),

@@ -78,6 +78,8 @@ pub struct Engine {
     tuned: Arc<Tuned>,
     /// Bytes of [`Tensor::Wide`]: the largest weight part a step widens.
     wide_bytes: u64,
+    /// Bytes of [`Tensor::KParts`]: the largest product a step splits, all its slices.
+    parts_bytes: u64,
     options: EngineOptions,
     tensors: HashMap<Tensor, Resident>,
     /// What the fusion pass builds the nodes for: the primary device's offer, or the checked
@@ -195,11 +197,24 @@ impl Engine {
         let mut binds: HashMap<KernelKey, u64> = HashMap::new();
         // The f16 copy holds the largest part any step widens.
         let mut wide_bytes = 0u64;
+        let mut parts_bytes = 0u64;
         for tokens in 1..=options.max_batch {
             let step = Step { tokens, pos: 0 };
             for n in graph(&model, step, offer)? {
-                if let Op::Widen { rows, cols, .. } = n.op {
-                    wide_bytes = wide_bytes.max(2 * u64::from(rows) * u64::from(cols));
+                match n.op {
+                    Op::Widen { rows, cols, .. } => {
+                        wide_bytes = wide_bytes.max(2 * u64::from(rows) * u64::from(cols));
+                    }
+                    Op::SplitSum {
+                        tokens,
+                        rows,
+                        splits,
+                        ..
+                    } => {
+                        let n = u64::from(splits) * u64::from(tokens) * u64::from(rows);
+                        parts_bytes = parts_bytes.max(4 * n);
+                    }
+                    _ => {}
                 }
                 let key = KernelKey::of(&n.op, &model.weights, shape, &tuned);
                 let weight = bound_weight(&model, &n.op);
@@ -217,6 +232,7 @@ impl Engine {
             shape,
             tuned,
             wide_bytes,
+            parts_bytes,
             options,
             tensors: HashMap::new(),
             offer,

@@ -27,6 +27,7 @@ use trine_ops::qkv_bias_norm::{Apply, QkvBiasNorm};
 use trine_ops::rms_norm::RmsNorm;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::{HeadSpan, RopeStore};
+use trine_ops::split_sum::SplitSum;
 use trine_ops::{matvec_ids_blocks, matvec_ids_sorted};
 use trine_ops::{matvec_q8_blocks, matvec_q8_rows, quantize, widen};
 
@@ -154,13 +155,21 @@ impl Engine {
                         };
                         let mut inputs = vec![weights, x];
                         inputs.extend(add);
-                        let params = match part {
-                            Some(p) => {
-                                spec.part_params((rows, wt.cols, tokens), (p.total, p.first))
+                        let shape = (rows, wt.cols, tokens);
+                        let (params, grid) = match (part, store) {
+                            (Some(p), _) => (
+                                spec.part_params(shape, (p.total, p.first)),
+                                spec.grid(rows, tokens),
+                            ),
+                            (None, Store::Slices { splits }) => (
+                                spec.split_params(shape, splits),
+                                spec.split_grid(rows, tokens, splits),
+                            ),
+                            (None, _) => {
+                                (spec.params(rows, wt.cols, tokens), spec.grid(rows, tokens))
                             }
-                            None => spec.params(rows, wt.cols, tokens),
                         };
-                        plan(inputs, &[y], params, spec.grid(rows, tokens))
+                        plan(inputs, &[y], params, grid)
                     }
                     (form, launch) => unreachable!("a {form:?} product launched as {launch:?}"),
                 }
@@ -479,6 +488,23 @@ impl Engine {
                     m.params(),
                     m.grid(),
                 )
+            }
+            Op::SplitSum {
+                y,
+                add,
+                tokens,
+                rows,
+                splits,
+                ..
+            } => {
+                let s = SplitSum {
+                    tokens,
+                    rows,
+                    splits,
+                };
+                let mut inputs = vec![Tensor::KParts];
+                inputs.extend(add);
+                plan(inputs, &[y], s.params(), s.grid())
             }
             Op::PickLast => plan(
                 vec![Tensor::Resid(0)],

@@ -213,6 +213,7 @@ impl Engine {
             Tensor::XHalf => (2 * b * widest_input(c)).next_multiple_of(4),
             // The largest part a step widens (the gate/up product's half, where it is one).
             Tensor::Wide => self.wide_bytes.max(4),
+            Tensor::KParts => self.parts_bytes.max(4),
         }
     }
 

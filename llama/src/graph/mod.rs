@@ -55,6 +55,9 @@ pub enum Tensor {
     /// f32 [tokens × experts used × n_embd]: each chosen expert's down product, before
     /// [`Op::MoeCombine`] weighs and sums them.
     ExpertOut,
+    /// f32 [splits × tokens × rows]: a product's sums over each slice of its K
+    /// ([`Store::Slices`]), which an [`Op::SplitSum`] adds up; sized for the largest.
+    KParts,
     /// f32 [n_embd]: the last token's row of the residual stream (prompt steps).
     Last,
     /// f32 [vocab].
@@ -175,6 +178,12 @@ pub enum Store {
     Rope {
         layer: u32,
         heads: HeadSpan,
+    },
+    /// K in `splits` slices, each slice's sums into its slice of [`Tensor::KParts`]: a
+    /// prompt product on tiles whose blocks would leave most of the device idle
+    /// ([`crate::tuning::k_splits`]); an [`Op::SplitSum`] after it stores y.
+    Slices {
+        splits: u32,
     },
 }
 
@@ -403,6 +412,17 @@ pub enum Op {
     /// [`Tensor::RouteWeights`], summed and added to residual `r` into `out`
     /// ([`trine_ops::moe_combine`]).
     MoeCombine { r: Tensor, out: Tensor },
+    /// The `splits` slices of [`Tensor::KParts`] a product over `cols` columns wrote
+    /// ([`Store::Slices`]), summed into `y` (`[tokens × rows]`) with residual `add`
+    /// ([`trine_ops::split_sum`]).
+    SplitSum {
+        y: Tensor,
+        add: Option<Tensor>,
+        tokens: u32,
+        rows: u32,
+        cols: u32,
+        splits: u32,
+    },
     /// Copies the last token's row of the residual stream to [`Tensor::Last`].
     PickLast,
     /// The logits' argmax into [`Tensor::Token`].
@@ -454,6 +474,7 @@ impl Node {
                     Store::Swiglu | Store::Geglu => rows / 2,
                     Store::Rope { .. } => c.q_dim(),
                     Store::None | Store::Add(_) => rows,
+                    Store::Slices { splits } => splits * rows,
                 };
                 (y, 0..tokens as usize * n as usize)
             }
@@ -496,6 +517,9 @@ impl Node {
                 let e = c.experts.map_or(0, |e| e.used * e.ff);
                 rows(Tensor::ExpertAct, e)
             }
+            Op::SplitSum {
+                y, tokens, rows, ..
+            } => (y, 0..(tokens * rows) as usize),
             Op::PickLast => (Tensor::Last, 0..c.n_embd as usize),
             Op::Argmax => (Tensor::Token, 0..1),
         }

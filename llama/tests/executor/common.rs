@@ -167,6 +167,18 @@ pub fn gpu_with(tiles: bool) -> Arc<dyn Backend> {
     stand_in(tiles, false, "")
 }
 
+/// A stand-in with tiles and `units` multiprocessors: its prompt products whose blocks would
+/// leave most of them idle split their K.
+pub fn gpu_with_units(units: u32) -> Arc<dyn Backend> {
+    let describe = move |info: &mut trine_backends::DeviceInfo| {
+        info.device_type = DeviceType::Discrete;
+        info.f16 = true;
+        info.tiles = true;
+        info.compute_units = Some(units);
+    };
+    Arc::new(Proxy::new(cpu(), "faulty", describe, faults("", &[], 1.0)))
+}
+
 /// A stand-in whose launches overlap the kernel before them, as CUDA's on sm_90 do.
 pub fn gpu_overlapping() -> Arc<dyn Backend> {
     let describe = |info: &mut trine_backends::DeviceInfo| {

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use trine_backends::Backend;
 use trine_gguf::synth::SynthShape;
 use trine_gguf::TensorType;
-use trine_llama::graph::{Form, Op, Step, Tensor};
+use trine_llama::graph::{Form, Op, Step, Store, Tensor};
 use trine_llama::{Engine, ModelError, Session};
+use trine_ops::compare::nmse;
 use trine_ops::kv_type::KvType;
 
 #[test]
@@ -138,6 +139,57 @@ fn a_cpu_checks_a_gpus_prompts_on_matrix_tiles() {
             checker,
         );
     }
+}
+
+/// A GPU of few multiprocessors splits the K of a prompt's FFN down product (2,048 columns,
+/// one block of rows) in two slices and sums them after it with the residual: its logits are
+/// those of the same GPU summing K whole, and the CPU running its nodes agrees node by node.
+#[test]
+fn a_gpu_of_few_units_splits_a_long_k() {
+    let model = synth(SynthShape {
+        n_embd: 256,
+        n_ff: 2048,
+        matrices: TensorType::Q8_0,
+        ..SynthShape::TINY
+    });
+    let layers = SynthShape::TINY.n_layer as usize;
+    let main = Engine::new(model.clone(), gpu_with_units(4), SIZES).unwrap();
+    let sliced = |op: &Op| {
+        matches!(
+            op,
+            Op::Product {
+                store: Store::Slices { splits: 2 },
+                y: Tensor::KParts,
+                ..
+            }
+        )
+    };
+    let sums = |op: &Op| {
+        matches!(
+            op,
+            Op::SplitSum {
+                splits: 2,
+                add: Some(_),
+                ..
+            }
+        )
+    };
+    assert_eq!(count_nodes(&main, 5, sliced), layers);
+    assert_eq!(count_nodes(&main, 5, sums), layers);
+    assert_eq!(count_nodes(&main, 1, sliced), 0);
+    let ids = [17, 90, 200, 3, 45, 7, 8];
+    let whole = logits(model.clone(), gpu_with(true), SIZES, &ids);
+    let split = logits(model, gpu_with_units(4), SIZES, &ids);
+    for (step, (a, b)) in whole.iter().zip(&split).enumerate() {
+        let widen = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+        let e = nmse(&widen(a), &widen(b)).unwrap();
+        // The slices' sums are the whole sum's in another order; the f16 rounding of x
+        // before the products after them turns some last-bit differences into f16 steps
+        // (1.7e-6 measured). A slice lost or read twice moves them by 1e-4 and more.
+        assert!(e < 2e-5, "step {step}: NMSE {e}");
+    }
+    let checker = main.checker(cpu()).unwrap();
+    agree("cpu checking a gpu splitting K", main, checker);
 }
 
 /// A GPU that copies f16 blocks asynchronously multiplies its prompts' products on

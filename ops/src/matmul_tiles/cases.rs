@@ -1,7 +1,7 @@
 //! The tiled product's conformance cases: random weights and inputs for each way of staging
 //! the blocks, with the fallback each runs where a device lacks a feature.
 
-use super::{check, kernel, reference, BlockSize, TilesSpec, NMSE, OP};
+use super::{check, kernel, reference, reference_split, BlockSize, TilesSpec, NMSE, OP};
 use crate::blocks;
 use crate::case::*;
 use crate::elementwise::Glu;
@@ -82,6 +82,7 @@ fn case_spec(
         glu,
         part: false,
         experts: false,
+        split: false,
     }
 }
 
@@ -184,6 +185,60 @@ fn build_case(
         .params(spec.params(rows, cols, tokens))
         .bound(NMSE)
         .fallback_on(kernel(fallback)?, fallback.grid(rows, tokens)))
+}
+
+/// A [`TilesSpec::split`] case: W of `ty`, x stored as `xf`, K in `splits` slices, each
+/// slice of y against [`reference_split`]; staged as `staging` says, the fallback as for
+/// [`case_in`].
+pub fn split_case(
+    ty: WeightType,
+    (rows, cols, tokens): (u32, u32, u32),
+    splits: u32,
+    (block, staging, xf): (BlockSize, Staging, Float),
+) -> Result<Case, ShapeError> {
+    check(rows, cols, tokens)?;
+    let name = format!(
+        "{OP}/{}{}/{rows}x{cols}/t{tokens}/splitk{splits}{}{}",
+        if xf == Float::F16 { "f16x" } else { "" },
+        ty.name(),
+        if block == BlockSize::Large {
+            "/large"
+        } else {
+            ""
+        },
+        match staging {
+            Staging::Put => "",
+            Staging::Copies => "/copies",
+            Staging::Group => "/group",
+        }
+    );
+    let mut rng = Rng::new(crate::support::seed(&name));
+    let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
+    let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
+    let x = rng.f32s(t * c, -1.0, 1.0);
+    let want = reference_split(ty, &w, &x, (rows, cols, tokens), splits)?;
+    let spec = TilesSpec {
+        split: true,
+        ..case_spec(ty, cols, (false, None), (block, xf))
+    };
+    let x_bytes = match xf {
+        Float::F32 => f32_bytes(&x),
+        Float::F16 => f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()),
+    };
+    let (fallback, spec) = match staging {
+        Staging::Put => (spec.scalar(), spec),
+        Staging::Copies => (spec, spec.copied()),
+        Staging::Group => (spec, spec.copied().grouped()),
+    };
+    Ok(
+        Case::new(name, kernel(spec)?, spec.split_grid(rows, tokens, splits))
+            .input("w", spec.w_elem(), blocks::pad_to_words(w))
+            .input("x", spec.x_elem(), x_bytes)
+            .output("y", Scalar::F32, vec![0; splits as usize * t * r * 4], want)
+            .params(spec.split_params((rows, cols, tokens), splits))
+            .bound(NMSE)
+            .fallback_on(kernel(fallback)?, fallback.split_grid(rows, tokens, splits)),
+    )
 }
 
 /// A [`TilesSpec::part`] case: W's rows `first..first + rows` of a `y_rows`-row product of
@@ -420,6 +475,33 @@ pub fn cases() -> Vec<Case> {
         (272, 192, 140),
         (false, Some(Glu::Swiglu)),
         (large, Staging::Group, single),
+    ));
+    // K in slices: three shares of 256 columns (the last shorter) in the medium block, x
+    // put in f32; two of f16 W and x copied; four on warpgroup products, rows and tokens
+    // past a block; a slice past K's end.
+    out.push(split_case(
+        WeightType::Q8_0,
+        (72, 640, 70),
+        3,
+        (BlockSize::Medium, Staging::Put, single),
+    ));
+    out.push(split_case(
+        WeightType::F16,
+        (72, 256, 40),
+        2,
+        (BlockSize::Medium, Staging::Copies, half),
+    ));
+    out.push(split_case(
+        WeightType::F16,
+        (136, 512, 140),
+        4,
+        (large, Staging::Group, half),
+    ));
+    out.push(split_case(
+        WeightType::Q4_K,
+        (40, 256, 20),
+        5,
+        (BlockSize::Small, Staging::Put, single),
     ));
     // Experts' products over a prompt's pairs.
     out.extend(super::experts::cases().into_iter().map(Ok));

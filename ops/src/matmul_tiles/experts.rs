@@ -143,6 +143,7 @@ pub fn case(
         group: false,
         part: part.is_some(),
         experts: true,
+        split: false,
     };
     let (fallback, spec) = match half {
         Some(Staging::Copies) if spec.copied().copies => (spec, spec.copied()),

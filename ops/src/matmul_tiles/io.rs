@@ -16,7 +16,11 @@ pub(crate) struct Io<'b> {
     y: BufferId,
     rows: Val<'b>,
     cols: Val<'b>,
-    /// Where the K loop ends: `cols`, or 0 for an experts' workgroup past its expert's pairs.
+    /// Where the K loop starts: 0, or this workgroup's share's first column
+    /// ([`TilesSpec::split`]).
+    pub k_begin: Val<'b>,
+    /// Where the K loop ends: `cols`, 0 for an experts' workgroup past its expert's pairs,
+    /// or the end of this workgroup's share ([`TilesSpec::split`]).
     pub k_end: Val<'b>,
     tokens: Val<'b>,
     /// y's rows per token and the first of them this product writes ([`TilesSpec::part`]).
@@ -24,6 +28,8 @@ pub(crate) struct Io<'b> {
     t0: Val<'b>,
     r0: Val<'b>,
     experts: Option<Experts<'b>>,
+    /// Where this workgroup's slice of y starts ([`TilesSpec::split`]).
+    slice: Option<Val<'b>>,
 }
 
 /// The expert a workgroup of a [`TilesSpec::experts`] product serves, and its pairs.
@@ -79,6 +85,15 @@ impl<'b> Io<'b> {
             Some(ex) => k.select(t0.lt(ex.count), cols, k.u32(0)),
             None => cols,
         };
+        let split = spec.split.then(|| {
+            let chunk = k.param("k_chunk", Scalar::U32);
+            let z = k.workgroup_id(2);
+            (z * chunk, z * chunk + chunk, z * tokens * rows)
+        });
+        let (k_begin, k_end, slice) = match split {
+            Some((begin, end, slice)) => (begin, end.min(cols), Some(slice)),
+            None => (k.u32(0), k_end, None),
+        };
         Io {
             x,
             w,
@@ -86,8 +101,10 @@ impl<'b> Io<'b> {
             y,
             rows,
             cols,
+            k_begin,
             k_end,
             tokens,
+            slice,
             part,
             t0,
             r0: k.workgroup_id(1) * k.u32(bn),
@@ -152,10 +169,11 @@ impl<'b> Io<'b> {
         )
     }
 
-    /// Loads the first step's share (`fetch`'s, at column `zero`), where this workgroup has steps: an experts'
-    /// workgroup past its expert's pairs would read x through list entries it does not own.
+    /// Loads the first step's share (`fetch`'s, at column `zero`), where this workgroup has
+    /// steps: an experts' workgroup past its expert's pairs would read x through list entries
+    /// it does not own, and a split's share past K's end would read past x and W.
     pub(crate) fn load_first(&self, k: &'b KernelBuilder, fetch: &Fetch<'b>, zero: Val<'b>) {
-        if self.experts.is_some() {
+        if self.experts.is_some() || self.slice.is_some() {
             k.if_(zero.lt(self.k_end), || fetch.load(k, zero));
         } else {
             fetch.load(k, zero);
@@ -172,6 +190,7 @@ impl<'b> Io<'b> {
             ends: (self.token_end(), self.rows),
             part: self.part,
             pairs: self.experts.map(|ex| (ex.lists, ex.at)),
+            slice: self.slice,
         }
     }
 }
@@ -189,6 +208,8 @@ pub(crate) struct Output<'b> {
     /// For experts: the list and where the expert's pairs start in it. The block's token `t`
     /// is then the pair at `t`, whose row of y its number names.
     pairs: Option<(BufferId, Val<'b>)>,
+    /// Where this workgroup's slice of y starts ([`TilesSpec::split`]).
+    slice: Option<Val<'b>>,
 }
 
 impl<'b> Output<'b> {
@@ -254,6 +275,7 @@ impl<'b> Output<'b> {
                 Some((y_rows, first)) => tok * y_rows + first + row,
                 None => tok * self.ends.1 + row,
             };
+            let at = self.slice.map_or(at, |slice| slice + at);
             let v = match self.add {
                 Some(a) => v + k.load(a, at),
                 None => v,

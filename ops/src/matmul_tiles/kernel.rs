@@ -31,6 +31,12 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
             what: "a residual added to a gated unit's output".into(),
         });
     }
+    if spec.split && (spec.add || spec.glu.is_some() || spec.part || spec.experts) {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: "K split with a residual, a gated unit, a part or experts".into(),
+        });
+    }
     if spec.experts && spec.add {
         return Err(ShapeError::Unsupported {
             op: OP,
@@ -91,8 +97,8 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         // i − 1's products, and step i + 1's put writes the stage those read. In one, the
         // next step restages both blocks only after a second barrier.
         let zero = k.u32(0);
-        io.load_first(&k, &fetch, zero);
-        k.for_range(zero, cols, width, |k0| {
+        io.load_first(&k, &fetch, io.k_begin);
+        k.for_range(io.k_begin, cols, width, |k0| {
             let (x0, w0) = if put_stages == 2 {
                 let stage = k0 / k.u32(width) % k.u32(2);
                 (stage * k.u32(x_stage), stage * k.u32(w_stage))
@@ -154,14 +160,17 @@ fn pipelined<'b>(
         |k0: Val<'b>, stages: u32, size: u32| (k0 / k.u32(width)) % k.u32(stages) * k.u32(size);
     let x_stages = if fetch.copies_x() { COPY_STAGES } else { 2 };
     for s in 0..ahead {
-        let k0 = k.u32(s * width);
-        let (x0, w0) = (k.u32(s * x_stage), k.u32(s * w_stage));
+        let k0 = io.k_begin + k.u32(s * width);
+        let (x0, w0) = (
+            stage_of(k0, x_stages, x_stage),
+            stage_of(k0, COPY_STAGES, w_stage),
+        );
         k.if_(k0.lt(cols), || fetch.copy(k, k0, (xs, x0), (ws, w0)));
         // Every step commits a batch, empty or not, so that the wait counts steps.
         k.copy_commit();
     }
-    io.load_first(k, fetch, k.u32(0));
-    k.for_range(k.u32(0), cols, width, |k0| {
+    io.load_first(k, fetch, io.k_begin);
+    k.for_range(io.k_begin, cols, width, |k0| {
         let x0 = stage_of(k0, x_stages, x_stage);
         fetch.put(k, (xs, x0), (ws, k.u32(0)));
         k.copy_wait(ahead - 1);

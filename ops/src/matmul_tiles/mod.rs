@@ -41,10 +41,10 @@ mod spec;
 #[cfg(test)]
 mod tests;
 
-pub use cases::{case, case_in, cases, glu_case, Staging};
+pub use cases::{case, case_in, cases, glu_case, split_case, Staging};
 pub(crate) use io::{Io, Output};
 pub use kernel::kernel;
-pub use reference::reference;
+pub use reference::{reference, reference_split};
 pub use spec::{check, check_experts, BlockSize, TilesSpec};
 
 pub(crate) const OP: &str = "matmul_tiles";

@@ -41,3 +41,35 @@ pub fn reference(
     });
     Ok(y)
 }
+
+/// The slices of a [`super::TilesSpec::split`] product in `splits` slices, in f64 as
+/// [`reference`] sums them: `[splits × tokens × rows]`, slice z over the columns of its share
+/// ([`super::TilesSpec::k_chunk`]).
+pub fn reference_split(
+    ty: WeightType,
+    w: &[u8],
+    x: &[f32],
+    (rows, cols, tokens): (u32, u32, u32),
+    splits: u32,
+) -> Result<Vec<f64>, ShapeError> {
+    check(rows, cols, tokens)?;
+    let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
+    let wd: Vec<f64> = dequantize(ty, w, r * c)?
+        .into_iter()
+        .map(|v| f16::from_f64(v).to_f64())
+        .collect();
+    let xd: Vec<f64> = x.iter().map(|&v| f16::from_f32(v).to_f64()).collect();
+    let chunk = super::TilesSpec::k_chunk(cols, splits) as usize;
+    let mut y = Vec::with_capacity(splits as usize * t * r);
+    for z in 0..splits as usize {
+        let cs = (z * chunk).min(c)..((z + 1) * chunk).min(c);
+        for tok in 0..t {
+            for row in 0..r {
+                let xs = &xd[tok * c..][cs.clone()];
+                let ws = &wd[row * c..][cs.clone()];
+                y.push(xs.iter().zip(ws).map(|(a, b)| a * b).sum());
+            }
+        }
+    }
+    Ok(y)
+}

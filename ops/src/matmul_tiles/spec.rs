@@ -114,6 +114,13 @@ pub struct TilesSpec {
     /// goes to its pair's row of y. Workgroups past their expert's pairs do nothing. Not with
     /// [`TilesSpec::add`].
     pub experts: bool,
+    /// K split over the grid's third axis ([`TilesSpec::split_grid`]): workgroup z sums the
+    /// columns from `z·k_chunk` to `(z + 1)·k_chunk` (parameter `k_chunk`, last; whole steps,
+    /// [`TilesSpec::k_chunk`]) and stores its block's sums to y's slice z, `[splits × tokens ×
+    /// rows]`, which [`crate::split_sum`] adds up. A product of few blocks of rows and tokens
+    /// then fills a GPU that its blocks alone would leave idle. Not with [`TilesSpec::add`], a
+    /// gated unit, a part or experts.
+    pub split: bool,
 }
 
 impl TilesSpec {
@@ -199,13 +206,14 @@ impl TilesSpec {
     /// width (or scalar), copies and depth.
     pub fn name(&self) -> String {
         format!(
-            "matmul_tiles_{}{}{}{}{}{}{}{}{}{}_d{}",
+            "matmul_tiles_{}{}{}{}{}{}{}{}{}{}{}_d{}",
             if self.half_x { "f16x" } else { "" },
             self.weights.name(),
             if self.add { "_add" } else { "" },
             self.glu.map_or(String::new(), |g| format!("_{}", g.name())),
             if self.part { "_part" } else { "" },
             if self.experts { "_experts" } else { "" },
+            if self.split { "_splitk" } else { "" },
             self.block.name(),
             match self.tiles {
                 Some(w) => format!("_sg{w}"),
@@ -267,6 +275,32 @@ impl TilesSpec {
     pub fn experts_grid(&self, rows: u32, tokens: u32, experts: u32) -> [u32; 3] {
         let [t, r, _] = self.grid(rows, tokens);
         [t, r, experts]
+    }
+
+    /// `[token blocks, row blocks, splits]` of a [`TilesSpec::split`] product.
+    pub fn split_grid(&self, rows: u32, tokens: u32, splits: u32) -> [u32; 3] {
+        let [t, r, _] = self.grid(rows, tokens);
+        [t, r, splits]
+    }
+
+    /// Columns each of `splits` workgroups of a [`TilesSpec::split`] product over `cols`
+    /// sums: an even share rounded up to whole steps of the deepest kernel, so that every
+    /// variant of the product takes the same parameters. The last share may be shorter.
+    pub fn k_chunk(cols: u32, splits: u32) -> u32 {
+        let step = BK * MAX_DEPTH;
+        cols.div_ceil(splits.max(1)).div_ceil(step) * step
+    }
+
+    /// Parameters of a [`TilesSpec::split`] product in `splits` slices: rows, cols, tokens,
+    /// k_chunk.
+    pub fn split_params(
+        &self,
+        (rows, cols, tokens): (u32, u32, u32),
+        splits: u32,
+    ) -> Vec<ParamValue> {
+        let mut p = self.params(rows, cols, tokens);
+        p.push(ParamValue::U32(Self::k_chunk(cols, splits)));
+        p
     }
 
     /// Parameters: rows, cols, tokens.

@@ -38,6 +38,7 @@ fn blocks_fit_shared_memory() {
             glu: None,
             part: false,
             experts: false,
+            split: false,
         };
         let k = kernel(spec.scalar()).unwrap();
         assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
@@ -87,6 +88,7 @@ fn warpgroup_blocks_fit_shared_memory() {
             glu,
             part: false,
             experts: false,
+            split: false,
         }
         .copied()
         .grouped();
@@ -116,6 +118,7 @@ fn large_blocks_fall_back_to_medium_ones() {
         glu: None,
         part: false,
         experts: false,
+        split: false,
     };
     let variants = spec.variants();
     let blocks: Vec<_> = variants.iter().map(|v| (v.block, v.tiles)).collect();
@@ -169,6 +172,7 @@ fn blocks_follow_the_product() {
         glu: None,
         part: false,
         experts: false,
+        split: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     assert_eq!(spec.scalar().grid(4096, 512), [8, 64, 1]);
@@ -198,6 +202,7 @@ fn depth_divides_k() {
         glu: None,
         part: false,
         experts: false,
+        split: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
 }
@@ -217,6 +222,7 @@ fn widths_that_do_not_divide_the_tiles_are_refused() {
         glu: None,
         part: false,
         experts: false,
+        split: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     assert!(kernel(TilesSpec {
