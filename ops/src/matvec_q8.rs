@@ -94,6 +94,17 @@ fn nearest_int(v: f32) -> i32 {
     (bits & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
+/// Appends `codes` (8-bit values) to `words`, four to a word, the first in the low byte.
+fn pack_codes(codes: &[i32], words: &mut Vec<u32>) {
+    for four in codes.chunks(4) {
+        let w = four
+            .iter()
+            .enumerate()
+            .fold(0u32, |w, (k, &c)| w | ((c as u32 & 255) << (8 * k)));
+        words.push(w);
+    }
+}
+
 /// The host's quantization of `x` (a multiple of `blocks.elems()` long), the operations of
 /// [`crate::quantize::kernel`].
 pub fn quantize_x(x: &[f32], blocks: XBlocks) -> Q8Activations {
@@ -114,13 +125,7 @@ pub fn quantize_x(x: &[f32], blocks: XBlocks) -> Q8Activations {
             XBlocks::Q8_K => 0.0,
         };
         for part in q.chunks(X_BLOCK as usize) {
-            for four in part.chunks(4) {
-                let w = four
-                    .iter()
-                    .enumerate()
-                    .fold(0u32, |w, (k, &c)| w | ((c as u32 & 255) << (8 * k)));
-                out.words.push(w);
-            }
+            pack_codes(part, &mut out.words);
             let sum = part.iter().sum::<i32>() as f32;
             out.scales.push(scale);
             out.sums.push(match blocks {
@@ -152,13 +157,7 @@ pub fn quantize_x_later(x: &[f32], g: &[f32]) -> (Q8Activations, Vec<f32>) {
         let amax = block.iter().fold(0.0f32, |m, e| m.max(e.abs()));
         let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
         let q: Vec<i32> = block.iter().map(|&e| nearest_int(e * id)).collect();
-        for four in q.chunks(4) {
-            let w = four
-                .iter()
-                .enumerate()
-                .fold(0u32, |w, (k, &c)| w | ((c as u32 & 255) << (8 * k)));
-            out.words.push(w);
-        }
+        pack_codes(&q, &mut out.words);
         let scale = amax / 127.0;
         out.scales.push(scale);
         out.sums.push(scale * q.iter().sum::<i32>() as f32);

@@ -16,7 +16,7 @@ use crate::matvec_q8::{quantize_x, quantize_x_later, Q8Activations, XBlocks, X_B
 use crate::rms_norm::{self, inv_rms, RmsNorm};
 use crate::shape::ShapeError;
 use crate::support::{nonzero, Combine, Reducer, Reduction};
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 const OP: &str = "quantize";
 
@@ -142,25 +142,14 @@ pub fn kernel(
         (XLoad::Norm, Some(g)) => {
             let cols = k.param("cols", Scalar::U32);
             let eps = k.param("eps", Scalar::F32);
-            // A block lies in one row: cols is a multiple of the block.
-            let base = (b * k.u32(n) / cols) * cols;
-            // The norm's weight is the model's, written by no dispatch: on CUDA its element
-            // is read before the wait for the product ahead, off the step's critical path.
-            k.settled(g);
-            k.prefetch(g, at - base);
-            let weight = k.load(g, at - base);
-            let own = k.load(x, at);
+            let (own, weight, base) = normed_element(&k, (x, g), at, b * k.u32(n), cols);
             let scale = inv_rms(&k, &reducer, (x, base), cols, eps);
             let v = own * scale * weight;
             mine.map_or(v, |mine| k.select(mine, v, k.f32(0.0)))
         }
         (XLoad::NormLater, Some(g)) => {
             let cols = k.param("cols", Scalar::U32);
-            let base = (b * k.u32(n) / cols) * cols;
-            k.settled(g);
-            k.prefetch(g, at - base);
-            let weight = k.load(g, at - base);
-            let own = k.load(x, at);
+            let (own, weight, _) = normed_element(&k, (x, g), at, b * k.u32(n), cols);
             squares = Some(reducer.reduce(&k, lid, own * own, Combine::Sum));
             own * weight
         }
@@ -223,6 +212,25 @@ pub fn kernel(
         );
     });
     Ok(k.finish())
+}
+
+/// Element `at` of x and its norm weight, for a block starting at element `first` of rows of
+/// `cols`, and where the block's row starts.
+fn normed_element<'b>(
+    k: &'b KernelBuilder,
+    (x, g): (BufferId, BufferId),
+    at: Val<'b>,
+    first: Val<'b>,
+    cols: Val<'b>,
+) -> (Val<'b>, Val<'b>, Val<'b>) {
+    // A block lies in one row: cols is a multiple of the block.
+    let base = first / cols * cols;
+    // The norm's weight is the model's, written by no dispatch: on CUDA its element is read
+    // before the wait for the product ahead, off the step's critical path.
+    k.settled(g);
+    k.prefetch(g, at - base);
+    let weight = k.load(g, at - base);
+    (k.load(x, at), weight, base)
 }
 
 /// The quantizing kernel against [`quantize_x`]: the codes exactly, the scales and sums to

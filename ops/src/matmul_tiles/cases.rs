@@ -129,50 +129,26 @@ fn build_case(
         });
     }
     let name = format!(
-        "{OP}/{}{}/{rows}x{cols}/t{tokens}{}{}{}{}",
+        "{OP}/{}{}/{rows}x{cols}/t{tokens}{}{}{}",
         if xf == Float::F16 { "f16x" } else { "" },
         ty.name(),
         if add { "+add" } else { "" },
         glu.map_or(String::new(), |g| format!("+{}", g.name())),
-        if block == BlockSize::Large {
-            "/large"
-        } else {
-            ""
-        },
-        match staging {
-            Staging::Put => "",
-            Staging::Copies => "/copies",
-            Staging::Group => "/group",
-        }
+        how_name(block, staging)
     );
-    let mut rng = Rng::new(crate::support::seed(&name));
-    let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
-    let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
-    let x = rng.f32s(t * c, -1.0, 1.0);
+    let Operands {
+        mut rng,
+        w,
+        x,
+        x_bytes,
+    } = operands(&name, ty, (rows, cols, tokens), xf)?;
+    let (r, t) = (rows as usize, tokens as usize);
     let residual = add.then(|| rng.f32s(t * r, -2.0, 2.0));
     let mut want = reference(ty, &w, &x, residual.as_deref(), (rows, cols, tokens))?;
     if let Some(glu) = glu {
         want = glu_pairs(&want, glu);
     }
-    let spec = case_spec(ty, cols, (add, glu), (block, xf));
-    let x_bytes = match xf {
-        Float::F32 => f32_bytes(&x),
-        Float::F16 => f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()),
-    };
-    let (fallback, spec) = match staging {
-        Staging::Put => (spec.scalar(), spec),
-        Staging::Copies => (spec, spec.copied()),
-        Staging::Group => {
-            let grouped = spec.copied().grouped();
-            if !grouped.group {
-                return Err(ShapeError::Unsupported {
-                    op: OP,
-                    what: format!("warpgroup products for {}", spec.name()),
-                });
-            }
-            (spec, grouped)
-        }
-    };
+    let (fallback, spec) = staged(case_spec(ty, cols, (add, glu), (block, xf)), staging)?;
     let mut case = Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
         .input("w", spec.w_elem(), blocks::pad_to_words(w))
         .input("x", spec.x_elem(), x_bytes);
@@ -187,6 +163,66 @@ fn build_case(
         .fallback_on(kernel(fallback)?, fallback.grid(rows, tokens)))
 }
 
+/// A case's name for its block and staging.
+fn how_name(block: BlockSize, staging: Staging) -> String {
+    let block = if block == BlockSize::Large {
+        "/large"
+    } else {
+        ""
+    };
+    let staging = match staging {
+        Staging::Put => "",
+        Staging::Copies => "/copies",
+        Staging::Group => "/group",
+    };
+    format!("{block}{staging}")
+}
+
+/// A case's random operands: W of `ty` with values in [-1, 1) (its blocks), x in [-1, 1) and
+/// its bytes as the kernel reads them, and the generator seeded by the case's name, for what
+/// the case draws after them.
+struct Operands {
+    rng: Rng,
+    w: Vec<u8>,
+    x: Vec<f32>,
+    x_bytes: Vec<u8>,
+}
+
+fn operands(
+    name: &str,
+    ty: WeightType,
+    (rows, cols, tokens): (u32, u32, u32),
+    xf: Float,
+) -> Result<Operands, ShapeError> {
+    let mut rng = Rng::new(crate::support::seed(name));
+    let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
+    let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
+    let x = rng.f32s(t * c, -1.0, 1.0);
+    let x_bytes = match xf {
+        Float::F32 => f32_bytes(&x),
+        Float::F16 => f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()),
+    };
+    Ok(Operands { rng, w, x, x_bytes })
+}
+
+/// The fallback of `spec` staged as `staging`, and the kernel it stages so.
+fn staged(spec: TilesSpec, staging: Staging) -> Result<(TilesSpec, TilesSpec), ShapeError> {
+    match staging {
+        Staging::Put => Ok((spec.scalar(), spec)),
+        Staging::Copies => Ok((spec, spec.copied())),
+        Staging::Group => {
+            let grouped = spec.copied().grouped();
+            if !grouped.group {
+                return Err(ShapeError::Unsupported {
+                    op: OP,
+                    what: format!("warpgroup products for {}", spec.name()),
+                });
+            }
+            Ok((spec, grouped))
+        }
+    }
+}
+
 /// A [`TilesSpec::split`] case: W of `ty`, x stored as `xf`, K in `splits` slices, each
 /// slice of y against [`reference_split`]; staged as `staging` says, the fallback as for
 /// [`case_in`].
@@ -198,38 +234,19 @@ pub fn split_case(
 ) -> Result<Case, ShapeError> {
     check(rows, cols, tokens)?;
     let name = format!(
-        "{OP}/{}{}/{rows}x{cols}/t{tokens}/splitk{splits}{}{}",
+        "{OP}/{}{}/{rows}x{cols}/t{tokens}/splitk{splits}{}",
         if xf == Float::F16 { "f16x" } else { "" },
         ty.name(),
-        if block == BlockSize::Large {
-            "/large"
-        } else {
-            ""
-        },
-        match staging {
-            Staging::Put => "",
-            Staging::Copies => "/copies",
-            Staging::Group => "/group",
-        }
+        how_name(block, staging)
     );
-    let mut rng = Rng::new(crate::support::seed(&name));
-    let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
-    let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
-    let x = rng.f32s(t * c, -1.0, 1.0);
+    let Operands { w, x, x_bytes, .. } = operands(&name, ty, (rows, cols, tokens), xf)?;
+    let (r, t) = (rows as usize, tokens as usize);
     let want = reference_split(ty, &w, &x, (rows, cols, tokens), splits)?;
     let spec = TilesSpec {
         split: true,
         ..case_spec(ty, cols, (false, None), (block, xf))
     };
-    let x_bytes = match xf {
-        Float::F32 => f32_bytes(&x),
-        Float::F16 => f16_bytes(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()),
-    };
-    let (fallback, spec) = match staging {
-        Staging::Put => (spec.scalar(), spec),
-        Staging::Copies => (spec, spec.copied()),
-        Staging::Group => (spec, spec.copied().grouped()),
-    };
+    let (fallback, spec) = staged(spec, staging)?;
     Ok(
         Case::new(name, kernel(spec)?, spec.split_grid(rows, tokens, splits))
             .input("w", spec.w_elem(), blocks::pad_to_words(w))

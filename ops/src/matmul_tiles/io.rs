@@ -169,14 +169,14 @@ impl<'b> Io<'b> {
         )
     }
 
-    /// Loads the first step's share (`fetch`'s, at column `zero`), where this workgroup has
+    /// Loads the first step's share (`fetch`'s, at column `k0`), where this workgroup has
     /// steps: an experts' workgroup past its expert's pairs would read x through list entries
     /// it does not own, and a split's share past K's end would read past x and W.
-    pub(crate) fn load_first(&self, k: &'b KernelBuilder, fetch: &Fetch<'b>, zero: Val<'b>) {
+    pub(crate) fn load_first(&self, k: &'b KernelBuilder, fetch: &Fetch<'b>, k0: Val<'b>) {
         if self.experts.is_some() || self.slice.is_some() {
-            k.if_(zero.lt(self.k_end), || fetch.load(k, zero));
+            k.if_(k0.lt(self.k_end), || fetch.load(k, k0));
         } else {
-            fetch.load(k, zero);
+            fetch.load(k, k0);
         }
     }
 

@@ -15,13 +15,8 @@ pub fn reference(
     add: Option<&[f32]>,
     (rows, cols, tokens): (u32, u32, u32),
 ) -> Result<Vec<f64>, ShapeError> {
-    check(rows, cols, tokens)?;
+    let (wd, xd) = staged(ty, w, x, (rows, cols, tokens))?;
     let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
-    let wd: Vec<f64> = dequantize(ty, w, r * c)?
-        .into_iter()
-        .map(|v| f16::from_f64(v).to_f64())
-        .collect();
-    let xd: Vec<f64> = x.iter().map(|&v| f16::from_f32(v).to_f64()).collect();
     let mut y = vec![0f64; t * r];
     // Tokens spread over the host's threads: the bench's products reach 4096 × 4096 × 512.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -52,13 +47,8 @@ pub fn reference_split(
     (rows, cols, tokens): (u32, u32, u32),
     splits: u32,
 ) -> Result<Vec<f64>, ShapeError> {
-    check(rows, cols, tokens)?;
+    let (wd, xd) = staged(ty, w, x, (rows, cols, tokens))?;
     let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
-    let wd: Vec<f64> = dequantize(ty, w, r * c)?
-        .into_iter()
-        .map(|v| f16::from_f64(v).to_f64())
-        .collect();
-    let xd: Vec<f64> = x.iter().map(|&v| f16::from_f32(v).to_f64()).collect();
     let chunk = super::TilesSpec::k_chunk(cols, splits) as usize;
     let mut y = Vec::with_capacity(splits as usize * t * r);
     for z in 0..splits as usize {
@@ -72,4 +62,20 @@ pub fn reference_split(
         }
     }
     Ok(y)
+}
+
+/// W's dequantised values and x's, each rounded to f16 as the kernel stages them.
+fn staged(
+    ty: WeightType,
+    w: &[u8],
+    x: &[f32],
+    (rows, cols, tokens): (u32, u32, u32),
+) -> Result<(Vec<f64>, Vec<f64>), ShapeError> {
+    check(rows, cols, tokens)?;
+    let wd = dequantize(ty, w, rows as usize * cols as usize)?
+        .into_iter()
+        .map(|v| f16::from_f64(v).to_f64())
+        .collect();
+    let xd = x.iter().map(|&v| f16::from_f32(v).to_f64()).collect();
+    Ok((wd, xd))
 }
