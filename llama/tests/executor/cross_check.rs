@@ -179,7 +179,7 @@ fn a_gpu_of_few_units_splits_a_long_k() {
     assert_eq!(count_nodes(&main, 1, sliced), 0);
     let ids = [17, 90, 200, 3, 45, 7, 8];
     let whole = logits(model.clone(), gpu_with(true), SIZES, &ids);
-    let split = logits(model, gpu_with_units(4), SIZES, &ids);
+    let split = logits(model.clone(), gpu_with_units(4), SIZES, &ids);
     for (step, (a, b)) in whole.iter().zip(&split).enumerate() {
         let widen = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
         let e = nmse(&widen(a), &widen(b)).unwrap();
@@ -190,6 +190,16 @@ fn a_gpu_of_few_units_splits_a_long_k() {
     }
     let checker = main.checker(cpu()).unwrap();
     agree("cpu checking a gpu splitting K", main, checker);
+    // Each GPU backend present runs the same nodes (the split products and their sums) and
+    // agrees with the stand-in node by node.
+    let mut compared = vec![];
+    let ran = on_each(&["vulkan", "wgpu", "cuda", "hip"], |name, backend| {
+        let main = Engine::new(model.clone(), gpu_with_units(4), SIZES).unwrap();
+        let checker = main.checker(backend).unwrap();
+        agree(&format!("{name} checking a gpu splitting K"), main, checker);
+        compared.push(name.to_string());
+    });
+    assert_eq!(compared.len(), ran, "{compared:?}");
 }
 
 /// A GPU that copies f16 blocks asynchronously multiplies its prompts' products on
