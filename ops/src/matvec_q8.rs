@@ -94,6 +94,18 @@ fn nearest_int(v: f32) -> i32 {
     (bits & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
+/// A block's largest magnitude, 127 over it (0 for a block of zeros) and its 8-bit codes, as
+/// the quantizer rounds them.
+fn block_codes(block: &[f32]) -> (f32, f32, Vec<i32>) {
+    let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+    (
+        amax,
+        id,
+        block.iter().map(|&v| nearest_int(v * id)).collect(),
+    )
+}
+
 /// Appends `codes` (8-bit values) to `words`, four to a word, the first in the low byte.
 fn pack_codes(codes: &[i32], words: &mut Vec<u32>) {
     for four in codes.chunks(4) {
@@ -114,9 +126,7 @@ pub fn quantize_x(x: &[f32], blocks: XBlocks) -> Q8Activations {
         sums: vec![],
     };
     for block in x.chunks(blocks.elems() as usize) {
-        let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-        let q: Vec<i32> = block.iter().map(|&v| nearest_int(v * id)).collect();
+        let (amax, id, q) = block_codes(block);
         let round = |v: f32| f16::from_f32(v).to_f32();
         let d = amax / 127.0;
         let scale = match blocks {
@@ -154,9 +164,7 @@ pub fn quantize_x_later(x: &[f32], g: &[f32]) -> (Q8Activations, Vec<f32>) {
         sums: vec![],
     };
     for block in v.chunks(X_BLOCK as usize) {
-        let amax = block.iter().fold(0.0f32, |m, e| m.max(e.abs()));
-        let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-        let q: Vec<i32> = block.iter().map(|&e| nearest_int(e * id)).collect();
+        let (amax, _, q) = block_codes(block);
         pack_codes(&q, &mut out.words);
         let scale = amax / 127.0;
         out.scales.push(scale);

@@ -304,8 +304,8 @@ pub fn cases() -> Vec<Case> {
         };
         let (shared, subgroup) = (Reduction::Shared, Reduction::Subgroup);
         // (rows, cols), reduction, (rows a team, teams), (residual added, f16 view, L2
-        // prefetch, x normalised by the product). Of 4,608 columns (18 blocks, 72 pairs) two steps of 32 pairs take 64,
-        // then 8 and one past the end.
+        // prefetch, x normalised by the product). Of 4,608 columns (18 blocks, 72 pairs) two
+        // steps of 32 pairs take 64, then 8 and one past the end.
         let (pairs1, pairs2) = (Teams::pairs(1), Teams::pairs(2));
         let shapes = [
             (
