@@ -58,6 +58,74 @@ pub(crate) enum ByteSigns {
     UnsignedBySigned,
 }
 
+/// Whether every byte of expression `id` is below 128 for certain: a mask by a literal
+/// without any byte's top bit (a Q4 block's nibbles, `codes & 0x0f0f0f0f`), so that its
+/// bytes read as signed or unsigned are the same.
+fn small_bytes(k: &Kernel, id: ExprId) -> bool {
+    let literal = |e: ExprId| match *k.expr(e) {
+        Expr::Literal(Literal::U32(c)) => c & 0x8080_8080 == 0,
+        _ => false,
+    };
+    match *k.expr(id) {
+        Expr::Binary {
+            op: BinaryOp::And,
+            lhs,
+            rhs,
+        } => literal(lhs) || literal(rhs),
+        _ => false,
+    }
+}
+
+/// The operands of a signed packed dot product, the one with bytes below 128 for certain
+/// first, where one has them ([`small_bytes`]); the product is symmetric.
+fn unsigned_first(k: &Kernel, lhs: ExprId, rhs: ExprId) -> Option<(ExprId, ExprId)> {
+    if small_bytes(k, lhs) {
+        Some((lhs, rhs))
+    } else if small_bytes(k, rhs) {
+        Some((rhs, lhs))
+    } else {
+        None
+    }
+}
+
+/// The packed dots summed by the I32 additions rooted at `id`, where every term is a
+/// [`BinaryOp::Dot4I8`] and either all have one operand of small bytes (see
+/// [`unsigned_first`]; `true`, their unsigned and signed operands) or none does (`false`).
+/// The regrouping is exact, the sums being wrapping integer ones: a dialect with
+/// [`Spelling::mixed_dot4`] takes four at a time as one call, `trine_dot16u8i8` or
+/// `trine_dot16i8` (x86's `vpdpbusd` accumulates, where four calls of the 16-lane product GCC
+/// does not inline cost four calls), and the C lowering takes a whole sum over every
+/// invocation at once between regions (`c::dots`).
+pub(crate) fn dot_sum(
+    k: &Kernel,
+    info: &Info,
+    id: ExprId,
+) -> Option<(Vec<(ExprId, ExprId)>, bool)> {
+    match *k.expr(id) {
+        Expr::Binary {
+            op: BinaryOp::Add,
+            lhs,
+            rhs,
+        } if info.ty(lhs) == Scalar::I32 => {
+            let (mut dots, small) = dot_sum(k, info, lhs)?;
+            let (more, also) = dot_sum(k, info, rhs)?;
+            (small == also).then(|| {
+                dots.extend(more);
+                (dots, small)
+            })
+        }
+        Expr::Binary {
+            op: BinaryOp::Dot4I8,
+            lhs,
+            rhs,
+        } => Some(match unsigned_first(k, lhs, rhs) {
+            Some(d) => (vec![d], true),
+            None => (vec![(lhs, rhs)], false),
+        }),
+        _ => None,
+    }
+}
+
 /// A packed dot product of two `unsigned int` expressions as the four byte products, which GCC
 /// and clang keep exact (a conversion to `signed char` wraps on both).
 pub(crate) fn dot4_bytes(signs: ByteSigns, a: &str, b: &str) -> String {
@@ -681,69 +749,6 @@ impl<'a, S: Spelling> Printer<'a, S> {
         Some(format!("{} {op} {}", self.wide(lhs), self.wide(rhs)))
     }
 
-    /// Whether every byte of expression `id` is below 128 for certain: a mask by a literal
-    /// without any byte's top bit (a Q4 block's nibbles, `codes & 0x0f0f0f0f`), so that its
-    /// bytes read as signed or unsigned are the same.
-    fn small_bytes(&self, id: ExprId) -> bool {
-        let literal = |e: ExprId| match *self.kernel.expr(e) {
-            Expr::Literal(Literal::U32(c)) => c & 0x8080_8080 == 0,
-            _ => false,
-        };
-        match *self.kernel.expr(id) {
-            Expr::Binary {
-                op: BinaryOp::And,
-                lhs,
-                rhs,
-            } => literal(lhs) || literal(rhs),
-            _ => false,
-        }
-    }
-
-    /// The operands of a signed packed dot product, the one with bytes below 128 for certain
-    /// first, where one has them ([`Printer::small_bytes`]); the product is symmetric.
-    fn unsigned_first(&self, lhs: ExprId, rhs: ExprId) -> Option<(ExprId, ExprId)> {
-        if self.small_bytes(lhs) {
-            Some((lhs, rhs))
-        } else if self.small_bytes(rhs) {
-            Some((rhs, lhs))
-        } else {
-            None
-        }
-    }
-
-    /// The packed dots summed by the I32 additions rooted at `id`, where every term is a
-    /// [`BinaryOp::Dot4I8`] and either all have one operand of small bytes (see
-    /// [`Self::unsigned_first`]; `true`, their unsigned and signed operands) or none does
-    /// (`false`). A dialect with [`Spelling::mixed_dot4`] takes four at a time as one call,
-    /// `trine_dot16u8i8` or `trine_dot16i8` (x86's `vpdpbusd` accumulates, where four calls of
-    /// the 16-lane product GCC does not inline cost four calls; the regrouping is exact, the
-    /// sums being wrapping integer ones).
-    fn dot_sum(&self, id: ExprId) -> Option<(Vec<(ExprId, ExprId)>, bool)> {
-        match *self.kernel.expr(id) {
-            Expr::Binary {
-                op: BinaryOp::Add,
-                lhs,
-                rhs,
-            } if self.info.ty(lhs) == Scalar::I32 => {
-                let (mut dots, small) = self.dot_sum(lhs)?;
-                let (more, also) = self.dot_sum(rhs)?;
-                (small == also).then(|| {
-                    dots.extend(more);
-                    (dots, small)
-                })
-            }
-            Expr::Binary {
-                op: BinaryOp::Dot4I8,
-                lhs,
-                rhs,
-            } => Some(match self.unsigned_first(lhs, rhs) {
-                Some(d) => (vec![d], true),
-                None => (vec![(lhs, rhs)], false),
-            }),
-            _ => None,
-        }
-    }
-
     /// The right-hand side that computes expression `id`.
     fn expr(&self, id: ExprId) -> String {
         let (k, s, info) = (self.kernel, self.spelling, self.info);
@@ -776,10 +781,10 @@ impl<'a, S: Spelling> Printer<'a, S> {
             Expr::Unary { op, arg } => unary(s, op, info.ty(arg), &e(arg)),
             Expr::Binary { op, lhs, rhs } => {
                 let mixed = (op == BinaryOp::Dot4I8 && s.mixed_dot4())
-                    .then(|| self.unsigned_first(lhs, rhs))
+                    .then(|| unsigned_first(k, lhs, rhs))
                     .flatten();
                 let dots = (op == BinaryOp::Add && s.mixed_dot4())
-                    .then(|| self.dot_sum(id))
+                    .then(|| dot_sum(k, info, id))
                     .flatten()
                     .filter(|(d, _)| d.len() >= 4);
                 match (mixed, dots) {

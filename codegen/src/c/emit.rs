@@ -1,6 +1,7 @@
 //! Writes the planned kernel as C: regions as loops over the invocations, the workgroup-level
 //! steps between them, and the per-invocation arrays that carry values across.
 
+use super::dots::{self, Operand};
 use super::plan::{Node, Plan};
 use super::spelling::{axis_name, lane_axes, C};
 use super::storage::{Import, Place, Storage, VarClass};
@@ -117,6 +118,7 @@ impl<'a> Emitter<'a> {
                     self.line(depth, &text);
                 }
                 Node::Subgroup { id, op, arg } => self.subgroup(*id, *op, *arg, mask, depth),
+                Node::Dots { id } => self.dots(*id, depth),
                 Node::If {
                     cond,
                     uniform: true,
@@ -249,6 +251,23 @@ impl<'a> Emitter<'a> {
             self.line(d, &text);
         }
         self.close(depth, braces);
+    }
+
+    /// A sum of packed dot products over every invocation ([`super::dots`]).
+    fn dots(&mut self, id: ExprId, depth: usize) {
+        let sum = &self.plan.sums[&id];
+        let operand = |e: ExprId| match self.st.place(e) {
+            Place::Scalar => Operand::Scalar(scalar(e)),
+            _ => Operand::Array(arr(e)),
+        };
+        let operands: Vec<(Operand, Operand)> = sum
+            .pairs
+            .iter()
+            .map(|&(a, b)| (operand(a), operand(b)))
+            .collect();
+        for text in dots::lines(id, sum, &operands, self.wg) {
+            self.line(depth, &text);
+        }
     }
 
     /// A reduction folds the active invocations of each subgroup in `trine_ir`'s tree order

@@ -48,6 +48,7 @@
 //!   one workgroup writing and reading the same global memory with no barrier between race,
 //!   as on every backend.
 
+mod dots;
 mod emit;
 mod plan;
 mod prelude;
@@ -151,7 +152,8 @@ pub fn c_source(kernel: &Kernel, options: &COptions) -> Result<CSource, CodegenE
     }
 
     let uniformity = uniform::Uniformity::of(k);
-    let plan = plan::Plan::of(k, &uniformity);
+    let sums = dots::sums(k, &info, &uniformity);
+    let plan = plan::Plan::of(k, &uniformity, sums);
     let st = storage::Storage::of(k, &plan, &uniformity);
     let dialect = spelling::C { subgroup_size: sg };
     let (body, masks) = emit::Emitter::new(k, &info, &plan, &st, &dialect).body(2);

@@ -5,7 +5,8 @@
 //! barrier (nothing to emit: the next region starts after every invocation finished this
 //! one), a subgroup operation (it reads other invocations' values, so it runs between regions
 //! over all of them), and an `If` or `Loop` with either inside, which runs once per workgroup
-//! with its body planned the same way.
+//! with its body planned the same way. A sum of packed dot products ([`super::dots`]) splits
+//! runs too where every invocation reaches it, to run over all of them at once.
 //!
 //! A `Loop` whose bounds are workgroup-uniform (outside masked control flow) also runs once per
 //! workgroup, synchronising or not: the loops over the invocations then sit inside it, with
@@ -17,7 +18,9 @@
 //! be vectorised. A `Prefetch` of a uniform element runs once per workgroup too: inside a
 //! region, GCC vectorises no loop that calls `__builtin_prefetch`.
 
+use super::dots::DotSum;
 use super::uniform::Uniformity;
+use std::collections::HashMap;
 use trine_ir::{BufferId, Expr, ExprId, Kernel, Stmt, SubgroupOp, VarId};
 
 /// A run of statements without synchronisation, run for every active invocation in turn.
@@ -39,6 +42,8 @@ pub(super) enum Node {
         op: SubgroupOp,
         arg: ExprId,
     },
+    /// `let id = ` the sum of packed dot products `sums[id]`, over every invocation.
+    Dots { id: ExprId },
     /// An `If` with synchronisation inside. `uniform`: its condition is workgroup-uniform and
     /// every invocation is active here, so invocation 0's condition decides; otherwise each
     /// branch runs under a mask of the invocations that take it.
@@ -65,19 +70,27 @@ pub(super) enum Node {
 pub(super) struct Plan<'k> {
     pub regions: Vec<Region<'k>>,
     pub body: Vec<Node>,
+    /// The sums of packed dot products that may run between regions, by expression.
+    pub sums: HashMap<ExprId, DotSum>,
 }
 
 impl<'k> Plan<'k> {
-    pub(super) fn of(kernel: &'k Kernel, uniform: &Uniformity) -> Plan<'k> {
+    pub(super) fn of(
+        kernel: &'k Kernel,
+        uniform: &Uniformity,
+        sums: HashMap<ExprId, DotSum>,
+    ) -> Plan<'k> {
         let mut p = Planner {
             k: kernel,
             u: uniform,
+            sums: &sums,
             regions: vec![],
         };
         let body = p.block(&kernel.body, false, false);
         Plan {
             regions: p.regions,
             body,
+            sums,
         }
     }
 }
@@ -102,6 +115,7 @@ pub(super) fn synchronises(k: &Kernel, s: &Stmt) -> bool {
 struct Planner<'k, 'u> {
     k: &'k Kernel,
     u: &'u Uniformity,
+    sums: &'u HashMap<ExprId, DotSum>,
     regions: Vec<Region<'k>>,
 }
 
@@ -117,11 +131,10 @@ impl<'k> Planner<'k, '_> {
             self.region(&block[start..i], in_loop, &mut nodes);
             start = i + 1;
             match s {
-                Stmt::Let(id) => {
-                    if let Expr::Subgroup { op, arg } = *self.k.expr(*id) {
-                        nodes.push(Node::Subgroup { id: *id, op, arg });
-                    }
-                }
+                Stmt::Let(id) => match *self.k.expr(*id) {
+                    Expr::Subgroup { op, arg } => nodes.push(Node::Subgroup { id: *id, op, arg }),
+                    _ => nodes.push(Node::Dots { id: *id }),
+                },
                 Stmt::If {
                     cond,
                     then,
@@ -164,10 +177,11 @@ impl<'k> Planner<'k, '_> {
         nodes
     }
 
-    /// Whether `s` is a loop with workgroup-uniform bounds, an `If` with a uniform condition
-    /// or a prefetch of a uniform element, in unmasked control flow.
+    /// Whether `s` is a loop with workgroup-uniform bounds, an `If` with a uniform condition,
+    /// a prefetch of a uniform element or a sum of dot products, in unmasked control flow.
     fn hoisted(&self, s: &Stmt, masked: bool) -> bool {
         match s {
+            Stmt::Let(id) => !masked && self.sums.contains_key(id),
             Stmt::Prefetch { index, .. } => !masked && self.u.expr(*index),
             Stmt::Loop { start, end, .. } => !masked && self.u.expr(*start) && self.u.expr(*end),
             Stmt::If { cond, .. } => !masked && self.u.expr(*cond),

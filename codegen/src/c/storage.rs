@@ -109,14 +109,14 @@ impl Storage {
         for r in &plan.regions {
             c.region_block(r.id, r.stmts);
         }
-        c.nodes(&plan.body);
+        c.nodes(&plan.body, plan);
 
         let vars: Vec<VarClass> = (0..k.vars.len())
             .map(|i| c.class(VarId(i as u32), &plan.regions))
             .collect();
         let mut cheap = vec![None; k.exprs.len()];
-        // Subgroup results are written by the workgroup-level steps, so always to an array,
-        // and the workgroup-level steps read everything they use from arrays.
+        // Subgroup results and dot sums are written by the workgroup-level steps, so always to
+        // an array, and the workgroup-level steps read everything they use from arrays.
         let places: Vec<Place> = (0..k.exprs.len())
             .map(|i| {
                 let e = ExprId(i as u32);
@@ -327,11 +327,20 @@ impl Collector<'_> {
         }
     }
 
-    fn nodes(&mut self, nodes: &[Node]) {
+    fn nodes(&mut self, nodes: &[Node], plan: &Plan<'_>) {
         let at = Site::Workgroup;
         for n in nodes {
             match n {
                 Node::Region(_) => {}
+                // The sum reads the products' operands, not the partial sums the region
+                // computes on the way (those stay in the region, unused).
+                Node::Dots { id } => {
+                    self.def[id.0 as usize] = at;
+                    for &(a, b) in &plan.sums[id].pairs {
+                        self.use_(a, at);
+                        self.use_(b, at);
+                    }
+                }
                 Node::Prefetch { index, .. } => self.use_(*index, at),
                 Node::Subgroup { id, op, arg } => {
                     self.def[id.0 as usize] = at;
@@ -347,8 +356,8 @@ impl Collector<'_> {
                     ..
                 } => {
                     self.use_(*cond, at);
-                    self.nodes(then);
-                    self.nodes(otherwise);
+                    self.nodes(then, plan);
+                    self.nodes(otherwise, plan);
                 }
                 Node::Loop {
                     var,
@@ -366,7 +375,7 @@ impl Collector<'_> {
                     } else {
                         self.other_write[var.0 as usize] = true;
                     }
-                    self.nodes(body);
+                    self.nodes(body, plan);
                 }
             }
         }
