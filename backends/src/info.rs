@@ -92,11 +92,6 @@ pub struct Tuning {
     /// launch), so a dispatch of a decode step costs little beyond its own work: the fusion
     /// pass folds into a kernel only what was measured to pay there.
     pub launches_overlap: bool,
-    /// The backend calls packed 8-bit dot products as functions that clobber every vector
-    /// register (the C lowering's 16-lane versions): a prompt product walks its tokens one
-    /// after another there, so that one token's sum is live across each call.
-    #[serde(default)]
-    pub dot_calls: bool,
 }
 
 impl DeviceInfo {

@@ -53,9 +53,6 @@ pub struct KernelShape {
     /// The device has warpgroup products: a prompt product takes the large block from
     /// fewer rows ([`matmul_tiles::BlockSize::for_product`]).
     pub warpgroups: bool,
-    /// The device calls packed dot products as functions ([`trine_backends::Tuning::dot_calls`]):
-    /// a prompt product on quantized x walks its tokens one after another ([`tuning::q8_walk`]).
-    pub dot_calls: bool,
 }
 
 /// The kernel a node needs, up to its variants.
@@ -82,8 +79,6 @@ pub enum KernelKey {
         add: bool,
         /// Tokens each workgroup takes ([`tuning::q8_tokens_per_workgroup`]).
         tokens: u32,
-        /// How they walk the workgroup's rows ([`tuning::q8_walk`]).
-        walk: matvec_q8_rows::Walk,
     },
     /// A GPU's decode product on quantized x and the weights' blocks ([`Form::QuantizedBlocks`]).
     MatvecQ8Blocks {
@@ -265,14 +260,9 @@ impl std::fmt::Display for KernelKey {
                 weights,
                 add,
                 tokens,
-                walk,
             } => {
                 let add = if *add { ", add" } else { "" };
-                let walk = match walk {
-                    matvec_q8_rows::Walk::Together => "",
-                    matvec_q8_rows::Walk::Serial => ", one after another",
-                };
-                write!(f, "matvec {weights} × q8 ({tokens} tokens{walk}{add})")
+                write!(f, "matvec {weights} × q8 ({tokens} tokens{add})")
             }
             KernelKey::MatvecQ8Blocks {
                 weights,
@@ -465,7 +455,6 @@ impl KernelKey {
                         weights: t.ty,
                         add: matches!(store, Store::Add(_)),
                         tokens: tuning::q8_tokens_per_workgroup(tokens),
-                        walk: tuning::q8_walk(tokens, s.dot_calls),
                     },
                     Form::QuantizedBlocks => {
                         let epilogue = epilogue();
@@ -659,8 +648,7 @@ impl KernelKey {
                 weights,
                 add,
                 tokens,
-                walk,
-            } => vec![plain(matvec_q8_rows::kernel(weights, add, tokens, walk)?)],
+            } => vec![plain(matvec_q8_rows::kernel(weights, add, tokens)?)],
             KernelKey::MatvecQ8Blocks {
                 weights,
                 epilogue,
@@ -952,7 +940,6 @@ mod tests {
             rot_dim: 64,
             gpu_nodes: false,
             warpgroups: false,
-            dot_calls: false,
         };
         let fields = TilesKey {
             weights: WeightType::Q4_1,

@@ -254,19 +254,6 @@ pub fn q8_tokens_per_workgroup(tokens: u32) -> u32 {
     }
 }
 
-/// How a product on quantized x walks a workgroup's tokens in a step of `tokens`
-/// ([`trine_ops::matvec_q8_rows::Walk`]): a prompt's one after another where the device calls
-/// packed dot products as functions (`dot_calls`: the cpu backend, whose prompts measured
-/// faster so, docs/bench/cpu.md); together elsewhere (lavapipe's prompts measured slower one
-/// after another, and a GPU's were not measured).
-pub fn q8_walk(tokens: u32, dot_calls: bool) -> trine_ops::matvec_q8_rows::Walk {
-    if tokens > 1 && dot_calls {
-        trine_ops::matvec_q8_rows::Walk::Serial
-    } else {
-        trine_ops::matvec_q8_rows::Walk::Together
-    }
-}
-
 /// Rows a team of a GPU's decode product on the file's blocks takes
 /// ([`trine_ops::matvec_q8_blocks`]) for `rows` rows: two, which share their loads of x, or
 /// more where the rows would need more than the 65,535 workgroups a grid's first dimension

@@ -2,9 +2,10 @@
 //! workgroup, the weights interleaved at upload so that the 16 rows' code words for one block
 //! lie side by side. The C lowering turns the workgroup's invocations into the lanes of one
 //! loop, so each load of codes is one vector load across 16 rows, x's words (the same for
-//! every row) are scalars, and a packed dot product is one call of its 16-lane version
-//! (`vpdpbusd` where the CPU has AVX512-VNNI; four of a run's, one call accumulating four),
-//! with no reduction across invocations at all.
+//! every row) are scalars, and a block's (or a run's) sum of packed dot products runs over the
+//! 16 rows at once between the lowering's regions (`vpdpbusd` where the CPU has AVX512-VNNI),
+//! with no reduction across invocations at all. A prompt's tokens share each step's loads and
+//! unpacking of codes and scales.
 //! This is the layout llama.cpp's CPU backend repacks quantized weights into for the same
 //! reason.
 //!
@@ -317,31 +318,14 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
     }
 }
 
-/// How a workgroup's tokens walk its 16 rows of blocks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Walk {
-    /// Each step of K takes every token's sum: a block's codes are loaded once for all of
-    /// them.
-    Together,
-    /// Token after token, each walking all the blocks, which stay in cache for the tokens
-    /// after the first: a step keeps one token's sum live across the packed dot products,
-    /// which the C lowering calls as functions that clobber every vector register (taking
-    /// every token's sums in a step, each call spilled them all).
-    Serial,
-}
-
 /// The product for `ty` weights in [`interleave`]'s layout, for `tokens_per_workgroup` tokens
-/// of x (a prompt's), walked as `walk` says. Buffers `w` (U32), `xq`, `xd`, `xs` (as
+/// of x (a prompt's), each step of K taking every token's sum, so that a block's codes are
+/// loaded once for all of them. Buffers `w` (U32), `xq`, `xd`, `xs` (as
 /// [`quantize_x`] makes them for `ty`, token after token), with `add` also `r` (F32 `[tokens ×
 /// rows]`, added to the product: a residual connection), then `y` (F32 `[tokens × rows]`);
 /// parameters `rows`, `cols`, `tokens`; grid [`grid`].
-pub fn kernel(
-    ty: WeightType,
-    add: bool,
-    tokens_per_workgroup: u32,
-    walk: Walk,
-) -> Result<Kernel, ShapeError> {
-    build(ty, add, (tokens_per_workgroup, walk), false)
+pub fn kernel(ty: WeightType, add: bool, tokens_per_workgroup: u32) -> Result<Kernel, ShapeError> {
+    build(ty, add, tokens_per_workgroup, false)
 }
 
 /// The product for a mixture of experts' pairs ([`crate::matvec_ids_rows`]): `w` holds every
@@ -351,13 +335,13 @@ pub fn kernel(
 /// Parameters `rows`, `cols`, `tokens` (the pairs), `per_x`, `y_rows`, `first`; grid
 /// [`grid`] of the pairs, a workgroup a pair.
 pub fn experts_kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
-    build(ty, false, (1, Walk::Together), true)
+    build(ty, false, 1, true)
 }
 
 fn build(
     ty: WeightType,
     add: bool,
-    (tokens_per_workgroup, walk): (u32, Walk),
+    tokens_per_workgroup: u32,
     experts: bool,
 ) -> Result<Kernel, ShapeError> {
     let layout = Layout::of(ty)?;
@@ -367,9 +351,6 @@ fn build(
     let mut name = format!("matvec_q8_{ty}_rows{LANES}");
     if tpw > 1 {
         name.push_str(&format!("_t{tpw}"));
-        if walk == Walk::Serial {
-            name.push_str("_serial");
-        }
     }
     if add {
         name.push_str("_add");
@@ -410,16 +391,15 @@ fn build(
         None => read_token(j),
     };
     let accs: Vec<_> = (0..tpw).map(|_| k.var("acc", Scalar::F32)).collect();
-    // Step `b` of K for tokens `js`: each one's sum of the block, then, where `hint`, the
-    // prefetch of the blocks ahead.
-    let step = |b: Val<'_>, js: &[usize], hint: bool| {
+    // Step `b` of K: each token's sum of the block, then the prefetch of the blocks ahead.
+    let step = |b: Val<'_>| {
         let first = (group * blocks + b) * k.u32(step_words);
         let step_word = |j| k.load(w, first + j);
         let codes: Vec<_> = (0..words)
             .map(|i| step_word(lid + k.u32(i * LANES)))
             .collect();
         let scales = Scales::load(&k, layout, lid, step_word);
-        for &j in js {
+        for (j, acc) in accs.iter().enumerate() {
             let xb = read_token(j as u32) * blocks + b;
             let x_words = X_BLOCK / 4;
             let x: Vec<_> = (0..x_words)
@@ -438,10 +418,7 @@ fn build(
                 }
                 _ => unreachable!("a layout's scales are its own"),
             };
-            accs[j].set(accs[j].get() + sum);
-        }
-        if !hint {
-            return;
+            acc.set(acc.get() + sum);
         }
         // The workgroup's blocks are consecutive, and the next workgroup's follow them: the
         // hardware's prefetcher alone left the output head at a third of the copy's bandwidth.
@@ -457,16 +434,7 @@ fn build(
             k.prefetch(w, (next + k.u32(line)).min(last));
         }
     };
-    let all: Vec<usize> = (0..tpw as usize).collect();
-    match walk {
-        Walk::Together => k.for_range(k.u32(0), blocks, 1, |b| step(b, &all, true)),
-        // The first token's walk brings the blocks in.
-        Walk::Serial => {
-            for j in all {
-                k.for_range(k.u32(0), blocks, 1, |b| step(b, &[j], j == 0));
-            }
-        }
-    }
+    k.for_range(k.u32(0), blocks, 1, step);
     let row = k.workgroup_id(0) * k.u32(LANES) + lid;
     for (j, acc) in accs.iter().enumerate() {
         let t = token(j as u32);
@@ -608,22 +576,21 @@ pub fn grid(rows: u32, tokens: u32, tokens_per_workgroup: u32) -> [u32; 3] {
 /// A conformance (and bench) case: random weights of `ty` interleaved, random x quantized on
 /// the host, one token.
 pub fn case(ty: WeightType, rows: u32, cols: u32) -> Result<Case, ShapeError> {
-    case_with(ty, rows, cols, false, (1, 1, Walk::Together))
+    case_with(ty, rows, cols, false, (1, 1))
 }
 
-/// [`case`] for `tokens` tokens, `per` to a workgroup walking as `walk` says, with a residual
-/// added when `add`.
+/// [`case`] for `tokens` tokens, `per` to a workgroup, with a residual added when `add`.
 pub fn case_with(
     ty: WeightType,
     rows: u32,
     cols: u32,
     add: bool,
-    (tokens, per, walk): (u32, u32, Walk),
+    (tokens, per): (u32, u32),
 ) -> Result<Case, ShapeError> {
     let (r, c, t) = (rows as usize, cols as usize, tokens as usize);
     check_shape(ty, r, c)?;
     crate::support::nonzero(OP, "tokens", tokens)?;
-    let kernel = kernel(ty, add, per, walk)?;
+    let kernel = kernel(ty, add, per)?;
     let mut rng = Rng::new(u64::from(rows) * 37 + u64::from(cols) + u64::from(tokens));
     let w = quantize(ty, &rng.f32s(r * c, -1.0, 1.0))?;
     let xs: Vec<_> = (0..t)
@@ -635,11 +602,7 @@ pub fn case_with(
         want.extend(reference(ty, &w, r, c, x)?);
     }
     let cat = |f: fn(&Q8Activations) -> &[u8]| xs.iter().flat_map(f).copied().collect::<Vec<u8>>();
-    let suffix = format!(
-        "{}{}",
-        if walk == Walk::Serial { "_serial" } else { "" },
-        if add { "_add" } else { "" }
-    );
+    let suffix = if add { "_add" } else { "" };
     let mut case = Case::new(
         format!("{OP}/{ty}/{rows}x{cols}/rows{LANES}/t{tokens}_{per}{suffix}"),
         kernel,
@@ -679,12 +642,9 @@ pub fn cases() -> Vec<Case> {
         for (rows, cols) in [(16, block), (576, wide), (32, 4096)] {
             out.push(case(ty, rows, cols).expect("valid shapes"));
         }
-        out.push(case_with(ty, 64, 1536, true, (1, 1, Walk::Together)).expect("valid shapes"));
-        // A prompt of 11 tokens, 8 to a workgroup: a full workgroup and a partial one, its
-        // tokens together and one after another.
-        for walk in [Walk::Together, Walk::Serial] {
-            out.push(case_with(ty, 32, wide, true, (11, 8, walk)).expect("valid shapes"));
-        }
+        out.push(case_with(ty, 64, 1536, true, (1, 1)).expect("valid shapes"));
+        // A prompt of 11 tokens, 8 to a workgroup: a full workgroup and a partial one.
+        out.push(case_with(ty, 32, wide, true, (11, 8)).expect("valid shapes"));
     }
     out
 }
@@ -698,9 +658,7 @@ mod tests {
     #[test]
     fn a_type_it_does_not_take_is_refused_with_what_it_takes() {
         for ty in [WeightType::F32, WeightType::F16] {
-            let e = kernel(ty, false, 1, Walk::Together)
-                .unwrap_err()
-                .to_string();
+            let e = kernel(ty, false, 1).unwrap_err().to_string();
             assert!(e.contains(ty.name()), "{e}");
             assert!(
                 e.contains("(it takes q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k"),

@@ -198,10 +198,7 @@ impl CpuBackend {
             driver,
             runtime_version: env!("CARGO_PKG_VERSION").into(),
             notes,
-            tuning: crate::Tuning {
-                dot_calls: true,
-                ..Default::default()
-            },
+            tuning: crate::Tuning::default(),
         };
         CpuBackend {
             info,

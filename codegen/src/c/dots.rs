@@ -44,10 +44,7 @@ pub(super) fn sums(k: &Kernel, info: &Info, uniform: &Uniformity) -> HashMap<Exp
             ))
         })
         .collect();
-    let inner: HashSet<ExprId> = found
-        .keys()
-        .flat_map(|&e| k.expr(e).operands())
-        .collect();
+    let inner: HashSet<ExprId> = found.keys().flat_map(|&e| k.expr(e).operands()).collect();
     found
         .into_iter()
         .filter(|(e, _)| !inner.contains(e))
@@ -64,7 +61,12 @@ pub(super) enum Operand {
 
 /// The C statements, one a line, that compute sum `id` of `wg` invocations into its array,
 /// `operands` as `sum.pairs` lists them.
-pub(super) fn lines(id: ExprId, sum: &DotSum, operands: &[(Operand, Operand)], wg: u32) -> Vec<String> {
+pub(super) fn lines(
+    id: ExprId,
+    sum: &DotSum,
+    operands: &[(Operand, Operand)],
+    wg: u32,
+) -> Vec<String> {
     let out = format!("w_{}", expr_name(id));
     let vector = |bits: u32, op: &Operand| {
         let (load, set) = match bits {
@@ -79,7 +81,9 @@ pub(super) fn lines(id: ExprId, sum: &DotSum, operands: &[(Operand, Operand)], w
     let mut l = vec![];
     l.push("{".to_string());
     l.push("#if defined(__AVX512F__) && defined(__AVX512VNNI__)".to_string());
-    l.push(format!("for (uint32_t g = 0u; g + 16u <= {wg}u; g += 16u) {{"));
+    l.push(format!(
+        "for (uint32_t g = 0u; g + 16u <= {wg}u; g += 16u) {{"
+    ));
     l.push("__m512i acc = _mm512_setzero_si512();".to_string());
     if sum.unsigned_first {
         for (a, b) in operands {
@@ -108,9 +112,13 @@ pub(super) fn lines(id: ExprId, sum: &DotSum, operands: &[(Operand, Operand)], w
         ));
     }
     l.push("}".to_string());
-    l.push(format!("for (uint32_t l = {wg}u / 16u * 16u; l < {wg}u; l++) {{"));
+    l.push(format!(
+        "for (uint32_t l = {wg}u / 16u * 16u; l < {wg}u; l++) {{"
+    ));
     l.push("#elif defined(__AVX2__)".to_string());
-    l.push(format!("for (uint32_t g = 0u; g + 8u <= {wg}u; g += 8u) {{"));
+    l.push(format!(
+        "for (uint32_t g = 0u; g + 8u <= {wg}u; g += 8u) {{"
+    ));
     l.push("__m256i acc = _mm256_setzero_si256();".to_string());
     for (a, b) in operands {
         let (a, b) = (vector(256, a), vector(256, b));
@@ -125,7 +133,9 @@ pub(super) fn lines(id: ExprId, sum: &DotSum, operands: &[(Operand, Operand)], w
     }
     l.push(format!("_mm256_storeu_si256((__m256i*)&{out}[g], acc);"));
     l.push("}".to_string());
-    l.push(format!("for (uint32_t l = {wg}u / 8u * 8u; l < {wg}u; l++) {{"));
+    l.push(format!(
+        "for (uint32_t l = {wg}u / 8u * 8u; l < {wg}u; l++) {{"
+    ));
     l.push("#else".to_string());
     l.push(format!("for (uint32_t l = 0u; l < {wg}u; l++) {{"));
     l.push("#endif".to_string());

@@ -155,7 +155,6 @@ impl Engine {
             rot_dim: model.config.n_rot,
             gpu_nodes: offer.gpu,
             warpgroups: info.group_mma,
-            dot_calls: info.tuning.dot_calls,
         };
         Engine::build(model, backend, options, (shape, tuned), offer)
     }
