@@ -21,11 +21,17 @@
 //! elements that share a scale ([`trine_gguf::quant::runs`]): for each block of x (32
 //! elements), the 16 rows' codes (8 words of signed bytes; 4 words of nibbles where the codes
 //! are 0..=15, element j in the low nibble of byte j and element 16 + j in its high one),
-//! then per run of 16 or 32 an f32 scale word per row and, for the formats with a minimum, an
-//! f32 minimum word. Every run's integer dot with x's codes is exact, as a flat block's is;
-//! the trade for decoding nothing per token is size: bits a weight in the file and here, Q4_K
-//! 4.5 and 6, Q6_K 6.6 and 10, Q5_K 5.5 and 10, IQ4_XS 4.25 and 9, Q3_K 3.4 and 10, Q2_K 2.6
-//! and 8.
+//! then the rows' scales. Where a format's runs share its super-block's f16 factors
+//! ([`trine_gguf::quant::run_bases`]: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), each super-block of 16
+//! rows starts with the rows' factors as f32 words (`d`, then the minimum's where the format
+//! has one), and a step's scales are each row's integers of its runs as two bytes (the run's
+//! scale and minimum, or two runs' scales), two rows to a word; the kernel multiplies them
+//! back, exactly the runs' values. The others (Q2_K's four integers a step, and the formats of
+//! one run a block of 32) keep per run an f32 scale word per row and, with a minimum, an f32
+//! minimum word. Every run's integer dot with x's codes is exact, as a flat block's is; the
+//! trade for decoding nothing per token is size: bits a weight in the file and here, Q4_K 4.5
+//! and 4.75, Q6_K 6.6 and 8.6, Q5_K 5.5 and 8.75, IQ4_XS 4.25 and 8.6, Q3_K 3.4 and 8.6, Q2_K
+//! 2.6 and 8.
 //!
 //! Bound: as [`matvec_q8`](crate::matvec_q8)'s, f32 rounding over exact integer dots.
 
@@ -36,7 +42,7 @@ use crate::matvec_q8::{
     Q8Activations, XBlocks, OP, X_BLOCK,
 };
 use crate::shape::ShapeError;
-use trine_gguf::quant::{quantize, runs as quant_runs, WeightType};
+use trine_gguf::quant::{quantize, run_bases, runs as quant_runs, WeightType};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 /// Rows per workgroup, one per invocation.
@@ -54,25 +60,33 @@ const PREFETCH_BYTES: u32 = 2048;
 enum Layout {
     /// A flat format's blocks as long as x's: its code words and a word of f16 scales.
     Flat(Flat),
-    /// A packed format by runs of `run` elements, with an f32 minimum per run where `min`,
-    /// its codes as nibbles where they fit ([`crate::blocks::Packed::nibbles`]), else bytes.
+    /// A packed format by runs of `run` elements, with a minimum per run where `min`, its
+    /// codes as nibbles where they fit ([`crate::blocks::Packed::nibbles`]), else bytes; its
+    /// scales `factored` into each super-block's factors and a step's integers, or f32 words.
     Runs {
         run: u32,
         min: bool,
         block: u32,
         nibbles: bool,
+        factored: bool,
     },
 }
 
 impl Layout {
     fn of(ty: WeightType) -> Result<Layout, ShapeError> {
         match BlockFormat::of(ty) {
-            Some(BlockFormat::Packed(p)) if X_BLOCK.is_multiple_of(p.sub) => Ok(Layout::Runs {
-                run: p.sub,
-                min: p.min,
-                block: p.elems,
-                nibbles: p.nibbles,
-            }),
+            Some(BlockFormat::Packed(p)) if X_BLOCK.is_multiple_of(p.sub) => {
+                // Two bytes of integers a row and step: one run with its minimum, or two runs.
+                let bytes = X_BLOCK / p.sub * (1 + u32::from(p.min));
+                let zeros = vec![0; ty.block_bytes()];
+                Ok(Layout::Runs {
+                    run: p.sub,
+                    min: p.min,
+                    block: p.elems,
+                    nibbles: p.nibbles,
+                    factored: bytes <= 2 && trine_gguf::quant::run_bases(ty, &zeros).is_some(),
+                })
+            }
             _ => weight_format(ty).map(Layout::Flat).map_err(|_| {
                 let names: Vec<&str> = BlockFormat::ALL
                     .iter()
@@ -125,10 +139,11 @@ impl Layout {
         self.code_words() + runs * per
     }
 
-    /// Whether the rows' scales are f16 halves after their codes, two to a word (a flat
-    /// format without a minimum).
+    /// Whether the rows' scales are halves after their codes, two to a word: a flat format's
+    /// f16 scale without a minimum, or a factored format's two integers.
     fn halves(self) -> bool {
         matches!(self, Layout::Flat(f) if !f.has_min())
+            || matches!(self, Layout::Runs { factored: true, .. })
     }
 
     /// Words a step of the walk takes for a group of [`LANES`] rows.
@@ -139,10 +154,32 @@ impl Layout {
             LANES * self.words()
         }
     }
+
+    /// Steps a super-block of a factored format takes, and the words of its rows' factors
+    /// before them; one step and none for the others.
+    fn super_block(self) -> (u32, u32) {
+        match self {
+            Layout::Runs {
+                factored: true,
+                block,
+                min,
+                ..
+            } => (block / X_BLOCK, LANES * (1 + u32::from(min))),
+            _ => (1, 0),
+        }
+    }
+
+    /// Words a group of [`LANES`] rows of `cols` columns takes.
+    fn group_words(self, cols: u32) -> u32 {
+        let (steps, factors) = self.super_block();
+        let step_count = cols / self.elems();
+        step_count * self.step_words() + step_count / steps * factors
+    }
 }
 
-/// Whether [`interleave`]'s layout of `ty` takes a third more than the file's bytes or more:
-/// the packed formats, whose runs it gives f32 scales and, but for 4-bit codes, byte codes.
+/// Whether [`interleave`]'s layout of `ty` is one of runs: the packed formats, whose codes it
+/// holds as bytes but for 4-bit ones, and whose runs' scales it holds apart (a third more than
+/// the file's bytes or more but for Q4_K).
 pub fn widens(ty: WeightType) -> bool {
     matches!(Layout::of(ty), Ok(Layout::Runs { .. }))
 }
@@ -151,7 +188,7 @@ pub fn widens(ty: WeightType) -> bool {
 /// not take.
 pub fn interleaved_bytes(ty: WeightType, rows: usize, cols: usize) -> usize {
     Layout::of(ty).map_or(0, |l| {
-        rows / LANES as usize * (cols / l.elems() as usize) * 4 * l.step_words() as usize
+        rows / LANES as usize * 4 * l.group_words(cols as u32) as usize
     })
 }
 
@@ -272,7 +309,13 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
     let mut codes = vec![0u8; lanes * cols];
     let mut scales = vec![0f32; lanes * row_runs];
     let mut mins = vec![0f32; lanes * row_runs];
+    // Each lane's super-blocks' factors, where the layout has them.
+    let row_blocks = cols / layout.block() as usize;
+    let mut bases = vec![(0f32, 0f32); lanes * row_blocks];
     for (l, row) in src.chunks(src.len() / lanes).enumerate() {
+        for (i, b) in row.chunks(ty.block_bytes()).enumerate() {
+            bases[l * row_blocks + i] = run_bases(ty, b).unwrap_or_default();
+        }
         let decoded = row
             .chunks(ty.block_bytes())
             .flat_map(|b| quant_runs(ty, b).unwrap_or_default());
@@ -292,7 +335,30 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
             .copy_from_slice(&word)
     };
     let block = X_BLOCK as usize;
+    let (block_steps, factor_words) = layout.super_block();
+    let block_steps = block_steps as usize;
+    // A run's integer: its scale (or minimum) over the block's factor, exact where the factor
+    // is finite and not zero (a zero factor's runs are all zero).
+    let int = |v: f32, base: f32| -> u8 {
+        let q = v / base;
+        if base != 0.0 && q.is_finite() {
+            q as i8 as u8
+        } else {
+            0
+        }
+    };
     for step in 0..cols / block {
+        if factor_words > 0 && step.is_multiple_of(block_steps) {
+            let at = |l: usize| bases[l * row_blocks + step / block_steps];
+            for l in 0..lanes {
+                put(at(l).0.to_le_bytes());
+            }
+            if factor_words as usize > lanes {
+                for l in 0..lanes {
+                    put(at(l).1.to_le_bytes());
+                }
+            }
+        }
         for j in 0..layout.code_words() as usize {
             for l in 0..lanes {
                 let c = &codes[l * cols + step * block..][..block];
@@ -303,6 +369,24 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
                     _ => [c[4 * j], c[4 * j + 1], c[4 * j + 2], c[4 * j + 3]],
                 });
             }
+        }
+        if factor_words > 0 {
+            // Two bytes a row, two rows a word: the run's scale and minimum, or two runs'
+            // scales.
+            let ints = |l: usize| -> [u8; 2] {
+                let (d, m) = bases[l * row_blocks + step / block_steps];
+                let at = l * row_runs + step * runs;
+                if per == 2 {
+                    [int(scales[at], d), int(mins[at], m)]
+                } else {
+                    std::array::from_fn(|r| if r < runs { int(scales[at + r], d) } else { 0 })
+                }
+            };
+            for l in (0..lanes).step_by(2) {
+                let (a, b) = (ints(l), ints(l + 1));
+                put([a[0], a[1], b[0], b[1]]);
+            }
+            continue;
         }
         for r in 0..runs {
             let at = |l: usize| l * row_runs + step * runs + r;
@@ -391,14 +475,31 @@ fn build(
         None => read_token(j),
     };
     let accs: Vec<_> = (0..tpw).map(|_| k.var("acc", Scalar::F32)).collect();
+    let (block_steps, factor_words) = layout.super_block();
+    let group_words =
+        blocks * k.u32(step_words) + blocks / k.u32(block_steps) * k.u32(factor_words);
+    let group_first = group * group_words;
     // Step `b` of K: each token's sum of the block, then the prefetch of the blocks ahead.
     let step = |b: Val<'_>| {
-        let first = (group * blocks + b) * k.u32(step_words);
+        // The step's first word, and its super-block's factors where the format has them.
+        let (first, factors) = if factor_words == 0 {
+            (group_first + b * k.u32(step_words), None)
+        } else {
+            let sb = b / k.u32(block_steps);
+            let at = group_first + sb * k.u32(factor_words + block_steps * step_words);
+            let within = b - sb * k.u32(block_steps);
+            (
+                at + k.u32(factor_words) + within * k.u32(step_words),
+                Some(at),
+            )
+        };
         let step_word = |j| k.load(w, first + j);
         let codes: Vec<_> = (0..words)
             .map(|i| step_word(lid + k.u32(i * LANES)))
             .collect();
-        let scales = Scales::load(&k, layout, lid, step_word);
+        let kb = &k;
+        let factor_word = factors.map(|at| move |j| kb.load(w, at + j));
+        let scales = Scales::load(&k, layout, lid, step_word, factor_word);
         for (j, acc) in accs.iter().enumerate() {
             let xb = read_token(j as u32) * blocks + b;
             let x_words = X_BLOCK / 4;
@@ -424,12 +525,12 @@ fn build(
         // hardware's prefetcher alone left the output head at a third of the copy's bandwidth.
         // One hint per cache line of a block of 16 rows, clamped to the buffer's last word.
         let ahead = PREFETCH_BYTES.div_ceil(4 * step_words);
-        let next = (group * blocks + b + k.u32(ahead)) * k.u32(step_words);
+        let next = first + k.u32(ahead * step_words);
         let end = match pairs {
             Some((e, ..)) => (e + k.u32(1)) * rows,
             None => rows,
         };
-        let last = end / k.u32(LANES) * blocks * k.u32(step_words) - k.u32(1);
+        let last = end / k.u32(LANES) * group_words - k.u32(1);
         for line in (0..step_words).step_by(16) {
             k.prefetch(w, (next + k.u32(line)).min(last));
         }
@@ -460,27 +561,45 @@ enum Scales<'b> {
 
 impl<'b> Scales<'b> {
     /// The scales after the step's code words, for the row of invocation `lid`;
-    /// `step_word(j)` loads word `j` of the step (the rows' words side by side).
+    /// `step_word(j)` loads word `j` of the step (the rows' words side by side), and
+    /// `factor_word(j)` word `j` of its super-block's factors where the format has them.
     fn load(
         k: &'b KernelBuilder,
         layout: Layout,
         lid: Val<'b>,
         step_word: impl Fn(Val<'b>) -> Val<'b>,
+        factor_word: Option<impl Fn(Val<'b>) -> Val<'b>>,
     ) -> Scales<'b> {
         let at = layout.code_words();
         let word = |i: u32| step_word(lid + k.u32(i * LANES));
+        let pair =
+            || step_word(k.u32(at * LANES) + lid / k.u32(2)) >> ((lid & k.u32(1)) * k.u32(16));
         let half = |bits: Val<'b>| f16_finite_bits_to_f32(k, bits & k.u32(0xffff));
-        match layout {
-            // The rows' halves follow their code words, two to a word.
-            _ if layout.halves() => {
-                let pair = step_word(k.u32(at * LANES) + lid / k.u32(2));
-                Scales::Flat(half(pair >> ((lid & k.u32(1)) * k.u32(16))), None)
+        match (layout, factor_word) {
+            // The row's two integers (a signed byte each) times its super-block's factors:
+            // the run's scale and minimum, or two runs' scales.
+            (Layout::Runs { min, .. }, Some(factor)) => {
+                let ints = pair();
+                let int = |b: u32| {
+                    ((ints << k.u32(24 - 8 * b)).bitcast(Scalar::I32) >> k.u32(24))
+                        .cast(Scalar::F32)
+                };
+                let d = factor(lid).bitcast(Scalar::F32);
+                let (runs, _) = layout.runs();
+                Scales::Runs(if min {
+                    let m = factor(lid + k.u32(LANES)).bitcast(Scalar::F32);
+                    vec![(d * int(0), Some(m * int(1)))]
+                } else {
+                    (0..runs).map(|r| (d * int(r), None)).collect()
+                })
             }
-            Layout::Flat(_) => {
+            // The rows' halves follow their code words, two to a word.
+            _ if layout.halves() => Scales::Flat(half(pair()), None),
+            (Layout::Flat(_), _) => {
                 let scales = word(at);
                 Scales::Flat(half(scales), Some(half(scales >> k.u32(16))))
             }
-            Layout::Runs { min, .. } => {
+            (Layout::Runs { min, .. }, None) => {
                 let (runs, per) = layout.runs();
                 Scales::Runs(
                     (0..runs)

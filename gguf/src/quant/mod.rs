@@ -373,6 +373,24 @@ pub fn runs(ty: WeightType, block: &[u8]) -> Option<Vec<Run>> {
     (block.len() == ty.block_bytes()).then(|| decode(block))
 }
 
+/// The factors a super-block's runs share, for the formats whose runs' scales are one f16 of
+/// the block times a small integer each (Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS): `(d, m)`, where
+/// each run's [`Run::scale`] is `d` times an integer of −128..=127 and its [`Run::min`] `m`
+/// times another (`m` is 0 for the formats without a minimum), both products exact in f32. `None` for the other types or a block of the wrong length.
+pub fn run_bases(ty: WeightType, block: &[u8]) -> Option<(f32, f32)> {
+    if block.len() != ty.block_bytes() {
+        return None;
+    }
+    let f = |at: usize| f16_at(block, at) as f32;
+    match ty {
+        WeightType::Q4_K | WeightType::Q5_K => Some((f(0), -f(2))),
+        WeightType::Q6_K => Some((f(208), 0.0)),
+        WeightType::Q3_K => Some((f(108), 0.0)),
+        WeightType::IQ4_XS => Some((f(0), 0.0)),
+        _ => None,
+    }
+}
+
 /// A group of `file`'s blocks quantized, regrouped.
 fn grouped(file: WeightType, x: &[f32], out: &mut Vec<u8>) {
     let blocks = quantize(file, x).expect("a group is whole blocks");

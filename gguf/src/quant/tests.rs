@@ -256,3 +256,53 @@ fn groups_hold_the_files_bytes_scales_first() {
         [144, 160, 272]
     );
 }
+
+/// Each run of a format with [`run_bases`] is its block's bases times integers of
+/// −128..=127, bit for bit, over quantized blocks and random ones whose bases are finite.
+#[test]
+fn runs_are_their_bases_times_small_integers() {
+    let x = uniform(7, 256 * 8, -3.0, 3.0);
+    let mut factored = vec![];
+    for ty in WeightType::ALL {
+        let random: Vec<u8> = (0..8 * ty.block_bytes())
+            .map(|i| (uniform(i as u64 + 99, 1, 0.0, 256.0)[0] as u32 & 255) as u8)
+            .collect();
+        for bytes in [quantize(ty, &x).unwrap(), random] {
+            for block in bytes.chunks(ty.block_bytes()) {
+                let Some((d, m)) = run_bases(ty, block) else {
+                    continue;
+                };
+                if factored.last() != Some(&ty) {
+                    factored.push(ty);
+                }
+                if !(d.is_finite() && m.is_finite() && d != 0.0) {
+                    continue;
+                }
+                for r in runs(ty, block).unwrap() {
+                    let s = r.scale / d;
+                    let small = |v: f32| v.fract() == 0.0 && (-128.0..=127.0).contains(&v);
+                    assert!(small(s), "{ty}: {} / {d}", r.scale);
+                    assert_eq!((d * s).to_bits(), r.scale.to_bits(), "{ty}");
+                    if m != 0.0 {
+                        let n = r.min / m;
+                        assert!(small(n), "{ty}: {} / {m}", r.min);
+                        assert_eq!(m * n, r.min, "{ty}");
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(
+        factored,
+        [
+            WeightType::Q3_K,
+            WeightType::Q4_K,
+            WeightType::Q5_K,
+            WeightType::Q6_K,
+            WeightType::IQ4_XS
+        ]
+        .into_iter()
+        .filter(|t| WeightType::ALL.contains(t))
+        .collect::<Vec<_>>()
+    );
+}
