@@ -61,13 +61,17 @@ enum Layout {
     /// A flat format's blocks as long as x's: its code words and a word of f16 scales.
     Flat(Flat),
     /// A packed format by runs of `run` elements, with a minimum per run where `min`, its
-    /// codes as nibbles where they fit ([`crate::blocks::Packed::nibbles`]), else bytes; its
-    /// scales `factored` into each super-block's factors and a step's integers, or f32 words.
+    /// codes as nibbles where they fit ([`crate::blocks::Packed::nibbles`]), as nibbles and
+    /// `high_bits` planes of the bits above them where the codes are five or six bits (each
+    /// code held plus `centre`), else bytes; its scales `factored` into each super-block's
+    /// factors and a step's integers, or f32 words.
     Runs {
         run: u32,
         min: bool,
         block: u32,
         nibbles: bool,
+        high_bits: u32,
+        centre: i32,
         factored: bool,
     },
 }
@@ -84,6 +88,8 @@ impl Layout {
                     min: p.min,
                     block: p.elems,
                     nibbles: p.nibbles,
+                    high_bits: high_bits(ty).map_or(0, |(bits, _)| bits),
+                    centre: high_bits(ty).map_or(0, |(_, centre)| centre),
                     factored: bytes <= 2 && trine_gguf::quant::run_bases(ty, &zeros).is_some(),
                 })
             }
@@ -121,7 +127,9 @@ impl Layout {
     fn code_words(self) -> u32 {
         match self {
             Layout::Flat(f) => f.code_words(),
-            Layout::Runs { nibbles, .. } => X_BLOCK / if nibbles { 8 } else { 4 },
+            Layout::Runs { nibbles: true, .. } => X_BLOCK / 8,
+            Layout::Runs { high_bits: 0, .. } => X_BLOCK / 4,
+            Layout::Runs { high_bits, .. } => X_BLOCK / 8 + high_bits,
         }
     }
 
@@ -174,6 +182,16 @@ impl Layout {
         let (steps, factors) = self.super_block();
         let step_count = cols / self.elems();
         step_count * self.step_words() + step_count / steps * factors
+    }
+}
+
+/// The formats whose runs' codes are five or six bits, held as nibbles and planes of the bits
+/// above them: those bits, and the value every code is less (its code plus that is 0..64).
+fn high_bits(ty: WeightType) -> Option<(u32, i32)> {
+    match ty {
+        WeightType::Q5_K => Some((1, 0)),
+        WeightType::Q6_K => Some((2, 32)),
+        _ => None,
     }
 }
 
@@ -307,6 +325,7 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
     let row_runs = cols / run_len;
     // Each lane's codes as bytes, and its runs' scales and minimums, in element order.
     let mut codes = vec![0u8; lanes * cols];
+    let centre = high_bits(ty).map_or(0, |(_, centre)| centre);
     let mut scales = vec![0f32; lanes * row_runs];
     let mut mins = vec![0f32; lanes * row_runs];
     // Each lane's super-blocks' factors, where the layout has them.
@@ -322,7 +341,7 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
         for (i, run) in decoded.enumerate() {
             let at = l * cols + i * run_len;
             for (c, &q) in codes[at..at + run_len].iter_mut().zip(&run.codes) {
-                *c = q as u8;
+                *c = (i32::from(q) + centre) as u8;
             }
             scales[l * row_runs + i] = run.scale;
             mins[l * row_runs + i] = run.min;
@@ -366,6 +385,9 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
                     Layout::Runs { nibbles: true, .. } => {
                         std::array::from_fn(|i| c[4 * j + i] | (c[16 + 4 * j + i] << 4))
                     }
+                    Layout::Runs { high_bits, .. } if high_bits > 0 => {
+                        high_word(c, high_bits as usize, j)
+                    }
                     _ => [c[4 * j], c[4 * j + 1], c[4 * j + 2], c[4 * j + 3]],
                 });
             }
@@ -399,6 +421,30 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
                 }
             }
         }
+    }
+}
+
+/// Word `j` of a step's codes `c` (32, each below 64) held as nibbles and `bits` planes above
+/// them: words 0..4 hold the nibbles, element `4j + i` in the low half of byte `i` of word `j`
+/// and element `16 + 4j + i` in its high half; then with two bits, a word for elements 0..16
+/// and one for 16..32, each byte `i` holding the bits of element `4j + i` (of its half) at bit
+/// `2j`; with one bit, one word, element `4j + i`'s at bit `j` of byte `i` and element
+/// `16 + 4j + i`'s at bit `4 + j`.
+fn high_word(c: &[u8], bits: usize, j: usize) -> [u8; 4] {
+    let above = |e: usize| c[e] >> 4;
+    match j {
+        0..4 => std::array::from_fn(|i| (c[4 * j + i] & 15) | ((c[16 + 4 * j + i] & 15) << 4)),
+        _ if bits == 2 => {
+            let half = 16 * (j - 4);
+            std::array::from_fn(|i| {
+                (0..4).fold(0, |b, w| b | ((above(half + 4 * w + i) & 3) << (2 * w)))
+            })
+        }
+        _ => std::array::from_fn(|i| {
+            (0..4).fold(0, |b, w| {
+                b | ((above(4 * w + i) & 1) << w) | ((above(16 + 4 * w + i) & 1) << (4 + w))
+            })
+        }),
     }
 }
 
@@ -630,11 +676,51 @@ fn run_dots<'b>(
             .map_or_else(|| k.f32(0.0), |v| v.cast(Scalar::F32))
     };
     match layout {
-        Layout::Runs { nibbles: true, .. } => {
+        Layout::Runs {
+            nibbles,
+            high_bits,
+            centre,
+            ..
+        } if nibbles || high_bits > 0 => {
             let mask = k.u32(0x0f0f_0f0f);
-            let low: Vec<_> = (0..4).map(|j| (codes[j] & mask).dot4_i8(x[j])).collect();
+            // The bits above a nibble word's codes, moved above them: word `j`'s elements of
+            // the first half or (`upper`) of the second.
+            let above = |j: u32, upper: bool| match high_bits {
+                0 => None,
+                1 => Some(
+                    ((codes[4] >> k.u32(j + 4 * u32::from(upper))) & k.u32(0x0101_0101))
+                        << k.u32(4),
+                ),
+                _ => {
+                    let plane = codes[4 + usize::from(upper)];
+                    Some(((plane >> k.u32(2 * j)) & k.u32(0x0303_0303)) << k.u32(4))
+                }
+            };
+            // Masked by a literal below 128 a byte, so that the lowering knows every byte
+            // for unsigned; or, with a centre, each byte less it as a signed byte: moved by
+            // 128 − centre into 128..192 or up, a byte at a time (no carry leaves a byte),
+            // then its top bit flipped.
+            let whole = k.u32(0x0101_0101 * ((16u32 << high_bits) - 1));
+            let code = |j: u32, upper: bool| {
+                let nibble = if upper {
+                    (codes[j as usize] >> k.u32(4)) & mask
+                } else {
+                    codes[j as usize] & mask
+                };
+                match above(j, upper) {
+                    None => nibble,
+                    Some(a) if centre == 0 => (nibble | a) & whole,
+                    Some(a) => {
+                        let moved = k.u32(0x0101_0101 * (128 - centre as u32));
+                        ((nibble | a) + moved) ^ k.u32(0x8080_8080)
+                    }
+                }
+            };
+            let low: Vec<_> = (0..4)
+                .map(|j| code(j, false).dot4_i8(x[j as usize]))
+                .collect();
             let high: Vec<_> = (0..4)
-                .map(|j| ((codes[j] >> k.u32(4)) & mask).dot4_i8(x[4 + j]))
+                .map(|j| code(j, true).dot4_i8(x[4 + j as usize]))
                 .collect();
             if runs == 1 {
                 vec![sum(low.into_iter().chain(high).collect())]
