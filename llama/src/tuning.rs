@@ -223,8 +223,10 @@ const CPU_MATVEC_ROWS: u32 = 8;
 const CPU_PAIRS_MATVEC: (u32, u32, bool) = (4, 32, true);
 
 /// Tokens per workgroup of a CPU's prompt products (float x in pairs of blocks, and quantized
-/// x): each block of weights is decoded once for this many tokens.
-const CPU_PROMPT_TOKENS: u32 = 8;
+/// x): each block of weights is decoded once for this many tokens. 16 took more prompt
+/// tokens a second than 8 on the 1B layouts, and as many as 32, whose kernels are twice as
+/// long to compile and whose workgroups a short prompt leaves half empty (docs/bench/cpu.md).
+const CPU_PROMPT_TOKENS: u32 = 16;
 
 /// (rows per workgroup, invocations, segment) of a GPU's wide quantized product.
 const GPU_LARGE_MATVEC: (u32, u32, u32) = (8, 128, 8);
