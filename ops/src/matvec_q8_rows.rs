@@ -20,8 +20,9 @@
 //! The packed formats (the K-quants, IQ4, the 5-bit ones) are laid out by their runs of
 //! elements that share a scale ([`trine_gguf::quant::runs`]): for each block of x (32
 //! elements), the 16 rows' codes (8 words of signed bytes; 4 words of nibbles where the codes
-//! are 0..=15, element j in the low nibble of byte j and element 16 + j in its high one),
-//! then the rows' scales. Where a format's runs share its super-block's f16 factors
+//! are 0..=15, element j in the low nibble of byte j and element 16 + j in its high one; for
+//! Q5_K's and Q6_K's five and six bits those nibbles and one or two words of the bits above
+//! them, [`high_word`]), then the rows' scales. Where a format's runs share its super-block's f16 factors
 //! ([`trine_gguf::quant::run_bases`]: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), each super-block of 16
 //! rows starts with the rows' factors as f32 words (`d`, then the minimum's where the format
 //! has one), and a step's scales are each row's integers of its runs as two bytes (the run's
@@ -30,7 +31,7 @@
 //! one run a block of 32) keep per run an f32 scale word per row and, with a minimum, an f32
 //! minimum word. Every run's integer dot with x's codes is exact, as a flat block's is; the
 //! trade for decoding nothing per token is size: bits a weight in the file and here, Q4_K 4.5
-//! and 4.75, Q6_K 6.6 and 8.6, Q5_K 5.5 and 8.75, IQ4_XS 4.25 and 8.6, Q3_K 3.4 and 8.6, Q2_K
+//! and 4.75, Q6_K 6.6 and 6.6, Q5_K 5.5 and 5.75, IQ4_XS 4.25 and 8.6, Q3_K 3.4 and 8.6, Q2_K
 //! 2.6 and 8.
 //!
 //! Bound: as [`matvec_q8`](crate::matvec_q8)'s, f32 rounding over exact integer dots.
