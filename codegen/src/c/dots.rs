@@ -59,14 +59,45 @@ pub(super) enum Operand {
     Scalar(String),
 }
 
-/// The C statements, one a line, that compute sum `id` of `wg` invocations into its array,
-/// `operands` as `sum.pairs` lists them.
+/// The C statements that compute sum `id` of `wg` invocations into its array, `operands` as
+/// `sum.pairs` lists them: each line with its depth of nesting.
 pub(super) fn lines(
     id: ExprId,
     sum: &DotSum,
     operands: &[(Operand, Operand)],
     wg: u32,
-) -> Vec<String> {
+) -> Vec<(usize, String)> {
+    nest(text(id, sum, operands, wg))
+}
+
+/// Each line's depth: one more inside each brace; every branch of the `#if` opens the same loop
+/// over the invocations left, which the lines after `#endif` close.
+fn nest(lines: Vec<String>) -> Vec<(usize, String)> {
+    let (mut depth, mut at_if) = (0usize, 0usize);
+    lines
+        .into_iter()
+        .map(|line| {
+            if line.starts_with("#if") {
+                at_if = depth;
+                return (0, line);
+            }
+            if line.starts_with('#') {
+                depth = at_if + usize::from(line.starts_with("#endif"));
+                return (0, line);
+            }
+            if line.starts_with('}') {
+                depth -= 1;
+            }
+            let out = (depth, line);
+            if out.1.ends_with('{') {
+                depth += 1;
+            }
+            out
+        })
+        .collect()
+}
+
+fn text(id: ExprId, sum: &DotSum, operands: &[(Operand, Operand)], wg: u32) -> Vec<String> {
     let out = format!("w_{}", expr_name(id));
     let vector = |bits: u32, op: &Operand| {
         let (load, set) = match bits {

@@ -265,8 +265,8 @@ impl<'a> Emitter<'a> {
             .iter()
             .map(|&(a, b)| (operand(a), operand(b)))
             .collect();
-        for text in dots::lines(id, sum, &operands, self.wg) {
-            self.line(depth, &text);
+        for (nested, text) in dots::lines(id, sum, &operands, self.wg) {
+            self.line(depth + nested, &text);
         }
     }
 
