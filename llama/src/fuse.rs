@@ -47,7 +47,8 @@ pub struct Offer {
     /// Prompt flash attention cuts the keys into chunks ([`trine_backends::Tuning`]).
     pub flash_key_chunks: bool,
     /// Splits of the keys in a decode step's attention ([`tuning::gpu_splits`] of the
-    /// executor's context on a GPU, 1 on a CPU).
+    /// executor's context on a GPU; on a CPU 1, or [`tuning::cpu_grouped_splits`] where a
+    /// workgroup takes a KV head's query heads).
     pub decode_splits: u32,
     /// The KV cache stores floats, one element at a time: rope with the cache store folds
     /// into the QKV product, and prompt attention may run on tiles. A q8_0 cache quantizes

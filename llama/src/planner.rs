@@ -704,6 +704,18 @@ impl KernelKey {
                         launch: Launch::GroupedSplits,
                     });
                 }
+                // A CPU's (keys in columns): the query heads of a KV head in one workgroup,
+                // which loads each key once for them all.
+                if !windowed && s.grouped_attention && s.keys == KeyLayout::Columns && s.group > 1 {
+                    for &how in reductions {
+                        v.push(Variant {
+                            kernel: attention_split::split_kernel_heads(
+                                s.head_dim, s.kv, how, s.keys, s.group,
+                            )?,
+                            launch: Launch::GroupedSplits,
+                        });
+                    }
+                }
                 for &how in reductions {
                     v.push(plain(kernel(s.head_dim, s.kv, how, s.keys)?));
                 }

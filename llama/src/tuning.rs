@@ -63,8 +63,10 @@ pub fn gpu_splits(context: u32) -> u32 {
         .clamp(GPU_SPLITS, MAX_GPU_SPLITS)
 }
 
-/// Whether a GPU's decode attention over a cache of `context` positions takes a KV head's
-/// query heads in one workgroup (`trine_ops::attention_split::grouped_kernel`). Where the
+/// Whether a device's decode attention over a cache of `context` positions takes a KV head's
+/// query heads in one workgroup (`trine_ops::attention_split::grouped_kernel` on a GPU,
+/// `split_kernel_heads` on a CPU, where a layer's keys then come from its caches once for
+/// them all: SmolLM2's decode at depth 4096 was half again as fast). Where the
 /// context takes more than [`GPU_SPLITS`] splits, on every device: over long caches the
 /// reads of K and V dominate, which the grouped kernel shares between the query heads. Over
 /// short ones it launches `group` times fewer workgroups, which lost on SmolLM2's 3 KV heads
@@ -75,6 +77,21 @@ pub fn gpu_splits(context: u32) -> u32 {
 pub fn grouped_attention(context: u32, gpu: bool, (kv_heads, head_dim): (u32, u32)) -> bool {
     gpu_splits(context) > GPU_SPLITS
         || (gpu && kv_heads >= GROUPED_KV_HEADS && head_dim >= GROUPED_HEAD_DIM)
+}
+
+/// Splits of a CPU's decode attention where a workgroup takes a KV head's query heads
+/// (`trine_ops::attention_split::split_kernel_heads`): the fewest that give each of the
+/// device's `workers` as many workgroups (SmolLM2's 3 KV heads on 2 workers: 2 splits, 6
+/// workgroups, where one split left a worker idle for a third of the kernel); 1 where the
+/// workers are unknown.
+pub fn cpu_grouped_splits(workers: Option<u32>, kv_heads: u32) -> u32 {
+    let gcd = |mut a: u32, mut b: u32| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    workers.map_or(1, |w| (w / gcd(w, kv_heads.max(1))).clamp(1, GPU_SPLITS))
 }
 
 /// See [`grouped_attention`].

@@ -139,7 +139,7 @@ impl<'b> Keys<'b> {
 
 /// The online softmax of one query row against keys `range` (uniform over the workgroup),
 /// un-normalised: the running maximum `m`, the sum `l` of e^(score − m), and the output
-/// accumulators each invocation owns (dimensions lid, lid + WG, …). The query row is in
+/// accumulators each invocation owns (dimensions lid, lid + WG, …). The query rows are in
 /// shared memory ([`stage_query`]); head `h` reads KV head `h / (heads / kv_heads)`. An empty
 /// range leaves `m = −inf`, `l = 0`, `acc = 0`.
 pub(super) struct Attended<'b> {
@@ -148,46 +148,61 @@ pub(super) struct Attended<'b> {
     pub acc: Vec<Var<'b>>,
 }
 
-/// Stores query row `q_base` of buffer `q` in shared memory for [`attend`]; a barrier must
-/// follow before `attend`. Between them a kernel may read what its bounds need: the loads are
-/// then in flight together, where a GPU compiler does not move a load out of a later loop.
+/// Stores query rows `q_bases` of buffer `q` in shared memory for [`attend`], one after
+/// another; a barrier must follow before `attend`. Between them a kernel may read what its
+/// bounds need: the loads are then in flight together, where a GPU compiler does not move a
+/// load out of a later loop.
 pub(super) fn stage_query<'b>(
     k: &'b KernelBuilder,
     head_dim: u32,
     q: BufferId,
-    q_base: Val<'b>,
+    q_bases: &[Val<'b>],
 ) -> SharedId {
-    let q_sh = k.shared("q_row", Scalar::F32, head_dim);
-    k.for_range(k.local_index(), k.u32(head_dim), WG, |i| {
-        k.store_shared(q_sh, i, k.load(q, q_base + i))
-    });
+    let q_sh = k.shared("q_row", Scalar::F32, head_dim * q_bases.len() as u32);
+    for (r, &base) in q_bases.iter().enumerate() {
+        let at = k.u32(r as u32 * head_dim);
+        k.for_range(k.local_index(), k.u32(head_dim), WG, |i| {
+            k.store_shared(q_sh, at + i, k.load(q, base + i))
+        });
+    }
     q_sh
 }
 
+/// [`Attended`] for each of the query rows staged in `q_sh` (`q_sh.len() / head_dim` of
+/// them, heads `h`, `h + 1`, … of one KV head): each key's elements of K and V are loaded once
+/// for all of them, where a workgroup per head loaded them once per head.
 pub(super) fn attend<'b>(
     k: &'b KernelBuilder,
     (head_dim, how): (u32, Reduction),
-    q_sh: SharedId,
+    (q_sh, rows): (SharedId, u32),
     h: Val<'b>,
     keys: Keys<'b>,
     (start, end): (Val<'b>, Val<'b>),
-) -> Attended<'b> {
+) -> Vec<Attended<'b>> {
     let reducer = Reducer::new(k, how);
-    let p_sh = k.shared("p", Scalar::F32, WG);
+    let p_sh = k.shared("p", Scalar::F32, WG * rows);
     let lid = k.local_index();
     let d = k.u32(head_dim);
     let wg = k.u32(WG);
+    let rows = rows as usize;
 
     let kv_head = keys.kv_head(k, h, head_dim);
-    let m = k.var("max", Scalar::F32);
-    m.set(k.f32(f32::NEG_INFINITY));
-    let l = k.var("sum", Scalar::F32);
-    let acc: Vec<_> = (0..head_dim.div_ceil(WG))
-        .map(|_| k.var("acc", Scalar::F32))
+    let out: Vec<Attended> = (0..rows)
+        .map(|_| {
+            let m = k.var("max", Scalar::F32);
+            m.set(k.f32(f32::NEG_INFINITY));
+            Attended {
+                m,
+                l: k.var("sum", Scalar::F32),
+                acc: (0..head_dim.div_ceil(WG))
+                    .map(|_| k.var("acc", Scalar::F32))
+                    .collect(),
+            }
+        })
         .collect();
     let score = k.var("score", Scalar::F32);
-    let dot = k.var("dot", Scalar::F32);
-    let pv = k.var("pv", Scalar::F32);
+    let dots: Vec<_> = (0..rows).map(|_| k.var("dot", Scalar::F32)).collect();
+    let pvs: Vec<_> = (0..rows).map(|_| k.var("pv", Scalar::F32)).collect();
     // The bounds are uniform over the workgroup, so the barriers inside the loop are too.
     k.for_range(start, end, WG, |first| {
         let j = first + lid;
@@ -200,27 +215,43 @@ pub(super) fn attend<'b>(
             KeyLayout::Rows => j.min(end - k.u32(1)),
             KeyLayout::Columns => j,
         };
-        dot.set(k.f32(0.0));
+        for dot in &dots {
+            dot.set(k.f32(0.0));
+        }
         k.for_range(k.u32(0), d, 1, |i| {
             let kv_val = keys.kv.load(k, keys.k, keys.index.at(k, kv_head + i, key));
-            dot.set(k.load_shared(q_sh, i).fma(kv_val, dot.get()));
+            for (r, dot) in dots.iter().enumerate() {
+                let q = k.load_shared(q_sh, k.u32(r as u32 * head_dim) + i);
+                dot.set(q.fma(kv_val, dot.get()));
+            }
         });
-        score.set(k.select(visible, dot.get() * keys.scale, k.f32(f32::NEG_INFINITY)));
-        // Every block holds at least one visible key, so the new maximum is finite and the
-        // first block's correction exp(−inf) is 0.
-        let new_m = m
-            .get()
-            .max(reducer.reduce(k, lid, score.get(), Combine::Max));
-        let p = k.select(visible, (score.get() - new_m).exp(), k.f32(0.0));
-        k.store_shared(p_sh, lid, p);
-        // The reduction's barrier also publishes `p_sh` for the accumulation below.
-        let block_sum = reducer.reduce(k, lid, p, Combine::Sum);
-        let corr = (m.get() - new_m).exp();
-        l.set(l.get().fma(corr, block_sum));
+        let corrs: Vec<Val> = out
+            .iter()
+            .zip(&dots)
+            .enumerate()
+            .map(|(r, (a, dot))| {
+                score.set(k.select(visible, dot.get() * keys.scale, k.f32(f32::NEG_INFINITY)));
+                // Every block holds at least one visible key, so the new maximum is finite
+                // and the first block's correction exp(−inf) is 0.
+                let new_m =
+                    a.m.get()
+                        .max(reducer.reduce(k, lid, score.get(), Combine::Max));
+                let p = k.select(visible, (score.get() - new_m).exp(), k.f32(0.0));
+                k.store_shared(p_sh, k.u32(r as u32 * WG) + lid, p);
+                // The reduction's barrier also publishes `p_sh` for the accumulation below.
+                let block_sum = reducer.reduce(k, lid, p, Combine::Sum);
+                let corr = (a.m.get() - new_m).exp();
+                a.l.set(a.l.get().fma(corr, block_sum));
+                a.m.set(new_m);
+                corr
+            })
+            .collect();
         let count = (end - first).min(wg);
         let last = end - k.u32(1);
-        for_owned(k, head_dim, lid, &acc, |i, a| {
-            pv.set(a.get() * corr);
+        for_owned_at(k, head_dim, lid, |i, n| {
+            for ((a, pv), &corr) in out.iter().zip(&pvs).zip(&corrs) {
+                pv.set(a.acc[n].get() * corr);
+            }
             // V_RUN keys at a time, all their loads first: a GPU then waits out one latency per
             // run, where a loop of one key per iteration waited for nearly every key. Keys past
             // `count` read the last key's row and add it times p = 0 (their invocations stored
@@ -234,17 +265,33 @@ pub(super) fn attend<'b>(
                     })
                     .collect();
                 for (u, v_val) in vs.into_iter().enumerate() {
-                    let p = k.load_shared(p_sh, j0 + k.u32(u as u32));
-                    pv.set(p.fma(v_val, pv.get()));
+                    for (r, pv) in pvs.iter().enumerate() {
+                        let at = k.u32(r as u32 * WG) + j0 + k.u32(u as u32);
+                        pv.set(k.load_shared(p_sh, at).fma(v_val, pv.get()));
+                    }
                 }
             });
-            a.set(pv.get());
+            for (a, pv) in out.iter().zip(&pvs) {
+                a.acc[n].set(pv.get());
+            }
         });
-        m.set(new_m);
         // The next block rewrites `p_sh`.
         k.barrier();
     });
-    Attended { m, l, acc }
+    out
+}
+
+/// Runs `f(i, n)` for each output dimension `i = lid + n·WG` below `head_dim` that invocation
+/// `lid` owns; only the last, partial pass needs a bounds check.
+fn for_owned_at<'b>(k: &'b KernelBuilder, head_dim: u32, lid: Val<'b>, f: impl Fn(Val<'b>, usize)) {
+    for n in 0..head_dim.div_ceil(WG) {
+        let i = lid + k.u32(n * WG);
+        if (n + 1) * WG <= head_dim {
+            f(i, n as usize);
+        } else {
+            k.if_(i.lt(k.u32(head_dim)), || f(i, n as usize));
+        }
+    }
 }
 
 /// Runs `f(i, acc[n])` for each output dimension `i = lid + n·WG` below `head_dim` that
@@ -256,14 +303,7 @@ pub(super) fn for_owned<'b>(
     acc: &[Var<'b>],
     f: impl Fn(Val<'b>, Var<'b>),
 ) {
-    for (n, &a) in acc.iter().enumerate() {
-        let i = lid + k.u32(n as u32 * WG);
-        if (n as u32 + 1) * WG <= head_dim {
-            f(i, a);
-        } else {
-            k.if_(i.lt(k.u32(head_dim)), || f(i, a));
-        }
-    }
+    for_owned_at(k, head_dim, lid, |i, n| f(i, acc[n]));
 }
 
 /// The plain-Rust reference in f64, on the values the buffers hold (the caches already

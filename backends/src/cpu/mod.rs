@@ -188,7 +188,8 @@ impl CpuBackend {
             tiles: false,
             async_copy: false,
             group_mma: false,
-            compute_units: None,
+            // The threads that run workgroups at once.
+            compute_units: u32::try_from(threads).ok(),
             max_shared_bytes: 64 * 1024,
             max_invocations: 1024,
             max_workgroups: [u32::MAX; 3],

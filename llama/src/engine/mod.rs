@@ -141,7 +141,7 @@ impl Engine {
                 ty: kv.name(),
                 why: e.to_string(),
             })?;
-        let offer = Offer::of(info, kv, options.context);
+        let mut offer = Offer::of(info, kv, options.context);
         let shape = KernelShape {
             kv,
             keys,
@@ -156,6 +156,10 @@ impl Engine {
             gpu_nodes: offer.gpu,
             warpgroups: info.group_mma,
         };
+        if !offer.gpu && shape.grouped_attention && shape.group > 1 {
+            offer.decode_splits =
+                tuning::cpu_grouped_splits(offer.compute_units, model.config.n_head_kv);
+        }
         Engine::build(model, backend, options, (shape, tuned), offer)
     }
 

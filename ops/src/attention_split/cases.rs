@@ -3,7 +3,7 @@
 
 use super::{
     combine_kernel, grouped_kernel, reference_split, reference_split_windowed, split_kernel,
-    split_kernel_windowed, SplitAttention,
+    split_kernel_heads, split_kernel_windowed, SplitAttention,
 };
 use crate::attention;
 use crate::case::*;
@@ -77,6 +77,26 @@ pub fn split_case(
     kv: KvType,
     (how, keys): (Reduction, KeyLayout),
 ) -> Result<Case, ShapeError> {
+    split_case_of(shape, pos, kv, (how, keys), false)
+}
+
+/// [`split_case`] of [`split_kernel_heads`]: a workgroup for each KV head's query heads.
+pub fn heads_case(
+    shape: SplitAttention,
+    pos: u32,
+    kv: KvType,
+    (how, keys): (Reduction, KeyLayout),
+) -> Result<Case, ShapeError> {
+    split_case_of(shape, pos, kv, (how, keys), true)
+}
+
+fn split_case_of(
+    shape: SplitAttention,
+    pos: u32,
+    kv: KvType,
+    (how, keys): (Reduction, KeyLayout),
+    heads: bool,
+) -> Result<Case, ShapeError> {
     let x = inputs(&shape, pos, kv)?;
     let want = reference_split(&shape, x.kv_len, pos, &x.q, &x.k, &x.v)?;
     // NaN where the kernel must write: an element it skips fails the NaN pattern check.
@@ -85,15 +105,29 @@ pub fn split_case(
     let k_cache = keys.arrange(&x.k, dims, f32::NAN);
     let mut params = shape.params();
     params.extend(keys.params(x.kv_len));
+    let (kernel, grid, form) = if heads {
+        let group = shape.heads / shape.kv_heads;
+        (
+            split_kernel_heads(shape.head_dim, kv, how, keys, group)?,
+            shape.grouped_grid(),
+            "heads/",
+        )
+    } else {
+        (
+            split_kernel(shape.head_dim, kv, how, keys)?,
+            shape.grid(),
+            "",
+        )
+    };
     Ok(Case::new(
         format!(
-            "attention_split/{}/{}{}",
+            "attention_split/{form}{}/{}{}",
             x.shape_name,
             how.name(),
             keys.suffix()
         ),
-        split_kernel(shape.head_dim, kv, how, keys)?,
-        shape.grid(),
+        kernel,
+        grid,
     )
     .input("q", Scalar::F32, f32_bytes(&x.q))
     .input("step", Scalar::U32, u32_bytes(&[pos]))
@@ -330,7 +364,17 @@ pub fn cases() -> Vec<Case> {
         .into_iter()
         .flat_map(|(shape, pos, kv)| {
             let columns = split_case(shape, pos, kv, (Reduction::Subgroup, KeyLayout::Columns));
-            rows((shape, pos, kv)).into_iter().chain([columns])
+            // A workgroup for each KV head's query heads: the CPUs' form, and in rows.
+            let heads = (shape.heads > shape.kv_heads).then(|| {
+                [
+                    heads_case(shape, pos, kv, (Reduction::Subgroup, KeyLayout::Columns)),
+                    heads_case(shape, pos, kv, (Reduction::Shared, KeyLayout::Rows)),
+                ]
+            });
+            rows((shape, pos, kv))
+                .into_iter()
+                .chain([columns])
+                .chain(heads.into_iter().flatten())
         })
         .chain(q8.into_iter().flat_map(rows))
         .chain(windowed)

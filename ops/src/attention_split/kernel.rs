@@ -23,7 +23,24 @@ pub fn split_kernel(
     how: Reduction,
     keys: KeyLayout,
 ) -> Result<Kernel, ShapeError> {
-    build(head_dim, kv, how, keys, false)
+    build(head_dim, kv, how, keys, (false, 1))
+}
+
+/// [`split_kernel`] with the `group` query heads that read one KV head in one workgroup, which
+/// loads each key's elements of K and V once for all of them: for CPUs, whose caches then
+/// serve a layer's keys to one workgroup where `group` workgroups each streamed them from
+/// further out. Grid [`SplitAttention::grouped_grid`]: `[splits, kv_heads, tokens]`.
+///
+/// [`SplitAttention::grouped_grid`]: super::SplitAttention::grouped_grid
+pub fn split_kernel_heads(
+    head_dim: u32,
+    kv: KvType,
+    how: Reduction,
+    keys: KeyLayout,
+    group: u32,
+) -> Result<Kernel, ShapeError> {
+    nonzero(OP, "query heads a KV head", group)?;
+    build(head_dim, kv, how, keys, (false, group))
 }
 
 /// [`split_kernel`] for a sliding-window layer: query token `t` (at position `q = pos + t`)
@@ -37,7 +54,7 @@ pub fn split_kernel_windowed(
     how: Reduction,
     keys: KeyLayout,
 ) -> Result<Kernel, ShapeError> {
-    build(head_dim, kv, how, keys, true)
+    build(head_dim, kv, how, keys, (true, 1))
 }
 
 fn build(
@@ -45,14 +62,19 @@ fn build(
     kv: KvType,
     how: Reduction,
     keys: KeyLayout,
-    windowed: bool,
+    (windowed, group): (bool, u32),
 ) -> Result<Kernel, ShapeError> {
     check_head_dim(head_dim)?;
     kv.check(super::OP, keys, head_dim)?;
     let window_name = if windowed { "_window" } else { "" };
+    let group_name = if group > 1 {
+        format!("_heads{group}")
+    } else {
+        String::new()
+    };
     let k = KernelBuilder::new(
         &format!(
-            "attention_split{window_name}_{}_d{head_dim}_{}kv{}",
+            "attention_split{window_name}{group_name}_{}_d{head_dim}_{}kv{}",
             how.name(),
             kv.name(),
             keys.suffix()
@@ -75,10 +97,11 @@ fn build(
     let index = KeyIndex::declare(&k, keys, kv_heads, head_dim);
     k.settled(step);
     let s = k.workgroup_id(0);
-    let h = k.workgroup_id(1);
+    // The workgroup's first query head: its own, or its KV head's first.
+    let h = k.workgroup_id(1) * k.u32(group);
     let t = k.workgroup_id(2);
     let one = k.u32(1);
-    let row = t * heads + h;
+    let rows: Vec<Val> = (0..group).map(|g| t * heads + h + k.u32(g)).collect();
     let d = k.u32(head_dim);
     let pos = k.load(step, k.u32(0));
     let (start, stop) = split_keys(&k, (pos, tokens, splits), s);
@@ -94,19 +117,22 @@ fn build(
         index,
     };
     prefetch_chunk(&k, &keys, head_dim, h, (start, end));
-    let q_sh = stage_query(&k, head_dim, q, row * d);
+    let bases: Vec<Val> = rows.iter().map(|&row| row * d).collect();
+    let q_sh = stage_query(&k, head_dim, q, &bases);
     k.barrier();
-    let Attended { m, l, acc } = attend(&k, (head_dim, how), q_sh, h, keys, (start, end));
+    let attended = attend(&k, (head_dim, how), (q_sh, group), h, keys, (start, end));
     let lid = k.local_index();
 
-    let base = (row * splits + s) * k.u32(head_dim + 2);
-    for_owned(&k, head_dim, lid, &acc, |i, a| {
-        k.store(part, base + i, a.get())
-    });
-    k.if_(lid.eq(k.u32(0)), || {
-        k.store(part, base + d, m.get());
-        k.store(part, base + d + one, l.get());
-    });
+    for (&row, Attended { m, l, acc }) in rows.iter().zip(&attended) {
+        let base = (row * splits + s) * k.u32(head_dim + 2);
+        for_owned(&k, head_dim, lid, acc, |i, a| {
+            k.store(part, base + i, a.get())
+        });
+        k.if_(lid.eq(k.u32(0)), || {
+            k.store(part, base + d, m.get());
+            k.store(part, base + d + one, l.get());
+        });
+    }
     Ok(k.finish())
 }
 

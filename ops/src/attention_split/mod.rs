@@ -37,10 +37,10 @@ mod shape;
 #[cfg(test)]
 mod tests;
 
-pub use cases::{cases, combine_case, grouped_case, split_case, windowed_case};
+pub use cases::{cases, combine_case, grouped_case, heads_case, split_case, windowed_case};
 pub use grouped::{grouped_kernel, supports as grouped_supports};
 pub(crate) use kernel::Combining;
-pub use kernel::{combine_kernel, split_kernel, split_kernel_windowed};
+pub use kernel::{combine_kernel, split_kernel, split_kernel_heads, split_kernel_windowed};
 pub(crate) use kernel::{split_keys, window_start, PartsIo};
 pub use reference::{reference_combine, reference_split, reference_split_windowed};
 pub use shape::SplitAttention;
