@@ -66,7 +66,7 @@ pub fn gpu_splits(context: u32) -> u32 {
 /// Whether a device's decode attention over a cache of `context` positions takes a KV head's
 /// query heads in one workgroup (`trine_ops::attention_split::grouped_kernel` on a GPU,
 /// `split_kernel_heads` on a CPU, where a layer's keys then come from its caches once for
-/// them all: SmolLM2's decode at depth 4096 was half again as fast). Where the
+/// them all: docs/bench/scale.md). Where the
 /// context takes more than [`GPU_SPLITS`] splits, on every device: over long caches the
 /// reads of K and V dominate, which the grouped kernel shares between the query heads. Over
 /// short ones it launches `group` times fewer workgroups, which lost on SmolLM2's 3 KV heads
