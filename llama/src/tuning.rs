@@ -64,9 +64,10 @@ pub fn gpu_splits(context: u32) -> u32 {
 }
 
 /// Whether a device's decode attention over a cache of `context` positions takes a KV head's
-/// query heads in one workgroup (`trine_ops::attention_split::grouped_kernel` on a GPU,
-/// `split_kernel_heads` on a CPU, where a layer's keys then come from its caches once for
-/// them all: docs/bench/scale.md). Where the
+/// query heads in one workgroup: on a CPU always (`split_kernel_heads`: a layer's keys come
+/// from its caches once for them all, docs/bench/scale.md; the same kernel and splits at
+/// every context, so that a chat's long context decodes as a short run of the same
+/// conversation does). On a GPU (`trine_ops::attention_split::grouped_kernel`) where the
 /// context takes more than [`GPU_SPLITS`] splits, on every device: over long caches the
 /// reads of K and V dominate, which the grouped kernel shares between the query heads. Over
 /// short ones it launches `group` times fewer workgroups, which lost on SmolLM2's 3 KV heads
@@ -75,8 +76,8 @@ pub fn gpu_splits(context: u32) -> u32 {
 /// and a subgroup's lanes share each key's row where the per-head kernel walks it in one
 /// invocation.
 pub fn grouped_attention(context: u32, gpu: bool, (kv_heads, head_dim): (u32, u32)) -> bool {
-    gpu_splits(context) > GPU_SPLITS
-        || (gpu && kv_heads >= GROUPED_KV_HEADS && head_dim >= GROUPED_HEAD_DIM)
+    !gpu || gpu_splits(context) > GPU_SPLITS
+        || (kv_heads >= GROUPED_KV_HEADS && head_dim >= GROUPED_HEAD_DIM)
 }
 
 /// Splits of a CPU's decode attention where a workgroup takes a KV head's query heads

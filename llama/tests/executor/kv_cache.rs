@@ -72,36 +72,46 @@ fn a_head_size_q8_0_blocks_do_not_tile_is_refused() {
     assert!(text.contains("head_dim") && text.contains("32"), "{text}");
 }
 
-/// Over a context long enough that a CPU's decode attention takes each KV head's query heads
-/// in one workgroup (`split_kernel_heads`, which loads each key once for them), the tiny
-/// model's logits over a prompt and six decode steps are those of an engine whose shorter
-/// context keeps a workgroup per head, within the attention's rounding; and they are that
-/// kernel's: spoiling its output changes every decode step's.
+/// A CPU's decode attention takes each KV head's query heads in one workgroup
+/// (`split_kernel_heads`, which loads each key once for them): over a long context the tiny
+/// model's logits over a prompt and six decode steps are those of a CPU that refuses that
+/// kernel and runs a workgroup per head, within the attention's rounding; and each is its
+/// kernel's: spoiling that kernel's output changes every decode step's.
 #[test]
-fn a_cpu_takes_a_kv_heads_queries_together_over_a_long_context() {
+fn a_cpu_takes_a_kv_heads_queries_together() {
     let ids = [17, 90, 200, 3, 45, 7, 300, 12, 9, 140, 66];
     let long = EngineOptions {
         context: 2048,
         ..SIZES
     };
     let widen = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
-    let want = logits(tiny(), cpu(), SIZES, &ids);
+    let want = logits(
+        tiny(),
+        faulty("attention_split_heads", &[], 1.0),
+        long,
+        &ids,
+    );
     let got = logits(tiny(), cpu(), long, &ids);
     for (step, (g, w)) in got.iter().zip(&want).enumerate() {
         let e = nmse(&widen(w), &widen(g)).unwrap();
         assert!(e < 1e-10, "step {step}: NMSE {e:e}");
     }
-    let spoiled = logits(
-        tiny(),
-        faulty("", &["attention_split_heads"], 0.0),
-        long,
-        &ids,
-    );
-    for (step, (s, g)) in spoiled.iter().zip(&got).enumerate().skip(1) {
-        let e = nmse(&widen(g), &widen(s)).unwrap();
-        assert!(
-            e > 1e-4,
-            "step {step}: the heads kernel did not run (NMSE {e:e})"
-        );
+    // Each run's attention is the kernel it names: spoiling it changes every decode step.
+    let spoiled = [
+        (faulty("", &["attention_split_heads"], 0.0), &got),
+        (
+            faulty("attention_split_heads", &["attention_split_s"], 0.0),
+            &want,
+        ),
+    ];
+    for (backend, clean) in spoiled {
+        let s = logits(tiny(), backend, long, &ids);
+        for (step, (s, c)) in s.iter().zip(clean).enumerate().skip(1) {
+            let e = nmse(&widen(c), &widen(s)).unwrap();
+            assert!(
+                e > 1e-4,
+                "step {step}: the kernel spoiled did not run (NMSE {e:e})"
+            );
+        }
     }
 }
