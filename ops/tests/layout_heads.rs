@@ -75,7 +75,8 @@ fn decode_attention_takes_every_head_size() {
             splits: 3,
         };
         for how in [Reduction::Shared, Reduction::Subgroup] {
-            let case = attention_split::split_case(shape, 37, KvType::F16, (how, KeyLayout::Rows));
+            let case =
+                attention_split::split_case(shape, 37, KvType::F16, (how, KeyLayout::Rows), false);
             agrees(case.unwrap());
         }
         if attention_split::grouped_supports(d, 2, KvType::F16) {

@@ -69,28 +69,10 @@ pub(super) fn inputs(shape: &SplitAttention, pos: u32, kv: KvType) -> Result<Inp
 }
 
 /// A conformance case of [`split_kernel`] for `shape` at position `pos` with the caches stored
-/// as `kv`: `part` against [`reference_split`].
-/// The K cache is in `keys`' layout (in columns, with NaN past the cache's positions too).
+/// as `kv`, or with `heads` of [`split_kernel_heads`] (a workgroup for each KV head's query
+/// heads): `part` against [`reference_split`]. The K cache is in `keys`' layout (in columns,
+/// with NaN past the cache's positions too).
 pub fn split_case(
-    shape: SplitAttention,
-    pos: u32,
-    kv: KvType,
-    (how, keys): (Reduction, KeyLayout),
-) -> Result<Case, ShapeError> {
-    split_case_of(shape, pos, kv, (how, keys), false)
-}
-
-/// [`split_case`] of [`split_kernel_heads`]: a workgroup for each KV head's query heads.
-pub fn heads_case(
-    shape: SplitAttention,
-    pos: u32,
-    kv: KvType,
-    (how, keys): (Reduction, KeyLayout),
-) -> Result<Case, ShapeError> {
-    split_case_of(shape, pos, kv, (how, keys), true)
-}
-
-fn split_case_of(
     shape: SplitAttention,
     pos: u32,
     kv: KvType,
@@ -355,20 +337,38 @@ pub fn cases() -> Vec<Case> {
     .map(|(shape, pos, kv)| grouped_case(shape, pos, kv));
     let rows = |(shape, pos, kv)| {
         [
-            split_case(shape, pos, kv, (Reduction::Shared, KeyLayout::Rows)),
-            split_case(shape, pos, kv, (Reduction::Subgroup, KeyLayout::Rows)),
+            split_case(shape, pos, kv, (Reduction::Shared, KeyLayout::Rows), false),
+            split_case(
+                shape,
+                pos,
+                kv,
+                (Reduction::Subgroup, KeyLayout::Rows),
+                false,
+            ),
             combine_case(shape, pos, kv),
         ]
     };
     shapes
         .into_iter()
         .flat_map(|(shape, pos, kv)| {
-            let columns = split_case(shape, pos, kv, (Reduction::Subgroup, KeyLayout::Columns));
+            let columns = split_case(
+                shape,
+                pos,
+                kv,
+                (Reduction::Subgroup, KeyLayout::Columns),
+                false,
+            );
             // A workgroup for each KV head's query heads: the CPUs' form, and in rows.
             let heads = (shape.heads > shape.kv_heads).then(|| {
                 [
-                    heads_case(shape, pos, kv, (Reduction::Subgroup, KeyLayout::Columns)),
-                    heads_case(shape, pos, kv, (Reduction::Shared, KeyLayout::Rows)),
+                    split_case(
+                        shape,
+                        pos,
+                        kv,
+                        (Reduction::Subgroup, KeyLayout::Columns),
+                        true,
+                    ),
+                    split_case(shape, pos, kv, (Reduction::Shared, KeyLayout::Rows), true),
                 ]
             });
             rows((shape, pos, kv))

@@ -37,7 +37,7 @@ mod shape;
 #[cfg(test)]
 mod tests;
 
-pub use cases::{cases, combine_case, grouped_case, heads_case, split_case, windowed_case};
+pub use cases::{cases, combine_case, grouped_case, split_case, windowed_case};
 pub use grouped::{grouped_kernel, supports as grouped_supports};
 pub(crate) use kernel::Combining;
 pub use kernel::{combine_kernel, split_kernel, split_kernel_heads, split_kernel_windowed};
