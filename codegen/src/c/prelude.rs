@@ -249,6 +249,8 @@ TRINE_HIDDEN __m256i _ZGVdN8vvvvvvvv_trine_dot16i8(__m256i a0, __m256i b0, __m25
                             _mm256_add_epi32(_ZGVdN8vv_trine_dot4i8(a2, b2), _ZGVdN8vv_trine_dot4i8(a3, b3)));
 }}
 #else
+TRINE_FN int trine_dot4i8(uint32_t a, uint32_t b) {{ return {bytes_i8}; }}
+TRINE_FN uint32_t trine_dot4u8(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
 TRINE_FN int trine_dot4u8i8(uint32_t a, uint32_t b) {{ return {bytes_u8i8}; }}
 TRINE_FN int trine_dot16u8i8({dot16_params}) {{
     return trine_dot4u8i8(a0, b0) + trine_dot4u8i8(a1, b1) + trine_dot4u8i8(a2, b2) + trine_dot4u8i8(a3, b3);
@@ -256,8 +258,6 @@ TRINE_FN int trine_dot16u8i8({dot16_params}) {{
 TRINE_FN int trine_dot16i8({dot16_params}) {{
     return trine_dot4i8(a0, b0) + trine_dot4i8(a1, b1) + trine_dot4i8(a2, b2) + trine_dot4i8(a3, b3);
 }}
-TRINE_FN int trine_dot4i8(uint32_t a, uint32_t b) {{ return {bytes_i8}; }}
-TRINE_FN uint32_t trine_dot4u8(uint32_t a, uint32_t b) {{ return {bytes_u8}; }}
 #endif
 "#
     );
