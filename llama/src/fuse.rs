@@ -47,8 +47,7 @@ pub struct Offer {
     /// Prompt flash attention cuts the keys into chunks ([`trine_backends::Tuning`]).
     pub flash_key_chunks: bool,
     /// Splits of the keys in a decode step's attention ([`tuning::gpu_splits`] of the
-    /// executor's context on a GPU; on a CPU 1, or [`tuning::cpu_grouped_splits`] where a
-    /// workgroup takes a KV head's query heads).
+    /// executor's context on a GPU, [`tuning::cpu_splits`] on a CPU).
     pub decode_splits: u32,
     /// The KV cache stores floats, one element at a time: rope with the cache store folds
     /// into the QKV product, and prompt attention may run on tiles. A q8_0 cache quantizes
@@ -70,13 +69,19 @@ pub struct Offer {
 }
 
 impl Offer {
-    pub fn of(info: &DeviceInfo, kv: KvType, context: u32) -> Offer {
+    /// The offer of the device `info` for an executor of `context` positions, a cache of
+    /// `kv` and `heads` query heads over `kv_heads`.
+    pub fn of(info: &DeviceInfo, kv: KvType, context: u32, (heads, kv_heads): (u32, u32)) -> Offer {
         let gpu = info.device_type != DeviceType::Cpu;
         Offer {
             gpu,
             tiles: gpu && info.tiles,
             flash_key_chunks: info.tuning.flash_key_chunks,
-            decode_splits: if gpu { tuning::gpu_splits(context) } else { 1 },
+            decode_splits: if gpu {
+                tuning::gpu_splits(context)
+            } else {
+                tuning::cpu_splits(info.compute_units, (heads, kv_heads))
+            },
             float_cache: kv.float().is_some(),
             launches_overlap: info.tuning.launches_overlap,
             shared_bytes: info.max_shared_bytes,

@@ -80,12 +80,16 @@ pub fn grouped_attention(context: u32, gpu: bool, (kv_heads, head_dim): (u32, u3
         || (kv_heads >= GROUPED_KV_HEADS && head_dim >= GROUPED_HEAD_DIM)
 }
 
-/// Splits of a CPU's decode attention where a workgroup takes a KV head's query heads
-/// (`trine_ops::attention_split::split_kernel_heads`): the fewest that give each of the
+/// Splits of a CPU's decode attention for `heads` query heads over `kv_heads`: where a
+/// workgroup takes a KV head's query heads ([`grouped_attention`],
+/// `trine_ops::attention_split::split_kernel_heads`), the fewest that give each of the
 /// device's `workers` as many workgroups (SmolLM2's 3 KV heads on 2 workers: 2 splits, 6
-/// workgroups, where one split left a worker idle for a third of the kernel); 1 where the
-/// workers are unknown.
-pub fn cpu_grouped_splits(workers: Option<u32>, kv_heads: u32) -> u32 {
+/// workgroups, where one split left a worker idle for a third of the kernel); 1 where each KV
+/// head serves one query head (a workgroup a head) or the workers are unknown.
+pub fn cpu_splits(workers: Option<u32>, (heads, kv_heads): (u32, u32)) -> u32 {
+    if heads <= kv_heads {
+        return 1;
+    }
     let gcd = |mut a: u32, mut b: u32| {
         while b != 0 {
             (a, b) = (b, a % b);

@@ -36,14 +36,14 @@
 //!
 //! Bound: as [`matvec_q8`](crate::matvec_q8)'s, f32 rounding over exact integer dots.
 
-use crate::blocks::{f16_finite_bits_to_f32, BlockFormat, Flat, Offset};
+use crate::blocks::{f16_finite_bits_to_f32, signed_byte, BlockFormat, Flat, Offset};
 use crate::case::*;
 use crate::matvec_q8::{
     block_dot, block_sum, code_sum, needs_x_sum, quantize_x, reference, weight_format,
     Q8Activations, XBlocks, OP, X_BLOCK,
 };
 use crate::shape::ShapeError;
-use trine_gguf::quant::{quantize, run_bases, runs as quant_runs, WeightType};
+use trine_gguf::quant::{has_run_bases, quantize, run_bases, runs as quant_runs, WeightType};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 /// Rows per workgroup, one per invocation.
@@ -83,15 +83,15 @@ impl Layout {
             Some(BlockFormat::Packed(p)) if X_BLOCK.is_multiple_of(p.sub) => {
                 // Two bytes of integers a row and step: one run with its minimum, or two runs.
                 let bytes = X_BLOCK / p.sub * (1 + u32::from(p.min));
-                let zeros = vec![0; ty.block_bytes()];
+                let (high_bits, centre) = high_bits(ty).unwrap_or((0, 0));
                 Ok(Layout::Runs {
                     run: p.sub,
                     min: p.min,
                     block: p.elems,
                     nibbles: p.nibbles,
-                    high_bits: high_bits(ty).map_or(0, |(bits, _)| bits),
-                    centre: high_bits(ty).map_or(0, |(_, centre)| centre),
-                    factored: bytes <= 2 && trine_gguf::quant::run_bases(ty, &zeros).is_some(),
+                    high_bits,
+                    centre,
+                    factored: bytes <= 2 && has_run_bases(ty),
                 })
             }
             _ => weight_format(ty).map(Layout::Flat).map_err(|_| {
@@ -326,26 +326,33 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
     let row_runs = cols / run_len;
     // Each lane's codes as bytes, and its runs' scales and minimums, in element order.
     let mut codes = vec![0u8; lanes * cols];
-    let centre = high_bits(ty).map_or(0, |(_, centre)| centre);
+    let (centre, factored) = match layout {
+        Layout::Runs {
+            centre, factored, ..
+        } => (centre, factored),
+        Layout::Flat(_) => (0, false),
+    };
     let mut scales = vec![0f32; lanes * row_runs];
     let mut mins = vec![0f32; lanes * row_runs];
     // Each lane's super-blocks' factors, where the layout has them.
     let row_blocks = cols / layout.block() as usize;
     let mut bases = vec![(0f32, 0f32); lanes * row_blocks];
+    let block_runs = row_runs / row_blocks;
     for (l, row) in src.chunks(src.len() / lanes).enumerate() {
-        for (i, b) in row.chunks(ty.block_bytes()).enumerate() {
-            bases[l * row_blocks + i] = run_bases(ty, b).unwrap_or_default();
-        }
-        let decoded = row
-            .chunks(ty.block_bytes())
-            .flat_map(|b| quant_runs(ty, b).unwrap_or_default());
-        for (i, run) in decoded.enumerate() {
-            let at = l * cols + i * run_len;
-            for (c, &q) in codes[at..at + run_len].iter_mut().zip(&run.codes) {
-                *c = (i32::from(q) + centre) as u8;
+        for (b, block) in row.chunks(ty.block_bytes()).enumerate() {
+            if factored {
+                bases[l * row_blocks + b] = run_bases(ty, block).unwrap_or_default();
             }
-            scales[l * row_runs + i] = run.scale;
-            mins[l * row_runs + i] = run.min;
+            let decoded = quant_runs(ty, block).unwrap_or_default();
+            for (r, run) in decoded.iter().enumerate() {
+                let i = b * block_runs + r;
+                let at = l * cols + i * run_len;
+                for (c, &q) in codes[at..at + run_len].iter_mut().zip(&run.codes) {
+                    *c = (i32::from(q) + centre) as u8;
+                }
+                scales[l * row_runs + i] = run.scale;
+                mins[l * row_runs + i] = run.min;
+            }
         }
     }
     let mut out = dst.chunks_exact_mut(4);
@@ -383,12 +390,9 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
             for l in 0..lanes {
                 let c = &codes[l * cols + step * block..][..block];
                 put(match layout {
-                    Layout::Runs { nibbles: true, .. } => {
-                        std::array::from_fn(|i| c[4 * j + i] | (c[16 + 4 * j + i] << 4))
-                    }
-                    Layout::Runs { high_bits, .. } if high_bits > 0 => {
-                        high_word(c, high_bits as usize, j)
-                    }
+                    Layout::Runs {
+                        nibbles, high_bits, ..
+                    } if nibbles || high_bits > 0 => high_word(c, high_bits as usize, j),
                     _ => [c[4 * j], c[4 * j + 1], c[4 * j + 2], c[4 * j + 3]],
                 });
             }
@@ -426,11 +430,11 @@ fn interleave_group(ty: WeightType, layout: Layout, src: &[u8], cols: usize, dst
 }
 
 /// Word `j` of a step's codes `c` (32, each below 64) held as nibbles and `bits` planes above
-/// them: words 0..4 hold the nibbles, element `4j + i` in the low half of byte `i` of word `j`
-/// and element `16 + 4j + i` in its high half; then with two bits, a word for elements 0..16
-/// and one for 16..32, each byte `i` holding the bits of element `4j + i` (of its half) at bit
-/// `2j`; with one bit, one word, element `4j + i`'s at bit `j` of byte `i` and element
-/// `16 + 4j + i`'s at bit `4 + j`.
+/// them (none for codes below 16): words 0..4 hold the nibbles, element `4j + i` in the low
+/// half of byte `i` of word `j` and element `16 + 4j + i` in its high half; then with two
+/// bits, a word for elements 0..16 and one for 16..32, each byte `i` holding the bits of
+/// element `4j + i` (of its half) at bit `2j`; with one bit, one word, element `4j + i`'s at
+/// bit `j` of byte `i` and element `16 + 4j + i`'s at bit `4 + j`.
 fn high_word(c: &[u8], bits: usize, j: usize) -> [u8; 4] {
     let above = |e: usize| c[e] >> 4;
     match j {
@@ -627,10 +631,7 @@ impl<'b> Scales<'b> {
             // the run's scale and minimum, or two runs' scales.
             (Layout::Runs { min, .. }, Some(factor)) => {
                 let ints = pair();
-                let int = |b: u32| {
-                    ((ints << k.u32(24 - 8 * b)).bitcast(Scalar::I32) >> k.u32(24))
-                        .cast(Scalar::F32)
-                };
+                let int = |b: u32| signed_byte(k, (ints >> k.u32(8 * b)) & k.u32(0xff));
                 let d = factor(lid).bitcast(Scalar::F32);
                 let (runs, _) = layout.runs();
                 Scales::Runs(if min {

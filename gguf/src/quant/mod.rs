@@ -378,15 +378,27 @@ pub fn runs(ty: WeightType, block: &[u8]) -> Option<Vec<Run>> {
 /// each run's [`Run::scale`] is `d` times an integer of −128..=127 and its [`Run::min`] `m`
 /// times another (`m` is 0 for the formats without a minimum), both products exact in f32. `None` for the other types or a block of the wrong length.
 pub fn run_bases(ty: WeightType, block: &[u8]) -> Option<(f32, f32)> {
+    let (d, min) = base_offsets(ty)?;
     if block.len() != ty.block_bytes() {
         return None;
     }
     let f = |at: usize| f16_at(block, at) as f32;
+    Some((f(d), min.map_or(0.0, |m| -f(m))))
+}
+
+/// Whether `ty`'s blocks have [`run_bases`].
+pub fn has_run_bases(ty: WeightType) -> bool {
+    base_offsets(ty).is_some()
+}
+
+/// Where a block of `ty` holds the f16 factors of [`run_bases`]: `d`'s byte, and the
+/// minimum's (negated in the runs) where the format has one.
+fn base_offsets(ty: WeightType) -> Option<(usize, Option<usize>)> {
     match ty {
-        WeightType::Q4_K | WeightType::Q5_K => Some((f(0), -f(2))),
-        WeightType::Q6_K => Some((f(208), 0.0)),
-        WeightType::Q3_K => Some((f(108), 0.0)),
-        WeightType::IQ4_XS => Some((f(0), 0.0)),
+        WeightType::Q4_K | WeightType::Q5_K => Some((0, Some(2))),
+        WeightType::Q6_K => Some((208, None)),
+        WeightType::Q3_K => Some((108, None)),
+        WeightType::IQ4_XS => Some((0, None)),
         _ => None,
     }
 }

@@ -141,7 +141,8 @@ impl Engine {
                 ty: kv.name(),
                 why: e.to_string(),
             })?;
-        let mut offer = Offer::of(info, kv, options.context);
+        let heads = (model.config.n_head, model.config.n_head_kv);
+        let offer = Offer::of(info, kv, options.context, heads);
         let shape = KernelShape {
             kv,
             keys,
@@ -156,10 +157,6 @@ impl Engine {
             gpu_nodes: offer.gpu,
             warpgroups: info.group_mma,
         };
-        if !offer.gpu && shape.grouped_attention && shape.group > 1 {
-            offer.decode_splits =
-                tuning::cpu_grouped_splits(offer.compute_units, model.config.n_head_kv);
-        }
         Engine::build(model, backend, options, (shape, tuned), offer)
     }
 
