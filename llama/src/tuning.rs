@@ -48,10 +48,10 @@ pub const GPU_SPLITS: u32 = 8;
 /// Keys a decode split walks in a full cache: a split's workgroup walks its keys one block
 /// after another, so a long context with few splits leaves most of a GPU idle while a few
 /// workgroups walk thousands of keys each.
-pub const KEYS_PER_SPLIT: u32 = 128;
+pub const KEYS_PER_SPLIT: u32 = 64;
 
 /// The most splits of a GPU's decode attention: each adds a partial to the combine.
-pub const MAX_GPU_SPLITS: u32 = 64;
+pub const MAX_GPU_SPLITS: u32 = 128;
 
 /// Splits of a GPU's decode attention over a cache of `context` positions: enough that a full
 /// cache gives each about [`KEYS_PER_SPLIT`] keys, between [`GPU_SPLITS`] and
@@ -68,7 +68,7 @@ pub fn gpu_splits(context: u32) -> u32 {
 /// from its caches once for them all, docs/bench/scale.md; the same kernel and splits at
 /// every context, so that a chat's long context decodes as a short run of the same
 /// conversation does). On a GPU (`trine_ops::attention_split::grouped_kernel`) where the
-/// context takes more than [`GPU_SPLITS`] splits, on every device: over long caches the
+/// context is longer than [`GROUPED_CONTEXT`], on every device: over long caches the
 /// reads of K and V dominate, which the grouped kernel shares between the query heads. Over
 /// short ones it launches `group` times fewer workgroups, which lost on SmolLM2's 3 KV heads
 /// of 64 (docs/bench/scale.md) and won on a GPU's nodes with [`GROUPED_KV_HEADS`] KV heads
@@ -76,7 +76,7 @@ pub fn gpu_splits(context: u32) -> u32 {
 /// and a subgroup's lanes share each key's row where the per-head kernel walks it in one
 /// invocation.
 pub fn grouped_attention(context: u32, gpu: bool, (kv_heads, head_dim): (u32, u32)) -> bool {
-    !gpu || gpu_splits(context) > GPU_SPLITS
+    !gpu || context > GROUPED_CONTEXT
         || (kv_heads >= GROUPED_KV_HEADS && head_dim >= GROUPED_HEAD_DIM)
 }
 
@@ -99,6 +99,8 @@ pub fn cpu_splits(workers: Option<u32>, (heads, kv_heads): (u32, u32)) -> u32 {
     workers.map_or(1, |w| (w / gcd(w, kv_heads.max(1))).clamp(1, GPU_SPLITS))
 }
 
+/// See [`grouped_attention`].
+pub const GROUPED_CONTEXT: u32 = 1024;
 /// See [`grouped_attention`].
 pub const GROUPED_KV_HEADS: u32 = 8;
 /// See [`grouped_attention`].

@@ -4,8 +4,8 @@
 //! [`super::split_kernel`] gives each query head a workgroup of its own, each invocation a key
 //! whose whole row it walks alone: a GQA model's K and V rows are read once per query head,
 //! and a warp's loads of its keys' rows land a row apart. Here a workgroup takes one split
-//! of one KV head for all `group` query heads that read it; each subgroup takes a key at a
-//! time, its lanes holding consecutive elements of the row (one load of the row across the
+//! of one KV head for all `group` query heads that read it; each subgroup takes [`KEYS`] keys
+//! a step, its lanes holding consecutive elements of each row (one load of a row across the
 //! subgroup), the dot products summed across the subgroup, and each subgroup keeps its own
 //! online softmax for every query head. The subgroups' partials are merged through shared
 //! memory at the end, into the partials [`super::split_kernel`] writes, so the combine is
@@ -25,6 +25,10 @@ pub const WIDTH: u32 = 32;
 
 /// Subgroups per workgroup: keys a workgroup walks at once.
 pub const SUBGROUPS: u32 = 4;
+
+/// Keys a subgroup takes a step: their rows' reads in flight together, where one key a step
+/// waited on each row's read before the next was asked for.
+pub const KEYS: u32 = 8;
 
 /// The most query heads a KV head serves that the kernel takes (its accumulators are
 /// registers: `group × head_dim / WIDTH` of them).
@@ -127,31 +131,51 @@ fn build<'b>(
         }
     }
     let row_of = |j: Val<'b>| j * kv_heads * d + kvh * d + lane_at;
-    // Every subgroup takes every step (the bounds are uniform), a key each: past the split's
+    // Every subgroup takes every step (the bounds are uniform), KEYS keys each, their rows
+    // loaded before any is used so that their reads are in flight together: past the split's
     // last key, the last key again with no weight.
-    k.for_range(start, end, SUBGROUPS, |first| {
-        let j = first + sub;
-        let visible = j.lt(end);
-        let at = row_of(j.min(end - k.u32(1)));
-        let keys: Vec<Val> = (0..per_lane)
-            .map(|e| kv.load(k, kc, at + k.u32(e)))
-            .collect();
-        let values: Vec<Val> = (0..per_lane)
-            .map(|e| kv.load(k, vc, at + k.u32(e)))
+    let last = end - k.u32(1);
+    k.for_range(start, end, SUBGROUPS * KEYS, |first| {
+        let rows: Vec<(Val, Vec<Val>, Vec<Val>)> = (0..KEYS)
+            .map(|u| {
+                let j = first + k.u32(u * SUBGROUPS) + sub;
+                let at = row_of(j.min(last));
+                let keys = (0..per_lane)
+                    .map(|e| kv.load(k, kc, at + k.u32(e)))
+                    .collect();
+                let values = (0..per_lane)
+                    .map(|e| kv.load(k, vc, at + k.u32(e)))
+                    .collect();
+                (j.lt(end), keys, values)
+            })
             .collect();
         for g in 0..group as usize {
-            let dot = qs[g]
+            let scores: Vec<Val> = rows
                 .iter()
-                .zip(&keys)
-                .fold(k.f32(0.0), |sum, (&qe, &ke)| qe.fma(ke, sum));
-            let score = k.select(visible, dot.subgroup_sum() * scale, neg_inf);
-            let new_m = m[g].get().max(score);
+                .map(|(visible, keys, _)| {
+                    let dot = qs[g]
+                        .iter()
+                        .zip(keys)
+                        .fold(k.f32(0.0), |sum, (&qe, &ke)| qe.fma(ke, sum));
+                    k.select(*visible, dot.subgroup_sum() * scale, neg_inf)
+                })
+                .collect();
+            let new_m = scores.iter().fold(m[g].get(), |top, &s| top.max(s));
             // Both −inf only before this subgroup's first visible key: nothing to rescale.
             let corr = k.select(new_m.eq(neg_inf), k.f32(1.0), (m[g].get() - new_m).exp());
-            let p = k.select(visible, (score - new_m).exp(), k.f32(0.0));
-            l[g].set(l[g].get().fma(corr, p));
-            for (a, &ve) in acc[g].iter().zip(&values) {
-                a.set(p.fma(ve, a.get() * corr));
+            let ps: Vec<Val> = rows
+                .iter()
+                .zip(&scores)
+                .map(|((visible, _, _), &s)| k.select(*visible, (s - new_m).exp(), k.f32(0.0)))
+                .collect();
+            l[g].set(ps.iter().fold(l[g].get() * corr, |sum, &p| sum + p));
+            for (e, a) in acc[g].iter().enumerate() {
+                let kept = a.get() * corr;
+                a.set(
+                    ps.iter()
+                        .zip(&rows)
+                        .fold(kept, |sum, (&p, (_, _, values))| p.fma(values[e], sum)),
+                );
             }
             m[g].set(new_m);
         }
