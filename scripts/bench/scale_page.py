@@ -149,8 +149,8 @@ def main():
     print("\n## Decode against the copy rate, and device memory\n")
     print(
         "The weights a decode step reads (the embedding table left out) times tg128's tokens "
-        "per second, over the backend's faster copy (the driver's buffer copy or trine's copy "
-        "kernel, reads plus writes) measured in the same run; and how far the device's free "
+        "per second, over the backend's fastest copy (the driver's buffer copy or one of trine's "
+        "copy kernels, reads plus writes) measured in the same run; and how far the device's free "
         "memory fell over trine's run, against weights + KV cache (512 tokens of context).\n"
     )
     print("| model | backend | weights read per token (GB) | streamed (GB/s) | copy (GB/s, how) | share of copy | device memory used (GiB) | over weights + KV |")

@@ -26,7 +26,7 @@ pub struct ModelRow {
     pub dispatches_per_token: Option<usize>,
     pub layers: u32,
     pub memory: Option<Memory>,
-    /// The backend's copy rate before the tests ([`roof::measure`], the faster copy): what
+    /// The backend's copy rate before the tests ([`roof::measure`], the fastest copy): what
     /// the tg test's weight streaming is held against.
     pub copy: Option<CopyRoof>,
 }

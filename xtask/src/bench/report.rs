@@ -176,8 +176,8 @@ fn cells(r: &Record) -> Vec<String> {
 
 /// Below the terminal table: what its copy roof column means.
 pub const ROOF_NOTE: &str = "% copy roof: GB/s as a percentage of the backend's copy \
-     bandwidth (the copy rows: the faster of the runtime's own buffer copy, where the backend \
-     times one, and an f32 copy kernel); over 100% means the node's data came from a cache, \
+     bandwidth (the copy rows: the fastest of the runtime's own buffer copy, where the backend \
+     times one, and two copy kernels, a word and a quad an invocation); over 100% means the node's data came from a cache, \
      not memory";
 
 /// A plain-text table with aligned columns.
@@ -234,8 +234,8 @@ pub fn markdown(ctx: &Context, records: &[Record]) -> String {
          dispatches it, the step repeated; times are medians; GB/s counts each tensor the \
          node binds read or written once (weights whole, the KV cache up to the step's last \
          position); % copy roof is GB/s as a percentage of the backend's copy bandwidth (the \
-         faster of the runtime's own buffer copy, cuMemcpyDtoDAsync or vkCmdCopyBuffer, where \
-         the backend times one, and an f32 copy kernel), the mean of copies measured just before and just after the backend timed the model \
+         fastest of the runtime's own buffer copy, cuMemcpyDtoDAsync or vkCmdCopyBuffer, where \
+         the backend times one, and two copy kernels, a word and a quad an invocation), the mean of copies measured just before and just after the backend timed the model \
          (the copy rows): over 100% means the node's data came from a cache, not memory; step is the sum of a step's nodes. vs peer is the peer's time over this one \
          (above 1: faster than the peer), each timed with the same kind of clock: the gemm \
          crate's f32 product for cpu's prompt products (host clock), cuBLAS's f16 product \
