@@ -72,6 +72,13 @@ impl Layout {
                 subgroups: 4,
                 keys: 32,
             }
+        } else if head_dim <= 128 {
+            // Blocks of 32 keys halve the barriers and staging rounds per key; at 128 wide
+            // they just fit (docs/bench/prefill.md), at 256 they do not.
+            Layout {
+                subgroups: 2,
+                keys: 32,
+            }
         } else {
             Layout {
                 subgroups: 2,
