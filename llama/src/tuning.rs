@@ -67,8 +67,8 @@ pub fn gpu_splits(context: u32) -> u32 {
 /// query heads in one workgroup: on a CPU always (`split_kernel_heads`: a layer's keys come
 /// from its caches once for them all, docs/bench/scale.md; the same kernel and splits at
 /// every context, so that a chat's long context decodes as a short run of the same
-/// conversation does). On a GPU (`trine_ops::attention_split::grouped_kernel`) where the
-/// context is longer than [`GROUPED_CONTEXT`], on every device: over long caches the
+/// conversation does). On every GPU (`trine_ops::attention_split::grouped_kernel`) where
+/// the context is longer than [`GROUPED_CONTEXT`]: over long caches the
 /// reads of K and V dominate, which the grouped kernel shares between the query heads. Over
 /// short ones it launches `group` times fewer workgroups, which lost on SmolLM2's 3 KV heads
 /// of 64 (docs/bench/scale.md) and won on a GPU's nodes with [`GROUPED_KV_HEADS`] KV heads

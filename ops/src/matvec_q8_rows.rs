@@ -22,10 +22,10 @@
 //! elements), the 16 rows' codes (8 words of signed bytes; 4 words of nibbles where the codes
 //! are 0..=15, element j in the low nibble of byte j and element 16 + j in its high one; for
 //! Q5_K's and Q6_K's five and six bits those nibbles and one or two words of the bits above
-//! them, [`high_word`]), then the rows' scales. Where a format's runs share its super-block's f16 factors
-//! ([`trine_gguf::quant::run_bases`]: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), each super-block of 16
-//! rows starts with the rows' factors as f32 words (`d`, then the minimum's where the format
-//! has one), and a step's scales are each row's integers of its runs as two bytes (the run's
+//! them, [`high_word`]), then the rows' scales. Where a format's runs share its super-block's
+//! f16 factors ([`trine_gguf::quant::run_bases`]: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), each
+//! super-block of 16 rows starts with the rows' factors as f32 words (`d`, then the minimum's
+//! where the format has one), and a step's scales are each row's integers of its runs as two bytes (the run's
 //! scale and minimum, or two runs' scales), two rows to a word; the kernel multiplies them
 //! back, exactly the runs' values. The others (Q2_K's four integers a step, and the formats of
 //! one run a block of 32) keep per run an f32 scale word per row and, with a minimum, an f32

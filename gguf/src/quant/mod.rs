@@ -376,7 +376,8 @@ pub fn runs(ty: WeightType, block: &[u8]) -> Option<Vec<Run>> {
 /// The factors a super-block's runs share, for the formats whose runs' scales are one f16 of
 /// the block times a small integer each (Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS): `(d, m)`, where
 /// each run's [`Run::scale`] is `d` times an integer of −128..=127 and its [`Run::min`] `m`
-/// times another (`m` is 0 for the formats without a minimum), both products exact in f32. `None` for the other types or a block of the wrong length.
+/// times another (`m` is 0 for the formats without a minimum), both products exact in f32.
+/// `None` for the other types or a block of the wrong length.
 pub fn run_bases(ty: WeightType, block: &[u8]) -> Option<(f32, f32)> {
     let (d, min) = base_offsets(ty)?;
     if block.len() != ty.block_bytes() {

@@ -177,8 +177,8 @@ fn cells(r: &Record) -> Vec<String> {
 /// Below the terminal table: what its copy roof column means.
 pub const ROOF_NOTE: &str = "% copy roof: GB/s as a percentage of the backend's copy \
      bandwidth (the copy rows: the fastest of the runtime's own buffer copy, where the backend \
-     times one, and two copy kernels, a word and a quad an invocation); over 100% means the node's data came from a cache, \
-     not memory";
+     times one, and two copy kernels, a word and a quad an invocation); over 100% means the \
+     node's data came from a cache, not memory";
 
 /// A plain-text table with aligned columns.
 pub fn table(records: &[Record]) -> String {
