@@ -543,6 +543,22 @@ pub fn case(
     kv: KvType,
     (keys, out): (KeyLayout, FlashOut),
 ) -> Result<Case, ShapeError> {
+    case_with_queries(shape, pos, kv, (keys, out), QUERY_BOUND)
+}
+
+/// The queries' elements of a case lie in ±this: scores of a few units, as a model's are.
+pub const QUERY_BOUND: f32 = 2.0;
+
+/// [`case`] with the queries' elements in ±`query_bound`; a case of another bound than
+/// [`QUERY_BOUND`] says so in its name. Wider queries give sharper softmaxes, whose rows'
+/// maxima rise further from block to block.
+pub fn case_with_queries(
+    shape: FlashAttention,
+    pos: u32,
+    kv: KvType,
+    (keys, out): (KeyLayout, FlashOut),
+    query_bound: f32,
+) -> Result<Case, ShapeError> {
     let out = out.for_splits(shape.splits);
     let n = out.len(&shape)?;
     let dtype = match kv {
@@ -567,13 +583,17 @@ pub fn case(
         }
     ) + &shape
         .window
-        .map_or(String::new(), |w| format!("/window{w}"));
+        .map_or(String::new(), |w| format!("/window{w}"))
+        + &match query_bound == QUERY_BOUND {
+            true => String::new(),
+            false => format!("/q{query_bound}"),
+        };
     let mut r = Rng::new(seed(&name));
     let kv_len = pos + shape.tokens + PAST_END;
     let q = r.f32s(
         (shape.tokens * shape.heads * shape.head_dim) as usize,
-        -2.0,
-        2.0,
+        -query_bound,
+        query_bound,
     );
     let row = (shape.kv_heads * shape.head_dim) as usize;
     elements(OP, "kv cache", &[kv_len, shape.kv_heads, shape.head_dim])?;

@@ -10,12 +10,13 @@
 //! 1. multiplies its queries by the block's keys (S = Q·Kᵀ, f32 tiles) and stores S to a
 //!    region of shared memory of its own;
 //! 2. takes the online softmax of its rows there, each lane half of a row's scores (the row's
-//!    maximum and sum from the lane pair by a shuffle): p = e^(s − m) rounded to f16, and the
-//!    factor α = e^(m_old − m) by which the running sums shrink;
-//! 3. multiplies P by the block's values into fresh accumulators, stores them to its region,
-//!    and adds them to its lanes' running sums (each lane half of a row's dimensions, in
-//!    registers) after scaling those by α. Tiles keep their elements where each target
-//!    chooses, so the rescaling happens on the lanes' own copies, not on the tiles.
+//!    maximum and sum from the lane pair by a shuffle): p = e^(s − m) rounded to f16, where m
+//!    is a maximum that moves only when a block's exceeds it by more than [`SLACK`];
+//! 3. multiplies P by the block's values into its running sums, accumulator tiles held
+//!    through the walk. Tiles keep their elements where each target chooses, so when m moves
+//!    the sums are scaled by α = e^(m_old − m) on a trip through the region: stored, scaled
+//!    by the lanes, loaded back. With the slack that trip is rare (the first blocks of a
+//!    walk), where scaling every block put every sum through shared memory every block.
 //!
 //! Heads wider than [`MAX_FLASH_HEAD_DIM`] (Gemma 3's 256) take [`value_parts`] workgroups a
 //! head: each computes the scores of all the head's dimensions and the weighted sums of
@@ -34,7 +35,7 @@
 
 use super::attention_flash::{
     declare_io, gemma, smollm2, smollm2_split, Chunk, FlashAttention, FlashOut, MAX_FLASH_HEAD_DIM,
-    MAX_WIDE_HEAD_DIM, MULTI_QUERY_128,
+    MAX_WIDE_HEAD_DIM, MULTI_QUERY_128, QUERY_BOUND,
 };
 use super::key_layout::KeyLayout;
 use super::shape::ShapeError;
@@ -54,35 +55,57 @@ const OP: &str = "attention_flash_tiles";
 /// attention.
 pub const NMSE: f64 = 1e-5;
 
+/// How far (in the scores' natural-log units) a row's maximum may rise past the one its sums
+/// are taken against before they are rescaled: p then stays below e⁸ ≈ 2,981, well inside
+/// f16's range, and a block of it summed times a value stays far inside f32's.
+pub const SLACK: f32 = 8.0;
+
+/// The queries' bound in the cases of sharp softmaxes: scores spread over tens of units.
+const SHARP_QUERIES: f32 = 12.0;
+
 /// The subgroup width the kernel is written for: two lanes per row of a 16-row tile.
 pub const WIDTH: u32 = 32;
 
-/// The workgroup's shape for a head dimension: its subgroups and the keys of a block, chosen
-/// so that the staged queries, keys, values, scores and p fit NVIDIA's 48 KiB of shared memory.
+/// Where a row's running weighted sums of values live between blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sums {
+    /// In accumulator tiles through the walk, rescaled on a trip through shared memory only in
+    /// the blocks where the row's maximum moves past [`SLACK`].
+    Tiles,
+    /// In each lane's registers (half a row's dimensions), every block's P·V added to them
+    /// through shared memory after they are rescaled to that block's maximum.
+    Lanes,
+}
+
+/// The workgroup's shape for a head dimension: its subgroups, the keys of a block and where the
+/// sums live, chosen so that the staged queries, keys, values, scores and p fit NVIDIA's 48 KiB
+/// of shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub subgroups: u32,
     pub keys: u32,
+    pub sums: Sums,
 }
 
 impl Layout {
     pub fn for_head_dim(head_dim: u32) -> Layout {
-        if head_dim <= 64 {
+        if head_dim <= MAX_FLASH_HEAD_DIM {
+            // Blocks of 32 keys for 64 queries: with the sums in tiles the region holds a
+            // block's scores only, and the queries' staging takes the keys after them, which
+            // leaves room for four subgroups at 128 wide (docs/bench/prefill.md).
             Layout {
                 subgroups: 4,
                 keys: 32,
-            }
-        } else if head_dim <= 128 {
-            // Blocks of 32 keys halve the barriers and staging rounds per key; at 128 wide
-            // they just fit (docs/bench/prefill.md), at 256 they do not.
-            Layout {
-                subgroups: 2,
-                keys: 32,
+                sums: Sums::Tiles,
             }
         } else {
+            // Four subgroups do not fit at 256 wide; on two, the sums held in tiles through
+            // the walk came out wrong on NVIDIA's Vulkan driver (NaN and unrelated values,
+            // where the interpreter and cuda agreed), so they stay in the lanes.
             Layout {
                 subgroups: 2,
                 keys: 16,
+                sums: Sums::Lanes,
             }
         }
     }
@@ -90,6 +113,26 @@ impl Layout {
     /// Query tokens per workgroup.
     pub fn queries(self) -> u32 {
         self.subgroups * TILE
+    }
+
+    /// Row strides of the staged queries and keys, values, region and p for heads of `d`,
+    /// `dv` of them a part, padded by 8 elements: tile loads stay 16-byte aligned and a
+    /// tile's rows fall in different banks. The region holds a block's scores, and where the
+    /// sums are the lanes' a block's P·V too.
+    fn strides(self, d: u32, dv: u32) -> (u32, u32, u32, u32) {
+        let region = match self.sums {
+            Sums::Tiles => self.keys,
+            Sums::Lanes => dv.max(self.keys),
+        };
+        (d + 8, dv + 8, region + 8, self.keys + 8)
+    }
+
+    /// How far a row's maximum may rise before its sums are rescaled.
+    fn slack(self) -> f32 {
+        match self.sums {
+            Sums::Tiles => SLACK,
+            Sums::Lanes => 0.0,
+        }
     }
 }
 
@@ -111,23 +154,35 @@ pub fn value_parts(head_dim: u32) -> u32 {
 /// Bytes of shared memory [`kernel`] takes for heads of `head_dim`: the queries, a block of
 /// keys and of one part's values, and each subgroup's region and p.
 pub fn shared_bytes(head_dim: u32) -> u64 {
-    let Layout { subgroups, keys } = Layout::for_head_dim(head_dim);
+    let layout = Layout::for_head_dim(head_dim);
+    let Layout {
+        subgroups, keys, ..
+    } = layout;
     let dv = head_dim / value_parts(head_dim);
-    let (sq, sv, sr, sp) = strides(head_dim, dv, keys);
-    let halves = (subgroups * TILE + keys) * sq + keys * sv + subgroups * TILE * sp;
-    2 * u64::from(halves) + 4 * u64::from(subgroups * TILE * sr)
+    let (sq, sv, sr, sp) = layout.strides(head_dim, dv);
+    let staged = match holds_queries(head_dim) {
+        true => (subgroups * TILE).max(keys),
+        false => subgroups * TILE + keys,
+    };
+    let halves = staged * sq + keys * sv + subgroups * TILE * sp;
+    let flags = match layout.sums {
+        Sums::Tiles => subgroups,
+        Sums::Lanes => 0,
+    };
+    2 * u64::from(halves) + 4 * u64::from(subgroups * TILE * sr + flags)
+}
+
+/// Whether the queries' tiles stay in registers through the walk: up to 128 dimensions. Wider
+/// heads reread them from shared memory each block, so that a lane's registers stay those of a
+/// head of 128; where they are held, their staging array takes each block's keys after them.
+fn holds_queries(head_dim: u32) -> bool {
+    head_dim <= MAX_FLASH_HEAD_DIM
 }
 
 /// Whether [`kernel`] takes heads of `head_dim` on a device of `max_shared_bytes` of shared
 /// memory per workgroup.
 pub fn fits(head_dim: u32, max_shared_bytes: u64) -> bool {
     supports(head_dim) && shared_bytes(head_dim) <= max_shared_bytes
-}
-
-/// Row strides of the staged queries and keys, values, region and p, padded by 8 elements:
-/// tile loads stay 16-byte aligned and a tile's rows fall in different banks.
-fn strides(d: u32, dv: u32, keys: u32) -> (u32, u32, u32, u32) {
-    (d + 8, dv + 8, dv.max(keys) + 8, keys + 8)
 }
 
 /// `[query blocks, heads × value parts, splits]` for `shape`.
@@ -159,7 +214,12 @@ pub fn kernel(
         });
     }
     let d = head_dim;
-    let Layout { subgroups, keys } = Layout::for_head_dim(d);
+    let layout = Layout::for_head_dim(d);
+    let Layout {
+        subgroups,
+        keys,
+        sums,
+    } = layout;
     let parts = value_parts(d);
     let dv = d / parts;
     let queries = subgroups * TILE;
@@ -186,12 +246,25 @@ pub fn kernel(
     );
     let (tokens, heads, kv_heads) = (parts_io.tokens, parts_io.heads, parts_io.kv_heads);
 
-    let (sq, sv, sr, sp) = strides(d, dv, keys);
-    let q_sh = k.shared("q_block", Scalar::F16, queries * sq);
-    let k_sh = k.shared("k_block", Scalar::F16, keys * sq);
+    let (sq, sv, sr, sp) = layout.strides(d, dv);
+    let held = holds_queries(d);
+    let (q_sh, k_sh) = match held {
+        true => {
+            let both = k.shared("qk_block", Scalar::F16, queries.max(keys) * sq);
+            (both, both)
+        }
+        false => (
+            k.shared("q_block", Scalar::F16, queries * sq),
+            k.shared("k_block", Scalar::F16, keys * sq),
+        ),
+    };
     let v_sh = k.shared("v_block", Scalar::F16, keys * sv);
     let region = k.shared("s_block", Scalar::F32, subgroups * TILE * sr);
     let p_sh = k.shared("p_block", Scalar::F16, subgroups * TILE * sp);
+    let flags = match sums {
+        Sums::Tiles => Some(k.shared("moved", Scalar::F32, subgroups)),
+        Sums::Lanes => None,
+    };
 
     let lid = k.local_index();
     let w = k.subgroup_id();
@@ -235,10 +308,6 @@ pub fn kernel(
 
     let dims = d / TILE;
     let tile = |name: String, role| k.tile(&name, role);
-    // Up to 128 dimensions the queries' tiles stay in registers through the walk; wider
-    // heads reread them from shared memory, which holds them anyway, so that a lane's
-    // registers stay those of a head of 128.
-    let held = d <= MAX_FLASH_HEAD_DIM;
     let qa: Vec<Tile> = (0..if held { dims } else { 1 })
         .map(|i| tile(format!("q{i}"), TileRole::A))
         .collect();
@@ -260,29 +329,54 @@ pub fn kernel(
         );
     };
 
-    // The lane's row: its running maximum and sum, and its half of the part's sums.
+    // The lane's row: the maximum its sums are taken against, its sum of p, and its true
+    // maximum, against which the sums are stored.
     let m = k.var("max", Scalar::F32);
     m.set(k.f32(f32::NEG_INFINITY));
     let l = k.var("sum", Scalar::F32);
-    let o: Vec<Var> = (0..dv / 2)
-        .map(|i| k.var(&format!("o{i}"), Scalar::F32))
-        .collect();
+    let top = k.var("top", Scalar::F32);
+    top.set(k.f32(f32::NEG_INFINITY));
+    let lane_sums: Vec<Var> = match sums {
+        Sums::Tiles => vec![],
+        Sums::Lanes => (0..dv / 2)
+            .map(|i| k.var(&format!("o{i}"), Scalar::F32))
+            .collect(),
+    };
     let t = (t0 + w * k.u32(TILE) + r).min(last_token);
     let q_pos = pos + t;
     let own = w * k.u32(TILE * sr);
     let own_p = w * k.u32(TILE * sp);
     let neg_inf = k.f32(f32::NEG_INFINITY);
     let zero = k.f32(0.0);
-    // An accumulator into the subgroup's region, as its `n`th tile of columns.
-    let to_region = |acc: &Tile, n: u32| {
-        let at = own + k.u32(n * TILE);
-        acc.store(
-            TileMemory::Shared(region),
-            at,
-            k.u32(sr),
-            TileLayout::RowMajor,
-        );
+    // Sums held in tiles pass through the region in rounds of as many tiles as a block's
+    // scores fill, each lane taking half of its row; sums in the lanes, in one.
+    let per_round = ((sr - 8) / TILE) as usize;
+    let rounds: Vec<&[Tile]> = pv.chunks(per_round).collect();
+    let round_trip = |round: usize, store: bool| {
+        for (n, acc) in rounds[round].iter().enumerate() {
+            let at = own + k.u32(n as u32 * TILE);
+            let (memory, stride) = (TileMemory::Shared(region), k.u32(sr));
+            match store {
+                true => acc.store(memory, at, stride, TileLayout::RowMajor),
+                false => acc.load(memory, at, stride, TileLayout::RowMajor),
+            }
+        }
     };
+    // The lane's elements of a round: (column in the region, dimension in the part).
+    let lane_columns = |round: usize| -> Vec<(Val, Val)> {
+        let half_width = rounds[round].len() as u32 * TILE / 2;
+        (0..half_width)
+            .map(|j| {
+                let c = half * k.u32(half_width) + k.u32(j);
+                (c, c + k.u32(round as u32 * (sr - 8)))
+            })
+            .collect()
+    };
+    if sums == Sums::Tiles {
+        for acc in &pv {
+            acc.zero();
+        }
+    }
 
     keys_staged.load(start);
     values_staged.load(start);
@@ -291,6 +385,8 @@ pub fn kernel(
         for (i, &a) in qa.iter().enumerate() {
             load_q(a, i as u32);
         }
+        // Every subgroup has its queries before the first keys take their place.
+        k.barrier();
     }
     // The chunk's last block (its first when the chunk is empty and the loop never runs).
     let last_block = ((end - one).max(start) - start) / k.u32(keys) * k.u32(keys) + start;
@@ -322,11 +418,18 @@ pub fn kernel(
                 );
                 acc.mma(a, b);
             }
-            to_region(acc, n as u32);
+            acc.store(
+                TileMemory::Shared(region),
+                own + k.u32(n as u32 * TILE),
+                k.u32(sr),
+                TileLayout::RowMajor,
+            );
         }
         k.barrier();
 
-        // The softmax of the lane's half row.
+        // The softmax of the lane's half row, against a maximum that moves only when the
+        // block's exceeds it by more than [`SLACK`]: p stays below e^SLACK, and the sums held
+        // in tiles are rescaled (through shared memory) only in the blocks where it moves.
         let cols: Vec<_> = (0..keys / 2)
             .map(|j| half * k.u32(keys / 2) + k.u32(j))
             .collect();
@@ -341,7 +444,8 @@ pub fn kernel(
             .collect();
         let local = scores[1..].iter().fold(scores[0], |a, &v| a.max(v));
         let row_max = local.max(local.shuffle_xor(one));
-        let new_m = m.get().max(row_max);
+        let moves = row_max.gt(m.get() + k.f32(layout.slack()));
+        let new_m = k.select(moves, row_max, m.get());
         let from = chunk.subtracted(new_m);
         let mut local_sum = zero;
         for ((&c, &v), &seen) in cols.iter().zip(&scores).zip(&visible) {
@@ -352,11 +456,37 @@ pub fn kernel(
         let alpha = (m.get() - from).exp();
         l.set(l.get().fma(alpha, local_sum + local_sum.shuffle_xor(one)));
         m.set(new_m);
+        top.set(top.get().max(row_max));
+        // Whether any row of the workgroup moved, as one flag a subgroup.
+        if let Some(flags) = flags {
+            let moved = k.select(moves, k.f32(1.0), zero).subgroup_max();
+            k.if_(lane.eq(k.u32(0)), || k.store_shared(flags, w, moved));
+        }
         k.barrier();
+        if let Some(flags) = flags {
+            let any = (1..subgroups).fold(k.load_shared(flags, k.u32(0)), |a, i| {
+                a.max(k.load_shared(flags, k.u32(i)))
+            });
+            k.if_(any.gt(zero), || {
+                for round in 0..rounds.len() {
+                    round_trip(round, true);
+                    k.barrier();
+                    for (c, _) in lane_columns(round) {
+                        let at = own + r * k.u32(sr) + c;
+                        k.store_shared(region, at, k.load_shared(region, at) * alpha);
+                    }
+                    k.barrier();
+                    round_trip(round, false);
+                    k.barrier();
+                }
+            });
+        }
 
-        // P·V into fresh accumulators, then into the lanes' sums.
-        for acc in &pv {
-            acc.zero();
+        // P·V, added to the running sums: the tiles' own, or fresh ones then the lanes'.
+        if sums == Sums::Lanes {
+            for acc in &pv {
+                acc.zero();
+            }
         }
         for n in 0..keys / TILE {
             let at = own_p + k.u32(n * TILE);
@@ -377,42 +507,55 @@ pub fn kernel(
                 acc.mma(pa, b);
             }
         }
-        for (i, acc) in pv.iter().enumerate() {
-            to_region(acc, i as u32);
-        }
-        k.barrier();
-        for (j, acc) in o.iter().enumerate() {
-            let c = half * k.u32(dv / 2) + k.u32(j as u32);
-            let add = k.load_shared(region, own + r * k.u32(sr) + c);
-            acc.set(acc.get().fma(alpha, add));
+        if sums == Sums::Lanes {
+            round_trip(0, true);
+            k.barrier();
+            for ((c, _), sum) in lane_columns(0).into_iter().zip(&lane_sums) {
+                let add = k.load_shared(region, own + r * k.u32(sr) + c);
+                sum.set(sum.get().fma(alpha, add));
+            }
         }
         // The next block restages keys, values, scores and p.
         k.barrier();
     });
 
-    k.if_((t0 + w * k.u32(TILE) + r).lt(tokens), || {
-        let (row, inv) = match out {
-            FlashOut::Part | FlashOut::Chunks => (d + 2, k.f32(1.0)),
-            FlashOut::Normalized => (d, k.f32(1.0) / l.get()),
-        };
-        let base = chunk.part_row(t * heads + h) * k.u32(row);
-        let first = base + part * k.u32(dv);
-        for (j, acc) in o.iter().enumerate() {
-            let c = half * k.u32(dv / 2) + k.u32(j as u32);
-            let v = match out {
-                FlashOut::Part | FlashOut::Chunks => acc.get(),
-                FlashOut::Normalized => acc.get() * inv,
-            };
-            k.store(part_out, first + c, v);
+    let stores = (t0 + w * k.u32(TILE) + r).lt(tokens);
+    // Parts are taken against the row's true maximum, as the combine and every other kernel
+    // of attention store them.
+    let to_top = (m.get() - chunk.subtracted(top.get())).exp();
+    let (row, factor) = match out {
+        FlashOut::Part | FlashOut::Chunks => (d + 2, to_top),
+        FlashOut::Normalized => (d, k.f32(1.0) / l.get()),
+    };
+    let base = chunk.part_row(t * heads + h) * k.u32(row);
+    let first = base + part * k.u32(dv);
+    match sums {
+        Sums::Tiles => {
+            for round in 0..rounds.len() {
+                round_trip(round, true);
+                k.barrier();
+                k.if_(stores, || {
+                    for (c, dim) in lane_columns(round) {
+                        let v = k.load_shared(region, own + r * k.u32(sr) + c);
+                        k.store(part_out, first + dim, v * factor);
+                    }
+                });
+                k.barrier();
+            }
         }
-        // Every part works out the same maximum and sum; the first stores them.
-        if out != FlashOut::Normalized {
-            k.if_(half.eq(k.u32(0)) & part.eq(k.u32(0)), || {
-                k.store(part_out, base + k.u32(d), m.get());
-                k.store(part_out, base + k.u32(d + 1), l.get());
-            });
-        }
-    });
+        Sums::Lanes => k.if_(stores, || {
+            for ((_, dim), sum) in lane_columns(0).into_iter().zip(&lane_sums) {
+                k.store(part_out, first + dim, sum.get() * factor);
+            }
+        }),
+    }
+    // Every part works out the same maximum and sum; the first stores them.
+    if out != FlashOut::Normalized {
+        k.if_(stores & half.eq(k.u32(0)) & part.eq(k.u32(0)), || {
+            k.store(part_out, base + k.u32(d), top.get());
+            k.store(part_out, base + k.u32(d + 1), l.get() * to_top);
+        });
+    }
     Ok(k.finish())
 }
 
@@ -540,8 +683,25 @@ impl<'b> Staged<'b> {
 /// A conformance case: [`super::attention_flash::case`]'s inputs and reference, the tiled
 /// kernel with the scalar one (and its grid) as the fallback of devices without tiles.
 pub fn case(shape: FlashAttention, pos: u32, kv: Float, out: FlashOut) -> Result<Case, ShapeError> {
+    case_with_queries(shape, pos, kv, out, QUERY_BOUND)
+}
+
+/// [`case`] on [`super::attention_flash::case_with_queries`]'s queries.
+fn case_with_queries(
+    shape: FlashAttention,
+    pos: u32,
+    kv: Float,
+    out: FlashOut,
+    query_bound: f32,
+) -> Result<Case, ShapeError> {
     let out = out.for_splits(shape.splits);
-    let scalar = super::attention_flash::case(shape, pos, kv.into(), (KeyLayout::Rows, out))?;
+    let scalar = super::attention_flash::case_with_queries(
+        shape,
+        pos,
+        kv.into(),
+        (KeyLayout::Rows, out),
+        query_bound,
+    )?;
     let name = scalar.name.replacen("attention_flash", OP, 1);
     let windowed = shape.window.is_some();
     let mut case = Case::new(
@@ -601,6 +761,19 @@ pub fn cases() -> Vec<Case> {
     ]
     .into_iter()
     .map(|(shape, pos, kv, out)| case(shape, pos, kv, out))
+    .chain(
+        // Sharp softmaxes, whose rows' maxima rise past the slack in later blocks, so that
+        // sums held in tiles are rescaled with something in them.
+        [
+            (smol(130), 5, F16, Part),
+            (window(smol(64), 40), 30, F32, Normalized),
+            (window(MULTI_QUERY_128, 45), 70, F16, Part),
+            (phi, 40, F16, Normalized),
+            (window(gemma(40), 24), 30, F16, Part),
+        ]
+        .into_iter()
+        .map(|(shape, pos, kv, out)| case_with_queries(shape, pos, kv, out, SHARP_QUERIES)),
+    )
     .collect::<Result<_, _>>()
     .expect("the fixed shapes are valid")
 }
