@@ -10,13 +10,14 @@
 //! 1. multiplies its queries by the block's keys (S = Q·Kᵀ, f32 tiles) and stores S to a
 //!    region of shared memory of its own;
 //! 2. takes the online softmax of its rows there, each lane half of a row's scores (the row's
-//!    maximum and sum from the lane pair by a shuffle): p = e^(s − m) rounded to f16, where m
-//!    is a maximum that moves only when a block's exceeds it by more than [`SLACK`];
-//! 3. multiplies P by the block's values into its running sums, accumulator tiles held
-//!    through the walk. Tiles keep their elements where each target chooses, so when m moves
-//!    the sums are scaled by α = e^(m_old − m) on a trip through the region: stored, scaled
-//!    by the lanes, loaded back. With the slack that trip is rare (the first blocks of a
-//!    walk), where scaling every block put every sum through shared memory every block.
+//!    maximum and sum from the lane pair by a shuffle): p = e^(s − m) rounded to f16, and the
+//!    factor α = e^(m_old − m) by which the running sums shrink when m moves;
+//! 3. multiplies P by the block's values into the running sums. Tiles keep their elements
+//!    where each target chooses, so α is applied by the lanes on a copy in shared memory.
+//!    With [`Sums::Tiles`] the sums are accumulator tiles held through the walk and m moves
+//!    only when a block's maximum exceeds it by more than [`SLACK`], so that trip (stored,
+//!    scaled, loaded back) is rare; with [`Sums::Lanes`] they are the lanes' registers, each
+//!    block's P·V passing through the region to be added after they are scaled.
 //!
 //! Heads wider than [`MAX_FLASH_HEAD_DIM`] (Gemma 3's 256) take [`value_parts`] workgroups a
 //! head: each computes the scores of all the head's dimensions and the weighted sums of
@@ -719,8 +720,8 @@ fn case_with_queries(
 /// SmolLM2-135M's heads over one block of queries, a partial one and a later chunk, writing
 /// partials and the attention itself; keys in chunks (as a GPU's prompt steps cut them: a
 /// 130-token prompt's 33-key chunks start inside blocks, and the first query block sees nothing
-/// of the last ones); a head dimension of 128 (two subgroups, blocks of 16 keys); Phi-3.5's 96,
-/// no power of two; Gemma 3's 256 in two value parts, windowed and in chunks as its prompts run.
+/// of the last ones); a head dimension of 128; Phi-3.5's 96, no power of two; Gemma 3's 256 in
+/// two value parts, windowed and in chunks as its prompts run; and sharp softmaxes.
 pub fn cases() -> Vec<Case> {
     use FlashOut::{Normalized, Part};
     use Float::{F16, F32};
