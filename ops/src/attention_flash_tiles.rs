@@ -116,16 +116,21 @@ impl Layout {
         self.subgroups * TILE
     }
 
-    /// Row strides of the staged queries and keys, values, region and p for heads of `d`,
-    /// `dv` of them a part, padded by 8 elements: tile loads stay 16-byte aligned and a
-    /// tile's rows fall in different banks. The region holds a block's scores, and where the
-    /// sums are the lanes' a block's P·V too.
-    fn strides(self, d: u32, dv: u32) -> (u32, u32, u32, u32) {
-        let region = match self.sums {
+    /// Columns of each subgroup's region for parts of `dv` dimensions: a block's scores, and
+    /// where the sums are the lanes' a block's P·V too. Sums held in tiles pass through it
+    /// this many columns at a time.
+    fn region_columns(self, dv: u32) -> u32 {
+        match self.sums {
             Sums::Tiles => self.keys,
             Sums::Lanes => dv.max(self.keys),
-        };
-        (d + 8, dv + 8, region + 8, self.keys + 8)
+        }
+    }
+
+    /// Row strides of the staged queries and keys, values, region and p for heads of `d`,
+    /// `dv` of them a part, padded by 8 elements: tile loads stay 16-byte aligned and a
+    /// tile's rows fall in different banks.
+    fn strides(self, d: u32, dv: u32) -> (u32, u32, u32, u32) {
+        (d + 8, dv + 8, self.region_columns(dv) + 8, self.keys + 8)
     }
 
     /// How far a row's maximum may rise before its sums are rescaled.
@@ -349,9 +354,10 @@ pub fn kernel(
     let own_p = w * k.u32(TILE * sp);
     let neg_inf = k.f32(f32::NEG_INFINITY);
     let zero = k.f32(0.0);
-    // Sums held in tiles pass through the region in rounds of as many tiles as a block's
-    // scores fill, each lane taking half of its row; sums in the lanes, in one.
-    let per_round = ((sr - 8) / TILE) as usize;
+    // The sums pass through the region in rounds of as many tiles as its columns hold (sums
+    // in the lanes, in one), each lane taking half of its row.
+    let columns = layout.region_columns(dv);
+    let per_round = (columns / TILE) as usize;
     let rounds: Vec<&[Tile]> = pv.chunks(per_round).collect();
     let round_trip = |round: usize, store: bool| {
         for (n, acc) in rounds[round].iter().enumerate() {
@@ -369,7 +375,7 @@ pub fn kernel(
         (0..half_width)
             .map(|j| {
                 let c = half * k.u32(half_width) + k.u32(j);
-                (c, c + k.u32(round as u32 * (sr - 8)))
+                (c, c + k.u32(round as u32 * columns))
             })
             .collect()
     };

@@ -25,9 +25,9 @@
 //! them, [`high_word`]), then the rows' scales. Where a format's runs share its super-block's
 //! f16 factors ([`trine_gguf::quant::run_bases`]: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), each
 //! super-block of 16 rows starts with the rows' factors as f32 words (`d`, then the minimum's
-//! where the format has one), and a step's scales are each row's integers of its runs as two bytes (the run's
-//! scale and minimum, or two runs' scales), two rows to a word; the kernel multiplies them
-//! back, exactly the runs' values. The others (Q2_K's four integers a step, and the formats of
+//! where the format has one), and a step's scales are each row's integers of its runs as two
+//! bytes (the run's scale and minimum, or two runs' scales), two rows to a word; the kernel
+//! multiplies them back, exactly the runs' values. The others (Q2_K's four integers a step, and the formats of
 //! one run a block of 32) keep per run an f32 scale word per row and, with a minimum, an f32
 //! minimum word. Every run's integer dot with x's codes is exact, as a flat block's is; the
 //! trade for decoding nothing per token is size: bits a weight in the file and here, Q4_K 4.5
