@@ -601,7 +601,12 @@ fn experts_on(
         });
         let widens =
             all(&|rows, cols, ty| ty.is_quantized() && widen::check(ty, rows, cols).is_ok());
-        let block = tuning::experts_block(s.tokens, e, widens);
+        let block = tuning::experts_block(
+            s.tokens,
+            e,
+            (widens, w.tensors[ids[0]].cols),
+            offer.warpgroups,
+        );
         let on = if widens {
             ExpertsOn::Widened(block)
         } else {

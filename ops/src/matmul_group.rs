@@ -51,13 +51,9 @@ pub fn stages(copies: bool) -> u32 {
 }
 
 /// Whether `spec` has a warpgroup variant: the large block on subgroups of 32, steps of two
-/// blocks of K (one product's [`GROUP_K`]), not an experts' product (whose experts' few
-/// pairs each would leave most of the large block's tokens empty).
+/// blocks of K (one product's [`GROUP_K`]).
 pub fn eligible(spec: &TilesSpec) -> bool {
-    spec.tiles == Some(32)
-        && spec.block == BlockSize::Large
-        && spec.depth * BK == GROUP_K
-        && !spec.experts
+    spec.tiles == Some(32) && spec.block == BlockSize::Large && spec.depth * BK == GROUP_K
 }
 
 /// The kernel for an [`eligible`] `spec` with `spec.group` set: buffers and parameters as

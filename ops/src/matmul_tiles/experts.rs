@@ -72,7 +72,8 @@ pub fn reference(
 /// (`part`: y's rows per pair and the first written) into a part of each pair's row, the rest
 /// staying zero. x is f32, or with `half` f16 (as the executor rounds it before a product on
 /// widened weights), staged as it says: put, with the scalar variant as the fallback (and so
-/// with f32 x), or f16 blocks copied, with the tiles put as the fallback.
+/// with f32 x), or f16 blocks copied or on warpgroup products (the large block), with the
+/// tiles put as the fallback.
 pub fn case(
     ty: WeightType,
     s: ExpertsShape,
@@ -99,10 +100,10 @@ pub fn case(
         part.map_or(String::new(), |(y_rows, first)| format!(
             "/rows{first}of{y_rows}"
         )),
-        if half == Some(Staging::Copies) {
-            "/copies"
-        } else {
-            ""
+        match half {
+            Some(Staging::Copies) => "/copies",
+            Some(Staging::Group) => "/group",
+            _ => "",
         },
     );
     let mut rng = Rng::new(crate::support::seed(&name));
@@ -147,6 +148,7 @@ pub fn case(
     };
     let (fallback, spec) = match half {
         Some(Staging::Copies) if spec.copied().copies => (spec, spec.copied()),
+        Some(Staging::Group) if spec.copied().grouped().group => (spec, spec.copied().grouped()),
         Some(Staging::Copies) | Some(Staging::Group) => {
             return Err(ShapeError::Unsupported {
                 op: OP,
@@ -178,7 +180,7 @@ pub fn case(
 /// Qwen3-MoE's products in small: the gate and up halves of a pair's row over the tokens'
 /// x (Q4_K), down over the pairs' own rows (Q6_K); flat formats with experts holding more
 /// pairs than a block has tokens and one holding none; f16 weights, with f32 x and with f16
-/// x put and copied; the medium block.
+/// x put and copied; the medium block; the large block on warpgroup products.
 pub fn cases() -> Vec<Case> {
     let shape = |rows, cols, tokens, experts, used, per_x| ExpertsShape {
         rows,
@@ -188,7 +190,7 @@ pub fn cases() -> Vec<Case> {
         used,
         per_x,
     };
-    let (small, medium) = (BlockSize::Small, BlockSize::Medium);
+    let (small, medium, large) = (BlockSize::Small, BlockSize::Medium, BlockSize::Large);
     let halves = [0, 72].map(|first| {
         let shape = shape(72, 256, 20, 8, 2, 2);
         (WeightType::Q4_K, shape, small, Some((144, first)))
@@ -209,6 +211,14 @@ pub fn cases() -> Vec<Case> {
         ),
         (shape(40, 128, 30, 8, 2, 1), None, Staging::Copies, medium),
         (shape(40, 128, 30, 8, 2, 1), None, Staging::Put, medium),
+        (
+            shape(72, 256, 20, 8, 2, 2),
+            Some((144, 72)),
+            Staging::Group,
+            large,
+        ),
+        // Experts of more pairs than a block has tokens, rows past one block.
+        (shape(136, 192, 200, 4, 2, 1), None, Staging::Group, large),
     ]
     .map(|(shape, part, staging, block)| case(WeightType::F16, shape, block, part, Some(staging)));
     let whole = [
