@@ -161,7 +161,7 @@ pub(crate) fn uses_dot4(k: &Kernel) -> bool {
 /// Whether the kernel computes or stores f16 anywhere, or converts f16 bits, so that a
 /// prelude defines its type and conversions.
 pub(crate) fn uses_f16(k: &Kernel, info: &Info) -> bool {
-    info.holds_f16(k) || k.uses_unary(UnaryOp::HalfFromBits)
+    info.holds_f16(k) || k.uses_unary(UnaryOp::HalfFromBits) || k.uses_binary(BinaryOp::PackHalves)
 }
 
 /// What a C dialect spells its own way.
@@ -347,6 +347,7 @@ fn symbol(op: BinaryOp) -> &'static str {
         BinaryOp::Pow => "pow",
         BinaryOp::Dot4I8 => "dot4i8",
         BinaryOp::Dot4U8 => "dot4u8",
+        BinaryOp::PackHalves => "pack_halves",
     }
 }
 
@@ -365,6 +366,7 @@ pub(crate) fn binary(s: &impl Spelling, op: BinaryOp, ty: Scalar, a: &str, b: &s
         Max if float => format!("{}({x}, {y})", s.intrinsic(Intrinsic::FMax)),
         Pow => format!("{}({x}, {y})", s.intrinsic(Intrinsic::Pow)),
         Dot4I8 | Dot4U8 => s.dot4(op == Dot4I8, a, b),
+        PackHalves => format!("trine_pack_halves({a}, {b})"),
         Min => format!("{a} < {b} ? {a} : {b}"),
         Max => format!("{a} > {b} ? {a} : {b}"),
         Add | Sub | Mul if signed => format!("(int)((unsigned int){a} {sym} (unsigned int){b})"),

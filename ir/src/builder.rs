@@ -517,6 +517,11 @@ impl<'b> Val<'b> {
     pub fn dot4_u8(self, rhs: Val<'_>) -> Val<'b> {
         self.bin(BinaryOp::Dot4U8, rhs)
     }
+    /// This `F32` and `high` rounded to f16, packed in a `U32`, this one in the low half
+    /// ([`BinaryOp::PackHalves`]).
+    pub fn pack_halves(self, high: Val<'_>) -> Val<'b> {
+        self.bin(BinaryOp::PackHalves, high)
+    }
     pub fn pow(self, rhs: Val<'_>) -> Val<'b> {
         self.bin(BinaryOp::Pow, rhs)
     }

@@ -406,6 +406,12 @@ pub enum BinaryOp {
     Dot4I8,
     /// As `Dot4I8` with unsigned bytes and a `U32` result (at most 4·255²).
     Dot4U8,
+    /// Both `F32` operands rounded to f16 (to nearest, ties to even), the left one's bits in
+    /// the low half of the `U32` result and the right one's in the high half: two halves a
+    /// word, which a kernel stores with one store where each half took one of its own. A NaN
+    /// gives some NaN's bits. SPIR-V GLSL.std.450 `PackHalf2x16`; CUDA `__float2half_rn` and
+    /// `__half_as_ushort` of each; HIP and C through `_Float16`.
+    PackHalves,
     /// Comparisons yield Bool. Float comparisons with a NaN are false except `Ne`.
     Eq,
     Ne,
@@ -651,6 +657,13 @@ impl Kernel {
         self.exprs
             .iter()
             .any(|e| matches!(*e, Expr::Unary { op: o, .. } if o == op))
+    }
+
+    /// Whether any expression of the kernel is the binary operation `op`.
+    pub fn uses_binary(&self, op: BinaryOp) -> bool {
+        self.exprs
+            .iter()
+            .any(|e| matches!(*e, Expr::Binary { op: o, .. } if o == op))
     }
 
     /// Invocations per workgroup.

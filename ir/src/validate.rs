@@ -748,6 +748,14 @@ impl Validator<'_> {
                     }
                     return Ok(if op == BinaryOp::Dot4I8 { I32 } else { U32 });
                 }
+                if op == BinaryOp::PackHalves {
+                    for t in [l, r] {
+                        if t != F32 {
+                            return Err(mismatch(id, name, "f32", t));
+                        }
+                    }
+                    return Ok(U32);
+                }
                 if matches!(op, BinaryOp::Shl | BinaryOp::Shr) {
                     if !matches!(l, I32 | U32) {
                         return Err(mismatch(id, name, "i32 or u32", l));

@@ -30,9 +30,12 @@ pub const WG: u32 = 256;
 /// Elements an invocation decodes at a time.
 pub const RUN: u32 = 16;
 
-/// Halves between two runs in shared memory: a run and two more, so that the invocations'
+/// Words a run's halves take, two a word.
+const RUN_WORDS: u32 = RUN / 2;
+
+/// Words between two runs in shared memory: a run's and one more, so that the invocations'
 /// runs start in different banks (9 words apart) as they put them.
-const STAGED_RUN: u32 = RUN + 2;
+const STAGED_RUN: u32 = RUN_WORDS + 1;
 
 /// The most workgroups a dispatch takes along one axis on every backend: Vulkan guarantees
 /// 65,535 per dimension; more take a second axis ([`grid`]).
@@ -54,18 +57,20 @@ pub fn check(ty: WeightType, rows: u32, cols: u32) -> Result<BlockFormat, ShapeE
 /// is one sequence of runs of [`RUN`] elements, each in one block (one sub-block of a packed
 /// format): a workgroup takes [`WG`] consecutive runs, whichever rows they lie in (a workgroup
 /// a row left most of its invocations idle on rows narrower than its runs), decodes each into
-/// shared memory, then writes the elements out with consecutive invocations on consecutive
-/// elements (an invocation writing its own run touched a 32-byte span per element it
-/// stored). Buffers `w` (its bytes: words for a packed format's decoder, bytes for a flat
-/// one's), `out` (f16, `rows × cols`: W's rows `first..first + rows`, so that a large W can be
-/// widened a part at a time); parameters rows, cols, first; grid [`grid`], its workgroups
-/// counted along the first axis, then the second.
+/// shared memory as f16 bits two a word, then writes the words out with consecutive
+/// invocations on consecutive words (an invocation writing its own run touched a 32-byte span
+/// per element it stored). A half a store took twice the stores and their index work, which
+/// bound the kernel below the memory's rate. Buffers `w` (its bytes: words for a packed
+/// format's decoder, bytes for a flat one's), `out` (f16, `rows × cols`, bound as words: W's
+/// rows `first..first + rows`, so that a large W can be widened a part at a time); parameters
+/// rows, cols, first; grid [`grid`], its workgroups counted along the first axis, then the
+/// second.
 pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
     let f = BlockFormat::require(OP, ty)?;
     let k = KernelBuilder::new(&format!("{OP}_{ty}"), [WG, 1, 1]);
     let w = k.buffer("w", weights_elem(f), Access::Read);
-    let out = k.buffer("out", Scalar::F16, Access::Write);
-    let stage = k.shared("stage", Scalar::F16, WG * STAGED_RUN);
+    let out = k.buffer("out", Scalar::U32, Access::Write);
+    let stage = k.shared("stage", Scalar::U32, WG * STAGED_RUN);
     let rows = k.param("rows", Scalar::U32);
     let cols = k.param("cols", Scalar::U32);
     let first_row = k.param("first", Scalar::U32);
@@ -78,17 +83,20 @@ pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
         let e = first_row * cols + col;
         let qk = k.u32(f.elems());
         let base = e / qk * k.u32(f.bytes());
-        for (i, v) in decode(&k, f, w, base, e % qk).into_iter().enumerate() {
-            let at = lid * k.u32(STAGED_RUN) + k.u32(i as u32);
-            k.store_shared(stage, at, v.cast(Scalar::F16));
+        let values = decode(&k, f, w, base, e % qk);
+        for (i, pair) in values.chunks(2).enumerate() {
+            let word = pair[0].pack_halves(pair[1]);
+            k.store_shared(stage, lid * k.u32(STAGED_RUN) + k.u32(i as u32), word);
         }
     });
     k.barrier();
-    for j in 0..RUN {
+    // Rows are whole blocks of an even number of elements, so a part is whole words.
+    let (words, start) = (elems / k.u32(2), start / k.u32(2));
+    for j in 0..RUN_WORDS {
         let e = k.u32(j * WG) + lid;
         let at = start + e;
-        k.if_(at.lt(elems), || {
-            let staged = (e / k.u32(RUN)) * k.u32(STAGED_RUN) + e % k.u32(RUN);
+        k.if_(at.lt(words), || {
+            let staged = e / k.u32(RUN_WORDS) * k.u32(STAGED_RUN) + e % k.u32(RUN_WORDS);
             k.store(out, at, k.load_shared(stage, staged));
         });
     }
@@ -121,7 +129,13 @@ fn decode<'b>(
         }
         BlockFormat::Packed(p) => {
             let src = Bytes::Words(w);
-            let s = (p.scales)(k, (src, None), base, first / k.u32(p.sub));
+            let sub = first / k.u32(p.sub);
+            // A header of scales in the block's first 16 bytes is one load, where the
+            // format's own decoder reads its bytes one at a time.
+            let s = match p.units.and_then(|u| u.header) {
+                Some(header) => header(k, &blocks::quad_words(k, w, base), sub),
+                None => (p.scales)(k, (src, None), base, sub),
+            };
             (p.codes)(k, src, base, first, RUN)
                 .into_iter()
                 .map(|c| s.value(c))
@@ -208,9 +222,17 @@ pub fn case(
         name.push_str(&format!("/from{first}"));
     }
     let widened = rows - first;
+    // The halves' bits two a word, as the kernel writes them, judged exactly.
+    let words: Vec<f64> = want
+        .chunks(2)
+        .map(|p| {
+            let bits = |v: f64| u32::from(f16::from_f64(v).to_bits());
+            f64::from(bits(p[0]) | bits(p[1]) << 16)
+        })
+        .collect();
     Ok(Case::new(name, kernel(ty)?, grid(widened, cols))
         .input("w", elem, blocks::pad_to_words(w))
-        .output("out", Scalar::F16, vec![0; want.len() * 2], want)
+        .output("out", Scalar::U32, vec![0; words.len() * 4], words)
         .params(vec![
             ParamValue::U32(widened),
             ParamValue::U32(cols),

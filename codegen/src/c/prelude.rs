@@ -10,6 +10,7 @@ pub(super) const HELPERS: &[&str] = &[
     "trine_h2f",
     "trine_f2h",
     "trine_h_bits",
+    "trine_pack_halves",
     "trine_f_as_u",
     "trine_u_as_f",
     "trine_f_as_i",
@@ -99,6 +100,10 @@ TRINE_FN float trine_h2f(trine_f16 h) {
 }
 TRINE_FN trine_f16 trine_f2h(float f) { return (trine_f16)f; }
 TRINE_FN trine_f16 trine_h_bits(uint16_t b) { trine_f16 h; memcpy(&h, &b, 2); return h; }
+TRINE_FN uint32_t trine_pack_halves(float a, float b) {
+    const trine_f16 h[2] = {(trine_f16)a, (trine_f16)b};
+    uint32_t w; memcpy(&w, h, 4); return w;
+}
 "#;
 
 /// Subgroup reductions of f32 sixteen lanes a register where the CPU has AVX-512 (the

@@ -32,7 +32,7 @@ const FN: &str = "__device__ __forceinline__";
 pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
     let mut out = String::new();
     if needs.f16 {
-        let (include, ty, h2f, f2h, bits) = match dialect {
+        let (include, ty, h2f, f2h, bits, pack) = match dialect {
             // hiprtc's built-in header already defines `__half`: including hip_fp16.h there is
             // a redefinition error, so HIP uses the compiler's own `_Float16`.
             Dialect::Hip => (
@@ -41,6 +41,7 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
                 "(float)h",
                 "(trine_f16)f",
                 "__builtin_bit_cast(trine_f16, b)",
+                "__builtin_bit_cast(unsigned int, (_Float16 __attribute__((ext_vector_type(2)))){(trine_f16)a, (trine_f16)b})",
             ),
             Dialect::Cuda => (
                 "#include <cuda_fp16.h>\n",
@@ -48,6 +49,7 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
                 "__half2float(h)",
                 "__float2half_rn(f)",
                 "__ushort_as_half(b)",
+                "(unsigned int)__half_as_ushort(__float2half_rn(a)) | (unsigned int)__half_as_ushort(__float2half_rn(b)) << 16",
             ),
         };
         let _ = write!(
@@ -55,7 +57,8 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
             "{include}typedef {ty} trine_f16;\n\
              {FN} float trine_h2f(trine_f16 h) {{ return {h2f}; }}\n\
              {FN} trine_f16 trine_f2h(float f) {{ return {f2h}; }}\n\
-             {FN} trine_f16 trine_h_bits(unsigned short b) {{ return {bits}; }}\n"
+             {FN} trine_f16 trine_h_bits(unsigned short b) {{ return {bits}; }}\n\
+             {FN} unsigned int trine_pack_halves(float a, float b) {{ return {pack}; }}\n"
         );
     }
     if needs.subgroup {

@@ -23,7 +23,7 @@ use crate::CodegenError;
 use naga::valid::{
     Capabilities, ModuleInfo, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator,
 };
-use trine_ir::{Info, Kernel, UnaryOp};
+use trine_ir::{BinaryOp, Info, Kernel, UnaryOp};
 
 /// A kernel as a validated naga module: what SPIR-V and WGSL are written from, and what the
 /// wgpu backend hands to wgpu as it is.
@@ -121,9 +121,9 @@ fn capabilities(kernel: &Kernel, info: &Info) -> Capabilities {
     if info.holds_f16(kernel) {
         caps |= Capabilities::SHADER_FLOAT16;
     }
-    // `unpack2x16float`, core in SPIR-V (GLSL.std.450) and WGSL, which naga gates for the
+    // `unpack2x16float` and `pack2x16float`, core in SPIR-V (GLSL.std.450) and WGSL, which naga gates for the
     // shading languages that lack it.
-    if kernel.uses_unary(UnaryOp::HalfFromBits) {
+    if kernel.uses_unary(UnaryOp::HalfFromBits) || kernel.uses_binary(BinaryOp::PackHalves) {
         caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     }
     if kernel.capabilities.subgroup {

@@ -98,6 +98,14 @@ impl Lowerer<'_> {
             BinaryOp::Dot4I8 | BinaryOp::Dot4U8 => {
                 return self.dot4(op == BinaryOp::Dot4I8, l, r, block)
             }
+            BinaryOp::PackHalves => {
+                let ty = types::vec2_f32(self.types);
+                let pair = self.emit(Expression::Compose {
+                    ty,
+                    components: vec![l, r],
+                });
+                return self.math(Mf::Pack2x16float, pair, None);
+            }
             BinaryOp::And => Bo::And,
             BinaryOp::Or => Bo::InclusiveOr,
             BinaryOp::Xor if ty == Scalar::Bool => Bo::NotEqual,

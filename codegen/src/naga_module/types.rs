@@ -46,6 +46,17 @@ pub(super) fn scalar_ty(types: &mut UniqueArena<Type>, s: naga::Scalar) -> Handl
     insert(types, None, TypeInner::Scalar(s))
 }
 
+pub(super) fn vec2_f32(types: &mut UniqueArena<Type>) -> Handle<Type> {
+    insert(
+        types,
+        None,
+        TypeInner::Vector {
+            size: VectorSize::Bi,
+            scalar: naga::Scalar::F32,
+        },
+    )
+}
+
 pub(super) fn vec3_u32(types: &mut UniqueArena<Type>) -> Handle<Type> {
     insert(
         types,

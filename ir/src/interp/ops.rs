@@ -94,6 +94,10 @@ pub(crate) fn binary(op: BinaryOp, ty: Scalar, a: u32, c: u32) -> Result<u32, Op
                 .sum();
             return Ok(dot);
         }
+        PackHalves => {
+            let bits = |v: u32| u32::from(half::f16::from_f32(to_f(ty, v)).to_bits());
+            return Ok(bits(a) | bits(c) << 16);
+        }
         _ => {}
     }
     if ty.is_float() {
@@ -114,7 +118,7 @@ pub(crate) fn binary(op: BinaryOp, ty: Scalar, a: u32, c: u32) -> Result<u32, Op
             Gt => return Ok(b(x > y)),
             Ge => return Ok(b(x >= y)),
             // The validator admits no bit ops or packed dots on floats.
-            And | Or | Xor | Shl | Shr | Dot4I8 | Dot4U8 => x,
+            And | Or | Xor | Shl | Shr | Dot4I8 | Dot4U8 | PackHalves => x,
         };
         return Ok(from_f(ty, r));
     }
@@ -149,8 +153,8 @@ pub(crate) fn binary(op: BinaryOp, ty: Scalar, a: u32, c: u32) -> Result<u32, Op
         Gt => b(a > c),
         Ge if signed => b(si >= sj),
         Ge => b(a >= c),
-        // Pow is float-only; the packed dots returned above.
-        Pow | Dot4I8 | Dot4U8 => a,
+        // Pow is float-only; the packed dots and halves returned above.
+        Pow | Dot4I8 | Dot4U8 | PackHalves => a,
     })
 }
 

@@ -1,5 +1,6 @@
-//! f32 ↔ f16 conversion, one element per invocation; and f16 bits held in words converted
-//! ([`trine_ir::UnaryOp::HalfFromBits`]), every one of the 65,536.
+//! f32 ↔ f16 conversion, one element per invocation; f16 bits held in words converted
+//! ([`trine_ir::UnaryOp::HalfFromBits`]), every one of the 65,536; and f32 values rounded to
+//! f16 bits two a word ([`trine_ir::BinaryOp::PackHalves`]).
 
 use crate::case::*;
 use half::f16;
@@ -51,7 +52,7 @@ pub fn cases() -> Vec<Case> {
         h.iter().map(|v| v.to_f64()).collect(),
     )
     .params(vec![ParamValue::U32(n)]);
-    vec![to_half, to_single, from_bits()]
+    vec![to_half, to_single, from_bits(), to_bits()]
 }
 
 /// Each word's low half, then its high half shifted down, as f16 bits converted to f32.
@@ -89,4 +90,71 @@ fn from_bits() -> Case {
     .input("src", Scalar::U32, u32_bytes(&words))
     .output("dst", Scalar::F32, vec![0; 2 * n as usize * 4], want)
     .params(vec![ParamValue::U32(n)])
+}
+
+/// Pairs of f32 rounded to f16 bits, packed a word: the first in the low half.
+pub fn pack_kernel() -> Kernel {
+    let k = KernelBuilder::new("convert_f32_half_bits", [WG, 1, 1]);
+    let src = k.buffer("src", Scalar::F32, Access::Read);
+    let dst = k.buffer("dst", Scalar::U32, Access::Write);
+    let n = k.param("n", Scalar::U32);
+    let i = k.global_id(0);
+    k.if_(i.lt(n), || {
+        let low = k.load(src, i * k.u32(2));
+        let high = k.load(src, i * k.u32(2) + k.u32(1));
+        k.store(dst, i, low.pack_halves(high));
+    });
+    k.finish()
+}
+
+/// f32 values across f16's range and past it, judged as bits: ties between two halves
+/// (which round to the even one), subnormal halves, values that round to zero or overflow to
+/// infinity, signed zeros and infinities. NaN's bits are the device's own, so none is here.
+fn to_bits() -> Case {
+    let mut r = Rng::new(11);
+    let mut x = r.f32s(4000, -70000.0, 70000.0);
+    x.extend(r.f32s(2000, -1e-4, 1e-4));
+    // Halfway between neighbouring halves: 1 + 2^-11 (ties to 1), 1 + 3·2^-11 (to 1 + 2^-9),
+    // a subnormal tie, and the largest half's tie with 2^16 (to infinity).
+    x.extend([
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        2f32.powi(-25),
+        65520.0,
+    ]);
+    x.extend([
+        0.0,
+        -0.0,
+        1e-9,
+        -65504.0,
+        65519.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1.0,
+    ]);
+    if x.len() % 2 == 1 {
+        x.push(0.5);
+    }
+    let words: Vec<u32> = x
+        .chunks(2)
+        .map(|p| {
+            u32::from(f16::from_f32(p[0]).to_bits())
+                | u32::from(f16::from_f32(p[1]).to_bits()) << 16
+        })
+        .collect();
+    let n = words.len() as u32;
+    Case::new(
+        format!("convert/f32->f16 bits/n={n}"),
+        pack_kernel(),
+        [n.div_ceil(WG), 1, 1],
+    )
+    .input("src", Scalar::F32, f32_bytes(&x))
+    .output(
+        "dst",
+        Scalar::U32,
+        vec![0; n as usize * 4],
+        words.iter().map(|&w| f64::from(w)).collect(),
+    )
+    .params(vec![ParamValue::U32(n)])
+    .bound(NMSE_EXACT)
 }
