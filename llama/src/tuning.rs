@@ -483,7 +483,25 @@ fn cpu_matvec_lanes(ty: WeightType) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use matmul_tiles::BlockSize::{Large, Medium};
+    use matmul_tiles::BlockSize::{Large, Medium, Small};
+
+    /// Qwen3-30B-A3B's experts over a 512-token prompt: widened gate and up (2,048 columns)
+    /// on warpgroup products where the device has them, down (768) and every product of a
+    /// device without them on the medium block; the file's blocks staged on the small block
+    /// while an expert's share of the pairs fits it.
+    #[test]
+    fn experts_blocks_by_columns_and_device() {
+        let e = crate::config::Experts {
+            count: 128,
+            used: 8,
+            ff: 768,
+        };
+        assert_eq!(experts_block(512, e, (true, 2048), true), Large);
+        assert_eq!(experts_block(512, e, (true, 768), true), Medium);
+        assert_eq!(experts_block(512, e, (true, 2048), false), Medium);
+        assert_eq!(experts_block(512, e, (false, 2048), true), Small);
+        assert_eq!(experts_block(4096, e, (false, 2048), false), Medium);
+    }
 
     /// On a device of 132 multiprocessors: Gemma 3 1B's FFN down over 512 tokens (144 medium
     /// blocks of 396 resident) and the 1B layout's (64 large of 132) split in two; the 8B
