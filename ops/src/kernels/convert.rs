@@ -144,7 +144,7 @@ fn to_bits() -> Case {
         .collect();
     let n = words.len() as u32;
     Case::new(
-        format!("convert/f32->f16 bits/n={n}"),
+        format!("convert/f32 pairs->f16 bits/n={n}"),
         pack_kernel(),
         [n.div_ceil(WG), 1, 1],
     )
