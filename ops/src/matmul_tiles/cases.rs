@@ -48,6 +48,15 @@ pub enum Staging {
 }
 
 impl Staging {
+    /// What a case's name says of its staging.
+    pub(super) fn suffix(self) -> &'static str {
+        match self {
+            Staging::Put => "",
+            Staging::Copies => "/copies",
+            Staging::Group => "/group",
+        }
+    }
+
     /// How the executor would stage a product of W of `ty`, `cols` wide, on `block` with x
     /// stored as `xf`, on a device with every feature: on warpgroup products where the block
     /// allows, else copying f16 weights, else putting.
@@ -170,12 +179,7 @@ fn how_name(block: BlockSize, staging: Staging) -> String {
     } else {
         ""
     };
-    let staging = match staging {
-        Staging::Put => "",
-        Staging::Copies => "/copies",
-        Staging::Group => "/group",
-    };
-    format!("{block}{staging}")
+    format!("{block}{}", staging.suffix())
 }
 
 /// A case's random operands: W of `ty` with values in [-1, 1) (its blocks), x in [-1, 1) and
@@ -205,11 +209,19 @@ fn operands(
     Ok(Operands { rng, w, x, x_bytes })
 }
 
-/// The fallback of `spec` staged as `staging`, and the kernel it stages so.
-fn staged(spec: TilesSpec, staging: Staging) -> Result<(TilesSpec, TilesSpec), ShapeError> {
+/// The fallback of `spec` staged as `staging`, and the kernel it stages so; a typed refusal
+/// where `spec` has no variant staged so.
+pub(super) fn staged(
+    spec: TilesSpec,
+    staging: Staging,
+) -> Result<(TilesSpec, TilesSpec), ShapeError> {
     match staging {
         Staging::Put => Ok((spec.scalar(), spec)),
-        Staging::Copies => Ok((spec, spec.copied())),
+        Staging::Copies if spec.copied().copies => Ok((spec, spec.copied())),
+        Staging::Copies => Err(ShapeError::Unsupported {
+            op: OP,
+            what: format!("asynchronous copies for {}", spec.name()),
+        }),
         Staging::Group => {
             let grouped = spec.copied().grouped();
             if !grouped.group {

@@ -100,11 +100,7 @@ pub fn case(
         part.map_or(String::new(), |(y_rows, first)| format!(
             "/rows{first}of{y_rows}"
         )),
-        match half {
-            Some(Staging::Copies) => "/copies",
-            Some(Staging::Group) => "/group",
-            _ => "",
-        },
+        half.map_or("", Staging::suffix),
     );
     let mut rng = Rng::new(crate::support::seed(&name));
     let (r, c) = (s.rows as usize, s.cols as usize);
@@ -146,17 +142,7 @@ pub fn case(
         experts: true,
         split: false,
     };
-    let (fallback, spec) = match half {
-        Some(Staging::Copies) if spec.copied().copies => (spec, spec.copied()),
-        Some(Staging::Group) if spec.copied().grouped().group => (spec, spec.copied().grouped()),
-        Some(Staging::Copies) | Some(Staging::Group) => {
-            return Err(ShapeError::Unsupported {
-                op: OP,
-                what: format!("{:?} staging for {}", half, spec.name()),
-            })
-        }
-        _ => (spec.scalar(), spec),
-    };
+    let (fallback, spec) = super::cases::staged(spec, half.unwrap_or(Staging::Put))?;
     let params = |spec: &TilesSpec| {
         let mut p = match part {
             Some(yp) => spec.part_params((s.rows, s.cols, s.tokens), yp),
