@@ -584,9 +584,10 @@ pub fn case_with_queries(
     ) + &shape
         .window
         .map_or(String::new(), |w| format!("/window{w}"))
-        + &match query_bound == QUERY_BOUND {
-            true => String::new(),
-            false => format!("/q{query_bound}"),
+        + &if query_bound == QUERY_BOUND {
+            String::new()
+        } else {
+            format!("/q{query_bound}")
         };
     let mut r = Rng::new(seed(&name));
     let kv_len = pos + shape.tokens + PAST_END;

@@ -166,9 +166,10 @@ pub fn shared_bytes(head_dim: u32) -> u64 {
     } = layout;
     let dv = head_dim / value_parts(head_dim);
     let (sq, sv, sr, sp) = layout.strides(head_dim, dv);
-    let staged = match holds_queries(head_dim) {
-        true => (subgroups * TILE).max(keys),
-        false => subgroups * TILE + keys,
+    let staged = if holds_queries(head_dim) {
+        (subgroups * TILE).max(keys)
+    } else {
+        subgroups * TILE + keys
     };
     let halves = staged * sq + keys * sv + subgroups * TILE * sp;
     let flags = match layout.sums {
@@ -254,15 +255,14 @@ pub fn kernel(
 
     let (sq, sv, sr, sp) = layout.strides(d, dv);
     let held = holds_queries(d);
-    let (q_sh, k_sh) = match held {
-        true => {
-            let both = k.shared("qk_block", Scalar::F16, queries.max(keys) * sq);
-            (both, both)
-        }
-        false => (
+    let (q_sh, k_sh) = if held {
+        let both = k.shared("qk_block", Scalar::F16, queries.max(keys) * sq);
+        (both, both)
+    } else {
+        (
             k.shared("q_block", Scalar::F16, queries * sq),
             k.shared("k_block", Scalar::F16, keys * sq),
-        ),
+        )
     };
     let v_sh = k.shared("v_block", Scalar::F16, keys * sv);
     let region = k.shared("s_block", Scalar::F32, subgroups * TILE * sr);
@@ -363,9 +363,10 @@ pub fn kernel(
         for (n, acc) in rounds[round].iter().enumerate() {
             let at = own + k.u32(n as u32 * TILE);
             let (memory, stride) = (TileMemory::Shared(region), k.u32(sr));
-            match store {
-                true => acc.store(memory, at, stride, TileLayout::RowMajor),
-                false => acc.load(memory, at, stride, TileLayout::RowMajor),
+            if store {
+                acc.store(memory, at, stride, TileLayout::RowMajor)
+            } else {
+                acc.load(memory, at, stride, TileLayout::RowMajor)
             }
         }
     };

@@ -27,9 +27,9 @@
 //! super-block of 16 rows starts with the rows' factors as f32 words (`d`, then the minimum's
 //! where the format has one), and a step's scales are each row's integers of its runs as two
 //! bytes (the run's scale and minimum, or two runs' scales), two rows to a word; the kernel
-//! multiplies them back, exactly the runs' values. The others (Q2_K's four integers a step, and the formats of
-//! one run a block of 32) keep per run an f32 scale word per row and, with a minimum, an f32
-//! minimum word. Every run's integer dot with x's codes is exact, as a flat block's is; the
+//! multiplies them back, exactly the runs' values. The others (Q2_K's four integers a step,
+//! and the formats of one run a block of 32) keep per run an f32 scale word per row and, with
+//! a minimum, an f32 minimum word. Every run's integer dot with x's codes is exact, as a flat block's is; the
 //! trade for decoding nothing per token is size: bits a weight in the file and here, Q4_K 4.5
 //! and 4.75, Q6_K 6.6 and 6.6, Q5_K 5.5 and 5.75, IQ4_XS 4.25 and 8.6, Q3_K 3.4 and 8.6, Q2_K
 //! 2.6 and 8.

@@ -41,7 +41,10 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
                 "(float)h",
                 "(trine_f16)f",
                 "__builtin_bit_cast(trine_f16, b)",
-                "__builtin_bit_cast(unsigned int, (_Float16 __attribute__((ext_vector_type(2)))){(trine_f16)a, (trine_f16)b})",
+                concat!(
+                    "__builtin_bit_cast(unsigned int, (_Float16 __attribute__((ext_vector_type(2))))",
+                    "{(trine_f16)a, (trine_f16)b})"
+                ),
             ),
             Dialect::Cuda => (
                 "#include <cuda_fp16.h>\n",
@@ -49,7 +52,10 @@ pub(crate) fn prelude(dialect: Dialect, needs: Needs) -> String {
                 "__half2float(h)",
                 "__float2half_rn(f)",
                 "__ushort_as_half(b)",
-                "(unsigned int)__half_as_ushort(__float2half_rn(a)) | (unsigned int)__half_as_ushort(__float2half_rn(b)) << 16",
+                concat!(
+                    "(unsigned int)__half_as_ushort(__float2half_rn(a))",
+                    " | (unsigned int)__half_as_ushort(__float2half_rn(b)) << 16"
+                ),
             ),
         };
         let _ = write!(

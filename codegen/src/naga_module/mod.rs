@@ -121,8 +121,8 @@ fn capabilities(kernel: &Kernel, info: &Info) -> Capabilities {
     if info.holds_f16(kernel) {
         caps |= Capabilities::SHADER_FLOAT16;
     }
-    // `unpack2x16float` and `pack2x16float`, core in SPIR-V (GLSL.std.450) and WGSL, which naga gates for the
-    // shading languages that lack it.
+    // `unpack2x16float` and `pack2x16float`, core in SPIR-V (GLSL.std.450) and WGSL, which
+    // naga gates for the shading languages that lack them.
     if kernel.uses_unary(UnaryOp::HalfFromBits) || kernel.uses_binary(BinaryOp::PackHalves) {
         caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     }
