@@ -90,16 +90,27 @@ pub fn kernel(ty: WeightType) -> Result<Kernel, ShapeError> {
         }
     });
     k.barrier();
-    // Rows are whole blocks of an even number of elements, so a part is whole words.
+    // Rows are whole blocks of an even number of elements, so a part is whole words. Word
+    // `j·WG + lid` of the workgroup's sits `j·WG / RUN_WORDS` runs after word `lid`'s (WG is
+    // whole runs of words), so each store's indices are the first's plus constants; a
+    // workgroup wholly inside the part, every one but the last, stores without a test.
     let (words, start) = (elems / k.u32(2), start / k.u32(2));
-    for j in 0..RUN_WORDS {
-        let e = k.u32(j * WG) + lid;
-        let at = start + e;
-        k.if_(at.lt(words), || {
-            let staged = e / k.u32(RUN_WORDS) * k.u32(STAGED_RUN) + e % k.u32(RUN_WORDS);
-            k.store(out, at, k.load_shared(stage, staged));
-        });
-    }
+    let at = start + lid;
+    let staged = lid / k.u32(RUN_WORDS) * k.u32(STAGED_RUN) + lid % k.u32(RUN_WORDS);
+    let store = |j: u32| {
+        let from = staged + k.u32(j * WG / RUN_WORDS * STAGED_RUN);
+        k.store(out, at + k.u32(j * WG), k.load_shared(stage, from));
+    };
+    let inside = (start + k.u32(WG * RUN_WORDS)).le(words);
+    k.if_else(
+        inside,
+        || (0..RUN_WORDS).for_each(store),
+        || {
+            for j in 0..RUN_WORDS {
+                k.if_((at + k.u32(j * WG)).lt(words), || store(j));
+            }
+        },
+    );
     Ok(k.finish())
 }
 
