@@ -4,7 +4,7 @@
 //! and bits 2q..2q+2 of high byte 32h + l. Element value d·sc·(q − 32).
 
 use super::packed::{centred, nibbles_with_high_bits, Bytes, IntUnits, Packed, UnitCodes};
-use super::read::{byte, half, nibbles, on_words, run_words};
+use super::read::{byte, bytes, half, nibbles, on_words, run_words};
 use super::{signed_byte, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
@@ -55,20 +55,14 @@ fn codes<'b>(
     let low_at = base + half * k.u32(64) + (quarter & k.u32(1)) * k.u32(32) + l;
     let high_at = base + k.u32(HIGH_AT) + half * k.u32(32) + l;
     let shift = quarter * k.u32(2);
-    nibbles(
-        k,
-        src,
-        low_at,
-        (quarter >> k.u32(1), n),
-        on_words(FORMAT.bytes),
-    )
-    .into_iter()
-    .enumerate()
-    .map(|(i, q)| {
-        let h = (byte(k, src, high_at + k.u32(i as u32)) >> shift) & k.u32(3);
-        centred(k, q | (h << k.u32(4)), 32)
-    })
-    .collect()
+    let aligned = on_words(FORMAT.bytes);
+    // The run's high-bit bytes read as one run (a word at a time from words), not a load each.
+    let high = bytes(k, src, high_at, n, aligned);
+    nibbles(k, src, low_at, (quarter >> k.u32(1), n), aligned)
+        .into_iter()
+        .zip(high)
+        .map(|(q, h)| centred(k, q | (((h >> shift) & k.u32(3)) << k.u32(4)), 32))
+        .collect()
 }
 
 /// Unit u of half h = u/4: 16 low-nibble bytes (quarter pair p = (u/2)%2, elements
