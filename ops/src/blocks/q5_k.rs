@@ -6,7 +6,7 @@
 use super::packed::{
     centred, k_header_scales, k_scales, nibbles_with_high_bits, Bytes, IntUnits, Packed, UnitCodes,
 };
-use super::read::{byte, nibbles, on_words, quad_words};
+use super::read::{bytes, nibbles, on_words, quad_words};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
 
@@ -41,13 +41,13 @@ fn codes<'b>(
     let sub = first / k.u32(32);
     let l = first % k.u32(32);
     let at = base + k.u32(CODES_AT) + (sub / k.u32(2)) * k.u32(32) + l;
-    let low = nibbles(k, src, at, (sub & k.u32(1), n), on_words(FORMAT.bytes));
+    let aligned = on_words(FORMAT.bytes);
+    let low = nibbles(k, src, at, (sub & k.u32(1), n), aligned);
+    // The run's high-bit bytes read as one run (a word at a time from words), not a load each.
+    let high = bytes(k, src, base + k.u32(HIGH_AT) + l, n, aligned);
     low.into_iter()
-        .enumerate()
-        .map(|(i, q)| {
-            let h = byte(k, src, base + k.u32(HIGH_AT) + l + k.u32(i as u32));
-            centred(k, q | (((h >> sub) & k.u32(1)) << k.u32(4)), 0)
-        })
+        .zip(high)
+        .map(|(q, h)| centred(k, q | (((h >> sub) & k.u32(1)) << k.u32(4)), 0))
         .collect()
 }
 
