@@ -150,7 +150,9 @@ pub fn fuse(
             quantized_x = None;
         }
         match node.op {
-            Op::Norm { x, weight, .. } => {
+            Op::Norm {
+                x, weight, tokens, ..
+            } => {
                 // Folded where every product reading it (the products up to the next norm:
                 // a layer's QKV may be several) takes float x; each then normalises x itself.
                 // Experts' products read it as it is, but for a decode step's on the file's
@@ -187,8 +189,23 @@ pub fn fuse(
                             && folds(Form::Float)
                     }
                 };
+                // Where every reader is a product on widened weights, which reads x rounded to
+                // f16, the norm writes it so, and no node rounds it apart.
+                let half = experts.is_none()
+                    && !readers.is_empty()
+                    && readers.iter().all(|&f| f == Some(Form::Widened));
                 if fold {
                     norm = Some((Load::Norm(weight), x));
+                } else if half {
+                    norm = None;
+                    let op = Op::Norm {
+                        x,
+                        weight,
+                        tokens,
+                        half,
+                    };
+                    out.push(Node { op, ..node });
+                    halved = Some(Tensor::Normed);
                 } else {
                     norm = None;
                     out.push(node);

@@ -112,7 +112,10 @@ pub enum KernelKey {
         out: FlashOut,
         windowed: bool,
     },
-    RmsNorm,
+    /// rms_norm, its output rounded to f16 where `half` ([`Op::Norm`]).
+    RmsNorm {
+        half: bool,
+    },
     /// Attention's split partials combined, by splits (a compile-time constant).
     Combine {
         splits: u32,
@@ -330,7 +333,8 @@ impl std::fmt::Display for KernelKey {
                 let window = if *windowed { ", sliding window" } else { "" };
                 write!(f, "attention (flash{tiles}{out}{window})")
             }
-            KernelKey::RmsNorm => f.write_str("rms_norm"),
+            KernelKey::RmsNorm { half: false } => f.write_str("rms_norm"),
+            KernelKey::RmsNorm { half: true } => f.write_str("rms_norm rounded to f16"),
             KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
             KernelKey::Swiglu(GateUp::Pairs) => f.write_str("swiglu"),
             KernelKey::Swiglu(GateUp::Halves) => f.write_str("swiglu halves"),
@@ -504,7 +508,7 @@ impl KernelKey {
                     windowed: window.is_some(),
                 },
             },
-            Op::Norm { .. } => KernelKey::RmsNorm,
+            Op::Norm { half, .. } => KernelKey::RmsNorm { half },
             Op::Combine { splits } => KernelKey::Combine { splits },
             Op::Swiglu(layout) => KernelKey::Swiglu(layout),
             Op::Geglu => KernelKey::GegluPairs,
@@ -750,9 +754,15 @@ impl KernelKey {
                 )?));
                 variants
             }
-            KernelKey::RmsNorm => reductions
+            KernelKey::RmsNorm { half } => reductions
                 .iter()
-                .map(|&r| plain(rms_norm::kernel(r)))
+                .map(|&r| {
+                    plain(if half {
+                        rms_norm::half_kernel(r)
+                    } else {
+                        rms_norm::kernel(r)
+                    })
+                })
                 .collect(),
             KernelKey::Combine { splits } => {
                 vec![plain(attention_split::combine_kernel(s.head_dim, splits)?)]

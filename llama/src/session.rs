@@ -432,6 +432,7 @@ mod tests {
             x: Tensor::Resid(0),
             weight: 0,
             tokens: 1,
+            half: false,
         });
         let at = |k| cross_check_bound(&norm, k);
         assert_eq!(at(576), at(MEASURED_REDUCTION));
@@ -470,6 +471,7 @@ mod tests {
                 x: Tensor::Resid(0),
                 weight: 0,
                 tokens: 3,
+                half: false,
             },
             label: "norm",
             layer: Some(0),

@@ -10,6 +10,7 @@
 use super::shape::ShapeError;
 use super::support::{elements, expect_len, nonzero, seed, Combine, Reducer, Reduction};
 use crate::case::*;
+use half::f16;
 use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 const OP: &str = "rms_norm";
@@ -45,15 +46,34 @@ impl RmsNorm {
 
 /// Buffers: `x` [rows × cols], `w` [cols], `y` [rows × cols], all f32. Params: cols, eps.
 pub fn kernel(how: Reduction) -> Kernel {
-    let k = KernelBuilder::new(&format!("rms_norm_{}", how.name()), [WG, 1, 1]);
+    build(how, Scalar::F32)
+}
+
+/// [`kernel`] with `y` in f16: each value computed as there, then rounded. A prompt's
+/// products on f16 tiles read x so; written here, it needs no rounding node of its own.
+pub fn half_kernel(how: Reduction) -> Kernel {
+    build(how, Scalar::F16)
+}
+
+fn build(how: Reduction, out: Scalar) -> Kernel {
+    let name = match out {
+        Scalar::F16 => format!("rms_norm_f16_{}", how.name()),
+        _ => format!("rms_norm_{}", how.name()),
+    };
+    let k = KernelBuilder::new(&name, [WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let w = k.buffer("w", Scalar::F32, Access::Read);
-    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let y = k.buffer("y", out, Access::Write);
     let cols = k.param("cols", Scalar::U32);
     let eps = k.param("eps", Scalar::F32);
     let (lid, base, scale) = row_scale(&k, how, x, cols, eps);
     k.for_range(lid, cols, WG, |c| {
-        k.store(y, base + c, k.load(x, base + c) * scale * k.load(w, c));
+        let v = k.load(x, base + c) * scale * k.load(w, c);
+        k.store(
+            y,
+            base + c,
+            if out == Scalar::F32 { v } else { v.cast(out) },
+        );
     });
     k.finish()
 }
@@ -139,19 +159,36 @@ pub fn reference(shape: &RmsNorm, x: &[f32], w: &[f32]) -> Result<Vec<f64>, Shap
 /// A conformance case for `shape` with deterministic inputs. The subgroup kernel carries the
 /// shared one as its fallback.
 pub fn case(shape: RmsNorm, how: Reduction) -> Result<Case, ShapeError> {
+    any_case(shape, how, Scalar::F32)
+}
+
+/// [`case`] of [`half_kernel`]: the reference's values rounded to f16, which the kernel's
+/// f32 values round to but where the two fall either side of a halfway point (one f16 ulp,
+/// far inside the bound).
+pub fn half_case(shape: RmsNorm, how: Reduction) -> Result<Case, ShapeError> {
+    any_case(shape, how, Scalar::F16)
+}
+
+fn any_case(shape: RmsNorm, how: Reduction, out: Scalar) -> Result<Case, ShapeError> {
     shape.check()?;
-    let name = case_name(OP, &shape, how);
+    let mut name = case_name(OP, &shape, how);
+    if out == Scalar::F16 {
+        name = name.replacen("f32/", "f32->f16/", 1);
+    }
     let mut r = Rng::new(seed(&name));
     let x = r.f32s((shape.rows * shape.cols) as usize, -2.0, 2.0);
     let w = r.f32s(shape.cols as usize, 0.5, 1.5);
-    let want = reference(&shape, &x, &w)?;
-    let mut c = Case::new(name, kernel(how), shape.grid())
+    let mut want = reference(&shape, &x, &w)?;
+    if out == Scalar::F16 {
+        want = want.iter().map(|&v| f16::from_f64(v).to_f64()).collect();
+    }
+    let mut c = Case::new(name, build(how, out), shape.grid())
         .input("x", Scalar::F32, f32_bytes(&x))
         .input("w", Scalar::F32, f32_bytes(&w))
-        .output("y", Scalar::F32, vec![0; x.len() * 4], want)
+        .output("y", out, vec![0; x.len() * out.size()], want)
         .params(shape.params());
     if how == Reduction::Subgroup {
-        c = c.fallback(kernel(Reduction::Shared));
+        c = c.fallback(build(Reduction::Shared, out));
     }
     Ok(c)
 }
@@ -184,6 +221,10 @@ pub fn cases() -> Vec<Case> {
         )
         .expect("a valid shape"),
     );
+    // Rounded to f16 as written: an 8B layout's width, and the shared reduction.
+    for (rows, cols, how) in [(3, 4096, Reduction::Subgroup), (5, 1000, Reduction::Shared)] {
+        v.push(half_case(RmsNorm { rows, cols, eps }, how).expect("a valid shape"));
+    }
     v
 }
 

@@ -226,6 +226,7 @@ impl Engine {
                 x,
                 weight: g,
                 tokens,
+                half,
             } => {
                 let n = RmsNorm {
                     rows: tokens,
@@ -234,7 +235,7 @@ impl Engine {
                 };
                 plan(
                     vec![x, Tensor::Weight(g)],
-                    &[Tensor::Normed],
+                    &[if half { Tensor::XHalf } else { Tensor::Normed }],
                     n.params(),
                     n.grid(),
                 )

@@ -61,7 +61,16 @@ impl<'a> Builder<'a> {
 
     /// rms_norm of `tokens` rows of `x`, scaled by `weight`.
     pub fn norm(&mut self, x: Tensor, weight: WeightId, tokens: u32, label: &'static str) {
-        self.push(Op::Norm { x, weight, tokens }, label);
+        let half = false;
+        self.push(
+            Op::Norm {
+                x,
+                weight,
+                tokens,
+                half,
+            },
+            label,
+        );
     }
 
     /// `x·Wᵀ` for `tokens` rows of `x` into [`Tensor::Raw`], for what follows to consume.

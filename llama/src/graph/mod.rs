@@ -286,11 +286,13 @@ pub enum Op {
     /// Rows of the embedding table for the step's ids, multiplied by `scale` where given, into
     /// [`Tensor::Resid`]`(0)`.
     Embed { table: WeightId, scale: Option<f32> },
-    /// rms_norm of `tokens` rows of `x` scaled by `weight`, into [`Tensor::Normed`].
+    /// rms_norm of `tokens` rows of `x` scaled by `weight`, into [`Tensor::Normed`]; where
+    /// `half`, rounded to f16 into [`Tensor::XHalf`] instead, for products that read it so.
     Norm {
         x: Tensor,
         weight: WeightId,
         tokens: u32,
+        half: bool,
     },
     /// `y = x·Wᵀ` for `tokens` rows of x, with what the fusion pass folded into it.
     Product {
@@ -482,7 +484,10 @@ impl Node {
                 Tensor::Combined => rows(Tensor::Combined, c.q_dim()),
                 part_tensor => rows(part_tensor, part(form.splits())),
             },
-            Op::Norm { tokens, .. } => (Tensor::Normed, 0..(tokens * c.n_embd) as usize),
+            Op::Norm { tokens, half, .. } => {
+                let y = if half { Tensor::XHalf } else { Tensor::Normed };
+                (y, 0..(tokens * c.n_embd) as usize)
+            }
             Op::Combine { .. } => rows(Tensor::Combined, c.q_dim()),
             Op::Swiglu(_) | Op::Geglu => rows(Tensor::Act, c.n_ff),
             Op::NormAdd { out, .. } => rows(out, c.n_embd),

@@ -225,11 +225,15 @@ fn a_cpu_checks_a_gpus_prompts_on_widened_weights() {
     let half_x = |op: &Op| matches!(op, Op::HalfX { .. });
     let layers = SynthShape::TINY.n_layer as usize;
     // Four products per layer, each with its weight widened and its x rounded (each reads
-    // an x written since the product before it); the gate/up product in two halves, each
-    // widened before it, so that the f16 copy holds half of the widest weight.
+    // an x written since the product before it: by the norms rounded as they write it, by a
+    // node of its own after the attention and the activation); the gate/up product in two
+    // halves, each widened before it, so that the f16 copy holds half of the widest weight.
+    let half_norm = |op: &Op| matches!(op, Op::Norm { half: true, .. });
     assert_eq!(count(5, widened), 5 * layers);
     assert_eq!(count(5, widen), 5 * layers);
-    assert_eq!(count(5, half_x), 4 * layers);
+    assert_eq!(count(5, half_x), 2 * layers);
+    assert_eq!(count(5, half_norm), 2 * layers);
+    assert_eq!(count(1, half_norm), 0);
     assert_eq!(count(1, widen), 0);
     let c = &main.model().config;
     let halves: Vec<_> = main
