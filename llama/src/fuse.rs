@@ -131,6 +131,9 @@ pub fn fuse(
     let mut swiglu: Option<Tensor> = None;
     // The tensor whose rows the last HalfX rounded, while nothing has written it since.
     let mut halved: Option<Tensor> = None;
+    // The gated unit a gate/up product on tiles wrote rounded ([`Tensor::ActHalf`]) for the
+    // product that reads it next.
+    let mut act_half: Option<Tensor> = None;
     // The last quantizer, while nothing has written what it read since: the products of a
     // layer's QKV.
     let mut quantized_x: Option<Op> = None;
@@ -273,7 +276,10 @@ pub fn fuse(
                 if folded {
                     i += 1;
                 }
-                let x = if form == Form::Widened {
+                let x = if form == Form::Widened && act_half == Some(x) {
+                    act_half = None;
+                    Tensor::ActHalf
+                } else if form == Form::Widened {
                     if halved != Some(x) {
                         out.push(Node {
                             op: half_x(w, id, (x, tokens)),
@@ -289,6 +295,25 @@ pub fn fuse(
                 if halved == Some(y) {
                     halved = None;
                 }
+                // A gated unit on tiles that the next product reads widened is written rounded
+                // to f16, where that product reads x, and no node rounds it apart.
+                let rounded = matches!(store, Store::Swiglu | Store::Geglu)
+                    && matches!(form, Form::Tiles | Form::Widened)
+                    && nodes[i..].iter().find_map(|n| match n.op {
+                        Op::Product {
+                            w: reader,
+                            x,
+                            tokens,
+                            ..
+                        } if x == y => Some(product_form(w, reader, tokens, s, offer)),
+                        _ => None,
+                    }) == Some(Form::Widened);
+                let y = if rounded {
+                    act_half = Some(y);
+                    Tensor::ActHalf
+                } else {
+                    y
+                };
                 if form.quantizes_x() {
                     let ty = w.tensors[id].ty;
                     let op = Op::Quantize {

@@ -4,7 +4,7 @@
 //! from the fastest block the device runs down to the scalar one). The shapes come from the
 //! tuning table ([`crate::tuning`]).
 
-use super::graph::{AttentionForm, ExpertsOn, Form, Load, Op, Store};
+use super::graph::{AttentionForm, ExpertsOn, Form, Load, Op, Store, Tensor};
 use super::tuned::Tuned;
 use super::tuning::{self, MatvecSize};
 use super::weights::Weights;
@@ -192,6 +192,8 @@ pub struct TilesKey {
     pub experts: bool,
     /// K in slices ([`matmul_tiles::TilesSpec::split`], [`Store::Slices`]).
     pub split: bool,
+    /// The gated unit stored as f16 ([`matmul_tiles::TilesSpec::half_y`]).
+    pub half_y: bool,
 }
 
 /// How a compiled variant is launched: what its dispatch's grid, parameters and bindings
@@ -414,6 +416,7 @@ impl KernelKey {
             Op::Product {
                 w: id,
                 rows,
+                y,
                 tokens,
                 load,
                 store,
@@ -495,6 +498,7 @@ impl KernelKey {
                         part: part.is_some(),
                         experts: false,
                         split: matches!(store, Store::Slices { .. }),
+                        half_y: y == Tensor::ActHalf,
                     }),
                 }
             }
@@ -566,6 +570,7 @@ impl KernelKey {
                     part: part.is_some(),
                     experts: true,
                     split: false,
+                    half_y: false,
                 })
             }
             Op::ExpertsSwiglu {
@@ -933,6 +938,7 @@ pub fn tiles_spec(key: TilesKey, info: &DeviceInfo) -> matmul_tiles::TilesSpec {
         part: key.part,
         experts: key.experts,
         split: key.split,
+        half_y: key.half_y,
     };
     let spec = if info.async_copy { spec.copied() } else { spec };
     if info.group_mma {
@@ -973,6 +979,7 @@ mod tests {
             part: false,
             experts: false,
             split: false,
+            half_y: false,
         };
         let key = KernelKey::MatmulTiles(fields);
         for (tiles, group, count) in [(true, true, 4), (true, false, 3), (false, false, 1)] {

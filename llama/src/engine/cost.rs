@@ -145,14 +145,20 @@ impl Engine {
             Tensor::Resid(_) | Tensor::Last | Tensor::Normed => f32s(c.n_embd),
             Tensor::QRot | Tensor::Combined => f32s(c.q_dim()),
             // A part of the gate/up product writes its share of the activations.
-            Tensor::Act => match node.op {
-                Op::Product {
-                    rows,
-                    part: Some(p),
-                    ..
-                } => f32s(c.n_ff) * u64::from(rows) / u64::from(p.total),
-                _ => f32s(c.n_ff),
-            },
+            Tensor::Act | Tensor::ActHalf => {
+                let bytes = match t {
+                    Tensor::ActHalf => f32s(c.n_ff) / 2,
+                    _ => f32s(c.n_ff),
+                };
+                match node.op {
+                    Op::Product {
+                        rows,
+                        part: Some(p),
+                        ..
+                    } => bytes * u64::from(rows) / u64::from(p.total),
+                    _ => bytes,
+                }
+            }
             Tensor::Route | Tensor::RouteWeights => f32s(c.experts_used()),
             Tensor::RouteCounts => u64::from(c.experts.map_or(0, |e| e.count)) * 4,
             Tensor::RouteLists => f32s(c.experts.map_or(0, |e| e.count)),

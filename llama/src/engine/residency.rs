@@ -169,6 +169,7 @@ impl Engine {
                 f32s(rows * c.n_head as u64 * (c.head_dim() as u64 + 2))
             }
             Tensor::Act => f32s(b * c.n_ff as u64),
+            Tensor::ActHalf => (2 * b * c.n_ff as u64).next_multiple_of(4),
             Tensor::Route | Tensor::RouteWeights => f32s(b * c.experts_used() as u64),
             Tensor::RouteCounts => f32s(c.experts.map_or(0, |e| e.count) as u64),
             Tensor::RouteLists => f32s(b * c.experts.map_or(0, |e| e.count) as u64),

@@ -107,12 +107,16 @@ pub enum Tensor {
     /// f16 [rows × cols of the largest product]: a weight dequantised to f16 by an
     /// [`Op::Widen`] for the product after it.
     Wide,
+    /// f16 [tokens × n_ff]: the gated unit rounded as a gate/up product on tiles writes it,
+    /// for a down projection on widened weights (apart from [`Tensor::XHalf`], which the
+    /// gate/up product reads).
+    ActHalf,
 }
 
 impl Tensor {
     /// Whether the tensor holds f16 values.
     pub fn is_half(self) -> bool {
-        matches!(self, Tensor::XHalf | Tensor::Wide)
+        matches!(self, Tensor::XHalf | Tensor::Wide | Tensor::ActHalf)
     }
 }
 

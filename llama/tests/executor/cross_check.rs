@@ -203,9 +203,9 @@ fn a_gpu_of_few_units_splits_a_long_k() {
 }
 
 /// A GPU that copies f16 blocks asynchronously multiplies its prompts' products on
-/// quantized weights widened to f16, x rounded to f16 once for the products that read it, and
-/// a CPU checks every node of it: the rounded x, each widened weight (exactly) and the
-/// products.
+/// quantized weights widened to f16, x rounded to f16 once for the products that read it (by
+/// the norms and the gate/up product as they write it, else by a node of its own), and a CPU
+/// checks every node of it: the rounded x, each widened weight (exactly) and the products.
 #[test]
 fn a_cpu_checks_a_gpus_prompts_on_widened_weights() {
     let model = tiny();
@@ -216,7 +216,7 @@ fn a_cpu_checks_a_gpus_prompts_on_widened_weights() {
             op,
             Op::Product {
                 form: Form::Widened,
-                x: Tensor::XHalf,
+                x: Tensor::XHalf | Tensor::ActHalf,
                 ..
             }
         )
@@ -225,15 +225,25 @@ fn a_cpu_checks_a_gpus_prompts_on_widened_weights() {
     let half_x = |op: &Op| matches!(op, Op::HalfX { .. });
     let layers = SynthShape::TINY.n_layer as usize;
     // Four products per layer, each with its weight widened and its x rounded (each reads
-    // an x written since the product before it: by the norms rounded as they write it, by a
-    // node of its own after the attention and the activation); the gate/up product in two
+    // an x written since the product before it: by the norms and the gate/up product rounded
+    // as they write it, by a node of its own after the attention); the gate/up product in two
     // halves, each widened before it, so that the f16 copy holds half of the widest weight.
     let half_norm = |op: &Op| matches!(op, Op::Norm { half: true, .. });
+    let half_act = |op: &Op| {
+        matches!(
+            op,
+            Op::Product {
+                y: Tensor::ActHalf,
+                ..
+            }
+        )
+    };
     assert_eq!(count(5, widened), 5 * layers);
     assert_eq!(count(5, widen), 5 * layers);
-    assert_eq!(count(5, half_x), 2 * layers);
+    assert_eq!(count(5, half_x), layers);
     assert_eq!(count(5, half_norm), 2 * layers);
-    assert_eq!(count(1, half_norm), 0);
+    assert_eq!(count(5, half_act), 2 * layers);
+    assert_eq!(count(1, half_norm) + count(1, half_act), 0);
     assert_eq!(count(1, widen), 0);
     let c = &main.model().config;
     let halves: Vec<_> = main

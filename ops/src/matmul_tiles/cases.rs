@@ -92,6 +92,7 @@ fn case_spec(
         part: false,
         experts: false,
         split: false,
+        half_y: false,
     }
 }
 
@@ -272,12 +273,13 @@ pub fn split_case(
 
 /// A [`TilesSpec::part`] case: W's rows `first..first + rows` of a `y_rows`-row product of
 /// f16 weights and f16 x (the executor's widened halves) in `block`, copied asynchronously (on
-/// warpgroup products in the large block), the gated unit `glu` of the row pairs where given;
+/// warpgroup products in the large block), the gated unit `glu` of the row pairs where given,
+/// stored as `yf` ([`TilesSpec::half_y`] for f16, judged against the reference rounded so);
 /// y's other rows stay as they were (zero).
 pub fn part_case(
     (y_rows, cols, tokens): (u32, u32, u32),
     (first, rows): (u32, u32),
-    glu: Option<Glu>,
+    (glu, yf): (Option<Glu>, Float),
     block: BlockSize,
 ) -> Result<Case, ShapeError> {
     check(y_rows, cols, tokens)?;
@@ -289,8 +291,9 @@ pub fn part_case(
         });
     }
     let name = format!(
-        "{OP}/f16xf16/{y_rows}x{cols}/t{tokens}{}/rows{first}+{rows}{}",
+        "{OP}/f16xf16/{y_rows}x{cols}/t{tokens}{}{}/rows{first}+{rows}{}",
         glu.map_or(String::new(), |g| format!("+{}", g.name())),
+        if yf == Float::F16 { "/f16y" } else { "" },
         if block == BlockSize::Large {
             "/group"
         } else {
@@ -319,9 +322,14 @@ pub fn part_case(
                 .enumerate()
                 .map(move |(n, &v)| if written.contains(&n) { v } else { 0.0 })
         })
+        .map(|v| match yf {
+            Float::F16 => f16::from_f64(v).to_f64(),
+            Float::F32 => v,
+        })
         .collect();
     let spec = TilesSpec {
         part: true,
+        half_y: yf == Float::F16,
         ..case_spec(ty, cols, (false, glu), (block, Float::F16))
     };
     // The scalar variant is what a device without tiles (a CPU checking a GPU) runs.
@@ -336,7 +344,12 @@ pub fn part_case(
     Ok(Case::new(name, kernel(spec)?, spec.grid(rows, tokens))
         .input("w", spec.w_elem(), blocks::pad_to_words(part_w))
         .input("x", spec.x_elem(), x_bytes)
-        .output("y", Scalar::F32, vec![0; t * width * 4], want)
+        .output(
+            "y",
+            spec.y_elem(),
+            vec![0; t * width * spec.y_elem().size()],
+            want,
+        )
         .params(params)
         .bound(NMSE)
         .fallback_on(kernel(fallback)?, fallback.grid(rows, tokens)))
@@ -372,28 +385,53 @@ pub fn cases() -> Vec<Case> {
         out.push(part_case(
             (144, 128, 70),
             (first, 72),
-            Some(Glu::Swiglu),
+            (Some(Glu::Swiglu), Float::F32),
             BlockSize::Small,
         ));
     }
     out.push(part_case(
         (144, 128, 70),
         (72, 72),
-        Some(Glu::Geglu),
+        (Some(Glu::Geglu), Float::F32),
         BlockSize::Medium,
     ));
-    out.push(part_case((200, 64, 20), (64, 100), None, BlockSize::Small));
+    out.push(part_case(
+        (200, 64, 20),
+        (64, 100),
+        (None, Float::F32),
+        BlockSize::Small,
+    ));
     out.push(part_case(
         (512, 128, 140),
         (256, 256),
-        Some(Glu::Swiglu),
+        (Some(Glu::Swiglu), Float::F32),
         BlockSize::Large,
     ));
     out.push(part_case(
         (512, 128, 140),
         (0, 256),
-        Some(Glu::Geglu),
+        (Some(Glu::Geglu), Float::F32),
         BlockSize::Large,
+    ));
+    // The gated units rounded to f16 as they are written, as the product after them reads
+    // x: on the subgroups' tiles and on warpgroup products.
+    out.push(part_case(
+        (144, 128, 70),
+        (72, 72),
+        (Some(Glu::Swiglu), Float::F16),
+        BlockSize::Small,
+    ));
+    out.push(part_case(
+        (512, 128, 140),
+        (256, 256),
+        (Some(Glu::Swiglu), Float::F16),
+        BlockSize::Large,
+    ));
+    out.push(part_case(
+        (144, 128, 70),
+        (0, 72),
+        (Some(Glu::Geglu), Float::F16),
+        BlockSize::Medium,
     ));
     // Steps of two blocks, two of them, rows past a block.
     out.push(case(WeightType::F16, (80, 128, 24), false));

@@ -141,6 +141,7 @@ pub fn case(
         part: part.is_some(),
         experts: true,
         split: false,
+        half_y: false,
     };
     let (fallback, spec) = super::cases::staged(spec, half.unwrap_or(Staging::Put))?;
     let params = |spec: &TilesSpec| {

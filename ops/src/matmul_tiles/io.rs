@@ -58,7 +58,7 @@ impl<'b> Io<'b> {
                 k.buffer("lists", Scalar::U32, Access::Read),
             )
         });
-        let y = k.buffer("y", Scalar::F32, Access::Write);
+        let y = k.buffer("y", spec.y_elem(), Access::Write);
         let rows = k.param("rows", Scalar::U32);
         let cols = k.param("cols", Scalar::U32);
         let tokens = k.param("tokens", Scalar::U32);
@@ -186,6 +186,7 @@ impl<'b> Io<'b> {
             y: self.y,
             add: self.add,
             glu: spec.glu,
+            half: spec.half_y,
             origin: (self.t0, self.r0),
             ends: (self.token_end(), self.rows),
             part: self.part,
@@ -201,6 +202,8 @@ pub(crate) struct Output<'b> {
     add: Option<BufferId>,
     /// Rows in pairs, each written as the gated unit of the two ([`TilesSpec::glu`]).
     pub(super) glu: Option<Glu>,
+    /// The gated units rounded to f16 as they are written ([`TilesSpec::half_y`]).
+    half: bool,
     origin: (Val<'b>, Val<'b>),
     ends: (Val<'b>, Val<'b>),
     /// y's rows per token and the row this product's first row is, where it is a part.
@@ -231,6 +234,7 @@ impl<'b> Output<'b> {
                     None => (self.ends.1 / k.u32(2), row),
                 };
                 let v = glu.ir(k, gate, up);
+                let v = if self.half { v.cast(Scalar::F16) } else { v };
                 k.store(self.y, self.y_row(k, tok) * half + row / k.u32(2), v);
             },
         );

@@ -10,12 +10,14 @@ use trine_ir::{Kernel, KernelBuilder, Scalar, SharedId, Val};
 
 /// The kernel for `spec`. Buffers: `w` (f32, f16, or a quantized type's bytes as `U32`
 /// words), `x` f32, then `add` f32 with [`TilesSpec::add`] or `counts` and `lists` with
-/// [`TilesSpec::experts`], then `y` f32 (`rows / 2` wide with [`TilesSpec::glu`]). Params:
+/// [`TilesSpec::experts`], then `y` f32 (`rows / 2` wide with [`TilesSpec::glu`], f16 with
+/// [`TilesSpec::half_y`]). Params:
 /// rows, cols, tokens (then y_rows and first for a part, per_x for experts). Grid
 /// [`TilesSpec::grid`] ([`TilesSpec::experts_grid`]); K must
 /// be whole steps of [`TilesSpec::depth`] blocks. Errors: a subgroup width that does not
 /// divide the block's tiles evenly among the workgroup's subgroups; a depth other than 1, 2
-/// or 4; a residual with a gated unit; a weight format the staging does not decode.
+/// or 4; a residual with a gated unit; y in f16 without one; a weight format the staging does
+/// not decode.
 pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let (bm, bn) = spec.block();
     let depth = spec.depth;
@@ -29,6 +31,12 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
         return Err(ShapeError::Unsupported {
             op: OP,
             what: "a residual added to a gated unit's output".into(),
+        });
+    }
+    if spec.half_y && spec.glu.is_none() {
+        return Err(ShapeError::Unsupported {
+            op: OP,
+            what: "y in f16 other than a gated unit's".into(),
         });
     }
     if spec.split && (spec.add || spec.glu.is_some() || spec.part || spec.experts) {

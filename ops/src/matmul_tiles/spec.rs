@@ -121,6 +121,9 @@ pub struct TilesSpec {
     /// then fills a GPU that its blocks alone would leave idle. Not with [`TilesSpec::add`], a
     /// gated unit, a part or experts.
     pub split: bool,
+    /// y stored as f16 (with [`TilesSpec::glu`] only): the gated unit rounded as it is
+    /// written, for a product on f16 tiles after it, which reads its x so.
+    pub half_y: bool,
 }
 
 impl TilesSpec {
@@ -206,11 +209,12 @@ impl TilesSpec {
     /// width (or scalar), copies and depth.
     pub fn name(&self) -> String {
         format!(
-            "matmul_tiles_{}{}{}{}{}{}{}{}{}{}{}_d{}",
+            "matmul_tiles_{}{}{}{}{}{}{}{}{}{}{}{}_d{}",
             if self.half_x { "f16x" } else { "" },
             self.weights.name(),
             if self.add { "_add" } else { "" },
             self.glu.map_or(String::new(), |g| format!("_{}", g.name())),
+            if self.half_y { "_f16y" } else { "" },
             if self.part { "_part" } else { "" },
             if self.experts { "_experts" } else { "" },
             if self.split { "_splitk" } else { "" },
@@ -244,6 +248,15 @@ impl TilesSpec {
         match self.weights {
             WeightType::F16 => f16_elem(self.lines()),
             ty => weights_elem(ty),
+        }
+    }
+
+    /// What y's buffer is bound as.
+    pub fn y_elem(&self) -> Scalar {
+        if self.half_y {
+            Scalar::F16
+        } else {
+            Scalar::F32
         }
     }
 

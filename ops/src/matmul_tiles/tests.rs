@@ -39,6 +39,7 @@ fn blocks_fit_shared_memory() {
             part: false,
             experts: false,
             split: false,
+            half_y: false,
         };
         let k = kernel(spec.scalar()).unwrap();
         assert!(k.shared_bytes() <= 32 * 1024, "{}", k.shared_bytes());
@@ -89,6 +90,7 @@ fn warpgroup_blocks_fit_shared_memory() {
             part: false,
             experts: false,
             split: false,
+            half_y: false,
         }
         .copied()
         .grouped();
@@ -119,6 +121,7 @@ fn large_blocks_fall_back_to_medium_ones() {
         part: false,
         experts: false,
         split: false,
+        half_y: false,
     };
     let variants = spec.variants();
     let blocks: Vec<_> = variants.iter().map(|v| (v.block, v.tiles)).collect();
@@ -173,6 +176,7 @@ fn blocks_follow_the_product() {
         part: false,
         experts: false,
         split: false,
+        half_y: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     assert_eq!(spec.scalar().grid(4096, 512), [8, 64, 1]);
@@ -203,6 +207,7 @@ fn depth_divides_k() {
         part: false,
         experts: false,
         split: false,
+        half_y: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
 }
@@ -223,6 +228,7 @@ fn widths_that_do_not_divide_the_tiles_are_refused() {
         part: false,
         experts: false,
         split: false,
+        half_y: false,
     };
     assert!(matches!(kernel(spec), Err(ShapeError::Unsupported { .. })));
     assert!(kernel(TilesSpec {
