@@ -134,6 +134,9 @@ pub fn fuse(
     // The gated unit a gate/up product on tiles wrote rounded ([`Tensor::ActHalf`]) for the
     // product that reads it next.
     let mut act_half: Option<Tensor> = None;
+    // The experts' SwiGLU wrote its units rounded into [`Tensor::XHalf`] for the experts'
+    // down products after it.
+    let mut experts_act_rounded = false;
     // The last quantizer, while nothing has written what it read since: the products of a
     // layer's QKV.
     let mut quantized_x: Option<Op> = None;
@@ -451,7 +454,18 @@ pub fn fuse(
                         };
                         out.push(node(op, label));
                     }
-                    out.push(node(Op::ExpertsSwigluHalves, "ffn_moe_swiglu"));
+                    // Rounded to f16 as it is written where the down products read it widened.
+                    let down = nodes[i..].iter().find_map(|n| match n.op {
+                        Op::ExpertsDown { down, .. } => Some(down),
+                        _ => None,
+                    });
+                    let half = widened
+                        && matches!(
+                            down.and_then(|d| experts_on(w, c, &[d], s, offer)),
+                            Some(ExpertsOn::Widened(_))
+                        );
+                    experts_act_rounded = half;
+                    out.push(node(Op::ExpertsSwigluHalves { half }, "ffn_moe_swiglu"));
                 }
                 None => {
                     let form = experts_form(w, gate);
@@ -490,6 +504,7 @@ pub fn fuse(
             } => {
                 // Each chosen expert's activation is a row of its own.
                 let x = (Tensor::ExpertAct, s.tokens * c.experts_used());
+                let rounded = std::mem::take(&mut experts_act_rounded);
                 match experts_on(w, c, &[down], s, offer) {
                     Some(on) => {
                         let layer = node.layer;
@@ -499,7 +514,9 @@ pub fn fuse(
                                 out.push(before(rows_quantizer(w, down, x), "quantize"))
                             }
                             ExpertsOn::Widened(_) => {
-                                out.push(before(half_x(w, down, x), "x_f16"));
+                                if !rounded {
+                                    out.push(before(half_x(w, down, x), "x_f16"));
+                                }
                                 out.push(before(widen_whole(w, down), "widen"));
                             }
                             ExpertsOn::Tiles(_) => {}

@@ -121,6 +121,8 @@ pub enum KernelKey {
         splits: u32,
     },
     Swiglu(GateUp),
+    /// SwiGLU of gate and up halves rounded to f16 ([`Op::ExpertsSwigluHalves`] with `half`).
+    SwigluHalvesRounded,
     GegluPairs,
     /// A post-norm residual connection ([`Op::NormAdd`]).
     NormAdd,
@@ -340,6 +342,7 @@ impl std::fmt::Display for KernelKey {
             KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
             KernelKey::Swiglu(GateUp::Pairs) => f.write_str("swiglu"),
             KernelKey::Swiglu(GateUp::Halves) => f.write_str("swiglu halves"),
+            KernelKey::SwigluHalvesRounded => f.write_str("swiglu halves rounded to f16"),
             KernelKey::GegluPairs => f.write_str("geglu"),
             KernelKey::NormAdd => f.write_str("rms_norm, residual add"),
             KernelKey::QkvBiasNorm { apply } => {
@@ -540,7 +543,8 @@ impl KernelKey {
             Op::MoeSort => KernelKey::MoeSort,
             Op::MoeCombine { .. } => KernelKey::MoeCombine,
             Op::SplitSum { add, .. } => KernelKey::SplitSum { add: add.is_some() },
-            Op::ExpertsSwigluHalves => KernelKey::Swiglu(GateUp::Halves),
+            Op::ExpertsSwigluHalves { half: false } => KernelKey::Swiglu(GateUp::Halves),
+            Op::ExpertsSwigluHalves { half: true } => KernelKey::SwigluHalvesRounded,
             Op::ExpertRows {
                 w: id,
                 on: ExpertsOn::Rows,
@@ -773,7 +777,8 @@ impl KernelKey {
                 vec![plain(attention_split::combine_kernel(s.head_dim, splits)?)]
             }
             KernelKey::Swiglu(GateUp::Pairs) => vec![plain(swiglu_pairs_kernel())],
-            KernelKey::Swiglu(GateUp::Halves) => vec![plain(swiglu_halves_kernel())],
+            KernelKey::Swiglu(GateUp::Halves) => vec![plain(swiglu_halves_kernel(Float::F32))],
+            KernelKey::SwigluHalvesRounded => vec![plain(swiglu_halves_kernel(Float::F16))],
             KernelKey::GegluPairs => vec![plain(geglu_pairs_kernel())],
             KernelKey::NormAdd => reductions
                 .iter()

@@ -342,7 +342,7 @@ fn measured_bound(node: &Node) -> f64 {
         | Op::ExpertsSwiglu { .. }
         | Op::ExpertsDown { .. }
         | Op::ExpertRows { .. }
-        | Op::ExpertsSwigluHalves
+        | Op::ExpertsSwigluHalves { .. }
         | Op::MoeCombine { .. }
         | Op::SplitSum { .. } => 2.9e-10,
         // The chosen experts' weights: an exp of each logit and a division, the products'

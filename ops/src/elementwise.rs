@@ -118,12 +118,13 @@ pub enum GateUp {
 }
 
 /// SwiGLU of each token's row of `ff` gate values then `ff` up values:
-/// `y[t·ff + i] = silu(x[2t·ff + i])·x[2t·ff + ff + i]`. Buffers: `x`, `y` f32. Params: n
+/// `y[t·ff + i] = silu(x[2t·ff + i])·x[2t·ff + ff + i]`, rounded to `out` (f16 for a product
+/// on f16 tiles after it, which reads its x so). Buffers: `x` f32, `y` of `out`. Params: n
 /// (outputs, a multiple of ff), ff.
-pub fn swiglu_halves_kernel() -> Kernel {
-    let k = KernelBuilder::new("swiglu_halves_f32", [WG, 1, 1]);
+pub fn swiglu_halves_kernel(out: Float) -> Kernel {
+    let k = KernelBuilder::new(&format!("swiglu_halves_{}", out.name()), [WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
-    let y = k.buffer("y", Scalar::F32, Access::Write);
+    let y = k.buffer("y", out.scalar(), Access::Write);
     let n = k.param("n", Scalar::U32);
     let ff = k.param("ff", Scalar::U32);
     let i = k.global_id(0);
@@ -131,7 +132,16 @@ pub fn swiglu_halves_kernel() -> Kernel {
         let gate_at = (i / ff) * ff * k.u32(2) + i % ff;
         let gate = k.load(x, gate_at);
         let up = k.load(x, gate_at + ff);
-        k.store(y, i, silu_ir(&k, gate) * up);
+        let v = silu_ir(&k, gate) * up;
+        k.store(
+            y,
+            i,
+            if out == Float::F32 {
+                v
+            } else {
+                v.cast(out.scalar())
+            },
+        );
     });
     k.finish()
 }
@@ -150,13 +160,17 @@ pub fn geglu_pairs_case(n: u32) -> Result<Case, ShapeError> {
         .params(vec![ParamValue::U32(n)]))
 }
 
-/// A [`swiglu_halves_kernel`] case of `tokens` rows of `ff` outputs.
-pub fn swiglu_halves_case(tokens: u32, ff: u32) -> Result<Case, ShapeError> {
+/// A [`swiglu_halves_kernel`] case of `tokens` rows of `ff` outputs stored as `out` (judged
+/// against the reference rounded so).
+pub fn swiglu_halves_case(tokens: u32, ff: u32, out: Float) -> Result<Case, ShapeError> {
     nonzero("swiglu_halves", "ff", ff)?;
     elements("swiglu_halves", "tokens × 2·ff", &[tokens, ff, 2])?;
     let n = tokens * ff;
     let grid = grid(n)?;
-    let name = format!("swiglu_halves/f32/{tokens}x{ff}");
+    let name = match out {
+        Float::F32 => format!("swiglu_halves/f32/{tokens}x{ff}"),
+        _ => format!("swiglu_halves/f32->{}/{tokens}x{ff}", out.name()),
+    };
     let mut r = Rng::new(seed(&name));
     let x = activation_inputs(&mut r, 2 * n as usize);
     let (mut gate, mut up) = (vec![], vec![]);
@@ -164,10 +178,17 @@ pub fn swiglu_halves_case(tokens: u32, ff: u32) -> Result<Case, ShapeError> {
         gate.extend_from_slice(&row[..ff as usize]);
         up.extend_from_slice(&row[ff as usize..]);
     }
-    let want = reference_swiglu(&gate, &up)?;
-    Ok(Case::new(name, swiglu_halves_kernel(), grid)
+    let mut want = reference_swiglu(&gate, &up)?;
+    if out == Float::F16 {
+        want = want
+            .iter()
+            .map(|&v| half::f16::from_f64(v).to_f64())
+            .collect();
+    }
+    let y = out.scalar();
+    Ok(Case::new(name, swiglu_halves_kernel(out), grid)
         .input("x", Scalar::F32, f32_bytes(&x))
-        .output("y", Scalar::F32, vec![0; n as usize * 4], want)
+        .output("y", y, vec![0; n as usize * y.size()], want)
         .params(vec![ParamValue::U32(n), ParamValue::U32(ff)]))
 }
 
@@ -311,7 +332,9 @@ pub fn cases() -> Vec<Case> {
     // Gemma 3 270M's FFN width, and an odd count.
     v.extend([2048, 255].map(geglu_pairs_case));
     // Phi-3-mini's FFN width for one token, and three tokens of an odd width.
-    v.extend([(1, 8192), (3, 257)].map(|(t, ff)| swiglu_halves_case(t, ff)));
+    v.extend([(1, 8192), (3, 257)].map(|(t, ff)| swiglu_halves_case(t, ff, Float::F32)));
+    // Rounded to f16 as a mixture of experts' pairs are for their widened down products.
+    v.push(swiglu_halves_case(5, 768, Float::F16));
     // Then SmolLM2-135M's graph: K rows (3 KV heads × 64) of 2 tokens written at position 5 of
     // a cache, and the last of 7 tokens' rows (576 wide) picked for the output head.
     for (from, to, n, x_at, at) in [

@@ -467,12 +467,16 @@ impl Engine {
                 params.push(u(per_x(x, e)));
                 plan(inputs, &[y], params, spec.experts_grid(rows, t, e.count))
             }
-            Op::ExpertsSwigluHalves => {
+            Op::ExpertsSwigluHalves { half } => {
                 let e = self.experts();
                 let n = t * e.used * e.ff;
                 plan(
                     vec![Tensor::ExpertGateUp],
-                    &[Tensor::ExpertAct],
+                    &[if half {
+                        Tensor::XHalf
+                    } else {
+                        Tensor::ExpertAct
+                    }],
                     vec![u(n), u(e.ff)],
                     elementwise::grid(n).unwrap_or([1, 1, 1]),
                 )

@@ -412,8 +412,9 @@ pub enum Op {
         on: ExpertsOn,
     },
     /// SwiGLU of each pair's gate and up rows in [`Tensor::ExpertGateUp`] into
-    /// [`Tensor::ExpertAct`].
-    ExpertsSwigluHalves,
+    /// [`Tensor::ExpertAct`]; where `half`, rounded to f16 into [`Tensor::XHalf`] instead, for
+    /// down products on widened weights, which read it so.
+    ExpertsSwigluHalves { half: bool },
     /// [`Tensor::ExpertOut`]'s rows of each token's pairs weighted by
     /// [`Tensor::RouteWeights`], summed and added to residual `r` into `out`
     /// ([`trine_ops::moe_combine`]).
@@ -522,9 +523,16 @@ impl Node {
             ),
             Op::ExpertRows { part: Some(_), .. } => (Tensor::ExpertGateUp, 0..0),
             Op::ExpertRows { y, .. } => rows(y, c.experts_used() * c.n_embd),
-            Op::ExpertsSwigluHalves => {
+            Op::ExpertsSwigluHalves { half } => {
                 let e = c.experts.map_or(0, |e| e.used * e.ff);
-                rows(Tensor::ExpertAct, e)
+                rows(
+                    if half {
+                        Tensor::XHalf
+                    } else {
+                        Tensor::ExpertAct
+                    },
+                    e,
+                )
             }
             Op::SplitSum {
                 y, tokens, rows, ..
