@@ -380,59 +380,31 @@ pub fn cases() -> Vec<Case> {
     // GeGLU (Gemma 3's): rows and tokens past a block, and a part of a widened gate/up.
     out.push(glu_case(WeightType::Q8_0, (72, 96, 70), Glu::Geglu));
     // Parts of a taller product, as the executor runs its widest widened weight: each half of
-    // a gate/up's pairs, and a part of plain rows past a block.
-    for first in [0, 72] {
+    // a gate/up's pairs, and a part of plain rows past a block; then gated units rounded to
+    // f16 as they are written, as the product after them reads x, on the subgroups' tiles and
+    // on warpgroup products.
+    let (swiglu, geglu) = (Some(Glu::Swiglu), Some(Glu::Geglu));
+    let (f32, f16) = (Float::F32, Float::F16);
+    let (small, medium, large) = (BlockSize::Small, BlockSize::Medium, BlockSize::Large);
+    let parts = [
+        (144, 128, 70, 0, 72, swiglu, f32, small),
+        (144, 128, 70, 72, 72, swiglu, f32, small),
+        (144, 128, 70, 72, 72, geglu, f32, medium),
+        (200, 64, 20, 64, 100, None, f32, small),
+        (512, 128, 140, 256, 256, swiglu, f32, large),
+        (512, 128, 140, 0, 256, geglu, f32, large),
+        (144, 128, 70, 72, 72, swiglu, f16, small),
+        (512, 128, 140, 256, 256, swiglu, f16, large),
+        (144, 128, 70, 0, 72, geglu, f16, medium),
+    ];
+    for (y_rows, cols, tokens, first, rows, glu, yf, block) in parts {
         out.push(part_case(
-            (144, 128, 70),
-            (first, 72),
-            (Some(Glu::Swiglu), Float::F32),
-            BlockSize::Small,
+            (y_rows, cols, tokens),
+            (first, rows),
+            (glu, yf),
+            block,
         ));
     }
-    out.push(part_case(
-        (144, 128, 70),
-        (72, 72),
-        (Some(Glu::Geglu), Float::F32),
-        BlockSize::Medium,
-    ));
-    out.push(part_case(
-        (200, 64, 20),
-        (64, 100),
-        (None, Float::F32),
-        BlockSize::Small,
-    ));
-    out.push(part_case(
-        (512, 128, 140),
-        (256, 256),
-        (Some(Glu::Swiglu), Float::F32),
-        BlockSize::Large,
-    ));
-    out.push(part_case(
-        (512, 128, 140),
-        (0, 256),
-        (Some(Glu::Geglu), Float::F32),
-        BlockSize::Large,
-    ));
-    // The gated units rounded to f16 as they are written, as the product after them reads
-    // x: on the subgroups' tiles and on warpgroup products.
-    out.push(part_case(
-        (144, 128, 70),
-        (72, 72),
-        (Some(Glu::Swiglu), Float::F16),
-        BlockSize::Small,
-    ));
-    out.push(part_case(
-        (512, 128, 140),
-        (256, 256),
-        (Some(Glu::Swiglu), Float::F16),
-        BlockSize::Large,
-    ));
-    out.push(part_case(
-        (144, 128, 70),
-        (0, 72),
-        (Some(Glu::Geglu), Float::F16),
-        BlockSize::Medium,
-    ));
     // Steps of two blocks, two of them, rows past a block.
     out.push(case(WeightType::F16, (80, 128, 24), false));
     out.push(case(WeightType::Q8_0, (576, 1536, 33), true));
