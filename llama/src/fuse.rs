@@ -18,7 +18,7 @@ use super::weights::{WeightId, Weights};
 use trine_backends::{DeviceInfo, DeviceType};
 use trine_gguf::quant::WeightType;
 use trine_ops::attention_flash::FlashOut;
-use trine_ops::elementwise::GateUp;
+use trine_ops::elementwise::{self, GateUp};
 use trine_ops::kv_type::KvType;
 use trine_ops::matvec_q8::XBlocks;
 use trine_ops::rope::RopeMode;
@@ -459,7 +459,9 @@ pub fn fuse(
                         Op::ExpertsDown { down, .. } => Some(down),
                         _ => None,
                     });
+                    let ff = c.experts.map_or(0, |e| e.ff);
                     let half = widened
+                        && elementwise::swiglu_halves_rounded_check(ff).is_ok()
                         && matches!(
                             down.and_then(|d| experts_on(w, c, &[d], s, offer)),
                             Some(ExpertsOn::Widened(_))

@@ -13,7 +13,8 @@ use trine_gguf::quant::WeightType;
 use trine_ir::Kernel;
 use trine_ops::attention_flash::FlashOut;
 use trine_ops::elementwise::{
-    copy_kernel, geglu_pairs_kernel, swiglu_halves_kernel, swiglu_pairs_kernel, GateUp, Glu,
+    copy_kernel, geglu_pairs_kernel, swiglu_halves_kernel, swiglu_halves_rounded_kernel,
+    swiglu_pairs_kernel, GateUp, Glu,
 };
 use trine_ops::key_layout::KeyLayout;
 use trine_ops::kv_type::KvType;
@@ -777,8 +778,8 @@ impl KernelKey {
                 vec![plain(attention_split::combine_kernel(s.head_dim, splits)?)]
             }
             KernelKey::Swiglu(GateUp::Pairs) => vec![plain(swiglu_pairs_kernel())],
-            KernelKey::Swiglu(GateUp::Halves) => vec![plain(swiglu_halves_kernel(Float::F32))],
-            KernelKey::SwigluHalvesRounded => vec![plain(swiglu_halves_kernel(Float::F16))],
+            KernelKey::Swiglu(GateUp::Halves) => vec![plain(swiglu_halves_kernel())],
+            KernelKey::SwigluHalvesRounded => vec![plain(swiglu_halves_rounded_kernel())],
             KernelKey::GegluPairs => vec![plain(geglu_pairs_kernel())],
             KernelKey::NormAdd => reductions
                 .iter()

@@ -118,13 +118,12 @@ pub enum GateUp {
 }
 
 /// SwiGLU of each token's row of `ff` gate values then `ff` up values:
-/// `y[t·ff + i] = silu(x[2t·ff + i])·x[2t·ff + ff + i]`, rounded to `out` (f16 for a product
-/// on f16 tiles after it, which reads its x so). Buffers: `x` f32, `y` of `out`. Params: n
+/// `y[t·ff + i] = silu(x[2t·ff + i])·x[2t·ff + ff + i]`. Buffers: `x`, `y` f32. Params: n
 /// (outputs, a multiple of ff), ff.
-pub fn swiglu_halves_kernel(out: Float) -> Kernel {
-    let k = KernelBuilder::new(&format!("swiglu_halves_{}", out.name()), [WG, 1, 1]);
+pub fn swiglu_halves_kernel() -> Kernel {
+    let k = KernelBuilder::new("swiglu_halves_f32", [WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
-    let y = k.buffer("y", out.scalar(), Access::Write);
+    let y = k.buffer("y", Scalar::F32, Access::Write);
     let n = k.param("n", Scalar::U32);
     let ff = k.param("ff", Scalar::U32);
     let i = k.global_id(0);
@@ -132,18 +131,56 @@ pub fn swiglu_halves_kernel(out: Float) -> Kernel {
         let gate_at = (i / ff) * ff * k.u32(2) + i % ff;
         let gate = k.load(x, gate_at);
         let up = k.load(x, gate_at + ff);
-        let v = silu_ir(&k, gate) * up;
-        k.store(
-            y,
-            i,
-            if out == Float::F32 {
-                v
-            } else {
-                v.cast(out.scalar())
-            },
-        );
+        k.store(y, i, silu_ir(&k, gate) * up);
     });
     k.finish()
+}
+
+/// [`swiglu_halves_kernel`] rounded to f16 as it writes, for a product on f16 tiles after it
+/// (which reads its x so): four outputs an invocation, their gate and up values a quad load
+/// each. `ff` a multiple of 4 ([`swiglu_halves_rounded_check`]). Buffers: `x` (f32 bits as
+/// `U32` quads), `y` f16. Params: n, ff. Grid [`swiglu_halves_rounded_grid`].
+pub fn swiglu_halves_rounded_kernel() -> Kernel {
+    let k = KernelBuilder::new("swiglu_halves_f16_quads", [WG, 1, 1]);
+    let x = k.buffer("x", Scalar::U32, Access::Read);
+    let y = k.buffer("y", Scalar::F16, Access::Write);
+    let n = k.param("n", Scalar::U32);
+    let ff = k.param("ff", Scalar::U32);
+    let q = k.global_id(0);
+    k.if_(q.lt(n >> k.u32(2)), || {
+        let i = q << k.u32(2);
+        let gate_at = (i / ff) * ff * k.u32(2) + i % ff;
+        let quad = |at: Val<'_>| {
+            k.load_quad(x, at >> k.u32(2))
+                .map(|v| v.bitcast(Scalar::F32))
+        };
+        let (gate, up) = (quad(gate_at), quad(gate_at + ff));
+        for (j, (g, u)) in gate.into_iter().zip(up).enumerate() {
+            let v = silu_ir(&k, g) * u;
+            k.store(y, i + k.u32(j as u32), v.cast(Scalar::F16));
+        }
+    });
+    k.finish()
+}
+
+/// Whether [`swiglu_halves_rounded_kernel`] takes rows of `ff` outputs: quads of whole rows.
+pub fn swiglu_halves_rounded_check(ff: u32) -> Result<(), ShapeError> {
+    nonzero("swiglu_halves", "ff", ff)?;
+    if ff.is_multiple_of(4) {
+        Ok(())
+    } else {
+        Err(ShapeError::NotMultiple {
+            op: "swiglu_halves",
+            what: "ff",
+            value: ff as usize,
+            multiple: 4,
+        })
+    }
+}
+
+/// A workgroup per [`WG`] quads of [`swiglu_halves_rounded_kernel`]'s `n` outputs.
+pub fn swiglu_halves_rounded_grid(n: u32) -> Result<[u32; 3], ShapeError> {
+    grid(n.div_ceil(4))
 }
 
 /// A [`geglu_pairs_kernel`] case of `n` outputs.
@@ -160,16 +197,29 @@ pub fn geglu_pairs_case(n: u32) -> Result<Case, ShapeError> {
         .params(vec![ParamValue::U32(n)]))
 }
 
-/// A [`swiglu_halves_kernel`] case of `tokens` rows of `ff` outputs stored as `out` (judged
-/// against the reference rounded so).
+/// A [`swiglu_halves_kernel`] case of `tokens` rows of `ff` outputs, or of
+/// [`swiglu_halves_rounded_kernel`] where `out` is f16 (judged against the reference rounded
+/// so).
 pub fn swiglu_halves_case(tokens: u32, ff: u32, out: Float) -> Result<Case, ShapeError> {
     nonzero("swiglu_halves", "ff", ff)?;
     elements("swiglu_halves", "tokens × 2·ff", &[tokens, ff, 2])?;
     let n = tokens * ff;
-    let grid = grid(n)?;
-    let name = match out {
-        Float::F32 => format!("swiglu_halves/f32/{tokens}x{ff}"),
-        _ => format!("swiglu_halves/f32->{}/{tokens}x{ff}", out.name()),
+    let (name, kernel, grid, x_elem) = match out {
+        Float::F32 => (
+            format!("swiglu_halves/f32/{tokens}x{ff}"),
+            swiglu_halves_kernel(),
+            grid(n)?,
+            Scalar::F32,
+        ),
+        _ => {
+            swiglu_halves_rounded_check(ff)?;
+            (
+                format!("swiglu_halves/f32->{}/{tokens}x{ff}", out.name()),
+                swiglu_halves_rounded_kernel(),
+                swiglu_halves_rounded_grid(n)?,
+                Scalar::U32,
+            )
+        }
     };
     let mut r = Rng::new(seed(&name));
     let x = activation_inputs(&mut r, 2 * n as usize);
@@ -186,8 +236,8 @@ pub fn swiglu_halves_case(tokens: u32, ff: u32, out: Float) -> Result<Case, Shap
             .collect();
     }
     let y = out.scalar();
-    Ok(Case::new(name, swiglu_halves_kernel(out), grid)
-        .input("x", Scalar::F32, f32_bytes(&x))
+    Ok(Case::new(name, kernel, grid)
+        .input("x", x_elem, f32_bytes(&x))
         .output("y", y, vec![0; n as usize * y.size()], want)
         .params(vec![ParamValue::U32(n), ParamValue::U32(ff)]))
 }
@@ -335,6 +385,7 @@ pub fn cases() -> Vec<Case> {
     v.extend([(1, 8192), (3, 257)].map(|(t, ff)| swiglu_halves_case(t, ff, Float::F32)));
     // Rounded to f16 as a mixture of experts' pairs are for their widened down products.
     v.push(swiglu_halves_case(5, 768, Float::F16));
+    v.push(swiglu_halves_case(3, 1028, Float::F16));
     // Then SmolLM2-135M's graph: K rows (3 KV heads × 64) of 2 tokens written at position 5 of
     // a cache, and the last of 7 tokens' rows (576 wide) picked for the output head.
     for (from, to, n, x_at, at) in [

@@ -478,7 +478,12 @@ impl Engine {
                         Tensor::ExpertAct
                     }],
                     vec![u(n), u(e.ff)],
-                    elementwise::grid(n).unwrap_or([1, 1, 1]),
+                    if half {
+                        elementwise::swiglu_halves_rounded_grid(n)
+                    } else {
+                        elementwise::grid(n)
+                    }
+                    .unwrap_or([1, 1, 1]),
                 )
             }
             Op::MoeCombine { r, out } => {
