@@ -5,8 +5,11 @@
 //! combine into the float product that reads it, rope with the KV-cache store and SwiGLU into
 //! the product before them, and every residual add into the product that writes its input.
 //! What a form does not take stays a node of its own (GeGLU and a post-norm residual add
-//! always do), and a product on quantized x gets the node that quantizes its x. Attention
-//! through a sliding window takes the form any attention would.
+//! always do), and a product on quantized x gets the node that quantizes its x. A product on
+//! widened weights reads x rounded to f16, which the node writing x rounds as it writes where
+//! every reader takes it so (a norm, a gate/up product's gated unit, the experts' SwiGLU),
+//! else a node of its own. Attention through a sliding window takes the form any attention
+//! would.
 
 use super::config::Config;
 use super::error::ModelError;
