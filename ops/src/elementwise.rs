@@ -14,7 +14,7 @@
 //! error near 1e-3; trine computes the formula, as ggml's GPU backends do.
 
 use super::shape::ShapeError;
-use super::support::{elements, expect_len, nonzero, seed, Float};
+use super::support::{elements, expect_len, multiple_of, nonzero, seed, Float};
 use crate::case::*;
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
@@ -166,16 +166,7 @@ pub fn swiglu_halves_rounded_kernel() -> Kernel {
 /// Whether [`swiglu_halves_rounded_kernel`] takes rows of `ff` outputs: quads of whole rows.
 pub fn swiglu_halves_rounded_check(ff: u32) -> Result<(), ShapeError> {
     nonzero("swiglu_halves", "ff", ff)?;
-    if ff.is_multiple_of(4) {
-        Ok(())
-    } else {
-        Err(ShapeError::NotMultiple {
-            op: "swiglu_halves",
-            what: "ff",
-            value: ff as usize,
-            multiple: 4,
-        })
-    }
+    multiple_of("swiglu_halves", "ff", ff, 4).map(|_| ())
 }
 
 /// A workgroup per [`WG`] quads of [`swiglu_halves_rounded_kernel`]'s `n` outputs.
@@ -230,10 +221,7 @@ pub fn swiglu_halves_case(tokens: u32, ff: u32, out: Float) -> Result<Case, Shap
     }
     let mut want = reference_swiglu(&gate, &up)?;
     if out == Float::F16 {
-        want = want
-            .iter()
-            .map(|&v| half::f16::from_f64(v).to_f64())
-            .collect();
+        want = want.iter().map(|&v| out.round(v)).collect();
     }
     let y = out.scalar();
     Ok(Case::new(name, kernel, grid)

@@ -8,9 +8,8 @@
 //! for a 49152-wide row, an NMSE below 1e-9.
 
 use super::shape::ShapeError;
-use super::support::{elements, expect_len, nonzero, seed, Combine, Reducer, Reduction};
+use super::support::{elements, expect_len, nonzero, seed, Combine, Float, Reducer, Reduction};
 use crate::case::*;
-use half::f16;
 use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 const OP: &str = "rms_norm";
@@ -46,24 +45,24 @@ impl RmsNorm {
 
 /// Buffers: `x` [rows × cols], `w` [cols], `y` [rows × cols], all f32. Params: cols, eps.
 pub fn kernel(how: Reduction) -> Kernel {
-    build(how, Scalar::F32)
+    build(how, Float::F32)
 }
 
 /// [`kernel`] with `y` in f16: each value computed as there, then rounded. A prompt's
 /// products on f16 tiles read x so; written here, it needs no rounding node of its own.
 pub fn half_kernel(how: Reduction) -> Kernel {
-    build(how, Scalar::F16)
+    build(how, Float::F16)
 }
 
-fn build(how: Reduction, out: Scalar) -> Kernel {
+fn build(how: Reduction, out: Float) -> Kernel {
     let name = match out {
-        Scalar::F16 => format!("rms_norm_f16_{}", how.name()),
-        _ => format!("rms_norm_{}", how.name()),
+        Float::F16 => format!("rms_norm_f16_{}", how.name()),
+        Float::F32 => format!("rms_norm_{}", how.name()),
     };
     let k = KernelBuilder::new(&name, [WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let w = k.buffer("w", Scalar::F32, Access::Read);
-    let y = k.buffer("y", out, Access::Write);
+    let y = k.buffer("y", out.scalar(), Access::Write);
     let cols = k.param("cols", Scalar::U32);
     let eps = k.param("eps", Scalar::F32);
     let (lid, base, scale) = row_scale(&k, how, x, cols, eps);
@@ -72,7 +71,10 @@ fn build(how: Reduction, out: Scalar) -> Kernel {
         k.store(
             y,
             base + c,
-            if out == Scalar::F32 { v } else { v.cast(out) },
+            match out {
+                Float::F32 => v,
+                Float::F16 => v.cast(Scalar::F16),
+            },
         );
     });
     k.finish()
@@ -159,33 +161,38 @@ pub fn reference(shape: &RmsNorm, x: &[f32], w: &[f32]) -> Result<Vec<f64>, Shap
 /// A conformance case for `shape` with deterministic inputs. The subgroup kernel carries the
 /// shared one as its fallback.
 pub fn case(shape: RmsNorm, how: Reduction) -> Result<Case, ShapeError> {
-    any_case(shape, how, Scalar::F32)
+    any_case(shape, how, Float::F32)
 }
 
 /// [`case`] of [`half_kernel`]: the reference's values rounded to f16, which the kernel's
 /// f32 values round to but where the two fall either side of a halfway point (one f16 ulp,
 /// far inside the bound).
 pub fn half_case(shape: RmsNorm, how: Reduction) -> Result<Case, ShapeError> {
-    any_case(shape, how, Scalar::F16)
+    any_case(shape, how, Float::F16)
 }
 
-fn any_case(shape: RmsNorm, how: Reduction, out: Scalar) -> Result<Case, ShapeError> {
+fn any_case(shape: RmsNorm, how: Reduction, out: Float) -> Result<Case, ShapeError> {
     shape.check()?;
     let mut name = case_name(OP, &shape, how);
-    if out == Scalar::F16 {
+    if out == Float::F16 {
         name = name.replacen("f32/", "f32->f16/", 1);
     }
     let mut r = Rng::new(seed(&name));
     let x = r.f32s((shape.rows * shape.cols) as usize, -2.0, 2.0);
     let w = r.f32s(shape.cols as usize, 0.5, 1.5);
     let mut want = reference(&shape, &x, &w)?;
-    if out == Scalar::F16 {
-        want = want.iter().map(|&v| f16::from_f64(v).to_f64()).collect();
+    if out == Float::F16 {
+        want = want.iter().map(|&v| out.round(v)).collect();
     }
     let mut c = Case::new(name, build(how, out), shape.grid())
         .input("x", Scalar::F32, f32_bytes(&x))
         .input("w", Scalar::F32, f32_bytes(&w))
-        .output("y", out, vec![0; x.len() * out.size()], want)
+        .output(
+            "y",
+            out.scalar(),
+            vec![0; x.len() * out.scalar().size()],
+            want,
+        )
         .params(shape.params());
     if how == Reduction::Subgroup {
         c = c.fallback(build(Reduction::Shared, out));

@@ -304,6 +304,25 @@ pub(crate) fn nonzero(op: &'static str, what: &'static str, v: u32) -> Result<u3
     }
 }
 
+/// `v`, where it is a multiple of `m` (the quads a kernel reads its rows in).
+pub(crate) fn multiple_of(
+    op: &'static str,
+    what: &'static str,
+    v: u32,
+    m: u32,
+) -> Result<u32, ShapeError> {
+    if v.is_multiple_of(m) {
+        Ok(v)
+    } else {
+        Err(ShapeError::NotMultiple {
+            op,
+            what,
+            value: v as usize,
+            multiple: m as usize,
+        })
+    }
+}
+
 /// The product of `dims` as an element count that kernels can index (at most
 /// [`MAX_ELEMENTS`]).
 pub(crate) fn elements(

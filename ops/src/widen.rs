@@ -17,7 +17,7 @@
 use crate::blocks::{self, BlockFormat, Bytes};
 use crate::case::*;
 use crate::shape::ShapeError;
-use crate::support::{elements, nonzero};
+use crate::support::{elements, multiple_of, nonzero};
 use half::f16;
 use trine_gguf::quant::{dequantize, quantize, WeightType};
 use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar, Val};
@@ -190,14 +190,7 @@ pub fn x_kernel() -> Kernel {
 
 /// Whether [`x_kernel`] rounds rows `cols` wide: quads of whole rows.
 pub fn x_check(cols: u32) -> Result<(), ShapeError> {
-    if cols.is_multiple_of(4) {
-        Ok(())
-    } else {
-        Err(ShapeError::Unsupported {
-            op: OP,
-            what: format!("x rows {cols} wide, not a multiple of 4"),
-        })
-    }
+    multiple_of(OP, "x's columns", cols, 4).map(|_| ())
 }
 
 /// A workgroup per token.

@@ -61,13 +61,12 @@ impl<'a> Builder<'a> {
 
     /// rms_norm of `tokens` rows of `x`, scaled by `weight`.
     pub fn norm(&mut self, x: Tensor, weight: WeightId, tokens: u32, label: &'static str) {
-        let half = false;
         self.push(
             Op::Norm {
                 x,
                 weight,
                 tokens,
-                half,
+                half: false,
             },
             label,
         );
