@@ -245,6 +245,10 @@ pub fn fuse(
                         label: "attn_combine",
                         layer: node.layer,
                     });
+                } else if form.output() == Tensor::XHalf {
+                    // Written rounded for the widened product after it, which reads the
+                    // attention (the graph's `Combined`) there.
+                    halved = Some(Tensor::Combined);
                 }
             }
             Op::Product {
@@ -762,7 +766,9 @@ fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionF
     } else {
         1
     };
-    let out = if splits == 1 && reader != Form::Float {
+    let out = if splits == 1 && reader == Form::Widened {
+        FlashOut::NormalizedHalf
+    } else if splits == 1 && reader != Form::Float {
         FlashOut::Normalized
     } else {
         FlashOut::Part.for_splits(splits)

@@ -333,6 +333,7 @@ impl std::fmt::Display for KernelKey {
                 let out = match out {
                     FlashOut::Part => "",
                     FlashOut::Normalized => ", normalised",
+                    FlashOut::NormalizedHalf => ", normalised and rounded to f16",
                     FlashOut::Chunks => ", keys in chunks",
                 };
                 let window = if *windowed { ", sliding window" } else { "" };

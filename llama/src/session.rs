@@ -304,16 +304,13 @@ impl Session {
 /// times over.
 ///
 /// A node that rounds its f32 results to f16 as it writes them ([`rounds_to_half`]) adds the
-/// values that round to different neighbours on the two devices. Where the f32 results differ
-/// by a relative `e`, a value rounds apart only within `e` of a halfway point between f16
-/// neighbours, whose relative spacing is 2⁻¹¹ to 2⁻¹⁰: that is a share of at most `2e·2¹¹` of
-/// the values, each then off by one spacing, at most 2⁻¹⁰ of it, an NMSE of at most
-/// `e·2⁻⁸`, with `e` the square root of the f32 bound. A wrong value is off by far more.
+/// values that round to different neighbours on the two devices
+/// ([`trine_ops::case::rounded_to_half`]).
 fn cross_check_bound(node: &Node, k: u32) -> f64 {
     let grown = f64::from(k.max(MEASURED_REDUCTION)) / f64::from(MEASURED_REDUCTION);
     let bound = grown * measured_bound(node);
     if rounds_to_half(node) {
-        bound + bound.sqrt() / 256.0
+        trine_ops::case::rounded_to_half(bound)
     } else {
         bound
     }

@@ -246,13 +246,18 @@ impl AttentionForm {
         }
     }
 
-    /// The tensor it writes: the attention itself where it normalises, else its partials.
+    /// The tensor it writes: the attention itself where it normalises (rounded to f16 for the
+    /// product after it where that reads x so), else its partials.
     pub fn output(self) -> Tensor {
         match self {
             AttentionForm::Flash {
                 out: FlashOut::Normalized,
                 ..
             } => Tensor::Combined,
+            AttentionForm::Flash {
+                out: FlashOut::NormalizedHalf,
+                ..
+            } => Tensor::XHalf,
             _ => Tensor::Part,
         }
     }
@@ -486,7 +491,7 @@ impl Node {
                 (y, 0..tokens as usize * n as usize)
             }
             Op::Attention { form, .. } => match form.output() {
-                Tensor::Combined => rows(Tensor::Combined, c.q_dim()),
+                y @ (Tensor::Combined | Tensor::XHalf) => rows(y, c.q_dim()),
                 part_tensor => rows(part_tensor, part(form.splits())),
             },
             Op::Norm { tokens, half, .. } => {
