@@ -7,9 +7,9 @@
 //! What a form does not take stays a node of its own (GeGLU and a post-norm residual add
 //! always do), and a product on quantized x gets the node that quantizes its x. A product on
 //! widened weights reads x rounded to f16, which the node writing x rounds as it writes where
-//! every reader takes it so (a norm, a gate/up product's gated unit, the experts' SwiGLU),
-//! else a node of its own. Attention through a sliding window takes the form any attention
-//! would.
+//! every reader takes it so (a norm, the attention, a gate/up product's gated unit, the
+//! experts' SwiGLU), else a node of its own. Attention through a sliding window takes the form
+//! any attention would.
 
 use super::config::Config;
 use super::error::ModelError;
