@@ -9,7 +9,7 @@
 use super::config::Config;
 use super::engine::Engine;
 use super::error::ModelError;
-use super::graph::{AttentionForm, Node, Op, Step, Tensor};
+use super::graph::{AttentionForm, Node, NormOut, Op, Step, Tensor};
 use super::sampler::argmax;
 use super::weights::Weights;
 use serde::Serialize;
@@ -321,12 +321,13 @@ fn cross_check_bound(node: &Node, k: u32) -> f64 {
 fn rounds_to_half(node: &Node) -> bool {
     matches!(
         node.op,
-        Op::Norm { half: true, .. }
-            | Op::Product {
-                y: Tensor::ActHalf,
-                ..
-            }
-            | Op::ExpertsSwigluHalves { half: true }
+        Op::Norm {
+            out: NormOut::Half,
+            ..
+        } | Op::Product {
+            y: Tensor::ActHalf,
+            ..
+        } | Op::ExpertsSwigluHalves { half: true }
     )
 }
 
@@ -455,7 +456,7 @@ mod tests {
             x: Tensor::Resid(0),
             weight: 0,
             tokens: 1,
-            half: false,
+            out: NormOut::F32,
         });
         let at = |k| cross_check_bound(&norm, k);
         assert_eq!(at(576), at(MEASURED_REDUCTION));
@@ -471,7 +472,7 @@ mod tests {
             x: Tensor::Resid(0),
             weight: 0,
             tokens: 1,
-            half: true,
+            out: NormOut::Half,
         });
         let rounded = cross_check_bound(&half, 576);
         assert!(rounded > 6.4e-10 && rounded < 1e-7, "{rounded}");
@@ -505,7 +506,7 @@ mod tests {
                 x: Tensor::Resid(0),
                 weight: 0,
                 tokens: 3,
-                half: false,
+                out: NormOut::F32,
             },
             label: "norm",
             layer: Some(0),

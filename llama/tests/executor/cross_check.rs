@@ -6,7 +6,7 @@ use std::sync::Arc;
 use trine_backends::Backend;
 use trine_gguf::synth::SynthShape;
 use trine_gguf::TensorType;
-use trine_llama::graph::{AttentionForm, Form, Op, Step, Store, Tensor};
+use trine_llama::graph::{AttentionForm, Form, NormOut, Op, Step, Store, Tensor};
 use trine_llama::{Engine, ModelError, Session};
 use trine_ops::attention_flash::FlashOut;
 use trine_ops::compare::nmse;
@@ -229,7 +229,15 @@ fn a_cpu_checks_a_gpus_prompts_on_widened_weights() {
     // before it writes it (the norms, the attention, the gate/up product), none by a node of
     // its own; the gate/up product in two halves, each widened before it, so that the f16
     // copy holds half of the widest weight.
-    let half_norm = |op: &Op| matches!(op, Op::Norm { half: true, .. });
+    let half_norm = |op: &Op| {
+        matches!(
+            op,
+            Op::Norm {
+                out: NormOut::Half,
+                ..
+            }
+        )
+    };
     let half_act = |op: &Op| {
         matches!(
             op,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use trine_gguf::quant::{dequantize, quantize};
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType};
-use trine_llama::graph::{Form, Op, QuantizeFrom, Store};
+use trine_llama::graph::{Form, NormOut, Op, QuantizeFrom, Store};
 use trine_llama::tuning::read_type;
 use trine_llama::weights::Source;
 use trine_llama::{Engine, Model};
@@ -263,7 +263,15 @@ fn layers_mixing_types_in_their_qkv_run_each_matrix_in_its_type() {
     let layers = copying.model().config.n_layer as usize;
     let halves = count_nodes(&copying, 5, |op| matches!(op, Op::HalfX { .. }));
     assert_eq!(halves, 0, "x_f16 nodes");
-    let norms = count_nodes(&copying, 5, |op| matches!(op, Op::Norm { half: true, .. }));
+    let norms = count_nodes(&copying, 5, |op| {
+        matches!(
+            op,
+            Op::Norm {
+                out: NormOut::Half,
+                ..
+            }
+        )
+    });
     assert_eq!(norms, 2 * layers, "norms rounding to f16");
     runs_as_its_decoded_twin("mixed qkv", mixed());
 }
