@@ -41,7 +41,7 @@ use super::attention_split::{
 use super::key_layout::{KeyIndex, KeyLayout};
 use super::kv_type::KvType;
 use super::shape::ShapeError;
-use super::support::{elements, nonzero, seed};
+use super::support::{elements, nonzero, seed, Float};
 use crate::case::*;
 use trine_ir::{Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
 
@@ -153,9 +153,7 @@ impl FlashOut {
         match self {
             FlashOut::Part | FlashOut::Chunks => part.clone(),
             FlashOut::Normalized => normalized().collect(),
-            FlashOut::NormalizedHalf => normalized()
-                .map(|v| half::f16::from_f64(v).to_f64())
-                .collect(),
+            FlashOut::NormalizedHalf => normalized().map(|v| Float::F16.round(v)).collect(),
         }
     }
 }
