@@ -7,14 +7,15 @@
 //! What a form does not take stays a node of its own (GeGLU and a post-norm residual add
 //! always do), and a product on quantized x gets the node that quantizes its x. A product on
 //! widened weights reads x rounded to f16, which the node writing x rounds as it writes where
-//! every reader takes it so (a norm, a gate/up product's gated unit, the experts' SwiGLU),
-//! else a node of its own. Attention through a sliding window takes the form any attention
-//! would.
+//! every reader takes it so (a norm, the attention, a gate/up product's gated unit, the
+//! experts' SwiGLU), else a node of its own. Attention through a sliding window takes the form
+//! any attention would.
 
 use super::config::Config;
 use super::error::ModelError;
 use super::graph::{
-    AttentionForm, ExpertsOn, Form, Load, Node, Op, QuantizeFrom, RowPart, Step, Store, Tensor,
+    AttentionForm, ExpertsOn, Form, Load, Node, NormOut, Op, QuantizeFrom, RowPart, Step, Store,
+    Tensor,
 };
 use super::tuning;
 use super::weights::{WeightId, Weights};
@@ -140,6 +141,9 @@ pub fn fuse(
     // The experts' SwiGLU wrote its units rounded into [`Tensor::XHalf`] for the experts'
     // down products after it.
     let mut experts_act_rounded = false;
+    // The norm before a layer's experts wrote its rows rounded into [`Tensor::XHalf`] beside
+    // the f32 ones, for the experts' gate and up products.
+    let mut experts_x_rounded = false;
     // The last quantizer, while nothing has written what it read since: the products of a
     // layer's QKV.
     let mut quantized_x: Option<Op> = None;
@@ -199,22 +203,31 @@ pub fn fuse(
                     }
                 };
                 // Where every reader is a product on widened weights, which reads x rounded to
-                // f16, the norm writes it so, and no node rounds it apart.
+                // f16, the norm writes it so, and no node rounds it apart; where widened
+                // experts read it beside a router on f32, it writes both.
                 let half = experts.is_none()
                     && !readers.is_empty()
                     && readers.iter().all(|&f| f == Some(Form::Widened));
+                let both = experts.is_some_and(|(gate, up)| {
+                    matches!(
+                        experts_on(w, c, &[gate, up], s, offer),
+                        Some(ExpertsOn::Widened(_))
+                    )
+                });
                 if fold {
                     norm = Some((Load::Norm(weight), x));
-                } else if half {
+                } else if half || both {
                     norm = None;
+                    let out_kind = if half { NormOut::Half } else { NormOut::Both };
                     let op = Op::Norm {
                         x,
                         weight,
                         tokens,
-                        half,
+                        out: out_kind,
                     };
                     out.push(Node { op, ..node });
-                    halved = Some(Tensor::Normed);
+                    halved = half.then_some(Tensor::Normed);
+                    experts_x_rounded = both;
                 } else {
                     norm = None;
                     out.push(node);
@@ -245,6 +258,10 @@ pub fn fuse(
                         label: "attn_combine",
                         layer: node.layer,
                     });
+                } else if form.output() == Tensor::XHalf {
+                    // Written rounded for the widened product after it, which reads the
+                    // attention (the graph's `Combined`) there.
+                    halved = Some(Tensor::Combined);
                 }
             }
             Op::Product {
@@ -439,7 +456,9 @@ pub fn fuse(
                         ExpertsOn::Tiles(_) => out.push(node(Op::MoeSort, "ffn_moe_sort")),
                         ExpertsOn::Widened(_) => {
                             out.push(node(Op::MoeSort, "ffn_moe_sort"));
-                            out.push(node(half_x(w, gate, x), "x_f16"));
+                            if !std::mem::take(&mut experts_x_rounded) {
+                                out.push(node(half_x(w, gate, x), "x_f16"));
+                            }
                         }
                         ExpertsOn::Rows => out.push(node(rows_quantizer(w, gate, x), "quantize")),
                     }
@@ -762,7 +781,9 @@ fn attention_form(c: &Config, s: Step, offer: Offer, reader: Form) -> AttentionF
     } else {
         1
     };
-    let out = if splits == 1 && reader != Form::Float {
+    let out = if splits == 1 && reader == Form::Widened {
+        FlashOut::NormalizedHalf
+    } else if splits == 1 && reader != Form::Float {
         FlashOut::Normalized
     } else {
         FlashOut::Part.for_splits(splits)

@@ -4,7 +4,7 @@
 //! from the fastest block the device runs down to the scalar one). The shapes come from the
 //! tuning table ([`crate::tuning`]).
 
-use super::graph::{AttentionForm, ExpertsOn, Form, Load, Op, Store, Tensor};
+use super::graph::{AttentionForm, ExpertsOn, Form, Load, NormOut, Op, Store, Tensor};
 use super::tuned::Tuned;
 use super::tuning::{self, MatvecSize};
 use super::weights::Weights;
@@ -113,9 +113,9 @@ pub enum KernelKey {
         out: FlashOut,
         windowed: bool,
     },
-    /// rms_norm, its output rounded to f16 where `half` ([`Op::Norm`]).
+    /// rms_norm, writing its rows as [`Op::Norm`]'s `out` says.
     RmsNorm {
-        half: bool,
+        out: NormOut,
     },
     /// Attention's split partials combined, by splits (a compile-time constant).
     Combine {
@@ -333,13 +333,17 @@ impl std::fmt::Display for KernelKey {
                 let out = match out {
                     FlashOut::Part => "",
                     FlashOut::Normalized => ", normalised",
+                    FlashOut::NormalizedHalf => ", normalised and rounded to f16",
                     FlashOut::Chunks => ", keys in chunks",
                 };
                 let window = if *windowed { ", sliding window" } else { "" };
                 write!(f, "attention (flash{tiles}{out}{window})")
             }
-            KernelKey::RmsNorm { half: false } => f.write_str("rms_norm"),
-            KernelKey::RmsNorm { half: true } => f.write_str("rms_norm rounded to f16"),
+            KernelKey::RmsNorm { out: NormOut::F32 } => f.write_str("rms_norm"),
+            KernelKey::RmsNorm { out: NormOut::Half } => f.write_str("rms_norm rounded to f16"),
+            KernelKey::RmsNorm { out: NormOut::Both } => {
+                f.write_str("rms_norm, and rounded to f16 beside")
+            }
             KernelKey::Combine { splits } => write!(f, "attention combine ({splits} splits)"),
             KernelKey::Swiglu(GateUp::Pairs) => f.write_str("swiglu"),
             KernelKey::Swiglu(GateUp::Halves) => f.write_str("swiglu halves"),
@@ -516,7 +520,7 @@ impl KernelKey {
                     windowed: window.is_some(),
                 },
             },
-            Op::Norm { half, .. } => KernelKey::RmsNorm { half },
+            Op::Norm { out, .. } => KernelKey::RmsNorm { out },
             Op::Combine { splits } => KernelKey::Combine { splits },
             Op::Swiglu(layout) => KernelKey::Swiglu(layout),
             Op::Geglu => KernelKey::GegluPairs,
@@ -764,15 +768,9 @@ impl KernelKey {
                 )?));
                 variants
             }
-            KernelKey::RmsNorm { half } => reductions
+            KernelKey::RmsNorm { out } => reductions
                 .iter()
-                .map(|&r| {
-                    plain(if half {
-                        rms_norm::half_kernel(r)
-                    } else {
-                        rms_norm::kernel(r)
-                    })
-                })
+                .map(|&r| plain(rms_norm::out_kernel(r, out)))
                 .collect(),
             KernelKey::Combine { splits } => {
                 vec![plain(attention_split::combine_kernel(s.head_dim, splits)?)]

@@ -9,7 +9,7 @@
 use super::config::Config;
 use super::engine::Engine;
 use super::error::ModelError;
-use super::graph::{AttentionForm, Node, Op, Step, Tensor};
+use super::graph::{AttentionForm, Node, NormOut, Op, Step, Tensor};
 use super::sampler::argmax;
 use super::weights::Weights;
 use serde::Serialize;
@@ -304,16 +304,13 @@ impl Session {
 /// times over.
 ///
 /// A node that rounds its f32 results to f16 as it writes them ([`rounds_to_half`]) adds the
-/// values that round to different neighbours on the two devices. Where the f32 results differ
-/// by a relative `e`, a value rounds apart only within `e` of a halfway point between f16
-/// neighbours, whose relative spacing is 2⁻¹¹ to 2⁻¹⁰: that is a share of at most `2e·2¹¹` of
-/// the values, each then off by one spacing, at most 2⁻¹⁰ of it, an NMSE of at most
-/// `e·2⁻⁸`, with `e` the square root of the f32 bound. A wrong value is off by far more.
+/// values that round to different neighbours on the two devices
+/// ([`trine_ops::case::rounded_to_half`]).
 fn cross_check_bound(node: &Node, k: u32) -> f64 {
     let grown = f64::from(k.max(MEASURED_REDUCTION)) / f64::from(MEASURED_REDUCTION);
     let bound = grown * measured_bound(node);
     if rounds_to_half(node) {
-        bound + bound.sqrt() / 256.0
+        trine_ops::case::rounded_to_half(bound)
     } else {
         bound
     }
@@ -324,12 +321,13 @@ fn cross_check_bound(node: &Node, k: u32) -> f64 {
 fn rounds_to_half(node: &Node) -> bool {
     matches!(
         node.op,
-        Op::Norm { half: true, .. }
-            | Op::Product {
-                y: Tensor::ActHalf,
-                ..
-            }
-            | Op::ExpertsSwigluHalves { half: true }
+        Op::Norm {
+            out: NormOut::Half,
+            ..
+        } | Op::Product {
+            y: Tensor::ActHalf,
+            ..
+        } | Op::ExpertsSwigluHalves { half: true }
     )
 }
 
@@ -458,7 +456,7 @@ mod tests {
             x: Tensor::Resid(0),
             weight: 0,
             tokens: 1,
-            half: false,
+            out: NormOut::F32,
         });
         let at = |k| cross_check_bound(&norm, k);
         assert_eq!(at(576), at(MEASURED_REDUCTION));
@@ -474,7 +472,7 @@ mod tests {
             x: Tensor::Resid(0),
             weight: 0,
             tokens: 1,
-            half: true,
+            out: NormOut::Half,
         });
         let rounded = cross_check_bound(&half, 576);
         assert!(rounded > 6.4e-10 && rounded < 1e-7, "{rounded}");
@@ -508,7 +506,7 @@ mod tests {
                 x: Tensor::Resid(0),
                 weight: 0,
                 tokens: 3,
-                half: false,
+                out: NormOut::F32,
             },
             label: "norm",
             layer: Some(0),

@@ -41,7 +41,7 @@ use super::attention_split::{
 use super::key_layout::{KeyIndex, KeyLayout};
 use super::kv_type::KvType;
 use super::shape::ShapeError;
-use super::support::{elements, nonzero, seed};
+use super::support::{elements, nonzero, seed, Float};
 use crate::case::*;
 use trine_ir::{Kernel, KernelBuilder, ParamValue, Scalar, Val, Var};
 
@@ -69,6 +69,9 @@ pub enum FlashOut {
     Part,
     /// `out` (`[tokens × heads × head_dim]`): `acc / l`, the combine's output, of one split.
     Normalized,
+    /// [`FlashOut::Normalized`] rounded to f16 as it is written, for a product on f16 tiles
+    /// after it, which reads its x so.
+    NormalizedHalf,
     /// `part` (`[tokens × heads × splits × (head_dim + 2)]`) of two splits or more: the
     /// partials a combine puts together.
     Chunks,
@@ -79,8 +82,29 @@ impl FlashOut {
     pub fn buffer(self) -> &'static str {
         match self {
             FlashOut::Part | FlashOut::Chunks => "part",
-            FlashOut::Normalized => "out",
+            FlashOut::Normalized | FlashOut::NormalizedHalf => "out",
         }
+    }
+
+    /// The output buffer's element type.
+    pub fn elem(self) -> Scalar {
+        match self {
+            FlashOut::NormalizedHalf => Scalar::F16,
+            _ => Scalar::F32,
+        }
+    }
+
+    /// `v` as this output stores it: rounded to f16 for [`FlashOut::NormalizedHalf`].
+    pub(super) fn written(self, v: Val<'_>) -> Val<'_> {
+        match self {
+            FlashOut::NormalizedHalf => v.cast(Scalar::F16),
+            _ => v,
+        }
+    }
+
+    /// Whether it writes the attention itself, not partials.
+    pub fn normalized(self) -> bool {
+        matches!(self, FlashOut::Normalized | FlashOut::NormalizedHalf)
     }
 
     /// The kernel name's suffix.
@@ -88,6 +112,7 @@ impl FlashOut {
         match self {
             FlashOut::Part => "",
             FlashOut::Normalized => "_norm",
+            FlashOut::NormalizedHalf => "_norm_f16",
             FlashOut::Chunks => "_chunks",
         }
     }
@@ -107,7 +132,9 @@ impl FlashOut {
         let part = shape.check()?;
         match (self, shape.splits > 1) {
             (FlashOut::Part, false) | (FlashOut::Chunks, true) => Ok(part),
-            (FlashOut::Normalized, false) => Ok(part / (shape.head_dim + 2) * shape.head_dim),
+            (FlashOut::Normalized | FlashOut::NormalizedHalf, false) => {
+                Ok(part / (shape.head_dim + 2) * shape.head_dim)
+            }
             _ => Err(ShapeError::Unsupported {
                 op: OP,
                 what: format!("{self:?} output from {} splits", shape.splits),
@@ -116,16 +143,17 @@ impl FlashOut {
     }
 
     /// The f64 reference of this output from [`reference_split`]'s `part` (one split for
-    /// [`FlashOut::Normalized`]).
+    /// [`FlashOut::Normalized`]), rounded to f16 for [`FlashOut::NormalizedHalf`].
     pub fn reference(self, shape: &FlashAttention, part: Vec<f64>) -> Vec<f64> {
+        let d = shape.head_dim as usize;
+        let normalized = || {
+            part.chunks(d + 2)
+                .flat_map(|row| row[..d].iter().map(move |a| a / row[d + 1]))
+        };
         match self {
-            FlashOut::Part | FlashOut::Chunks => part,
-            FlashOut::Normalized => {
-                let d = shape.head_dim as usize;
-                part.chunks(d + 2)
-                    .flat_map(|row| row[..d].iter().map(move |a| a / row[d + 1]))
-                    .collect()
-            }
+            FlashOut::Part | FlashOut::Chunks => part.clone(),
+            FlashOut::Normalized => normalized().collect(),
+            FlashOut::NormalizedHalf => normalized().map(|v| Float::F16.round(v)).collect(),
         }
     }
 }
@@ -388,11 +416,11 @@ pub fn kernel(
                 k.store(part, base + k.u32(d + 1), l.get());
             });
         }
-        FlashOut::Normalized => {
+        FlashOut::Normalized | FlashOut::NormalizedHalf => {
             let base = (t * heads + h) * k.u32(d);
             let inv = k.f32(1.0) / l.get();
             for_lane_dims(&k, d, lane, &acc, |i, a| {
-                k.store(part, base + i, a.get() * inv)
+                k.store(part, base + i, out.written(a.get() * inv))
             });
         }
     });
@@ -408,7 +436,7 @@ pub(super) fn declare_io<'b>(
     (keys, out): (KeyLayout, FlashOut),
     (head_dim, windowed): (u32, bool),
 ) -> (FlashIo<'b>, Val<'b>, KeyIndex<'b>) {
-    let parts = PartsIo::declare_out(k, kv, out.buffer());
+    let parts = PartsIo::declare_out(k, kv, (out.buffer(), out.elem()));
     let scale = k.param("scale", Scalar::F32);
     let splits = (out == FlashOut::Chunks).then(|| k.param("splits", Scalar::U32));
     let window = windowed.then(|| k.param("window", Scalar::U32));
@@ -580,6 +608,7 @@ pub fn case_with_queries(
         match out {
             FlashOut::Part | FlashOut::Chunks => "",
             FlashOut::Normalized => "+out",
+            FlashOut::NormalizedHalf => "+out/f16",
         }
     ) + &shape
         .window
@@ -611,7 +640,10 @@ pub fn case_with_queries(
         reference_split_windowed(&shape.split(), kv_len, pos, shape.window, &q, &kc, &vc)?,
     );
     // NaN where the kernel must write: an element it skips fails the NaN pattern check.
-    let part0 = vec![f32::NAN; n as usize];
+    let part0 = match out.elem() {
+        Scalar::F16 => f16_bytes(&vec![half::f16::NAN; n as usize]),
+        _ => f32_bytes(&vec![f32::NAN; n as usize]),
+    };
     let k_cache = keys.arrange(&kc, (kv_len, shape.kv_heads, shape.head_dim), f32::NAN);
     let mut params = shape.params();
     params.extend(keys.params(kv_len));
@@ -624,9 +656,12 @@ pub fn case_with_queries(
     .input("step", Scalar::U32, u32_bytes(&[pos]))
     .input("k", kv.scalar(), kv.bytes(&k_cache))
     .input("v", kv.scalar(), kv.bytes(&vc))
-    .output(out.buffer(), Scalar::F32, f32_bytes(&part0), want)
+    .output(out.buffer(), out.elem(), part0, want)
     .params(params)
-    .bound(attention::NMSE))
+    .bound(match out {
+        FlashOut::NormalizedHalf => rounded_to_half(attention::NMSE),
+        _ => attention::NMSE,
+    }))
 }
 
 /// The cases' multi-query shape with heads of 128 dimensions (the kernels' largest).
@@ -739,6 +774,14 @@ pub fn cases() -> Vec<Case> {
         // Gemma 3's heads of 256 (blocks of 8 keys, more than lavapipe's 32 KiB), local and global.
         (window(gemma(21), 6), 4, F16, FlashOut::Normalized),
         (gemma(21), 4, F32, FlashOut::Part),
+        // Rounded to f16 as written, for a product on widened weights after it.
+        (smol(33), 70, F16, FlashOut::NormalizedHalf),
+        (
+            window(MULTI_QUERY_128, 9),
+            13,
+            F16,
+            FlashOut::NormalizedHalf,
+        ),
     ];
     shapes
         .into_iter()

@@ -31,6 +31,16 @@ pub const NMSE_MATMUL: f64 = 5e-11;
 /// Integer and bit kernels must match exactly.
 pub const NMSE_EXACT: f64 = 0.0;
 
+/// The NMSE bound of values computed in f32 within `bound` of a reference (or of another
+/// device's) and then rounded to f16, against that reference rounded alike. Where two f32
+/// results differ by a relative `e`, they round to different f16 neighbours only within `e`
+/// of a halfway point between them, whose relative spacing is 2⁻¹¹ to 2⁻¹⁰: a share of at
+/// most `2e·2¹¹` of the values, each then off by one spacing, at most 2⁻¹⁰ of it, an NMSE of
+/// at most `e·2⁻⁸`, with `e` the square root of `bound`. A wrong value is off by far more.
+pub fn rounded_to_half(bound: f64) -> f64 {
+    bound + bound.sqrt() / 256.0
+}
+
 /// One buffer of a case.
 #[derive(Clone, Debug)]
 pub struct CaseBuffer {

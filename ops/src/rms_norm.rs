@@ -43,39 +43,63 @@ impl RmsNorm {
     }
 }
 
+/// What a norm writes: its rows in f32 (`y`), rounded to f16 (`y`, f16), or both (`y` f32 and
+/// `y16` f16, for a layer whose f32 readers and f16 readers share them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NormOut {
+    F32,
+    Half,
+    Both,
+}
+
+impl NormOut {
+    fn suffix(self) -> &'static str {
+        match self {
+            NormOut::F32 => "",
+            NormOut::Half => "f16_",
+            NormOut::Both => "f32_f16_",
+        }
+    }
+}
+
 /// Buffers: `x` [rows × cols], `w` [cols], `y` [rows × cols], all f32. Params: cols, eps.
 pub fn kernel(how: Reduction) -> Kernel {
-    build(how, Float::F32)
+    build(how, NormOut::F32)
 }
 
-/// [`kernel`] with `y` in f16: each value computed as there, then rounded. A prompt's
-/// products on f16 tiles read x so; written here, it needs no rounding node of its own.
-pub fn half_kernel(how: Reduction) -> Kernel {
-    build(how, Float::F16)
+/// [`kernel`] writing `out`: each value computed as there, then stored, rounded to f16 where
+/// `out` asks (a prompt's products on f16 tiles read x so; written here, it needs no rounding
+/// node of its own). Buffers `x`, `w`, then `y` (f16 for [`NormOut::Half`]) and for
+/// [`NormOut::Both`] `y16` (f16).
+pub fn out_kernel(how: Reduction, out: NormOut) -> Kernel {
+    build(how, out)
 }
 
-fn build(how: Reduction, out: Float) -> Kernel {
-    let name = match out {
-        Float::F16 => format!("rms_norm_f16_{}", how.name()),
-        Float::F32 => format!("rms_norm_{}", how.name()),
-    };
+fn build(how: Reduction, out: NormOut) -> Kernel {
+    let name = format!("rms_norm_{}{}", out.suffix(), how.name());
     let k = KernelBuilder::new(&name, [WG, 1, 1]);
     let x = k.buffer("x", Scalar::F32, Access::Read);
     let w = k.buffer("w", Scalar::F32, Access::Read);
-    let y = k.buffer("y", out.scalar(), Access::Write);
+    let y_elem = match out {
+        NormOut::Half => Scalar::F16,
+        NormOut::F32 | NormOut::Both => Scalar::F32,
+    };
+    let y = k.buffer("y", y_elem, Access::Write);
+    let y16 = (out == NormOut::Both).then(|| k.buffer("y16", Scalar::F16, Access::Write));
     let cols = k.param("cols", Scalar::U32);
     let eps = k.param("eps", Scalar::F32);
     let (lid, base, scale) = row_scale(&k, how, x, cols, eps);
     k.for_range(lid, cols, WG, |c| {
         let v = k.load(x, base + c) * scale * k.load(w, c);
+        let rounded = || v.cast(Scalar::F16);
         k.store(
             y,
             base + c,
-            match out {
-                Float::F32 => v,
-                Float::F16 => v.cast(Scalar::F16),
-            },
+            if y_elem == Scalar::F16 { rounded() } else { v },
         );
+        if let Some(y16) = y16 {
+            k.store(y16, base + c, rounded());
+        }
     });
     k.finish()
 }
@@ -161,39 +185,36 @@ pub fn reference(shape: &RmsNorm, x: &[f32], w: &[f32]) -> Result<Vec<f64>, Shap
 /// A conformance case for `shape` with deterministic inputs. The subgroup kernel carries the
 /// shared one as its fallback.
 pub fn case(shape: RmsNorm, how: Reduction) -> Result<Case, ShapeError> {
-    any_case(shape, how, Float::F32)
+    out_case(shape, how, NormOut::F32)
 }
 
-/// [`case`] of [`half_kernel`]: the reference's values rounded to f16, which the kernel's
-/// f32 values round to but where the two fall either side of a halfway point (one f16 ulp,
-/// far inside the bound).
-pub fn half_case(shape: RmsNorm, how: Reduction) -> Result<Case, ShapeError> {
-    any_case(shape, how, Float::F16)
-}
-
-fn any_case(shape: RmsNorm, how: Reduction, out: Float) -> Result<Case, ShapeError> {
+/// [`case`] of [`out_kernel`] writing `out`: the rounded rows against the reference's values
+/// rounded to f16, which the kernel's f32 values round to but where the two fall either side
+/// of a halfway point (one f16 ulp, far inside the bound).
+pub fn out_case(shape: RmsNorm, how: Reduction, out: NormOut) -> Result<Case, ShapeError> {
     shape.check()?;
     let mut name = case_name(OP, &shape, how);
-    if out == Float::F16 {
-        name = name.replacen("f32/", "f32->f16/", 1);
+    match out {
+        NormOut::F32 => {}
+        NormOut::Half => name = name.replacen("f32/", "f32->f16/", 1),
+        NormOut::Both => name = name.replacen("f32/", "f32->f32,f16/", 1),
     }
     let mut r = Rng::new(seed(&name));
     let x = r.f32s((shape.rows * shape.cols) as usize, -2.0, 2.0);
     let w = r.f32s(shape.cols as usize, 0.5, 1.5);
-    let mut want = reference(&shape, &x, &w)?;
-    if out == Float::F16 {
-        want = want.iter().map(|&v| out.round(v)).collect();
-    }
+    let want = reference(&shape, &x, &w)?;
+    let rounded: Vec<f64> = want.iter().map(|&v| Float::F16.round(v)).collect();
     let mut c = Case::new(name, build(how, out), shape.grid())
         .input("x", Scalar::F32, f32_bytes(&x))
-        .input("w", Scalar::F32, f32_bytes(&w))
-        .output(
-            "y",
-            out.scalar(),
-            vec![0; x.len() * out.scalar().size()],
-            want,
-        )
-        .params(shape.params());
+        .input("w", Scalar::F32, f32_bytes(&w));
+    c = match out {
+        NormOut::F32 => c.output("y", Scalar::F32, vec![0; x.len() * 4], want),
+        NormOut::Half => c.output("y", Scalar::F16, vec![0; x.len() * 2], rounded),
+        NormOut::Both => c
+            .output("y", Scalar::F32, vec![0; x.len() * 4], want)
+            .output("y16", Scalar::F16, vec![0; x.len() * 2], rounded),
+    };
+    c = c.params(shape.params());
     if how == Reduction::Subgroup {
         c = c.fallback(build(Reduction::Shared, out));
     }
@@ -228,9 +249,14 @@ pub fn cases() -> Vec<Case> {
         )
         .expect("a valid shape"),
     );
-    // Rounded to f16 as written: an 8B layout's width, and the shared reduction.
-    for (rows, cols, how) in [(3, 4096, Reduction::Subgroup), (5, 1000, Reduction::Shared)] {
-        v.push(half_case(RmsNorm { rows, cols, eps }, how).expect("a valid shape"));
+    // Rounded to f16 as written (an 8B layout's width, and the shared reduction), and both
+    // (a mixture of experts' layer, whose router reads f32 and its experts f16).
+    for (rows, cols, how, out) in [
+        (3, 4096, Reduction::Subgroup, NormOut::Half),
+        (5, 1000, Reduction::Shared, NormOut::Half),
+        (3, 2048, Reduction::Subgroup, NormOut::Both),
+    ] {
+        v.push(out_case(RmsNorm { rows, cols, eps }, how, out).expect("a valid shape"));
     }
     v
 }

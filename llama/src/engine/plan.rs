@@ -5,7 +5,7 @@
 use super::Engine;
 use crate::config::Experts;
 use crate::graph::{
-    AttentionForm, ExpertsOn, Form, Load, Node, Op, QuantizeFrom, Step, Store, Tensor,
+    AttentionForm, ExpertsOn, Form, Load, Node, NormOut, Op, QuantizeFrom, Step, Store, Tensor,
 };
 use crate::planner::{KernelKey, Launch};
 use crate::tuning::{self, holds_pairs};
@@ -226,7 +226,7 @@ impl Engine {
                 x,
                 weight: g,
                 tokens,
-                half,
+                out,
             } => {
                 let n = RmsNorm {
                     rows: tokens,
@@ -235,7 +235,11 @@ impl Engine {
                 };
                 plan(
                     vec![x, Tensor::Weight(g)],
-                    &[if half { Tensor::XHalf } else { Tensor::Normed }],
+                    match out {
+                        NormOut::F32 => &[Tensor::Normed][..],
+                        NormOut::Half => &[Tensor::XHalf],
+                        NormOut::Both => &[Tensor::Normed, Tensor::XHalf],
+                    },
                     n.params(),
                     n.grid(),
                 )

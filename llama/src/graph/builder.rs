@@ -4,7 +4,7 @@
 //! the output head. An architecture's file ([`crate::arch`]) strings them together; the
 //! fusion pass ([`crate::fuse`]) decides what runs in one kernel.
 
-use super::{AttentionForm, Form, Load, Node, Op, Step, Store, Tensor};
+use super::{AttentionForm, Form, Load, Node, NormOut, Op, Step, Store, Tensor};
 use crate::weights::{DenseWeights, ExpertWeights, Ffn, Layer, WeightId, Weights};
 use trine_ops::rope::RopeMode;
 
@@ -66,7 +66,7 @@ impl<'a> Builder<'a> {
                 x,
                 weight,
                 tokens,
-                half: false,
+                out: NormOut::F32,
             },
             label,
         );

@@ -16,6 +16,7 @@ use trine_ops::attention_flash::FlashOut;
 use trine_ops::elementwise::GateUp;
 use trine_ops::matvec_q8::XBlocks;
 use trine_ops::quantize::XLoad;
+pub use trine_ops::rms_norm::NormOut;
 use trine_ops::rope::RopeMode;
 use trine_ops::rope_store::HeadSpan;
 
@@ -246,13 +247,18 @@ impl AttentionForm {
         }
     }
 
-    /// The tensor it writes: the attention itself where it normalises, else its partials.
+    /// The tensor it writes: the attention itself where it normalises (rounded to f16 for the
+    /// product after it where that reads x so), else its partials.
     pub fn output(self) -> Tensor {
         match self {
             AttentionForm::Flash {
                 out: FlashOut::Normalized,
                 ..
             } => Tensor::Combined,
+            AttentionForm::Flash {
+                out: FlashOut::NormalizedHalf,
+                ..
+            } => Tensor::XHalf,
             _ => Tensor::Part,
         }
     }
@@ -290,13 +296,14 @@ pub enum Op {
     /// Rows of the embedding table for the step's ids, multiplied by `scale` where given, into
     /// [`Tensor::Resid`]`(0)`.
     Embed { table: WeightId, scale: Option<f32> },
-    /// rms_norm of `tokens` rows of `x` scaled by `weight`, into [`Tensor::Normed`]; where
-    /// `half`, rounded to f16 into [`Tensor::XHalf`] instead, for products that read it so.
+    /// rms_norm of `tokens` rows of `x` scaled by `weight`, into [`Tensor::Normed`]; rounded to
+    /// f16 into [`Tensor::XHalf`] instead ([`NormOut::Half`]) or as well ([`NormOut::Both`]) for
+    /// products that read it so.
     Norm {
         x: Tensor,
         weight: WeightId,
         tokens: u32,
-        half: bool,
+        out: NormOut,
     },
     /// `y = x·Wᵀ` for `tokens` rows of x, with what the fusion pass folded into it.
     Product {
@@ -486,11 +493,16 @@ impl Node {
                 (y, 0..tokens as usize * n as usize)
             }
             Op::Attention { form, .. } => match form.output() {
-                Tensor::Combined => rows(Tensor::Combined, c.q_dim()),
+                y @ (Tensor::Combined | Tensor::XHalf) => rows(y, c.q_dim()),
                 part_tensor => rows(part_tensor, part(form.splits())),
             },
-            Op::Norm { tokens, half, .. } => {
-                let y = if half { Tensor::XHalf } else { Tensor::Normed };
+            // Where it writes both, the f32 rows are compared; the products reading the rounded
+            // copy are checked after it.
+            Op::Norm { tokens, out, .. } => {
+                let y = match out {
+                    NormOut::Half => Tensor::XHalf,
+                    NormOut::F32 | NormOut::Both => Tensor::Normed,
+                };
                 (y, 0..(tokens * c.n_embd) as usize)
             }
             Op::Combine { .. } => rows(Tensor::Combined, c.q_dim()),

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use trine_backends::Backend;
 use trine_gguf::synth::SynthShape;
 use trine_gguf::TensorType;
-use trine_llama::graph::{Form, Op, Step, Store, Tensor};
+use trine_llama::graph::{AttentionForm, Form, NormOut, Op, Step, Store, Tensor};
 use trine_llama::{Engine, ModelError, Session};
+use trine_ops::attention_flash::FlashOut;
 use trine_ops::compare::nmse;
 use trine_ops::kv_type::KvType;
 
@@ -224,11 +225,19 @@ fn a_cpu_checks_a_gpus_prompts_on_widened_weights() {
     let widen = |op: &Op| matches!(op, Op::Widen { .. });
     let half_x = |op: &Op| matches!(op, Op::HalfX { .. });
     let layers = SynthShape::TINY.n_layer as usize;
-    // Four products per layer, each with its weight widened and its x rounded (each reads
-    // an x written since the product before it: by the norms and the gate/up product rounded
-    // as they write it, by a node of its own after the attention); the gate/up product in two
-    // halves, each widened before it, so that the f16 copy holds half of the widest weight.
-    let half_norm = |op: &Op| matches!(op, Op::Norm { half: true, .. });
+    // Four products per layer, each with its weight widened and its x rounded as the node
+    // before it writes it (the norms, the attention, the gate/up product), none by a node of
+    // its own; the gate/up product in two halves, each widened before it, so that the f16
+    // copy holds half of the widest weight.
+    let half_norm = |op: &Op| {
+        matches!(
+            op,
+            Op::Norm {
+                out: NormOut::Half,
+                ..
+            }
+        )
+    };
     let half_act = |op: &Op| {
         matches!(
             op,
@@ -240,7 +249,20 @@ fn a_cpu_checks_a_gpus_prompts_on_widened_weights() {
     };
     assert_eq!(count(5, widened), 5 * layers);
     assert_eq!(count(5, widen), 5 * layers);
-    assert_eq!(count(5, half_x), layers);
+    let half_attention = |op: &Op| {
+        matches!(
+            op,
+            Op::Attention {
+                form: AttentionForm::Flash {
+                    out: FlashOut::NormalizedHalf,
+                    ..
+                },
+                ..
+            }
+        )
+    };
+    assert_eq!(count(5, half_x), 0);
+    assert_eq!(count(5, half_attention), layers);
     assert_eq!(count(5, half_norm), 2 * layers);
     assert_eq!(count(5, half_act), 2 * layers);
     assert_eq!(count(1, half_norm) + count(1, half_act), 0);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use trine_gguf::quant::{dequantize, quantize};
 use trine_gguf::synth::{synth_llama, SynthShape};
 use trine_gguf::{Gguf, GgufWriter, TensorType};
-use trine_llama::graph::{Form, Op, QuantizeFrom, Store};
+use trine_llama::graph::{Form, NormOut, Op, QuantizeFrom, Store};
 use trine_llama::tuning::read_type;
 use trine_llama::weights::Source;
 use trine_llama::{Engine, Model};
@@ -256,14 +256,22 @@ fn layers_mixing_types_in_their_qkv_run_each_matrix_in_its_type() {
     // The parts that stand alone are the file's tensors, not copies.
     let alone = w.layers[1].qkv.iter().map(|p| &w.tensors[p.w].source);
     assert!(alone.into_iter().all(|s| matches!(s, Source::File(_))));
-    // A prompt's QKV parts on widened weights share x rounded once: a layer's x_f16 node is
-    // the attention output's, not its parts'; its norms and its gate/up product write theirs
+    // A prompt's QKV parts on widened weights share x rounded once, as the norm writes it: no
+    // x_f16 node is left, the norms, the attention and the gate/up product writing theirs
     // rounded.
     let copying = Engine::new(Arc::new(model), gpu_copying(), SIZES).unwrap();
     let layers = copying.model().config.n_layer as usize;
     let halves = count_nodes(&copying, 5, |op| matches!(op, Op::HalfX { .. }));
-    assert_eq!(halves, layers, "x_f16 nodes");
-    let norms = count_nodes(&copying, 5, |op| matches!(op, Op::Norm { half: true, .. }));
+    assert_eq!(halves, 0, "x_f16 nodes");
+    let norms = count_nodes(&copying, 5, |op| {
+        matches!(
+            op,
+            Op::Norm {
+                out: NormOut::Half,
+                ..
+            }
+        )
+    });
     assert_eq!(norms, 2 * layers, "norms rounding to f16");
     runs_as_its_decoded_twin("mixed qkv", mixed());
 }

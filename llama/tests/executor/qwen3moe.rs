@@ -5,7 +5,7 @@
 use crate::common::*;
 use trine_gguf::synth::SynthShape;
 use trine_gguf::Value;
-use trine_llama::graph::{ExpertsOn, Form, Op, QuantizeFrom, Step, Tensor};
+use trine_llama::graph::{ExpertsOn, Form, NormOut, Op, QuantizeFrom, Step, Tensor};
 use trine_llama::Engine;
 
 const SHAPE: SynthShape = SynthShape::TINY_QWEN3_MOE;
@@ -47,6 +47,15 @@ fn qwen3moe_backends_agree_node_by_node() {
             let widens = count(|op| matches!(op, Op::Widen { .. }));
             let halves = count(|op| matches!(op, Op::HalfX { .. }));
             let rounded = count(|op| matches!(op, Op::ExpertsSwigluHalves { half: true }));
+            let both = count(|op| {
+                matches!(
+                    op,
+                    Op::Norm {
+                        out: NormOut::Both,
+                        ..
+                    }
+                )
+            });
             let on_rows = count(|op| {
                 matches!(
                     op,
@@ -67,10 +76,11 @@ fn qwen3moe_backends_agree_node_by_node() {
                 assert_eq!((around, sorts), (2 * layers, layers), "{name}");
                 // The tiny file's experts are quantized: every one widened.
                 assert_eq!(widened, 3 * layers, "{name}");
-                // x rounded by a node of its own for the attention's output and the experts'
-                // gate and up; the experts' SwiGLU writes the down products' rounded.
+                // No x rounded by a node of its own: the norm before the experts writes their
+                // gate and up x rounded beside the router's f32, the experts' SwiGLU the down
+                // products'.
                 assert!(widens >= 3 * layers, "{name}");
-                assert_eq!((halves, rounded), (2 * layers, layers), "{name}");
+                assert_eq!((halves, rounded, both), (0, layers, layers), "{name}");
             } else if on_rows > 0 {
                 assert_eq!((by_pair, on_rows), (0, 3 * layers), "{name}");
                 assert_eq!((around, sorts), (2 * layers, 0), "{name}");

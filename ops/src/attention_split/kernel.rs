@@ -208,17 +208,21 @@ pub(crate) struct PartsIo<'b> {
 
 impl<'b> PartsIo<'b> {
     pub(crate) fn declare(k: &'b KernelBuilder, kv: KvType) -> PartsIo<'b> {
-        Self::declare_out(k, kv, "part")
+        Self::declare_out(k, kv, ("part", Scalar::F32))
     }
 
     /// [`PartsIo::declare`] with the output buffer (`part`'s place) named `out`.
-    pub(crate) fn declare_out(k: &'b KernelBuilder, kv: KvType, out: &str) -> PartsIo<'b> {
+    pub(crate) fn declare_out(
+        k: &'b KernelBuilder,
+        kv: KvType,
+        (out, elem): (&str, Scalar),
+    ) -> PartsIo<'b> {
         PartsIo {
             q: k.buffer("q", Scalar::F32, Access::Read),
             step: k.buffer("step", Scalar::U32, Access::Read),
             k: k.buffer("k", kv.scalar(), Access::Read),
             v: k.buffer("v", kv.scalar(), Access::Read),
-            part: k.buffer(out, Scalar::F32, Access::Write),
+            part: k.buffer(out, elem, Access::Write),
             tokens: k.param("tokens", Scalar::U32),
             heads: k.param("heads", Scalar::U32),
             kv_heads: k.param("kv_heads", Scalar::U32),
