@@ -8,6 +8,7 @@ use std::sync::Arc;
 use trine_backends::BackendKind;
 use trine_llama::graph::Step;
 use trine_llama::{Engine, EngineOptions, Model, Session};
+use trine_ops::case::Rng;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -29,13 +30,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cache: None,
     };
     let mut session = Session::new(Engine::new(model.clone(), backend, sizes)?, None);
+    // Random tokens, as the bench's prompts are: a mixture of experts routes a prompt of one
+    // repeated token to the same few experts, whose products then read a fraction of the
+    // weights a real prompt's do.
+    let vocab = model.config.vocab;
+    let mut rng = Rng::new(u64::from(tokens));
+    let mut ids = |n: u32| -> Vec<u32> { (0..n).map(|_| rng.u32() % vocab).collect() };
     if pos > 0 {
-        session.feed(&vec![1; pos as usize])?;
+        session.feed(&ids(pos))?;
     }
     let mut engine = session.into_engine();
     engine.prepare()?;
     let s = Step { tokens, pos };
-    engine.set_ids(&vec![2; tokens as usize], pos)?;
+    engine.set_ids(&ids(tokens), pos)?;
     let mut by_op: BTreeMap<&str, (u32, f64)> = BTreeMap::new();
     let mut total = 0.0;
     for node in engine.graph(s)? {

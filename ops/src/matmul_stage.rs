@@ -13,7 +13,8 @@
 //! change.
 
 use super::blocks::{
-    f16_bits_to_f32, signed_byte, BlockFormat, Bytes, Codes, Flat, Offset, Packed, Scales,
+    f16_bits_to_f32, signed_byte, BlockFormat, Bytes, Codes, Flat, HeaderScales, Offset, Packed,
+    Scales, UnitQuads, UNIT,
 };
 use super::support::Float;
 use trine_gguf::quant::WeightType;
@@ -90,6 +91,17 @@ enum Share<'b> {
         p: Packed,
         runs: Vec<(Var<'b>, Var<'b>)>,
     },
+    /// Units of a packed format whose units lie in whole quads of their block, with its scales
+    /// in the block's first 16 bytes ([`unit_quads`]), in steps of one chunk of [`CHUNK`]
+    /// columns (two units a row): each unit's quads and its block's header are loaded a step
+    /// ahead as words, and decoded when they are put, where a run's decoder loaded its bytes
+    /// as it decoded them.
+    Units {
+        p: Packed,
+        quads: UnitQuads,
+        header: HeaderScales,
+        units: Vec<UnitShare<'b>>,
+    },
     /// 16-byte lines of an f16 block, `lines` per invocation, copied straight into shared
     /// memory ([`Fetch::copy`]) without passing through the invocation's registers: the
     /// walk's items are lines of [`LINE`] elements.
@@ -101,6 +113,26 @@ enum Share<'b> {
         walk: RowWalk<'b>,
         words: Vec<[Var<'b>; 4]>,
     },
+}
+
+/// An invocation's unit of a step ([`Share::Units`]): its block's header, its quads, and the
+/// unit's index in its block.
+struct UnitShare<'b> {
+    header: [Var<'b>; 4],
+    quads: Vec<[Var<'b>; 4]>,
+    unit: Var<'b>,
+}
+
+/// Columns of a step staged by units: a unit's two runs lie in one chunk of 64 elements of
+/// every format that has [`unit_quads`].
+pub const CHUNK: u32 = 2 * UNIT;
+
+/// The quads and header of `p`'s units where a step of `depth` blocks of K stages them by
+/// units ([`Share::Units`]): steps of one [`CHUNK`], blocks of whole chunks on 16 bytes.
+pub fn unit_quads(p: Packed, depth: u32) -> Option<(UnitQuads, HeaderScales)> {
+    let units = p.units?;
+    let fits = BK * depth == CHUNK && p.elems.is_multiple_of(CHUNK) && p.bytes.is_multiple_of(16);
+    fits.then_some((units.quads?, units.header?))
 }
 
 /// f16 elements in a line of an asynchronous copy ([`trine_ir::COPY_BYTES`]).
@@ -311,6 +343,29 @@ impl<'b> Fetch<'b> {
             Lines::Elements => rows(name, Float::F16, block),
         };
         let w_share = match (ty, BlockFormat::of(ty)) {
+            (_, Some(BlockFormat::Packed(p))) if unit_quads(p, depth).is_some() => {
+                let (quads, header) = unit_quads(p, depth).expect("tested in the guard");
+                Share::Units {
+                    p,
+                    quads,
+                    header,
+                    units: (0..(2 * wb.n).div_ceil(invocations))
+                        .map(|h| UnitShare {
+                            header: std::array::from_fn(|i| {
+                                k.var(&format!("unit_header{h}_{i}"), Scalar::U32)
+                            }),
+                            quads: (0..quads.count)
+                                .map(|q| {
+                                    std::array::from_fn(|i| {
+                                        k.var(&format!("unit_quad{h}_{q}_{i}"), Scalar::U32)
+                                    })
+                                })
+                                .collect(),
+                            unit: k.var(&format!("unit{h}"), Scalar::U32),
+                        })
+                        .collect(),
+                }
+            }
             (_, Some(BlockFormat::Packed(p))) => Share::Runs {
                 p,
                 runs: (0..(2 * wb.n * depth).div_ceil(invocations))
@@ -391,6 +446,29 @@ impl<'b> Fetch<'b> {
                         let loaded = k.load_quad(*buf, walk.index(k, j, k0) / k.u32(LINE));
                         for (v, word) in quad.iter().zip(loaded) {
                             v.set(word);
+                        }
+                    }
+                }
+                Share::Units {
+                    p, quads, units, ..
+                } => {
+                    for (h, share) in units.iter().enumerate() {
+                        // Where a step has fewer units than invocations take, the rest load
+                        // its last unit again and stage nothing.
+                        let e = self.half_index(k, h).min(k.u32(2 * block.n - 1));
+                        let row = (block.r0 + e / k.u32(2)).min(block.rows - k.u32(1));
+                        let elems = k.u32(p.elems);
+                        let base = (row * (block.cols / elems) + k0 / elems) * k.u32(p.bytes);
+                        let unit = k0 % elems / k.u32(UNIT) + e % k.u32(2);
+                        share.unit.set(unit);
+                        let header = k.load_quad(*buf, base / k.u32(16));
+                        for (v, word) in share.header.iter().zip(header) {
+                            v.set(word);
+                        }
+                        for (vars, at) in share.quads.iter().zip((quads.at)(k, base, unit)) {
+                            for (v, word) in vars.iter().zip(k.load_quad(*buf, at / k.u32(16))) {
+                                v.set(word);
+                            }
                         }
                     }
                 }
@@ -487,6 +565,49 @@ impl<'b> Fetch<'b> {
                                 let v = k.select(inside, s.value(code), k.f32(0.0));
                                 let j = lines[i / 8] + k.u32(i as u32 % 8);
                                 k.store_shared(dst, j, v.cast(Scalar::F16));
+                            }
+                        });
+                    }
+                }
+                Share::Units {
+                    p,
+                    quads,
+                    header,
+                    units,
+                } => {
+                    let centre = p.units.map_or(0, |u| u.centre);
+                    for (h, share) in units.iter().enumerate() {
+                        let e = self.half_index(k, h);
+                        k.if_(e.lt(k.u32(2 * block.n)), || {
+                            let row = e / k.u32(2);
+                            let inside = (block.r0 + row).lt(block.rows);
+                            let words: Vec<[Val<'b>; 4]> = share
+                                .quads
+                                .iter()
+                                .map(|q| q.each_ref().map(|v| v.get()))
+                                .collect();
+                            let head = share.header.each_ref().map(|v| v.get());
+                            let unit = share.unit.get();
+                            for (first, codes) in (quads.decode)(k, &words, unit).runs {
+                                let s = header(k, &head, first / k.u32(p.sub));
+                                let column = first % k.u32(CHUNK);
+                                let at = HalfAt {
+                                    row,
+                                    block: column / k.u32(BK),
+                                    half: column / k.u32(BK / 2) % k.u32(2),
+                                };
+                                let lines = self.half_lines(k, base, &at);
+                                for (i, word) in codes.iter().enumerate() {
+                                    for b in 0..4u32 {
+                                        let code = (*word >> k.u32(8 * b)) & k.u32(0xff);
+                                        let code = (code.cast(Scalar::I32) - k.i32(centre))
+                                            .cast(Scalar::F32);
+                                        let v = k.select(inside, s.value(code), k.f32(0.0));
+                                        let j = 4 * i as u32 + b;
+                                        let to = lines[(j / 8) as usize] + k.u32(j % 8);
+                                        k.store_shared(dst, to, v.cast(Scalar::F16));
+                                    }
+                                }
                             }
                         });
                     }

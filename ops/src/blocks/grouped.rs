@@ -29,6 +29,7 @@ pub(super) const Q4_0X8: Packed = Packed {
         one_sub: true,
         header: None,
         pairs_share: false,
+        quads: None,
     }),
 };
 
@@ -49,6 +50,7 @@ pub(super) const Q4_1X8: Packed = Packed {
         one_sub: true,
         header: None,
         pairs_share: false,
+        quads: None,
     }),
 };
 
@@ -69,6 +71,7 @@ pub(super) const Q8_0X8: Packed = Packed {
         one_sub: true,
         header: None,
         pairs_share: false,
+        quads: None,
     }),
 };
 

@@ -38,7 +38,7 @@ pub(crate) use read::quad_words;
 pub(crate) use f16::round_to_f16;
 pub use f16::{f16_bits_to_f32, f16_finite_bits_to_f32, load_f16, load_u16};
 pub use flat::{Codes, Flat, Offset};
-pub use packed::{Bytes, HeaderScales, IntUnits, Packed, UnitCodes, UNIT};
+pub use packed::{Bytes, HeaderScales, IntUnits, Packed, UnitCodes, UnitQuads, UNIT};
 pub use pairs::{pair_blocks, pair_scale_bytes, pairs_apply};
 
 use crate::shape::ShapeError;

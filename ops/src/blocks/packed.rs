@@ -80,6 +80,22 @@ pub struct IntUnits {
     /// Whether units `2p` and `2p + 1` hold the two halves of the same runs' sub-blocks (and
     /// of x's blocks), so that a product taking both sums their dots before the scales apply.
     pub pairs_share: bool,
+    /// Where every byte a unit reads lies in whole 16-byte quads of its block: a kernel may
+    /// load them a step before it decodes them ([`UnitQuads`]).
+    pub quads: Option<UnitQuads>,
+}
+
+/// A unit's bytes as whole 16-byte quads of its block: where they lie, and the unit decoded
+/// from them once loaded. [`IntUnits::words`] is the two in turn; a kernel that loads the
+/// quads a step before it decodes them keeps only their words in flight.
+#[derive(Clone, Copy)]
+pub struct UnitQuads {
+    /// Quads a unit reads.
+    pub count: usize,
+    /// The byte offsets (multiples of 16) of unit `unit`'s quads in the block at byte `base`.
+    pub at: for<'b> fn(&'b KernelBuilder, Val<'b>, Val<'b>) -> Vec<Val<'b>>,
+    /// Unit `unit` from its quads' words, in [`UnitQuads::at`]'s order.
+    pub decode: for<'b> fn(&'b KernelBuilder, &[[Val<'b>; 4]], Val<'b>) -> UnitCodes<'b>,
 }
 
 /// The scales of sub-block `sub` of a block from `header`, the four words of its first 16

@@ -4,7 +4,7 @@
 //! nibbles and 2c + 1 in their high ones. Element value d·sc·q − dmin·mn.
 
 use super::packed::{
-    centred, k_header_scales, k_scales, nibble_words, Bytes, IntUnits, Packed, UnitCodes,
+    centred, k_header_scales, k_scales, nibble_words, Bytes, IntUnits, Packed, UnitCodes, UnitQuads,
 };
 use super::read::{nibbles, on_words, quad_words};
 use trine_gguf::quant::WeightType;
@@ -25,6 +25,11 @@ pub(super) const FORMAT: Packed = Packed {
         one_sub: false,
         header: Some(k_header_scales),
         pairs_share: true,
+        quads: Some(UnitQuads {
+            count: 1,
+            at: unit_quads,
+            decode: unit_decode,
+        }),
     }),
 };
 
@@ -49,15 +54,26 @@ fn codes<'b>(
 /// Unit u: 16 bytes of chunk u/2's codes (its half u%2), elements 16·(u%2).. of sub-block
 /// 2·(u/2) in their low nibbles and of the next sub-block in their high ones.
 fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) -> UnitCodes<'b> {
+    let quads: Vec<[Val<'b>; 4]> = unit_quads(k, base, unit)
+        .into_iter()
+        .map(|at| quad_words(k, w, at))
+        .collect();
+    unit_decode(k, &quads, unit)
+}
+
+/// Blocks of 144 bytes keep every unit on 16 bytes: one quad.
+fn unit_quads<'b>(k: &'b KernelBuilder, base: Val<'b>, unit: Val<'b>) -> Vec<Val<'b>> {
     let (chunk, half) = (unit >> k.u32(1), unit & k.u32(1));
-    let at = base + k.u32(CODES_AT) + chunk * k.u32(32) + half * k.u32(16);
-    // Blocks of 144 bytes keep every unit on 16 bytes.
-    let words = quad_words(k, w, at);
+    vec![base + k.u32(CODES_AT) + chunk * k.u32(32) + half * k.u32(16)]
+}
+
+fn unit_decode<'b>(k: &'b KernelBuilder, quads: &[[Val<'b>; 4]], unit: Val<'b>) -> UnitCodes<'b> {
+    let (chunk, half) = (unit >> k.u32(1), unit & k.u32(1));
     let first = chunk * k.u32(64) + half * k.u32(16);
     UnitCodes {
         runs: [
-            (first, nibble_words(k, &words, false)),
-            (first + k.u32(32), nibble_words(k, &words, true)),
+            (first, nibble_words(k, &quads[0], false)),
+            (first + k.u32(32), nibble_words(k, &quads[0], true)),
         ],
     }
 }

@@ -5,6 +5,7 @@
 
 use super::packed::{
     centred, k_header_scales, k_scales, nibbles_with_high_bits, Bytes, IntUnits, Packed, UnitCodes,
+    UnitQuads,
 };
 use super::read::{bytes, nibbles, on_words, quad_words};
 use trine_gguf::quant::WeightType;
@@ -25,6 +26,11 @@ pub(super) const FORMAT: Packed = Packed {
         one_sub: false,
         header: Some(k_header_scales),
         pairs_share: true,
+        quads: Some(UnitQuads {
+            count: 2,
+            at: unit_quads,
+            decode: unit_decode,
+        }),
     }),
 };
 
@@ -55,16 +61,29 @@ fn codes<'b>(
 /// elements (16·(u%2)..), bit 2·(u/2) for the low nibbles' sub-block and the next for the
 /// high ones'.
 fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) -> UnitCodes<'b> {
+    let quads: Vec<[Val<'b>; 4]> = unit_quads(k, base, unit)
+        .into_iter()
+        .map(|at| quad_words(k, w, at))
+        .collect();
+    unit_decode(k, &quads, unit)
+}
+
+/// Blocks of 176 bytes keep every unit's codes and high bits on 16 bytes: two quads.
+fn unit_quads<'b>(k: &'b KernelBuilder, base: Val<'b>, unit: Val<'b>) -> Vec<Val<'b>> {
     let (chunk, half) = (unit >> k.u32(1), unit & k.u32(1));
-    // Blocks of 176 bytes keep every unit's codes and high bits on 16 bytes.
-    let at = base + k.u32(CODES_AT) + chunk * k.u32(32) + half * k.u32(16);
-    let low = quad_words(k, w, at);
-    let high = quad_words(k, w, base + k.u32(HIGH_AT) + half * k.u32(16));
+    vec![
+        base + k.u32(CODES_AT) + chunk * k.u32(32) + half * k.u32(16),
+        base + k.u32(HIGH_AT) + half * k.u32(16),
+    ]
+}
+
+fn unit_decode<'b>(k: &'b KernelBuilder, quads: &[[Val<'b>; 4]], unit: Val<'b>) -> UnitCodes<'b> {
+    let (chunk, half) = (unit >> k.u32(1), unit & k.u32(1));
     let first = chunk * k.u32(64) + half * k.u32(16);
     let sub = chunk * k.u32(2);
     nibbles_with_high_bits(
         k,
-        (&low, &high),
+        (&quads[0], &quads[1]),
         0x0101_0101,
         [(first, sub), (first + k.u32(32), sub + k.u32(1))],
     )

@@ -24,6 +24,7 @@ pub(super) const FORMAT: Packed = Packed {
         one_sub: false,
         header: None,
         pairs_share: false,
+        quads: None,
     }),
 };
 

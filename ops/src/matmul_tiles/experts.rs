@@ -167,7 +167,8 @@ pub fn case(
 /// Qwen3-MoE's products in small: the gate and up halves of a pair's row over the tokens'
 /// x (Q4_K), down over the pairs' own rows (Q6_K); flat formats with experts holding more
 /// pairs than a block has tokens and one holding none; f16 weights, with f32 x and with f16
-/// x put and copied; the medium block; the large block on warpgroup products.
+/// x put and copied; the medium block; the large block on warpgroup products; the K-quants
+/// with f16 x, as the executor runs a prompt's experts.
 pub fn cases() -> Vec<Case> {
     let shape = |rows, cols, tokens, experts, used, per_x| ExpertsShape {
         rows,
@@ -182,7 +183,41 @@ pub fn cases() -> Vec<Case> {
         let shape = shape(72, 256, 20, 8, 2, 2);
         (WeightType::Q4_K, shape, small, Some((144, first)))
     });
-    // The executor's widened experts: f16 weights and f16 x, gate/up as parts, down whole.
+    // The executor's experts on a prompt: the file's blocks staged by units with f16 x, gate
+    // and up as parts of each pair's row (on warpgroup products, rows and pairs past a block),
+    // down whole on the medium block (Q5_K's units; Q6_K's runs).
+    let staged = [
+        (
+            WeightType::Q4_K,
+            shape(136, 256, 200, 4, 2, 2),
+            Some((272, 136)),
+            Staging::Group,
+            large,
+        ),
+        (
+            WeightType::Q4_K,
+            shape(72, 512, 20, 8, 2, 2),
+            Some((144, 0)),
+            Staging::Put,
+            medium,
+        ),
+        (
+            WeightType::Q5_K,
+            shape(72, 512, 30, 8, 2, 1),
+            None,
+            Staging::Put,
+            medium,
+        ),
+        (
+            WeightType::Q6_K,
+            shape(40, 256, 30, 8, 2, 1),
+            None,
+            Staging::Put,
+            medium,
+        ),
+    ]
+    .map(|(ty, shape, part, staging, block)| case(ty, shape, block, part, Some(staging)));
+    // f16 weights and f16 x, gate/up as parts, down whole.
     let widened = [
         (
             shape(72, 256, 20, 8, 2, 2),
@@ -220,7 +255,8 @@ pub fn cases() -> Vec<Case> {
         .into_iter()
         .chain(whole)
         .map(|(ty, shape, block, part)| case(ty, shape, block, part, None))
-        .chain(widened);
+        .chain(widened)
+        .chain(staged);
     out.collect::<Result<_, _>>()
         .expect("the fixed shapes are valid")
 }
