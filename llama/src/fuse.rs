@@ -203,15 +203,15 @@ pub fn fuse(
                     }
                 };
                 // Where every reader is a product on widened weights, which reads x rounded to
-                // f16, the norm writes it so, and no node rounds it apart; where widened
-                // experts read it beside a router on f32, it writes both.
+                // f16, the norm writes it so, and no node rounds it apart; where experts on
+                // tiles read it beside a router on f32, it writes both.
                 let half = experts.is_none()
                     && !readers.is_empty()
                     && readers.iter().all(|&f| f == Some(Form::Widened));
                 let both = experts.is_some_and(|(gate, up)| {
                     matches!(
                         experts_on(w, c, &[gate, up], s, offer),
-                        Some(ExpertsOn::Widened(_))
+                        Some(ExpertsOn::Tiles(_))
                     )
                 });
                 if fold {
@@ -450,11 +450,10 @@ pub fn fuse(
                 Some(on) => {
                     let (layer, total) = (node.layer, 2 * c.experts.map_or(0, |e| e.ff));
                     let node = |op, label| Node { op, label, layer };
-                    let widened = matches!(on, ExpertsOn::Widened(_));
+                    let tiles = matches!(on, ExpertsOn::Tiles(_));
                     let x = (Tensor::Normed, s.tokens);
                     match on {
-                        ExpertsOn::Tiles(_) => out.push(node(Op::MoeSort, "ffn_moe_sort")),
-                        ExpertsOn::Widened(_) => {
+                        ExpertsOn::Tiles(_) => {
                             out.push(node(Op::MoeSort, "ffn_moe_sort"));
                             if !std::mem::take(&mut experts_x_rounded) {
                                 out.push(node(half_x(w, gate, x), "x_f16"));
@@ -464,9 +463,6 @@ pub fn fuse(
                     }
                     let halves = [(gate, 0, "ffn_moe_gate"), (up, total / 2, "ffn_moe_up")];
                     for (id, first, label) in halves {
-                        if widened {
-                            out.push(node(widen_whole(w, id), "widen"));
-                        }
                         let op = Op::ExpertRows {
                             w: id,
                             x: Tensor::Normed,
@@ -476,17 +472,17 @@ pub fn fuse(
                         };
                         out.push(node(op, label));
                     }
-                    // Rounded to f16 as it is written where the down products read it widened.
+                    // Rounded to f16 as it is written where the down products on tiles read it.
                     let down = nodes[i..].iter().find_map(|n| match n.op {
                         Op::ExpertsDown { down, .. } => Some(down),
                         _ => None,
                     });
                     let ff = c.experts.map_or(0, |e| e.ff);
-                    let half = widened
+                    let half = tiles
                         && elementwise::swiglu_halves_rounded_check(ff).is_ok()
                         && matches!(
                             down.and_then(|d| experts_on(w, c, &[d], s, offer)),
-                            Some(ExpertsOn::Widened(_))
+                            Some(ExpertsOn::Tiles(_))
                         );
                     experts_act_rounded = half;
                     out.push(node(Op::ExpertsSwigluHalves { half }, "ffn_moe_swiglu"));
@@ -537,13 +533,11 @@ pub fn fuse(
                             ExpertsOn::Rows => {
                                 out.push(before(rows_quantizer(w, down, x), "quantize"))
                             }
-                            ExpertsOn::Widened(_) => {
+                            ExpertsOn::Tiles(_) => {
                                 if !rounded {
                                     out.push(before(half_x(w, down, x), "x_f16"));
                                 }
-                                out.push(before(widen_whole(w, down), "widen"));
                             }
-                            ExpertsOn::Tiles(_) => {}
                         }
                         let op = Op::ExpertRows {
                             w: down,
@@ -661,8 +655,8 @@ fn experts_form(w: &Weights, id: WeightId) -> Form {
 /// ([`Op::ExpertRows`]), where they do: a prompt's on matrix tiles by expert where the device
 /// has tiles and their staging takes the weights' blocks (a product on the file's blocks by
 /// expert, [`trine_ops::matvec_ids_sorted`], reads an expert's rows once for a few of its
-/// tokens; on tiles, once for 32 of them, multiplied on the matrix units), quantized weights
-/// widened to f16 first as a dense prompt product's are; a CPU's on 16
+/// tokens; on tiles, once for a block of them, multiplied on the matrix units), the file's
+/// blocks decoded as the tiles stage them and x rounded to f16 once before; a CPU's on 16
 /// interleaved rows by pair where that product takes them, as its dense products run.
 fn experts_on(
     w: &Weights,
@@ -680,41 +674,20 @@ fn experts_on(
     };
     if offer.tiles && s.tokens > 1 {
         let tiles = all(&|rows, cols, ty| {
-            matmul_tiles::takes(ty) && matmul_tiles::check(rows, cols, s.tokens).is_ok()
+            matmul_tiles::takes(ty)
+                && matmul_tiles::check(rows, cols, s.tokens).is_ok()
+                && widen::x_check(cols).is_ok()
         });
-        let widens =
-            all(&|rows, cols, ty| ty.is_quantized() && widen::check(ty, rows, cols).is_ok());
-        let block = tuning::experts_block(
-            s.tokens,
-            e,
-            (widens, w.tensors[ids[0]].cols),
-            offer.warpgroups,
-        );
-        let on = if widens {
-            ExpertsOn::Widened(block)
-        } else {
-            ExpertsOn::Tiles(block)
-        };
-        return tiles.then_some(on);
+        let block = tuning::experts_block(w.tensors[ids[0]].cols, offer.warpgroups);
+        return tiles.then_some(ExpertsOn::Tiles(block));
     }
     let rows =
         all(&|rows, cols, ty| matvec_q8_rows::takes(ty, (rows / e.count) as usize, cols as usize));
     (!offer.gpu && rows).then_some(ExpertsOn::Rows)
 }
 
-/// Every expert's matrix of weight `id` widened to f16, for a product on
-/// [`ExpertsOn::Widened`].
-fn widen_whole(w: &Weights, id: WeightId) -> Op {
-    let t = &w.tensors[id];
-    Op::Widen {
-        w: id,
-        rows: t.rows,
-        cols: t.cols,
-        first: 0,
-    }
-}
-
-/// x (`x`, `tokens` rows) rounded to f16 for a product on weight `id` widened to f16.
+/// x (`x`, `tokens` rows) rounded to f16 for a product on weight `id` on tiles that reads it
+/// so.
 fn half_x(w: &Weights, id: WeightId, (x, tokens): (Tensor, u32)) -> Op {
     Op::HalfX {
         x,

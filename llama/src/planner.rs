@@ -560,22 +560,17 @@ impl KernelKey {
             Op::ExpertRows {
                 w: id,
                 part,
-                on: on @ (ExpertsOn::Tiles(block) | ExpertsOn::Widened(block)),
+                on: ExpertsOn::Tiles(block),
                 ..
             } => {
                 let t = &w.tensors[id];
-                let widened = matches!(on, ExpertsOn::Widened(_));
                 KernelKey::MatmulTiles(TilesKey {
-                    weights: if widened {
-                        WeightType::F16
-                    } else {
-                        tuning::read_type(w, id, s.gpu_nodes)
-                    },
+                    weights: tuning::read_type(w, id, s.gpu_nodes),
                     add: false,
                     glu: None,
                     block,
                     depth: matmul_tiles::TilesSpec::depth_for(t.cols),
-                    half_x: widened,
+                    half_x: true,
                     part: part.is_some(),
                     experts: true,
                     split: false,

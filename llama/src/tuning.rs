@@ -420,39 +420,23 @@ pub fn read_type(w: &Weights, id: WeightId, grouped: bool) -> WeightType {
 }
 
 /// The block of pairs by rows a workgroup of a prompt's experts' product on tiles takes
-/// ([`crate::graph::Op::ExpertRows`]). On weights `widened` to f16, which the tiles copy, the
-/// medium one (64 pairs by 64 rows): at Qwen3-30B-A3B's pp512 (32 pairs an expert on
-/// average) its steps carry four times the small block's products for each barrier and each
-/// copy's wait, and its workgroups read each expert's rows once. Staging the file's blocks,
-/// which decodes them in the workgroup, the small one (32 pairs by 32 rows) while an expert's
-/// share of the step's pairs, on average, fills no more, as the pairs past an expert's share
-/// leave a block's tokens empty; the medium one past it. On a device with warpgroup
-/// products, widened experts of at least [`EXPERTS_GROUP_COLS`] columns (`cols`) take the
-/// large block on them.
-pub fn experts_block(
-    tokens: u32,
-    e: crate::config::Experts,
-    (widened, cols): (bool, u32),
-    warpgroups: bool,
-) -> matmul_tiles::BlockSize {
-    if widened && warpgroups && cols >= EXPERTS_GROUP_COLS {
-        return matmul_tiles::BlockSize::Large;
-    }
-    if widened {
-        return matmul_tiles::BlockSize::Medium;
-    }
-    let (pairs, _) = matmul_tiles::BlockSize::Small.dims();
-    if u64::from(tokens) * u64::from(e.used) <= u64::from(pairs) * u64::from(e.count) {
-        matmul_tiles::BlockSize::Small
+/// ([`crate::graph::Op::ExpertRows`]): the medium one (64 pairs by 64 rows), whose steps carry
+/// four times the small block's products for each barrier and whose workgroups read each
+/// expert's rows once at Qwen3-30B-A3B's pp512 (32 pairs an expert on average); on a device
+/// with warpgroup products, the large one on them for products of at least
+/// [`EXPERTS_GROUP_COLS`] columns (`cols`).
+pub fn experts_block(cols: u32, warpgroups: bool) -> matmul_tiles::BlockSize {
+    if warpgroups && cols >= EXPERTS_GROUP_COLS {
+        matmul_tiles::BlockSize::Large
     } else {
         matmul_tiles::BlockSize::Medium
     }
 }
 
-/// The fewest columns of a widened experts' product on warpgroup products. At
-/// Qwen3-30B-A3B's pp512 the gate and up products (2,048 columns) took 15% less time on them
-/// than on the medium block, and down (768 columns, x the pairs' own rows) 27% more
-/// (docs/models/qwen3moe.md).
+/// The fewest columns of an experts' product on warpgroup products. At Qwen3-30B-A3B's
+/// pp512 the gate and up products (2,048 columns) ran faster on them than on the medium
+/// block, and down (768 columns, x the pairs' own rows) slower, on widened weights and on the
+/// file's blocks alike (docs/models/qwen3moe.md).
 pub const EXPERTS_GROUP_COLS: u32 = 2048;
 
 /// Tokens a prompt's experts' gate/up product by expert takes a chunk
@@ -483,24 +467,16 @@ fn cpu_matvec_lanes(ty: WeightType) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use matmul_tiles::BlockSize::{Large, Medium, Small};
+    use matmul_tiles::BlockSize::{Large, Medium};
 
-    /// Qwen3-30B-A3B's experts over a 512-token prompt: widened gate and up (2,048 columns)
-    /// on warpgroup products where the device has them, down (768) and every product of a
-    /// device without them on the medium block; the file's blocks staged on the small block
-    /// while an expert's share of the pairs fits it.
+    /// Qwen3-30B-A3B's experts: gate and up (2,048 columns) on warpgroup products where the
+    /// device has them, down (768) and every product of a device without them on the medium
+    /// block.
     #[test]
     fn experts_blocks_by_columns_and_device() {
-        let e = crate::config::Experts {
-            count: 128,
-            used: 8,
-            ff: 768,
-        };
-        assert_eq!(experts_block(512, e, (true, 2048), true), Large);
-        assert_eq!(experts_block(512, e, (true, 768), true), Medium);
-        assert_eq!(experts_block(512, e, (true, 2048), false), Medium);
-        assert_eq!(experts_block(512, e, (false, 2048), true), Small);
-        assert_eq!(experts_block(4096, e, (false, 2048), false), Medium);
+        assert_eq!(experts_block(2048, true), Large);
+        assert_eq!(experts_block(768, true), Medium);
+        assert_eq!(experts_block(2048, false), Medium);
     }
 
     /// On a device of 132 multiprocessors: Gemma 3 1B's FFN down over 512 tokens (144 medium

@@ -371,7 +371,7 @@ pub fn cases() -> Vec<Case> {
     v.extend([2048, 255].map(geglu_pairs_case));
     // Phi-3-mini's FFN width for one token, and three tokens of an odd width.
     v.extend([(1, 8192), (3, 257)].map(|(t, ff)| swiglu_halves_case(t, ff, Float::F32)));
-    // Rounded to f16 as a mixture of experts' pairs are for their widened down products.
+    // Rounded to f16 as a mixture of experts' pairs are for their down products on tiles.
     v.push(swiglu_halves_case(5, 768, Float::F16));
     v.push(swiglu_halves_case(3, 1028, Float::F16));
     // Then SmolLM2-135M's graph: K rows (3 KV heads × 64) of 2 tokens written at position 5 of

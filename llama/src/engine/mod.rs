@@ -17,7 +17,7 @@ pub use residency::Footprint;
 use super::config::Config;
 use super::error::ModelError;
 use super::fuse::{fuse, Offer};
-use super::graph::{ExpertsOn, Form, Node, Op, Step, Tensor};
+use super::graph::{Form, Node, Op, Step, Tensor};
 use super::model::Model;
 use super::placement::Placement;
 use super::planner::{KernelKey, KernelShape};
@@ -592,8 +592,7 @@ fn graph(model: &Model, s: Step, offer: Offer) -> Result<Vec<Node>, ModelError> 
 }
 
 /// The largest weight buffer `op`'s kernel binds: the file's weight, or for a product on
-/// widened weights the f16 part it reads (a widening binds both; experts' products every
-/// expert's matrix).
+/// widened weights the f16 part it reads (a widening binds both).
 fn bound_weight(model: &Model, op: &Op) -> u64 {
     let w = &model.weights;
     let file = |id| w.bytes(&model.gguf, id).len() as u64;
@@ -605,11 +604,6 @@ fn bound_weight(model: &Model, op: &Op) -> u64 {
             rows,
             ..
         } => wide(rows, w.tensors[id].cols),
-        Op::ExpertRows {
-            on: ExpertsOn::Widened(_),
-            w: id,
-            ..
-        } => wide(w.tensors[id].rows, w.tensors[id].cols),
         Op::Widen {
             w: id, rows, cols, ..
         } => file(id).max(wide(rows, cols)),

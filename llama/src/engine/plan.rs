@@ -458,11 +458,12 @@ impl Engine {
                     unreachable!("an experts' product on tiles has their kernels")
                 };
                 let info = self.dev(program.device).info();
-                // Widened: every expert's matrix and x rounded to f16 by the nodes before.
-                let (weights, xs) = match on {
-                    ExpertsOn::Widened(_) => (Tensor::Wide, Tensor::XHalf),
-                    _ => (self.staged_weights(info, wid), x),
+                // On tiles, x rounded to f16 by the node before.
+                let xs = match on {
+                    ExpertsOn::Tiles(_) => Tensor::XHalf,
+                    ExpertsOn::Rows => x,
                 };
+                let weights = self.staged_weights(info, wid);
                 let inputs = vec![weights, xs, Tensor::RouteCounts, Tensor::RouteLists];
                 let mut params = match part {
                     Some(p) => spec.part_params((rows, wt.cols, t), (p.total, p.first)),

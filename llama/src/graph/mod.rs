@@ -269,13 +269,12 @@ impl AttentionForm {
 pub enum ExpertsOn {
     /// A prompt's on matrix tiles by expert, over the pairs an [`Op::MoeSort`] listed for it
     /// ([`trine_ops::matmul_tiles::TilesSpec::experts`]), in blocks of pairs by rows of this
-    /// size ([`crate::tuning::experts_block`]).
+    /// size ([`crate::tuning::experts_block`]): x rounded to f16 before it ([`Tensor::XHalf`],
+    /// by an [`Op::HalfX`] or by the node writing x), the file's blocks decoded to f16 as the
+    /// tiles stage them. Widening every expert's matrix to f16 first, as a dense prompt's
+    /// product does, wrote and read back three times the bytes the file's blocks take, and
+    /// measured slower (docs/models/qwen3moe.md).
     Tiles(trine_ops::matmul_tiles::BlockSize),
-    /// As [`ExpertsOn::Tiles`], on every expert's weights widened to f16 by an [`Op::Widen`]
-    /// before it ([`Tensor::Wide`]) and x rounded to f16 by an [`Op::HalfX`]
-    /// ([`Tensor::XHalf`]), as a dense prompt product on widened weights: the tiles then copy
-    /// both, where staging the file's blocks decoded them in every workgroup that read them.
-    Widened(trine_ops::matmul_tiles::BlockSize),
     /// A CPU's by pair on 16 interleaved rows ([`trine_ops::matvec_ids_rows`]), against x
     /// quantized by an [`Op::Quantize`] before it.
     Rows,
@@ -420,7 +419,7 @@ pub enum Op {
     },
     /// SwiGLU of each pair's gate and up rows in [`Tensor::ExpertGateUp`] into
     /// [`Tensor::ExpertAct`]; where `half`, rounded to f16 into [`Tensor::XHalf`] instead, for
-    /// down products on widened weights, which read it so.
+    /// down products on tiles, which read it so.
     ExpertsSwigluHalves { half: bool },
     /// [`Tensor::ExpertOut`]'s rows of each token's pairs weighted by
     /// [`Tensor::RouteWeights`], summed and added to residual `r` into `out`

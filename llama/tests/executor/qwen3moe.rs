@@ -13,8 +13,8 @@ const SHAPE: SynthShape = SynthShape::TINY_QWEN3_MOE;
 /// Every backend of [`backends_agree`], with the routing and both experts' products in every
 /// layer: a prompt's on a device with tiles as products by expert over the sorted pairs (gate
 /// and up each a part of the pairs' rows, SwiGLU of them, down, then the weighted sum onto the
-/// residual), the quantized experts widened to f16 first (each matrix widened, x rounded to
-/// f16 for gate/up and again for down); every step's on a CPU device (lavapipe's Vulkan) as
+/// residual) on the file's blocks, nothing widened, x rounded to f16 for gate/up and again for
+/// down by the nodes writing it; every step's on a CPU device (lavapipe's Vulkan) as
 /// the same products by pair on interleaved rows; every other step's as products by pair on
 /// the file's blocks.
 #[test]
@@ -30,16 +30,7 @@ fn qwen3moe_backends_agree_node_by_node() {
                 matches!(
                     op,
                     Op::ExpertRows {
-                        on: ExpertsOn::Tiles(_) | ExpertsOn::Widened(_),
-                        ..
-                    }
-                )
-            });
-            let widened = count(|op| {
-                matches!(
-                    op,
-                    Op::ExpertRows {
-                        on: ExpertsOn::Widened(_),
+                        on: ExpertsOn::Tiles(_),
                         ..
                     }
                 )
@@ -74,12 +65,21 @@ fn qwen3moe_backends_agree_node_by_node() {
             if on_tiles > 0 {
                 assert_eq!((by_pair, on_tiles, on_rows), (0, 3 * layers, 0), "{name}");
                 assert_eq!((around, sorts), (2 * layers, layers), "{name}");
-                // The tiny file's experts are quantized: every one widened.
-                assert_eq!(widened, 3 * layers, "{name}");
+                // The experts' products stage the file's blocks: the only widenings are the
+                // dense products' on widened weights, one each.
+                let dense = count(|op| {
+                    matches!(
+                        op,
+                        Op::Product {
+                            form: Form::Widened,
+                            ..
+                        }
+                    )
+                });
+                assert_eq!(widens, dense, "{name}");
                 // No x rounded by a node of its own: the norm before the experts writes their
                 // gate and up x rounded beside the router's f32, the experts' SwiGLU the down
                 // products'.
-                assert!(widens >= 3 * layers, "{name}");
                 assert_eq!((halves, rounded, both), (0, layers, layers), "{name}");
             } else if on_rows > 0 {
                 assert_eq!((by_pair, on_rows), (0, 3 * layers), "{name}");
@@ -196,13 +196,12 @@ fn qwen3moe_prompt_experts_on_tiles_agree_with_products_by_pair() {
     assert_logits_within(&want, &got, 1e-3);
 }
 
-/// A device with tiles that cannot bind one expert matrix widened to f16 (every expert's rows
-/// of one projection, 1 MiB at Qwen3-30B-A3B's types in small) leaves the widenings and the
-/// experts' products on them to the CPU, saying why, and a prompt's and two decode steps'
-/// logits are the device's own, where those kernels binding more than the device can would
-/// fail at the first prompt.
+/// A device with tiles that cannot bind one expert matrix (every expert's rows of one
+/// projection, the file's Q4_K or Q6_K blocks) leaves the experts' products to the CPU, saying
+/// why, and a prompt's and two decode steps' logits are the device's own, where those kernels
+/// binding more than the device can would fail at the first prompt.
 #[test]
-fn widened_experts_larger_than_a_binding_run_on_the_cpu() {
+fn experts_larger_than_a_binding_run_on_the_cpu() {
     let shape = SynthShape::TINY_QWEN3_30B_A3B;
     let trine_gguf::synth::Family::Qwen3Moe {
         experts, expert_ff, ..
@@ -210,28 +209,32 @@ fn widened_experts_larger_than_a_binding_run_on_the_cpu() {
     else {
         unreachable!("a Qwen3-MoE layout")
     };
-    let wide = 2 * u64::from(experts) * expert_ff * shape.n_embd;
+    let elements = u64::from(experts) * expert_ff * shape.n_embd;
+    let (q4_k, q6_k) = (elements / 256 * 144, elements / 256 * 210);
     let model = synth(shape);
     let ids = [5, 17, 3, 99, 42, 7, 8];
     let want = logits(model.clone(), gpu_with(true), SIZES, &ids);
-    let engine = Engine::new(model.clone(), gpu_with_tiles_binding(wide - 1), SIZES).unwrap();
+    let limit = q4_k - 1;
+    let engine = Engine::new(model.clone(), gpu_with_tiles_binding(limit), SIZES).unwrap();
     let notes = engine.placement_notes().join("\n");
-    let why = format!(
-        "runs on the cpu: narrow could not run it (it binds a weight of {wide} bytes, more \
-         than the device's largest binding of {})",
-        wide - 1
-    );
-    for widening in ["q4_k widened to f16", "q6_k widened to f16"] {
-        assert!(notes.contains(&format!("{widening} {why}")), "{notes}");
-    }
     let products = [
-        "matmul f16 × f16 by expert on tiles, a part of the rows, 2 blocks a step",
-        "matmul f16 × f16 by expert on tiles, 2 blocks a step",
+        (
+            "matmul f16 × q4_k by expert on tiles, a part of the rows, 2 blocks a step",
+            q4_k,
+        ),
+        (
+            "matmul f16 × q6_k by expert on tiles, 2 blocks a step",
+            q6_k,
+        ),
     ];
-    for product in products {
+    for (product, bytes) in products {
+        let why = format!(
+            "runs on the cpu: narrow could not run it (it binds a weight of {bytes} bytes, more \
+             than the device's largest binding of {limit})"
+        );
         assert!(notes.contains(&format!("{product} {why}")), "{notes}");
     }
-    let got = logits(model, gpu_with_tiles_binding(wide - 1), SIZES, &ids);
+    let got = logits(model, gpu_with_tiles_binding(limit), SIZES, &ids);
     assert_logits_within(&want, &got, 1e-9);
 }
 

@@ -70,8 +70,8 @@ pub fn reference(
 
 /// A conformance case of W of `ty` on subgroups of 32 in `block`: into the whole of y, or
 /// (`part`: y's rows per pair and the first written) into a part of each pair's row, the rest
-/// staying zero. x is f32, or with `half` f16 (as the executor rounds it before a product on
-/// widened weights), staged as it says: put, with the scalar variant as the fallback (and so
+/// staying zero. x is f32, or with `half` f16 (as the executor rounds it before an experts'
+/// product on tiles), staged as it says: put, with the scalar variant as the fallback (and so
 /// with f32 x), or f16 blocks copied or on warpgroup products (the large block), with the
 /// tiles put as the fallback.
 pub fn case(
