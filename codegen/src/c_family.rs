@@ -161,7 +161,10 @@ pub(crate) fn uses_dot4(k: &Kernel) -> bool {
 /// Whether the kernel computes or stores f16 anywhere, or converts f16 bits, so that a
 /// prelude defines its type and conversions.
 pub(crate) fn uses_f16(k: &Kernel, info: &Info) -> bool {
-    info.holds_f16(k) || k.uses_unary(UnaryOp::HalfFromBits) || k.uses_binary(BinaryOp::PackHalves)
+    info.holds_f16(k)
+        || k.uses_unary(UnaryOp::HalfFromBits)
+        || k.uses_unary(UnaryOp::HalfBits)
+        || k.uses_binary(BinaryOp::PackHalves)
 }
 
 /// What a C dialect spells its own way.
@@ -414,6 +417,7 @@ fn unary(s: &impl Spelling, op: UnaryOp, ty: Scalar, a: &str) -> String {
             )
         }
         UnaryOp::HalfFromBits => format!("trine_h2f(trine_h_bits((unsigned short){a}))"),
+        UnaryOp::HalfBits => format!("trine_h_bits((unsigned short){a})"),
     }
 }
 

@@ -498,6 +498,10 @@ impl<'b> Val<'b> {
     pub fn count_ones(self) -> Val<'b> {
         self.un(UnaryOp::CountOnes)
     }
+    /// The f16 in this `U32`'s low 16 bits, as `F16` ([`UnaryOp::HalfBits`]).
+    pub fn half_bits(self) -> Val<'b> {
+        self.un(UnaryOp::HalfBits)
+    }
     /// The f16 in this `U32`'s low 16 bits, as `F32` ([`UnaryOp::HalfFromBits`]).
     pub fn half_from_bits(self) -> Val<'b> {
         self.un(UnaryOp::HalfFromBits)

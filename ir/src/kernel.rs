@@ -367,6 +367,12 @@ pub enum UnaryOp {
     /// operations. CUDA and HIP `__half2float(__ushort_as_half(x))`; SPIR-V GLSL.std.450
     /// `UnpackHalf2x16`'s first component; C through `_Float16`.
     HalfFromBits,
+    /// The f16 whose bits are the low 16 bits of a `U32`, as `F16`: the bits themselves, with
+    /// no conversion, so that f16 values loaded two a word reach f16 storage as they are (a
+    /// round trip through `F32` took two conversions, each issued at a quarter of the ALU
+    /// rate on GPUs). CUDA and HIP `__ushort_as_half(x)`; SPIR-V `UnpackHalf2x16`'s first
+    /// component converted to f16 (exact); C through `_Float16`.
+    HalfBits,
 }
 
 /// Binary operations. Both operands have the same type, except shifts, whose right operand is

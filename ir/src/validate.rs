@@ -724,7 +724,7 @@ impl Validator<'_> {
                     UnaryOp::Neg | UnaryOp::Abs => matches!(t, F32 | F16 | I32),
                     UnaryOp::Not => matches!(t, I32 | U32 | Bool),
                     UnaryOp::CountOnes => matches!(t, I32 | U32),
-                    UnaryOp::HalfFromBits => t == U32,
+                    UnaryOp::HalfFromBits | UnaryOp::HalfBits => t == U32,
                     _ => matches!(t, F32 | F16),
                 };
                 if !ok {
@@ -733,6 +733,7 @@ impl Validator<'_> {
                 match op {
                     UnaryOp::CountOnes => U32,
                     UnaryOp::HalfFromBits => F32,
+                    UnaryOp::HalfBits => F16,
                     _ => t,
                 }
             }

@@ -222,6 +222,7 @@ fn recomputable(k: &Kernel, vars: &[VarClass], e: ExprId, memo: &mut Vec<Option<
                 | UnaryOp::Floor
                 | UnaryOp::CountOnes
                 | UnaryOp::HalfFromBits
+                | UnaryOp::HalfBits
         ),
         Expr::Binary { op, .. } => !matches!(op, BinaryOp::Div | BinaryOp::Rem | BinaryOp::Pow),
         Expr::Fma { .. } | Expr::Select { .. } | Expr::Cast { .. } | Expr::Bitcast { .. } => true,

@@ -123,7 +123,10 @@ fn capabilities(kernel: &Kernel, info: &Info) -> Capabilities {
     }
     // `unpack2x16float` and `pack2x16float`, core in SPIR-V (GLSL.std.450) and WGSL, which
     // naga gates for the shading languages that lack them.
-    if kernel.uses_unary(UnaryOp::HalfFromBits) || kernel.uses_binary(BinaryOp::PackHalves) {
+    if kernel.uses_unary(UnaryOp::HalfFromBits)
+        || kernel.uses_unary(UnaryOp::HalfBits)
+        || kernel.uses_binary(BinaryOp::PackHalves)
+    {
         caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     }
     if kernel.capabilities.subgroup {

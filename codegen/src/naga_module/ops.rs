@@ -62,6 +62,19 @@ impl Lowerer<'_> {
                     index: 0,
                 });
             }
+            UnaryOp::HalfBits => {
+                let pair = self.math(Mf::Unpack2x16float, expr, None);
+                let value = self.emit(Expression::AccessIndex {
+                    base: pair,
+                    index: 0,
+                });
+                let s = types::scalar(Scalar::F16);
+                return self.emit(Expression::As {
+                    expr: value,
+                    kind: s.kind,
+                    convert: Some(s.width),
+                });
+            }
             UnaryOp::Abs => Mf::Abs,
             UnaryOp::Exp => Mf::Exp,
             UnaryOp::Log => Mf::Log,

@@ -52,7 +52,7 @@ pub fn cases() -> Vec<Case> {
         h.iter().map(|v| v.to_f64()).collect(),
     )
     .params(vec![ParamValue::U32(n)]);
-    vec![to_half, to_single, from_bits(), to_bits()]
+    vec![to_half, to_single, from_bits(), to_bits(), to_halves()]
 }
 
 /// Each word's low half, then its high half shifted down, as f16 bits converted to f32.
@@ -90,6 +90,48 @@ fn from_bits() -> Case {
     .input("src", Scalar::U32, u32_bytes(&words))
     .output("dst", Scalar::F32, vec![0; 2 * n as usize * 4], want)
     .params(vec![ParamValue::U32(n)])
+}
+
+/// Each word's low half, then its high half shifted down, as f16 values of those bits,
+/// unconverted.
+pub fn halves_kernel() -> Kernel {
+    let k = KernelBuilder::new("convert_f16_bits_to_f16", [WG, 1, 1]);
+    let src = k.buffer("src", Scalar::U32, Access::Read);
+    let dst = k.buffer("dst", Scalar::F16, Access::Write);
+    let n = k.param("n", Scalar::U32);
+    let i = k.global_id(0);
+    k.if_(i.lt(n), || {
+        let w = k.load(src, i);
+        k.store(dst, i * k.u32(2), w.half_bits());
+        k.store(dst, i * k.u32(2) + k.u32(1), (w >> k.u32(16)).half_bits());
+    });
+    k.finish()
+}
+
+/// Every f16 bit pattern but NaNs (whose payloads a device may not keep), two a word, as f16
+/// values: subnormals, signed zeros and infinities among them.
+fn to_halves() -> Case {
+    let patterns: Vec<u16> = (0..=u16::MAX)
+        .filter(|&p| !f16::from_bits(p).is_nan())
+        .collect();
+    let words: Vec<u32> = patterns
+        .chunks(2)
+        .map(|p| u32::from(p[0]) | (u32::from(p[1]) << 16))
+        .collect();
+    let want: Vec<f64> = patterns
+        .iter()
+        .map(|&p| f16::from_bits(p).to_f64())
+        .collect();
+    let n = words.len() as u32;
+    Case::new(
+        format!("convert/f16 bits->f16/n={n}"),
+        halves_kernel(),
+        [n.div_ceil(WG), 1, 1],
+    )
+    .input("src", Scalar::U32, u32_bytes(&words))
+    .output("dst", Scalar::F16, vec![0; 2 * n as usize * 2], want)
+    .params(vec![ParamValue::U32(n)])
+    .bound(NMSE_EXACT)
 }
 
 /// Pairs of f32 rounded to f16 bits, packed a word: the first in the low half.
