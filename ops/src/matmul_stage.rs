@@ -590,14 +590,7 @@ impl<'b> Fetch<'b> {
                             let head = share.header.each_ref().map(|v| v.get());
                             let unit = share.unit.get();
                             for (first, codes) in (quads.decode)(k, &words, unit).runs {
-                                // Rows past the matrix stage zeros: their scales zeroed once a
-                                // run, where a select per element cost an instruction each.
                                 let s = header(k, &head, first / k.u32(p.sub));
-                                let zero = |v: Val<'b>| k.select(inside, v, k.f32(0.0));
-                                let s = Scales {
-                                    d: zero(s.d),
-                                    m: s.m.map(zero),
-                                };
                                 let column = first % k.u32(CHUNK);
                                 let at = HalfAt {
                                     row,
@@ -605,22 +598,16 @@ impl<'b> Fetch<'b> {
                                     half: column / k.u32(BK / 2) % k.u32(2),
                                 };
                                 let lines = self.half_lines(k, base, &at);
-                                // Two values rounded to f16 by one conversion, as a word's
-                                // halves, each stored as its bits.
-                                for (i, word) in codes.iter().enumerate() {
-                                    for b in [0, 2u32] {
-                                        let value = |b: u32| {
+                                let codes: Vec<Val<'b>> = codes
+                                    .iter()
+                                    .flat_map(|word| {
+                                        (0..4u32).map(move |b| {
                                             let code = (*word >> k.u32(8 * b)) & k.u32(0xff);
-                                            s.value(code_to_float(k, code, centre))
-                                        };
-                                        let pair = value(b).pack_halves(value(b + 1));
-                                        let j = 4 * i as u32 + b;
-                                        let to = lines[(j / 8) as usize] + k.u32(j % 8);
-                                        k.store_shared(dst, to, pair.half_bits());
-                                        let high = (pair >> k.u32(16)).half_bits();
-                                        k.store_shared(dst, to + k.u32(1), high);
-                                    }
-                                }
+                                            code_to_float(k, code, centre)
+                                        })
+                                    })
+                                    .collect();
+                                put_run(k, (dst, lines), zeroed(k, s, inside), &codes);
                             }
                         });
                     }
@@ -637,11 +624,7 @@ impl<'b> Fetch<'b> {
                             let s = (p.scales)(k, (src, None), blk, first / k.u32(p.sub));
                             let codes = (p.codes)(k, src, blk, first, BK / 2);
                             let lines = self.half_lines(k, base, &at);
-                            for (i, code) in codes.iter().enumerate() {
-                                let v = k.select(inside, s.value(*code), k.f32(0.0));
-                                let j = lines[i / 8] + k.u32(i as u32 % 8);
-                                k.store_shared(dst, j, v.cast(Scalar::F16));
-                            }
+                            put_run(k, (dst, lines), zeroed(k, s, inside), &codes);
                         });
                     }
                 }
@@ -734,6 +717,34 @@ impl<'b> Half<'b> {
             .map(|i| (codes[(i / 4) as usize] >> k.u32(8 * (i % 4))) & k.u32(0xff))
             .collect();
         (scales, bytes)
+    }
+}
+
+/// `s`, or zeros where the row is not `inside` the matrix: rows past it stage zeros, their
+/// scales zeroed once a run, where a select per element cost an instruction each.
+fn zeroed<'b>(k: &'b KernelBuilder, s: Scales<'b>, inside: Val<'b>) -> Scales<'b> {
+    let zero = |v: Val<'b>| k.select(inside, v, k.f32(0.0));
+    Scales {
+        d: zero(s.d),
+        m: s.m.map(zero),
+    }
+}
+
+/// Stores a run of decoded `codes` (`F32`, [`BK`]` / 2` of them, one sub-block's, scales
+/// `s`) into its two staged lines of 8: two values rounded to f16 by one conversion, as a
+/// word's halves, each stored as its bits.
+fn put_run<'b>(
+    k: &'b KernelBuilder,
+    (dst, lines): (SharedId, [Val<'b>; 2]),
+    s: Scales<'b>,
+    codes: &[Val<'b>],
+) {
+    for (i, pair) in codes.chunks(2).enumerate() {
+        let word = s.value(pair[0]).pack_halves(s.value(pair[1]));
+        let j = 2 * i as u32;
+        let to = lines[(j / 8) as usize] + k.u32(j % 8);
+        k.store_shared(dst, to, word.half_bits());
+        k.store_shared(dst, to + k.u32(1), (word >> k.u32(16)).half_bits());
     }
 }
 
