@@ -2,7 +2,7 @@
 //! lie in several arrays ([`Packed`]). A product reads them through the format's decoder of
 //! one run of consecutive elements within a sub-block: its scales, then its codes.
 
-use super::read::{byte, half};
+use super::read::{byte, half, quad_words};
 use super::{signed_byte, Scales};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
@@ -96,6 +96,24 @@ pub struct UnitQuads {
     pub at: for<'b> fn(&'b KernelBuilder, Val<'b>, Val<'b>) -> Vec<Val<'b>>,
     /// Unit `unit` from its quads' words, in [`UnitQuads::at`]'s order.
     pub decode: for<'b> fn(&'b KernelBuilder, &[[Val<'b>; 4]], Val<'b>) -> UnitCodes<'b>,
+}
+
+impl UnitQuads {
+    /// Unit `unit` of the block at byte `base` of words `w`: its quads loaded, then decoded
+    /// (the format's [`IntUnits::words`]).
+    pub fn load<'b>(
+        &self,
+        k: &'b KernelBuilder,
+        w: BufferId,
+        base: Val<'b>,
+        unit: Val<'b>,
+    ) -> UnitCodes<'b> {
+        let quads: Vec<[Val<'b>; 4]> = (self.at)(k, base, unit)
+            .into_iter()
+            .map(|at| quad_words(k, w, at))
+            .collect();
+        (self.decode)(k, &quads, unit)
+    }
 }
 
 /// The scales of sub-block `sub` of a block from `header`, the four words of its first 16

@@ -6,7 +6,7 @@
 use super::packed::{
     centred, k_header_scales, k_scales, nibble_words, Bytes, IntUnits, Packed, UnitCodes, UnitQuads,
 };
-use super::read::{nibbles, on_words, quad_words};
+use super::read::{nibbles, on_words};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
 
@@ -25,11 +25,7 @@ pub(super) const FORMAT: Packed = Packed {
         one_sub: false,
         header: Some(k_header_scales),
         pairs_share: true,
-        quads: Some(UnitQuads {
-            count: 1,
-            at: unit_quads,
-            decode: unit_decode,
-        }),
+        quads: Some(QUADS),
     }),
 };
 
@@ -54,14 +50,16 @@ fn codes<'b>(
 /// Unit u: 16 bytes of chunk u/2's codes (its half u%2), elements 16·(u%2).. of sub-block
 /// 2·(u/2) in their low nibbles and of the next sub-block in their high ones.
 fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) -> UnitCodes<'b> {
-    let quads: Vec<[Val<'b>; 4]> = unit_quads(k, base, unit)
-        .into_iter()
-        .map(|at| quad_words(k, w, at))
-        .collect();
-    unit_decode(k, &quads, unit)
+    QUADS.load(k, w, base, unit)
 }
 
 /// Blocks of 144 bytes keep every unit on 16 bytes: one quad.
+const QUADS: UnitQuads = UnitQuads {
+    count: 1,
+    at: unit_quads,
+    decode: unit_decode,
+};
+
 fn unit_quads<'b>(k: &'b KernelBuilder, base: Val<'b>, unit: Val<'b>) -> Vec<Val<'b>> {
     let (chunk, half) = (unit >> k.u32(1), unit & k.u32(1));
     vec![base + k.u32(CODES_AT) + chunk * k.u32(32) + half * k.u32(16)]

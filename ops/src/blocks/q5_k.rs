@@ -7,7 +7,7 @@ use super::packed::{
     centred, k_header_scales, k_scales, nibbles_with_high_bits, Bytes, IntUnits, Packed, UnitCodes,
     UnitQuads,
 };
-use super::read::{bytes, nibbles, on_words, quad_words};
+use super::read::{bytes, nibbles, on_words};
 use trine_gguf::quant::WeightType;
 use trine_ir::{BufferId, KernelBuilder, Val};
 
@@ -26,11 +26,7 @@ pub(super) const FORMAT: Packed = Packed {
         one_sub: false,
         header: Some(k_header_scales),
         pairs_share: true,
-        quads: Some(UnitQuads {
-            count: 2,
-            at: unit_quads,
-            decode: unit_decode,
-        }),
+        quads: Some(QUADS),
     }),
 };
 
@@ -61,14 +57,16 @@ fn codes<'b>(
 /// elements (16·(u%2)..), bit 2·(u/2) for the low nibbles' sub-block and the next for the
 /// high ones'.
 fn units<'b>(k: &'b KernelBuilder, w: BufferId, base: Val<'b>, unit: Val<'b>) -> UnitCodes<'b> {
-    let quads: Vec<[Val<'b>; 4]> = unit_quads(k, base, unit)
-        .into_iter()
-        .map(|at| quad_words(k, w, at))
-        .collect();
-    unit_decode(k, &quads, unit)
+    QUADS.load(k, w, base, unit)
 }
 
 /// Blocks of 176 bytes keep every unit's codes and high bits on 16 bytes: two quads.
+const QUADS: UnitQuads = UnitQuads {
+    count: 2,
+    at: unit_quads,
+    decode: unit_decode,
+};
+
 fn unit_quads<'b>(k: &'b KernelBuilder, base: Val<'b>, unit: Val<'b>) -> Vec<Val<'b>> {
     let (chunk, half) = (unit >> k.u32(1), unit & k.u32(1));
     vec![
