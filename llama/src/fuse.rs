@@ -47,6 +47,8 @@ pub struct Offer {
     /// product stages f16 blocks as they are (asynchronously where the device copies them),
     /// where staging the file's blocks decodes every one in every workgroup that reads it;
     /// staged without copies too, the widened product measured faster (docs/bench/prefill.md).
+    /// A mixture of experts' products stage the file's blocks (`experts_on`): each expert
+    /// serves too few of a prompt's tokens to repay a widened copy.
     pub tiles: bool,
     /// Prompt flash attention cuts the keys into chunks ([`trine_backends::Tuning`]).
     pub flash_key_chunks: bool,
