@@ -23,7 +23,7 @@
 use super::key_layout::{KeyIndex, KeyLayout};
 use super::kv_type::KvType;
 use super::shape::ShapeError;
-use super::support::{elements, expect_len, nonzero, Combine, Reducer, Reduction};
+use super::support::{elements, expect_len, multiple_of, nonzero, Combine, Reducer, Reduction};
 use trine_ir::{BufferId, KernelBuilder, Scalar, SharedId, Val, Var};
 
 const OP: &str = "attention";
@@ -70,14 +70,7 @@ impl Attention {
         nonzero(OP, "heads", self.heads)?;
         nonzero(OP, "kv_heads", self.kv_heads)?;
         check_head_dim(self.head_dim)?;
-        if !self.heads.is_multiple_of(self.kv_heads) {
-            return Err(ShapeError::NotMultiple {
-                op: OP,
-                what: "heads",
-                value: self.heads as usize,
-                multiple: self.kv_heads as usize,
-            });
-        }
+        multiple_of(OP, "heads", self.heads, self.kv_heads)?;
         // The last query sees position offset + tokens − 1, which must be in the cache.
         let end = self.offset as usize + self.tokens as usize;
         if end > self.kv_len as usize {

@@ -11,7 +11,7 @@
 
 use crate::key_layout::KeyLayout;
 use crate::shape::ShapeError;
-use crate::support::Float;
+use crate::support::{multiple_of, Float};
 use half::f16;
 use trine_ir::{BufferId, KernelBuilder, Scalar, Val};
 
@@ -93,14 +93,7 @@ impl KvType {
                 what: "a q8_0 K cache in columns (q8_0 blocks lie along rows)".to_string(),
             });
         }
-        if !head_dim.is_multiple_of(Q8_BLOCK) {
-            return Err(ShapeError::NotMultiple {
-                op,
-                what: "head_dim of a q8_0 cache",
-                value: head_dim as usize,
-                multiple: Q8_BLOCK as usize,
-            });
-        }
+        multiple_of(op, "head_dim of a q8_0 cache", head_dim, Q8_BLOCK)?;
         Ok(())
     }
 

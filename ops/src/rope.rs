@@ -30,7 +30,7 @@
 
 use super::rope_freqs::RopeFreqs;
 use super::shape::ShapeError;
-use super::support::{elements, expect_len, nonzero};
+use super::support::{elements, expect_len, multiple_of, nonzero};
 use trine_ir::{KernelBuilder, Val};
 
 const OP: &str = "rope";
@@ -90,14 +90,7 @@ pub(crate) fn pair_in<'b>(
 /// the head.
 pub fn check_rot_dim(op: &'static str, head_dim: u32, rot_dim: u32) -> Result<(), ShapeError> {
     nonzero(op, "rot_dim", rot_dim)?;
-    if !rot_dim.is_multiple_of(2) {
-        return Err(ShapeError::NotMultiple {
-            op,
-            what: "rot_dim",
-            value: rot_dim as usize,
-            multiple: 2,
-        });
-    }
+    multiple_of(op, "rot_dim", rot_dim, 2)?;
     if rot_dim > head_dim {
         return Err(ShapeError::TooLarge {
             op,
@@ -138,14 +131,7 @@ impl Rope {
         nonzero(OP, "tokens", self.tokens)?;
         nonzero(OP, "heads", self.heads)?;
         nonzero(OP, "head_dim", self.head_dim)?;
-        if !self.head_dim.is_multiple_of(2) {
-            return Err(ShapeError::NotMultiple {
-                op: OP,
-                what: "head_dim",
-                value: self.head_dim as usize,
-                multiple: 2,
-            });
-        }
+        multiple_of(OP, "head_dim", self.head_dim, 2)?;
         check_rot_dim(OP, self.head_dim, self.rot_dim)?;
         let last = self.offset as usize + self.tokens as usize - 1;
         if last >= MAX_POSITION {

@@ -29,7 +29,7 @@ use super::kv_type::{store_q8_block, KvType, Q8_BLOCK, Q8_WORDS};
 use super::rope::{self, Rope, RopeMode};
 use super::rope_freqs::{self, RopeFreqs, RopeScaling};
 use super::shape::ShapeError;
-use super::support::{elements, expect_len, nonzero, seed, store_f32, Float};
+use super::support::{elements, expect_len, multiple_of, nonzero, seed, store_f32, Float};
 use crate::case::*;
 use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
@@ -162,14 +162,7 @@ impl RopeStore {
 
 fn check_head_dim(d: u32) -> Result<(), ShapeError> {
     nonzero(OP, "head_dim", d)?;
-    if !d.is_multiple_of(2) {
-        return Err(ShapeError::NotMultiple {
-            op: OP,
-            what: "head_dim",
-            value: d as usize,
-            multiple: 2,
-        });
-    }
+    multiple_of(OP, "head_dim", d, 2)?;
     Ok(())
 }
 

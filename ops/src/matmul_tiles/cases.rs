@@ -6,7 +6,7 @@ use crate::blocks;
 use crate::case::*;
 use crate::elementwise::Glu;
 use crate::shape::ShapeError;
-use crate::support::Float;
+use crate::support::{multiple_of, Float};
 use half::f16;
 use trine_gguf::quant::{quantize, WeightType};
 use trine_ir::Scalar;
@@ -130,13 +130,8 @@ fn build_case(
     (block, staging, xf): (BlockSize, Staging, Float),
 ) -> Result<Case, ShapeError> {
     check(rows, cols, tokens)?;
-    if glu.is_some() && !rows.is_multiple_of(2) {
-        return Err(ShapeError::NotMultiple {
-            op: OP,
-            what: "rows of gate and up",
-            value: rows as usize,
-            multiple: 2,
-        });
+    if glu.is_some() {
+        multiple_of(OP, "rows of gate and up", rows, 2)?;
     }
     let name = format!(
         "{OP}/{}{}/{rows}x{cols}/t{tokens}{}{}{}",

@@ -6,7 +6,7 @@ use super::{BK, LARGE_ROWS, LARGE_ROWS_GROUPED, LARGE_TOKENS, MAX_DEPTH, OP, SMA
 use crate::elementwise::Glu;
 use crate::matmul_stage::{f16_elem, weights_elem, Lines};
 use crate::shape::ShapeError;
-use crate::support::{elements, nonzero};
+use crate::support::{elements, multiple_of, nonzero};
 use trine_gguf::quant::WeightType;
 use trine_ir::{ParamValue, Scalar};
 
@@ -347,14 +347,7 @@ pub fn check_experts(
     nonzero(OP, "experts", experts)?;
     nonzero(OP, "experts used", used)?;
     nonzero(OP, "pairs per x row", per_x)?;
-    if used % per_x != 0 {
-        return Err(ShapeError::NotMultiple {
-            op: OP,
-            what: "experts used",
-            value: used as usize,
-            multiple: per_x as usize,
-        });
-    }
+    multiple_of(OP, "experts used", used, per_x)?;
     elements(OP, "lists", &[experts, tokens])?;
     elements(OP, "pairs", &[tokens, used])?;
     elements(OP, "every expert's rows", &[rows, experts])?;
@@ -366,14 +359,7 @@ pub fn check(rows: u32, cols: u32, tokens: u32) -> Result<(), ShapeError> {
     nonzero(OP, "rows", rows)?;
     nonzero(OP, "cols", cols)?;
     nonzero(OP, "tokens", tokens)?;
-    if !cols.is_multiple_of(BK) {
-        return Err(ShapeError::NotMultiple {
-            op: OP,
-            what: "cols",
-            value: cols as usize,
-            multiple: BK as usize,
-        });
-    }
+    multiple_of(OP, "cols", cols, BK)?;
     elements(OP, "x", &[tokens, cols])?;
     elements(OP, "y", &[tokens, rows])?;
     // The staging walks float blocks by adding whole rows to an index, which may pass a

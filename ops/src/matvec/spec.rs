@@ -5,6 +5,7 @@ use super::{Epilogue, Prologue, OP, SEGMENT};
 use crate::blocks::{self, BlockFormat};
 use crate::case::Case;
 use crate::shape::ShapeError;
+use crate::support::multiple_of;
 use trine_gguf::quant::WeightType;
 use trine_ir::{ParamValue, Scalar};
 
@@ -222,24 +223,22 @@ impl MatvecSpec {
                 value: self.segment as usize,
             });
         }
-        if self.epilogue == Epilogue::Swiglu && !self.rows_per_workgroup.is_multiple_of(2) {
-            return Err(ShapeError::NotMultiple {
-                op: OP,
-                what: "rows per workgroup of a SwiGLU product (gate and up rows in pairs)",
-                value: self.rows_per_workgroup as usize,
-                multiple: 2,
-            });
+        if self.epilogue == Epilogue::Swiglu {
+            multiple_of(
+                OP,
+                "rows per workgroup of a SwiGLU product (gate and up rows in pairs)",
+                self.rows_per_workgroup,
+                2,
+            )?;
         }
         if let Epilogue::RopeStore(r) = self.epilogue {
             r.check()?;
-            if !self.rows_per_workgroup.is_multiple_of(2) {
-                return Err(ShapeError::NotMultiple {
-                    op: OP,
-                    what: "rows per workgroup of a QKV product with rope (pairs of rows)",
-                    value: self.rows_per_workgroup as usize,
-                    multiple: 2,
-                });
-            }
+            multiple_of(
+                OP,
+                "rows per workgroup of a QKV product with rope (pairs of rows)",
+                self.rows_per_workgroup,
+                2,
+            )?;
         }
         let tpw = self.tokens_per_workgroup;
         if tpw == 0 || (tpw > 1 && !self.reads_pairs()) {

@@ -6,7 +6,7 @@ use crate::attention_split::SplitAttention;
 use crate::key_layout::KeyLayout;
 use crate::rope_store::RopeStore;
 use crate::shape::ShapeError;
-use crate::support::{nonzero, Float};
+use crate::support::{multiple_of, nonzero, Float};
 use trine_gguf::quant::WeightType;
 use trine_ir::ParamValue;
 
@@ -72,14 +72,7 @@ pub struct RopeShape {
 impl RopeShape {
     pub(crate) fn check(&self) -> Result<(), ShapeError> {
         nonzero(OP, "rope head_dim", self.head_dim)?;
-        if !self.head_dim.is_multiple_of(2) {
-            return Err(ShapeError::NotMultiple {
-                op: OP,
-                what: "rope head_dim",
-                value: self.head_dim as usize,
-                multiple: 2,
-            });
-        }
+        multiple_of(OP, "rope head_dim", self.head_dim, 2)?;
         crate::rope::check_rot_dim(OP, self.head_dim, self.rot_dim)
     }
 
