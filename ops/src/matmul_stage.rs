@@ -343,9 +343,8 @@ impl<'b> Fetch<'b> {
             Lines::Elements => rows(name, Float::F16, block),
         };
         let w_share = match (ty, BlockFormat::of(ty)) {
-            (_, Some(BlockFormat::Packed(p))) if unit_quads(p, depth).is_some() => {
-                let (quads, header) = unit_quads(p, depth).expect("tested in the guard");
-                Share::Units {
+            (_, Some(BlockFormat::Packed(p))) => match unit_quads(p, depth) {
+                Some((quads, header)) => Share::Units {
                     p,
                     quads,
                     header,
@@ -364,16 +363,16 @@ impl<'b> Fetch<'b> {
                             unit: k.var(&format!("unit{h}"), Scalar::U32),
                         })
                         .collect(),
-                }
-            }
-            (_, Some(BlockFormat::Packed(p))) => Share::Runs {
-                p,
-                runs: (0..(2 * wb.n * depth).div_ceil(invocations))
-                    .map(|h| {
-                        let base = k.var(&format!("run_block{h}"), Scalar::U32);
-                        (base, k.var(&format!("run_first{h}"), Scalar::U32))
-                    })
-                    .collect(),
+                },
+                None => Share::Runs {
+                    p,
+                    runs: (0..(2 * wb.n * depth).div_ceil(invocations))
+                        .map(|h| {
+                            let base = k.var(&format!("run_block{h}"), Scalar::U32);
+                            (base, k.var(&format!("run_first{h}"), Scalar::U32))
+                        })
+                        .collect(),
+                },
             },
             (_, Some(BlockFormat::Flat(f))) => {
                 let aligned = word_aligned(f);
