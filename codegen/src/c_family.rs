@@ -163,8 +163,8 @@ pub(crate) fn uses_dot4(k: &Kernel) -> bool {
 pub(crate) fn uses_f16(k: &Kernel, info: &Info) -> bool {
     info.holds_f16(k)
         || k.uses_unary(UnaryOp::HalfFromBits)
-        || k.uses_unary(UnaryOp::HalfBits)
         || k.uses_binary(BinaryOp::PackHalves)
+        || k.stores_shared_pairs()
 }
 
 /// What a C dialect spells its own way.
@@ -178,6 +178,15 @@ pub(crate) trait Spelling {
     /// nothing where the dialect has no use for the hint.
     fn prefetch(&self, _pointer: &str) -> Option<String> {
         None
+    }
+    /// [`Stmt::StoreSharedPair`]: elements `index` and `index + 1` of the f16 array `array`
+    /// set to the halves of the `unsigned int` expression `value`; by default each as its
+    /// bits, in two stores.
+    fn store_pair(&self, array: &str, index: &str, value: &str) -> String {
+        format!(
+            "{array}[{index}] = trine_h_bits((unsigned short)({value})); \
+             {array}[({index}) + 1u] = trine_h_bits((unsigned short)(({value}) >> 16));"
+        )
     }
     /// [`Expr::LoadLane`]: word `lane` of quad `quad` of the `unsigned int` buffer `buffer`,
     /// where the dialect reads a quad at once; `None` to load the word on its own.
@@ -417,7 +426,6 @@ fn unary(s: &impl Spelling, op: UnaryOp, ty: Scalar, a: &str) -> String {
             )
         }
         UnaryOp::HalfFromBits => format!("trine_h2f(trine_h_bits((unsigned short){a}))"),
-        UnaryOp::HalfBits => format!("trine_h_bits((unsigned short){a})"),
     }
 }
 
@@ -573,6 +581,16 @@ impl<'a, S: Spelling> Printer<'a, S> {
                 let a = shared_name(k, *array);
                 let i = self.index(*index);
                 self.line(depth, &format!("{a}[{i}] = {};", e(*value)));
+            }
+            Stmt::StoreSharedPair {
+                array,
+                index,
+                value,
+            } => {
+                let a = shared_name(k, *array);
+                let i = self.index(*index);
+                let text = self.spelling.store_pair(&a, &i, &e(*value));
+                self.line(depth, &text);
             }
             Stmt::If {
                 cond,

@@ -302,6 +302,16 @@ impl KernelBuilder {
         });
     }
 
+    /// `shared[index]` and `shared[index + 1]` (F16, `index` even) = the halves of `value`
+    /// (`U32`), low then high ([`Stmt::StoreSharedPair`]).
+    pub fn store_shared_pair(&self, array: SharedId, index: Val<'_>, value: Val<'_>) {
+        self.stmt(Stmt::StoreSharedPair {
+            array,
+            index: index.id,
+            value: value.id,
+        });
+    }
+
     pub fn select(&self, cond: Val<'_>, accept: Val<'_>, reject: Val<'_>) -> Val<'_> {
         self.emit(Expr::Select {
             cond: cond.id,
@@ -497,10 +507,6 @@ impl<'b> Val<'b> {
     }
     pub fn count_ones(self) -> Val<'b> {
         self.un(UnaryOp::CountOnes)
-    }
-    /// The f16 in this `U32`'s low 16 bits, as `F16` ([`UnaryOp::HalfBits`]).
-    pub fn half_bits(self) -> Val<'b> {
-        self.un(UnaryOp::HalfBits)
     }
     /// The f16 in this `U32`'s low 16 bits, as `F32` ([`UnaryOp::HalfFromBits`]).
     pub fn half_from_bits(self) -> Val<'b> {

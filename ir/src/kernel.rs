@@ -367,12 +367,6 @@ pub enum UnaryOp {
     /// operations. CUDA and HIP `__half2float(__ushort_as_half(x))`; SPIR-V GLSL.std.450
     /// `UnpackHalf2x16`'s first component; C through `_Float16`.
     HalfFromBits,
-    /// The f16 whose bits are the low 16 bits of a `U32`, as `F16`: the bits themselves, with
-    /// no conversion, so that f16 values loaded two a word reach f16 storage as they are (a
-    /// round trip through `F32` took two conversions, each issued at a quarter of the ALU
-    /// rate on GPUs). CUDA and HIP `__ushort_as_half(x)`; SPIR-V `UnpackHalf2x16`'s first
-    /// component converted to f16 (exact); C through `_Float16`.
-    HalfBits,
 }
 
 /// Binary operations. Both operands have the same type, except shifts, whose right operand is
@@ -598,6 +592,17 @@ pub enum Stmt {
         index: ExprId,
         value: ExprId,
     },
+    /// `shared[index]` and `shared[index + 1]` of an F16 array set to the halves of a `U32`
+    /// `value`, its low 16 bits then its high 16 bits, as f16 bits: two halves rounded or
+    /// loaded together reach shared memory in one store. `index` must be even (the
+    /// interpreter reports an odd one). CUDA and HIP: one 32-bit store (the arrays are
+    /// aligned to 4 bytes at least); SPIR-V: `UnpackHalf2x16`'s components, converted exactly,
+    /// in two stores; C: two stores of the halves' bits.
+    StoreSharedPair {
+        array: SharedId,
+        index: ExprId,
+        value: ExprId,
+    },
     If {
         cond: ExprId,
         then: Block,
@@ -663,6 +668,21 @@ impl Kernel {
         self.exprs
             .iter()
             .any(|e| matches!(*e, Expr::Unary { op: o, .. } if o == op))
+    }
+
+    /// Whether the kernel stores pairs of halves into shared memory ([`Stmt::StoreSharedPair`]).
+    pub fn stores_shared_pairs(&self) -> bool {
+        fn any(block: &[Stmt]) -> bool {
+            block.iter().any(|s| match s {
+                Stmt::StoreSharedPair { .. } => true,
+                Stmt::Loop { body, .. } => any(body),
+                Stmt::If {
+                    then, otherwise, ..
+                } => any(then) || any(otherwise),
+                _ => false,
+            })
+        }
+        any(&self.body)
     }
 
     /// Whether any expression of the kernel is the binary operation `op`.

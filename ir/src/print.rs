@@ -100,6 +100,14 @@ fn block(k: &Kernel, b: &Block, depth: usize, out: &mut String) {
                 let name = k.shared.get(array.0 as usize).map_or("?", |s| &s.name);
                 let _ = writeln!(out, "{pad}{name}[{}] = {}", e(*index), e(*value));
             }
+            Stmt::StoreSharedPair {
+                array,
+                index,
+                value,
+            } => {
+                let name = k.shared.get(array.0 as usize).map_or("?", |s| &s.name);
+                let _ = writeln!(out, "{pad}{name}[{}..+2] = halves {}", e(*index), e(*value));
+            }
             Stmt::If {
                 cond,
                 then,

@@ -120,6 +120,8 @@ pub enum ValidationError {
     CopyPending { pending: u32 },
     #[error("warpgroup accumulator {name:?} has {cols} columns: a multiple of 8 from 8 to {max} is needed", max = GROUP_MAX_COLS)]
     GroupCols { name: String, cols: u32 },
+    #[error("shared array {name:?} of {elem:?} takes pairs of halves: only an F16 array does")]
+    PairArray { name: String, elem: Scalar },
     #[error("warpgroup products need workgroups of whole warpgroups of {per} invocations on subgroups of 32; the kernel has {invocations} invocations and subgroup width {width:?}", per = GROUP_INVOCATIONS)]
     GroupShape {
         invocations: u32,
@@ -366,6 +368,21 @@ impl Validator<'_> {
                     let elem = self.shared(*array)?.elem;
                     self.expect(*index, "shared store index", Scalar::U32)?;
                     self.expect(*value, "shared store value", elem)?;
+                }
+                Stmt::StoreSharedPair {
+                    array,
+                    index,
+                    value,
+                } => {
+                    let shared = self.shared(*array)?;
+                    if shared.elem != Scalar::F16 {
+                        return Err(ValidationError::PairArray {
+                            name: shared.name.clone(),
+                            elem: shared.elem,
+                        });
+                    }
+                    self.expect(*index, "shared pair index", Scalar::U32)?;
+                    self.expect(*value, "shared pair value", Scalar::U32)?;
                 }
                 Stmt::If {
                     cond,
@@ -724,7 +741,7 @@ impl Validator<'_> {
                     UnaryOp::Neg | UnaryOp::Abs => matches!(t, F32 | F16 | I32),
                     UnaryOp::Not => matches!(t, I32 | U32 | Bool),
                     UnaryOp::CountOnes => matches!(t, I32 | U32),
-                    UnaryOp::HalfFromBits | UnaryOp::HalfBits => t == U32,
+                    UnaryOp::HalfFromBits => t == U32,
                     _ => matches!(t, F32 | F16),
                 };
                 if !ok {
@@ -733,7 +750,6 @@ impl Validator<'_> {
                 match op {
                     UnaryOp::CountOnes => U32,
                     UnaryOp::HalfFromBits => F32,
-                    UnaryOp::HalfBits => F16,
                     _ => t,
                 }
             }

@@ -542,13 +542,11 @@ impl<'b> Fetch<'b> {
                         let inside = walk.inside(k, j, block.rows);
                         let at = base + walk.staged(k, j);
                         for (i, word) in quad.iter().enumerate() {
-                            // Rows past the matrix stage zeros; the halves go in as their
-                            // bits, where widening each to f32 and back took two conversions.
+                            // Rows past the matrix stage zeros; a word's halves go in as their
+                            // bits in one store, where widening each to f32 and back took two
+                            // conversions and a store each.
                             let word = k.select(inside, word.get(), k.u32(0));
-                            for (h, bits) in [word, word >> k.u32(16)].into_iter().enumerate() {
-                                let to = at + k.u32(2 * i as u32 + h as u32);
-                                k.store_shared(dst, to, bits.half_bits());
-                            }
+                            k.store_shared_pair(dst, at + k.u32(2 * i as u32), word);
                         }
                     }
                 }
@@ -731,7 +729,7 @@ fn zeroed<'b>(k: &'b KernelBuilder, s: Scales<'b>, inside: Val<'b>) -> Scales<'b
 
 /// Stores a run of decoded `codes` (`F32`, [`BK`]` / 2` of them, one sub-block's, scales
 /// `s`) into its two staged lines of 8: two values rounded to f16 by one conversion, as a
-/// word's halves, each stored as its bits.
+/// word's halves, stored in one.
 fn put_run<'b>(
     k: &'b KernelBuilder,
     (dst, lines): (SharedId, [Val<'b>; 2]),
@@ -741,9 +739,7 @@ fn put_run<'b>(
     for (i, pair) in codes.chunks(2).enumerate() {
         let word = s.value(pair[0]).pack_halves(s.value(pair[1]));
         let j = 2 * i as u32;
-        let to = lines[(j / 8) as usize] + k.u32(j % 8);
-        k.store_shared(dst, to, word.half_bits());
-        k.store_shared(dst, to + k.u32(1), (word >> k.u32(16)).half_bits());
+        k.store_shared_pair(dst, lines[(j / 8) as usize] + k.u32(j % 8), word);
     }
 }
 

@@ -108,6 +108,7 @@ pub(super) fn synchronises(k: &Kernel, s: &Stmt) -> bool {
         Stmt::Assign { .. }
         | Stmt::Store { .. }
         | Stmt::StoreShared { .. }
+        | Stmt::StoreSharedPair { .. }
         | Stmt::Prefetch { .. } => false,
     }
 }

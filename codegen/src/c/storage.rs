@@ -222,7 +222,6 @@ fn recomputable(k: &Kernel, vars: &[VarClass], e: ExprId, memo: &mut Vec<Option<
                 | UnaryOp::Floor
                 | UnaryOp::CountOnes
                 | UnaryOp::HalfFromBits
-                | UnaryOp::HalfBits
         ),
         Expr::Binary { op, .. } => !matches!(op, BinaryOp::Div | BinaryOp::Rem | BinaryOp::Pow),
         Expr::Fma { .. } | Expr::Select { .. } | Expr::Cast { .. } | Expr::Bitcast { .. } => true,
@@ -283,7 +282,9 @@ impl Collector<'_> {
                     self.var(*var, at, true);
                     self.other_write[var.0 as usize] = true;
                 }
-                Stmt::Store { index, value, .. } | Stmt::StoreShared { index, value, .. } => {
+                Stmt::Store { index, value, .. }
+                | Stmt::StoreShared { index, value, .. }
+                | Stmt::StoreSharedPair { index, value, .. } => {
                     self.use_(*index, at);
                     self.use_(*value, at);
                 }
@@ -429,6 +430,7 @@ fn mentions(k: &Kernel, s: &Stmt, v: VarId) -> bool {
         Stmt::Loop { var, body, .. } => *var == v || any(body),
         Stmt::Store { .. }
         | Stmt::StoreShared { .. }
+        | Stmt::StoreSharedPair { .. }
         | Stmt::Prefetch { .. }
         | Stmt::Barrier
         | Stmt::Tile(_)

@@ -72,6 +72,7 @@ impl Uniformity {
                 }
                 Stmt::Store { .. }
                 | Stmt::StoreShared { .. }
+                | Stmt::StoreSharedPair { .. }
                 | Stmt::Prefetch { .. }
                 | Stmt::Barrier
                 | Stmt::Tile(_)

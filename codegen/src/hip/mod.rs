@@ -190,6 +190,9 @@ fn shared_align(k: &Kernel) -> Option<u64> {
         Some(groups::GROUP_ALIGN)
     } else if k.capabilities.tiles || k.capabilities.async_copy {
         Some(16)
+    } else if k.stores_shared_pairs() {
+        // A pair of halves is one 32-bit store.
+        Some(4)
     } else {
         None
     }
@@ -250,6 +253,10 @@ impl Spelling for Gpu {
             Builtin::SubgroupInvocationId => format!("{} % trine_warp_size()", lane(wg)),
             Builtin::SubgroupId => format!("{} / trine_warp_size()", lane(wg)),
         }
+    }
+
+    fn store_pair(&self, array: &str, index: &str, value: &str) -> String {
+        format!("*(unsigned int*)(&{array}[{index}]) = {value};")
     }
 
     fn barrier(&self) -> &'static str {

@@ -124,8 +124,8 @@ fn capabilities(kernel: &Kernel, info: &Info) -> Capabilities {
     // `unpack2x16float` and `pack2x16float`, core in SPIR-V (GLSL.std.450) and WGSL, which
     // naga gates for the shading languages that lack them.
     if kernel.uses_unary(UnaryOp::HalfFromBits)
-        || kernel.uses_unary(UnaryOp::HalfBits)
         || kernel.uses_binary(BinaryOp::PackHalves)
+        || kernel.stores_shared_pairs()
     {
         caps |= Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     }

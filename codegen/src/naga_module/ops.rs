@@ -9,7 +9,7 @@ use naga::{
 use trine_ir::{BinaryOp, Expr, ExprId, Scalar, SubgroupOp, UnaryOp};
 
 impl Lowerer<'_> {
-    fn math(
+    pub(super) fn math(
         &mut self,
         fun: Mf,
         arg: Handle<Expression>,
@@ -60,19 +60,6 @@ impl Lowerer<'_> {
                 return self.emit(Expression::AccessIndex {
                     base: pair,
                     index: 0,
-                });
-            }
-            UnaryOp::HalfBits => {
-                let pair = self.math(Mf::Unpack2x16float, expr, None);
-                let value = self.emit(Expression::AccessIndex {
-                    base: pair,
-                    index: 0,
-                });
-                let s = types::scalar(Scalar::F16);
-                return self.emit(Expression::As {
-                    expr: value,
-                    kind: s.kind,
-                    convert: Some(s.width),
                 });
             }
             UnaryOp::Abs => Mf::Abs,

@@ -55,6 +55,14 @@ impl Lowerer<'_> {
                 let base = self.shared[array.0 as usize];
                 self.store(base, index, value, block);
             }
+            Stmt::StoreSharedPair {
+                array,
+                index,
+                value,
+            } => {
+                let base = self.shared[array.0 as usize];
+                self.store_pair(base, index, value, block);
+            }
             Stmt::If {
                 cond,
                 ref then,
@@ -184,6 +192,34 @@ impl Lowerer<'_> {
                 value: self.value(value),
             },
         );
+    }
+
+    /// `base[index]` and `base[index + 1]` (f16) set to `value`'s halves: `unpack2x16float`'s
+    /// components, each converted to f16 (exact).
+    fn store_pair(
+        &mut self,
+        base: Handle<Expression>,
+        index: trine_ir::ExprId,
+        value: trine_ir::ExprId,
+        block: &mut Block,
+    ) {
+        let pair = self.math(naga::MathFunction::Unpack2x16float, self.value(value), None);
+        let first = self.value(index);
+        let one = self.u32(1, block);
+        let second = self.binary(Bo::Add, first, one);
+        for (at, component) in [(first, 0), (second, 1)] {
+            let half = self.emit(Expression::AccessIndex {
+                base: pair,
+                index: component,
+            });
+            let value = self.emit(Expression::As {
+                expr: half,
+                kind: naga::ScalarKind::Float,
+                convert: Some(2),
+            });
+            let pointer = self.emit(Expression::Access { base, index: at });
+            self.push(block, Statement::Store { pointer, value });
+        }
     }
 
     /// `var = start; loop { if var >= end { break } body; continuing { var += step } }`.

@@ -150,6 +150,28 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     cell.writer = Some((lane as u32, epoch));
                 }
             }
+            Stmt::StoreSharedPair {
+                array,
+                index,
+                value,
+            } => {
+                for lane in Self::active(mask) {
+                    let i = self.val(*index, lane);
+                    if i % 2 == 1 {
+                        return Err(InterpError::PairOdd {
+                            at: self.site(lane),
+                            index: i,
+                        });
+                    }
+                    let bits = self.val(*value, lane);
+                    let epoch = self.epoch;
+                    for (j, half) in [(i, bits & 0xffff), (i + 1, bits >> 16)] {
+                        let cell = self.shared_write(*array, j, lane, "shared pair store")?;
+                        cell.bits = half;
+                        cell.writer = Some((lane as u32, epoch));
+                    }
+                }
+            }
             Stmt::If {
                 cond,
                 then,

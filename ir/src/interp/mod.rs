@@ -118,6 +118,8 @@ pub enum InterpError {
         "{at}: shared {array}[{index}] accessed while an asynchronous copy to it is in flight"
     )]
     CopyInFlight { at: Site, array: String, index: u32 },
+    #[error("{at}: a pair of halves stored at odd index {index}")]
+    PairOdd { at: Site, index: u32 },
 }
 
 /// Everything a dispatch needs, checked once.

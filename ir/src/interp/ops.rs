@@ -59,7 +59,7 @@ pub(crate) fn unary(op: UnaryOp, ty: Scalar, a: u32) -> u32 {
             UnaryOp::Tanh => d.tanh() as f32,
             UnaryOp::Floor => x.floor(),
             // The validator admits no other op on floats.
-            UnaryOp::Not | UnaryOp::CountOnes | UnaryOp::HalfFromBits | UnaryOp::HalfBits => x,
+            UnaryOp::Not | UnaryOp::CountOnes | UnaryOp::HalfFromBits => x,
         };
         return from_f(ty, r);
     }
@@ -70,8 +70,6 @@ pub(crate) fn unary(op: UnaryOp, ty: Scalar, a: u32) -> u32 {
         (UnaryOp::Abs, _) => (a as i32).wrapping_abs() as u32,
         (UnaryOp::CountOnes, _) => a.count_ones(),
         (UnaryOp::HalfFromBits, _) => half::f16::from_bits(a as u16).to_f32().to_bits(),
-        // An F16 value is its 16 bits.
-        (UnaryOp::HalfBits, _) => a & 0xffff,
         _ => a,
     }
 }

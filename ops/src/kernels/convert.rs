@@ -52,7 +52,7 @@ pub fn cases() -> Vec<Case> {
         h.iter().map(|v| v.to_f64()).collect(),
     )
     .params(vec![ParamValue::U32(n)]);
-    vec![to_half, to_single, from_bits(), to_bits(), to_halves()]
+    vec![to_half, to_single, from_bits(), to_bits(), through_pairs()]
 }
 
 /// Each word's low half, then its high half shifted down, as f16 bits converted to f32.
@@ -92,25 +92,34 @@ fn from_bits() -> Case {
     .params(vec![ParamValue::U32(n)])
 }
 
-/// Each word's low half, then its high half shifted down, as f16 values of those bits,
-/// unconverted.
-pub fn halves_kernel() -> Kernel {
-    let k = KernelBuilder::new("convert_f16_bits_to_f16", [WG, 1, 1]);
+/// Each word stored into shared memory as a pair of halves, then read back as f16 values by
+/// the invocation at the mirror place of the workgroup (its words' halves another
+/// invocation's).
+pub fn pairs_kernel() -> Kernel {
+    let k = KernelBuilder::new("convert_f16_pairs_shared", [WG, 1, 1]);
     let src = k.buffer("src", Scalar::U32, Access::Read);
     let dst = k.buffer("dst", Scalar::F16, Access::Write);
     let n = k.param("n", Scalar::U32);
+    let stage = k.shared("stage", Scalar::F16, 2 * WG);
+    let lid = k.local_index();
     let i = k.global_id(0);
-    k.if_(i.lt(n), || {
-        let w = k.load(src, i);
-        k.store(dst, i * k.u32(2), w.half_bits());
-        k.store(dst, i * k.u32(2) + k.u32(1), (w >> k.u32(16)).half_bits());
+    // Past the words, the last word again: every pair of the stage is written.
+    k.store_shared_pair(stage, lid * k.u32(2), k.load(src, i.min(n - k.u32(1))));
+    k.barrier();
+    let mirror = k.u32(WG - 1) - lid;
+    let word = k.workgroup_id(0) * k.u32(WG) + mirror;
+    k.if_(word.lt(n), || {
+        for h in 0..2 {
+            let value = k.load_shared(stage, mirror * k.u32(2) + k.u32(h));
+            k.store(dst, word * k.u32(2) + k.u32(h), value);
+        }
     });
     k.finish()
 }
 
-/// Every f16 bit pattern but NaNs (whose payloads a device may not keep), two a word, as f16
-/// values: subnormals, signed zeros and infinities among them.
-fn to_halves() -> Case {
+/// Every f16 bit pattern but NaNs (whose payloads a device may not keep), two a word, through
+/// [`pairs_kernel`], judged exactly: subnormals, signed zeros and infinities among them.
+fn through_pairs() -> Case {
     let patterns: Vec<u16> = (0..=u16::MAX)
         .filter(|&p| !f16::from_bits(p).is_nan())
         .collect();
@@ -124,8 +133,8 @@ fn to_halves() -> Case {
         .collect();
     let n = words.len() as u32;
     Case::new(
-        format!("convert/f16 bits->f16/n={n}"),
-        halves_kernel(),
+        format!("convert/f16 pairs->shared->f16/n={n}"),
+        pairs_kernel(),
         [n.div_ceil(WG), 1, 1],
     )
     .input("src", Scalar::U32, u32_bytes(&words))
