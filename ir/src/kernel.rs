@@ -594,8 +594,9 @@ pub enum Stmt {
     },
     /// `shared[index]` and `shared[index + 1]` of an F16 array set to the halves of a `U32`
     /// `value`, its low 16 bits then its high 16 bits, as f16 bits: two halves rounded or
-    /// loaded together reach shared memory in one store. `index` must be even (the
-    /// interpreter reports an odd one). CUDA and HIP: one 32-bit store (the arrays are
+    /// loaded together reach shared memory in one store. `index` must be even, and a barrier
+    /// must come between the store and any access to the two elements, the storing
+    /// invocation's own included (the interpreter reports both). CUDA and HIP: one 32-bit store (the arrays are
     /// aligned to 4 bytes at least); SPIR-V: `UnpackHalf2x16`'s components, converted exactly,
     /// in two stores; C: two stores of the halves' bits.
     StoreSharedPair {

@@ -58,6 +58,48 @@ fn divergent_barrier_is_an_error() {
     assert!(matches!(err, InterpError::DivergentBarrier { .. }), "{err}");
 }
 
+/// A pair of halves goes to an even index, and is read, by any invocation, only after a
+/// barrier: the pair is then the word's halves, low first.
+#[test]
+fn shared_pairs_need_an_even_index_and_a_barrier() {
+    let build = |(offset, with_barrier): (u32, bool)| {
+        let k = KernelBuilder::new("pairs", [4, 1, 1]);
+        let out = k.buffer("out", Scalar::F16, Access::Write);
+        let sh = k.shared("s", Scalar::F16, 10);
+        let lid = k.local_index();
+        // 1.0 in the low half, -2.0 in the high one.
+        k.store_shared_pair(sh, lid * k.u32(2) + k.u32(offset), k.u32(0xc000_3c00));
+        if with_barrier {
+            k.barrier();
+        }
+        let at = lid * k.u32(2) + k.u32(offset);
+        k.store(out, lid * k.u32(2), k.load_shared(sh, at));
+        k.store(
+            out,
+            lid * k.u32(2) + k.u32(1),
+            k.load_shared(sh, at + k.u32(1)),
+        );
+        k.finish()
+    };
+    let run = |shape| {
+        let mut bufs = vec![vec![0u8; 16]];
+        interpret(&build(shape), [1, 1, 1], &mut bufs, &[], 4).map(|_| bufs.remove(0))
+    };
+    let err = run((1, true)).unwrap_err();
+    assert!(
+        matches!(err, InterpError::PairOdd { index: 1, .. }),
+        "{err}"
+    );
+    let err = run((0, false)).unwrap_err();
+    assert!(matches!(err, InterpError::PairNoBarrier { .. }), "{err}");
+    let out = run((2, true)).unwrap();
+    let halves: Vec<f32> = out
+        .chunks(2)
+        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+        .collect();
+    assert_eq!(halves, [1.0, -2.0, 1.0, -2.0, 1.0, -2.0, 1.0, -2.0]);
+}
+
 #[test]
 fn shared_read_without_barrier_is_a_race() {
     let build = |with_barrier: bool| {

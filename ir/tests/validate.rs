@@ -16,6 +16,19 @@ fn type_mismatch_names_the_expression() {
     );
 }
 
+/// Pairs of halves go only into f16 arrays.
+#[test]
+fn shared_pairs_need_an_f16_array() {
+    let k = KernelBuilder::new("pairs", [1, 1, 1]);
+    let sh = k.shared("s", Scalar::U32, 2);
+    k.store_shared_pair(sh, k.u32(0), k.u32(7));
+    let err = validate(&k.finish(), &Limits::default()).unwrap_err();
+    assert!(
+        matches!(&err, ValidationError::PairArray { name, elem: Scalar::U32 } if name == "s"),
+        "{err}"
+    );
+}
+
 #[test]
 fn shared_memory_over_the_limit() {
     let k = KernelBuilder::new("big", [1, 1, 1]);

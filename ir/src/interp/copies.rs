@@ -102,6 +102,7 @@ impl Workgroup<'_, '_> {
                 let cell = &mut self.shared[p.array.0 as usize][(p.at + i) as usize];
                 cell.bits = bits;
                 cell.writer = Some((lane as u32, epoch));
+                cell.paired = false;
                 cell.in_flight = false;
             }
         }

@@ -17,6 +17,10 @@ pub(super) struct SharedCell {
     pub(super) in_flight: bool,
     /// How many warpgroup products that read it are not yet retired ([`GroupOp::Mma`]).
     pub(super) group_reads: u32,
+    /// Whether its last write was half of a pair ([`Stmt::StoreSharedPair`]), which no access
+    /// may follow before a barrier, the writer's own included: CUDA stores the pair as a word,
+    /// a type the compiler may take for apart from the array's halves.
+    pub(super) paired: bool,
 }
 
 pub(crate) struct Workgroup<'l, 'a> {
@@ -50,6 +54,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             writer: None,
             in_flight: false,
             group_reads: 0,
+            paired: false,
         };
         Workgroup {
             l,
@@ -148,6 +153,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                     let cell = self.shared_write(*array, i, lane, "shared store")?;
                     cell.bits = bits;
                     cell.writer = Some((lane as u32, epoch));
+                    cell.paired = false;
                 }
             }
             Stmt::StoreSharedPair {
@@ -169,6 +175,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                         let cell = self.shared_write(*array, j, lane, "shared pair store")?;
                         cell.bits = half;
                         cell.writer = Some((lane as u32, epoch));
+                        cell.paired = true;
                     }
                 }
             }
@@ -280,6 +287,13 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             });
         }
         if let Some((writer, e)) = cell.writer {
+            if e == epoch && cell.paired {
+                return Err(InterpError::PairNoBarrier {
+                    at,
+                    array: decl.name.clone(),
+                    index: i,
+                });
+            }
             if e == epoch && writer != lane as u32 {
                 return Err(InterpError::SharedRace {
                     at,

@@ -120,6 +120,8 @@ pub enum InterpError {
     CopyInFlight { at: Site, array: String, index: u32 },
     #[error("{at}: a pair of halves stored at odd index {index}")]
     PairOdd { at: Site, index: u32 },
+    #[error("{at}: shared {array}[{index}] was stored as half of a pair and accessed with no barrier between")]
+    PairNoBarrier { at: Site, array: String, index: u32 },
 }
 
 /// Everything a dispatch needs, checked once.

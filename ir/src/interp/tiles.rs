@@ -160,6 +160,7 @@ impl Workgroup<'_, '_> {
                 let cell = self.shared_write(s, i, first, "tile store")?;
                 cell.bits = bits;
                 cell.writer = Some((first as u32, epoch));
+                cell.paired = false;
             }
         }
         Ok(())
