@@ -126,11 +126,21 @@ impl KernelBuilder {
     }
 
     pub fn shared(&self, name: &str, elem: Scalar, len: u32) -> SharedId {
+        self.shared_decl(name, elem, len, None)
+    }
+
+    /// A shared array that may occupy the memory of array `over` ([`SharedDecl::over`]).
+    pub fn shared_over(&self, name: &str, elem: Scalar, len: u32, over: SharedId) -> SharedId {
+        self.shared_decl(name, elem, len, Some(over))
+    }
+
+    fn shared_decl(&self, name: &str, elem: Scalar, len: u32, over: Option<SharedId>) -> SharedId {
         let mut k = self.kernel.borrow_mut();
         k.shared.push(SharedDecl {
             name: name.into(),
             elem,
             len,
+            over,
         });
         SharedId(k.shared.len() as u32 - 1)
     }

@@ -95,6 +95,23 @@ pub struct SharedDecl {
     pub name: String,
     pub elem: Scalar,
     pub len: u32,
+    /// An overlay: the array may occupy the memory of this earlier array (no overlay itself,
+    /// at least as many bytes) from its first byte, so that a kernel's phases that never use
+    /// both at once (a product's stages, then the block of y it writes) take the memory of
+    /// one. CUDA and HIP give it that memory (a pointer to the array's first byte); SPIR-V
+    /// and C a variable of its own (naga has no typed aliasing of workgroup memory; C's
+    /// arrays are reached through restrict pointers). A kernel must be right either way: the
+    /// interpreter holds it to shared memory, where writing an element of one destroys the
+    /// elements of the other that share its bytes, and accessing it races with the other's
+    /// accesses, copies and products as an access of that array's elements would.
+    pub over: Option<SharedId>,
+}
+
+impl SharedDecl {
+    /// Bytes of the array.
+    pub fn bytes(&self) -> u64 {
+        u64::from(self.len) * self.elem.size() as u64
+    }
 }
 
 /// A private (per-invocation) mutable variable, zero-initialised. HIP a local variable; SPIR-V a
@@ -698,12 +715,33 @@ impl Kernel {
         self.workgroup_size.iter().product()
     }
 
-    /// Bytes of workgroup-shared memory the kernel declares.
+    /// Bytes of workgroup-shared memory the kernel declares, each overlay
+    /// ([`SharedDecl::over`]) apart from the array it may share: the most a lowering takes.
     pub fn shared_bytes(&self) -> u64 {
+        self.shared.iter().map(SharedDecl::bytes).sum()
+    }
+
+    /// Bytes of workgroup-shared memory where each overlay ([`SharedDecl::over`]) lies in
+    /// the array it shares, as CUDA and HIP lay them out.
+    pub fn overlaid_shared_bytes(&self) -> u64 {
         self.shared
             .iter()
-            .map(|s| s.len as u64 * s.elem.size() as u64)
+            .filter(|s| s.over.is_none())
+            .map(SharedDecl::bytes)
             .sum()
+    }
+
+    /// The arrays that share memory with array `a`: the one it overlays and those overlaying
+    /// it ([`SharedDecl::over`]).
+    pub fn shared_partners(&self, a: SharedId) -> Vec<SharedId> {
+        let own = self.shared.get(a.0 as usize).and_then(|s| s.over);
+        own.into_iter()
+            .chain(
+                (0..self.shared.len() as u32)
+                    .map(SharedId)
+                    .filter(|&b| self.shared[b.0 as usize].over == Some(a)),
+            )
+            .collect()
     }
 
     /// How many of the body's first statements only prefetch ([`Stmt::Prefetch`]): prefetches,

@@ -39,7 +39,12 @@ pub fn print(kernel: &Kernel) -> String {
         let _ = writeln!(out, "  param {i} {}: {}", p.name, p.ty);
     }
     for (i, s) in k.shared.iter().enumerate() {
-        let _ = writeln!(out, "  shared {i} {}: [{}; {}]", s.name, s.elem, s.len);
+        let over = s.over.map_or(String::new(), |o| format!(" over {}", o.0));
+        let _ = writeln!(
+            out,
+            "  shared {i} {}: [{}; {}]{over}",
+            s.name, s.elem, s.len
+        );
     }
     for (i, v) in k.vars.iter().enumerate() {
         let _ = writeln!(out, "  var {i} {}: {}", v.name, v.ty);

@@ -58,6 +58,8 @@ pub enum ValidationError {
     SharedMemory { bytes: u64, limit: u64 },
     #[error("shared array {name:?} has length 0")]
     EmptyShared { name: String },
+    #[error("shared array {name:?} overlays {over}, which is not an earlier array of at least its bytes that overlays none")]
+    BadOverlay { name: String, over: String },
     #[error("{count} parameters exceed the limit of {max}")]
     TooManyParams { count: usize, max: usize },
     #[error("{what} {name:?} cannot have type {ty}")]
@@ -281,6 +283,22 @@ fn check_decls(k: &Kernel, limits: &Limits) -> Result<()> {
         return Err(ValidationError::EmptyShared {
             name: s.name.clone(),
         });
+    }
+    for (i, s) in k.shared.iter().enumerate() {
+        let Some(o) = s.over else { continue };
+        let base = k
+            .shared
+            .get(o.0 as usize)
+            .filter(|b| (o.0 as usize) < i && b.over.is_none() && b.bytes() >= s.bytes());
+        if base.is_none() {
+            return Err(ValidationError::BadOverlay {
+                name: s.name.clone(),
+                over: k
+                    .shared
+                    .get(o.0 as usize)
+                    .map_or(format!("array {}", o.0), |b| format!("{:?}", b.name)),
+            });
+        }
     }
     let bytes = k.shared_bytes();
     if bytes > limits.max_shared_bytes {

@@ -126,6 +126,62 @@ fn shared_read_without_barrier_is_a_race() {
     assert_eq!(got, [1, 2, 3, 4, 5, 6, 7, 0]);
 }
 
+/// An overlay shares its array's bytes: a u32 overlay over an f16 array, written after the
+/// halves were read, reads back what it wrote once a barrier separates the phases; without
+/// one, overwriting halves another invocation read is a race, and the halves the overlay
+/// overwrote are no longer written.
+#[test]
+fn an_overlay_shares_its_arrays_bytes() {
+    #[derive(Clone, Copy)]
+    enum Shape {
+        Phases,
+        NoBarrier,
+        ReadBack,
+    }
+    let build = |shape: Shape| {
+        let k = KernelBuilder::new("overlay", [4, 1, 1]);
+        let out = k.buffer("out", Scalar::U32, Access::Write);
+        let halves = k.shared("halves", Scalar::F16, 8);
+        let words = k.shared_over("words", Scalar::U32, 4, halves);
+        let lid = k.local_index();
+        k.store_shared(halves, lid * k.u32(2), k.f16(1.0));
+        k.store_shared(halves, lid * k.u32(2) + k.u32(1), k.f16(2.0));
+        k.barrier();
+        // Each invocation reads the halves of the next one's word.
+        let next = (lid + k.u32(1)) % k.u32(4);
+        let sum = k.load_shared(halves, next * k.u32(2))
+            + k.load_shared(halves, next * k.u32(2) + k.u32(1));
+        if !matches!(shape, Shape::NoBarrier) {
+            k.barrier();
+        }
+        k.store_shared(words, lid, lid + k.u32(7));
+        k.barrier();
+        let read = match shape {
+            Shape::ReadBack => k.load_shared(halves, lid * k.u32(2)).cast(Scalar::U32),
+            _ => k.load_shared(words, next),
+        };
+        k.store(out, lid, read + sum.cast(Scalar::U32));
+        k.finish()
+    };
+    let run = |shape| {
+        let mut bufs = vec![vec![0u8; 16]];
+        interpret(&build(shape), [1, 1, 1], &mut bufs, &[], 4).map(|_| bufs.remove(0))
+    };
+    let out = run(Shape::Phases).unwrap();
+    let got: Vec<u32> = out
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(got, [11, 12, 13, 10]);
+    let err = run(Shape::NoBarrier).unwrap_err();
+    assert!(
+        matches!(err, InterpError::OverlayRace { reader: 3, .. }),
+        "{err}"
+    );
+    let err = run(Shape::ReadBack).unwrap_err();
+    assert!(matches!(err, InterpError::UninitShared { .. }), "{err}");
+}
+
 #[test]
 fn uninitialised_shared_read_is_an_error() {
     let k = KernelBuilder::new("uninit", [2, 1, 1]);

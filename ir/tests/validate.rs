@@ -16,6 +16,37 @@ fn type_mismatch_names_the_expression() {
     );
 }
 
+/// An overlay lies in an earlier array, no overlay itself, of at least its bytes.
+#[test]
+fn an_overlay_needs_an_earlier_array_of_its_bytes() {
+    let build = |len: u32, chained: bool| {
+        let k = KernelBuilder::new("overlay", [1, 1, 1]);
+        let out = k.buffer("out", Scalar::U32, Access::Write);
+        let base = k.shared("base", Scalar::F16, 8);
+        let words = k.shared_over("words", Scalar::U32, len, base);
+        let on = if chained {
+            k.shared_over("chained", Scalar::U32, 1, words)
+        } else {
+            words
+        };
+        k.store_shared(on, k.u32(0), k.u32(1));
+        k.barrier();
+        k.store(out, k.u32(0), k.load_shared(on, k.u32(0)));
+        k.finish()
+    };
+    validate(&build(4, false), &Limits::default()).unwrap();
+    for (len, chained, name, over) in [
+        (5, false, "words", "\"base\""),
+        (4, true, "chained", "\"words\""),
+    ] {
+        let err = validate(&build(len, chained), &Limits::default()).unwrap_err();
+        assert!(
+            matches!(&err, ValidationError::BadOverlay { name: n, over: o } if n == name && o == over),
+            "{err}"
+        );
+    }
+}
+
 /// Pairs of halves go only into f16 arrays.
 #[test]
 fn shared_pairs_need_an_f16_array() {

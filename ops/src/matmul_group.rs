@@ -22,14 +22,15 @@ use super::matmul_stage::{Layout, BK};
 use super::matmul_tiles::{BlockSize, Io, Output, TilesSpec, OP};
 use super::shape::ShapeError;
 use trine_ir::{
-    GroupAcc, Kernel, KernelBuilder, Scalar, TileMemory, Val, GROUP_INVOCATIONS, GROUP_K,
+    GroupAcc, Kernel, KernelBuilder, Scalar, SharedId, TileMemory, Val, GROUP_INVOCATIONS, GROUP_K,
     GROUP_ROWS,
 };
 
 /// Steps between a step's copies and its product: a block's one workgroup on a
 /// multiprocessor (its shared memory allows no second) hides the copies' trip from memory
-/// behind this many steps of products, and its `AHEAD + 2` stages with one warpgroup's block
-/// of y ([`finish`]) fill the 227 KiB a Hopper workgroup may have ([`SHARED_LIMIT`]).
+/// behind this many steps of products in its `AHEAD + 2` stages, which fit the 227 KiB a
+/// Hopper workgroup may have ([`SHARED_LIMIT`]); the block of y lies over them
+/// ([`finish`]).
 pub const AHEAD: u32 = 4;
 
 /// The most shared memory a workgroup may have on the devices with warpgroup products
@@ -62,7 +63,7 @@ pub fn kernel(spec: TilesSpec) -> Result<Kernel, ShapeError> {
     let k = KernelBuilder::new(&spec.name(), [spec.block.invocations(), 1, 1]);
     build(&k, spec)?;
     let kernel = k.finish();
-    let bytes = kernel.shared_bytes();
+    let bytes = kernel.overlaid_shared_bytes();
     if bytes > SHARED_LIMIT {
         return Err(ShapeError::Unsupported {
             op: OP,
@@ -129,28 +130,29 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
         acc.mma((xs, a_at), (ws, w0));
     });
     k.group_wait(0);
-    finish(k, acc, &io.output(&spec), (bm, bn), invocations);
+    finish(k, acc, &io.output(&spec), (bm, bn), (invocations, xs));
     Ok(())
 }
 
 /// Writes the block's sums to y a warpgroup at a time: each stores its accumulator to shared
 /// memory in turn, then consecutive invocations write consecutive rows of y (row pairs with
-/// SwiGLU). A block of one warpgroup's rows leaves the stages the room of a sixth.
+/// SwiGLU). The block of y lies over x's stages (`over`), which the products no longer read
+/// once every warpgroup has waited for its last: the stages alone decide how many workgroups
+/// a multiprocessor holds, so the put stages leave room for two.
 fn finish<'b>(
     k: &'b KernelBuilder,
     acc: GroupAcc<'b>,
     out: &Output<'b>,
     (bm, bn): (u32, u32),
-    invocations: u32,
+    (invocations, over): (u32, SharedId),
 ) {
     // Padded by 4 so that the rows a subgroup stores at once fall in different banks.
     let stride = bn + 4;
-    let block = k.shared("y_block", Scalar::F32, GROUP_ROWS * stride);
+    let block = k.shared_over("y_block", Scalar::F32, GROUP_ROWS * stride, over);
     let group = k.local_index() / k.u32(GROUP_INVOCATIONS);
     for g in 0..bm / GROUP_ROWS {
-        if g > 0 {
-            k.barrier();
-        }
+        // The first waits for the other warpgroups' last products, which read the stages.
+        k.barrier();
         k.if_(group.eq(k.u32(g)), || {
             acc.store(TileMemory::Shared(block), k.u32(0), k.u32(stride))
         });

@@ -128,10 +128,15 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
     }
     for (i, s) in k.shared.iter().enumerate() {
         let name = c_family::shared_name(k, trine_ir::SharedId(i as u32));
+        let ty = c_family::elem_type(s.elem);
         if let Some((offsets, _)) = &dynamic {
-            let ty = c_family::elem_type(s.elem);
             let at = offsets[i];
             p.line(1, &format!("{ty}* {name} = ({ty}*)(trine_shared + {at});"));
+            continue;
+        }
+        if let Some(o) = s.over {
+            let base = c_family::shared_name(k, o);
+            p.line(1, &format!("{ty}* {name} = ({ty}*){base};"));
             continue;
         }
         p.line(
@@ -190,6 +195,9 @@ fn shared_align(k: &Kernel) -> Option<u64> {
         Some(groups::GROUP_ALIGN)
     } else if k.capabilities.tiles || k.capabilities.async_copy {
         Some(16)
+    } else if k.shared.iter().any(|s| s.over.is_some()) {
+        // An overlay's elements may be wider than its array's.
+        Some(16)
     } else if k.stores_shared_pairs() {
         // A pair of halves is one 32-bit store.
         Some(4)
@@ -202,20 +210,24 @@ fn shared_align(k: &Kernel) -> Option<u64> {
 /// at least, [`shared_align`]) and the total, or `None` where the arrays are declared
 /// statically (at most [`CUDA_STATIC_SHARED_BYTES`]).
 fn dynamic_layout(kernel: &Kernel) -> Option<(Vec<u64>, u64)> {
-    if kernel.shared_bytes() <= CUDA_STATIC_SHARED_BYTES {
+    if kernel.overlaid_shared_bytes() <= CUDA_STATIC_SHARED_BYTES {
         return None;
     }
     let align = shared_align(kernel).unwrap_or(16);
     let mut end = 0u64;
-    let offsets = kernel
-        .shared
-        .iter()
-        .map(|s| {
-            let at = end.next_multiple_of(align);
-            end = at + u64::from(s.len) * s.elem.size() as u64;
-            at
-        })
-        .collect();
+    let mut offsets: Vec<u64> = Vec::with_capacity(kernel.shared.len());
+    for s in &kernel.shared {
+        // Validation puts an overlay after its array; one that is not gets its own bytes.
+        let at = match s.over.and_then(|o| offsets.get(o.0 as usize).copied()) {
+            Some(at) => at,
+            None => {
+                let at = end.next_multiple_of(align);
+                end = at + s.bytes();
+                at
+            }
+        };
+        offsets.push(at);
+    }
     Some((offsets, end))
 }
 

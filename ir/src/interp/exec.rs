@@ -21,6 +21,11 @@ pub(super) struct SharedCell {
     /// may follow before a barrier, the writer's own included: CUDA stores the pair as a word,
     /// a type the compiler may take for apart from the array's halves.
     pub(super) paired: bool,
+    /// The invocations that last read it, `[first, first + count)` (a count of 0: several
+    /// reads by different ones), and the barrier interval they read it in: writing an array
+    /// sharing its bytes ([`SharedDecl::over`]) from another invocation in that interval is a
+    /// race.
+    pub(super) read: Option<(u32, u32, u64)>,
 }
 
 pub(crate) struct Workgroup<'l, 'a> {
@@ -31,6 +36,8 @@ pub(crate) struct Workgroup<'l, 'a> {
     vals: Vec<Vec<u32>>,
     vars: Vec<Vec<u32>>,
     pub(super) shared: Vec<Vec<SharedCell>>,
+    /// Each shared array's partners in memory ([`Kernel::shared_partners`]).
+    partners: Vec<Vec<SharedId>>,
     /// Number of barriers passed: shared accesses in different epochs are ordered.
     pub(super) epoch: u64,
     /// Each tile's elements per subgroup, row-major; `None` until zeroed or loaded.
@@ -55,6 +62,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             in_flight: false,
             group_reads: 0,
             paired: false,
+            read: None,
         };
         Workgroup {
             l,
@@ -66,6 +74,9 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                 .shared
                 .iter()
                 .map(|s| vec![empty; s.len as usize])
+                .collect(),
+            partners: (0..k.shared.len() as u32)
+                .map(|a| k.shared_partners(SharedId(a)))
                 .collect(),
             epoch: 0,
             tiles: vec![vec![None; lanes.div_ceil(l.subgroup_size as usize)]; k.tiles.len()],
@@ -267,6 +278,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         lane: usize,
         what: &str,
     ) -> R<&mut SharedCell> {
+        self.check_partners(a, i, lane, false)?;
         let decl = &self.l.kernel.shared[a.0 as usize];
         let at = self.site(lane);
         let epoch = self.epoch;
@@ -336,6 +348,12 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         lane: usize,
         what: &str,
     ) -> R<&mut SharedCell> {
+        self.check_partners(a, i, lane, true)?;
+        for (p, j) in self.partner_cells(a, i) {
+            let cell = &mut self.shared[p.0 as usize][j as usize];
+            cell.writer = None;
+            cell.paired = false;
+        }
         let at = self.site(lane);
         let name = &self.l.kernel.shared[a.0 as usize].name;
         let cell = self.shared_cell(a, i, lane, what)?;
@@ -347,6 +365,111 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             });
         }
         Ok(cell)
+    }
+
+    /// The bits of the shared element `a[i]`, read by invocations `first..first + count` (one
+    /// for a load, a subgroup for a tile, a warpgroup for a product's operand): an error
+    /// where [`Workgroup::shared_cell`] finds one or no invocation has written it.
+    pub(super) fn shared_read(
+        &mut self,
+        a: SharedId,
+        i: u32,
+        (first, count): (usize, u32),
+        what: &str,
+    ) -> R<u32> {
+        let epoch = self.epoch;
+        let at = self.site(first);
+        let cell = self.shared_cell(a, i, first, what)?;
+        if cell.writer.is_none() {
+            return Err(InterpError::UninitShared {
+                at,
+                array: self.l.kernel.shared[a.0 as usize].name.clone(),
+                index: i,
+            });
+        }
+        let readers = (first as u32, count);
+        cell.read = match cell.read {
+            Some((f, c, e)) if e == epoch && (f, c) != readers => Some((0, 0, epoch)),
+            _ => Some((first as u32, count, epoch)),
+        };
+        Ok(cell.bits)
+    }
+
+    /// The elements of the arrays sharing memory with `a` ([`SharedDecl::over`]) that share
+    /// bytes with `a[i]`.
+    fn partner_cells(&self, a: SharedId, i: u32) -> Vec<(SharedId, u32)> {
+        let k = self.l.kernel;
+        let size = k.shared[a.0 as usize].elem.size() as u64;
+        let (start, end) = (u64::from(i) * size, (u64::from(i) + 1) * size);
+        let mut out = vec![];
+        for &p in &self.partners[a.0 as usize] {
+            let decl = &k.shared[p.0 as usize];
+            let ps = decl.elem.size() as u64;
+            out.extend(
+                (start / ps..=(end - 1) / ps)
+                    .filter(|&j| j < u64::from(decl.len))
+                    .map(|j| (p, j as u32)),
+            );
+        }
+        out
+    }
+
+    /// An access by `lane` to `a[i]` (a write where `write`) checked against the elements of
+    /// other arrays sharing its bytes, as an access to them: an error while a copy to one is
+    /// in flight, another invocation wrote one (or any invocation stored one as half of a
+    /// pair) since the last barrier, or, for a write, a warpgroup product that reads one is
+    /// not retired.
+    fn check_partners(&self, a: SharedId, i: u32, lane: usize, write: bool) -> R<()> {
+        for (p, j) in self.partner_cells(a, i) {
+            let cell = &self.shared[p.0 as usize][j as usize];
+            let array = || self.l.kernel.shared[p.0 as usize].name.clone();
+            let at = self.site(lane);
+            if cell.in_flight {
+                return Err(InterpError::CopyInFlight {
+                    at,
+                    array: array(),
+                    index: j,
+                });
+            }
+            if write && cell.group_reads > 0 {
+                return Err(InterpError::GroupOperandWritten {
+                    at,
+                    array: array(),
+                    index: j,
+                });
+            }
+            if let Some((first, count, e)) = cell.read {
+                let lane = lane as u32;
+                let only_own = count > 0 && (first..first + count).contains(&lane);
+                if write && e == self.epoch && !only_own {
+                    return Err(InterpError::OverlayRace {
+                        at,
+                        array: array(),
+                        index: j,
+                        reader: first,
+                    });
+                }
+            }
+            match cell.writer {
+                Some((_, e)) if e == self.epoch && cell.paired => {
+                    return Err(InterpError::PairNoBarrier {
+                        at,
+                        array: array(),
+                        index: j,
+                    })
+                }
+                Some((writer, e)) if e == self.epoch && writer != lane as u32 => {
+                    return Err(InterpError::SharedRace {
+                        at,
+                        array: array(),
+                        index: j,
+                        writer,
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     fn let_(&mut self, id: ExprId, mask: &[bool]) -> R<()> {
@@ -424,15 +547,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             Expr::LoadShared { array, index } => {
                 for lane in Self::active(mask) {
                     let i = self.val(index, lane);
-                    let cell = *self.shared_cell(array, i, lane, "shared load")?;
-                    if cell.writer.is_none() {
-                        return Err(InterpError::UninitShared {
-                            at: self.site(lane),
-                            array: k.shared[array.0 as usize].name.clone(),
-                            index: i,
-                        });
-                    }
-                    out[lane] = cell.bits;
+                    out[lane] = self.shared_read(array, i, (lane, 1), "shared load")?;
                 }
             }
             Expr::Unary { op, arg } => {

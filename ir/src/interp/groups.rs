@@ -144,14 +144,7 @@ impl Workgroup<'_, '_> {
 
     /// The f16 shared element `s[i]` as an operand read on behalf of lane `first`.
     fn operand(&mut self, s: SharedId, i: u32, first: usize) -> R<f32> {
-        let cell = *self.shared_cell(s, i, first, "group mma operand")?;
-        if cell.writer.is_none() {
-            return Err(InterpError::UninitShared {
-                at: self.site(first),
-                array: self.l.kernel.shared[s.0 as usize].name.clone(),
-                index: i,
-            });
-        }
-        Ok(f16::from_bits(cell.bits as u16).to_f32())
+        let bits = self.shared_read(s, i, (first, GROUP_INVOCATIONS), "group mma operand")?;
+        Ok(f16::from_bits(bits as u16).to_f32())
     }
 }

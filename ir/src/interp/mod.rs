@@ -66,7 +66,7 @@ pub enum InterpError {
         len: u64,
         expr: String,
     },
-    #[error("{at}: shared {array}[{index}] read before any invocation wrote it")]
+    #[error("{at}: shared {array}[{index}] read before any invocation wrote it, or since an array sharing its bytes was written")]
     UninitShared { at: Site, array: String, index: u32 },
     #[error("{at}: shared {array}[{index}] was written by invocation {writer} and accessed by this one with no barrier between")]
     SharedRace {
@@ -118,6 +118,13 @@ pub enum InterpError {
         "{at}: shared {array}[{index}] accessed while an asynchronous copy to it is in flight"
     )]
     CopyInFlight { at: Site, array: String, index: u32 },
+    #[error("{at}: shared {array}[{index}] was read by invocation {reader} (with others of its subgroup or warpgroup, or others) and overwritten through an array sharing its bytes with no barrier between")]
+    OverlayRace {
+        at: Site,
+        array: String,
+        index: u32,
+        reader: u32,
+    },
     #[error("{at}: a pair of halves stored at odd index {index}")]
     PairOdd { at: Site, index: u32 },
     #[error("{at}: shared {array}[{index}] was stored as half of a pair and accessed with no barrier between")]

@@ -132,15 +132,8 @@ impl Workgroup<'_, '_> {
                 Ok(view.words.load_bits(addr, elem.size() as u64))
             }
             TileMemory::Shared(s) => {
-                let cell = *self.shared_cell(s, i, first, "tile load")?;
-                if cell.writer.is_none() {
-                    return Err(InterpError::UninitShared {
-                        at: self.site(first),
-                        array: self.l.kernel.shared[s.0 as usize].name.clone(),
-                        index: i,
-                    });
-                }
-                Ok(cell.bits)
+                let subgroup = self.l.subgroup_size;
+                self.shared_read(s, i, (first, subgroup), "tile load")
             }
         }
     }
