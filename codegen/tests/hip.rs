@@ -902,3 +902,18 @@ fn group_product() -> trine_ir::Kernel {
     );
     k.finish()
 }
+
+/// Workgroups asked resident reach CUDA's `__launch_bounds__` as its minimum; HIP, whose
+/// second bound counts waves per SIMD, is left the invocations alone.
+#[test]
+fn min_resident_bounds_cuda_only() {
+    let k = KernelBuilder::new("resident", [256, 1, 1]);
+    let y = k.buffer("y", Scalar::U32, Access::Write);
+    k.store(y, k.global_id(0), k.u32(1));
+    k.min_resident(2);
+    let k = k.finish();
+    let cuda = hip(&k, Dialect::Cuda).unwrap();
+    assert!(cuda.contains("__launch_bounds__(256, 2) resident("), "{cuda}");
+    let amd = hip(&k, Dialect::Hip).unwrap();
+    assert!(amd.contains("__launch_bounds__(256) resident("), "{amd}");
+}

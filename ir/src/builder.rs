@@ -75,9 +75,15 @@ impl KernelBuilder {
                 exprs: vec![],
                 body: vec![],
                 settled: vec![],
+                min_resident: None,
             }),
             blocks: RefCell::new(vec![vec![]]),
         }
+    }
+
+    /// Asks for `n` workgroups a multiprocessor at once ([`Kernel::min_resident`]).
+    pub fn min_resident(&self, n: u32) {
+        self.kernel.borrow_mut().min_resident = Some(n);
     }
 
     /// Declares that the kernel uses subgroup operations.

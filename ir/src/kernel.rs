@@ -673,6 +673,12 @@ pub struct Kernel {
     /// still runs may read them before it waits for that one ([`Kernel::prefetch_prologue`]);
     /// every other target ignores the mark.
     pub settled: Vec<BufferId>,
+    /// Workgroups a multiprocessor should hold at once: the CUDA lowering's minimum in
+    /// `__launch_bounds__`, so that the compiler keeps each invocation's registers within
+    /// that share of the register file (spilling if it must). Where shared memory allows that
+    /// many, a kernel a few registers over the share would otherwise run one workgroup fewer.
+    /// Every other target ignores it (HIP's second bound counts waves per SIMD instead).
+    pub min_resident: Option<u32>,
 }
 
 impl Kernel {

@@ -26,6 +26,9 @@ pub fn print(kernel: &Kernel) -> String {
     if let Some(w) = k.capabilities.subgroup_width {
         let _ = writeln!(out, "  requires subgroup width {w}");
     }
+    if let Some(n) = k.min_resident {
+        let _ = writeln!(out, "  {n} workgroups resident at least");
+    }
     for (i, b) in k.buffers.iter().enumerate() {
         let _ = writeln!(
             out,

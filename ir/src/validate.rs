@@ -56,6 +56,8 @@ pub enum ValidationError {
     WorkgroupSize { size: [u32; 3], max: u32 },
     #[error("shared memory of {bytes} bytes exceeds the limit of {limit} bytes")]
     SharedMemory { bytes: u64, limit: u64 },
+    #[error("a kernel asks for 0 workgroups resident at least")]
+    NoneResident,
     #[error("shared array {name:?} has length 0")]
     EmptyShared { name: String },
     #[error("shared array {name:?} overlays {over}, which is not an earlier array of at least its bytes that overlays none")]
@@ -272,6 +274,9 @@ fn check_decls(k: &Kernel, limits: &Limits) -> Result<()> {
                 ty,
             });
         }
+    }
+    if k.min_resident == Some(0) {
+        return Err(ValidationError::NoneResident);
     }
     if k.params.len() > MAX_PARAMS {
         return Err(ValidationError::TooManyParams {

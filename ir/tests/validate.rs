@@ -47,6 +47,21 @@ fn an_overlay_needs_an_earlier_array_of_its_bytes() {
     }
 }
 
+/// A kernel asks for one workgroup resident at least, or says nothing.
+#[test]
+fn a_kernel_asks_for_some_workgroups_resident() {
+    let build = |n: u32| {
+        let k = KernelBuilder::new("resident", [1, 1, 1]);
+        let out = k.buffer("out", Scalar::U32, Access::Write);
+        k.store(out, k.u32(0), k.u32(1));
+        k.min_resident(n);
+        k.finish()
+    };
+    validate(&build(2), &Limits::default()).unwrap();
+    let err = validate(&build(0), &Limits::default()).unwrap_err();
+    assert!(matches!(err, ValidationError::NoneResident), "{err}");
+}
+
 /// Pairs of halves go only into f16 arrays.
 #[test]
 fn shared_pairs_need_an_f16_array() {

@@ -89,6 +89,12 @@ fn build<'b>(k: &'b KernelBuilder, spec: TilesSpec) -> Result<(), ShapeError> {
     // Copies where W is f16 (`TilesSpec::copied`), and x with it where it is f16 too.
     let copies = spec.copies;
     let stages = stages(copies);
+    if !copies {
+        // The put stages leave shared memory for two workgroups a multiprocessor; their
+        // registers must leave room too (a Q6_K put's decoding took 146 an invocation
+        // unbounded, which left room for one).
+        k.min_resident(2);
+    }
     let xs = k.shared("x_block", Scalar::F16, stages * x_stage);
     let ws = k.shared("w_block", Scalar::F16, stages * w_stage);
     let fetch = io.fetch(k, &spec, Layout::Swizzled);

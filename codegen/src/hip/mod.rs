@@ -105,9 +105,14 @@ pub fn hip(kernel: &Kernel, dialect: Dialect) -> Result<String, CodegenError> {
         format!("{} {name}", c_family::value_type(p.ty))
     });
     let args = buffers.chain(params).collect::<Vec<_>>().join(", ");
+    // HIP's second bound counts waves per SIMD, not workgroups, so only CUDA takes it.
+    let resident = match (dialect, k.min_resident) {
+        (Dialect::Cuda, Some(n)) => format!(", {n}"),
+        _ => String::new(),
+    };
     let _ = writeln!(
         out,
-        "extern \"C\" __global__ void __launch_bounds__({}) {}({args}) {{",
+        "extern \"C\" __global__ void __launch_bounds__({}{resident}) {}({args}) {{",
         k.invocations(),
         k.name
     );

@@ -185,7 +185,8 @@ pub fn cases() -> Vec<Case> {
     });
     // The executor's experts on a prompt: the file's blocks staged by units with f16 x, gate
     // and up as parts of each pair's row (on warpgroup products, rows and pairs past a block),
-    // down whole on the medium block (Q5_K's units; Q6_K's runs).
+    // down whole on the medium block (Q5_K's units; Q6_K's runs); Q6_K on warpgroup products,
+    // as a file of Q6_K experts runs its gate and up.
     let staged = [
         (
             WeightType::Q4_K,
@@ -214,6 +215,13 @@ pub fn cases() -> Vec<Case> {
             None,
             Staging::Put,
             medium,
+        ),
+        (
+            WeightType::Q6_K,
+            shape(136, 256, 200, 4, 2, 1),
+            None,
+            Staging::Group,
+            large,
         ),
     ]
     .map(|(ty, shape, part, staging, block)| case(ty, shape, block, part, Some(staging)));
