@@ -913,7 +913,10 @@ fn min_resident_bounds_cuda_only() {
     k.min_resident(2);
     let k = k.finish();
     let cuda = hip(&k, Dialect::Cuda).unwrap();
-    assert!(cuda.contains("__launch_bounds__(256, 2) resident("), "{cuda}");
+    assert!(
+        cuda.contains("__launch_bounds__(256, 2) resident("),
+        "{cuda}"
+    );
     let amd = hip(&k, Dialect::Hip).unwrap();
     assert!(amd.contains("__launch_bounds__(256) resident("), "{amd}");
 }

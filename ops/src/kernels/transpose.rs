@@ -72,59 +72,35 @@ pub fn overlay_kernel() -> Kernel {
 }
 
 pub fn cases() -> Vec<Case> {
-    let mut out = plain_cases();
-    let (rows, cols) = (37u32, 53u32);
-    let x = Rng::new(37_053).f32s((rows * cols) as usize, -10.0, 10.0);
-    let want = (0..cols as usize)
-        .flat_map(|c| (0..rows as usize).map(move |rw| (rw, c)))
-        .map(|(rw, c)| {
-            let v = x[rw * cols as usize + c];
-            (v + f16::from_f32(v).to_f32()) as f64
-        })
-        .collect();
-    out.push(
-        Case::new(
-            format!("transpose/f32 over f16/{rows}x{cols}"),
-            overlay_kernel(),
-            [cols.div_ceil(TILE), rows.div_ceil(TILE), 1],
-        )
-        .input("src", Scalar::F32, f32_bytes(&x))
-        .output(
-            "dst",
-            Scalar::F32,
-            vec![0; (rows * cols * 4) as usize],
-            want,
-        )
-        .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)])
-        .bound(NMSE_EXACT),
-    );
-    out
+    let plain = [(1u32, 1u32), (37, 53), (256, 128)]
+        .map(|shape| case("f32", kernel(), shape, |v| v as f64));
+    let over = case("f32 over f16", overlay_kernel(), (37, 53), |v| {
+        (v + f16::from_f32(v).to_f32()) as f64
+    });
+    plain.into_iter().chain([over]).collect()
 }
 
-fn plain_cases() -> Vec<Case> {
-    [(1u32, 1u32), (37, 53), (256, 128)]
-        .iter()
-        .map(|&(rows, cols)| {
-            let mut r = Rng::new((rows * 1000 + cols) as u64);
-            let x = r.f32s((rows * cols) as usize, -10.0, 10.0);
-            let want = (0..cols as usize)
-                .flat_map(|c| (0..rows as usize).map(move |rw| (rw, c)))
-                .map(|(rw, c)| x[rw * cols as usize + c] as f64)
-                .collect();
-            Case::new(
-                format!("transpose/f32/{rows}x{cols}"),
-                kernel(),
-                [cols.div_ceil(TILE), rows.div_ceil(TILE), 1],
-            )
-            .input("src", Scalar::F32, f32_bytes(&x))
-            .output(
-                "dst",
-                Scalar::F32,
-                vec![0; (rows * cols * 4) as usize],
-                want,
-            )
-            .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)])
-            .bound(NMSE_EXACT)
-        })
-        .collect()
+/// A case of `kernel` on a random `rows × cols` matrix, whose transposed element `v` the
+/// kernel writes as `value(v)`.
+fn case(what: &str, kernel: Kernel, (rows, cols): (u32, u32), value: fn(f32) -> f64) -> Case {
+    let mut r = Rng::new((rows * 1000 + cols) as u64);
+    let x = r.f32s((rows * cols) as usize, -10.0, 10.0);
+    let want = (0..cols as usize)
+        .flat_map(|c| (0..rows as usize).map(move |rw| (rw, c)))
+        .map(|(rw, c)| value(x[rw * cols as usize + c]))
+        .collect();
+    Case::new(
+        format!("transpose/{what}/{rows}x{cols}"),
+        kernel,
+        [cols.div_ceil(TILE), rows.div_ceil(TILE), 1],
+    )
+    .input("src", Scalar::F32, f32_bytes(&x))
+    .output(
+        "dst",
+        Scalar::F32,
+        vec![0; (rows * cols * 4) as usize],
+        want,
+    )
+    .params(vec![ParamValue::U32(rows), ParamValue::U32(cols)])
+    .bound(NMSE_EXACT)
 }
