@@ -5,31 +5,18 @@
 
 use crate::case::*;
 use half::f16;
-use trine_ir::{Access, Kernel, KernelBuilder, ParamValue, Scalar};
+use trine_ir::{Access, BufferId, Kernel, KernelBuilder, ParamValue, Scalar, Val};
 
 const TILE: u32 = 16;
 
 pub fn kernel() -> Kernel {
     let k = KernelBuilder::new("transpose", [TILE, TILE, 1]);
-    let src = k.buffer("src", Scalar::F32, Access::Read);
-    let dst = k.buffer("dst", Scalar::F32, Access::Write);
-    let rows = k.param("rows", Scalar::U32);
-    let cols = k.param("cols", Scalar::U32);
     let tile = k.shared("tile", Scalar::F32, TILE * (TILE + 1));
-    let (tx, ty) = (k.local_id(0), k.local_id(1));
-    let stride = k.u32(TILE + 1);
-    let t = k.u32(TILE);
-    let x = k.workgroup_id(0) * t + tx;
-    let y = k.workgroup_id(1) * t + ty;
-    let v = k.var("v", Scalar::F32);
-    k.if_(y.lt(rows) & x.lt(cols), || v.set(k.load(src, y * cols + x)));
-    k.store_shared(tile, ty * stride + tx, v.get());
+    let t = Tile::load(&k);
+    k.store_shared(tile, t.own(&k), t.v);
     k.barrier();
-    let ox = k.workgroup_id(1) * t + tx;
-    let oy = k.workgroup_id(0) * t + ty;
-    k.if_(oy.lt(cols) & ox.lt(rows), || {
-        k.store(dst, oy * rows + ox, k.load_shared(tile, tx * stride + ty));
-    });
+    let v = k.load_shared(tile, t.mirror(&k));
+    t.store(&k, v);
     k.finish()
 }
 
@@ -37,38 +24,77 @@ pub fn kernel() -> Kernel {
 /// the f32 tile overlaying it, barriers between the phases.
 pub fn overlay_kernel() -> Kernel {
     let k = KernelBuilder::new("transpose_overlay", [TILE, TILE, 1]);
-    let src = k.buffer("src", Scalar::F32, Access::Read);
-    let dst = k.buffer("dst", Scalar::F32, Access::Write);
-    let rows = k.param("rows", Scalar::U32);
-    let cols = k.param("cols", Scalar::U32);
     let halves = k.shared("halves", Scalar::F16, 2 * TILE * (TILE + 1));
     let tile = k.shared_over("tile", Scalar::F32, TILE * (TILE + 1), halves);
-    let (tx, ty) = (k.local_id(0), k.local_id(1));
-    let stride = k.u32(TILE + 1);
-    let t = k.u32(TILE);
-    let x = k.workgroup_id(0) * t + tx;
-    let y = k.workgroup_id(1) * t + ty;
-    let v = k.var("v", Scalar::F32);
-    k.if_(y.lt(rows) & x.lt(cols), || v.set(k.load(src, y * cols + x)));
+    let t = Tile::load(&k);
     // Each half at the place of its own f32 element's second half, so that each invocation's
     // write of the f32 tile overwrites halves another one read.
-    k.store_shared(
-        halves,
-        (ty * stride + tx) * k.u32(2) + k.u32(1),
-        v.get().cast(Scalar::F16),
-    );
+    fn second<'b>(k: &'b KernelBuilder, at: Val<'b>) -> Val<'b> {
+        at * k.u32(2) + k.u32(1)
+    }
+    k.store_shared(halves, second(&k, t.own(&k)), t.v.cast(Scalar::F16));
     k.barrier();
-    let h = k.load_shared(halves, (tx * stride + ty) * k.u32(2) + k.u32(1));
+    let h = k.load_shared(halves, second(&k, t.mirror(&k)));
     k.barrier();
-    k.store_shared(tile, ty * stride + tx, v.get());
+    k.store_shared(tile, t.own(&k), t.v);
     k.barrier();
-    let ox = k.workgroup_id(1) * t + tx;
-    let oy = k.workgroup_id(0) * t + ty;
-    k.if_(oy.lt(cols) & ox.lt(rows), || {
-        let sum = k.load_shared(tile, tx * stride + ty) + h.cast(Scalar::F32);
-        k.store(dst, oy * rows + ox, sum);
-    });
+    let v = k.load_shared(tile, t.mirror(&k));
+    t.store(&k, v + h.cast(Scalar::F32));
     k.finish()
+}
+
+/// A workgroup's tile of the transpose: its buffers and sizes, its invocation's place and
+/// the element it loaded (0 past the matrix).
+struct Tile<'b> {
+    dst: BufferId,
+    rows: Val<'b>,
+    cols: Val<'b>,
+    tx: Val<'b>,
+    ty: Val<'b>,
+    v: Val<'b>,
+}
+
+impl<'b> Tile<'b> {
+    fn load(k: &'b KernelBuilder) -> Self {
+        let src = k.buffer("src", Scalar::F32, Access::Read);
+        let dst = k.buffer("dst", Scalar::F32, Access::Write);
+        let rows = k.param("rows", Scalar::U32);
+        let cols = k.param("cols", Scalar::U32);
+        let (tx, ty) = (k.local_id(0), k.local_id(1));
+        let t = k.u32(TILE);
+        let x = k.workgroup_id(0) * t + tx;
+        let y = k.workgroup_id(1) * t + ty;
+        let v = k.var("v", Scalar::F32);
+        k.if_(y.lt(rows) & x.lt(cols), || v.set(k.load(src, y * cols + x)));
+        Tile {
+            dst,
+            rows,
+            cols,
+            tx,
+            ty,
+            v: v.get(),
+        }
+    }
+
+    /// The invocation's place in the padded tile.
+    fn own(&self, k: &'b KernelBuilder) -> Val<'b> {
+        self.ty * k.u32(TILE + 1) + self.tx
+    }
+
+    /// The place of the element it writes, across the tile's diagonal.
+    fn mirror(&self, k: &'b KernelBuilder) -> Val<'b> {
+        self.tx * k.u32(TILE + 1) + self.ty
+    }
+
+    /// Stores `value` at the invocation's place in xᵀ, where that is inside it.
+    fn store(&self, k: &'b KernelBuilder, value: Val<'b>) {
+        let t = k.u32(TILE);
+        let ox = k.workgroup_id(1) * t + self.tx;
+        let oy = k.workgroup_id(0) * t + self.ty;
+        k.if_(oy.lt(self.cols) & ox.lt(self.rows), || {
+            k.store(self.dst, oy * self.rows + ox, value);
+        });
+    }
 }
 
 pub fn cases() -> Vec<Case> {
