@@ -158,13 +158,8 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                 value,
             } => {
                 for lane in Self::active(mask) {
-                    let i = self.val(*index, lane);
-                    let bits = self.val(*value, lane);
-                    let epoch = self.epoch;
-                    let cell = self.shared_write(*array, i, lane, "shared store")?;
-                    cell.bits = bits;
-                    cell.writer = Some((lane as u32, epoch));
-                    cell.paired = false;
+                    let (i, bits) = (self.val(*index, lane), self.val(*value, lane));
+                    self.store_cell((*array, i), lane, (bits, false), "shared store")?;
                 }
             }
             Stmt::StoreSharedPair {
@@ -181,12 +176,8 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                         });
                     }
                     let bits = self.val(*value, lane);
-                    let epoch = self.epoch;
                     for (j, half) in [(i, bits & 0xffff), (i + 1, bits >> 16)] {
-                        let cell = self.shared_write(*array, j, lane, "shared pair store")?;
-                        cell.bits = half;
-                        cell.writer = Some((lane as u32, epoch));
-                        cell.paired = true;
+                        self.store_cell((*array, j), lane, (half, true), "shared pair store")?;
                     }
                 }
             }
@@ -365,6 +356,23 @@ impl<'l, 'a> Workgroup<'l, 'a> {
             });
         }
         Ok(cell)
+    }
+
+    /// Stores `bits` into the shared element `a[i]` for `lane` ([`Workgroup::shared_write`]),
+    /// `paired` where it is half of a pair.
+    fn store_cell(
+        &mut self,
+        (a, i): (SharedId, u32),
+        lane: usize,
+        (bits, paired): (u32, bool),
+        what: &str,
+    ) -> R<()> {
+        let epoch = self.epoch;
+        let cell = self.shared_write(a, i, lane, what)?;
+        cell.bits = bits;
+        cell.writer = Some((lane as u32, epoch));
+        cell.paired = paired;
+        Ok(())
     }
 
     /// The bits of the shared element `a[i]`, read by invocations `first..first + count` (one
