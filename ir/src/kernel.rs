@@ -613,9 +613,9 @@ pub enum Stmt {
     /// `value`, its low 16 bits then its high 16 bits, as f16 bits: two halves rounded or
     /// loaded together reach shared memory in one store. `index` must be even, and a barrier
     /// must come between the store and any access to the two elements, the storing
-    /// invocation's own included (the interpreter reports both). CUDA and HIP: one 32-bit store (the arrays are
-    /// aligned to 4 bytes at least); SPIR-V: `UnpackHalf2x16`'s components, converted exactly,
-    /// in two stores; C: two stores of the halves' bits.
+    /// invocation's own included (the interpreter reports both). CUDA and HIP: one 32-bit
+    /// store (the arrays are aligned to 4 bytes at least); SPIR-V: `UnpackHalf2x16`'s
+    /// components, converted exactly, in two stores; C: two stores of the halves' bits.
     StoreSharedPair {
         array: SharedId,
         index: ExprId,
@@ -696,17 +696,8 @@ impl Kernel {
 
     /// Whether the kernel stores pairs of halves into shared memory ([`Stmt::StoreSharedPair`]).
     pub fn stores_shared_pairs(&self) -> bool {
-        fn any(block: &[Stmt]) -> bool {
-            block.iter().any(|s| match s {
-                Stmt::StoreSharedPair { .. } => true,
-                Stmt::Loop { body, .. } => any(body),
-                Stmt::If {
-                    then, otherwise, ..
-                } => any(then) || any(otherwise),
-                _ => false,
-            })
-        }
-        any(&self.body)
+        let pair = |s: &Stmt| matches!(s, Stmt::StoreSharedPair { .. });
+        self.body.iter().any(|s| holds(s, &pair))
     }
 
     /// Whether any expression of the kernel is the binary operation `op`.
@@ -849,12 +840,17 @@ impl Kernel {
 
 /// Whether `s` is or holds a [`Stmt::Prefetch`].
 fn prefetches(s: &Stmt) -> bool {
-    match s {
-        Stmt::Prefetch { .. } => true,
-        Stmt::Loop { body, .. } => body.iter().any(prefetches),
-        Stmt::If {
-            then, otherwise, ..
-        } => then.iter().chain(otherwise).any(prefetches),
-        _ => false,
-    }
+    holds(s, &|s| matches!(s, Stmt::Prefetch { .. }))
+}
+
+/// Whether `s`, or a statement in a loop or branch it is, is one that `is` picks.
+fn holds(s: &Stmt, is: &impl Fn(&Stmt) -> bool) -> bool {
+    is(s)
+        || match s {
+            Stmt::Loop { body, .. } => body.iter().any(|s| holds(s, is)),
+            Stmt::If {
+                then, otherwise, ..
+            } => then.iter().chain(otherwise).any(|s| holds(s, is)),
+            _ => false,
+        }
 }

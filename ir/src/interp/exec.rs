@@ -36,8 +36,6 @@ pub(crate) struct Workgroup<'l, 'a> {
     vals: Vec<Vec<u32>>,
     vars: Vec<Vec<u32>>,
     pub(super) shared: Vec<Vec<SharedCell>>,
-    /// Each shared array's partners in memory ([`Kernel::shared_partners`]).
-    partners: Vec<Vec<SharedId>>,
     /// Number of barriers passed: shared accesses in different epochs are ordered.
     pub(super) epoch: u64,
     /// Each tile's elements per subgroup, row-major; `None` until zeroed or loaded.
@@ -74,9 +72,6 @@ impl<'l, 'a> Workgroup<'l, 'a> {
                 .shared
                 .iter()
                 .map(|s| vec![empty; s.len as usize])
-                .collect(),
-            partners: (0..k.shared.len() as u32)
-                .map(|a| k.shared_partners(SharedId(a)))
                 .collect(),
             epoch: 0,
             tiles: vec![vec![None; lanes.div_ceil(l.subgroup_size as usize)]; k.tiles.len()],
@@ -410,7 +405,7 @@ impl<'l, 'a> Workgroup<'l, 'a> {
         let size = k.shared[a.0 as usize].elem.size() as u64;
         let (start, end) = (u64::from(i) * size, (u64::from(i) + 1) * size);
         let mut out = vec![];
-        for &p in &self.partners[a.0 as usize] {
+        for &p in &self.l.partners[a.0 as usize] {
             let decl = &k.shared[p.0 as usize];
             let ps = decl.elem.size() as u64;
             out.extend(

@@ -18,7 +18,7 @@ mod tiles;
 
 pub use memory::{View, Words};
 
-use crate::kernel::{ExprId, Kernel};
+use crate::kernel::{ExprId, Kernel, SharedId};
 use crate::types::ParamValue;
 use crate::validate::{validate, Info, Limits, ValidationError};
 use thiserror::Error;
@@ -139,6 +139,8 @@ pub struct Launch<'a> {
     pub(crate) buffers: Vec<View<'a>>,
     pub(crate) params: Vec<u32>,
     pub(crate) subgroup_size: u32,
+    /// Each shared array's partners in memory ([`Kernel::shared_partners`]).
+    pub(crate) partners: Vec<Vec<SharedId>>,
 }
 
 impl<'a> Launch<'a> {
@@ -194,6 +196,9 @@ impl<'a> Launch<'a> {
             buffers: buffers.to_vec(),
             params: params.iter().map(|p| p.bits()).collect(),
             subgroup_size,
+            partners: (0..kernel.shared.len() as u32)
+                .map(|a| kernel.shared_partners(SharedId(a)))
+                .collect(),
         })
     }
 
